@@ -1,0 +1,82 @@
+#include "runtime/quant/quant_types.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+#include "runtime/common/error.h"
+#include "runtime/quant/quant_blocks.h"
+#include "runtime/quant/quant_ref.h"
+
+namespace tandem::quant {
+namespace {
+
+// One row per type: the only place that knows block geometry and which
+// reference routine implements it.
+constexpr std::array kTraits = {
+    TypeTraits{Type::F32, "F32", 1, sizeof(float), false, false, ref::quantize_row_f32, ref::dequantize_row_f32},
+    TypeTraits{Type::F16, "F16", 1, sizeof(fp16_bits), false, false, ref::quantize_row_f16, ref::dequantize_row_f16},
+    TypeTraits{Type::BF16, "BF16", 1, sizeof(bf16_bits), false, false, ref::quantize_row_bf16, ref::dequantize_row_bf16},
+    TypeTraits{Type::Q4_0, "Q4_0", kQK4_0, sizeof(block_q4_0), true, false, ref::quantize_row_q4_0, ref::dequantize_row_q4_0},
+    TypeTraits{Type::Q4_1, "Q4_1", kQK4_1, sizeof(block_q4_1), true, false, ref::quantize_row_q4_1, ref::dequantize_row_q4_1},
+    TypeTraits{Type::Q5_0, "Q5_0", kQK5_0, sizeof(block_q5_0), true, false, ref::quantize_row_q5_0, ref::dequantize_row_q5_0},
+    TypeTraits{Type::Q5_1, "Q5_1", kQK5_1, sizeof(block_q5_1), true, false, ref::quantize_row_q5_1, ref::dequantize_row_q5_1},
+    TypeTraits{Type::Q8_0, "Q8_0", kQK8_0, sizeof(block_q8_0), true, false, ref::quantize_row_q8_0, ref::dequantize_row_q8_0},
+    TypeTraits{Type::Q8_1, "Q8_1", kQK8_1, sizeof(block_q8_1), true, true, ref::quantize_row_q8_1, ref::dequantize_row_q8_1},
+    TypeTraits{Type::Q2_K, "Q2_K", kQK_K, sizeof(block_q2_K), true, false, ref::quantize_row_q2_K, ref::dequantize_row_q2_K},
+    TypeTraits{Type::Q3_K, "Q3_K", kQK_K, sizeof(block_q3_K), true, false, ref::quantize_row_q3_K, ref::dequantize_row_q3_K},
+    TypeTraits{Type::Q4_K, "Q4_K", kQK_K, sizeof(block_q4_K), true, false, ref::quantize_row_q4_K, ref::dequantize_row_q4_K},
+    TypeTraits{Type::Q5_K, "Q5_K", kQK_K, sizeof(block_q5_K), true, false, ref::quantize_row_q5_K, ref::dequantize_row_q5_K},
+    TypeTraits{Type::Q6_K, "Q6_K", kQK_K, sizeof(block_q6_K), true, false, ref::quantize_row_q6_K, ref::dequantize_row_q6_K},
+    TypeTraits{Type::Q8_K, "Q8_K", kQK_K, sizeof(block_q8_K), true, true, ref::quantize_row_q8_K, ref::dequantize_row_q8_K},
+};
+
+bool iequals(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+}  // namespace
+
+const TypeTraits* find_traits(uint32_t type_id) {
+    for (const auto& t : kTraits) {
+        if (static_cast<uint32_t>(t.type) == type_id) return &t;
+    }
+    return nullptr;
+}
+
+const TypeTraits& traits(Type t) {
+    const TypeTraits* found = find_traits(static_cast<uint32_t>(t));
+    TANDEM_CHECK(found != nullptr, "Type value without a traits row");
+    return *found;
+}
+
+std::optional<Type> type_from_name(std::string_view name) {
+    for (const auto& t : kTraits) {
+        if (iequals(t.name, name)) return t.type;
+    }
+    return std::nullopt;
+}
+
+std::span<const TypeTraits> all_traits() { return kTraits; }
+
+std::optional<uint64_t> row_bytes(Type t, int64_t n) {
+    const TypeTraits& tr = traits(t);
+    if (n < 0 || n % tr.block_elems != 0) return std::nullopt;
+    return static_cast<uint64_t>(n / tr.block_elems) * tr.block_bytes;
+}
+
+void quantize_row(Type t, const float* src, void* dst, int64_t n) {
+    const TypeTraits& tr = traits(t);
+    TANDEM_CHECK(n % tr.block_elems == 0, "quantize_row: length not a multiple of the block size");
+    tr.quantize_row(src, dst, n);
+}
+
+void dequantize_row(Type t, const void* src, float* dst, int64_t n) {
+    const TypeTraits& tr = traits(t);
+    TANDEM_CHECK(n % tr.block_elems == 0, "dequantize_row: length not a multiple of the block size");
+    tr.dequantize_row(src, dst, n);
+}
+
+}  // namespace tandem::quant

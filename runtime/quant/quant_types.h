@@ -1,0 +1,65 @@
+// Tensor element types as GGUF numbers them, and the traits table that every
+// other module consults instead of switching on the type.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace tandem::quant {
+
+// Values are the ggml_type ids stored in GGUF tensor infos; gaps are ids
+// that ggml retired or formats Tandem does not implement.
+enum class Type : uint32_t {
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
+    Q8_0 = 8,
+    Q8_1 = 9,
+    Q2_K = 10,
+    Q3_K = 11,
+    Q4_K = 12,
+    Q5_K = 13,
+    Q6_K = 14,
+    Q8_K = 15,
+    BF16 = 30,
+};
+
+// Converts n floats into n / block_elems blocks. n is a multiple of
+// block_elems (callers check with row_bytes first).
+using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
+// The inverse: n / block_elems blocks into n floats.
+using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
+
+struct TypeTraits {
+    Type type;
+    std::string_view name;  // as llama.cpp prints it: "Q4_K", "F16"
+    int64_t block_elems;    // weights per block
+    size_t block_bytes;     // bytes per block, == sizeof(block_*)
+    bool is_quantized;
+    bool is_activation_only;  // Q8_K, Q8_1: dot-product partners, never stored weights
+    QuantizeRowFn quantize_row;
+    DequantizeRowFn dequantize_row;
+};
+
+// nullptr for ids Tandem does not know (retired, IQ*, future types): the
+// GGUF reader turns that into an error naming the id.
+const TypeTraits* find_traits(uint32_t type_id);
+// For a Type value, which is always known.
+const TypeTraits& traits(Type t);
+std::optional<Type> type_from_name(std::string_view name);  // case-insensitive
+std::span<const TypeTraits> all_traits();
+
+// Bytes of a row of n elements; nullopt if n is not a multiple of the block
+// size (a malformed tensor shape).
+std::optional<uint64_t> row_bytes(Type t, int64_t n);
+
+void quantize_row(Type t, const float* src, void* dst, int64_t n);
+void dequantize_row(Type t, const void* src, float* dst, int64_t n);
+
+}  // namespace tandem::quant

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds Tandem and runs every test with ctest. This is the README's test
+# command and what CI runs.
+#   scripts/test.sh              release build in build/, CUDA compiled when nvcc exists
+#   scripts/test.sh --sanitize   AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/ (CPU only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-release}
+jobs=$(nproc)
+# CI compiles CUDA for one architecture to stay fast; release builds cover sm_75..sm_90.
+cuda_arch=${TANDEM_CUDA_ARCHITECTURES:-}
+
+case "$mode" in
+  release|"")
+    dir=build
+    args=(-DCMAKE_BUILD_TYPE=Release)
+    [ -n "$cuda_arch" ] && args+=(-DCMAKE_CUDA_ARCHITECTURES="$cuda_arch")
+    ;;
+  --sanitize)
+    dir=build-asan
+    args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF
+          "-DTANDEM_SANITIZE=address;undefined")
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+    ;;
+  *) echo "usage: $0 [--sanitize]" >&2; exit 2 ;;
+esac
+
+cmake -S . -B "$dir" -G Ninja "${args[@]}"
+cmake --build "$dir" -j "$jobs"
+ctest --test-dir "$dir" --output-on-failure -j "$jobs"

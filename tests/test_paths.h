@@ -1,0 +1,40 @@
+// Where tests find their inputs. Core tests use tests/data/ (committed, so
+// they pass anywhere); tests on the full model set use ../shared and skip
+// cleanly where it is absent.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace tandem::testing {
+
+inline std::filesystem::path test_data(const std::string& rel) {
+    return std::filesystem::path(TANDEM_TEST_DATA_DIR) / rel;
+}
+
+inline std::filesystem::path shared_dir() { return std::filesystem::path(TANDEM_SHARED_DIR); }
+
+inline std::filesystem::path shared(const std::string& rel) { return shared_dir() / rel; }
+
+inline std::filesystem::path tandem_binary() { return std::filesystem::path(TANDEM_BINARY); }
+
+// A scratch directory unique to the running test, removed by the caller or
+// left under the build tree's temp for inspection.
+inline std::filesystem::path scratch_dir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    auto dir = std::filesystem::temp_directory_path() / "tandem-tests" /
+               (std::string(info->test_suite_name()) + "." + info->name());
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    return dir;
+}
+
+}  // namespace tandem::testing
+
+// Skips the current test when a ../shared asset is missing.
+#define TANDEM_REQUIRE_SHARED(path)                                                     \
+    do {                                                                                \
+        if (!std::filesystem::exists(path)) GTEST_SKIP() << "shared asset absent: " << (path); \
+    } while (0)

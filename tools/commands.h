@@ -1,0 +1,14 @@
+// Each subcommand lives in its own tools/cmd_*.cpp and registers itself on
+// the CLI11 app through one of these functions. A command's callback throws
+// tandem::Error for bad input; main() prints it on one line and exits 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tandem::tools {
+
+void add_inspect_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
+
+}  // namespace tandem::tools
