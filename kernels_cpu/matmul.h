@@ -1,0 +1,50 @@
+// Matrix products of GGUF-quantized weights with float activations on the
+// CPU: Y[t, r] = sum_k W[r, k] * X[t, k]. Weights stay in their GGUF blocks
+// (the format shared with the GPU). Activations are quantized once per row to
+// the weight type's 8-bit partner (Q8_0/Q8_1 for the 32-element formats, Q8_K
+// for K-quants) so the inner loops are integer dot products; F16/BF16/F32
+// weights use float dot products.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "kernels_cpu/thread_pool.h"
+#include "runtime/quant/quant_types.h"
+
+namespace tandem::cpu {
+
+// Which implementation the kernels use. Chosen once from CPUID, overridable
+// with TANDEM_CPU=scalar|avx2|avx512 (an unsupported request is an Error).
+enum class SimdLevel { Scalar, Avx2, Avx512 };
+
+std::string_view simd_level_name(SimdLevel level);
+SimdLevel best_simd_level();          // highest the CPU and OS support
+SimdLevel simd_level_from_env();      // TANDEM_CPU if set, else best_simd_level()
+bool simd_level_supported(SimdLevel level);
+
+// A weight matrix as stored: n_rows rows of n_cols elements, row-major in
+// the blocks of `type`.
+struct WeightView {
+    quant::Type type = quant::Type::F32;
+    const void* data = nullptr;
+    int64_t n_rows = 0;
+    int64_t n_cols = 0;
+    uint64_t row_stride_bytes = 0;  // bytes between rows (== row_bytes(type, n_cols))
+};
+
+// The activation type a weight type is multiplied against.
+quant::Type activation_type(quant::Type weight_type);
+
+// Y (n_tokens x W.n_rows, row stride ldy floats) = X (n_tokens x W.n_cols,
+// row stride ldx floats) times W transposed. Quantizes X once, then splits
+// the rows of W (and for large batches, tiles over tokens so each unpacked
+// weight block is reused across many tokens) over the pool's threads.
+void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
+            ThreadPool& pool, SimdLevel level);
+
+// Building blocks, exposed for tests and benchmarks: the dot product of one
+// weight row with one activation row already in activation_type(w_type).
+float vec_dot(quant::Type w_type, const void* w_row, const void* a_row, int64_t n, SimdLevel level);
+
+}  // namespace tandem::cpu

@@ -1,0 +1,39 @@
+// One persistent pool of worker threads for all CPU work. Threads are
+// created once (creating them per op costs more than a decode step's
+// matvec on small models), pinned one per physical core with hwloc where
+// possible, and spin briefly before sleeping so back-to-back ops within a
+// step do not pay a futex wake-up each.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace tandem::cpu {
+
+class ThreadPool {
+public:
+    // n_threads <= 0: the number of physical cores (physical_core_count()).
+    // pin: bind thread i to physical core i (ignored where hwloc cannot).
+    explicit ThreadPool(int n_threads = 0, bool pin = true);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int size() const;  // threads, the calling thread included
+
+    // Runs fn(thread_index, n_threads) on every thread (the caller is thread
+    // 0) and returns when all are done. Exceptions thrown by fn are
+    // rethrown here (the first one).
+    void run(const std::function<void(int thread_index, int n_threads)>& fn);
+
+    // Splits [0, n) into contiguous chunks of at least `grain` items and runs
+    // fn(begin, end) for each, spread over the threads.
+    void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::cpu
