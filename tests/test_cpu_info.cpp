@@ -8,14 +8,18 @@ TEST(CpuInfo, PhysicalCoresWithinLogicalCount) {
     const int cores = tandem::cpu::physical_core_count();
     EXPECT_GE(cores, 1);
     const unsigned logical = std::thread::hardware_concurrency();
-    if (logical > 0) EXPECT_LE(static_cast<unsigned>(cores), logical);
+    if (logical > 0) {
+        EXPECT_LE(static_cast<unsigned>(cores), logical);
+    }
 }
 
 TEST(CpuInfo, FeatureImplicationsHold) {
     const auto f = tandem::cpu::detect_cpu_features();
     // Every AVX-512 extension presupposes the foundation, and the kernels
     // rely on that when they dispatch.
-    if (f.avx512bw || f.avx512vl || f.avx512_vnni) EXPECT_TRUE(f.avx512f);
+    if (f.avx512bw || f.avx512vl || f.avx512_vnni) {
+        EXPECT_TRUE(f.avx512f);
+    }
 #if defined(__x86_64__)
     EXPECT_EQ(f.avx2, static_cast<bool>(__builtin_cpu_supports("avx2")));
     EXPECT_EQ(f.avx512f, static_cast<bool>(__builtin_cpu_supports("avx512f")));

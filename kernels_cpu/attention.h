@@ -1,0 +1,42 @@
+// Attention of a batch of query tokens over a layer's KV cache on the CPU.
+// The cache stores one row per cell (all KV heads of one position), in F16
+// or Q8_0 blocks; queries are rounded to the cache's activation partner
+// (F16 or Q8_0) for the Q.K products, as ggml does, and the softmax and the
+// weighted sum of V run in float.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels_cpu/matmul.h"
+#include "kernels_cpu/thread_pool.h"
+#include "runtime/quant/quant_types.h"
+
+namespace tandem::cpu {
+
+struct KvCacheView {
+    quant::Type type = quant::Type::F16;
+    const uint8_t* k = nullptr;   // n_cells rows of k_row_bytes
+    const uint8_t* v = nullptr;   // n_cells rows of v_row_bytes
+    uint64_t k_row_bytes = 0;
+    uint64_t v_row_bytes = 0;
+    int64_t n_cells = 0;
+    const int32_t* cell_pos = nullptr;  // position held by each cell, -1 if empty
+};
+
+struct AttentionShape {
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim_k = 0;
+    int64_t head_dim_v = 0;
+    int64_t window = 0;   // sliding window: keys with q_pos - k_pos >= window are masked; 0 = none
+    float scale = 1.0f;   // applied to Q.K before the softmax
+};
+
+// q: n_tokens rows of n_head * head_dim_k floats (already RoPE'd).
+// q_pos: the position of each query token. out: n_tokens rows of
+// n_head * head_dim_v floats. A query sees cells with 0 <= pos <= q_pos
+// (causal) inside the window.
+void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
+               const KvCacheView& kv, float* out, ThreadPool& pool, SimdLevel level);
+
+}  // namespace tandem::cpu

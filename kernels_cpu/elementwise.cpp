@@ -1,0 +1,91 @@
+#include "kernels_cpu/elementwise.h"
+
+#include <cmath>
+#include <memory>
+
+namespace tandem::cpu {
+
+void rms_norm_rows(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float* xr = x + r * n;
+        float* yr = y + r * n;
+        double sum = 0.0;  // ggml sums in double: keeps long rows exact enough
+        for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+        const float mean = static_cast<float>(sum / static_cast<double>(n));
+        const float s = 1.0f / std::sqrt(mean + eps);
+        if (w) {
+            for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * s) * w[i];
+        } else {
+            for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * s;
+        }
+    }
+}
+
+void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p) {
+    // Angles for pair i are pos * base^(-2i/n_rot); advancing theta by a
+    // constant factor per pair (as ggml does) instead of calling pow for
+    // each keeps the same float rounding as the reference.
+    const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
+    const int64_t half = p.n_rot / 2;
+    float cos_cache[2048];
+    float sin_cache[2048];
+    float* cos_v = cos_cache;
+    float* sin_v = sin_cache;
+    std::unique_ptr<float[]> heap;
+    if (half > 2048) {
+        heap = std::make_unique<float[]>(static_cast<size_t>(2 * half));
+        cos_v = heap.get();
+        sin_v = heap.get() + half;
+    }
+    float theta = static_cast<float>(pos);
+    for (int64_t i = 0; i < half; ++i) {
+        const float ff = p.freq_factors ? p.freq_factors[i] : 1.0f;
+        const float angle = p.freq_scale * (theta / ff);
+        cos_v[i] = std::cos(angle);
+        sin_v[i] = std::sin(angle);
+        theta *= theta_scale;
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + h * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+            // NORM rotates neighbours; NEOX rotates element i with i + n_rot/2.
+            const int64_t a = p.mode == RopeMode::Norm ? 2 * i : i;
+            const int64_t b = p.mode == RopeMode::Norm ? 2 * i + 1 : i + half;
+            const float x0 = v[a];
+            const float x1 = v[b];
+            v[a] = x0 * cos_v[i] - x1 * sin_v[i];
+            v[b] = x0 * sin_v[i] + x1 * cos_v[i];
+        }
+    }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t n) {
+    constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+    constexpr float kCoef = 0.044715f;
+    for (int64_t i = 0; i < n; ++i) {
+        const float g = gate[i];
+        const float gelu = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * g * (1.0f + kCoef * g * g)));
+        out[i] = gelu * up[i];
+    }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+    for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void scale(float* x, int64_t n, float s) {
+    for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+void add(float* y, const float* x, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,40 @@
+// The non-matmul ops of a transformer block on the CPU: RMSNorm, RoPE and
+// the gated FFN activations. Each works on rows of floats; the numerics
+// follow ggml's CPU backend (sums in double, RoPE angles advanced by
+// repeated multiplication in float) so logits match llama.cpp closely.
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::cpu {
+
+// y = x / sqrt(mean(x^2) + eps) * w, for n_rows rows of n. y may alias x.
+// w may be nullptr (no weight).
+void rms_norm_rows(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps);
+
+enum class RopeMode { Norm, Neox };
+
+struct RopeParams {
+    RopeMode mode = RopeMode::Norm;
+    int64_t n_rot = 0;          // rotated dimensions of each head (even, <= head_dim)
+    float freq_base = 10000.0f;
+    float freq_scale = 1.0f;    // linear context scaling: 1 / factor
+    const float* freq_factors = nullptr;  // n_rot / 2 divisors of the angles, or nullptr
+};
+
+// Rotates in place the n_heads heads (each head_dim floats, contiguous) of
+// one token at position pos.
+void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p);
+
+// out[i] = silu(gate[i]) * up[i]
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// out[i] = gelu_tanh(gate[i]) * up[i]
+void geglu(const float* gate, const float* up, float* out, int64_t n);
+// x = cap * tanh(x / cap)
+void softcap(float* x, int64_t n, float cap);
+// x *= s
+void scale(float* x, int64_t n, float s);
+// y += x
+void add(float* y, const float* x, int64_t n);
+
+}  // namespace tandem::cpu

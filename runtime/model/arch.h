@@ -1,0 +1,101 @@
+// Architectures as data. Each supported architecture is one ArchSpec row:
+// which per-layer tensors it has, how RoPE rotates, which FFN activation it
+// uses, and its few numeric quirks. The forward pass asks for tensor roles
+// and flags, never for architecture names.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace tandem::model {
+
+// NORM rotates adjacent pairs (x[2i], x[2i+1]) as Llama does; NEOX rotates
+// (x[i], x[i + n_rot/2]) as GPT-NeoX and Gemma do.
+enum class RopeStyle { Norm, Neox };
+
+enum class FfnActivation {
+    Silu,      // SwiGLU: silu(gate) * up
+    GeluTanh,  // GeGLU with the tanh approximation of GELU
+};
+
+// What a tensor does inside a transformer block.
+enum class LayerTensor : int {
+    AttnNorm,
+    AttnQ,
+    AttnK,
+    AttnV,
+    AttnOutput,
+    AttnQNorm,     // per-head RMSNorm of Q (Gemma 3)
+    AttnKNorm,     // per-head RMSNorm of K (Gemma 3)
+    AttnPostNorm,  // RMSNorm of the attention output before the residual add (Gemma)
+    FfnNorm,
+    FfnGate,
+    FfnUp,
+    FfnDown,
+    FfnPostNorm,   // RMSNorm of the FFN output before the residual add (Gemma)
+    Count,
+};
+inline constexpr int kLayerTensorCount = static_cast<int>(LayerTensor::Count);
+
+enum class GlobalTensor : int {
+    TokenEmbd,
+    OutputNorm,
+    Output,     // absent when the head is tied to token_embd
+    RopeFreqs,  // per-dimension RoPE frequency factors (Llama 3.1 long context)
+    Count,
+};
+inline constexpr int kGlobalTensorCount = static_cast<int>(GlobalTensor::Count);
+
+enum class Presence : uint8_t { Absent, Optional, Required };
+
+// The size a tensor dimension must have, in terms of the hyperparameters.
+enum class Dim : uint8_t {
+    One,
+    Embd,      // n_embd
+    QDim,      // n_head * head_dim_k
+    KDim,      // n_head_kv * head_dim_k
+    VDim,      // n_head_kv * head_dim_v
+    OutDim,    // n_head * head_dim_v (input of attn_output)
+    HeadDimK,  // head_dim_k
+    FF,        // n_ff
+    Vocab,     // n_vocab
+    RopeHalf,  // n_rot / 2
+};
+
+struct TensorRule {
+    std::string_view suffix;  // "attn_q" -> "blk.N.attn_q.weight"
+    Dim ne0;
+    Dim ne1;                  // Dim::One for vectors
+};
+
+// The naming and shape of every role, shared by all architectures.
+const TensorRule& layer_tensor_rule(LayerTensor t);
+const TensorRule& global_tensor_rule(GlobalTensor t);
+std::string layer_tensor_name(int64_t layer, LayerTensor t);  // "blk.3.attn_q.weight"
+std::string global_tensor_name(GlobalTensor t);                // "token_embd.weight"
+
+struct ArchSpec {
+    std::string_view name;  // general.architecture
+    RopeStyle rope_style;
+    FfnActivation ffn_activation;
+    bool scale_embeddings;        // multiply embeddings by sqrt(n_embd) (Gemma)
+    // Sliding-window layers: every swa_period-th layer (the last of each
+    // period) is global, the rest see only the last sliding_window
+    // positions. 0: all layers global.
+    int swa_period;
+    double default_rope_base_swa;  // RoPE base of sliding-window layers
+    // Query scale = 1/sqrt(head_dim_k) for both here; kept as data so an
+    // architecture scaling by 1/sqrt(n_embd/n_head) is one row away.
+    bool query_scale_by_embd_per_head;
+    Presence layer[kLayerTensorCount];
+    Presence global[kGlobalTensorCount];
+};
+
+// nullptr for an architecture Tandem does not run.
+const ArchSpec* find_arch(std::string_view name);
+std::span<const ArchSpec> all_archs();
+std::string supported_arch_names();  // "llama, gemma3"
+
+}  // namespace tandem::model

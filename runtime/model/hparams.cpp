@@ -1,0 +1,168 @@
+#include "runtime/model/hparams.h"
+
+#include <array>
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+#include "runtime/gguf/gguf_file.h"
+
+namespace tandem::model {
+namespace {
+
+struct IntKey {
+    std::string_view suffix;  // after "{arch}."
+    int64_t HParams::*field;
+    bool required;
+};
+
+struct FloatKey {
+    std::string_view suffix;
+    double HParams::*field;
+    bool required;
+};
+
+constexpr std::array kIntKeys = {
+    IntKey{"context_length", &HParams::n_ctx_train, true},
+    IntKey{"embedding_length", &HParams::n_embd, true},
+    IntKey{"block_count", &HParams::n_layer, true},
+    IntKey{"feed_forward_length", &HParams::n_ff, true},
+    IntKey{"attention.head_count", &HParams::n_head, true},
+    IntKey{"attention.head_count_kv", &HParams::n_head_kv, false},
+    IntKey{"attention.key_length", &HParams::head_dim_k, false},
+    IntKey{"attention.value_length", &HParams::head_dim_v, false},
+    IntKey{"rope.dimension_count", &HParams::n_rot, false},
+    IntKey{"attention.sliding_window", &HParams::sliding_window, false},
+    IntKey{"vocab_size", &HParams::n_vocab, false},
+};
+
+constexpr std::array kFloatKeys = {
+    FloatKey{"rope.freq_base", &HParams::rope_base, false},
+    FloatKey{"rope.freq_base_swa", &HParams::rope_base_swa, false},
+    FloatKey{"attention.layer_norm_rms_epsilon", &HParams::rms_eps, false},
+    FloatKey{"final_logit_softcapping", &HParams::final_logit_softcap, false},
+};
+
+// Far above any real model, low enough that products of these stay far from
+// overflow and a hostile header cannot ask for terabytes of KV cache.
+constexpr int64_t kMaxDim = int64_t{1} << 24;
+constexpr int64_t kMaxLayers = 4096;
+
+void require_range(const std::string& key, int64_t v, int64_t lo, int64_t hi) {
+    if (v < lo || v > hi) {
+        throw Error(fmt::format("model hyperparameter {}: expected a value in [{}, {}], found {}", key, lo, hi, v));
+    }
+}
+
+}  // namespace
+
+int64_t dim_value(const HParams& hp, Dim d) {
+    switch (d) {  // a mapping of enum to fields, not behaviour
+        case Dim::One: return 1;
+        case Dim::Embd: return hp.n_embd;
+        case Dim::QDim: return hp.q_dim();
+        case Dim::KDim: return hp.k_dim();
+        case Dim::VDim: return hp.v_dim();
+        case Dim::OutDim: return hp.out_dim();
+        case Dim::HeadDimK: return hp.head_dim_k;
+        case Dim::FF: return hp.n_ff;
+        case Dim::Vocab: return hp.n_vocab;
+        case Dim::RopeHalf: return hp.n_rot / 2;
+    }
+    return 0;
+}
+
+HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
+    HParams hp;
+    hp.arch = std::string(arch.name);
+    hp.rope_base_swa = arch.default_rope_base_swa;
+    const std::string prefix = std::string(arch.name) + ".";
+    for (const auto& k : kIntKeys) {
+        const std::string key = prefix + std::string(k.suffix);
+        const auto v = file.find_uint(key);
+        if (!v) {
+            if (k.required) throw Error(fmt::format("model: required key {} is missing", key));
+            continue;
+        }
+        if (*v > static_cast<uint64_t>(kMaxDim)) {
+            throw Error(fmt::format("model hyperparameter {}: expected at most {}, found {}", key, kMaxDim, *v));
+        }
+        hp.*(k.field) = static_cast<int64_t>(*v);
+    }
+    for (const auto& k : kFloatKeys) {
+        const std::string key = prefix + std::string(k.suffix);
+        const auto v = file.find_float(key);
+        if (!v) {
+            if (k.required) throw Error(fmt::format("model: required key {} is missing", key));
+            continue;
+        }
+        hp.*(k.field) = *v;
+    }
+    if (const auto type = file.find_string(prefix + "rope.scaling.type")) {
+        if (*type == "linear") {
+            const auto factor = file.find_float(prefix + "rope.scaling.factor");
+            if (!factor || !(*factor > 0.0)) {
+                throw Error(fmt::format("model: {}rope.scaling.type is linear but {}rope.scaling.factor is missing or "
+                                        "not positive",
+                                        prefix, prefix));
+            }
+            hp.rope_freq_scale = 1.0 / *factor;
+        } else if (*type != "none") {
+            throw Error(fmt::format("model: {}rope.scaling.type: expected none or linear, found {} (not supported)",
+                                    prefix, *type));
+        }
+    }
+
+    require_range(prefix + "block_count", hp.n_layer, 1, kMaxLayers);
+    require_range(prefix + "embedding_length", hp.n_embd, 1, kMaxDim);
+    require_range(prefix + "feed_forward_length", hp.n_ff, 1, kMaxDim);
+    require_range(prefix + "attention.head_count", hp.n_head, 1, hp.n_embd);
+    if (hp.n_head_kv == 0) hp.n_head_kv = hp.n_head;
+    require_range(prefix + "attention.head_count_kv", hp.n_head_kv, 1, hp.n_head);
+    if (hp.n_head % hp.n_head_kv != 0) {
+        throw Error(fmt::format("model: {}attention.head_count ({}) must be a multiple of head_count_kv ({})", prefix,
+                                hp.n_head, hp.n_head_kv));
+    }
+    if (hp.head_dim_k == 0) {
+        if (hp.n_embd % hp.n_head != 0) {
+            throw Error(fmt::format("model: {}embedding_length ({}) is not a multiple of the head count ({}) and no "
+                                    "{}attention.key_length is given",
+                                    prefix, hp.n_embd, hp.n_head, prefix));
+        }
+        hp.head_dim_k = hp.n_embd / hp.n_head;
+    }
+    if (hp.head_dim_v == 0) hp.head_dim_v = hp.head_dim_k;
+    if (hp.n_rot == 0) hp.n_rot = hp.head_dim_k;
+    require_range(prefix + "attention.key_length", hp.head_dim_k, 2, 4096);
+    require_range(prefix + "attention.value_length", hp.head_dim_v, 1, 4096);
+    require_range(prefix + "rope.dimension_count", hp.n_rot, 2, hp.head_dim_k);
+    if (hp.n_rot % 2 != 0) {
+        throw Error(fmt::format("model: {}rope.dimension_count must be even (RoPE rotates pairs), found {}", prefix,
+                                hp.n_rot));
+    }
+    require_range(prefix + "context_length", hp.n_ctx_train, 1, kMaxDim);
+    if (!(hp.rms_eps > 0.0 && hp.rms_eps < 1.0)) {
+        throw Error(fmt::format("model: {}attention.layer_norm_rms_epsilon: expected a value in (0, 1), found {}",
+                                prefix, hp.rms_eps));
+    }
+    if (!(hp.rope_base > 0.0) || !(hp.rope_base_swa > 0.0 || arch.swa_period == 0)) {
+        throw Error(fmt::format("model: {}rope.freq_base must be positive, found {}", prefix, hp.rope_base));
+    }
+    if (arch.swa_period > 0 && hp.sliding_window <= 0) {
+        throw Error(fmt::format("model: {} uses sliding-window attention but {}attention.sliding_window is missing",
+                                arch.name, prefix));
+    }
+
+    // The embedding matrix is the authority on the vocabulary size.
+    if (const auto* embd = file.find_tensor("token_embd.weight"); embd && embd->shape.size() >= 2) {
+        hp.n_vocab = embd->shape[1];
+    } else if (hp.n_vocab == 0) {
+        if (const auto* tokens = file.find("tokenizer.ggml.tokens"); tokens && tokens->as_array()) {
+            hp.n_vocab = static_cast<int64_t>(tokens->as_array()->items.size());
+        }
+    }
+    require_range("n_vocab", hp.n_vocab, 1, kMaxDim);
+    return hp;
+}
+
+}  // namespace tandem::model

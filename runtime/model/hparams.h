@@ -1,0 +1,50 @@
+// Hyperparameters of a model, read from "{arch}.*" keys through one key
+// table, with defaults where llama.cpp has them and checks that turn a
+// hostile or inconsistent file into an Error before anything is allocated.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "runtime/model/arch.h"
+
+namespace tandem::gguf {
+class File;
+}
+
+namespace tandem::model {
+
+struct HParams {
+    std::string arch;
+    int64_t n_vocab = 0;
+    int64_t n_ctx_train = 0;
+    int64_t n_embd = 0;
+    int64_t n_layer = 0;
+    int64_t n_ff = 0;
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim_k = 0;
+    int64_t head_dim_v = 0;
+    int64_t n_rot = 0;           // rotated dimensions per head
+    int64_t sliding_window = 0;  // 0: none
+    double rope_base = 10000.0;
+    double rope_base_swa = 10000.0;
+    double rope_freq_scale = 1.0;  // 1 / linear scaling factor
+    double rms_eps = 1e-5;
+    double final_logit_softcap = 0.0;  // 0: off
+
+    int64_t q_dim() const { return n_head * head_dim_k; }
+    int64_t k_dim() const { return n_head_kv * head_dim_k; }
+    int64_t v_dim() const { return n_head_kv * head_dim_v; }
+    int64_t out_dim() const { return n_head * head_dim_v; }
+    int64_t gqa_ratio() const { return n_head / n_head_kv; }
+};
+
+// Reads and validates. n_vocab comes from the token embedding's shape when
+// the file has one (the tokenizer may list more or fewer entries).
+HParams read_hparams(const gguf::File& file, const ArchSpec& arch);
+
+// The size a tensor dimension must have under these hyperparameters.
+int64_t dim_value(const HParams& hp, Dim d);
+
+}  // namespace tandem::model

@@ -1,0 +1,127 @@
+#include "runtime/model/model_spec.h"
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+
+namespace tandem::model {
+namespace {
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
+// Checks a bound tensor's shape against its rule. Trailing 1s are allowed
+// (some writers store vectors as [n, 1]).
+void check_shape(const gguf::TensorInfo& t, const TensorRule& rule, const HParams& hp) {
+    const int64_t ne0 = dim_value(hp, rule.ne0);
+    const int64_t ne1 = dim_value(hp, rule.ne1);
+    const int64_t got0 = t.shape.empty() ? 1 : t.shape[0];
+    const int64_t got1 = t.shape.size() > 1 ? t.shape[1] : 1;
+    bool trailing_ones = true;
+    for (size_t i = 2; i < t.shape.size(); ++i) trailing_ones &= (t.shape[i] == 1);
+    if (got0 != ne0 || got1 != ne1 || !trailing_ones) {
+        throw Error(fmt::format("model: tensor '{}': expected shape [{}, {}], found {}", t.name, ne0, ne1,
+                                shape_string(t.shape)));
+    }
+    const quant::TypeTraits& tr = quant::traits(t.type);
+    if (tr.is_activation_only) {
+        throw Error(fmt::format("model: tensor '{}' has type {}, which is an activation format, not a weight format",
+                                t.name, tr.name));
+    }
+}
+
+const gguf::TensorInfo* bind(const gguf::File& file, const std::string& name, Presence presence,
+                             const TensorRule& rule, const HParams& hp, const ArchSpec& arch) {
+    if (presence == Presence::Absent) return nullptr;
+    const gguf::TensorInfo* t = file.find_tensor(name);
+    if (!t) {
+        if (presence == Presence::Required) {
+            throw Error(fmt::format("model: architecture {} needs tensor '{}', which the file does not have", arch.name,
+                                    name));
+        }
+        return nullptr;
+    }
+    check_shape(*t, rule, hp);
+    return t;
+}
+
+}  // namespace
+
+const gguf::TensorInfo& ModelSpec::output_head() const {
+    const gguf::TensorInfo* head = get(GlobalTensor::Output);
+    if (!head) head = get(GlobalTensor::TokenEmbd);
+    TANDEM_CHECK(head != nullptr, "model spec without token embedding");
+    return *head;
+}
+
+ModelSpec load_model_spec(const gguf::File& file) {
+    const std::string& arch_name = file.architecture();
+    const ArchSpec* arch = find_arch(arch_name);
+    if (!arch) {
+        throw Error(fmt::format("model: architecture '{}' is not supported; supported: {}", arch_name,
+                                supported_arch_names()));
+    }
+    ModelSpec spec;
+    spec.arch = arch;
+    spec.hp = read_hparams(file, *arch);
+    const HParams& hp = spec.hp;
+    for (int g = 0; g < kGlobalTensorCount; ++g) {
+        const auto role = static_cast<GlobalTensor>(g);
+        spec.globals[static_cast<size_t>(g)] =
+            bind(file, global_tensor_name(role), arch->global[g], global_tensor_rule(role), hp, *arch);
+    }
+    spec.layers.resize(static_cast<size_t>(hp.n_layer));
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        LayerSpec& layer = spec.layers[static_cast<size_t>(il)];
+        for (int r = 0; r < kLayerTensorCount; ++r) {
+            const auto role = static_cast<LayerTensor>(r);
+            layer.tensors[static_cast<size_t>(r)] =
+                bind(file, layer_tensor_name(il, role), arch->layer[r], layer_tensor_rule(role), hp, *arch);
+        }
+        // The last layer of each period is global; the others slide.
+        layer.sliding_window = arch->swa_period > 0 && (il + 1) % arch->swa_period != 0;
+        layer.rope_base = layer.sliding_window ? hp.rope_base_swa : hp.rope_base;
+    }
+    return spec;
+}
+
+quant::Type cache_quant_type(CacheType t) { return t == CacheType::F16 ? quant::Type::F16 : quant::Type::Q8_0; }
+
+uint64_t layer_weight_bytes(const ModelSpec& spec, int64_t il) {
+    uint64_t total = 0;
+    for (const auto* t : spec.layers.at(static_cast<size_t>(il)).tensors) {
+        if (t) total += t->n_bytes;
+    }
+    return total;
+}
+
+uint64_t output_weight_bytes(const ModelSpec& spec) {
+    uint64_t total = spec.output_head().n_bytes;
+    if (const auto* norm = spec.get(GlobalTensor::OutputNorm)) total += norm->n_bytes;
+    return total;
+}
+
+uint64_t token_embd_bytes(const ModelSpec& spec) {
+    const auto* t = spec.get(GlobalTensor::TokenEmbd);
+    return t ? t->n_bytes : 0;
+}
+
+int64_t kv_cells_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch) {
+    const LayerSpec& layer = spec.layers.at(static_cast<size_t>(il));
+    if (!layer.sliding_window) return n_ctx;
+    return std::min(n_ctx, spec.hp.sliding_window + n_ubatch);
+}
+
+uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, CacheType type) {
+    const int64_t cells = kv_cells_for_layer(spec, il, n_ctx, n_ubatch);
+    const quant::Type qt = cache_quant_type(type);
+    const auto k_row = quant::row_bytes(qt, spec.hp.k_dim());
+    const auto v_row = quant::row_bytes(qt, spec.hp.v_dim());
+    TANDEM_CHECK(k_row && v_row, "KV row not a multiple of the cache type's block");
+    return static_cast<uint64_t>(cells) * (*k_row + *v_row);
+}
+
+}  // namespace tandem::model

@@ -1,0 +1,60 @@
+// A model as the runtime sees it before any weight is touched: the
+// architecture row, the hyperparameters, and for every layer the tensor
+// info of each role, with shapes and types checked against the file. Sizes
+// of weights and caches are computed here and only here: the loader
+// allocates with them, the planner predicts with them.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/arch.h"
+#include "runtime/model/hparams.h"
+#include "runtime/quant/quant_types.h"
+
+namespace tandem::model {
+
+struct LayerSpec {
+    std::array<const gguf::TensorInfo*, kLayerTensorCount> tensors{};  // nullptr: absent
+    bool sliding_window = false;  // sees only the last hp.sliding_window positions
+    double rope_base = 10000.0;
+
+    const gguf::TensorInfo* get(LayerTensor t) const { return tensors[static_cast<size_t>(t)]; }
+};
+
+struct ModelSpec {
+    const ArchSpec* arch = nullptr;
+    HParams hp;
+    std::vector<LayerSpec> layers;
+    std::array<const gguf::TensorInfo*, kGlobalTensorCount> globals{};
+
+    const gguf::TensorInfo* get(GlobalTensor t) const { return globals[static_cast<size_t>(t)]; }
+    // output.weight, or token_embd.weight when the head is tied.
+    const gguf::TensorInfo& output_head() const;
+    bool tied_output() const { return get(GlobalTensor::Output) == nullptr; }
+};
+
+// Binds every tensor the architecture needs; throws tandem::Error naming the
+// tensor for a missing required tensor, a wrong shape or a type the kernels
+// cannot multiply, and naming the supported architectures for an unknown
+// general.architecture. The File must outlive the spec.
+ModelSpec load_model_spec(const gguf::File& file);
+
+// ---- sizes ----------------------------------------------------------------
+enum class CacheType { F16, Q8_0 };
+quant::Type cache_quant_type(CacheType t);
+
+// Bytes of all weights of layer il.
+uint64_t layer_weight_bytes(const ModelSpec& spec, int64_t il);
+// Bytes of the output norm and head (the head counted once even when tied).
+uint64_t output_weight_bytes(const ModelSpec& spec);
+uint64_t token_embd_bytes(const ModelSpec& spec);
+// Positions layer il keeps in its KV cache for a context of n_ctx: all of
+// them, or for sliding-window layers the window plus one micro-batch.
+int64_t kv_cells_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch);
+// Bytes of layer il's K and V caches.
+uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, CacheType type);
+
+}  // namespace tandem::model

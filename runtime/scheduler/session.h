@@ -1,0 +1,57 @@
+// A loaded model ready to evaluate tokens: weights bound to the mapped file,
+// a KV cache per layer, scratch buffers sized for one micro-batch, and the
+// step loop (embed, every layer, output head). Prompts are evaluated in
+// micro-batches of up to n_ubatch tokens; generation one token at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels_cpu/matmul.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+
+namespace tandem {
+
+struct SessionOptions {
+    int64_t n_ctx = 0;        // 0: the model's training context, capped at 4096
+    int64_t n_ubatch = 512;   // tokens per micro-batch
+    int n_threads = 0;        // 0: physical cores
+    model::CacheType cache_type = model::CacheType::F16;
+    bool simd_from_env = true;  // TANDEM_CPU overrides the detected level
+};
+
+class Session {
+public:
+    // The file and spec must outlive the session. Throws tandem::Error for a
+    // header-only file or options the model cannot honour.
+    Session(const gguf::File& file, const model::ModelSpec& spec, const SessionOptions& options);
+    ~Session();
+    Session(const Session&) = delete;
+    Session& operator=(const Session&) = delete;
+
+    // Evaluates `tokens` at positions n_past() .. n_past() + size - 1 and
+    // appends them to the cache. `logits` receives n_vocab floats per token
+    // when all_logits, else those of the last token only. Throws
+    // tandem::Error if the context would overflow or an id is out of range.
+    void eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
+
+    void reset();
+    int64_t n_past() const;
+    int64_t n_ctx() const;
+    int64_t n_vocab() const;
+    int n_threads() const;
+    cpu::SimdLevel simd_level() const;
+    // Bytes of weights a single-token step reads (every layer, the head, one
+    // embedding row): the numerator of decode GB/s.
+    uint64_t weight_bytes_per_token() const;
+    uint64_t kv_cache_bytes() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem
