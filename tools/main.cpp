@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     tandem::tools::add_inspect_command(app);
     tandem::tools::add_quantize_command(app);
     tandem::tools::add_synth_command(app);
+    tandem::tools::add_tokenize_command(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

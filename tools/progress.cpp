@@ -44,16 +44,17 @@ void ProgressBar::draw(bool force) {
     const int quarter = static_cast<int>(frac * 4.0);
     if (tty_) {
         if (!force && now - last_draw_ < std::chrono::milliseconds(100)) return;
-    } else if (!force && quarter == last_quarter_) {
-        return;
-    } else if (force && quarter == last_quarter_ && done_ != total_) {
-        return;
+    } else if (quarter == last_quarter_) {
+        return;  // logs get one line per quarter, the final one included once
     }
     last_draw_ = now;
     last_quarter_ = quarter;
     const double secs = std::chrono::duration<double>(now - start_).count();
     std::string rate;
-    if (unit_bytes_ && secs > 0.0) rate = fmt::format(" {:.2f} GB/s", static_cast<double>(done_) / secs / 1e9);
+    if (unit_bytes_ && secs > 0.0) {
+        const double bps = static_cast<double>(done_) / secs;
+        rate = bps >= 1e8 ? fmt::format(" {:.2f} GB/s", bps / 1e9) : fmt::format(" {:.1f} MB/s", bps / 1e6);
+    }
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(frac * kWidth);
     const std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');

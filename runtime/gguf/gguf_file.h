@@ -74,6 +74,9 @@ public:
 
     const std::vector<KeyValue>& metadata() const;
     const Value* find(std::string_view key) const;
+    // The whole record, with the file offset where it starts (for messages
+    // that point at the key).
+    const KeyValue* find_key_value(std::string_view key) const;
 
     // general.architecture, required by the reader.
     const std::string& architecture() const;
@@ -98,6 +101,9 @@ public:
     uint64_t total_tensor_bytes() const;
 
 private:
+    [[noreturn]] void fail_type(const KeyValue& kv, std::string_view expected) const;
+    [[noreturn]] void fail_missing(std::string_view key, std::string_view expected) const;
+
     struct Impl;
     explicit File(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;

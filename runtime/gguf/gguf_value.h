@@ -30,6 +30,15 @@ enum class ValueType : uint32_t {
 };
 inline constexpr uint32_t kValueTypeCount = 13;
 
+// Limits shared by the reader (which rejects files beyond them) and the
+// writer (which refuses to produce files the reader would reject).
+// Arrays of arrays recurse while parsing; the cap keeps a hostile file from
+// exhausting the stack. Real files nest at most two levels.
+inline constexpr int kMaxArrayDepth = 8;
+// Keys and tensor names are identifiers, never payloads; a longer one is
+// a corrupt length field.
+inline constexpr uint64_t kMaxNameLength = 65535;
+
 std::string_view value_type_name(ValueType t);  // "u32", "string", "array"...
 // Size in bytes of a fixed-size scalar type; 0 for STRING and ARRAY.
 size_t value_type_size(ValueType t);
@@ -74,6 +83,11 @@ struct Value {
     static Value f32_array(const std::vector<float>& items);
     static Value i32_array(const std::vector<int32_t>& items);
 };
+
+// Exact equality: same type (width included) and same value; arrays compare
+// element type and items. Floats compare as numbers, so NaN != NaN.
+bool operator==(const Array& a, const Array& b);
+bool operator==(const Value& a, const Value& b);
 
 // A short human-readable rendering: scalars in full, strings quoted, arrays
 // as "[type x N: first, second, ...]" cut after `max_items`.

@@ -11,62 +11,55 @@
 namespace tandem::quant {
 
 inline float fp16_to_fp32(fp16_bits h) {
+    // Move exponent and mantissa to their float32 positions, then fix the
+    // exponent per class. Written as selects, not branches, so loops over
+    // rows of halves vectorize.
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1fu;
-    const uint32_t mant = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0) {
-        if (mant == 0) {
-            bits = sign;
-        } else {
-            // Subnormal half: renormalize into a float32 normal.
-            int shift = 0;
-            uint32_t m = mant;
-            while ((m & 0x400u) == 0) {
-                m <<= 1;
-                ++shift;
-            }
-            m &= 0x3ffu;
-            bits = sign | (static_cast<uint32_t>(127 - 15 - shift + 1) << 23) | (m << 13);
-        }
-    } else if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (mant << 13);  // inf or NaN, payload kept
-    } else {
-        bits = sign | ((exp + (127 - 15)) << 23) | (mant << 13);
-    }
-    return std::bit_cast<float>(bits);
+    const uint32_t em = static_cast<uint32_t>(h & 0x7fffu) << 13;
+    const uint32_t exp = em & 0x0f800000u;
+    // Normal: rebias the exponent from 15 to 127.
+    const uint32_t normal = em + ((127u - 15u) << 23);
+    // Inf/NaN (exponent 31 -> 255), mantissa (NaN payload) kept.
+    const uint32_t inf_nan = em + ((255u - 31u) << 23);
+    // Zero/subnormal: mant * 2^-24. Giving the bits the exponent of 2^-14
+    // makes 2^-14 * (1 + mant/1024); subtracting 2^-14 leaves exactly
+    // mant * 2^-24 (exact: both operands share the exponent), 0 for 0.
+    const float magic = std::bit_cast<float>(113u << 23);  // 2^-14
+    const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(em + (113u << 23)) - magic);
+    // Blend with all-ones/all-zeros masks: GCC will not if-convert the
+    // equivalent ?: chain, and that blocks vectorization.
+    const uint32_t m_inf_nan = 0u - static_cast<uint32_t>(exp == 0x0f800000u);
+    const uint32_t m_sub = 0u - static_cast<uint32_t>(exp == 0);
+    const uint32_t bits = (inf_nan & m_inf_nan) | (subnormal & m_sub) | (normal & ~(m_inf_nan | m_sub));
+    return std::bit_cast<float>(bits | sign);
 }
 
 inline fp16_bits fp32_to_fp16(float f) {
+    // Every class is computed and the right one picked with masks (no
+    // branches, so row loops vectorize).
     const uint32_t x = std::bit_cast<uint32_t>(f);
     const uint32_t sign = (x >> 16) & 0x8000u;
     const uint32_t abs = x & 0x7fffffffu;
-    if (abs > 0x7f800000u) {
-        return static_cast<fp16_bits>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));  // NaN stays NaN
-    }
-    if (abs >= 0x477ff000u) {  // rounds to >= 65520: overflow to infinity
-        return static_cast<fp16_bits>(sign | 0x7c00u);
-    }
-    if (abs < 0x38800000u) {  // below the smallest normal half (2^-14)
-        if (abs < 0x33000000u) {
-            return static_cast<fp16_bits>(sign);  // under half the smallest subnormal
-        }
-        const uint32_t exp = abs >> 23;
-        const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-        const uint32_t shift = 126 - exp;  // 14 + 113 - 1 - exp: bits dropped beyond the half mantissa
-        uint32_t h = mant >> (shift);
-        const uint32_t rem = mant & ((1u << shift) - 1);
-        const uint32_t halfway = 1u << (shift - 1);
-        if (rem > halfway || (rem == halfway && (h & 1u))) {
-            ++h;
-        }
-        return static_cast<fp16_bits>(sign | h);
-    }
-    uint32_t h = ((abs - 0x38000000u) >> 13);  // rebias exponent 127 -> 15
-    const uint32_t rem = abs & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) {
-        ++h;  // may carry into the exponent, which is the correct rounding
-    }
+    // NaN stays NaN: quiet bit set, top payload bits kept (a payload only in
+    // the low 13 bits would otherwise truncate to infinity).
+    const uint32_t nan = 0x7e00u | ((abs >> 13) & 0x3ffu);
+    // Normal range: rebias the exponent 127 -> 15 and round to nearest even
+    // by adding 0xfff plus the lowest kept bit before dropping 13 bits; a
+    // carry out of the mantissa correctly bumps the exponent, and for
+    // [65520, 65536) carries all the way to infinity (0x7c00).
+    const uint32_t normal = (abs - ((127u - 15u) << 23) + 0xfffu + ((abs >> 13) & 1u)) >> 13;
+    // Below 2^-14 (half subnormals and zero): adding 0.5 puts the float's
+    // ulp at 2^-24, the half subnormal step, so the FPU's own
+    // round-to-nearest-even rounds, and the low mantissa bits are the
+    // result (0x400 when it rounds up to the smallest normal).
+    const float half_magic = 0.5f;
+    const uint32_t subnormal = std::bit_cast<uint32_t>(std::bit_cast<float>(abs) + half_magic) -
+                               std::bit_cast<uint32_t>(half_magic);
+    const uint32_t m_nan = 0u - static_cast<uint32_t>(abs > 0x7f800000u);
+    const uint32_t m_inf = ~m_nan & (0u - static_cast<uint32_t>(abs >= 0x47800000u));  // >= 65536 and inf
+    const uint32_t m_sub = 0u - static_cast<uint32_t>(abs < 0x38800000u);
+    const uint32_t m_normal = ~(m_nan | m_inf | m_sub);
+    const uint32_t h = (nan & m_nan) | (0x7c00u & m_inf) | (subnormal & m_sub) | (normal & m_normal);
     return static_cast<fp16_bits>(sign | h);
 }
 

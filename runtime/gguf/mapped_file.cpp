@@ -1,0 +1,152 @@
+#include "runtime/gguf/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "runtime/common/error.h"
+
+namespace tandem::gguf {
+namespace {
+
+// Owned buffers are page-aligned like a mapping, so tensor views have the
+// same alignment in both load modes.
+constexpr size_t kBufferAlignment = 4096;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Closes the descriptor on every path out of open().
+class FileDescriptor {
+public:
+    explicit FileDescriptor(int fd) : fd_(fd) {}
+    FileDescriptor(const FileDescriptor&) = delete;
+    FileDescriptor& operator=(const FileDescriptor&) = delete;
+    ~FileDescriptor() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    int get() const { return fd_; }
+
+private:
+    int fd_;
+};
+
+void read_all(int fd, uint8_t* dst, size_t size, const std::filesystem::path& path) {
+    size_t done = 0;
+    while (done < size) {
+        const ssize_t n = ::pread(fd, dst + done, size - done, static_cast<off_t>(done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw Error(fmt::format("{}: read failed at offset 0x{:x}: {}", path.string(), done, errno_text(errno)));
+        }
+        if (n == 0) {
+            throw Error(fmt::format("{}: offset 0x{:x}: file shrank while it was being read: expected {} bytes, found {}",
+                                    path.string(), done, size, done));
+        }
+        done += static_cast<size_t>(n);
+    }
+}
+
+}  // namespace
+
+MappedFile MappedFile::open(const std::filesystem::path& path, Mode mode, bool lock_in_memory) {
+    // O_NONBLOCK keeps open() from hanging on a FIFO; it has no effect on the
+    // regular files accepted below.
+    FileDescriptor fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (fd.get() < 0) {
+        throw Error(fmt::format("{}: cannot open: {}", path.string(), errno_text(errno)));
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+        throw Error(fmt::format("{}: cannot stat: {}", path.string(), errno_text(errno)));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        throw Error(fmt::format("{}: is a directory, expected a GGUF file", path.string()));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        throw Error(fmt::format("{}: is not a regular file, expected a GGUF file", path.string()));
+    }
+    if (st.st_size == 0) {
+        throw Error(fmt::format("{}: offset 0x0: file is empty: expected a GGUF file starting with magic \"GGUF\"",
+                                path.string()));
+    }
+    const auto size = static_cast<size_t>(st.st_size);
+
+    MappedFile file;
+    if (mode == Mode::Mmap) {
+        void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+        // MAP_PRIVATE + PROT_READ: nothing Tandem does can write to the
+        // model. If another process truncates the file while it is mapped,
+        // touching the lost pages raises SIGBUS; no reader can prevent that.
+        if (p == MAP_FAILED) {
+            throw Error(fmt::format("{}: mmap of {} bytes failed: {}", path.string(), size, errno_text(errno)));
+        }
+        file.data_ = static_cast<const uint8_t*>(p);
+        file.size_ = size;
+        file.mapped_ = true;
+        // A mapping stays valid after close(); the descriptor is not kept.
+    } else {
+        const size_t allocated = (size + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+        auto* buffer = static_cast<uint8_t*>(::operator new(allocated, std::align_val_t{kBufferAlignment}, std::nothrow));
+        if (buffer == nullptr) {
+            throw Error(fmt::format("{}: cannot allocate {} bytes to read the file into memory", path.string(), size));
+        }
+        file.data_ = buffer;
+        file.size_ = size;
+        read_all(fd.get(), buffer, size, path);  // on throw, `file` frees the buffer
+    }
+
+    if (lock_in_memory) {
+        if (::mlock(file.data_, file.size_) != 0) {
+            const int err = errno;
+            throw Error(fmt::format(
+                "{}: mlock of {} bytes failed: {}: raise the locked-memory limit RLIMIT_MEMLOCK (ulimit -l) or run "
+                "without mlock",
+                path.string(), file.size_, errno_text(err)));
+        }
+        file.locked_ = true;
+    }
+    return file;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapped_(std::exchange(other.mapped_, false)),
+      locked_(std::exchange(other.locked_, false)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+    if (this != &other) {
+        release();
+        data_ = std::exchange(other.data_, nullptr);
+        size_ = std::exchange(other.size_, 0);
+        mapped_ = std::exchange(other.mapped_, false);
+        locked_ = std::exchange(other.locked_, false);
+    }
+    return *this;
+}
+
+MappedFile::~MappedFile() { release(); }
+
+void MappedFile::release() noexcept {
+    if (data_ == nullptr) return;
+    if (locked_) ::munlock(data_, size_);
+    if (mapped_) {
+        ::munmap(const_cast<uint8_t*>(data_), size_);
+    } else {
+        ::operator delete(const_cast<uint8_t*>(data_), std::align_val_t{kBufferAlignment});
+    }
+    data_ = nullptr;
+    size_ = 0;
+    mapped_ = false;
+    locked_ = false;
+}
+
+}  // namespace tandem::gguf

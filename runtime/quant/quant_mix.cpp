@@ -1,0 +1,294 @@
+// Per-tensor type choice for the quantization mixes, following
+// llama_tensor_get_type in llama.cpp's src/llama-quant.cpp. The rules are
+// data: a table of (tensor role, mix, condition, type) rows that is read
+// top to bottom, the first match winning, exactly as llama.cpp's else-if
+// chain for each tensor category does. The few adjustments that apply on
+// top of a rule's result (70B attn_v, 8-expert models) and the fallback for
+// rows that do not fit a type's block are kept as separate small steps.
+//
+// Differences from llama.cpp, on purpose:
+//  - The layer index comes from the "blk.N." name instead of llama.cpp's
+//    running counters; for a model whose every layer has attention and an
+//    FFN (all the models Tandem runs) the two are the same, because
+//    llama.cpp visits tensors sorted by layer.
+//  - Falcon-specific branches are left out (Tandem runs Llama-family
+//    models); IQ* mixes are not offered.
+//  - Tensors that are never quantized come back as F32 (the header's
+//    contract) where llama.cpp keeps their stored type; both are lossless.
+//  - A row too short for even the fallback's block gets F16, where
+//    llama.cpp either does the same or gives up.
+#include "runtime/quant/quant_mix.h"
+
+#include "runtime/model/model_shapes.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <iterator>
+#include <string_view>
+
+namespace tandem::quant {
+namespace {
+
+constexpr std::array kMixes = {
+    MixInfo{FileType::Q8_0, "Q8_0", Type::Q8_0, "8.50 bpw, nearly indistinguishable from F16"},
+    MixInfo{FileType::Q6_K, "Q6_K", Type::Q6_K, "6.56 bpw, very low quality loss"},
+    MixInfo{FileType::Q5_K_M, "Q5_K_M", Type::Q5_K, "~5.7 bpw, Q5_K with Q6_K on half of attn_v/ffn_down"},
+    MixInfo{FileType::Q5_K_S, "Q5_K_S", Type::Q5_K, "~5.5 bpw, Q5_K throughout"},
+    MixInfo{FileType::Q4_K_M, "Q4_K_M", Type::Q4_K, "~4.9 bpw, Q4_K with Q6_K on half of attn_v/ffn_down (recommended)"},
+    MixInfo{FileType::Q4_K_S, "Q4_K_S", Type::Q4_K, "~4.6 bpw, Q4_K with Q5_K in the first layers"},
+    MixInfo{FileType::Q3_K_L, "Q3_K_L", Type::Q3_K, "~4.3 bpw, Q3_K with Q5_K attn_v/attn_output/ffn_down"},
+    MixInfo{FileType::Q3_K_M, "Q3_K_M", Type::Q3_K, "~3.9 bpw, Q3_K with Q4_K/Q5_K attn_v, attn_output, ffn_down"},
+    MixInfo{FileType::Q3_K_S, "Q3_K_S", Type::Q3_K, "~3.5 bpw, Q3_K throughout, high quality loss"},
+    MixInfo{FileType::Q2_K, "Q2_K", Type::Q2_K, "~3.0 bpw, Q2_K with Q3_K/Q4_K attn_v, attn_output, ffn_down"},
+    MixInfo{FileType::Q4_0, "Q4_0", Type::Q4_0, "4.50 bpw legacy format"},
+    MixInfo{FileType::Q4_1, "Q4_1", Type::Q4_1, "5.00 bpw legacy format"},
+    MixInfo{FileType::Q5_0, "Q5_0", Type::Q5_0, "5.50 bpw legacy format"},
+    MixInfo{FileType::Q5_1, "Q5_1", Type::Q5_1, "6.00 bpw legacy format"},
+    MixInfo{FileType::MOSTLY_F16, "F16", Type::F16, "16 bpw, no quantization"},
+    MixInfo{FileType::MOSTLY_BF16, "BF16", Type::BF16, "16 bpw bfloat16, no quantization"},
+    MixInfo{FileType::ALL_F32, "F32", Type::F32, "32 bpw, no quantization"},
+};
+
+bool iequals(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
+
+// ---- Which tensors are quantized at all ------------------------------------
+
+// 2-D weights that still stay unquantized: small, or read in ways the
+// quantized kernels do not serve (llama.cpp's tensor_allows_quantization).
+constexpr std::string_view kNeverQuantized[] = {
+    "_norm.weight",            // norms (some are stored 2-D)
+    "ffn_gate_inp.weight",     // MoE router: tiny and precision-sensitive
+    "ffn_gate_tid2eid.weight", // integer routing table
+    "altup", "laurel", "per_layer_model_proj",  // Gemma-3n small projections
+    "position_embd.weight", "token_types.weight",  // BERT-style embeddings
+    "ssm_conv1d", "shortconv.conv.weight",        // small conv weights
+    "indexer.k_proj.weight", "indexer.q_proj.weight",
+    "time_mix_first.weight", "time_mix_w0.weight", "time_mix_w1.weight", "time_mix_w2.weight",
+    "time_mix_v0.weight", "time_mix_v1.weight", "time_mix_v2.weight", "time_mix_a0.weight",
+    "time_mix_a1.weight", "time_mix_a2.weight", "time_mix_g1.weight", "time_mix_g2.weight",
+    "time_mix_decay_w", "time_mix_lerp_fused.weight",  // RWKV small 2-D weights
+    "attn_rel_b.weight",                              // T5 relative position bias
+    ".patch_embd", ".patch_merger", ".rel_pos",       // vision encoders
+};
+
+// ggml counts dimensions up to the last one larger than 1, so [n, 1] is 1-D.
+int effective_dims(std::span<const int64_t> shape) {
+    for (int i = static_cast<int>(shape.size()) - 1; i >= 1; --i) {
+        if (shape[static_cast<size_t>(i)] > 1) return i + 1;
+    }
+    return 1;
+}
+
+bool allows_quantization(std::string_view name, std::span<const int64_t> shape) {
+    if (effective_dims(shape) < 2) return false;
+    if (!name.ends_with("weight")) return false;
+    return std::none_of(std::begin(kNeverQuantized), std::end(kNeverQuantized),
+                        [&](std::string_view part) { return contains(name, part); });
+}
+
+// ---- Tensor roles ------------------------------------------------------------
+
+enum class Role { Output, TokenEmbd, AttnV, AttnK, AttnQ, AttnOutput, FfnUp, FfnGate, FfnDown, Other };
+
+struct RolePattern {
+    std::string_view part;
+    bool exact;
+    Role role;
+};
+
+// Checked in order: the fused and MLA value projections (attn_qkv,
+// attn_kv_b) count as attn_v, as in current llama.cpp, because they carry
+// the V weights that are most sensitive to quantization. "ffn_up" etc. also
+// match the expert (_exps) and shared-expert (_shexp) variants.
+constexpr std::array kRolePatterns = {
+    RolePattern{"output.weight", true, Role::Output},
+    RolePattern{"token_embd.weight", true, Role::TokenEmbd},
+    RolePattern{"per_layer_token_embd.weight", true, Role::TokenEmbd},
+    RolePattern{"attn_qkv.weight", false, Role::AttnV},
+    RolePattern{"attn_kv_b.weight", false, Role::AttnV},
+    RolePattern{"attn_v.weight", false, Role::AttnV},
+    RolePattern{"attn_k.weight", false, Role::AttnK},
+    RolePattern{"attn_q.weight", false, Role::AttnQ},
+    RolePattern{"attn_output.weight", false, Role::AttnOutput},
+    RolePattern{"ffn_up", false, Role::FfnUp},
+    RolePattern{"ffn_gate", false, Role::FfnGate},
+    RolePattern{"ffn_down", false, Role::FfnDown},
+};
+
+Role role_of(std::string_view name) {
+    for (const auto& p : kRolePatterns) {
+        if (p.exact ? name == p.part : contains(name, p.part)) return p.role;
+    }
+    return Role::Other;
+}
+
+// ---- The rule table ----------------------------------------------------------
+
+struct RuleContext {
+    int64_t layer;    // -1: unknown, layer-dependent conditions are false
+    int64_t n_layer;
+    int64_t n_gqa;    // query heads per KV head
+};
+
+using Condition = bool (*)(const RuleContext&);
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and
+// every third layer in between. These layers' attn_v and ffn_down matter
+// most to perplexity, so the _M mixes spend their extra bits there.
+bool use_more_bits(const RuleContext& c) {
+    if (c.layer < 0) return false;
+    const int64_t i = c.layer, n = c.n_layer;
+    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+}
+bool always(const RuleContext&) { return true; }
+bool gqa_at_least_4(const RuleContext& c) { return c.n_gqa >= 4; }
+bool first_2_layers(const RuleContext& c) { return c.layer >= 0 && c.layer < 2; }
+bool first_4_layers(const RuleContext& c) { return c.layer >= 0 && c.layer < 4; }
+bool first_eighth(const RuleContext& c) { return c.layer >= 0 && c.layer < c.n_layer / 8; }
+bool first_sixteenth(const RuleContext& c) { return c.layer >= 0 && c.layer < c.n_layer / 16; }
+
+struct Rule {
+    Role role;
+    FileType mix;
+    Condition when;
+    Type type;
+};
+
+// First match wins within a (role, mix). A mix with no row for a role keeps
+// its base type. Rows come from llama_tensor_get_type_impl, non-Falcon,
+// no-imatrix branches.
+constexpr std::array kRules = {
+    // attn_v (and attn_qkv / attn_kv_b).
+    // Q2_K: with GQA >= 4 attn_v is a quarter of attn_q or less, so Q4_K is cheap.
+    Rule{Role::AttnV, FileType::Q2_K, gqa_at_least_4, Type::Q4_K},
+    Rule{Role::AttnV, FileType::Q2_K, always, Type::Q3_K},
+    Rule{Role::AttnV, FileType::Q3_K_M, first_2_layers, Type::Q5_K},
+    Rule{Role::AttnV, FileType::Q3_K_M, always, Type::Q4_K},
+    Rule{Role::AttnV, FileType::Q3_K_L, always, Type::Q5_K},
+    Rule{Role::AttnV, FileType::Q4_K_M, use_more_bits, Type::Q6_K},
+    Rule{Role::AttnV, FileType::Q5_K_M, use_more_bits, Type::Q6_K},
+    Rule{Role::AttnV, FileType::Q4_K_S, first_4_layers, Type::Q5_K},
+
+    // ffn_down.
+    Rule{Role::FfnDown, FileType::Q2_K, always, Type::Q3_K},
+    Rule{Role::FfnDown, FileType::Q3_K_M, first_sixteenth, Type::Q5_K},
+    Rule{Role::FfnDown, FileType::Q3_K_M, always, Type::Q4_K},
+    Rule{Role::FfnDown, FileType::Q3_K_L, always, Type::Q5_K},
+    Rule{Role::FfnDown, FileType::Q4_K_M, use_more_bits, Type::Q6_K},
+    Rule{Role::FfnDown, FileType::Q5_K_M, use_more_bits, Type::Q6_K},
+    Rule{Role::FfnDown, FileType::Q4_K_S, first_eighth, Type::Q5_K},
+
+    // attn_output (dense models; 8-expert models are handled below).
+    Rule{Role::AttnOutput, FileType::Q2_K, always, Type::Q3_K},
+    Rule{Role::AttnOutput, FileType::Q3_K_M, always, Type::Q4_K},
+    Rule{Role::AttnOutput, FileType::Q3_K_L, always, Type::Q5_K},
+};
+
+// Mixtral-style 8-expert models: attention is a small share of the weights,
+// so llama.cpp raises attn_output to Q5_K for the low-bit mixes.
+constexpr std::array kMoe8AttnOutputQ5K = {
+    FileType::Q2_K, FileType::Q3_K_S, FileType::Q3_K_M, FileType::Q4_K_S, FileType::Q4_K_M,
+};
+
+// K-quants need rows that are a multiple of 256; a row that is not gets the
+// nearest legacy 32-block type (llama.cpp's tensor_type_fallback; some
+// versions used IQ4_NL for Q2_K/Q3_K, which Tandem does not implement).
+struct Fallback {
+    Type from;
+    Type to;
+};
+constexpr std::array kFallbacks = {
+    Fallback{Type::Q2_K, Type::Q4_0}, Fallback{Type::Q3_K, Type::Q4_0}, Fallback{Type::Q4_K, Type::Q5_0},
+    Fallback{Type::Q5_K, Type::Q5_1}, Fallback{Type::Q6_K, Type::Q8_0},
+};
+
+bool fits(Type t, int64_t row) { return row % traits(t).block_elems == 0; }
+
+Type fit_to_row(Type t, int64_t row) {
+    if (fits(t, row)) return t;
+    for (const auto& f : kFallbacks) {
+        if (f.from == t && fits(f.to, row)) return f.to;
+    }
+    return Type::F16;  // row not even a multiple of 32
+}
+
+// The output head (or the token embedding that doubles as it): the tensor
+// whose error reaches the logits directly, so it gets Q6_K unless the mix is
+// already Q8_0.
+Type output_head_type(Type base, int64_t row) {
+    if (!fits(base, row)) return Type::Q8_0;
+    return base == Type::Q8_0 ? Type::Q8_0 : Type::Q6_K;
+}
+
+Type rule_type(FileType ft, Role role, const RuleContext& ctx, Type base) {
+    for (const auto& r : kRules) {
+        if (r.role == role && r.mix == ft && r.when(ctx)) return r.type;
+    }
+    return base;
+}
+
+}  // namespace
+
+std::span<const MixInfo> all_mixes() { return kMixes; }
+
+std::optional<FileType> file_type_from_name(std::string_view name) {
+    for (const auto& m : kMixes) {
+        if (iequals(m.name, name)) return m.file_type;
+    }
+    return std::nullopt;
+}
+
+const MixInfo* find_mix(FileType ft) {
+    for (const auto& m : kMixes) {
+        if (m.file_type == ft) return &m;
+    }
+    return nullptr;
+}
+
+Type choose_tensor_type(FileType ft, const MixModelInfo& model, std::string_view tensor_name,
+                        std::span<const int64_t> shape) {
+    const MixInfo* mix = find_mix(ft);
+    if (mix == nullptr || !allows_quantization(tensor_name, shape)) return Type::F32;
+    const Type base = mix->base_type;
+    // F16/BF16/F32 mixes convert every quantizable weight and nothing else.
+    if (!traits(base).is_quantized) return base;
+
+    const int64_t row = shape.empty() ? 1 : shape[0];
+    const Role role = role_of(tensor_name);
+    const bool is_head = role == Role::Output || (role == Role::TokenEmbd && !model.has_output_tensor);
+
+    Type t = base;
+    if (is_head) {
+        t = output_head_type(base, row);
+    } else {
+        const RuleContext ctx{tandem::model::layer_of_tensor(tensor_name), model.n_layer,
+                              model.n_head_kv > 0 ? model.n_head / model.n_head_kv : 0};
+        const bool moe8 = model.n_expert == 8;
+        if (role == Role::AttnOutput && moe8) {
+            const bool raise = std::find(kMoe8AttnOutputQ5K.begin(), kMoe8AttnOutputQ5K.end(), ft) !=
+                               kMoe8AttnOutputQ5K.end();
+            t = raise ? Type::Q5_K : base;
+        } else if (role == Role::AttnK && moe8) {
+            t = Type::Q8_0;  // 8-expert models: K is shared by all experts, Q8_0 costs little
+        } else {
+            t = rule_type(ft, role, ctx, base);
+        }
+        if (role == Role::AttnV) {
+            // Llama-2/3 70B: 8 query heads share each V head, so attn_v is
+            // 1/8 the size of attn_q and extra bits are nearly free.
+            const bool is_70b = model.n_layer == 80 && model.n_head_kv > 0 && model.n_head != model.n_head_kv;
+            if (is_70b && (t == Type::Q3_K || t == Type::Q4_K)) t = Type::Q5_K;
+            if (moe8) t = Type::Q8_0;
+        }
+    }
+    return fit_to_row(t, row);
+}
+
+}  // namespace tandem::quant

@@ -1,0 +1,213 @@
+// Scale searches for the K-quant reference quantizers (see the header).
+// The candidate grids (±0.9 around nmax in steps of 0.1 for the symmetric
+// search; rmin + rdelta*i for the asymmetric one) are ggml's, which is what
+// makes our files' quality comparable to llama.cpp's.
+#include "runtime/quant/quant_ref_kquants_scales.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tandem::quant::ref::detail {
+namespace {
+
+// The value of largest magnitude, sign kept: symmetric formats map it to
+// -nmax, the code with no positive twin, so it is represented exactly.
+float signed_absmax(int n, const float* x, float* amax_out) {
+    float amax = 0.0f;
+    float max = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        const float ax = std::fabs(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
+    *amax_out = amax;
+    return max;
+}
+
+}  // namespace
+
+float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
+    float amax = 0.0f;
+    const float max = signed_absmax(n, x, &amax);
+    if (amax < kGroupMaxEps) {
+        std::fill(L, L + n, static_cast<int8_t>(0));
+        return 0.0f;
+    }
+    // Weighted least squares with w = x^2: large weights matter most in a
+    // dot product, and the optimum scale for fixed codes is sum(wxl)/sum(wll).
+    auto evaluate = [&](float iscale, float* sumlx, float* suml2) {
+        float slx = 0.0f;
+        float sl2 = 0.0f;
+        for (int i = 0; i < n; ++i) {
+            const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            const float w = x[i] * x[i];
+            slx += w * x[i] * static_cast<float>(l);
+            sl2 += w * static_cast<float>(l * l);
+        }
+        *sumlx = slx;
+        *suml2 = sl2;
+    };
+    auto assign = [&](float iscale) {
+        for (int i = 0; i < n; ++i) {
+            const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+            L[i] = static_cast<int8_t>(l + nmax);
+        }
+    };
+    float iscale = -static_cast<float>(nmax) / max;
+    float sumlx = 0.0f;
+    float suml2 = 0.0f;
+    evaluate(iscale, &sumlx, &suml2);
+    assign(iscale);
+    float scale = suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+    // Minimising the error for fixed codes equals maximising sumlx^2/suml2.
+    float best = scale * sumlx;
+    for (int is = -9; is <= 9; ++is) {
+        if (is == 0) continue;
+        iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
+        evaluate(iscale, &sumlx, &suml2);
+        if (suml2 > 0.0f && sumlx * sumlx > best * suml2) {
+            assign(iscale);
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    return scale;
+}
+
+float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
+    float amax = 0.0f;
+    const float max = signed_absmax(n, x, &amax);
+    if (amax < kGroupMaxEps) {
+        std::fill(L, L + n, static_cast<int8_t>(0));
+        return 0.0f;
+    }
+    const float iscale = -static_cast<float>(nmax) / max;
+    float sumlx = 0.0f;
+    float suml2 = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = static_cast<int8_t>(l);
+        const float w = x[i] * x[i];
+        sumlx += w * x[i] * static_cast<float>(l);
+        suml2 += w * static_cast<float>(l * l);
+    }
+    // With only 8 levels the rounding of the naive scale is often not the
+    // optimum; move one code at a time to the value that the least-squares
+    // scale of the others suggests, keeping the change only if the
+    // objective sumlx^2/suml2 improves. A few sweeps converge.
+    for (int itry = 0; itry < 5; ++itry) {
+        int n_changed = 0;
+        for (int i = 0; i < n; ++i) {
+            const float w = x[i] * x[i];
+            const float li = static_cast<float>(L[i]);
+            float slx = sumlx - w * x[i] * li;
+            if (slx > 0.0f) {
+                float sl2 = suml2 - w * li * li;
+                const int new_l = std::clamp(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+                if (new_l != L[i]) {
+                    const float nl = static_cast<float>(new_l);
+                    slx += w * x[i] * nl;
+                    sl2 += w * nl * nl;
+                    if (sl2 > 0.0f && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = static_cast<int8_t>(new_l);
+                        sumlx = slx;
+                        suml2 = sl2;
+                        ++n_changed;
+                    }
+                }
+            }
+        }
+        if (n_changed == 0) break;
+    }
+    for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(L[i] + nmax);
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
+                       uint8_t* aux, float rmin, float rdelta, int nstep, bool use_mad) {
+    float min = x[0];
+    float max = x[0];
+    float sum_w = weights[0];
+    float sum_x = sum_w * x[0];
+    for (int i = 1; i < n; ++i) {
+        min = std::min(min, x[i]);
+        max = std::max(max, x[i]);
+        sum_w += weights[i];
+        sum_x += weights[i] * x[i];
+    }
+    // The format subtracts a non-negative minimum, so the offset can only
+    // shift the grid down to include 0, never up.
+    if (min > 0.0f) min = 0.0f;
+    if (max == min) {
+        std::fill(L, L + n, static_cast<uint8_t>(0));
+        *the_min = -min;
+        return 0.0f;
+    }
+    auto error_of = [&](float scale, float mn, const uint8_t* codes) {
+        float err = 0.0f;
+        for (int i = 0; i < n; ++i) {
+            const float diff = scale * static_cast<float>(codes[i]) + mn - x[i];
+            err += weights[i] * (use_mad ? std::fabs(diff) : diff * diff);
+        }
+        return err;
+    };
+    const float fnmax = static_cast<float>(nmax);
+    float iscale = fnmax / (max - min);
+    float scale = 1.0f / iscale;
+    for (int i = 0; i < n; ++i) {
+        L[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax));
+    }
+    float best_error = error_of(scale, min, L);
+    for (int is = 0; is <= nstep; ++is) {
+        iscale = (rmin + rdelta * static_cast<float>(is) + fnmax) / (max - min);
+        float sum_l = 0.0f;
+        float sum_l2 = 0.0f;
+        float sum_xl = 0.0f;
+        for (int i = 0; i < n; ++i) {
+            const int l = std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax);
+            aux[i] = static_cast<uint8_t>(l);
+            const float w = weights[i];
+            const float fl = static_cast<float>(l);
+            sum_l += w * fl;
+            sum_l2 += w * fl * fl;
+            sum_xl += w * fl * x[i];
+        }
+        // Closed-form weighted least squares for (scale, min) given codes.
+        const float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0.0f) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0.0f) {
+                this_min = 0.0f;
+                this_scale = sum_xl / sum_l2;
+            }
+            const float cur_error = error_of(this_scale, this_min, aux);
+            if (cur_error < best_error) {
+                std::copy(aux, aux + n, L);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *the_min = -min;
+    return scale;
+}
+
+void set_scale_mins_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* q) {
+    for (int j = 0; j < 12; ++j) q[j] = 0;
+    for (int j = 0; j < 8; ++j) {
+        if (j < 4) {
+            q[j] = ls[j];
+            q[j + 4] = lm[j];
+        } else {
+            q[j + 4] = static_cast<uint8_t>((ls[j] & 0x0f) | ((lm[j] & 0x0f) << 4));
+            q[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
+            q[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
+        }
+    }
+}
+
+}  // namespace tandem::quant::ref::detail

@@ -1,0 +1,74 @@
+// Scale searches shared by the K-quant reference quantizers. Each one picks,
+// for one small group of weights, the scale (and for asymmetric formats the
+// minimum) that minimises a weighted squared error over integer codes, the
+// way ggml's reference quantizers do: start from the naive max-based scale,
+// then try nearby candidate scales and keep the least-squares optimum for
+// each. Internal to runtime/quant.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace tandem::quant::ref::detail {
+
+// Groups whose largest magnitude is below this are stored as all zeros:
+// 1/max would overflow and nothing representable is lost.
+inline constexpr float kGroupMaxEps = 1e-15f;
+
+// Round to nearest, ties to even, as ggml's nearest_int does. Adding
+// 1.5 * 2^23 pushes the fraction bits out of the float's mantissa, so the
+// FPU's own round-to-nearest-even does the rounding and the integer is read
+// from the low mantissa bits. It is exact for |v| < 2^22 (callers stay far
+// below), needs no libm call (lrintf is one unless -fno-math-errno), and
+// vectorizes.
+inline int nearest_int(float v) {
+    const float shifted = v + 12582912.0f;  // 1.5 * 2^23
+    const auto bits = std::bit_cast<int32_t>(shifted);
+    return (bits & 0x007fffff) - 0x00400000;
+}
+
+// Symmetric codes in [-nmax, nmax-1], stored in L as l + nmax.
+// Weights are x^2 (rmse_type 1, what Q6_K uses). Returns the scale d so
+// that x ~ d * (L - nmax); 0 for an all-zero group.
+float make_qx_quants(int n, int nmax, const float* x, int8_t* L);
+
+// Symmetric 3-bit-style codes in [-nmax, nmax-1] (stored as l + nmax), with
+// a coordinate-descent refinement of individual codes (Q3_K). Returns d.
+float make_q3_quants(int n, int nmax, const float* x, int8_t* L);
+
+// Asymmetric codes x ~ scale * L - min with L in [0, nmax] and min >= 0
+// (the minimum is subtracted, so a group that is all positive still uses
+// min = 0). Searches nstep+1 candidate inverse scales
+// (nmax + rmin + rdelta*i) / (max - min); use_mad weighs |err| instead of
+// err^2. `aux` is scratch of n codes. Returns scale, writes *the_min.
+float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
+                       uint8_t* aux, float rmin, float rdelta, int nstep, bool use_mad);
+
+// Q4_K / Q5_K pack eight 6-bit scales and eight 6-bit mins in 12 bytes:
+// bytes 0-3 hold scales 0-3 (low 6 bits) and the top 2 bits of scales 4-7;
+// bytes 4-7 hold mins 0-3 and the top 2 bits of mins 4-7; bytes 8-11 hold
+// the low nibbles of scales 4-7 (low half) and mins 4-7 (high half).
+inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = static_cast<uint8_t>((q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4));
+        *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+// The inverse of get_scale_min_k4 for all eight pairs; ls, lm in [0, 63].
+void set_scale_mins_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* q);
+
+// Q3_K: sixteen 6-bit scales (stored with +32 offset) in 12 bytes. Scale j
+// has its low nibble in byte j (j < 8, low half) or byte j-8 (high half),
+// and its top 2 bits in byte 8 + j%4 at bit 2*(j/4).
+inline int get_scale_q3_K(int j, const uint8_t* s) {
+    const int lo = j < 8 ? (s[j] & 0x0f) : (s[j - 8] >> 4);
+    const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+}  // namespace tandem::quant::ref::detail

@@ -1,0 +1,556 @@
+// Quantization mixes: per-tensor type choice against files made by
+// llama.cpp's quantizer, the rules pinned on real model shapes, and the
+// `tandem quantize` command end to end.
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/quant/quant_mix.h"
+#include "runtime/quant/quant_types.h"
+#include "tests/run_command.h"
+#include "tests/test_paths.h"
+
+namespace tandem::quant {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_tandem;
+using testing::scratch_dir;
+using testing::shared;
+using testing::shell_quote;
+using testing::test_data;
+
+// ---- Helpers -------------------------------------------------------------------
+
+int64_t hparam(const gguf::File& f, const std::string& key, int64_t fallback) {
+    const auto v = f.find_uint(f.architecture() + "." + key);
+    return v ? static_cast<int64_t>(*v) : fallback;
+}
+
+MixModelInfo info_of(const gguf::File& f) {
+    MixModelInfo m;
+    m.n_layer = hparam(f, "block_count", 0);
+    m.n_head = hparam(f, "attention.head_count", 0);
+    m.n_head_kv = hparam(f, "attention.head_count_kv", m.n_head);
+    m.n_expert = hparam(f, "expert_count", 0);
+    m.has_output_tensor = f.find_tensor("output.weight") != nullptr;
+    return m;
+}
+
+std::map<std::string, Type> types_of(const gguf::File& f) {
+    std::map<std::string, Type> out;
+    for (const auto& t : f.tensors()) out[t.name] = t.type;
+    return out;
+}
+
+// What choose_tensor_type gives for every tensor of `shapes_from`.
+std::map<std::string, Type> chosen_types(FileType ft, const gguf::File& shapes_from) {
+    const MixModelInfo m = info_of(shapes_from);
+    std::map<std::string, Type> out;
+    for (const auto& t : shapes_from.tensors()) out[t.name] = choose_tensor_type(ft, m, t.name, t.shape);
+    return out;
+}
+
+std::string type_name(Type t) { return std::string(traits(t).name); }
+
+void expect_same_types(const std::map<std::string, Type>& got, const std::map<std::string, Type>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& [name, type] : want) {
+        auto it = got.find(name);
+        ASSERT_NE(it, got.end()) << name;
+        EXPECT_EQ(type_name(it->second), type_name(type)) << name;
+    }
+}
+
+// A synthetic Llama tensor list (llama.cpp's GGUF names and shapes).
+struct Shape {
+    int64_t n_embd, n_ff, n_layer, n_head, n_head_kv, n_vocab;
+    bool tied;
+};
+constexpr Shape kLlama3_8B{4096, 14336, 32, 32, 8, 128256, false};
+constexpr Shape kLlama3_70B{8192, 28672, 80, 64, 8, 128256, false};
+constexpr Shape kLlama2_13B{5120, 13824, 40, 40, 40, 32000, false};
+
+MixModelInfo info_of(const Shape& s) {
+    return {s.n_layer, s.n_head, s.n_head_kv, 0, !s.tied};
+}
+
+Type pick(FileType ft, const Shape& s, const std::string& name) {
+    const int64_t kv = s.n_embd / s.n_head * s.n_head_kv;
+    std::vector<int64_t> shape;
+    if (name == "token_embd.weight" || name == "output.weight") shape = {s.n_embd, s.n_vocab};
+    else if (name.ends_with("attn_v.weight") || name.ends_with("attn_k.weight")) shape = {s.n_embd, kv};
+    else if (name.ends_with("ffn_down.weight")) shape = {s.n_ff, s.n_embd};
+    else if (name.ends_with("ffn_up.weight") || name.ends_with("ffn_gate.weight")) shape = {s.n_embd, s.n_ff};
+    else if (name.ends_with("norm.weight")) shape = {s.n_embd};
+    else shape = {s.n_embd, s.n_embd};
+    return choose_tensor_type(ft, info_of(s), name, shape);
+}
+
+std::string blk(int64_t i, const char* what) { return "blk." + std::to_string(i) + "." + what + ".weight"; }
+
+// Layers of `s` whose tensor `what` gets type `t` under mix `ft`.
+std::set<int64_t> layers_with(FileType ft, const Shape& s, const char* what, Type t) {
+    std::set<int64_t> out;
+    for (int64_t i = 0; i < s.n_layer; ++i) {
+        if (pick(ft, s, blk(i, what)) == t) out.insert(i);
+    }
+    return out;
+}
+
+std::set<int64_t> all_layers_but(const Shape& s, const std::set<int64_t>& except) {
+    std::set<int64_t> out;
+    for (int64_t i = 0; i < s.n_layer; ++i) {
+        if (!except.count(i)) out.insert(i);
+    }
+    return out;
+}
+
+// ---- The mixes table -------------------------------------------------------------
+
+TEST(QuantMixTable, NamesRoundTripCaseInsensitively) {
+    const std::set<std::string> expected = {"Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S",
+                                            "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K", "Q4_0", "Q4_1",
+                                            "Q5_0", "Q5_1", "F16", "BF16", "F32"};
+    std::set<std::string> names;
+    for (const auto& m : all_mixes()) {
+        names.insert(std::string(m.name));
+        ASSERT_EQ(file_type_from_name(m.name), m.file_type) << m.name;
+        ASSERT_EQ(find_mix(m.file_type), &m) << m.name;
+    }
+    EXPECT_EQ(names, expected);
+    EXPECT_EQ(file_type_from_name("q4_k_m"), FileType::Q4_K_M);
+    EXPECT_EQ(file_type_from_name("Q4_K"), std::nullopt);
+    EXPECT_EQ(file_type_from_name("IQ4_NL"), std::nullopt);
+    EXPECT_EQ(find_mix(FileType::Q4_K_M)->base_type, Type::Q4_K);
+    EXPECT_EQ(find_mix(FileType::Q2_K)->base_type, Type::Q2_K);
+    EXPECT_EQ(find_mix(FileType::MOSTLY_BF16)->base_type, Type::BF16);
+}
+
+// ---- Against files made by llama.cpp ----------------------------------------------
+
+// Runs anywhere: the committed Q4_K_M tiny model has the F16 model's shapes.
+TEST(QuantMixReference, CommittedTinyQ4KMMatches) {
+    const auto file = gguf::File::open(test_data("tiny-llama-Q4_K_M.gguf"));
+    expect_same_types(chosen_types(FileType::Q4_K_M, file), types_of(file));
+}
+
+struct SharedCase {
+    const char* file;
+    FileType ft;
+};
+
+class QuantMixShared : public ::testing::TestWithParam<SharedCase> {};
+
+TEST_P(QuantMixShared, SameTypesAsLlamaCpp) {
+    const auto f16_path = shared("models/tiny-llama-F16.gguf");
+    const auto q_path = shared(std::string("models/") + GetParam().file);
+    TANDEM_REQUIRE_SHARED(f16_path);
+    TANDEM_REQUIRE_SHARED(q_path);
+    const auto f16 = gguf::File::open(f16_path);
+    const auto quantized = gguf::File::open(q_path);
+    expect_same_types(chosen_types(GetParam().ft, f16), types_of(quantized));
+    EXPECT_EQ(quantized.find_uint("general.file_type"), static_cast<uint64_t>(GetParam().ft));
+}
+
+INSTANTIATE_TEST_SUITE_P(QuantMixTiny, QuantMixShared,
+                         ::testing::Values(SharedCase{"tiny-llama-Q8_0.gguf", FileType::Q8_0},
+                                           SharedCase{"tiny-llama-Q4_0.gguf", FileType::Q4_0},
+                                           SharedCase{"tiny-llama-Q4_K_M.gguf", FileType::Q4_K_M},
+                                           SharedCase{"tiny-llama-Q5_K_M.gguf", FileType::Q5_K_M},
+                                           SharedCase{"tiny-llama-Q6_K.gguf", FileType::Q6_K},
+                                           SharedCase{"tiny-llama-Q3_K_M.gguf", FileType::Q3_K_M},
+                                           SharedCase{"tiny-llama-Q2_K.gguf", FileType::Q2_K}),
+                         [](const auto& info) {
+                             std::string n = info.param.file;
+                             n = n.substr(11, n.size() - 16);  // "tiny-llama-Q4_K_M.gguf" -> "Q4_K_M"
+                             return n;
+                         });
+
+// The second tiny model has an untied output.weight, 6 layers and GQA 4:
+// token_embd keeps the base type, output gets Q6_K, layers 2 and 5 get more bits.
+TEST(QuantMixReference, UntiedTinyModelBMatches) {
+    const auto path = shared("models/tiny-llama-b-Q4_K_M.gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const auto file = gguf::File::open(path);
+    expect_same_types(chosen_types(FileType::Q4_K_M, file), types_of(file));
+}
+
+// ---- The rules on real model shapes ------------------------------------------------
+
+// use_more_bits(i, n) = i < n/8 || i >= 7n/8 || (i - n/8) % 3 == 2; for 32
+// layers: 0-3, 28-31 and every third layer from 6.
+const std::set<int64_t> kMoreBits32 = {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31};
+
+TEST(QuantMixRules, Llama3_8B_Q4_K_M) {
+    const auto& s = kLlama3_8B;
+    // Q4_K_M: attn_v and ffn_down get Q6_K where use_more_bits, Q4_K elsewhere.
+    EXPECT_EQ(layers_with(FileType::Q4_K_M, s, "attn_v", Type::Q6_K), kMoreBits32);
+    EXPECT_EQ(layers_with(FileType::Q4_K_M, s, "attn_v", Type::Q4_K), all_layers_but(s, kMoreBits32));
+    EXPECT_EQ(layers_with(FileType::Q4_K_M, s, "ffn_down", Type::Q6_K), kMoreBits32);
+    EXPECT_EQ(layers_with(FileType::Q4_K_M, s, "ffn_down", Type::Q4_K), all_layers_but(s, kMoreBits32));
+    for (const char* t : {"attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"}) {
+        EXPECT_EQ(layers_with(FileType::Q4_K_M, s, t, Type::Q4_K).size(), 32u) << t;
+    }
+    // The head gets Q6_K; an untied token_embd keeps the base type.
+    EXPECT_EQ(pick(FileType::Q4_K_M, s, "output.weight"), Type::Q6_K);
+    EXPECT_EQ(pick(FileType::Q4_K_M, s, "token_embd.weight"), Type::Q4_K);
+    EXPECT_EQ(pick(FileType::Q4_K_M, s, "output_norm.weight"), Type::F32);
+    EXPECT_EQ(pick(FileType::Q4_K_M, s, "blk.0.attn_norm.weight"), Type::F32);
+}
+
+TEST(QuantMixRules, Llama3_8B_Q5_K_M_FollowsUseMoreBits) {
+    const auto& s = kLlama3_8B;
+    EXPECT_EQ(layers_with(FileType::Q5_K_M, s, "attn_v", Type::Q6_K), kMoreBits32);
+    EXPECT_EQ(layers_with(FileType::Q5_K_M, s, "ffn_down", Type::Q6_K), kMoreBits32);
+    EXPECT_EQ(layers_with(FileType::Q5_K_M, s, "attn_v", Type::Q5_K), all_layers_but(s, kMoreBits32));
+    EXPECT_EQ(pick(FileType::Q5_K_M, s, "blk.7.attn_output.weight"), Type::Q5_K);
+}
+
+TEST(QuantMixRules, Llama3_8B_Q3_K_M) {
+    const auto& s = kLlama3_8B;
+    // attn_v: Q5_K for the first two attn_v tensors, Q4_K after.
+    EXPECT_EQ(layers_with(FileType::Q3_K_M, s, "attn_v", Type::Q5_K), (std::set<int64_t>{0, 1}));
+    EXPECT_EQ(layers_with(FileType::Q3_K_M, s, "attn_v", Type::Q4_K), all_layers_but(s, {0, 1}));
+    // ffn_down: Q5_K below n_layer/16 (= 2), Q4_K after (non-Falcon).
+    EXPECT_EQ(layers_with(FileType::Q3_K_M, s, "ffn_down", Type::Q5_K), (std::set<int64_t>{0, 1}));
+    EXPECT_EQ(layers_with(FileType::Q3_K_M, s, "ffn_down", Type::Q4_K), all_layers_but(s, {0, 1}));
+    // attn_output: Q4_K everywhere; q, k, gate, up keep Q3_K.
+    EXPECT_EQ(layers_with(FileType::Q3_K_M, s, "attn_output", Type::Q4_K).size(), 32u);
+    EXPECT_EQ(layers_with(FileType::Q3_K_M, s, "attn_q", Type::Q3_K).size(), 32u);
+    EXPECT_EQ(layers_with(FileType::Q3_K_M, s, "ffn_up", Type::Q3_K).size(), 32u);
+    EXPECT_EQ(pick(FileType::Q3_K_M, s, "output.weight"), Type::Q6_K);
+}
+
+TEST(QuantMixRules, Llama3_8B_Q3_K_S_And_Q3_K_L) {
+    const auto& s = kLlama3_8B;
+    // Q3_K_S has no per-tensor bumps (dense, not 70B): Q3_K everywhere but the head.
+    for (const char* t : {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"}) {
+        EXPECT_EQ(layers_with(FileType::Q3_K_S, s, t, Type::Q3_K).size(), 32u) << t;
+    }
+    EXPECT_EQ(pick(FileType::Q3_K_S, s, "output.weight"), Type::Q6_K);
+    // Q3_K_L: attn_v, attn_output and ffn_down all Q5_K.
+    for (const char* t : {"attn_v", "attn_output", "ffn_down"}) {
+        EXPECT_EQ(layers_with(FileType::Q3_K_L, s, t, Type::Q5_K).size(), 32u) << t;
+    }
+    EXPECT_EQ(layers_with(FileType::Q3_K_L, s, "attn_q", Type::Q3_K).size(), 32u);
+}
+
+TEST(QuantMixRules, Llama3_8B_Q4_K_S_And_Q5_K_S) {
+    const auto& s = kLlama3_8B;
+    // Q4_K_S: attn_v Q5_K for the first 4 attn_v tensors; ffn_down Q5_K below n_layer/8 (= 4).
+    EXPECT_EQ(layers_with(FileType::Q4_K_S, s, "attn_v", Type::Q5_K), (std::set<int64_t>{0, 1, 2, 3}));
+    EXPECT_EQ(layers_with(FileType::Q4_K_S, s, "ffn_down", Type::Q5_K), (std::set<int64_t>{0, 1, 2, 3}));
+    EXPECT_EQ(layers_with(FileType::Q4_K_S, s, "ffn_down", Type::Q4_K).size(), 28u);
+    EXPECT_EQ(layers_with(FileType::Q4_K_S, s, "attn_output", Type::Q4_K).size(), 32u);
+    // Q5_K_S: Q5_K everywhere but the head.
+    for (const char* t : {"attn_q", "attn_v", "attn_output", "ffn_down"}) {
+        EXPECT_EQ(layers_with(FileType::Q5_K_S, s, t, Type::Q5_K).size(), 32u) << t;
+    }
+    EXPECT_EQ(pick(FileType::Q5_K_S, s, "output.weight"), Type::Q6_K);
+    EXPECT_EQ(pick(FileType::Q5_K_S, s, "token_embd.weight"), Type::Q5_K);
+}
+
+TEST(QuantMixRules, Q2_K_AttnVDependsOnGqa) {
+    // Q2_K: attn_v Q4_K when n_gqa >= 4 (llama3-8b: 32/8), else Q3_K
+    // (llama2-13b: no GQA). ffn_down and attn_output Q3_K; the rest Q2_K.
+    EXPECT_EQ(layers_with(FileType::Q2_K, kLlama3_8B, "attn_v", Type::Q4_K).size(), 32u);
+    EXPECT_EQ(layers_with(FileType::Q2_K, kLlama2_13B, "attn_v", Type::Q3_K).size(), 40u);
+    for (const auto& s : {kLlama3_8B, kLlama2_13B}) {
+        EXPECT_EQ(layers_with(FileType::Q2_K, s, "ffn_down", Type::Q3_K).size(), static_cast<size_t>(s.n_layer));
+        EXPECT_EQ(layers_with(FileType::Q2_K, s, "attn_output", Type::Q3_K).size(), static_cast<size_t>(s.n_layer));
+        EXPECT_EQ(layers_with(FileType::Q2_K, s, "attn_q", Type::Q2_K).size(), static_cast<size_t>(s.n_layer));
+        EXPECT_EQ(layers_with(FileType::Q2_K, s, "ffn_up", Type::Q2_K).size(), static_cast<size_t>(s.n_layer));
+        EXPECT_EQ(pick(FileType::Q2_K, s, "output.weight"), Type::Q6_K);
+    }
+}
+
+TEST(QuantMixRules, Llama3_70B_AttnVGetsQ5K) {
+    const auto& s = kLlama3_70B;
+    // use_more_bits for 80 layers: i < 10, i >= 70, (i - 10) % 3 == 2.
+    std::set<int64_t> more;
+    for (int64_t i = 0; i < 80; ++i) {
+        if (i < 10 || i >= 70 || (i - 10) % 3 == 2) more.insert(i);
+    }
+    // Q4_K_M: Q6_K where use_more_bits; the Q4_K others are raised to Q5_K
+    // by the 70B rule (attn_v is 1/8 of attn_q there, bits are cheap).
+    EXPECT_EQ(layers_with(FileType::Q4_K_M, s, "attn_v", Type::Q6_K), more);
+    EXPECT_EQ(layers_with(FileType::Q4_K_M, s, "attn_v", Type::Q5_K), all_layers_but(s, more));
+    // ffn_down is not touched by the 70B rule.
+    EXPECT_EQ(layers_with(FileType::Q4_K_M, s, "ffn_down", Type::Q6_K), more);
+    EXPECT_EQ(layers_with(FileType::Q4_K_M, s, "ffn_down", Type::Q4_K), all_layers_but(s, more));
+    // Q3_K_S (Q3_K) and Q2_K (Q4_K via GQA 8) attn_v: raised to Q5_K.
+    EXPECT_EQ(layers_with(FileType::Q3_K_S, s, "attn_v", Type::Q5_K).size(), 80u);
+    EXPECT_EQ(layers_with(FileType::Q2_K, s, "attn_v", Type::Q5_K).size(), 80u);
+    // Q3_K_M: first two Q5_K already, the rest Q4_K -> Q5_K.
+    EXPECT_EQ(layers_with(FileType::Q3_K_M, s, "attn_v", Type::Q5_K).size(), 80u);
+    // ffn_down Q3_K_M: n_layer/16 = 5 layers of Q5_K.
+    EXPECT_EQ(layers_with(FileType::Q3_K_M, s, "ffn_down", Type::Q5_K), (std::set<int64_t>{0, 1, 2, 3, 4}));
+    // Q5_K and Q6_K results are left alone.
+    EXPECT_EQ(layers_with(FileType::Q5_K_S, s, "attn_v", Type::Q5_K).size(), 80u);
+    EXPECT_EQ(layers_with(FileType::Q6_K, s, "attn_v", Type::Q6_K).size(), 80u);
+    // An 80-layer model without GQA (llama-65B) is not "70B".
+    const Shape llama65{8192, 22016, 80, 64, 64, 32000, false};
+    EXPECT_EQ(pick(FileType::Q3_K_S, llama65, blk(40, "attn_v")), Type::Q3_K);
+}
+
+TEST(QuantMixRules, HeadAndLegacyMixes) {
+    const auto& s = kLlama3_8B;
+    // Q8_0 keeps the head at Q8_0; other quantized mixes give it Q6_K.
+    EXPECT_EQ(pick(FileType::Q8_0, s, "output.weight"), Type::Q8_0);
+    EXPECT_EQ(pick(FileType::Q4_0, s, "output.weight"), Type::Q6_K);
+    EXPECT_EQ(pick(FileType::Q5_1, s, "output.weight"), Type::Q6_K);
+    // Legacy mixes have no per-layer rules.
+    EXPECT_EQ(layers_with(FileType::Q4_0, s, "ffn_down", Type::Q4_0).size(), 32u);
+    EXPECT_EQ(layers_with(FileType::Q5_0, s, "attn_v", Type::Q5_0).size(), 32u);
+    EXPECT_EQ(pick(FileType::Q4_1, s, "token_embd.weight"), Type::Q4_1);
+    // Tied embeddings: token_embd is the head and gets its type.
+    Shape tied = s;
+    tied.tied = true;
+    EXPECT_EQ(pick(FileType::Q4_K_M, tied, "token_embd.weight"), Type::Q6_K);
+    EXPECT_EQ(pick(FileType::Q8_0, tied, "token_embd.weight"), Type::Q8_0);
+}
+
+TEST(QuantMixRules, FloatMixes) {
+    const auto& s = kLlama3_8B;
+    EXPECT_EQ(pick(FileType::MOSTLY_F16, s, "output.weight"), Type::F16);
+    EXPECT_EQ(pick(FileType::MOSTLY_F16, s, blk(3, "attn_v")), Type::F16);
+    EXPECT_EQ(pick(FileType::MOSTLY_F16, s, blk(3, "attn_norm")), Type::F32);
+    EXPECT_EQ(pick(FileType::MOSTLY_BF16, s, blk(3, "ffn_down")), Type::BF16);
+    EXPECT_EQ(pick(FileType::ALL_F32, s, "token_embd.weight"), Type::F32);
+}
+
+TEST(QuantMixRules, NeverQuantized) {
+    const MixModelInfo m{32, 32, 8, 0, true};
+    const std::vector<int64_t> vec = {4096};
+    const std::vector<int64_t> col = {4096, 1};
+    const std::vector<int64_t> mat = {4096, 4096};
+    // 1-D tensors (also [n, 1]: ggml counts it as 1-D), norms, biases.
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.0.attn_norm.weight", vec), Type::F32);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.0.attn_q.weight", col), Type::F32);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.0.attn_q.bias", vec), Type::F32);
+    // 2-D tensors that stay float: norms stored 2-D, the MoE router, names
+    // that are not weights.
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.0.attn_q_norm.weight", mat), Type::F32);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.0.ffn_gate_inp.weight", mat), Type::F32);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "position_embd.weight", mat), Type::F32);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "rope_freqs", mat), Type::F32);
+    // Other 2-D weights take the base type.
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.0.some_new_proj.weight", mat), Type::Q4_K);
+}
+
+TEST(QuantMixRules, KQuantFallbackOnShortRows) {
+    // Rows of 320: a multiple of 32, not of 256. K-quants fall back to
+    // legacy 32-blocks: Q2_K/Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0.
+    const MixModelInfo m{32, 32, 8, 0, true};
+    const std::vector<int64_t> row320 = {320, 1024};
+    EXPECT_EQ(choose_tensor_type(FileType::Q2_K, m, "blk.5.attn_q.weight", row320), Type::Q4_0);
+    EXPECT_EQ(choose_tensor_type(FileType::Q3_K_S, m, "blk.5.attn_q.weight", row320), Type::Q4_0);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.5.attn_q.weight", row320), Type::Q5_0);
+    EXPECT_EQ(choose_tensor_type(FileType::Q5_K_S, m, "blk.5.attn_q.weight", row320), Type::Q5_1);
+    EXPECT_EQ(choose_tensor_type(FileType::Q6_K, m, "blk.5.attn_q.weight", row320), Type::Q8_0);
+    // After the mix rules: Q4_K_M's Q6_K attn_v (layer 0) -> Q8_0.
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.0.attn_v.weight", row320), Type::Q8_0);
+    // The head: a base type that does not fit the row gives Q8_0; Q4_0 fits,
+    // its Q6_K head does not, so the fallback makes it Q8_0 too.
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "output.weight", row320), Type::Q8_0);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_0, m, "output.weight", row320), Type::Q8_0);
+    // Rows that fit no block at all stay F16.
+    const std::vector<int64_t> row100 = {100, 64};
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.5.attn_q.weight", row100), Type::F16);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_0, m, "blk.5.attn_q.weight", row100), Type::F16);
+}
+
+TEST(QuantMixRules, EightExpertModels) {
+    // Mixtral-8x7B: 32 layers, GQA 4, 8 experts. attn_v and attn_k -> Q8_0,
+    // attn_output -> Q5_K for the low-bit mixes; expert ffn_down follows the
+    // per-layer rules by the layer in its name.
+    const MixModelInfo m{32, 32, 8, 8, true};
+    const std::vector<int64_t> v = {4096, 1024};
+    const std::vector<int64_t> sq = {4096, 4096};
+    const std::vector<int64_t> exps = {14336, 4096, 8};
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.10.attn_v.weight", v), Type::Q8_0);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.10.attn_k.weight", v), Type::Q8_0);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.10.attn_output.weight", sq), Type::Q5_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q3_K_L, m, "blk.10.attn_output.weight", sq), Type::Q3_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q5_K_M, m, "blk.10.attn_output.weight", sq), Type::Q5_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.9.ffn_down_exps.weight", exps), Type::Q6_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.10.ffn_down_exps.weight", exps), Type::Q4_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.10.ffn_gate_exps.weight", exps), Type::Q4_K);
+}
+
+TEST(QuantMixRules, FusedQkvCountsAsAttnV) {
+    // Current llama.cpp files attn_qkv under the attn_v rules (it carries V).
+    const MixModelInfo m{32, 32, 32, 0, true};
+    const std::vector<int64_t> qkv = {3072, 9216};
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.0.attn_qkv.weight", qkv), Type::Q6_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.4.attn_qkv.weight", qkv), Type::Q4_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q3_K_M, m, "blk.4.attn_qkv.weight", qkv), Type::Q4_K);
+}
+
+// ---- `tandem quantize` end to end --------------------------------------------------
+
+std::vector<float> dequantized(const gguf::File& f, const std::string& name) {
+    const auto* t = f.find_tensor(name);
+    EXPECT_NE(t, nullptr) << name;
+    if (t == nullptr) return {};
+    std::vector<float> out(t->n_elements);
+    const auto data = f.tensor_data(*t);
+    const uint64_t row_bytes = *quant::row_bytes(t->type, t->row_length());
+    for (int64_t r = 0; r < t->n_rows(); ++r) {
+        dequantize_row(t->type, data.data() + static_cast<uint64_t>(r) * row_bytes,
+                       out.data() + r * t->row_length(), t->row_length());
+    }
+    return out;
+}
+
+// Relative RMS error of `got` against `want`.
+double rel_rms(const std::vector<float>& got, const std::vector<float>& want) {
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        err += (got[i] - want[i]) * double(got[i] - want[i]);
+        ref += want[i] * double(want[i]);
+    }
+    return std::sqrt(err / std::max(ref, 1e-30));
+}
+
+TEST(QuantizeCommand, TinyF16ToQ4_K_M) {
+    const auto f16_path = shared("models/tiny-llama-F16.gguf");
+    const auto ref_path = shared("models/tiny-llama-Q4_K_M.gguf");
+    TANDEM_REQUIRE_SHARED(f16_path);
+    TANDEM_REQUIRE_SHARED(ref_path);
+    const auto dir = scratch_dir();
+    const auto out = dir / "out-Q4_K_M.gguf";
+    const auto r = run_tandem("quantize " + shell_quote(f16_path.string()) + " " + shell_quote(out.string()) +
+                                  " Q4_K_M --threads 3",
+                              dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("bits per weight"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(out.string() + ".partial"));
+
+    const auto got = gguf::File::open(out);
+    const auto ref = gguf::File::open(ref_path);
+    const auto src = gguf::File::open(f16_path);
+    expect_same_types(types_of(got), types_of(ref));
+    EXPECT_EQ(got.find_uint("general.file_type"), 15u);
+    EXPECT_EQ(got.find_uint("general.quantization_version"), 2u);
+    // Every other key is carried over.
+    for (const auto& kv : src.metadata()) {
+        if (kv.key == "general.file_type" || kv.key == "general.alignment") continue;
+        EXPECT_NE(got.find(kv.key), nullptr) << kv.key;
+    }
+    // token_embd (tied head, Q6_K) is close to the F16 weights; Q6_K on
+    // random weights has a relative RMS error near 1%.
+    const auto want = dequantized(src, "token_embd.weight");
+    EXPECT_LT(rel_rms(dequantized(got, "token_embd.weight"), want), 0.03);
+    // A Q4_K tensor: larger error but still bounded (~5-8% on random weights).
+    EXPECT_LT(rel_rms(dequantized(got, "blk.0.attn_q.weight"), dequantized(src, "blk.0.attn_q.weight")), 0.15);
+    // Norms are copied bit for bit.
+    EXPECT_EQ(dequantized(got, "blk.1.ffn_norm.weight"), dequantized(src, "blk.1.ffn_norm.weight"));
+    // The same reference quantizers as llama.cpp give (nearly) the same
+    // bytes: a row-order or block-layout mistake would change most of them,
+    // while float rounding differences (FMA contraction in llama.cpp's
+    // build) flip a few Q6_K scales.
+    for (const auto& t : ref.tensors()) {
+        const auto a = got.tensor_data(*got.find_tensor(t.name));
+        const auto b = ref.tensor_data(t);
+        ASSERT_EQ(a.size(), b.size()) << t.name;
+        size_t differ = 0;
+        for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i] ? 1 : 0;
+        EXPECT_LT(static_cast<double>(differ), 0.01 * static_cast<double>(a.size())) << t.name;
+    }
+}
+
+TEST(QuantizeCommand, DryRunJsonWritesNothing) {
+    const auto in = test_data("tiny-llama-Q4_K_M.gguf");
+    const auto dir = scratch_dir();
+    const auto out = dir / "never.gguf";
+    const auto r = run_tandem("quantize " + shell_quote(in.string()) + " " + shell_quote(out.string()) +
+                                  " Q4_K_M --dry-run --json",
+                              dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_FALSE(fs::exists(out));
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("type"), "Q4_K_M");
+    EXPECT_EQ(j.at("file_type"), 15);
+    EXPECT_EQ(j.at("n_converted"), 0);  // same mix: every tensor already has its type
+    EXPECT_EQ(j.at("bytes_before"), j.at("bytes_after"));
+    const auto file = gguf::File::open(in);
+    EXPECT_EQ(j.at("tensors").size(), file.tensors().size());
+}
+
+TEST(QuantizeCommand, AllowRequantizeConvertsQuantizedInput) {
+    const auto in = test_data("tiny-llama-Q4_K_M.gguf");
+    const auto dir = scratch_dir();
+    const auto out = dir / "q8.gguf";
+    const auto r = run_tandem("quantize " + shell_quote(in.string()) + " " + shell_quote(out.string()) +
+                                  " q8_0 --allow-requantize",
+                              dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto got = gguf::File::open(out);
+    for (const auto& t : got.tensors()) {
+        EXPECT_EQ(type_name(t.type), t.shape.size() == 1 ? "F32" : "Q8_0") << t.name;
+    }
+    // Q4_K -> float -> Q8_0 keeps the Q4_K values to within Q8_0's step.
+    const auto src = gguf::File::open(in);
+    EXPECT_LT(rel_rms(dequantized(got, "blk.2.ffn_up.weight"), dequantized(src, "blk.2.ffn_up.weight")), 0.02);
+}
+
+// A clean error: exit 1, one line on stderr naming the problem.
+void expect_one_line_error(const testing::CommandResult& r, const std::string& needle) {
+    EXPECT_FALSE(r.signaled);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+TEST(QuantizeCommand, UnknownTypeListsValidMixes) {
+    const auto dir = scratch_dir();
+    const auto r = run_tandem("quantize " + shell_quote(test_data("tiny-llama-Q4_K_M.gguf").string()) + " " +
+                                  shell_quote((dir / "o.gguf").string()) + " Q4_K_X",
+                              dir);
+    expect_one_line_error(r, "unknown quantization type 'Q4_K_X'");
+    EXPECT_NE(r.err.find("Q4_K_M"), std::string::npos);
+    EXPECT_NE(r.err.find("Q2_K"), std::string::npos);
+}
+
+TEST(QuantizeCommand, MissingInput) {
+    const auto dir = scratch_dir();
+    const auto r = run_tandem("quantize " + shell_quote((dir / "absent.gguf").string()) + " " +
+                                  shell_quote((dir / "o.gguf").string()) + " Q4_K_M",
+                              dir);
+    expect_one_line_error(r, "no such file");
+}
+
+TEST(QuantizeCommand, RefusesToRequantize) {
+    const auto dir = scratch_dir();
+    const auto out = dir / "o.gguf";
+    const auto r = run_tandem("quantize " + shell_quote(test_data("tiny-llama-Q4_K_M.gguf").string()) + " " +
+                                  shell_quote(out.string()) + " Q8_0",
+                              dir);
+    expect_one_line_error(r, "--allow-requantize");
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_FALSE(fs::exists(out.string() + ".partial"));
+}
+
+TEST(QuantizeCommand, RefusesToOverwriteInput) {
+    const auto dir = scratch_dir();
+    const auto copy = dir / "model.gguf";
+    fs::copy_file(test_data("tiny-llama-Q4_K_M.gguf"), copy);
+    const auto size = fs::file_size(copy);
+    const auto r = run_tandem("quantize " + shell_quote(copy.string()) + " " +
+                                  shell_quote((dir / "." / "model.gguf").string()) + " Q4_K_M",
+                              dir);
+    expect_one_line_error(r, "is the input file");
+    EXPECT_EQ(fs::file_size(copy), size);
+}
+
+}  // namespace
+}  // namespace tandem::quant
