@@ -1,3 +1,7 @@
+// Attention as ggml's CPU flash attention computes it, one query head at a
+// time: a single pass over the cells with an online softmax (running
+// maximum M and sum S), no score buffer, and the weighted sum of V kept in
+// the cache's own precision (fp16 for an F16 cache, float otherwise).
 #include "kernels_cpu/attention.h"
 
 #include <algorithm>
@@ -5,9 +9,41 @@
 #include <limits>
 #include <vector>
 
+#include "kernels_cpu/f16_accumulate.h"
 #include "runtime/common/error.h"
+#include "runtime/quant/fp16.h"
 
 namespace tandem::cpu {
+namespace detail {
+
+void f16_scale_scalar(uint16_t* y, float s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = quant::fp32_to_fp16(quant::fp16_to_fp32(y[i]) * s);
+}
+
+void f16_mad_scalar(uint16_t* y, const uint16_t* x, float s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        y[i] = quant::fp32_to_fp16(std::fma(quant::fp16_to_fp32(x[i]), s, quant::fp16_to_fp32(y[i])));
+    }
+}
+
+}  // namespace detail
+
+namespace {
+
+struct F16Accumulate {
+    void (*scale)(uint16_t*, float, int64_t);
+    void (*mad)(uint16_t*, const uint16_t*, float, int64_t);
+};
+
+F16Accumulate f16_accumulate(SimdLevel level) {
+#if defined(__x86_64__)
+    if (level != SimdLevel::Scalar) return {detail::f16_scale_avx2, detail::f16_mad_avx2};
+#endif
+    (void)level;
+    return {detail::f16_scale_scalar, detail::f16_mad_scalar};
+}
+
+}  // namespace
 
 void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
                const KvCacheView& kv, float* out, ThreadPool& pool, SimdLevel level) {
@@ -18,54 +54,63 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
     const auto v_head_bytes = quant::row_bytes(kv.type, shape.head_dim_v);
     const auto q_act_bytes = quant::row_bytes(act_type, shape.head_dim_k);
     TANDEM_CHECK(k_head_bytes && v_head_bytes && q_act_bytes, "attention: head size not a multiple of the cache block");
+    const bool f16_cache = kv.type == quant::Type::F16;
+    const F16Accumulate f16 = f16_accumulate(level);
+    const auto dv = static_cast<size_t>(shape.head_dim_v);
 
-    const int64_t n_tasks = n_tokens * shape.n_head;
-    pool.parallel_for(n_tasks, 1, [&](int64_t begin, int64_t end) {
+    pool.parallel_for(n_tokens * shape.n_head, 1, [&](int64_t begin, int64_t end) {
         std::vector<uint8_t> q_act(*q_act_bytes);
-        std::vector<float> scores(static_cast<size_t>(kv.n_cells));
-        std::vector<float> v_row(static_cast<size_t>(shape.head_dim_v));
-        std::vector<double> acc(static_cast<size_t>(shape.head_dim_v));
+        std::vector<uint16_t> acc16(dv);
+        std::vector<float> acc32(dv);
+        std::vector<float> v_row(dv);
         for (int64_t task = begin; task < end; ++task) {
             const int64_t t = task / shape.n_head;
             const int64_t h = task % shape.n_head;
             const int64_t g = h / gqa;  // the KV head this query head shares
             const int32_t pos = q_pos[t];
-            const float* qh = q + (t * shape.n_head + h) * shape.head_dim_k;
-            quant::quantize_row(act_type, qh, q_act.data(), shape.head_dim_k);
-
-            float max_score = -std::numeric_limits<float>::infinity();
+            // Q is rounded to the cache's dot-product partner once (fp16 for
+            // an F16 cache), as ggml does.
+            quant::quantize_row(act_type, q + (t * shape.n_head + h) * shape.head_dim_k, q_act.data(),
+                                shape.head_dim_k);
+            std::fill(acc16.begin(), acc16.end(), uint16_t{0});
+            std::fill(acc32.begin(), acc32.end(), 0.0f);
+            float running_max = -std::numeric_limits<float>::infinity();
+            float running_sum = 0.0f;
             for (int64_t c = 0; c < kv.n_cells; ++c) {
                 const int32_t kp = kv.cell_pos[c];
-                const bool visible = kp >= 0 && kp <= pos && (shape.window == 0 || pos - kp < shape.window);
-                if (!visible) {
-                    scores[static_cast<size_t>(c)] = -std::numeric_limits<float>::infinity();
-                    continue;
-                }
+                if (kp < 0 || kp > pos || (shape.window > 0 && pos - kp >= shape.window)) continue;
                 const uint8_t* k_head = kv.k + c * kv.k_row_bytes + g * *k_head_bytes;
                 const float s = vec_dot(kv.type, k_head, q_act.data(), shape.head_dim_k, level) * shape.scale;
-                scores[static_cast<size_t>(c)] = s;
-                max_score = std::max(max_score, s);
+                float ms = 1.0f;  // factor for what was accumulated so far
+                float vs = 1.0f;  // weight of this cell's V
+                if (s > running_max) {
+                    ms = std::exp(running_max - s);  // 0 for the first visible cell
+                    running_max = s;
+                    if (f16_cache) {
+                        f16.scale(acc16.data(), ms, shape.head_dim_v);
+                    } else {
+                        for (auto& a : acc32) a *= ms;
+                    }
+                } else {
+                    vs = std::exp(s - running_max);
+                }
+                const uint8_t* v_head = kv.v + c * kv.v_row_bytes + g * *v_head_bytes;
+                if (f16_cache) {
+                    f16.mad(acc16.data(), reinterpret_cast<const uint16_t*>(v_head), vs, shape.head_dim_v);
+                } else {
+                    quant::dequantize_row(kv.type, v_head, v_row.data(), shape.head_dim_v);
+                    for (size_t d = 0; d < dv; ++d) acc32[d] = std::fma(v_row[d], vs, acc32[d]);
+                }
+                running_sum = running_sum * ms + vs;
             }
             float* oh = out + (t * shape.n_head + h) * shape.head_dim_v;
-            if (max_score == -std::numeric_limits<float>::infinity()) {
-                std::fill(oh, oh + shape.head_dim_v, 0.0f);  // nothing visible (cannot happen for a causal self-token)
-                continue;
+            // No visible cell cannot happen for a causal query that stored its
+            // own K and V; zeros keep a misuse harmless.
+            const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
+            for (size_t d = 0; d < dv; ++d) {
+                const float a = f16_cache ? quant::fp16_to_fp32(acc16[d]) : acc32[d];
+                oh[d] = a * inv;
             }
-            double sum = 0.0;
-            for (auto& s : scores) {
-                s = s == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(s - max_score);
-                sum += s;
-            }
-            std::fill(acc.begin(), acc.end(), 0.0);
-            for (int64_t c = 0; c < kv.n_cells; ++c) {
-                const float p = scores[static_cast<size_t>(c)];
-                if (p == 0.0f) continue;
-                const uint8_t* v_head = kv.v + c * kv.v_row_bytes + g * *v_head_bytes;
-                quant::dequantize_row(kv.type, v_head, v_row.data(), shape.head_dim_v);
-                for (int64_t d = 0; d < shape.head_dim_v; ++d) acc[static_cast<size_t>(d)] += p * v_row[static_cast<size_t>(d)];
-            }
-            const double inv = 1.0 / sum;
-            for (int64_t d = 0; d < shape.head_dim_v; ++d) oh[d] = static_cast<float>(acc[static_cast<size_t>(d)] * inv);
         }
     });
 }

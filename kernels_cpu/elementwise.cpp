@@ -9,8 +9,8 @@ void rms_norm_rows(const float* x, const float* w, float* y, int64_t n, int64_t 
     for (int64_t r = 0; r < n_rows; ++r) {
         const float* xr = x + r * n;
         float* yr = y + r * n;
-        double sum = 0.0;  // ggml sums in double: keeps long rows exact enough
-        for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i]) * xr[i];
+        double sum = 0.0;  // as ggml: float squares summed in double
+        for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(xr[i] * xr[i]);
         const float mean = static_cast<float>(sum / static_cast<double>(n));
         const float s = 1.0f / std::sqrt(mean + eps);
         if (w) {

@@ -5,6 +5,7 @@
 // step do not pay a futex wake-up each.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -30,6 +31,12 @@ public:
     // Splits [0, n) into contiguous chunks of at least `grain` items and runs
     // fn(begin, end) for each, spread over the threads.
     void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t begin, int64_t end)>& fn);
+
+    // A 64-byte aligned buffer of at least `bytes`, owned by the pool and
+    // reused across calls (it only grows), so per-op staging such as
+    // quantized activations costs no allocation in the steady state. Valid
+    // until the next scratch() call; one user at a time, like run().
+    void* scratch(size_t bytes);
 
 private:
     struct Impl;

@@ -10,6 +10,7 @@ namespace tandem::tools {
 void add_inspect_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
+void add_run_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 
 }  // namespace tandem::tools

@@ -1,0 +1,170 @@
+// CPU matmul throughput per weight type, SIMD level and thread count.
+//
+//   matvec/<type>/<level>/<rows>x<cols>/threads:N   one token (decode):
+//       memory-bound; bytes/s counts the weight bytes streamed, GB/s the same
+//       as a counter, GFLOP/s = 2 rows cols / time.
+//   matvec/.../128x4096                              a matrix that stays in L2:
+//       the kernels' compute ceiling.
+//   matvec/.../dram                                  the same over enough
+//       4096x4096 matrices in turn (>= 128 MiB) that nothing stays in the
+//       32 MiB L3: the number to compare with DRAM bandwidth.
+//   matmul/<type>/<level>/<tokens>tok/threads:N      prompt batches:
+//       compute-bound, GFLOP/s.
+//   read_bandwidth/threads:N                         glibc memchr over 256 MiB:
+//       a rough DRAM yardstick (on the 2-core Zen 4 dev VM it reads ~27 GB/s
+//       while the matvec kernels stream ~33 GB/s, so not a hard ceiling).
+//
+// Weights are a few distinct quantized rows repeated (the reference
+// quantizers are too slow to fill 128 MiB per benchmark, and the kernels
+// have no data-dependent branches, so the values do not change the speed).
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels_cpu/cpu_info.h"
+#include "kernels_cpu/matmul.h"
+#include "runtime/quant/quant_types.h"
+
+namespace {
+
+using tandem::cpu::SimdLevel;
+using tandem::quant::Type;
+
+constexpr Type kTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1,
+                           Type::Q8_0, Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K};
+
+struct Matrix {
+    std::vector<uint8_t> bytes;
+    uint64_t row_bytes = 0;
+};
+
+// rows x cols of `t`, built from 16 distinct random rows.
+Matrix make_matrix(Type t, int64_t rows, int64_t cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 0.05f);
+    Matrix m;
+    m.row_bytes = *tandem::quant::row_bytes(t, cols);
+    constexpr int64_t kDistinct = 16;
+    std::vector<uint8_t> seedrows(m.row_bytes * kDistinct);
+    std::vector<float> f(static_cast<size_t>(cols));
+    for (int64_t r = 0; r < kDistinct; ++r) {
+        for (float& v : f) v = dist(rng);
+        tandem::quant::quantize_row(t, f.data(), seedrows.data() + r * m.row_bytes, cols);
+    }
+    m.bytes.resize(m.row_bytes * static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(m.bytes.data() + r * m.row_bytes, seedrows.data() + (r % kDistinct) * m.row_bytes, m.row_bytes);
+    }
+    return m;
+}
+
+std::vector<float> make_activations(int64_t tokens, int64_t cols) {
+    std::mt19937 rng(99);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(tokens * cols));
+    for (float& v : x) v = dist(rng);
+    return x;
+}
+
+struct Shape {
+    int64_t rows, cols;
+    int copies;  // > 1: cycle through this many matrices
+};
+
+void BM_matmul(benchmark::State& state, Type t, SimdLevel level, Shape shape, int64_t tokens, int threads) {
+    tandem::cpu::ThreadPool pool(threads, true);
+    std::vector<Matrix> mats;
+    for (int c = 0; c < shape.copies; ++c) mats.push_back(make_matrix(t, shape.rows, shape.cols, 1000u + c));
+    const std::vector<float> x = make_activations(tokens, shape.cols);
+    std::vector<float> y(static_cast<size_t>(tokens * shape.rows));
+    size_t next = 0;
+    for (auto _ : state) {
+        const Matrix& m = mats[next];
+        next = (next + 1) % mats.size();
+        const tandem::cpu::WeightView w{t, m.bytes.data(), shape.rows, shape.cols, m.row_bytes};
+        tandem::cpu::matmul(w, x.data(), shape.cols, tokens, y.data(), shape.rows, pool, level);
+        benchmark::DoNotOptimize(y.data());
+        benchmark::ClobberMemory();
+    }
+    const double bytes = static_cast<double>(mats[0].bytes.size());
+    const double flops = 2.0 * static_cast<double>(shape.rows) * static_cast<double>(shape.cols) * static_cast<double>(tokens);
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
+    state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+    state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+    if (tokens > 1) {
+        state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens * state.iterations()), benchmark::Counter::kIsRate);
+    }
+}
+
+// A yardstick for the matvec numbers: plain reads of a 256 MiB buffer
+// split over the pool's threads.
+void BM_read_bandwidth(benchmark::State& state, int threads) {
+    tandem::cpu::ThreadPool pool(threads, true);
+    const size_t bytes = 256u << 20;
+    std::vector<unsigned char> buf(bytes, 1);
+    std::atomic<int> found{0};
+    for (auto _ : state) {
+        // memchr for a byte that is not there: glibc's version streams
+        // with the widest loads the CPU has, without this file needing
+        // ISA flags.
+        pool.parallel_for(static_cast<int64_t>(bytes), 1 << 20, [&](int64_t b, int64_t e) {
+            if (std::memchr(buf.data() + b, 0xFF, static_cast<size_t>(e - b)) != nullptr) found.fetch_add(1);
+        });
+        benchmark::DoNotOptimize(found.load());
+    }
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * static_cast<double>(bytes)));
+    state.counters["GB/s"] =
+        benchmark::Counter(static_cast<double>(bytes) * 1e-9 * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+}
+
+std::string shape_name(const Shape& s) {
+    if (s.copies > 1) return "dram";
+    return std::to_string(s.rows) + "x" + std::to_string(s.cols);
+}
+
+[[maybe_unused]] const bool kRegistered = [] {
+    const int cores = tandem::cpu::physical_core_count();
+    std::vector<int> thread_counts{1};
+    if (cores > 1) thread_counts.push_back(cores);
+    for (int th : thread_counts) {
+        benchmark::RegisterBenchmark(("read_bandwidth/threads:" + std::to_string(th)).c_str(), BM_read_bandwidth, th)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+    }
+    for (Type t : kTypes) {
+        const std::string tname(tandem::quant::traits(t).name);
+        const uint64_t mat_bytes = *tandem::quant::row_bytes(t, 4096) * 4096;
+        const int dram_copies = static_cast<int>((128ull << 20) / mat_bytes + 1);
+        for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+            if (!tandem::cpu::simd_level_supported(level)) continue;
+            const std::string lname(tandem::cpu::simd_level_name(level));
+            for (const Shape& s : {Shape{128, 4096, 1}, Shape{4096, 4096, 1}, Shape{2048, 5632, 1}, Shape{4096, 4096, dram_copies}}) {
+                for (int th : thread_counts) {
+                    const std::string name =
+                        "matvec/" + tname + "/" + lname + "/" + shape_name(s) + "/threads:" + std::to_string(th);
+                    benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, level, s, int64_t{1}, th)
+                        ->UseRealTime()
+                        ->Unit(benchmark::kMicrosecond);
+                }
+            }
+            if (level == SimdLevel::Scalar) continue;  // batches at scalar speed take minutes
+            for (int64_t tokens : {64, 512}) {
+                const int th = thread_counts.back();
+                const std::string name = "matmul/" + tname + "/" + lname + "/" + std::to_string(tokens) +
+                                         "tok/threads:" + std::to_string(th);
+                benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, level, Shape{4096, 4096, 1}, tokens, th)
+                    ->UseRealTime()
+                    ->Unit(benchmark::kMillisecond);
+            }
+        }
+    }
+    return true;
+}();
+
+}  // namespace

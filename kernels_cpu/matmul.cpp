@@ -1,0 +1,267 @@
+// matmul(): activation quantization, the kernel tables, and the split of
+// the work over the pool.
+//
+// Work decomposition. The activations are quantized once into the pool's
+// scratch buffer (in parallel over tokens when there are many; for batches
+// with F16/BF16 weights they are rounded to 16 bits but kept as f32, see
+// WideDot in vec_dot.h). The output is then cut into items of (a block of
+// weight rows) x (a block of tokens), handed out through an atomic counter
+// so a thread that was descheduled or is slower does not hold the others
+// up. Inside an item the kernel is called for one weight row and up to
+// kMaxTileTokens tokens at a time, so each unpacked weight block is reused
+// across that many tokens from registers; token groups are the outer loop
+// so the group's activation rows stay in L1 while the item's weight rows
+// stream from L2, and rows too wide for that are split into column chunks.
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <string>
+
+#include "kernels_cpu/matmul.h"
+#include "kernels_cpu/vec_dot.h"
+#include "runtime/common/error.h"
+
+namespace tandem::cpu {
+namespace detail {
+namespace {
+
+#if defined(__x86_64__)
+#define TANDEM_X86(f) f
+#else
+#define TANDEM_X86(f) nullptr
+#endif
+
+#define TANDEM_DOT_ROW(T, name, A)                                                                  \
+    DotKernels{quant::Type::T, quant::Type::A, dot_##name##_scalar, TANDEM_X86(dot_##name##_avx2), \
+               TANDEM_X86(dot_##name##_avx512), TANDEM_X86(dot_##name##_avx512nv)},
+constexpr std::array kDotKernels = {TANDEM_DOT_TYPES(TANDEM_DOT_ROW)};
+#undef TANDEM_DOT_ROW
+
+struct ActQuantizer {
+    quant::Type a_type;
+    quant::QuantizeRowFn avx2;  // also used at Avx512: the quantizer is not the bottleneck
+};
+constexpr std::array kActQuantizers = {
+    ActQuantizer{quant::Type::Q8_0, TANDEM_X86(quantize_row_q8_0_avx2)},
+    ActQuantizer{quant::Type::Q8_1, TANDEM_X86(quantize_row_q8_1_avx2)},
+    ActQuantizer{quant::Type::Q8_K, TANDEM_X86(quantize_row_q8_K_avx2)},
+    ActQuantizer{quant::Type::F16, TANDEM_X86(quantize_row_f16_avx2)},
+    ActQuantizer{quant::Type::BF16, TANDEM_X86(quantize_row_bf16_avx2)},
+};
+
+struct WideKernels {
+    quant::Type w_type;
+    quant::QuantizeRowFn round_row;
+    DotFn avx2, avx512, avx512nv;
+};
+constexpr std::array kWideKernels = {
+    WideKernels{quant::Type::F16, TANDEM_X86(round_row_f16_avx2), TANDEM_X86(dot_f16_wide_avx2),
+                TANDEM_X86(dot_f16_wide_avx512), TANDEM_X86(dot_f16_wide_avx512nv)},
+    WideKernels{quant::Type::BF16, TANDEM_X86(round_row_bf16_avx2), TANDEM_X86(dot_bf16_wide_avx2),
+                TANDEM_X86(dot_bf16_wide_avx512), TANDEM_X86(dot_bf16_wide_avx512nv)},
+};
+
+}  // namespace
+
+WideDot wide_dot_kernel(quant::Type w_type, SimdLevel level) {
+    if (level == SimdLevel::Scalar) return {};
+    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
+    for (const WideKernels& k : kWideKernels) {
+        if (k.w_type != w_type || k.round_row == nullptr) continue;
+        DotFn fn = k.avx2;
+        if (level == SimdLevel::Avx512) fn = avx512_vnni_available() ? k.avx512 : k.avx512nv;
+        if (fn == nullptr) return {};
+        return {fn, k.round_row};
+    }
+    return {};
+}
+
+quant::QuantizeRowFn activation_quantizer(quant::Type a_type, SimdLevel level) {
+    if (level != SimdLevel::Scalar) {
+        TANDEM_CHECK(simd_level_supported(level), "quantizer requested at a SIMD level this CPU lacks");
+        for (const ActQuantizer& q : kActQuantizers) {
+            if (q.a_type == a_type && q.avx2 != nullptr) return q.avx2;
+        }
+    }
+    return scalar_activation_quantizer(a_type);
+}
+
+const DotKernels* find_dot_kernels(quant::Type w_type) {
+    for (const DotKernels& k : kDotKernels) {
+        if (k.w_type == w_type) return &k;
+    }
+    return nullptr;
+}
+
+DotFn dot_kernel(quant::Type w_type, SimdLevel level) {
+    const DotKernels* k = find_dot_kernels(w_type);
+    if (k == nullptr) {
+        throw Error("no CPU matmul kernel for weight type " + std::string(quant::traits(w_type).name));
+    }
+    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
+    if (level == SimdLevel::Avx512) {
+        const DotFn f = avx512_vnni_available() ? k->avx512 : k->avx512nv;
+        if (f != nullptr) return f;
+    }
+    if (level >= SimdLevel::Avx2 && k->avx2 != nullptr) return k->avx2;
+    return k->scalar;
+}
+
+}  // namespace detail
+
+quant::Type activation_type(quant::Type weight_type) {
+    const detail::DotKernels* k = detail::find_dot_kernels(weight_type);
+    if (k == nullptr) {
+        throw Error("no CPU matmul kernel for weight type " + std::string(quant::traits(weight_type).name));
+    }
+    return k->a_type;
+}
+
+float vec_dot(quant::Type w_type, const void* w_row, const void* a_row, int64_t n, SimdLevel level) {
+    const auto bytes = quant::row_bytes(w_type, n);
+    TANDEM_CHECK(bytes.has_value(), "vec_dot: row length not a multiple of the block size");
+    float out = 0.0f;
+    detail::dot_kernel(w_type, level)(n, w_row, a_row, 0, 1, &out, 0);
+    return out;
+}
+
+namespace {
+
+// Rows per work item: small enough that the rows of an item stay in L2
+// while the token groups pass over them, and, for a matvec, small enough
+// to give every thread several items to balance with. A multiple of 16 so
+// that (with a 64-byte aligned Y) two threads never write one cache line.
+int64_t rows_per_item(int64_t n_rows, int64_t n_tokens, int n_threads) {
+    if (n_tokens > detail::kMaxTileTokens) return 16;
+    const int64_t target = n_rows / (static_cast<int64_t>(n_threads) * 8);
+    return std::clamp<int64_t>(target / 16 * 16, 16, 256);
+}
+
+constexpr int64_t kTokensPerItem = 64;  // quantized activations of a token block stay in L2
+
+}  // namespace
+
+void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
+            ThreadPool& pool, SimdLevel level) {
+    const detail::DotKernels* k = detail::find_dot_kernels(w.type);
+    if (k == nullptr) {
+        throw Error("no CPU matmul kernel for weight type " + std::string(quant::traits(w.type).name));
+    }
+    const auto w_row_bytes = quant::row_bytes(w.type, w.n_cols);
+    TANDEM_CHECK(w_row_bytes.has_value() && w.n_cols > 0, "matmul: n_cols not a positive multiple of the block size");
+    TANDEM_CHECK(w.row_stride_bytes >= *w_row_bytes, "matmul: weight row stride shorter than a row");
+    TANDEM_CHECK(n_tokens >= 0 && w.n_rows >= 0, "matmul: negative size");
+    TANDEM_CHECK(ldx >= w.n_cols && ldy >= w.n_rows, "matmul: ldx/ldy shorter than a row");
+    if (n_tokens == 0 || w.n_rows == 0) return;
+    TANDEM_CHECK(w.data != nullptr && x != nullptr && y != nullptr, "matmul: null pointer");
+    const int64_t n = w.n_cols;
+    detail::DotFn fn = detail::dot_kernel(w.type, level);
+    // Activations in the kernel's format, quantized once per token row.
+    quant::QuantizeRowFn quantize = nullptr;  // null: F32 weights read X as it is
+    size_t a_row_bytes = 0;
+    if (k->a_type != quant::Type::F32) {
+        const auto bytes = quant::row_bytes(k->a_type, n);
+        TANDEM_CHECK(bytes.has_value(), "matmul: activation row not a whole number of blocks");
+        a_row_bytes = *bytes;
+        quantize = detail::activation_quantizer(k->a_type, level);
+    }
+    if (n_tokens > 1) {
+        if (const detail::WideDot wide = detail::wide_dot_kernel(w.type, level); wide.fn != nullptr) {
+            fn = wide.fn;
+            quantize = wide.round_row;
+            a_row_bytes = static_cast<size_t>(n) * sizeof(float);
+        }
+    }
+
+    const void* act = x;
+    size_t a_stride = static_cast<size_t>(ldx) * sizeof(float);
+    if (quantize != nullptr) {
+        // Rows padded to 64 bytes so each token starts on its own line.
+        a_stride = (a_row_bytes + 63) / 64 * 64;
+        auto* buf = static_cast<unsigned char*>(pool.scratch(a_stride * static_cast<size_t>(n_tokens)));
+        auto quantize_rows = [&](int64_t begin, int64_t end) {
+            for (int64_t t = begin; t < end; ++t) quantize(x + t * ldx, buf + static_cast<size_t>(t) * a_stride, n);
+        };
+        // A single row is a few microseconds of work: cheaper inline than
+        // a second hand-off to the pool.
+        if (n_tokens == 1) {
+            quantize_rows(0, 1);
+        } else {
+            pool.parallel_for(n_tokens, 1, quantize_rows);
+        }
+        act = buf;
+    }
+
+    const int64_t rows_item = rows_per_item(w.n_rows, n_tokens, pool.size());
+    const int64_t row_items = (w.n_rows + rows_item - 1) / rows_item;
+    const int64_t tok_items = (n_tokens + kTokensPerItem - 1) / kTokensPerItem;
+    const int64_t n_items = row_items * tok_items;
+    const auto* wbase = static_cast<const unsigned char*>(w.data);
+    const auto* abase = static_cast<const unsigned char*>(act);
+
+    // Column blocking for batches: when the activation rows of one token
+    // group are too big for L1 (f32 activations of float weights, very wide
+    // rows), the dot products are split into column chunks that keep the
+    // group's activations in L1 while the item's rows pass over them; the
+    // partial sums are added in a fixed order, so results do not depend on
+    // the thread count.
+    const quant::TypeTraits& wt = quant::traits(w.type);
+    const double a_bytes_per_elem = static_cast<double>(quantize ? a_row_bytes : n * sizeof(float)) / static_cast<double>(n);
+    int64_t k_chunk = n;
+    // Measured on Zen 4 (32 KiB L1D): a token group that fits L1 (Q8_K rows
+    // of 4096 columns, 19 KiB) runs best unsplit; f32 rows (64 KiB per group
+    // at 4096 columns) best in chunks of about 16 KiB.
+    constexpr double kL1Bytes = 32 * 1024;
+    constexpr double kChunkBytes = 16 * 1024;
+    const double group_bytes = detail::kMaxTileTokens * a_bytes_per_elem * static_cast<double>(n);
+    if (n_tokens > 1 && group_bytes > kL1Bytes) {
+        const auto fit = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / (detail::kMaxTileTokens * a_bytes_per_elem)));
+        const int64_t step = std::max<int64_t>(wt.block_elems, 64);  // whole blocks, whole SIMD vectors
+        // Equal chunks rather than full ones plus a sliver.
+        const int64_t chunks = (n + fit - 1) / fit;
+        k_chunk = std::min(n, ((n + chunks - 1) / chunks + step - 1) / step * step);
+    }
+
+    auto do_item = [&](int64_t item) {
+        // Consecutive items share a token block, so its activations are
+        // reused (from L2/L3) by whichever threads take them.
+        const int64_t tb = item / row_items;
+        const int64_t rb = item % row_items;
+        const int64_t r0 = rb * rows_item, r1 = std::min(w.n_rows, r0 + rows_item);
+        const int64_t t0 = tb * kTokensPerItem, t1 = std::min(n_tokens, t0 + kTokensPerItem);
+        for (int64_t k0 = 0; k0 < n; k0 += k_chunk) {
+            const int64_t kn = std::min(k_chunk, n - k0);
+            const size_t w_off = static_cast<size_t>(k0 / wt.block_elems) * wt.block_bytes;
+            const auto a_off = static_cast<size_t>(static_cast<double>(k0) * a_bytes_per_elem);
+            for (int64_t t = t0; t < t1; t += detail::kMaxTileTokens) {
+                const int nt = static_cast<int>(std::min<int64_t>(detail::kMaxTileTokens, t1 - t));
+                const unsigned char* a_t = abase + static_cast<size_t>(t) * a_stride + a_off;
+                for (int64_t r = r0; r < r1; ++r) {
+                    const unsigned char* w_r = wbase + static_cast<size_t>(r) * w.row_stride_bytes + w_off;
+                    float* y_tr = y + t * ldy + r;
+                    if (k0 == 0) {
+                        fn(kn, w_r, a_t, a_stride, nt, y_tr, ldy);
+                    } else {
+                        float part[detail::kMaxTileTokens];
+                        fn(kn, w_r, a_t, a_stride, nt, part, 1);
+                        for (int i = 0; i < nt; ++i) y_tr[i * ldy] += part[i];
+                    }
+                }
+            }
+        }
+    };
+
+    if (pool.size() == 1 || n_items == 1) {
+        for (int64_t i = 0; i < n_items; ++i) do_item(i);
+        return;
+    }
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+        for (int64_t i = next.fetch_add(1, std::memory_order_relaxed); i < n_items;
+             i = next.fetch_add(1, std::memory_order_relaxed)) {
+            do_item(i);
+        }
+    });
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,183 @@
+// Helpers shared by the AVX2 and AVX-512 kernel files. Only those files
+// include this header, and each is compiled with its own -m flags; every
+// helper therefore has internal linkage (anonymous namespace), so the
+// linker can never merge an AVX-512 instance into the AVX2 code path.
+#pragma once
+
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "simd_x86.h needs -mavx2 -mfma -mf16c (set per file in kernels_cpu/CMakeLists.txt)"
+#endif
+
+// GCC 12's AVX-512 intrinsics initialize their "undefined" operands from
+// themselves, which -Wmaybe-uninitialized reports at every inlined use
+// (a known GCC 12 false positive); the state is by source location, so scoping the
+// suppression to the header leaves our own code checked.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "kernels_cpu/vec_dot.h"
+#include "runtime/common/error.h"
+#include "runtime/quant/quant_blocks.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+inline float f16(quant::fp16_bits h) { return _cvtsh_ss(h); }
+
+// A block's two fp16 scales through one conversion: [d, dmin, 0, 0].
+inline __m128 scales_pair(quant::fp16_bits d, quant::fp16_bits dmin) {
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d | static_cast<uint32_t>(dmin) << 16)));
+}
+
+inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+
+inline uint32_t load_u32(const uint8_t* p) {
+    uint32_t v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+// Calls f(std::integral_constant<int, 0>{}) ... f(<N-1>): an unrolled loop
+// whose index is a compile-time constant, so per-chunk shift counts and
+// shuffle tables become immediates.
+template <int N, class F>
+inline void unroll(F&& f) {
+    [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
+    (std::make_integer_sequence<int, N>{});
+}
+
+// Dispatches a runtime token count onto the NT instantiations.
+static_assert(kMaxTileTokens == 4, "tile() instantiates 1..4 tokens");
+template <template <int> class K>
+void tile(int64_t n, const void* w, const void* a, size_t a_stride, int nt, float* y, int64_t ldy) {
+    switch (nt) {
+        case 1: K<1>::run(n, w, a, a_stride, y, ldy); break;
+        case 2: K<2>::run(n, w, a, a_stride, y, ldy); break;
+        case 3: K<3>::run(n, w, a, a_stride, y, ldy); break;
+        case 4: K<4>::run(n, w, a, a_stride, y, ldy); break;
+        default: TANDEM_CHECK(false, "dot kernel: token tile outside [1, kMaxTileTokens]");
+    }
+}
+
+// The minimum of a *_1 weight block and the sum of a Q8_1 block; 0 for the
+// formats without them, whose code never uses the result.
+template <class B>
+inline quant::fp16_bits m_of(const B& b) {
+    if constexpr (requires { b.m; }) {
+        return b.m;
+    } else {
+        return 0;
+    }
+}
+template <class B>
+inline quant::fp16_bits s_of(const B& b) {
+    if constexpr (requires { b.s; }) {
+        return b.s;
+    } else {
+        return 0;
+    }
+}
+
+// Activation row t of a tile.
+template <class Block>
+inline const Block* act_row(const void* a, size_t a_stride, int t) {
+    return reinterpret_cast<const Block*>(static_cast<const unsigned char*>(a) + static_cast<size_t>(t) * a_stride);
+}
+
+// The scale decoders below build their result in a register from 32-bit
+// pieces: going through a byte array (four 4-byte stores, one 16-byte
+// load) would defeat store-to-load forwarding and stall every super-block.
+
+// Sixteen 6-bit Q3_K scales from their 12 packed bytes, as int8 in
+// [-32, 31]: low nibbles from bytes 0..7, the top two bits from 8..11.
+inline __m128i q3_K_scales(const uint8_t* packed) {
+    constexpr uint32_t kLow2 = 0x03030303u;
+    constexpr uint32_t kLow4 = 0x0f0f0f0fu;
+    const uint32_t a0 = load_u32(packed), a1 = load_u32(packed + 4), hi = load_u32(packed + 8);
+    const uint32_t s0 = (a0 & kLow4) | (((hi >> 0) & kLow2) << 4);
+    const uint32_t s1 = (a1 & kLow4) | (((hi >> 2) & kLow2) << 4);
+    const uint32_t s2 = ((a0 >> 4) & kLow4) | (((hi >> 4) & kLow2) << 4);
+    const uint32_t s3 = ((a1 >> 4) & kLow4) | (((hi >> 6) & kLow2) << 4);
+    // (Two 64-bit halves measured faster here than four 32-bit inserts;
+    // for q4_K_scales_mins below the opposite, per GCC 12's code.)
+    const __m128i v = _mm_set_epi64x(static_cast<int64_t>(s2 | static_cast<uint64_t>(s3) << 32),
+                                     static_cast<int64_t>(s0 | static_cast<uint64_t>(s1) << 32));
+    return _mm_sub_epi8(v, _mm_set1_epi8(32));
+}
+
+// Q4_K/Q5_K: eight 6-bit scales (bytes 0-7) then eight 6-bit mins (8-15).
+inline __m128i q4_K_scales_mins(const uint8_t* packed) {
+    constexpr uint32_t kLow6 = 0x3f3f3f3fu;
+    constexpr uint32_t kLow4 = 0x0f0f0f0fu;
+    constexpr uint32_t kLow2 = 0x03030303u;
+    const uint32_t u0 = load_u32(packed), u1 = load_u32(packed + 4), u2 = load_u32(packed + 8);
+    const uint32_t sc_lo = u0 & kLow6;
+    const uint32_t sc_hi = (u2 & kLow4) | (((u0 >> 6) & kLow2) << 4);
+    const uint32_t mn_lo = u1 & kLow6;
+    const uint32_t mn_hi = ((u2 >> 4) & kLow4) | (((u1 >> 6) & kLow2) << 4);
+    return _mm_set_epi32(static_cast<int>(mn_hi), static_cast<int>(mn_lo), static_cast<int>(sc_hi), static_cast<int>(sc_lo));
+}
+
+}  // namespace
+}  // namespace tandem::cpu::detail
+
+#if defined(__AVX512F__)
+#if !defined(__AVX512BW__) || !defined(__AVX512VL__)
+#error "the AVX-512 kernels need -mavx512bw -mavx512vl"
+#endif
+namespace tandem::cpu::detail {
+namespace {
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+
+// [lo, hi] as one 512-bit register.
+inline __m512i join256(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+// The float version of join256. (insertf32x8 would need AVX512DQ, which
+// the level check does not require, so go through the 64-bit-lane insert.)
+inline __m512 join_ps(__m256 lo, __m256 hi) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+// acc + sum of four u8 x s8 products per int32 lane. Without VNNI the
+// emulation goes through saturating int16 pairs, which is exact for every
+// caller here (|u| <= 128, |s| <= 127 gives at most 32512 per pair).
+inline __m512i dpbusd(__m512i acc, __m512i u, __m512i s) {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpbusd_epi32(acc, u, s);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+#endif
+}
+
+// acc + sum of two int16 x int16 products per int32 lane.
+inline __m512i dpwssd(__m512i acc, __m512i a, __m512i b) {
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(acc, a, b);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+
+}  // namespace
+}  // namespace tandem::cpu::detail
+#endif  // __AVX512F__

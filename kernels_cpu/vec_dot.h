@@ -1,0 +1,117 @@
+// Internal to kernels_cpu: the dot-product kernels behind matmul(), one per
+// (weight type, SIMD level), gathered in a constant table (kDotKernels in
+// matmul.cpp) that matmul and the tests index by type instead of switching.
+//
+// Every kernel has the same shape: one weight row against up to
+// kMaxTileTokens activation rows. Passing several tokens at once lets the
+// SIMD kernels unpack each weight block (nibble masks, scale shuffles) once
+// and reuse it from registers for every token, which is what makes batched
+// prompt processing compute-efficient; with nt = 1 it is a plain matvec dot.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels_cpu/matmul.h"
+#include "runtime/quant/quant_types.h"
+
+namespace tandem::cpu::detail {
+
+// Tokens a kernel handles per call (register tile width in tokens).
+inline constexpr int kMaxTileTokens = 4;
+
+// y[t * ldy] = dot(weight row w, activation row a + t * a_stride bytes) for
+// t in [0, nt), nt in [1, kMaxTileTokens]; n elements, a multiple of the
+// weight type's block size.
+using DotFn = void (*)(int64_t n, const void* w, const void* a, size_t a_stride, int nt, float* y, int64_t ldy);
+
+// One row of the dispatch table. A null entry means "no kernel at this
+// level" (e.g. a build without x86 intrinsics); lookups fall back to the
+// next lower level.
+struct DotKernels {
+    quant::Type w_type;
+    quant::Type a_type;  // what activations are quantized to
+    DotFn scalar;
+    DotFn avx2;
+    DotFn avx512;    // built with VNNI
+    DotFn avx512nv;  // the same source built without VNNI
+};
+
+// Whether the CPU has AVX512_VNNI (selects avx512 over avx512nv).
+bool avx512_vnni_available();
+
+// nullptr if w_type is not a supported weight type.
+const DotKernels* find_dot_kernels(quant::Type w_type);
+// The kernel for w_type at `level` (or the best available below it).
+DotFn dot_kernel(quant::Type w_type, SimdLevel level);
+
+// X(TYPE, suffix, ACTIVATION TYPE): every weight type with a kernel.
+#define TANDEM_DOT_TYPES(X) \
+    X(F32, f32, F32)        \
+    X(F16, f16, F16)        \
+    X(BF16, bf16, BF16)     \
+    X(Q4_0, q4_0, Q8_0)     \
+    X(Q4_1, q4_1, Q8_1)     \
+    X(Q5_0, q5_0, Q8_0)     \
+    X(Q5_1, q5_1, Q8_1)     \
+    X(Q8_0, q8_0, Q8_0)     \
+    X(Q2_K, q2_K, Q8_K)     \
+    X(Q3_K, q3_K, Q8_K)     \
+    X(Q4_K, q4_K, Q8_K)     \
+    X(Q5_K, q5_K, Q8_K)     \
+    X(Q6_K, q6_K, Q8_K)
+
+#define TANDEM_DOT_ARGS int64_t n, const void *w, const void *a, size_t a_stride, int nt, float *y, int64_t ldy
+#define TANDEM_DECLARE_DOT(T, name, A)          \
+    void dot_##name##_scalar(TANDEM_DOT_ARGS); \
+    void dot_##name##_avx2(TANDEM_DOT_ARGS);   \
+    void dot_##name##_avx512(TANDEM_DOT_ARGS); \
+    void dot_##name##_avx512nv(TANDEM_DOT_ARGS);
+TANDEM_DOT_TYPES(TANDEM_DECLARE_DOT)
+#undef TANDEM_DECLARE_DOT
+
+// Batches with F16/BF16 weights: each activation is rounded to the
+// activation type as usual but stored widened back to f32, once per
+// matmul, so the token-tiled kernels do not convert every activation again
+// for every weight row. The products and their order are those of the
+// 16-bit kernel, so the results are identical; only the speed differs.
+struct WideDot {
+    DotFn fn = nullptr;
+    quant::QuantizeRowFn round_row = nullptr;  // float row -> rounded float row
+};
+// {nullptr, nullptr} where there is none (other types, the scalar level).
+WideDot wide_dot_kernel(quant::Type w_type, SimdLevel level);
+
+void dot_f16_wide_avx2(TANDEM_DOT_ARGS);
+void dot_bf16_wide_avx2(TANDEM_DOT_ARGS);
+void dot_f16_wide_avx512(TANDEM_DOT_ARGS);
+void dot_bf16_wide_avx512(TANDEM_DOT_ARGS);
+void dot_f16_wide_avx512nv(TANDEM_DOT_ARGS);
+void dot_bf16_wide_avx512nv(TANDEM_DOT_ARGS);
+void round_row_f16_avx2(const float* src, void* dst, int64_t n);
+void round_row_bf16_avx2(const float* src, void* dst, int64_t n);
+
+// Quantizes activations into a_type: the reference quantize_row at Scalar,
+// byte-identical SIMD versions above it (act_quant_avx2.cpp).
+quant::QuantizeRowFn activation_quantizer(quant::Type a_type, SimdLevel level);
+
+// Q8_0/Q8_1 activations as ggml's CPU backend makes them (act_quant.cpp);
+// the other partners use the reference quantize_row.
+void quantize_activation_q8_0(const float* src, void* dst, int64_t n);
+void quantize_activation_q8_1(const float* src, void* dst, int64_t n);
+quant::QuantizeRowFn scalar_activation_quantizer(quant::Type a_type);
+void quantize_row_q8_0_avx2(const float* src, void* dst, int64_t n);
+void quantize_row_q8_1_avx2(const float* src, void* dst, int64_t n);
+void quantize_row_q8_K_avx2(const float* src, void* dst, int64_t n);
+void quantize_row_f16_avx2(const float* src, void* dst, int64_t n);
+void quantize_row_bf16_avx2(const float* src, void* dst, int64_t n);
+
+// Calls a single-token dot F for each of the nt tokens: the scalar
+// reference, and SIMD types whose kernels do not tile over tokens.
+template <float (*F)(int64_t, const void*, const void*)>
+void each_token(int64_t n, const void* w, const void* a, size_t a_stride, int nt, float* y, int64_t ldy) {
+    const auto* ab = static_cast<const unsigned char*>(a);
+    for (int t = 0; t < nt; ++t) y[t * ldy] = F(n, w, ab + static_cast<size_t>(t) * a_stride);
+}
+
+}  // namespace tandem::cpu::detail

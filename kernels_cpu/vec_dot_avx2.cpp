@@ -1,0 +1,225 @@
+// AVX2 + FMA + F16C kernels for the float formats and the 32-element
+// legacy formats (the K-quants are in vec_dot_kquants_avx2.cpp).
+//
+// Each kernel is a template over the number of tokens NT in the tile: the
+// weight block is loaded and unpacked once, then multiplied with NT
+// activation rows while it sits in registers.
+#include "kernels_cpu/simd_x86.h"
+#include "kernels_cpu/vec_dot.h"
+#include "runtime/quant/fp16.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+using namespace tandem::quant;
+
+// ---- Float formats ----------------------------------------------------------------------
+// Per format: how to load 8 elements as floats, and one element for the tail.
+
+struct LoadF32 {
+    using T = float;
+    static __m256 load8(const T* p) { return _mm256_loadu_ps(p); }
+    static float one(T v) { return v; }
+};
+struct LoadF16 {
+    using T = fp16_bits;
+    static __m256 load8(const T* p) { return _mm256_cvtph_ps(load128(p)); }
+    static float one(T v) { return f16(v); }
+};
+struct LoadBF16 {
+    using T = bf16_bits;
+    // bf16 is the top half of an f32: widen to 32 bits and shift into place.
+    static __m256 load8(const T* p) {
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16));
+    }
+    static float one(T v) { return bf16_to_fp32(v); }
+};
+
+// L loads weights, LA activations: the same format, or (the "wide"
+// kernels) F16/BF16 weights against activations already widened to f32.
+template <class L, class LA = L>
+struct FloatDot {
+    template <int NT>
+    struct K {
+        static void run(int64_t n, const void* w, const void* a, size_t a_stride, float* y, int64_t ldy) {
+            using T = typename L::T;
+            using TA = typename LA::T;
+            const T* x = static_cast<const T*>(w);
+            const TA* ya[NT];
+            for (int t = 0; t < NT; ++t) ya[t] = act_row<TA>(a, a_stride, t);
+            // Two accumulators per token hide the FMA latency (4 cycles) when
+            // NT is small; with NT = 4 there are 8 independent chains.
+            __m256 acc0[NT], acc1[NT];
+            for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+            int64_t i = 0;
+            for (; i + 16 <= n; i += 16) {
+                const __m256 w0 = L::load8(x + i);
+                const __m256 w1 = L::load8(x + i + 8);
+                for (int t = 0; t < NT; ++t) {
+                    acc0[t] = _mm256_fmadd_ps(w0, LA::load8(ya[t] + i), acc0[t]);
+                    acc1[t] = _mm256_fmadd_ps(w1, LA::load8(ya[t] + i + 8), acc1[t]);
+                }
+            }
+            for (; i + 8 <= n; i += 8) {
+                const __m256 w0 = L::load8(x + i);
+                for (int t = 0; t < NT; ++t) acc0[t] = _mm256_fmadd_ps(w0, LA::load8(ya[t] + i), acc0[t]);
+            }
+            for (int t = 0; t < NT; ++t) {
+                float s = hsum(_mm256_add_ps(acc0[t], acc1[t]));
+                for (int64_t j = i; j < n; ++j) s += L::one(x[j]) * LA::one(ya[t][j]);
+                y[t * ldy] = s;
+            }
+        }
+    };
+};
+
+template <int NT>
+using F32K = FloatDot<LoadF32>::K<NT>;
+template <int NT>
+using F16K = FloatDot<LoadF16>::K<NT>;
+template <int NT>
+using BF16K = FloatDot<LoadBF16>::K<NT>;
+template <int NT>
+using F16WideK = FloatDot<LoadF16, LoadF32>::K<NT>;
+template <int NT>
+using BF16WideK = FloatDot<LoadBF16, LoadF32>::K<NT>;
+
+// ---- Legacy formats ----------------------------------------------------------------------
+// Unpack(block) gives the 32 weight codes in element order as bytes, either
+// signed (Q4_0, Q5_0, Q8_0: the offset already subtracted) or unsigned
+// (Q4_1, Q5_1, whose minimum is added separately via the activation sum).
+
+// 32 nibbles in element order: low nibbles are elements 0..15, high
+// nibbles 16..31, so one shift and one mask split the 16 bytes.
+inline __m256i nibbles32(const uint8_t* qs) {
+    const __m128i b = load128(qs);
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+// Byte j = 0xFF where bit j of the 32-bit qh is set: broadcast byte j/8 of
+// qh into byte j, then test bit j%8 with a per-byte mask.
+inline __m256i bits32(const uint8_t* qh) {
+    const __m256i spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(static_cast<int>(load_u32(qh))),
+        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
+    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+struct UQ4_0 {
+    using W = block_q4_0;
+    using A = block_q8_0;
+    static constexpr bool kSigned = true;
+    static __m256i unpack(const W& b) { return _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8)); }
+};
+struct UQ4_1 {
+    using W = block_q4_1;
+    using A = block_q8_1;
+    static constexpr bool kSigned = false;
+    static __m256i unpack(const W& b) { return nibbles32(b.qs); }
+};
+struct UQ5_0 {
+    using W = block_q5_0;
+    using A = block_q8_0;
+    static constexpr bool kSigned = true;
+    // q - 16 as int8 without a subtraction: where the fifth bit is clear the
+    // code is nibble - 16 = nibble | 0xF0 in two's complement.
+    static __m256i unpack(const W& b) {
+        return _mm256_or_si256(nibbles32(b.qs), _mm256_andnot_si256(bits32(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0))));
+    }
+};
+struct UQ5_1 {
+    using W = block_q5_1;
+    using A = block_q8_1;
+    static constexpr bool kSigned = false;
+    static __m256i unpack(const W& b) {
+        return _mm256_or_si256(nibbles32(b.qs), _mm256_and_si256(bits32(b.qh), _mm256_set1_epi8(0x10)));
+    }
+};
+struct UQ8_0 {
+    using W = block_q8_0;
+    using A = block_q8_0;
+    static constexpr bool kSigned = true;
+    static __m256i unpack(const W& b) { return load256(b.qs); }
+};
+
+template <class U>
+struct LegacyDot {
+    template <int NT>
+    struct K {
+        static void run(int64_t n, const void* w, const void* a, size_t a_stride, float* y, int64_t ldy) {
+            using W = typename U::W;
+            using A = typename U::A;
+            constexpr bool kHasMin = std::is_same_v<A, block_q8_1>;
+            const W* x = static_cast<const W*>(w);
+            const A* ya[NT];
+            for (int t = 0; t < NT; ++t) ya[t] = act_row<A>(a, a_stride, t);
+            const __m256i ones = _mm256_set1_epi16(1);
+            // Two accumulator sets, even and odd blocks: with one token a
+            // block is ~4 cycles of work, as long as the FMA latency, so a
+            // single chain would serialize on it.
+            __m256 acc0[NT], acc1[NT];
+            __m128 accm[NT];  // lane 0: sum of m * s (Q4_1, Q5_1)
+            for (int t = 0; t < NT; ++t) {
+                acc0[t] = acc1[t] = _mm256_setzero_ps();
+                accm[t] = _mm_setzero_ps();
+            }
+            auto step = [&](int64_t i, __m256* acc) {
+                const __m256i q = U::unpack(x[i]);
+                // maddubs multiplies unsigned by signed bytes; for signed
+                // weights move the sign onto the activation (|w| * sign(w)y).
+                const __m256i qu = U::kSigned ? _mm256_sign_epi8(q, q) : q;
+                for (int t = 0; t < NT; ++t) {
+                    const A& yb = ya[t][i];
+                    __m256i act = load256(yb.qs);
+                    if constexpr (U::kSigned) act = _mm256_sign_epi8(act, q);
+                    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(qu, act), ones);
+                    // Both fp16 scales through one conversion: [dx, dy].
+                    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(x[i].d | static_cast<uint32_t>(yb.d) << 16)));
+                    const __m256 d = _mm256_broadcastss_ps(_mm_mul_ss(dd, _mm_movehdup_ps(dd)));
+                    acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[t]);
+                    if constexpr (kHasMin) {
+                        // The minimum applies to every element: m * sum(y) = m * s.
+                        const __m128 ms = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(m_of(x[i]) | static_cast<uint32_t>(s_of(yb)) << 16)));
+                        accm[t] = _mm_fmadd_ss(ms, _mm_movehdup_ps(ms), accm[t]);
+                    }
+                }
+            };
+            const int64_t nb = n / 32;
+            int64_t i = 0;
+            for (; i + 2 <= nb; i += 2) {
+                step(i, acc0);
+                step(i + 1, acc1);
+            }
+            if (i < nb) step(i, acc0);
+            for (int t = 0; t < NT; ++t) y[t * ldy] = hsum(_mm256_add_ps(acc0[t], acc1[t])) + _mm_cvtss_f32(accm[t]);
+        }
+    };
+};
+
+template <int NT>
+using Q4_0K = LegacyDot<UQ4_0>::K<NT>;
+template <int NT>
+using Q4_1K = LegacyDot<UQ4_1>::K<NT>;
+template <int NT>
+using Q5_0K = LegacyDot<UQ5_0>::K<NT>;
+template <int NT>
+using Q5_1K = LegacyDot<UQ5_1>::K<NT>;
+template <int NT>
+using Q8_0K = LegacyDot<UQ8_0>::K<NT>;
+
+}  // namespace
+
+void dot_f32_avx2(TANDEM_DOT_ARGS) { tile<F32K>(n, w, a, a_stride, nt, y, ldy); }
+void dot_f16_avx2(TANDEM_DOT_ARGS) { tile<F16K>(n, w, a, a_stride, nt, y, ldy); }
+void dot_bf16_avx2(TANDEM_DOT_ARGS) { tile<BF16K>(n, w, a, a_stride, nt, y, ldy); }
+void dot_f16_wide_avx2(TANDEM_DOT_ARGS) { tile<F16WideK>(n, w, a, a_stride, nt, y, ldy); }
+void dot_bf16_wide_avx2(TANDEM_DOT_ARGS) { tile<BF16WideK>(n, w, a, a_stride, nt, y, ldy); }
+void dot_q4_0_avx2(TANDEM_DOT_ARGS) { tile<Q4_0K>(n, w, a, a_stride, nt, y, ldy); }
+void dot_q4_1_avx2(TANDEM_DOT_ARGS) { tile<Q4_1K>(n, w, a, a_stride, nt, y, ldy); }
+void dot_q5_0_avx2(TANDEM_DOT_ARGS) { tile<Q5_0K>(n, w, a, a_stride, nt, y, ldy); }
+void dot_q5_1_avx2(TANDEM_DOT_ARGS) { tile<Q5_1K>(n, w, a, a_stride, nt, y, ldy); }
+void dot_q8_0_avx2(TANDEM_DOT_ARGS) { tile<Q8_0K>(n, w, a, a_stride, nt, y, ldy); }
+
+}  // namespace tandem::cpu::detail

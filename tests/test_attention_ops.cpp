@@ -1,0 +1,174 @@
+// The CPU attention kernel and the element-wise ops against plain
+// double-precision references written from their definitions, on random
+// data: causal masking, sliding windows, GQA head sharing, ring-buffer
+// cells, both RoPE styles.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels_cpu/attention.h"
+#include "kernels_cpu/elementwise.h"
+#include "runtime/kv_cache/kv_cache.h"
+#include "runtime/quant/fp16.h"
+
+namespace tc = tandem::cpu;
+namespace tq = tandem::quant;
+
+namespace {
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = dist(rng);
+    return v;
+}
+
+float round_f16(float x) { return tq::fp16_to_fp32(tq::fp32_to_fp16(x)); }
+
+struct AttnCase {
+    int64_t n_head, n_head_kv, head_dim, n_cells, n_tokens, first_pos, window;
+};
+
+// Writes positions first_pos - (n_cells - n_tokens) .. first_pos + n_tokens - 1
+// into a cache of n_cells (a ring when positions exceed n_cells), then
+// compares the kernel with a direct computation over the visible positions.
+void check_attention(const AttnCase& c, uint32_t seed) {
+    const int64_t k_dim = c.n_head_kv * c.head_dim;
+    tandem::LayerKvCache cache(tq::Type::F16, c.n_cells, k_dim, k_dim);
+    const int64_t oldest = std::max<int64_t>(0, c.first_pos + c.n_tokens - c.n_cells);
+    const int64_t last = c.first_pos + c.n_tokens - 1;
+    const auto keys = random_vector(static_cast<size_t>((last + 1) * k_dim), seed);
+    const auto vals = random_vector(static_cast<size_t>((last + 1) * k_dim), seed + 1);
+    for (int64_t p = oldest; p <= last; ++p) {
+        cache.store(static_cast<int32_t>(p), keys.data() + p * k_dim, vals.data() + p * k_dim);
+    }
+    const auto q = random_vector(static_cast<size_t>(c.n_tokens * c.n_head * c.head_dim), seed + 2);
+    std::vector<int32_t> q_pos(static_cast<size_t>(c.n_tokens));
+    for (int64_t t = 0; t < c.n_tokens; ++t) q_pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.first_pos + t);
+
+    tc::AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.head_dim, c.window,
+                             1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    std::vector<float> out(static_cast<size_t>(c.n_tokens * c.n_head * c.head_dim));
+    tc::ThreadPool pool(2, false);
+    tc::attention(q.data(), q_pos.data(), c.n_tokens, shape, cache.view(), out.data(), pool, tc::SimdLevel::Scalar);
+
+    // The reference follows the definition, with the one rounding the
+    // kernel promises: V accumulated in fp16 after each cell (as ggml's CPU
+    // flash attention does). Scores are exact here (double), so outputs may
+    // differ by an fp16 step or two where a score difference flips a
+    // rounding; a wrong mask, scale or head mapping is off by far more.
+    const int64_t gqa = c.n_head / c.n_head_kv;
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+        const int64_t pos = c.first_pos + t;
+        for (int64_t h = 0; h < c.n_head; ++h) {
+            const int64_t g = h / gqa;
+            std::vector<float> acc(static_cast<size_t>(c.head_dim), 0.0f);
+            float m = -INFINITY, sum = 0.0f;
+            // Cells are visited in storage order, as the kernel does.
+            for (int64_t cell = 0; cell < c.n_cells; ++cell) {
+                int64_t p = -1;
+                for (int64_t cand = oldest; cand <= last; ++cand) {
+                    if (cand % c.n_cells == cell) p = cand;
+                }
+                if (p < 0 || p > pos || (c.window > 0 && pos - p >= c.window)) continue;
+                double dot = 0.0;
+                for (int64_t d = 0; d < c.head_dim; ++d) {
+                    dot += static_cast<double>(round_f16(q[static_cast<size_t>((t * c.n_head + h) * c.head_dim + d)])) *
+                           round_f16(keys[static_cast<size_t>(p * k_dim + g * c.head_dim + d)]);
+                }
+                const float sc = static_cast<float>(dot) * shape.scale;
+                float ms = 1.0f, vs = 1.0f;
+                if (sc > m) {
+                    ms = std::exp(m - sc);
+                    m = sc;
+                    for (auto& a : acc) a = round_f16(a * ms);
+                } else {
+                    vs = std::exp(sc - m);
+                }
+                for (int64_t d = 0; d < c.head_dim; ++d) {
+                    const float v = round_f16(vals[static_cast<size_t>(p * k_dim + g * c.head_dim + d)]);
+                    acc[static_cast<size_t>(d)] = round_f16(std::fma(v, vs, acc[static_cast<size_t>(d)]));
+                }
+                sum = sum * ms + vs;
+            }
+            for (int64_t d = 0; d < c.head_dim; ++d) {
+                const float o = acc[static_cast<size_t>(d)] / sum;
+                const float got = out[static_cast<size_t>((t * c.n_head + h) * c.head_dim + d)];
+                ASSERT_NEAR(got, o, 2e-3f * std::max(1.0f, std::fabs(o))) << "token " << t << " head " << h << " dim " << d;
+            }
+        }
+    }
+    // Every SIMD level gives the same attention up to score rounding.
+    for (tc::SimdLevel level : {tc::SimdLevel::Avx2, tc::SimdLevel::Avx512}) {
+        if (!tc::simd_level_supported(level)) continue;
+        std::vector<float> simd(out.size());
+        tc::attention(q.data(), q_pos.data(), c.n_tokens, shape, cache.view(), simd.data(), pool, level);
+        for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(simd[i], out[i], 2e-3f * std::max(1.0f, std::fabs(out[i])));
+    }
+}
+
+}  // namespace
+
+TEST(CpuAttention, CausalPrefillWithGqa) { check_attention({8, 2, 64, 64, 17, 0, 0}, 1); }
+
+TEST(CpuAttention, DecodeStepAfterHistory) { check_attention({4, 4, 32, 128, 1, 90, 0}, 2); }
+
+TEST(CpuAttention, SlidingWindowOnRingBuffer) {
+    // Window 16, micro-batch 8: 24 cells hold positions 36..59 for queries 52..59.
+    check_attention({4, 1, 64, 24, 8, 52, 16}, 3);
+}
+
+TEST(CpuOps, RmsNormMatchesDefinition) {
+    const int64_t n = 640;
+    const auto x = random_vector(3 * n, 4);
+    const auto w = random_vector(n, 5);
+    std::vector<float> y(3 * n);
+    tc::rms_norm_rows(x.data(), w.data(), y.data(), n, 3, 1e-6f);
+    for (int64_t r = 0; r < 3; ++r) {
+        double ss = 0.0;
+        for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[r * n + i]) * x[r * n + i];
+        const double s = 1.0 / std::sqrt(ss / n + 1e-6);
+        for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[r * n + i], x[r * n + i] * s * w[i], 1e-5);
+    }
+}
+
+TEST(CpuOps, RopeRotatesPairsByPositionAngles) {
+    const int64_t head_dim = 64, n_rot = 64, n_heads = 2, pos = 37;
+    for (auto mode : {tc::RopeMode::Norm, tc::RopeMode::Neox}) {
+        auto x = random_vector(n_heads * head_dim, 6);
+        const auto orig = x;
+        tc::RopeParams p;
+        p.mode = mode;
+        p.n_rot = n_rot;
+        p.freq_base = 10000.0f;
+        tc::rope_heads(x.data(), n_heads, head_dim, pos, p);
+        for (int64_t h = 0; h < n_heads; ++h) {
+            for (int64_t i = 0; i < n_rot / 2; ++i) {
+                const double theta = pos * std::pow(10000.0, -2.0 * i / n_rot);
+                const int64_t a = mode == tc::RopeMode::Norm ? 2 * i : i;
+                const int64_t b = mode == tc::RopeMode::Norm ? 2 * i + 1 : i + n_rot / 2;
+                const double x0 = orig[h * head_dim + a], x1 = orig[h * head_dim + b];
+                // float angle accumulation drifts by a few ulps of pos*theta
+                ASSERT_NEAR(x[h * head_dim + a], x0 * std::cos(theta) - x1 * std::sin(theta), 2e-4);
+                ASSERT_NEAR(x[h * head_dim + b], x0 * std::sin(theta) + x1 * std::cos(theta), 2e-4);
+            }
+        }
+    }
+}
+
+TEST(CpuOps, GatedActivationsMatchDefinitions) {
+    const auto g = random_vector(1000, 7, 3.0f);
+    const auto u = random_vector(1000, 8);
+    std::vector<float> out(1000);
+    tc::swiglu(g.data(), u.data(), out.data(), 1000);
+    for (size_t i = 0; i < 1000; ++i) ASSERT_NEAR(out[i], g[i] / (1.0 + std::exp(-g[i])) * u[i], 1e-5);
+    tc::geglu(g.data(), u.data(), out.data(), 1000);
+    for (size_t i = 0; i < 1000; ++i) {
+        const double x = g[i];
+        const double gelu = 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+        ASSERT_NEAR(out[i], gelu * u[i], 1e-5);
+    }
+}

@@ -1,0 +1,208 @@
+// `tandem run`: evaluate a prompt and generate, streaming text, then print
+// prompt and generation speed and the GB/s of weights read.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "kernels_cpu/cpu_info.h"
+#include "runtime/common/error.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/sampler/sampler.h"
+#include "runtime/scheduler/session.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "tools/commands.h"
+
+namespace tandem::tools {
+namespace {
+
+struct RunOptions {
+    std::string model;
+    std::optional<std::string> prompt;
+    std::optional<std::string> prompt_file;
+    int n_predict = 128;
+    int64_t n_ctx = 0;
+    int n_threads = 0;
+    int64_t n_ubatch = 512;
+    int64_t n_batch = 0;  // accepted for llama.cpp compatibility; micro-batches are what matter on the CPU
+    std::string cache_type = "f16";
+    std::string dump_logits;
+    bool no_bos = false;
+    bool no_mmap = false;
+    bool mlock = false;
+    bool verbose = false;
+    SamplerParams sampling;
+    std::optional<uint64_t> seed;
+};
+
+std::string read_prompt(const RunOptions& o) {
+    if (o.prompt && o.prompt_file) throw Error("give the prompt with -p or -f, not both");
+    if (o.prompt) return *o.prompt;
+    if (!o.prompt_file) throw Error("no prompt: give -p TEXT or -f FILE");
+    std::ifstream in(*o.prompt_file, std::ios::binary);
+    if (!in) throw Error(fmt::format("cannot read prompt file {}", *o.prompt_file));
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+model::CacheType parse_cache_type(const std::string& s) {
+    if (s == "f16") return model::CacheType::F16;
+    if (s == "q8_0") return model::CacheType::Q8_0;
+    throw Error(fmt::format("--cache-type: expected f16 or q8_0, found {}", s));
+}
+
+// Length of the longest prefix of `s` that ends on a UTF-8 character
+// boundary: a token may carry only the first bytes of a character.
+size_t complete_utf8_prefix(const std::string& s) {
+    size_t i = s.size();
+    size_t back = 0;
+    while (i > 0 && back < 4) {
+        const auto c = static_cast<unsigned char>(s[i - 1]);
+        if ((c & 0xC0) != 0x80) {  // a lead byte (or ASCII)
+            size_t need = 1;
+            if ((c & 0xE0) == 0xC0) need = 2;
+            else if ((c & 0xF0) == 0xE0) need = 3;
+            else if ((c & 0xF8) == 0xF0) need = 4;
+            return back + 1 >= need ? s.size() : i - 1;
+        }
+        --i;
+        ++back;
+    }
+    return s.size();
+}
+
+void write_logits(const std::string& path, const std::vector<float>& logits) {
+    const std::string partial = path + ".partial";
+    {
+        std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+        if (!out) throw Error(fmt::format("cannot write {}", partial));
+        out.write(reinterpret_cast<const char*>(logits.data()),
+                  static_cast<std::streamsize>(logits.size() * sizeof(float)));
+        if (!out) throw Error(fmt::format("writing {} failed", partial));
+    }
+    if (std::rename(partial.c_str(), path.c_str()) != 0) throw Error(fmt::format("cannot rename {} to {}", partial, path));
+}
+
+void run(const RunOptions& o) {
+    const std::string prompt = read_prompt(o);
+    gguf::OpenOptions open;
+    open.mode = o.no_mmap ? gguf::LoadMode::ReadIntoMemory : gguf::LoadMode::Mmap;
+    open.mlock = o.mlock;
+    const gguf::File file = gguf::File::open(o.model, open);
+    const model::ModelSpec spec = model::load_model_spec(file);
+    const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+
+    SessionOptions so;
+    so.n_ctx = o.n_ctx;
+    so.n_ubatch = o.n_ubatch;
+    so.n_threads = o.n_threads;
+    so.cache_type = parse_cache_type(o.cache_type);
+    SamplerParams sp = o.sampling;
+    sp.seed = o.seed ? *o.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    validate(sp);
+    if (o.n_predict < 0) throw Error(fmt::format("-n: expected a value >= 0, found {}", o.n_predict));
+
+    const std::vector<int32_t> tokens = tokenizer.encode(prompt, !o.no_bos && tokenizer.add_bos_by_default());
+    if (tokens.empty()) throw Error("the prompt gives no tokens");
+    // --dump-logits promises the prompt as one batch, as llama.cpp's golden
+    // files were made.
+    if (!o.dump_logits.empty()) so.n_ubatch = std::max<int64_t>(so.n_ubatch, static_cast<int64_t>(tokens.size()));
+    Session session(file, spec, so);
+    if (static_cast<int64_t>(tokens.size()) > session.n_ctx()) {
+        throw Error(fmt::format("the prompt has {} tokens but the context holds {}; use a larger -c", tokens.size(),
+                                session.n_ctx()));
+    }
+    if (o.verbose) {
+        fmt::print(stderr, "model: {} ({}, {} layers, n_embd {}), context {}, {} threads, SIMD {}, KV cache {:.1f} MiB\n",
+                   o.model, spec.hp.arch, spec.hp.n_layer, spec.hp.n_embd, session.n_ctx(), session.n_threads(),
+                   cpu::simd_level_name(session.simd_level()), static_cast<double>(session.kv_cache_bytes()) / (1 << 20));
+    }
+
+    using clock = std::chrono::steady_clock;
+    std::vector<float> logits;
+    const bool dump = !o.dump_logits.empty();
+    const auto t0 = clock::now();
+    session.eval(tokens, dump, logits);
+    const double prompt_s = std::chrono::duration<double>(clock::now() - t0).count();
+    if (dump) {
+        write_logits(o.dump_logits, logits);
+        logits.erase(logits.begin(), logits.end() - session.n_vocab());  // keep the last row for sampling
+    }
+
+    fmt::print("{}", prompt);
+    std::fflush(stdout);
+    Sampler sampler(sp);
+    for (int32_t t : tokens) sampler.accept(t);
+    std::string pending;  // bytes of an incomplete UTF-8 character
+    int generated = 0;
+    const auto t1 = clock::now();
+    while (generated < o.n_predict) {
+        const int32_t next = sampler.sample(logits);
+        if (tokenizer.is_end_of_generation(next)) break;
+        sampler.accept(next);
+        ++generated;
+        pending += tokenizer.token_to_piece(next);
+        const size_t ready = complete_utf8_prefix(pending);
+        fmt::print("{}", pending.substr(0, ready));
+        std::fflush(stdout);
+        pending.erase(0, ready);
+        if (generated == o.n_predict) break;
+        if (session.n_past() >= session.n_ctx()) {
+            fmt::print(stderr, "\n[context of {} tokens is full; stopping]\n", session.n_ctx());
+            break;
+        }
+        const int32_t one[1] = {next};
+        session.eval(one, false, logits);
+    }
+    const double gen_s = std::chrono::duration<double>(clock::now() - t1).count();
+    fmt::print("{}\n", pending);
+
+    const double bytes = static_cast<double>(session.weight_bytes_per_token());
+    const double pp_tps = static_cast<double>(tokens.size()) / prompt_s;
+    // The last sampled token is not evaluated: generated - 1 decode steps.
+    const int steps = std::max(0, generated - 1);
+    const double tg_tps = steps > 0 && gen_s > 0 ? steps / gen_s : 0.0;
+    fmt::print(stderr, "\nprompt: {} tokens in {:.3f} s, {:.2f} tok/s\n", tokens.size(), prompt_s, pp_tps);
+    fmt::print(stderr, "generation: {} tokens in {:.3f} s, {:.2f} tok/s, {:.2f} GB/s of weights read\n", generated,
+               gen_s, tg_tps, tg_tps * bytes / 1e9);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+    auto opts = std::make_shared<RunOptions>();
+    CLI::App* cmd = app.add_subcommand("run", "Evaluate a prompt and generate text");
+    cmd->add_option("-m,--model", opts->model, "GGUF model file")->required();
+    cmd->add_option("-p,--prompt", opts->prompt, "prompt text");
+    cmd->add_option("-f,--file", opts->prompt_file, "read the prompt from a file");
+    cmd->add_option("-n,--n-predict", opts->n_predict, "tokens to generate (0: only evaluate the prompt)")
+        ->capture_default_str();
+    cmd->add_option("-c,--ctx-size", opts->n_ctx, "context size (0: the model's, at most 4096)")->capture_default_str();
+    cmd->add_option("-t,--threads", opts->n_threads, "threads (0: physical cores)")->capture_default_str();
+    cmd->add_option("--ubatch-size", opts->n_ubatch, "tokens per micro-batch of the prompt (-ub)")->capture_default_str();
+    cmd->add_option("-b,--batch-size", opts->n_batch, "logical batch size (accepted; the micro-batch decides)");
+    cmd->add_option("--cache-type", opts->cache_type, "KV cache type: f16 or q8_0")->capture_default_str();
+    cmd->add_option("--dump-logits", opts->dump_logits,
+                    "write float32 logits of every prompt position to FILE (the prompt is one batch)");
+    cmd->add_flag("--no-bos", opts->no_bos, "do not add the BOS token");
+    cmd->add_flag("--no-mmap", opts->no_mmap, "read the model into memory instead of mapping it");
+    cmd->add_flag("--mlock", opts->mlock, "lock the model in RAM");
+    cmd->add_flag("--verbose", opts->verbose, "print model and session details");
+    cmd->add_option("--temp", opts->sampling.temperature, "temperature (0: greedy)")->capture_default_str();
+    cmd->add_option("--top-k", opts->sampling.top_k, "top-k (0: off)")->capture_default_str();
+    cmd->add_option("--top-p", opts->sampling.top_p, "top-p (1: off)")->capture_default_str();
+    cmd->add_option("--min-p", opts->sampling.min_p, "min-p (0: off)")->capture_default_str();
+    cmd->add_option("--repeat-penalty", opts->sampling.repeat_penalty, "repetition penalty (1: off)")
+        ->capture_default_str();
+    cmd->add_option("--repeat-last-n", opts->sampling.repeat_last_n, "tokens the penalty looks back over")
+        ->capture_default_str();
+    cmd->add_option("--seed", opts->seed, "random seed (default: from the clock)");
+    cmd->callback([opts] { run(*opts); });
+}
+
+}  // namespace tandem::tools
