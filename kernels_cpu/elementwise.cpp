@@ -1,5 +1,7 @@
 #include "kernels_cpu/elementwise.h"
 
+#include "runtime/quant/fp16.h"
+
 #include <cmath>
 #include <memory>
 
@@ -67,11 +69,24 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 void geglu(const float* gate, const float* up, float* out, int64_t n) {
+    // ggml's CPU backend reads GELU from a table indexed by the fp16 of the
+    // input and stores fp16 results (inputs beyond +-10 pass through or
+    // vanish); computing the same two roundings keeps Gemma's FFN on the
+    // values llama.cpp produces.
     constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
     constexpr float kCoef = 0.044715f;
     for (int64_t i = 0; i < n; ++i) {
         const float g = gate[i];
-        const float gelu = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * g * (1.0f + kCoef * g * g)));
+        float gelu;
+        if (g <= -10.0f) {
+            gelu = 0.0f;
+        } else if (g >= 10.0f) {
+            gelu = g;
+        } else {
+            const float h = quant::fp16_to_fp32(quant::fp32_to_fp16(g));
+            const float exact = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + kCoef * h * h)));
+            gelu = quant::fp16_to_fp32(quant::fp32_to_fp16(exact));
+        }
         out[i] = gelu * up[i];
     }
 }
