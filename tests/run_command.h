@@ -5,6 +5,8 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -61,6 +63,18 @@ inline CommandResult run_tandem(const std::string& args, const std::filesystem::
     r.out = slurp(out);
     r.err = slurp(err);
     return r;
+}
+
+inline size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+// A clean failure: exit 1, no signal, one line on stderr in main()'s
+// "tandem: error: " form, naming `needle` when one is given.
+inline void expect_one_line_error(const CommandResult& r, const std::string& needle = "") {
+    EXPECT_FALSE(r.signaled) << "signal " << r.signal << "; stderr: " << r.err;
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+    EXPECT_EQ(r.err.rfind("tandem: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
 }
 
 }  // namespace tandem::testing

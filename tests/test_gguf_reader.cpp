@@ -21,20 +21,8 @@ using tandem::testing::test_data;
 
 std::filesystem::path tiny_model() { return test_data("tiny-llama-Q4_K_M.gguf"); }
 
-// The message of the Error `fn` throws, or "<no error>".
-template <class Fn>
-std::string error_of(Fn&& fn) {
-    try {
-        fn();
-    } catch (const tandem::Error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
-
-bool contains(const std::string& haystack, std::string_view needle) {
-    return haystack.find(needle) != std::string::npos;
-}
+using tandem::testing::contains;
+using tandem::testing::error_of;
 
 // Every tensor's bytes lie inside the file, after the header, and no two
 // tensors share a byte.

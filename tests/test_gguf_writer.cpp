@@ -22,19 +22,8 @@ using tandem::testing::scratch_dir;
 using tandem::testing::slurp;
 using tandem::testing::test_data;
 
-template <class Fn>
-std::string error_of(Fn&& fn) {
-    try {
-        fn();
-    } catch (const tandem::Error& e) {
-        return e.what();
-    }
-    return "<no error>";
-}
-
-bool contains(const std::string& haystack, std::string_view needle) {
-    return haystack.find(needle) != std::string::npos;
-}
+using tandem::testing::contains;
+using tandem::testing::error_of;
 
 std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
     std::mt19937 rng(seed);

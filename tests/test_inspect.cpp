@@ -23,19 +23,12 @@ namespace {
 
 using nlohmann::json;
 using testing::run_tandem;
+using testing::expect_one_line_error;
+using testing::count_lines;
 using testing::shell_quote;
 
 const std::filesystem::path kTinyModel = testing::test_data("tiny-llama-Q4_K_M.gguf");
 
-size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
-
-// A clean failure: exit 1, no signal, nothing on stdout, one line on stderr.
-void expect_one_line_error(const testing::CommandResult& r) {
-    EXPECT_FALSE(r.signaled) << "signal " << r.signal << "; stderr: " << r.err;
-    EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_EQ(count_lines(r.err), 1u) << r.err;
-    EXPECT_EQ(r.err.rfind("tandem: error: ", 0), 0u) << r.err;
-}
 
 TEST(InspectCommand, JsonMatchesTheReader) {
     const auto dir = testing::scratch_dir();

@@ -5,8 +5,11 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 #include <gtest/gtest.h>
+
+#include "runtime/common/error.h"
 
 namespace tandem::testing {
 
@@ -29,6 +32,21 @@ inline std::filesystem::path scratch_dir() {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     return dir;
+}
+
+// The message of the tandem::Error that fn throws, or "<no error>".
+template <class Fn>
+std::string error_of(Fn&& fn) {
+    try {
+        fn();
+    } catch (const tandem::Error& e) {
+        return e.what();
+    }
+    return "<no error>";
+}
+
+inline bool contains(const std::string& haystack, std::string_view needle) {
+    return haystack.find(needle) != std::string::npos;
 }
 
 }  // namespace tandem::testing

@@ -22,6 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::run_tandem;
+using testing::expect_one_line_error;
+using testing::count_lines;
 using testing::scratch_dir;
 using testing::shared;
 using testing::shell_quote;
@@ -503,13 +505,6 @@ TEST(QuantizeCommand, AllowRequantizeConvertsQuantizedInput) {
     EXPECT_LT(rel_rms(dequantized(got, "blk.2.ffn_up.weight"), dequantized(src, "blk.2.ffn_up.weight")), 0.02);
 }
 
-// A clean error: exit 1, one line on stderr naming the problem.
-void expect_one_line_error(const testing::CommandResult& r, const std::string& needle) {
-    EXPECT_FALSE(r.signaled);
-    EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-}
 
 TEST(QuantizeCommand, UnknownTypeListsValidMixes) {
     const auto dir = scratch_dir();

@@ -24,6 +24,8 @@ namespace tandem {
 namespace {
 
 using testing::run_tandem;
+using testing::expect_one_line_error;
+using testing::count_lines;
 using testing::shell_quote;
 
 // What cmd_synth.cpp draws from: N(0, 0.02) matrices, N(1, 0.02) norms.
@@ -34,15 +36,6 @@ constexpr double kNormMean = 1.0;
 // Q4_K_M "more bits" layers.
 const std::string kSmallDims = "--embd 256 --ff 512 --layers 2 --heads 4 --kv-heads 2 --vocab-size 1000 --ctx 512";
 
-size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
-
-void expect_one_line_error(const testing::CommandResult& r, const std::string& needle) {
-    EXPECT_FALSE(r.signaled) << "signal " << r.signal << "; stderr: " << r.err;
-    EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_EQ(count_lines(r.err), 1u) << r.err;
-    EXPECT_EQ(r.err.rfind("tandem: error: ", 0), 0u) << r.err;
-    EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
-}
 
 std::filesystem::path synth(const std::string& args, const std::filesystem::path& dir, const std::string& file) {
     const auto out = dir / file;

@@ -30,6 +30,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::run_tandem;
+using testing::expect_one_line_error;
+using testing::count_lines;
 using testing::shell_quote;
 
 // The committed copy under tests/data, else the shared one.
@@ -308,14 +310,6 @@ TEST(Tokenizer, BadMetadataIsAnErrorNamingTheKey) {
 
 // ---- tandem tokenize ------------------------------------------------------
 
-size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
-
-void expect_one_line_error(const testing::CommandResult& r) {
-    EXPECT_FALSE(r.signaled) << "signal " << r.signal << "; stderr: " << r.err;
-    EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_EQ(count_lines(r.err), 1u) << r.err;
-    EXPECT_EQ(r.err.rfind("tandem: error: ", 0), 0u) << r.err;
-}
 
 TEST(TokenizeCommand, PrintsTheVectorIds) {
     const auto dir = testing::scratch_dir();
