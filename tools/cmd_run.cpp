@@ -37,6 +37,9 @@ struct RunOptions {
     bool no_mmap = false;
     bool mlock = false;
     bool verbose = false;
+    std::string device;
+    std::string vram;
+    int64_t n_gpu_layers = 0;
     SamplerParams sampling;
     std::optional<uint64_t> seed;
 };
@@ -102,6 +105,9 @@ void run(const RunOptions& o) {
     so.n_ubatch = o.n_ubatch;
     so.n_threads = o.n_threads;
     so.cache_type = parse_cache_type(o.cache_type);
+    so.device = o.device;
+    so.n_gpu_layers = o.n_gpu_layers;
+    if (!o.vram.empty()) so.device_capacity = parse_size(o.vram);
     SamplerParams sp = o.sampling;
     sp.seed = o.seed ? *o.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     validate(sp);
@@ -121,6 +127,10 @@ void run(const RunOptions& o) {
         fmt::print(stderr, "model: {} ({}, {} layers, n_embd {}), context {}, {} threads, SIMD {}, KV cache {:.1f} MiB\n",
                    o.model, spec.hp.arch, spec.hp.n_layer, spec.hp.n_embd, session.n_ctx(), session.n_threads(),
                    cpu::simd_level_name(session.simd_level()), static_cast<double>(session.kv_cache_bytes()) / (1 << 20));
+        fmt::print(stderr, "split: layers [0, {}) on {}, [{}, {}) on the CPU, output head on {}\n",
+                   session.n_device_layers(), o.device.empty() ? "-" : o.device, session.n_device_layers(),
+                   spec.hp.n_layer, session.output_on_device() ? o.device : "cpu");
+        for (const MemoryLedger* l : session.ledgers()) fmt::print(stderr, "memory {}\n", l->summary());
     }
 
     using clock = std::chrono::steady_clock;
@@ -192,7 +202,12 @@ void add_run_command(CLI::App& app) {
     cmd->add_flag("--no-bos", opts->no_bos, "do not add the BOS token");
     cmd->add_flag("--no-mmap", opts->no_mmap, "read the model into memory instead of mapping it");
     cmd->add_flag("--mlock", opts->mlock, "lock the model in RAM");
-    cmd->add_flag("--verbose", opts->verbose, "print model and session details");
+    cmd->add_flag("--verbose", opts->verbose, "print model, split and memory per device");
+    cmd->add_option("--device", opts->device, "accelerator: cpu2 (a stand-in CPU device with --vram capacity)");
+    cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");
+    cmd->add_option("--n-gpu-layers", opts->n_gpu_layers,
+                    "leading layers on the accelerator (-ngl); more than the layer count also moves the head")
+        ->capture_default_str();
     cmd->add_option("--temp", opts->sampling.temperature, "temperature (0: greedy)")->capture_default_str();
     cmd->add_option("--top-k", opts->sampling.top_k, "top-k (0: off)")->capture_default_str();
     cmd->add_option("--top-p", opts->sampling.top_p, "top-p (1: off)")->capture_default_str();

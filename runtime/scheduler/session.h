@@ -6,11 +6,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <span>
 #include <vector>
 
 #include "kernels_cpu/matmul.h"
 #include "runtime/gguf/gguf_file.h"
+#include "runtime/backend/memory_ledger.h"
 #include "runtime/model/model_spec.h"
 
 namespace tandem {
@@ -21,6 +24,14 @@ struct SessionOptions {
     int n_threads = 0;        // 0: physical cores
     model::CacheType cache_type = model::CacheType::F16;
     bool simd_from_env = true;  // TANDEM_CPU overrides the detected level
+    // The accelerator: "" for none, "cpu2" for the stand-in device (a second
+    // CPU backend that owns its memory, with a capacity, so the split, the
+    // hand-over and the accounting run for real without a GPU).
+    std::string device;
+    std::optional<uint64_t> device_capacity;  // bytes; nullopt: unlimited
+    // Leading layers on the accelerator; more than n_layer also puts the
+    // output norm and head there. Ignored without a device.
+    int64_t n_gpu_layers = 0;
 };
 
 class Session {
@@ -48,6 +59,13 @@ public:
     // embedding row): the numerator of decode GB/s.
     uint64_t weight_bytes_per_token() const;
     uint64_t kv_cache_bytes() const;
+    // Layers [0, n_device_layers()) run on the accelerator.
+    int64_t n_device_layers() const;
+    bool output_on_device() const;
+    // Name of the device holding layer il's weights and KV cache.
+    const std::string& layer_device(int64_t il) const;
+    // The memory ledgers: host first, then the accelerator if any.
+    std::vector<const MemoryLedger*> ledgers() const;
 
 private:
     struct Impl;
