@@ -1,5 +1,7 @@
 #include "runtime/model/model_spec.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
@@ -122,6 +124,15 @@ uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, in
     const auto v_row = quant::row_bytes(qt, spec.hp.v_dim());
     TANDEM_CHECK(k_row && v_row, "KV row not a multiple of the cache type's block");
     return static_cast<uint64_t>(cells) * (*k_row + *v_row);
+}
+
+uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits) {
+    const model::HParams& hp = spec.hp;
+    const auto ub = static_cast<uint64_t>(n_ubatch);
+    const auto per_token = static_cast<uint64_t>(2 * hp.n_embd + hp.q_dim() + hp.k_dim() + hp.v_dim() +
+                                                 std::max(hp.out_dim(), hp.n_embd) + 2 * hp.n_ff +
+                                                 (with_logits ? hp.n_vocab : 0));
+    return ub * per_token * sizeof(float);
 }
 
 }  // namespace tandem::model

@@ -56,5 +56,9 @@ uint64_t token_embd_bytes(const ModelSpec& spec);
 int64_t kv_cells_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch);
 // Bytes of layer il's K and V caches.
 uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, CacheType type);
+// Activation buffers of one micro-batch on one device: the hidden state,
+// Q/K/V, the attention output and the two FFN halves, plus the logits when
+// that device runs the output head.
+uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits);
 
 }  // namespace tandem::model

@@ -211,10 +211,8 @@ struct Session::Impl {
 
     void allocate_workspace(Device& d, Workspace& ws, bool needs_logits) {
         const size_t ub = static_cast<size_t>(opt.n_ubatch);
-        const size_t floats = ub * (2 * hp.n_embd + hp.q_dim() + hp.k_dim() + hp.v_dim() +
-                                    std::max(hp.out_dim(), hp.n_embd) + 2 * hp.n_ff) +
-                              (needs_logits ? ub * hp.n_vocab : 0);
-        d.reserve(MemoryCategory::Compute, floats * sizeof(float), "activations of one micro-batch");
+        d.reserve(MemoryCategory::Compute, model::compute_bytes(spec, opt.n_ubatch, needs_logits),
+                  "activations of one micro-batch");
         ws.x.resize(ub * hp.n_embd);
         ws.cur.resize(ub * hp.n_embd);
         ws.q.resize(ub * hp.q_dim());
