@@ -1,0 +1,298 @@
+#include "runtime/backend/cpu_backend.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels_cpu/attention.h"
+#include "kernels_cpu/elementwise.h"
+#include "runtime/common/error.h"
+#include "runtime/kv_cache/kv_cache.h"
+
+namespace tandem {
+namespace {
+
+using model::GlobalTensor;
+using model::LayerTensor;
+
+struct LayerWeights {
+    cpu::WeightView q, k, v, o, gate, up, down;
+    std::vector<float> attn_norm, q_norm, k_norm, attn_post_norm, ffn_norm, ffn_post_norm;
+    bool sliding_window = false;
+    float rope_base = 10000.0f;
+    std::unique_ptr<LayerKvCache> kv;
+};
+
+// Activations of one micro-batch.
+struct Workspace {
+    std::vector<float> x, cur, q, k, v, attn, ffn_gate, ffn_up, logits;
+};
+
+}  // namespace
+
+struct CpuBackend::Impl {
+    MemoryLedger ledger;
+    bool accelerator;
+    const gguf::File& file;
+    const model::ModelSpec& spec;
+    const model::HParams& hp;
+    BackendConfig config;
+    cpu::ThreadPool& pool;
+    cpu::SimdLevel level;
+    std::vector<std::vector<uint8_t>> uploads;  // weight bytes copied to this device
+    std::vector<LedgerReservation> reservations;
+    std::map<int64_t, LayerWeights> layers;
+    std::vector<float> rope_freqs;
+    std::vector<float> output_norm;
+    cpu::WeightView head;
+    bool has_output = false;
+    Workspace ws;
+
+    Impl(std::string name, bool accel, std::optional<uint64_t> capacity, const gguf::File& f,
+         const model::ModelSpec& s, const BackendConfig& c, cpu::ThreadPool& p, cpu::SimdLevel l)
+        : ledger(std::move(name), capacity),
+          accelerator(accel),
+          file(f),
+          spec(s),
+          hp(s.hp),
+          config(c),
+          pool(p),
+          level(l) {
+        // RoPE factors (a few hundred floats) are read by every layer; each
+        // device keeps its own.
+        rope_freqs = floats(spec.get(GlobalTensor::RopeFreqs));
+    }
+
+    void reserve(MemoryCategory c, uint64_t bytes, const std::string& what) {
+        reservations.emplace_back(ledger, c, bytes, what);
+    }
+
+    // A weight matrix as this device sees it: the mapping itself on the
+    // host, an uploaded copy on an accelerator. Bytes stay in GGUF blocks.
+    cpu::WeightView weights(const gguf::TensorInfo& t) {
+        reserve(MemoryCategory::Weights, t.n_bytes, fmt::format("tensor '{}'", t.name));
+        const auto bytes = file.tensor_data(t);
+        const uint8_t* data = bytes.data();
+        if (accelerator) {
+            uploads.emplace_back(bytes.begin(), bytes.end());
+            data = uploads.back().data();
+        }
+        cpu::WeightView w;
+        w.type = t.type;
+        w.data = data;
+        w.n_cols = t.shape.empty() ? 1 : t.shape[0];
+        w.n_rows = t.n_rows();
+        w.row_stride_bytes = *quant::row_bytes(t.type, w.n_cols);
+        return w;
+    }
+
+    // Norm weights and RoPE factors are small; a float copy frees the
+    // kernels from caring whether the file stored them as F32 or F16.
+    std::vector<float> floats(const gguf::TensorInfo* t) {
+        if (!t) return {};
+        reserve(MemoryCategory::Weights, t->n_bytes, fmt::format("tensor '{}'", t->name));
+        std::vector<float> v(static_cast<size_t>(t->n_elements));
+        const auto bytes = file.tensor_data(*t);
+        const int64_t row = t->row_length();
+        const uint64_t row_bytes = *quant::row_bytes(t->type, row);
+        for (int64_t r = 0; r < t->n_rows(); ++r) {
+            quant::dequantize_row(t->type, bytes.data() + r * row_bytes, v.data() + r * row, row);
+        }
+        return v;
+    }
+
+    void load_layer(int64_t il) {
+        TANDEM_CHECK(il >= 0 && il < hp.n_layer && !layers.count(il), "load_layer: bad or repeated layer");
+        const model::LayerSpec& ls = spec.layers[static_cast<size_t>(il)];
+        LayerWeights w;
+        w.q = weights(*ls.get(LayerTensor::AttnQ));
+        w.k = weights(*ls.get(LayerTensor::AttnK));
+        w.v = weights(*ls.get(LayerTensor::AttnV));
+        w.o = weights(*ls.get(LayerTensor::AttnOutput));
+        w.gate = weights(*ls.get(LayerTensor::FfnGate));
+        w.up = weights(*ls.get(LayerTensor::FfnUp));
+        w.down = weights(*ls.get(LayerTensor::FfnDown));
+        w.attn_norm = floats(ls.get(LayerTensor::AttnNorm));
+        w.q_norm = floats(ls.get(LayerTensor::AttnQNorm));
+        w.k_norm = floats(ls.get(LayerTensor::AttnKNorm));
+        w.attn_post_norm = floats(ls.get(LayerTensor::AttnPostNorm));
+        w.ffn_norm = floats(ls.get(LayerTensor::FfnNorm));
+        w.ffn_post_norm = floats(ls.get(LayerTensor::FfnPostNorm));
+        w.sliding_window = ls.sliding_window;
+        w.rope_base = static_cast<float>(ls.rope_base);
+        const uint64_t kv_bytes = model::kv_bytes_for_layer(spec, il, config.n_ctx, config.n_ubatch, config.cache_type);
+        reserve(MemoryCategory::KvCache, kv_bytes, fmt::format("the KV cache of layer {}", il));
+        w.kv = std::make_unique<LayerKvCache>(model::cache_quant_type(config.cache_type),
+                                              model::kv_cells_for_layer(spec, il, config.n_ctx, config.n_ubatch),
+                                              hp.k_dim(), hp.v_dim());
+        layers.emplace(il, std::move(w));
+    }
+
+    void load_output() {
+        output_norm = floats(spec.get(GlobalTensor::OutputNorm));
+        const gguf::TensorInfo& t = spec.output_head();
+        if (!accelerator && spec.tied_output()) {
+            // The tied head is the embedding table the host already counts.
+            head = cpu::WeightView{t.type, file.tensor_data(t).data(), t.n_rows(), t.row_length(),
+                                   *quant::row_bytes(t.type, t.row_length())};
+        } else {
+            head = weights(t);
+        }
+        has_output = true;
+    }
+
+    void allocate_workspace(bool with_logits) {
+        const size_t ub = static_cast<size_t>(config.n_ubatch);
+        reserve(MemoryCategory::Compute, model::compute_bytes(spec, config.n_ubatch, with_logits),
+                "activations of one micro-batch");
+        ws.x.resize(ub * hp.n_embd);
+        ws.cur.resize(ub * hp.n_embd);
+        ws.q.resize(ub * hp.q_dim());
+        ws.k.resize(ub * hp.k_dim());
+        ws.v.resize(ub * hp.v_dim());
+        ws.attn.resize(ub * std::max(hp.out_dim(), hp.n_embd));
+        ws.ffn_gate.resize(ub * hp.n_ff);
+        ws.ffn_up.resize(ub * hp.n_ff);
+        if (with_logits) ws.logits.resize(ub * hp.n_vocab);
+    }
+
+    void matmul(const cpu::WeightView& w, const float* in, int64_t n_tokens, float* out) {
+        cpu::matmul(w, in, w.n_cols, n_tokens, out, w.n_rows, pool, level);
+    }
+
+    void run_layer(int64_t il, std::span<const int32_t> pos) {
+        const auto it = layers.find(il);
+        TANDEM_CHECK(it != layers.end(), "run_layer: layer not loaded on this backend");
+        const LayerWeights& w = it->second;
+        const auto n = static_cast<int64_t>(pos.size());
+        const float eps = static_cast<float>(hp.rms_eps);
+        const int64_t E = hp.n_embd;
+
+        cpu::rms_norm_rows(ws.x.data(), w.attn_norm.data(), ws.cur.data(), E, n, eps);
+        matmul(w.q, ws.cur.data(), n, ws.q.data());
+        matmul(w.k, ws.cur.data(), n, ws.k.data());
+        matmul(w.v, ws.cur.data(), n, ws.v.data());
+        if (!w.q_norm.empty()) {
+            cpu::rms_norm_rows(ws.q.data(), w.q_norm.data(), ws.q.data(), hp.head_dim_k, n * hp.n_head, eps);
+        }
+        if (!w.k_norm.empty()) {
+            cpu::rms_norm_rows(ws.k.data(), w.k_norm.data(), ws.k.data(), hp.head_dim_k, n * hp.n_head_kv, eps);
+        }
+        cpu::RopeParams rope;
+        rope.mode = spec.arch->rope_style == model::RopeStyle::Neox ? cpu::RopeMode::Neox : cpu::RopeMode::Norm;
+        rope.n_rot = hp.n_rot;
+        rope.freq_base = w.rope_base;
+        rope.freq_scale = static_cast<float>(hp.rope_freq_scale);
+        rope.freq_factors = rope_freqs.empty() ? nullptr : rope_freqs.data();
+        for (int64_t t = 0; t < n; ++t) {
+            cpu::rope_heads(ws.q.data() + t * hp.q_dim(), hp.n_head, hp.head_dim_k, pos[static_cast<size_t>(t)], rope);
+            cpu::rope_heads(ws.k.data() + t * hp.k_dim(), hp.n_head_kv, hp.head_dim_k, pos[static_cast<size_t>(t)],
+                            rope);
+        }
+        for (int64_t t = 0; t < n; ++t) {
+            w.kv->store(pos[static_cast<size_t>(t)], ws.k.data() + t * hp.k_dim(), ws.v.data() + t * hp.v_dim());
+        }
+        cpu::AttentionShape shape;
+        shape.n_head = hp.n_head;
+        shape.n_head_kv = hp.n_head_kv;
+        shape.head_dim_k = hp.head_dim_k;
+        shape.head_dim_v = hp.head_dim_v;
+        shape.window = w.sliding_window ? hp.sliding_window : 0;
+        shape.scale = 1.0f / std::sqrt(static_cast<float>(spec.arch->query_scale_by_embd_per_head ? hp.n_embd / hp.n_head
+                                                                                                  : hp.head_dim_k));
+        cpu::attention(ws.q.data(), pos.data(), n, shape, w.kv->view(), ws.attn.data(), pool, level);
+        matmul(w.o, ws.attn.data(), n, ws.cur.data());
+        if (!w.attn_post_norm.empty()) {
+            cpu::rms_norm_rows(ws.cur.data(), w.attn_post_norm.data(), ws.cur.data(), E, n, eps);
+        }
+        cpu::add(ws.x.data(), ws.cur.data(), n * E);
+
+        cpu::rms_norm_rows(ws.x.data(), w.ffn_norm.data(), ws.cur.data(), E, n, eps);
+        matmul(w.gate, ws.cur.data(), n, ws.ffn_gate.data());
+        matmul(w.up, ws.cur.data(), n, ws.ffn_up.data());
+        if (spec.arch->ffn_activation == model::FfnActivation::Silu) {
+            cpu::swiglu(ws.ffn_gate.data(), ws.ffn_up.data(), ws.ffn_gate.data(), n * hp.n_ff);
+        } else {
+            cpu::geglu(ws.ffn_gate.data(), ws.ffn_up.data(), ws.ffn_gate.data(), n * hp.n_ff);
+        }
+        matmul(w.down, ws.ffn_gate.data(), n, ws.cur.data());
+        if (!w.ffn_post_norm.empty()) {
+            cpu::rms_norm_rows(ws.cur.data(), w.ffn_post_norm.data(), ws.cur.data(), E, n, eps);
+        }
+        cpu::add(ws.x.data(), ws.cur.data(), n * E);
+    }
+
+    void run_output(int64_t first, int64_t count, float* out) {
+        TANDEM_CHECK(has_output && !ws.logits.empty(), "run_output: the head is not on this backend");
+        const float eps = static_cast<float>(hp.rms_eps);
+        cpu::rms_norm_rows(ws.x.data() + first * hp.n_embd, output_norm.data(), ws.cur.data(), hp.n_embd, count, eps);
+        matmul(head, ws.cur.data(), count, ws.logits.data());
+        if (hp.final_logit_softcap > 0.0) {
+            cpu::softcap(ws.logits.data(), count * hp.n_vocab, static_cast<float>(hp.final_logit_softcap));
+        }
+        std::memcpy(out, ws.logits.data(), static_cast<size_t>(count * hp.n_vocab) * sizeof(float));
+    }
+
+    void embed(std::span<const int32_t> tokens) {
+        const gguf::TensorInfo* embd = spec.get(GlobalTensor::TokenEmbd);
+        const auto bytes = file.tensor_data(*embd);
+        const uint64_t row = *quant::row_bytes(embd->type, hp.n_embd);
+        for (size_t t = 0; t < tokens.size(); ++t) {
+            quant::dequantize_row(embd->type, bytes.data() + static_cast<uint64_t>(tokens[t]) * row,
+                                  ws.x.data() + t * hp.n_embd, hp.n_embd);
+        }
+        if (spec.arch->scale_embeddings) {
+            cpu::scale(ws.x.data(), static_cast<int64_t>(tokens.size()) * hp.n_embd,
+                       std::sqrt(static_cast<float>(hp.n_embd)));
+        }
+    }
+};
+
+CpuBackend::CpuBackend(std::string name, bool accelerator, std::optional<uint64_t> capacity, const gguf::File& file,
+                       const model::ModelSpec& spec, const BackendConfig& config, cpu::ThreadPool& pool,
+                       cpu::SimdLevel level)
+    : impl_(std::make_unique<Impl>(std::move(name), accelerator, capacity, file, spec, config, pool, level)) {}
+
+CpuBackend::~CpuBackend() = default;
+
+const std::string& CpuBackend::name() const { return impl_->ledger.device(); }
+bool CpuBackend::is_accelerator() const { return impl_->accelerator; }
+const MemoryLedger& CpuBackend::ledger() const { return impl_->ledger; }
+void CpuBackend::load_layer(int64_t il) { impl_->load_layer(il); }
+void CpuBackend::load_output() { impl_->load_output(); }
+void CpuBackend::allocate_workspace(bool with_logits) { impl_->allocate_workspace(with_logits); }
+
+void CpuBackend::set_hidden(const float* host, int64_t n) {
+    std::memcpy(impl_->ws.x.data(), host, static_cast<size_t>(n * impl_->hp.n_embd) * sizeof(float));
+}
+
+void CpuBackend::get_hidden(float* host, int64_t n) const {
+    std::memcpy(host, impl_->ws.x.data(), static_cast<size_t>(n * impl_->hp.n_embd) * sizeof(float));
+}
+
+void CpuBackend::run_layer(int64_t il, std::span<const int32_t> pos) { impl_->run_layer(il, pos); }
+void CpuBackend::run_output(int64_t first, int64_t count, float* host_logits) {
+    impl_->run_output(first, count, host_logits);
+}
+
+void CpuBackend::clear_kv() {
+    for (auto& [il, w] : impl_->layers) w.kv->clear();
+}
+
+uint64_t CpuBackend::kv_bytes() const {
+    uint64_t total = 0;
+    for (const auto& [il, w] : impl_->layers) total += w.kv->bytes();
+    return total;
+}
+
+void CpuBackend::embed(std::span<const int32_t> tokens) { impl_->embed(tokens); }
+
+void CpuBackend::account_token_embd() {
+    const gguf::TensorInfo* embd = impl_->spec.get(GlobalTensor::TokenEmbd);
+    impl_->reserve(MemoryCategory::Weights, embd->n_bytes, "tensor 'token_embd.weight'");
+}
+
+}  // namespace tandem
