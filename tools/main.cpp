@@ -40,6 +40,7 @@ std::vector<std::string> normalize_args(int argc, char** argv) {
 
 int main(int argc, char** argv) {
     CLI::App app{"Tandem: GGUF language models split between one GPU and the CPU"};
+    app.name("tandem");
     app.require_subcommand(1);
     app.set_version_flag("--version", "tandem 0.1.0");
     tandem::tools::add_run_command(app);
