@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "kernels_cpu/cpu_info.h"
+#include "planner/planner.h"
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
@@ -39,7 +40,7 @@ struct RunOptions {
     bool verbose = false;
     std::string device;
     std::string vram;
-    int64_t n_gpu_layers = 0;
+    std::string n_gpu_layers = "auto";  // or a count
     SamplerParams sampling;
     std::optional<uint64_t> seed;
 };
@@ -91,6 +92,42 @@ void write_logits(const std::string& path, const std::vector<float>& logits) {
     if (std::rename(partial.c_str(), path.c_str()) != 0) throw Error(fmt::format("cannot rename {} to {}", partial, path));
 }
 
+struct GpuLayers {
+    int64_t ngl = 0;
+    std::string why;  // for --verbose
+};
+
+// -ngl N is taken as given; "auto" asks the planner for the largest split
+// that fits the device's capacity. The stand-in cpu2 has no memory of its
+// own to report, so auto there needs --vram; without a device auto is 0.
+GpuLayers choose_gpu_layers(const RunOptions& o, const model::ModelSpec& spec, const SessionOptions& so) {
+    if (o.n_gpu_layers != "auto") {
+        try {
+            size_t used = 0;
+            const long long v = std::stoll(o.n_gpu_layers, &used);
+            if (used == o.n_gpu_layers.size()) return {v, "-ngl given"};
+        } catch (const std::exception&) {
+        }
+        throw Error(fmt::format("-ngl: expected auto or a layer count, found '{}'", o.n_gpu_layers));
+    }
+    if (o.device.empty()) return {0, "-ngl auto: no accelerator, every layer on the CPU"};
+    if (!so.device_capacity) {
+        throw Error(fmt::format("-ngl auto on {} needs --vram SIZE (the stand-in device has no memory of its own to "
+                                "report); or give -ngl N",
+                                o.device));
+    }
+    planner::PlanInputs in;
+    in.device_capacity = so.device_capacity;
+    in.n_ctx = so.n_ctx;
+    in.n_ubatch = so.n_ubatch;
+    in.cache_type = so.cache_type;
+    // The stand-in's ledger is the whole truth (no driver or allocator
+    // behind it), so no margin is needed to keep it from running out.
+    if (o.device == "cpu2") in.margin = 0;
+    const planner::Plan p = planner::plan(spec, in);
+    return {p.ngl, fmt::format("-ngl auto chose {} of {}: {}", p.ngl, spec.hp.n_layer + 1, p.reasons.front())};
+}
+
 void run(const RunOptions& o) {
     const std::string prompt = read_prompt(o);
     gguf::OpenOptions open;
@@ -106,7 +143,6 @@ void run(const RunOptions& o) {
     so.n_threads = o.n_threads;
     so.cache_type = parse_cache_type(o.cache_type);
     so.device = o.device;
-    so.n_gpu_layers = o.n_gpu_layers;
     if (!o.vram.empty()) so.device_capacity = parse_size(o.vram);
     SamplerParams sp = o.sampling;
     sp.seed = o.seed ? *o.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
@@ -118,6 +154,10 @@ void run(const RunOptions& o) {
     // --dump-logits promises the prompt as one batch, as llama.cpp's golden
     // files were made.
     if (!o.dump_logits.empty()) so.n_ubatch = std::max<int64_t>(so.n_ubatch, static_cast<int64_t>(tokens.size()));
+    // After every option that changes the sizes (--dump-logits widens the
+    // micro-batch), so the plan describes the session about to be built.
+    const GpuLayers gl = choose_gpu_layers(o, spec, so);
+    so.n_gpu_layers = gl.ngl;
     Session session(file, spec, so);
     if (static_cast<int64_t>(tokens.size()) > session.n_ctx()) {
         throw Error(fmt::format("the prompt has {} tokens but the context holds {}; use a larger -c", tokens.size(),
@@ -127,9 +167,10 @@ void run(const RunOptions& o) {
         fmt::print(stderr, "model: {} ({}, {} layers, n_embd {}), context {}, {} threads, SIMD {}, KV cache {:.1f} MiB\n",
                    o.model, spec.hp.arch, spec.hp.n_layer, spec.hp.n_embd, session.n_ctx(), session.n_threads(),
                    cpu::simd_level_name(session.simd_level()), static_cast<double>(session.kv_cache_bytes()) / (1 << 20));
+        fmt::print(stderr, "{}\n", gl.why);
         fmt::print(stderr, "split: layers [0, {}) on {}, [{}, {}) on the CPU, output head on {}\n",
-                   session.n_device_layers(), o.device.empty() ? "-" : o.device, session.n_device_layers(),
-                   spec.hp.n_layer, session.output_on_device() ? o.device : "cpu");
+                   session.n_device_layers(), so.device.empty() ? "-" : so.device, session.n_device_layers(),
+                   spec.hp.n_layer, session.output_on_device() ? so.device : "cpu");
         for (const MemoryLedger* l : session.ledgers()) fmt::print(stderr, "memory {}\n", l->summary());
     }
 
@@ -206,7 +247,8 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("--device", opts->device, "accelerator: cpu2 (a stand-in CPU device with --vram capacity)");
     cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");
     cmd->add_option("--n-gpu-layers", opts->n_gpu_layers,
-                    "leading layers on the accelerator (-ngl); more than the layer count also moves the head")
+                    "leading layers on the accelerator (-ngl), or auto: the most that fit --vram; more than the layer count "
+                    "also moves the head")
         ->capture_default_str();
     cmd->add_option("--temp", opts->sampling.temperature, "temperature (0: greedy)")->capture_default_str();
     cmd->add_option("--top-k", opts->sampling.top_k, "top-k (0: off)")->capture_default_str();

@@ -11,6 +11,7 @@ void add_inspect_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_synth_command(CLI::App& app);
 void add_run_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 
 }  // namespace tandem::tools

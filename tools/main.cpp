@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", "tandem 0.1.0");
     tandem::tools::add_run_command(app);
+    tandem::tools::add_plan_command(app);
     tandem::tools::add_inspect_command(app);
     tandem::tools::add_quantize_command(app);
     tandem::tools::add_synth_command(app);
