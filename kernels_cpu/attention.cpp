@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels_cpu/f16_accumulate.h"
+#include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
 #include "runtime/quant/fp16.h"
 
@@ -56,6 +57,8 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
     TANDEM_CHECK(k_head_bytes && v_head_bytes && q_act_bytes, "attention: head size not a multiple of the cache block");
     const bool f16_cache = kv.type == quant::Type::F16;
     const F16Accumulate f16 = f16_accumulate(level);
+    // Looked up once: a decode step calls it for every cell of every head.
+    const detail::DotFn dot = detail::dot_kernel(kv.type, level);
     const auto dv = static_cast<size_t>(shape.head_dim_v);
 
     pool.parallel_for(n_tokens * shape.n_head, 1, [&](int64_t begin, int64_t end) {
@@ -80,7 +83,9 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
                 const int32_t kp = kv.cell_pos[c];
                 if (kp < 0 || kp > pos || (shape.window > 0 && pos - kp >= shape.window)) continue;
                 const uint8_t* k_head = kv.k + c * kv.k_row_bytes + g * *k_head_bytes;
-                const float s = vec_dot(kv.type, k_head, q_act.data(), shape.head_dim_k, level) * shape.scale;
+                float qk = 0.0f;
+                dot(shape.head_dim_k, k_head, q_act.data(), 0, 1, &qk, 0);
+                const float s = qk * shape.scale;
                 float ms = 1.0f;  // factor for what was accumulated so far
                 float vs = 1.0f;  // weight of this cell's V
                 if (s > running_max) {
