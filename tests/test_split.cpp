@@ -13,6 +13,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/scheduler/session.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tests/run_command.h"
 #include "tests/test_paths.h"
 
 namespace {
@@ -130,4 +131,17 @@ TEST(MemoryLedger, ParsesSizesAndRefusesPastCapacity) {
     ledger.release(tandem::MemoryCategory::Weights, 600);
     EXPECT_EQ(ledger.total(), 400u);
     EXPECT_EQ(ledger.peak(), 1000u);
+}
+
+TEST(StandInSplit, RunStepsDownWhenTheDeviceIsFull) {
+    const auto dir = tandem::testing::scratch_dir();
+    const auto model = tandem::testing::shell_quote(test_data("tiny-llama-Q4_K_M.gguf").string());
+    // 24 MiB holds a few layers with their scratch, not the whole model.
+    const auto r = tandem::testing::run_tandem(
+        "run -m " + model + " -p Hello -n 4 --temp 0 --device cpu2 --vram 24MiB -ngl 5 --verbose", dir);
+    EXPECT_FALSE(r.signaled);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("tandem: warning: out of memory on cpu2"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("retrying with -ngl 4"), std::string::npos) << r.err;
+    EXPECT_NE(r.out.find("Hello"), std::string::npos) << r.out;
 }

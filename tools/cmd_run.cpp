@@ -128,6 +128,22 @@ GpuLayers choose_gpu_layers(const RunOptions& o, const model::ModelSpec& spec, c
     return {p.ngl, fmt::format("-ngl auto chose {} of {}: {}", p.ngl, spec.hp.n_layer + 1, p.reasons.front())};
 }
 
+// Builds the session; when the accelerator runs out of memory at load, steps
+// down one layer at a time with a warning rather than failing: lack of
+// VRAM never stops a run (the plan should make this rare).
+std::unique_ptr<Session> open_session(const gguf::File& file, const model::ModelSpec& spec, SessionOptions& so) {
+    while (true) {
+        try {
+            return std::make_unique<Session>(file, spec, so);
+        } catch (const OutOfDeviceMemory& e) {
+            if (so.n_gpu_layers <= 0) throw;
+            const int64_t next = std::min(so.n_gpu_layers, spec.hp.n_layer + 1) - 1;
+            fmt::print(stderr, "tandem: warning: {}; retrying with -ngl {}\n", e.what(), next);
+            so.n_gpu_layers = next;
+        }
+    }
+}
+
 void run(const RunOptions& o) {
     const std::string prompt = read_prompt(o);
     gguf::OpenOptions open;
@@ -158,7 +174,8 @@ void run(const RunOptions& o) {
     // micro-batch), so the plan describes the session about to be built.
     const GpuLayers gl = choose_gpu_layers(o, spec, so);
     so.n_gpu_layers = gl.ngl;
-    Session session(file, spec, so);
+    const std::unique_ptr<Session> session_ptr = open_session(file, spec, so);
+    Session& session = *session_ptr;
     if (static_cast<int64_t>(tokens.size()) > session.n_ctx()) {
         throw Error(fmt::format("the prompt has {} tokens but the context holds {}; use a larger -c", tokens.size(),
                                 session.n_ctx()));
