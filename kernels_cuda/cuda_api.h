@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels_cuda/cuda_kernels.h"
 #include "runtime/quant/quant_types.h"
 
 namespace tandem::cuda {
@@ -33,5 +34,25 @@ std::vector<DeviceInfo> list_devices(std::string* why_none = nullptr);
 // back: the CUDA twin of quant::dequantize_row, used by tests and benches.
 // Throws tandem::Error when a CUDA call fails.
 void dequantize_row_on_device(int device, quant::Type type, const void* host_src, float* host_dst, int64_t n);
+
+// Single kernels run on host data (copied to GPU `device` and back), for
+// tests that compare them with the CPU kernels. Same shapes as the launchers
+// of cuda_kernels.h; every function throws tandem::Error on a CUDA failure.
+// w: n_rows rows of n_cols in w_type; x: n_tokens rows of n_cols; y: n_tokens
+// rows of n_rows.
+void matmul_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
+                      const float* host_x, int64_t n_tokens, float* host_y);
+void rms_norm_on_device(int device, const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps);
+// x: n_tokens rows of n_heads * head_dim, rotated in place; freq_factors:
+// host, n_rot/2 floats, or null.
+void rope_on_device(int device, float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,
+                    const int32_t* pos, const kernels::RopeArgs& args);
+// out = swiglu (gelu = false) or geglu (gelu = true) of gate and up.
+void glu_on_device(int device, bool gelu, const float* gate, const float* up, float* out, int64_t n);
+// Attention of n_tokens queries over an F16 cache given as host arrays
+// (k: n_cells x k_dim halves, v likewise, cell_pos: n_cells).
+void attention_on_device(int device, const float* q, const int32_t* pos, int64_t n_tokens,
+                         const kernels::AttentionArgs& args, const uint16_t* k, const uint16_t* v,
+                         const int32_t* cell_pos, int64_t n_cells, int64_t k_dim, int64_t v_dim, float* out);
 
 }  // namespace tandem::cuda

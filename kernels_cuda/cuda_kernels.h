@@ -1,6 +1,8 @@
 // Launchers of the CUDA kernels, callable from host C++ compiled by g++.
-// Internal to kernels_cuda/: pointers are device pointers, the stream is a
-// cudaStream_t passed as void* so that this header needs no CUDA include.
+// Internal to kernels_cuda/ (and the CUDA backend): pointers are device
+// pointers, the stream is a cudaStream_t passed as void* so that this header
+// needs no CUDA include. Launchers only enqueue; the caller checks
+// cudaGetLastError and synchronizes.
 #pragma once
 
 #include <cstdint>
@@ -12,5 +14,73 @@ namespace tandem::cuda::kernels {
 // dst[i] = dequantized element i of the row at src, i < n. Returns false if
 // no kernel exists for the type (nothing is launched then).
 bool launch_dequantize(quant::Type type, const void* src, float* dst, int64_t n, void* stream);
+
+// Bytes of activation scratch launch_matmul needs for n_tokens rows of
+// n_cols (0 if the weight type has no CUDA matmul).
+uint64_t matmul_scratch_bytes(quant::Type w_type, int64_t n_cols, int64_t n_tokens);
+
+// y[t * ldy + r] = sum_i w(r, i) * a(t, i) for r < n_rows, t < n_tokens,
+// where a is x quantized to the weight type's activation partner (the codes
+// and scales the CPU makes) in `scratch` (matmul_scratch_bytes). Returns
+// false if the weight type has no kernel.
+bool launch_matmul(quant::Type w_type, const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols,
+                   const float* x, int64_t ldx, int64_t n_tokens, void* scratch, float* y, int64_t ldy,
+                   void* stream);
+
+// y = x / sqrt(mean(x^2) + eps) * w (w may be null), n_rows rows of n.
+void launch_rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps, void* stream);
+
+struct RopeArgs {
+    bool neox = false;
+    int64_t n_rot = 0;
+    float theta_scale = 1.0f;  // freq_base^(-2/n_rot), computed on the host as the CPU does
+    float freq_scale = 1.0f;
+    const float* freq_factors = nullptr;  // device, n_rot/2 floats, or null
+};
+
+// Rotates n_heads heads of head_dim floats per token; token t's heads start
+// at x + t * row_stride and its position is pos[t] (device).
+void launch_rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t row_stride,
+                 const int32_t* pos, const RopeArgs& args, void* stream);
+
+void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
+void launch_geglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
+void launch_add(float* y, const float* x, int64_t n, void* stream);  // y += x
+void launch_scale(float* x, int64_t n, float s, void* stream);
+void launch_softcap(float* x, int64_t n, float cap, void* stream);
+
+// An F16 KV cache on the device: cell c holds K of all KV heads in
+// k + c * k_dim halves, V likewise; cell_pos[c] is its position or -1.
+struct KvF16 {
+    uint16_t* k = nullptr;
+    uint16_t* v = nullptr;
+    int32_t* cell_pos = nullptr;
+    int64_t n_cells = 0;
+    int64_t k_dim = 0;
+    int64_t v_dim = 0;
+};
+
+// Rounds the K and V rows of n_tokens tokens to fp16 into cell pos % n_cells.
+void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* pos, const KvF16& kv,
+                     void* stream);
+// Sets every cell_pos to -1.
+void launch_kv_clear(const KvF16& kv, void* stream);
+
+struct AttentionArgs {
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim_k = 0;
+    int64_t head_dim_v = 0;
+    int64_t window = 0;
+    float scale = 1.0f;
+};
+
+// cpu::attention for an F16 cache: q n_tokens rows of n_head * head_dim_k,
+// out n_tokens rows of n_head * head_dim_v, pos on the device.
+void launch_attention(const float* q, const int32_t* pos, int64_t n_tokens, const AttentionArgs& args,
+                      const KvF16& kv, float* out, void* stream);
+// Whether launch_attention handles heads of this size (a warp keeps a
+// bounded number of dimensions per lane in registers).
+bool attention_head_supported(int64_t head_dim);
 
 }  // namespace tandem::cuda::kernels

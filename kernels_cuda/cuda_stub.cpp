@@ -12,8 +12,18 @@ std::vector<DeviceInfo> list_devices(std::string* why_none) {
     return {};
 }
 
-void dequantize_row_on_device(int, quant::Type, const void*, float*, int64_t) {
-    throw Error("this build of Tandem has no CUDA support (TANDEM_CUDA=OFF)");
+namespace {
+[[noreturn]] void no_cuda() { throw Error("this build of Tandem has no CUDA support (TANDEM_CUDA=OFF)"); }
+}  // namespace
+
+void dequantize_row_on_device(int, quant::Type, const void*, float*, int64_t) { no_cuda(); }
+void matmul_on_device(int, quant::Type, const void*, int64_t, int64_t, const float*, int64_t, float*) { no_cuda(); }
+void rms_norm_on_device(int, const float*, const float*, float*, int64_t, int64_t, float) { no_cuda(); }
+void rope_on_device(int, float*, int64_t, int64_t, int64_t, const int32_t*, const kernels::RopeArgs&) { no_cuda(); }
+void glu_on_device(int, bool, const float*, const float*, float*, int64_t) { no_cuda(); }
+void attention_on_device(int, const float*, const int32_t*, int64_t, const kernels::AttentionArgs&, const uint16_t*,
+                         const uint16_t*, const int32_t*, int64_t, int64_t, int64_t, float*) {
+    no_cuda();
 }
 
 }  // namespace tandem::cuda

@@ -261,7 +261,7 @@ void add_run_command(CLI::App& app) {
     cmd->add_flag("--no-mmap", opts->no_mmap, "read the model into memory instead of mapping it");
     cmd->add_flag("--mlock", opts->mlock, "lock the model in RAM");
     cmd->add_flag("--verbose", opts->verbose, "print model, split and memory per device");
-    cmd->add_option("--device", opts->device, "accelerator: cpu2 (a stand-in CPU device with --vram capacity)");
+    cmd->add_option("--device", opts->device, "accelerator: cuda0 (a GPU; --vram caps what it may use) or cpu2 (a stand-in CPU device with --vram capacity)");
     cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");
     cmd->add_option("--n-gpu-layers", opts->n_gpu_layers,
                     "leading layers on the accelerator (-ngl), or auto: the most that fit --vram; more than the layer count "

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kernels_cpu/thread_pool.h"
+#include "kernels_cuda/cuda_backend.h"
 #include "runtime/backend/cpu_backend.h"
 #include "runtime/common/error.h"
 
@@ -24,6 +25,17 @@ struct Session::Impl {
     std::vector<float> hidden;  // host copy of the hidden state at a hand-over
     std::vector<int32_t> pos;
     int64_t n_past = 0;
+    int cuda_index = -1;  // the GPU of --device cuda/cudaN, -1 otherwise
+
+    // "cuda" is GPU 0, "cudaN" GPU N; -1 for anything else.
+    static int parse_cuda_device(const std::string& d) {
+        if (d.rfind("cuda", 0) != 0) return -1;
+        if (d.size() == 4) return 0;
+        if (d.size() > 7 || !std::all_of(d.begin() + 4, d.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+            return -1;
+        }
+        return std::stoi(d.substr(4));
+    }
 
     Impl(const gguf::File& f, const model::ModelSpec& s, const SessionOptions& o)
         : file(f),
@@ -50,8 +62,12 @@ struct Session::Impl {
         const BackendConfig config{opt.n_ctx, opt.n_ubatch, opt.cache_type};
         host = std::make_unique<CpuBackend>("cpu", false, std::nullopt, file, spec, config, pool, level);
         if (n_device_layers > 0 || output_on_device) {
-            accel = std::make_unique<CpuBackend>(opt.device, true, opt.device_capacity, file, spec, config, pool,
-                                                 level);
+            if (cuda_index >= 0) {
+                accel = cuda::make_cuda_backend(cuda_index, opt.device_capacity, file, spec, config);
+            } else {
+                accel = std::make_unique<CpuBackend>(opt.device, true, opt.device_capacity, file, spec, config, pool,
+                                                     level);
+            }
         }
         // The embedding lookup stays on the host, as in llama.cpp.
         host->account_token_embd();
@@ -71,8 +87,10 @@ struct Session::Impl {
             }
             return;
         }
-        if (opt.device != "cpu2") {
-            throw Error(fmt::format("--device: expected cpu2 (the stand-in accelerator), found '{}'", opt.device));
+        cuda_index = parse_cuda_device(opt.device);
+        if (opt.device != "cpu2" && cuda_index < 0) {
+            throw Error(fmt::format("--device: expected cuda, cudaN or cpu2 (the stand-in accelerator), found '{}'",
+                                    opt.device));
         }
         if (opt.n_gpu_layers < 0) throw Error(fmt::format("-ngl: expected a value >= 0, found {}", opt.n_gpu_layers));
         n_device_layers = std::min(opt.n_gpu_layers, hp.n_layer);

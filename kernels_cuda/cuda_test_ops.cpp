@@ -1,0 +1,130 @@
+// Host-data wrappers around single kernels (cuda_api.h), so tests compiled
+// by g++ compare each CUDA kernel with its CPU twin without seeing a CUDA
+// type. Slow by design: every call copies its inputs in and its output out.
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels_cuda/cuda_api.h"
+#include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/cuda_kernels.h"
+
+namespace tandem::cuda {
+namespace {
+
+class Buf {
+public:
+    explicit Buf(size_t bytes) { TANDEM_CUDA_CHECK(cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes)); }
+    Buf(const void* host, size_t bytes) : Buf(bytes) {
+        if (host && bytes) TANDEM_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
+    }
+    ~Buf() { cudaFree(ptr_); }
+    Buf(const Buf&) = delete;
+    Buf& operator=(const Buf&) = delete;
+    template <class T>
+    T* as() const {
+        return static_cast<T*>(ptr_);
+    }
+    void to_host(void* host, size_t bytes) const {
+        TANDEM_CUDA_CHECK(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost));
+    }
+
+private:
+    void* ptr_ = nullptr;
+};
+
+void finish() {
+    TANDEM_CUDA_CHECK(cudaGetLastError());
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+size_t floats(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+
+}  // namespace
+
+void matmul_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
+                      const float* host_x, int64_t n_tokens, float* host_y) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    const auto row_bytes = quant::row_bytes(w_type, n_cols);
+    const uint64_t scratch_bytes = kernels::matmul_scratch_bytes(w_type, n_cols, n_tokens);
+    if (!row_bytes || scratch_bytes == 0) {
+        throw Error(fmt::format("matmul on device: no CUDA kernel for {} rows of {}", quant::traits(w_type).name,
+                                n_cols));
+    }
+    Buf w(host_w, *row_bytes * static_cast<size_t>(n_rows));
+    Buf x(host_x, floats(n_tokens * n_cols));
+    Buf scratch(scratch_bytes);
+    Buf y(floats(n_tokens * n_rows));
+    kernels::launch_matmul(w_type, w.as<void>(), *row_bytes, n_rows, n_cols, x.as<float>(), n_cols, n_tokens,
+                           scratch.as<void>(), y.as<float>(), n_rows, nullptr);
+    finish();
+    y.to_host(host_y, floats(n_tokens * n_rows));
+}
+
+void rms_norm_on_device(int device, const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    Buf dx(x, floats(n * n_rows));
+    Buf dw(w, w ? floats(n) : 0);
+    Buf dy(floats(n * n_rows));
+    kernels::launch_rms_norm(dx.as<float>(), w ? dw.as<float>() : nullptr, dy.as<float>(), n, n_rows, eps, nullptr);
+    finish();
+    dy.to_host(y, floats(n * n_rows));
+}
+
+void rope_on_device(int device, float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* pos,
+                    const kernels::RopeArgs& args) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    const int64_t n = n_tokens * n_heads * head_dim;
+    Buf dx(x, floats(n));
+    Buf dpos(pos, static_cast<size_t>(n_tokens) * sizeof(int32_t));
+    Buf dff(args.freq_factors, args.freq_factors ? floats(args.n_rot / 2) : 0);
+    kernels::RopeArgs a = args;
+    a.freq_factors = args.freq_factors ? dff.as<float>() : nullptr;
+    kernels::launch_rope(dx.as<float>(), n_tokens, n_heads, head_dim, n_heads * head_dim, dpos.as<int32_t>(), a,
+                         nullptr);
+    finish();
+    dx.to_host(x, floats(n));
+}
+
+void glu_on_device(int device, bool gelu, const float* gate, const float* up, float* out, int64_t n) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    Buf dg(gate, floats(n));
+    Buf du(up, floats(n));
+    Buf dout(floats(n));
+    if (gelu) {
+        kernels::launch_geglu(dg.as<float>(), du.as<float>(), dout.as<float>(), n, nullptr);
+    } else {
+        kernels::launch_swiglu(dg.as<float>(), du.as<float>(), dout.as<float>(), n, nullptr);
+    }
+    finish();
+    dout.to_host(out, floats(n));
+}
+
+void attention_on_device(int device, const float* q, const int32_t* pos, int64_t n_tokens,
+                         const kernels::AttentionArgs& args, const uint16_t* k, const uint16_t* v,
+                         const int32_t* cell_pos, int64_t n_cells, int64_t k_dim, int64_t v_dim, float* out) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    if (!kernels::attention_head_supported(args.head_dim_k) || !kernels::attention_head_supported(args.head_dim_v)) {
+        throw Error(fmt::format("attention on device: heads of {} not supported", args.head_dim_k));
+    }
+    Buf dq(q, floats(n_tokens * args.n_head * args.head_dim_k));
+    Buf dpos(pos, static_cast<size_t>(n_tokens) * sizeof(int32_t));
+    Buf dk(k, static_cast<size_t>(n_cells * k_dim) * 2);
+    Buf dv(v, static_cast<size_t>(n_cells * v_dim) * 2);
+    Buf dcell(cell_pos, static_cast<size_t>(n_cells) * sizeof(int32_t));
+    Buf dout(floats(n_tokens * args.n_head * args.head_dim_v));
+    kernels::KvF16 kv;
+    kv.k = dk.as<uint16_t>();
+    kv.v = dv.as<uint16_t>();
+    kv.cell_pos = dcell.as<int32_t>();
+    kv.n_cells = n_cells;
+    kv.k_dim = k_dim;
+    kv.v_dim = v_dim;
+    kernels::launch_attention(dq.as<float>(), dpos.as<int32_t>(), n_tokens, args, kv, dout.as<float>(), nullptr);
+    finish();
+    dout.to_host(out, floats(n_tokens * args.n_head * args.head_dim_v));
+}
+
+}  // namespace tandem::cuda

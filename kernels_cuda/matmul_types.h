@@ -1,0 +1,39 @@
+// Which activation type the CUDA matmul quantizes to for each weight type.
+// A plain header so host tests check it against cpu::activation_type: the
+// GPU must multiply the very codes the CPU multiplies.
+#pragma once
+
+#include "runtime/quant/quant_types.h"
+
+// X(weight type, activation type): the twins of TANDEM_DOT_TYPES
+// (kernels_cpu/vec_dot.h).
+#define TANDEM_CUDA_MATMUL_TYPES(X) \
+    X(F32, F32)                     \
+    X(F16, F16)                     \
+    X(BF16, BF16)                   \
+    X(Q4_0, Q8_0)                   \
+    X(Q4_1, Q8_1)                   \
+    X(Q5_0, Q8_0)                   \
+    X(Q5_1, Q8_1)                   \
+    X(Q8_0, Q8_0)                   \
+    X(Q2_K, Q8_K)                   \
+    X(Q3_K, Q8_K)                   \
+    X(Q4_K, Q8_K)                   \
+    X(Q5_K, Q8_K)                   \
+    X(Q6_K, Q8_K)
+
+namespace tandem::cuda {
+
+// false when the CUDA matmul has no kernel for w.
+constexpr bool matmul_activation_type(quant::Type w, quant::Type& a) {
+#define TANDEM_CUDA_MATMUL_CASE(W, A)  \
+    if (w == quant::Type::W) {         \
+        a = quant::Type::A;            \
+        return true;                   \
+    }
+    TANDEM_CUDA_MATMUL_TYPES(TANDEM_CUDA_MATMUL_CASE)
+#undef TANDEM_CUDA_MATMUL_CASE
+    return false;
+}
+
+}  // namespace tandem::cuda

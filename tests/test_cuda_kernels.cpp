@@ -1,0 +1,220 @@
+// CUDA kernels and the CUDA backend against their CPU twins. Every test
+// skips cleanly where no GPU is usable (no driver, no device, a CPU-only
+// build); scripts/device-check.sh runs them on a GPU machine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels_cpu/attention.h"
+#include "kernels_cpu/elementwise.h"
+#include "kernels_cpu/matmul.h"
+#include "kernels_cuda/cuda_api.h"
+#include "kernels_cuda/matmul_types.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/kv_cache/kv_cache.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/scheduler/session.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "tests/test_paths.h"
+
+namespace tq = tandem::quant;
+namespace tc = tandem::cpu;
+
+namespace {
+
+#define TANDEM_REQUIRE_GPU(var)                                         \
+    std::string why_no_gpu_;                                            \
+    const auto devices_ = tandem::cuda::list_devices(&why_no_gpu_);     \
+    if (devices_.empty()) GTEST_SKIP() << "no GPU: " << why_no_gpu_;    \
+    const int var = devices_[0].index
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> x(n);
+    for (auto& v : x) v = dist(rng);
+    return x;
+}
+
+}  // namespace
+
+TEST(CudaMatmul, EveryWeightTypeMatchesCpu) {
+    TANDEM_REQUIRE_GPU(dev);
+    constexpr int64_t kRows = 37, kCols = 512, kTokens = 7;
+    const auto wf = random_floats(kRows * kCols, 1);
+    const auto x = random_floats(kTokens * kCols, 2);
+    tc::ThreadPool pool(2, false);
+#define CHECK_TYPE(W, A)                                                                                        \
+    {                                                                                                           \
+        SCOPED_TRACE(#W);                                                                                       \
+        const tq::Type t = tq::Type::W;                                                                         \
+        const uint64_t rb = *tq::row_bytes(t, kCols);                                                           \
+        std::vector<uint8_t> w(rb * kRows);                                                                     \
+        for (int64_t r = 0; r < kRows; ++r) tq::quantize_row(t, wf.data() + r * kCols, w.data() + r * rb, kCols); \
+        tc::WeightView view{t, w.data(), kRows, kCols, rb};                                                     \
+        std::vector<float> ref(kTokens * kRows), gpu(ref.size());                                               \
+        tc::matmul(view, x.data(), kCols, kTokens, ref.data(), kRows, pool, tc::SimdLevel::Scalar);             \
+        tandem::cuda::matmul_on_device(dev, t, w.data(), kRows, kCols, x.data(), kTokens, gpu.data());          \
+        for (size_t i = 0; i < ref.size(); ++i) {                                                               \
+            ASSERT_NEAR(gpu[i], ref[i], 1e-5f * std::max(1.0f, std::sqrt(static_cast<float>(kCols)) * 4.0f))    \
+                << "output " << i;                                                                              \
+        }                                                                                                       \
+    }
+    TANDEM_CUDA_MATMUL_TYPES(CHECK_TYPE)
+#undef CHECK_TYPE
+}
+
+TEST(CudaElementwise, RmsNormRopeGluMatchCpu) {
+    TANDEM_REQUIRE_GPU(dev);
+    constexpr int64_t kN = 1000, kRows = 6;
+    const auto x = random_floats(kN * kRows, 3, 2.0f);
+    const auto w = random_floats(kN, 4);
+    std::vector<float> ref(x.size()), gpu(x.size());
+    tc::rms_norm_rows(x.data(), w.data(), ref.data(), kN, kRows, 1e-6f);
+    tandem::cuda::rms_norm_on_device(dev, x.data(), w.data(), gpu.data(), kN, kRows, 1e-6f);
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(gpu[i], ref[i], 1e-6f * std::max(1.0f, std::fabs(ref[i])));
+
+    for (const bool neox : {false, true}) {
+        constexpr int64_t kTokens = 4, kHeads = 3, kDim = 128;
+        auto q = random_floats(kTokens * kHeads * kDim, 5);
+        auto q_gpu = q;
+        const int32_t pos[kTokens] = {0, 5, 300, 4000};
+        tc::RopeParams p;
+        p.mode = neox ? tc::RopeMode::Neox : tc::RopeMode::Norm;
+        p.n_rot = kDim;
+        p.freq_base = 1000000.0f;
+        for (int64_t t = 0; t < kTokens; ++t) tc::rope_heads(q.data() + t * kHeads * kDim, kHeads, kDim, pos[t], p);
+        tandem::cuda::kernels::RopeArgs a;
+        a.neox = neox;
+        a.n_rot = kDim;
+        a.theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(kDim));
+        tandem::cuda::rope_on_device(dev, q_gpu.data(), kTokens, kHeads, kDim, pos, a);
+        // cosf/sinf on the device may differ from glibc by an ulp or two.
+        for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(q_gpu[i], q[i], 2e-6f * std::max(1.0f, std::fabs(q[i])));
+    }
+
+    const auto gate = random_floats(5000, 6, 3.0f);
+    const auto up = random_floats(5000, 7);
+    std::vector<float> r(gate.size()), g(gate.size());
+    for (const bool gelu : {false, true}) {
+        if (gelu) {
+            tc::geglu(gate.data(), up.data(), r.data(), static_cast<int64_t>(gate.size()));
+        } else {
+            tc::swiglu(gate.data(), up.data(), r.data(), static_cast<int64_t>(gate.size()));
+        }
+        tandem::cuda::glu_on_device(dev, gelu, gate.data(), up.data(), g.data(), static_cast<int64_t>(gate.size()));
+        // GELU rounds its output to fp16: a one-ulp tanh difference can move
+        // it by one half step (2^-11 relative).
+        const float tol = gelu ? 1e-3f : 1e-6f;
+        for (size_t i = 0; i < r.size(); ++i) ASSERT_NEAR(g[i], r[i], tol * std::max(1.0f, std::fabs(r[i]))) << i;
+    }
+}
+
+TEST(CudaAttention, MatchesCpuF16Cache) {
+    TANDEM_REQUIRE_GPU(dev);
+    constexpr int64_t kHead = 8, kHeadKv = 2, kDim = 128, kCells = 40, kTokens = 6;
+    for (const int64_t window : {int64_t{0}, int64_t{10}}) {
+        tandem::LayerKvCache cache(tq::Type::F16, kCells, kHeadKv * kDim, kHeadKv * kDim);
+        for (int32_t p = 0; p < 36; ++p) {
+            const auto k = random_floats(kHeadKv * kDim, 100 + static_cast<uint32_t>(p));
+            const auto v = random_floats(kHeadKv * kDim, 200 + static_cast<uint32_t>(p));
+            cache.store(p, k.data(), v.data());
+        }
+        const auto q = random_floats(kTokens * kHead * kDim, 9);
+        const int32_t pos[kTokens] = {30, 31, 32, 33, 34, 35};
+        tc::AttentionShape shape{kHead, kHeadKv, kDim, kDim, window, 1.0f / std::sqrt(128.0f)};
+        std::vector<float> ref(kTokens * kHead * kDim), gpu(ref.size());
+        tc::ThreadPool pool(2, false);
+        const auto kv = cache.view();
+        tc::attention(q.data(), pos, kTokens, shape, kv, ref.data(), pool, tc::SimdLevel::Scalar);
+        tandem::cuda::kernels::AttentionArgs a{kHead, kHeadKv, kDim, kDim, window, shape.scale};
+        tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, reinterpret_cast<const uint16_t*>(kv.k),
+                                          reinterpret_cast<const uint16_t*>(kv.v), kv.cell_pos, kCells,
+                                          kHeadKv * kDim, kHeadKv * kDim, gpu.data());
+        // fp16 accumulation: an ulp of difference in exp() may move a value
+        // by a couple of fp16 steps.
+        for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(gpu[i], ref[i], 2e-3f * std::max(1.0f, std::fabs(ref[i])));
+    }
+}
+
+namespace {
+
+double mean_kl(const std::vector<float>& ref, const std::vector<float>& got, int64_t n_vocab) {
+    double total = 0.0;
+    const int64_t rows = static_cast<int64_t>(ref.size()) / n_vocab;
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* a = ref.data() + r * n_vocab;
+        const float* b = got.data() + r * n_vocab;
+        const double ma = *std::max_element(a, a + n_vocab), mb = *std::max_element(b, b + n_vocab);
+        double za = 0.0, zb = 0.0;
+        for (int64_t i = 0; i < n_vocab; ++i) za += std::exp(a[i] - ma), zb += std::exp(b[i] - mb);
+        double kl = 0.0;
+        for (int64_t i = 0; i < n_vocab; ++i) {
+            const double la = a[i] - ma - std::log(za), lb = b[i] - mb - std::log(zb);
+            kl += std::exp(la) * (la - lb);
+        }
+        total += kl;
+    }
+    return total / static_cast<double>(rows);
+}
+
+}  // namespace
+
+TEST(CudaBackend, EveryNglMatchesCpuOnSharedModels) {
+    TANDEM_REQUIRE_GPU(dev);
+    (void)dev;
+    for (const char* name : {"tiny-llama-F16.gguf", "tiny-llama-Q8_0.gguf", "tiny-llama-b-Q4_K_M.gguf",
+                             "tiny-gemma3-Q4_K_M.gguf"}) {
+        const auto path = tandem::testing::shared(std::string("models/") + name);
+        if (!std::filesystem::exists(path)) continue;
+        SCOPED_TRACE(name);
+        const auto file = tandem::gguf::File::open(path);
+        const auto spec = tandem::model::load_model_spec(file);
+        const auto tok = tandem::Tokenizer::from_gguf(file);
+        const auto tokens = tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
+        tandem::SessionOptions opt;
+        opt.n_ctx = 128;
+        opt.n_ubatch = 16;  // several micro-batches: the KV cache must carry over
+        std::vector<float> reference;
+        tandem::Session(file, spec, opt).eval(tokens, true, reference);
+        for (int64_t ngl = 0; ngl <= spec.hp.n_layer + 1; ++ngl) {
+            SCOPED_TRACE("ngl " + std::to_string(ngl));
+            opt.device = "cuda0";
+            opt.n_gpu_layers = ngl;
+            tandem::Session session(file, spec, opt);
+            std::vector<float> logits;
+            session.eval(tokens, true, logits);
+            ASSERT_EQ(logits.size(), reference.size());
+            EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-4);
+            // A decode step after the prompt uses the device KV cache.
+            std::vector<float> next_ref, next;
+            tandem::SessionOptions cpu_opt;
+            cpu_opt.n_ctx = 128;
+            cpu_opt.n_ubatch = 16;
+            tandem::Session cpu(file, spec, cpu_opt);
+            cpu.eval(tokens, false, next_ref);
+            cpu.eval(std::vector<int32_t>{tokens[1]}, false, next_ref);
+            session.eval(std::vector<int32_t>{tokens[1]}, false, next);
+            EXPECT_LE(mean_kl(next_ref, next, spec.hp.n_vocab), 1e-4);
+        }
+    }
+}
+
+TEST(CudaBackend, Q8CacheIsRefusedAndTooSmallVramIsOutOfMemory) {
+    TANDEM_REQUIRE_GPU(dev);
+    (void)dev;
+    const auto file = tandem::gguf::File::open(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"));
+    const auto spec = tandem::model::load_model_spec(file);
+    tandem::SessionOptions opt;
+    opt.n_ctx = 64;
+    opt.device = "cuda0";
+    opt.n_gpu_layers = 2;
+    opt.cache_type = tandem::model::CacheType::Q8_0;
+    EXPECT_THROW(tandem::Session(file, spec, opt), tandem::Error);
+    opt.cache_type = tandem::model::CacheType::F16;
+    opt.device_capacity = 1024;
+    EXPECT_THROW(tandem::Session(file, spec, opt), tandem::OutOfDeviceMemory);
+}
