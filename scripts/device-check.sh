@@ -24,6 +24,24 @@ results=build-device/gpu-tests.xml
 ./build-device/tests/tandem_tests --gtest_filter='Cuda*' --gtest_output="xml:$results" | tail -40
 rc=${PIPESTATUS[0]}
 
+# GPU benchmark: a llama-1b-shape Q8_0 model (quick to synthesize) at
+# ngl 0, half and all, decode and prefill tok/s as tandem run prints them.
+bench_rows=()
+model=build-device/bench-llama-1b-q8_0.gguf
+if [ ! -f "$model" ]; then
+  ./build-device/tools/tandem synth --shape llama-1b --type Q8_0 -o "$model" >/dev/null 2>&1 || true
+fi
+if [ -f "$model" ]; then
+  python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 50))" > build-device/prompt.txt
+  for ngl in 0 11 23; do
+    out=$(timeout 120 ./build-device/tools/tandem run -m "$model" -f build-device/prompt.txt -n 64 --temp 0 \
+          --device cuda0 --vram 16GiB -ngl $ngl 2>&1 >/dev/null | tail -3)
+    pp=$(echo "$out" | sed -n 's/^prompt: .* \([0-9.]*\) tok\/s.*/\1/p')
+    tg=$(echo "$out" | sed -n 's/^generation: .* \([0-9.]*\) tok\/s, \([0-9.]*\) GB\/s.*/\1 tok\/s, \2 GB\/s/p')
+    bench_rows+=("| llama-1b Q8_0, ngl $ngl | pp ${pp:-?} tok/s, tg ${tg:-failed: $(echo "$out" | tail -1)} |")
+  done
+fi
+
 echo
 echo "| check | result |"
 echo "| --- | --- |"
@@ -38,4 +56,5 @@ for case in root.iter("testcase"):
     else: status = f"pass ({float(case.get('time', 0)):.2f} s)"
     print(f"| {name} | {status} |")
 PY
+for row in "${bench_rows[@]}"; do echo "$row"; done
 exit "$rc"
