@@ -30,6 +30,18 @@ bool compiled_with_cuda();
 // Tandem then runs on the CPU; none of these is an error.
 std::vector<DeviceInfo> list_devices(std::string* why_none = nullptr);
 
+// Copy bandwidths of GPU `device`, in GB/s (1e9 bytes per second), best of
+// a few runs over buffers of `bytes` (less when the GPU has less free).
+// device_gbps counts a device-to-device copy's read and write; host-to-
+// device copies come from pinned memory. Throws tandem::Error on a CUDA
+// failure.
+struct BandwidthMeasurement {
+    double device_gbps = 0.0;
+    double host_to_device_gbps = 0.0;
+    size_t bytes = 0;
+};
+BandwidthMeasurement measure_bandwidth(int device, size_t bytes);
+
 // Dequantizes `n` elements of one row on GPU `device` and copies the floats
 // back: the CUDA twin of quant::dequantize_row, used by tests and benches.
 // Throws tandem::Error when a CUDA call fails.

@@ -16,6 +16,7 @@ namespace {
 [[noreturn]] void no_cuda() { throw Error("this build of Tandem has no CUDA support (TANDEM_CUDA=OFF)"); }
 }  // namespace
 
+BandwidthMeasurement measure_bandwidth(int, size_t) { no_cuda(); }
 void dequantize_row_on_device(int, quant::Type, const void*, float*, int64_t) { no_cuda(); }
 void matmul_on_device(int, quant::Type, const void*, int64_t, int64_t, const float*, int64_t, float*) { no_cuda(); }
 void rms_norm_on_device(int, const float*, const float*, float*, int64_t, int64_t, float) { no_cuda(); }

@@ -2,6 +2,7 @@
 // grid of VRAM sizes and contexts. Reads only the GGUF header, so it works
 // on header-only files from `tandem synth` and on machines without a GPU
 // (--vram plans for a GPU that is not there).
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "kernels_cuda/cuda_api.h"
+#include "planner/calibration.h"
 #include "planner/planner.h"
 #include "runtime/backend/memory_ledger.h"
 #include "runtime/common/error.h"
@@ -63,7 +65,14 @@ std::vector<Capacity> capacities(const PlanOptions& o, std::string& note) {
     return out;
 }
 
-std::string speeds_line(const planner::Plan& p) {
+// "measured" for speeds taken from `bench --calibrate`, "given" for flags,
+// "default" for the built-in assumptions.
+std::string source_of(const planner::Assumption& a, const std::vector<std::string>& measured) {
+    if (a.is_default) return "default";
+    return std::find(measured.begin(), measured.end(), a.name) != measured.end() ? "measured" : "given";
+}
+
+std::string speeds_line(const planner::Plan& p, const std::vector<std::string>& measured) {
     // Table-driven so a new assumption needs one row, not a new format.
     struct Row {
         const char* name;
@@ -79,7 +88,8 @@ std::string speeds_line(const planner::Plan& p) {
     for (const Row& r : rows) {
         for (const planner::Assumption& a : p.assumptions) {
             if (a.name != r.name) continue;
-            line += fmt::format(" {} {:g} {}{},", r.label, a.value, r.unit, a.is_default ? " (default)" : "");
+            const std::string src = source_of(a, measured);
+            line += fmt::format(" {} {:g} {}{},", r.label, a.value, r.unit, src == "given" ? "" : " (" + src + ")");
         }
     }
     line.pop_back();
@@ -104,6 +114,18 @@ void plan_command(const PlanOptions& o) {
     in.pcie_gbps = o.pcie_gbps;
     in.cpu_gflops = o.cpu_gflops;
     in.gpu_gflops = o.gpu_gflops;
+    // Measured speeds fill what the flags left unset; a damaged file only
+    // costs the measurements, never the plan.
+    std::vector<std::string> measured;
+    std::string warning;
+    try {
+        if (const auto cal = planner::load_calibration(planner::calibration_path(), &warning)) {
+            measured = planner::apply_calibration(*cal, in);
+        }
+    } catch (const Error& e) {
+        warning = e.what();  // no cache directory can be derived
+    }
+    if (!warning.empty()) fmt::print(stderr, "tandem: warning: {}\n", warning);
 
     struct Cell {
         const Capacity* cap;
@@ -118,12 +140,23 @@ void plan_command(const PlanOptions& o) {
         }
     }
 
+    // The planner knows only default or not; the source says which
+    // non-default speeds came from a measurement.
+    auto plan_json = [&](const planner::Plan& p) {
+        nlohmann::json j = planner::to_json(p);
+        for (const planner::Assumption& a : p.assumptions) {
+            if (j.contains("assumptions") && j["assumptions"].contains(a.name)) {
+                j["assumptions"][a.name]["source"] = source_of(a, measured);
+            }
+        }
+        return j;
+    };
     if (o.json) {
         if (cells.size() == 1) {
-            fmt::print("{}\n", planner::to_json(cells.front().plan).dump(2));
+            fmt::print("{}\n", plan_json(cells.front().plan).dump(2));
         } else {
             nlohmann::json arr = nlohmann::json::array();
-            for (const Cell& c : cells) arr.push_back(planner::to_json(c.plan));
+            for (const Cell& c : cells) arr.push_back(plan_json(c.plan));
             fmt::print("{}\n", arr.dump(2));
         }
         return;
@@ -135,7 +168,7 @@ void plan_command(const PlanOptions& o) {
                spec.hp.n_layer, format_bytes(weights), cells.front().plan.n_ubatch,
                planner::cache_type_name(in.cache_type));
     if (!note.empty()) fmt::print("{}\n", note);
-    fmt::print("{}\n\n", speeds_line(cells.front().plan));
+    fmt::print("{}\n\n", speeds_line(cells.front().plan, measured));
     fmt::print("{:>10} {:>7} {:>7} {:>5} {:>11} {:>11} {:>9} {:>9}  {}\n", "VRAM", "ctx", "ngl", "head", "VRAM used",
                "RAM used", "tg tok/s", "pp tok/s", "fits");
     for (const Cell& c : cells) {

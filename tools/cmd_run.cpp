@@ -11,7 +11,9 @@
 #include <fmt/format.h>
 
 #include "kernels_cpu/cpu_info.h"
+#include "planner/calibration.h"
 #include "planner/planner.h"
+#include "planner/tune_cache.h"
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
@@ -94,38 +96,88 @@ void write_logits(const std::string& path, const std::vector<float>& logits) {
 
 struct GpuLayers {
     int64_t ngl = 0;
-    std::string why;  // for --verbose
+    std::optional<int> threads;  // from a tune entry; used when -t is not given
+    std::string why;             // for --verbose
 };
 
-// -ngl N is taken as given; "auto" asks the planner for the largest split
-// that fits the device's capacity. The stand-in cpu2 has no memory of its
-// own to report, so auto there needs --vram; without a device auto is 0.
-GpuLayers choose_gpu_layers(const RunOptions& o, const model::ModelSpec& spec, const SessionOptions& so) {
+// The entry `tandem tune` stored for this model, device, capacity, context
+// and cache type, if any. A damaged cache costs only the entry: one warning
+// line, then the plan decides as if nothing had been tuned.
+std::optional<planner::TuneEntry> tuned_entry(const RunOptions& o, const gguf::File& file, const planner::Plan& p,
+                                              const SessionOptions& so) {
+    std::string warning;
+    std::vector<planner::TuneEntry> entries;
+    try {
+        entries = planner::load_tune_cache(planner::tune_cache_path(), &warning);
+    } catch (const Error& e) {
+        warning = e.what();  // no cache directory can be derived
+    }
+    if (!warning.empty()) fmt::print(stderr, "tandem: warning: {}; using the plan\n", warning);
+    if (entries.empty()) return std::nullopt;
+    planner::TuneKey key;
+    key.model_key = planner::model_key(o.model, file.data_offset());
+    key.device = o.device;
+    key.vram = so.device_capacity.value_or(0);
+    key.n_ctx = p.n_ctx;
+    key.cache_type = planner::cache_type_name(so.cache_type);
+    return planner::find_tune_entry(entries, key);
+}
+
+// -ngl N is taken as given; "auto" prefers what `tandem tune` measured for
+// these options, else asks the planner for the largest split that fits the
+// device's capacity. The stand-in cpu2 has no memory of its own to report,
+// so auto there needs --vram; without a device auto is 0.
+GpuLayers choose_gpu_layers(const RunOptions& o, const gguf::File& file, const model::ModelSpec& spec,
+                            const SessionOptions& so) {
     if (o.n_gpu_layers != "auto") {
         try {
             size_t used = 0;
             const long long v = std::stoll(o.n_gpu_layers, &used);
-            if (used == o.n_gpu_layers.size()) return {v, "-ngl given"};
+            if (used == o.n_gpu_layers.size()) return {v, std::nullopt, "-ngl given"};
         } catch (const std::exception&) {
         }
         throw Error(fmt::format("-ngl: expected auto or a layer count, found '{}'", o.n_gpu_layers));
     }
-    if (o.device.empty()) return {0, "-ngl auto: no accelerator, every layer on the CPU"};
-    if (!so.device_capacity) {
+    if (!o.device.empty() && !so.device_capacity) {
         throw Error(fmt::format("-ngl auto on {} needs --vram SIZE (the stand-in device has no memory of its own to "
                                 "report); or give -ngl N",
                                 o.device));
     }
     planner::PlanInputs in;
-    in.device_capacity = so.device_capacity;
+    in.device_capacity = o.device.empty() ? std::nullopt : so.device_capacity;
     in.n_ctx = so.n_ctx;
     in.n_ubatch = so.n_ubatch;
     in.cache_type = so.cache_type;
     // The stand-in's ledger is the whole truth (no driver or allocator
     // behind it), so no margin is needed to keep it from running out.
     if (o.device == "cpu2") in.margin = 0;
+    // Measured speeds only change the predicted tok/s, not the split, but
+    // the verbose line should predict with this machine's numbers.
+    std::string cal_warning;
+    std::vector<std::string> measured;
+    try {
+        if (const auto cal = planner::load_calibration(planner::calibration_path(), &cal_warning)) {
+            measured = planner::apply_calibration(*cal, in);
+        }
+    } catch (const Error& e) {
+        cal_warning = e.what();
+    }
+    if (!cal_warning.empty()) fmt::print(stderr, "tandem: warning: {}\n", cal_warning);
     const planner::Plan p = planner::plan(spec, in);
-    return {p.ngl, fmt::format("-ngl auto chose {} of {}: {}", p.ngl, spec.hp.n_layer + 1, p.reasons.front())};
+    const std::string speeds = fmt::format("; predicted {:.1f} tok/s with {} speeds", p.predicted.tg_tps,
+                                           measured.empty() ? "default" : "measured");
+    if (const auto t = tuned_entry(o, file, p, so)) {
+        // Never above the plan: a tune entry can only lower the split, so a
+        // stale entry cannot push the device out of memory.
+        const int64_t ngl = o.device.empty() ? 0 : std::min(t->ngl, p.ngl);
+        return {ngl, t->threads,
+                fmt::format("-ngl auto: using the tuned entry (model {}): ngl {} of {}, {} threads, {:.2f} tok/s "
+                            "measured",
+                            t->key.model_key, ngl, spec.hp.n_layer + 1, t->threads, t->tg_tps)};
+    }
+    if (o.device.empty()) return {0, std::nullopt, "-ngl auto: no accelerator, every layer on the CPU" + speeds};
+    return {p.ngl, std::nullopt,
+            fmt::format("-ngl auto chose {} of {}: {}{}", p.ngl, spec.hp.n_layer + 1, p.reasons.front(), speeds)};
 }
 
 // Builds the session; when the accelerator runs out of memory at load, steps
@@ -172,8 +224,9 @@ void run(const RunOptions& o) {
     if (!o.dump_logits.empty()) so.n_ubatch = std::max<int64_t>(so.n_ubatch, static_cast<int64_t>(tokens.size()));
     // After every option that changes the sizes (--dump-logits widens the
     // micro-batch), so the plan describes the session about to be built.
-    const GpuLayers gl = choose_gpu_layers(o, spec, so);
+    const GpuLayers gl = choose_gpu_layers(o, file, spec, so);
     so.n_gpu_layers = gl.ngl;
+    if (o.n_threads == 0 && gl.threads) so.n_threads = *gl.threads;  // an explicit -t wins
     const std::unique_ptr<Session> session_ptr = open_session(file, spec, so);
     Session& session = *session_ptr;
     if (static_cast<int64_t>(tokens.size()) > session.n_ctx()) {

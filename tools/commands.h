@@ -13,5 +13,7 @@ void add_synth_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_tune_command(CLI::App& app);
 
 }  // namespace tandem::tools

@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
     tandem::tools::add_quantize_command(app);
     tandem::tools::add_synth_command(app);
     tandem::tools::add_tokenize_command(app);
+    tandem::tools::add_bench_command(app);
+    tandem::tools::add_tune_command(app);
     try {
         auto args = normalize_args(argc, argv);
         app.parse(args);

@@ -1,0 +1,54 @@
+// Measured hardware speeds, stored between runs so the planner predicts
+// with this machine's numbers instead of the built-in defaults. The file is
+// written by `tandem bench --calibrate` and read by `plan` and `run -ngl
+// auto`. This header only stores and applies numbers; the measuring lives
+// in tools/cmd_bench.cpp because the planner must stay free of kernels.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/planner.h"
+
+namespace tandem::planner {
+
+struct Calibration {
+    std::string cpu_model;  // /proc/cpuinfo "model name", so a copied file is recognisable
+    int physical_cores = 0;
+    std::optional<double> cpu_gbps;   // CPU read bandwidth, all physical cores
+    std::optional<double> gpu_gbps;   // device-to-device copy bandwidth
+    std::optional<double> pcie_gbps;  // host-to-device copy bandwidth
+};
+
+// Tandem's cache directory: $TANDEM_CACHE_DIR, else $XDG_CACHE_HOME/tandem,
+// else $HOME/.cache/tandem. Throws tandem::Error when none can be derived.
+std::filesystem::path cache_dir();
+std::filesystem::path calibration_path();  // cache_dir() / "calibration.json"
+
+nlohmann::json to_json(const Calibration& c);
+// Throws tandem::Error (one line) when the object is not a calibration.
+Calibration calibration_from_json(const nlohmann::json& j);
+
+// Writes atomically (temp file + rename), creating the directory.
+void save_calibration(const Calibration& c, const std::filesystem::path& path);
+
+// nullopt when the file is absent. A file that cannot be read or parsed
+// also gives nullopt, with a one-line reason in *warning: a damaged cache
+// must never stop a run, only fall back to the defaults.
+std::optional<Calibration> load_calibration(const std::filesystem::path& path, std::string* warning);
+
+// Fills the speeds the caller did not set (a flag on the command line wins
+// over a measurement). Returns the names of the inputs it filled, so the
+// caller can label them "measured".
+std::vector<std::string> apply_calibration(const Calibration& c, PlanInputs& in);
+
+// Reads a whole text file; used by both caches. Throws tandem::Error.
+std::string read_text_file(const std::filesystem::path& path);
+// Writes through a temp file and a rename, so a crash never leaves half a
+// cache behind. Throws tandem::Error.
+void write_text_file_atomic(const std::filesystem::path& path, const std::string& text);
+
+}  // namespace tandem::planner
