@@ -59,16 +59,9 @@ struct DeviceWeights {
     uint64_t row_bytes = 0;
 };
 
-struct LayerWeights {
-    DeviceWeights q, k, v, o, gate, up, down;
-    const float* attn_norm = nullptr;
-    const float* q_norm = nullptr;
-    const float* k_norm = nullptr;
-    const float* attn_post_norm = nullptr;
-    const float* ffn_norm = nullptr;
-    const float* ffn_post_norm = nullptr;
-    bool sliding_window = false;
-    float rope_base = 10000.0f;
+using DeviceLayerTensors = LayerTensors<DeviceWeights, const float*>;
+
+struct LayerWeights : DeviceLayerTensors {
     kernels::KvF16 kv;
 };
 
@@ -104,23 +97,10 @@ public:
     void load_layer(int64_t il) override {
         TANDEM_CHECK(il >= 0 && il < hp_.n_layer && !layers_.count(il), "load_layer: bad or repeated layer");
         select();
-        const model::LayerSpec& ls = spec_.layers[static_cast<size_t>(il)];
         LayerWeights w;
-        w.q = weights(*ls.get(LayerTensor::AttnQ));
-        w.k = weights(*ls.get(LayerTensor::AttnK));
-        w.v = weights(*ls.get(LayerTensor::AttnV));
-        w.o = weights(*ls.get(LayerTensor::AttnOutput));
-        w.gate = weights(*ls.get(LayerTensor::FfnGate));
-        w.up = weights(*ls.get(LayerTensor::FfnUp));
-        w.down = weights(*ls.get(LayerTensor::FfnDown));
-        w.attn_norm = floats(ls.get(LayerTensor::AttnNorm));
-        w.q_norm = floats(ls.get(LayerTensor::AttnQNorm));
-        w.k_norm = floats(ls.get(LayerTensor::AttnKNorm));
-        w.attn_post_norm = floats(ls.get(LayerTensor::AttnPostNorm));
-        w.ffn_norm = floats(ls.get(LayerTensor::FfnNorm));
-        w.ffn_post_norm = floats(ls.get(LayerTensor::FfnPostNorm));
-        w.sliding_window = ls.sliding_window;
-        w.rope_base = static_cast<float>(ls.rope_base);
+        static_cast<DeviceLayerTensors&>(w) = bind_layer_tensors<DeviceWeights, const float*>(
+            spec_, il, [this](const gguf::TensorInfo& t) { return weights(t); },
+            [this](const gguf::TensorInfo* t) { return floats(t); });
 
         // K and V rows of fp16 per cell, and the position of each cell; the
         // reservation is the planner's figure, the allocation the real one.

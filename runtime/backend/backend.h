@@ -26,6 +26,45 @@ struct BackendConfig {
     model::CacheType cache_type = model::CacheType::F16;
 };
 
+// The tensors of one layer as a backend holds them: matrices as `Matrix`
+// (that device's view of the GGUF blocks), norm vectors as `Vector` (floats
+// on that device; empty or null when the architecture has none).
+template <class Matrix, class Vector>
+struct LayerTensors {
+    Matrix q, k, v, o, gate, up, down;
+    Vector attn_norm{}, q_norm{}, k_norm{}, attn_post_norm{}, ffn_norm{}, ffn_post_norm{};
+    bool sliding_window = false;
+    float rope_base = 10000.0f;
+};
+
+// Binds layer il's tensors through a backend's own upload functions:
+// matrix(const TensorInfo&) for the required matrices, vector(const
+// TensorInfo*) for the norms (nullptr where the architecture has none).
+// One list of roles for every backend, so none can forget one.
+template <class Matrix, class Vector, class UploadMatrix, class UploadVector>
+LayerTensors<Matrix, Vector> bind_layer_tensors(const model::ModelSpec& spec, int64_t il, UploadMatrix&& matrix,
+                                                UploadVector&& vector) {
+    using model::LayerTensor;
+    const model::LayerSpec& ls = spec.layers.at(static_cast<size_t>(il));
+    LayerTensors<Matrix, Vector> w;
+    w.q = matrix(*ls.get(LayerTensor::AttnQ));
+    w.k = matrix(*ls.get(LayerTensor::AttnK));
+    w.v = matrix(*ls.get(LayerTensor::AttnV));
+    w.o = matrix(*ls.get(LayerTensor::AttnOutput));
+    w.gate = matrix(*ls.get(LayerTensor::FfnGate));
+    w.up = matrix(*ls.get(LayerTensor::FfnUp));
+    w.down = matrix(*ls.get(LayerTensor::FfnDown));
+    w.attn_norm = vector(ls.get(LayerTensor::AttnNorm));
+    w.q_norm = vector(ls.get(LayerTensor::AttnQNorm));
+    w.k_norm = vector(ls.get(LayerTensor::AttnKNorm));
+    w.attn_post_norm = vector(ls.get(LayerTensor::AttnPostNorm));
+    w.ffn_norm = vector(ls.get(LayerTensor::FfnNorm));
+    w.ffn_post_norm = vector(ls.get(LayerTensor::FfnPostNorm));
+    w.sliding_window = ls.sliding_window;
+    w.rope_base = static_cast<float>(ls.rope_base);
+    return w;
+}
+
 class Backend {
 public:
     virtual ~Backend() = default;

@@ -18,11 +18,9 @@ namespace {
 using model::GlobalTensor;
 using model::LayerTensor;
 
-struct LayerWeights {
-    cpu::WeightView q, k, v, o, gate, up, down;
-    std::vector<float> attn_norm, q_norm, k_norm, attn_post_norm, ffn_norm, ffn_post_norm;
-    bool sliding_window = false;
-    float rope_base = 10000.0f;
+using HostLayerTensors = LayerTensors<cpu::WeightView, std::vector<float>>;
+
+struct LayerWeights : HostLayerTensors {
     std::unique_ptr<LayerKvCache> kv;
 };
 
@@ -106,23 +104,10 @@ struct CpuBackend::Impl {
 
     void load_layer(int64_t il) {
         TANDEM_CHECK(il >= 0 && il < hp.n_layer && !layers.count(il), "load_layer: bad or repeated layer");
-        const model::LayerSpec& ls = spec.layers[static_cast<size_t>(il)];
         LayerWeights w;
-        w.q = weights(*ls.get(LayerTensor::AttnQ));
-        w.k = weights(*ls.get(LayerTensor::AttnK));
-        w.v = weights(*ls.get(LayerTensor::AttnV));
-        w.o = weights(*ls.get(LayerTensor::AttnOutput));
-        w.gate = weights(*ls.get(LayerTensor::FfnGate));
-        w.up = weights(*ls.get(LayerTensor::FfnUp));
-        w.down = weights(*ls.get(LayerTensor::FfnDown));
-        w.attn_norm = floats(ls.get(LayerTensor::AttnNorm));
-        w.q_norm = floats(ls.get(LayerTensor::AttnQNorm));
-        w.k_norm = floats(ls.get(LayerTensor::AttnKNorm));
-        w.attn_post_norm = floats(ls.get(LayerTensor::AttnPostNorm));
-        w.ffn_norm = floats(ls.get(LayerTensor::FfnNorm));
-        w.ffn_post_norm = floats(ls.get(LayerTensor::FfnPostNorm));
-        w.sliding_window = ls.sliding_window;
-        w.rope_base = static_cast<float>(ls.rope_base);
+        static_cast<HostLayerTensors&>(w) = bind_layer_tensors<cpu::WeightView, std::vector<float>>(
+            spec, il, [this](const gguf::TensorInfo& t) { return weights(t); },
+            [this](const gguf::TensorInfo* t) { return floats(t); });
         const uint64_t kv_bytes = model::kv_bytes_for_layer(spec, il, config.n_ctx, config.n_ubatch, config.cache_type);
         reserve(MemoryCategory::KvCache, kv_bytes, fmt::format("the KV cache of layer {}", il));
         w.kv = std::make_unique<LayerKvCache>(model::cache_quant_type(config.cache_type),
