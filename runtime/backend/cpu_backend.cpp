@@ -68,6 +68,11 @@ struct CpuBackend::Impl {
         reservations.emplace_back(ledger, c, bytes, what);
     }
 
+    // Rows of t.row_length() elements in t's blocks, starting at data.
+    static cpu::WeightView view_of(const gguf::TensorInfo& t, const uint8_t* data) {
+        return cpu::WeightView{t.type, data, t.n_rows(), t.row_length(), *quant::row_bytes(t.type, t.row_length())};
+    }
+
     // A weight matrix as this device sees it: the mapping itself on the
     // host, an uploaded copy on an accelerator. Bytes stay in GGUF blocks.
     cpu::WeightView weights(const gguf::TensorInfo& t) {
@@ -78,13 +83,7 @@ struct CpuBackend::Impl {
             uploads.emplace_back(bytes.begin(), bytes.end());
             data = uploads.back().data();
         }
-        cpu::WeightView w;
-        w.type = t.type;
-        w.data = data;
-        w.n_cols = t.shape.empty() ? 1 : t.shape[0];
-        w.n_rows = t.n_rows();
-        w.row_stride_bytes = *quant::row_bytes(t.type, w.n_cols);
-        return w;
+        return view_of(t, data);
     }
 
     // Norm weights and RoPE factors are small; a float copy frees the
@@ -121,8 +120,7 @@ struct CpuBackend::Impl {
         const gguf::TensorInfo& t = spec.output_head();
         if (!accelerator && spec.tied_output()) {
             // The tied head is the embedding table the host already counts.
-            head = cpu::WeightView{t.type, file.tensor_data(t).data(), t.n_rows(), t.row_length(),
-                                   *quant::row_bytes(t.type, t.row_length())};
+            head = view_of(t, file.tensor_data(t).data());
         } else {
             head = weights(t);
         }
