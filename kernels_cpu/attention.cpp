@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels_cpu/attention_tiled.h"
 #include "kernels_cpu/f16_accumulate.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
@@ -27,6 +28,44 @@ void f16_mad_scalar(uint16_t* y, const uint16_t* x, float s, int64_t n) {
     }
 }
 
+// The 16-lane reduction order of GCC's _mm512_reduce_add_ps: halves of
+// 8, then 4, then pairs (0+2, 1+3), then the last two.
+float reduce16_ggml(const float* lanes) {
+    float t8[8], t4[4];
+    for (int i = 0; i < 8; ++i) t8[i] = lanes[i + 8] + lanes[i];
+    for (int i = 0; i < 4; ++i) t4[i] = t8[i + 4] + t8[i];
+    const float a = t4[0] + t4[2];
+    const float b = t4[1] + t4[3];
+    return a + b;
+}
+
+float f16_dot_ggml_scalar(const uint16_t* x, const uint16_t* y, int64_t n) {
+    constexpr int64_t kStep = 64, kLanes = 16;
+    const int64_t np = n - n % kStep;
+    double sum = 0.0;
+    if (np > 0) {
+        float acc[4][kLanes] = {};
+        for (int64_t i = 0; i < np; i += kStep) {
+            for (int j = 0; j < 4; ++j) {
+                for (int l = 0; l < kLanes; ++l) {
+                    const int64_t k = i + j * kLanes + l;
+                    acc[j][l] = std::fma(quant::fp16_to_fp32(x[k]), quant::fp16_to_fp32(y[k]), acc[j][l]);
+                }
+            }
+        }
+        for (int l = 0; l < kLanes; ++l) {
+            acc[0][l] += acc[2][l];
+            acc[1][l] += acc[3][l];
+        }
+        for (int l = 0; l < kLanes; ++l) acc[0][l] += acc[1][l];
+        sum = reduce16_ggml(acc[0]);
+    }
+    for (int64_t k = np; k < n; ++k) {
+        sum += static_cast<double>(quant::fp16_to_fp32(x[k]) * quant::fp16_to_fp32(y[k]));
+    }
+    return static_cast<float>(sum);
+}
+
 }  // namespace detail
 
 namespace {
@@ -34,14 +73,15 @@ namespace {
 struct F16Accumulate {
     void (*scale)(uint16_t*, float, int64_t);
     void (*mad)(uint16_t*, const uint16_t*, float, int64_t);
+    float (*dot)(const uint16_t*, const uint16_t*, int64_t);
 };
 
 F16Accumulate f16_accumulate(SimdLevel level) {
 #if defined(__x86_64__)
-    if (level != SimdLevel::Scalar) return {detail::f16_scale_avx2, detail::f16_mad_avx2};
+    if (level != SimdLevel::Scalar) return {detail::f16_scale_avx2, detail::f16_mad_avx2, detail::f16_dot_ggml_avx2};
 #endif
     (void)level;
-    return {detail::f16_scale_scalar, detail::f16_mad_scalar};
+    return {detail::f16_scale_scalar, detail::f16_mad_scalar, detail::f16_dot_ggml_scalar};
 }
 
 }  // namespace
@@ -56,6 +96,11 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
     const auto q_act_bytes = quant::row_bytes(act_type, shape.head_dim_k);
     TANDEM_CHECK(k_head_bytes && v_head_bytes && q_act_bytes, "attention: head size not a multiple of the cache block");
     const bool f16_cache = kv.type == quant::Type::F16;
+    // llama.cpp switches to its tiled kernel for 64 or more queries.
+    if (f16_cache && n_tokens >= detail::kTiledAttentionMinTokens) {
+        detail::attention_tiled(q, q_pos, n_tokens, shape, kv, out, pool, level);
+        return;
+    }
     const F16Accumulate f16 = f16_accumulate(level);
     // Looked up once: a decode step calls it for every cell of every head.
     const detail::DotFn dot = detail::dot_kernel(kv.type, level);
@@ -84,7 +129,12 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
                 if (kp < 0 || kp > pos || (shape.window > 0 && pos - kp >= shape.window)) continue;
                 const uint8_t* k_head = kv.k + c * kv.k_row_bytes + g * *k_head_bytes;
                 float qk = 0.0f;
-                dot(shape.head_dim_k, k_head, q_act.data(), 0, 1, &qk, 0);
+                if (f16_cache) {
+                    qk = f16.dot(reinterpret_cast<const uint16_t*>(k_head), reinterpret_cast<const uint16_t*>(q_act.data()),
+                                 shape.head_dim_k);
+                } else {
+                    dot(shape.head_dim_k, k_head, q_act.data(), 0, 1, &qk, 0);
+                }
                 const float s = qk * shape.scale;
                 float ms = 1.0f;  // factor for what was accumulated so far
                 float vs = 1.0f;  // weight of this cell's V
@@ -106,7 +156,8 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
                     quant::dequantize_row(kv.type, v_head, v_row.data(), shape.head_dim_v);
                     for (size_t d = 0; d < dv; ++d) acc32[d] = std::fma(v_row[d], vs, acc32[d]);
                 }
-                running_sum = running_sum * ms + vs;
+                // One rounding, as ggml's S = S*ms + vs compiles (contracted).
+                running_sum = std::fma(running_sum, ms, vs);
             }
             float* oh = out + (t * shape.n_head + h) * shape.head_dim_v;
             // No visible cell cannot happen for a causal query that stored its

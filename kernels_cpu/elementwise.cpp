@@ -3,6 +3,7 @@
 #include "runtime/quant/fp16.h"
 
 #include <cmath>
+#include <limits>
 #include <memory>
 
 namespace tandem::cpu {
@@ -55,17 +56,48 @@ void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const 
             const int64_t b = p.mode == RopeMode::Norm ? 2 * i + 1 : i + half;
             const float x0 = v[a];
             const float x1 = v[b];
-            v[a] = x0 * cos_v[i] - x1 * sin_v[i];
-            v[b] = x0 * sin_v[i] + x1 * cos_v[i];
+            v[a] = std::fma(x0, cos_v[i], -(x1 * sin_v[i]));
+            v[b] = std::fma(x0, sin_v[i], x1 * cos_v[i]);
         }
     }
 }
 
-void swiglu(const float* gate, const float* up, float* out, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) {
+namespace detail {
+
+float ggml_expf_poly(float x) {
+    // exp(x) = 2^n * p(b): n = round(x / ln 2) by the 1.5 * 2^23 trick, b =
+    // x - n ln 2 in two parts, p a degree-5 polynomial in Horner pairs.
+    const float r = 0x1.8p23f;
+    const float z = std::fma(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = std::fma(-n, 0x1.7f7d1cp-20f, std::fma(-n, 0x1.62e4p-1f, x));
+    if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : std::numeric_limits<float>::infinity();
+    const float u = b * b;
+    const float j = std::fma(std::fma(std::fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, std::fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                             u, std::fma(0x1.ffffecp-1f, b, 1.0f));
+    return std::ldexp(j, static_cast<int>(n));
+}
+
+void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n) {
+    const int64_t full = n - n % 16;  // ggml's vector loop covers whole groups of 16
+    for (int64_t i = 0; i < full; ++i) {
+        const float g = gate[i];
+        out[i] = g / (1.0f + ggml_expf_poly(0.0f - g)) * up[i];
+    }
+    for (int64_t i = full; i < n; ++i) {
         const float g = gate[i];
         out[i] = g / (1.0f + std::exp(-g)) * up[i];
     }
+}
+
+}  // namespace detail
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n, SimdLevel level) {
+#if defined(__x86_64__)
+    if (level != SimdLevel::Scalar) return detail::swiglu_avx2(gate, up, out, n);
+#endif
+    (void)level;
+    detail::swiglu_scalar(gate, up, out, n);
 }
 
 void geglu(const float* gate, const float* up, float* out, int64_t n) {
@@ -84,7 +116,9 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
             gelu = g;
         } else {
             const float h = quant::fp16_to_fp32(quant::fp32_to_fp16(g));
-            const float exact = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * (1.0f + kCoef * h * h)));
+            // 1 + c x^2 in one rounding: ggml builds its table with the
+            // multiply-add contracted into an fma.
+            const float exact = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * std::fma(kCoef * h, h, 1.0f)));
             gelu = quant::fp16_to_fp32(quant::fp32_to_fp16(exact));
         }
         out[i] = gelu * up[i];

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels_cpu/matmul.h"
+
 namespace tandem::cpu {
 
 // y = x / sqrt(mean(x^2) + eps) * w, for n_rows rows of n. y may alias x.
@@ -26,8 +28,19 @@ struct RopeParams {
 // one token at position pos.
 void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p);
 
-// out[i] = silu(gate[i]) * up[i]
-void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// out[i] = silu(gate[i]) * up[i], with silu(x) = x / (1 + exp(-x)) where,
+// for each full group of 16 elements, exp is the polynomial that ggml's
+// AVX-512 CPU backend evaluates (exp2 split, degree-5 polynomial, exponent
+// scaling); the tail uses expf, as ggml does. The scalar version and the
+// AVX2 one (level Avx2 and above) give identical bits.
+void swiglu(const float* gate, const float* up, float* out, int64_t n, SimdLevel level);
+namespace detail {
+float ggml_expf_poly(float x);  // the per-lane exp of the 16-element groups
+void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n);
+void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n);
+// y[i] = ggml_expf_poly(x[i] - shift), 8 lanes at a time (n a multiple of 8).
+void expf_poly_shifted_avx2(const float* x, float shift, float* y, int64_t n);
+}  // namespace detail
 // out[i] = gelu_tanh(gate[i]) * up[i]
 void geglu(const float* gate, const float* up, float* out, int64_t n);
 // x = cap * tanh(x / cap)

@@ -69,7 +69,9 @@ WideDot wide_dot_kernel(quant::Type w_type, SimdLevel level) {
     for (const WideKernels& k : kWideKernels) {
         if (k.w_type != w_type || k.round_row == nullptr) continue;
         DotFn fn = k.avx2;
-        if (level == SimdLevel::Avx512) fn = avx512_vnni_available() ? k.avx512 : k.avx512nv;
+        if (level == SimdLevel::Avx512 && !follows_llama_order(w_type)) {
+            fn = avx512_vnni_available() ? k.avx512 : k.avx512nv;
+        }
         if (fn == nullptr) return {};
         return {fn, k.round_row};
     }
@@ -93,13 +95,58 @@ const DotKernels* find_dot_kernels(quant::Type w_type) {
     return nullptr;
 }
 
+bool follows_llama_order(quant::Type w_type) {
+    using quant::Type;
+    switch (w_type) {
+        case Type::F16:
+        case Type::Q4_0:
+        case Type::Q4_1:
+        case Type::Q5_0:
+        case Type::Q5_1:
+        case Type::Q8_0:
+        case Type::Q2_K:
+        case Type::Q3_K:
+        case Type::Q4_K:
+        case Type::Q5_K:
+        case Type::Q6_K:
+            return true;
+        default:
+            return false;
+    }
+}
+
+namespace {
+struct BatchKernels {
+    quant::Type w_type;
+    DotFn scalar, avx2;
+    int64_t min_tokens, group;
+};
+constexpr std::array kBatchKernels = {
+    BatchKernels{quant::Type::Q2_K, dot_q2_K_batch_scalar, TANDEM_X86(dot_q2_K_batch_avx2), 4, 4},
+    BatchKernels{quant::Type::Q3_K, dot_q3_K_batch_scalar, TANDEM_X86(dot_q3_K_batch_avx2), 8, 1},
+    BatchKernels{quant::Type::Q4_K, dot_q4_K_batch_scalar, TANDEM_X86(dot_q4_K_batch_avx2), 4, 4},
+    BatchKernels{quant::Type::Q5_K, dot_q5_K_batch_scalar, TANDEM_X86(dot_q5_K_batch_avx2), 8, 1},
+    BatchKernels{quant::Type::Q6_K, dot_q6_K_batch_scalar, TANDEM_X86(dot_q6_K_batch_avx2), 8, 1},
+};
+}  // namespace
+
+BatchForm batch_form(quant::Type w_type, SimdLevel level) {
+    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
+    for (const BatchKernels& k : kBatchKernels) {
+        if (k.w_type != w_type) continue;
+        const DotFn fn = level != SimdLevel::Scalar && k.avx2 != nullptr ? k.avx2 : k.scalar;
+        return {fn, k.min_tokens, k.group};
+    }
+    return {};
+}
+
 DotFn dot_kernel(quant::Type w_type, SimdLevel level) {
     const DotKernels* k = find_dot_kernels(w_type);
     if (k == nullptr) {
         throw Error("no CPU matmul kernel for weight type " + std::string(quant::traits(w_type).name));
     }
     TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
-    if (level == SimdLevel::Avx512) {
+    if (level == SimdLevel::Avx512 && !follows_llama_order(w_type)) {
         const DotFn f = avx512_vnni_available() ? k->avx512 : k->avx512nv;
         if (f != nullptr) return f;
     }
@@ -156,6 +203,11 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
     TANDEM_CHECK(w.data != nullptr && x != nullptr && y != nullptr, "matmul: null pointer");
     const int64_t n = w.n_cols;
     detail::DotFn fn = detail::dot_kernel(w.type, level);
+    // Tokens [0, batch_end) of a batch go through the batch form where a
+    // type has one (llama.cpp's rows taken four at a time).
+    const detail::BatchForm batch = detail::batch_form(w.type, level);
+    const detail::DotFn batch_fn = batch.fn;
+    const int64_t batch_end = batch_fn != nullptr && n_tokens >= batch.min_tokens ? n_tokens - n_tokens % batch.group : 0;
     // Activations in the kernel's format, quantized once per token row.
     quant::QuantizeRowFn quantize = nullptr;  // null: F32 weights read X as it is
     size_t a_row_bytes = 0;
@@ -214,7 +266,9 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
     constexpr double kL1Bytes = 32 * 1024;
     constexpr double kChunkBytes = 16 * 1024;
     const double group_bytes = detail::kMaxTileTokens * a_bytes_per_elem * static_cast<double>(n);
-    if (n_tokens > 1 && group_bytes > kL1Bytes) {
+    // Types in llama.cpp's float order keep one accumulation chain per
+    // output, which column chunks would split.
+    if (n_tokens > 1 && group_bytes > kL1Bytes && !detail::follows_llama_order(w.type)) {
         const auto fit = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / (detail::kMaxTileTokens * a_bytes_per_elem)));
         const int64_t step = std::max<int64_t>(wt.block_elems, 64);  // whole blocks, whole SIMD vectors
         // Equal chunks rather than full ones plus a sliver.
@@ -235,15 +289,18 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
             const auto a_off = static_cast<size_t>(static_cast<double>(k0) * a_bytes_per_elem);
             for (int64_t t = t0; t < t1; t += detail::kMaxTileTokens) {
                 const int nt = static_cast<int>(std::min<int64_t>(detail::kMaxTileTokens, t1 - t));
+                // Tiles are 4 tokens from a multiple of 4 and batch_end is one
+                // too, so no tile straddles it.
+                const detail::DotFn tile_fn = t < batch_end ? batch_fn : fn;
                 const unsigned char* a_t = abase + static_cast<size_t>(t) * a_stride + a_off;
                 for (int64_t r = r0; r < r1; ++r) {
                     const unsigned char* w_r = wbase + static_cast<size_t>(r) * w.row_stride_bytes + w_off;
                     float* y_tr = y + t * ldy + r;
                     if (k0 == 0) {
-                        fn(kn, w_r, a_t, a_stride, nt, y_tr, ldy);
+                        tile_fn(kn, w_r, a_t, a_stride, nt, y_tr, ldy);
                     } else {
                         float part[detail::kMaxTileTokens];
-                        fn(kn, w_r, a_t, a_stride, nt, part, 1);
+                        tile_fn(kn, w_r, a_t, a_stride, nt, part, 1);
                         for (int i = 0; i < nt; ++i) y_tr[i * ldy] += part[i];
                     }
                 }

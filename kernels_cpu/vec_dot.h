@@ -70,6 +70,33 @@ DotFn dot_kernel(quant::Type w_type, SimdLevel level);
 TANDEM_DOT_TYPES(TANDEM_DECLARE_DOT)
 #undef TANDEM_DECLARE_DOT
 
+// llama.cpp computes some types in a float order of its own (see
+// vec_dot_scalar.cpp); for those the AVX2 kernel follows it and serves the
+// AVX-512 level too, so every level gives the bits llama.cpp gives.
+bool follows_llama_order(quant::Type w_type);
+
+// Rows of a batch: llama.cpp's CPU backend multiplies them with other
+// kernels than single rows, in another float order: Q2_K and Q4_K through
+// repacked kernels that take rows four at a time (batches of 4 or more,
+// tokens [0, n - n % 4)), Q3_K, Q5_K and Q6_K through tiled kernels for
+// batches of 8 or more (every token). Tandem follows, so its logits are
+// llama.cpp's bit for bit.
+struct BatchForm {
+    DotFn fn = nullptr;     // null: the single-row kernel for every token
+    int64_t min_tokens = 0;  // batches smaller than this use the single-row kernel
+    int64_t group = 1;       // tokens [0, n - n % group) use fn
+};
+BatchForm batch_form(quant::Type w_type, SimdLevel level);
+#define TANDEM_DECLARE_BATCH_DOT(name)            \
+    void dot_##name##_batch_scalar(TANDEM_DOT_ARGS); \
+    void dot_##name##_batch_avx2(TANDEM_DOT_ARGS);
+TANDEM_DECLARE_BATCH_DOT(q2_K)
+TANDEM_DECLARE_BATCH_DOT(q3_K)
+TANDEM_DECLARE_BATCH_DOT(q4_K)
+TANDEM_DECLARE_BATCH_DOT(q5_K)
+TANDEM_DECLARE_BATCH_DOT(q6_K)
+#undef TANDEM_DECLARE_BATCH_DOT
+
 // Batches with F16/BF16 weights: each activation is rounded to the
 // activation type as usual but stored widened back to f32, once per
 // matmul, so the token-tiled kernels do not convert every activation again

@@ -4,6 +4,8 @@
 // Each kernel is a template over the number of tokens NT in the tile: the
 // weight block is loaded and unpacked once, then multiplied with NT
 // activation rows while it sits in registers.
+#include <cmath>
+
 #include "kernels_cpu/simd_x86.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/quant/fp16.h"
@@ -111,15 +113,20 @@ struct UQ4_0 {
     using W = block_q4_0;
     using A = block_q8_0;
     static constexpr bool kSigned = true;
+    // llama.cpp repacks Q4_0 and adds each block's integer total with one
+    // fused multiply-add (dot_q4_0 in vec_dot_scalar.cpp).
+    static constexpr bool kBlockTotal = true;
     static __m256i unpack(const W& b) { return _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8)); }
 };
 struct UQ4_1 {
+    static constexpr bool kBlockTotal = false;
     using W = block_q4_1;
     using A = block_q8_1;
     static constexpr bool kSigned = false;
     static __m256i unpack(const W& b) { return nibbles32(b.qs); }
 };
 struct UQ5_0 {
+    static constexpr bool kBlockTotal = false;
     using W = block_q5_0;
     using A = block_q8_0;
     static constexpr bool kSigned = true;
@@ -130,6 +137,7 @@ struct UQ5_0 {
     }
 };
 struct UQ5_1 {
+    static constexpr bool kBlockTotal = false;
     using W = block_q5_1;
     using A = block_q8_1;
     static constexpr bool kSigned = false;
@@ -138,11 +146,19 @@ struct UQ5_1 {
     }
 };
 struct UQ8_0 {
+    static constexpr bool kBlockTotal = false;
     using W = block_q8_0;
     using A = block_q8_0;
     static constexpr bool kSigned = true;
     static __m256i unpack(const W& b) { return load256(b.qs); }
 };
+
+inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
 
 template <class U>
 struct LegacyDot {
@@ -156,13 +172,10 @@ struct LegacyDot {
             const A* ya[NT];
             for (int t = 0; t < NT; ++t) ya[t] = act_row<A>(a, a_stride, t);
             const __m256i ones = _mm256_set1_epi16(1);
-            // Two accumulator sets, even and odd blocks: with one token a
-            // block is ~4 cycles of work, as long as the FMA latency, so a
-            // single chain would serialize on it.
-            __m256 acc0[NT], acc1[NT];
+            __m256 acc0[NT];
             __m128 accm[NT];  // lane 0: sum of m * s (Q4_1, Q5_1)
             for (int t = 0; t < NT; ++t) {
-                acc0[t] = acc1[t] = _mm256_setzero_ps();
+                acc0[t] = _mm256_setzero_ps();
                 accm[t] = _mm_setzero_ps();
             }
             auto step = [&](int64_t i, __m256* acc) {
@@ -186,14 +199,28 @@ struct LegacyDot {
                     }
                 }
             };
-            const int64_t nb = n / 32;
-            int64_t i = 0;
-            for (; i + 2 <= nb; i += 2) {
-                step(i, acc0);
-                step(i + 1, acc1);
+            if constexpr (U::kBlockTotal) {
+                float total_acc[NT] = {};
+                for (int64_t i = 0; i < n / 32; ++i) {
+                    const __m256i q = U::unpack(x[i]);
+                    const __m256i qu = _mm256_sign_epi8(q, q);
+                    const float dw = f16(x[i].d);
+                    for (int t = 0; t < NT; ++t) {
+                        const A& yb = ya[t][i];
+                        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(qu, _mm256_sign_epi8(load256(yb.qs), q)), ones);
+                        total_acc[t] = std::fma(static_cast<float>(hsum_i32(s)), dw * f16(yb.d), total_acc[t]);
+                    }
+                }
+                for (int t = 0; t < NT; ++t) y[t * ldy] = total_acc[t];
+                return;
             }
-            if (i < nb) step(i, acc0);
-            for (int t = 0; t < NT; ++t) y[t * ldy] = hsum(_mm256_add_ps(acc0[t], acc1[t])) + _mm_cvtss_f32(accm[t]);
+            // One accumulator chain per token, block after block, as
+            // llama.cpp's kernels keep it: the float rounding then matches
+            // theirs bit for bit. (With one token a block is about as long
+            // as the FMA latency; decode is bound by memory anyway.)
+            const int64_t nb = n / 32;
+            for (int64_t i = 0; i < nb; ++i) step(i, acc0);
+            for (int t = 0; t < NT; ++t) y[t * ldy] = hsum(acc0[t]) + _mm_cvtss_f32(accm[t]);
         }
     };
 };

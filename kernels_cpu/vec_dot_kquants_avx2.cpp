@@ -14,7 +14,10 @@
 // scales makes int32; the offset or minimum then costs one madd on the
 // 16 bsums per super-block instead of work per element. The integer sum is
 // exact; only the float combination with d differs from the scalar order.
+#include <cmath>
+
 #include "kernels_cpu/simd_x86.h"
+#include "runtime/quant/fp16.h"
 #include "kernels_cpu/vec_dot.h"
 
 namespace tandem::cpu::detail {
@@ -39,9 +42,19 @@ inline __m256i kMask4() { return _mm256_set1_epi8(0x0F); }
 
 // Q2_K: 2-bit codes; in each half of 128, byte l of qs[32 half..] holds four
 // codes (shifts 0,2,4,6) for chunks 4 half + 0..3.
+// How llama.cpp's single-row kernel spreads the offset or minimum term
+// over its eight lanes (see dot_k_lanes in vec_dot_scalar.cpp).
+enum class LaneTerm {
+    MinLanes,   // minimum term, lane l = groups 2l, 2l+1, own fused multiply-add per lane
+    MinScalar,  // minimum term summed to one integer, one scalar accumulator
+    OffsetBsum, // offset subtracted in the integer lanes through the bsums of groups 2l, 2l+1
+    OffsetInline,  // offset subtracted per element pair, inside each lane's own elements
+};
+
 struct UQ2K {
     using W = block_q2_K;
     static constexpr bool kMinTerm = true;
+    static constexpr LaneTerm kLaneTerm = LaneTerm::MinLanes;
     const W& b;
     __m128i raw;
     explicit UQ2K(const W& blk) : b(blk), raw(load128(blk.scales)) {}
@@ -64,6 +77,8 @@ struct UQ2K {
 struct UQ3K {
     using W = block_q3_K;
     static constexpr bool kMinTerm = false;
+    static constexpr LaneTerm kLaneTerm = LaneTerm::OffsetInline;
+    static constexpr int kOffset = 4;
     const W& b;
     __m128i s8;
     __m256i hm;
@@ -97,6 +112,7 @@ template <bool kFive>
 struct UQ45K {
     using W = std::conditional_t<kFive, block_q5_K, block_q4_K>;
     static constexpr bool kMinTerm = true;
+    static constexpr LaneTerm kLaneTerm = LaneTerm::MinScalar;
     const W& b;
     __m128i sm;  // 8 scales, then 8 mins
     __m256i qh;
@@ -142,6 +158,7 @@ struct UQ45K {
 struct UQ6K {
     using W = block_q6_K;
     static constexpr bool kMinTerm = false;
+    static constexpr LaneTerm kLaneTerm = LaneTerm::OffsetBsum;
     const W& b;
     __m128i s8;
     explicit UQ6K(const W& blk) : b(blk), s8(load128(blk.scales)) {}
@@ -168,6 +185,16 @@ struct UQ6K {
     __m256i coef() const { return _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5); }  // 32 * scale
 };
 
+inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// Single rows in llama.cpp's float order: eight int32 lanes (lane l holds
+// elements 4l..4l+3 of each 32-element chunk), one fused multiply-add per
+// lane and super-block, the offset or minimum term as U::kLaneTerm says.
 template <class U>
 struct KDot {
     template <int NT>
@@ -178,6 +205,7 @@ struct KDot {
             const block_q8_K* ya[NT];
             for (int t = 0; t < NT; ++t) ya[t] = act_row<block_q8_K>(a, a_stride, t);
             __m256 acc[NT];
+            float acc_min[NT] = {};
             for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
             const int64_t nb = n / kQK_K;
             for (int64_t i = 0; i < nb; ++i) {
@@ -188,12 +216,67 @@ struct KDot {
                 __m128 dt[NT];  // [d y.d, dmin y.d] per token
                 for (int t = 0; t < NT; ++t) {
                     dt[t] = _mm_mul_ps(d_dmin, _mm_set1_ps(ya[t][i].d));
+                    sumi[t] = _mm256_setzero_si256();
+                    if constexpr (U::kLaneTerm == LaneTerm::OffsetInline) continue;
                     const __m256i corr = _mm256_madd_epi16(coef, load256(ya[t][i].bsums));
-                    if constexpr (U::kMinTerm) {
-                        sumi[t] = _mm256_setzero_si256();
+                    if constexpr (U::kLaneTerm == LaneTerm::MinLanes) {
                         acc[t] = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dt[t])), _mm256_cvtepi32_ps(corr), acc[t]);
+                    } else if constexpr (U::kLaneTerm == LaneTerm::MinScalar) {
+                        const float neg_dmin = -_mm_cvtss_f32(_mm_movehdup_ps(dt[t]));
+                        acc_min[t] = std::fma(neg_dmin, static_cast<float>(hsum_i32(corr)), acc_min[t]);
                     } else {
                         sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), corr);
+                    }
+                }
+                unroll<8>([&](auto C) {
+                    const __m256i wq = u.template weights<C()>();
+                    const __m256i sc = u.template scales<C()>();
+                    for (int t = 0; t < NT; ++t) {
+                        const __m256i q8 = load256(ya[t][i].qs + 32 * C());
+                        __m256i p = _mm256_maddubs_epi16(wq, q8);
+                        if constexpr (U::kLaneTerm == LaneTerm::OffsetInline) {
+                            p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8(U::kOffset), q8));
+                        }
+                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, sc));
+                    }
+                });
+                for (int t = 0; t < NT; ++t) {
+                    acc[t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dt[t]), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+                }
+            }
+            for (int t = 0; t < NT; ++t) y[t * ldy] = hsum(acc[t]) + acc_min[t];
+        }
+    };
+};
+
+
+// Q3_K, Q5_K and Q6_K rows of a batch of 8 or more in llama.cpp's float
+// order (dot_k_tiled in vec_dot_scalar.cpp): the integer lanes of KDot
+// summed to super-block totals, then the same float steps as the scalar
+// reference.
+template <class U>
+struct KExact {
+    template <int NT>
+    struct K {
+        static void run(int64_t n, const void* w, const void* a, size_t a_stride, float* y, int64_t ldy) {
+            using W = typename U::W;
+            const auto* x = static_cast<const W*>(w);
+            const block_q8_K* ya[NT];
+            for (int t = 0; t < NT; ++t) ya[t] = act_row<block_q8_K>(a, a_stride, t);
+            float acc[NT] = {};
+            for (int64_t i = 0; i < n / kQK_K; ++i) {
+                const U u(x[i]);
+                const __m256i coef = u.coef();
+                __m256i sumi[NT];
+                int corr[NT];
+                for (int t = 0; t < NT; ++t) {
+                    const __m256i c = _mm256_madd_epi16(coef, load256(ya[t][i].bsums));
+                    if constexpr (U::kMinTerm) {
+                        corr[t] = hsum_i32(c);
+                        sumi[t] = _mm256_setzero_si256();
+                    } else {
+                        corr[t] = 0;
+                        sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), c);
                     }
                 }
                 unroll<8>([&](auto C) {
@@ -204,31 +287,102 @@ struct KDot {
                         sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, sc));
                     }
                 });
+                const float dw = f16(x[i].d);
                 for (int t = 0; t < NT; ++t) {
-                    acc[t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dt[t]), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+                    const float dot = static_cast<float>(hsum_i32(sumi[t])) * dw;
+                    float v = dot;
+                    if constexpr (U::kMinTerm) {
+                        const float dmin = f16(x[i].dmin);
+                        const auto msum = static_cast<float>(corr[t]);
+                        v = std::fma(-dmin, msum, dot);
+                    }
+                    acc[t] = std::fma(ya[t][i].d, v, acc[t]);
                 }
             }
-            for (int t = 0; t < NT; ++t) y[t * ldy] = hsum(acc[t]);
+            for (int t = 0; t < NT; ++t) y[t * ldy] = acc[t];
+        }
+    };
+};
+
+// Q2_K and Q4_K in llama.cpp's float order (dot_k_spans in
+// vec_dot_scalar.cpp): integer totals over Span 32-element chunks, one fused
+// multiply-add each for the scale and the minimum terms.
+template <class U, int Span>
+struct KSpans {
+    template <int NT>
+    struct K {
+        static void run(int64_t n, const void* w, const void* a, size_t a_stride, float* y, int64_t ldy) {
+            const auto* x = static_cast<const typename U::W*>(w);
+            const block_q8_K* ya[NT];
+            for (int t = 0; t < NT; ++t) ya[t] = act_row<block_q8_K>(a, a_stride, t);
+            float acc[NT] = {}, acc_min[NT] = {};
+            for (int64_t i = 0; i < n / kQK_K; ++i) {
+                const U u(x[i]);
+                const __m256i coef = u.coef();
+                // Lane l of corr: the minimum term of chunk l (groups 2l, 2l+1).
+                int mins[NT][8];
+                for (int t = 0; t < NT; ++t) {
+                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(mins[t]), _mm256_madd_epi16(coef, load256(ya[t][i].bsums)));
+                }
+                const float dw = f16(x[i].d), dminw = f16(x[i].dmin);
+                __m256i sumi[NT];
+                for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
+                unroll<8>([&](auto C) {
+                    const __m256i wq = u.template weights<C()>();
+                    const __m256i sc = u.template scales<C()>();
+                    for (int t = 0; t < NT; ++t) {
+                        const __m256i p = _mm256_maddubs_epi16(wq, load256(ya[t][i].qs + 32 * C()));
+                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, sc));
+                    }
+                    if constexpr ((C() + 1) % Span == 0) {
+                        for (int t = 0; t < NT; ++t) {
+                            int msum = 0;
+                            for (int sb = C() + 1 - Span; sb <= C(); ++sb) msum += mins[t][sb];
+                            const float da = ya[t][i].d;
+                            acc[t] = std::fma(static_cast<float>(hsum_i32(sumi[t])), dw * da, acc[t]);
+                            acc_min[t] = std::fma(static_cast<float>(msum), dminw * da, acc_min[t]);
+                            sumi[t] = _mm256_setzero_si256();
+                        }
+                    }
+                });
+            }
+            for (int t = 0; t < NT; ++t) y[t * ldy] = acc[t] - acc_min[t];
         }
     };
 };
 
 template <int NT>
-using Q2K = KDot<UQ2K>::K<NT>;
+using Q2K = KSpans<UQ2K, 8>::K<NT>;
+template <int NT>
+using Q2KBatch = KSpans<UQ2K, 4>::K<NT>;
 template <int NT>
 using Q3K = KDot<UQ3K>::K<NT>;
 template <int NT>
-using Q4K = KDot<UQ45K<false>>::K<NT>;
+using Q3KBatch = KExact<UQ3K>::K<NT>;
+template <int NT>
+using Q4K = KSpans<UQ45K<false>, 8>::K<NT>;
+template <int NT>
+using Q4KBatch = KSpans<UQ45K<false>, 2>::K<NT>;
 template <int NT>
 using Q5K = KDot<UQ45K<true>>::K<NT>;
 template <int NT>
+using Q5KBatch = KExact<UQ45K<true>>::K<NT>;
+template <int NT>
 using Q6K = KDot<UQ6K>::K<NT>;
+template <int NT>
+using Q6KBatch = KExact<UQ6K>::K<NT>;
 
 }  // namespace
 
 void dot_q2_K_avx2(TANDEM_DOT_ARGS) { tile<Q2K>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q3_K_avx2(TANDEM_DOT_ARGS) { tile<Q3K>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q4_K_avx2(TANDEM_DOT_ARGS) { tile<Q4K>(n, w, a, a_stride, nt, y, ldy); }
+void dot_q2_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q2KBatch>(n, w, a, a_stride, nt, y, ldy); }
+void dot_q4_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q4KBatch>(n, w, a, a_stride, nt, y, ldy); }
+void dot_q3_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q3KBatch>(n, w, a, a_stride, nt, y, ldy); }
+void dot_q6_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q6KBatch>(n, w, a, a_stride, nt, y, ldy); }
+void dot_q5_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q5KBatch>(n, w, a, a_stride, nt, y, ldy); }
+
 void dot_q5_K_avx2(TANDEM_DOT_ARGS) { tile<Q5K>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q6_K_avx2(TANDEM_DOT_ARGS) { tile<Q6K>(n, w, a, a_stride, nt, y, ldy); }
 

@@ -5,6 +5,9 @@
 // owns head_dim / 32 dimensions; Q.K is summed in double (the products of
 // two halves are exact) and reduced with an xor butterfly, which leaves the
 // bitwise same score in every lane, so all lanes take the same branches.
+// The CPU now sums Q.K in ggml's lane order (and uses llama.cpp's tiled
+// kernel for batches of 64 or more), so scores here can differ from the
+// CPU's in the last bit; the GPU path is held to the golden KL bound.
 #include <cuda_runtime.h>
 
 #include "kernels_cuda/cuda_kernels.h"

@@ -52,13 +52,15 @@ __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t
     const int64_t b = args.neox ? i + half : 2 * i + 1;
     const float x0 = v[a];
     const float x1 = v[b];
-    v[a] = x0 * c - x1 * s;
-    v[b] = x0 * s + x1 * c;
+    float r0 = x0, r1 = x1;
+    math::rope_rotate(r0, r1, c, s);
+    v[a] = r0;
+    v[b] = r1;
 }
 
 __global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = math::silu_mul(gate[i], up[i]);
+    if (i < n) out[i] = math::silu_mul(gate[i], up[i], i, n);
 }
 
 __global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n) {

@@ -2,8 +2,9 @@
 // device so that CPU-only tests check it against kernels_cpu/ (the
 // reference the GPU must mirror). Every formula follows the CPU kernel's
 // order of operations; kernels_cuda is built with --fmad=false, so nvcc does
-// not fuse a*b+c where the CPU rounds twice. Only the libm calls (exp, cos,
-// sin, tanh) may differ by an ulp between host and device.
+// not fuse a*b+c where the CPU rounds twice; where the CPU fuses (as ggml
+// does), fma_f says so. Only the libm calls (exp, cos, sin, tanh) may differ
+// by an ulp between host and device.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +48,43 @@ TANDEM_HOST_DEVICE float rope_angle(int64_t pos, int64_t i, float theta_scale, f
     return freq_scale * (theta / ff);
 }
 
-TANDEM_HOST_DEVICE float silu_mul(float g, float up) { return g / (1.0f + exp_f(-g)) * up; }
+// The RoPE rotation of one pair, with the fused multiply-adds ggml's
+// compiled loop uses.
+TANDEM_HOST_DEVICE void rope_rotate(float& x0, float& x1, float c, float s) {
+    const float a = x0, b = x1;
+    x0 = fma_f(a, c, -(b * s));
+    x1 = fma_f(a, s, b * c);
+}
+
+TANDEM_HOST_DEVICE float ldexp_f(float v, int e) {
+#if defined(__CUDA_ARCH__)
+    return ldexpf(v, e);
+#else
+    return std::ldexp(v, e);
+#endif
+}
+
+// exp as ggml's AVX-512 CPU backend evaluates it for SwiGLU and the tiled
+// softmax (kernels_cpu/elementwise.h, ggml_expf_poly): round x / ln 2 by the
+// 1.5 * 2^23 trick, reduce in two parts, a degree-5 polynomial, scale by 2^n.
+TANDEM_HOST_DEVICE float expf_poly(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fma_f(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fma_f(-n, 0x1.7f7d1cp-20f, fma_f(-n, 0x1.62e4p-1f, x));
+    if (n > 192.0f || n < -192.0f) return n <= 0.0f ? 0.0f : __builtin_huge_valf();
+    const float u = b * b;
+    const float j = fma_f(fma_f(fma_f(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fma_f(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                          fma_f(0x1.ffffecp-1f, b, 1.0f));
+    return ldexp_f(j, static_cast<int>(n));
+}
+
+// SwiGLU of element i of n: the polynomial exp for the elements ggml's
+// vector loop covers (whole groups of 16), expf for the tail.
+TANDEM_HOST_DEVICE float silu_mul(float g, float up, int64_t i, int64_t n) {
+    const float e = i < n - n % 16 ? expf_poly(0.0f - g) : exp_f(-g);
+    return g / (1.0f + e) * up;
+}
 
 // GELU as ggml's CPU table: fp16 input, fp16 output, saturated beyond 10.
 TANDEM_HOST_DEVICE float gelu_f16(float g) {
@@ -56,7 +93,7 @@ TANDEM_HOST_DEVICE float gelu_f16(float g) {
     if (g <= -10.0f) return 0.0f;
     if (g >= 10.0f) return g;
     const float h = quant::element::half_to_float(quant::element::float_to_half(g));
-    const float exact = 0.5f * h * (1.0f + tanh_f(kSqrt2OverPi * h * (1.0f + kCoef * h * h)));
+    const float exact = 0.5f * h * (1.0f + tanh_f(kSqrt2OverPi * h * fma_f(kCoef * h, h, 1.0f)));
     return quant::element::half_to_float(quant::element::float_to_half(exact));
 }
 
@@ -78,7 +115,7 @@ TANDEM_HOST_DEVICE SoftmaxStep softmax_step(float s, float& running_max, float& 
     } else {
         st.vs = exp_f(s - running_max);
     }
-    running_sum = running_sum * st.ms + st.vs;
+    running_sum = fma_f(running_sum, st.ms, st.vs);
     return st;
 }
 

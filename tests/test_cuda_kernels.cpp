@@ -103,7 +103,7 @@ TEST(CudaElementwise, RmsNormRopeGluMatchCpu) {
         if (gelu) {
             tc::geglu(gate.data(), up.data(), r.data(), static_cast<int64_t>(gate.size()));
         } else {
-            tc::swiglu(gate.data(), up.data(), r.data(), static_cast<int64_t>(gate.size()));
+            tc::swiglu(gate.data(), up.data(), r.data(), static_cast<int64_t>(gate.size()), tc::SimdLevel::Scalar);
         }
         tandem::cuda::glu_on_device(dev, gelu, gate.data(), up.data(), g.data(), static_cast<int64_t>(gate.size()));
         // GELU rounds its output to fp16: a one-ulp tanh difference can move

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels_cpu/attention.h"
+#include "kernels_cpu/f16_accumulate.h"
 #include "kernels_cpu/elementwise.h"
 #include "kernels_cpu/vec_dot.h"
 #include "kernels_cuda/matmul_types.h"
@@ -100,8 +101,14 @@ TEST(CudaMathHost, GluMatchesCpu) {
     std::vector<float> cpu(gate.size());
     tandem::cpu::geglu(gate.data(), up.data(), cpu.data(), static_cast<int64_t>(gate.size()));
     for (size_t i = 0; i < gate.size(); ++i) ASSERT_EQ(cm::gelu_f16(gate[i]) * up[i], cpu[i]) << i;
-    tandem::cpu::swiglu(gate.data(), up.data(), cpu.data(), static_cast<int64_t>(gate.size()));
-    for (size_t i = 0; i < gate.size(); ++i) ASSERT_EQ(cm::silu_mul(gate[i], up[i]), cpu[i]) << i;
+    for (const auto level : {tandem::cpu::SimdLevel::Scalar, tandem::cpu::best_simd_level()}) {
+        // 4096 - 7: a tail that takes expf instead of the polynomial.
+        const auto n = static_cast<int64_t>(gate.size()) - 7;
+        tandem::cpu::swiglu(gate.data(), up.data(), cpu.data(), n, level);
+        for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(cm::silu_mul(gate[static_cast<size_t>(i)], up[static_cast<size_t>(i)], i, n), cpu[static_cast<size_t>(i)]) << i;
+        }
+    }
 }
 
 TEST(CudaMathHost, RopeAnglesMatchCpu) {
@@ -126,9 +133,7 @@ TEST(CudaMathHost, RopeAnglesMatchCpu) {
                     const float c = std::cos(angle), s = std::sin(angle);
                     float* v = x.data() + h * kDim;
                     const int64_t a = neox ? i : 2 * i, b = neox ? i + kRot / 2 : 2 * i + 1;
-                    const float x0 = v[a], x1 = v[b];
-                    v[a] = x0 * c - x1 * s;
-                    v[b] = x0 * s + x1 * c;
+                    cm::rope_rotate(v[a], v[b], c, s);
                 }
             }
             for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], ref[i]) << "pos " << pos << " element " << i;
@@ -172,9 +177,11 @@ TEST(CudaMathHost, AttentionLoopMatchesCpu) {
                 if (kp < 0 || kp > q_pos[t] || q_pos[t] - kp >= shape.window) continue;
                 const auto* kh = reinterpret_cast<const tq::fp16_bits*>(kv.k + c * kv.k_row_bytes) + g * kDim;
                 const auto* vh = reinterpret_cast<const tq::fp16_bits*>(kv.v + c * kv.v_row_bytes) + g * kDim;
-                double dot = 0.0;
-                for (int64_t d = 0; d < kDim; ++d) dot += static_cast<double>(qh[d]) * el::half_to_float(kh[d]);
-                const float s = static_cast<float>(dot) * shape.scale;
+                // Q.K in the CPU's order (ggml's); the GPU kernel sums it
+                // in double instead, which this loop does not model.
+                std::vector<tq::fp16_bits> qb(kDim);
+                for (int64_t d = 0; d < kDim; ++d) qb[d] = el::float_to_half(qh[d]);
+                const float s = tandem::cpu::detail::f16_dot_ggml_scalar(kh, qb.data(), kDim) * shape.scale;
                 const bool rescale = s > running_max;
                 const cm::SoftmaxStep st = cm::softmax_step(s, running_max, running_sum);
                 for (int64_t d = 0; d < kDim; ++d) {

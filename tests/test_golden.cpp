@@ -103,18 +103,6 @@ std::vector<GoldenCase> golden_cases() {
     return cases;
 }
 
-// Files where Tandem does not yet reach the README's bound, with the bound
-// they do meet. Each is a tracked gap, not an accepted result: llama.cpp
-// multiplies Q4_K weights through its repacked 8x8 kernels, whose float
-// rounding differs from ggml_vec_dot_q4_K_q8_K; on these random models an
-// occasional flipped activation code then shifts later positions. Remove an
-// entry as soon as the file passes the README's bound.
-struct KnownGap {
-    std::string_view name;  // MODEL.PROMPT
-    double bound;
-};
-constexpr KnownGap kKnownGaps[] = {{"tiny-llama-Q4_K_M.p2", 1.5e-3}};
-
 class GoldenLogits : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(GoldenLogits, PromptTokensAndKlMatchLlamaCpp) {
@@ -131,13 +119,7 @@ TEST_P(GoldenLogits, PromptTokensAndKlMatchLlamaCpp) {
     const auto tokens = tokenizer.encode(prompt, true);
     ASSERT_EQ(tokens, golden.prompt);
 
-    double threshold = c.model == "tiny-llama-F16" ? 1e-4 : 1e-3;
-    for (const auto& gap : kKnownGaps) {
-        if (gap.name == c.model + "." + c.prompt) {
-            std::cout << "[ golden ] known gap: README bound " << threshold << ", asserting " << gap.bound << "\n";
-            threshold = gap.bound;
-        }
-    }
+    const double threshold = c.model == "tiny-llama-F16" ? 1e-4 : 1e-3;
     // All on the CPU, then split over the stand-in accelerator at every ngl
     // (the output head moves too at n_layer + 1).
     for (int64_t ngl = -1; ngl <= spec.hp.n_layer + 1; ++ngl) {
@@ -204,7 +186,8 @@ TEST_P(GoldenGreedy, ReproducesLlamaCppGreedyIds) {
     while (agree < ours.size() && ours[agree] == golden.greedy[agree]) ++agree;
     std::cout << "[ golden ] " << model << " greedy: first " << agree << " of 32 ids match\n";
     RecordProperty("greedy_prefix_match", static_cast<int>(agree));
-    EXPECT_GE(agree, 8u);
+    // Bit-identical logits reproduce the whole greedy continuation.
+    EXPECT_EQ(agree, 32u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shared, GoldenGreedy, ::testing::Values("tiny-llama-F16", "tiny-llama-Q8_0"));

@@ -426,6 +426,30 @@ TEST(Matmul, ResultIndependentOfThreadCount) {
     }
 }
 
+// The types that follow llama.cpp's float order (single rows, rows of
+// batches of 4 or 8 and more, their tails) give the same bits at every SIMD
+// level, so the golden logits do not depend on the CPU.
+TEST(Matmul, LlamaOrderTypesBitIdenticalAcrossLevels) {
+    std::mt19937 rng(13);
+    const int64_t n = 768, n_rows = 40;
+    for (Type t : kWeightTypes) {
+        if (!cpu::detail::follows_llama_order(t)) continue;
+        const auto wq = quantize(t, random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
+        const cpu::WeightView view{t, wq.data(), n_rows, n, row_size(t, n)};
+        for (int64_t n_tokens : {1, 3, 5, 8, 21}) {
+            const auto x = random_floats(rng, static_cast<size_t>(n_tokens * n));
+            cpu::ThreadPool pool(2, false);
+            std::vector<float> ref(static_cast<size_t>(n_tokens * n_rows));
+            cpu::matmul(view, x.data(), n, n_tokens, ref.data(), n_rows, pool, SimdLevel::Scalar);
+            for (SimdLevel level : simd_levels()) {
+                std::vector<float> y(ref.size());
+                cpu::matmul(view, x.data(), n, n_tokens, y.data(), n_rows, pool, level);
+                EXPECT_EQ(y, ref) << quant::traits(t).name << " tokens=" << n_tokens << " level=" << cpu::simd_level_name(level);
+            }
+        }
+    }
+}
+
 TEST(Matmul, RejectsTypesWithoutKernel) {
     cpu::ThreadPool pool(1, false);
     std::vector<uint8_t> w(sizeof(quant::block_q8_K));

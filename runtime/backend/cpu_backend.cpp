@@ -197,7 +197,7 @@ struct CpuBackend::Impl {
         matmul(w.gate, ws.cur.data(), n, ws.ffn_gate.data());
         matmul(w.up, ws.cur.data(), n, ws.ffn_up.data());
         if (spec.arch->ffn_activation == model::FfnActivation::Silu) {
-            cpu::swiglu(ws.ffn_gate.data(), ws.ffn_up.data(), ws.ffn_gate.data(), n * hp.n_ff);
+            cpu::swiglu(ws.ffn_gate.data(), ws.ffn_up.data(), ws.ffn_gate.data(), n * hp.n_ff, level);
         } else {
             cpu::geglu(ws.ffn_gate.data(), ws.ffn_up.data(), ws.ffn_gate.data(), n * hp.n_ff);
         }

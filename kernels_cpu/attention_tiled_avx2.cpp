@@ -1,0 +1,40 @@
+// AVX2 + FMA twins of the tiled attention loops (attention_tiled.cpp): the
+// same fused multiply-add chains, vectorized across the independent
+// outputs, so the bits equal the scalar reference.
+#include <immintrin.h>
+
+#include "kernels_cpu/attention_tiled.h"
+#include "kernels_cpu/elementwise.h"
+#include "kernels_cpu/f16_accumulate.h"
+
+namespace tandem::cpu::detail {
+
+void tiled_scores_avx2(const float* q, const float* kt, int64_t dk, float* s) {
+    __m256 acc[kAttentionTile / 8];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    for (int64_t k = 0; k < dk; ++k) {
+        const __m256 qk = _mm256_set1_ps(q[k]);
+        const float* row = kt + k * kAttentionTile;
+        for (int j = 0; j < kAttentionTile / 8; ++j) acc[j] = _mm256_fmadd_ps(qk, _mm256_loadu_ps(row + 8 * j), acc[j]);
+    }
+    for (int j = 0; j < kAttentionTile / 8; ++j) _mm256_storeu_ps(s + 8 * j, acc[j]);
+}
+
+double tiled_softmax_avx2(const float* s, float max, float* p) {
+    expf_poly_shifted_avx2(s, max, p, kAttentionTile);
+    double sum = 0.0;
+    for (int64_t g = 0; g < kAttentionTile; g += 16) sum += static_cast<double>(reduce16_ggml(p + g));
+    return sum;
+}
+
+void tiled_accumulate_avx2(const float* p, const float* v, int64_t dv, float* acc) {
+    int64_t d = 0;
+    for (; d + 8 <= dv; d += 8) {
+        __m256 a = _mm256_loadu_ps(acc + d);
+        for (int64_t t = 0; t < kAttentionTile; ++t) a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(v + t * dv + d), a);
+        _mm256_storeu_ps(acc + d, a);
+    }
+    if (d < dv) tiled_accumulate_scalar(p, v + d, dv, acc + d);
+}
+
+}  // namespace tandem::cpu::detail

@@ -1,0 +1,62 @@
+// AVX2 + FMA twin of detail::swiglu_scalar: the same operations lane by
+// lane (each fused multiply-add rounds once in both), so the bits agree.
+#include <immintrin.h>
+
+#include <cmath>
+
+#include "kernels_cpu/elementwise.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+// x * 2^n for integral n in [-192, 192], rounded once: two exact power-of-two
+// factors keep every intermediate normal, so only the last product rounds
+// (what a single scaling instruction does when the result is subnormal).
+inline __m256 scale_pow2(__m256 x, __m256 n) {
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256i half = _mm256_srai_epi32(ni, 1);
+    const __m256i rest = _mm256_sub_epi32(ni, half);
+    auto pow2 = [](__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); };
+    return _mm256_mul_ps(_mm256_mul_ps(x, pow2(half)), pow2(rest));
+}
+
+inline __m256 expf_poly8(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f), _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_fmadd_ps(_mm256_set1_ps(0x1.ffffecp-1f), b, _mm256_set1_ps(1.0f)));
+    const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+    // Out of range: 0 below, infinity above (n is clamped first so the
+    // exponent arithmetic of the discarded lanes cannot misbehave).
+    const __m256 safe_n = _mm256_blendv_ps(n, _mm256_setzero_ps(), big);
+    const __m256 res = scale_pow2(j, safe_n);
+    const __m256 alt = _mm256_blendv_ps(_mm256_set1_ps(INFINITY), _mm256_setzero_ps(),
+                                        _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ));
+    return _mm256_blendv_ps(res, alt, big);
+}
+
+}  // namespace
+
+void expf_poly_shifted_avx2(const float* x, float shift, float* y, int64_t n) {
+    const __m256 sv = _mm256_set1_ps(shift);
+    for (int64_t i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, expf_poly8(_mm256_sub_ps(_mm256_loadu_ps(x + i), sv)));
+}
+
+void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
+    const int64_t full = n - n % 16;
+    for (int64_t i = 0; i < full; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 e = expf_poly8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+    }
+    swiglu_scalar(gate + full, up + full, out + full, n - full);
+}
+
+}  // namespace tandem::cpu::detail
