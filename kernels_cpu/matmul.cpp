@@ -69,7 +69,7 @@ WideDot wide_dot_kernel(quant::Type w_type, SimdLevel level) {
     for (const WideKernels& k : kWideKernels) {
         if (k.w_type != w_type || k.round_row == nullptr) continue;
         DotFn fn = k.avx2;
-        if (level == SimdLevel::Avx512 && !follows_llama_order(w_type)) {
+        if (level == SimdLevel::Avx512 && !avx512_kernel_reorders(w_type)) {
             fn = avx512_vnni_available() ? k.avx512 : k.avx512nv;
         }
         if (fn == nullptr) return {};
@@ -115,26 +115,51 @@ bool follows_llama_order(quant::Type w_type) {
     }
 }
 
+bool avx512_kernel_reorders(quant::Type w_type) {
+    using quant::Type;
+    // The K-quant AVX-512 kernels keep llama.cpp's order; the float and
+    // 32-element ones pair blocks and lanes differently, so those types run
+    // their AVX2 kernels on AVX-512 machines.
+    switch (w_type) {
+        case Type::Q2_K:
+        case Type::Q3_K:
+        case Type::Q4_K:
+        case Type::Q5_K:
+        case Type::Q6_K:
+            return false;
+        default:
+            return follows_llama_order(w_type);
+    }
+}
+
 namespace {
 struct BatchKernels {
     quant::Type w_type;
-    DotFn scalar, avx2;
+    DotFn scalar, avx2, avx512, avx512nv;
     int64_t min_tokens, group;
 };
+#define TANDEM_BATCH_ROW(T, name, min_tokens, group)                                                            \
+    BatchKernels{quant::Type::T, dot_##name##_batch_scalar, TANDEM_X86(dot_##name##_batch_avx2),                \
+                 TANDEM_X86(dot_##name##_batch_avx512), TANDEM_X86(dot_##name##_batch_avx512nv), min_tokens, group}
 constexpr std::array kBatchKernels = {
-    BatchKernels{quant::Type::Q2_K, dot_q2_K_batch_scalar, TANDEM_X86(dot_q2_K_batch_avx2), 4, 4},
-    BatchKernels{quant::Type::Q3_K, dot_q3_K_batch_scalar, TANDEM_X86(dot_q3_K_batch_avx2), 8, 1},
-    BatchKernels{quant::Type::Q4_K, dot_q4_K_batch_scalar, TANDEM_X86(dot_q4_K_batch_avx2), 4, 4},
-    BatchKernels{quant::Type::Q5_K, dot_q5_K_batch_scalar, TANDEM_X86(dot_q5_K_batch_avx2), 8, 1},
-    BatchKernels{quant::Type::Q6_K, dot_q6_K_batch_scalar, TANDEM_X86(dot_q6_K_batch_avx2), 8, 1},
+    TANDEM_BATCH_ROW(Q2_K, q2_K, 4, 4),
+    TANDEM_BATCH_ROW(Q3_K, q3_K, 8, 1),
+    TANDEM_BATCH_ROW(Q4_K, q4_K, 4, 4),
+    TANDEM_BATCH_ROW(Q5_K, q5_K, 8, 1),
+    TANDEM_BATCH_ROW(Q6_K, q6_K, 8, 1),
 };
+#undef TANDEM_BATCH_ROW
 }  // namespace
 
 BatchForm batch_form(quant::Type w_type, SimdLevel level) {
     TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
     for (const BatchKernels& k : kBatchKernels) {
         if (k.w_type != w_type) continue;
-        const DotFn fn = level != SimdLevel::Scalar && k.avx2 != nullptr ? k.avx2 : k.scalar;
+        DotFn fn = level != SimdLevel::Scalar && k.avx2 != nullptr ? k.avx2 : k.scalar;
+        if (level == SimdLevel::Avx512 && !avx512_kernel_reorders(w_type)) {
+            const DotFn f = avx512_vnni_available() ? k.avx512 : k.avx512nv;
+            if (f != nullptr) fn = f;
+        }
         return {fn, k.min_tokens, k.group};
     }
     return {};
@@ -146,7 +171,7 @@ DotFn dot_kernel(quant::Type w_type, SimdLevel level) {
         throw Error("no CPU matmul kernel for weight type " + std::string(quant::traits(w_type).name));
     }
     TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
-    if (level == SimdLevel::Avx512 && !follows_llama_order(w_type)) {
+    if (level == SimdLevel::Avx512 && !avx512_kernel_reorders(w_type)) {
         const DotFn f = avx512_vnni_available() ? k->avx512 : k->avx512nv;
         if (f != nullptr) return f;
     }

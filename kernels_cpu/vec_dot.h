@@ -70,10 +70,23 @@ DotFn dot_kernel(quant::Type w_type, SimdLevel level);
 TANDEM_DOT_TYPES(TANDEM_DECLARE_DOT)
 #undef TANDEM_DECLARE_DOT
 
+// How llama.cpp's single-row K-quant kernel (its AVX2 vec_dot) spreads the
+// offset or minimum term over its eight integer lanes (see dot_k_lanes in
+// vec_dot_scalar.cpp); the SIMD kernels follow it per format.
+enum class LaneTerm {
+    MinLanes,      // minimum term in lane l (groups 2l, 2l+1), its own multiply-add per lane
+    MinScalar,     // minimum term summed to one integer, in a scalar accumulator
+    OffsetBsum,    // offset subtracted in the integer lanes through the bsums of groups 2l, 2l+1
+    OffsetInline,  // offset subtracted per element pair, inside each lane's own elements
+};
+
 // llama.cpp computes some types in a float order of its own (see
 // vec_dot_scalar.cpp); for those the AVX2 kernel follows it and serves the
 // AVX-512 level too, so every level gives the bits llama.cpp gives.
 bool follows_llama_order(quant::Type w_type);
+// Whether w_type's AVX-512 kernel sums in another order than llama.cpp's
+// (then the AVX-512 level uses the AVX2 kernel for it).
+bool avx512_kernel_reorders(quant::Type w_type);
 
 // Rows of a batch: llama.cpp's CPU backend multiplies them with other
 // kernels than single rows, in another float order: Q2_K and Q4_K through
@@ -87,9 +100,11 @@ struct BatchForm {
     int64_t group = 1;       // tokens [0, n - n % group) use fn
 };
 BatchForm batch_form(quant::Type w_type, SimdLevel level);
-#define TANDEM_DECLARE_BATCH_DOT(name)            \
-    void dot_##name##_batch_scalar(TANDEM_DOT_ARGS); \
-    void dot_##name##_batch_avx2(TANDEM_DOT_ARGS);
+#define TANDEM_DECLARE_BATCH_DOT(name)              \
+    void dot_##name##_batch_scalar(TANDEM_DOT_ARGS);   \
+    void dot_##name##_batch_avx2(TANDEM_DOT_ARGS);     \
+    void dot_##name##_batch_avx512(TANDEM_DOT_ARGS);   \
+    void dot_##name##_batch_avx512nv(TANDEM_DOT_ARGS);
 TANDEM_DECLARE_BATCH_DOT(q2_K)
 TANDEM_DECLARE_BATCH_DOT(q3_K)
 TANDEM_DECLARE_BATCH_DOT(q4_K)

@@ -42,15 +42,6 @@ inline __m256i kMask4() { return _mm256_set1_epi8(0x0F); }
 
 // Q2_K: 2-bit codes; in each half of 128, byte l of qs[32 half..] holds four
 // codes (shifts 0,2,4,6) for chunks 4 half + 0..3.
-// How llama.cpp's single-row kernel spreads the offset or minimum term
-// over its eight lanes (see dot_k_lanes in vec_dot_scalar.cpp).
-enum class LaneTerm {
-    MinLanes,   // minimum term, lane l = groups 2l, 2l+1, own fused multiply-add per lane
-    MinScalar,  // minimum term summed to one integer, one scalar accumulator
-    OffsetBsum, // offset subtracted in the integer lanes through the bsums of groups 2l, 2l+1
-    OffsetInline,  // offset subtracted per element pair, inside each lane's own elements
-};
-
 struct UQ2K {
     using W = block_q2_K;
     static constexpr bool kMinTerm = true;
@@ -319,10 +310,26 @@ struct KSpans {
             for (int64_t i = 0; i < n / kQK_K; ++i) {
                 const U u(x[i]);
                 const __m256i coef = u.coef();
-                // Lane l of corr: the minimum term of chunk l (groups 2l, 2l+1).
-                int mins[NT][8];
+                // Lane l of corr: the minimum term of chunk l (groups 2l, 2l+1);
+                // summed per span with vector adds, no trip through memory.
+                int span_min[NT][8 / Span];
                 for (int t = 0; t < NT; ++t) {
-                    _mm256_storeu_si256(reinterpret_cast<__m256i*>(mins[t]), _mm256_madd_epi16(coef, load256(ya[t][i].bsums)));
+                    const __m256i corr = _mm256_madd_epi16(coef, load256(ya[t][i].bsums));
+                    if constexpr (Span == 8) {
+                        span_min[t][0] = hsum_i32(corr);
+                    } else {
+                        const __m128i lo = _mm256_castsi256_si128(corr), hi = _mm256_extracti128_si256(corr, 1);
+                        const __m128i pairs = _mm_hadd_epi32(lo, hi);  // c0+c1, c2+c3, c4+c5, c6+c7
+                        if constexpr (Span == 2) {
+                            alignas(16) int v[4];
+                            _mm_store_si128(reinterpret_cast<__m128i*>(v), pairs);
+                            for (int j = 0; j < 4; ++j) span_min[t][j] = v[j];
+                        } else {
+                            const __m128i quads = _mm_hadd_epi32(pairs, pairs);  // c0..3, c4..7
+                            span_min[t][0] = _mm_cvtsi128_si32(quads);
+                            span_min[t][1] = _mm_extract_epi32(quads, 1);
+                        }
+                    }
                 }
                 const float dw = f16(x[i].d), dminw = f16(x[i].dmin);
                 __m256i sumi[NT];
@@ -336,8 +343,7 @@ struct KSpans {
                     }
                     if constexpr ((C() + 1) % Span == 0) {
                         for (int t = 0; t < NT; ++t) {
-                            int msum = 0;
-                            for (int sb = C() + 1 - Span; sb <= C(); ++sb) msum += mins[t][sb];
+                            const int msum = span_min[t][C() / Span];
                             const float da = ya[t][i].d;
                             acc[t] = std::fma(static_cast<float>(hsum_i32(sumi[t])), dw * da, acc[t]);
                             acc_min[t] = std::fma(static_cast<float>(msum), dminw * da, acc_min[t]);

@@ -17,6 +17,9 @@
 // TANDEM_AVX512_FN.
 #pragma once
 #include "kernels_cpu/simd_x86.h"
+#include <algorithm>
+#include <cmath>
+
 #include "kernels_cpu/vec_dot.h"
 
 namespace tandem::cpu::detail {
@@ -56,6 +59,7 @@ inline __m512i low2_chunk(const uint8_t* qs) {
 struct UQ2K {
     using W = block_q2_K;
     static constexpr bool kMinTerm = true;
+    static constexpr LaneTerm kLaneTerm = LaneTerm::MinLanes;
     const W& b;
     __m128i raw;
     explicit UQ2K(const W& blk) : b(blk), raw(load128(blk.scales)) {}
@@ -73,6 +77,8 @@ struct UQ2K {
 struct UQ3K {
     using W = block_q3_K;
     static constexpr bool kMinTerm = false;
+    static constexpr LaneTerm kLaneTerm = LaneTerm::OffsetInline;
+    static constexpr int kOffset = 4;
     const W& b;
     __m128i s8;
     __m512i hm;  // [hmask, hmask >> 1]: bit 2C of either half is the chunk's bit
@@ -97,6 +103,7 @@ template <bool kFive>
 struct UQ45K {
     using W = std::conditional_t<kFive, block_q5_K, block_q4_K>;
     static constexpr bool kMinTerm = true;
+    static constexpr LaneTerm kLaneTerm = LaneTerm::MinScalar;
     const W& b;
     __m128i sm;  // 8 scales, then 8 mins
     __m512i qh;  // Q5_K: [qh, qh >> 1], bit 2C is the chunk's fifth bit
@@ -134,6 +141,7 @@ struct UQ45K {
 struct UQ6K {
     using W = block_q6_K;
     static constexpr bool kMinTerm = false;
+    static constexpr LaneTerm kLaneTerm = LaneTerm::OffsetBsum;
     const W& b;
     __m128i s8;
     explicit UQ6K(const W& blk) : b(blk), s8(load128(blk.scales)) {}
@@ -161,70 +169,214 @@ inline __m512i scale_index() {
                             4 * C, 4 * C, 4 * C, 4 * C, 4 * C, 4 * C, 4 * C, 4 * C);
 }
 
+inline int hsum_i32_256(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+// The integer work of one super-block for NT tokens: chunk C's 64 codes
+// times the activations (maddubs), times the group scales (dpwssd); int32
+// lane l of chunk C holds elements 64C + 4l .. 64C + 4l + 3, i.e. AVX2
+// lane l % 8 of 32-element chunk 2C + l / 8. Integer sums are exact, so
+// any grouping of them equals the AVX2 kernel's.
+template <class U, int NT, class OnChunk>
+inline void k_int_chunks(const U& u, const block_q8_K* const* ya, int64_t i, OnChunk&& on_chunk) {
+    const __m512i sc16 = _mm512_castsi256_si512(u.scales16());  // upper half never indexed
+    unroll<4>([&](auto C) {
+        const __m512i wq = u.template weights<C()>();
+        const __m512i sc = _mm512_permutexvar_epi16(scale_index<C()>(), sc16);
+        __m512i part[NT];
+        for (int t = 0; t < NT; ++t) {
+            const __m512i q8 = load512(ya[t][i].qs + 64 * C());
+            __m512i p = _mm512_maddubs_epi16(wq, q8);
+            if constexpr (U::kLaneTerm == LaneTerm::OffsetInline) {
+                p = _mm512_sub_epi16(p, _mm512_maddubs_epi16(_mm512_set1_epi8(U::kOffset), q8));
+            }
+            part[t] = dpwssd(_mm512_setzero_si512(), p, sc);
+        }
+        on_chunk(C, part);
+    });
+}
+
+// Single rows of Q3_K, Q5_K and Q6_K in the order of llama.cpp's AVX2
+// vec_dot (KDot in vec_dot_kquants_avx2.cpp): the 16 lanes folded to its 8.
 template <class U>
-struct KDot {
+struct KLanes {
     template <int NT>
     struct K {
         static void run(int64_t n, const void* w, const void* a, size_t a_stride, float* y, int64_t ldy) {
-            using W = typename U::W;
-            const W* x = static_cast<const W*>(w);
+            const auto* x = static_cast<const typename U::W*>(w);
             const block_q8_K* ya[NT];
             for (int t = 0; t < NT; ++t) ya[t] = act_row<block_q8_K>(a, a_stride, t);
-            __m512 acc[NT];
-            __m256 accm[NT];  // minimum terms (Q2_K, Q4_K, Q5_K)
-            for (int t = 0; t < NT; ++t) {
-                acc[t] = _mm512_setzero_ps();
-                accm[t] = _mm256_setzero_ps();
-            }
-            const int64_t nb = n / kQK_K;
-            for (int64_t i = 0; i < nb; ++i) {
+            __m256 acc[NT];
+            float acc_min[NT] = {};
+            for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+            for (int64_t i = 0; i < n / kQK_K; ++i) {
                 const U u(x[i]);
                 const __m256i coef = u.coef();
-                const __m512i sc16 = _mm512_castsi256_si512(u.scales16());  // upper half never indexed
                 const __m128 d_dmin = u.d_dmin();
                 __m512i sumi[NT];
-                __m128 dt[NT];  // [d y.d, dmin y.d] per token
-                for (int t = 0; t < NT; ++t) {
-                    dt[t] = _mm_mul_ps(d_dmin, _mm_set1_ps(ya[t][i].d));
-                    const __m256i corr = _mm256_madd_epi16(coef, load256(ya[t][i].bsums));
-                    if constexpr (U::kMinTerm) {
-                        sumi[t] = _mm512_setzero_si512();
-                        accm[t] = _mm256_fnmadd_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dt[t])), _mm256_cvtepi32_ps(corr), accm[t]);
-                    } else {
-                        sumi[t] = join256(_mm256_sub_epi32(_mm256_setzero_si256(), corr), _mm256_setzero_si256());
-                    }
-                }
-                unroll<4>([&](auto C) {
-                    const __m512i wq = u.template weights<C()>();
-                    const __m512i sc = _mm512_permutexvar_epi16(scale_index<C()>(), sc16);
-                    for (int t = 0; t < NT; ++t) {
-                        const __m512i p = _mm512_maddubs_epi16(wq, load512(ya[t][i].qs + 64 * C()));
-                        sumi[t] = dpwssd(sumi[t], p, sc);
-                    }
+                for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
+                k_int_chunks<U, NT>(u, ya, i, [&](auto, const __m512i* part) {
+                    for (int t = 0; t < NT; ++t) sumi[t] = _mm512_add_epi32(sumi[t], part[t]);
                 });
                 for (int t = 0; t < NT; ++t) {
-                    acc[t] = _mm512_fmadd_ps(_mm512_broadcastss_ps(dt[t]), _mm512_cvtepi32_ps(sumi[t]), acc[t]);
+                    const __m128 dt = _mm_mul_ps(d_dmin, _mm_set1_ps(ya[t][i].d));
+                    __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(sumi[t]), _mm512_extracti64x4_epi64(sumi[t], 1));
+                    if constexpr (U::kLaneTerm == LaneTerm::OffsetBsum) {
+                        lanes = _mm256_sub_epi32(lanes, _mm256_madd_epi16(coef, load256(ya[t][i].bsums)));
+                    } else if constexpr (U::kLaneTerm == LaneTerm::MinScalar) {
+                        const int corr = hsum_i32_256(_mm256_madd_epi16(coef, load256(ya[t][i].bsums)));
+                        acc_min[t] = std::fma(-_mm_cvtss_f32(_mm_movehdup_ps(dt)), static_cast<float>(corr), acc_min[t]);
+                    }
+                    acc[t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dt), _mm256_cvtepi32_ps(lanes), acc[t]);
                 }
             }
-            for (int t = 0; t < NT; ++t) {
-                float s = _mm512_reduce_add_ps(acc[t]);
-                if constexpr (U::kMinTerm) s += hsum(accm[t]);
-                y[t * ldy] = s;
+            for (int t = 0; t < NT; ++t) y[t * ldy] = hsum(acc[t]) + acc_min[t];
+        }
+    };
+};
+
+// Q2_K and Q4_K (spans of Span 32-element chunks, one fused multiply-add
+// per span for the scale and the minimum terms) and, with Span 0, the
+// batch rows of Q3_K, Q5_K, Q6_K (dot_k_tiled: per super-block d * total,
+// minus dmin * the minimum term fused, then one fused multiply-add with the
+// activation scale). Only integer totals reach the float steps, which are
+// the scalar reference's.
+template <class U, int Span>
+struct KTotals {
+    template <int NT>
+    struct K {
+        static void run(int64_t n, const void* w, const void* a, size_t a_stride, float* y, int64_t ldy) {
+            static_assert(Span == 0 || Span == 2 || Span == 4 || Span == 8, "spans of whole 64-element chunks");
+            const auto* x = static_cast<const typename U::W*>(w);
+            const block_q8_K* ya[NT];
+            for (int t = 0; t < NT; ++t) ya[t] = act_row<block_q8_K>(a, a_stride, t);
+            float acc[NT] = {}, acc_min[NT] = {};
+            constexpr int kChunksPerSpan = Span == 0 ? 4 : Span / 2;  // 64-element chunks
+            for (int64_t i = 0; i < n / kQK_K; ++i) {
+                const U u(x[i]);
+                const __m256i coef = u.coef();
+                const float dw = f16(x[i].d);
+                // Lane l of corr: the minimum (or offset) term of 32-element chunk l.
+                __m256i corr[NT];
+                for (int t = 0; t < NT; ++t) corr[t] = _mm256_madd_epi16(coef, load256(ya[t][i].bsums));
+                __m512i sumi[NT];
+                for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
+                k_int_chunks<U, NT>(u, ya, i, [&](auto C, const __m512i* part) {
+                    for (int t = 0; t < NT; ++t) sumi[t] = _mm512_add_epi32(sumi[t], part[t]);
+                    if constexpr ((C() + 1) % kChunksPerSpan == 0) {
+                        for (int t = 0; t < NT; ++t) {
+                            const int total = _mm512_reduce_add_epi32(sumi[t]);
+                            sumi[t] = _mm512_setzero_si512();
+                            const float da = ya[t][i].d;
+                            if constexpr (Span == 0) {
+                                const int ctot = hsum_i32_256(corr[t]);
+                                if constexpr (U::kMinTerm) {
+                                    const float dot = static_cast<float>(total) * dw;
+                                    acc[t] = std::fma(da, std::fma(-f16(x[i].dmin), static_cast<float>(ctot), dot), acc[t]);
+                                } else {
+                                    // Q3_K's offset is already inside the lanes (OffsetInline).
+                                    const int offset = U::kLaneTerm == LaneTerm::OffsetInline ? 0 : ctot;
+                                    acc[t] = std::fma(da, static_cast<float>(total - offset) * dw, acc[t]);
+                                }
+                            } else {
+                                alignas(32) int c32[8];
+                                _mm256_store_si256(reinterpret_cast<__m256i*>(c32), corr[t]);
+                                int msum = 0;
+                                for (int l = 2 * (C() + 1 - kChunksPerSpan); l < 2 * (C() + 1); ++l) msum += c32[l];
+                                acc[t] = std::fma(static_cast<float>(total), dw * da, acc[t]);
+                                acc_min[t] = std::fma(static_cast<float>(msum), f16(x[i].dmin) * da, acc_min[t]);
+                            }
+                        }
+                    }
+                });
             }
+            for (int t = 0; t < NT; ++t) y[t * ldy] = acc[t] - acc_min[t];
+        }
+    };
+};
+
+// Totals of four 8-lane vectors in one pass: [sum v0, sum v1, sum v2, sum v3].
+inline __m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+inline __m256i fold512(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+
+// Single rows of Q2_K and Q4_K (spans of whole super-blocks): as KTotals
+// with Span 8, but the integer totals of four super-blocks are reduced
+// together (one hadd tree instead of four), then added to the float
+// accumulators one super-block after the other, as the reference does.
+template <class U>
+struct KSuperBlocks {
+    template <int NT>
+    struct K {
+        static void run(int64_t n, const void* w, const void* a, size_t a_stride, float* y, int64_t ldy) {
+            const auto* x = static_cast<const typename U::W*>(w);
+            const block_q8_K* ya[NT];
+            for (int t = 0; t < NT; ++t) ya[t] = act_row<block_q8_K>(a, a_stride, t);
+            float acc[NT] = {}, acc_min[NT] = {};
+            const int64_t nb = n / kQK_K;
+            for (int64_t i0 = 0; i0 < nb; i0 += 4) {
+                const int nq = static_cast<int>(std::min<int64_t>(4, nb - i0));
+                __m256i tot[NT][4], mins[NT][4];
+                for (int t = 0; t < NT; ++t) {
+                    for (int q = 0; q < 4; ++q) tot[t][q] = mins[t][q] = _mm256_setzero_si256();
+                }
+                for (int q = 0; q < nq; ++q) {
+                    const int64_t i = i0 + q;
+                    const U u(x[i]);
+                    const __m256i coef = u.coef();
+                    __m512i sumi[NT];
+                    for (int t = 0; t < NT; ++t) {
+                        sumi[t] = _mm512_setzero_si512();
+                        mins[t][q] = _mm256_madd_epi16(coef, load256(ya[t][i].bsums));
+                    }
+                    k_int_chunks<U, NT>(u, ya, i, [&](auto, const __m512i* part) {
+                        for (int t = 0; t < NT; ++t) sumi[t] = _mm512_add_epi32(sumi[t], part[t]);
+                    });
+                    for (int t = 0; t < NT; ++t) tot[t][q] = fold512(sumi[t]);
+                }
+                for (int t = 0; t < NT; ++t) {
+                    alignas(16) int it[4], im[4];
+                    _mm_store_si128(reinterpret_cast<__m128i*>(it), hsum4_i32(tot[t][0], tot[t][1], tot[t][2], tot[t][3]));
+                    _mm_store_si128(reinterpret_cast<__m128i*>(im), hsum4_i32(mins[t][0], mins[t][1], mins[t][2], mins[t][3]));
+                    for (int q = 0; q < nq; ++q) {
+                        const int64_t i = i0 + q;
+                        const float da = ya[t][i].d;
+                        acc[t] = std::fma(static_cast<float>(it[q]), f16(x[i].d) * da, acc[t]);
+                        acc_min[t] = std::fma(static_cast<float>(im[q]), f16(x[i].dmin) * da, acc_min[t]);
+                    }
+                }
+            }
+            for (int t = 0; t < NT; ++t) y[t * ldy] = acc[t] - acc_min[t];
         }
     };
 };
 
 template <int NT>
-using Q2K = KDot<UQ2K>::K<NT>;
+using Q2K = KSuperBlocks<UQ2K>::K<NT>;
 template <int NT>
-using Q3K = KDot<UQ3K>::K<NT>;
+using Q2KBatch = KTotals<UQ2K, 4>::K<NT>;
 template <int NT>
-using Q4K = KDot<UQ45K<false>>::K<NT>;
+using Q3K = KLanes<UQ3K>::K<NT>;
 template <int NT>
-using Q5K = KDot<UQ45K<true>>::K<NT>;
+using Q3KBatch = KTotals<UQ3K, 0>::K<NT>;
 template <int NT>
-using Q6K = KDot<UQ6K>::K<NT>;
+using Q4K = KSuperBlocks<UQ45K<false>>::K<NT>;
+template <int NT>
+using Q4KBatch = KTotals<UQ45K<false>, 2>::K<NT>;
+template <int NT>
+using Q5K = KLanes<UQ45K<true>>::K<NT>;
+template <int NT>
+using Q5KBatch = KTotals<UQ45K<true>, 0>::K<NT>;
+template <int NT>
+using Q6K = KLanes<UQ6K>::K<NT>;
+template <int NT>
+using Q6KBatch = KTotals<UQ6K, 0>::K<NT>;
 
 }  // namespace
 
@@ -233,5 +385,10 @@ void TANDEM_AVX512_FN(q3_K)(TANDEM_DOT_ARGS) { tile<Q3K>(n, w, a, a_stride, nt, 
 void TANDEM_AVX512_FN(q4_K)(TANDEM_DOT_ARGS) { tile<Q4K>(n, w, a, a_stride, nt, y, ldy); }
 void TANDEM_AVX512_FN(q5_K)(TANDEM_DOT_ARGS) { tile<Q5K>(n, w, a, a_stride, nt, y, ldy); }
 void TANDEM_AVX512_FN(q6_K)(TANDEM_DOT_ARGS) { tile<Q6K>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX512_FN(q2_K_batch)(TANDEM_DOT_ARGS) { tile<Q2KBatch>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX512_FN(q3_K_batch)(TANDEM_DOT_ARGS) { tile<Q3KBatch>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX512_FN(q4_K_batch)(TANDEM_DOT_ARGS) { tile<Q4KBatch>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX512_FN(q5_K_batch)(TANDEM_DOT_ARGS) { tile<Q5KBatch>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX512_FN(q6_K_batch)(TANDEM_DOT_ARGS) { tile<Q6KBatch>(n, w, a, a_stride, nt, y, ldy); }
 
 }  // namespace tandem::cpu::detail
