@@ -1,7 +1,12 @@
-// `tandem bench --calibrate`: measures this machine's memory bandwidths and
-// stores them (planner/calibration.h) so the planner's predictions use them
-// instead of assumed defaults. Decode speed is bound by how fast the weights
-// can be read, so read bandwidth is the number that matters.
+// `tandem bench`: a llama-bench-like harness (ppN, tgN, pgP,N over lists of
+// models, splits, threads, micro-batches and cache types; --sweep-ngl and
+// --plot compare measured speed with the planner's prediction at every
+// split), and `tandem bench --calibrate`, which measures this machine's
+// memory bandwidths and stores them (planner/calibration.h) so the
+// planner's predictions use them instead of assumed defaults. Decode speed
+// is bound by how fast the weights can be read, so read bandwidth is the
+// number that matters. The harness itself lives in tools/bench_*.{h,cpp};
+// this file wires the flags and prints.
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,7 +28,12 @@
 #include "planner/calibration.h"
 #include "runtime/backend/memory_ledger.h"
 #include "runtime/common/error.h"
+#include "tools/bench_args.h"
+#include "tools/bench_report.h"
+#include "tools/bench_runner.h"
+#include "tools/bench_svg.h"
 #include "tools/commands.h"
+#include "tools/progress.h"
 
 namespace tandem::tools {
 namespace {
@@ -30,6 +41,7 @@ namespace {
 struct BenchOptions {
     bool calibrate = false;
     bool json = false;
+    BenchArgs args;
 };
 
 constexpr uint64_t kMinBufferBytes = 1ull << 30;
@@ -165,16 +177,140 @@ void calibrate(const BenchOptions& o) {
     fmt::print("stored in {}\n", path.string());
 }
 
+// The calibration for the % column and the predictions. A damaged or
+// missing file never stops a benchmark: the column stays empty.
+std::optional<planner::Calibration> load_calibration_quietly() {
+    std::string warning;
+    std::optional<planner::Calibration> cal;
+    try {
+        cal = planner::load_calibration(planner::calibration_path(), &warning);
+    } catch (const Error& e) {
+        warning = e.what();  // no cache directory can be derived
+    }
+    if (!warning.empty()) fmt::print(stderr, "tandem: warning: {}\n", warning);
+    return cal;
+}
+
+std::string row_progress(const BenchRow& r) {
+    const std::string speed = !r.fits          ? std::string("does not fit")
+                              : r.tps_mean     ? fmt::format("{:.2f} t/s", *r.tps_mean)
+                                               : std::string("-");
+    return fmt::format("{} ngl {} t {} {}: {}", r.model, r.ngl, r.threads, r.test, speed);
+}
+
+void bench(const BenchOptions& o) {
+    BenchArgs args = o.args;
+    if (o.json) args.output = "json";  // --json, as --calibrate spells it
+    const BenchConfig config = make_bench_config(args);
+    const auto calibration = load_calibration_quietly();
+
+    // A live bar on a terminal; in logs one line per test, since a test may
+    // take minutes and quarter-way lines would say too little.
+    const bool tty = isatty(STDERR_FILENO) != 0;
+    std::unique_ptr<ProgressBar> bar;
+    size_t total = 0, done = 0;
+    BenchHooks hooks;
+    hooks.on_note = [](const std::string& line) { fmt::print(stderr, "tandem: {}\n", line); };
+    hooks.on_start = [&](size_t n) {
+        total = n;
+        if (tty) bar = std::make_unique<ProgressBar>("bench", n);
+    };
+    hooks.on_row = [&](const BenchRow& r) {
+        ++done;
+        if (bar) {
+            bar->advance(1, row_progress(r));
+        } else {
+            fmt::print(stderr, "bench [{}/{}] {}\n", done, total, row_progress(r));
+        }
+    };
+    const BenchResult result = run_bench(config, calibration, hooks);
+    if (bar) bar->finish();
+
+    std::fflush(stderr);
+    fmt::print("{}", format_rows(result.rows, config.format, config.sweep_step.has_value()));
+    std::fflush(stdout);
+    if (!config.plot_path.empty()) {
+        const BenchModelSummary& m = result.models.front();
+        std::string title = fmt::format("{} on {}", m.model, config.device);
+        if (config.vram) title += fmt::format(", --vram {}", format_bytes(*config.vram));
+        write_sweep_svg(config.plot_path, sweep_chart_from_rows(result.rows, title, m.fit_limit));
+        fmt::print(stderr, "tandem: wrote {}\n", config.plot_path);
+    }
+    // Last, so that bad input before any result is still a single line.
+    if (!calibration || !calibration->cpu_gbps) {
+        fmt::print(stderr, "tandem: no calibration: run `tandem bench --calibrate` for the % column\n");
+    }
+}
+
+constexpr const char* kBenchFooter = R"(Lists: every list flag takes comma-separated items, and each item is N,
+A-B (A to B inclusive) or A-B+S (A, A+S, ... up to B): -ngl 0-8, -ngl 0-32+4,
+-p 128,512, -t 1-4. Flags may also repeat (-m a.gguf -m b.gguf). -p 0 or -n 0
+drops that kind of test.
+
+Tests, as llama-bench: ppN evaluates N prompt tokens as one batch (in -ub
+micro-batches) from an empty cache, tok/s = N / time; tgN generates N tokens
+one at a time from an empty cache, tok/s = N / time; pgP,N (-pg P,N) does
+both, tok/s = (P + N) / time. Each test runs once uncounted, then -r times;
+t/s is the mean +- the sample standard deviation. The context is the longest
+test (P + N). Token ids are arbitrary: speed does not depend on the text.
+
+GB/s: bytes of weights read per second. The layers and one embedding row are
+counted once per micro-batch of the prompt and once per generated token, the
+output head once per generated token and once per prompt (only the last
+prompt position gets logits): for tgN this is the bytes of one token x t/s.
+KV cache reads are not counted.
+% bw: the share of the calibrated bandwidth (bench --calibrate) this achieves:
+the time the weights would take at the calibrated speeds, host bytes at the
+CPU's GB/s plus device bytes at the GPU's (the stand-in cpu2 uses the CPU's;
+the devices take turns, so the times add), over the measured time. For a
+CPU-only run this is GB/s / calibrated GB/s. "-" without a calibration.
+
+backend: cpu (nothing on the device), split, or gpu (every layer and the head
+on the device). -ngl auto (the default) asks the planner for the most layers
+that fit --vram, as run does. --sweep-ngl [STEP] runs ngl 0, STEP, ... and
+n_layer + 1 and prints the planner's predicted t/s beside each row; splits
+that do not fit --vram are reported, not run. --plot FILE.svg draws the sweep.
+Predictions use the calibrated speeds (else the planner's defaults); on cpu2
+the device is predicted with the CPU's speeds, since that is what it is.)";
+
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
     auto opts = std::make_shared<BenchOptions>();
-    CLI::App* cmd = app.add_subcommand("bench", "Measure this machine (--calibrate) for the planner's predictions");
+    BenchArgs& a = opts->args;
+    CLI::App* cmd = app.add_subcommand(
+        "bench", "Measure prompt and generation speed as llama-bench does, or calibrate the planner (--calibrate)");
+    cmd->footer(kBenchFooter);
     cmd->add_flag("--calibrate", opts->calibrate, "measure memory bandwidths and store them for `plan` and `run`");
-    cmd->add_flag("--json", opts->json, "print the measurements as JSON");
-    cmd->callback([opts] {
-        if (!opts->calibrate) throw Error("bench: only --calibrate is implemented so far");
-        calibrate(*opts);
+    cmd->add_flag("--json", opts->json, "print as JSON (with --calibrate; otherwise the same as -o json)");
+    cmd->add_option("-m,--model", a.models, "GGUF model file; repeat for several")->type_name("FILE");
+    cmd->add_option("-p,--n-prompt", a.n_prompt, "prompt sizes of the ppN tests (default 512)")->type_name("LIST");
+    cmd->add_option("-n,--n-gen", a.n_gen, "generated tokens of the tgN tests (default 128)")->type_name("LIST");
+    cmd->add_option("--prompt-gen", a.prompt_gen, "a pgP,N test, prompt then generation (-pg); may repeat")
+        ->type_name("P,N");
+    cmd->add_option("--n-gpu-layers", a.n_gpu_layers,
+                    "layers on the accelerator (-ngl): a list or range, or auto (default): the most that fit --vram")
+        ->type_name("LIST|auto");
+    cmd->add_option("-t,--threads", a.threads, "thread counts (default: the physical cores)")->type_name("LIST");
+    cmd->add_option("-b,--batch-size", a.n_batch, "logical batch size (accepted; the micro-batch decides)");
+    cmd->add_option("--ubatch-size", a.n_ubatch, "tokens per micro-batch (-ub), a list (default 512)")->type_name("LIST");
+    cmd->add_option("--cache-type", a.cache_types, "KV cache type: f16 or q8_0, a list (default f16)")->type_name("LIST");
+    cmd->add_option("-r,--repetitions", a.repetitions, "counted runs per test")->capture_default_str();
+    cmd->add_option("-o,--output", a.output, "md, csv, json or jsonl")->type_name("FORMAT")->capture_default_str();
+    cmd->add_option("--device", a.device, "accelerator: cuda, cudaN, or cpu2 (the stand-in CPU device)")->type_name("DEVICE");
+    cmd->add_option("--vram", a.vram, "accelerator memory Tandem may use, e.g. 24GiB")->type_name("SIZE");
+    cmd->add_option("--sweep-ngl", a.sweep_step, "run every ngl from 0 to n_layer + 1 (in steps of STEP, default 1)")
+        ->expected(0, 1)
+        ->type_name("[STEP]");
+    cmd->add_option("--plot", a.plot, "with --sweep-ngl: write a chart of measured and predicted t/s")
+        ->type_name("FILE.svg");
+    cmd->callback([opts, cmd] {
+        if (opts->calibrate) {
+            calibrate(*opts);
+            return;
+        }
+        opts->args.sweep = cmd->count("--sweep-ngl") > 0;
+        bench(*opts);
     });
 }
 

@@ -1,0 +1,142 @@
+// `tandem bench` option parsing: lists, ranges, -pg pairs and the checks
+// that turn bad input into one-line errors.
+#include "tools/bench_args.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/test_paths.h"
+
+namespace tandem::tools {
+namespace {
+
+using testing::contains;
+using testing::error_of;
+
+BenchArgs args_with_model() {
+    BenchArgs a;
+    a.models = {"model.gguf"};
+    return a;
+}
+
+TEST(BenchArgs, ParsesListsRangesAndSteps) {
+    EXPECT_EQ(parse_int_list("8", "-p"), (std::vector<int64_t>{8}));
+    EXPECT_EQ(parse_int_list("128,512", "-p"), (std::vector<int64_t>{128, 512}));
+    EXPECT_EQ(parse_int_list("0-3", "-ngl"), (std::vector<int64_t>{0, 1, 2, 3}));
+    EXPECT_EQ(parse_int_list("0-32+8", "-ngl"), (std::vector<int64_t>{0, 8, 16, 24, 32}));
+    EXPECT_EQ(parse_int_list("0-10+4", "-ngl"), (std::vector<int64_t>{0, 4, 8}));  // the end need not be reached
+    EXPECT_EQ(parse_int_list("1, 4-5 ,7-7", "-t"), (std::vector<int64_t>{1, 4, 5, 7}));
+}
+
+TEST(BenchArgs, RejectsBadListsWithTheFlagAndTheText) {
+    for (const char* bad : {"5,,x", "", ",", "x", "-1", "3-1", "0-8+0", "0-8+", "8+2", "1.5", "0-8-9", "+3"}) {
+        const std::string e = error_of([&] { parse_int_list(bad, "-p"); });
+        EXPECT_TRUE(contains(e, "-p")) << bad << ": " << e;
+        EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    }
+    EXPECT_TRUE(contains(error_of([] { parse_int_list("0-100000000", "-ngl"); }), "more than"));
+}
+
+TEST(BenchArgs, NglListMixesAutoAndNumbers) {
+    const auto v = parse_ngl_list("auto,0-2");
+    ASSERT_EQ(v.size(), 4u);
+    EXPECT_FALSE(v[0].has_value());
+    EXPECT_EQ(v[1], 0);
+    EXPECT_EQ(v[3], 2);
+    EXPECT_TRUE(contains(error_of([] { parse_ngl_list("auto,x"); }), "-ngl"));
+}
+
+TEST(BenchArgs, PromptGenIsExactlyTwoPositiveNumbers) {
+    EXPECT_EQ(parse_prompt_gen("512,128"), (std::pair<int64_t, int64_t>{512, 128}));
+    for (const char* bad : {"512", "512,128,1", "0,128", "a,b", "512,"}) {
+        EXPECT_TRUE(contains(error_of([&] { parse_prompt_gen(bad); }), "-pg")) << bad;
+    }
+}
+
+TEST(BenchArgs, DefaultsAreThoseOfLlamaBench) {
+    const BenchConfig c = make_bench_config(args_with_model());
+    ASSERT_EQ(c.tests.size(), 2u);
+    EXPECT_EQ(c.tests[0].name(), "pp512");
+    EXPECT_EQ(c.tests[1].name(), "tg128");
+    EXPECT_EQ(c.repetitions, 5);
+    EXPECT_EQ(c.format, OutputFormat::Markdown);
+    ASSERT_EQ(c.n_gpu_layers.size(), 1u);
+    EXPECT_FALSE(c.n_gpu_layers[0].has_value());  // auto
+    EXPECT_EQ(c.threads, (std::vector<int>{0}));
+    EXPECT_EQ(c.n_ubatch, (std::vector<int64_t>{512}));
+    EXPECT_EQ(c.n_ctx(), 512);
+}
+
+TEST(BenchArgs, BuildsTestsFromPromptGenAndRepeatedFlags) {
+    BenchArgs a = args_with_model();
+    a.n_prompt = {"16", "32"};
+    a.n_gen = {"0"};  // drops tg, as llama-bench
+    a.prompt_gen = {"8,4"};
+    const BenchConfig c = make_bench_config(a);
+    ASSERT_EQ(c.tests.size(), 3u);
+    EXPECT_EQ(c.tests[0].name(), "pp16");
+    EXPECT_EQ(c.tests[1].name(), "pp32");
+    EXPECT_EQ(c.tests[2].name(), "pp8+tg4");
+    EXPECT_EQ(c.n_ctx(), 32);
+}
+
+TEST(BenchArgs, RejectsBadInputOnOneLine) {
+    const auto error_for = [](auto&& edit) {
+        BenchArgs a = args_with_model();
+        edit(a);
+        return error_of([&] { make_bench_config(a); });
+    };
+    EXPECT_TRUE(contains(error_of([] { make_bench_config(BenchArgs{}); }), "no model"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.repetitions = 0; }), "-r"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.output = "xml"; }), "-o"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_prompt = {"5,,x"}; }), "-p"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.threads = {"0"}; }), "-t"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_ubatch = {"0"}; }), "-ub"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.cache_types = {"q4"}; }), "--cache-type"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_gpu_layers = {"2"}; }), "--device"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "cpu2"; }), "--vram"));  // auto needs a capacity
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "tpu"; }), "--device"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.vram = "1GiB"; }), "--device"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
+                             a.n_prompt = {"0"};
+                             a.n_gen = {"0"};
+                         }),
+                         "no test"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.sweep = true; }), "--device"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
+                             a.device = "cpu2";
+                             a.sweep = true;
+                             a.sweep_step = "0";
+                         }),
+                         "--sweep-ngl"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
+                             a.device = "cpu2";
+                             a.sweep = true;
+                             a.n_gpu_layers = {"1"};
+                         }),
+                         "drop -ngl"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.plot = "x.svg"; }), "--sweep-ngl"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
+                             a.device = "cpu2";
+                             a.sweep = true;
+                             a.plot = "chart.png";
+                         }),
+                         ".svg"));
+}
+
+TEST(BenchArgs, SweepTakesAnOptionalStepAndAcceptsAnSvgPlot) {
+    BenchArgs a = args_with_model();
+    a.device = "cpu2";
+    a.vram = "2MiB";
+    a.sweep = true;
+    a.plot = "/tmp/chart.SVG";
+    BenchConfig c = make_bench_config(a);
+    EXPECT_EQ(c.sweep_step, 1);
+    EXPECT_EQ(c.vram, 2u << 20);
+    EXPECT_EQ(c.plot_path, "/tmp/chart.SVG");
+    a.sweep_step = "4";
+    c = make_bench_config(a);
+    EXPECT_EQ(c.sweep_step, 4);
+}
+
+}  // namespace
+}  // namespace tandem::tools

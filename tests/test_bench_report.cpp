@@ -1,0 +1,182 @@
+// `tandem bench` output: markdown, csv, json and jsonl of the same rows
+// must carry the same values, and the statistics must be the textbook ones.
+#include "tools/bench_report.h"
+
+#include <fmt/format.h>
+
+#include <sstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/test_paths.h"
+
+namespace tandem::tools {
+namespace {
+
+using testing::contains;
+
+std::vector<BenchRow> sample_rows() {
+    BenchRow measured;
+    measured.model = "tiny, \"quoted\".gguf";  // csv must quote this one
+    measured.model_type = "Q4_K_M";
+    measured.model_size = 8620000;
+    measured.model_params = 11340000;
+    measured.device = "cpu2";
+    measured.backend = "split";
+    measured.ngl = 2;
+    measured.threads = 2;
+    measured.n_ubatch = 512;
+    measured.cache_type = "f16";
+    measured.test = "tg8";
+    measured.n_gen = 8;
+    measured.samples = {100.5, 110.25, 99.0};
+    measured.tps_mean = mean_of(measured.samples);
+    measured.tps_sd = sample_sd_of(measured.samples);
+    measured.gbps = 0.123456789;
+    measured.pct_bandwidth = 45.5;
+    measured.predicted_tps = 150.0;
+
+    BenchRow not_fitting = measured;
+    not_fitting.model = "tiny.gguf";
+    not_fitting.backend = "-";
+    not_fitting.ngl = 5;
+    not_fitting.test = "pp16";
+    not_fitting.n_prompt = 16;
+    not_fitting.n_gen = 0;
+    not_fitting.fits = false;
+    not_fitting.samples.clear();
+    not_fitting.tps_mean.reset();
+    not_fitting.tps_sd.reset();
+    not_fitting.gbps.reset();
+    not_fitting.pct_bandwidth.reset();
+    return {measured, not_fitting};
+}
+
+// RFC 4180 fields of one line: enough for the csv format_csv writes.
+std::vector<std::string> csv_split(const std::string& line) {
+    std::vector<std::string> out(1);
+    bool quoted = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+        const char c = line[i];
+        if (quoted) {
+            if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+                out.back() += '"';
+                ++i;
+            } else if (c == '"') {
+                quoted = false;
+            } else {
+                out.back() += c;
+            }
+        } else if (c == '"') {
+            quoted = true;
+        } else if (c == ',') {
+            out.emplace_back();
+        } else {
+            out.back() += c;
+        }
+    }
+    return out;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out.push_back(line);
+    return out;
+}
+
+// The csv text of a json value as format_csv writes it.
+std::string as_csv_text(const nlohmann::json& v) {
+    if (v.is_null()) return "";
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+    if (v.is_array()) {
+        std::string s;
+        for (size_t i = 0; i < v.size(); ++i) s += fmt::format("{}{}", i ? ";" : "", v[i].get<double>());
+        return s;
+    }
+    return v.dump();
+}
+
+TEST(BenchReport, MeanAndSampleStandardDeviation) {
+    EXPECT_DOUBLE_EQ(mean_of({2, 4, 6}), 4.0);
+    EXPECT_DOUBLE_EQ(sample_sd_of({2, 4, 6}), 2.0);  // n - 1 in the denominator
+    EXPECT_DOUBLE_EQ(sample_sd_of({5}), 0.0);
+    EXPECT_DOUBLE_EQ(mean_of({}), 0.0);
+}
+
+TEST(BenchReport, JsonCsvAndJsonlAgreeFieldByField) {
+    const auto rows = sample_rows();
+    const auto json = nlohmann::json::parse(format_json(rows));
+    ASSERT_TRUE(json.is_array());
+    ASSERT_EQ(json.size(), rows.size());
+
+    const auto csv = lines_of(format_csv(rows));
+    ASSERT_EQ(csv.size(), rows.size() + 1);
+    const auto header = csv_split(csv[0]);
+    EXPECT_EQ(header, bench_field_names());
+    for (const char* required : {"model", "model_type", "model_size", "ngl", "threads", "n_ubatch", "cache_type",
+                                 "test", "n_prompt", "n_gen", "tps_mean", "tps_sd", "gbps", "pct_bandwidth",
+                                 "backend", "samples"}) {
+        EXPECT_TRUE(json[0].contains(required)) << required;
+    }
+    for (size_t r = 0; r < rows.size(); ++r) {
+        const auto fields = csv_split(csv[r + 1]);
+        ASSERT_EQ(fields.size(), header.size()) << csv[r + 1];
+        for (size_t f = 0; f < header.size(); ++f) {
+            const nlohmann::json& v = json[r].at(header[f]);
+            if (v.is_number_float()) {
+                ASSERT_FALSE(fields[f].empty()) << header[f];
+                EXPECT_DOUBLE_EQ(std::stod(fields[f]), v.get<double>()) << header[f];
+            } else {
+                EXPECT_EQ(fields[f], as_csv_text(v)) << header[f];
+            }
+        }
+    }
+
+    const auto jsonl = lines_of(format_jsonl(rows));
+    ASSERT_EQ(jsonl.size(), rows.size());
+    for (size_t r = 0; r < rows.size(); ++r) EXPECT_EQ(nlohmann::json::parse(jsonl[r]), json[r]);
+
+    EXPECT_EQ(json[0]["samples"].size(), 3u);
+    EXPECT_TRUE(json[1]["tps_mean"].is_null());
+    EXPECT_FALSE(json[1]["fits"].get<bool>());
+    EXPECT_DOUBLE_EQ(json[1]["predicted_tps"].get<double>(), 150.0);
+}
+
+TEST(BenchReport, MarkdownIsATableWithTheSameRows) {
+    const auto rows = sample_rows();
+    const auto md = lines_of(format_markdown(rows, true));
+    ASSERT_EQ(md.size(), rows.size() + 2);
+    for (const auto& line : md) {
+        EXPECT_EQ(line.front(), '|') << line;
+        EXPECT_EQ(line.back(), '|') << line;
+    }
+    EXPECT_TRUE(contains(md[0], "t/s"));
+    EXPECT_TRUE(contains(md[0], "pred t/s"));
+    EXPECT_TRUE(contains(md[0], "% bw"));
+    EXPECT_TRUE(contains(md[1], "---:"));  // numbers right-aligned, as llama-bench
+    EXPECT_TRUE(contains(md[2], fmt::format("{:.2f} ± {:.2f}", *rows[0].tps_mean, *rows[0].tps_sd)));
+    EXPECT_TRUE(contains(md[2], "8.22 MiB"));
+    EXPECT_TRUE(contains(md[2], "11.34 M"));
+    EXPECT_TRUE(contains(md[3], "does not fit"));
+    // Every line has the same number of columns.
+    const auto bars = [](const std::string& s) { return std::count(s.begin(), s.end(), '|'); };
+    for (const auto& line : md) EXPECT_EQ(bars(line), bars(md[0])) << line;
+    // Without a sweep, no prediction column; defaults (f16, 512) stay hidden.
+    const std::string plain = format_markdown(rows, false);
+    EXPECT_FALSE(contains(plain, "pred t/s"));
+    EXPECT_FALSE(contains(plain, "n_ubatch"));
+    EXPECT_FALSE(contains(plain, "cache"));
+}
+
+TEST(BenchReport, HumanSizes) {
+    EXPECT_EQ(human_size(512), "512 B");
+    EXPECT_EQ(human_size(3ull << 30), "3.00 GiB");
+    EXPECT_EQ(human_count(7'240'000'000ull), "7.24 B");
+    EXPECT_EQ(human_count(999), "999");
+}
+
+}  // namespace
+}  // namespace tandem::tools

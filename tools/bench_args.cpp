@@ -1,0 +1,260 @@
+#include "tools/bench_args.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "planner/planner.h"
+#include "runtime/backend/memory_ledger.h"
+#include "runtime/common/error.h"
+
+namespace tandem::tools {
+namespace {
+
+// A bound on range expansion: "0-100000000" is a typo, not a benchmark, and
+// must not allocate gigabytes before the error.
+constexpr size_t kMaxListItems = 4096;
+// More threads than any machine has cores is a typo too (and must fit an int).
+constexpr int64_t kMaxThreads = 4096;
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+    return s;
+}
+
+std::vector<std::string_view> split(std::string_view text, char sep) {
+    std::vector<std::string_view> out;
+    size_t start = 0;
+    while (true) {
+        const size_t end = text.find(sep, start);
+        out.push_back(trim(text.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start)));
+        if (end == std::string_view::npos) break;
+        start = end + 1;
+    }
+    return out;
+}
+
+// A whole non-negative decimal number, or nullopt.
+std::optional<int64_t> to_count(std::string_view s) {
+    if (s.empty() || s.front() == '+' || s.front() == '-') return std::nullopt;
+    int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+    return v;
+}
+
+[[noreturn]] void bad_item(std::string_view flag, std::string_view text, std::string_view item) {
+    throw Error(fmt::format("{}: expected N, A-B or A-B+STEP (STEP >= 1) items separated by commas, found '{}' in '{}'", flag, item,
+                            text));
+}
+
+// Appends one item ("8", "0-8", "0-32+4") to out.
+void expand_item(std::string_view item, std::string_view flag, std::string_view text, std::vector<int64_t>& out) {
+    if (item.empty()) bad_item(flag, text, item);
+    std::string_view range = item;
+    int64_t step = 1;
+    if (const size_t plus = item.find('+'); plus != std::string_view::npos) {
+        const auto s = to_count(item.substr(plus + 1));
+        if (!s || *s < 1) bad_item(flag, text, item);
+        step = *s;
+        range = item.substr(0, plus);
+    }
+    const size_t dash = range.find('-');
+    const auto first = to_count(range.substr(0, dash));
+    if (!first) bad_item(flag, text, item);
+    int64_t last = *first;
+    if (dash != std::string_view::npos) {
+        const auto l = to_count(range.substr(dash + 1));
+        if (!l) bad_item(flag, text, item);
+        last = *l;
+    } else if (step != 1) {
+        bad_item(flag, text, item);  // "8+2" has no range to step through
+    }
+    if (last < *first) {
+        throw Error(fmt::format("{}: range '{}' ends below its start", flag, item));
+    }
+    for (int64_t v = *first; v <= last; v += step) {
+        if (out.size() >= kMaxListItems) {
+            throw Error(fmt::format("{}: '{}' expands to more than {} values", flag, text, kMaxListItems));
+        }
+        out.push_back(v);
+        if (v > std::numeric_limits<int64_t>::max() - step) break;
+    }
+}
+
+// Joins the occurrences of a repeatable flag, or gives the default.
+std::vector<int64_t> int_lists(const std::vector<std::string>& texts, std::string_view flag,
+                               std::vector<int64_t> fallback) {
+    if (texts.empty()) return fallback;
+    std::vector<int64_t> out;
+    for (const auto& t : texts) {
+        const auto v = parse_int_list(t, flag);
+        out.insert(out.end(), v.begin(), v.end());
+    }
+    return out;
+}
+
+void require_at_least(const std::vector<int64_t>& values, int64_t min, std::string_view flag) {
+    for (int64_t v : values) {
+        if (v < min) throw Error(fmt::format("{}: expected values >= {}, found {}", flag, min, v));
+    }
+}
+
+bool ends_with_svg(const std::string& path) {
+    if (path.size() < 4) return false;
+    std::string ext = path.substr(path.size() - 4);
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+    return ext == ".svg";
+}
+
+}  // namespace
+
+std::string BenchTest::name() const {
+    if (n_gen == 0) return fmt::format("pp{}", n_prompt);
+    if (n_prompt == 0) return fmt::format("tg{}", n_gen);
+    return fmt::format("pp{}+tg{}", n_prompt, n_gen);
+}
+
+int64_t BenchConfig::n_ctx() const {
+    int64_t n = 1;
+    for (const BenchTest& t : tests) n = std::max(n, t.n_prompt + t.n_gen);
+    return n;
+}
+
+std::vector<int64_t> parse_int_list(std::string_view text, std::string_view flag) {
+    std::vector<int64_t> out;
+    for (std::string_view item : split(text, ',')) expand_item(item, flag, text, out);
+    return out;
+}
+
+std::vector<std::optional<int64_t>> parse_ngl_list(std::string_view text) {
+    std::vector<std::optional<int64_t>> out;
+    for (std::string_view item : split(text, ',')) {
+        if (item == "auto") {
+            out.push_back(std::nullopt);
+            continue;
+        }
+        std::vector<int64_t> values;
+        expand_item(item, "-ngl", text, values);
+        out.insert(out.end(), values.begin(), values.end());
+    }
+    return out;
+}
+
+std::pair<int64_t, int64_t> parse_prompt_gen(std::string_view text) {
+    const auto parts = split(text, ',');
+    const auto p = parts.size() == 2 ? to_count(parts[0]) : std::nullopt;
+    const auto n = parts.size() == 2 ? to_count(parts[1]) : std::nullopt;
+    if (!p || !n || *p < 1 || *n < 1) {
+        throw Error(fmt::format("-pg: expected two positive numbers P,N (prompt and generated tokens), found '{}'",
+                                text));
+    }
+    return {*p, *n};
+}
+
+OutputFormat parse_output_format(std::string_view text) {
+    if (text == "md") return OutputFormat::Markdown;
+    if (text == "csv") return OutputFormat::Csv;
+    if (text == "json") return OutputFormat::Json;
+    if (text == "jsonl") return OutputFormat::JsonLines;
+    throw Error(fmt::format("-o: expected md, csv, json or jsonl, found '{}'", text));
+}
+
+std::string_view output_format_name(OutputFormat f) {
+    switch (f) {
+        case OutputFormat::Markdown: return "md";
+        case OutputFormat::Csv: return "csv";
+        case OutputFormat::Json: return "json";
+        case OutputFormat::JsonLines: return "jsonl";
+    }
+    return "md";
+}
+
+BenchConfig make_bench_config(const BenchArgs& a) {
+    BenchConfig c;
+    if (a.models.empty()) throw Error("bench: no model; give -m MODEL.gguf (or --calibrate)");
+    c.models = a.models;
+    if (a.repetitions < 1) throw Error(fmt::format("-r: expected at least 1 repetition, found {}", a.repetitions));
+    c.repetitions = a.repetitions;
+    c.format = parse_output_format(a.output);
+    if (a.n_batch < 0) throw Error(fmt::format("-b: expected a value >= 0, found {}", a.n_batch));
+
+    // As llama-bench: a 0 in -p or -n drops that kind of test.
+    for (int64_t p : int_lists(a.n_prompt, "-p", {512})) {
+        if (p > 0) c.tests.push_back({p, 0});
+    }
+    for (int64_t n : int_lists(a.n_gen, "-n", {128})) {
+        if (n > 0) c.tests.push_back({0, n});
+    }
+    for (const auto& pg : a.prompt_gen) {
+        const auto [p, n] = parse_prompt_gen(pg);
+        c.tests.push_back({p, n});
+    }
+    if (c.tests.empty()) throw Error("bench: no test left to run; -p 0 and -n 0 drop every test and no -pg was given");
+
+    const auto threads = int_lists(a.threads, "-t", {0});
+    if (!a.threads.empty()) require_at_least(threads, 1, "-t");
+    for (int64_t t : threads) {
+        if (t > kMaxThreads) throw Error(fmt::format("-t: expected at most {} threads, found {}", kMaxThreads, t));
+        c.threads.push_back(static_cast<int>(t));
+    }
+    c.n_ubatch = int_lists(a.n_ubatch, "-ub", {512});
+    require_at_least(c.n_ubatch, 1, "-ub");
+    const std::vector<std::string> cache_types = a.cache_types.empty() ? std::vector<std::string>{"f16"} : a.cache_types;
+    for (const auto& text : cache_types) {
+        for (std::string_view item : split(text, ',')) c.cache_types.push_back(planner::parse_cache_type(std::string(item)));
+    }
+
+    c.device = a.device;
+    if (!c.device.empty() && c.device != "cpu2" && c.device.rfind("cuda", 0) != 0) {
+        throw Error(fmt::format("--device: expected cuda, cudaN or cpu2 (the stand-in accelerator), found '{}'",
+                                c.device));
+    }
+    if (!a.vram.empty()) {
+        if (c.device.empty()) throw Error("--vram needs --device (cuda or cpu2)");
+        c.vram = parse_size(a.vram);
+    }
+
+    if (a.sweep) {
+        if (c.device.empty()) throw Error("--sweep-ngl needs an accelerator: give --device cpu2 or cuda (and --vram)");
+        if (!a.n_gpu_layers.empty()) throw Error("--sweep-ngl chooses the layer counts itself; drop -ngl");
+        int64_t step = 1;
+        if (!a.sweep_step.empty()) {
+            const auto s = to_count(trim(a.sweep_step));
+            if (!s || *s < 1) throw Error(fmt::format("--sweep-ngl: expected a step >= 1, found '{}'", a.sweep_step));
+            step = *s;
+        }
+        c.sweep_step = step;
+    } else {
+        for (const auto& text : a.n_gpu_layers.empty() ? std::vector<std::string>{"auto"} : a.n_gpu_layers) {
+            const auto v = parse_ngl_list(text);
+            c.n_gpu_layers.insert(c.n_gpu_layers.end(), v.begin(), v.end());
+        }
+        for (const auto& ngl : c.n_gpu_layers) {
+            if (ngl && *ngl > 0 && c.device.empty()) {
+                throw Error(fmt::format("-ngl {} asks for layers on an accelerator; give --device cpu2 or cuda", *ngl));
+            }
+            // As `run -ngl auto`: the planner needs a capacity to fill.
+            if (!ngl && !c.device.empty() && !c.vram) {
+                throw Error(fmt::format("-ngl auto on {} needs --vram SIZE; or give -ngl N", c.device));
+            }
+        }
+    }
+
+    if (!a.plot.empty()) {
+        if (!c.sweep_step) throw Error("--plot draws an ngl sweep; give --sweep-ngl too");
+        if (!ends_with_svg(a.plot)) {
+            throw Error(fmt::format("--plot: only SVG is written; expected a file name ending in .svg, found '{}'",
+                                    a.plot));
+        }
+        if (c.models.size() != 1) throw Error("--plot draws one model; give a single -m");
+        c.plot_path = a.plot;
+    }
+    return c;
+}
+
+}  // namespace tandem::tools

@@ -1,0 +1,89 @@
+// `tandem bench` options: the raw text CLI11 collects (BenchArgs) and the
+// validated configuration the runner uses (BenchConfig). Parsing lives here,
+// apart from the CLI wiring in cmd_bench.cpp, so tests can check every
+// list and range form without running a benchmark.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "runtime/model/model_spec.h"
+
+namespace tandem::tools {
+
+enum class OutputFormat { Markdown, Csv, Json, JsonLines };
+
+// What the command line gave, as text. Flags that may repeat (-m, -p, -n,
+// -pg, ...) collect one string per occurrence; each may itself be a list.
+struct BenchArgs {
+    std::vector<std::string> models;
+    std::vector<std::string> n_prompt;    // default "512"
+    std::vector<std::string> n_gen;       // default "128"
+    std::vector<std::string> prompt_gen;  // "P,N" per occurrence
+    std::vector<std::string> n_gpu_layers;  // default "auto"
+    std::vector<std::string> threads;       // default: physical cores
+    std::vector<std::string> n_ubatch;      // default "512"
+    std::vector<std::string> cache_types;   // default "f16"
+    int64_t n_batch = 0;  // accepted for llama-bench compatibility; micro-batches are what matter
+    int repetitions = 5;
+    std::string output = "md";
+    std::string device;
+    std::string vram;
+    bool sweep = false;
+    std::string sweep_step;  // "" with sweep: step 1
+    std::string plot;
+};
+
+// A benchmark test in llama-bench's terms: ppN (n_gen 0), tgN (n_prompt 0)
+// or pgP,N (both).
+struct BenchTest {
+    int64_t n_prompt = 0;
+    int64_t n_gen = 0;
+    std::string name() const;  // "pp512", "tg128", "pp512+tg128"
+};
+
+struct BenchConfig {
+    std::vector<std::string> models;
+    std::vector<BenchTest> tests;  // pp tests, then tg, then pg, as given
+    // nullopt: auto (the planner's choice). Ignored when sweep_step is set.
+    std::vector<std::optional<int64_t>> n_gpu_layers;
+    std::vector<int> threads;  // 0: physical cores
+    std::vector<int64_t> n_ubatch;
+    std::vector<model::CacheType> cache_types;
+    int repetitions = 5;
+    OutputFormat format = OutputFormat::Markdown;
+    std::string device;              // "" for none
+    std::optional<uint64_t> vram;    // --vram; nullopt: unlimited
+    std::optional<int64_t> sweep_step;  // --sweep-ngl: ngl 0, step, 2*step, ... n_layer + 1
+    std::string plot_path;           // "" for none; ends in .svg
+
+    // Context each session gets: room for the longest test.
+    int64_t n_ctx() const;
+};
+
+// "8", "0-8" (inclusive), "0-32+4" (0, 4, ..., 32), and comma lists of
+// these, e.g. "0,4-6,16-32+8". Throws tandem::Error naming `flag` and the
+// text for an empty item, a non-number, a negative value, an end below the
+// start or a step below 1.
+std::vector<int64_t> parse_int_list(std::string_view text, std::string_view flag);
+
+// -ngl: "auto" or an int list as above; "auto" may be an item of the list.
+std::vector<std::optional<int64_t>> parse_ngl_list(std::string_view text);
+
+// -pg: exactly two numbers, "P,N".
+std::pair<int64_t, int64_t> parse_prompt_gen(std::string_view text);
+
+OutputFormat parse_output_format(std::string_view text);
+std::string_view output_format_name(OutputFormat f);
+
+// Validates everything and fills the defaults. Throws tandem::Error with
+// one line for bad input (no model, -r 0, a bad list, --plot without
+// --sweep-ngl or with another extension than .svg, ...). Does not open the
+// model files: the runner does, and reports a missing one.
+BenchConfig make_bench_config(const BenchArgs& args);
+
+}  // namespace tandem::tools

@@ -1,0 +1,65 @@
+// `tandem bench` results: one row per (model, split, threads, micro-batch,
+// cache type, test), and the four ways of printing them. Every format
+// carries the same fields; markdown, for people, shows some of them only
+// when they vary or when there is something to show (predictions in a
+// sweep, the micro-batch and cache type when not the default).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/bench_args.h"
+
+namespace tandem::tools {
+
+struct BenchRow {
+    std::string model;       // the file name, without directories
+    std::string model_type;  // "Q4_K_M", from general.file_type
+    uint64_t model_size = 0;    // bytes of the file's tensors
+    uint64_t model_params = 0;  // elements of the file's tensors
+    std::string device;         // "" for none, else "cpu2", "cuda0", ...
+    std::string backend = "-";  // "cpu", "split", "gpu"; "-" when not measured
+    int64_t ngl = 0;
+    int threads = 0;
+    int64_t n_ubatch = 0;
+    std::string cache_type;  // "f16", "q8_0"
+    std::string test;        // "pp512", "tg128", "pp512+tg128"
+    int64_t n_prompt = 0;
+    int64_t n_gen = 0;
+    // False when the split does not fit the device: nothing was measured
+    // and only the prediction is reported.
+    bool fits = true;
+    std::vector<double> samples;  // tok/s of each counted repetition
+    std::optional<double> tps_mean, tps_sd;
+    std::optional<double> gbps;           // weights read per second, see --help
+    std::optional<double> pct_bandwidth;  // of the calibrated roofline; nullopt without a calibration
+    std::optional<double> predicted_tps;  // the planner's, for this test at this split
+};
+
+double mean_of(const std::vector<double>& v);
+// Sample standard deviation (n - 1); 0 for fewer than two values.
+double sample_sd_of(const std::vector<double>& v);
+
+// Human sizes as llama-bench prints them: "3.56 GiB", "14.6 MiB".
+std::string human_size(uint64_t bytes);
+// "1.2 B", "34.1 M", "12.0 K".
+std::string human_count(uint64_t n);
+
+nlohmann::json to_json(const BenchRow& row);
+
+// show_prediction: add the predicted tok/s and fits columns to markdown
+// (csv and json always carry them).
+std::string format_markdown(const std::vector<BenchRow>& rows, bool show_prediction);
+std::string format_csv(const std::vector<BenchRow>& rows);
+std::string format_json(const std::vector<BenchRow>& rows);   // one array
+std::string format_jsonl(const std::vector<BenchRow>& rows);  // one object per line
+std::string format_rows(const std::vector<BenchRow>& rows, OutputFormat format, bool show_prediction);
+
+// The csv/json field names, in csv column order.
+const std::vector<std::string>& bench_field_names();
+
+}  // namespace tandem::tools

@@ -1,0 +1,312 @@
+#include "tools/bench_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <span>
+
+#include <fmt/format.h>
+
+#include "kernels_cpu/cpu_info.h"
+#include "planner/planner.h"
+#include "runtime/backend/memory_ledger.h"
+#include "runtime/common/error.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/quant/quant_mix.h"
+#include "runtime/scheduler/session.h"
+
+namespace tandem::tools {
+namespace {
+
+// A model opened once for all its setups. The spec points into the file,
+// so the file lives on the heap where moving the struct cannot dangle it.
+struct OpenModel {
+    std::unique_ptr<gguf::File> file;
+    model::ModelSpec spec;
+    std::string name, type;
+    uint64_t size = 0, params = 0;
+};
+
+// One Session's worth of options: every test runs on it.
+struct Setup {
+    model::CacheType cache_type = model::CacheType::F16;
+    int64_t n_ubatch = 512;
+    int threads = 0;
+    int64_t ngl = 0;
+    planner::Plan plan;  // with ngl forced: the prediction and whether it fits
+};
+
+// As `tandem inspect` names it: the mix of general.file_type.
+std::string file_type_name(const gguf::File& f) {
+    const auto ft = f.find_uint("general.file_type");
+    if (!ft) return "?";
+    const quant::MixInfo* mix = quant::find_mix(static_cast<quant::FileType>(*ft));
+    return mix ? std::string(mix->name) : fmt::format("ftype {}", *ft);
+}
+
+OpenModel open_model(const std::string& path) {
+    if (!std::filesystem::exists(path)) throw Error(fmt::format("bench: model file {} does not exist", path));
+    OpenModel m;
+    m.file = std::make_unique<gguf::File>(gguf::File::open(path));
+    if (m.file->header_only()) {
+        throw Error(fmt::format("bench: {} is header-only (tandem synth --header-only); benchmarks need the weights",
+                                path));
+    }
+    m.spec = model::load_model_spec(*m.file);
+    m.name = std::filesystem::path(path).filename().string();
+    m.type = file_type_name(*m.file);
+    m.size = m.file->total_tensor_bytes();
+    for (const gguf::TensorInfo& t : m.file->tensors()) m.params += t.n_elements;
+    return m;
+}
+
+// The planner's inputs, built as `run -ngl auto` builds them: the capacity
+// of --vram, no margin on the stand-in (its ledger is exact), the session's
+// context, micro-batch and cache type, and the calibrated speeds. Without
+// --vram the device is taken as unlimited, so every split "fits" and any
+// real shortage shows up as an allocation failure instead.
+planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
+                                const std::optional<planner::Calibration>& calibration) {
+    planner::PlanInputs in;
+    if (!c.device.empty()) {
+        in.device_capacity = c.vram.value_or(std::numeric_limits<uint64_t>::max());
+        if (c.device == "cpu2" || !c.vram) in.margin = 0;
+    }
+    in.n_ctx = c.n_ctx();
+    in.n_ubatch = s.n_ubatch;
+    in.cache_type = s.cache_type;
+    if (calibration) planner::apply_calibration(*calibration, in);
+    // The stand-in is host memory worked by the same cores: predicting it
+    // with GPU speeds would compare the measurement with a card that is not
+    // there. Only the predictions change; the fit does not depend on speed.
+    if (c.device == "cpu2") {
+        in.gpu_gbps = in.cpu_gbps.value_or(planner::kDefaultCpuGBps);
+        in.gpu_gflops = in.cpu_gflops.value_or(planner::kDefaultCpuGflops);
+    }
+    return in;
+}
+
+std::vector<Setup> setups_for(const BenchConfig& c, const OpenModel& m,
+                              const std::optional<planner::Calibration>& calibration, const BenchHooks& hooks) {
+    std::vector<Setup> out;
+    for (model::CacheType ct : c.cache_types) {
+        for (int64_t ub : c.n_ubatch) {
+            const Setup base{ct, ub, 0, 0, {}};
+            // The splits depend on the cache type and micro-batch (they size
+            // the device's share), not on the thread count.
+            std::vector<int64_t> ngls;
+            if (c.sweep_step) {
+                ngls = sweep_ngl_values(m.spec.hp.n_layer, *c.sweep_step);
+            } else {
+                for (const auto& ngl : c.n_gpu_layers) {
+                    if (ngl) {
+                        ngls.push_back(*ngl);
+                        continue;
+                    }
+                    // -ngl auto: the largest split that fits, as run chooses.
+                    const planner::Plan p = planner::plan(m.spec, plan_inputs(c, base, calibration));
+                    const int64_t chosen = c.device.empty() ? 0 : p.ngl;
+                    if (hooks.on_note && !c.device.empty()) {
+                        hooks.on_note(fmt::format("{}: -ngl auto chose {} of {} ({})", m.name, chosen,
+                                                  m.spec.hp.n_layer + 1, p.reasons.front()));
+                    }
+                    ngls.push_back(chosen);
+                }
+            }
+            for (int threads : c.threads) {
+                for (int64_t ngl : ngls) {
+                    Setup s = base;
+                    s.threads = threads;
+                    s.ngl = ngl;
+                    planner::PlanInputs in = plan_inputs(c, s, calibration);
+                    in.ngl = ngl;
+                    s.plan = planner::plan(m.spec, in);
+                    out.push_back(std::move(s));
+                }
+            }
+        }
+    }
+    return out;
+}
+
+double predicted_tps(const planner::Plan& p, const BenchTest& t) {
+    const double pp = p.predicted.pp_tps, tg = p.predicted.tg_tps;
+    if (t.n_gen == 0) return pp;
+    if (t.n_prompt == 0) return tg;
+    if (!(pp > 0) || !(tg > 0)) return 0.0;
+    const double seconds = static_cast<double>(t.n_prompt) / pp + static_cast<double>(t.n_gen) / tg;
+    return static_cast<double>(t.n_prompt + t.n_gen) / seconds;
+}
+
+BenchRow row_skeleton(const OpenModel& m, const BenchConfig& c, const Setup& s, const BenchTest& t) {
+    BenchRow r;
+    r.model = m.name;
+    r.model_type = m.type;
+    r.model_size = m.size;
+    r.model_params = m.params;
+    r.device = c.device;
+    r.ngl = s.ngl;
+    r.threads = s.threads > 0 ? s.threads : cpu::physical_core_count();
+    r.n_ubatch = s.n_ubatch;
+    r.cache_type = planner::cache_type_name(s.cache_type);
+    r.test = t.name();
+    r.n_prompt = t.n_prompt;
+    r.n_gen = t.n_gen;
+    r.fits = s.plan.fits;
+    r.predicted_tps = predicted_tps(s.plan, t);
+    return r;
+}
+
+// Seconds for one run of test t from an empty cache. The ids are arbitrary
+// (speed does not depend on the text) but valid, and differ per position.
+double time_test(Session& session, const BenchTest& t, const std::vector<int32_t>& ids, std::vector<float>& logits) {
+    session.reset();
+    const auto t0 = std::chrono::steady_clock::now();
+    if (t.n_prompt > 0) {
+        session.eval(std::span<const int32_t>(ids.data(), static_cast<size_t>(t.n_prompt)), false, logits);
+    }
+    for (int64_t g = 0; g < t.n_gen; ++g) {
+        const int32_t one[1] = {ids[static_cast<size_t>(t.n_prompt + g)]};
+        session.eval(one, false, logits);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string backend_of(const Session& s, int64_t n_layer) {
+    if (s.n_device_layers() == 0 && !s.output_on_device()) return "cpu";
+    if (s.n_device_layers() == n_layer && s.output_on_device()) return "gpu";
+    return "split";
+}
+
+// Weight bytes each side reads in one run of a test. The layers (and one
+// embedding row) are read once per micro-batch of the prompt and once per
+// generated token; the output head once per generated token and once for
+// the whole prompt, since only its last position's logits are computed.
+struct WeightReads {
+    double host = 0, device = 0;
+};
+
+WeightReads weight_reads(const Session& s, const model::ModelSpec& spec, const BenchTest& t, int64_t n_ubatch) {
+    const double head = static_cast<double>(model::output_weight_bytes(spec));
+    double device_layers = 0;
+    for (int64_t il = 0; il < s.n_device_layers(); ++il) {
+        device_layers += static_cast<double>(model::layer_weight_bytes(spec, il));
+    }
+    const double host_layers = static_cast<double>(s.weight_bytes_per_token()) - head - device_layers;
+    const double layer_passes = static_cast<double>((t.n_prompt + n_ubatch - 1) / n_ubatch + t.n_gen);
+    const double head_passes = static_cast<double>((t.n_prompt > 0 ? 1 : 0) + t.n_gen);
+    WeightReads r{host_layers * layer_passes, device_layers * layer_passes};
+    (s.output_on_device() ? r.device : r.host) += head * head_passes;
+    return r;
+}
+
+// Fills the measured fields of rows (one per test) from a live session.
+void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
+                   const std::optional<planner::Calibration>& calibration, std::vector<BenchRow>& rows,
+                   const std::vector<BenchTest>& tests, const BenchHooks& hooks) {
+    const int64_t n_ubatch = std::min(rows.front().n_ubatch, session.n_ctx());  // the session caps it so
+    std::vector<int32_t> ids(static_cast<size_t>(c.n_ctx()));
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((1 + 7 * i) % session.n_vocab());
+    // The stand-in device is host memory, so host bandwidth is its roofline.
+    std::optional<double> dev_gbps;
+    if (calibration) dev_gbps = c.device == "cpu2" ? calibration->cpu_gbps : calibration->gpu_gbps;
+    std::vector<float> logits;
+    for (size_t i = 0; i < tests.size(); ++i) {
+        const BenchTest& t = tests[i];
+        BenchRow& r = rows[i];
+        r.backend = backend_of(session, m.spec.hp.n_layer);
+        r.threads = session.n_threads();
+        time_test(session, t, ids, logits);  // warm-up, not counted
+        for (int rep = 0; rep < c.repetitions; ++rep) {
+            const double s = time_test(session, t, ids, logits);
+            r.samples.push_back(static_cast<double>(t.n_prompt + t.n_gen) / std::max(s, 1e-9));
+        }
+        r.tps_mean = mean_of(r.samples);
+        r.tps_sd = sample_sd_of(r.samples);
+        // The mean run's time, so GB/s and % agree with the t/s column.
+        const double seconds = static_cast<double>(t.n_prompt + t.n_gen) / *r.tps_mean;
+        const WeightReads bytes = weight_reads(session, m.spec, t, n_ubatch);
+        r.gbps = (bytes.host + bytes.device) / seconds / 1e9;
+        const bool have_roofline = calibration && calibration->cpu_gbps && (bytes.device == 0 || dev_gbps);
+        if (have_roofline) {
+            r.pct_bandwidth = percent_of_roofline(bytes.host, bytes.device, *calibration->cpu_gbps,
+                                                  dev_gbps.value_or(1.0), seconds);
+        }
+        if (hooks.on_row) hooks.on_row(r);
+    }
+}
+
+}  // namespace
+
+std::vector<int64_t> sweep_ngl_values(int64_t n_layer, int64_t step) {
+    std::vector<int64_t> out;
+    const int64_t last = n_layer + 1;
+    for (int64_t n = 0; n < last; n += std::max<int64_t>(1, step)) out.push_back(n);
+    out.push_back(last);
+    return out;
+}
+
+double percent_of_roofline(double host_bytes, double device_bytes, double cpu_gbps, double dev_gbps,
+                           double measured_seconds) {
+    const double ideal = host_bytes / (cpu_gbps * 1e9) + device_bytes / (dev_gbps * 1e9);
+    return measured_seconds > 0 ? 100.0 * ideal / measured_seconds : 0.0;
+}
+
+BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibration>& calibration,
+                      const BenchHooks& hooks) {
+    // Open every model first: a missing file fails before minutes of work.
+    std::vector<OpenModel> models;
+    for (const std::string& path : c.models) models.push_back(open_model(path));
+    std::vector<std::vector<Setup>> setups;
+    size_t total = 0;
+    for (const OpenModel& m : models) {
+        setups.push_back(setups_for(c, m, calibration, hooks));
+        total += setups.back().size() * c.tests.size();
+    }
+    if (hooks.on_start) hooks.on_start(total);
+
+    BenchResult result;
+    for (size_t mi = 0; mi < models.size(); ++mi) {
+        const OpenModel& m = models[mi];
+        BenchModelSummary summary{m.name, m.spec.hp.n_layer, std::nullopt};
+        if (c.vram && !setups[mi].empty()) {
+            planner::PlanInputs in = plan_inputs(c, setups[mi].front(), calibration);
+            summary.fit_limit = planner::plan(m.spec, in).ngl;
+        }
+        result.models.push_back(summary);
+        for (const Setup& s : setups[mi]) {
+            std::vector<BenchRow> rows;
+            for (const BenchTest& t : c.tests) rows.push_back(row_skeleton(m, c, s, t));
+            if (s.plan.fits) {
+                SessionOptions so;
+                so.n_ctx = c.n_ctx();
+                so.n_ubatch = s.n_ubatch;
+                so.n_threads = s.threads;
+                so.cache_type = s.cache_type;
+                so.device = c.device;
+                so.device_capacity = c.vram;
+                so.n_gpu_layers = s.ngl;
+                std::unique_ptr<Session> session;
+                try {
+                    session = std::make_unique<Session>(*m.file, m.spec, so);
+                } catch (const OutOfDeviceMemory& e) {
+                    // The plan thought it fits (a real GPU's allocator can
+                    // disagree): report it as not fitting, keep going.
+                    if (hooks.on_note) hooks.on_note(fmt::format("{}: ngl {} does not fit: {}", m.name, s.ngl, e.what()));
+                    for (BenchRow& r : rows) r.fits = false;
+                }
+                if (session) measure_setup(*session, m, c, calibration, rows, c.tests, hooks);
+            }
+            for (BenchRow& r : rows) {
+                if (!r.fits && hooks.on_row) hooks.on_row(r);
+                result.rows.push_back(std::move(r));
+            }
+        }
+    }
+    return result;
+}
+
+}  // namespace tandem::tools

@@ -1,0 +1,62 @@
+// The measuring half of `tandem bench`: for every model and every setup
+// (cache type, micro-batch, threads, split) it builds one Session, runs each
+// test once to warm up and then `repetitions` times from a reset cache, and
+// turns the timings into rows (bench_report.h). The planner's prediction for
+// the same split is attached to every row, and splits the planner says do
+// not fit the capacity are reported, not run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/calibration.h"
+#include "tools/bench_args.h"
+#include "tools/bench_report.h"
+
+namespace tandem::tools {
+
+// Progress and notes go through these, so the runner prints nothing itself
+// (results belong on stdout, everything else on stderr; tests stay quiet).
+struct BenchHooks {
+    std::function<void(size_t total_rows)> on_start;
+    std::function<void(const BenchRow&)> on_row;
+    std::function<void(const std::string&)> on_note;  // one line: an auto choice, a split that did not fit
+};
+
+// What the sweep chart needs to know about a model besides its rows.
+struct BenchModelSummary {
+    std::string model;  // file name, as in the rows
+    int64_t n_layer = 0;
+    // The planner's largest ngl within --vram (the first setup's context,
+    // micro-batch and cache type); nullopt without --vram.
+    std::optional<int64_t> fit_limit;
+};
+
+struct BenchResult {
+    std::vector<BenchRow> rows;
+    std::vector<BenchModelSummary> models;
+};
+
+// Runs the benchmark. `calibration` (bench --calibrate's measurements)
+// feeds the predictions and the % bandwidth column; without it the column
+// is empty and the predictions use the planner's assumed speeds. Throws
+// tandem::Error for a model that cannot be opened or run.
+BenchResult run_bench(const BenchConfig& config, const std::optional<planner::Calibration>& calibration,
+                      const BenchHooks& hooks = {});
+
+// ngl values of a sweep: 0, step, 2 * step, ... and always n_layer + 1 (the
+// whole model with its head), so both ends are measured.
+std::vector<int64_t> sweep_ngl_values(int64_t n_layer, int64_t step);
+
+// The percentage of the calibrated bandwidth a run achieved: the time the
+// weights would take to read at the calibrated speeds (host bytes at
+// cpu_gbps plus device bytes at dev_gbps; the two devices take turns, so
+// the times add) over the time measured. For one device this is
+// measured GB/s / calibrated GB/s.
+double percent_of_roofline(double host_bytes, double device_bytes, double cpu_gbps, double dev_gbps,
+                           double measured_seconds);
+
+}  // namespace tandem::tools

@@ -1,0 +1,46 @@
+// The chart `tandem bench --sweep-ngl --plot FILE.svg` writes: tok/s against
+// the number of layers on the accelerator, measured beside predicted, decode
+// in the top panel and prefill in the bottom one (their scales differ by
+// orders of magnitude, so one axis would flatten decode). Plain SVG text: no
+// plotting library, and any browser shows it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/bench_report.h"
+
+namespace tandem::tools {
+
+struct SweepPoint {
+    int64_t ngl = 0;
+    std::optional<double> measured_tg, predicted_tg;
+    std::optional<double> measured_pp, predicted_pp;
+};
+
+struct SweepChart {
+    std::string title;    // e.g. "tiny-llama-Q4_K_M.gguf on cpu2, --vram 2.00 MiB"
+    std::string tg_test;  // "tg128": the decode test plotted; "" if none ran
+    std::string pp_test;  // "pp512": the prefill test plotted; "" if none ran
+    std::vector<SweepPoint> points;  // ascending ngl
+    // The largest ngl that fits the capacity: a dashed vertical line. nullopt
+    // when the capacity is unlimited.
+    std::optional<int64_t> fit_limit;
+};
+
+// Picks from a sweep's rows the first decode-only and first prefill-only
+// test, at the first threads / micro-batch / cache type seen, and lays
+// measured and predicted tok/s out by ngl.
+SweepChart sweep_chart_from_rows(const std::vector<BenchRow>& rows, std::string title,
+                                 std::optional<int64_t> fit_limit);
+
+// The whole document, starting with "<svg".
+std::string render_sweep_svg(const SweepChart& chart);
+
+// Writes render_sweep_svg(chart) to `path`; throws tandem::Error when the
+// file cannot be written.
+void write_sweep_svg(const std::string& path, const SweepChart& chart);
+
+}  // namespace tandem::tools
