@@ -357,18 +357,78 @@ struct KSuperBlocks {
     };
 };
 
+// Batch rows of Q2_K and Q4_K (spans of Span 32-element chunks) for a full
+// tile of four tokens: the four tokens' span totals come out of one hadd
+// tree into the lanes of one vector, and the per-token fused multiply-adds
+// run lane-parallel (lane t is token t's chain, as in KTotals).
+template <class U, int Span>
+struct KSpans4 {
+    static void run(int64_t n, const void* w, const void* a, size_t a_stride, float* y, int64_t ldy) {
+        constexpr int NT = 4;
+        constexpr int kChunksPerSpan = Span / 2;  // 64-element chunks per span
+        constexpr int kSpans = 8 / Span;
+        const auto* x = static_cast<const typename U::W*>(w);
+        const block_q8_K* ya[NT];
+        for (int t = 0; t < NT; ++t) ya[t] = act_row<block_q8_K>(a, a_stride, t);
+        __m128 acc = _mm_setzero_ps(), acc_min = _mm_setzero_ps();
+        for (int64_t i = 0; i < n / kQK_K; ++i) {
+            const U u(x[i]);
+            const __m256i coef = u.coef();
+            const __m128 da = _mm_set_ps(ya[3][i].d, ya[2][i].d, ya[1][i].d, ya[0][i].d);
+            const __m128 d = _mm_mul_ps(_mm_set1_ps(f16(x[i].d)), da);
+            const __m128 dmin = _mm_mul_ps(_mm_set1_ps(f16(x[i].dmin)), da);
+            // Minimum terms per span, tokens in lanes: mins[s] lane t.
+            alignas(32) int c32[NT][8];
+            for (int t = 0; t < NT; ++t) {
+                _mm256_store_si256(reinterpret_cast<__m256i*>(c32[t]), _mm256_madd_epi16(coef, load256(ya[t][i].bsums)));
+            }
+            __m128i mins[kSpans];
+            for (int sp = 0; sp < kSpans; ++sp) {
+                alignas(16) int m[NT];
+                for (int t = 0; t < NT; ++t) {
+                    int v = 0;
+                    for (int l = sp * Span; l < (sp + 1) * Span; ++l) v += c32[t][l];
+                    m[t] = v;
+                }
+                mins[sp] = _mm_load_si128(reinterpret_cast<const __m128i*>(m));
+            }
+            __m512i sumi[NT];
+            for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
+            k_int_chunks<U, NT>(u, ya, i, [&](auto C, const __m512i* part) {
+                for (int t = 0; t < NT; ++t) sumi[t] = _mm512_add_epi32(sumi[t], part[t]);
+                if constexpr ((C() + 1) % kChunksPerSpan == 0) {
+                    const __m128i tot = hsum4_i32(fold512(sumi[0]), fold512(sumi[1]), fold512(sumi[2]), fold512(sumi[3]));
+                    for (int t = 0; t < NT; ++t) sumi[t] = _mm512_setzero_si512();
+                    acc = _mm_fmadd_ps(_mm_cvtepi32_ps(tot), d, acc);
+                    acc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(mins[C() / kChunksPerSpan]), dmin, acc_min);
+                }
+            });
+        }
+        alignas(16) float r[NT];
+        _mm_store_ps(r, _mm_sub_ps(acc, acc_min));
+        for (int t = 0; t < NT; ++t) y[t * ldy] = r[t];
+    }
+};
+
+// The batch kernel entry: full tiles of four tokens take KSpans4, smaller
+// tiles KTotals (the same float steps, one token at a time).
+template <class U, int Span>
+inline void spans_tile(int64_t n, const void* w, const void* a, size_t a_stride, int nt, float* y, int64_t ldy) {
+    if (nt == 4) {
+        KSpans4<U, Span>::run(n, w, a, a_stride, y, ldy);
+    } else {
+        tile<KTotals<U, Span>::template K>(n, w, a, a_stride, nt, y, ldy);
+    }
+}
+
 template <int NT>
 using Q2K = KSuperBlocks<UQ2K>::K<NT>;
-template <int NT>
-using Q2KBatch = KTotals<UQ2K, 4>::K<NT>;
 template <int NT>
 using Q3K = KLanes<UQ3K>::K<NT>;
 template <int NT>
 using Q3KBatch = KTotals<UQ3K, 0>::K<NT>;
 template <int NT>
 using Q4K = KSuperBlocks<UQ45K<false>>::K<NT>;
-template <int NT>
-using Q4KBatch = KTotals<UQ45K<false>, 2>::K<NT>;
 template <int NT>
 using Q5K = KLanes<UQ45K<true>>::K<NT>;
 template <int NT>
@@ -385,9 +445,9 @@ void TANDEM_AVX512_FN(q3_K)(TANDEM_DOT_ARGS) { tile<Q3K>(n, w, a, a_stride, nt, 
 void TANDEM_AVX512_FN(q4_K)(TANDEM_DOT_ARGS) { tile<Q4K>(n, w, a, a_stride, nt, y, ldy); }
 void TANDEM_AVX512_FN(q5_K)(TANDEM_DOT_ARGS) { tile<Q5K>(n, w, a, a_stride, nt, y, ldy); }
 void TANDEM_AVX512_FN(q6_K)(TANDEM_DOT_ARGS) { tile<Q6K>(n, w, a, a_stride, nt, y, ldy); }
-void TANDEM_AVX512_FN(q2_K_batch)(TANDEM_DOT_ARGS) { tile<Q2KBatch>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX512_FN(q2_K_batch)(TANDEM_DOT_ARGS) { spans_tile<UQ2K, 4>(n, w, a, a_stride, nt, y, ldy); }
 void TANDEM_AVX512_FN(q3_K_batch)(TANDEM_DOT_ARGS) { tile<Q3KBatch>(n, w, a, a_stride, nt, y, ldy); }
-void TANDEM_AVX512_FN(q4_K_batch)(TANDEM_DOT_ARGS) { tile<Q4KBatch>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX512_FN(q4_K_batch)(TANDEM_DOT_ARGS) { spans_tile<UQ45K<false>, 2>(n, w, a, a_stride, nt, y, ldy); }
 void TANDEM_AVX512_FN(q5_K_batch)(TANDEM_DOT_ARGS) { tile<Q5KBatch>(n, w, a, a_stride, nt, y, ldy); }
 void TANDEM_AVX512_FN(q6_K_batch)(TANDEM_DOT_ARGS) { tile<Q6KBatch>(n, w, a, a_stride, nt, y, ldy); }
 
