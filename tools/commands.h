@@ -15,5 +15,6 @@ void add_plan_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_tune_command(CLI::App& app);
+void add_perplexity_command(CLI::App& app);
 
 }  // namespace tandem::tools

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     tandem::tools::add_tokenize_command(app);
     tandem::tools::add_bench_command(app);
     tandem::tools::add_tune_command(app);
+    tandem::tools::add_perplexity_command(app);
     try {
         auto args = normalize_args(argc, argv);
         app.parse(args);

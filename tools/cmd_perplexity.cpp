@@ -1,0 +1,306 @@
+// `tandem perplexity`: perplexity of a model over a text, in llama-perplexity's
+// windows (tools/perplexity.h) so the numbers compare with llama.cpp's; can
+// save the scored log-probabilities and compare a run against saved ones
+// (KL divergence, top-token agreement), like llama-perplexity
+// --kl-divergence-base / --kl-divergence.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/planner.h"
+#include "runtime/backend/memory_ledger.h"
+#include "runtime/common/error.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/scheduler/session.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "tools/commands.h"
+#include "tools/perplexity.h"
+#include "tools/progress.h"
+
+namespace tandem::tools {
+namespace {
+
+struct PerplexityOptions {
+    std::string model;
+    std::string text_file;
+    int64_t n_ctx = 512;
+    int64_t n_batch = 2048;  // llama.cpp's default; capped at n_ctx
+    int64_t n_ubatch = 512;
+    int n_threads = 0;
+    std::string cache_type = "f16";
+    std::string device;
+    std::string vram;
+    std::string n_gpu_layers = "auto";
+    int64_t chunks = 0;  // 0: every whole chunk of the text
+    std::string save_logits;
+    std::string save_logits_type = "f16";
+    std::string kl_base;
+    bool json = false;
+};
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(fmt::format("cannot read text file {}", path));
+    std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    // llama.cpp's -f drops one trailing newline; so do we, or the token
+    // count (and at a chunk boundary the chunk count) would differ from it.
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+}
+
+model::CacheType parse_cache_type(const std::string& s) {
+    if (s == "f16") return model::CacheType::F16;
+    if (s == "q8_0") return model::CacheType::Q8_0;
+    throw Error(fmt::format("--cache-type: expected f16 or q8_0, found {}", s));
+}
+
+// As `run`: -ngl N is taken as given; auto asks the planner for the most
+// layers that fit --vram (no device: 0). Tune entries are not consulted:
+// they are measured for generation, and perplexity is all prompt
+// processing at one context.
+int64_t choose_gpu_layers(const PerplexityOptions& o, const model::ModelSpec& spec, const SessionOptions& so) {
+    if (o.n_gpu_layers != "auto") {
+        try {
+            size_t used = 0;
+            const long long v = std::stoll(o.n_gpu_layers, &used);
+            if (used == o.n_gpu_layers.size()) return v;
+        } catch (const std::exception&) {
+        }
+        throw Error(fmt::format("-ngl: expected auto or a layer count, found '{}'", o.n_gpu_layers));
+    }
+    if (o.device.empty()) return 0;
+    if (!so.device_capacity) {
+        throw Error(fmt::format("-ngl auto on {} needs --vram SIZE; or give -ngl N", o.device));
+    }
+    planner::PlanInputs in;
+    in.device_capacity = so.device_capacity;
+    in.n_ctx = so.n_ctx;
+    in.n_ubatch = so.n_ubatch;
+    in.cache_type = so.cache_type;
+    if (o.device == "cpu2") in.margin = 0;  // the stand-in's ledger is exact
+    return planner::plan(spec, in).ngl;
+}
+
+// When the accelerator runs out of memory at load, one layer fewer, with a
+// warning, as `run` does.
+std::unique_ptr<Session> open_session(const gguf::File& file, const model::ModelSpec& spec, SessionOptions& so) {
+    while (true) {
+        try {
+            return std::make_unique<Session>(file, spec, so);
+        } catch (const OutOfDeviceMemory& e) {
+            if (so.n_gpu_layers <= 0) throw;
+            const int64_t next = std::min(so.n_gpu_layers, spec.hp.n_layer + 1) - 1;
+            fmt::print(stderr, "tandem: warning: {}; retrying with -ngl {}\n", e.what(), next);
+            so.n_gpu_layers = next;
+        }
+    }
+}
+
+void perplexity(const PerplexityOptions& o) {
+    // Cheap checks first, so bad flags fail before the model is loaded.
+    if (o.n_ctx < ppl::kMinContext) {
+        throw Error(fmt::format("-c: expected a context of at least {} tokens, found {}", ppl::kMinContext, o.n_ctx));
+    }
+    if (o.n_batch <= 0) throw Error(fmt::format("-b: expected a positive batch size, found {}", o.n_batch));
+    if (o.chunks < 0) throw Error(fmt::format("--chunks: expected a count >= 0, found {}", o.chunks));
+    const ppl::RowType row_type = ppl::parse_row_type(o.save_logits_type);
+    const std::string text = read_text(o.text_file);
+
+    const gguf::File file = gguf::File::open(o.model);
+    const model::ModelSpec spec = model::load_model_spec(file);
+    const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+    const bool add_bos = tokenizer.add_bos_by_default();
+    // As llama-perplexity: the whole text once, special tokens not parsed.
+    const std::vector<int32_t> tokens = tokenizer.encode(text, add_bos);
+    // The base file is read and validated before the session is built, so a
+    // damaged file fails fast; whether it matches this run is checked once
+    // the session says how wide the output rows are.
+    std::optional<ppl::LogitsReader> base;
+    if (!o.kl_base.empty()) base.emplace(o.kl_base);
+    // Without --chunks, a comparison covers the chunks the base holds (a base
+    // saved with --chunks N is compared over those N).
+    const int64_t max_chunks = o.chunks == 0 && base ? base->header().n_chunk : o.chunks;
+    const ppl::Windows w = ppl::make_windows(static_cast<int64_t>(tokens.size()), o.n_ctx, max_chunks);
+
+    SessionOptions so;
+    so.n_ctx = w.n_ctx;
+    so.n_ubatch = o.n_ubatch;
+    so.n_threads = o.n_threads;
+    so.cache_type = parse_cache_type(o.cache_type);
+    so.device = o.device;
+    if (!o.vram.empty()) so.device_capacity = parse_size(o.vram);
+    so.n_gpu_layers = choose_gpu_layers(o, spec, so);
+    const std::unique_ptr<Session> session_ptr = open_session(file, spec, so);
+    Session& session = *session_ptr;
+    const int64_t n_vocab = session.n_vocab();
+    if (base) ppl::check_base_matches(base->header(), o.kl_base, n_vocab, w, tokens);
+    const int64_t n_batch = std::min(o.n_batch, w.n_ctx);
+
+    std::optional<ppl::LogitsWriter> writer;
+    if (!o.save_logits.empty()) {
+        ppl::LogitsHeader h;
+        h.row_type = row_type;
+        h.n_vocab = n_vocab;
+        h.n_ctx = w.n_ctx;
+        h.n_chunk = w.n_chunk;
+        h.first = w.first;
+        h.tokens = tokens;
+        // Full rows add up (13 chunks of Gemma 3 are 1.7 GB in f16): say so
+        // before the run, not after the disk fills.
+        fmt::print(stderr, "perplexity: writing {} of log-probabilities to {}\n", format_bytes(h.file_bytes()),
+                   o.save_logits);
+        writer.emplace(o.save_logits, std::move(h));
+    }
+
+    fmt::print(stderr, "perplexity: {} tokens, {} chunks of {}, {} scored per chunk, {} threads{}\n", tokens.size(),
+               w.n_chunk, w.n_ctx, w.scored_per_chunk(), session.n_threads(),
+               so.device.empty() ? "" : fmt::format(", {} layers on {}", session.n_device_layers(), so.device));
+
+    // In a terminal the bar shows the running estimate and the llama.cpp
+    // line is printed once at the end (the bar's redraws would erase a line
+    // printed beside it); in a log each estimate is printed as it comes.
+    const bool stream_estimates = !o.json && isatty(STDOUT_FILENO) == 0;
+    std::string estimates;
+    ppl::NllStats nll;
+    ppl::KlStats kl;
+    std::vector<float> logits;
+    std::vector<float> cur_row(static_cast<size_t>(n_vocab));
+    std::vector<float> base_row(base ? static_cast<size_t>(n_vocab) : 0);
+    const bool need_logp = writer.has_value() || base.has_value();
+    double eval_s = 0.0;
+    using clock = std::chrono::steady_clock;
+    const auto t_start = clock::now();
+    ProgressBar bar("perplexity", static_cast<uint64_t>(w.n_chunk));
+
+    for (int64_t c = 0; c < w.n_chunk; ++c) {
+        session.reset();
+        const std::vector<int32_t> chunk = ppl::chunk_tokens(tokens, w, c, add_bos ? tokenizer.bos() : -1);
+        const size_t text_start = static_cast<size_t>(c * w.n_ctx);
+        for (int64_t start = 0, n = 0; start < w.n_ctx; start += n) {
+            // Pieces of -b tokens, cut at the scored half: the first half
+            // needs no logits rows, and the output head over 256 rows of a
+            // 256k vocabulary costs more than all the layers of Gemma 3 270M.
+            // (llama.cpp asks for logits only from `first` on, likewise.)
+            n = std::min(n_batch, w.n_ctx - start);
+            if (start < w.first) n = std::min(n, w.first - start);
+            const bool scored = start >= w.first;
+            const auto t0 = clock::now();
+            session.eval(std::span<const int32_t>(chunk).subspan(static_cast<size_t>(start), static_cast<size_t>(n)),
+                         scored, logits);
+            eval_s += std::chrono::duration<double>(clock::now() - t0).count();
+            if (!scored) continue;
+            for (int64_t j = std::max(start, w.first); j < std::min(start + n, w.n_ctx - 1); ++j) {
+                const std::span<const float> row(logits.data() + (j - start) * n_vocab, static_cast<size_t>(n_vocab));
+                // The next token of the text, never the BOS put in its place.
+                const int32_t target = tokens[text_start + static_cast<size_t>(j) + 1];
+                nll.add(ppl::token_nll(row, target));
+                if (!need_logp) continue;
+                ppl::log_softmax(row, cur_row);
+                if (writer) writer->write_row(cur_row);
+                if (base) {
+                    base->read_row(base_row);
+                    kl.add(ppl::compare_rows(base_row, cur_row, target));
+                }
+            }
+        }
+        const std::string est = fmt::format("[{}]{:.4f},", c + 1, nll.ppl());
+        estimates += est;
+        if (stream_estimates) {
+            fmt::print("{}", est);
+            std::fflush(stdout);
+        }
+        bar.advance(1, est.substr(0, est.size() - 1));
+    }
+    bar.finish();
+    if (writer) writer->finish();
+    const double total_s = std::chrono::duration<double>(clock::now() - t_start).count();
+    const int64_t n_eval = w.n_chunk * w.n_ctx;
+    const double tps = eval_s > 0.0 ? static_cast<double>(n_eval) / eval_s : 0.0;
+    const ppl::KlSummary ks = kl.summarize();
+
+    if (o.json) {
+        nlohmann::json j{{"ppl", nll.ppl()},
+                         {"ppl_unc", nll.ppl_unc()},
+                         {"n_ctx", w.n_ctx},
+                         {"n_chunk", w.n_chunk},
+                         {"n_tokens", tokens.size()},
+                         {"n_tokens_scored", nll.count()},
+                         {"tokens_per_second", tps},
+                         {"seconds", total_s}};
+        if (base) {
+            j["kl_mean"] = ks.mean;
+            j["kl_unc"] = ks.unc;
+            j["kl_max"] = ks.max;
+            j["kl_p99"] = ks.p99;
+            j["kl_median"] = ks.median;
+            j["top1_agreement"] = ks.top1;
+            j["top1_agreement_unc"] = ks.top1_unc;
+            j["base_ppl"] = ks.base_ppl;
+            j["base_ppl_unc"] = ks.base_ppl_unc;
+        }
+        if (!o.save_logits.empty()) j["saved_logits"] = o.save_logits;
+        fmt::print("{}\n", j.dump(2));
+        return;
+    }
+    fmt::print("{}\n", stream_estimates ? "" : estimates);
+    fmt::print("Final estimate: PPL = {:.4f} +/- {:.5f}\n", nll.ppl(), nll.ppl_unc());
+    fmt::print("{} tokens evaluated in {:.2f} s ({:.2f} s in the model): {:.2f} tok/s; {} positions scored\n", n_eval,
+               total_s, eval_s, tps, nll.count());
+    if (writer) fmt::print("log-probabilities of the scored positions written to {}\n", o.save_logits);
+    if (base) {
+        fmt::print("\n====== compared with {} ======\n", o.kl_base);
+        fmt::print("PPL(base)      : {:.4f} +/- {:.5f}\n", ks.base_ppl, ks.base_ppl_unc);
+        fmt::print("PPL(current)   : {:.4f} +/- {:.5f}\n", nll.ppl(), nll.ppl_unc());
+        fmt::print("Mean KLD       : {:.6f} +/- {:.6f}\n", ks.mean, ks.unc);
+        fmt::print("Maximum KLD    : {:.6f}\n", ks.max);
+        fmt::print("99.0%   KLD    : {:.6f}\n", ks.p99);
+        fmt::print("Median KLD     : {:.6f}\n", ks.median);
+        fmt::print("Same top token : {:.3f} +/- {:.3f} %\n", 100.0 * ks.top1, 100.0 * ks.top1_unc);
+    }
+}
+
+}  // namespace
+
+void add_perplexity_command(CLI::App& app) {
+    auto opts = std::make_shared<PerplexityOptions>();
+    CLI::App* cmd = app.add_subcommand("perplexity", "Perplexity over a text in llama-perplexity's windows; KL "
+                                                     "divergence against saved log-probabilities");
+    cmd->add_option("-m,--model", opts->model, "GGUF model file")->required();
+    cmd->add_option("-f,--file", opts->text_file, "the text to score")->required();
+    cmd->add_option("-c,--ctx-size", opts->n_ctx, "tokens per chunk; the second half of each is scored")
+        ->capture_default_str();
+    cmd->add_option("-b,--batch-size", opts->n_batch,
+                    "tokens per eval call (capped at -c; a chunk is also cut where scoring starts, so the unscored "
+                    "first half computes no logits rows)")
+        ->capture_default_str();
+    cmd->add_option("--ubatch-size", opts->n_ubatch, "tokens per micro-batch (-ub)")->capture_default_str();
+    cmd->add_option("-t,--threads", opts->n_threads, "threads (0: physical cores)")->capture_default_str();
+    cmd->add_option("--cache-type", opts->cache_type, "KV cache type: f16 or q8_0")->capture_default_str();
+    cmd->add_option("--device", opts->device, "accelerator: cuda0 or cpu2 (the stand-in device)");
+    cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");
+    cmd->add_option("--n-gpu-layers", opts->n_gpu_layers, "leading layers on the accelerator (-ngl), or auto")
+        ->capture_default_str();
+    cmd->add_option("--chunks", opts->chunks, "score at most this many chunks (0: all)")->capture_default_str();
+    cmd->add_option("--save-logits", opts->save_logits,
+                    "write the log-probabilities of every scored position to FILE (for a later --kl-base)");
+    cmd->add_option("--save-logits-type", opts->save_logits_type, "row type of --save-logits: f16 or f32")
+        ->capture_default_str();
+    cmd->add_option("--kl-base", opts->kl_base,
+                    "compare with a file from --save-logits: KL(base || this run), top-token agreement, both PPLs");
+    cmd->add_flag("--json", opts->json, "print one JSON object");
+    cmd->callback([opts] { perplexity(*opts); });
+}
+
+}  // namespace tandem::tools
