@@ -183,6 +183,27 @@ inline int hsum_i32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
+// The integer work of one super-block for NT tokens: per 32-element chunk,
+// maddubs (u8 codes x s8 activations) then madd with the group scales,
+// added into sumi[t]; Q3_K's offset is subtracted per element pair inside
+// the lanes (LaneTerm::OffsetInline). after(C) runs once chunk C is in.
+template <class U, int NT, class After>
+inline void accumulate_chunks(const U& u, const block_q8_K* const* ya, int64_t i, __m256i* sumi, After&& after) {
+    unroll<8>([&](auto C) {
+        const __m256i wq = u.template weights<C()>();
+        const __m256i sc = u.template scales<C()>();
+        for (int t = 0; t < NT; ++t) {
+            const __m256i q8 = load256(ya[t][i].qs + 32 * C());
+            __m256i p = _mm256_maddubs_epi16(wq, q8);
+            if constexpr (U::kLaneTerm == LaneTerm::OffsetInline) {
+                p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8(U::kOffset), q8));
+            }
+            sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, sc));
+        }
+        after(C);
+    });
+}
+
 // Single rows in llama.cpp's float order: eight int32 lanes (lane l holds
 // elements 4l..4l+3 of each 32-element chunk), one fused multiply-add per
 // lane and super-block, the offset or minimum term as U::kLaneTerm says.
@@ -219,18 +240,7 @@ struct KDot {
                         sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), corr);
                     }
                 }
-                unroll<8>([&](auto C) {
-                    const __m256i wq = u.template weights<C()>();
-                    const __m256i sc = u.template scales<C()>();
-                    for (int t = 0; t < NT; ++t) {
-                        const __m256i q8 = load256(ya[t][i].qs + 32 * C());
-                        __m256i p = _mm256_maddubs_epi16(wq, q8);
-                        if constexpr (U::kLaneTerm == LaneTerm::OffsetInline) {
-                            p = _mm256_sub_epi16(p, _mm256_maddubs_epi16(_mm256_set1_epi8(U::kOffset), q8));
-                        }
-                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, sc));
-                    }
-                });
+                accumulate_chunks<U, NT>(u, ya, i, sumi, [](auto) {});
                 for (int t = 0; t < NT; ++t) {
                     acc[t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dt[t]), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
                 }
@@ -265,19 +275,15 @@ struct KExact {
                     if constexpr (U::kMinTerm) {
                         corr[t] = hsum_i32(c);
                         sumi[t] = _mm256_setzero_si256();
+                    } else if constexpr (U::kLaneTerm == LaneTerm::OffsetInline) {
+                        corr[t] = 0;  // subtracted inside the lanes instead
+                        sumi[t] = _mm256_setzero_si256();
                     } else {
                         corr[t] = 0;
                         sumi[t] = _mm256_sub_epi32(_mm256_setzero_si256(), c);
                     }
                 }
-                unroll<8>([&](auto C) {
-                    const __m256i wq = u.template weights<C()>();
-                    const __m256i sc = u.template scales<C()>();
-                    for (int t = 0; t < NT; ++t) {
-                        const __m256i p = _mm256_maddubs_epi16(wq, load256(ya[t][i].qs + 32 * C()));
-                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, sc));
-                    }
-                });
+                accumulate_chunks<U, NT>(u, ya, i, sumi, [](auto) {});
                 const float dw = f16(x[i].d);
                 for (int t = 0; t < NT; ++t) {
                     const float dot = static_cast<float>(hsum_i32(sumi[t])) * dw;
@@ -334,13 +340,7 @@ struct KSpans {
                 const float dw = f16(x[i].d), dminw = f16(x[i].dmin);
                 __m256i sumi[NT];
                 for (int t = 0; t < NT; ++t) sumi[t] = _mm256_setzero_si256();
-                unroll<8>([&](auto C) {
-                    const __m256i wq = u.template weights<C()>();
-                    const __m256i sc = u.template scales<C()>();
-                    for (int t = 0; t < NT; ++t) {
-                        const __m256i p = _mm256_maddubs_epi16(wq, load256(ya[t][i].qs + 32 * C()));
-                        sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(p, sc));
-                    }
+                accumulate_chunks<U, NT>(u, ya, i, sumi, [&](auto C) {
                     if constexpr ((C() + 1) % Span == 0) {
                         for (int t = 0; t < NT; ++t) {
                             const int msum = span_min[t][C() / Span];

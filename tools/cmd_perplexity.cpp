@@ -26,6 +26,7 @@
 #include "runtime/scheduler/session.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/commands.h"
+#include "tools/session_open.h"
 #include "tools/perplexity.h"
 #include "tools/progress.h"
 
@@ -93,20 +94,6 @@ int64_t choose_gpu_layers(const PerplexityOptions& o, const model::ModelSpec& sp
     return planner::plan(spec, in).ngl;
 }
 
-// When the accelerator runs out of memory at load, one layer fewer, with a
-// warning, as `run` does.
-std::unique_ptr<Session> open_session(const gguf::File& file, const model::ModelSpec& spec, SessionOptions& so) {
-    while (true) {
-        try {
-            return std::make_unique<Session>(file, spec, so);
-        } catch (const OutOfDeviceMemory& e) {
-            if (so.n_gpu_layers <= 0) throw;
-            const int64_t next = std::min(so.n_gpu_layers, spec.hp.n_layer + 1) - 1;
-            fmt::print(stderr, "tandem: warning: {}; retrying with -ngl {}\n", e.what(), next);
-            so.n_gpu_layers = next;
-        }
-    }
-}
 
 void perplexity(const PerplexityOptions& o) {
     // Cheap checks first, so bad flags fail before the model is loaded.
@@ -142,7 +129,7 @@ void perplexity(const PerplexityOptions& o) {
     so.device = o.device;
     if (!o.vram.empty()) so.device_capacity = parse_size(o.vram);
     so.n_gpu_layers = choose_gpu_layers(o, spec, so);
-    const std::unique_ptr<Session> session_ptr = open_session(file, spec, so);
+    const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so);
     Session& session = *session_ptr;
     const int64_t n_vocab = session.n_vocab();
     if (base) ppl::check_base_matches(base->header(), o.kl_base, n_vocab, w, tokens);

@@ -21,6 +21,7 @@
 #include "runtime/scheduler/session.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/commands.h"
+#include "tools/session_open.h"
 
 namespace tandem::tools {
 namespace {
@@ -180,21 +181,6 @@ GpuLayers choose_gpu_layers(const RunOptions& o, const gguf::File& file, const m
             fmt::format("-ngl auto chose {} of {}: {}{}", p.ngl, spec.hp.n_layer + 1, p.reasons.front(), speeds)};
 }
 
-// Builds the session; when the accelerator runs out of memory at load, steps
-// down one layer at a time with a warning rather than failing: lack of
-// VRAM never stops a run (the plan should make this rare).
-std::unique_ptr<Session> open_session(const gguf::File& file, const model::ModelSpec& spec, SessionOptions& so) {
-    while (true) {
-        try {
-            return std::make_unique<Session>(file, spec, so);
-        } catch (const OutOfDeviceMemory& e) {
-            if (so.n_gpu_layers <= 0) throw;
-            const int64_t next = std::min(so.n_gpu_layers, spec.hp.n_layer + 1) - 1;
-            fmt::print(stderr, "tandem: warning: {}; retrying with -ngl {}\n", e.what(), next);
-            so.n_gpu_layers = next;
-        }
-    }
-}
 
 void run(const RunOptions& o) {
     const std::string prompt = read_prompt(o);
@@ -227,7 +213,7 @@ void run(const RunOptions& o) {
     const GpuLayers gl = choose_gpu_layers(o, file, spec, so);
     so.n_gpu_layers = gl.ngl;
     if (o.n_threads == 0 && gl.threads) so.n_threads = *gl.threads;  // an explicit -t wins
-    const std::unique_ptr<Session> session_ptr = open_session(file, spec, so);
+    const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so);
     Session& session = *session_ptr;
     if (static_cast<int64_t>(tokens.size()) > session.n_ctx()) {
         throw Error(fmt::format("the prompt has {} tokens but the context holds {}; use a larger -c", tokens.size(),
