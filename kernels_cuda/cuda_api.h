@@ -55,6 +55,10 @@ void dequantize_row_on_device(int device, quant::Type type, const void* host_src
 void matmul_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
                       const float* host_x, int64_t n_tokens, float* host_y);
 void rms_norm_on_device(int device, const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps);
+// For benchmarks: uploads once, runs the matmul `iterations` times on the
+// device and returns the mean seconds of one run (CUDA events, no copies).
+double time_matmul_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
+                             const float* host_x, int64_t n_tokens, int iterations);
 // x: n_tokens rows of n_heads * head_dim, rotated in place; freq_factors:
 // host, n_rot/2 floats, or null.
 void rope_on_device(int device, float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim,

@@ -19,6 +19,10 @@ namespace {
 BandwidthMeasurement measure_bandwidth(int, size_t) { no_cuda(); }
 void dequantize_row_on_device(int, quant::Type, const void*, float*, int64_t) { no_cuda(); }
 void matmul_on_device(int, quant::Type, const void*, int64_t, int64_t, const float*, int64_t, float*) { no_cuda(); }
+double time_matmul_on_device(int, quant::Type, const void*, int64_t, int64_t, const float*, int64_t, int) {
+    no_cuda();
+    return 0.0;
+}
 void rms_norm_on_device(int, const float*, const float*, float*, int64_t, int64_t, float) { no_cuda(); }
 void rope_on_device(int, float*, int64_t, int64_t, int64_t, const int32_t*, const kernels::RopeArgs&) { no_cuda(); }
 void glu_on_device(int, bool, const float*, const float*, float*, int64_t) { no_cuda(); }

@@ -63,6 +63,39 @@ void matmul_on_device(int device, quant::Type w_type, const void* host_w, int64_
     y.to_host(host_y, floats(n_tokens * n_rows));
 }
 
+double time_matmul_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
+                             const float* host_x, int64_t n_tokens, int iterations) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    const auto row_bytes = quant::row_bytes(w_type, n_cols);
+    const uint64_t scratch_bytes = kernels::matmul_scratch_bytes(w_type, n_cols, n_tokens);
+    if (!row_bytes || scratch_bytes == 0 || iterations <= 0) {
+        throw Error(fmt::format("matmul timing: no CUDA kernel for {} rows of {}", quant::traits(w_type).name, n_cols));
+    }
+    Buf w(host_w, *row_bytes * static_cast<size_t>(n_rows));
+    Buf x(host_x, floats(n_tokens * n_cols));
+    Buf scratch(scratch_bytes);
+    Buf y(floats(n_tokens * n_rows));
+    auto launch = [&] {
+        kernels::launch_matmul(w_type, w.as<void>(), *row_bytes, n_rows, n_cols, x.as<float>(), n_cols, n_tokens,
+                               scratch.as<void>(), y.as<float>(), n_rows, nullptr);
+    };
+    launch();  // warm-up: first-launch costs and clocks
+    finish();
+    cudaEvent_t start = nullptr, stop = nullptr;
+    TANDEM_CUDA_CHECK(cudaEventCreate(&start));
+    TANDEM_CUDA_CHECK(cudaEventCreate(&stop));
+    TANDEM_CUDA_CHECK(cudaEventRecord(start));
+    for (int i = 0; i < iterations; ++i) launch();
+    TANDEM_CUDA_CHECK(cudaEventRecord(stop));
+    TANDEM_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    TANDEM_CUDA_CHECK(cudaEventDestroy(start));
+    TANDEM_CUDA_CHECK(cudaEventDestroy(stop));
+    finish();
+    return static_cast<double>(ms) * 1e-3 / iterations;
+}
+
 void rms_norm_on_device(int device, const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps) {
     TANDEM_CUDA_CHECK(cudaSetDevice(device));
     Buf dx(x, floats(n * n_rows));

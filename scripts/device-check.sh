@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # For a machine with an NVIDIA GPU: build with CUDA for that GPU, run the GPU
-# tests (CUDA kernels against the CPU reference) and print a short table last.
+# tests (CUDA kernels against the CPU reference), the GPU benchmarks
+# (end to end at several ngl, and the CUDA kernel suite) and print a short
+# table last.
 # Needs nothing from the network. Usage: scripts/device-check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -14,7 +16,7 @@ fi
 
 start=$(date +%s)
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DTANDEM_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="$arch" -DTANDEM_BUILD_BENCH=OFF >/tmp/tandem-device-cmake.log 2>&1 \
+  -DCMAKE_CUDA_ARCHITECTURES="$arch" -DTANDEM_BUILD_BENCH=ON >/tmp/tandem-device-cmake.log 2>&1 \
   || { tail -30 /tmp/tandem-device-cmake.log; exit 1; }
 cmake --build build-device -j "$(nproc)" >/tmp/tandem-device-build.log 2>&1 \
   || { tail -40 /tmp/tandem-device-build.log; exit 1; }
@@ -57,4 +59,20 @@ for case in root.iter("testcase"):
     print(f"| {name} | {status} |")
 PY
 for row in "${bench_rows[@]}"; do echo "$row"; done
+# CUDA kernel benchmarks (bench/bench_cuda.cpp): device GB/s for one token,
+# GFLOP/s for a 512-token batch, on 4096x4096 weights.
+if [ -x build-device/bench/tandem_bench_kernels ]; then
+  timeout 180 ./build-device/bench/tandem_bench_kernels --benchmark_filter='cuda_' --benchmark_format=json \
+    2>/dev/null > build-device/cuda-bench.json || true
+  python3 - build-device/cuda-bench.json <<'PY'
+import json, sys
+try:
+    rows = json.load(open(sys.argv[1]))["benchmarks"]
+except Exception:
+    rows = []
+for b in rows:
+    unit = "GB/s" if b["name"].startswith("cuda_matvec") else "GFLOP/s"
+    print(f"| {b['name']} | {b.get(unit, 0):.1f} {unit} |")
+PY
+fi
 exit "$rc"
