@@ -6,6 +6,8 @@
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "planner/calibration.h"
@@ -25,10 +27,20 @@ protected:
     void SetUp() override {
         dir_ = testing::scratch_dir();
         cache_ = dir_ / "cache";
-        // The child processes inherit the variable; TearDown restores it.
+        // The child processes inherit the variable; TearDown restores the
+        // value the suite started with (ctest sets one for every test, so
+        // later tests must not fall back to the user's ~/.cache).
+        if (const char* before = std::getenv("TANDEM_CACHE_DIR")) saved_ = before;
         ::setenv("TANDEM_CACHE_DIR", cache_.c_str(), 1);
     }
-    void TearDown() override { ::unsetenv("TANDEM_CACHE_DIR"); }
+    void TearDown() override {
+        if (saved_) {
+            ::setenv("TANDEM_CACHE_DIR", saved_->c_str(), 1);
+        } else {
+            ::unsetenv("TANDEM_CACHE_DIR");
+        }
+    }
+    std::optional<std::string> saved_;
 
     static std::string model() { return shell_quote(testing::test_data("tiny-llama-Q4_K_M.gguf").string()); }
     static void write(const std::filesystem::path& p, const std::string& text) {
