@@ -209,6 +209,11 @@ public:
         shape.window = w.sliding_window ? hp_.sliding_window : 0;
         shape.scale = 1.0f / std::sqrt(static_cast<float>(
                                  spec_.arch->query_scale_by_embd_per_head ? hp_.n_embd / hp_.n_head : hp_.head_dim_k));
+        if (spec_.arch->scale_query_before_attention) {  // as the CPU backend (see arch.h)
+            kernels::launch_scale(q_, n * hp_.q_dim(), shape.scale, nullptr);
+            check_launch();
+            shape.scale = 1.0f;
+        }
         kernels::launch_attention(q_, pos_, n, shape, w.kv, attn_, nullptr);
         check_launch();
         matmul(w.o, attn_, n, cur_);

@@ -6,6 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,7 @@
 #include "runtime/sampler/sampler.h"
 #include "runtime/scheduler/session.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tests/test_paths.h"
 
 namespace {
 
@@ -66,4 +70,54 @@ TEST(Gemma3, AnswersFactsGreedily) {
     EXPECT_EQ(france.rfind(" France", 0), 0u) << france;
     const std::string paris = complete(g, "Question: What is the capital of France?\nAnswer:", 3);
     EXPECT_NE(paris.find("Paris"), std::string::npos) << paris;
+}
+
+// Bit-identical to llama.cpp: the 32 highest logits of every position of a
+// prompt, as llama.cpp's CPU backend computed them (tests/data, made with a
+// libllama program on the machine type CI runs on), must be the same float
+// bits here, at every SIMD level. This holds only because every kernel
+// follows llama.cpp's float order (kernels_cpu/vec_dot_scalar.cpp).
+TEST(Gemma3, LogitsBitIdenticalToLlamaCpp) {
+    const char* path = gemma_path();
+    if (!path) GTEST_SKIP() << "TANDEM_GEMMA3_GGUF not set";
+    std::ifstream in(tandem::testing::test_data("gemma3-270m-capital-llamacpp-top32.txt"));
+    ASSERT_TRUE(in) << "missing tests/data/gemma3-270m-capital-llamacpp-top32.txt";
+    struct Entry {
+        int64_t pos;
+        int64_t id;
+        uint32_t bits;
+    };
+    std::vector<Entry> ref;
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#') continue;
+        std::istringstream ls(line);
+        Entry e{};
+        ls >> e.pos >> e.id >> std::hex >> e.bits;
+        ASSERT_FALSE(ls.fail()) << line;
+        ref.push_back(e);
+    }
+    ASSERT_EQ(ref.size(), 6u * 32u);
+    auto file = tandem::gguf::File::open(path);
+    const auto spec = tandem::model::load_model_spec(file);
+    const auto tok = tandem::Tokenizer::from_gguf(file);
+    const auto tokens = tok.encode("The capital of France is", true);
+    ASSERT_EQ(tokens.size(), 6u);
+    for (const auto level : {tandem::cpu::SimdLevel::Scalar, tandem::cpu::best_simd_level()}) {
+        tandem::SessionOptions opt;
+        opt.n_ctx = 64;
+        opt.simd_from_env = false;
+        opt.simd_level = level;
+        tandem::Session session(file, spec, opt);
+        std::vector<float> logits;
+        session.eval(tokens, true, logits);
+        const auto n_vocab = static_cast<size_t>(session.n_vocab());
+        for (const Entry& e : ref) {
+            const float got = logits[static_cast<size_t>(e.pos) * n_vocab + static_cast<size_t>(e.id)];
+            uint32_t bits = 0;
+            std::memcpy(&bits, &got, sizeof bits);
+            ASSERT_EQ(bits, e.bits) << "position " << e.pos << " token " << e.id << " level "
+                                    << tandem::cpu::simd_level_name(level);
+        }
+    }
 }

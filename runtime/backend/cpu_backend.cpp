@@ -186,6 +186,10 @@ struct CpuBackend::Impl {
         shape.window = w.sliding_window ? hp.sliding_window : 0;
         shape.scale = 1.0f / std::sqrt(static_cast<float>(spec.arch->query_scale_by_embd_per_head ? hp.n_embd / hp.n_head
                                                                                                   : hp.head_dim_k));
+        if (spec.arch->scale_query_before_attention) {
+            cpu::scale(ws.q.data(), n * hp.q_dim(), shape.scale);
+            shape.scale = 1.0f;
+        }
         cpu::attention(ws.q.data(), pos.data(), n, shape, w.kv->view(), ws.attn.data(), pool, level);
         matmul(w.o, ws.attn.data(), n, ws.cur.data());
         if (!w.attn_post_norm.empty()) {

@@ -89,6 +89,10 @@ struct ArchSpec {
     // Query scale = 1/sqrt(head_dim_k) for both here; kept as data so an
     // architecture scaling by 1/sqrt(n_embd/n_head) is one row away.
     bool query_scale_by_embd_per_head;
+    // Where the query scale is applied: to Q before attention (Gemma, as
+    // llama.cpp's graph does) or to each Q.K score. The two differ where the
+    // fp16 rounding of Q for the cache dot product meets subnormals.
+    bool scale_query_before_attention;
     Presence layer[kLayerTensorCount];
     Presence global[kGlobalTensorCount];
 };

@@ -47,6 +47,7 @@ constexpr std::array kArchs = {
         .swa_period = 0,
         .default_rope_base_swa = 0.0,
         .query_scale_by_embd_per_head = false,
+        .scale_query_before_attention = false,
         //      norm q  k  v  out qn kn pan fn gate up down pfn
         .layer = {R, R, R, R, R, A, A, A, R, R, R, R, A},
         //        embd onorm output rope_freqs
@@ -62,6 +63,7 @@ constexpr std::array kArchs = {
         .swa_period = 6,
         .default_rope_base_swa = 10000.0,
         .query_scale_by_embd_per_head = false,
+        .scale_query_before_attention = true,
         .layer = {R, R, R, R, R, R, R, R, R, R, R, R, R},
         .global = {R, R, O, A},
     },

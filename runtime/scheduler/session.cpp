@@ -42,7 +42,7 @@ struct Session::Impl {
           spec(s),
           hp(s.hp),
           opt(o),
-          level(o.simd_from_env ? cpu::simd_level_from_env() : cpu::best_simd_level()),
+          level(o.simd_level ? *o.simd_level : o.simd_from_env ? cpu::simd_level_from_env() : cpu::best_simd_level()),
           pool(o.n_threads) {
         if (file.header_only()) {
             throw Error(fmt::format("{}: this file was written by `tandem synth --header-only` and holds no weights; "

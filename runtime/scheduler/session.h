@@ -24,6 +24,7 @@ struct SessionOptions {
     int n_threads = 0;        // 0: physical cores
     model::CacheType cache_type = model::CacheType::F16;
     bool simd_from_env = true;  // TANDEM_CPU overrides the detected level
+    std::optional<cpu::SimdLevel> simd_level;  // set: this level, whatever the environment says
     // The accelerator: "" for none, "cpu2" for the stand-in device (a second
     // CPU backend that owns its memory, with a capacity, so the split, the
     // hand-over and the accounting run for real without a GPU).
