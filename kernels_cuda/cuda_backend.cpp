@@ -17,6 +17,7 @@
 
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/cuda_kernels.h"
+#include "kernels_cuda/cuda_staging.h"
 #include "kernels_cuda/matmul_types.h"
 
 namespace tandem::cuda {
@@ -122,6 +123,7 @@ public:
         kernels::launch_kv_clear(w.kv, nullptr);
         check_launch();
         kv_bytes_ += real;
+        uploader().finish();  // the layer's weights are on the device before it runs
         layers_.emplace(il, w);
     }
 
@@ -129,6 +131,7 @@ public:
         select();
         output_norm_ = floats(spec_.get(GlobalTensor::OutputNorm));
         head_ = weights(spec_.output_head());  // a tied head is uploaded as a copy
+        uploader().finish();
         has_output_ = true;
     }
 
@@ -274,6 +277,13 @@ private:
 
     void select() const { TANDEM_CUDA_CHECK(cudaSetDevice(device_)); }
 
+    // Made on the first upload (so a backend that never loads weights pins
+    // nothing), kept for the backend's life.
+    StagingUploader& uploader() {
+        if (!uploader_) uploader_ = std::make_unique<StagingUploader>(config_.host_ledger);
+        return *uploader_;
+    }
+
     DeviceAlloc* alloc(MemoryCategory c, uint64_t bytes, const std::string& what) {
         allocs_.push_back(std::make_unique<DeviceAlloc>(ledger_, c, bytes, what));
         return allocs_.back().get();
@@ -287,7 +297,8 @@ private:
         }
         const auto bytes = file_.tensor_data(t);
         auto* buf = alloc(MemoryCategory::Weights, t.n_bytes, fmt::format("tensor '{}'", t.name));
-        TANDEM_CUDA_CHECK(cudaMemcpy(buf->get(), bytes.data(), t.n_bytes, cudaMemcpyHostToDevice));
+        uploader().upload(buf->get(), bytes.data(), t.n_bytes);  // straight from the mapping, in its blocks
+        if (config_.on_upload) config_.on_upload(t.n_bytes);
         weight_types_.push_back(t.type);
         DeviceWeights w;
         w.type = t.type;
@@ -312,6 +323,7 @@ private:
         const uint64_t n_bytes = std::max<uint64_t>(t->n_bytes, v.size() * sizeof(float));
         auto* buf = alloc(MemoryCategory::Weights, n_bytes, fmt::format("tensor '{}'", t->name));
         TANDEM_CUDA_CHECK(cudaMemcpy(buf->get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+        if (config_.on_upload) config_.on_upload(t->n_bytes);
         return as_floats(buf);
     }
 
@@ -334,6 +346,7 @@ private:
     const model::HParams& hp_;
     BackendConfig config_;
     std::vector<std::unique_ptr<DeviceAlloc>> allocs_;
+    std::unique_ptr<StagingUploader> uploader_;
     std::vector<quant::Type> weight_types_;
     std::map<int64_t, LayerWeights> layers_;
     const float* rope_freqs_ = nullptr;

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <utility>
 #include <vector>
 
 #include "runtime/backend/memory_ledger.h"
@@ -93,6 +94,28 @@ TEST(StandInSplit, KvCacheLivesOnTheLayersDevice) {
     EXPECT_EQ(ledgers[0]->used(tandem::MemoryCategory::KvCache), kv_host);
     EXPECT_EQ(ledgers[1]->used(tandem::MemoryCategory::Weights), w_device);
     EXPECT_FALSE(session.output_on_device());
+}
+
+// The upload progress feed counts every byte that goes to the device, in
+// order, and ends exactly at the total it announced (the weights the
+// device's ledger records), for a split with and without the head.
+TEST(StandInSplit, UploadProgressCountsTheDevicesWeights) {
+    const auto file = tandem::gguf::File::open(test_data("tiny-llama-Q4_K_M.gguf"));
+    const auto spec = tandem::model::load_model_spec(file);
+    for (const int64_t ngl : {int64_t{2}, spec.hp.n_layer + 1}) {
+        auto opt = split_options(ngl);
+        std::vector<std::pair<uint64_t, uint64_t>> calls;
+        opt.upload_progress = [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); };
+        tandem::Session session(file, spec, opt);
+        ASSERT_FALSE(calls.empty());
+        const uint64_t total = calls.front().second;
+        for (size_t i = 0; i < calls.size(); ++i) {
+            EXPECT_EQ(calls[i].second, total);
+            if (i > 0) EXPECT_GT(calls[i].first, calls[i - 1].first);
+        }
+        EXPECT_EQ(calls.back().first, total) << "ngl " << ngl;
+        EXPECT_EQ(session.ledgers()[1]->used(tandem::MemoryCategory::Weights), total) << "ngl " << ngl;
+    }
 }
 
 TEST(StandInSplit, TooSmallCapacityIsACleanOutOfMemory) {

@@ -1,16 +1,41 @@
 #include "tools/session_open.h"
 
 #include <algorithm>
+#include <string>
 
 #include <fmt/format.h>
 
 #include "runtime/backend/memory_ledger.h"
+#include "tools/progress.h"
 
 namespace tandem::tools {
+namespace {
+
+// A progress bar fed by SessionOptions::upload_progress (cumulative bytes).
+struct UploadBar {
+    std::string label;
+    std::unique_ptr<ProgressBar> bar;
+    uint64_t shown = 0;
+    void update(uint64_t done, uint64_t total) {
+        if (!bar) bar = std::make_unique<ProgressBar>(label, total, true);
+        bar->advance(done - std::min(done, shown));
+        shown = done;
+        if (done >= total) bar->finish();
+    }
+};
+
+}  // namespace
 
 std::unique_ptr<Session> open_session_stepping_down(const gguf::File& file, const model::ModelSpec& spec,
                                                     SessionOptions& so) {
+    const bool own_bar = !so.device.empty() && !so.upload_progress;
     while (true) {
+        if (own_bar) {
+            // A fresh bar per attempt: a step-down uploads a smaller total.
+            auto state = std::make_shared<UploadBar>();
+            state->label = "upload to " + so.device;
+            so.upload_progress = [state](uint64_t done, uint64_t total) { state->update(done, total); };
+        }
         try {
             return std::make_unique<Session>(file, spec, so);
         } catch (const OutOfDeviceMemory& e) {

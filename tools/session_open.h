@@ -11,7 +11,8 @@
 
 namespace tandem::tools {
 
-// so.n_gpu_layers is lowered to what was finally loaded.
+// so.n_gpu_layers is lowered to what was finally loaded. With an
+// accelerator, a progress bar on stderr follows the weight uploads.
 std::unique_ptr<Session> open_session_stepping_down(const gguf::File& file, const model::ModelSpec& spec,
                                                     SessionOptions& so);
 

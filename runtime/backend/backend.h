@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 
@@ -24,6 +25,12 @@ struct BackendConfig {
     int64_t n_ctx = 0;
     int64_t n_ubatch = 0;
     model::CacheType cache_type = model::CacheType::F16;
+    // An accelerator calls this with the bytes of each tensor as it is
+    // copied to the device (a progress bar's feed); may be empty.
+    std::function<void(uint64_t)> on_upload;
+    // The host's ledger, where an accelerator records the pinned host
+    // buffers it stages uploads through; may be null (then unrecorded).
+    MemoryLedger* host_ledger = nullptr;
 };
 
 // The tensors of one layer as a backend holds them: matrices as `Matrix`

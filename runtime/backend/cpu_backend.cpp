@@ -82,6 +82,7 @@ struct CpuBackend::Impl {
         if (accelerator) {
             uploads.emplace_back(bytes.begin(), bytes.end());
             data = uploads.back().data();
+            if (config.on_upload) config.on_upload(t.n_bytes);
         }
         return view_of(t, data);
     }
@@ -98,6 +99,7 @@ struct CpuBackend::Impl {
         for (int64_t r = 0; r < t->n_rows(); ++r) {
             quant::dequantize_row(t->type, bytes.data() + r * row_bytes, v.data() + r * row, row);
         }
+        if (accelerator && config.on_upload) config.on_upload(t->n_bytes);
         return v;
     }
 
@@ -248,6 +250,7 @@ CpuBackend::~CpuBackend() = default;
 const std::string& CpuBackend::name() const { return impl_->ledger.device(); }
 bool CpuBackend::is_accelerator() const { return impl_->accelerator; }
 const MemoryLedger& CpuBackend::ledger() const { return impl_->ledger; }
+MemoryLedger& CpuBackend::mutable_ledger() { return impl_->ledger; }
 void CpuBackend::load_layer(int64_t il) { impl_->load_layer(il); }
 void CpuBackend::load_output() { impl_->load_output(); }
 void CpuBackend::allocate_workspace(bool with_logits) { impl_->allocate_workspace(with_logits); }

@@ -27,6 +27,9 @@ public:
     const std::string& name() const override;
     bool is_accelerator() const override;
     const MemoryLedger& ledger() const override;
+    // The same ledger, writable: an accelerator records its pinned staging
+    // buffers (host memory) here.
+    MemoryLedger& mutable_ledger();
     void load_layer(int64_t il) override;
     void load_output() override;
     void allocate_workspace(bool with_logits) override;

@@ -62,11 +62,21 @@ struct Session::Impl {
         const BackendConfig config{opt.n_ctx, opt.n_ubatch, opt.cache_type};
         host = std::make_unique<CpuBackend>("cpu", false, std::nullopt, file, spec, config, pool, level);
         if (n_device_layers > 0 || output_on_device) {
+            BackendConfig accel_config = config;
+            accel_config.host_ledger = &host->mutable_ledger();
+            if (opt.upload_progress) {
+                uint64_t total = output_on_device ? model::output_weight_bytes(spec) : 0;
+                for (int64_t il = 0; il < n_device_layers; ++il) total += model::layer_weight_bytes(spec, il);
+                accel_config.on_upload = [this, total, done = uint64_t{0}](uint64_t bytes) mutable {
+                    done += bytes;
+                    opt.upload_progress(std::min(done, total), total);
+                };
+            }
             if (cuda_index >= 0) {
-                accel = cuda::make_cuda_backend(cuda_index, opt.device_capacity, file, spec, config);
+                accel = cuda::make_cuda_backend(cuda_index, opt.device_capacity, file, spec, accel_config);
             } else {
-                accel = std::make_unique<CpuBackend>(opt.device, true, opt.device_capacity, file, spec, config, pool,
-                                                     level);
+                accel = std::make_unique<CpuBackend>(opt.device, true, opt.device_capacity, file, spec, accel_config,
+                                                     pool, level);
             }
         }
         // The embedding lookup stays on the host, as in llama.cpp.

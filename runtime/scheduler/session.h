@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,9 @@ struct SessionOptions {
     // Leading layers on the accelerator; more than n_layer also puts the
     // output norm and head there. Ignored without a device.
     int64_t n_gpu_layers = 0;
+    // Called while weights are copied to the accelerator at load, with the
+    // bytes copied so far and the total (a progress bar's feed).
+    std::function<void(uint64_t done, uint64_t total)> upload_progress;
 };
 
 class Session {
