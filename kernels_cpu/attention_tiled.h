@@ -25,6 +25,8 @@ struct TiledAttentionKernels {
     double (*softmax)(const float* s, float max, float* p);
     // acc[d] = fma chain over t of p[t] * v[t][d].
     void (*accumulate)(const float* p, const float* v, int64_t dv, float* acc);
+    // n halves to floats (exact in any order).
+    void (*widen)(const uint16_t* src, float* dst, int64_t n);
 };
 TiledAttentionKernels tiled_attention_kernels(SimdLevel level);
 
@@ -34,6 +36,8 @@ void tiled_accumulate_scalar(const float* p, const float* v, int64_t dv, float* 
 void tiled_scores_avx2(const float* q, const float* kt, int64_t dk, float* s);
 double tiled_softmax_avx2(const float* s, float max, float* p);
 void tiled_accumulate_avx2(const float* p, const float* v, int64_t dv, float* acc);
+void widen_f16_scalar(const uint16_t* src, float* dst, int64_t n);
+void widen_f16_avx2(const uint16_t* src, float* dst, int64_t n);
 
 void attention_tiled(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
                      const KvCacheView& kv, float* out, ThreadPool& pool, SimdLevel level);

@@ -37,4 +37,12 @@ void tiled_accumulate_avx2(const float* p, const float* v, int64_t dv, float* ac
     if (d < dv) tiled_accumulate_scalar(p, v + d, dv, acc + d);
 }
 
+void widen_f16_avx2(const uint16_t* src, float* dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+    }
+    widen_f16_scalar(src + i, dst + i, n - i);
+}
+
 }  // namespace tandem::cpu::detail

@@ -13,11 +13,15 @@
 // so the group's activation rows stay in L1 while the item's weight rows
 // stream from L2, and rows too wide for that are split into column chunks.
 #include <algorithm>
+#include <cstddef>
+#include <memory>
+#include <cstdlib>
 #include <array>
 #include <atomic>
 #include <string>
 
 #include "kernels_cpu/matmul.h"
+#include "kernels_cpu/gemm_panel.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
 
@@ -213,6 +217,32 @@ constexpr int64_t kTokensPerItem = 64;  // quantized activations of a token bloc
 
 }  // namespace
 
+namespace {
+
+// Panels of 16 rows handed out through an atomic counter; each thread
+// unpacks into its own buffer.
+void run_q4_K_panels(const WeightView& w, const void* act, size_t a_stride, int64_t n_tokens, float* y, int64_t ldy,
+                     ThreadPool& pool) {
+    const int64_t n_panels = (w.n_rows + detail::kPanelRows - 1) / detail::kPanelRows;
+    const size_t buf_bytes = detail::q4_K_panel_bytes(w.n_cols);
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+        std::unique_ptr<std::byte, decltype(&std::free)> buf(
+            static_cast<std::byte*>(std::aligned_alloc(64, (buf_bytes + 63) / 64 * 64)), &std::free);
+        TANDEM_CHECK(buf != nullptr, "matmul: out of memory for a weight panel");
+        for (int64_t p = next.fetch_add(1, std::memory_order_relaxed); p < n_panels;
+             p = next.fetch_add(1, std::memory_order_relaxed)) {
+            const int64_t r0 = p * detail::kPanelRows;
+            const int64_t nr = std::min(detail::kPanelRows, w.n_rows - r0);
+            detail::q4_K_panel_gemm_avx512(static_cast<const unsigned char*>(w.data) + r0 * w.row_stride_bytes,
+                                           w.row_stride_bytes, nr, w.n_cols, act, a_stride, n_tokens, y + r0, ldy,
+                                           buf.get());
+        }
+    });
+}
+
+}  // namespace
+
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
             ThreadPool& pool, SimdLevel level) {
     const detail::DotKernels* k = detail::find_dot_kernels(w.type);
@@ -269,9 +299,20 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         act = buf;
     }
 
-    const int64_t rows_item = rows_per_item(w.n_rows, n_tokens, pool.size());
+    // Q4_K batch rows on AVX-512 VNNI: the panel GEMM (gemm_panel.h), same
+    // bits as batch_fn, a third of the integer work. It covers tokens
+    // [0, batch_end); the row kernels below take the rest.
+    int64_t first_token = 0;
+    if (w.type == quant::Type::Q4_K && batch_end >= 4 && level == SimdLevel::Avx512 &&
+        detail::avx512_vnni_available()) {
+        run_q4_K_panels(w, act, a_stride, batch_end, y, ldy, pool);
+        first_token = batch_end;
+        if (first_token == n_tokens) return;
+    }
+
+    const int64_t rows_item = rows_per_item(w.n_rows, n_tokens - first_token, pool.size());
     const int64_t row_items = (w.n_rows + rows_item - 1) / rows_item;
-    const int64_t tok_items = (n_tokens + kTokensPerItem - 1) / kTokensPerItem;
+    const int64_t tok_items = (n_tokens - first_token + kTokensPerItem - 1) / kTokensPerItem;
     const int64_t n_items = row_items * tok_items;
     const auto* wbase = static_cast<const unsigned char*>(w.data);
     const auto* abase = static_cast<const unsigned char*>(act);
@@ -307,7 +348,7 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         const int64_t tb = item / row_items;
         const int64_t rb = item % row_items;
         const int64_t r0 = rb * rows_item, r1 = std::min(w.n_rows, r0 + rows_item);
-        const int64_t t0 = tb * kTokensPerItem, t1 = std::min(n_tokens, t0 + kTokensPerItem);
+        const int64_t t0 = first_token + tb * kTokensPerItem, t1 = std::min(n_tokens, t0 + kTokensPerItem);
         for (int64_t k0 = 0; k0 < n; k0 += k_chunk) {
             const int64_t kn = std::min(k_chunk, n - k0);
             const size_t w_off = static_cast<size_t>(k0 / wt.block_elems) * wt.block_bytes;

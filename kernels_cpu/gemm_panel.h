@@ -1,0 +1,29 @@
+// Q4_K rows of a batch on AVX-512 VNNI as a panel GEMM: 16 weight rows are
+// unpacked once per call (transiently; the weights stay in their GGUF
+// blocks) into a layout where one 512-bit register holds four codes of each
+// of the 16 rows, so a vpdpbusd against four broadcast activation bytes
+// adds four products into each row's own lane. Every lane is one output,
+// so the per-span totals that llama.cpp's float order needs (see
+// dot_k_spans in vec_dot_scalar.cpp, Span 2) come without horizontal sums:
+// the bits equal the reference's, and the integer work is about a third of
+// the row-at-a-time kernel's. Internal to kernels_cpu.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tandem::cpu::detail {
+
+inline constexpr int64_t kPanelRows = 16;
+
+// Bytes of the per-thread buffer one panel of n_cols columns needs.
+size_t q4_K_panel_bytes(int64_t n_cols);
+
+// Y[t * ldy + r] for rows [r0, r0 + n_rows) (n_rows <= 16) and tokens
+// [0, n_tokens) (a multiple of 4): Q4_K rows w (row_stride bytes apart)
+// against Q8_K activation rows a (a_stride bytes apart), in the float
+// order of dot_q4_K_batch. buf: q4_K_panel_bytes(n_cols), 64-byte aligned.
+void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+
+}  // namespace tandem::cpu::detail

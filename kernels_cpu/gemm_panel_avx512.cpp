@@ -1,0 +1,115 @@
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels_cpu/gemm_panel.h"
+#include "runtime/quant/fp16.h"
+#include "runtime/quant/quant_blocks.h"
+#include "runtime/quant/quant_element.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+using namespace tandem::quant;
+
+// Per super-block of the panel: codes [sub-block 8][group 8][row 16][4],
+// then scales and minimums [sub-block 8][row 16] as int32, then d and dmin
+// [row 16] as float.
+struct PanelBlock {
+    alignas(64) uint8_t codes[8][8][kPanelRows][4];
+    alignas(64) int32_t scale[8][kPanelRows];
+    alignas(64) int32_t min[8][kPanelRows];
+    alignas(64) float d[kPanelRows];
+    alignas(64) float dmin[kPanelRows];
+};
+
+void unpack(const block_q4_K* rows[kPanelRows], int64_t n_rows, int64_t i, PanelBlock& p) {
+    for (int64_t r = 0; r < kPanelRows; ++r) {
+        if (r >= n_rows) {
+            // Missing rows: zero codes and scales give zero, never stored.
+            for (int s = 0; s < 8; ++s) {
+                for (int g = 0; g < 8; ++g) std::memset(p.codes[s][g][r], 0, 4);
+                p.scale[s][r] = p.min[s][r] = 0;
+            }
+            p.d[r] = p.dmin[r] = 0.0f;
+            continue;
+        }
+        const block_q4_K& b = rows[r][i];
+        for (int s = 0; s < 8; ++s) {
+            int sc = 0, m = 0;
+            element::q4_K_scale_min(b.scales, s, sc, m);
+            p.scale[s][r] = sc;
+            p.min[s][r] = m;
+            const uint8_t* qs = b.qs + 32 * (s / 2);
+            const int shift = 4 * (s % 2);
+            for (int g = 0; g < 8; ++g) {
+                for (int e = 0; e < 4; ++e) p.codes[s][g][r][e] = static_cast<uint8_t>((qs[4 * g + e] >> shift) & 0xF);
+            }
+        }
+        p.d[r] = fp16_to_fp32(b.d);
+        p.dmin[r] = fp16_to_fp32(b.dmin);
+    }
+}
+
+}  // namespace
+
+size_t q4_K_panel_bytes(int64_t n_cols) { return sizeof(PanelBlock) * static_cast<size_t>(n_cols / kQK_K); }
+
+void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    const int64_t nb = n_cols / kQK_K;
+    auto* panel = static_cast<PanelBlock*>(buf);
+    const block_q4_K* rows[kPanelRows];
+    for (int64_t r = 0; r < kPanelRows; ++r) {
+        rows[r] = reinterpret_cast<const block_q4_K*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
+    }
+    for (int64_t i = 0; i < nb; ++i) unpack(rows, n_rows, i, panel[i]);
+
+    constexpr int NT = 4;
+    const auto* abase = static_cast<const uint8_t*>(a);
+    const __mmask16 store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
+        const block_q8_K* act[NT];
+        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+        __m512 acc[NT], acc_min[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            const PanelBlock& p = panel[i];
+            const __m512 d = _mm512_load_ps(p.d);
+            const __m512 dmin = _mm512_load_ps(p.dmin);
+            for (int j = 0; j < 4; ++j) {  // spans of two sub-blocks (64 elements)
+                __m512i isum[NT], imin[NT];
+                for (int t = 0; t < NT; ++t) isum[t] = imin[t] = _mm512_setzero_si512();
+                for (int s = 2 * j; s < 2 * j + 2; ++s) {
+                    __m512i dot[NT];
+                    for (int t = 0; t < NT; ++t) dot[t] = _mm512_setzero_si512();
+                    for (int g = 0; g < 8; ++g) {
+                        const __m512i wv = _mm512_load_si512(p.codes[s][g]);
+                        for (int t = 0; t < NT; ++t) {
+                            int32_t four;
+                            std::memcpy(&four, act[t][i].qs + 32 * s + 4 * g, 4);
+                            dot[t] = _mm512_dpbusd_epi32(dot[t], wv, _mm512_set1_epi32(four));
+                        }
+                    }
+                    const __m512i sc = _mm512_load_si512(p.scale[s]);
+                    const __m512i mn = _mm512_load_si512(p.min[s]);
+                    for (int t = 0; t < NT; ++t) {
+                        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
+                        const int bsum = act[t][i].bsums[2 * s] + act[t][i].bsums[2 * s + 1];
+                        imin[t] = _mm512_add_epi32(imin[t], _mm512_mullo_epi32(mn, _mm512_set1_epi32(bsum)));
+                    }
+                }
+                for (int t = 0; t < NT; ++t) {
+                    const __m512 da = _mm512_set1_ps(act[t][i].d);
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, da), acc[t]);
+                    acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin[t]), _mm512_mul_ps(dmin, da), acc_min[t]);
+                }
+            }
+        }
+        for (int t = 0; t < NT; ++t) {
+            _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, _mm512_sub_ps(acc[t], acc_min[t]));
+        }
+    }
+}
+
+}  // namespace tandem::cpu::detail
