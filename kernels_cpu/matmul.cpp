@@ -303,7 +303,10 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
     // bits as batch_fn, a third of the integer work. It covers tokens
     // [0, batch_end); the row kernels below take the rest.
     int64_t first_token = 0;
-    if (w.type == quant::Type::Q4_K && batch_end >= 4 && level == SimdLevel::Avx512 &&
+    // Unpacking a panel costs about what 16 tokens of its work do, so short
+    // batches stay on the row kernels.
+    constexpr int64_t kPanelMinTokens = 32;
+    if (w.type == quant::Type::Q4_K && batch_end >= kPanelMinTokens && level == SimdLevel::Avx512 &&
         detail::avx512_vnni_available()) {
         run_q4_K_panels(w, act, a_stride, batch_end, y, ldy, pool);
         first_token = batch_end;

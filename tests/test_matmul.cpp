@@ -436,7 +436,7 @@ TEST(Matmul, LlamaOrderTypesBitIdenticalAcrossLevels) {
         if (!cpu::detail::follows_llama_order(t)) continue;
         const auto wq = quantize(t, random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
         const cpu::WeightView view{t, wq.data(), n_rows, n, row_size(t, n)};
-        for (int64_t n_tokens : {1, 3, 5, 8, 21}) {
+        for (int64_t n_tokens : {1, 3, 5, 8, 21, 37}) {
             const auto x = random_floats(rng, static_cast<size_t>(n_tokens * n));
             cpu::ThreadPool pool(2, false);
             std::vector<float> ref(static_cast<size_t>(n_tokens * n_rows));
