@@ -165,9 +165,13 @@ TEST(Tokenizer, UserDefinedTokensAndPhi3Stripping) {
     const fs::path path = vocab_file("ggml-vocab-phi-3.gguf");
     TANDEM_REQUIRE_SHARED(path);
     const Tokenizer tok = load(path);
-    EXPECT_EQ(tok.token_type(2), TokenType::UserDefined);
+    // The file marks "</s>" (2) user-defined; llama.cpp (2026) overrides any
+    // token spelled as an end of generation to a control token, so it is
+    // matched only with special parsing: these ids are its llama_tokenize's.
+    EXPECT_EQ(tok.token_type(2), TokenType::Control);
+    EXPECT_TRUE(tok.is_end_of_generation(2));
     EXPECT_EQ(tok.encode("<|user|>\nHi</s> x", false, true), (std::vector<int32_t>{32010, 6324, 2, 921}));
-    EXPECT_EQ(tok.encode("Hi</s> x", false, false), (std::vector<int32_t>{6324, 2, 921}));
+    EXPECT_EQ(tok.encode("Hi</s> x", false, false), (std::vector<int32_t>{6324, 829, 29879, 29958, 921}));
     EXPECT_TRUE(tok.is_end_of_generation(32007));  // <|end|>
     EXPECT_EQ(tok.eot(), 32007);
 }

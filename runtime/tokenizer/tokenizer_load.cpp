@@ -170,8 +170,16 @@ void find_end_tokens(const gguf::File& f, Vocab& v) {
         "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
         "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",  // DeepSeek
     };
+    // llama.cpp's list of end-of-generation spellings (2026): every token
+    // spelled so ends generation and is a control token, even where the
+    // file marks it otherwise (Gemma 3's vocabulary has a user-defined
+    // "</s>"), so text is tokenized as llama.cpp tokenizes it.
     static constexpr std::string_view kEogTexts[] = {
-        "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>", "<EOT>",
+        "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+        "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+        "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+        "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>",  // DeepSeek
+        "[e~[",
     };
     // A token found by its text is a control token whatever the file says,
     // so that it is rendered and parsed as one.
