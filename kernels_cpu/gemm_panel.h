@@ -26,4 +26,11 @@ size_t q4_K_panel_bytes(int64_t n_cols);
 void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 
+// Q6_K batch rows in the same panel scheme, in the order of dot_q6_K_batch
+// (llama.cpp's tiled kernel: super-block total x d, then one fused
+// multiply-add with the activation scale). Same contract as above.
+size_t q6_K_panel_bytes(int64_t n_cols);
+void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+
 }  // namespace tandem::cpu::detail

@@ -112,4 +112,91 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     }
 }
 
+namespace {
+
+// Per super-block of a Q6_K panel: unsigned 6-bit codes [group 16][quad 4]
+// [row 16][4] (value = code - 32), group scales [group 16][row 16], d [row].
+struct PanelBlock6 {
+    alignas(64) uint8_t codes[16][4][kPanelRows][4];
+    alignas(64) int32_t scale[16][kPanelRows];
+    alignas(64) float d[kPanelRows];
+};
+
+void unpack6(const block_q6_K* rows[kPanelRows], int64_t n_rows, int64_t i, PanelBlock6& p) {
+    for (int64_t r = 0; r < kPanelRows; ++r) {
+        if (r >= n_rows) {
+            for (int g = 0; g < 16; ++g) {
+                for (int q = 0; q < 4; ++q) std::memset(p.codes[g][q][r], 0, 4);
+                p.scale[g][r] = 0;
+            }
+            p.d[r] = 0.0f;
+            continue;
+        }
+        const block_q6_K& b = rows[r][i];
+        for (int k = 0; k < kQK_K; ++k) {
+            const int half = k / 128, rr = k % 128, quarter = rr / 32, e = rr % 32;
+            const uint8_t lbyte = b.ql[half * 64 + e + (quarter & 1) * 32];
+            const int low = quarter < 2 ? (lbyte & 0xF) : (lbyte >> 4);
+            const int high = (b.qh[half * 32 + e] >> (2 * quarter)) & 3;
+            p.codes[k / 16][(k % 16) / 4][r][k % 4] = static_cast<uint8_t>(low | high << 4);
+        }
+        for (int g = 0; g < 16; ++g) p.scale[g][r] = b.scales[g];
+        p.d[r] = fp16_to_fp32(b.d);
+    }
+}
+
+}  // namespace
+
+size_t q6_K_panel_bytes(int64_t n_cols) { return sizeof(PanelBlock6) * static_cast<size_t>(n_cols / kQK_K); }
+
+void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    const int64_t nb = n_cols / kQK_K;
+    auto* panel = static_cast<PanelBlock6*>(buf);
+    const block_q6_K* rows[kPanelRows];
+    for (int64_t r = 0; r < kPanelRows; ++r) {
+        rows[r] = reinterpret_cast<const block_q6_K*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
+    }
+    for (int64_t i = 0; i < nb; ++i) unpack6(rows, n_rows, i, panel[i]);
+
+    constexpr int NT = 4;
+    const auto* abase = static_cast<const uint8_t*>(a);
+    const __mmask16 store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
+        const block_q8_K* act[NT];
+        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+        __m512 acc[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            const PanelBlock6& p = panel[i];
+            __m512i total[NT];
+            for (int t = 0; t < NT; ++t) total[t] = _mm512_setzero_si512();
+            for (int g = 0; g < 16; ++g) {
+                __m512i dot[NT];
+                for (int t = 0; t < NT; ++t) dot[t] = _mm512_setzero_si512();
+                for (int q = 0; q < 4; ++q) {
+                    const __m512i wv = _mm512_load_si512(p.codes[g][q]);
+                    for (int t = 0; t < NT; ++t) {
+                        int32_t four;
+                        std::memcpy(&four, act[t][i].qs + 16 * g + 4 * q, 4);
+                        dot[t] = _mm512_dpbusd_epi32(dot[t], wv, _mm512_set1_epi32(four));
+                    }
+                }
+                const __m512i sc = _mm512_load_si512(p.scale[g]);
+                for (int t = 0; t < NT; ++t) {
+                    // value = code - 32: subtract 32 * bsum inside the group, exact.
+                    const __m512i off = _mm512_set1_epi32(32 * act[t][i].bsums[g]);
+                    total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(_mm512_sub_epi32(dot[t], off), sc));
+                }
+            }
+            const __m512 d = _mm512_load_ps(p.d);
+            for (int t = 0; t < NT; ++t) {
+                const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(total[t]), d);
+                acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act[t][i].d), v, acc[t]);
+            }
+        }
+        for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, acc[t]);
+    }
+}
+
 }  // namespace tandem::cpu::detail

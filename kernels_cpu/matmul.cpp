@@ -221,10 +221,11 @@ namespace {
 
 // Panels of 16 rows handed out through an atomic counter; each thread
 // unpacks into its own buffer.
-void run_q4_K_panels(const WeightView& w, const void* act, size_t a_stride, int64_t n_tokens, float* y, int64_t ldy,
-                     ThreadPool& pool) {
+using PanelGemm = void (*)(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                           size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+void run_panels(const WeightView& w, PanelGemm gemm, size_t buf_bytes, const void* act, size_t a_stride,
+                int64_t n_tokens, float* y, int64_t ldy, ThreadPool& pool) {
     const int64_t n_panels = (w.n_rows + detail::kPanelRows - 1) / detail::kPanelRows;
-    const size_t buf_bytes = detail::q4_K_panel_bytes(w.n_cols);
     std::atomic<int64_t> next{0};
     pool.run([&](int, int) {
         std::unique_ptr<std::byte, decltype(&std::free)> buf(
@@ -234,9 +235,8 @@ void run_q4_K_panels(const WeightView& w, const void* act, size_t a_stride, int6
              p = next.fetch_add(1, std::memory_order_relaxed)) {
             const int64_t r0 = p * detail::kPanelRows;
             const int64_t nr = std::min(detail::kPanelRows, w.n_rows - r0);
-            detail::q4_K_panel_gemm_avx512(static_cast<const unsigned char*>(w.data) + r0 * w.row_stride_bytes,
-                                           w.row_stride_bytes, nr, w.n_cols, act, a_stride, n_tokens, y + r0, ldy,
-                                           buf.get());
+            gemm(static_cast<const unsigned char*>(w.data) + r0 * w.row_stride_bytes, w.row_stride_bytes, nr,
+                 w.n_cols, act, a_stride, n_tokens, y + r0, ldy, buf.get());
         }
     });
 }
@@ -299,18 +299,31 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         act = buf;
     }
 
-    // Q4_K batch rows on AVX-512 VNNI: the panel GEMM (gemm_panel.h), same
+    // Q4_K and Q6_K batch rows on AVX-512 VNNI: the panel GEMM (gemm_panel.h), same
     // bits as batch_fn, a third of the integer work. It covers tokens
     // [0, batch_end); the row kernels below take the rest.
     int64_t first_token = 0;
     // Unpacking a panel costs about what 16 tokens of its work do, so short
     // batches stay on the row kernels.
     constexpr int64_t kPanelMinTokens = 32;
-    if (w.type == quant::Type::Q4_K && batch_end >= kPanelMinTokens && level == SimdLevel::Avx512 &&
-        detail::avx512_vnni_available()) {
-        run_q4_K_panels(w, act, a_stride, batch_end, y, ldy, pool);
-        first_token = batch_end;
-        if (first_token == n_tokens) return;
+    if (batch_end >= kPanelMinTokens && level == SimdLevel::Avx512 && detail::avx512_vnni_available()) {
+        PanelGemm gemm = nullptr;
+        size_t buf_bytes = 0;
+        if (w.type == quant::Type::Q4_K) {
+            gemm = detail::q4_K_panel_gemm_avx512;
+            buf_bytes = detail::q4_K_panel_bytes(w.n_cols);
+        } else if (w.type == quant::Type::Q6_K) {
+            gemm = detail::q6_K_panel_gemm_avx512;
+            buf_bytes = detail::q6_K_panel_bytes(w.n_cols);
+        }
+        if (gemm != nullptr) {
+            // Panels take tokens four at a time; the last batch_end % 4 batch
+            // rows go to batch_fn below, in the same order.
+            const int64_t panel_end = batch_end - batch_end % 4;
+            run_panels(w, gemm, buf_bytes, act, a_stride, panel_end, y, ldy, pool);
+            first_token = panel_end;
+            if (first_token == n_tokens) return;
+        }
     }
 
     const int64_t rows_item = rows_per_item(w.n_rows, n_tokens - first_token, pool.size());
