@@ -20,6 +20,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "tools/commands.h"
+#include "tools/host_memory.h"
 
 namespace tandem::tools {
 namespace {
@@ -108,7 +109,8 @@ void plan_command(const PlanOptions& o) {
     in.cache_type = planner::parse_cache_type(o.cache_type);
     in.ngl = o.ngl;
     if (o.margin) in.margin = parse_size(*o.margin);
-    if (o.host_ram) in.host_ram = parse_size(*o.host_ram);
+    // Without --host-ram the plan checks against this machine's RAM.
+    in.host_ram = o.host_ram ? std::optional<uint64_t>(parse_size(*o.host_ram)) : detect_host_ram();
     in.cpu_gbps = o.cpu_gbps;
     in.gpu_gbps = o.gpu_gbps;
     in.pcie_gbps = o.pcie_gbps;
@@ -200,7 +202,7 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--cache-type", opts->cache_type, "KV cache type: f16 or q8_0")->capture_default_str();
     cmd->add_option("--n-gpu-layers,--ngl", opts->ngl, "evaluate this split instead of choosing one (-ngl)");
     cmd->add_option("--margin", opts->margin, "VRAM kept free (default: 3% of it, at least 64 MiB, at most 1/8)");
-    cmd->add_option("--host-ram", opts->host_ram, "host RAM to check the CPU share against, e.g. 32GiB");
+    cmd->add_option("--host-ram", opts->host_ram, "host RAM to check the CPU share against, e.g. 32GiB (default: this machine's, from /proc/meminfo)");
     cmd->add_option("--cpu-gbps", opts->cpu_gbps, "CPU memory bandwidth in GB/s");
     cmd->add_option("--gpu-gbps", opts->gpu_gbps, "GPU memory bandwidth in GB/s");
     cmd->add_option("--pcie-gbps", opts->pcie_gbps, "host-to-device bandwidth in GB/s");
