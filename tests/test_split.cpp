@@ -111,7 +111,9 @@ TEST(StandInSplit, UploadProgressCountsTheDevicesWeights) {
         const uint64_t total = calls.front().second;
         for (size_t i = 0; i < calls.size(); ++i) {
             EXPECT_EQ(calls[i].second, total);
-            if (i > 0) EXPECT_GT(calls[i].first, calls[i - 1].first);
+            if (i > 0) {
+                EXPECT_GT(calls[i].first, calls[i - 1].first);
+            }
         }
         EXPECT_EQ(calls.back().first, total) << "ngl " << ngl;
         EXPECT_EQ(session.ledgers()[1]->used(tandem::MemoryCategory::Weights), total) << "ngl " << ngl;

@@ -59,7 +59,10 @@ struct Session::Impl {
                                     hp.head_dim_k));
         }
         choose_split();
-        const BackendConfig config{opt.n_ctx, opt.n_ubatch, opt.cache_type};
+        BackendConfig config;
+        config.n_ctx = opt.n_ctx;
+        config.n_ubatch = opt.n_ubatch;
+        config.cache_type = opt.cache_type;
         host = std::make_unique<CpuBackend>("cpu", false, std::nullopt, file, spec, config, pool, level);
         if (n_device_layers > 0 || output_on_device) {
             BackendConfig accel_config = config;
