@@ -33,4 +33,14 @@ size_t q6_K_panel_bytes(int64_t n_cols);
 void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 
+// Q5_K (super-block total x d, minimum term with one fused multiply-add,
+// then one with the activation scale: dot_q5_K_batch) and Q3_K (as Q6_K
+// with the offset 4: dot_q3_K_batch), same contract.
+size_t q5_K_panel_bytes(int64_t n_cols);
+void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+size_t q3_K_panel_bytes(int64_t n_cols);
+void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+
 }  // namespace tandem::cpu::detail

@@ -1,0 +1,174 @@
+// Panel GEMMs for Q5_K and Q3_K batch rows (see gemm_panel.h), in the
+// order of llama.cpp's tiled kernels that dot_q5_K_batch and
+// dot_q3_K_batch reproduce: integer super-block totals per row (lanes are
+// rows), then per super-block the float steps of the scalar reference.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels_cpu/gemm_panel.h"
+#include "runtime/quant/fp16.h"
+#include "runtime/quant/quant_blocks.h"
+#include "runtime/quant/quant_element.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+using namespace tandem::quant;
+constexpr int NT = 4;  // tokens per pass
+
+// Q5_K: sub-blocks of 32 with a 6-bit scale and minimum each.
+struct Panel5 {
+    alignas(64) uint8_t codes[8][8][kPanelRows][4];
+    alignas(64) int32_t scale[8][kPanelRows];
+    alignas(64) int32_t min[8][kPanelRows];
+    alignas(64) float d[kPanelRows];
+    alignas(64) float dmin[kPanelRows];
+};
+
+void unpack5(const block_q5_K* rows[kPanelRows], int64_t n_rows, int64_t i, Panel5& p) {
+    std::memset(&p, 0, sizeof p);  // missing rows: zero codes, scales and d
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const block_q5_K& b = rows[r][i];
+        for (int s = 0; s < 8; ++s) {
+            int sc = 0, m = 0;
+            element::q4_K_scale_min(b.scales, s, sc, m);
+            p.scale[s][r] = sc;
+            p.min[s][r] = m;
+            const uint8_t* qs = b.qs + 32 * (s / 2);
+            for (int l = 0; l < 32; ++l) {
+                const int low = (s % 2 == 0) ? (qs[l] & 0xF) : (qs[l] >> 4);
+                p.codes[s][l / 4][r][l % 4] = static_cast<uint8_t>(low | ((b.qh[l] >> s) & 1) << 4);
+            }
+        }
+        p.d[r] = fp16_to_fp32(b.d);
+        p.dmin[r] = fp16_to_fp32(b.dmin);
+    }
+}
+
+// Q3_K: groups of 16 with a signed 6-bit scale; value = code - 4.
+struct Panel3 {
+    alignas(64) uint8_t codes[16][4][kPanelRows][4];
+    alignas(64) int32_t scale[16][kPanelRows];
+    alignas(64) float d[kPanelRows];
+};
+
+void unpack3(const block_q3_K* rows[kPanelRows], int64_t n_rows, int64_t i, Panel3& p) {
+    std::memset(&p, 0, sizeof p);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const block_q3_K& b = rows[r][i];
+        for (int k = 0; k < kQK_K; ++k) {
+            const element::KLowBitIndex ix = element::k_low_bit_index(k);
+            const int low = (b.qs[ix.byte] >> ix.shift) & 3;
+            const int high = (b.hmask[ix.hbyte] >> ix.hbit) & 1;
+            p.codes[k / 16][(k % 16) / 4][r][k % 4] = static_cast<uint8_t>(low | high << 2);
+        }
+        for (int g = 0; g < 16; ++g) p.scale[g][r] = element::q3_K_scale(b.scales, g);
+        p.d[r] = fp16_to_fp32(b.d);
+    }
+}
+
+template <class Block>
+void row_pointers(const void* w, size_t row_stride, int64_t n_rows, const Block* rows[kPanelRows]) {
+    for (int64_t r = 0; r < kPanelRows; ++r) {
+        rows[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
+    }
+}
+
+inline __m512i bcast4(const int8_t* p) {
+    int32_t four;
+    std::memcpy(&four, p, 4);
+    return _mm512_set1_epi32(four);
+}
+
+}  // namespace
+
+size_t q5_K_panel_bytes(int64_t n_cols) { return sizeof(Panel5) * static_cast<size_t>(n_cols / kQK_K); }
+size_t q3_K_panel_bytes(int64_t n_cols) { return sizeof(Panel3) * static_cast<size_t>(n_cols / kQK_K); }
+
+void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    const int64_t nb = n_cols / kQK_K;
+    auto* panel = static_cast<Panel5*>(buf);
+    const block_q5_K* rows[kPanelRows];
+    row_pointers(w, row_stride, n_rows, rows);
+    for (int64_t i = 0; i < nb; ++i) unpack5(rows, n_rows, i, panel[i]);
+    const auto* abase = static_cast<const uint8_t*>(a);
+    const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
+        const block_q8_K* act[NT];
+        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+        __m512 acc[NT];
+        for (auto& v : acc) v = _mm512_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            const Panel5& p = panel[i];
+            __m512i total[NT], msum[NT];
+            for (int t = 0; t < NT; ++t) total[t] = msum[t] = _mm512_setzero_si512();
+            for (int s = 0; s < 8; ++s) {
+                __m512i dot[NT];
+                for (auto& v : dot) v = _mm512_setzero_si512();
+                for (int g = 0; g < 8; ++g) {
+                    const __m512i wv = _mm512_load_si512(p.codes[s][g]);
+                    for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast4(act[t][i].qs + 32 * s + 4 * g));
+                }
+                const __m512i sc = _mm512_load_si512(p.scale[s]);
+                const __m512i mn = _mm512_load_si512(p.min[s]);
+                for (int t = 0; t < NT; ++t) {
+                    total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(dot[t], sc));
+                    const int bsum = act[t][i].bsums[2 * s] + act[t][i].bsums[2 * s + 1];
+                    msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(mn, _mm512_set1_epi32(bsum)));
+                }
+            }
+            const __m512 d = _mm512_load_ps(p.d);
+            const __m512 dmin = _mm512_load_ps(p.dmin);
+            for (int t = 0; t < NT; ++t) {
+                // v = fma(-dmin, msum, total * d); acc = fma(da, v, acc)
+                const __m512 v = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(msum[t]), _mm512_mul_ps(_mm512_cvtepi32_ps(total[t]), d));
+                acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act[t][i].d), v, acc[t]);
+            }
+        }
+        for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, acc[t]);
+    }
+}
+
+void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    const int64_t nb = n_cols / kQK_K;
+    auto* panel = static_cast<Panel3*>(buf);
+    const block_q3_K* rows[kPanelRows];
+    row_pointers(w, row_stride, n_rows, rows);
+    for (int64_t i = 0; i < nb; ++i) unpack3(rows, n_rows, i, panel[i]);
+    const auto* abase = static_cast<const uint8_t*>(a);
+    const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
+        const block_q8_K* act[NT];
+        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+        __m512 acc[NT];
+        for (auto& v : acc) v = _mm512_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            const Panel3& p = panel[i];
+            __m512i total[NT];
+            for (auto& v : total) v = _mm512_setzero_si512();
+            for (int g = 0; g < 16; ++g) {
+                __m512i dot[NT];
+                for (auto& v : dot) v = _mm512_setzero_si512();
+                for (int q = 0; q < 4; ++q) {
+                    const __m512i wv = _mm512_load_si512(p.codes[g][q]);
+                    for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast4(act[t][i].qs + 16 * g + 4 * q));
+                }
+                const __m512i sc = _mm512_load_si512(p.scale[g]);
+                for (int t = 0; t < NT; ++t) {
+                    const __m512i off = _mm512_set1_epi32(4 * act[t][i].bsums[g]);  // value = code - 4
+                    total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(_mm512_sub_epi32(dot[t], off), sc));
+                }
+            }
+            const __m512 d = _mm512_load_ps(p.d);
+            for (int t = 0; t < NT; ++t) {
+                acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act[t][i].d), _mm512_mul_ps(_mm512_cvtepi32_ps(total[t]), d), acc[t]);
+            }
+        }
+        for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, acc[t]);
+    }
+}
+
+}  // namespace tandem::cpu::detail
