@@ -43,4 +43,10 @@ size_t q3_K_panel_bytes(int64_t n_cols);
 void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 
+// Q2_K (dot_q2_K_batch: spans of 128 elements, scale and minimum terms in
+// separate fused multiply-add chains, as llama.cpp's repacked kernel).
+size_t q2_K_panel_bytes(int64_t n_cols);
+void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+
 }  // namespace tandem::cpu::detail

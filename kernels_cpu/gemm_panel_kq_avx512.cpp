@@ -1,7 +1,8 @@
-// Panel GEMMs for Q5_K and Q3_K batch rows (see gemm_panel.h), in the
-// order of llama.cpp's tiled kernels that dot_q5_K_batch and
-// dot_q3_K_batch reproduce: integer super-block totals per row (lanes are
-// rows), then per super-block the float steps of the scalar reference.
+// Panel GEMMs for Q2_K, Q3_K and Q5_K batch rows (see gemm_panel.h), in
+// the orders dot_q2_K_batch (llama.cpp's repacked kernel: spans of 128),
+// dot_q3_K_batch and dot_q5_K_batch (its tiled kernels: super-block
+// totals) reproduce: integer totals per row in the lanes, then the float
+// steps of the scalar reference.
 #include <immintrin.h>
 
 #include <cstring>
@@ -68,6 +69,32 @@ void unpack3(const block_q3_K* rows[kPanelRows], int64_t n_rows, int64_t i, Pane
     }
 }
 
+// Q2_K: groups of 16 with a 4-bit scale and a 4-bit minimum each.
+struct Panel2 {
+    alignas(64) uint8_t codes[16][4][kPanelRows][4];
+    alignas(64) int32_t scale[16][kPanelRows];
+    alignas(64) int32_t min[16][kPanelRows];
+    alignas(64) float d[kPanelRows];
+    alignas(64) float dmin[kPanelRows];
+};
+
+void unpack2(const block_q2_K* rows[kPanelRows], int64_t n_rows, int64_t i, Panel2& p) {
+    std::memset(&p, 0, sizeof p);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const block_q2_K& b = rows[r][i];
+        for (int k = 0; k < kQK_K; ++k) {
+            const element::KLowBitIndex ix = element::k_low_bit_index(k);
+            p.codes[k / 16][(k % 16) / 4][r][k % 4] = static_cast<uint8_t>((b.qs[ix.byte] >> ix.shift) & 3);
+        }
+        for (int g = 0; g < 16; ++g) {
+            p.scale[g][r] = b.scales[g] & 0xF;
+            p.min[g][r] = b.scales[g] >> 4;
+        }
+        p.d[r] = fp16_to_fp32(b.d);
+        p.dmin[r] = fp16_to_fp32(b.dmin);
+    }
+}
+
 template <class Block>
 void row_pointers(const void* w, size_t row_stride, int64_t n_rows, const Block* rows[kPanelRows]) {
     for (int64_t r = 0; r < kPanelRows; ++r) {
@@ -82,6 +109,54 @@ inline __m512i bcast4(const int8_t* p) {
 }
 
 }  // namespace
+
+size_t q2_K_panel_bytes(int64_t n_cols) { return sizeof(Panel2) * static_cast<size_t>(n_cols / kQK_K); }
+
+void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    const int64_t nb = n_cols / kQK_K;
+    auto* panel = static_cast<Panel2*>(buf);
+    const block_q2_K* rows[kPanelRows];
+    row_pointers(w, row_stride, n_rows, rows);
+    for (int64_t i = 0; i < nb; ++i) unpack2(rows, n_rows, i, panel[i]);
+    const auto* abase = static_cast<const uint8_t*>(a);
+    const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
+        const block_q8_K* act[NT];
+        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+        __m512 acc[NT], acc_min[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            const Panel2& p = panel[i];
+            const __m512 d = _mm512_load_ps(p.d);
+            const __m512 dmin = _mm512_load_ps(p.dmin);
+            for (int span = 0; span < 2; ++span) {  // 128 elements = 8 groups of 16
+                __m512i isum[NT], imin[NT];
+                for (int t = 0; t < NT; ++t) isum[t] = imin[t] = _mm512_setzero_si512();
+                for (int g = 8 * span; g < 8 * span + 8; ++g) {
+                    __m512i dot[NT];
+                    for (auto& v : dot) v = _mm512_setzero_si512();
+                    for (int q = 0; q < 4; ++q) {
+                        const __m512i wv = _mm512_load_si512(p.codes[g][q]);
+                        for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast4(act[t][i].qs + 16 * g + 4 * q));
+                    }
+                    const __m512i sc = _mm512_load_si512(p.scale[g]);
+                    const __m512i mn = _mm512_load_si512(p.min[g]);
+                    for (int t = 0; t < NT; ++t) {
+                        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
+                        imin[t] = _mm512_add_epi32(imin[t], _mm512_mullo_epi32(mn, _mm512_set1_epi32(act[t][i].bsums[g])));
+                    }
+                }
+                for (int t = 0; t < NT; ++t) {
+                    const __m512 da = _mm512_set1_ps(act[t][i].d);
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, da), acc[t]);
+                    acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin[t]), _mm512_mul_ps(dmin, da), acc_min[t]);
+                }
+            }
+        }
+        for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, _mm512_sub_ps(acc[t], acc_min[t]));
+    }
+}
 
 size_t q5_K_panel_bytes(int64_t n_cols) { return sizeof(Panel5) * static_cast<size_t>(n_cols / kQK_K); }
 size_t q3_K_panel_bytes(int64_t n_cols) { return sizeof(Panel3) * static_cast<size_t>(n_cols / kQK_K); }

@@ -299,7 +299,7 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         act = buf;
     }
 
-    // Q3_K..Q6_K batch rows on AVX-512 VNNI: the panel GEMM (gemm_panel.h), same
+    // K-quant batch rows on AVX-512 VNNI: the panel GEMM (gemm_panel.h), same
     // bits as batch_fn, a third of the integer work. It covers tokens
     // [0, batch_end); the row kernels below take the rest.
     int64_t first_token = 0;
@@ -321,6 +321,9 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         } else if (w.type == quant::Type::Q3_K) {
             gemm = detail::q3_K_panel_gemm_avx512;
             buf_bytes = detail::q3_K_panel_bytes(w.n_cols);
+        } else if (w.type == quant::Type::Q2_K) {
+            gemm = detail::q2_K_panel_gemm_avx512;
+            buf_bytes = detail::q2_K_panel_bytes(w.n_cols);
         }
         if (gemm != nullptr) {
             // Panels take tokens four at a time; the last batch_end % 4 batch
