@@ -108,7 +108,60 @@ inline __m512i bcast4(const int8_t* p) {
     return _mm512_set1_epi32(four);
 }
 
+// Q4_0: blocks of 32 with an fp16 scale; value = code - 8.
+struct Panel40 {
+    alignas(64) uint8_t codes[8][kPanelRows][4];
+    alignas(64) float d[kPanelRows];
+};
+
 }  // namespace
+
+size_t q4_0_panel_bytes(int64_t n_cols) { return sizeof(Panel40) * static_cast<size_t>(n_cols / 32); }
+
+void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    const int64_t nb = n_cols / 32;
+    auto* panel = static_cast<Panel40*>(buf);
+    std::memset(panel, 0, sizeof(Panel40) * static_cast<size_t>(nb));
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const auto* row = reinterpret_cast<const block_q4_0*>(static_cast<const uint8_t*>(w) + r * row_stride);
+        for (int64_t i = 0; i < nb; ++i) {
+            for (int j = 0; j < 16; ++j) {
+                panel[i].codes[j / 4][r][j % 4] = static_cast<uint8_t>(row[i].qs[j] & 0xF);
+                panel[i].codes[(j + 16) / 4][r][j % 4] = static_cast<uint8_t>(row[i].qs[j] >> 4);
+            }
+            panel[i].d[r] = fp16_to_fp32(row[i].d);
+        }
+    }
+    const auto* abase = static_cast<const uint8_t*>(a);
+    const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
+        const block_q8_0* act[NT];
+        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_0*>(abase + (t0 + t) * a_stride);
+        __m512 acc[NT];
+        for (auto& v : acc) v = _mm512_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            const Panel40& p = panel[i];
+            __m512i dot[NT];
+            for (auto& v : dot) v = _mm512_setzero_si512();
+            for (int g = 0; g < 8; ++g) {
+                const __m512i wv = _mm512_load_si512(p.codes[g]);
+                for (int t = 0; t < NT; ++t) {
+                    dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast4(reinterpret_cast<const int8_t*>(act[t][i].qs) + 4 * g));
+                }
+            }
+            const __m512 d = _mm512_load_ps(p.d);
+            for (int t = 0; t < NT; ++t) {
+                int sum = 0;  // the block's activation sum, for the -8 offset
+                for (int k = 0; k < 32; ++k) sum += act[t][i].qs[k];
+                const __m512i total = _mm512_sub_epi32(dot[t], _mm512_set1_epi32(8 * sum));
+                const __m512 da = _mm512_set1_ps(fp16_to_fp32(act[t][i].d));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, da), acc[t]);
+            }
+        }
+        for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, acc[t]);
+    }
+}
 
 size_t q2_K_panel_bytes(int64_t n_cols) { return sizeof(Panel2) * static_cast<size_t>(n_cols / kQK_K); }
 

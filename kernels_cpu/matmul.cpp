@@ -299,36 +299,48 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         act = buf;
     }
 
-    // K-quant batch rows on AVX-512 VNNI: the panel GEMM (gemm_panel.h), same
-    // bits as batch_fn, a third of the integer work. It covers tokens
-    // [0, batch_end); the row kernels below take the rest.
+    // Batch rows on AVX-512 VNNI as panel GEMMs (gemm_panel.h): same bits as
+    // the row kernels they replace (batch_fn, or fn for Q4_0, whose single-row
+    // and batch orders are one), a fraction of the integer work. They take
+    // tokens four at a time from 0; the row kernels below take the rest.
     int64_t first_token = 0;
     // Unpacking a panel costs about what 16 tokens of its work do, so short
     // batches stay on the row kernels.
     constexpr int64_t kPanelMinTokens = 32;
-    if (batch_end >= kPanelMinTokens && level == SimdLevel::Avx512 && detail::avx512_vnni_available()) {
+    const int64_t panel_tokens = batch_fn != nullptr ? batch_end : (w.type == quant::Type::Q4_0 ? n_tokens : 0);
+    if (panel_tokens >= kPanelMinTokens && level == SimdLevel::Avx512 && detail::avx512_vnni_available()) {
         PanelGemm gemm = nullptr;
         size_t buf_bytes = 0;
-        if (w.type == quant::Type::Q4_K) {
-            gemm = detail::q4_K_panel_gemm_avx512;
-            buf_bytes = detail::q4_K_panel_bytes(w.n_cols);
-        } else if (w.type == quant::Type::Q6_K) {
-            gemm = detail::q6_K_panel_gemm_avx512;
-            buf_bytes = detail::q6_K_panel_bytes(w.n_cols);
-        } else if (w.type == quant::Type::Q5_K) {
-            gemm = detail::q5_K_panel_gemm_avx512;
-            buf_bytes = detail::q5_K_panel_bytes(w.n_cols);
-        } else if (w.type == quant::Type::Q3_K) {
-            gemm = detail::q3_K_panel_gemm_avx512;
-            buf_bytes = detail::q3_K_panel_bytes(w.n_cols);
-        } else if (w.type == quant::Type::Q2_K) {
-            gemm = detail::q2_K_panel_gemm_avx512;
-            buf_bytes = detail::q2_K_panel_bytes(w.n_cols);
+        switch (w.type) {
+            case quant::Type::Q2_K:
+                gemm = detail::q2_K_panel_gemm_avx512;
+                buf_bytes = detail::q2_K_panel_bytes(w.n_cols);
+                break;
+            case quant::Type::Q3_K:
+                gemm = detail::q3_K_panel_gemm_avx512;
+                buf_bytes = detail::q3_K_panel_bytes(w.n_cols);
+                break;
+            case quant::Type::Q4_K:
+                gemm = detail::q4_K_panel_gemm_avx512;
+                buf_bytes = detail::q4_K_panel_bytes(w.n_cols);
+                break;
+            case quant::Type::Q5_K:
+                gemm = detail::q5_K_panel_gemm_avx512;
+                buf_bytes = detail::q5_K_panel_bytes(w.n_cols);
+                break;
+            case quant::Type::Q6_K:
+                gemm = detail::q6_K_panel_gemm_avx512;
+                buf_bytes = detail::q6_K_panel_bytes(w.n_cols);
+                break;
+            case quant::Type::Q4_0:
+                gemm = detail::q4_0_panel_gemm_avx512;
+                buf_bytes = detail::q4_0_panel_bytes(w.n_cols);
+                break;
+            default:
+                break;
         }
         if (gemm != nullptr) {
-            // Panels take tokens four at a time; the last batch_end % 4 batch
-            // rows go to batch_fn below, in the same order.
-            const int64_t panel_end = batch_end - batch_end % 4;
+            const int64_t panel_end = panel_tokens - panel_tokens % 4;
             run_panels(w, gemm, buf_bytes, act, a_stride, panel_end, y, ldy, pool);
             first_token = panel_end;
             if (first_token == n_tokens) return;
