@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels_cpu/gemm_panel.h"
+#include "kernels_cpu/gemm_panel_avx512.h"
 #include "runtime/quant/fp16.h"
 #include "runtime/quant/quant_blocks.h"
 #include "runtime/quant/quant_element.h"
@@ -57,24 +58,14 @@ size_t q4_K_panel_bytes(int64_t n_cols) { return sizeof(PanelBlock) * static_cas
 
 void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    constexpr int NT = panel::kTokens;
     const int64_t nb = n_cols / kQK_K;
-    auto* panel = static_cast<PanelBlock*>(buf);
-    const block_q4_K* rows[kPanelRows];
-    for (int64_t r = 0; r < kPanelRows; ++r) {
-        rows[r] = reinterpret_cast<const block_q4_K*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
-    }
-    for (int64_t i = 0; i < nb; ++i) unpack(rows, n_rows, i, panel[i]);
-
-    constexpr int NT = 4;
-    const auto* abase = static_cast<const uint8_t*>(a);
-    const __mmask16 store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
-        const block_q8_K* act[NT];
-        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+    const PanelBlock* blocks = panel::unpack_panel<block_q4_K, PanelBlock>(w, row_stride, n_rows, nb, buf, unpack);
+    panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT], acc_min[NT];
         for (int t = 0; t < NT; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
-            const PanelBlock& p = panel[i];
+            const PanelBlock& p = blocks[i];
             const __m512 d = _mm512_load_ps(p.d);
             const __m512 dmin = _mm512_load_ps(p.dmin);
             for (int j = 0; j < 4; ++j) {  // spans of two sub-blocks (64 elements)
@@ -85,11 +76,7 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                     for (int t = 0; t < NT; ++t) dot[t] = _mm512_setzero_si512();
                     for (int g = 0; g < 8; ++g) {
                         const __m512i wv = _mm512_load_si512(p.codes[s][g]);
-                        for (int t = 0; t < NT; ++t) {
-                            int32_t four;
-                            std::memcpy(&four, act[t][i].qs + 32 * s + 4 * g, 4);
-                            dot[t] = _mm512_dpbusd_epi32(dot[t], wv, _mm512_set1_epi32(four));
-                        }
+                        for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, panel::bcast4(act[t][i].qs + 32 * s + 4 * g));
                     }
                     const __m512i sc = _mm512_load_si512(p.scale[s]);
                     const __m512i mn = _mm512_load_si512(p.min[s]);
@@ -106,10 +93,8 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 }
             }
         }
-        for (int t = 0; t < NT; ++t) {
-            _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, _mm512_sub_ps(acc[t], acc_min[t]));
-        }
-    }
+        for (int t = 0; t < NT; ++t) out[t] = _mm512_sub_ps(acc[t], acc_min[t]);
+    });
 }
 
 namespace {
@@ -151,24 +136,14 @@ size_t q6_K_panel_bytes(int64_t n_cols) { return sizeof(PanelBlock6) * static_ca
 
 void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    constexpr int NT = panel::kTokens;
     const int64_t nb = n_cols / kQK_K;
-    auto* panel = static_cast<PanelBlock6*>(buf);
-    const block_q6_K* rows[kPanelRows];
-    for (int64_t r = 0; r < kPanelRows; ++r) {
-        rows[r] = reinterpret_cast<const block_q6_K*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
-    }
-    for (int64_t i = 0; i < nb; ++i) unpack6(rows, n_rows, i, panel[i]);
-
-    constexpr int NT = 4;
-    const auto* abase = static_cast<const uint8_t*>(a);
-    const __mmask16 store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
-        const block_q8_K* act[NT];
-        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+    const PanelBlock6* blocks = panel::unpack_panel<block_q6_K, PanelBlock6>(w, row_stride, n_rows, nb, buf, unpack6);
+    panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT];
         for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
-            const PanelBlock6& p = panel[i];
+            const PanelBlock6& p = blocks[i];
             __m512i total[NT];
             for (int t = 0; t < NT; ++t) total[t] = _mm512_setzero_si512();
             for (int g = 0; g < 16; ++g) {
@@ -176,11 +151,7 @@ void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 for (int t = 0; t < NT; ++t) dot[t] = _mm512_setzero_si512();
                 for (int q = 0; q < 4; ++q) {
                     const __m512i wv = _mm512_load_si512(p.codes[g][q]);
-                    for (int t = 0; t < NT; ++t) {
-                        int32_t four;
-                        std::memcpy(&four, act[t][i].qs + 16 * g + 4 * q, 4);
-                        dot[t] = _mm512_dpbusd_epi32(dot[t], wv, _mm512_set1_epi32(four));
-                    }
+                    for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, panel::bcast4(act[t][i].qs + 16 * g + 4 * q));
                 }
                 const __m512i sc = _mm512_load_si512(p.scale[g]);
                 for (int t = 0; t < NT; ++t) {
@@ -195,8 +166,8 @@ void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act[t][i].d), v, acc[t]);
             }
         }
-        for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, acc[t]);
-    }
+        for (int t = 0; t < NT; ++t) out[t] = acc[t];
+    });
 }
 
 }  // namespace tandem::cpu::detail

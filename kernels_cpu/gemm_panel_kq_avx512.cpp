@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels_cpu/gemm_panel.h"
+#include "kernels_cpu/gemm_panel_avx512.h"
 #include "runtime/quant/fp16.h"
 #include "runtime/quant/quant_blocks.h"
 #include "runtime/quant/quant_element.h"
@@ -16,7 +17,7 @@ namespace tandem::cpu::detail {
 namespace {
 
 using namespace tandem::quant;
-constexpr int NT = 4;  // tokens per pass
+constexpr int NT = panel::kTokens;
 
 // Q5_K: sub-blocks of 32 with a 6-bit scale and minimum each.
 struct Panel5 {
@@ -95,24 +96,23 @@ void unpack2(const block_q2_K* rows[kPanelRows], int64_t n_rows, int64_t i, Pane
     }
 }
 
-template <class Block>
-void row_pointers(const void* w, size_t row_stride, int64_t n_rows, const Block* rows[kPanelRows]) {
-    for (int64_t r = 0; r < kPanelRows; ++r) {
-        rows[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
-    }
-}
-
-inline __m512i bcast4(const int8_t* p) {
-    int32_t four;
-    std::memcpy(&four, p, 4);
-    return _mm512_set1_epi32(four);
-}
-
 // Q4_0: blocks of 32 with an fp16 scale; value = code - 8.
 struct Panel40 {
     alignas(64) uint8_t codes[8][kPanelRows][4];
     alignas(64) float d[kPanelRows];
 };
+
+void unpack40(const block_q4_0* rows[kPanelRows], int64_t n_rows, int64_t i, Panel40& p) {
+    std::memset(&p, 0, sizeof p);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const block_q4_0& b = rows[r][i];
+        for (int j = 0; j < 16; ++j) {
+            p.codes[j / 4][r][j % 4] = static_cast<uint8_t>(b.qs[j] & 0xF);
+            p.codes[(j + 16) / 4][r][j % 4] = static_cast<uint8_t>(b.qs[j] >> 4);
+        }
+        p.d[r] = fp16_to_fp32(b.d);
+    }
+}
 
 }  // namespace
 
@@ -121,33 +121,18 @@ size_t q4_0_panel_bytes(int64_t n_cols) { return sizeof(Panel40) * static_cast<s
 void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / 32;
-    auto* panel = static_cast<Panel40*>(buf);
-    std::memset(panel, 0, sizeof(Panel40) * static_cast<size_t>(nb));
-    for (int64_t r = 0; r < n_rows; ++r) {
-        const auto* row = reinterpret_cast<const block_q4_0*>(static_cast<const uint8_t*>(w) + r * row_stride);
-        for (int64_t i = 0; i < nb; ++i) {
-            for (int j = 0; j < 16; ++j) {
-                panel[i].codes[j / 4][r][j % 4] = static_cast<uint8_t>(row[i].qs[j] & 0xF);
-                panel[i].codes[(j + 16) / 4][r][j % 4] = static_cast<uint8_t>(row[i].qs[j] >> 4);
-            }
-            panel[i].d[r] = fp16_to_fp32(row[i].d);
-        }
-    }
-    const auto* abase = static_cast<const uint8_t*>(a);
-    const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
-        const block_q8_0* act[NT];
-        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_0*>(abase + (t0 + t) * a_stride);
+    const Panel40* blocks = panel::unpack_panel<block_q4_0, Panel40>(w, row_stride, n_rows, nb, buf, unpack40);
+    panel::for_token_tiles<block_q8_0>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_0* const* act, __m512* out) {
         __m512 acc[NT];
         for (auto& v : acc) v = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
-            const Panel40& p = panel[i];
+            const Panel40& p = blocks[i];
             __m512i dot[NT];
             for (auto& v : dot) v = _mm512_setzero_si512();
             for (int g = 0; g < 8; ++g) {
                 const __m512i wv = _mm512_load_si512(p.codes[g]);
                 for (int t = 0; t < NT; ++t) {
-                    dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast4(reinterpret_cast<const int8_t*>(act[t][i].qs) + 4 * g));
+                    dot[t] = _mm512_dpbusd_epi32(dot[t], wv, panel::bcast4(act[t][i].qs + 4 * g));
                 }
             }
             const __m512 d = _mm512_load_ps(p.d);
@@ -159,8 +144,8 @@ void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, da), acc[t]);
             }
         }
-        for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, acc[t]);
-    }
+        for (int t = 0; t < NT; ++t) out[t] = acc[t];
+    });
 }
 
 size_t q2_K_panel_bytes(int64_t n_cols) { return sizeof(Panel2) * static_cast<size_t>(n_cols / kQK_K); }
@@ -168,19 +153,12 @@ size_t q2_K_panel_bytes(int64_t n_cols) { return sizeof(Panel2) * static_cast<si
 void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / kQK_K;
-    auto* panel = static_cast<Panel2*>(buf);
-    const block_q2_K* rows[kPanelRows];
-    row_pointers(w, row_stride, n_rows, rows);
-    for (int64_t i = 0; i < nb; ++i) unpack2(rows, n_rows, i, panel[i]);
-    const auto* abase = static_cast<const uint8_t*>(a);
-    const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
-        const block_q8_K* act[NT];
-        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+    const Panel2* blocks = panel::unpack_panel<block_q2_K, Panel2>(w, row_stride, n_rows, nb, buf, unpack2);
+    panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT], acc_min[NT];
         for (int t = 0; t < NT; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
-            const Panel2& p = panel[i];
+            const Panel2& p = blocks[i];
             const __m512 d = _mm512_load_ps(p.d);
             const __m512 dmin = _mm512_load_ps(p.dmin);
             for (int span = 0; span < 2; ++span) {  // 128 elements = 8 groups of 16
@@ -191,7 +169,7 @@ void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                     for (auto& v : dot) v = _mm512_setzero_si512();
                     for (int q = 0; q < 4; ++q) {
                         const __m512i wv = _mm512_load_si512(p.codes[g][q]);
-                        for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast4(act[t][i].qs + 16 * g + 4 * q));
+                        for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, panel::bcast4(act[t][i].qs + 16 * g + 4 * q));
                     }
                     const __m512i sc = _mm512_load_si512(p.scale[g]);
                     const __m512i mn = _mm512_load_si512(p.min[g]);
@@ -207,8 +185,8 @@ void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 }
             }
         }
-        for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, _mm512_sub_ps(acc[t], acc_min[t]));
-    }
+        for (int t = 0; t < NT; ++t) out[t] = _mm512_sub_ps(acc[t], acc_min[t]);
+    });
 }
 
 size_t q5_K_panel_bytes(int64_t n_cols) { return sizeof(Panel5) * static_cast<size_t>(n_cols / kQK_K); }
@@ -217,19 +195,12 @@ size_t q3_K_panel_bytes(int64_t n_cols) { return sizeof(Panel3) * static_cast<si
 void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / kQK_K;
-    auto* panel = static_cast<Panel5*>(buf);
-    const block_q5_K* rows[kPanelRows];
-    row_pointers(w, row_stride, n_rows, rows);
-    for (int64_t i = 0; i < nb; ++i) unpack5(rows, n_rows, i, panel[i]);
-    const auto* abase = static_cast<const uint8_t*>(a);
-    const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
-        const block_q8_K* act[NT];
-        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+    const Panel5* blocks = panel::unpack_panel<block_q5_K, Panel5>(w, row_stride, n_rows, nb, buf, unpack5);
+    panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT];
         for (auto& v : acc) v = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
-            const Panel5& p = panel[i];
+            const Panel5& p = blocks[i];
             __m512i total[NT], msum[NT];
             for (int t = 0; t < NT; ++t) total[t] = msum[t] = _mm512_setzero_si512();
             for (int s = 0; s < 8; ++s) {
@@ -237,7 +208,7 @@ void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 for (auto& v : dot) v = _mm512_setzero_si512();
                 for (int g = 0; g < 8; ++g) {
                     const __m512i wv = _mm512_load_si512(p.codes[s][g]);
-                    for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast4(act[t][i].qs + 32 * s + 4 * g));
+                    for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, panel::bcast4(act[t][i].qs + 32 * s + 4 * g));
                 }
                 const __m512i sc = _mm512_load_si512(p.scale[s]);
                 const __m512i mn = _mm512_load_si512(p.min[s]);
@@ -255,26 +226,19 @@ void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act[t][i].d), v, acc[t]);
             }
         }
-        for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, acc[t]);
-    }
+        for (int t = 0; t < NT; ++t) out[t] = acc[t];
+    });
 }
 
 void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / kQK_K;
-    auto* panel = static_cast<Panel3*>(buf);
-    const block_q3_K* rows[kPanelRows];
-    row_pointers(w, row_stride, n_rows, rows);
-    for (int64_t i = 0; i < nb; ++i) unpack3(rows, n_rows, i, panel[i]);
-    const auto* abase = static_cast<const uint8_t*>(a);
-    const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
-        const block_q8_K* act[NT];
-        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+    const Panel3* blocks = panel::unpack_panel<block_q3_K, Panel3>(w, row_stride, n_rows, nb, buf, unpack3);
+    panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT];
         for (auto& v : acc) v = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
-            const Panel3& p = panel[i];
+            const Panel3& p = blocks[i];
             __m512i total[NT];
             for (auto& v : total) v = _mm512_setzero_si512();
             for (int g = 0; g < 16; ++g) {
@@ -282,7 +246,7 @@ void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 for (auto& v : dot) v = _mm512_setzero_si512();
                 for (int q = 0; q < 4; ++q) {
                     const __m512i wv = _mm512_load_si512(p.codes[g][q]);
-                    for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast4(act[t][i].qs + 16 * g + 4 * q));
+                    for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, panel::bcast4(act[t][i].qs + 16 * g + 4 * q));
                 }
                 const __m512i sc = _mm512_load_si512(p.scale[g]);
                 for (int t = 0; t < NT; ++t) {
@@ -295,8 +259,8 @@ void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(act[t][i].d), _mm512_mul_ps(_mm512_cvtepi32_ps(total[t]), d), acc[t]);
             }
         }
-        for (int t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, acc[t]);
-    }
+        for (int t = 0; t < NT; ++t) out[t] = acc[t];
+    });
 }
 
 }  // namespace tandem::cpu::detail

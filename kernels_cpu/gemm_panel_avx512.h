@@ -1,0 +1,56 @@
+// What the AVX-512 panel GEMMs (gemm_panel*_avx512.cpp) share: row
+// pointers, the unpack of a panel, the 4-byte activation broadcast and the
+// loop over tiles of four tokens with its masked stores. Include only from
+// files built with AVX-512 VNNI.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "kernels_cpu/gemm_panel.h"
+
+namespace tandem::cpu::detail::panel {
+
+inline constexpr int kTokens = 4;  // tokens per pass over a panel
+
+// Unpacks the n_rows (<= 16) rows of w into n_blocks panel blocks with
+// unpack(rows, n_rows, i, block); rows past n_rows point at row 0 and are
+// never stored.
+template <class Block, class Panel, class Unpack>
+Panel* unpack_panel(const void* w, size_t row_stride, int64_t n_rows, int64_t n_blocks, void* buf, Unpack&& unpack) {
+    const Block* rows[kPanelRows];
+    for (int64_t r = 0; r < kPanelRows; ++r) {
+        rows[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
+    }
+    auto* panel = static_cast<Panel*>(buf);
+    for (int64_t i = 0; i < n_blocks; ++i) unpack(rows, n_rows, i, panel[i]);
+    return panel;
+}
+
+// Four activation bytes broadcast to every lane, for vpdpbusd.
+inline __m512i bcast4(const void* p) {
+    int32_t four;
+    std::memcpy(&four, p, 4);
+    return _mm512_set1_epi32(four);
+}
+
+// Runs tile(act, out) for each tile of kTokens tokens (n_tokens is a
+// multiple of it): act are the tile's activation rows, out[t] receives
+// token t's 16 row results, stored to y for the n_rows real rows.
+template <class Act, class Tile>
+void for_token_tiles(const void* a, size_t a_stride, int64_t n_tokens, int64_t n_rows, float* y, int64_t ldy,
+                     Tile&& tile) {
+    const auto* abase = static_cast<const uint8_t*>(a);
+    const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokens) {
+        const Act* act[kTokens];
+        for (int t = 0; t < kTokens; ++t) act[t] = reinterpret_cast<const Act*>(abase + (t0 + t) * a_stride);
+        __m512 out[kTokens];
+        tile(act, out);
+        for (int t = 0; t < kTokens; ++t) _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, out[t]);
+    }
+}
+
+}  // namespace tandem::cpu::detail::panel
