@@ -31,13 +31,6 @@ inline float hmax(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-inline int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
-
 // Four vectors of 8 int32 codes (each in [-127, 127]) to 32 int8 in order.
 // The two packs work per 128-bit lane, leaving dwords in the order
 // [v0 lo, v1 lo, v2 lo, v3 lo | v0 hi, v1 hi, v2 hi, v3 hi]; one dword

@@ -38,6 +38,14 @@ inline __m128 scales_pair(quant::fp16_bits d, quant::fp16_bits dmin) {
     return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(d | static_cast<uint32_t>(dmin) << 16)));
 }
 
+// Sum of the eight int32 lanes (exact: any order gives the same total).
+inline int hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
 inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

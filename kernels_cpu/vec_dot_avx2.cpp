@@ -153,13 +153,6 @@ struct UQ8_0 {
     static __m256i unpack(const W& b) { return load256(b.qs); }
 };
 
-inline int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
 template <class U>
 struct LegacyDot {
     template <int NT>

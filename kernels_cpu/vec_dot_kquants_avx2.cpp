@@ -176,13 +176,6 @@ struct UQ6K {
     __m256i coef() const { return _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5); }  // 32 * scale
 };
 
-inline int hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
 // The integer work of one super-block for NT tokens: per 32-element chunk,
 // maddubs (u8 codes x s8 activations) then madd with the group scales,
 // added into sumi[t]; Q3_K's offset is subtracted per element pair inside

@@ -169,13 +169,6 @@ inline __m512i scale_index() {
                             4 * C, 4 * C, 4 * C, 4 * C, 4 * C, 4 * C, 4 * C, 4 * C);
 }
 
-inline int hsum_i32_256(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    return _mm_cvtsi128_si32(s);
-}
-
 // The integer work of one super-block for NT tokens: chunk C's 64 codes
 // times the activations (maddubs), times the group scales (dpwssd); int32
 // lane l of chunk C holds elements 64C + 4l .. 64C + 4l + 3, i.e. AVX2
@@ -228,7 +221,7 @@ struct KLanes {
                     if constexpr (U::kLaneTerm == LaneTerm::OffsetBsum) {
                         lanes = _mm256_sub_epi32(lanes, _mm256_madd_epi16(coef, load256(ya[t][i].bsums)));
                     } else if constexpr (U::kLaneTerm == LaneTerm::MinScalar) {
-                        const int corr = hsum_i32_256(_mm256_madd_epi16(coef, load256(ya[t][i].bsums)));
+                        const int corr = hsum_i32(_mm256_madd_epi16(coef, load256(ya[t][i].bsums)));
                         acc_min[t] = std::fma(-_mm_cvtss_f32(_mm_movehdup_ps(dt)), static_cast<float>(corr), acc_min[t]);
                     }
                     acc[t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(dt), _mm256_cvtepi32_ps(lanes), acc[t]);
@@ -273,7 +266,7 @@ struct KTotals {
                             sumi[t] = _mm512_setzero_si512();
                             const float da = ya[t][i].d;
                             if constexpr (Span == 0) {
-                                const int ctot = hsum_i32_256(corr[t]);
+                                const int ctot = hsum_i32(corr[t]);
                                 if constexpr (U::kMinTerm) {
                                     const float dot = static_cast<float>(total) * dw;
                                     acc[t] = std::fma(da, std::fma(-f16(x[i].dmin), static_cast<float>(ctot), dot), acc[t]);
