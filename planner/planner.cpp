@@ -24,6 +24,9 @@ struct Tables {
     int64_t n_ubatch = 0;
     // Prefix sums over layers: [il] is the sum over layers [0, il).
     std::vector<uint64_t> weights, kv, kv_read, params;
+    // Per token, the floats a streamed layer's products send to the
+    // accelerator and back (each matrix's input and output rows).
+    std::vector<uint64_t> stream_io;
     uint64_t output_bytes = 0;       // output norm + head, head counted once
     uint64_t tied_head_bytes = 0;    // the head's bytes when it is token_embd (already on the host)
     uint64_t rope_bytes = 0;         // RoPE factors: every backend in use keeps its own copy
@@ -62,6 +65,7 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     t.kv.assign(n + 1, 0);
     t.kv_read.assign(n + 1, 0);
     t.params.assign(n + 1, 0);
+    t.stream_io.assign(n + 1, 0);
     // Decode reads the cache up to the current position; at the average
     // position of a full context that is half of it.
     const int64_t avg_ctx = std::max<int64_t>(1, t.n_ctx / 2);
@@ -75,6 +79,12 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
         t.kv[il + 1] = t.kv[il] + model::kv_bytes_for_layer(spec, i, t.n_ctx, t.n_ubatch, cache_type);
         t.kv_read[il + 1] = t.kv_read[il] + model::kv_bytes_for_layer(spec, i, avg_ctx, t.n_ubatch, cache_type);
         t.params[il + 1] = t.params[il] + p;
+        uint64_t io = 0;
+        for (const model::LayerTensor role : model::kStreamedMatrices) {
+            const auto* m = spec.layers[il].get(role);
+            io += static_cast<uint64_t>(m->row_length() + m->n_rows()) * sizeof(float);
+        }
+        t.stream_io[il + 1] = t.stream_io[il] + io;
     }
     t.output_bytes = model::output_weight_bytes(spec);
     if (spec.tied_output()) t.tied_head_bytes = spec.output_head().n_bytes;
@@ -102,17 +112,22 @@ Split split_of(const Tables& t, int64_t ngl) {
     return {std::min(g, t.n_layer), g > t.n_layer};
 }
 
-// As Session: an accelerator is used only when it holds something (ngl 0
-// costs it nothing); then it holds its RoPE factors, layers [0, d), their
-// KV cache, the head when it runs there (a tied head as its own copy) and
-// one micro-batch of activations (with logits when it runs the head).
-DeviceBytes device_bytes(const model::ModelSpec& spec, const Tables& t, int64_t ngl) {
+// As Session: an accelerator is used only when it holds something or
+// streams (ngl 0 without streaming costs it nothing); then it holds its
+// RoPE factors, layers [0, d), their KV cache, the head when it runs there
+// (a tied head as its own copy), one micro-batch of activations (with logits
+// when it runs the head) when it runs anything itself, and the stream's
+// slots and buffers when layers are left on the host to stream.
+DeviceBytes device_bytes(const model::ModelSpec& spec, const Tables& t, int64_t ngl, bool stream) {
     const Split s = split_of(t, ngl);
+    const bool holds = s.device_layers > 0 || s.output_on_device;
+    const bool streams = stream && s.device_layers < t.n_layer;
     DeviceBytes b;
-    if (s.device_layers == 0 && !s.output_on_device) return b;
+    if (!holds && !streams) return b;
     b.weights = t.rope_bytes + sum(t.weights, 0, s.device_layers) + (s.output_on_device ? t.output_bytes : 0);
     b.kv = sum(t.kv, 0, s.device_layers);
-    b.compute = model::compute_bytes(spec, t.n_ubatch, s.output_on_device);
+    b.compute = (holds ? model::compute_bytes(spec, t.n_ubatch, s.output_on_device) : 0) +
+                (streams ? model::stream_bytes(spec, s.device_layers, t.n_ubatch) : 0);
     return b;
 }
 
@@ -148,7 +163,11 @@ struct Speeds {
 // Prefill: compute-bound. 2 FLOPs per weight per token plus attention at
 // the average position, at each device's assumed GEMM rate; the head runs
 // once per micro-batch; the hand-overs happen once per micro-batch.
-Prediction predict(const Tables& t, const Split& s, const Speeds& v) {
+// With weight streaming, the host layers' products run on the accelerator
+// instead: each micro-batch brings their weights over PCIe once (or is
+// bound by the accelerator's arithmetic, whichever is slower) and sends
+// every product's input and output across; attention stays on the CPU.
+Prediction predict(const Tables& t, const Split& s, const Speeds& v, bool stream) {
     const int64_t d = s.device_layers, n = t.n_layer;
     const double head_bytes = static_cast<double>(t.output_bytes);
     const double host_read = static_cast<double>(sum(t.weights, d, n) + sum(t.kv_read, d, n) + t.embd_row_bytes) +
@@ -163,12 +182,17 @@ Prediction predict(const Tables& t, const Split& s, const Speeds& v) {
 
     const double ub = static_cast<double>(t.n_ubatch);
     const double head_flops = 2.0 * static_cast<double>(t.head_params) / ub;
-    const double host_flops = 2.0 * static_cast<double>(sum(t.params, d, n)) +
-                              t.attn_flops_per_token * static_cast<double>(n - d) +
+    const double host_mm_flops = 2.0 * static_cast<double>(sum(t.params, d, n));
+    const double host_flops = (stream ? 0.0 : host_mm_flops) + t.attn_flops_per_token * static_cast<double>(n - d) +
                               (s.output_on_device ? 0.0 : head_flops);
+    const double stream_s =
+        stream ? std::max(static_cast<double>(sum(t.weights, d, n)) / ub / (v.pcie_gbps * 1e9),
+                          host_mm_flops / (v.gpu_gflops * 1e9)) +
+                     static_cast<double>(sum(t.stream_io, d, n)) / (v.pcie_gbps * 1e9)
+               : 0.0;
     const double dev_flops = 2.0 * static_cast<double>(sum(t.params, 0, d)) +
                              t.attn_flops_per_token * static_cast<double>(d) + (s.output_on_device ? head_flops : 0.0);
-    const double pp_s = host_flops / (v.cpu_gflops * 1e9) + dev_flops / (v.gpu_gflops * 1e9) +
+    const double pp_s = host_flops / (v.cpu_gflops * 1e9) + dev_flops / (v.gpu_gflops * 1e9) + stream_s +
                         (crosses ? (2.0 * static_cast<double>(t.hidden_bytes)) / (v.pcie_gbps * 1e9) +
                                        2 * kHandOverLatencyS / ub
                                  : 0.0);
@@ -203,7 +227,7 @@ void explain_choice(const model::ModelSpec& spec, const Tables& t, const Plan& p
                                   t.n_layer, format_bytes(p.vram.total()), format_bytes(p.margin), format_bytes(cap)));
         return;
     }
-    const DeviceBytes next = device_bytes(spec, t, p.ngl + 1);
+    const DeviceBytes next = device_bytes(spec, t, p.ngl + 1, p.weight_stream);
     const uint64_t over = next.total() + p.margin - cap;
     if (s.device_layers == t.n_layer) {
         out.push_back(fmt::format("all {} layers fit ({} + margin {} of {}); the output head ({}) would overflow by "
@@ -235,8 +259,8 @@ uint64_t default_margin(uint64_t capacity) {
 }
 
 DeviceBytes device_bytes(const model::ModelSpec& spec, int64_t ngl, int64_t n_ctx, int64_t n_ubatch,
-                         model::CacheType cache_type) {
-    return device_bytes(spec, make_tables(spec, n_ctx, n_ubatch, cache_type), ngl);
+                         model::CacheType cache_type, bool weight_stream) {
+    return device_bytes(spec, make_tables(spec, n_ctx, n_ubatch, cache_type), ngl, weight_stream);
 }
 
 DeviceBytes host_bytes(const model::ModelSpec& spec, int64_t ngl, bool has_device, int64_t n_ctx, int64_t n_ubatch,
@@ -272,21 +296,49 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
     } else {
         const uint64_t cap = *in.device_capacity;
         p.margin = in.margin ? *in.margin : default_margin(cap);
-        const auto fits = [&](int64_t ngl) { return device_bytes(spec, t, ngl).total() + p.margin <= cap; };
+        if (in.stream_min_batch <= 0) {
+            throw Error(fmt::format("--stream-min-batch: expected a positive value, found {}", in.stream_min_batch));
+        }
+        const bool wants_stream = in.weight_stream && t.n_ubatch >= in.stream_min_batch;
+        const auto fits = [&](int64_t ngl, bool stream) {
+            return device_bytes(spec, t, ngl, stream).total() + p.margin <= cap;
+        };
+        // The largest ngl that fits, from the top (with streaming the total
+        // need not grow with every layer); -1 if none.
+        const auto largest = [&](bool stream) {
+            int64_t ngl = t.n_layer + 1;
+            while (ngl >= 0 && !fits(ngl, stream)) --ngl;
+            return ngl;
+        };
+        // Streaming is kept when some split leaves room for its slots;
+        // otherwise the layers get the room (the Session drops it the same way).
+        bool stream = wants_stream;
         if (in.ngl) {
             p.forced = true;
             p.ngl = std::min(*in.ngl, t.n_layer + 1);
+            stream = stream && fits(p.ngl, true);
         } else {
-            // The device total only grows with ngl (each step adds a layer,
-            // or the head and its logits), so the first fit from the top is
-            // the largest.
-            p.ngl = t.n_layer + 1;
-            while (p.ngl > 0 && !fits(p.ngl)) --p.ngl;
+            p.ngl = stream ? largest(true) : -1;
+            if (p.ngl < 0) {
+                stream = false;
+                p.ngl = std::max<int64_t>(largest(false), 0);
+            }
         }
-        p.fits = fits(p.ngl);
-        p.vram = device_bytes(spec, t, p.ngl);
+        p.fits = fits(p.ngl, stream);
+        p.vram = device_bytes(spec, t, p.ngl, stream);
         p.output_on_gpu = split_of(t, p.ngl).output_on_device;
+        p.weight_stream = stream && split_of(t, p.ngl).device_layers < t.n_layer;
+        p.stream_min_batch = in.stream_min_batch;
+        p.stream_bytes = p.weight_stream ? model::stream_bytes(spec, split_of(t, p.ngl).device_layers, t.n_ubatch) : 0;
         explain_choice(spec, t, p, p.reasons);
+        if (p.weight_stream) {
+            p.reasons.push_back(fmt::format("weight streaming: prompts of {}+ tokens multiply the CPU layers' matrices "
+                                            "on the accelerator, which reserves {} for it (--no-stream gives that "
+                                            "room to layers)",
+                                            in.stream_min_batch, format_bytes(p.stream_bytes)));
+        } else if (wants_stream && split_of(t, p.ngl).device_layers < t.n_layer) {
+            p.reasons.push_back("weight streaming off: its slots do not fit beside the layers");
+        }
     }
     p.ram = host_bytes(spec, t, p.ngl, p.has_device);
     if (in.host_ram) {
@@ -301,7 +353,7 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
                                     cache_type_name(in.cache_type), format_bytes(t.kv[static_cast<size_t>(t.n_layer)]),
                                     format_bytes(p.vram.kv)));
     const Split s = split_of(t, p.ngl);
-    p.predicted = predict(t, p.has_device ? s : Split{}, v);
+    p.predicted = predict(t, p.has_device ? s : Split{}, v, p.weight_stream);
     const uint64_t dev_read = sum(t.weights, 0, s.device_layers) + (s.output_on_device ? t.output_bytes : 0);
     const uint64_t host_read = t.weights[static_cast<size_t>(t.n_layer)] + t.output_bytes - dev_read;
     const double host_ms = static_cast<double>(host_read) / (v.cpu_gbps * 1e6);
@@ -343,6 +395,8 @@ nlohmann::json to_json(const Plan& p) {
         {"n_ctx", p.n_ctx},
         {"n_ubatch", p.n_ubatch},
         {"cache_type", cache_type_name(p.cache_type)},
+        {"weight_stream",
+         {{"enabled", p.weight_stream}, {"min_batch", p.stream_min_batch}, {"bytes", p.stream_bytes}}},
         {"vram", bytes(p.vram)},
         {"ram", bytes(p.ram)},
         {"predicted", {{"tg_tps", p.predicted.tg_tps}, {"pp_tps", p.predicted.pp_tps}}},

@@ -43,6 +43,10 @@ struct PlanInputs {
     model::CacheType cache_type = model::CacheType::F16;
     std::optional<uint64_t> margin;  // nullopt: default_margin(capacity)
     std::optional<int64_t> ngl;      // evaluate this split instead of choosing one
+    // Weight streaming for long prompts, as SessionOptions: wanted when an
+    // accelerator exists and micro-batches reach stream_min_batch.
+    bool weight_stream = true;
+    int64_t stream_min_batch = 32;
     std::optional<double> cpu_gbps, gpu_gbps, pcie_gbps, cpu_gflops, gpu_gflops;
 };
 
@@ -76,6 +80,9 @@ struct Plan {
     bool fits = true;      // the device total plus the margin is within the capacity
     bool ram_fits = true;  // the host total is within host_ram (true when not given)
     bool forced = false;   // ngl came from the inputs
+    bool weight_stream = false;   // prompts of stream_min_batch+ tokens stream the CPU layers' weights
+    uint64_t stream_bytes = 0;    // what that reserves on the accelerator (part of vram.compute)
+    int64_t stream_min_batch = 0;
     std::optional<uint64_t> capacity;
     uint64_t margin = 0;
     int64_t n_ctx = 0;
@@ -92,10 +99,12 @@ uint64_t default_margin(uint64_t capacity);
 
 // Bytes per device for a given split, exactly as the Session reserves them
 // (ngl is clamped to [0, n_layer + 1]; has_device says whether an
-// accelerator exists at all, which decides whether it reserves scratch).
-// Throws tandem::Error when the cache type does not fit the head size.
+// accelerator exists at all, which decides whether it reserves scratch;
+// weight_stream: the accelerator also holds the stream's slots whenever a
+// layer is left on the host). Throws tandem::Error when the cache type does
+// not fit the head size.
 DeviceBytes device_bytes(const model::ModelSpec& spec, int64_t ngl, int64_t n_ctx, int64_t n_ubatch,
-                         model::CacheType cache_type);
+                         model::CacheType cache_type, bool weight_stream = false);
 DeviceBytes host_bytes(const model::ModelSpec& spec, int64_t ngl, bool has_device, int64_t n_ctx, int64_t n_ubatch,
                        model::CacheType cache_type);
 

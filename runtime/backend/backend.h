@@ -16,6 +16,7 @@
 #include <string>
 
 #include "runtime/backend/memory_ledger.h"
+#include "runtime/backend/weight_stream.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 
@@ -98,6 +99,13 @@ public:
     virtual void run_output(int64_t first, int64_t count, float* host_logits) = 0;
     virtual void clear_kv() = 0;
     virtual uint64_t kv_bytes() const = 0;
+
+    // An accelerator that can multiply matrices it does not hold reserves
+    // what streaming layers [first_layer, n_layer) costs it
+    // (model::stream_bytes) and returns the stream, owned by the backend;
+    // nullptr when it cannot stream. Throws OutOfDeviceMemory (then nothing
+    // stays reserved).
+    virtual WeightStream* enable_weight_stream(int64_t /*first_layer*/) { return nullptr; }
 };
 
 }  // namespace tandem

@@ -29,6 +29,48 @@ struct Workspace {
     std::vector<float> x, cur, q, k, v, attn, ffn_gate, ffn_up, logits;
 };
 
+// The stand-in's weight stream: two slots it owns, filled from the mapping
+// as a GPU's would be over PCIe, and its own copies of each product's input
+// and output, all reserved as the CUDA backend reserves them, so the
+// accounting and the prefetch order run for real. The product is the host's
+// kernel, so streaming changes no bit.
+class StandInStream final : public DoubleBufferedStream {
+public:
+    StandInStream(const gguf::File& file, const model::ModelSpec& spec, int64_t first_layer, int64_t n_ubatch,
+                  MemoryLedger& ledger, cpu::ThreadPool& pool, cpu::SimdLevel level)
+        : DoubleBufferedStream(spec, first_layer),
+          file_(file),
+          reservation_(ledger, MemoryCategory::Compute, model::stream_bytes(spec, first_layer, n_ubatch),
+                       "weight stream slots and buffers"),
+          pool_(pool),
+          level_(level) {
+        for (auto& slot : slots_) slot.resize(model::stream_slot_bytes(spec, first_layer));
+    }
+
+protected:
+    void begin_upload(int slot, const gguf::TensorInfo& t) override {
+        const auto bytes = file_.tensor_data(t);
+        std::memcpy(slots_[slot].data(), bytes.data(), bytes.size());
+    }
+
+    void multiply(int slot, const gguf::TensorInfo& t, const float* x, int64_t n_tokens, float* y) override {
+        const int64_t cols = t.row_length(), rows = t.n_rows();
+        x_.assign(x, x + n_tokens * cols);
+        y_.resize(static_cast<size_t>(n_tokens * rows));
+        const cpu::WeightView w{t.type, slots_[slot].data(), rows, cols, *quant::row_bytes(t.type, cols)};
+        cpu::matmul(w, x_.data(), cols, n_tokens, y_.data(), rows, pool_, level_);
+        std::memcpy(y, y_.data(), y_.size() * sizeof(float));
+    }
+
+private:
+    const gguf::File& file_;
+    LedgerReservation reservation_;
+    cpu::ThreadPool& pool_;
+    cpu::SimdLevel level_;
+    std::vector<uint8_t> slots_[2];
+    std::vector<float> x_, y_;
+};
+
 }  // namespace
 
 struct CpuBackend::Impl {
@@ -48,6 +90,7 @@ struct CpuBackend::Impl {
     cpu::WeightView head;
     bool has_output = false;
     Workspace ws;
+    std::unique_ptr<StandInStream> stream;
 
     Impl(std::string name, bool accel, std::optional<uint64_t> capacity, const gguf::File& f,
          const model::ModelSpec& s, const BackendConfig& c, cpu::ThreadPool& p, cpu::SimdLevel l)
@@ -148,18 +191,26 @@ struct CpuBackend::Impl {
         cpu::matmul(w, in, w.n_cols, n_tokens, out, w.n_rows, pool, level);
     }
 
-    void run_layer(int64_t il, std::span<const int32_t> pos) {
+    // stream: multiply the layer's matrices on the accelerator (null: here).
+    void run_layer(int64_t il, std::span<const int32_t> pos, WeightStream* stream) {
         const auto it = layers.find(il);
         TANDEM_CHECK(it != layers.end(), "run_layer: layer not loaded on this backend");
         const LayerWeights& w = it->second;
         const auto n = static_cast<int64_t>(pos.size());
         const float eps = static_cast<float>(hp.rms_eps);
         const int64_t E = hp.n_embd;
+        auto mm = [&](LayerTensor role, const cpu::WeightView& m, const float* in, float* out) {
+            if (stream) {
+                stream->matmul(il, role, in, n, out);
+            } else {
+                matmul(m, in, n, out);
+            }
+        };
 
         cpu::rms_norm_rows(ws.x.data(), w.attn_norm.data(), ws.cur.data(), E, n, eps);
-        matmul(w.q, ws.cur.data(), n, ws.q.data());
-        matmul(w.k, ws.cur.data(), n, ws.k.data());
-        matmul(w.v, ws.cur.data(), n, ws.v.data());
+        mm(LayerTensor::AttnQ, w.q, ws.cur.data(), ws.q.data());
+        mm(LayerTensor::AttnK, w.k, ws.cur.data(), ws.k.data());
+        mm(LayerTensor::AttnV, w.v, ws.cur.data(), ws.v.data());
         if (!w.q_norm.empty()) {
             cpu::rms_norm_rows(ws.q.data(), w.q_norm.data(), ws.q.data(), hp.head_dim_k, n * hp.n_head, eps);
         }
@@ -193,21 +244,21 @@ struct CpuBackend::Impl {
             shape.scale = 1.0f;
         }
         cpu::attention(ws.q.data(), pos.data(), n, shape, w.kv->view(), ws.attn.data(), pool, level);
-        matmul(w.o, ws.attn.data(), n, ws.cur.data());
+        mm(LayerTensor::AttnOutput, w.o, ws.attn.data(), ws.cur.data());
         if (!w.attn_post_norm.empty()) {
             cpu::rms_norm_rows(ws.cur.data(), w.attn_post_norm.data(), ws.cur.data(), E, n, eps);
         }
         cpu::add(ws.x.data(), ws.cur.data(), n * E);
 
         cpu::rms_norm_rows(ws.x.data(), w.ffn_norm.data(), ws.cur.data(), E, n, eps);
-        matmul(w.gate, ws.cur.data(), n, ws.ffn_gate.data());
-        matmul(w.up, ws.cur.data(), n, ws.ffn_up.data());
+        mm(LayerTensor::FfnGate, w.gate, ws.cur.data(), ws.ffn_gate.data());
+        mm(LayerTensor::FfnUp, w.up, ws.cur.data(), ws.ffn_up.data());
         if (spec.arch->ffn_activation == model::FfnActivation::Silu) {
             cpu::swiglu(ws.ffn_gate.data(), ws.ffn_up.data(), ws.ffn_gate.data(), n * hp.n_ff, level);
         } else {
             cpu::geglu(ws.ffn_gate.data(), ws.ffn_up.data(), ws.ffn_gate.data(), n * hp.n_ff);
         }
-        matmul(w.down, ws.ffn_gate.data(), n, ws.cur.data());
+        mm(LayerTensor::FfnDown, w.down, ws.ffn_gate.data(), ws.cur.data());
         if (!w.ffn_post_norm.empty()) {
             cpu::rms_norm_rows(ws.cur.data(), w.ffn_post_norm.data(), ws.cur.data(), E, n, eps);
         }
@@ -263,7 +314,22 @@ void CpuBackend::get_hidden(float* host, int64_t n) const {
     std::memcpy(host, impl_->ws.x.data(), static_cast<size_t>(n * impl_->hp.n_embd) * sizeof(float));
 }
 
-void CpuBackend::run_layer(int64_t il, std::span<const int32_t> pos) { impl_->run_layer(il, pos); }
+void CpuBackend::run_layer(int64_t il, std::span<const int32_t> pos) { impl_->run_layer(il, pos, nullptr); }
+
+void CpuBackend::run_layer_streamed(int64_t il, std::span<const int32_t> pos, WeightStream& stream) {
+    impl_->run_layer(il, pos, &stream);
+}
+
+WeightStream* CpuBackend::enable_weight_stream(int64_t first_layer) {
+    if (!impl_->accelerator) return nullptr;  // the host multiplies what it holds
+    if (!impl_->stream) {
+        impl_->stream = std::make_unique<StandInStream>(impl_->file, impl_->spec, first_layer, impl_->config.n_ubatch,
+                                                        impl_->ledger, impl_->pool, impl_->level);
+    }
+    return impl_->stream.get();
+}
+
+uint64_t CpuBackend::streamed_uploads() const { return impl_->stream ? impl_->stream->uploads() : 0; }
 void CpuBackend::run_output(int64_t first, int64_t count, float* host_logits) {
     impl_->run_output(first, count, host_logits);
 }

@@ -39,6 +39,15 @@ public:
     void run_output(int64_t first, int64_t count, float* host_logits) override;
     void clear_kv() override;
     uint64_t kv_bytes() const override;
+    // The stand-in streams (StandInStream in cpu_backend.cpp); the host
+    // does not (nullptr).
+    WeightStream* enable_weight_stream(int64_t first_layer) override;
+    // Matrices the stand-in's stream has copied so far (0 if none).
+    uint64_t streamed_uploads() const;
+
+    // run_layer with the layer's seven matrices multiplied through `stream`
+    // (an accelerator's), everything else here.
+    void run_layer_streamed(int64_t il, std::span<const int32_t> pos, WeightStream& stream);
 
     // The host also embeds tokens (the embedding table stays in the mapping).
     void embed(std::span<const int32_t> tokens);

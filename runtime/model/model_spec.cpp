@@ -135,4 +135,29 @@ uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits
     return ub * per_token * sizeof(float);
 }
 
+uint64_t stream_slot_bytes(const ModelSpec& spec, int64_t first_layer) {
+    uint64_t slot = 0;
+    for (int64_t il = std::max<int64_t>(first_layer, 0); il < spec.hp.n_layer; ++il) {
+        for (const LayerTensor role : kStreamedMatrices) {
+            slot = std::max(slot, spec.layers[static_cast<size_t>(il)].get(role)->n_bytes);
+        }
+    }
+    return slot;
+}
+
+uint64_t stream_bytes(const ModelSpec& spec, int64_t first_layer, int64_t n_ubatch) {
+    if (first_layer >= spec.hp.n_layer) return 0;
+    int64_t max_cols = 0, max_rows = 0;
+    for (int64_t il = std::max<int64_t>(first_layer, 0); il < spec.hp.n_layer; ++il) {
+        for (const LayerTensor role : kStreamedMatrices) {
+            const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
+            max_cols = std::max(max_cols, t->row_length());
+            max_rows = std::max(max_rows, t->n_rows());
+        }
+    }
+    const auto ub = static_cast<uint64_t>(n_ubatch);
+    return 2 * stream_slot_bytes(spec, first_layer) +
+           ub * static_cast<uint64_t>(2 * max_cols + max_rows) * sizeof(float);
+}
+
 }  // namespace tandem::model

@@ -61,4 +61,19 @@ uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, in
 // that device runs the output head.
 uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits);
 
+// ---- weight streaming (long prompts: CPU-resident layers' matrices are
+// multiplied on the accelerator, copied there one matrix at a time) --------
+// The matrices of a layer in the order the layer multiplies them.
+inline constexpr LayerTensor kStreamedMatrices[] = {LayerTensor::AttnQ,   LayerTensor::AttnK,  LayerTensor::AttnV,
+                                                    LayerTensor::AttnOutput, LayerTensor::FfnGate, LayerTensor::FfnUp,
+                                                    LayerTensor::FfnDown};
+// Bytes of the largest matrix in layers [first_layer, n_layer): one slot.
+uint64_t stream_slot_bytes(const ModelSpec& spec, int64_t first_layer);
+// What streaming layers [first_layer, n_layer) costs the accelerator: two
+// slots (the copy of the next matrix overlaps the product with this one)
+// and one micro-batch of the widest input and output in floats, plus room
+// for the input in the kernel's own activation format (at most 4 bytes an
+// element). 0 when no layer is left to stream.
+uint64_t stream_bytes(const ModelSpec& spec, int64_t first_layer, int64_t n_ubatch);
+
 }  // namespace tandem::model

@@ -19,7 +19,10 @@ struct Session::Impl {
     cpu::SimdLevel level;
     cpu::ThreadPool pool;
     std::unique_ptr<CpuBackend> host;
-    std::unique_ptr<Backend> accel;  // present only when it holds something
+    std::unique_ptr<Backend> accel;  // present only when it holds something or streams
+    WeightStream* stream = nullptr;  // owned by accel
+    std::string stream_note;
+    int64_t streamed_batches = 0;
     int64_t n_device_layers = 0;
     bool output_on_device = false;
     std::vector<float> hidden;  // host copy of the hidden state at a hand-over
@@ -64,7 +67,10 @@ struct Session::Impl {
         config.n_ubatch = opt.n_ubatch;
         config.cache_type = opt.cache_type;
         host = std::make_unique<CpuBackend>("cpu", false, std::nullopt, file, spec, config, pool, level);
-        if (n_device_layers > 0 || output_on_device) {
+        const bool holds = n_device_layers > 0 || output_on_device;
+        const bool wants_stream = !opt.device.empty() && opt.weight_stream && n_device_layers < hp.n_layer &&
+                                  opt.n_ubatch >= opt.stream_min_batch;
+        if (holds || wants_stream) {
             BackendConfig accel_config = config;
             accel_config.host_ledger = &host->mutable_ledger();
             if (opt.upload_progress) {
@@ -75,11 +81,17 @@ struct Session::Impl {
                     opt.upload_progress(std::min(done, total), total);
                 };
             }
-            if (cuda_index >= 0) {
-                accel = cuda::make_cuda_backend(cuda_index, opt.device_capacity, file, spec, accel_config);
-            } else {
-                accel = std::make_unique<CpuBackend>(opt.device, true, opt.device_capacity, file, spec, accel_config,
-                                                     pool, level);
+            try {
+                if (cuda_index >= 0) {
+                    accel = cuda::make_cuda_backend(cuda_index, opt.device_capacity, file, spec, accel_config);
+                } else {
+                    accel = std::make_unique<CpuBackend>(opt.device, true, opt.device_capacity, file, spec,
+                                                         accel_config, pool, level);
+                }
+            } catch (const Error& e) {
+                if (holds) throw;
+                // Only streaming wanted the device: without it the CPU runs all.
+                stream_note = fmt::format("weight streaming off: {}", e.what());
             }
         }
         // The embedding lookup stays on the host, as in llama.cpp.
@@ -87,7 +99,18 @@ struct Session::Impl {
         for (int64_t il = 0; il < hp.n_layer; ++il) layer_backend(il).load_layer(il);
         output_backend().load_output();
         host->allocate_workspace(!output_on_device);
-        if (accel) accel->allocate_workspace(output_on_device);
+        if (holds) accel->allocate_workspace(output_on_device);
+        // Last, so that a device too small for the slots still holds every
+        // layer it can and only loses the streaming.
+        if (accel && wants_stream) {
+            try {
+                stream = accel->enable_weight_stream(n_device_layers);
+                if (!stream) stream_note = fmt::format("weight streaming off: {} cannot stream", accel->name());
+            } catch (const OutOfDeviceMemory& e) {
+                stream_note = fmt::format("weight streaming off: {}", e.what());
+            }
+            if (!stream && !holds) accel.reset();  // a device with nothing to do costs nothing
+        }
         hidden.resize(static_cast<size_t>(opt.n_ubatch * hp.n_embd));
         pos.resize(static_cast<size_t>(opt.n_ubatch));
     }
@@ -140,6 +163,10 @@ struct Session::Impl {
             // Embed on the host; layers [0, n_device_layers) on the device,
             // the rest on the host: the hidden state crosses once each way.
             host->embed(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(n)));
+            // A long enough micro-batch multiplies the host layers' matrices
+            // on the accelerator (the hidden state itself stays here).
+            const bool streamed = stream != nullptr && n >= opt.stream_min_batch;
+            streamed_batches += streamed ? 1 : 0;
             Backend* current = host.get();
             for (int64_t il = 0; il < hp.n_layer; ++il) {
                 Backend& next = layer_backend(il);
@@ -147,7 +174,11 @@ struct Session::Impl {
                     hand_over(*current, next, n);
                     current = &next;
                 }
-                current->run_layer(il, positions);
+                if (streamed && current == host.get()) {
+                    host->run_layer_streamed(il, positions, *stream);
+                } else {
+                    current->run_layer(il, positions);
+                }
             }
             Backend& out = output_backend();
             if (&out != current) hand_over(*current, out, n);
@@ -188,6 +219,10 @@ const std::string& Session::layer_device(int64_t il) const {
     TANDEM_CHECK(il >= 0 && il < impl_->hp.n_layer, "layer index out of range");
     return impl_->layer_backend(il).name();
 }
+
+bool Session::weight_stream_active() const { return impl_->stream != nullptr; }
+const std::string& Session::weight_stream_note() const { return impl_->stream_note; }
+int64_t Session::streamed_batches() const { return impl_->streamed_batches; }
 
 std::vector<const MemoryLedger*> Session::ledgers() const {
     std::vector<const MemoryLedger*> out{&impl_->host->ledger()};

@@ -34,6 +34,13 @@ struct SessionOptions {
     // Leading layers on the accelerator; more than n_layer also puts the
     // output norm and head there. Ignored without a device.
     int64_t n_gpu_layers = 0;
+    // Weight streaming: micro-batches of at least stream_min_batch tokens
+    // multiply the CPU-resident layers' matrices on the accelerator, copied
+    // there one matrix at a time (runtime/backend/weight_stream.h). Costs
+    // the accelerator model::stream_bytes; dropped, with a note, when that
+    // does not fit.
+    bool weight_stream = true;
+    int64_t stream_min_batch = 32;
     // Called while weights are copied to the accelerator at load, with the
     // bytes copied so far and the total (a progress bar's feed).
     std::function<void(uint64_t done, uint64_t total)> upload_progress;
@@ -69,6 +76,13 @@ public:
     bool output_on_device() const;
     // Name of the device holding layer il's weights and KV cache.
     const std::string& layer_device(int64_t il) const;
+    // Whether micro-batches of stream_min_batch or more tokens stream the
+    // CPU layers' weights to the accelerator, and if not, why (empty when
+    // streaming was not asked for or nothing could stream).
+    bool weight_stream_active() const;
+    const std::string& weight_stream_note() const;
+    // Micro-batches evaluated with streaming so far.
+    int64_t streamed_batches() const;
     // The memory ledgers: host first, then the accelerator if any.
     std::vector<const MemoryLedger*> ledgers() const;
 
