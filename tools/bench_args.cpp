@@ -214,6 +214,11 @@ BenchConfig make_bench_config(const BenchArgs& a) {
         throw Error(fmt::format("--device: expected cuda, cudaN or cpu2 (the stand-in accelerator), found '{}'",
                                 c.device));
     }
+    c.weight_stream = !a.no_stream;
+    if (a.stream_min_batch <= 0) {
+        throw Error(fmt::format("--stream-min-batch: expected a positive value, found {}", a.stream_min_batch));
+    }
+    c.stream_min_batch = a.stream_min_batch;
     if (!a.vram.empty()) {
         if (c.device.empty()) throw Error("--vram needs --device (cuda or cpu2)");
         c.vram = parse_size(a.vram);

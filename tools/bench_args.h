@@ -33,6 +33,8 @@ struct BenchArgs {
     std::string output = "md";
     std::string device;
     std::string vram;
+    bool no_stream = false;
+    int64_t stream_min_batch = 32;
     bool sweep = false;
     std::string sweep_step;  // "" with sweep: step 1
     std::string plot;
@@ -58,6 +60,8 @@ struct BenchConfig {
     OutputFormat format = OutputFormat::Markdown;
     std::string device;              // "" for none
     std::optional<uint64_t> vram;    // --vram; nullopt: unlimited
+    bool weight_stream = true;       // --no-stream clears it
+    int64_t stream_min_batch = 32;   // --stream-min-batch
     std::optional<int64_t> sweep_step;  // --sweep-ngl: ngl 0, step, 2*step, ... n_layer + 1
     std::string plot_path;           // "" for none; ends in .svg
 

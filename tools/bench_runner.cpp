@@ -78,6 +78,8 @@ planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
     in.n_ctx = c.n_ctx();
     in.n_ubatch = s.n_ubatch;
     in.cache_type = s.cache_type;
+    in.weight_stream = c.weight_stream;
+    in.stream_min_batch = c.stream_min_batch;
     if (calibration) planner::apply_calibration(*calibration, in);
     // The stand-in is host memory worked by the same cores: predicting it
     // with GPU speeds would compare the measurement with a card that is not
@@ -219,11 +221,15 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         BenchRow& r = rows[i];
         r.backend = backend_of(session, m.spec.hp.n_layer);
         r.threads = session.n_threads();
+        const int64_t streamed_before = session.streamed_batches();
         time_test(session, t, ids, logits);  // warm-up, not counted
         for (int rep = 0; rep < c.repetitions; ++rep) {
             const double s = time_test(session, t, ids, logits);
             r.samples.push_back(static_cast<double>(t.n_prompt + t.n_gen) / std::max(s, 1e-9));
         }
+        // Which path ran: the prompt's micro-batches streamed the CPU
+        // layers' weights to the accelerator, or not.
+        if (session.streamed_batches() > streamed_before) r.backend += "+stream";
         r.tps_mean = mean_of(r.samples);
         r.tps_sd = sample_sd_of(r.samples);
         // The mean run's time, so GB/s and % agree with the t/s column.
@@ -289,6 +295,8 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                 so.device = c.device;
                 so.device_capacity = c.vram;
                 so.n_gpu_layers = s.ngl;
+                so.weight_stream = c.weight_stream;
+                so.stream_min_batch = c.stream_min_batch;
                 std::unique_ptr<Session> session;
                 try {
                     session = std::make_unique<Session>(*m.file, m.spec, so);

@@ -299,6 +299,11 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("-o,--output", a.output, "md, csv, json or jsonl")->type_name("FORMAT")->capture_default_str();
     cmd->add_option("--device", a.device, "accelerator: cuda, cudaN, or cpu2 (the stand-in CPU device)")->type_name("DEVICE");
     cmd->add_option("--vram", a.vram, "accelerator memory Tandem may use, e.g. 24GiB")->type_name("SIZE");
+    cmd->add_option("--stream-min-batch", a.stream_min_batch,
+                    "prompt micro-batches of at least N tokens multiply the CPU layers' weights on the accelerator "
+                    "(the backend column then says +stream)")
+        ->capture_default_str();
+    cmd->add_flag("--no-stream", a.no_stream, "never stream weights to the accelerator");
     cmd->add_option("--sweep-ngl", a.sweep_step, "run every ngl from 0 to n_layer + 1 (in steps of STEP, default 1)")
         ->expected(0, 1)
         ->type_name("[STEP]");

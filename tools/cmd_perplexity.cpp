@@ -27,6 +27,7 @@
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/session_open.h"
+#include "tools/stream_flags.h"
 #include "tools/perplexity.h"
 #include "tools/progress.h"
 
@@ -44,6 +45,7 @@ struct PerplexityOptions {
     std::string device;
     std::string vram;
     std::string n_gpu_layers = "auto";
+    StreamFlags stream;
     int64_t chunks = 0;  // 0: every whole chunk of the text
     std::string save_logits;
     std::string save_logits_type = "f16";
@@ -90,6 +92,8 @@ int64_t choose_gpu_layers(const PerplexityOptions& o, const model::ModelSpec& sp
     in.n_ctx = so.n_ctx;
     in.n_ubatch = so.n_ubatch;
     in.cache_type = so.cache_type;
+    in.weight_stream = so.weight_stream;
+    in.stream_min_batch = so.stream_min_batch;
     if (o.device == "cpu2") in.margin = 0;  // the stand-in's ledger is exact
     return planner::plan(spec, in).ngl;
 }
@@ -128,6 +132,7 @@ void perplexity(const PerplexityOptions& o) {
     so.cache_type = parse_cache_type(o.cache_type);
     so.device = o.device;
     if (!o.vram.empty()) so.device_capacity = parse_size(o.vram);
+    apply_stream_flags(o.stream, so);
     so.n_gpu_layers = choose_gpu_layers(o, spec, so);
     const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so);
     Session& session = *session_ptr;
@@ -279,6 +284,7 @@ void add_perplexity_command(CLI::App& app) {
     cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");
     cmd->add_option("--n-gpu-layers", opts->n_gpu_layers, "leading layers on the accelerator (-ngl), or auto")
         ->capture_default_str();
+    add_stream_flags(*cmd, opts->stream);
     cmd->add_option("--chunks", opts->chunks, "score at most this many chunks (0: all)")->capture_default_str();
     cmd->add_option("--save-logits", opts->save_logits,
                     "write the log-probabilities of every scored position to FILE (for a later --kl-base)");

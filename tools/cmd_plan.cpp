@@ -20,12 +20,14 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "tools/commands.h"
+#include "tools/stream_flags.h"
 #include "tools/host_memory.h"
 
 namespace tandem::tools {
 namespace {
 
 struct PlanOptions {
+    StreamFlags stream;
     std::string model;
     std::vector<std::string> vram;
     std::vector<int64_t> n_ctx;
@@ -108,6 +110,7 @@ void plan_command(const PlanOptions& o) {
     in.n_ubatch = o.n_ubatch;
     in.cache_type = planner::parse_cache_type(o.cache_type);
     in.ngl = o.ngl;
+    apply_stream_flags(o.stream, in);
     if (o.margin) in.margin = parse_size(*o.margin);
     // Without --host-ram the plan checks against this machine's RAM.
     in.host_ram = o.host_ram ? std::optional<uint64_t>(parse_size(*o.host_ram)) : detect_host_ram();
@@ -201,6 +204,7 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("-b,--batch-size", opts->n_batch, "logical batch size (accepted; the micro-batch decides)");
     cmd->add_option("--cache-type", opts->cache_type, "KV cache type: f16 or q8_0")->capture_default_str();
     cmd->add_option("--n-gpu-layers,--ngl", opts->ngl, "evaluate this split instead of choosing one (-ngl)");
+    add_stream_flags(*cmd, opts->stream);
     cmd->add_option("--margin", opts->margin, "VRAM kept free (default: 3% of it, at least 64 MiB, at most 1/8)");
     cmd->add_option("--host-ram", opts->host_ram, "host RAM to check the CPU share against, e.g. 32GiB (default: this machine's, from /proc/meminfo)");
     cmd->add_option("--cpu-gbps", opts->cpu_gbps, "CPU memory bandwidth in GB/s");

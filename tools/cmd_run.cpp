@@ -22,6 +22,7 @@
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/session_open.h"
+#include "tools/stream_flags.h"
 
 namespace tandem::tools {
 namespace {
@@ -44,6 +45,7 @@ struct RunOptions {
     std::string device;
     std::string vram;
     std::string n_gpu_layers = "auto";  // or a count
+    StreamFlags stream;
     SamplerParams sampling;
     std::optional<uint64_t> seed;
 };
@@ -149,6 +151,8 @@ GpuLayers choose_gpu_layers(const RunOptions& o, const gguf::File& file, const m
     in.n_ctx = so.n_ctx;
     in.n_ubatch = so.n_ubatch;
     in.cache_type = so.cache_type;
+    in.weight_stream = so.weight_stream;
+    in.stream_min_batch = so.stream_min_batch;
     // The stand-in's ledger is the whole truth (no driver or allocator
     // behind it), so no margin is needed to keep it from running out.
     if (o.device == "cpu2") in.margin = 0;
@@ -198,6 +202,7 @@ void run(const RunOptions& o) {
     so.cache_type = parse_cache_type(o.cache_type);
     so.device = o.device;
     if (!o.vram.empty()) so.device_capacity = parse_size(o.vram);
+    apply_stream_flags(o.stream, so);
     SamplerParams sp = o.sampling;
     sp.seed = o.seed ? *o.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     validate(sp);
@@ -227,6 +232,13 @@ void run(const RunOptions& o) {
         fmt::print(stderr, "split: layers [0, {}) on {}, [{}, {}) on the CPU, output head on {}\n",
                    session.n_device_layers(), so.device.empty() ? "-" : so.device, session.n_device_layers(),
                    spec.hp.n_layer, session.output_on_device() ? so.device : "cpu");
+        if (session.weight_stream_active()) {
+            fmt::print(stderr, "weight streaming: prompt micro-batches of {}+ tokens multiply the CPU layers' "
+                               "matrices on {}\n",
+                       so.stream_min_batch, so.device);
+        } else if (!session.weight_stream_note().empty()) {
+            fmt::print(stderr, "{}\n", session.weight_stream_note());
+        }
         for (const MemoryLedger* l : session.ledgers()) fmt::print(stderr, "memory {}\n", l->summary());
     }
 
@@ -274,7 +286,8 @@ void run(const RunOptions& o) {
     // The last sampled token is not evaluated: generated - 1 decode steps.
     const int steps = std::max(0, generated - 1);
     const double tg_tps = steps > 0 && gen_s > 0 ? steps / gen_s : 0.0;
-    fmt::print(stderr, "\nprompt: {} tokens in {:.3f} s, {:.2f} tok/s\n", tokens.size(), prompt_s, pp_tps);
+    fmt::print(stderr, "\nprompt: {} tokens in {:.3f} s, {:.2f} tok/s{}\n", tokens.size(), prompt_s, pp_tps,
+               session.streamed_batches() > 0 ? " (CPU layers' weights streamed to " + so.device + ")" : "");
     fmt::print(stderr, "generation: {} tokens in {:.3f} s, {:.2f} tok/s, {:.2f} GB/s of weights read\n", generated,
                gen_s, tg_tps, tg_tps * bytes / 1e9);
 }
@@ -306,6 +319,7 @@ void add_run_command(CLI::App& app) {
                     "leading layers on the accelerator (-ngl), or auto: the most that fit --vram; more than the layer count "
                     "also moves the head")
         ->capture_default_str();
+    add_stream_flags(*cmd, opts->stream);
     cmd->add_option("--temp", opts->sampling.temperature, "temperature (0: greedy)")->capture_default_str();
     cmd->add_option("--top-k", opts->sampling.top_k, "top-k (0: off)")->capture_default_str();
     cmd->add_option("--top-p", opts->sampling.top_p, "top-p (1: off)")->capture_default_str();

@@ -23,11 +23,13 @@
 #include "runtime/scheduler/session.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
+#include "tools/stream_flags.h"
 
 namespace tandem::tools {
 namespace {
 
 struct TuneOptions {
+    StreamFlags stream;
     std::string model;
     std::string device;
     std::string vram;
@@ -107,6 +109,7 @@ void tune(const TuneOptions& o) {
     in.n_ctx = o.n_ctx;
     in.n_ubatch = o.n_ubatch;
     in.cache_type = planner::parse_cache_type(o.cache_type);
+    apply_stream_flags(o.stream, in);
     // As `run -ngl auto`: the stand-in's ledger is exact, so no margin.
     if (o.device == "cpu2") in.margin = 0;
     const planner::Plan plan = planner::plan(spec, in);
@@ -150,6 +153,7 @@ void tune(const TuneOptions& o) {
             so.device = o.device;
             so.device_capacity = in.device_capacity;
             so.n_gpu_layers = c.ngl;
+            apply_stream_flags(o.stream, so);
             c.tg_tps = measure(file, spec, so, o);
             bar.advance(1, fmt::format("ngl {} threads {}: {:.1f} tok/s", c.ngl, c.threads, c.tg_tps));
         }
@@ -194,6 +198,7 @@ void add_tune_command(CLI::App& app) {
     cmd->add_option("--prompt", opts->n_prompt, "prompt tokens before each measurement")->capture_default_str();
     cmd->add_option("--gen", opts->n_gen, "generated tokens measured")->capture_default_str();
     cmd->add_option("--repeats", opts->repeats, "runs per candidate; the best counts")->capture_default_str();
+    add_stream_flags(*cmd, opts->stream);
     cmd->add_flag("--dry-run", opts->dry_run, "print what would be measured, measure nothing");
     cmd->add_flag("--json", opts->json, "print a JSON summary");
     cmd->callback([opts] { tune(*opts); });

@@ -44,7 +44,7 @@ public:
                        "weight stream slots and buffers"),
           pool_(pool),
           level_(level) {
-        for (auto& slot : slots_) slot.resize(model::stream_slot_bytes(spec, first_layer));
+        for (auto& slot : slots_) slot.resize(model::stream_shape(spec, first_layer).slot_bytes);
     }
 
 protected:

@@ -129,35 +129,31 @@ uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, in
 uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits) {
     const model::HParams& hp = spec.hp;
     const auto ub = static_cast<uint64_t>(n_ubatch);
+    const int64_t widest_input = std::max({hp.n_embd, hp.out_dim(), hp.n_ff});
     const auto per_token = static_cast<uint64_t>(2 * hp.n_embd + hp.q_dim() + hp.k_dim() + hp.v_dim() +
-                                                 std::max(hp.out_dim(), hp.n_embd) + 2 * hp.n_ff +
+                                                 std::max(hp.out_dim(), hp.n_embd) + 2 * hp.n_ff + widest_input + 1 +
                                                  (with_logits ? hp.n_vocab : 0));
     return ub * per_token * sizeof(float);
 }
 
-uint64_t stream_slot_bytes(const ModelSpec& spec, int64_t first_layer) {
-    uint64_t slot = 0;
+StreamShape stream_shape(const ModelSpec& spec, int64_t first_layer) {
+    StreamShape shape;
     for (int64_t il = std::max<int64_t>(first_layer, 0); il < spec.hp.n_layer; ++il) {
         for (const LayerTensor role : kStreamedMatrices) {
-            slot = std::max(slot, spec.layers[static_cast<size_t>(il)].get(role)->n_bytes);
+            const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
+            shape.slot_bytes = std::max(shape.slot_bytes, t->n_bytes);
+            shape.max_cols = std::max(shape.max_cols, t->row_length());
+            shape.max_rows = std::max(shape.max_rows, t->n_rows());
         }
     }
-    return slot;
+    return shape;
 }
 
 uint64_t stream_bytes(const ModelSpec& spec, int64_t first_layer, int64_t n_ubatch) {
     if (first_layer >= spec.hp.n_layer) return 0;
-    int64_t max_cols = 0, max_rows = 0;
-    for (int64_t il = std::max<int64_t>(first_layer, 0); il < spec.hp.n_layer; ++il) {
-        for (const LayerTensor role : kStreamedMatrices) {
-            const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
-            max_cols = std::max(max_cols, t->row_length());
-            max_rows = std::max(max_rows, t->n_rows());
-        }
-    }
+    const StreamShape shape = stream_shape(spec, first_layer);
     const auto ub = static_cast<uint64_t>(n_ubatch);
-    return 2 * stream_slot_bytes(spec, first_layer) +
-           ub * static_cast<uint64_t>(2 * max_cols + max_rows) * sizeof(float);
+    return 2 * shape.slot_bytes + ub * static_cast<uint64_t>(2 * shape.max_cols + shape.max_rows) * sizeof(float);
 }
 
 }  // namespace tandem::model

@@ -57,8 +57,9 @@ int64_t kv_cells_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int
 // Bytes of layer il's K and V caches.
 uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, CacheType type);
 // Activation buffers of one micro-batch on one device: the hidden state,
-// Q/K/V, the attention output and the two FFN halves, plus the logits when
-// that device runs the output head.
+// Q/K/V, the attention output and the two FFN halves, the positions, room
+// for the widest matmul input in the kernels' activation format (at most 4
+// bytes an element), plus the logits when that device runs the output head.
 uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits);
 
 // ---- weight streaming (long prompts: CPU-resident layers' matrices are
@@ -67,8 +68,14 @@ uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits
 inline constexpr LayerTensor kStreamedMatrices[] = {LayerTensor::AttnQ,   LayerTensor::AttnK,  LayerTensor::AttnV,
                                                     LayerTensor::AttnOutput, LayerTensor::FfnGate, LayerTensor::FfnUp,
                                                     LayerTensor::FfnDown};
-// Bytes of the largest matrix in layers [first_layer, n_layer): one slot.
-uint64_t stream_slot_bytes(const ModelSpec& spec, int64_t first_layer);
+// Over the matrices of layers [first_layer, n_layer): the bytes of the
+// largest (one slot), and the widest input and output rows.
+struct StreamShape {
+    uint64_t slot_bytes = 0;
+    int64_t max_cols = 0;
+    int64_t max_rows = 0;
+};
+StreamShape stream_shape(const ModelSpec& spec, int64_t first_layer);
 // What streaming layers [first_layer, n_layer) costs the accelerator: two
 // slots (the copy of the next matrix overlaps the product with this one)
 // and one micro-batch of the widest input and output in floats, plus room

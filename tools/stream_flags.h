@@ -1,0 +1,24 @@
+// --no-stream and --stream-min-batch, shared by every command that opens a
+// session or plans one (run, bench, perplexity, tune, plan), so that the
+// plan and the session always see the same streaming choice.
+#pragma once
+
+#include <cstdint>
+
+#include <CLI/CLI.hpp>
+
+#include "planner/planner.h"
+#include "runtime/scheduler/session.h"
+
+namespace tandem::tools {
+
+struct StreamFlags {
+    bool no_stream = false;
+    int64_t min_batch = 32;
+};
+
+void add_stream_flags(CLI::App& cmd, StreamFlags& flags);
+void apply_stream_flags(const StreamFlags& flags, SessionOptions& so);
+void apply_stream_flags(const StreamFlags& flags, planner::PlanInputs& in);
+
+}  // namespace tandem::tools
