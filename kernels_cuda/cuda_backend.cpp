@@ -16,8 +16,10 @@
 #include <fmt/format.h>
 
 #include "kernels_cuda/cuda_check.h"
+#include "kernels_cuda/cuda_device_alloc.h"
 #include "kernels_cuda/cuda_kernels.h"
 #include "kernels_cuda/cuda_staging.h"
+#include "kernels_cuda/cuda_weight_stream.h"
 #include "kernels_cuda/matmul_types.h"
 
 namespace tandem::cuda {
@@ -25,32 +27,6 @@ namespace {
 
 using model::GlobalTensor;
 using model::LayerTensor;
-
-// Device memory with its ledger reservation: reserved first, freed on
-// every exit path.
-class DeviceAlloc {
-public:
-    DeviceAlloc(MemoryLedger& ledger, MemoryCategory c, uint64_t bytes, const std::string& what)
-        : reservation_(ledger, c, bytes, what) {
-        const cudaError_t err = cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes);
-        if (err == cudaErrorMemoryAllocation) {
-            (void)cudaGetLastError();
-            size_t free_b = 0, total_b = 0;
-            (void)cudaMemGetInfo(&free_b, &total_b);
-            throw OutOfDeviceMemory(fmt::format("{}: cannot allocate {}: {} asked, {} available on the device",
-                                                ledger.device(), what, format_bytes(bytes), format_bytes(free_b)));
-        }
-        TANDEM_CUDA_CHECK(err);
-    }
-    ~DeviceAlloc() { cudaFree(ptr_); }
-    DeviceAlloc(const DeviceAlloc&) = delete;
-    DeviceAlloc& operator=(const DeviceAlloc&) = delete;
-    void* get() const { return ptr_; }
-
-private:
-    LedgerReservation reservation_;
-    void* ptr_ = nullptr;
-};
 
 struct DeviceWeights {
     quant::Type type = quant::Type::F32;
@@ -137,30 +113,48 @@ public:
 
     void allocate_workspace(bool with_logits) override {
         select();
+        // One block of model::compute_bytes, carved in its order: the
+        // planner's figure is the allocation.
         const int64_t ub = config_.n_ubatch;
-        alloc(MemoryCategory::Compute, model::compute_bytes(spec_, ub, with_logits), "activations of one micro-batch");
-        auto buf = [&](int64_t n_floats, const char* what) {
-            return as_floats(alloc(MemoryCategory::Compute, static_cast<uint64_t>(n_floats) * sizeof(float), what));
+        auto* block = alloc(MemoryCategory::Compute, model::compute_bytes(spec_, ub, with_logits),
+                            "activations of one micro-batch");
+        float* next = as_floats(block);
+        auto take = [&](int64_t n_floats) {
+            float* p = next;
+            next += ub * n_floats;
+            return p;
         };
-        x_ = buf(ub * hp_.n_embd, "the hidden state");
-        cur_ = buf(ub * hp_.n_embd, "the normed hidden state");
-        q_ = buf(ub * hp_.q_dim(), "Q");
-        k_ = buf(ub * hp_.k_dim(), "K");
-        v_ = buf(ub * hp_.v_dim(), "V");
-        attn_ = buf(ub * std::max(hp_.out_dim(), hp_.n_embd), "the attention output");
-        gate_ = buf(ub * hp_.n_ff, "the FFN gate");
-        up_ = buf(ub * hp_.n_ff, "the FFN up projection");
-        if (with_logits) logits_ = buf(ub * hp_.n_vocab, "the logits");
-        pos_ = static_cast<int32_t*>(
-            alloc(MemoryCategory::Compute, static_cast<uint64_t>(ub) * sizeof(int32_t), "positions")->get());
-        // Quantized activations of the widest matmul input.
+        x_ = take(hp_.n_embd);
+        cur_ = take(hp_.n_embd);
+        q_ = take(hp_.q_dim());
+        k_ = take(hp_.k_dim());
+        v_ = take(hp_.v_dim());
+        attn_ = take(std::max(hp_.out_dim(), hp_.n_embd));
+        gate_ = take(hp_.n_ff);
+        up_ = take(hp_.n_ff);
+        pos_ = reinterpret_cast<int32_t*>(take(1));
+        // Quantized activations of the widest matmul input: compute_bytes
+        // allows 4 bytes an element, more than any activation format needs.
+        const int64_t widest = std::max({hp_.n_embd, hp_.out_dim(), hp_.n_ff});
         uint64_t scratch = 0;
         for (const int64_t cols : {hp_.n_embd, hp_.out_dim(), hp_.n_ff}) {
             for (const quant::Type t : weight_types_) {
                 scratch = std::max(scratch, kernels::matmul_scratch_bytes(t, cols, ub));
             }
         }
-        scratch_ = alloc(MemoryCategory::Compute, scratch, "quantized activations")->get();
+        TANDEM_CHECK(scratch <= static_cast<uint64_t>(ub * widest) * sizeof(float),
+                     "matmul scratch larger than model::compute_bytes allows");
+        scratch_ = take(widest);
+        if (with_logits) logits_ = take(hp_.n_vocab);
+    }
+
+    WeightStream* enable_weight_stream(int64_t first_layer) override {
+        select();
+        if (!stream_) {
+            stream_ = std::make_unique<CudaWeightStream>(device_, ledger_, uploader(), file_, spec_, first_layer,
+                                                         config_.n_ubatch);
+        }
+        return stream_.get();
     }
 
     void set_hidden(const float* host, int64_t n) override {
@@ -347,6 +341,7 @@ private:
     BackendConfig config_;
     std::vector<std::unique_ptr<DeviceAlloc>> allocs_;
     std::unique_ptr<StagingUploader> uploader_;
+    std::unique_ptr<CudaWeightStream> stream_;  // after uploader_: destroyed before it
     std::vector<quant::Type> weight_types_;
     std::map<int64_t, LayerWeights> layers_;
     const float* rope_freqs_ = nullptr;

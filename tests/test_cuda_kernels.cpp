@@ -218,3 +218,43 @@ TEST(CudaBackend, Q8CacheIsRefusedAndTooSmallVramIsOutOfMemory) {
     opt.device_capacity = 1024;
     EXPECT_THROW(tandem::Session(file, spec, opt), tandem::OutOfDeviceMemory);
 }
+
+// Weight streaming on the GPU: a prompt long enough streams the CPU layers'
+// matrices to the device (one at a time, double-buffered); the logits stay
+// those of the CPU within the kernels' rounding, at every split that
+// leaves a layer on the host.
+TEST(CudaBackend, StreamedPrefillMatchesCpu) {
+    TANDEM_REQUIRE_GPU(dev);
+    (void)dev;
+    for (const char* name : {"tiny-llama-Q8_0.gguf", "tiny-llama-b-Q4_K_M.gguf", "tiny-llama-Q6_K.gguf"}) {
+        const auto path = tandem::testing::shared(std::string("models/") + name);
+        if (!std::filesystem::exists(path)) continue;
+        SCOPED_TRACE(name);
+        const auto file = tandem::gguf::File::open(path);
+        const auto spec = tandem::model::load_model_spec(file);
+        const auto tok = tandem::Tokenizer::from_gguf(file);
+        const auto tokens = tok.encode("Once upon a time, there was a little robot who wanted to learn to dance.", true);
+        tandem::SessionOptions opt;
+        opt.n_ctx = 128;
+        opt.n_ubatch = 64;
+        std::vector<float> reference;
+        tandem::Session(file, spec, opt).eval(tokens, true, reference);
+        for (int64_t ngl = 0; ngl < spec.hp.n_layer; ++ngl) {
+            SCOPED_TRACE("ngl " + std::to_string(ngl));
+            opt.device = "cuda0";
+            opt.n_gpu_layers = ngl;
+            opt.stream_min_batch = 8;
+            tandem::Session session(file, spec, opt);
+            ASSERT_TRUE(session.weight_stream_active()) << session.weight_stream_note();
+            std::vector<float> logits;
+            session.eval(tokens, true, logits);
+            EXPECT_EQ(session.streamed_batches(), 1);
+            ASSERT_EQ(logits.size(), reference.size());
+            EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-4);
+            const auto ledgers = session.ledgers();
+            ASSERT_EQ(ledgers.size(), 2u);
+            EXPECT_GE(ledgers[1]->used(tandem::MemoryCategory::Compute),
+                      tandem::model::stream_bytes(spec, ngl, opt.n_ubatch));
+        }
+    }
+}
