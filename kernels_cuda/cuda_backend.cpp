@@ -19,6 +19,7 @@
 #include "kernels_cuda/cuda_device_alloc.h"
 #include "kernels_cuda/cuda_kernels.h"
 #include "kernels_cuda/cuda_staging.h"
+#include "kernels_cuda/device_matmul.h"
 #include "kernels_cuda/cuda_weight_stream.h"
 #include "kernels_cuda/matmul_types.h"
 
@@ -146,13 +147,14 @@ public:
                      "matmul scratch larger than model::compute_bytes allows");
         scratch_ = take(widest);
         if (with_logits) logits_ = take(hp_.n_vocab);
+        (void)device_matmul();
     }
 
     WeightStream* enable_weight_stream(int64_t first_layer) override {
         select();
         if (!stream_) {
-            stream_ = std::make_unique<CudaWeightStream>(device_, ledger_, uploader(), file_, spec_, first_layer,
-                                                         config_.n_ubatch);
+            stream_ = std::make_unique<CudaWeightStream>(device_, ledger_, uploader(), device_matmul(), file_, spec_,
+                                                         first_layer, config_.n_ubatch);
         }
         return stream_.get();
     }
@@ -327,10 +329,18 @@ private:
     }
 
     void matmul(const DeviceWeights& w, const float* in, int64_t n_tokens, float* out) {
-        const bool ok = kernels::launch_matmul(w.type, w.data, w.row_bytes, w.n_rows, w.n_cols, in, w.n_cols,
-                                               n_tokens, scratch_, out, w.n_rows, nullptr);
-        TANDEM_CHECK(ok, "matmul: no CUDA kernel for a weight type accepted at load");
-        check_launch();
+        device_matmul().run(w.type, w.data, w.row_bytes, w.n_rows, w.n_cols, in, n_tokens, scratch_, out, w.n_rows);
+    }
+
+    // One per backend, made with the first workspace or stream: the GEMM
+    // tile is reserved once however the device is used.
+    DeviceMatmul& device_matmul() {
+        if (!matmul_) {
+            const uint64_t bytes = model::gemm_tile_bytes(spec_);
+            auto* tile = alloc(MemoryCategory::Compute, bytes, "the GEMM dequantization tile");
+            matmul_ = std::make_unique<DeviceMatmul>(tile->get(), bytes);
+        }
+        return *matmul_;
     }
 
     int device_;
@@ -341,7 +351,8 @@ private:
     BackendConfig config_;
     std::vector<std::unique_ptr<DeviceAlloc>> allocs_;
     std::unique_ptr<StagingUploader> uploader_;
-    std::unique_ptr<CudaWeightStream> stream_;  // after uploader_: destroyed before it
+    std::unique_ptr<DeviceMatmul> matmul_;
+    std::unique_ptr<CudaWeightStream> stream_;  // after uploader_ and matmul_: destroyed before them
     std::vector<quant::Type> weight_types_;
     std::map<int64_t, LayerWeights> layers_;
     const float* rope_freqs_ = nullptr;

@@ -16,10 +16,10 @@ uint64_t aligned(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
 
-CudaWeightStream::CudaWeightStream(int device, MemoryLedger& ledger, StagingUploader& uploader,
+CudaWeightStream::CudaWeightStream(int device, MemoryLedger& ledger, StagingUploader& uploader, DeviceMatmul& matmul,
                                    const gguf::File& file, const model::ModelSpec& spec, int64_t first_layer,
                                    int64_t n_ubatch)
-    : DoubleBufferedStream(spec, first_layer), device_(device), uploader_(uploader), file_(file) {
+    : DoubleBufferedStream(spec, first_layer), device_(device), uploader_(uploader), matmul_(matmul), file_(file) {
     for (int64_t il = first_layer; il < spec.hp.n_layer; ++il) {
         for (const model::LayerTensor role : model::kStreamedMatrices) {
             const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
@@ -81,10 +81,7 @@ void CudaWeightStream::multiply(int slot, const gguf::TensorInfo& t, const float
     TANDEM_CUDA_CHECK(cudaSetDevice(device_));
     const int64_t cols = t.row_length(), rows = t.n_rows();
     TANDEM_CUDA_CHECK(cudaMemcpy(x_, x, static_cast<size_t>(n_tokens * cols) * sizeof(float), cudaMemcpyHostToDevice));
-    const bool ok = kernels::launch_matmul(t.type, slots_[slot], *quant::row_bytes(t.type, cols), rows, cols, x_, cols,
-                                           n_tokens, scratch_, y_, rows, nullptr);
-    TANDEM_CHECK(ok, "weight stream: no CUDA matmul for a type checked at creation");
-    TANDEM_CUDA_CHECK(cudaGetLastError());
+    matmul_.run(t.type, slots_[slot], *quant::row_bytes(t.type, cols), rows, cols, x_, n_tokens, scratch_, y_, rows);
     TANDEM_CUDA_CHECK(cudaMemcpy(y, y_, static_cast<size_t>(n_tokens * rows) * sizeof(float), cudaMemcpyDeviceToHost));
 }
 

@@ -14,6 +14,7 @@
 
 #include "kernels_cuda/cuda_device_alloc.h"
 #include "kernels_cuda/cuda_staging.h"
+#include "kernels_cuda/device_matmul.h"
 #include "runtime/backend/weight_stream.h"
 #include "runtime/gguf/gguf_file.h"
 
@@ -23,9 +24,10 @@ class CudaWeightStream final : public DoubleBufferedStream {
 public:
     // Reserves model::stream_bytes on `ledger`; throws OutOfDeviceMemory
     // when it does not fit and Error when a streamed matrix has a type the
-    // CUDA matmul lacks. `uploader` and `file` must outlive the stream.
-    CudaWeightStream(int device, MemoryLedger& ledger, StagingUploader& uploader, const gguf::File& file,
-                     const model::ModelSpec& spec, int64_t first_layer, int64_t n_ubatch);
+    // CUDA matmul lacks. `uploader`, `matmul` and `file` must outlive the
+    // stream.
+    CudaWeightStream(int device, MemoryLedger& ledger, StagingUploader& uploader, DeviceMatmul& matmul,
+                     const gguf::File& file, const model::ModelSpec& spec, int64_t first_layer, int64_t n_ubatch);
     ~CudaWeightStream() override;
 
 protected:
@@ -35,6 +37,7 @@ protected:
 private:
     int device_;
     StagingUploader& uploader_;
+    DeviceMatmul& matmul_;
     const gguf::File& file_;
     std::unique_ptr<DeviceAlloc> memory_;
     void* slots_[2] = {nullptr, nullptr};

@@ -116,8 +116,9 @@ Split split_of(const Tables& t, int64_t ngl) {
 // streams (ngl 0 without streaming costs it nothing); then it holds its
 // RoPE factors, layers [0, d), their KV cache, the head when it runs there
 // (a tied head as its own copy), one micro-batch of activations (with logits
-// when it runs the head) when it runs anything itself, and the stream's
-// slots and buffers when layers are left on the host to stream.
+// when it runs the head) when it runs anything itself, the stream's slots
+// and buffers when layers are left on the host to stream, and in any case
+// the GEMM tile its batched products dequantize into.
 DeviceBytes device_bytes(const model::ModelSpec& spec, const Tables& t, int64_t ngl, bool stream) {
     const Split s = split_of(t, ngl);
     const bool holds = s.device_layers > 0 || s.output_on_device;
@@ -127,7 +128,7 @@ DeviceBytes device_bytes(const model::ModelSpec& spec, const Tables& t, int64_t 
     b.weights = t.rope_bytes + sum(t.weights, 0, s.device_layers) + (s.output_on_device ? t.output_bytes : 0);
     b.kv = sum(t.kv, 0, s.device_layers);
     b.compute = (holds ? model::compute_bytes(spec, t.n_ubatch, s.output_on_device) : 0) +
-                (streams ? model::stream_bytes(spec, s.device_layers, t.n_ubatch) : 0);
+                (streams ? model::stream_bytes(spec, s.device_layers, t.n_ubatch) : 0) + model::gemm_tile_bytes(spec);
     return b;
 }
 

@@ -67,6 +67,42 @@ TEST(CudaMatmul, EveryWeightTypeMatchesCpu) {
 #undef CHECK_TYPE
 }
 
+// Batches of kCublasMinTokens or more: rows dequantized into the tile and
+// multiplied by cuBLAS (TF32, fp32 sums) with unquantized activations, so
+// the reference is the dequantized weights times x in double, within
+// TF32's rounding of each operand (~2^-11 each) over the row's |w||x| sum.
+// More rows than one tile holds at this width, so the tiling is exercised.
+TEST(CudaMatmul, BatchesThroughCublasMatchDequantizedReference) {
+    TANDEM_REQUIRE_GPU(dev);
+    constexpr int64_t kCols = 4096, kTokens = 64;
+    const int64_t kRows = static_cast<int64_t>(tandem::model::kMaxGemmTileBytes / (kCols * 4)) + 37;
+    const auto wf = random_floats(kRows * kCols, 11);
+    const auto x = random_floats(kTokens * kCols, 12);
+    for (const tq::Type t : {tq::Type::Q4_K, tq::Type::Q6_K, tq::Type::Q8_0, tq::Type::F16}) {
+        SCOPED_TRACE(tq::traits(t).name);
+        const uint64_t rb = *tq::row_bytes(t, kCols);
+        std::vector<uint8_t> w(rb * kRows);
+        std::vector<float> deq(kRows * kCols);
+        for (int64_t r = 0; r < kRows; ++r) {
+            tq::quantize_row(t, wf.data() + r * kCols, w.data() + r * rb, kCols);
+            tq::dequantize_row(t, w.data() + r * rb, deq.data() + r * kCols, kCols);
+        }
+        std::vector<float> gpu(kTokens * kRows);
+        tandem::cuda::matmul_on_device(dev, t, w.data(), kRows, kCols, x.data(), kTokens, gpu.data());
+        for (int64_t tok = 0; tok < kTokens; tok += 7) {
+            for (int64_t r = 0; r < kRows; r += 13) {
+                double ref = 0.0, mag = 0.0;
+                for (int64_t i = 0; i < kCols; ++i) {
+                    const double p = static_cast<double>(deq[r * kCols + i]) * x[tok * kCols + i];
+                    ref += p;
+                    mag += std::fabs(p);
+                }
+                ASSERT_NEAR(gpu[tok * kRows + r], ref, 2e-3 * mag + 1e-6) << "token " << tok << " row " << r;
+            }
+        }
+    }
+}
+
 TEST(CudaElementwise, RmsNormRopeGluMatchCpu) {
     TANDEM_REQUIRE_GPU(dev);
     constexpr int64_t kN = 1000, kRows = 6;
@@ -188,7 +224,7 @@ TEST(CudaBackend, EveryNglMatchesCpuOnSharedModels) {
             std::vector<float> logits;
             session.eval(tokens, true, logits);
             ASSERT_EQ(logits.size(), reference.size());
-            EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-4);
+            EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-3);  // the golden bound
             // A decode step after the prompt uses the device KV cache.
             std::vector<float> next_ref, next;
             tandem::SessionOptions cpu_opt;
@@ -198,7 +234,7 @@ TEST(CudaBackend, EveryNglMatchesCpuOnSharedModels) {
             cpu.eval(tokens, false, next_ref);
             cpu.eval(std::vector<int32_t>{tokens[1]}, false, next_ref);
             session.eval(std::vector<int32_t>{tokens[1]}, false, next);
-            EXPECT_LE(mean_kl(next_ref, next, spec.hp.n_vocab), 1e-4);
+            EXPECT_LE(mean_kl(next_ref, next, spec.hp.n_vocab), 1e-3);
         }
     }
 }
@@ -250,7 +286,7 @@ TEST(CudaBackend, StreamedPrefillMatchesCpu) {
             session.eval(tokens, true, logits);
             EXPECT_EQ(session.streamed_batches(), 1);
             ASSERT_EQ(logits.size(), reference.size());
-            EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-4);
+            EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-3);  // the golden bound
             const auto ledgers = session.ledgers();
             ASSERT_EQ(ledgers.size(), 2u);
             EXPECT_GE(ledgers[1]->used(tandem::MemoryCategory::Compute),

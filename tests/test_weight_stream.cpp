@@ -121,12 +121,13 @@ void check_streaming_matches_cpu(const std::filesystem::path& model) {
         for (size_t i = 0; i < logits.size(); ++i) max_diff = std::max(max_diff, std::fabs(logits[i] - reference[i]));
         EXPECT_EQ(max_diff, 0.0f);
         // The slots and buffers are on the accelerator's ledger, beside one
-        // micro-batch of activations when it runs layers of its own.
+        // micro-batch of activations when it runs layers of its own, and
+        // the GEMM tile either way.
         const auto ledgers = session.ledgers();
         ASSERT_EQ(ledgers.size(), 2u);
         const uint64_t own = ngl > 0 ? tandem::model::compute_bytes(spec, opt.n_ubatch, ngl > spec.hp.n_layer) : 0;
         const uint64_t slots = host_layers ? tandem::model::stream_bytes(spec, ngl, opt.n_ubatch) : 0;
-        EXPECT_EQ(ledgers[1]->used(MemoryCategory::Compute), own + slots);
+        EXPECT_EQ(ledgers[1]->used(MemoryCategory::Compute), own + slots + tandem::model::gemm_tile_bytes(spec));
     }
 }
 
@@ -191,8 +192,8 @@ TEST(WeightStream, SlotsThatDoNotFitAreDroppedNotFatal) {
             layers += tandem::model::layer_weight_bytes(spec, il) +
                       tandem::model::kv_bytes_for_layer(spec, il, opt.n_ctx, opt.n_ubatch, opt.cache_type);
         }
-        if (ngl > 0) layers += tandem::model::compute_bytes(spec, opt.n_ubatch, false) + (64u << 10);
-        opt.device_capacity = layers + need / 2;
+        if (ngl > 0) layers += tandem::model::compute_bytes(spec, opt.n_ubatch, false);
+        opt.device_capacity = layers + tandem::model::gemm_tile_bytes(spec) + (64u << 10) + need / 2;
         tandem::Session session(file, spec, opt);
         EXPECT_FALSE(session.weight_stream_active());
         const std::string& note = session.weight_stream_note();

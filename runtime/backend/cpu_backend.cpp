@@ -91,6 +91,7 @@ struct CpuBackend::Impl {
     bool has_output = false;
     Workspace ws;
     std::unique_ptr<StandInStream> stream;
+    bool gemm_tile_reserved = false;
 
     Impl(std::string name, bool accel, std::optional<uint64_t> capacity, const gguf::File& f,
          const model::ModelSpec& s, const BackendConfig& c, cpu::ThreadPool& p, cpu::SimdLevel l)
@@ -172,7 +173,17 @@ struct CpuBackend::Impl {
         has_output = true;
     }
 
+    // An accelerator's batched products dequantize into a GEMM tile
+    // (kernels_cuda/device_matmul.h); the stand-in reserves it as a GPU
+    // does, once however it is used, so its ledger is a GPU's.
+    void reserve_gemm_tile() {
+        if (!accelerator || gemm_tile_reserved) return;
+        reserve(MemoryCategory::Compute, model::gemm_tile_bytes(spec), "the GEMM dequantization tile");
+        gemm_tile_reserved = true;
+    }
+
     void allocate_workspace(bool with_logits) {
+        reserve_gemm_tile();
         const size_t ub = static_cast<size_t>(config.n_ubatch);
         reserve(MemoryCategory::Compute, model::compute_bytes(spec, config.n_ubatch, with_logits),
                 "activations of one micro-batch");
@@ -323,6 +334,7 @@ void CpuBackend::run_layer_streamed(int64_t il, std::span<const int32_t> pos, We
 WeightStream* CpuBackend::enable_weight_stream(int64_t first_layer) {
     if (!impl_->accelerator) return nullptr;  // the host multiplies what it holds
     if (!impl_->stream) {
+        impl_->reserve_gemm_tile();
         impl_->stream = std::make_unique<StandInStream>(impl_->file, impl_->spec, first_layer, impl_->config.n_ubatch,
                                                         impl_->ledger, impl_->pool, impl_->level);
     }

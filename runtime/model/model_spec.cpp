@@ -136,6 +136,19 @@ uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits
     return ub * per_token * sizeof(float);
 }
 
+uint64_t gemm_tile_bytes(const ModelSpec& spec) {
+    uint64_t largest = 0;
+    for (int64_t il = 0; il < spec.hp.n_layer; ++il) {
+        for (const LayerTensor role : kStreamedMatrices) {
+            const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
+            largest = std::max(largest, static_cast<uint64_t>(t->n_elements) * sizeof(float));
+        }
+    }
+    // At least one row of the head, which is tiled too.
+    const uint64_t head_row = static_cast<uint64_t>(spec.output_head().row_length()) * sizeof(float);
+    return std::max(std::min(largest, kMaxGemmTileBytes), head_row);
+}
+
 StreamShape stream_shape(const ModelSpec& spec, int64_t first_layer) {
     StreamShape shape;
     for (int64_t il = std::max<int64_t>(first_layer, 0); il < spec.hp.n_layer; ++il) {

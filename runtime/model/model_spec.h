@@ -62,6 +62,15 @@ uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, in
 // bytes an element), plus the logits when that device runs the output head.
 uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits);
 
+// An accelerator dequantizes weight rows for batched products into an fp32
+// tile and multiplies it with a BLAS GEMM; reserved once by every
+// accelerator that multiplies anything. The largest layer matrix in fp32,
+// capped at 32 MiB (292 rows of the widest Llama matrix, 70B's ffn_down of
+// 28672 columns; one matrix of a 1B model): small beside any real card, and
+// a tiny model's tile stays tiny.
+inline constexpr uint64_t kMaxGemmTileBytes = uint64_t{32} << 20;
+uint64_t gemm_tile_bytes(const ModelSpec& spec);
+
 // ---- weight streaming (long prompts: CPU-resident layers' matrices are
 // multiplied on the accelerator, copied there one matrix at a time) --------
 // The matrices of a layer in the order the layer multiplies them.
