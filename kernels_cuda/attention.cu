@@ -1,13 +1,18 @@
-// Attention over an F16 KV cache as kernels_cpu/attention.cpp computes it
-// (ggml's CPU flash attention): one warp per (token, head), one pass over
-// the cells with the online softmax of op_math.h, and the V accumulator kept
-// in fp16 with one fused multiply-add and one rounding per update. Each lane
-// owns head_dim / 32 dimensions; Q.K is summed in double (the products of
-// two halves are exact) and reduced with an xor butterfly, which leaves the
-// bitwise same score in every lane, so all lanes take the same branches.
-// The CPU now sums Q.K in ggml's lane order (and uses llama.cpp's tiled
-// kernel for batches of 64 or more), so scores here can differ from the
-// CPU's in the last bit; the GPU path is held to the golden KL bound.
+// Attention over the device KV cache as kernels_cpu/attention.cpp computes
+// it (ggml's CPU flash attention): one warp per (token, head), one pass over
+// the cells with the online softmax of op_math.h. Lane l owns dimensions
+// l, l + 32, ... of the head, so for a Q8_0 cache lane l reads element l of
+// each 32-element block.
+// - F16 cache: Q rounded to fp16 once, Q.K summed in double (products of
+//   two halves are exact) and reduced with an xor butterfly, V accumulated
+//   in fp16 with one fused multiply-add and one rounding per update.
+// - Q8_0 cache: Q quantized to Q8_0 blocks with the host's block function,
+//   Q.K as per-block integer sums times both scales (ggml's vec_dot order
+//   over blocks), V dequantized and accumulated in fp32 with fma.
+// The butterfly leaves the bitwise same score in every lane, so all lanes
+// take the same branches. The CPU sums Q.K in ggml's SIMD lane order (and
+// uses llama.cpp's tiled kernel for 64+ queries), so scores can differ from
+// the CPU's in the last bit; the GPU path is held to the golden KL bound.
 #include <cuda_runtime.h>
 
 #include "kernels_cuda/cuda_kernels.h"
@@ -20,13 +25,14 @@ namespace el = quant::element;
 
 constexpr int kMaxPerLane = 16;  // head sizes up to 512
 
-__device__ __forceinline__ double warp_sum(double v) {
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
 }
 
-__global__ void kv_store_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t n_tokens,
-                                const int32_t* __restrict__ pos, KvF16 kv) {
+__global__ void kv_store_f16_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t n_tokens,
+                                    const int32_t* __restrict__ pos, KvCache kv) {
     const int64_t per_token = kv.k_dim + kv.v_dim;
     const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= n_tokens * per_token) return;
@@ -34,12 +40,31 @@ __global__ void kv_store_kernel(const float* __restrict__ k, const float* __rest
     const int64_t e = idx % per_token;
     const int64_t cell = pos[t] % kv.n_cells;
     if (e < kv.k_dim) {
-        kv.k[cell * kv.k_dim + e] = el::float_to_half(k[t * kv.k_dim + e]);
+        reinterpret_cast<uint16_t*>(kv.k + cell * kv.k_row_bytes())[e] = el::float_to_half(k[t * kv.k_dim + e]);
     } else {
         const int64_t d = e - kv.k_dim;
-        kv.v[cell * kv.v_dim + d] = el::float_to_half(v[t * kv.v_dim + d]);
+        reinterpret_cast<uint16_t*>(kv.v + cell * kv.v_row_bytes())[d] = el::float_to_half(v[t * kv.v_dim + d]);
     }
     if (e == 0) kv.cell_pos[cell] = pos[t];
+}
+
+// One thread per 32-element block of K or V.
+__global__ void kv_store_q8_0_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t n_tokens,
+                                     const int32_t* __restrict__ pos, KvCache kv) {
+    const int64_t kb = kv.k_dim / 32, vb = kv.v_dim / 32;
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= n_tokens * (kb + vb)) return;
+    const int64_t t = idx / (kb + vb);
+    const int64_t b = idx % (kb + vb);
+    const int64_t cell = pos[t] % kv.n_cells;
+    if (b < kb) {
+        auto* row = reinterpret_cast<quant::block_q8_0*>(kv.k + cell * kv.k_row_bytes());
+        el::act_block(k + t * kv.k_dim + b * 32, row[b]);
+    } else {
+        auto* row = reinterpret_cast<quant::block_q8_0*>(kv.v + cell * kv.v_row_bytes());
+        el::act_block(v + t * kv.v_dim + (b - kb) * 32, row[b - kb]);
+    }
+    if (b == 0) kv.cell_pos[cell] = pos[t];
 }
 
 __global__ void kv_clear_kernel(int32_t* cell_pos, int64_t n) {
@@ -47,8 +72,12 @@ __global__ void kv_clear_kernel(int32_t* cell_pos, int64_t n) {
     if (i < n) cell_pos[i] = -1;
 }
 
-__global__ void attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos,
-                                 AttentionArgs args, KvF16 kv, float* __restrict__ out) {
+__device__ __forceinline__ bool visible(int32_t kp, int32_t p, int64_t window) {
+    return kp >= 0 && kp <= p && !(window > 0 && p - kp >= window);
+}
+
+__global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos,
+                                     AttentionArgs args, KvCache kv, float* __restrict__ out) {
     const int64_t t = blockIdx.x / args.n_head;
     const int64_t h = blockIdx.x % args.n_head;
     const int64_t g = h / (args.n_head / args.n_head_kv);
@@ -70,9 +99,8 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
     float running_sum = 0.0f;
 
     for (int64_t c = 0; c < kv.n_cells; ++c) {
-        const int32_t kp = kv.cell_pos[c];
-        if (kp < 0 || kp > p || (args.window > 0 && p - kp >= args.window)) continue;
-        const uint16_t* kh = kv.k + c * kv.k_dim + g * args.head_dim_k;
+        if (!visible(kv.cell_pos[c], p, args.window)) continue;
+        const auto* kh = reinterpret_cast<const uint16_t*>(kv.k + c * kv.k_row_bytes()) + g * args.head_dim_k;
         double part = 0.0;
         for (int j = 0; j < nk; ++j) {
             const int64_t d = lane + 32 * j;
@@ -81,7 +109,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
         const float s = static_cast<float>(warp_sum(part)) * args.scale;
         const bool rescale = s > running_max;
         const math::SoftmaxStep st = math::softmax_step(s, running_max, running_sum);
-        const uint16_t* vh = kv.v + c * kv.v_dim + g * args.head_dim_v;
+        const auto* vh = reinterpret_cast<const uint16_t*>(kv.v + c * kv.v_row_bytes()) + g * args.head_dim_v;
         for (int j = 0; j < nv; ++j) {
             const int64_t d = lane + 32 * j;
             if (d >= args.head_dim_v) continue;
@@ -97,30 +125,91 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
     }
 }
 
-}  // namespace
+// Head sizes are whole Q8_0 blocks here (the session checks the cache type
+// against them before anything is allocated).
+__global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos,
+                                      AttentionArgs args, KvCache kv, float* __restrict__ out) {
+    const int64_t t = blockIdx.x / args.n_head;
+    const int64_t h = blockIdx.x % args.n_head;
+    const int64_t g = h / (args.n_head / args.n_head_kv);
+    const int lane = static_cast<int>(threadIdx.x);
+    const int32_t p = q_pos[t];
+    const int nk = static_cast<int>(args.head_dim_k / 32);
+    const int nv = static_cast<int>(args.head_dim_v / 32);
 
-void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* pos, const KvF16& kv,
-                     void* stream) {
-    const int64_t n = n_tokens * (kv.k_dim + kv.v_dim);
-    if (n <= 0) return;
-    constexpr int kThreads = 256;
-    kv_store_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
-                      static_cast<cudaStream_t>(stream)>>>(k, v, n_tokens, pos, kv);
+    // Q as Q8_0 blocks, made by the host's block function (one lane each).
+    __shared__ quant::block_q8_0 qb[kMaxPerLane];
+    const float* qrow = q + (t * args.n_head + h) * args.head_dim_k;
+    if (lane < nk) el::act_block(qrow + 32 * lane, qb[lane]);
+    __syncwarp();
+    int qq[kMaxPerLane];
+    float qd[kMaxPerLane];
+    for (int j = 0; j < nk; ++j) {
+        qq[j] = qb[j].qs[lane];
+        qd[j] = el::half_to_float(qb[j].d);
+    }
+    float acc[kMaxPerLane];
+    for (int j = 0; j < nv; ++j) acc[j] = 0.0f;
+    float running_max = -INFINITY;
+    float running_sum = 0.0f;
+
+    for (int64_t c = 0; c < kv.n_cells; ++c) {
+        if (!visible(kv.cell_pos[c], p, args.window)) continue;
+        const auto* kh = reinterpret_cast<const quant::block_q8_0*>(kv.k + c * kv.k_row_bytes()) + g * nk;
+        float qk = 0.0f;
+        for (int j = 0; j < nk; ++j) {
+            const int isum = warp_sum(qq[j] * static_cast<int>(kh[j].qs[lane]));
+            qk += static_cast<float>(isum) * (el::half_to_float(kh[j].d) * qd[j]);
+        }
+        const float s = qk * args.scale;
+        const bool rescale = s > running_max;
+        const math::SoftmaxStep st = math::softmax_step(s, running_max, running_sum);
+        const auto* vh = reinterpret_cast<const quant::block_q8_0*>(kv.v + c * kv.v_row_bytes()) + g * nv;
+        for (int j = 0; j < nv; ++j) {
+            if (rescale) acc[j] *= st.ms;
+            const float vd = static_cast<float>(vh[j].qs[lane]) * el::half_to_float(vh[j].d);
+            acc[j] = math::fma_f(vd, st.vs, acc[j]);
+        }
+    }
+    float* oh = out + (t * args.n_head + h) * args.head_dim_v;
+    const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
+    for (int j = 0; j < nv; ++j) oh[lane + 32 * j] = acc[j] * inv;
 }
 
-void launch_kv_clear(const KvF16& kv, void* stream) {
+}  // namespace
+
+void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* pos, const KvCache& kv,
+                     void* stream) {
+    const int64_t n = kv.q8_0 ? n_tokens * (kv.k_dim + kv.v_dim) / 32 : n_tokens * (kv.k_dim + kv.v_dim);
+    if (n <= 0) return;
+    constexpr int kThreads = 256;
+    const auto blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (kv.q8_0) {
+        kv_store_q8_0_kernel<<<blocks, kThreads, 0, s>>>(k, v, n_tokens, pos, kv);
+    } else {
+        kv_store_f16_kernel<<<blocks, kThreads, 0, s>>>(k, v, n_tokens, pos, kv);
+    }
+}
+
+void launch_kv_clear(const KvCache& kv, void* stream) {
     constexpr int kThreads = 256;
     kv_clear_kernel<<<static_cast<unsigned>((kv.n_cells + kThreads - 1) / kThreads), kThreads, 0,
                       static_cast<cudaStream_t>(stream)>>>(kv.cell_pos, kv.n_cells);
 }
 
 void launch_attention(const float* q, const int32_t* pos, int64_t n_tokens, const AttentionArgs& args,
-                      const KvF16& kv, float* out, void* stream) {
+                      const KvCache& kv, float* out, void* stream) {
     // Head sizes beyond 32 * kMaxPerLane are rejected by the backend before
     // any launch (attention_head_supported).
     if (n_tokens <= 0) return;
-    attention_kernel<<<static_cast<unsigned>(n_tokens * args.n_head), 32, 0, static_cast<cudaStream_t>(stream)>>>(
-        q, pos, args, kv, out);
+    const auto grid = static_cast<unsigned>(n_tokens * args.n_head);
+    const auto s = static_cast<cudaStream_t>(stream);
+    if (kv.q8_0) {
+        attention_q8_0_kernel<<<grid, 32, 0, s>>>(q, pos, args, kv, out);
+    } else {
+        attention_f16_kernel<<<grid, 32, 0, s>>>(q, pos, args, kv, out);
+    }
 }
 
 bool attention_head_supported(int64_t head_dim) { return head_dim > 0 && head_dim <= 32 * kMaxPerLane; }

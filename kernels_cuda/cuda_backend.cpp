@@ -40,7 +40,7 @@ struct DeviceWeights {
 using DeviceLayerTensors = LayerTensors<DeviceWeights, const float*>;
 
 struct LayerWeights : DeviceLayerTensors {
-    kernels::KvF16 kv;
+    kernels::KvCache kv;
 };
 
 float* as_floats(const DeviceAlloc* a) { return static_cast<float*>(a->get()); }
@@ -57,10 +57,6 @@ public:
           spec_(s),
           hp_(s.hp),
           config_(c) {
-        if (config_.cache_type != model::CacheType::F16) {
-            throw Error(fmt::format("{}: a {} KV cache is not supported on CUDA yet; use the F16 cache",
-                                    ledger_.device(), quant::traits(model::cache_quant_type(config_.cache_type)).name));
-        }
         if (!kernels::attention_head_supported(hp_.head_dim_k) || !kernels::attention_head_supported(hp_.head_dim_v)) {
             throw Error(fmt::format("{}: attention heads of {} not supported on CUDA yet", ledger_.device(),
                                     hp_.head_dim_k));
@@ -80,23 +76,25 @@ public:
             spec_, il, [this](const gguf::TensorInfo& t) { return weights(t); },
             [this](const gguf::TensorInfo* t) { return floats(t); });
 
-        // K and V rows of fp16 per cell, and the position of each cell; the
-        // reservation is the planner's figure, the allocation the real one.
+        // K and V rows (fp16 or Q8_0 blocks, as the CPU's cache) per cell,
+        // and the position of each cell; the reservation is the planner's
+        // figure, the allocation the real one.
         const int64_t n_cells = model::kv_cells_for_layer(spec_, il, config_.n_ctx, config_.n_ubatch);
-        const uint64_t k_bytes = static_cast<uint64_t>(n_cells * hp_.k_dim()) * 2;
-        const uint64_t v_bytes = static_cast<uint64_t>(n_cells * hp_.v_dim()) * 2;
+        w.kv.q8_0 = config_.cache_type == model::CacheType::Q8_0;
+        w.kv.k_dim = hp_.k_dim();
+        w.kv.v_dim = hp_.v_dim();
+        const uint64_t k_bytes = static_cast<uint64_t>(n_cells * w.kv.k_row_bytes());
+        const uint64_t v_bytes = static_cast<uint64_t>(n_cells * w.kv.v_row_bytes());
         const uint64_t pos_bytes = static_cast<uint64_t>(n_cells) * sizeof(int32_t);
         const uint64_t planned = model::kv_bytes_for_layer(spec_, il, config_.n_ctx, config_.n_ubatch,
                                                            config_.cache_type);
         const uint64_t real = k_bytes + v_bytes + pos_bytes;
         auto* block = alloc(MemoryCategory::KvCache, std::max(planned, real), fmt::format("the KV cache of layer {}", il));
         auto* base = static_cast<uint8_t*>(block->get());
-        w.kv.k = reinterpret_cast<uint16_t*>(base);
-        w.kv.v = reinterpret_cast<uint16_t*>(base + k_bytes);
+        w.kv.k = base;
+        w.kv.v = base + k_bytes;
         w.kv.cell_pos = reinterpret_cast<int32_t*>(base + k_bytes + v_bytes);
         w.kv.n_cells = n_cells;
-        w.kv.k_dim = hp_.k_dim();
-        w.kv.v_dim = hp_.v_dim();
         kernels::launch_kv_clear(w.kv, nullptr);
         check_launch();
         kv_bytes_ += real;

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "runtime/quant/quant_element.h"
 #include "runtime/quant/quant_types.h"
 
 namespace tandem::cuda::kernels {
@@ -49,22 +50,30 @@ void launch_add(float* y, const float* x, int64_t n, void* stream);  // y += x
 void launch_scale(float* x, int64_t n, float s, void* stream);
 void launch_softcap(float* x, int64_t n, float cap, void* stream);
 
-// An F16 KV cache on the device: cell c holds K of all KV heads in
-// k + c * k_dim halves, V likewise; cell_pos[c] is its position or -1.
-struct KvF16 {
-    uint16_t* k = nullptr;
-    uint16_t* v = nullptr;
+// A KV cache on the device, in F16 or Q8_0 rows as the CPU's
+// LayerKvCache: cell c holds K of all KV heads in the k_row_bytes() at
+// k + c * k_row_bytes(), V likewise; cell_pos[c] is its position or -1.
+struct KvCache {
+    uint8_t* k = nullptr;
+    uint8_t* v = nullptr;
     int32_t* cell_pos = nullptr;
     int64_t n_cells = 0;
-    int64_t k_dim = 0;
+    int64_t k_dim = 0;  // elements of a K row (all KV heads)
     int64_t v_dim = 0;
+    bool q8_0 = false;  // Q8_0 blocks of 32 elements (34 bytes), else fp16
+
+    // Bytes of `elems` elements (whole blocks for Q8_0).
+    TANDEM_HOST_DEVICE int64_t bytes_of(int64_t elems) const { return q8_0 ? elems / 32 * 34 : elems * 2; }
+    TANDEM_HOST_DEVICE int64_t k_row_bytes() const { return bytes_of(k_dim); }
+    TANDEM_HOST_DEVICE int64_t v_row_bytes() const { return bytes_of(v_dim); }
 };
 
-// Rounds the K and V rows of n_tokens tokens to fp16 into cell pos % n_cells.
-void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* pos, const KvF16& kv,
+// Stores the K and V rows of n_tokens tokens into cell pos % n_cells,
+// rounded to fp16 or quantized to Q8_0 with the host's block function.
+void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* pos, const KvCache& kv,
                      void* stream);
 // Sets every cell_pos to -1.
-void launch_kv_clear(const KvF16& kv, void* stream);
+void launch_kv_clear(const KvCache& kv, void* stream);
 
 struct AttentionArgs {
     int64_t n_head = 0;
@@ -75,10 +84,10 @@ struct AttentionArgs {
     float scale = 1.0f;
 };
 
-// cpu::attention for an F16 cache: q n_tokens rows of n_head * head_dim_k,
-// out n_tokens rows of n_head * head_dim_v, pos on the device.
+// cpu::attention: q n_tokens rows of n_head * head_dim_k, out n_tokens rows
+// of n_head * head_dim_v, pos on the device.
 void launch_attention(const float* q, const int32_t* pos, int64_t n_tokens, const AttentionArgs& args,
-                      const KvF16& kv, float* out, void* stream);
+                      const KvCache& kv, float* out, void* stream);
 // Whether launch_attention handles heads of this size (a warp keeps a
 // bounded number of dimensions per lane in registers).
 bool attention_head_supported(int64_t head_dim);

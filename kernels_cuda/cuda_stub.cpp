@@ -26,8 +26,8 @@ double time_matmul_on_device(int, quant::Type, const void*, int64_t, int64_t, co
 void rms_norm_on_device(int, const float*, const float*, float*, int64_t, int64_t, float) { no_cuda(); }
 void rope_on_device(int, float*, int64_t, int64_t, int64_t, const int32_t*, const kernels::RopeArgs&) { no_cuda(); }
 void glu_on_device(int, bool, const float*, const float*, float*, int64_t) { no_cuda(); }
-void attention_on_device(int, const float*, const int32_t*, int64_t, const kernels::AttentionArgs&, const uint16_t*,
-                         const uint16_t*, const int32_t*, int64_t, int64_t, int64_t, float*) {
+void attention_on_device(int, const float*, const int32_t*, int64_t, const kernels::AttentionArgs&, quant::Type,
+                         const void*, const void*, const int32_t*, int64_t, int64_t, int64_t, float*) {
     no_cuda();
 }
 

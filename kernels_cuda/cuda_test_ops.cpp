@@ -144,25 +144,29 @@ void glu_on_device(int device, bool gelu, const float* gate, const float* up, fl
 }
 
 void attention_on_device(int device, const float* q, const int32_t* pos, int64_t n_tokens,
-                         const kernels::AttentionArgs& args, const uint16_t* k, const uint16_t* v,
+                         const kernels::AttentionArgs& args, quant::Type cache_type, const void* k, const void* v,
                          const int32_t* cell_pos, int64_t n_cells, int64_t k_dim, int64_t v_dim, float* out) {
     TANDEM_CUDA_CHECK(cudaSetDevice(device));
     if (!kernels::attention_head_supported(args.head_dim_k) || !kernels::attention_head_supported(args.head_dim_v)) {
         throw Error(fmt::format("attention on device: heads of {} not supported", args.head_dim_k));
     }
-    Buf dq(q, floats(n_tokens * args.n_head * args.head_dim_k));
-    Buf dpos(pos, static_cast<size_t>(n_tokens) * sizeof(int32_t));
-    Buf dk(k, static_cast<size_t>(n_cells * k_dim) * 2);
-    Buf dv(v, static_cast<size_t>(n_cells * v_dim) * 2);
-    Buf dcell(cell_pos, static_cast<size_t>(n_cells) * sizeof(int32_t));
-    Buf dout(floats(n_tokens * args.n_head * args.head_dim_v));
-    kernels::KvF16 kv;
-    kv.k = dk.as<uint16_t>();
-    kv.v = dv.as<uint16_t>();
-    kv.cell_pos = dcell.as<int32_t>();
+    if (cache_type != quant::Type::F16 && cache_type != quant::Type::Q8_0) {
+        throw Error(fmt::format("attention on device: no {} cache", quant::traits(cache_type).name));
+    }
+    kernels::KvCache kv;
+    kv.q8_0 = cache_type == quant::Type::Q8_0;
     kv.n_cells = n_cells;
     kv.k_dim = k_dim;
     kv.v_dim = v_dim;
+    Buf dq(q, floats(n_tokens * args.n_head * args.head_dim_k));
+    Buf dpos(pos, static_cast<size_t>(n_tokens) * sizeof(int32_t));
+    Buf dk(k, static_cast<size_t>(n_cells * kv.k_row_bytes()));
+    Buf dv(v, static_cast<size_t>(n_cells * kv.v_row_bytes()));
+    Buf dcell(cell_pos, static_cast<size_t>(n_cells) * sizeof(int32_t));
+    Buf dout(floats(n_tokens * args.n_head * args.head_dim_v));
+    kv.k = dk.as<uint8_t>();
+    kv.v = dv.as<uint8_t>();
+    kv.cell_pos = dcell.as<int32_t>();
     kernels::launch_attention(dq.as<float>(), dpos.as<int32_t>(), n_tokens, args, kv, dout.as<float>(), nullptr);
     finish();
     dout.to_host(out, floats(n_tokens * args.n_head * args.head_dim_v));

@@ -149,30 +149,36 @@ TEST(CudaElementwise, RmsNormRopeGluMatchCpu) {
     }
 }
 
-TEST(CudaAttention, MatchesCpuF16Cache) {
+// Both cache types: F16 (fp16 accumulation: an ulp of difference in exp()
+// may move a value by a couple of fp16 steps) and Q8_0 (integer block dot
+// products; the CPU sums its blocks in SIMD lanes, so scores differ in the
+// last bits).
+TEST(CudaAttention, MatchesCpuF16AndQ8Caches) {
     TANDEM_REQUIRE_GPU(dev);
     constexpr int64_t kHead = 8, kHeadKv = 2, kDim = 128, kCells = 40, kTokens = 6;
-    for (const int64_t window : {int64_t{0}, int64_t{10}}) {
-        tandem::LayerKvCache cache(tq::Type::F16, kCells, kHeadKv * kDim, kHeadKv * kDim);
-        for (int32_t p = 0; p < 36; ++p) {
-            const auto k = random_floats(kHeadKv * kDim, 100 + static_cast<uint32_t>(p));
-            const auto v = random_floats(kHeadKv * kDim, 200 + static_cast<uint32_t>(p));
-            cache.store(p, k.data(), v.data());
+    for (const tq::Type type : {tq::Type::F16, tq::Type::Q8_0}) {
+        for (const int64_t window : {int64_t{0}, int64_t{10}}) {
+            SCOPED_TRACE(std::string(tq::traits(type).name) + " window " + std::to_string(window));
+            tandem::LayerKvCache cache(type, kCells, kHeadKv * kDim, kHeadKv * kDim);
+            for (int32_t p = 0; p < 36; ++p) {
+                const auto k = random_floats(kHeadKv * kDim, 100 + static_cast<uint32_t>(p));
+                const auto v = random_floats(kHeadKv * kDim, 200 + static_cast<uint32_t>(p));
+                cache.store(p, k.data(), v.data());
+            }
+            const auto q = random_floats(kTokens * kHead * kDim, 9);
+            const int32_t pos[kTokens] = {30, 31, 32, 33, 34, 35};
+            tc::AttentionShape shape{kHead, kHeadKv, kDim, kDim, window, 1.0f / std::sqrt(128.0f)};
+            std::vector<float> ref(kTokens * kHead * kDim), gpu(ref.size());
+            tc::ThreadPool pool(2, false);
+            const auto kv = cache.view();
+            tc::attention(q.data(), pos, kTokens, shape, kv, ref.data(), pool, tc::SimdLevel::Scalar);
+            tandem::cuda::kernels::AttentionArgs a{kHead, kHeadKv, kDim, kDim, window, shape.scale};
+            tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, type, kv.k, kv.v, kv.cell_pos, kCells,
+                                              kHeadKv * kDim, kHeadKv * kDim, gpu.data());
+            for (size_t i = 0; i < ref.size(); ++i) {
+                ASSERT_NEAR(gpu[i], ref[i], 2e-3f * std::max(1.0f, std::fabs(ref[i])));
+            }
         }
-        const auto q = random_floats(kTokens * kHead * kDim, 9);
-        const int32_t pos[kTokens] = {30, 31, 32, 33, 34, 35};
-        tc::AttentionShape shape{kHead, kHeadKv, kDim, kDim, window, 1.0f / std::sqrt(128.0f)};
-        std::vector<float> ref(kTokens * kHead * kDim), gpu(ref.size());
-        tc::ThreadPool pool(2, false);
-        const auto kv = cache.view();
-        tc::attention(q.data(), pos, kTokens, shape, kv, ref.data(), pool, tc::SimdLevel::Scalar);
-        tandem::cuda::kernels::AttentionArgs a{kHead, kHeadKv, kDim, kDim, window, shape.scale};
-        tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, reinterpret_cast<const uint16_t*>(kv.k),
-                                          reinterpret_cast<const uint16_t*>(kv.v), kv.cell_pos, kCells,
-                                          kHeadKv * kDim, kHeadKv * kDim, gpu.data());
-        // fp16 accumulation: an ulp of difference in exp() may move a value
-        // by a couple of fp16 steps.
-        for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(gpu[i], ref[i], 2e-3f * std::max(1.0f, std::fabs(ref[i])));
     }
 }
 
@@ -239,18 +245,40 @@ TEST(CudaBackend, EveryNglMatchesCpuOnSharedModels) {
     }
 }
 
-TEST(CudaBackend, Q8CacheIsRefusedAndTooSmallVramIsOutOfMemory) {
+// A Q8_0 KV cache on the device gives the CPU's Q8_0-cache logits at every
+// split (prompt and a decode step that reads the device cache); a device
+// too small is a clean out-of-memory.
+TEST(CudaBackend, Q8CacheMatchesCpuAndTooSmallVramIsOutOfMemory) {
     TANDEM_REQUIRE_GPU(dev);
     (void)dev;
     const auto file = tandem::gguf::File::open(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"));
     const auto spec = tandem::model::load_model_spec(file);
+    const auto tok = tandem::Tokenizer::from_gguf(file);
+    const auto tokens = tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
     tandem::SessionOptions opt;
     opt.n_ctx = 64;
-    opt.device = "cuda0";
-    opt.n_gpu_layers = 2;
+    opt.n_ubatch = 16;
     opt.cache_type = tandem::model::CacheType::Q8_0;
-    EXPECT_THROW(tandem::Session(file, spec, opt), tandem::Error);
+    std::vector<float> reference, next_ref;
+    {
+        tandem::Session cpu(file, spec, opt);
+        cpu.eval(tokens, true, reference);
+        cpu.eval(std::vector<int32_t>{tokens[1]}, false, next_ref);
+    }
+    opt.device = "cuda0";
+    for (int64_t ngl = 1; ngl <= spec.hp.n_layer + 1; ++ngl) {
+        SCOPED_TRACE("ngl " + std::to_string(ngl));
+        opt.n_gpu_layers = ngl;
+        tandem::Session session(file, spec, opt);
+        std::vector<float> logits, next;
+        session.eval(tokens, true, logits);
+        ASSERT_EQ(logits.size(), reference.size());
+        EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-3);
+        session.eval(std::vector<int32_t>{tokens[1]}, false, next);
+        EXPECT_LE(mean_kl(next_ref, next, spec.hp.n_vocab), 1e-3);
+    }
     opt.cache_type = tandem::model::CacheType::F16;
+    opt.n_gpu_layers = 2;
     opt.device_capacity = 1024;
     EXPECT_THROW(tandem::Session(file, spec, opt), tandem::OutOfDeviceMemory);
 }
