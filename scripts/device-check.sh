@@ -26,22 +26,49 @@ results=build-device/gpu-tests.xml
 ./build-device/tests/tandem_tests --gtest_filter='Cuda*' --gtest_output="xml:$results" | tail -40
 rc=${PIPESTATUS[0]}
 
-# GPU benchmark: a llama-1b-shape Q8_0 model (quick to synthesize) at
-# ngl 0, half and all, decode and prefill tok/s as tandem run prints them.
+# GPU benchmarks (the issue's measurements), each bounded by a timeout:
+# a llama3-8b-shape Q4_K_M model at ngl 0, 16 and 33 (decode and pp512 as
+# `tandem bench` reports them, GB/s of weights read), pp512 at ngl 16 with
+# weight streaming on and off, and with DEVICE_CHECK_70B=1 the 70B shape
+# under a 24 GiB cap (a 40 GB file: minutes to write). DEVICE and SHAPE
+# override the device and the 8B shape (to try the script on the stand-in).
+device=${DEVICE:-cuda0}
+shape=${SHAPE:-llama3-8b}
 bench_rows=()
-model=build-device/bench-llama-1b-q8_0.gguf
+cat > build-device/bench_rows.py <<'PY'
+import json, sys
+for line in sys.stdin:
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    tps, gbps = r.get("tps_mean"), r.get("gbps")
+    meas = f"{tps:.2f} t/s, {gbps:.1f} GB/s" if tps is not None else "does not fit"
+    note = " " + sys.argv[1] if len(sys.argv) > 1 else ""
+    print(f"| {r.get('model')} ngl {r.get('ngl')} {r.get('backend')} {r.get('test')}{note} | {meas} |")
+PY
+bench_json() {  # model, timeout, note, extra bench args...: one table row per result
+  local model=$1 limit=$2 note=$3; shift 3
+  timeout "$limit" ./build-device/tools/tandem bench -m "$model" --device "$device" -r 2 -o jsonl "$@" 2>/dev/null |
+    python3 build-device/bench_rows.py "$note"
+}
+model=build-device/bench-$shape-q4_k_m.gguf
 if [ ! -f "$model" ]; then
-  ./build-device/tools/tandem synth --shape llama-1b --type Q8_0 -o "$model" >/dev/null 2>&1 || true
+  timeout 300 ./build-device/tools/tandem synth --shape "$shape" --type Q4_K_M -o "$model" >/dev/null 2>&1 || rm -f "$model"
 fi
 if [ -f "$model" ]; then
-  python3 -c "print(' '.join(['The quick brown fox jumps over the lazy dog.'] * 50))" > build-device/prompt.txt
-  for ngl in 0 11 23; do
-    out=$(timeout 120 ./build-device/tools/tandem run -m "$model" -f build-device/prompt.txt -n 64 --temp 0 \
-          --device cuda0 --vram 16GiB -ngl $ngl 2>&1 >/dev/null | tail -3)
-    pp=$(echo "$out" | sed -n 's/^prompt: .* \([0-9.]*\) tok\/s.*/\1/p')
-    tg=$(echo "$out" | sed -n 's/^generation: .* \([0-9.]*\) tok\/s, \([0-9.]*\) GB\/s.*/\1 tok\/s, \2 GB\/s/p')
-    bench_rows+=("| llama-1b Q8_0, ngl $ngl | pp ${pp:-?} tok/s, tg ${tg:-failed: $(echo "$out" | tail -1)} |")
-  done
+  while IFS= read -r row; do bench_rows+=("$row"); done < <(bench_json "$model" 240 "" -p 512 -n 64 -ngl 0,16,33)
+  while IFS= read -r row; do bench_rows+=("$row"); done < <(bench_json "$model" 120 "(--no-stream)" -p 512 -n 0 -ngl 16 --no-stream)
+else
+  bench_rows+=("| $shape Q4_K_M | synth failed or timed out |")
+fi
+if [ "${DEVICE_CHECK_70B:-0}" = 1 ]; then
+  big=build-device/bench-llama3-70b-q4_k_m.gguf
+  [ -f "$big" ] || timeout 900 ./build-device/tools/tandem synth --shape llama3-70b --type Q4_K_M -o "$big" >/dev/null 2>&1 || rm -f "$big"
+  if [ -f "$big" ]; then
+    while IFS= read -r row; do bench_rows+=("$row"); done < <(bench_json "$big" 400 "(24 GiB cap)" -p 512 -n 16 --vram 24GiB)
+    while IFS= read -r row; do bench_rows+=("$row"); done < <(bench_json "$big" 300 "(--no-stream)" -p 512 -n 0 --vram 24GiB --no-stream)
+  fi
 fi
 
 echo
