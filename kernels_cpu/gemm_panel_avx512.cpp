@@ -14,12 +14,13 @@ namespace {
 using namespace tandem::quant;
 
 // Per super-block of the panel: codes [sub-block 8][group 8][row 16][4],
-// then scales and minimums [sub-block 8][row 16] as int32, then d and dmin
-// [row 16] as float.
+// then scales [sub-block 8][row 16] as int32 and minimums twice as int16
+// pairs (for vpdpwssd against two 16-element activation sums), then d and
+// dmin [row 16] as float.
 struct PanelBlock {
     alignas(64) uint8_t codes[8][8][kPanelRows][4];
     alignas(64) int32_t scale[8][kPanelRows];
-    alignas(64) int32_t min[8][kPanelRows];
+    alignas(64) int16_t min[8][kPanelRows][2];
     alignas(64) float d[kPanelRows];
     alignas(64) float dmin[kPanelRows];
 };
@@ -30,7 +31,8 @@ void unpack(const block_q4_K* rows[kPanelRows], int64_t n_rows, int64_t i, Panel
             // Missing rows: zero codes and scales give zero, never stored.
             for (int s = 0; s < 8; ++s) {
                 for (int g = 0; g < 8; ++g) std::memset(p.codes[s][g][r], 0, 4);
-                p.scale[s][r] = p.min[s][r] = 0;
+                p.scale[s][r] = 0;
+                p.min[s][r][0] = p.min[s][r][1] = 0;
             }
             p.d[r] = p.dmin[r] = 0.0f;
             continue;
@@ -40,12 +42,12 @@ void unpack(const block_q4_K* rows[kPanelRows], int64_t n_rows, int64_t i, Panel
             int sc = 0, m = 0;
             element::q4_K_scale_min(b.scales, s, sc, m);
             p.scale[s][r] = sc;
-            p.min[s][r] = m;
+            p.min[s][r][0] = p.min[s][r][1] = static_cast<int16_t>(m);
             const uint8_t* qs = b.qs + 32 * (s / 2);
             const int shift = 4 * (s % 2);
-            for (int g = 0; g < 8; ++g) {
-                for (int e = 0; e < 4; ++e) p.codes[s][g][r][e] = static_cast<uint8_t>((qs[4 * g + e] >> shift) & 0xF);
-            }
+            uint8_t c[32];
+            for (int e = 0; e < 32; ++e) c[e] = static_cast<uint8_t>((qs[e] >> shift) & 0xF);
+            panel::put_codes32(p.codes, r, 32 * s, c);
         }
         p.d[r] = fp16_to_fp32(b.d);
         p.dmin[r] = fp16_to_fp32(b.dmin);
@@ -82,8 +84,8 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                     const __m512i mn = _mm512_load_si512(p.min[s]);
                     for (int t = 0; t < NT; ++t) {
                         isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
-                        const int bsum = act[t][i].bsums[2 * s] + act[t][i].bsums[2 * s + 1];
-                        imin[t] = _mm512_add_epi32(imin[t], _mm512_mullo_epi32(mn, _mm512_set1_epi32(bsum)));
+                        // min * (bsum[2s] + bsum[2s+1]) in one instruction, exact.
+                        imin[t] = _mm512_dpwssd_epi32(imin[t], mn, panel::bcast4(act[t][i].bsums + 2 * s));
                     }
                 }
                 for (int t = 0; t < NT; ++t) {
@@ -100,10 +102,13 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 namespace {
 
 // Per super-block of a Q6_K panel: unsigned 6-bit codes [group 16][quad 4]
-// [row 16][4] (value = code - 32), group scales [group 16][row 16], d [row].
+// [row 16][4] (value = code - 32), group scales [group 16][row 16] as int32
+// and as int16 pairs of neighbouring groups (for vpdpwssd against two group
+// activation sums), d [row].
 struct PanelBlock6 {
     alignas(64) uint8_t codes[16][4][kPanelRows][4];
     alignas(64) int32_t scale[16][kPanelRows];
+    alignas(64) int16_t scale_pair[8][kPanelRows][2];
     alignas(64) float d[kPanelRows];
 };
 
@@ -113,19 +118,30 @@ void unpack6(const block_q6_K* rows[kPanelRows], int64_t n_rows, int64_t i, Pane
             for (int g = 0; g < 16; ++g) {
                 for (int q = 0; q < 4; ++q) std::memset(p.codes[g][q][r], 0, 4);
                 p.scale[g][r] = 0;
+                p.scale_pair[g / 2][r][g % 2] = 0;
             }
             p.d[r] = 0.0f;
             continue;
         }
         const block_q6_K& b = rows[r][i];
-        for (int k = 0; k < kQK_K; ++k) {
-            const int half = k / 128, rr = k % 128, quarter = rr / 32, e = rr % 32;
-            const uint8_t lbyte = b.ql[half * 64 + e + (quarter & 1) * 32];
-            const int low = quarter < 2 ? (lbyte & 0xF) : (lbyte >> 4);
-            const int high = (b.qh[half * 32 + e] >> (2 * quarter)) & 3;
-            p.codes[k / 16][(k % 16) / 4][r][k % 4] = static_cast<uint8_t>(low | high << 4);
+        // Element k = 128 half + 32 quarter + e: low nibble of ql (high
+        // nibble for quarters 2 and 3), two bits of qh above it.
+        for (int half = 0; half < 2; ++half) {
+            for (int quarter = 0; quarter < 4; ++quarter) {
+                const uint8_t* ql = b.ql + half * 64 + (quarter & 1) * 32;
+                const uint8_t* qh = b.qh + half * 32;
+                const int lshift = quarter < 2 ? 0 : 4, hshift = 2 * quarter;
+                uint8_t c[32];
+                for (int e = 0; e < 32; ++e) {
+                    c[e] = static_cast<uint8_t>(((ql[e] >> lshift) & 0xF) | ((qh[e] >> hshift) & 3) << 4);
+                }
+                panel::put_codes32(p.codes, r, 128 * half + 32 * quarter, c);
+            }
         }
-        for (int g = 0; g < 16; ++g) p.scale[g][r] = b.scales[g];
+        for (int g = 0; g < 16; ++g) {
+            p.scale[g][r] = b.scales[g];
+            p.scale_pair[g / 2][r][g % 2] = b.scales[g];
+        }
         p.d[r] = fp16_to_fp32(b.d);
     }
 }
@@ -154,11 +170,17 @@ void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                     for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, panel::bcast4(act[t][i].qs + 16 * g + 4 * q));
                 }
                 const __m512i sc = _mm512_load_si512(p.scale[g]);
-                for (int t = 0; t < NT; ++t) {
-                    // value = code - 32: subtract 32 * bsum inside the group, exact.
-                    const __m512i off = _mm512_set1_epi32(32 * act[t][i].bsums[g]);
-                    total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(_mm512_sub_epi32(dot[t], off), sc));
+                for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(dot[t], sc));
+            }
+            // value = code - 32: the super-block total less 32 * sum over
+            // groups of scale * activation sum, two groups per vpdpwssd;
+            // the same integer as subtracting inside each group.
+            for (int t = 0; t < NT; ++t) {
+                __m512i off = _mm512_setzero_si512();
+                for (int k = 0; k < 8; ++k) {
+                    off = _mm512_dpwssd_epi32(off, _mm512_load_si512(p.scale_pair[k]), panel::bcast4(act[t][i].bsums + 2 * k));
                 }
+                total[t] = _mm512_sub_epi32(total[t], _mm512_slli_epi32(off, 5));
             }
             const __m512 d = _mm512_load_ps(p.d);
             for (int t = 0; t < NT; ++t) {

@@ -29,6 +29,16 @@ Panel* unpack_panel(const void* w, size_t row_stride, int64_t n_rows, int64_t n_
     return panel;
 }
 
+// Stores 32 consecutive codes c (elements k0 .. k0 + 31 of a super-block,
+// k0 a multiple of 4) of panel row r: every panel keeps element k of row r
+// at codes + (k / 4) * 64 + r * 4 + k % 4 (groups of four elements of the
+// 16 rows side by side, one zmm each). Unpackers compute 32 codes with
+// plain loops the compiler vectorizes, then place them with this.
+inline void put_codes32(void* codes, int64_t r, int k0, const uint8_t* c) {
+    auto* base = static_cast<uint8_t*>(codes) + (k0 / 4) * (kPanelRows * 4) + r * 4;
+    for (int j = 0; j < 8; ++j) std::memcpy(base + j * (kPanelRows * 4), c + 4 * j, 4);
+}
+
 // Four activation bytes broadcast to every lane, for vpdpbusd.
 inline __m512i bcast4(const void* p) {
     int32_t four;

@@ -38,10 +38,10 @@ void unpack5(const block_q5_K* rows[kPanelRows], int64_t n_rows, int64_t i, Pane
             p.scale[s][r] = sc;
             p.min[s][r] = m;
             const uint8_t* qs = b.qs + 32 * (s / 2);
-            for (int l = 0; l < 32; ++l) {
-                const int low = (s % 2 == 0) ? (qs[l] & 0xF) : (qs[l] >> 4);
-                p.codes[s][l / 4][r][l % 4] = static_cast<uint8_t>(low | ((b.qh[l] >> s) & 1) << 4);
-            }
+            const int shift = 4 * (s % 2);
+            uint8_t c[32];
+            for (int l = 0; l < 32; ++l) c[l] = static_cast<uint8_t>(((qs[l] >> shift) & 0xF) | ((b.qh[l] >> s) & 1) << 4);
+            panel::put_codes32(p.codes, r, 32 * s, c);
         }
         p.d[r] = fp16_to_fp32(b.d);
         p.dmin[r] = fp16_to_fp32(b.dmin);
@@ -59,11 +59,18 @@ void unpack3(const block_q3_K* rows[kPanelRows], int64_t n_rows, int64_t i, Pane
     std::memset(&p, 0, sizeof p);
     for (int64_t r = 0; r < n_rows; ++r) {
         const block_q3_K& b = rows[r][i];
-        for (int k = 0; k < kQK_K; ++k) {
-            const element::KLowBitIndex ix = element::k_low_bit_index(k);
-            const int low = (b.qs[ix.byte] >> ix.shift) & 3;
-            const int high = (b.hmask[ix.hbyte] >> ix.hbit) & 1;
-            p.codes[k / 16][(k % 16) / 4][r][k % 4] = static_cast<uint8_t>(low | high << 2);
+        // Element k = 128 half + 32 shift_group + e (element::k_low_bit_index
+        // in loop form): two bits of qs, one bit of hmask.
+        for (int half = 0; half < 2; ++half) {
+            for (int grp = 0; grp < 4; ++grp) {
+                const uint8_t* qs = b.qs + 32 * half;
+                const int hbit = 4 * half + grp;
+                uint8_t c[32];
+                for (int e = 0; e < 32; ++e) {
+                    c[e] = static_cast<uint8_t>(((qs[e] >> (2 * grp)) & 3) | ((b.hmask[e] >> hbit) & 1) << 2);
+                }
+                panel::put_codes32(p.codes, r, 128 * half + 32 * grp, c);
+            }
         }
         for (int g = 0; g < 16; ++g) p.scale[g][r] = element::q3_K_scale(b.scales, g);
         p.d[r] = fp16_to_fp32(b.d);
@@ -83,9 +90,13 @@ void unpack2(const block_q2_K* rows[kPanelRows], int64_t n_rows, int64_t i, Pane
     std::memset(&p, 0, sizeof p);
     for (int64_t r = 0; r < n_rows; ++r) {
         const block_q2_K& b = rows[r][i];
-        for (int k = 0; k < kQK_K; ++k) {
-            const element::KLowBitIndex ix = element::k_low_bit_index(k);
-            p.codes[k / 16][(k % 16) / 4][r][k % 4] = static_cast<uint8_t>((b.qs[ix.byte] >> ix.shift) & 3);
+        for (int half = 0; half < 2; ++half) {  // as Q3_K, without hmask
+            for (int grp = 0; grp < 4; ++grp) {
+                const uint8_t* qs = b.qs + 32 * half;
+                uint8_t c[32];
+                for (int e = 0; e < 32; ++e) c[e] = static_cast<uint8_t>((qs[e] >> (2 * grp)) & 3);
+                panel::put_codes32(p.codes, r, 128 * half + 32 * grp, c);
+            }
         }
         for (int g = 0; g < 16; ++g) {
             p.scale[g][r] = b.scales[g] & 0xF;
