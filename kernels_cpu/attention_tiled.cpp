@@ -100,6 +100,16 @@ void attention_tiled(const float* q, const int32_t* q_pos, int64_t n_tokens, con
                     for (int64_t k = 0; k < dk; ++k) kt[static_cast<size_t>(k * kAttentionTile + c)] = krow[static_cast<size_t>(k)];
                     kern.widen(vh, vt.data() + c * dv, dv);
                 }
+                // A full tile whose cells are all in the past of a query (and
+                // inside its window) needs no per-cell mask for it: most
+                // tiles of a long prompt, which would otherwise pay a
+                // branchy loop over 64 positions for every query and head.
+                int32_t kmin = std::numeric_limits<int32_t>::max(), kmax = -1;
+                for (int64_t c = 0; c < nc; ++c) {
+                    kmin = std::min(kmin, kv.cell_pos[c0 + c]);
+                    kmax = std::max(kmax, kv.cell_pos[c0 + c]);
+                }
+                const bool full_tile = nc == kAttentionTile && kmin >= 0;
                 for (int64_t hh = 0; hh < gqa; ++hh) {
                     const int64_t h = g * gqa + hh;
                     for (int64_t i = 0; i < nq; ++i) {
@@ -108,11 +118,17 @@ void attention_tiled(const float* q, const int32_t* q_pos, int64_t n_tokens, con
                         const size_t slot = static_cast<size_t>(hh * kAttentionTile + i);
                         kern.scores(q + (t * shape.n_head + h) * dk, kt.data(), dk, s.data());
                         float tile_max = kNegInf;
-                        for (int64_t c = 0; c < kAttentionTile; ++c) {
-                            const int32_t kp = c < nc ? kv.cell_pos[c0 + c] : -1;
-                            const bool visible = kp >= 0 && kp <= pos && (shape.window <= 0 || pos - kp < shape.window);
-                            s[c] = visible ? s[c] * shape.scale : kNegInf;
-                            tile_max = std::max(tile_max, s[c]);
+                        if (full_tile && kmax <= pos && (shape.window <= 0 || pos - kmin < shape.window)) {
+                            for (int64_t c = 0; c < kAttentionTile; ++c) s[c] *= shape.scale;
+                            for (int64_t c = 0; c < kAttentionTile; ++c) tile_max = std::max(tile_max, s[c]);
+                        } else {
+                            for (int64_t c = 0; c < kAttentionTile; ++c) {
+                                const int32_t kp = c < nc ? kv.cell_pos[c0 + c] : -1;
+                                const bool visible =
+                                    kp >= 0 && kp <= pos && (shape.window <= 0 || pos - kp < shape.window);
+                                s[c] = visible ? s[c] * shape.scale : kNegInf;
+                                tile_max = std::max(tile_max, s[c]);
+                            }
                         }
                         if (tile_max == kNegInf) continue;  // nothing visible in this tile
                         float* a = acc.data() + slot * static_cast<size_t>(dv);

@@ -29,6 +29,19 @@ double tiled_softmax_avx2(const float* s, float max, float* p) {
 
 void tiled_accumulate_avx2(const float* p, const float* v, int64_t dv, float* acc) {
     int64_t d = 0;
+    // 64 outputs at a time, eight independent chains in registers: one
+    // chain alone waits on the fma latency at every step. Each output is
+    // still its own chain over t, so the bits are the scalar reference's.
+    for (; d + 64 <= dv; d += 64) {
+        __m256 a[8];
+        for (int j = 0; j < 8; ++j) a[j] = _mm256_loadu_ps(acc + d + 8 * j);
+        for (int64_t t = 0; t < kAttentionTile; ++t) {
+            const __m256 pt = _mm256_set1_ps(p[t]);
+            const float* row = v + t * dv + d;
+            for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(row + 8 * j), a[j]);
+        }
+        for (int j = 0; j < 8; ++j) _mm256_storeu_ps(acc + d + 8 * j, a[j]);
+    }
     for (; d + 8 <= dv; d += 8) {
         __m256 a = _mm256_loadu_ps(acc + d);
         for (int64_t t = 0; t < kAttentionTile; ++t) a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(v + t * dv + d), a);

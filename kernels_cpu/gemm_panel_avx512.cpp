@@ -68,8 +68,18 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
         for (int t = 0; t < NT; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const PanelBlock& p = blocks[i];
-            const __m512 d = _mm512_load_ps(p.d);
-            const __m512 dmin = _mm512_load_ps(p.dmin);
+            // d * da and dmin * da per token, once per super-block (the
+            // products every span multiplies by).
+            __m512 dd[NT], ddmin[NT];
+            {
+                const __m512 d = _mm512_load_ps(p.d);
+                const __m512 dmin = _mm512_load_ps(p.dmin);
+                for (int t = 0; t < NT; ++t) {
+                    const __m512 da = _mm512_set1_ps(act[t][i].d);
+                    dd[t] = _mm512_mul_ps(d, da);
+                    ddmin[t] = _mm512_mul_ps(dmin, da);
+                }
+            }
             for (int j = 0; j < 4; ++j) {  // spans of two sub-blocks (64 elements)
                 __m512i isum[NT], imin[NT];
                 for (int t = 0; t < NT; ++t) isum[t] = imin[t] = _mm512_setzero_si512();
@@ -89,9 +99,8 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                     }
                 }
                 for (int t = 0; t < NT; ++t) {
-                    const __m512 da = _mm512_set1_ps(act[t][i].d);
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(d, da), acc[t]);
-                    acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin[t]), _mm512_mul_ps(dmin, da), acc_min[t]);
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), dd[t], acc[t]);
+                    acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin[t]), ddmin[t], acc_min[t]);
                 }
             }
         }
