@@ -169,6 +169,16 @@ BatchForm batch_form(quant::Type w_type, SimdLevel level) {
     return {};
 }
 
+DecodeRowsFn decode_rows_kernel(quant::Type w_type, SimdLevel level) {
+    // Only where the single-row kernel it stands in for is the AVX2 one
+    // whose order it reproduces (Q4_K uses it at the AVX-512 level too).
+    if (w_type == quant::Type::Q4_K && level != SimdLevel::Scalar) {
+        TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
+        return TANDEM_X86(dot_q4_K_rows_avx2);
+    }
+    return nullptr;
+}
+
 DotFn dot_kernel(quant::Type w_type, SimdLevel level) {
     const DotKernels* k = find_dot_kernels(w_type);
     if (k == nullptr) {
@@ -379,6 +389,11 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         k_chunk = std::min(n, ((n + chunks - 1) / chunks + step - 1) / step * step);
     }
 
+    // Single tokens of types with a several-rows decode kernel (same bits).
+    const detail::DecodeRowsFn rows_fn = fn == detail::dot_kernel(w.type, level) && quantize != nullptr
+                                             ? detail::decode_rows_kernel(w.type, level)
+                                             : nullptr;
+
     auto do_item = [&](int64_t item) {
         // Consecutive items share a token block, so its activations are
         // reused (from L2/L3) by whichever threads take them.
@@ -396,6 +411,14 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
                 // too, so no tile straddles it.
                 const detail::DotFn tile_fn = t < batch_end ? batch_fn : fn;
                 const unsigned char* a_t = abase + static_cast<size_t>(t) * a_stride + a_off;
+                if (nt == 1 && rows_fn != nullptr && kn == n) {
+                    for (int64_t r = r0; r < r1; r += detail::kDecodeRows) {
+                        const int nr = static_cast<int>(std::min<int64_t>(detail::kDecodeRows, r1 - r));
+                        rows_fn(n, wbase + static_cast<size_t>(r) * w.row_stride_bytes, w.row_stride_bytes, nr, a_t,
+                                y + t * ldy + r);
+                    }
+                    continue;
+                }
                 for (int64_t r = r0; r < r1; ++r) {
                     const unsigned char* w_r = wbase + static_cast<size_t>(r) * w.row_stride_bytes + w_off;
                     float* y_tr = y + t * ldy + r;

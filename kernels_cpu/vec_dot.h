@@ -112,6 +112,18 @@ TANDEM_DECLARE_BATCH_DOT(q5_K)
 TANDEM_DECLARE_BATCH_DOT(q6_K)
 #undef TANDEM_DECLARE_BATCH_DOT
 
+// Decode (one token) over several rows at once: y[r] = dot(row r, a) for
+// r < n_rows (<= kDecodeRows), row r at w + r * row_stride bytes. The same
+// integers and the same per-row float steps as the single-row kernel, so
+// the same bits; the per-super-block horizontal sums of kDecodeRows rows
+// share one reduction tree and the float steps run across rows in one
+// vector, instead of a serial scalar tail per row. Null where a type has
+// none (then the single-row kernel runs).
+inline constexpr int kDecodeRows = 4;
+using DecodeRowsFn = void (*)(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
+DecodeRowsFn decode_rows_kernel(quant::Type w_type, SimdLevel level);
+void dot_q4_K_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
+
 // Batches with F16/BF16 weights: each activation is rounded to the
 // activation type as usual but stored widened back to f32, once per
 // matmul, so the token-tiled kernels do not convert every activation again
