@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels_cpu/decode_rows_x86.h"
 #include "kernels_cpu/simd_x86.h"
 #include "runtime/quant/fp16.h"
 #include "kernels_cpu/vec_dot.h"
@@ -136,13 +137,6 @@ struct UQ45K {
     template <int C>
     __m256i scales() const {
         return _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, pair_mask(C, C)));
-    }
-    // The eight sub-block scales as int16 pairs (scale | scale << 16), so a
-    // chunk's scale vector is one 32-bit broadcast load.
-    void scale_pairs(int32_t* out) const {
-        const __m128i s16 = _mm_cvtepu8_epi16(sm);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi16(s16, s16));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 4), _mm_unpackhi_epi16(s16, s16));
     }
     __m256i coef() const {
         // Each sub-block's min applies to both of its 16-element groups.
@@ -379,74 +373,19 @@ using Q6K = KDot<UQ6K>::K<NT>;
 template <int NT>
 using Q6KBatch = KExact<UQ6K>::K<NT>;
 
-// Decode rows of Q4_K, kDecodeRows at a time, in the order of KSpans<U, 8>
-// with one token (llama.cpp's single-row order): per row and super-block
-// the integer total and the integer minimum sum, each converted once and
-// fused into the row's accumulators. The activation chunk is loaded once
-// for all rows; the totals of the rows come out of one hadd tree, and the
-// conversions and fused multiply-adds run with rows in the lanes.
+// Decode rows of Q4_K (decode_rows_x86.h): the super-block sums of the
+// single-row kernel, per row.
 template <class U>
-struct KSpansRows {
-    static constexpr int R = kDecodeRows;
-    static_assert(R == 4, "the reduction tree below is written for four rows");
-
-    // Lane r of the result: the sum of the eight lanes of v[r].
-    static __m128i row_totals(const __m256i* v) {
-        const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]);
-        const __m256i h23 = _mm256_hadd_epi32(v[2], v[3]);
-        const __m256i h = _mm256_hadd_epi32(h01, h23);  // [r0..r3 low halves | r0..r3 high halves]
-        return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    }
-
-    static void run(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
-        using W = typename U::W;
-        const W* x[R];
-        for (int r = 0; r < R; ++r) {
-            // Missing rows repeat row 0: computed, never stored.
-            x[r] = reinterpret_cast<const W*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
-        }
-        const auto* ya = static_cast<const block_q8_K*>(a);
-        const int64_t nb = n / kQK_K;
-        __m128 acc = _mm_setzero_ps(), acc_min = _mm_setzero_ps();
-        // Rows are read one after another, each as one sequential stream
-        // (interleaving four rows' super-blocks halves the speed from DRAM:
-        // the prefetchers follow one stream per row poorly), their per-
-        // super-block lane sums kept for the reduction across rows.
-        constexpr int64_t kSpan = 64;  // super-blocks per pass: 16 KiB of lane sums
-        alignas(32) __m256i sums[kSpan][R], mins[kSpan][R];
-        for (int64_t i0 = 0; i0 < nb; i0 += kSpan) {
-            const int64_t ni = std::min(kSpan, nb - i0);
-            for (int r = 0; r < R; ++r) {
-                for (int64_t k = 0; k < ni; ++k) {
-                    const int64_t i = i0 + k;
-                    const U u(x[r][i]);
-                    mins[k][r] = _mm256_madd_epi16(u.coef(), load256(ya[i].bsums));
-                    alignas(16) int32_t sc[8];
-                    u.scale_pairs(sc);
-                    __m256i sumi = _mm256_setzero_si256();
-                    unroll<8>([&](auto C) {
-                        const __m256i p = _mm256_maddubs_epi16(u.template weights<C()>(), load256(ya[i].qs + 32 * C()));
-                        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi32(sc[C()])));
-                    });
-                    sums[k][r] = sumi;
-                }
-            }
-            for (int64_t k = 0; k < ni; ++k) {
-                const int64_t i = i0 + k;
-                const __m128 da = _mm_set1_ps(ya[i].d);
-                const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(
-                    static_cast<int16_t>(x[0][i].d), static_cast<int16_t>(x[1][i].d), static_cast<int16_t>(x[2][i].d),
-                    static_cast<int16_t>(x[3][i].d), 0, 0, 0, 0));
-                const __m128 dmin = _mm_cvtph_ps(_mm_setr_epi16(
-                    static_cast<int16_t>(x[0][i].dmin), static_cast<int16_t>(x[1][i].dmin),
-                    static_cast<int16_t>(x[2][i].dmin), static_cast<int16_t>(x[3][i].dmin), 0, 0, 0, 0));
-                acc = _mm_fmadd_ps(_mm_cvtepi32_ps(row_totals(sums[k])), _mm_mul_ps(dw, da), acc);
-                acc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(row_totals(mins[k])), _mm_mul_ps(dmin, da), acc_min);
-            }
-        }
-        alignas(16) float out[R];
-        _mm_store_ps(out, _mm_sub_ps(acc, acc_min));
-        for (int r = 0; r < n_rows; ++r) y[r] = out[r];
+struct UnpackedSums {
+    using W = typename U::W;
+    static void sums(const W& b, const block_q8_K& ya, __m256i& sumi, __m256i& corr) {
+        const U u(b);
+        corr = _mm256_madd_epi16(u.coef(), load256(ya.bsums));
+        sumi = _mm256_setzero_si256();
+        unroll<8>([&](auto C) {
+            const __m256i p = _mm256_maddubs_epi16(u.template weights<C()>(), load256(ya.qs + 32 * C()));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, u.template scales<C()>()));
+        });
     }
 };
 
@@ -456,7 +395,7 @@ void dot_q2_K_avx2(TANDEM_DOT_ARGS) { tile<Q2K>(n, w, a, a_stride, nt, y, ldy); 
 void dot_q3_K_avx2(TANDEM_DOT_ARGS) { tile<Q3K>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q4_K_avx2(TANDEM_DOT_ARGS) { tile<Q4K>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q4_K_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
-    KSpansRows<UQ45K<false>>::run(n, w, row_stride, n_rows, a, y);
+    decode_rows<UnpackedSums<UQ45K<false>>>(n, w, row_stride, n_rows, a, y);
 }
 void dot_q2_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q2KBatch>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q4_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q4KBatch>(n, w, a, a_stride, nt, y, ldy); }

@@ -1,0 +1,73 @@
+// Decode (one token) over kDecodeRows rows of a K-quant with a minimum
+// term, in llama.cpp's single-row order (KSpans with one span of eight
+// chunks): per row and super-block the integer total and the integer
+// minimum sum, each converted once and fused into the row's accumulators.
+// The rows are read one after another, each as one sequential stream
+// (interleaving four rows' super-blocks halves the speed from DRAM: the
+// prefetchers follow one stream per row poorly); their per-super-block lane
+// sums are kept, reduced across rows by one hadd tree, and the float steps
+// run with rows in the lanes. Sums::sums(block, activation block, sumi,
+// corr) gives the lane sums whose totals are a super-block's integer total
+// and minimum sum; any lane layout will do, the totals are exact. Include
+// only from files built with -mavx2 -mfma -mf16c (after simd_x86.h's flags).
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "kernels_cpu/vec_dot.h"
+#include "runtime/quant/quant_blocks.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+// Lane r of the result: the sum of the eight lanes of v[r], r < 4.
+inline __m128i row_totals4(const __m256i* v) {
+    const __m256i h01 = _mm256_hadd_epi32(v[0], v[1]);
+    const __m256i h23 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i h = _mm256_hadd_epi32(h01, h23);  // [r0..r3 low halves | r0..r3 high halves]
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+template <class Sums>
+void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
+    using W = typename Sums::W;
+    constexpr int R = kDecodeRows;
+    static_assert(R == 4, "row_totals4 reduces four rows");
+    const W* x[R];
+    for (int r = 0; r < R; ++r) {
+        // Missing rows repeat row 0: computed, never stored.
+        x[r] = reinterpret_cast<const W*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
+    }
+    const auto* ya = static_cast<const quant::block_q8_K*>(a);
+    const int64_t nb = n / quant::kQK_K;
+    __m128 acc = _mm_setzero_ps(), acc_min = _mm_setzero_ps();
+    constexpr int64_t kSpan = 64;  // super-blocks per pass: 16 KiB of lane sums
+    alignas(32) __m256i sums[kSpan][R], mins[kSpan][R];
+    for (int64_t i0 = 0; i0 < nb; i0 += kSpan) {
+        const int64_t ni = std::min(kSpan, nb - i0);
+        for (int r = 0; r < R; ++r) {
+            for (int64_t k = 0; k < ni; ++k) Sums::sums(x[r][i0 + k], ya[i0 + k], sums[k][r], mins[k][r]);
+        }
+        for (int64_t k = 0; k < ni; ++k) {
+            const int64_t i = i0 + k;
+            const __m128 da = _mm_set1_ps(ya[i].d);
+            const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16(static_cast<int16_t>(x[0][i].d), static_cast<int16_t>(x[1][i].d),
+                                                          static_cast<int16_t>(x[2][i].d), static_cast<int16_t>(x[3][i].d),
+                                                          0, 0, 0, 0));
+            const __m128 dmin = _mm_cvtph_ps(_mm_setr_epi16(
+                static_cast<int16_t>(x[0][i].dmin), static_cast<int16_t>(x[1][i].dmin),
+                static_cast<int16_t>(x[2][i].dmin), static_cast<int16_t>(x[3][i].dmin), 0, 0, 0, 0));
+            acc = _mm_fmadd_ps(_mm_cvtepi32_ps(row_totals4(sums[k])), _mm_mul_ps(dw, da), acc);
+            acc_min = _mm_fmadd_ps(_mm_cvtepi32_ps(row_totals4(mins[k])), _mm_mul_ps(dmin, da), acc_min);
+        }
+    }
+    alignas(16) float out[R];
+    _mm_store_ps(out, _mm_sub_ps(acc, acc_min));
+    for (int r = 0; r < n_rows; ++r) y[r] = out[r];
+}
+
+}  // namespace
+}  // namespace tandem::cpu::detail
