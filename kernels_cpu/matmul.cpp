@@ -233,6 +233,39 @@ namespace {
 // unpacks into its own buffer.
 using PanelGemm = void (*)(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+// The panel GEMMs (gemm_panel.h), one row per weight type. flip: the
+// kernel wants 128 added to each activation code byte (flip_activations).
+struct PanelKernel {
+    quant::Type type;
+    PanelGemm gemm;
+    size_t (*bytes)(int64_t n_cols);
+    bool flip_activations;
+};
+#if defined(__x86_64__)
+constexpr PanelKernel kPanelKernels[] = {
+    {quant::Type::Q2_K, detail::q2_K_panel_gemm_avx512, detail::q2_K_panel_bytes, false},
+    {quant::Type::Q3_K, detail::q3_K_panel_gemm_avx512, detail::q3_K_panel_bytes, false},
+    {quant::Type::Q4_K, detail::q4_K_panel_gemm_avx512, detail::q4_K_panel_bytes, false},
+    {quant::Type::Q5_K, detail::q5_K_panel_gemm_avx512, detail::q5_K_panel_bytes, false},
+    {quant::Type::Q6_K, detail::q6_K_panel_gemm_avx512, detail::q6_K_panel_bytes, false},
+    {quant::Type::Q4_0, detail::q4_0_panel_gemm_avx512, detail::q4_0_panel_bytes, false},
+    {quant::Type::Q8_0, detail::q8_0_panel_gemm_avx512, detail::legacy_panel_bytes, true},
+    {quant::Type::Q5_0, detail::q5_0_panel_gemm_avx512, detail::legacy_panel_bytes, true},
+    {quant::Type::Q4_1, detail::q4_1_panel_gemm_avx512, detail::legacy_panel_bytes, true},
+    {quant::Type::Q5_1, detail::q5_1_panel_gemm_avx512, detail::legacy_panel_bytes, true},
+};
+#endif
+
+const PanelKernel* find_panel_kernel(quant::Type type) {
+#if defined(__x86_64__)
+    for (const PanelKernel& k : kPanelKernels) {
+        if (k.type == type) return &k;
+    }
+#endif
+    (void)type;
+    return nullptr;
+}
+
 void run_panels(const WeightView& w, PanelGemm gemm, size_t buf_bytes, const void* act, size_t a_stride,
                 int64_t n_tokens, float* y, int64_t ldy, ThreadPool& pool) {
     const int64_t n_panels = (w.n_rows + detail::kPanelRows - 1) / detail::kPanelRows;
@@ -291,11 +324,13 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
     }
 
     const void* act = x;
+    void* act_buf = nullptr;  // the quantized activations, ours to modify
     size_t a_stride = static_cast<size_t>(ldx) * sizeof(float);
     if (quantize != nullptr) {
         // Rows padded to 64 bytes so each token starts on its own line.
         a_stride = (a_row_bytes + 63) / 64 * 64;
         auto* buf = static_cast<unsigned char*>(pool.scratch(a_stride * static_cast<size_t>(n_tokens)));
+        act_buf = buf;
         auto quantize_rows = [&](int64_t begin, int64_t end) {
             for (int64_t t = begin; t < end; ++t) quantize(x + t * ldx, buf + static_cast<size_t>(t) * a_stride, n);
         };
@@ -317,44 +352,16 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
     // Unpacking a panel costs about what 16 tokens of its work do, so short
     // batches stay on the row kernels.
     constexpr int64_t kPanelMinTokens = 32;
-    const int64_t panel_tokens = batch_fn != nullptr ? batch_end : (w.type == quant::Type::Q4_0 ? n_tokens : 0);
+    const PanelKernel* panel = find_panel_kernel(w.type);
+    // Types without a batch form keep their single-row order for every
+    // token, so every token can go through the panel.
+    const int64_t panel_tokens = panel == nullptr ? 0 : batch_fn != nullptr ? batch_end : n_tokens;
     if (panel_tokens >= kPanelMinTokens && level == SimdLevel::Avx512 && detail::avx512_vnni_available()) {
-        PanelGemm gemm = nullptr;
-        size_t buf_bytes = 0;
-        switch (w.type) {
-            case quant::Type::Q2_K:
-                gemm = detail::q2_K_panel_gemm_avx512;
-                buf_bytes = detail::q2_K_panel_bytes(w.n_cols);
-                break;
-            case quant::Type::Q3_K:
-                gemm = detail::q3_K_panel_gemm_avx512;
-                buf_bytes = detail::q3_K_panel_bytes(w.n_cols);
-                break;
-            case quant::Type::Q4_K:
-                gemm = detail::q4_K_panel_gemm_avx512;
-                buf_bytes = detail::q4_K_panel_bytes(w.n_cols);
-                break;
-            case quant::Type::Q5_K:
-                gemm = detail::q5_K_panel_gemm_avx512;
-                buf_bytes = detail::q5_K_panel_bytes(w.n_cols);
-                break;
-            case quant::Type::Q6_K:
-                gemm = detail::q6_K_panel_gemm_avx512;
-                buf_bytes = detail::q6_K_panel_bytes(w.n_cols);
-                break;
-            case quant::Type::Q4_0:
-                gemm = detail::q4_0_panel_gemm_avx512;
-                buf_bytes = detail::q4_0_panel_bytes(w.n_cols);
-                break;
-            default:
-                break;
-        }
-        if (gemm != nullptr) {
-            const int64_t panel_end = panel_tokens - panel_tokens % 4;
-            run_panels(w, gemm, buf_bytes, act, a_stride, panel_end, y, ldy, pool);
-            first_token = panel_end;
-            if (first_token == n_tokens) return;
-        }
+        const int64_t panel_end = panel_tokens - panel_tokens % 4;
+        if (panel->flip_activations) detail::flip_activations(k->a_type, act_buf, a_stride, panel_end, n);
+        run_panels(w, panel->gemm, panel->bytes(w.n_cols), act, a_stride, panel_end, y, ldy, pool);
+        first_token = panel_end;
+        if (first_token == n_tokens) return;
     }
 
     const int64_t rows_item = rows_per_item(w.n_rows, n_tokens - first_token, pool.size());

@@ -1,0 +1,147 @@
+// Panel GEMMs for the 32-element formats whose llama.cpp order is eight
+// lanes per row (Q8_0, Q5_0, Q4_1, Q5_1: dot_legacy_lanes in
+// vec_dot_scalar.cpp): per block, lane l is the integer sum of elements
+// 4l..4l+3, fused into its own float accumulator with d = d_w * d_a; the
+// eight accumulators are added as ((0+4)+(2+6)) + ((1+5)+(3+7)) at the end,
+// then the minimum chain of Q4_1/Q5_1. Here the 16 rows of a panel sit in
+// the lanes of a 512-bit register, so lane l of the reference is one
+// vpdpbusd per token: the eight accumulators are eight registers per token
+// and no horizontal sum is ever needed. vpdpbusd multiplies unsigned by
+// signed bytes, so the activations arrive with 128 added (flip_activations,
+// once per matmul) and each lane starts from -128 times the group's weight
+// sum, which the unpack computes: the same integer, exactly.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels_cpu/gemm_panel.h"
+#include "kernels_cpu/gemm_panel_avx512.h"
+#include "runtime/quant/fp16.h"
+#include "runtime/quant/quant_blocks.h"
+#include "runtime/quant/quant_element.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+using namespace tandem::quant;
+
+struct PanelLegacy {
+    alignas(64) int8_t v[8][kPanelRows][4];   // signed values, group l = elements 4l..4l+3
+    alignas(64) int32_t corr[8][kPanelRows];  // -128 * sum of the group's values
+    alignas(64) float d[kPanelRows];
+    alignas(64) float m[kPanelRows];          // Q4_1/Q5_1 minimum, else 0
+};
+
+// The values of one block as the scalar reference decodes them.
+void values(const block_q8_0& b, int8_t* v) { std::memcpy(v, b.qs, 32); }
+void values(const block_q5_0& b, int8_t* v) {
+    for (int j = 0; j < 32; ++j) v[j] = static_cast<int8_t>(element::q5_value(b.qh, b.qs, j) - 16);
+}
+void values(const block_q4_1& b, int8_t* v) {
+    for (int j = 0; j < 16; ++j) {
+        v[j] = static_cast<int8_t>(b.qs[j] & 0xF);
+        v[j + 16] = static_cast<int8_t>(b.qs[j] >> 4);
+    }
+}
+void values(const block_q5_1& b, int8_t* v) {
+    for (int j = 0; j < 32; ++j) v[j] = static_cast<int8_t>(element::q5_value(b.qh, b.qs, j));
+}
+float minimum(const block_q4_1& b) { return fp16_to_fp32(b.m); }
+float minimum(const block_q5_1& b) { return fp16_to_fp32(b.m); }
+template <class B>
+float minimum(const B&) {
+    return 0.0f;
+}
+
+template <class Block>
+void unpack_legacy(const Block* rows[kPanelRows], int64_t n_rows, int64_t i, PanelLegacy& p) {
+    std::memset(&p, 0, sizeof p);  // missing rows: zero values, sums and scales
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const Block& b = rows[r][i];
+        int8_t v[32];
+        values(b, v);
+        panel::put_codes32(p.v, r, 0, reinterpret_cast<const uint8_t*>(v));
+        for (int l = 0; l < 8; ++l) p.corr[l][r] = -128 * (v[4 * l] + v[4 * l + 1] + v[4 * l + 2] + v[4 * l + 3]);
+        p.d[r] = fp16_to_fp32(b.d);
+        p.m[r] = minimum(b);
+    }
+}
+
+template <class Block, class Act>
+void legacy_panel_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                       size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    constexpr bool kMin = std::is_same_v<Act, block_q8_1>;
+    constexpr int NT = 2;  // eight accumulators per token: two tokens fill the registers
+    const int64_t nb = n_cols / 32;
+    const PanelLegacy* blocks =
+        panel::unpack_panel<Block, PanelLegacy>(w, row_stride, n_rows, nb, buf, unpack_legacy<Block>);
+    const auto* abase = static_cast<const uint8_t*>(a);
+    const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
+        const Act* act[NT];
+        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const Act*>(abase + (t0 + t) * a_stride);
+        __m512 acc[NT][8], acc_min[NT];
+        for (int t = 0; t < NT; ++t) {
+            for (auto& v : acc[t]) v = _mm512_setzero_ps();
+            acc_min[t] = _mm512_setzero_ps();
+        }
+        for (int64_t i = 0; i < nb; ++i) {
+            const PanelLegacy& p = blocks[i];
+            const __m512 dw = _mm512_load_ps(p.d);
+            for (int t = 0; t < NT; ++t) {
+                const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(fp16_to_fp32(act[t][i].d)));
+                for (int l = 0; l < 8; ++l) {
+                    const __m512i lane = _mm512_dpbusd_epi32(_mm512_load_si512(p.corr[l]), panel::bcast4(act[t][i].qs + 4 * l),
+                                                             _mm512_load_si512(p.v[l]));
+                    acc[t][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lane), acc[t][l]);
+                }
+                if constexpr (kMin) {
+                    acc_min[t] = _mm512_fmadd_ps(_mm512_load_ps(p.m), _mm512_set1_ps(fp16_to_fp32(act[t][i].s)), acc_min[t]);
+                }
+            }
+        }
+        for (int t = 0; t < NT; ++t) {
+            const __m512* s = acc[t];
+            const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[4]), _mm512_add_ps(s[2], s[6])),
+                                             _mm512_add_ps(_mm512_add_ps(s[1], s[5]), _mm512_add_ps(s[3], s[7])));
+            _mm512_mask_storeu_ps(y + (t0 + t) * ldy, store_mask, _mm512_add_ps(sum, acc_min[t]));
+        }
+    }
+}
+
+}  // namespace
+
+size_t legacy_panel_bytes(int64_t n_cols) { return sizeof(PanelLegacy) * static_cast<size_t>(n_cols / 32); }
+
+void flip_activations(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
+    const size_t block = a_type == quant::Type::Q8_1 ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t qs_offset = a_type == quant::Type::Q8_1 ? offsetof(block_q8_1, qs) : offsetof(block_q8_0, qs);
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        auto* row = static_cast<uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
+        for (int64_t i = 0; i < n_cols / 32; ++i) {
+            uint8_t* qs = row + static_cast<size_t>(i) * block + qs_offset;
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), _mm256_xor_si256(q, flip));
+        }
+    }
+}
+
+void q8_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    legacy_panel_gemm<block_q8_0, block_q8_0>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);
+}
+void q5_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    legacy_panel_gemm<block_q5_0, block_q8_0>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);
+}
+void q4_1_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    legacy_panel_gemm<block_q4_1, block_q8_1>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);
+}
+void q5_1_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    legacy_panel_gemm<block_q5_1, block_q8_1>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);
+}
+
+}  // namespace tandem::cpu::detail
