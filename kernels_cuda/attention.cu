@@ -76,13 +76,26 @@ __device__ __forceinline__ bool visible(int32_t kp, int32_t p, int64_t window) {
     return kp >= 0 && kp <= p && !(window > 0 && p - kp >= window);
 }
 
+// What a warp works on: token t, query head h, its KV head g, t's position.
+struct WarpTask {
+    int64_t t, h, g;
+    int lane;
+    int32_t p;
+};
+
+__device__ __forceinline__ WarpTask warp_task(const AttentionArgs& args, const int32_t* q_pos) {
+    WarpTask w;
+    w.t = blockIdx.x / args.n_head;
+    w.h = blockIdx.x % args.n_head;
+    w.g = w.h / (args.n_head / args.n_head_kv);
+    w.lane = static_cast<int>(threadIdx.x);
+    w.p = q_pos[w.t];
+    return w;
+}
+
 __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos,
                                      AttentionArgs args, KvCache kv, float* __restrict__ out) {
-    const int64_t t = blockIdx.x / args.n_head;
-    const int64_t h = blockIdx.x % args.n_head;
-    const int64_t g = h / (args.n_head / args.n_head_kv);
-    const int lane = static_cast<int>(threadIdx.x);
-    const int32_t p = q_pos[t];
+    const auto [t, h, g, lane, p] = warp_task(args, q_pos);
     const int nk = static_cast<int>((args.head_dim_k + 31) / 32);
     const int nv = static_cast<int>((args.head_dim_v + 31) / 32);
 
@@ -129,11 +142,7 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
 // against them before anything is allocated).
 __global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos,
                                       AttentionArgs args, KvCache kv, float* __restrict__ out) {
-    const int64_t t = blockIdx.x / args.n_head;
-    const int64_t h = blockIdx.x % args.n_head;
-    const int64_t g = h / (args.n_head / args.n_head_kv);
-    const int lane = static_cast<int>(threadIdx.x);
-    const int32_t p = q_pos[t];
+    const auto [t, h, g, lane, p] = warp_task(args, q_pos);
     const int nk = static_cast<int>(args.head_dim_k / 32);
     const int nv = static_cast<int>(args.head_dim_v / 32);
 
