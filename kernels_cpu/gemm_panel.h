@@ -52,7 +52,8 @@ void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 
 // Q4_0 against Q8_0 activations (dot_q4_0: llama.cpp's repacked kernel, one
-// fused multiply-add of each block's integer total).
+// fused multiply-add of each block's integer total); takes the activations
+// through flip_activations, as the legacy panels below.
 size_t q4_0_panel_bytes(int64_t n_cols);
 void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);

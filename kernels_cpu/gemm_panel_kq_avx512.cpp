@@ -107,9 +107,13 @@ void unpack2(const block_q2_K* rows[kPanelRows], int64_t n_rows, int64_t i, Pane
     }
 }
 
-// Q4_0: blocks of 32 with an fp16 scale; value = code - 8.
+// Q4_0: blocks of 32 with an fp16 scale; value = code - 8, kept signed, so
+// vpdpbusd takes the activations offset by 128 (flip_activations) and each
+// block's total starts from -128 times the sum of its values: the exact
+// total, without the activation sums the offset would otherwise need.
 struct Panel40 {
-    alignas(64) uint8_t codes[8][kPanelRows][4];
+    alignas(64) int8_t v[8][kPanelRows][4];
+    alignas(64) int32_t corr[kPanelRows];
     alignas(64) float d[kPanelRows];
 };
 
@@ -117,10 +121,15 @@ void unpack40(const block_q4_0* rows[kPanelRows], int64_t n_rows, int64_t i, Pan
     std::memset(&p, 0, sizeof p);
     for (int64_t r = 0; r < n_rows; ++r) {
         const block_q4_0& b = rows[r][i];
+        int8_t v[32];
+        int sum = 0;
         for (int j = 0; j < 16; ++j) {
-            p.codes[j / 4][r][j % 4] = static_cast<uint8_t>(b.qs[j] & 0xF);
-            p.codes[(j + 16) / 4][r][j % 4] = static_cast<uint8_t>(b.qs[j] >> 4);
+            v[j] = static_cast<int8_t>((b.qs[j] & 0xF) - 8);
+            v[j + 16] = static_cast<int8_t>((b.qs[j] >> 4) - 8);
         }
+        for (int j = 0; j < 32; ++j) sum += v[j];
+        panel::put_codes32(p.v, r, 0, reinterpret_cast<const uint8_t*>(v));
+        p.corr[r] = -128 * sum;
         p.d[r] = fp16_to_fp32(b.d);
     }
 }
@@ -138,21 +147,19 @@ void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
         for (auto& v : acc) v = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const Panel40& p = blocks[i];
+            const __m512i corr = _mm512_load_si512(p.corr);
             __m512i dot[NT];
-            for (auto& v : dot) v = _mm512_setzero_si512();
+            for (auto& v : dot) v = corr;
             for (int g = 0; g < 8; ++g) {
-                const __m512i wv = _mm512_load_si512(p.codes[g]);
+                const __m512i wv = _mm512_load_si512(p.v[g]);
                 for (int t = 0; t < NT; ++t) {
-                    dot[t] = _mm512_dpbusd_epi32(dot[t], wv, panel::bcast4(act[t][i].qs + 4 * g));
+                    dot[t] = _mm512_dpbusd_epi32(dot[t], panel::bcast4(act[t][i].qs + 4 * g), wv);
                 }
             }
             const __m512 d = _mm512_load_ps(p.d);
             for (int t = 0; t < NT; ++t) {
-                int sum = 0;  // the block's activation sum, for the -8 offset
-                for (int k = 0; k < 32; ++k) sum += act[t][i].qs[k];
-                const __m512i total = _mm512_sub_epi32(dot[t], _mm512_set1_epi32(8 * sum));
                 const __m512 da = _mm512_set1_ps(fp16_to_fp32(act[t][i].d));
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(d, da), acc[t]);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(d, da), acc[t]);
             }
         }
         for (int t = 0; t < NT; ++t) out[t] = acc[t];

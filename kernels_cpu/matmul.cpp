@@ -248,7 +248,7 @@ constexpr PanelKernel kPanelKernels[] = {
     {quant::Type::Q4_K, detail::q4_K_panel_gemm_avx512, detail::q4_K_panel_bytes, false},
     {quant::Type::Q5_K, detail::q5_K_panel_gemm_avx512, detail::q5_K_panel_bytes, false},
     {quant::Type::Q6_K, detail::q6_K_panel_gemm_avx512, detail::q6_K_panel_bytes, false},
-    {quant::Type::Q4_0, detail::q4_0_panel_gemm_avx512, detail::q4_0_panel_bytes, false},
+    {quant::Type::Q4_0, detail::q4_0_panel_gemm_avx512, detail::q4_0_panel_bytes, true},
     {quant::Type::Q8_0, detail::q8_0_panel_gemm_avx512, detail::legacy_panel_bytes, true},
     {quant::Type::Q5_0, detail::q5_0_panel_gemm_avx512, detail::legacy_panel_bytes, true},
     {quant::Type::Q4_1, detail::q4_1_panel_gemm_avx512, detail::legacy_panel_bytes, true},
