@@ -27,6 +27,9 @@ struct Tables {
     // Per token, the floats a streamed layer's products send to the
     // accelerator and back (each matrix's input and output rows).
     std::vector<uint64_t> stream_io;
+    // [d]: what streaming layers [d, n_layer) reserves on the accelerator.
+    std::vector<uint64_t> stream;
+    uint64_t gemm_tile = 0;  // the accelerator's GEMM tile, once it is used
     uint64_t output_bytes = 0;       // output norm + head, head counted once
     uint64_t tied_head_bytes = 0;    // the head's bytes when it is token_embd (already on the host)
     uint64_t rope_bytes = 0;         // RoPE factors: every backend in use keeps its own copy
@@ -86,6 +89,9 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
         }
         t.stream_io[il + 1] = t.stream_io[il] + io;
     }
+    const std::vector<model::StreamShape> shapes = model::stream_shapes(spec);
+    for (const model::StreamShape& shape : shapes) t.stream.push_back(model::stream_bytes(shape, t.n_ubatch));
+    t.gemm_tile = model::gemm_tile_bytes(spec);
     t.output_bytes = model::output_weight_bytes(spec);
     if (spec.tied_output()) t.tied_head_bytes = spec.output_head().n_bytes;
     if (const auto* rf = spec.get(GlobalTensor::RopeFreqs)) t.rope_bytes = rf->n_bytes;
@@ -128,7 +134,7 @@ DeviceBytes device_bytes(const model::ModelSpec& spec, const Tables& t, int64_t 
     b.weights = t.rope_bytes + sum(t.weights, 0, s.device_layers) + (s.output_on_device ? t.output_bytes : 0);
     b.kv = sum(t.kv, 0, s.device_layers);
     b.compute = (holds ? model::compute_bytes(spec, t.n_ubatch, s.output_on_device) : 0) +
-                (streams ? model::stream_bytes(spec, s.device_layers, t.n_ubatch) : 0) + model::gemm_tile_bytes(spec);
+                (streams ? t.stream[static_cast<size_t>(s.device_layers)] : 0) + t.gemm_tile;
     return b;
 }
 
@@ -330,7 +336,7 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
         p.output_on_gpu = split_of(t, p.ngl).output_on_device;
         p.weight_stream = stream && split_of(t, p.ngl).device_layers < t.n_layer;
         p.stream_min_batch = in.stream_min_batch;
-        p.stream_bytes = p.weight_stream ? model::stream_bytes(spec, split_of(t, p.ngl).device_layers, t.n_ubatch) : 0;
+        p.stream_bytes = p.weight_stream ? t.stream[static_cast<size_t>(split_of(t, p.ngl).device_layers)] : 0;
         explain_choice(spec, t, p, p.reasons);
         if (p.weight_stream) {
             p.reasons.push_back(fmt::format("weight streaming: prompts of {}+ tokens multiply the CPU layers' matrices "

@@ -149,24 +149,33 @@ uint64_t gemm_tile_bytes(const ModelSpec& spec) {
     return std::max(std::min(largest, kMaxGemmTileBytes), head_row);
 }
 
-StreamShape stream_shape(const ModelSpec& spec, int64_t first_layer) {
-    StreamShape shape;
-    for (int64_t il = std::max<int64_t>(first_layer, 0); il < spec.hp.n_layer; ++il) {
+std::vector<StreamShape> stream_shapes(const ModelSpec& spec) {
+    std::vector<StreamShape> shapes(static_cast<size_t>(spec.hp.n_layer) + 1);
+    for (int64_t il = spec.hp.n_layer - 1; il >= 0; --il) {
+        StreamShape shape = shapes[static_cast<size_t>(il) + 1];
         for (const LayerTensor role : kStreamedMatrices) {
             const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
             shape.slot_bytes = std::max(shape.slot_bytes, t->n_bytes);
             shape.max_cols = std::max(shape.max_cols, t->row_length());
             shape.max_rows = std::max(shape.max_rows, t->n_rows());
         }
+        shapes[static_cast<size_t>(il)] = shape;
     }
-    return shape;
+    return shapes;
+}
+
+StreamShape stream_shape(const ModelSpec& spec, int64_t first_layer) {
+    const int64_t il = std::clamp<int64_t>(first_layer, 0, spec.hp.n_layer);
+    return stream_shapes(spec)[static_cast<size_t>(il)];
+}
+
+uint64_t stream_bytes(const StreamShape& shape, int64_t n_ubatch) {
+    const auto ub = static_cast<uint64_t>(n_ubatch);
+    return 2 * shape.slot_bytes + ub * static_cast<uint64_t>(2 * shape.max_cols + shape.max_rows) * sizeof(float);
 }
 
 uint64_t stream_bytes(const ModelSpec& spec, int64_t first_layer, int64_t n_ubatch) {
-    if (first_layer >= spec.hp.n_layer) return 0;
-    const StreamShape shape = stream_shape(spec, first_layer);
-    const auto ub = static_cast<uint64_t>(n_ubatch);
-    return 2 * shape.slot_bytes + ub * static_cast<uint64_t>(2 * shape.max_cols + shape.max_rows) * sizeof(float);
+    return stream_bytes(stream_shape(spec, first_layer), n_ubatch);
 }
 
 }  // namespace tandem::model

@@ -85,11 +85,16 @@ struct StreamShape {
     int64_t max_rows = 0;
 };
 StreamShape stream_shape(const ModelSpec& spec, int64_t first_layer);
+// The shape of every first layer at once, in one pass from the last layer
+// ([il] is stream_shape(spec, il); [n_layer] is empty): for the planner,
+// which tries every split.
+std::vector<StreamShape> stream_shapes(const ModelSpec& spec);
 // What streaming layers [first_layer, n_layer) costs the accelerator: two
 // slots (the copy of the next matrix overlaps the product with this one)
 // and one micro-batch of the widest input and output in floats, plus room
 // for the input in the kernel's own activation format (at most 4 bytes an
-// element). 0 when no layer is left to stream.
+// element). 0 when no layer is left to stream (an empty shape).
+uint64_t stream_bytes(const StreamShape& shape, int64_t n_ubatch);
 uint64_t stream_bytes(const ModelSpec& spec, int64_t first_layer, int64_t n_ubatch);
 
 }  // namespace tandem::model
