@@ -382,10 +382,8 @@ struct UnpackedSums {
         const U u(b);
         corr = _mm256_madd_epi16(u.coef(), load256(ya.bsums));
         sumi = _mm256_setzero_si256();
-        unroll<8>([&](auto C) {
-            const __m256i p = _mm256_maddubs_epi16(u.template weights<C()>(), load256(ya.qs + 32 * C()));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, u.template scales<C()>()));
-        });
+        const block_q8_K* one[1] = {&ya};
+        accumulate_chunks<U, 1>(u, one, 0, &sumi, [](auto) {});
     }
 };
 

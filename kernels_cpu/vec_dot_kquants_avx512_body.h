@@ -299,7 +299,7 @@ inline __m128i hsum4_i32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
 }
 inline __m256i fold512(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
 
-// Single rows of Q2_K and Q4_K (spans of whole super-blocks): as KTotals
+// Single rows of Q2_K (spans of whole super-blocks): as KTotals
 // with Span 8, but the integer totals of four super-blocks are reduced
 // together (one hadd tree instead of four), then added to the float
 // accumulators one super-block after the other, as the reference does.
@@ -420,8 +420,6 @@ template <int NT>
 using Q3K = KLanes<UQ3K>::K<NT>;
 template <int NT>
 using Q3KBatch = KTotals<UQ3K, 0>::K<NT>;
-template <int NT>
-using Q4K = KSuperBlocks<UQ45K<false>>::K<NT>;
 template <int NT>
 using Q5K = KLanes<UQ45K<true>>::K<NT>;
 template <int NT>
