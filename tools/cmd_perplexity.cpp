@@ -87,15 +87,7 @@ int64_t choose_gpu_layers(const PerplexityOptions& o, const model::ModelSpec& sp
     if (!so.device_capacity) {
         throw Error(fmt::format("-ngl auto on {} needs --vram SIZE; or give -ngl N", o.device));
     }
-    planner::PlanInputs in;
-    in.device_capacity = so.device_capacity;
-    in.n_ctx = so.n_ctx;
-    in.n_ubatch = so.n_ubatch;
-    in.cache_type = so.cache_type;
-    in.weight_stream = so.weight_stream;
-    in.stream_min_batch = so.stream_min_batch;
-    if (o.device == "cpu2") in.margin = 0;  // the stand-in's ledger is exact
-    return planner::plan(spec, in).ngl;
+    return planner::plan(spec, plan_inputs_for(so)).ngl;
 }
 
 

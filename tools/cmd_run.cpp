@@ -146,16 +146,7 @@ GpuLayers choose_gpu_layers(const RunOptions& o, const gguf::File& file, const m
                                 "report); or give -ngl N",
                                 o.device));
     }
-    planner::PlanInputs in;
-    in.device_capacity = o.device.empty() ? std::nullopt : so.device_capacity;
-    in.n_ctx = so.n_ctx;
-    in.n_ubatch = so.n_ubatch;
-    in.cache_type = so.cache_type;
-    in.weight_stream = so.weight_stream;
-    in.stream_min_batch = so.stream_min_batch;
-    // The stand-in's ledger is the whole truth (no driver or allocator
-    // behind it), so no margin is needed to keep it from running out.
-    if (o.device == "cpu2") in.margin = 0;
+    planner::PlanInputs in = plan_inputs_for(so);
     // Measured speeds only change the predicted tok/s, not the split, but
     // the verbose line should predict with this machine's numbers.
     std::string cal_warning;
