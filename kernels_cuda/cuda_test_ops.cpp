@@ -46,54 +46,72 @@ size_t floats(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 
 }  // namespace
 
+namespace {
+
+// One weight matrix and one batch of activations on the device, multiplied
+// through the backend's dispatch (device_matmul.h): the element kernel
+// below kCublasMinTokens tokens, the dequantized tile and cuBLAS from there.
+class DeviceProduct {
+public:
+    DeviceProduct(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
+                  const float* host_x, int64_t n_tokens, const char* what)
+        : type_(w_type),
+          rows_(n_rows),
+          cols_(n_cols),
+          tokens_(n_tokens),
+          row_bytes_(checked_row_bytes(device, w_type, n_cols, n_tokens, what)),
+          w_(host_w, row_bytes_ * static_cast<size_t>(n_rows)),
+          x_(host_x, floats(n_tokens * n_cols)),
+          scratch_(kernels::matmul_scratch_bytes(w_type, n_cols, n_tokens)),
+          y_(floats(n_tokens * n_rows)),
+          tile_(model::kMaxGemmTileBytes),
+          mm_(tile_.as<void>(), model::kMaxGemmTileBytes) {}
+
+    void launch() {
+        mm_.run(type_, w_.as<void>(), row_bytes_, rows_, cols_, x_.as<float>(), tokens_, scratch_.as<void>(),
+                y_.as<float>(), rows_);
+    }
+    void result(float* host_y) const { y_.to_host(host_y, floats(tokens_ * rows_)); }
+
+private:
+    static size_t checked_row_bytes(int device, quant::Type w_type, int64_t n_cols, int64_t n_tokens,
+                                    const char* what) {
+        TANDEM_CUDA_CHECK(cudaSetDevice(device));
+        const auto row_bytes = quant::row_bytes(w_type, n_cols);
+        if (!row_bytes || kernels::matmul_scratch_bytes(w_type, n_cols, n_tokens) == 0) {
+            throw Error(fmt::format("{}: no CUDA kernel for {} rows of {}", what, quant::traits(w_type).name, n_cols));
+        }
+        return *row_bytes;
+    }
+
+    quant::Type type_;
+    int64_t rows_, cols_, tokens_;
+    size_t row_bytes_;
+    Buf w_, x_, scratch_, y_, tile_;
+    DeviceMatmul mm_;
+};
+
+}  // namespace
+
 void matmul_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
                       const float* host_x, int64_t n_tokens, float* host_y) {
-    TANDEM_CUDA_CHECK(cudaSetDevice(device));
-    const auto row_bytes = quant::row_bytes(w_type, n_cols);
-    const uint64_t scratch_bytes = kernels::matmul_scratch_bytes(w_type, n_cols, n_tokens);
-    if (!row_bytes || scratch_bytes == 0) {
-        throw Error(fmt::format("matmul on device: no CUDA kernel for {} rows of {}", quant::traits(w_type).name,
-                                n_cols));
-    }
-    Buf w(host_w, *row_bytes * static_cast<size_t>(n_rows));
-    Buf x(host_x, floats(n_tokens * n_cols));
-    Buf scratch(scratch_bytes);
-    Buf y(floats(n_tokens * n_rows));
-    // Through the backend's dispatch: the element kernel below
-    // kCublasMinTokens tokens, the dequantized tile and cuBLAS from there.
-    Buf tile(model::kMaxGemmTileBytes);
-    DeviceMatmul mm(tile.as<void>(), model::kMaxGemmTileBytes);
-    mm.run(w_type, w.as<void>(), *row_bytes, n_rows, n_cols, x.as<float>(), n_tokens, scratch.as<void>(),
-           y.as<float>(), n_rows);
+    DeviceProduct product(device, w_type, host_w, n_rows, n_cols, host_x, n_tokens, "matmul on device");
+    product.launch();
     finish();
-    y.to_host(host_y, floats(n_tokens * n_rows));
+    product.result(host_y);
 }
 
 double time_matmul_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
                              const float* host_x, int64_t n_tokens, int iterations) {
-    TANDEM_CUDA_CHECK(cudaSetDevice(device));
-    const auto row_bytes = quant::row_bytes(w_type, n_cols);
-    const uint64_t scratch_bytes = kernels::matmul_scratch_bytes(w_type, n_cols, n_tokens);
-    if (!row_bytes || scratch_bytes == 0 || iterations <= 0) {
-        throw Error(fmt::format("matmul timing: no CUDA kernel for {} rows of {}", quant::traits(w_type).name, n_cols));
-    }
-    Buf w(host_w, *row_bytes * static_cast<size_t>(n_rows));
-    Buf x(host_x, floats(n_tokens * n_cols));
-    Buf scratch(scratch_bytes);
-    Buf y(floats(n_tokens * n_rows));
-    Buf tile(model::kMaxGemmTileBytes);
-    DeviceMatmul mm(tile.as<void>(), model::kMaxGemmTileBytes);
-    auto launch = [&] {
-        mm.run(w_type, w.as<void>(), *row_bytes, n_rows, n_cols, x.as<float>(), n_tokens, scratch.as<void>(),
-               y.as<float>(), n_rows);
-    };
-    launch();  // warm-up: first-launch costs and clocks
+    if (iterations <= 0) throw Error(fmt::format("matmul timing: expected at least one iteration, found {}", iterations));
+    DeviceProduct product(device, w_type, host_w, n_rows, n_cols, host_x, n_tokens, "matmul timing");
+    product.launch();  // warm-up: first-launch costs and clocks
     finish();
     cudaEvent_t start = nullptr, stop = nullptr;
     TANDEM_CUDA_CHECK(cudaEventCreate(&start));
     TANDEM_CUDA_CHECK(cudaEventCreate(&stop));
     TANDEM_CUDA_CHECK(cudaEventRecord(start));
-    for (int i = 0; i < iterations; ++i) launch();
+    for (int i = 0; i < iterations; ++i) product.launch();
     TANDEM_CUDA_CHECK(cudaEventRecord(stop));
     TANDEM_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.0f;

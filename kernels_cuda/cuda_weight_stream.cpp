@@ -20,6 +20,9 @@ CudaWeightStream::CudaWeightStream(int device, MemoryLedger& ledger, StagingUplo
                                    const gguf::File& file, const model::ModelSpec& spec, int64_t first_layer,
                                    int64_t n_ubatch)
     : DoubleBufferedStream(spec, first_layer), device_(device), uploader_(uploader), matmul_(matmul), file_(file) {
+    // Every streamed matrix needs a CUDA matmul, and its quantized input
+    // room in the scratch (at most 4 bytes an element: model::stream_bytes).
+    uint64_t scratch = 0;
     for (int64_t il = first_layer; il < spec.hp.n_layer; ++il) {
         for (const model::LayerTensor role : model::kStreamedMatrices) {
             const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
@@ -28,6 +31,7 @@ CudaWeightStream::CudaWeightStream(int device, MemoryLedger& ledger, StagingUplo
                 throw Error(fmt::format("{}: tensor '{}' has type {}, which has no CUDA matmul to stream it to",
                                         ledger.device(), t->name, quant::traits(t->type).name));
             }
+            scratch = std::max(scratch, kernels::matmul_scratch_bytes(t->type, t->row_length(), n_ubatch));
         }
     }
     const model::StreamShape shape = model::stream_shape(spec, first_layer);
@@ -35,19 +39,11 @@ CudaWeightStream::CudaWeightStream(int device, MemoryLedger& ledger, StagingUplo
     const uint64_t slot = aligned(shape.slot_bytes);
     const uint64_t x_bytes = aligned(ub * static_cast<uint64_t>(shape.max_cols) * sizeof(float));
     const uint64_t y_bytes = aligned(ub * static_cast<uint64_t>(shape.max_rows) * sizeof(float));
-    // The quantized input: at most 4 bytes an element (model::stream_bytes).
-    uint64_t scratch = 0;
-    for (int64_t il = first_layer; il < spec.hp.n_layer; ++il) {
-        for (const model::LayerTensor role : model::kStreamedMatrices) {
-            const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
-            scratch = std::max(scratch, kernels::matmul_scratch_bytes(t->type, t->row_length(), n_ubatch));
-        }
-    }
     TANDEM_CHECK(scratch <= ub * static_cast<uint64_t>(shape.max_cols) * sizeof(float),
                  "stream scratch larger than model::stream_bytes allows");
     TANDEM_CUDA_CHECK(cudaSetDevice(device_));
     memory_ = std::make_unique<DeviceAlloc>(ledger, MemoryCategory::Compute,
-                                            model::stream_bytes(spec, first_layer, n_ubatch),
+                                            model::stream_bytes(shape, n_ubatch),
                                             2 * slot + x_bytes + y_bytes + aligned(scratch),
                                             "weight stream slots and buffers");
     auto* base = static_cast<uint8_t*>(memory_->get());
