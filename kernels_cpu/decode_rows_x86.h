@@ -1,4 +1,4 @@
-// Decode (one token) over kDecodeRows rows of a K-quant with a minimum
+// Decode (one token) over rows of a K-quant with a minimum
 // term, in llama.cpp's single-row order (KSpans with one span of eight
 // chunks): per row and super-block the integer total and the integer
 // minimum sum, each converted once and fused into the row's accumulators.
@@ -31,11 +31,12 @@ inline __m128i row_totals4(const __m256i* v) {
     return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
+constexpr int kRowsPerPass = 4;  // row_totals4 reduces four rows
+
 template <class Sums>
-void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
+void decode_rows4(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     using W = typename Sums::W;
-    constexpr int R = kDecodeRows;
-    static_assert(R == 4, "row_totals4 reduces four rows");
+    constexpr int R = kRowsPerPass;
     const W* x[R];
     for (int r = 0; r < R; ++r) {
         // Missing rows repeat row 0: computed, never stored.
@@ -67,6 +68,15 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
     alignas(16) float out[R];
     _mm_store_ps(out, _mm_sub_ps(acc, acc_min));
     for (int r = 0; r < n_rows; ++r) y[r] = out[r];
+}
+
+// Up to kDecodeRows rows, four at a time.
+template <class Sums>
+void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
+    for (int r = 0; r < n_rows; r += kRowsPerPass) {
+        decode_rows4<Sums>(n, static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_stride, row_stride,
+                           std::min(kRowsPerPass, n_rows - r), a, y + r);
+    }
 }
 
 }  // namespace

@@ -169,14 +169,17 @@ BatchForm batch_form(quant::Type w_type, SimdLevel level) {
     return {};
 }
 
-DecodeRowsFn decode_rows_kernel(quant::Type w_type, SimdLevel level) {
+DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level) {
     // Only where the single-row kernel it stands in for is the AVX2 one
-    // whose order it reproduces (Q4_K uses it at the AVX-512 level too).
-    if (w_type == quant::Type::Q4_K && level != SimdLevel::Scalar) {
-        TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
-        return TANDEM_X86(dot_q4_K_rows_avx2);
+    // whose order it reproduces (Q4_K and Q4_0 use it at the AVX-512 level
+    // too).
+    if (level == SimdLevel::Scalar) return {};
+    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
+    if (w_type == quant::Type::Q4_K) return {TANDEM_X86(dot_q4_K_rows_avx2)};
+    if (w_type == quant::Type::Q4_0 && level == SimdLevel::Avx512 && avx512_vnni_available()) {
+        return {TANDEM_X86(dot_q4_0_rows_avx512), TANDEM_X86(prepare_q4_0_rows), TANDEM_X86(q4_0_rows_prepared_bytes)};
     }
-    return nullptr;
+    return {};
 }
 
 DotFn dot_kernel(quant::Type w_type, SimdLevel level) {
@@ -323,13 +326,18 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         }
     }
 
+    // Single tokens of types with a several-rows decode kernel (same bits).
+    const detail::DecodeRows rows = n_tokens == 1 && quantize != nullptr ? detail::decode_rows_kernel(w.type, level)
+                                                                         : detail::DecodeRows{};
+    const size_t prepared_bytes = rows.prepare != nullptr ? rows.prepared_bytes(n) : 0;
+
     const void* act = x;
     void* act_buf = nullptr;  // the quantized activations, ours to modify
     size_t a_stride = static_cast<size_t>(ldx) * sizeof(float);
     if (quantize != nullptr) {
         // Rows padded to 64 bytes so each token starts on its own line.
         a_stride = (a_row_bytes + 63) / 64 * 64;
-        auto* buf = static_cast<unsigned char*>(pool.scratch(a_stride * static_cast<size_t>(n_tokens)));
+        auto* buf = static_cast<unsigned char*>(pool.scratch(a_stride * static_cast<size_t>(n_tokens) + prepared_bytes));
         act_buf = buf;
         auto quantize_rows = [&](int64_t begin, int64_t end) {
             for (int64_t t = begin; t < end; ++t) quantize(x + t * ldx, buf + static_cast<size_t>(t) * a_stride, n);
@@ -338,6 +346,11 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         // a second hand-off to the pool.
         if (n_tokens == 1) {
             quantize_rows(0, 1);
+            if (rows.prepare != nullptr) {
+                // After the row, at a 64-byte boundary (a_stride is one).
+                rows.prepare(buf, n, buf + a_stride);
+                buf += a_stride;
+            }
         } else {
             pool.parallel_for(n_tokens, 1, quantize_rows);
         }
@@ -396,10 +409,6 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         k_chunk = std::min(n, ((n + chunks - 1) / chunks + step - 1) / step * step);
     }
 
-    // Single tokens of types with a several-rows decode kernel (same bits).
-    const detail::DecodeRowsFn rows_fn = fn == detail::dot_kernel(w.type, level) && quantize != nullptr
-                                             ? detail::decode_rows_kernel(w.type, level)
-                                             : nullptr;
 
     auto do_item = [&](int64_t item) {
         // Consecutive items share a token block, so its activations are
@@ -418,10 +427,10 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
                 // too, so no tile straddles it.
                 const detail::DotFn tile_fn = t < batch_end ? batch_fn : fn;
                 const unsigned char* a_t = abase + static_cast<size_t>(t) * a_stride + a_off;
-                if (nt == 1 && rows_fn != nullptr && kn == n) {
+                if (nt == 1 && rows.fn != nullptr && kn == n) {
                     for (int64_t r = r0; r < r1; r += detail::kDecodeRows) {
                         const int nr = static_cast<int>(std::min<int64_t>(detail::kDecodeRows, r1 - r));
-                        rows_fn(n, wbase + static_cast<size_t>(r) * w.row_stride_bytes, w.row_stride_bytes, nr, a_t,
+                        rows.fn(n, wbase + static_cast<size_t>(r) * w.row_stride_bytes, w.row_stride_bytes, nr, a_t,
                                 y + t * ldy + r);
                     }
                     continue;

@@ -115,14 +115,25 @@ TANDEM_DECLARE_BATCH_DOT(q6_K)
 // Decode (one token) over several rows at once: y[r] = dot(row r, a) for
 // r < n_rows (<= kDecodeRows), row r at w + r * row_stride bytes. The same
 // integers and the same per-row float steps as the single-row kernel, so
-// the same bits; the per-super-block horizontal sums of kDecodeRows rows
-// share one reduction tree and the float steps run across rows in one
-// vector, instead of a serial scalar tail per row. Null where a type has
-// none (then the single-row kernel runs).
-inline constexpr int kDecodeRows = 4;
+// the same bits; the per-block horizontal sums of several rows share
+// reduction trees and the float steps run across rows in one vector,
+// instead of a serial scalar tail per row (Q4_K: 4 rows per pass, Q4_0: 8,
+// decode_rows_x86.h and decode_rows_q4_0_avx512.cpp). Null where a type
+// has none (then the single-row kernel runs).
+inline constexpr int kDecodeRows = 16;
 using DecodeRowsFn = void (*)(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
-DecodeRowsFn decode_rows_kernel(quant::Type w_type, SimdLevel level);
+struct DecodeRows {
+    DecodeRowsFn fn = nullptr;
+    // Where set, fn reads the activation row rearranged by prepare (once
+    // per matmul, into prepared_bytes(n) bytes aligned to 64), not the row.
+    void (*prepare)(const void* a, int64_t n, void* out) = nullptr;
+    size_t (*prepared_bytes)(int64_t n) = nullptr;
+};
+DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level);
 void dot_q4_K_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
+void dot_q4_0_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
+void prepare_q4_0_rows(const void* a, int64_t n, void* out);
+size_t q4_0_rows_prepared_bytes(int64_t n);
 
 // Batches with F16/BF16 weights: each activation is rounded to the
 // activation type as usual but stored widened back to f32, once per

@@ -450,6 +450,32 @@ TEST(Matmul, LlamaOrderTypesBitIdenticalAcrossLevels) {
     }
 }
 
+// The several-rows decode kernels (Q4_K four rows a pass, Q4_0 eight,
+// prepared activation, spans of 256 blocks) against the scalar single-row
+// kernels, bit for bit: rows that are not a multiple of the pass, rows made
+// of a tail only, of whole chunks and a tail, and longer than one span.
+TEST(Matmul, DecodeRowsKernelsMatchSingleRowBits) {
+    std::mt19937 rng(21);
+    for (Type t : {Type::Q4_0, Type::Q4_K}) {
+        for (int64_t n : {224, 640, 2048, 8544, 11264}) {
+            if (n % quant::traits(t).block_elems != 0) continue;
+            for (int64_t n_rows : {1, 5, 8, 13, 16, 40}) {
+                const auto wq = quantize(t, random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
+                const cpu::WeightView view{t, wq.data(), n_rows, n, row_size(t, n)};
+                const auto x = random_floats(rng, static_cast<size_t>(n));
+                cpu::ThreadPool pool(2, false);
+                std::vector<float> ref(static_cast<size_t>(n_rows)), y(ref.size());
+                cpu::matmul(view, x.data(), n, 1, ref.data(), n_rows, pool, SimdLevel::Scalar);
+                for (SimdLevel level : simd_levels()) {
+                    cpu::matmul(view, x.data(), n, 1, y.data(), n_rows, pool, level);
+                    EXPECT_EQ(y, ref) << quant::traits(t).name << " n=" << n << " rows=" << n_rows
+                                      << " level=" << cpu::simd_level_name(level);
+                }
+            }
+        }
+    }
+}
+
 TEST(Matmul, RejectsTypesWithoutKernel) {
     cpu::ThreadPool pool(1, false);
     std::vector<uint8_t> w(sizeof(quant::block_q8_K));
