@@ -175,8 +175,12 @@ DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level) {
     // too).
     if (level == SimdLevel::Scalar) return {};
     TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
+    const bool vnni = level == SimdLevel::Avx512 && avx512_vnni_available();
+    if (w_type == quant::Type::Q4_K && vnni) {
+        return {TANDEM_X86(dot_q4_K_rows_avx512), TANDEM_X86(prepare_q4_K_rows), TANDEM_X86(q4_K_rows_prepared_bytes)};
+    }
     if (w_type == quant::Type::Q4_K) return {TANDEM_X86(dot_q4_K_rows_avx2)};
-    if (w_type == quant::Type::Q4_0 && level == SimdLevel::Avx512 && avx512_vnni_available()) {
+    if (w_type == quant::Type::Q4_0 && vnni) {
         return {TANDEM_X86(dot_q4_0_rows_avx512), TANDEM_X86(prepare_q4_0_rows), TANDEM_X86(q4_0_rows_prepared_bytes)};
     }
     return {};

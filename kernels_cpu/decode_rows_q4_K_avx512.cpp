@@ -1,0 +1,190 @@
+// Decode (one token) over rows of Q4_K with AVX-512 VNNI, in the order of
+// the single-row kernel (dot_q4_K_avx2, llama.cpp's: per row and
+// super-block the integer total and the integer minimum sum, each
+// converted once and fused into the row's accumulators; the result is
+// acc - acc_min).
+//
+// Why: the AVX2 rows kernel (decode_rows_x86.h) spends ~100 instructions on
+// a 144-byte super-block (21 GB/s per core from L2), about as long as
+// memory takes to deliver it, and the two do not overlap well. Here, per
+// super-block of a row:
+// - the 128 code bytes come in as two 64-byte loads and split into four
+//   registers of nibbles, [sub-blocks 0|2], [1|3], [4|6], [5|7], each
+//   multiplied by the activation arranged the same way once per matmul
+//   (prepare_q4_K_rows): four vpdpbusd give four-element lane sums;
+// - the lane sums fit 16 bits (|4 x 15 x 128| < 2^15), so two packs and
+//   two vpdpwssd against the sub-block scales give the integer total in 16
+//   lanes (instead of four 32-bit multiplies and adds);
+// - the minimum sum is one vpdpwssd of the eight minimums against the
+//   activation's 32-element sums (made by prepare);
+// - both totals reduce together (one fold, two hadds) and go to a small
+//   table, row by row; the float steps then run with eight rows in the
+//   lanes, one load per total, no transposes.
+// Rows are read one after another (prefetchers follow one stream well).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels_cpu/simd_x86.h"
+#include "kernels_cpu/vec_dot.h"
+#include "runtime/quant/quant_blocks.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+using quant::block_q4_K;
+using quant::block_q8_K;
+using quant::kQK_K;
+
+constexpr int kGroupRows = 8;   // rows in the float lanes
+constexpr int64_t kSpan = 128;  // super-blocks per pass over a row: 18 KiB of weights
+
+// The activation as the kernel reads it: per super-block the four
+// registers of activation bytes matching the code registers, then 16
+// words [0 x 8, sums of elements 32 s .. 32 s + 31 for s = 0..7] (against
+// [scales, minimums]: lanes 4..7 give the minimum sum, lanes 0..3 zero);
+// then each super-block's scale as a float.
+struct PreparedBlock {
+    __m512i act[4];
+    __m256i sums;
+    __m256i pad;
+};
+static_assert(sizeof(PreparedBlock) == 320, "prepared super-block layout");
+
+size_t d_offset(int64_t nb) { return static_cast<size_t>(nb) * sizeof(PreparedBlock); }
+
+// Scales (bytes 0..7) and minimums (bytes 8..15) of a super-block, as
+// llama.cpp unpacks the 12 packed bytes u0, u1, u2 (6 bits each; the upper
+// four sub-blocks' high bits are the top bits of the first eight bytes):
+//   [u0 & 0x3f.., (u2 & 0x0f..) | ((u0 >> 6) & 0x03..) << 4,
+//    u1 & 0x3f.., ((u2 >> 4) & 0x0f..) | ((u1 >> 6) & 0x03..) << 4]
+// in SIMD: one 16-byte load (the 4 bytes past the scales are the codes).
+inline __m128i scales_and_mins(const uint8_t* packed) {
+    const __m128i u = load128(packed);
+    const __m128i low_src = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0));   // u0 u2 u1 u2
+    const __m128i high_src = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));  // u0 u0 u1 u1
+    const __m128i low = _mm_and_si128(_mm_srlv_epi32(low_src, _mm_setr_epi32(0, 0, 0, 4)),
+                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i high = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(high_src, 6), _mm_setr_epi32(0, 0x03030303, 0, 0x03030303)), 4);
+    return _mm_or_si128(low, high);
+}
+
+// Word index into [scales 0..7, minimums 0..7] for word i of a packed pair
+// of lane-sum registers: 128-bit lane k holds sub-blocks (k < 2 ? 0 : 2)
+// and +1 (words 0..3 and 4..7), plus `first` (0, or 4 for the upper half).
+__m512i scale_word_index(int first) {
+    alignas(64) int16_t idx[32];
+    for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(first + (i / 8 < 2 ? 0 : 2) + (i % 8 < 4 ? 0 : 1));
+    return _mm512_load_si512(idx);
+}
+
+}  // namespace
+
+size_t q4_K_rows_prepared_bytes(int64_t n) {
+    const int64_t nb = n / kQK_K;
+    return d_offset(nb) + static_cast<size_t>(nb) * sizeof(float);
+}
+
+void prepare_q4_K_rows(const void* a, int64_t n, void* out) {
+    const int64_t nb = n / kQK_K;
+    const auto* ya = static_cast<const block_q8_K*>(a);
+    TANDEM_CHECK(reinterpret_cast<uintptr_t>(out) % 64 == 0, "decode rows: prepared activation not 64-byte aligned");
+    auto* blocks = static_cast<PreparedBlock*>(out);
+    auto* d = reinterpret_cast<float*>(static_cast<uint8_t*>(out) + d_offset(nb));
+    for (int64_t i = 0; i < nb; ++i) {
+        const int8_t* q = ya[i].qs;
+        // [sub-blocks 0|2], [1|3], [4|6], [5|7]: the nibble registers' order.
+        for (int k = 0; k < 4; ++k) {
+            const int s = 4 * (k / 2) + k % 2;
+            blocks[i].act[k] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(q + 32 * s)), load256(q + 32 * (s + 2)), 1);
+        }
+        // Sums of 32 elements from the pairs of 16-element sums (exact in
+        // 16 bits: at most 32 x 128).
+        const __m256i bsums = load256(ya[i].bsums);
+        const __m256i pairs = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));  // 8 x int32
+        const __m128i pairs16 = _mm256_cvtepi32_epi16(pairs);
+        blocks[i].sums = _mm256_inserti128_si256(_mm256_setzero_si256(), pairs16, 1);
+        blocks[i].pad = _mm256_setzero_si256();
+        d[i] = ya[i].d;
+    }
+}
+
+void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
+    const int64_t nb = n / kQK_K;
+    const auto* act = static_cast<const PreparedBlock*>(a);
+    const auto* act_d = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a) + d_offset(nb));
+    const int n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
+    TANDEM_CHECK(n_groups <= kDecodeRows / kGroupRows, "decode rows: more rows than kDecodeRows");
+    const block_q4_K* x[kDecodeRows];
+    for (int r = 0; r < n_groups * kGroupRows; ++r) {
+        // Missing rows repeat row 0: computed, never stored.
+        x[r] = reinterpret_cast<const block_q4_K*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
+    }
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    const __m512i sc_lo = scale_word_index(0), sc_hi = scale_word_index(4);
+
+    // Per super-block and row: four lanes whose sum is the integer total,
+    // four whose sum is the minimum sum (reduced across rows later, where
+    // eight rows give independent work), and the fp16 d and dmin.
+    alignas(32) __m256i partial[kSpan][kGroupRows];
+    alignas(32) uint32_t scales[kSpan][kGroupRows];
+    __m256 acc[kDecodeRows / kGroupRows], acc_min[kDecodeRows / kGroupRows];
+    for (int g = 0; g < n_groups; ++g) acc[g] = acc_min[g] = _mm256_setzero_ps();
+
+    for (int64_t i0 = 0; i0 < nb; i0 += kSpan) {
+        const int64_t ni = std::min(kSpan, nb - i0);
+        for (int g = 0; g < n_groups; ++g) {
+            // The float steps of super-block k, once all eight rows' partial
+            // sums of it are in; run inside the last row's loop, so the
+            // loads of that row overlap them (a separate pass over the
+            // table, with no loads, measured 12% slower from DRAM).
+            auto float_step = [&](int64_t k) {
+                const __m256i* v = partial[k];
+                // Rows 0..3: [totals | minimum sums]; rows 4..7 likewise.
+                const __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+                const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+                const __m256 t = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(lo, hi, 0x20));
+                const __m256 m = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(lo, hi, 0x31));
+                const __m256i dd = _mm256_load_si256(reinterpret_cast<const __m256i*>(scales[k]));
+                const __m256 d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd));
+                const __m256 dmin = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(dd, 16)));
+                const __m256 da = _mm256_set1_ps(act_d[i0 + k]);
+                acc[g] = _mm256_fmadd_ps(t, _mm256_mul_ps(d, da), acc[g]);
+                acc_min[g] = _mm256_fmadd_ps(m, _mm256_mul_ps(dmin, da), acc_min[g]);
+            };
+            for (int r = 0; r < kGroupRows; ++r) {
+                const block_q4_K* row = x[g * kGroupRows + r] + i0;
+                for (int64_t k = 0; k < ni; ++k) {
+                    const block_q4_K& b = row[k];
+                    const PreparedBlock& p = act[i0 + k];
+                    const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
+                    const __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q0, low4), p.act[0]);
+                    const __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                           _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4), p.act[1]);
+                    const __m512i d2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q1, low4), p.act[2]);
+                    const __m512i d3 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                           _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4), p.act[3]);
+                    // [scales, minimums] as 16 words.
+                    const __m256i sm = _mm256_cvtepu8_epi16(scales_and_mins(b.scales));
+                    const __m512i sm512 = _mm512_castsi256_si512(sm);
+                    __m512i tot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d0, d1),
+                                                      _mm512_permutexvar_epi16(sc_lo, sm512));
+                    tot = _mm512_dpwssd_epi32(tot, _mm512_packs_epi32(d2, d3), _mm512_permutexvar_epi16(sc_hi, sm512));
+                    const __m256i mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), sm, p.sums);  // lanes 4..7
+                    const __m256i t8 = _mm256_add_epi32(_mm512_castsi512_si256(tot), _mm512_extracti64x4_epi64(tot, 1));
+                    const __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t8), _mm256_extracti128_si256(t8, 1));
+                    partial[k][r] = _mm256_inserti128_si256(_mm256_castsi128_si256(t4), _mm256_extracti128_si256(mins, 1), 1);
+                    uint32_t dd;
+                    std::memcpy(&dd, &b.d, sizeof(dd));  // d, dmin: adjacent fp16
+                    scales[k][r] = dd;
+                    if (r == kGroupRows - 1) float_step(k);
+                }
+            }
+        }
+    }
+    alignas(32) float out[kDecodeRows];
+    for (int g = 0; g < n_groups; ++g) _mm256_store_ps(out + g * kGroupRows, _mm256_sub_ps(acc[g], acc_min[g]));
+    for (int r = 0; r < n_rows; ++r) y[r] = out[r];
+}
+
+}  // namespace tandem::cpu::detail

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Tandem against llama.cpp's llama-bench on the same files, one type after
+# the other (so both see the same machine state), as a markdown table:
+#   LLAMA_BENCH=/path/to/llama-bench scripts/llamacpp/side_by_side.sh [TYPE...]
+# Models are llama-1b-shape synth files made once in $TANDEM_BENCH_DIR
+# (default ~/.cache/tandem/bench). Defaults: every CPU weight type, 2
+# threads, pp512 and tg128, 3 repetitions (THREADS, PP, TG, REPS override).
+# Not run by CI: it needs a llama.cpp build (see README.md here).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD_DIR=${BUILD_DIR:-build}
+TANDEM=$BUILD_DIR/tools/tandem
+LLAMA_BENCH=${LLAMA_BENCH:?set LLAMA_BENCH to the path of llama-bench}
+MODELS=${TANDEM_BENCH_DIR:-$HOME/.cache/tandem/bench}
+THREADS=${THREADS:-2} PP=${PP:-512} TG=${TG:-128} REPS=${REPS:-3}
+TYPES=("$@")
+[ ${#TYPES[@]} -gt 0 ] || TYPES=(Q4_K_M Q4_0 Q8_0 Q6_K Q5_K_M Q3_K_M Q2_K Q4_1 Q5_0 Q5_1)
+mkdir -p "$MODELS"
+
+tandem_rate() {  # tandem_rate MODEL -> "pp tg" (t/s)
+    "$TANDEM" bench -m "$1" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" -o jsonl 2>/dev/null |
+        python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+pp = [r["tps_mean"] for r in rows if r.get("n_prompt", 0) > 0]
+tg = [r["tps_mean"] for r in rows if r.get("n_gen", 0) > 0]
+print(f"{pp[0] if pp else 0:.1f} {tg[0] if tg else 0:.1f}")'
+}
+llama_rate() {
+    "$LLAMA_BENCH" -m "$1" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" -o jsonl 2>/dev/null |
+        python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+pp = [r["avg_ts"] for r in rows if r.get("n_prompt", 0) > 0]
+tg = [r["avg_ts"] for r in rows if r.get("n_gen", 0) > 0]
+print(f"{pp[0] if pp else 0:.1f} {tg[0] if tg else 0:.1f}")'
+}
+
+echo "| type | Tandem pp$PP | llama.cpp pp$PP | ratio | Tandem tg$TG | llama.cpp tg$TG | ratio |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+for t in "${TYPES[@]}"; do
+    m="$MODELS/llama-1b-$t.gguf"
+    [ -f "$m" ] || "$TANDEM" synth --shape llama-1b --type "$t" -o "$m" >&2
+    read -r tp tt < <(tandem_rate "$m")
+    read -r lp lt < <(llama_rate "$m")
+    awk -v t="$t" -v tp="$tp" -v lp="$lp" -v tt="$tt" -v lt="$lt" 'BEGIN {
+        printf "| %s | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx |\n", t, tp, lp, (lp > 0 ? tp / lp : 0), tt, lt, (lt > 0 ? tt / lt : 0)
+    }'
+done
