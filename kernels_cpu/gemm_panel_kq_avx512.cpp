@@ -19,11 +19,13 @@ namespace {
 using namespace tandem::quant;
 constexpr int NT = panel::kTokens;
 
-// Q5_K: sub-blocks of 32 with a 6-bit scale and minimum each.
+// Q5_K: sub-blocks of 32 with a 6-bit scale and minimum each; minimums
+// twice as int16 pairs, for vpdpwssd against two 16-element activation
+// sums (as Q4_K).
 struct Panel5 {
     alignas(64) uint8_t codes[8][8][kPanelRows][4];
     alignas(64) int32_t scale[8][kPanelRows];
-    alignas(64) int32_t min[8][kPanelRows];
+    alignas(64) int16_t min[8][kPanelRows][2];
     alignas(64) float d[kPanelRows];
     alignas(64) float dmin[kPanelRows];
 };
@@ -36,7 +38,7 @@ void unpack5(const block_q5_K* rows[kPanelRows], int64_t n_rows, int64_t i, Pane
             int sc = 0, m = 0;
             element::q4_K_scale_min(b.scales, s, sc, m);
             p.scale[s][r] = sc;
-            p.min[s][r] = m;
+            p.min[s][r][0] = p.min[s][r][1] = static_cast<int16_t>(m);
             const uint8_t* qs = b.qs + 32 * (s / 2);
             const int shift = 4 * (s % 2);
             uint8_t c[32];
@@ -48,10 +50,13 @@ void unpack5(const block_q5_K* rows[kPanelRows], int64_t n_rows, int64_t i, Pane
     }
 }
 
-// Q3_K: groups of 16 with a signed 6-bit scale; value = code - 4.
+// Q3_K: groups of 16 with a signed 6-bit scale; value = code - 4. Scales
+// also as int16 pairs of neighbouring groups, for the offset term by
+// vpdpwssd against two group activation sums (as Q6_K).
 struct Panel3 {
     alignas(64) uint8_t codes[16][4][kPanelRows][4];
     alignas(64) int32_t scale[16][kPanelRows];
+    alignas(64) int16_t scale_pair[8][kPanelRows][2];
     alignas(64) float d[kPanelRows];
 };
 
@@ -72,7 +77,10 @@ void unpack3(const block_q3_K* rows[kPanelRows], int64_t n_rows, int64_t i, Pane
                 panel::put_codes32(p.codes, r, 128 * half + 32 * grp, c);
             }
         }
-        for (int g = 0; g < 16; ++g) p.scale[g][r] = element::q3_K_scale(b.scales, g);
+        for (int g = 0; g < 16; ++g) {
+            p.scale[g][r] = element::q3_K_scale(b.scales, g);
+            p.scale_pair[g / 2][r][g % 2] = static_cast<int16_t>(p.scale[g][r]);
+        }
         p.d[r] = fp16_to_fp32(b.d);
     }
 }
@@ -232,8 +240,8 @@ void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 const __m512i mn = _mm512_load_si512(p.min[s]);
                 for (int t = 0; t < NT; ++t) {
                     total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(dot[t], sc));
-                    const int bsum = act[t][i].bsums[2 * s] + act[t][i].bsums[2 * s + 1];
-                    msum[t] = _mm512_add_epi32(msum[t], _mm512_mullo_epi32(mn, _mm512_set1_epi32(bsum)));
+                    // min * (bsum[2s] + bsum[2s+1]) in one instruction, exact.
+                    msum[t] = _mm512_dpwssd_epi32(msum[t], mn, panel::bcast4(act[t][i].bsums + 2 * s));
                 }
             }
             const __m512 d = _mm512_load_ps(p.d);
@@ -267,10 +275,17 @@ void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                     for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, panel::bcast4(act[t][i].qs + 16 * g + 4 * q));
                 }
                 const __m512i sc = _mm512_load_si512(p.scale[g]);
-                for (int t = 0; t < NT; ++t) {
-                    const __m512i off = _mm512_set1_epi32(4 * act[t][i].bsums[g]);  // value = code - 4
-                    total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(_mm512_sub_epi32(dot[t], off), sc));
+                for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(dot[t], sc));
+            }
+            // value = code - 4: less 4 * sum over groups of scale *
+            // activation sum, two groups per vpdpwssd; the same integer as
+            // subtracting inside each group.
+            for (int t = 0; t < NT; ++t) {
+                __m512i off = _mm512_setzero_si512();
+                for (int k = 0; k < 8; ++k) {
+                    off = _mm512_dpwssd_epi32(off, _mm512_load_si512(p.scale_pair[k]), panel::bcast4(act[t][i].bsums + 2 * k));
                 }
+                total[t] = _mm512_sub_epi32(total[t], _mm512_slli_epi32(off, 2));
             }
             const __m512 d = _mm512_load_ps(p.d);
             for (int t = 0; t < NT; ++t) {
