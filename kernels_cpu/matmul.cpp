@@ -170,9 +170,8 @@ BatchForm batch_form(quant::Type w_type, SimdLevel level) {
 }
 
 DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level) {
-    // Only where the single-row kernel it stands in for is the AVX2 one
-    // whose order it reproduces (Q4_K and Q4_0 use it at the AVX-512 level
-    // too).
+    // Each reproduces the order of the single-row kernel it stands in for
+    // at that level (Matmul.DecodeRowsKernelsMatchSingleRowBits).
     if (level == SimdLevel::Scalar) return {};
     TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
     const bool vnni = level == SimdLevel::Avx512 && avx512_vnni_available();
@@ -180,6 +179,9 @@ DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level) {
         return {TANDEM_X86(dot_q4_K_rows_avx512), TANDEM_X86(prepare_q4_K_rows), TANDEM_X86(q4_K_rows_prepared_bytes)};
     }
     if (w_type == quant::Type::Q4_K) return {TANDEM_X86(dot_q4_K_rows_avx2)};
+    if (w_type == quant::Type::Q2_K && vnni) {
+        return {TANDEM_X86(dot_q2_K_rows_avx512), TANDEM_X86(prepare_q2_K_rows), TANDEM_X86(q2_K_rows_prepared_bytes)};
+    }
     if (w_type == quant::Type::Q4_0 && vnni) {
         return {TANDEM_X86(dot_q4_0_rows_avx512), TANDEM_X86(prepare_q4_0_rows), TANDEM_X86(q4_0_rows_prepared_bytes)};
     }

@@ -1,8 +1,9 @@
-// Decode (one token) over rows of Q4_K with AVX-512 VNNI, in the order of
-// the single-row kernel (dot_q4_K_avx2, llama.cpp's: per row and
-// super-block the integer total and the integer minimum sum, each
-// converted once and fused into the row's accumulators; the result is
-// acc - acc_min).
+// Decode (one token) over rows of Q4_K and Q2_K with AVX-512 VNNI, in the
+// order of their single-row kernels (dot_k_spans with whole super-blocks,
+// llama.cpp's: per row and super-block the integer total and the integer
+// minimum sum, each converted once and fused into the row's accumulators;
+// the result is acc - acc_min). Described for Q4_K; Q2_K's policy below
+// differs only in how codes, scales and minimums come out of its block.
 //
 // Why: the AVX2 rows kernel (decode_rows_x86.h) spends ~100 instructions on
 // a 144-byte super-block (21 GB/s per core from L2), about as long as
@@ -32,6 +33,7 @@
 namespace tandem::cpu::detail {
 namespace {
 
+using quant::block_q2_K;
 using quant::block_q4_K;
 using quant::block_q8_K;
 using quant::kQK_K;
@@ -40,9 +42,10 @@ constexpr int kGroupRows = 8;   // rows in the float lanes
 constexpr int64_t kSpan = 128;  // super-blocks per pass over a row: 18 KiB of weights
 
 // The activation as the kernel reads it: per super-block the four
-// registers of activation bytes matching the code registers, then 16
-// words [0 x 8, sums of elements 32 s .. 32 s + 31 for s = 0..7] (against
-// [scales, minimums]: lanes 4..7 give the minimum sum, lanes 0..3 zero);
+// registers of activation bytes matching the format's code registers, then
+// 16 words of activation sums matching its minimum words (Q4_K: [0 x 8,
+// sums of elements 32 s .. 32 s + 31], against [scales, minimums], so
+// lanes 4..7 give the minimum sum; Q2_K: the 16 group sums as they are);
 // then each super-block's scale as a float.
 struct PreparedBlock {
     __m512i act[4];
@@ -78,14 +81,83 @@ __m512i scale_word_index(int first) {
     return _mm512_load_si512(idx);
 }
 
-}  // namespace
+// Q4_K: codes [sub-blocks 0|2], [1|3], [4|6], [5|7] as nibbles of the
+// two 64-byte halves of qs; lane sums at most |4 x 15 x 128| < 2^15.
+struct Q4KRows {
+    using Block = block_q4_K;
+    // Activation register k: sub-blocks s and s + 2, s = 0, 1, 4, 5.
+    static int first_piece(int k) { return 32 * (4 * (k / 2) + k % 2); }
+    static int second_piece(int k) { return first_piece(k) + 64; }
+    static __m256i act_sums(const block_q8_K& y) {
+        // Sums of 32 elements from the pairs of 16-element sums (exact in
+        // 16 bits: at most 32 x 128).
+        const __m256i pairs = _mm256_madd_epi16(load256(y.bsums), _mm256_set1_epi16(1));  // 8 x int32
+        return _mm256_inserti128_si256(_mm256_setzero_si256(), _mm256_cvtepi32_epi16(pairs), 1);
+    }
+    struct Kernel {
+        __m512i low4 = _mm512_set1_epi8(0x0F), sc_lo = scale_word_index(0), sc_hi = scale_word_index(4);
+        void totals(const Block& b, const __m512i* act, __m256i sums, __m512i& tot, __m256i& mins) const {
+            const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
+            const __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q0, low4), act[0]);
+            const __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4), act[1]);
+            const __m512i d2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q1, low4), act[2]);
+            const __m512i d3 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4), act[3]);
+            // [scales, minimums] as 16 words.
+            const __m256i sm = _mm256_cvtepu8_epi16(scales_and_mins(b.scales));
+            const __m512i sm512 = _mm512_castsi256_si512(sm);
+            tot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d0, d1), _mm512_permutexvar_epi16(sc_lo, sm512));
+            tot = _mm512_dpwssd_epi32(tot, _mm512_packs_epi32(d2, d3), _mm512_permutexvar_epi16(sc_hi, sm512));
+            mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), sm, sums);  // lanes 4..7
+        }
+    };
+};
 
-size_t q4_K_rows_prepared_bytes(int64_t n) {
+// Q2_K: 16 groups of 16 with a 4-bit scale (low nibble) and minimum (high
+// nibble); element 128 h + 32 j + e is bits 2 j of qs[32 h + e]. Code
+// register j = (qs >> 2 j) & 3 holds, in its four 128-bit lanes, groups
+// 2 j, 2 j + 1, 8 + 2 j, 9 + 2 j; lane sums at most 4 x 3 x 128.
+struct Q2KRows {
+    using Block = block_q2_K;
+    // Activation register j: elements 32 j .. and 128 + 32 j ..
+    static int first_piece(int j) { return 32 * j; }
+    static int second_piece(int j) { return 128 + 32 * j; }
+    static __m256i act_sums(const block_q8_K& y) { return load256(y.bsums); }
+    // Word i of the packed pair (register 2 p, 2 p + 1): 128-bit lane k
+    // has groups base(k) + 4 p (words 0..3) and + 2 (words 4..7).
+    static __m512i scale_index(int p) {
+        alignas(64) int16_t idx[32];
+        for (int i = 0; i < 32; ++i) {
+            const int k = i / 8;
+            idx[i] = static_cast<int16_t>((k < 2 ? k : 6 + k) + 4 * p + (i % 8 < 4 ? 0 : 2));
+        }
+        return _mm512_load_si512(idx);
+    }
+    struct Kernel {
+        __m512i low2 = _mm512_set1_epi8(0x03), sc01 = scale_index(0), sc23 = scale_index(1);
+        void totals(const Block& b, const __m512i* act, __m256i sums, __m512i& tot, __m256i& mins) const {
+            const __m512i q = _mm512_loadu_si512(b.qs);
+            __m512i d[4];
+            for (int j = 0; j < 4; ++j) {
+                d[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), low2), act[j]);
+            }
+            const __m128i packed = load128(b.scales);
+            const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0x0F))));
+            const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+            tot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d[0], d[1]), _mm512_permutexvar_epi16(sc01, sc));
+            tot = _mm512_dpwssd_epi32(tot, _mm512_packs_epi32(d[2], d[3]), _mm512_permutexvar_epi16(sc23, sc));
+            mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), mn, sums);
+        }
+    };
+};
+
+template <class F>
+size_t prepared_bytes(int64_t n) {
     const int64_t nb = n / kQK_K;
     return d_offset(nb) + static_cast<size_t>(nb) * sizeof(float);
 }
 
-void prepare_q4_K_rows(const void* a, int64_t n, void* out) {
+template <class F>
+void prepare(const void* a, int64_t n, void* out) {
     const int64_t nb = n / kQK_K;
     const auto* ya = static_cast<const block_q8_K*>(a);
     TANDEM_CHECK(reinterpret_cast<uintptr_t>(out) % 64 == 0, "decode rows: prepared activation not 64-byte aligned");
@@ -93,35 +165,30 @@ void prepare_q4_K_rows(const void* a, int64_t n, void* out) {
     auto* d = reinterpret_cast<float*>(static_cast<uint8_t*>(out) + d_offset(nb));
     for (int64_t i = 0; i < nb; ++i) {
         const int8_t* q = ya[i].qs;
-        // [sub-blocks 0|2], [1|3], [4|6], [5|7]: the nibble registers' order.
         for (int k = 0; k < 4; ++k) {
-            const int s = 4 * (k / 2) + k % 2;
-            blocks[i].act[k] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(q + 32 * s)), load256(q + 32 * (s + 2)), 1);
+            blocks[i].act[k] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(q + F::first_piece(k))),
+                                                  load256(q + F::second_piece(k)), 1);
         }
-        // Sums of 32 elements from the pairs of 16-element sums (exact in
-        // 16 bits: at most 32 x 128).
-        const __m256i bsums = load256(ya[i].bsums);
-        const __m256i pairs = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));  // 8 x int32
-        const __m128i pairs16 = _mm256_cvtepi32_epi16(pairs);
-        blocks[i].sums = _mm256_inserti128_si256(_mm256_setzero_si256(), pairs16, 1);
+        blocks[i].sums = F::act_sums(ya[i]);
         blocks[i].pad = _mm256_setzero_si256();
         d[i] = ya[i].d;
     }
 }
 
-void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
+template <class F>
+void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
+    using Block = typename F::Block;
     const int64_t nb = n / kQK_K;
     const auto* act = static_cast<const PreparedBlock*>(a);
     const auto* act_d = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a) + d_offset(nb));
     const int n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
     TANDEM_CHECK(n_groups <= kDecodeRows / kGroupRows, "decode rows: more rows than kDecodeRows");
-    const block_q4_K* x[kDecodeRows];
+    const Block* x[kDecodeRows];
     for (int r = 0; r < n_groups * kGroupRows; ++r) {
         // Missing rows repeat row 0: computed, never stored.
-        x[r] = reinterpret_cast<const block_q4_K*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
+        x[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
     }
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
-    const __m512i sc_lo = scale_word_index(0), sc_hi = scale_word_index(4);
+    const typename F::Kernel kernel;
 
     // Per super-block and row: four lanes whose sum is the integer total,
     // four whose sum is the minimum sum (reduced across rows later, where
@@ -153,29 +220,19 @@ void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
                 acc_min[g] = _mm256_fmadd_ps(m, _mm256_mul_ps(dmin, da), acc_min[g]);
             };
             for (int r = 0; r < kGroupRows; ++r) {
-                const block_q4_K* row = x[g * kGroupRows + r] + i0;
+                const Block* row = x[g * kGroupRows + r] + i0;
                 for (int64_t k = 0; k < ni; ++k) {
-                    const block_q4_K& b = row[k];
+                    const Block& b = row[k];
                     const PreparedBlock& p = act[i0 + k];
-                    const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
-                    const __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q0, low4), p.act[0]);
-                    const __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                                           _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4), p.act[1]);
-                    const __m512i d2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q1, low4), p.act[2]);
-                    const __m512i d3 = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                                           _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4), p.act[3]);
-                    // [scales, minimums] as 16 words.
-                    const __m256i sm = _mm256_cvtepu8_epi16(scales_and_mins(b.scales));
-                    const __m512i sm512 = _mm512_castsi256_si512(sm);
-                    __m512i tot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d0, d1),
-                                                      _mm512_permutexvar_epi16(sc_lo, sm512));
-                    tot = _mm512_dpwssd_epi32(tot, _mm512_packs_epi32(d2, d3), _mm512_permutexvar_epi16(sc_hi, sm512));
-                    const __m256i mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), sm, p.sums);  // lanes 4..7
+                    __m512i tot;
+                    __m256i mins;
+                    kernel.totals(b, p.act, p.sums, tot, mins);
                     const __m256i t8 = _mm256_add_epi32(_mm512_castsi512_si256(tot), _mm512_extracti64x4_epi64(tot, 1));
                     const __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t8), _mm256_extracti128_si256(t8, 1));
-                    partial[k][r] = _mm256_inserti128_si256(_mm256_castsi128_si256(t4), _mm256_extracti128_si256(mins, 1), 1);
+                    const __m128i m4 = _mm_add_epi32(_mm256_castsi256_si128(mins), _mm256_extracti128_si256(mins, 1));
+                    partial[k][r] = _mm256_inserti128_si256(_mm256_castsi128_si256(t4), m4, 1);
                     uint32_t dd;
-                    std::memcpy(&dd, &b.d, sizeof(dd));  // d, dmin: adjacent fp16
+                    std::memcpy(&dd, &b.d, sizeof(dd));  // d, dmin: adjacent fp16 in both formats
                     scales[k][r] = dd;
                     if (r == kGroupRows - 1) float_step(k);
                 }
@@ -185,6 +242,19 @@ void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
     alignas(32) float out[kDecodeRows];
     for (int g = 0; g < n_groups; ++g) _mm256_store_ps(out + g * kGroupRows, _mm256_sub_ps(acc[g], acc_min[g]));
     for (int r = 0; r < n_rows; ++r) y[r] = out[r];
+}
+
+}  // namespace
+
+size_t q4_K_rows_prepared_bytes(int64_t n) { return prepared_bytes<Q4KRows>(n); }
+void prepare_q4_K_rows(const void* a, int64_t n, void* out) { prepare<Q4KRows>(a, n, out); }
+void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
+    decode_rows<Q4KRows>(n, w, row_stride, n_rows, a, y);
+}
+size_t q2_K_rows_prepared_bytes(int64_t n) { return prepared_bytes<Q2KRows>(n); }
+void prepare_q2_K_rows(const void* a, int64_t n, void* out) { prepare<Q2KRows>(a, n, out); }
+void dot_q2_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
+    decode_rows<Q2KRows>(n, w, row_stride, n_rows, a, y);
 }
 
 }  // namespace tandem::cpu::detail
