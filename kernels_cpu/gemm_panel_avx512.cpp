@@ -1,4 +1,4 @@
-#include <immintrin.h>
+#include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
 #include <cstring>
 

@@ -4,7 +4,7 @@
 // files built with AVX-512 VNNI.
 #pragma once
 
-#include <immintrin.h>
+#include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
 #include <cstdint>
 #include <cstring>

@@ -3,7 +3,7 @@
 // dot_q3_K_batch and dot_q5_K_batch (its tiled kernels: super-block
 // totals) reproduce: integer totals per row in the lanes, then the float
 // steps of the scalar reference.
-#include <immintrin.h>
+#include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
 #include <cstring>
 

@@ -10,7 +10,7 @@
 // signed bytes, so the activations arrive with 128 added (flip_activations,
 // once per matmul) and each lane starts from -128 times the group's weight
 // sum, which the unpack computes: the same integer, exactly.
-#include <immintrin.h>
+#include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
 #include <cstring>
 
