@@ -18,9 +18,10 @@
 //   lanes (instead of four 32-bit multiplies and adds);
 // - the minimum sum is one vpdpwssd of the eight minimums against the
 //   activation's 32-element sums (made by prepare);
-// - both totals reduce together (one fold, two hadds) and go to a small
-//   table, row by row; the float steps then run with eight rows in the
-//   lanes, one load per total, no transposes.
+// - per row each total folds to four lanes and both go to a small table;
+//   once the eighth row has a super-block, one hadd tree across the eight
+//   rows gives its totals with the rows in the lanes, and the float steps
+//   run there, inside that last row's loop so its loads overlap them.
 // Rows are read one after another (prefetchers follow one stream well).
 #include <algorithm>
 #include <cstdint>
@@ -150,7 +151,6 @@ struct Q2KRows {
     };
 };
 
-template <class F>
 size_t prepared_bytes(int64_t n) {
     const int64_t nb = n / kQK_K;
     return d_offset(nb) + static_cast<size_t>(nb) * sizeof(float);
@@ -246,12 +246,12 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
 
 }  // namespace
 
-size_t q4_K_rows_prepared_bytes(int64_t n) { return prepared_bytes<Q4KRows>(n); }
+size_t q4_K_rows_prepared_bytes(int64_t n) { return prepared_bytes(n); }
 void prepare_q4_K_rows(const void* a, int64_t n, void* out) { prepare<Q4KRows>(a, n, out); }
 void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     decode_rows<Q4KRows>(n, w, row_stride, n_rows, a, y);
 }
-size_t q2_K_rows_prepared_bytes(int64_t n) { return prepared_bytes<Q2KRows>(n); }
+size_t q2_K_rows_prepared_bytes(int64_t n) { return prepared_bytes(n); }
 void prepare_q2_K_rows(const void* a, int64_t n, void* out) { prepare<Q2KRows>(a, n, out); }
 void dot_q2_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     decode_rows<Q2KRows>(n, w, row_stride, n_rows, a, y);
