@@ -31,7 +31,8 @@ rc=${PIPESTATUS[0]}
 # `tandem bench` reports them, GB/s of weights read), pp512 at ngl 16 with
 # weight streaming on and off, and with DEVICE_CHECK_70B=1 the 70B shape
 # under a 24 GiB cap (a 40 GB file: minutes to write). DEVICE and SHAPE
-# override the device and the 8B shape (to try the script on the stand-in).
+# override the device and the 8B shape (to try the script on the stand-in:
+# DEVICE=cpu2 SHAPE=tiny CAPS=64MiB scripts/device-check.sh).
 device=${DEVICE:-cuda0}
 shape=${SHAPE:-llama3-8b}
 bench_rows=()
@@ -62,6 +63,65 @@ if [ -f "$model" ]; then
 else
   bench_rows+=("| $shape Q4_K_M | synth failed or timed out |")
 fi
+# Planner checks (issue 5), under each cap in CAPS (default 12GiB): `tandem
+# tune`'s choice against the best decode rate (32 tokens, the tune's
+# threads) of a sweep over ngl (every SWEEP_STEP-th split, plus the tune's
+# choice and its neighbours), and, where nvidia-smi is present, the peak
+# memory of the GPU processes during a run at the planned split (pp512,
+# tg32) against the plan's VRAM total.
+plan_rows=()
+if [ -f "$model" ]; then
+  for cap in ${CAPS:-12GiB}; do
+    tune_json=$(timeout 300 ./build-device/tools/tandem tune -m "$model" --device "$device" --vram "$cap" --json 2>/dev/null)
+    read -r t_ngl t_tps t_threads n_layer < <(echo "$tune_json" | python3 -c '
+import json, sys
+try:
+    d = json.load(sys.stdin); b = d["best"]
+    print(b["ngl"], b["tg_tps"], b["threads"], d.get("n_layer", 0))
+except Exception:
+    print("- 0 0 0")')
+    if [ "$t_ngl" = "-" ]; then plan_rows+=("| tune ($cap) | failed or timed out |"); continue; fi
+    [ "$n_layer" -gt 0 ] 2>/dev/null || n_layer=$(timeout 60 ./build-device/tools/tandem plan -m "$model" --json 2>/dev/null |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["n_layer"])' 2>/dev/null || echo 32)
+    ngls=$(python3 -c "
+step, n, t = ${SWEEP_STEP:-4}, $n_layer, $t_ngl
+s = set(range(0, n + 2, step)) | {n + 1} | {v for v in (t - 1, t, t + 1) if 0 <= v <= n + 1}
+print(','.join(map(str, sorted(s))))")
+    sweep=$(timeout 600 ./build-device/tools/tandem bench -m "$model" --device "$device" --vram "$cap" -p 0 -n 32 -r 2 \
+      -t "$t_threads" -ngl "$ngls" -o jsonl 2>/dev/null | python3 -c '
+import json, sys
+best = None
+for line in sys.stdin:
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if r.get("tps_mean") and (best is None or r["tps_mean"] > best[1]):
+        best = (r["ngl"], r["tps_mean"])
+print(f"{best[0]} {best[1]}" if best else "- 0")')
+    read -r s_ngl s_tps <<< "$sweep"
+    plan_rows+=("$(python3 -c "
+t, s = float('$t_tps'), float('$s_tps')
+ratio = f'{t / s:.3f}' if s > 0 else '-'
+print(f'| tune vs sweep ($cap, ngl $ngls) | tune ngl $t_ngl: {t:.2f} t/s; sweep best ngl $s_ngl: {s:.2f} t/s; ratio {ratio} (want >= 0.97) |')")")
+    if command -v nvidia-smi >/dev/null 2>&1; then
+      planned=$(./build-device/tools/tandem plan -m "$model" --vram "$cap" --json 2>/dev/null |
+        python3 -c 'import json, sys; d = json.load(sys.stdin); print(d["ngl"], d["vram"]["total"])' 2>/dev/null || echo "- 0")
+      read -r p_ngl p_bytes <<< "$planned"
+      smi_log=build-device/vram-$cap.csv
+      nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 100 > "$smi_log" 2>/dev/null &
+      smi=$!
+      timeout 300 ./build-device/tools/tandem bench -m "$model" --device "$device" --vram "$cap" -p 512 -n 32 -r 1 >/dev/null 2>&1
+      bench_rc=$?
+      kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
+      peak_mib=$(awk -F', *' '$2 + 0 > m { m = $2 + 0 } END { print m + 0 }' "$smi_log")
+      plan_rows+=("$(python3 -c "
+peak, planned = $peak_mib * 2**20, $p_bytes
+ratio = f'{peak / planned:.3f}' if planned else '-'
+print(f'| peak VRAM vs plan ($cap, ngl $p_ngl) | measured {peak / 2**30:.2f} GiB, planned {planned / 2**30:.2f} GiB, ratio {ratio} (want 0.97-1.03); bench exit $bench_rc |')")")
+    fi
+  done
+fi
 if [ "${DEVICE_CHECK_70B:-0}" = 1 ]; then
   big=build-device/bench-llama3-70b-q4_k_m.gguf
   [ -f "$big" ] || timeout 900 ./build-device/tools/tandem synth --shape llama3-70b --type Q4_K_M -o "$big" >/dev/null 2>&1 || rm -f "$big"
@@ -85,7 +145,7 @@ for case in root.iter("testcase"):
     else: status = f"pass ({float(case.get('time', 0)):.2f} s)"
     print(f"| {name} | {status} |")
 PY
-for row in "${bench_rows[@]}"; do echo "$row"; done
+for row in "${bench_rows[@]}" "${plan_rows[@]}"; do echo "$row"; done
 # CUDA kernel benchmarks (bench/bench_cuda.cpp): device GB/s for one token,
 # GFLOP/s for a 512-token batch, on 4096x4096 weights.
 if [ -x build-device/bench/tandem_bench_kernels ]; then
