@@ -184,10 +184,7 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
     const int n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
     TANDEM_CHECK(n_groups <= kDecodeRows / kGroupRows, "decode rows: more rows than kDecodeRows");
     const Block* x[kDecodeRows];
-    for (int r = 0; r < n_groups * kGroupRows; ++r) {
-        // Missing rows repeat row 0: computed, never stored.
-        x[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
-    }
+    decode_row_pointers(w, row_stride, n_rows, n_groups * kGroupRows, x);
     const typename F::Kernel kernel;
 
     // Per super-block and row: four lanes whose sum is the integer total,

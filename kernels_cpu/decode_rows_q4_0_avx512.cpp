@@ -153,10 +153,7 @@ void dot_q4_0_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
     const int n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
     TANDEM_CHECK(n_groups <= kDecodeRows / kGroupRows, "decode rows: more rows than kDecodeRows");
     const block_q4_0* x[kDecodeRows];
-    for (int r = 0; r < n_groups * kGroupRows; ++r) {
-        // Missing rows repeat row 0: computed, never stored.
-        x[r] = reinterpret_cast<const block_q4_0*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
-    }
+    decode_row_pointers(w, row_stride, n_rows, n_groups * kGroupRows, x);
     const __m512i first_idx = code_words_first(), second_idx = code_words_second(), scale_idx = scale_words();
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     const __m512i total_idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);

@@ -38,10 +38,7 @@ void decode_rows4(int64_t n, const void* w, size_t row_stride, int n_rows, const
     using W = typename Sums::W;
     constexpr int R = kRowsPerPass;
     const W* x[R];
-    for (int r = 0; r < R; ++r) {
-        // Missing rows repeat row 0: computed, never stored.
-        x[r] = reinterpret_cast<const W*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
-    }
+    decode_row_pointers(w, row_stride, n_rows, R, x);
     const auto* ya = static_cast<const quant::block_q8_K*>(a);
     const int64_t nb = n / quant::kQK_K;
     __m128 acc = _mm_setzero_ps(), acc_min = _mm_setzero_ps();

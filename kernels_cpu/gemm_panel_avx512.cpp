@@ -185,10 +185,7 @@ void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
             // groups of scale * activation sum, two groups per vpdpwssd;
             // the same integer as subtracting inside each group.
             for (int t = 0; t < NT; ++t) {
-                __m512i off = _mm512_setzero_si512();
-                for (int k = 0; k < 8; ++k) {
-                    off = _mm512_dpwssd_epi32(off, _mm512_load_si512(p.scale_pair[k]), panel::bcast4(act[t][i].bsums + 2 * k));
-                }
+                const __m512i off = panel::scaled_group_sums(p.scale_pair, act[t][i].bsums);
                 total[t] = _mm512_sub_epi32(total[t], _mm512_slli_epi32(off, 5));
             }
             const __m512 d = _mm512_load_ps(p.d);

@@ -46,6 +46,16 @@ inline __m512i bcast4(const void* p) {
     return _mm512_set1_epi32(four);
 }
 
+// Sum over the 16 groups of a super-block of scale * activation group sum
+// for every panel row, two groups per vpdpwssd: scale_pair[k][row] holds
+// the scales of groups 2k and 2k+1, bsums the activation's 16 group sums.
+// Exact; the offset term of Q3_K and Q6_K is this times their code offset.
+inline __m512i scaled_group_sums(const int16_t (*scale_pair)[kPanelRows][2], const int16_t* bsums) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int k = 0; k < 8; ++k) sum = _mm512_dpwssd_epi32(sum, _mm512_load_si512(scale_pair[k]), bcast4(bsums + 2 * k));
+    return sum;
+}
+
 // Runs tile(act, out) for each tile of kTokens tokens (n_tokens is a
 // multiple of it): act are the tile's activation rows, out[t] receives
 // token t's 16 row results, stored to y for the n_rows real rows.

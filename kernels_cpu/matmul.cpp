@@ -415,7 +415,6 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         k_chunk = std::min(n, ((n + chunks - 1) / chunks + step - 1) / step * step);
     }
 
-
     auto do_item = [&](int64_t item) {
         // Consecutive items share a token block, so its activations are
         // reused (from L2/L3) by whichever threads take them.

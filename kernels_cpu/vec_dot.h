@@ -118,8 +118,8 @@ TANDEM_DECLARE_BATCH_DOT(q6_K)
 // the same bits; the per-block horizontal sums of several rows share
 // reduction trees and the float steps run across rows in one vector,
 // instead of a serial scalar tail per row (decode_rows_x86.h: Q4_K, 4 rows
-// per pass, AVX2; decode_rows_kquants_avx512.cpp (Q4_K,
-// Q2_K) and decode_rows_q4_0_avx512.cpp: 8 rows, VNNI). Null where a type has none
+// per pass, AVX2; decode_rows_kquants_avx512.cpp (Q4_K, Q2_K) and
+// decode_rows_q4_0_avx512.cpp: 8 rows, VNNI). Null where a type has none
 // (then the single-row kernel runs).
 inline constexpr int kDecodeRows = 16;
 using DecodeRowsFn = void (*)(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
@@ -131,6 +131,14 @@ struct DecodeRows {
     size_t (*prepared_bytes)(int64_t n) = nullptr;
 };
 DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level);
+// x[0 .. count): row r of a rows kernel's pass, r < n_rows; the rows past
+// n_rows (a pass is whole) repeat row 0: computed, never stored.
+template <class Block>
+void decode_row_pointers(const void* w, size_t row_stride, int n_rows, int count, const Block** x) {
+    for (int r = 0; r < count; ++r) {
+        x[r] = reinterpret_cast<const Block*>(static_cast<const unsigned char*>(w) + (r < n_rows ? r : 0) * row_stride);
+    }
+}
 void dot_q4_K_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void dot_q4_0_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void prepare_q4_0_rows(const void* a, int64_t n, void* out);
