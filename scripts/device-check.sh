@@ -72,17 +72,19 @@ fi
 plan_rows=()
 if [ -f "$model" ]; then
   for cap in ${CAPS:-12GiB}; do
+    # The plan under this cap: layer count (for the sweep), split and VRAM total.
+    read -r n_layer p_ngl p_bytes < <(timeout 60 ./build-device/tools/tandem plan -m "$model" --vram "$cap" --json 2>/dev/null |
+      python3 -c 'import json, sys; d = json.load(sys.stdin); print(d["n_layer"], d["ngl"], d["vram"]["total"])' 2>/dev/null ||
+      echo "0 - 0")
     tune_json=$(timeout 300 ./build-device/tools/tandem tune -m "$model" --device "$device" --vram "$cap" --json 2>/dev/null)
-    read -r t_ngl t_tps t_threads n_layer < <(echo "$tune_json" | python3 -c '
+    read -r t_ngl t_tps t_threads < <(echo "$tune_json" | python3 -c '
 import json, sys
 try:
-    d = json.load(sys.stdin); b = d["best"]
-    print(b["ngl"], b["tg_tps"], b["threads"], d.get("n_layer", 0))
+    b = json.load(sys.stdin)["best"]
+    print(b["ngl"], b["tg_tps"], b["threads"])
 except Exception:
-    print("- 0 0 0")')
-    if [ "$t_ngl" = "-" ]; then plan_rows+=("| tune ($cap) | failed or timed out |"); continue; fi
-    [ "$n_layer" -gt 0 ] 2>/dev/null || n_layer=$(timeout 60 ./build-device/tools/tandem plan -m "$model" --json 2>/dev/null |
-      python3 -c 'import json, sys; print(json.load(sys.stdin)["n_layer"])' 2>/dev/null || echo 32)
+    print("- 0 0")')
+    if [ "$t_ngl" = "-" ] || [ "$n_layer" = 0 ]; then plan_rows+=("| tune ($cap) | plan or tune failed or timed out |"); continue; fi
     ngls=$(python3 -c "
 step, n, t = ${SWEEP_STEP:-4}, $n_layer, $t_ngl
 s = set(range(0, n + 2, step)) | {n + 1} | {v for v in (t - 1, t, t + 1) if 0 <= v <= n + 1}
@@ -105,9 +107,6 @@ t, s = float('$t_tps'), float('$s_tps')
 ratio = f'{t / s:.3f}' if s > 0 else '-'
 print(f'| tune vs sweep ($cap, ngl $ngls) | tune ngl $t_ngl: {t:.2f} t/s; sweep best ngl $s_ngl: {s:.2f} t/s; ratio {ratio} (want >= 0.97) |')")")
     if command -v nvidia-smi >/dev/null 2>&1; then
-      planned=$(./build-device/tools/tandem plan -m "$model" --vram "$cap" --json 2>/dev/null |
-        python3 -c 'import json, sys; d = json.load(sys.stdin); print(d["ngl"], d["vram"]["total"])' 2>/dev/null || echo "- 0")
-      read -r p_ngl p_bytes <<< "$planned"
       smi_log=build-device/vram-$cap.csv
       nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 100 > "$smi_log" 2>/dev/null &
       smi=$!

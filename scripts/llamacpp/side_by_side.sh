@@ -17,24 +17,16 @@ TYPES=("$@")
 [ ${#TYPES[@]} -gt 0 ] || TYPES=(Q4_K_M Q4_0 Q8_0 Q6_K Q5_K_M Q3_K_M Q2_K Q4_1 Q5_0 Q5_1)
 mkdir -p "$MODELS"
 
-tandem_rate() {  # tandem_rate MODEL -> "pp tg" (t/s)
-    "$TANDEM" bench -m "$1" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" -o jsonl 2>/dev/null |
-        python3 -c '
+rates() {  # rates KEY < jsonl -> "pp tg": the mean t/s field KEY of the prompt and generation rows
+    python3 -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
-pp = [r["tps_mean"] for r in rows if r.get("n_prompt", 0) > 0]
-tg = [r["tps_mean"] for r in rows if r.get("n_gen", 0) > 0]
-print(f"{pp[0] if pp else 0:.1f} {tg[0] if tg else 0:.1f}")'
+pp = [r[sys.argv[1]] for r in rows if r.get("n_prompt", 0) > 0]
+tg = [r[sys.argv[1]] for r in rows if r.get("n_gen", 0) > 0]
+print(f"{pp[0] if pp else 0:.1f} {tg[0] if tg else 0:.1f}")' "$1"
 }
-llama_rate() {
-    "$LLAMA_BENCH" -m "$1" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" -o jsonl 2>/dev/null |
-        python3 -c '
-import json, sys
-rows = [json.loads(l) for l in sys.stdin if l.strip()]
-pp = [r["avg_ts"] for r in rows if r.get("n_prompt", 0) > 0]
-tg = [r["avg_ts"] for r in rows if r.get("n_gen", 0) > 0]
-print(f"{pp[0] if pp else 0:.1f} {tg[0] if tg else 0:.1f}")'
-}
+tandem_rate() { "$TANDEM" bench -m "$1" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" -o jsonl 2>/dev/null | rates tps_mean; }
+llama_rate() { "$LLAMA_BENCH" -m "$1" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" -o jsonl 2>/dev/null | rates avg_ts; }
 
 echo "| type | Tandem pp$PP | llama.cpp pp$PP | ratio | Tandem tg$TG | llama.cpp tg$TG | ratio |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
