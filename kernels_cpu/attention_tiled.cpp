@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -12,12 +13,32 @@
 
 namespace tandem::cpu::detail {
 
-void tiled_scores_scalar(const float* q, const float* kt, int64_t dk, float* s) {
-    for (int64_t t = 0; t < kAttentionTile; ++t) {
-        float acc = 0.0f;
-        for (int64_t k = 0; k < dk; ++k) acc = std::fma(q[k], kt[k * kAttentionTile + t], acc);
-        s[t] = acc;
+namespace {
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+}  // namespace
+
+void tiled_scores_scalar(const float* const* q, int nq, const float* kt, int64_t dk, float scale, float* s, float* smax) {
+    for (int j = 0; j < nq; ++j) {
+        float mx = kNegInf;
+        for (int64_t t = 0; t < kAttentionTile; ++t) {
+            float acc = 0.0f;
+            for (int64_t k = 0; k < dk; ++k) acc = std::fma(q[j][k], kt[k * kAttentionTile + t], acc);
+            s[j * kAttentionTile + t] = acc * scale;
+            mx = std::max(mx, acc * scale);
+        }
+        smax[j] = mx;
     }
+}
+
+float tiled_mask_scalar(const int32_t* cell_pos, int32_t pos, int64_t window, float* s) {
+    float mx = kNegInf;
+    for (int64_t t = 0; t < kAttentionTile; ++t) {
+        const int32_t kp = cell_pos[t];
+        const bool visible = kp >= 0 && kp <= pos && (window <= 0 || pos - kp < window);
+        if (!visible) s[t] = kNegInf;
+        mx = std::max(mx, s[t]);
+    }
+    return mx;
 }
 
 double tiled_softmax_scalar(const float* s, float max, float* p) {
@@ -30,11 +51,23 @@ double tiled_softmax_scalar(const float* s, float max, float* p) {
     return sum;
 }
 
-void tiled_accumulate_scalar(const float* p, const float* v, int64_t dv, float* acc) {
-    for (int64_t d = 0; d < dv; ++d) {
-        float a = acc[d];
-        for (int64_t t = 0; t < kAttentionTile; ++t) a = std::fma(p[t], v[t * dv + d], a);
-        acc[d] = a;
+void tiled_accumulate_scalar(const float* p, int nq, const float* v, int64_t dv, const float* rescale, float* const* acc) {
+    for (int j = 0; j < nq; ++j) {
+        for (int64_t d = 0; d < dv; ++d) {
+            float a = acc[j][d] * rescale[j];
+            for (int64_t t = 0; t < kAttentionTile; ++t) a = std::fma(p[j * kAttentionTile + t], v[t * dv + d], a);
+            acc[j][d] = a;
+        }
+    }
+}
+
+void widen_keys_scalar(const uint8_t* keys, uint64_t row_bytes, int64_t nc, int64_t dk, float* kt) {
+    for (int64_t c = 0; c < kAttentionTile; ++c) {
+        uint16_t h = 0;
+        for (int64_t k = 0; k < dk; ++k) {
+            if (c < nc) std::memcpy(&h, keys + static_cast<uint64_t>(c) * row_bytes + 2 * k, 2);
+            kt[k * kAttentionTile + c] = c < nc ? quant::fp16_to_fp32(h) : 0.0f;
+        }
     }
 }
 
@@ -44,12 +77,17 @@ void widen_f16_scalar(const uint16_t* src, float* dst, int64_t n) {
 
 TiledAttentionKernels tiled_attention_kernels(SimdLevel level) {
 #if defined(__x86_64__)
+    if (level == SimdLevel::Avx512) {
+        return {tiled_scores_avx512, tiled_mask_avx2,  tiled_softmax_avx512,
+                tiled_accumulate_avx512, widen_keys_avx2, widen_f16_avx2};
+    }
     if (level != SimdLevel::Scalar) {
-        return {tiled_scores_avx2, tiled_softmax_avx2, tiled_accumulate_avx2, widen_f16_avx2};
+        return {tiled_scores_avx2, tiled_mask_avx2, tiled_softmax_avx2, tiled_accumulate_avx2, widen_keys_avx2, widen_f16_avx2};
     }
 #endif
     (void)level;
-    return {tiled_scores_scalar, tiled_softmax_scalar, tiled_accumulate_scalar, widen_f16_scalar};
+    return {tiled_scores_scalar,     tiled_mask_scalar, tiled_softmax_scalar,
+            tiled_accumulate_scalar, widen_keys_scalar, widen_f16_scalar};
 }
 
 void attention_tiled(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
@@ -59,15 +97,13 @@ void attention_tiled(const float* q, const int32_t* q_pos, int64_t n_tokens, con
     const int64_t gqa = shape.n_head / shape.n_head_kv;
     const int64_t n_qtiles = (n_tokens + kAttentionTile - 1) / kAttentionTile;
     const TiledAttentionKernels kern = tiled_attention_kernels(level);
-    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
     // One task per (KV head, tile of up to 64 queries): the query heads that
     // share the KV head share its widened K and V tiles (llama.cpp widens
     // them per query head; the values are the same either way).
     pool.parallel_for(shape.n_head_kv * n_qtiles, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> kt(static_cast<size_t>(dk * kAttentionTile));
         std::vector<float> vt(static_cast<size_t>(kAttentionTile * dv));
-        std::vector<float> krow(static_cast<size_t>(dk));
-        std::vector<float> s(kAttentionTile), p(kAttentionTile);
+        std::vector<float> s(kQueryBlock * kAttentionTile), p(kQueryBlock * kAttentionTile);
         const auto slots = static_cast<size_t>(gqa * kAttentionTile);
         std::vector<float> acc(slots * static_cast<size_t>(dv));
         std::vector<float> m(slots), sum(slots);
@@ -78,69 +114,73 @@ void attention_tiled(const float* q, const int32_t* q_pos, int64_t n_tokens, con
             std::fill(acc.begin(), acc.end(), 0.0f);
             std::fill(m.begin(), m.end(), kNegInf);
             std::fill(sum.begin(), sum.end(), 0.0f);
+            int32_t qmax = -1;
+            for (int64_t i = 0; i < nq; ++i) qmax = std::max(qmax, q_pos[t0 + i]);
             for (int64_t c0 = 0; c0 < kv.n_cells; c0 += kAttentionTile) {
                 const int64_t nc = std::min(kAttentionTile, kv.n_cells - c0);
-                // Skip a tile no query of this tile sees (all masked: no effect).
-                bool any = false;
-                for (int64_t c = 0; c < nc && !any; ++c) {
-                    const int32_t kp = kv.cell_pos[c0 + c];
-                    for (int64_t i = 0; i < nq && !any; ++i) {
-                        const int32_t pos = q_pos[t0 + i];
-                        any = kp >= 0 && kp <= pos && (shape.window <= 0 || pos - kp < shape.window);
-                    }
-                }
-                if (!any) continue;
-                // Widen the tile's keys (transposed) and values; missing cells are zeros.
-                std::fill(kt.begin(), kt.end(), 0.0f);
-                std::fill(vt.begin(), vt.end(), 0.0f);
-                for (int64_t c = 0; c < nc; ++c) {
-                    const auto* kh = reinterpret_cast<const uint16_t*>(kv.k + (c0 + c) * kv.k_row_bytes) + g * dk;
-                    const auto* vh = reinterpret_cast<const uint16_t*>(kv.v + (c0 + c) * kv.v_row_bytes) + g * dv;
-                    kern.widen(kh, krow.data(), dk);
-                    for (int64_t k = 0; k < dk; ++k) kt[static_cast<size_t>(k * kAttentionTile + c)] = krow[static_cast<size_t>(k)];
-                    kern.widen(vh, vt.data() + c * dv, dv);
-                }
-                // A full tile whose cells are all in the past of a query (and
-                // inside its window) needs no per-cell mask for it: most
-                // tiles of a long prompt, which would otherwise pay a
-                // branchy loop over 64 positions for every query and head.
+                int32_t tile_pos[kAttentionTile];  // -1 past the last cell: never visible
+                for (int64_t c = 0; c < kAttentionTile; ++c) tile_pos[c] = c < nc ? kv.cell_pos[c0 + c] : -1;
+                // Skip a tile no query of this tile sees (all masked: no
+                // effect). The bounds decide most tiles (a causal prompt's
+                // future tiles); the scan is left for windows.
                 int32_t kmin = std::numeric_limits<int32_t>::max(), kmax = -1;
-                for (int64_t c = 0; c < nc; ++c) {
-                    kmin = std::min(kmin, kv.cell_pos[c0 + c]);
-                    kmax = std::max(kmax, kv.cell_pos[c0 + c]);
+                bool filled = true;  // all 64 cells hold a position
+                for (int32_t kp : tile_pos) {
+                    filled = filled && kp >= 0;
+                    if (kp >= 0) kmin = std::min(kmin, kp), kmax = std::max(kmax, kp);
                 }
-                const bool full_tile = nc == kAttentionTile && kmin >= 0;
+                if (kmax < 0 || kmin > qmax) continue;
+                if (shape.window > 0) {
+                    bool any = false;
+                    for (int64_t c = 0; c < nc && !any; ++c) {
+                        for (int64_t i = 0; i < nq && !any; ++i) {
+                            const int32_t pos = q_pos[t0 + i];
+                            any = tile_pos[c] >= 0 && tile_pos[c] <= pos && pos - tile_pos[c] < shape.window;
+                        }
+                    }
+                    if (!any) continue;
+                }
+                // Widen the tile's keys (transposed) and values; missing cells are zeros.
+                kern.widen_keys(kv.k + c0 * kv.k_row_bytes + g * dk * 2, kv.k_row_bytes, nc, dk, kt.data());
+                for (int64_t c = 0; c < nc; ++c) {
+                    kern.widen(reinterpret_cast<const uint16_t*>(kv.v + (c0 + c) * kv.v_row_bytes) + g * dv,
+                               vt.data() + c * dv, dv);
+                }
+                std::fill(vt.begin() + nc * dv, vt.end(), 0.0f);
                 for (int64_t hh = 0; hh < gqa; ++hh) {
                     const int64_t h = g * gqa + hh;
-                    for (int64_t i = 0; i < nq; ++i) {
-                        const int64_t t = t0 + i;
-                        const int32_t pos = q_pos[t];
-                        const size_t slot = static_cast<size_t>(hh * kAttentionTile + i);
-                        kern.scores(q + (t * shape.n_head + h) * dk, kt.data(), dk, s.data());
-                        float tile_max = kNegInf;
-                        if (full_tile && kmax <= pos && (shape.window <= 0 || pos - kmin < shape.window)) {
-                            for (int64_t c = 0; c < kAttentionTile; ++c) s[c] *= shape.scale;
-                            for (int64_t c = 0; c < kAttentionTile; ++c) tile_max = std::max(tile_max, s[c]);
-                        } else {
-                            for (int64_t c = 0; c < kAttentionTile; ++c) {
-                                const int32_t kp = c < nc ? kv.cell_pos[c0 + c] : -1;
-                                const bool visible =
-                                    kp >= 0 && kp <= pos && (shape.window <= 0 || pos - kp < shape.window);
-                                s[c] = visible ? s[c] * shape.scale : kNegInf;
-                                tile_max = std::max(tile_max, s[c]);
-                            }
-                        }
-                        if (tile_max == kNegInf) continue;  // nothing visible in this tile
-                        float* a = acc.data() + slot * static_cast<size_t>(dv);
-                        const float m_new = std::fmax(m[slot], tile_max);
-                        if (m_new > m[slot]) {
-                            const float ms = std::exp(m[slot] - m_new);
-                            for (int64_t d = 0; d < dv; ++d) a[d] *= ms;
+                    for (int64_t i0 = 0; i0 < nq; i0 += kQueryBlock) {
+                        const int nb = static_cast<int>(std::min<int64_t>(kQueryBlock, nq - i0));
+                        const float* qs[kQueryBlock];
+                        for (int j = 0; j < nb; ++j) qs[j] = q + ((t0 + i0 + j) * shape.n_head + h) * dk;
+                        float smax[kQueryBlock];
+                        kern.scores(qs, nb, kt.data(), dk, shape.scale, s.data(), smax);
+                        // The softmax of each query; the ones that see a
+                        // cell of this tile are gathered for one accumulate.
+                        float* accs[kQueryBlock];
+                        float rescale[kQueryBlock];
+                        int n_active = 0;
+                        for (int j = 0; j < nb; ++j) {
+                            const int32_t pos = q_pos[t0 + i0 + j];
+                            float* sj = s.data() + j * kAttentionTile;
+                            // A filled tile all in the past of the query (and
+                            // inside its window) needs no mask: most tiles of
+                            // a long prompt.
+                            const bool unmasked =
+                                filled && kmax <= pos && (shape.window <= 0 || pos - kmin < shape.window);
+                            const float tile_max = unmasked ? smax[j] : kern.mask(tile_pos, pos, shape.window, sj);
+                            if (tile_max == kNegInf) continue;  // nothing visible in this tile
+                            const size_t slot = static_cast<size_t>(hh * kAttentionTile + i0 + j);
+                            const float m_new = std::fmax(m[slot], tile_max);
+                            const float ms = m_new > m[slot] ? std::exp(m[slot] - m_new) : 1.0f;
                             sum[slot] *= ms;
+                            m[slot] = m_new;
+                            const double tile_sum = kern.softmax(sj, m_new, p.data() + n_active * kAttentionTile);
+                            sum[slot] = static_cast<float>(static_cast<double>(sum[slot]) + tile_sum);
+                            rescale[n_active] = ms;
+                            accs[n_active++] = acc.data() + slot * static_cast<size_t>(dv);
                         }
-                        m[slot] = m_new;
-                        sum[slot] = static_cast<float>(static_cast<double>(sum[slot]) + kern.softmax(s.data(), m_new, p.data()));
-                        kern.accumulate(p.data(), vt.data(), dv, a);
+                        if (n_active > 0) kern.accumulate(p.data(), n_active, vt.data(), dv, rescale, accs);
                     }
                 }
             }

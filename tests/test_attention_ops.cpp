@@ -4,11 +4,14 @@
 // cells, both RoPE styles.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "kernels_cpu/attention.h"
+#include "kernels_cpu/attention_tiled.h"
 #include "kernels_cpu/elementwise.h"
 #include "runtime/kv_cache/kv_cache.h"
 #include "runtime/quant/fp16.h"
@@ -55,11 +58,16 @@ void check_attention(const AttnCase& c, uint32_t seed) {
     tc::ThreadPool pool(2, false);
     tc::attention(q.data(), q_pos.data(), c.n_tokens, shape, cache.view(), out.data(), pool, tc::SimdLevel::Scalar);
 
-    // The reference follows the definition, with the one rounding the
-    // kernel promises: V accumulated in fp16 after each cell (as ggml's CPU
-    // flash attention does). Scores are exact here (double), so outputs may
-    // differ by an fp16 step or two where a score difference flips a
-    // rounding; a wrong mask, scale or head mapping is off by far more.
+    // The reference follows the definition, with the roundings the kernel
+    // promises. Below 64 queries (llama.cpp's one-pass path): Q rounded to
+    // fp16 and V accumulated in fp16 after each cell (as ggml's CPU flash
+    // attention does). From 64 queries (the tiled path): Q in f32, V summed
+    // in f32. Scores are exact here (double), so outputs may differ by an
+    // fp16 step or two where a score difference flips a rounding; a wrong
+    // mask, scale or head mapping is off by far more.
+    const bool tiled = c.n_tokens >= tandem::cpu::detail::kTiledAttentionMinTokens;
+    const auto round_acc = [&](float x) { return tiled ? x : round_f16(x); };
+    const auto round_q = [&](float x) { return tiled ? x : round_f16(x); };
     const int64_t gqa = c.n_head / c.n_head_kv;
     for (int64_t t = 0; t < c.n_tokens; ++t) {
         const int64_t pos = c.first_pos + t;
@@ -76,7 +84,7 @@ void check_attention(const AttnCase& c, uint32_t seed) {
                 if (p < 0 || p > pos || (c.window > 0 && pos - p >= c.window)) continue;
                 double dot = 0.0;
                 for (int64_t d = 0; d < c.head_dim; ++d) {
-                    dot += static_cast<double>(round_f16(q[static_cast<size_t>((t * c.n_head + h) * c.head_dim + d)])) *
+                    dot += static_cast<double>(round_q(q[static_cast<size_t>((t * c.n_head + h) * c.head_dim + d)])) *
                            round_f16(keys[static_cast<size_t>(p * k_dim + g * c.head_dim + d)]);
                 }
                 const float sc = static_cast<float>(dot) * shape.scale;
@@ -84,13 +92,13 @@ void check_attention(const AttnCase& c, uint32_t seed) {
                 if (sc > m) {
                     ms = std::exp(m - sc);
                     m = sc;
-                    for (auto& a : acc) a = round_f16(a * ms);
+                    for (auto& a : acc) a = round_acc(a * ms);
                 } else {
                     vs = std::exp(sc - m);
                 }
                 for (int64_t d = 0; d < c.head_dim; ++d) {
                     const float v = round_f16(vals[static_cast<size_t>(p * k_dim + g * c.head_dim + d)]);
-                    acc[static_cast<size_t>(d)] = round_f16(std::fma(v, vs, acc[static_cast<size_t>(d)]));
+                    acc[static_cast<size_t>(d)] = round_acc(std::fma(v, vs, acc[static_cast<size_t>(d)]));
                 }
                 sum = sum * ms + vs;
             }
@@ -119,6 +127,105 @@ TEST(CpuAttention, DecodeStepAfterHistory) { check_attention({4, 4, 32, 128, 1, 
 TEST(CpuAttention, SlidingWindowOnRingBuffer) {
     // Window 16, micro-batch 8: 24 cells hold positions 36..59 for queries 52..59.
     check_attention({4, 1, 64, 24, 8, 52, 16}, 3);
+}
+
+TEST(CpuAttention, TiledPrefillOverHistoryAndWindow) {
+    // 64 or more queries take the tiled kernel: 150 queries after 70 cached
+    // positions (partial query and cell tiles), then a window on a ring.
+    check_attention({8, 2, 64, 256, 150, 70, 0}, 11);
+    check_attention({4, 1, 128, 160, 96, 200, 100}, 12);
+}
+
+// The tiled kernels' SIMD twins against the scalar loops, bit for bit, for
+// every query block size and head sizes with and without vector tails.
+TEST(CpuAttention, TiledKernelsMatchScalarBits) {
+    namespace td = tandem::cpu::detail;
+    const td::TiledAttentionKernels ref = td::tiled_attention_kernels(tc::SimdLevel::Scalar);
+    for (tc::SimdLevel level : {tc::SimdLevel::Avx2, tc::SimdLevel::Avx512}) {
+        if (!tc::simd_level_supported(level)) continue;
+        const td::TiledAttentionKernels simd = td::tiled_attention_kernels(level);
+        for (int64_t dim : {64, 128, 80, 72, 8}) {
+            const auto kt = random_vector(static_cast<size_t>(dim * td::kAttentionTile), 21);
+            const auto v = random_vector(static_cast<size_t>(dim * td::kAttentionTile), 22);
+            const auto qv = random_vector(static_cast<size_t>(td::kQueryBlock * dim), 23);
+            const auto p = random_vector(static_cast<size_t>(td::kQueryBlock * td::kAttentionTile), 24);
+            const auto acc0 = random_vector(static_cast<size_t>(td::kQueryBlock * dim), 25);
+            for (int nq = 1; nq <= td::kQueryBlock; ++nq) {
+                const float* qs[td::kQueryBlock];
+                for (int j = 0; j < nq; ++j) qs[j] = qv.data() + j * dim;
+                std::vector<float> s_ref(static_cast<size_t>(td::kQueryBlock * td::kAttentionTile), -1.0f);
+                std::vector<float> s_simd = s_ref;
+                float max_ref[td::kQueryBlock], max_simd[td::kQueryBlock];
+                ref.scores(qs, nq, kt.data(), dim, 0.125f, s_ref.data(), max_ref);
+                simd.scores(qs, nq, kt.data(), dim, 0.125f, s_simd.data(), max_simd);
+                ASSERT_EQ(0, std::memcmp(s_ref.data(), s_simd.data(), s_ref.size() * sizeof(float)))
+                    << tc::simd_level_name(level) << " scores, dim " << dim << ", " << nq << " queries";
+                for (int j = 0; j < nq; ++j) {
+                    const float* sj = s_ref.data() + j * td::kAttentionTile;
+                    ASSERT_EQ(max_ref[j], *std::max_element(sj, sj + td::kAttentionTile));
+                    ASSERT_EQ(max_simd[j], max_ref[j]);
+                }
+                std::vector<float> a_ref = acc0, a_simd = acc0;
+                float* r[td::kQueryBlock];
+                float* m[td::kQueryBlock];
+                for (int j = 0; j < nq; ++j) {
+                    r[j] = a_ref.data() + j * dim;
+                    m[j] = a_simd.data() + j * dim;
+                }
+                const float rescale[td::kQueryBlock] = {1.0f, 0.25f, 0.8f, 0.0f};
+                ref.accumulate(p.data(), nq, v.data(), dim, rescale, r);
+                simd.accumulate(p.data(), nq, v.data(), dim, rescale, m);
+                ASSERT_EQ(0, std::memcmp(a_ref.data(), a_simd.data(), a_ref.size() * sizeof(float)))
+                    << tc::simd_level_name(level) << " accumulate, dim " << dim << ", " << nq << " queries";
+                ASSERT_NE(a_ref, acc0);
+            }
+            // Keys widened and transposed from f16 rows with a stride (a KV
+            // head inside a cache row), full and partial tiles.
+            const int64_t row_halves = 3 * dim + 5;
+            std::vector<uint16_t> rows(static_cast<size_t>(td::kAttentionTile * row_halves));
+            for (size_t i = 0; i < rows.size(); ++i) rows[i] = tq::fp32_to_fp16(static_cast<float>(i % 977) * 0.01f - 4.0f);
+            for (int64_t nc : {td::kAttentionTile, int64_t{37}, int64_t{8}, int64_t{1}}) {
+                std::vector<float> kt_ref(static_cast<size_t>(dim * td::kAttentionTile), -1.0f), kt_simd(kt_ref.size(), -2.0f);
+                const auto* first = reinterpret_cast<const uint8_t*>(rows.data() + dim);  // the second head
+                ref.widen_keys(first, static_cast<uint64_t>(row_halves) * 2, nc, dim, kt_ref.data());
+                simd.widen_keys(first, static_cast<uint64_t>(row_halves) * 2, nc, dim, kt_simd.data());
+                ASSERT_EQ(kt_ref, kt_simd) << tc::simd_level_name(level) << " widen_keys, dim " << dim << ", " << nc << " cells";
+                ASSERT_EQ(kt_ref[static_cast<size_t>((dim - 1) * td::kAttentionTile + nc - 1)],
+                          tq::fp16_to_fp32(rows[static_cast<size_t>((nc - 1) * row_halves + 2 * dim - 1)]));
+                ASSERT_EQ(kt_ref.back(), nc == td::kAttentionTile ? kt_ref.back() : 0.0f);
+            }
+        }
+        // Masks: holes, future cells, a window; the softmax of what is left.
+        std::vector<int32_t> cell_pos(static_cast<size_t>(td::kAttentionTile));
+        for (int64_t c = 0; c < td::kAttentionTile; ++c) cell_pos[static_cast<size_t>(c)] = c % 7 == 3 ? -1 : static_cast<int32_t>(100 + c);
+        auto scores = random_vector(static_cast<size_t>(td::kAttentionTile), 26, 3.0f);
+        // exp(s - max) subnormal (the exponent step rounds), and below the
+        // polynomial's range (exactly 0).
+        scores[5] = -95.0f, scores[12] = -99.5f, scores[20] = -150.0f, scores[22] = -80.0f;
+        for (int64_t window : {int64_t{0}, int64_t{20}}) {
+            for (int32_t pos : {99, 100, 130, 163, 500}) {
+                std::vector<float> s_ref = scores, s_simd = scores;
+                const float mx_ref = ref.mask(cell_pos.data(), pos, window, s_ref.data());
+                const float mx_simd = simd.mask(cell_pos.data(), pos, window, s_simd.data());
+                ASSERT_EQ(s_ref, s_simd) << tc::simd_level_name(level) << " mask, pos " << pos << ", window " << window;
+                ASSERT_EQ(mx_ref, mx_simd);
+                int visible = 0;
+                for (int64_t c = 0; c < td::kAttentionTile; ++c) {
+                    const int32_t kp = cell_pos[static_cast<size_t>(c)];
+                    const bool vis = kp >= 0 && kp <= pos && (window <= 0 || pos - kp < window);
+                    visible += vis;
+                    ASSERT_EQ(s_ref[static_cast<size_t>(c)], vis ? scores[static_cast<size_t>(c)] : -INFINITY);
+                }
+                if (visible == 0) continue;
+                std::vector<float> p_ref(s_ref.size()), p_simd(s_ref.size());
+                const double sum_ref = ref.softmax(s_ref.data(), mx_ref, p_ref.data());
+                const double sum_simd = simd.softmax(s_ref.data(), mx_ref, p_simd.data());
+                ASSERT_EQ(p_ref, p_simd) << tc::simd_level_name(level) << " softmax, pos " << pos;
+                ASSERT_EQ(sum_ref, sum_simd);
+                ASSERT_GE(sum_ref, 1.0);
+            }
+        }
+    }
 }
 
 TEST(CpuOps, RmsNormMatchesDefinition) {
