@@ -88,7 +88,7 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                     for (int t = 0; t < NT; ++t) dot[t] = _mm512_setzero_si512();
                     for (int g = 0; g < 8; ++g) {
                         const __m512i wv = _mm512_load_si512(p.codes[s][g]);
-                        for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, panel::bcast4(act[t][i].qs + 32 * s + 4 * g));
+                        for (int t = 0; t < NT; ++t) dot[t] = panel::dpbusd_bcast(dot[t], wv, act[t][i].qs + 32 * s + 4 * g);
                     }
                     const __m512i sc = _mm512_load_si512(p.scale[s]);
                     const __m512i mn = _mm512_load_si512(p.min[s]);
@@ -176,7 +176,7 @@ void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 for (int t = 0; t < NT; ++t) dot[t] = _mm512_setzero_si512();
                 for (int q = 0; q < 4; ++q) {
                     const __m512i wv = _mm512_load_si512(p.codes[g][q]);
-                    for (int t = 0; t < NT; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, panel::bcast4(act[t][i].qs + 16 * g + 4 * q));
+                    for (int t = 0; t < NT; ++t) dot[t] = panel::dpbusd_bcast(dot[t], wv, act[t][i].qs + 16 * g + 4 * q);
                 }
                 const __m512i sc = _mm512_load_si512(p.scale[g]);
                 for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(dot[t], sc));

@@ -46,6 +46,20 @@ inline __m512i bcast4(const void* p) {
     return _mm512_set1_epi32(four);
 }
 
+// acc += w (16 rows x 4 unsigned codes) . the four signed activation bytes
+// at p broadcast to every lane: vpdpbusd with an embedded {1to16} memory
+// broadcast, one instruction where GCC 12 emits a separate vpbroadcastd
+// for _mm512_set1_epi32 (the load-and-broadcast then competes with the dot
+// products for issue slots: one per vpdpbusd in the panel loops).
+inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const void* p) {
+#if !defined(__GNUC__) || defined(TANDEM_NO_DPBUSD_ASM)
+    return _mm512_dpbusd_epi32(acc, w, bcast4(p));
+#else
+    asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*static_cast<const int32_t*>(p)));
+    return acc;
+#endif
+}
+
 // Sum over the 16 groups of a super-block of scale * activation group sum
 // for every panel row, two groups per vpdpwssd: scale_pair[k][row] holds
 // the scales of groups 2k and 2k+1, bsums the activation's 16 group sums.
