@@ -26,29 +26,6 @@ struct PanelBlock {
     alignas(64) float dmin[kPanelRows];
 };
 
-// Eight rows of eight dwords in each 256-bit half of r[0..7] (half 0: rows
-// 0-7, half 1: rows 8-15) to eight registers of one dword index each, rows
-// in lane order: out[j] lane q = dword j of row q.
-void transpose_8x8_halves(const __m512i r[8], __m512i out[8]) {
-    __m512i t[8], u[8];
-    for (int i = 0; i < 4; ++i) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int h = 0; h < 2; ++h) {  // rows 0-3 of each half, then rows 4-7
-        u[4 * h + 0] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);      // dwords 0 | 4
-        u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);      // 1 | 5
-        u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);  // 2 | 6
-        u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);  // 3 | 7
-    }
-    // Each 256-bit half: rows 0-3 from u[j], rows 4-7 from u[j + 4].
-    const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), second = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
-    for (int j = 0; j < 4; ++j) {
-        out[j] = _mm512_permutex2var_epi64(u[j], first, u[j + 4]);
-        out[j + 4] = _mm512_permutex2var_epi64(u[j], second, u[j + 4]);
-    }
-}
-
 // Super-block i of all 16 rows at once: every four bytes of a block land in
 // the panel as one dword per row side by side, so loading the rows and
 // transposing them in registers gives the panel's registers directly, and
@@ -56,37 +33,23 @@ void transpose_8x8_halves(const __m512i r[8], __m512i out[8]) {
 // operations (about 25 instructions per row, where unpacking byte by byte
 // took ~370 cycles per row: a tenth of a 512-token matmul). Rows past
 // n_rows read row 0 and are zeroed by the live mask.
-void unpack_rows(const uint8_t* const rows[kPanelRows], __mmask16 live, int64_t i, PanelBlock& p) {
-    const auto block = [&](int r) { return rows[r] + i * static_cast<int64_t>(sizeof(block_q4_K)); };
+void unpack_rows(const panel::PanelRows& rows, int64_t i, PanelBlock& p) {
+    const __mmask16 live = rows.live;
+    const auto block = [&](int r) { return rows.at<block_q4_K>(r, i, 0); };
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     // qs bytes 32k .. 32k + 31: low nibbles are sub-block 2k, high ones 2k + 1.
     for (int k = 0; k < 4; ++k) {
-        __m512i r[8], g[8];
-        for (int q = 0; q < 8; ++q) {
-            const auto* lo = reinterpret_cast<const __m256i*>(block(q) + offsetof(block_q4_K, qs) + 32 * k);
-            const auto* hi = reinterpret_cast<const __m256i*>(block(q + 8) + offsetof(block_q4_K, qs) + 32 * k);
-            r[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(lo)), _mm256_loadu_si256(hi), 1);
-        }
-        transpose_8x8_halves(r, g);
+        __m512i g[8];
+        panel::rows_to_lanes32([&](int r) { return block(r) + offsetof(block_q4_K, qs) + 32 * k; }, g);
         for (int j = 0; j < 8; ++j) {
             _mm512_store_si512(p.codes[2 * k][j], _mm512_maskz_and_epi32(live, g[j], low4));
             _mm512_store_si512(p.codes[2 * k + 1][j], _mm512_maskz_and_epi32(live, _mm512_srli_epi32(g[j], 4), low4));
         }
     }
-    // The first 16 bytes (d and dmin, scales 0-3, 4-7, 8-11) as four dwords
-    // per row: lane L of a[q] holds row q + 4L; a 4x4 transpose inside each
-    // lane puts dword j of rows 0-15 in order into v[j].
-    __m512i a[4], t[4], v[4];
-    for (int q = 0; q < 4; ++q) {
-        a[q] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block(q))));
-        for (int L = 1; L < 4; ++L) a[q] = _mm512_inserti32x4(a[q], _mm_loadu_si128(reinterpret_cast<const __m128i*>(block(q + 4 * L))), L);
-    }
-    t[0] = _mm512_unpacklo_epi32(a[0], a[1]), t[1] = _mm512_unpackhi_epi32(a[0], a[1]);
-    t[2] = _mm512_unpacklo_epi32(a[2], a[3]), t[3] = _mm512_unpackhi_epi32(a[2], a[3]);
-    v[0] = _mm512_maskz_mov_epi32(live, _mm512_unpacklo_epi64(t[0], t[2]));
-    v[1] = _mm512_maskz_mov_epi32(live, _mm512_unpackhi_epi64(t[0], t[2]));
-    v[2] = _mm512_maskz_mov_epi32(live, _mm512_unpacklo_epi64(t[1], t[3]));
-    v[3] = _mm512_maskz_mov_epi32(live, _mm512_unpackhi_epi64(t[1], t[3]));
+    // The first 16 bytes: d and dmin, scales 0-3, 4-7, 8-11.
+    __m512i v[4];
+    panel::rows_to_lanes16([&](int r) { return block(r); }, v);
+    for (auto& x : v) x = _mm512_maskz_mov_epi32(live, x);
     // element::q4_K_scale_min on four sub-blocks per byte lane: scales bytes
     // 0-3 (b0), 4-7 (b1), 8-11 (b2). Sub-blocks 0-3: b0 & 63, b1 & 63;
     // 4-7: (b2 & 15) | (b0 >> 6) << 4, (b2 >> 4) | (b1 >> 6) << 4. The 32-bit
@@ -117,12 +80,8 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     constexpr int NT = panel::kTokens;
     const int64_t nb = n_cols / kQK_K;
     auto* blocks = static_cast<PanelBlock*>(buf);
-    {
-        const uint8_t* rows[kPanelRows];
-        for (int64_t r = 0; r < kPanelRows; ++r) rows[r] = static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride;
-        const auto live = static_cast<__mmask16>((1u << n_rows) - 1u);
-        for (int64_t i = 0; i < nb; ++i) unpack_rows(rows, live, i, blocks[i]);
-    }
+    const panel::PanelRows rows(w, row_stride, n_rows);
+    for (int64_t i = 0; i < nb; ++i) unpack_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT], acc_min[NT];
         for (int t = 0; t < NT; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
@@ -181,38 +140,55 @@ struct PanelBlock6 {
     alignas(64) float d[kPanelRows];
 };
 
-void unpack6(const block_q6_K* rows[kPanelRows], int64_t n_rows, int64_t i, PanelBlock6& p) {
-    for (int64_t r = 0; r < kPanelRows; ++r) {
-        if (r >= n_rows) {
-            for (int g = 0; g < 16; ++g) {
-                for (int q = 0; q < 4; ++q) std::memset(p.codes[g][q][r], 0, 4);
-                p.scale[g][r] = 0;
-                p.scale_pair[g / 2][r][g % 2] = 0;
-            }
-            p.d[r] = 0.0f;
-            continue;
-        }
-        const block_q6_K& b = rows[r][i];
-        // Element k = 128 half + 32 quarter + e: low nibble of ql (high
-        // nibble for quarters 2 and 3), two bits of qh above it.
-        for (int half = 0; half < 2; ++half) {
+// Super-block i of all 16 rows at once, as the Q4_K unpacker: rows loaded
+// and transposed so lane r is row r. Element k = 128 half + 32 quarter + e
+// is the low nibble of ql (high nibble for quarters 2 and 3) with two bits
+// of qh above it.
+void unpack6_rows(const panel::PanelRows& rows, int64_t i, PanelBlock6& p) {
+    const __mmask16 live = rows.live;
+    const auto at = [&](size_t offset) { return [&rows, i, offset](int r) { return rows.at<block_q6_K>(r, i, offset); }; };
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+    auto* codes = reinterpret_cast<__m512i*>(p.codes);  // register k / 4 holds elements k .. k + 3
+    for (int half = 0; half < 2; ++half) {
+        __m512i ql0[8], ql1[8], qh[8];
+        panel::rows_to_lanes32(at(offsetof(block_q6_K, ql) + 64 * half), ql0);
+        panel::rows_to_lanes32(at(offsetof(block_q6_K, ql) + 64 * half + 32), ql1);
+        panel::rows_to_lanes32(at(offsetof(block_q6_K, qh) + 32 * half), qh);
+        for (int j = 0; j < 8; ++j) {
+            // Bits 2q, 2q + 1 of qh to bits 4, 5 (the 32-bit shifts move bits
+            // across bytes only where the mask clears them).
+            const __m512i h[4] = {_mm512_and_si512(_mm512_slli_epi32(qh[j], 4), bits45),
+                                  _mm512_and_si512(_mm512_slli_epi32(qh[j], 2), bits45), _mm512_and_si512(qh[j], bits45),
+                                  _mm512_and_si512(_mm512_srli_epi32(qh[j], 2), bits45)};
+            const __m512i l[4] = {_mm512_and_si512(ql0[j], low4), _mm512_and_si512(ql1[j], low4),
+                                  _mm512_and_si512(_mm512_srli_epi32(ql0[j], 4), low4),
+                                  _mm512_and_si512(_mm512_srli_epi32(ql1[j], 4), low4)};
             for (int quarter = 0; quarter < 4; ++quarter) {
-                const uint8_t* ql = b.ql + half * 64 + (quarter & 1) * 32;
-                const uint8_t* qh = b.qh + half * 32;
-                const int lshift = quarter < 2 ? 0 : 4, hshift = 2 * quarter;
-                uint8_t c[32];
-                for (int e = 0; e < 32; ++e) {
-                    c[e] = static_cast<uint8_t>(((ql[e] >> lshift) & 0xF) | ((qh[e] >> hshift) & 3) << 4);
-                }
-                panel::put_codes32(p.codes, r, 128 * half + 32 * quarter, c);
+                _mm512_store_si512(codes + 32 * half + 8 * quarter + j, _mm512_maskz_or_epi32(live, l[quarter], h[quarter]));
             }
         }
-        for (int g = 0; g < 16; ++g) {
-            p.scale[g][r] = b.scales[g];
-            p.scale_pair[g / 2][r][g % 2] = b.scales[g];
-        }
-        p.d[r] = fp16_to_fp32(b.d);
     }
+    // Sixteen signed scales per row: as int32 one register per group, and as
+    // int16 pairs of neighbouring groups.
+    __m512i sv[4];
+    panel::rows_to_lanes16(at(offsetof(block_q6_K, scales)), sv);
+    for (int j = 0; j < 4; ++j) {
+        const __m512i s4 = _mm512_maskz_mov_epi32(live, sv[j]);  // groups 4j .. 4j + 3, a byte each
+        for (int b = 0; b < 4; ++b) {
+            _mm512_store_si512(p.scale[4 * j + b], _mm512_srai_epi32(_mm512_slli_epi32(s4, 24 - 8 * b), 24));
+        }
+        const __m512i even = _mm512_srai_epi16(_mm512_slli_epi16(s4, 8), 8);  // bytes 0 and 2 as int16
+        const __m512i odd = _mm512_srai_epi16(s4, 8);                          // bytes 1 and 3
+        const __m512i word_lo = _mm512_set1_epi32(0xFFFF);
+        _mm512_store_si512(p.scale_pair[2 * j], _mm512_or_si512(_mm512_and_si512(even, word_lo), _mm512_slli_epi32(odd, 16)));
+        _mm512_store_si512(p.scale_pair[2 * j + 1], _mm512_or_si512(_mm512_srli_epi32(even, 16), _mm512_andnot_si512(word_lo, odd)));
+    }
+    alignas(32) uint16_t d[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) {
+        std::memcpy(&d[r], rows.at<block_q6_K>(r, i, offsetof(block_q6_K, d)), 2);
+        if (((rows.live >> r) & 1) == 0) d[r] = 0;
+    }
+    _mm512_store_ps(p.d, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d))));
 }
 
 }  // namespace
@@ -223,7 +199,9 @@ void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     constexpr int NT = panel::kTokens;
     const int64_t nb = n_cols / kQK_K;
-    const PanelBlock6* blocks = panel::unpack_panel<block_q6_K, PanelBlock6>(w, row_stride, n_rows, nb, buf, unpack6);
+    auto* blocks = static_cast<PanelBlock6*>(buf);
+    const panel::PanelRows rows(w, row_stride, n_rows);
+    for (int64_t i = 0; i < nb; ++i) unpack6_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT];
         for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();

@@ -39,6 +39,68 @@ inline void put_codes32(void* codes, int64_t r, int k0, const uint8_t* c) {
     for (int j = 0; j < 8; ++j) std::memcpy(base + j * (kPanelRows * 4), c + 4 * j, 4);
 }
 
+// The 16 rows of a panel as byte pointers (rows past n_rows point at row
+// 0) and the mask of the real ones, for the whole-panel unpackers below.
+struct PanelRows {
+    const uint8_t* row[kPanelRows];
+    __mmask16 live;
+    PanelRows(const void* w, size_t row_stride, int64_t n_rows) : live(static_cast<__mmask16>((1u << n_rows) - 1u)) {
+        for (int64_t r = 0; r < kPanelRows; ++r) row[r] = static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride;
+    }
+    // Byte offset `at` of block i of row r, blocks of Block.
+    template <class Block>
+    const uint8_t* at(int r, int64_t i, size_t offset) const {
+        return row[r] + i * static_cast<int64_t>(sizeof(Block)) + static_cast<int64_t>(offset);
+    }
+};
+
+// The panel layout puts four bytes of each of the 16 rows side by side in
+// one register, so unpacking a super-block of 16 rows is a transpose: the
+// helpers below load bytes [src(r), src(r) + 32) (or 16) of every row r and
+// return one register per dword index j, lane r = dword j of row r. Rows a
+// panel lacks may point anywhere readable; callers mask those lanes.
+template <class Src>
+void rows_to_lanes32(Src&& src, __m512i out[8]) {
+    // r[q]: row q in the low 256-bit half, row q + 8 in the high one; an 8x8
+    // dword transpose inside each half, then rows 0-3 and 4-7 joined.
+    __m512i r[8], t[8], u[8];
+    for (int q = 0; q < 8; ++q) {
+        r[q] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src(q)))),
+                                  _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src(q + 8))), 1);
+    }
+    for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; ++h) {  // rows 0-3 of each half, then rows 4-7
+        u[4 * h + 0] = _mm512_unpacklo_epi64(t[4 * h], t[4 * h + 2]);      // dwords 0 | 4
+        u[4 * h + 1] = _mm512_unpackhi_epi64(t[4 * h], t[4 * h + 2]);      // 1 | 5
+        u[4 * h + 2] = _mm512_unpacklo_epi64(t[4 * h + 1], t[4 * h + 3]);  // 2 | 6
+        u[4 * h + 3] = _mm512_unpackhi_epi64(t[4 * h + 1], t[4 * h + 3]);  // 3 | 7
+    }
+    const __m512i first = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), second = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    for (int j = 0; j < 4; ++j) {
+        out[j] = _mm512_permutex2var_epi64(u[j], first, u[j + 4]);
+        out[j + 4] = _mm512_permutex2var_epi64(u[j], second, u[j + 4]);
+    }
+}
+
+template <class Src>
+void rows_to_lanes16(Src&& src, __m512i out[4]) {
+    // Lane L of a[q] holds row q + 4L; a 4x4 transpose inside each lane.
+    __m512i a[4], t[4];
+    for (int q = 0; q < 4; ++q) {
+        a[q] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src(q))));
+        for (int L = 1; L < 4; ++L) a[q] = _mm512_inserti32x4(a[q], _mm_loadu_si128(reinterpret_cast<const __m128i*>(src(q + 4 * L))), L);
+    }
+    t[0] = _mm512_unpacklo_epi32(a[0], a[1]), t[1] = _mm512_unpackhi_epi32(a[0], a[1]);
+    t[2] = _mm512_unpacklo_epi32(a[2], a[3]), t[3] = _mm512_unpackhi_epi32(a[2], a[3]);
+    out[0] = _mm512_unpacklo_epi64(t[0], t[2]);
+    out[1] = _mm512_unpackhi_epi64(t[0], t[2]);
+    out[2] = _mm512_unpacklo_epi64(t[1], t[3]);
+    out[3] = _mm512_unpackhi_epi64(t[1], t[3]);
+}
+
 // Four activation bytes broadcast to every lane, for vpdpbusd.
 inline __m512i bcast4(const void* p) {
     int32_t four;
