@@ -468,4 +468,105 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
     });
 }
 
+void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
+                         SimdLevel level) {
+    TANDEM_CHECK(!targets.empty() && x != nullptr, "matmul_shared_input: no targets or no input");
+    const int64_t n = targets[0].w->n_cols;
+    for (const MatmulTarget& t : targets) {
+        TANDEM_CHECK(t.w != nullptr && t.y != nullptr && t.w->n_cols == n, "matmul_shared_input: targets of different widths");
+    }
+    const auto separately = [&] {
+        for (const MatmulTarget& t : targets) matmul(*t.w, x, n, n_tokens, t.y, t.w->n_rows, pool, level);
+    };
+    // The fused path: one token, several threads, one activation type.
+    const detail::DotKernels* first = detail::find_dot_kernels(targets[0].w->type);
+    bool fusable = n_tokens == 1 && targets.size() > 1 && pool.size() > 1 && first != nullptr;
+    for (const MatmulTarget& t : targets) {
+        const detail::DotKernels* k = detail::find_dot_kernels(t.w->type);
+        fusable = fusable && k != nullptr && k->a_type == first->a_type && t.w->n_rows > 0 && t.w->data != nullptr;
+    }
+    if (!fusable) return separately();
+
+    struct Part {
+        const WeightView* w;
+        float* y;
+        detail::DotFn fn;
+        detail::DecodeRows rows;
+        const void* act;  // the row this target's kernel reads
+        int64_t rows_item, first_item;
+    };
+    std::array<Part, 8> parts{};
+    TANDEM_CHECK(targets.size() <= parts.size(), "matmul_shared_input: more than 8 targets");
+    quant::QuantizeRowFn quantize = nullptr;
+    size_t a_row_bytes = 0;
+    if (first->a_type != quant::Type::F32) {
+        const auto bytes = quant::row_bytes(first->a_type, n);
+        TANDEM_CHECK(bytes.has_value(), "matmul: activation row not a whole number of blocks");
+        a_row_bytes = (*bytes + 63) / 64 * 64;
+        quantize = detail::activation_quantizer(first->a_type, level);
+    }
+    // Scratch: the quantized row, then one prepared copy per distinct
+    // decode-rows preparation (Q4_K's and Q2_K's differ; most sets share one).
+    size_t scratch_bytes = a_row_bytes;
+    int64_t n_items = 0;
+    for (size_t j = 0; j < targets.size(); ++j) {
+        const WeightView& w = *targets[j].w;
+        const auto w_row_bytes = quant::row_bytes(w.type, n);
+        TANDEM_CHECK(w_row_bytes.has_value() && w.row_stride_bytes >= *w_row_bytes, "matmul: bad weight row stride");
+        Part& p = parts[j];
+        p.w = &w;
+        p.y = targets[j].y;
+        p.fn = detail::dot_kernel(w.type, level);
+        p.rows = quantize != nullptr ? detail::decode_rows_kernel(w.type, level) : detail::DecodeRows{};
+        p.rows_item = rows_per_item(w.n_rows, 1, pool.size());
+        p.first_item = n_items;
+        n_items += (w.n_rows + p.rows_item - 1) / p.rows_item;
+        if (p.rows.prepare != nullptr) {
+            bool seen = false;
+            for (size_t i = 0; i < j; ++i) seen = seen || parts[i].rows.prepare == p.rows.prepare;
+            if (!seen) scratch_bytes += (p.rows.prepared_bytes(n) + 63) / 64 * 64;
+        }
+    }
+    auto* buf = static_cast<unsigned char*>(pool.scratch(scratch_bytes));
+    if (quantize != nullptr) quantize(x, buf, n);
+    const void* act = quantize != nullptr ? static_cast<const void*>(buf) : static_cast<const void*>(x);
+    size_t offset = a_row_bytes;
+    for (size_t j = 0; j < targets.size(); ++j) {
+        Part& p = parts[j];
+        p.act = act;
+        if (p.rows.prepare == nullptr) continue;
+        for (size_t i = 0; i < j && p.act == act; ++i) {
+            if (parts[i].rows.prepare == p.rows.prepare) p.act = parts[i].act;
+        }
+        if (p.act != act) continue;
+        p.rows.prepare(buf, n, buf + offset);
+        p.act = buf + offset;
+        offset += (p.rows.prepared_bytes(n) + 63) / 64 * 64;
+    }
+
+    const size_t n_parts = targets.size();
+    std::atomic<int64_t> next{0};
+    pool.run([&](int, int) {
+        for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < n_items;
+             item = next.fetch_add(1, std::memory_order_relaxed)) {
+            size_t j = 0;
+            while (j + 1 < n_parts && item >= parts[j + 1].first_item) ++j;
+            const Part& p = parts[j];
+            const int64_t r0 = (item - p.first_item) * p.rows_item, r1 = std::min(p.w->n_rows, r0 + p.rows_item);
+            const auto* wbase = static_cast<const unsigned char*>(p.w->data);
+            if (p.rows.fn != nullptr) {
+                for (int64_t r = r0; r < r1; r += detail::kDecodeRows) {
+                    const int nr = static_cast<int>(std::min<int64_t>(detail::kDecodeRows, r1 - r));
+                    p.rows.fn(n, wbase + static_cast<size_t>(r) * p.w->row_stride_bytes, p.w->row_stride_bytes, nr, p.act,
+                              p.y + r);
+                }
+            } else {
+                for (int64_t r = r0; r < r1; ++r) {
+                    p.fn(n, wbase + static_cast<size_t>(r) * p.w->row_stride_bytes, p.act, a_row_bytes, 1, p.y + r, 1);
+                }
+            }
+        }
+    });
+}
+
 }  // namespace tandem::cpu

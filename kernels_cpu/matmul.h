@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "kernels_cpu/thread_pool.h"
@@ -42,6 +43,20 @@ quant::Type activation_type(quant::Type weight_type);
 // weight block is reused across many tokens) over the pool's threads.
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
             ThreadPool& pool, SimdLevel level);
+
+// Several products of one input: targets[j].y (n_tokens x w.n_rows, packed)
+// = X (n_tokens x n_cols, packed) times targets[j].w transposed, all with
+// the same n_cols. A single token (a decode step's Q, K and V, or gate and
+// up) is quantized once and all rows go to the pool in one hand-off, so
+// the threads meet once instead of once per matrix; the kernels and so the
+// bits are matmul's. Batches, and inputs whose matrices want different
+// activation types, run as one matmul per target.
+struct MatmulTarget {
+    const WeightView* w = nullptr;
+    float* y = nullptr;
+};
+void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
+                         SimdLevel level);
 
 // Building blocks, exposed for tests and benchmarks: the dot product of one
 // weight row with one activation row already in activation_type(w_type).

@@ -477,6 +477,50 @@ TEST(Matmul, DecodeRowsKernelsMatchSingleRowBits) {
     }
 }
 
+// One input, several matrices (a decode step's Q, K, V): the fused call
+// gives each matrix's matmul bits, for sets that share an activation type
+// (fused: Q4_K with Q6_K, whose decode kernels differ; Q4_K with Q2_K,
+// two preparations; F16 with F16) and sets that do not (run apart).
+TEST(Matmul, SharedInputMatchesSeparateProducts) {
+    std::mt19937 rng(31);
+    const int64_t n = 512;
+    const std::vector<std::vector<Type>> sets = {{Type::Q4_K, Type::Q4_K, Type::Q6_K}, {Type::Q4_K, Type::Q2_K, Type::Q4_K},
+                                                 {Type::F16, Type::F16},
+                                                 {Type::Q4_0, Type::Q8_0},
+                                                 {Type::Q4_K, Type::Q4_0}};
+    for (const auto& set : sets) {
+        std::vector<std::vector<uint8_t>> mats;
+        std::vector<cpu::WeightView> views;
+        for (size_t j = 0; j < set.size(); ++j) {
+            const int64_t rows = 40 + 56 * static_cast<int64_t>(j);  // not multiples of a pass
+            mats.push_back(quantize(set[j], random_floats(rng, static_cast<size_t>(rows * n), 0.05f), rows, n));
+        }
+        for (size_t j = 0; j < set.size(); ++j) {
+            const int64_t rows = 40 + 56 * static_cast<int64_t>(j);
+            views.push_back({set[j], mats[j].data(), rows, n, row_size(set[j], n)});
+        }
+        for (int64_t n_tokens : {1, 5}) {
+            const auto x = random_floats(rng, static_cast<size_t>(n_tokens * n));
+            cpu::ThreadPool pool(2, false);
+            for (SimdLevel level : simd_levels()) {
+                std::vector<std::vector<float>> fused(set.size()), apart(set.size());
+                std::vector<cpu::MatmulTarget> targets;
+                for (size_t j = 0; j < set.size(); ++j) {
+                    fused[j].assign(static_cast<size_t>(n_tokens * views[j].n_rows), -7.0f);
+                    apart[j].assign(fused[j].size(), -9.0f);
+                    targets.push_back({&views[j], fused[j].data()});
+                    cpu::matmul(views[j], x.data(), n, n_tokens, apart[j].data(), views[j].n_rows, pool, level);
+                }
+                cpu::matmul_shared_input(targets, x.data(), n_tokens, pool, level);
+                for (size_t j = 0; j < set.size(); ++j) {
+                    EXPECT_EQ(fused[j], apart[j]) << quant::traits(set[j]).name << " target " << j << " tokens=" << n_tokens
+                                                  << " level=" << cpu::simd_level_name(level);
+                }
+            }
+        }
+    }
+}
+
 TEST(Matmul, RejectsTypesWithoutKernel) {
     cpu::ThreadPool pool(1, false);
     std::vector<uint8_t> w(sizeof(quant::block_q8_K));

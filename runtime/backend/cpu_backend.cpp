@@ -1,8 +1,12 @@
 #include "runtime/backend/cpu_backend.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <map>
+#include <span>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -218,10 +222,25 @@ struct CpuBackend::Impl {
             }
         };
 
+        // Products of one input: without streaming, one call (one
+        // quantization of the input, one meeting of the threads per step).
+        auto mm_shared = [&](std::initializer_list<std::tuple<LayerTensor, const cpu::WeightView*, float*>> outs,
+                             const float* in) {
+            if (stream) {
+                for (const auto& [role, m, out] : outs) mm(role, *m, in, out);
+                return;
+            }
+            std::array<cpu::MatmulTarget, 3> targets{};
+            size_t count = 0;
+            for (const auto& [role, m, out] : outs) targets[count++] = {m, out};
+            cpu::matmul_shared_input(std::span(targets.data(), count), in, n, pool, level);
+        };
+
         cpu::rms_norm_rows(ws.x.data(), w.attn_norm.data(), ws.cur.data(), E, n, eps);
-        mm(LayerTensor::AttnQ, w.q, ws.cur.data(), ws.q.data());
-        mm(LayerTensor::AttnK, w.k, ws.cur.data(), ws.k.data());
-        mm(LayerTensor::AttnV, w.v, ws.cur.data(), ws.v.data());
+        mm_shared({{LayerTensor::AttnQ, &w.q, ws.q.data()},
+                   {LayerTensor::AttnK, &w.k, ws.k.data()},
+                   {LayerTensor::AttnV, &w.v, ws.v.data()}},
+                  ws.cur.data());
         if (!w.q_norm.empty()) {
             cpu::rms_norm_rows(ws.q.data(), w.q_norm.data(), ws.q.data(), hp.head_dim_k, n * hp.n_head, eps);
         }
@@ -262,8 +281,8 @@ struct CpuBackend::Impl {
         cpu::add(ws.x.data(), ws.cur.data(), n * E);
 
         cpu::rms_norm_rows(ws.x.data(), w.ffn_norm.data(), ws.cur.data(), E, n, eps);
-        mm(LayerTensor::FfnGate, w.gate, ws.cur.data(), ws.ffn_gate.data());
-        mm(LayerTensor::FfnUp, w.up, ws.cur.data(), ws.ffn_up.data());
+        mm_shared({{LayerTensor::FfnGate, &w.gate, ws.ffn_gate.data()}, {LayerTensor::FfnUp, &w.up, ws.ffn_up.data()}},
+                  ws.cur.data());
         if (spec.arch->ffn_activation == model::FfnActivation::Silu) {
             cpu::swiglu(ws.ffn_gate.data(), ws.ffn_up.data(), ws.ffn_gate.data(), n * hp.n_ff, level);
         } else {
