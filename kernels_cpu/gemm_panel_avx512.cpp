@@ -46,29 +46,7 @@ void unpack_rows(const panel::PanelRows& rows, int64_t i, PanelBlock& p) {
             _mm512_store_si512(p.codes[2 * k + 1][j], _mm512_maskz_and_epi32(live, _mm512_srli_epi32(g[j], 4), low4));
         }
     }
-    // The first 16 bytes: d and dmin, scales 0-3, 4-7, 8-11.
-    __m512i v[4];
-    panel::rows_to_lanes16([&](int r) { return block(r); }, v);
-    for (auto& x : v) x = _mm512_maskz_mov_epi32(live, x);
-    // element::q4_K_scale_min on four sub-blocks per byte lane: scales bytes
-    // 0-3 (b0), 4-7 (b1), 8-11 (b2). Sub-blocks 0-3: b0 & 63, b1 & 63;
-    // 4-7: (b2 & 15) | (b0 >> 6) << 4, (b2 >> 4) | (b1 >> 6) << 4. The 32-bit
-    // shifts carry bits across bytes only into positions the masks clear.
-    const __m512i b0 = v[1], b1 = v[2], b2 = v[3];
-    const __m512i low6 = _mm512_set1_epi8(0x3F), bits45 = _mm512_set1_epi8(0x30);
-    const __m512i sc[2] = {_mm512_and_si512(b0, low6),
-                           _mm512_or_si512(_mm512_and_si512(b2, low4), _mm512_and_si512(_mm512_srli_epi32(b0, 2), bits45))};
-    const __m512i mn[2] = {_mm512_and_si512(b1, low6), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b2, 4), low4),
-                                                                       _mm512_and_si512(_mm512_srli_epi32(b1, 2), bits45))};
-    const __m512i byte = _mm512_set1_epi32(0xFF);
-    for (int s = 0; s < 8; ++s) {
-        const int shift = 8 * (s % 4);
-        _mm512_store_si512(p.scale[s], _mm512_and_si512(_mm512_srli_epi32(sc[s / 4], shift), byte));
-        const __m512i m = _mm512_and_si512(_mm512_srli_epi32(mn[s / 4], shift), byte);
-        _mm512_store_si512(p.min[s], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));  // the int16 pair (m, m)
-    }
-    _mm512_store_ps(p.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v[0])));
-    _mm512_store_ps(p.dmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v[0], 16))));
+    panel::unpack_k4_header(rows, i, sizeof(block_q4_K), p.scale, p.min, p.d, p.dmin);
 }
 
 }  // namespace

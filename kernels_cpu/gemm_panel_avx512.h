@@ -101,6 +101,35 @@ void rows_to_lanes16(Src&& src, __m512i out[4]) {
     out[3] = _mm512_unpackhi_epi64(t[1], t[3]);
 }
 
+// The first 16 bytes of a Q4_K or Q5_K super-block (d, dmin, then the 12
+// bytes of packed 6-bit scales and minimums) of all 16 rows: scales as
+// int32, minimums as the int16 pair (m, m), d and dmin as floats. This is
+// element::q4_K_scale_min on four sub-blocks per byte lane: scale bytes 0-3
+// (b0), 4-7 (b1), 8-11 (b2); sub-blocks 0-3: b0 & 63, b1 & 63; 4-7:
+// (b2 & 15) | (b0 >> 6) << 4, (b2 >> 4) | (b1 >> 6) << 4. The 32-bit shifts
+// carry bits across bytes only into positions the masks clear.
+inline void unpack_k4_header(const PanelRows& rows, int64_t i, size_t block_bytes, int32_t (*scale)[kPanelRows],
+                             int16_t (*min)[kPanelRows][2], float* d, float* dmin) {
+    __m512i v[4];
+    rows_to_lanes16([&](int r) { return rows.row[r] + i * static_cast<int64_t>(block_bytes); }, v);
+    for (auto& x : v) x = _mm512_maskz_mov_epi32(rows.live, x);
+    const __m512i b0 = v[1], b1 = v[2], b2 = v[3];
+    const __m512i low4 = _mm512_set1_epi8(0x0F), low6 = _mm512_set1_epi8(0x3F), bits45 = _mm512_set1_epi8(0x30);
+    const __m512i sc[2] = {_mm512_and_si512(b0, low6),
+                           _mm512_or_si512(_mm512_and_si512(b2, low4), _mm512_and_si512(_mm512_srli_epi32(b0, 2), bits45))};
+    const __m512i mn[2] = {_mm512_and_si512(b1, low6), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b2, 4), low4),
+                                                                       _mm512_and_si512(_mm512_srli_epi32(b1, 2), bits45))};
+    const __m512i byte = _mm512_set1_epi32(0xFF);
+    for (int s = 0; s < 8; ++s) {
+        const int shift = 8 * (s % 4);
+        _mm512_store_si512(scale[s], _mm512_and_si512(_mm512_srli_epi32(sc[s / 4], shift), byte));
+        const __m512i m = _mm512_and_si512(_mm512_srli_epi32(mn[s / 4], shift), byte);
+        _mm512_store_si512(min[s], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
+    }
+    _mm512_store_ps(d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v[0])));
+    _mm512_store_ps(dmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v[0], 16))));
+}
+
 // Four activation bytes broadcast to every lane, for vpdpbusd.
 inline __m512i bcast4(const void* p) {
     int32_t four;

@@ -5,6 +5,7 @@
 // steps of the scalar reference.
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
+#include <cstddef>
 #include <cstring>
 
 #include "kernels_cpu/gemm_panel.h"
@@ -30,24 +31,27 @@ struct Panel5 {
     alignas(64) float dmin[kPanelRows];
 };
 
-void unpack5(const block_q5_K* rows[kPanelRows], int64_t n_rows, int64_t i, Panel5& p) {
-    std::memset(&p, 0, sizeof p);  // missing rows: zero codes, scales and d
-    for (int64_t r = 0; r < n_rows; ++r) {
-        const block_q5_K& b = rows[r][i];
-        for (int s = 0; s < 8; ++s) {
-            int sc = 0, m = 0;
-            element::q4_K_scale_min(b.scales, s, sc, m);
-            p.scale[s][r] = sc;
-            p.min[s][r][0] = p.min[s][r][1] = static_cast<int16_t>(m);
-            const uint8_t* qs = b.qs + 32 * (s / 2);
-            const int shift = 4 * (s % 2);
-            uint8_t c[32];
-            for (int l = 0; l < 32; ++l) c[l] = static_cast<uint8_t>(((qs[l] >> shift) & 0xF) | ((b.qh[l] >> s) & 1) << 4);
-            panel::put_codes32(p.codes, r, 32 * s, c);
+// All 16 rows of super-block i, as the Q4_K unpacker (rows transposed into
+// lanes): the nibbles of qs with bit s of qh[e] above them for sub-block s.
+void unpack5_rows(const panel::PanelRows& rows, int64_t i, Panel5& p) {
+    const auto at = [&](size_t offset) { return [&rows, i, offset](int r) { return rows.at<block_q5_K>(r, i, offset); }; };
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+    __m512i qh[8];
+    panel::rows_to_lanes32(at(offsetof(block_q5_K, qh)), qh);
+    for (int k = 0; k < 4; ++k) {
+        __m512i q[8];
+        panel::rows_to_lanes32(at(offsetof(block_q5_K, qs) + 32 * k), q);
+        for (int j = 0; j < 8; ++j) {
+            for (int h = 0; h < 2; ++h) {
+                const int s = 2 * k + h;
+                // Bit s of each qh byte to bit 4 of the same byte.
+                const __m512i hb = _mm512_and_si512(s <= 4 ? _mm512_slli_epi32(qh[j], 4 - s) : _mm512_srli_epi32(qh[j], s - 4), bit4);
+                const __m512i lo = _mm512_and_si512(h == 0 ? q[j] : _mm512_srli_epi32(q[j], 4), low4);
+                _mm512_store_si512(p.codes[s][j], _mm512_maskz_or_epi32(rows.live, lo, hb));
+            }
         }
-        p.d[r] = fp16_to_fp32(b.d);
-        p.dmin[r] = fp16_to_fp32(b.dmin);
     }
+    panel::unpack_k4_header(rows, i, sizeof(block_q5_K), p.scale, p.min, p.d, p.dmin);
 }
 
 // Q3_K: groups of 16 with a signed 6-bit scale; value = code - 4. Scales
@@ -60,29 +64,55 @@ struct Panel3 {
     alignas(64) float d[kPanelRows];
 };
 
-void unpack3(const block_q3_K* rows[kPanelRows], int64_t n_rows, int64_t i, Panel3& p) {
-    std::memset(&p, 0, sizeof p);
-    for (int64_t r = 0; r < n_rows; ++r) {
-        const block_q3_K& b = rows[r][i];
-        // Element k = 128 half + 32 shift_group + e (element::k_low_bit_index
-        // in loop form): two bits of qs, one bit of hmask.
-        for (int half = 0; half < 2; ++half) {
-            for (int grp = 0; grp < 4; ++grp) {
-                const uint8_t* qs = b.qs + 32 * half;
-                const int hbit = 4 * half + grp;
-                uint8_t c[32];
-                for (int e = 0; e < 32; ++e) {
-                    c[e] = static_cast<uint8_t>(((qs[e] >> (2 * grp)) & 3) | ((b.hmask[e] >> hbit) & 1) << 2);
-                }
-                panel::put_codes32(p.codes, r, 128 * half + 32 * grp, c);
+// All 16 rows of super-block i (rows transposed into lanes). Element
+// 128 half + 32 grp + e: bits 2 grp of qs[32 half + e], and bit 4 half +
+// grp of hmask[e] above them.
+void unpack3_rows(const panel::PanelRows& rows, int64_t i, Panel3& p) {
+    const auto at = [&](size_t offset) { return [&rows, i, offset](int r) { return rows.at<block_q3_K>(r, i, offset); }; };
+    const __m512i low2 = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
+    auto* codes = reinterpret_cast<__m512i*>(p.codes);  // register k / 4 holds elements k .. k + 3
+    __m512i hm[8];
+    panel::rows_to_lanes32(at(offsetof(block_q3_K, hmask)), hm);
+    for (int half = 0; half < 2; ++half) {
+        __m512i q[8];
+        panel::rows_to_lanes32(at(offsetof(block_q3_K, qs) + 32 * half), q);
+        for (int grp = 0; grp < 4; ++grp) {
+            const int hbit = 4 * half + grp;
+            for (int j = 0; j < 8; ++j) {
+                const __m512i hb = _mm512_and_si512(hbit <= 2 ? _mm512_slli_epi32(hm[j], 2 - hbit) : _mm512_srli_epi32(hm[j], hbit - 2), bit2);
+                const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(q[j], 2 * grp), low2);
+                _mm512_store_si512(codes + 32 * half + 8 * grp + j, _mm512_maskz_or_epi32(rows.live, lo, hb));
             }
         }
-        for (int g = 0; g < 16; ++g) {
-            p.scale[g][r] = element::q3_K_scale(b.scales, g);
-            p.scale_pair[g / 2][r][g % 2] = static_cast<int16_t>(p.scale[g][r]);
-        }
-        p.d[r] = fp16_to_fp32(b.d);
     }
+    // element::q3_K_scale: the 16 bytes from two before the scales (the
+    // block ends with them and d, so reading past them would leave it):
+    // w0 = [qs 62, qs 63, s0, s1], w1 = s2..s5, w2 = s6..s9, w3 = [s10, s11, d].
+    __m512i w[4];
+    panel::rows_to_lanes16(at(offsetof(block_q3_K, scales) - 2), w);
+    for (auto& x : w) x = _mm512_maskz_mov_epi32(rows.live, x);
+    const auto bytes4 = [&](int k) { return _mm512_or_si512(_mm512_srli_epi32(w[k], 16), _mm512_slli_epi32(w[k + 1], 16)); };
+    const __m512i s0 = bytes4(0), s1 = bytes4(1), s2 = bytes4(2);  // scale bytes 0-3, 4-7, 8-11
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    // Groups 4 q + b in byte b: low four bits, then the two high ones.
+    const __m512i low[4] = {_mm512_and_si512(s0, low4), _mm512_and_si512(s1, low4), _mm512_and_si512(_mm512_srli_epi32(s0, 4), low4),
+                            _mm512_and_si512(_mm512_srli_epi32(s1, 4), low4)};
+    const __m512i byte = _mm512_set1_epi32(0xFF), thirty_two = _mm512_set1_epi32(32);
+    for (int q = 0; q < 4; ++q) {
+        const __m512i high = _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s2, 2 * q), low2), 4);
+        const __m512i six = _mm512_or_si512(low[q], high);
+        for (int b = 0; b < 4; ++b) {
+            const int g = 4 * q + b;
+            const __m512i v = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(six, 8 * b), byte), thirty_two);
+            _mm512_store_si512(p.scale[g], _mm512_maskz_mov_epi32(rows.live, v));
+        }
+    }
+    for (int k = 0; k < 8; ++k) {
+        // (scale 2k, scale 2k + 1) as an int16 pair, from the int32 values.
+        const __m512i lo = _mm512_load_si512(p.scale[2 * k]), hi = _mm512_load_si512(p.scale[2 * k + 1]);
+        _mm512_store_si512(p.scale_pair[k], _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(hi, 16)));
+    }
+    _mm512_store_ps(p.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w[3], 16))));
 }
 
 // Q2_K: groups of 16 with a 4-bit scale and a 4-bit minimum each.
@@ -94,25 +124,36 @@ struct Panel2 {
     alignas(64) float dmin[kPanelRows];
 };
 
-void unpack2(const block_q2_K* rows[kPanelRows], int64_t n_rows, int64_t i, Panel2& p) {
-    std::memset(&p, 0, sizeof p);
-    for (int64_t r = 0; r < n_rows; ++r) {
-        const block_q2_K& b = rows[r][i];
-        for (int half = 0; half < 2; ++half) {  // as Q3_K, without hmask
-            for (int grp = 0; grp < 4; ++grp) {
-                const uint8_t* qs = b.qs + 32 * half;
-                uint8_t c[32];
-                for (int e = 0; e < 32; ++e) c[e] = static_cast<uint8_t>((qs[e] >> (2 * grp)) & 3);
-                panel::put_codes32(p.codes, r, 128 * half + 32 * grp, c);
+// All 16 rows of super-block i (rows transposed into lanes): element
+// 128 half + 32 grp + e is bits 2 grp of qs[32 half + e].
+void unpack2_rows(const panel::PanelRows& rows, int64_t i, Panel2& p) {
+    const auto at = [&](size_t offset) { return [&rows, i, offset](int r) { return rows.at<block_q2_K>(r, i, offset); }; };
+    const __m512i low2 = _mm512_set1_epi8(0x03);
+    auto* codes = reinterpret_cast<__m512i*>(p.codes);
+    for (int half = 0; half < 2; ++half) {
+        __m512i q[8];
+        panel::rows_to_lanes32(at(offsetof(block_q2_K, qs) + 32 * half), q);
+        for (int grp = 0; grp < 4; ++grp) {
+            for (int j = 0; j < 8; ++j) {
+                _mm512_store_si512(codes + 32 * half + 8 * grp + j,
+                                   _mm512_maskz_and_epi32(rows.live, _mm512_srli_epi32(q[j], 2 * grp), low2));
             }
         }
-        for (int g = 0; g < 16; ++g) {
-            p.scale[g][r] = b.scales[g] & 0xF;
-            p.min[g][r] = b.scales[g] >> 4;
-        }
-        p.d[r] = fp16_to_fp32(b.d);
-        p.dmin[r] = fp16_to_fp32(b.dmin);
     }
+    __m512i sv[4], tail[4];
+    panel::rows_to_lanes16(at(offsetof(block_q2_K, scales)), sv);
+    panel::rows_to_lanes16(at(offsetof(block_q2_K, d) - 12), tail);  // the last dword: d, dmin
+    const __m512i nibble = _mm512_set1_epi32(0x0F);
+    for (int j = 0; j < 4; ++j) {
+        const __m512i s4 = _mm512_maskz_mov_epi32(rows.live, sv[j]);  // groups 4j .. 4j + 3, a byte each
+        for (int b = 0; b < 4; ++b) {
+            _mm512_store_si512(p.scale[4 * j + b], _mm512_and_si512(_mm512_srli_epi32(s4, 8 * b), nibble));
+            _mm512_store_si512(p.min[4 * j + b], _mm512_and_si512(_mm512_srli_epi32(s4, 8 * b + 4), nibble));
+        }
+    }
+    const __m512i dd = _mm512_maskz_mov_epi32(rows.live, tail[3]);
+    _mm512_store_ps(p.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
+    _mm512_store_ps(p.dmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
 }
 
 // Q4_0: blocks of 32 with an fp16 scale; value = code - 8, kept signed, so
@@ -125,21 +166,27 @@ struct Panel40 {
     alignas(64) float d[kPanelRows];
 };
 
-void unpack40(const block_q4_0* rows[kPanelRows], int64_t n_rows, int64_t i, Panel40& p) {
-    std::memset(&p, 0, sizeof p);
-    for (int64_t r = 0; r < n_rows; ++r) {
-        const block_q4_0& b = rows[r][i];
-        int8_t v[32];
-        int sum = 0;
-        for (int j = 0; j < 16; ++j) {
-            v[j] = static_cast<int8_t>((b.qs[j] & 0xF) - 8);
-            v[j + 16] = static_cast<int8_t>((b.qs[j] >> 4) - 8);
-        }
-        for (int j = 0; j < 32; ++j) sum += v[j];
-        panel::put_codes32(p.v, r, 0, reinterpret_cast<const uint8_t*>(v));
-        p.corr[r] = -128 * sum;
-        p.d[r] = fp16_to_fp32(b.d);
+// Block i of all 16 rows (rows transposed into lanes): group g is the low
+// nibbles (g < 4) or the high ones of qs[4 (g % 4) ..], less 8; the
+// correction is -128 times the row's value sum, by vpdpbusd against ones.
+void unpack40_rows(const panel::PanelRows& rows, int64_t i, Panel40& p) {
+    __m512i q[4];
+    panel::rows_to_lanes16([&](int r) { return rows.at<block_q4_0>(r, i, offsetof(block_q4_0, qs)); }, q);
+    const __m512i low4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8), ones = _mm512_set1_epi8(1);
+    __m512i sum = _mm512_setzero_si512();
+    for (int g = 0; g < 8; ++g) {
+        const __m512i codes = _mm512_and_si512(g < 4 ? q[g] : _mm512_srli_epi32(q[g - 4], 4), low4);
+        const __m512i vals = _mm512_maskz_mov_epi32(rows.live, _mm512_sub_epi8(codes, eight));
+        _mm512_store_si512(p.v[g], vals);
+        sum = _mm512_dpbusd_epi32(sum, ones, vals);
     }
+    _mm512_store_si512(p.corr, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-128)));
+    alignas(32) uint16_t d[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) {
+        std::memcpy(&d[r], rows.at<block_q4_0>(r, i, offsetof(block_q4_0, d)), 2);
+        if (((rows.live >> r) & 1) == 0) d[r] = 0;
+    }
+    _mm512_store_ps(p.d, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d))));
 }
 
 }  // namespace
@@ -149,7 +196,9 @@ size_t q4_0_panel_bytes(int64_t n_cols) { return sizeof(Panel40) * static_cast<s
 void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / 32;
-    const Panel40* blocks = panel::unpack_panel<block_q4_0, Panel40>(w, row_stride, n_rows, nb, buf, unpack40);
+    auto* blocks = static_cast<Panel40*>(buf);
+    const panel::PanelRows rows(w, row_stride, n_rows);
+    for (int64_t i = 0; i < nb; ++i) unpack40_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_0>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_0* const* act, __m512* out) {
         __m512 acc[NT];
         for (auto& v : acc) v = _mm512_setzero_ps();
@@ -179,7 +228,9 @@ size_t q2_K_panel_bytes(int64_t n_cols) { return sizeof(Panel2) * static_cast<si
 void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / kQK_K;
-    const Panel2* blocks = panel::unpack_panel<block_q2_K, Panel2>(w, row_stride, n_rows, nb, buf, unpack2);
+    auto* blocks = static_cast<Panel2*>(buf);
+    const panel::PanelRows rows(w, row_stride, n_rows);
+    for (int64_t i = 0; i < nb; ++i) unpack2_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT], acc_min[NT];
         for (int t = 0; t < NT; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
@@ -221,7 +272,9 @@ size_t q3_K_panel_bytes(int64_t n_cols) { return sizeof(Panel3) * static_cast<si
 void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / kQK_K;
-    const Panel5* blocks = panel::unpack_panel<block_q5_K, Panel5>(w, row_stride, n_rows, nb, buf, unpack5);
+    auto* blocks = static_cast<Panel5*>(buf);
+    const panel::PanelRows rows(w, row_stride, n_rows);
+    for (int64_t i = 0; i < nb; ++i) unpack5_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT];
         for (auto& v : acc) v = _mm512_setzero_ps();
@@ -259,7 +312,9 @@ void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / kQK_K;
-    const Panel3* blocks = panel::unpack_panel<block_q3_K, Panel3>(w, row_stride, n_rows, nb, buf, unpack3);
+    auto* blocks = static_cast<Panel3*>(buf);
+    const panel::PanelRows rows(w, row_stride, n_rows);
+    for (int64_t i = 0; i < nb; ++i) unpack3_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT];
         for (auto& v : acc) v = _mm512_setzero_ps();
