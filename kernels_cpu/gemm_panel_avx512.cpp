@@ -7,7 +7,6 @@
 #include "kernels_cpu/gemm_panel_avx512.h"
 #include "runtime/quant/fp16.h"
 #include "runtime/quant/quant_blocks.h"
-#include "runtime/quant/quant_element.h"
 
 namespace tandem::cpu::detail {
 namespace {

@@ -1,6 +1,7 @@
-// What the AVX-512 panel GEMMs (gemm_panel*_avx512.cpp) share: row
-// pointers, the unpack of a panel, the 4-byte activation broadcast and the
-// loop over tiles of four tokens with its masked stores. Include only from
+// What the AVX-512 panel GEMMs (gemm_panel*_avx512.cpp) share: the rows of
+// a panel, the row-to-lane transposes their unpackers are built from, the
+// Q4_K/Q5_K scale header, the 4-byte activation broadcast and the loop over
+// tiles of four tokens with its masked stores. Include only from
 // files built with AVX-512 VNNI.
 #pragma once
 
@@ -14,30 +15,6 @@
 namespace tandem::cpu::detail::panel {
 
 inline constexpr int kTokens = 4;  // tokens per pass over a panel
-
-// Unpacks the n_rows (<= 16) rows of w into n_blocks panel blocks with
-// unpack(rows, n_rows, i, block); rows past n_rows point at row 0 and are
-// never stored.
-template <class Block, class Panel, class Unpack>
-Panel* unpack_panel(const void* w, size_t row_stride, int64_t n_rows, int64_t n_blocks, void* buf, Unpack&& unpack) {
-    const Block* rows[kPanelRows];
-    for (int64_t r = 0; r < kPanelRows; ++r) {
-        rows[r] = reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride);
-    }
-    auto* panel = static_cast<Panel*>(buf);
-    for (int64_t i = 0; i < n_blocks; ++i) unpack(rows, n_rows, i, panel[i]);
-    return panel;
-}
-
-// Stores 32 consecutive codes c (elements k0 .. k0 + 31 of a super-block,
-// k0 a multiple of 4) of panel row r: every panel keeps element k of row r
-// at codes + (k / 4) * 64 + r * 4 + k % 4 (groups of four elements of the
-// 16 rows side by side, one zmm each). Unpackers compute 32 codes with
-// plain loops the compiler vectorizes, then place them with this.
-inline void put_codes32(void* codes, int64_t r, int k0, const uint8_t* c) {
-    auto* base = static_cast<uint8_t*>(codes) + (k0 / 4) * (kPanelRows * 4) + r * 4;
-    for (int j = 0; j < 8; ++j) std::memcpy(base + j * (kPanelRows * 4), c + 4 * j, 4);
-}
 
 // The 16 rows of a panel as byte pointers (rows past n_rows point at row
 // 0) and the mask of the real ones, for the whole-panel unpackers below.

@@ -12,13 +12,13 @@
 // sum, which the unpack computes: the same integer, exactly.
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
+#include <cstddef>
 #include <cstring>
 
 #include "kernels_cpu/gemm_panel.h"
 #include "kernels_cpu/gemm_panel_avx512.h"
 #include "runtime/quant/fp16.h"
 #include "runtime/quant/quant_blocks.h"
-#include "runtime/quant/quant_element.h"
 
 namespace tandem::cpu::detail {
 namespace {
@@ -32,39 +32,86 @@ struct PanelLegacy {
     alignas(64) float m[kPanelRows];          // Q4_1/Q5_1 minimum, else 0
 };
 
-// The values of one block as the scalar reference decodes them.
-void values(const block_q8_0& b, int8_t* v) { std::memcpy(v, b.qs, 32); }
-void values(const block_q5_0& b, int8_t* v) {
-    for (int j = 0; j < 32; ++j) v[j] = static_cast<int8_t>(element::q5_value(b.qh, b.qs, j) - 16);
+// Block i of all 16 rows, rows transposed into lanes (gemm_panel_avx512.h):
+// values(v) gives the eight registers of signed values (group l = elements
+// 4l .. 4l + 3), header() the dword lane d | m << 16 (m = 0 where a format
+// has no minimum). Reads stay inside each block.
+struct LegacyRows {
+    const panel::PanelRows& rows;
+    int64_t i;
+    size_t block_bytes;
+    // Dwords of the 16 bytes at `offset` of the block, lane = row.
+    void dwords16(size_t offset, __m512i out[4]) const {
+        panel::rows_to_lanes16([&](int r) { return rows.row[r] + i * static_cast<int64_t>(block_bytes) + static_cast<int64_t>(offset); }, out);
+    }
+};
+
+// The 32 nibbles of qs (16 bytes at qs_offset): group l < 4 the low nibbles
+// of bytes 4l .., l >= 4 the high nibbles of bytes 4 (l - 4) ...
+void nibbles(const LegacyRows& lr, size_t qs_offset, __m512i v[8]) {
+    __m512i q[4];
+    lr.dwords16(qs_offset, q);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    for (int l = 0; l < 8; ++l) v[l] = _mm512_and_si512(l < 4 ? q[l] : _mm512_srli_epi32(q[l - 4], 4), low4);
 }
-void values(const block_q4_1& b, int8_t* v) {
-    for (int j = 0; j < 16; ++j) {
-        v[j] = static_cast<int8_t>(b.qs[j] & 0xF);
-        v[j + 16] = static_cast<int8_t>(b.qs[j] >> 4);
+
+// Fifth bits from the 32-bit qh: bit 4l + b of qh to bit 4 of byte b of
+// group l (the multiply spreads four bits to the bytes' low bits).
+void add_high_bits(__m512i qh, __m512i v[8]) {
+    const __m512i spread = _mm512_set1_epi32(0x00204081), lows = _mm512_set1_epi32(0x01010101);
+    for (int l = 0; l < 8; ++l) {
+        const __m512i four = _mm512_and_si512(_mm512_srli_epi32(qh, 4 * l), _mm512_set1_epi32(0xF));
+        v[l] = _mm512_or_si512(v[l], _mm512_slli_epi32(_mm512_and_si512(_mm512_mullo_epi32(four, spread), lows), 4));
     }
 }
-void values(const block_q5_1& b, int8_t* v) {
-    for (int j = 0; j < 32; ++j) v[j] = static_cast<int8_t>(element::q5_value(b.qh, b.qs, j));
+
+// Bytes 0 .. 15 of a block whose qh follows a 2-byte d: qh = (w0 >> 16) | (w1 << 16).
+__m512i qh_after_d(const __m512i w[4]) { return _mm512_or_si512(_mm512_srli_epi32(w[0], 16), _mm512_slli_epi32(w[1], 16)); }
+
+void values(const LegacyRows& lr, const block_q8_0*, __m512i v[8], __m512i& header) {
+    panel::rows_to_lanes32([&](int r) { return lr.rows.row[r] + lr.i * static_cast<int64_t>(sizeof(block_q8_0)) + 2; }, v);
+    __m512i w[4];
+    lr.dwords16(0, w);
+    header = _mm512_and_si512(w[0], _mm512_set1_epi32(0xFFFF));
 }
-float minimum(const block_q4_1& b) { return fp16_to_fp32(b.m); }
-float minimum(const block_q5_1& b) { return fp16_to_fp32(b.m); }
-template <class B>
-float minimum(const B&) {
-    return 0.0f;
+void values(const LegacyRows& lr, const block_q5_0*, __m512i v[8], __m512i& header) {
+    __m512i w[4];
+    lr.dwords16(0, w);
+    nibbles(lr, offsetof(block_q5_0, qs), v);
+    add_high_bits(qh_after_d(w), v);
+    for (int l = 0; l < 8; ++l) v[l] = _mm512_sub_epi8(v[l], _mm512_set1_epi8(16));
+    header = _mm512_and_si512(w[0], _mm512_set1_epi32(0xFFFF));
+}
+void values(const LegacyRows& lr, const block_q4_1*, __m512i v[8], __m512i& header) {
+    __m512i w[4];
+    lr.dwords16(0, w);
+    nibbles(lr, offsetof(block_q4_1, qs), v);
+    header = w[0];
+}
+void values(const LegacyRows& lr, const block_q5_1*, __m512i v[8], __m512i& header) {
+    __m512i w[4];
+    lr.dwords16(0, w);
+    nibbles(lr, offsetof(block_q5_1, qs), v);
+    add_high_bits(w[1], v);
+    header = w[0];
 }
 
 template <class Block>
-void unpack_legacy(const Block* rows[kPanelRows], int64_t n_rows, int64_t i, PanelLegacy& p) {
-    std::memset(&p, 0, sizeof p);  // missing rows: zero values, sums and scales
-    for (int64_t r = 0; r < n_rows; ++r) {
-        const Block& b = rows[r][i];
-        int8_t v[32];
-        values(b, v);
-        panel::put_codes32(p.v, r, 0, reinterpret_cast<const uint8_t*>(v));
-        for (int l = 0; l < 8; ++l) p.corr[l][r] = -128 * (v[4 * l] + v[4 * l + 1] + v[4 * l + 2] + v[4 * l + 3]);
-        p.d[r] = fp16_to_fp32(b.d);
-        p.m[r] = minimum(b);
+void unpack_legacy_rows(const panel::PanelRows& rows, int64_t i, PanelLegacy& p) {
+    const LegacyRows lr{rows, i, sizeof(Block)};
+    __m512i v[8], header;
+    values(lr, static_cast<const Block*>(nullptr), v, header);
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int l = 0; l < 8; ++l) {
+        const __m512i vl = _mm512_maskz_mov_epi32(rows.live, v[l]);
+        _mm512_store_si512(p.v[l], vl);
+        // -128 x the group's value sum (vpdpbusd of ones against the values).
+        const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, vl);
+        _mm512_store_si512(p.corr[l], _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
     }
+    header = _mm512_maskz_mov_epi32(rows.live, header);
+    _mm512_store_ps(p.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(header)));
+    _mm512_store_ps(p.m, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(header, 16))));
 }
 
 template <class Block, class Act>
@@ -73,8 +120,9 @@ void legacy_panel_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t
     constexpr bool kMin = std::is_same_v<Act, block_q8_1>;
     constexpr int NT = 2;  // eight accumulators per token: two tokens fill the registers
     const int64_t nb = n_cols / 32;
-    const PanelLegacy* blocks =
-        panel::unpack_panel<Block, PanelLegacy>(w, row_stride, n_rows, nb, buf, unpack_legacy<Block>);
+    auto* blocks = static_cast<PanelLegacy*>(buf);
+    const panel::PanelRows rows(w, row_stride, n_rows);
+    for (int64_t i = 0; i < nb; ++i) unpack_legacy_rows<Block>(rows, i, blocks[i]);
     const auto* abase = static_cast<const uint8_t*>(a);
     const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
