@@ -215,6 +215,7 @@ BenchConfig make_bench_config(const BenchArgs& a) {
                                 c.device));
     }
     c.weight_stream = !a.no_stream;
+    c.copy_host_weights = !a.no_host_copy;
     if (a.stream_min_batch <= 0) {
         throw Error(fmt::format("--stream-min-batch: expected a positive value, found {}", a.stream_min_batch));
     }

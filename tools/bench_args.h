@@ -35,6 +35,7 @@ struct BenchArgs {
     std::string vram;
     bool no_stream = false;
     int64_t stream_min_batch = 32;
+    bool no_host_copy = false;
     bool sweep = false;
     std::string sweep_step;  // "" with sweep: step 1
     std::string plot;
@@ -62,6 +63,7 @@ struct BenchConfig {
     std::optional<uint64_t> vram;    // --vram; nullopt: unlimited
     bool weight_stream = true;       // --no-stream clears it
     int64_t stream_min_batch = 32;   // --stream-min-batch
+    bool copy_host_weights = true;   // --no-host-copy clears it
     std::optional<int64_t> sweep_step;  // --sweep-ngl: ngl 0, step, 2*step, ... n_layer + 1
     std::string plot_path;           // "" for none; ends in .svg
 

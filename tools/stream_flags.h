@@ -1,6 +1,7 @@
 // --no-stream and --stream-min-batch, shared by every command that opens a
-// session or plans one (run, bench, perplexity, tune, plan), so that the
-// plan and the session always see the same streaming choice.
+// session or plans one (run, perplexity, tune, plan; bench parses its own),
+// so that the plan and the session always see the same streaming choice;
+// and --no-host-copy, where the CPU's weight matrices live.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@ namespace tandem::tools {
 struct StreamFlags {
     bool no_stream = false;
     int64_t min_batch = 32;
+    bool no_host_copy = false;
 };
 
 void add_stream_flags(CLI::App& cmd, StreamFlags& flags);

@@ -32,6 +32,10 @@ struct BackendConfig {
     // The host's ledger, where an accelerator records the pinned host
     // buffers it stages uploads through; may be null (then unrecorded).
     MemoryLedger* host_ledger = nullptr;
+    // The host backend copies its weight matrices out of the mapped file
+    // into memory it owns (runtime/backend/host_weight_arena.h: faster to
+    // stream); false multiplies them from the mapping.
+    bool copy_host_weights = false;
 };
 
 // The tensors of one layer as a backend holds them: matrices as `Matrix`

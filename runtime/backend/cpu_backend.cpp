@@ -13,6 +13,7 @@
 
 #include "kernels_cpu/attention.h"
 #include "kernels_cpu/elementwise.h"
+#include "runtime/backend/host_weight_arena.h"
 #include "runtime/common/error.h"
 #include "runtime/kv_cache/kv_cache.h"
 
@@ -87,6 +88,7 @@ struct CpuBackend::Impl {
     cpu::ThreadPool& pool;
     cpu::SimdLevel level;
     std::vector<std::vector<uint8_t>> uploads;  // weight bytes copied to this device
+    HostWeightArena host_copies;                // the host's matrices, when config.copy_host_weights
     std::vector<LedgerReservation> reservations;
     std::map<int64_t, LayerWeights> layers;
     std::vector<float> rope_freqs;
@@ -121,8 +123,9 @@ struct CpuBackend::Impl {
         return cpu::WeightView{t.type, data, t.n_rows(), t.row_length(), *quant::row_bytes(t.type, t.row_length())};
     }
 
-    // A weight matrix as this device sees it: the mapping itself on the
-    // host, an uploaded copy on an accelerator. Bytes stay in GGUF blocks.
+    // A weight matrix as this device sees it: on the host a copy in its
+    // arena (or the mapping itself), an uploaded copy on an accelerator.
+    // Bytes stay in GGUF blocks.
     cpu::WeightView weights(const gguf::TensorInfo& t) {
         reserve(MemoryCategory::Weights, t.n_bytes, fmt::format("tensor '{}'", t.name));
         const auto bytes = file.tensor_data(t);
@@ -131,6 +134,8 @@ struct CpuBackend::Impl {
             uploads.emplace_back(bytes.begin(), bytes.end());
             data = uploads.back().data();
             if (config.on_upload) config.on_upload(t.n_bytes);
+        } else if (config.copy_host_weights) {
+            data = host_copies.copy(bytes);
         }
         return view_of(t, data);
     }
@@ -169,8 +174,11 @@ struct CpuBackend::Impl {
         output_norm = floats(spec.get(GlobalTensor::OutputNorm));
         const gguf::TensorInfo& t = spec.output_head();
         if (!accelerator && spec.tied_output()) {
-            // The tied head is the embedding table the host already counts.
-            head = view_of(t, file.tensor_data(t).data());
+            // The tied head is the embedding table the host already counts
+            // (a copy, when the host copies its matrices, for the same
+            // reason: every decode step streams all of it).
+            const auto bytes = file.tensor_data(t);
+            head = view_of(t, config.copy_host_weights ? host_copies.copy(bytes) : bytes.data());
         } else {
             head = weights(t);
         }

@@ -63,6 +63,8 @@ uint64_t File::alignment() const { return impl_->parsed.alignment; }
 uint64_t File::data_offset() const { return impl_->parsed.data_offset; }
 uint64_t File::file_size() const { return impl_->bytes.size(); }
 bool File::header_only() const { return impl_->parsed.header_only; }
+bool File::mapped() const { return impl_->storage.mapped(); }
+bool File::locked() const { return impl_->storage.locked(); }
 const std::vector<KeyValue>& File::metadata() const { return impl_->parsed.metadata; }
 const std::string& File::architecture() const { return impl_->parsed.architecture; }
 const std::vector<TensorInfo>& File::tensors() const { return impl_->parsed.tensors; }

@@ -71,6 +71,8 @@ public:
     uint64_t data_offset() const;  // file offset of the data section
     uint64_t file_size() const;
     bool header_only() const;      // tensor data absent: plan only
+    bool mapped() const;           // the data is a mapping of the file (not read into memory, not caller bytes)
+    bool locked() const;           // pinned in RAM (OpenOptions::mlock)
 
     const std::vector<KeyValue>& metadata() const;
     const Value* find(std::string_view key) const;

@@ -26,6 +26,8 @@ public:
     ~MappedFile();
 
     std::span<const uint8_t> bytes() const { return {data_, size_}; }
+    bool mapped() const { return mapped_; }
+    bool locked() const { return locked_; }
 
 private:
     void release() noexcept;

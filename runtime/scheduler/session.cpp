@@ -66,12 +66,14 @@ struct Session::Impl {
         config.n_ctx = opt.n_ctx;
         config.n_ubatch = opt.n_ubatch;
         config.cache_type = opt.cache_type;
+        config.copy_host_weights = opt.copy_host_weights && file.mapped() && !file.locked();
         host = std::make_unique<CpuBackend>("cpu", false, std::nullopt, file, spec, config, pool, level);
         const bool holds = n_device_layers > 0 || output_on_device;
         const bool wants_stream = !opt.device.empty() && opt.weight_stream && n_device_layers < hp.n_layer &&
                                   opt.n_ubatch >= opt.stream_min_batch;
         if (holds || wants_stream) {
             BackendConfig accel_config = config;
+            accel_config.copy_host_weights = false;
             accel_config.host_ledger = &host->mutable_ledger();
             if (opt.upload_progress) {
                 uint64_t total = output_on_device ? model::output_weight_bytes(spec) : 0;

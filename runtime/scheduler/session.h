@@ -41,6 +41,13 @@ struct SessionOptions {
     // does not fit.
     bool weight_stream = true;
     int64_t stream_min_batch = 32;
+    // The CPU's weight matrices are copied out of the file mapping into
+    // memory the session owns (2 MiB pages where the kernel gives them),
+    // which decode streams faster than page-cache pages
+    // (runtime/backend/host_weight_arena.h). Costs their size in RAM on top
+    // of the (reclaimable) page cache; false multiplies from the mapping.
+    // Not done for a file read into memory or locked in RAM.
+    bool copy_host_weights = true;
     // Called while weights are copied to the accelerator at load, with the
     // bytes copied so far and the total (a progress bar's feed).
     std::function<void(uint64_t done, uint64_t total)> upload_progress;

@@ -1,0 +1,53 @@
+#include "runtime/backend/host_weight_arena.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+
+namespace tandem {
+
+HostWeightArena::~HostWeightArena() {
+    for (const Chunk& c : chunks_) ::munmap(c.base, c.size);
+}
+
+const uint8_t* HostWeightArena::copy(std::span<const uint8_t> bytes) {
+    constexpr size_t kAlign = 64;
+    const size_t need = (bytes.size() + kAlign - 1) / kAlign * kAlign;
+    if (chunks_.empty() || chunks_.back().size - chunks_.back().used < need) {
+        const size_t size = (std::max(need, kChunkBytes) + kHugePage - 1) / kHugePage * kHugePage;
+        // Mapped one huge page larger, then trimmed to a 2 MiB boundary: a
+        // huge page can only back an aligned 2 MiB range.
+        void* raw = ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (raw == MAP_FAILED) {
+            throw Error(fmt::format("cannot allocate {} bytes for the CPU layers' weights: {} (--no-host-copy "
+                                    "multiplies them from the mapped file instead)",
+                                    size, std::strerror(errno)));
+        }
+        auto* start = static_cast<uint8_t*>(raw);
+        const auto addr = reinterpret_cast<uintptr_t>(start);
+        const size_t head = (kHugePage - addr % kHugePage) % kHugePage;
+        if (head > 0) ::munmap(start, head);
+        if (kHugePage - head > 0) ::munmap(start + head + size, kHugePage - head);
+        auto* base = start + head;
+        // Advice only: a kernel without transparent huge pages, or with them
+        // off, leaves 4 KiB pages, which still work.
+#if defined(MADV_HUGEPAGE)
+        (void)::madvise(base, size, MADV_HUGEPAGE);
+#endif
+        chunks_.push_back({base, size, 0});
+    }
+    Chunk& c = chunks_.back();
+    uint8_t* dst = c.base + c.used;
+    std::memcpy(dst, bytes.data(), bytes.size());
+    c.used += need;
+    copied_ += bytes.size();
+    return dst;
+}
+
+}  // namespace tandem

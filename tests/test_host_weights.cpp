@@ -1,0 +1,73 @@
+// The host's weight matrices copied out of the file mapping
+// (runtime/backend/host_weight_arena.h): the arena's copies, and sessions
+// that copy or multiply from the mapping giving the same logits.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "runtime/backend/host_weight_arena.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/scheduler/session.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "tests/test_paths.h"
+
+namespace {
+
+TEST(HostWeightArena, CopiesAreExactAlignedAndKept) {
+    tandem::HostWeightArena arena;
+    std::vector<std::vector<uint8_t>> sources;
+    std::vector<const uint8_t*> copies;
+    uint64_t total = 0;
+    for (size_t n : {size_t{1}, size_t{63}, size_t{64}, size_t{1000}, size_t{3} << 20, size_t{7}}) {
+        std::vector<uint8_t> src(n);
+        std::iota(src.begin(), src.end(), static_cast<uint8_t>(n));
+        copies.push_back(arena.copy(src));
+        sources.push_back(std::move(src));
+        total += n;
+    }
+    // The first copy opens a chunk on a huge-page boundary.
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(copies[0]) % tandem::HostWeightArena::kHugePage, 0u);
+    for (size_t i = 0; i < copies.size(); ++i) {
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(copies[i]) % 64, 0u) << "copy " << i;
+        EXPECT_EQ(0, std::memcmp(copies[i], sources[i].data(), sources[i].size())) << "copy " << i;
+        if (i > 0) {
+            EXPECT_GE(copies[i], copies[i - 1] + sources[i - 1].size());  // no overlap
+        }
+    }
+    EXPECT_EQ(arena.bytes_copied(), total);
+}
+
+std::vector<float> logits_of(const tandem::gguf::File& file, bool copy) {
+    const auto spec = tandem::model::load_model_spec(file);
+    const auto tokens = tandem::Tokenizer::from_gguf(file).encode("The quick brown fox jumps over the lazy dog", true);
+    tandem::SessionOptions opt;
+    opt.n_ctx = 64;
+    opt.n_ubatch = 16;
+    opt.n_threads = 2;
+    opt.copy_host_weights = copy;
+    tandem::Session session(file, spec, opt);
+    std::vector<float> prompt, step;
+    session.eval(tokens, true, prompt);
+    session.eval(std::vector<int32_t>{tokens[2]}, false, step);  // a decode step: the fused matvecs
+    prompt.insert(prompt.end(), step.begin(), step.end());
+    return prompt;
+}
+
+TEST(HostWeightArena, SessionsGiveTheSameLogitsCopiedOrMapped) {
+    const auto path = tandem::testing::test_data("tiny-llama-Q4_K_M.gguf");
+    const auto mapped = tandem::gguf::File::open(path);
+    ASSERT_TRUE(mapped.mapped());
+    const auto copied = logits_of(mapped, true);
+    ASSERT_FALSE(copied.empty());
+    EXPECT_EQ(copied, logits_of(mapped, false));
+    // A file read into memory is not copied again; same logits.
+    const auto read = tandem::gguf::File::open(path, {tandem::gguf::LoadMode::ReadIntoMemory, false});
+    EXPECT_FALSE(read.mapped());
+    EXPECT_EQ(copied, logits_of(read, true));
+}
+
+}  // namespace
