@@ -27,6 +27,7 @@
 #include "kernels_cuda/cuda_api.h"
 #include "planner/calibration.h"
 #include "runtime/backend/memory_ledger.h"
+#include "runtime/backend/host_weight_arena.h"
 #include "runtime/common/error.h"
 #include "tools/bench_args.h"
 #include "tools/bench_report.h"
@@ -94,7 +95,10 @@ uint64_t sum_words(const uint64_t* p, size_t n) {
 double measure_cpu_read_gbps(int threads) {
     const uint64_t bytes = buffer_bytes();
     const size_t words = bytes / sizeof(uint64_t);
-    const std::unique_ptr<uint64_t[]> buf(new uint64_t[words]);
+    // In the memory the CPU's weights are copied to (huge pages where the
+    // kernel gives them), so "% bw" compares like with like.
+    HostWeightArena arena;
+    auto* const buf = reinterpret_cast<uint64_t*>(arena.allocate(words * sizeof(uint64_t)));
     // Each thread first touches its own slice, so on NUMA machines pages sit
     // next to the core that reads them, as they do for the weights.
     auto slice = [&](int t, size_t& lo, size_t& hi) {
@@ -121,7 +125,7 @@ double measure_cpu_read_gbps(int threads) {
             pool.emplace_back([&, t] {
                 size_t lo = 0, hi = 0;
                 slice(t, lo, hi);
-                sums[static_cast<size_t>(t)] = sum_words(buf.get() + lo, hi - lo);
+                sums[static_cast<size_t>(t)] = sum_words(buf + lo, hi - lo);
             });
         }
         for (auto& th : pool) th.join();

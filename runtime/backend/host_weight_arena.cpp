@@ -17,8 +17,15 @@ HostWeightArena::~HostWeightArena() {
 }
 
 const uint8_t* HostWeightArena::copy(std::span<const uint8_t> bytes) {
+    uint8_t* dst = allocate(bytes.size());
+    std::memcpy(dst, bytes.data(), bytes.size());
+    copied_ += bytes.size();
+    return dst;
+}
+
+uint8_t* HostWeightArena::allocate(size_t bytes) {
     constexpr size_t kAlign = 64;
-    const size_t need = (bytes.size() + kAlign - 1) / kAlign * kAlign;
+    const size_t need = (bytes + kAlign - 1) / kAlign * kAlign;
     if (chunks_.empty() || chunks_.back().size - chunks_.back().used < need) {
         const size_t size = (std::max(need, kChunkBytes) + kHugePage - 1) / kHugePage * kHugePage;
         // Mapped one huge page larger, then trimmed to a 2 MiB boundary: a
@@ -44,9 +51,7 @@ const uint8_t* HostWeightArena::copy(std::span<const uint8_t> bytes) {
     }
     Chunk& c = chunks_.back();
     uint8_t* dst = c.base + c.used;
-    std::memcpy(dst, bytes.data(), bytes.size());
     c.used += need;
-    copied_ += bytes.size();
     return dst;
 }
 

@@ -35,6 +35,10 @@ public:
     // A 64-byte aligned copy of `bytes`; valid for the arena's life. Throws
     // tandem::Error when the system refuses the memory.
     const uint8_t* copy(std::span<const uint8_t> bytes);
+    // `bytes` of the same memory, uninitialized (zero until written): what
+    // `bench --calibrate` reads, so the bandwidth it reports is that of the
+    // memory the weights are in.
+    uint8_t* allocate(size_t bytes);
 
     uint64_t bytes_copied() const { return copied_; }
 
