@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <vector>
 
@@ -50,6 +51,7 @@ std::vector<float> logits_of(const tandem::gguf::File& file, bool copy) {
     opt.n_threads = 2;
     opt.copy_host_weights = copy;
     tandem::Session session(file, spec, opt);
+    EXPECT_EQ(session.host_weights_copied(), copy && file.mapped());
     std::vector<float> prompt, step;
     session.eval(tokens, true, prompt);
     session.eval(std::vector<int32_t>{tokens[2]}, false, step);  // a decode step: the fused matvecs
@@ -68,6 +70,13 @@ TEST(HostWeightArena, SessionsGiveTheSameLogitsCopiedOrMapped) {
     const auto read = tandem::gguf::File::open(path, {tandem::gguf::LoadMode::ReadIntoMemory, false});
     EXPECT_FALSE(read.mapped());
     EXPECT_EQ(copied, logits_of(read, true));
+}
+
+TEST(HostWeightArena, AvailableRamIsReadWhereTheSystemSaysIt) {
+    const auto ram = tandem::available_ram();
+    if (!std::filesystem::exists("/proc/meminfo")) GTEST_SKIP() << "no /proc/meminfo";
+    ASSERT_TRUE(ram.has_value());
+    EXPECT_GT(*ram, uint64_t{1} << 20);
 }
 
 }  // namespace

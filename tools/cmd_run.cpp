@@ -230,6 +230,11 @@ void run(const RunOptions& o) {
         } else if (!session.weight_stream_note().empty()) {
             fmt::print(stderr, "{}\n", session.weight_stream_note());
         }
+        if (session.host_weights_copied()) {
+            fmt::print(stderr, "CPU weights: copied out of the mapping into huge pages (--no-host-copy: use the mapping)\n");
+        } else if (!session.host_copy_note().empty()) {
+            fmt::print(stderr, "{}\n", session.host_copy_note());
+        }
         for (const MemoryLedger* l : session.ledgers()) fmt::print(stderr, "memory {}\n", l->summary());
     }
 

@@ -5,12 +5,25 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
 
 namespace tandem {
+
+std::optional<uint64_t> available_ram() {
+    std::ifstream in("/proc/meminfo");
+    std::string key, unit;
+    uint64_t kib = 0;
+    while (in >> key >> kib) {
+        std::getline(in, unit);
+        if (key == "MemAvailable:") return kib * 1024;
+    }
+    return std::nullopt;
+}
 
 HostWeightArena::~HostWeightArena() {
     for (const Chunk& c : chunks_) ::munmap(c.base, c.size);

@@ -17,10 +17,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 namespace tandem {
+
+// MemAvailable of /proc/meminfo in bytes; nullopt where it cannot be read.
+std::optional<uint64_t> available_ram();
 
 class HostWeightArena {
 public:

@@ -7,6 +7,7 @@
 #include "kernels_cpu/thread_pool.h"
 #include "kernels_cuda/cuda_backend.h"
 #include "runtime/backend/cpu_backend.h"
+#include "runtime/backend/host_weight_arena.h"
 #include "runtime/common/error.h"
 
 namespace tandem {
@@ -22,6 +23,8 @@ struct Session::Impl {
     std::unique_ptr<Backend> accel;  // present only when it holds something or streams
     WeightStream* stream = nullptr;  // owned by accel
     std::string stream_note;
+    std::string host_copy_note;
+    bool host_copied = false;
     int64_t streamed_batches = 0;
     int64_t n_device_layers = 0;
     bool output_on_device = false;
@@ -67,6 +70,19 @@ struct Session::Impl {
         config.n_ubatch = opt.n_ubatch;
         config.cache_type = opt.cache_type;
         config.copy_host_weights = opt.copy_host_weights && file.mapped() && !file.locked();
+        if (config.copy_host_weights) {
+            // The host's share: its layers and, unless the device has it, the head.
+            uint64_t share = output_on_device ? 0 : model::output_weight_bytes(spec);
+            for (int64_t il = n_device_layers; il < hp.n_layer; ++il) share += model::layer_weight_bytes(spec, il);
+            const std::optional<uint64_t> free_ram = available_ram();
+            if (free_ram && static_cast<double>(share) > 0.9 * static_cast<double>(*free_ram)) {
+                config.copy_host_weights = false;
+                host_copy_note = fmt::format("CPU weights multiplied from the mapped file: a copy ({:.2f} GiB) would "
+                                             "not fit in the free RAM ({:.2f} GiB)",
+                                             static_cast<double>(share) / (1 << 30), static_cast<double>(*free_ram) / (1 << 30));
+            }
+        }
+        host_copied = config.copy_host_weights;
         host = std::make_unique<CpuBackend>("cpu", false, std::nullopt, file, spec, config, pool, level);
         const bool holds = n_device_layers > 0 || output_on_device;
         const bool wants_stream = !opt.device.empty() && opt.weight_stream && n_device_layers < hp.n_layer &&
@@ -224,6 +240,8 @@ const std::string& Session::layer_device(int64_t il) const {
 
 bool Session::weight_stream_active() const { return impl_->stream != nullptr; }
 const std::string& Session::weight_stream_note() const { return impl_->stream_note; }
+bool Session::host_weights_copied() const { return impl_->host_copied; }
+const std::string& Session::host_copy_note() const { return impl_->host_copy_note; }
 int64_t Session::streamed_batches() const { return impl_->streamed_batches; }
 
 std::vector<const MemoryLedger*> Session::ledgers() const {

@@ -46,7 +46,8 @@ struct SessionOptions {
     // which decode streams faster than page-cache pages
     // (runtime/backend/host_weight_arena.h). Costs their size in RAM on top
     // of the (reclaimable) page cache; false multiplies from the mapping.
-    // Not done for a file read into memory or locked in RAM.
+    // Not done for a file read into memory or locked in RAM, nor when the
+    // copy would take more than 90% of the RAM the system reports free.
     bool copy_host_weights = true;
     // Called while weights are copied to the accelerator at load, with the
     // bytes copied so far and the total (a progress bar's feed).
@@ -88,6 +89,11 @@ public:
     // streaming was not asked for or nothing could stream).
     bool weight_stream_active() const;
     const std::string& weight_stream_note() const;
+    // Whether the CPU's weight matrices were copied out of the mapping
+    // (SessionOptions::copy_host_weights), and if asked for but not done,
+    // why (too little free RAM).
+    bool host_weights_copied() const;
+    const std::string& host_copy_note() const;
     // Micro-batches evaluated with streaming so far.
     int64_t streamed_batches() const;
     // The memory ledgers: host first, then the accelerator if any.
