@@ -34,8 +34,6 @@
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/quant/quant_blocks.h"
 
-
-
 namespace tandem::cpu::detail {
 namespace {
 
@@ -86,26 +84,6 @@ __m512i scale_words() {
     alignas(64) int16_t idx[32] = {};
     for (int j = 0; j < 8; ++j) idx[j] = static_cast<int16_t>(9 * j);
     return _mm512_load_si512(idx);
-}
-
-// 8x8 transpose: out[j] lane r = in[r] lane j.
-inline void transpose8(const __m256* in, __m256* out) {
-    const __m256 t0 = _mm256_unpacklo_ps(in[0], in[1]), t1 = _mm256_unpackhi_ps(in[0], in[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(in[2], in[3]), t3 = _mm256_unpackhi_ps(in[2], in[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(in[4], in[5]), t5 = _mm256_unpackhi_ps(in[4], in[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(in[6], in[7]), t7 = _mm256_unpackhi_ps(in[6], in[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0)), u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0)), u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0)), u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0)), u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
-    out[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-    out[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    out[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-    out[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    out[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    out[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    out[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    out[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
 // The integer total of one block (the tail of a row that is not a whole
@@ -172,8 +150,8 @@ void dot_q4_0_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
             // DRAM, as measured for Q4_K).
             auto float_step = [&](int64_t c) {
                 __m256 tt[kChunk], st[kChunk];
-                transpose8(totals[c], tt);
-                transpose8(scales[c], st);
+                transpose8x8_ps(totals[c], tt);
+                transpose8x8_ps(scales[c], st);
                 for (int j = 0; j < kChunk; ++j) acc[g] = _mm256_fmadd_ps(tt[j], st[j], acc[g]);
             };
             for (int r = 0; r < kGroupRows; ++r) {
