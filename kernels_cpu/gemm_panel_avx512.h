@@ -66,9 +66,14 @@ template <class Src>
 void rows_to_lanes16(Src&& src, __m512i out[4]) {
     // Lane L of a[q] holds row q + 4L; a 4x4 transpose inside each lane.
     __m512i a[4], t[4];
+    const auto load = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(src(r))); };
     for (int q = 0; q < 4; ++q) {
-        a[q] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src(q))));
-        for (int L = 1; L < 4; ++L) a[q] = _mm512_inserti32x4(a[q], _mm_loadu_si128(reinterpret_cast<const __m128i*>(src(q + 4 * L))), L);
+        // Lane numbers are immediates: written out, not a loop (a
+        // sanitizer build does not unroll it into constants).
+        a[q] = _mm512_castsi128_si512(load(q));
+        a[q] = _mm512_inserti32x4(a[q], load(q + 4), 1);
+        a[q] = _mm512_inserti32x4(a[q], load(q + 8), 2);
+        a[q] = _mm512_inserti32x4(a[q], load(q + 12), 3);
     }
     t[0] = _mm512_unpacklo_epi32(a[0], a[1]), t[1] = _mm512_unpackhi_epi32(a[0], a[1]);
     t[2] = _mm512_unpacklo_epi32(a[2], a[3]), t[3] = _mm512_unpackhi_epi32(a[2], a[3]);

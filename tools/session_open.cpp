@@ -29,7 +29,17 @@ struct UploadBar {
 std::unique_ptr<Session> open_session_stepping_down(const gguf::File& file, const model::ModelSpec& spec,
                                                     SessionOptions& so) {
     const bool own_bar = !so.device.empty() && !so.upload_progress;
+    const bool own_copy_bar = so.copy_host_weights && !so.host_copy_progress;
     while (true) {
+        if (own_copy_bar) {
+            // Copying the CPU's weights out of the mapping takes a moment
+            // per GiB: a bar where there is that much, fresh per attempt.
+            auto state = std::make_shared<UploadBar>();
+            state->label = "copy CPU weights";
+            so.host_copy_progress = [state](uint64_t done, uint64_t total) {
+                if (total >= (uint64_t{1} << 30)) state->update(done, total);
+            };
+        }
         if (own_bar) {
             // A fresh bar per attempt: a step-down uploads a smaller total.
             auto state = std::make_shared<UploadBar>();

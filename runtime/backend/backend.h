@@ -27,7 +27,8 @@ struct BackendConfig {
     int64_t n_ubatch = 0;
     model::CacheType cache_type = model::CacheType::F16;
     // An accelerator calls this with the bytes of each tensor as it is
-    // copied to the device (a progress bar's feed); may be empty.
+    // copied to the device, the host as it copies a matrix out of the
+    // mapping (copy_host_weights): a progress bar's feed; may be empty.
     std::function<void(uint64_t)> on_upload;
     // The host's ledger, where an accelerator records the pinned host
     // buffers it stages uploads through; may be null (then unrecorded).

@@ -135,7 +135,8 @@ struct CpuBackend::Impl {
             data = uploads.back().data();
             if (config.on_upload) config.on_upload(t.n_bytes);
         } else if (config.copy_host_weights) {
-            data = host_copies.copy(bytes);
+            data = host_copies.copy(bytes, &pool);
+            if (config.on_upload) config.on_upload(t.n_bytes);
         }
         return view_of(t, data);
     }
@@ -178,7 +179,8 @@ struct CpuBackend::Impl {
             // (a copy, when the host copies its matrices, for the same
             // reason: every decode step streams all of it).
             const auto bytes = file.tensor_data(t);
-            head = view_of(t, config.copy_host_weights ? host_copies.copy(bytes) : bytes.data());
+            head = view_of(t, config.copy_host_weights ? host_copies.copy(bytes, &pool) : bytes.data());
+            if (config.copy_host_weights && config.on_upload) config.on_upload(t.n_bytes);
         } else {
             head = weights(t);
         }

@@ -29,9 +29,16 @@ HostWeightArena::~HostWeightArena() {
     for (const Chunk& c : chunks_) ::munmap(c.base, c.size);
 }
 
-const uint8_t* HostWeightArena::copy(std::span<const uint8_t> bytes) {
+const uint8_t* HostWeightArena::copy(std::span<const uint8_t> bytes, cpu::ThreadPool* pool) {
     uint8_t* dst = allocate(bytes.size());
-    std::memcpy(dst, bytes.data(), bytes.size());
+    const auto piece = [&](int64_t begin, int64_t end) {
+        std::memcpy(dst + begin, bytes.data() + begin, static_cast<size_t>(end - begin));
+    };
+    if (pool != nullptr) {
+        pool->parallel_for(static_cast<int64_t>(bytes.size()), static_cast<int64_t>(kHugePage), piece);
+    } else {
+        piece(0, static_cast<int64_t>(bytes.size()));
+    }
     copied_ += bytes.size();
     return dst;
 }

@@ -21,6 +21,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels_cpu/thread_pool.h"
+
 namespace tandem {
 
 // MemAvailable of /proc/meminfo in bytes; nullopt where it cannot be read.
@@ -37,8 +39,10 @@ public:
     HostWeightArena& operator=(const HostWeightArena&) = delete;
 
     // A 64-byte aligned copy of `bytes`; valid for the arena's life. Throws
-    // tandem::Error when the system refuses the memory.
-    const uint8_t* copy(std::span<const uint8_t> bytes);
+    // tandem::Error when the system refuses the memory. With a pool the
+    // copy is split over its threads: most of its time is the kernel
+    // faulting in and clearing fresh pages, which runs in parallel.
+    const uint8_t* copy(std::span<const uint8_t> bytes, cpu::ThreadPool* pool = nullptr);
     // `bytes` of the same memory, uninitialized (zero until written): what
     // `bench --calibrate` reads, so the bandwidth it reports is that of the
     // memory the weights are in.

@@ -83,7 +83,22 @@ struct Session::Impl {
             }
         }
         host_copied = config.copy_host_weights;
-        host = std::make_unique<CpuBackend>("cpu", false, std::nullopt, file, spec, config, pool, level);
+        BackendConfig host_config = config;
+        if (host_copied && opt.host_copy_progress) {
+            uint64_t total = 0;  // what the host will copy: its layers' matrices and the head
+            const uint64_t head = spec.output_head().n_bytes;
+            if (!output_on_device) total += head;
+            for (int64_t il = n_device_layers; il < hp.n_layer; ++il) {
+                for (const gguf::TensorInfo* t : spec.layers.at(static_cast<size_t>(il)).tensors) {
+                    if (t && t->n_rows() > 1) total += t->n_bytes;  // matrices; norms are float copies
+                }
+            }
+            host_config.on_upload = [this, total, done = uint64_t{0}](uint64_t bytes) mutable {
+                done += bytes;
+                opt.host_copy_progress(std::min(done, total), total);
+            };
+        }
+        host = std::make_unique<CpuBackend>("cpu", false, std::nullopt, file, spec, host_config, pool, level);
         const bool holds = n_device_layers > 0 || output_on_device;
         const bool wants_stream = !opt.device.empty() && opt.weight_stream && n_device_layers < hp.n_layer &&
                                   opt.n_ubatch >= opt.stream_min_batch;

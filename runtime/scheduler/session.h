@@ -49,6 +49,9 @@ struct SessionOptions {
     // Not done for a file read into memory or locked in RAM, nor when the
     // copy would take more than 90% of the RAM the system reports free.
     bool copy_host_weights = true;
+    // Called while the CPU's weights are copied out of the mapping at load
+    // (copy_host_weights), with the bytes copied so far and the total.
+    std::function<void(uint64_t done, uint64_t total)> host_copy_progress;
     // Called while weights are copied to the accelerator at load, with the
     // bytes copied so far and the total (a progress bar's feed).
     std::function<void(uint64_t done, uint64_t total)> upload_progress;
