@@ -34,18 +34,17 @@ struct PanelBlock {
 // n_rows read row 0 and are zeroed by the live mask.
 void unpack_rows(const panel::PanelRows& rows, int64_t i, PanelBlock& p) {
     const __mmask16 live = rows.live;
-    const auto block = [&](int r) { return rows.at<block_q4_K>(r, i, 0); };
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     // qs bytes 32k .. 32k + 31: low nibbles are sub-block 2k, high ones 2k + 1.
     for (int k = 0; k < 4; ++k) {
         __m512i g[8];
-        panel::rows_to_lanes32([&](int r) { return block(r) + offsetof(block_q4_K, qs) + 32 * k; }, g);
+        rows.lanes32(i, offsetof(block_q4_K, qs) + 32 * k, g);
         for (int j = 0; j < 8; ++j) {
             _mm512_store_si512(p.codes[2 * k][j], _mm512_maskz_and_epi32(live, g[j], low4));
             _mm512_store_si512(p.codes[2 * k + 1][j], _mm512_maskz_and_epi32(live, _mm512_srli_epi32(g[j], 4), low4));
         }
     }
-    panel::unpack_k4_header(rows, i, sizeof(block_q4_K), p.scale, p.min, p.d, p.dmin);
+    panel::unpack_k4_header(rows, i, p.scale, p.min, p.d, p.dmin);
 }
 
 }  // namespace
@@ -57,7 +56,7 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     constexpr int NT = panel::kTokens;
     const int64_t nb = n_cols / kQK_K;
     auto* blocks = static_cast<PanelBlock*>(buf);
-    const panel::PanelRows rows(w, row_stride, n_rows);
+    const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q4_K));
     for (int64_t i = 0; i < nb; ++i) unpack_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT], acc_min[NT];
@@ -123,14 +122,13 @@ struct PanelBlock6 {
 // of qh above it.
 void unpack6_rows(const panel::PanelRows& rows, int64_t i, PanelBlock6& p) {
     const __mmask16 live = rows.live;
-    const auto at = [&](size_t offset) { return [&rows, i, offset](int r) { return rows.at<block_q6_K>(r, i, offset); }; };
     const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     auto* codes = reinterpret_cast<__m512i*>(p.codes);  // register k / 4 holds elements k .. k + 3
     for (int half = 0; half < 2; ++half) {
         __m512i ql0[8], ql1[8], qh[8];
-        panel::rows_to_lanes32(at(offsetof(block_q6_K, ql) + 64 * half), ql0);
-        panel::rows_to_lanes32(at(offsetof(block_q6_K, ql) + 64 * half + 32), ql1);
-        panel::rows_to_lanes32(at(offsetof(block_q6_K, qh) + 32 * half), qh);
+        rows.lanes32(i, offsetof(block_q6_K, ql) + 64 * half, ql0);
+        rows.lanes32(i, offsetof(block_q6_K, ql) + 64 * half + 32, ql1);
+        rows.lanes32(i, offsetof(block_q6_K, qh) + 32 * half, qh);
         for (int j = 0; j < 8; ++j) {
             // Bits 2q, 2q + 1 of qh to bits 4, 5 (the 32-bit shifts move bits
             // across bytes only where the mask clears them).
@@ -148,7 +146,7 @@ void unpack6_rows(const panel::PanelRows& rows, int64_t i, PanelBlock6& p) {
     // Sixteen signed scales per row: as int32 one register per group, and as
     // int16 pairs of neighbouring groups.
     __m512i sv[4];
-    panel::rows_to_lanes16(at(offsetof(block_q6_K, scales)), sv);
+    rows.lanes16(i, offsetof(block_q6_K, scales), sv);
     for (int j = 0; j < 4; ++j) {
         const __m512i s4 = _mm512_maskz_mov_epi32(live, sv[j]);  // groups 4j .. 4j + 3, a byte each
         for (int b = 0; b < 4; ++b) {
@@ -160,12 +158,7 @@ void unpack6_rows(const panel::PanelRows& rows, int64_t i, PanelBlock6& p) {
         _mm512_store_si512(p.scale_pair[2 * j], _mm512_or_si512(_mm512_and_si512(even, word_lo), _mm512_slli_epi32(odd, 16)));
         _mm512_store_si512(p.scale_pair[2 * j + 1], _mm512_or_si512(_mm512_srli_epi32(even, 16), _mm512_andnot_si512(word_lo, odd)));
     }
-    alignas(32) uint16_t d[kPanelRows];
-    for (int r = 0; r < kPanelRows; ++r) {
-        std::memcpy(&d[r], rows.at<block_q6_K>(r, i, offsetof(block_q6_K, d)), 2);
-        if (((rows.live >> r) & 1) == 0) d[r] = 0;
-    }
-    _mm512_store_ps(p.d, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d))));
+    _mm512_store_ps(p.d, rows.halves(i, offsetof(block_q6_K, d)));
 }
 
 }  // namespace
@@ -177,7 +170,7 @@ void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     constexpr int NT = panel::kTokens;
     const int64_t nb = n_cols / kQK_K;
     auto* blocks = static_cast<PanelBlock6*>(buf);
-    const panel::PanelRows rows(w, row_stride, n_rows);
+    const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q6_K));
     for (int64_t i = 0; i < nb; ++i) unpack6_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT];

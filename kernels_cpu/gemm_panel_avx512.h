@@ -16,26 +16,10 @@ namespace tandem::cpu::detail::panel {
 
 inline constexpr int kTokens = 4;  // tokens per pass over a panel
 
-// The 16 rows of a panel as byte pointers (rows past n_rows point at row
-// 0) and the mask of the real ones, for the whole-panel unpackers below.
-struct PanelRows {
-    const uint8_t* row[kPanelRows];
-    __mmask16 live;
-    PanelRows(const void* w, size_t row_stride, int64_t n_rows) : live(static_cast<__mmask16>((1u << n_rows) - 1u)) {
-        for (int64_t r = 0; r < kPanelRows; ++r) row[r] = static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride;
-    }
-    // Byte offset `at` of block i of row r, blocks of Block.
-    template <class Block>
-    const uint8_t* at(int r, int64_t i, size_t offset) const {
-        return row[r] + i * static_cast<int64_t>(sizeof(Block)) + static_cast<int64_t>(offset);
-    }
-};
-
 // The panel layout puts four bytes of each of the 16 rows side by side in
-// one register, so unpacking a super-block of 16 rows is a transpose: the
-// helpers below load bytes [src(r), src(r) + 32) (or 16) of every row r and
-// return one register per dword index j, lane r = dword j of row r. Rows a
-// panel lacks may point anywhere readable; callers mask those lanes.
+// one register, so unpacking a super-block of 16 rows is a transpose: these
+// load bytes [src(r), src(r) + 32) (or 16) of every row r and return one
+// register per dword index j, lane r = dword j of row r.
 template <class Src>
 void rows_to_lanes32(Src&& src, __m512i out[8]) {
     // r[q]: row q in the low 256-bit half, row q + 8 in the high one; an 8x8
@@ -83,6 +67,38 @@ void rows_to_lanes16(Src&& src, __m512i out[4]) {
     out[3] = _mm512_unpackhi_epi64(t[1], t[3]);
 }
 
+// The 16 rows of a panel, blocks of block_bytes: where block i of row r
+// is, its fields loaded across the rows (lane r = row r), and the mask of
+// the real rows (rows past n_rows point at row 0; the unpackers zero them).
+struct PanelRows {
+    const uint8_t* row[kPanelRows];
+    __mmask16 live;
+    size_t block_bytes;
+    PanelRows(const void* w, size_t row_stride, int64_t n_rows, size_t block)
+        : live(static_cast<__mmask16>((1u << n_rows) - 1u)), block_bytes(block) {
+        for (int64_t r = 0; r < kPanelRows; ++r) row[r] = static_cast<const uint8_t*>(w) + (r < n_rows ? r : 0) * row_stride;
+    }
+    const uint8_t* at(int r, int64_t i, size_t offset) const {
+        return row[r] + i * static_cast<int64_t>(block_bytes) + static_cast<int64_t>(offset);
+    }
+    // Dwords of the 32 (16) bytes at `offset` of block i: rows_to_lanes32 (16).
+    void lanes32(int64_t i, size_t offset, __m512i out[8]) const {
+        rows_to_lanes32([&](int r) { return at(r, i, offset); }, out);
+    }
+    void lanes16(int64_t i, size_t offset, __m512i out[4]) const {
+        rows_to_lanes16([&](int r) { return at(r, i, offset); }, out);
+    }
+    // The fp16 at `offset` of block i as floats; 0 for rows past n_rows.
+    __m512 halves(int64_t i, size_t offset) const {
+        alignas(32) uint16_t h[kPanelRows];
+        for (int r = 0; r < kPanelRows; ++r) {
+            std::memcpy(&h[r], at(r, i, offset), 2);
+            if (((live >> r) & 1) == 0) h[r] = 0;
+        }
+        return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(h)));
+    }
+};
+
 // The first 16 bytes of a Q4_K or Q5_K super-block (d, dmin, then the 12
 // bytes of packed 6-bit scales and minimums) of all 16 rows: scales as
 // int32, minimums as the int16 pair (m, m), d and dmin as floats. This is
@@ -90,10 +106,10 @@ void rows_to_lanes16(Src&& src, __m512i out[4]) {
 // (b0), 4-7 (b1), 8-11 (b2); sub-blocks 0-3: b0 & 63, b1 & 63; 4-7:
 // (b2 & 15) | (b0 >> 6) << 4, (b2 >> 4) | (b1 >> 6) << 4. The 32-bit shifts
 // carry bits across bytes only into positions the masks clear.
-inline void unpack_k4_header(const PanelRows& rows, int64_t i, size_t block_bytes, int32_t (*scale)[kPanelRows],
-                             int16_t (*min)[kPanelRows][2], float* d, float* dmin) {
+inline void unpack_k4_header(const PanelRows& rows, int64_t i, int32_t (*scale)[kPanelRows], int16_t (*min)[kPanelRows][2],
+                             float* d, float* dmin) {
     __m512i v[4];
-    rows_to_lanes16([&](int r) { return rows.row[r] + i * static_cast<int64_t>(block_bytes); }, v);
+    rows.lanes16(i, 0, v);
     for (auto& x : v) x = _mm512_maskz_mov_epi32(rows.live, x);
     const __m512i b0 = v[1], b1 = v[2], b2 = v[3];
     const __m512i low4 = _mm512_set1_epi8(0x0F), low6 = _mm512_set1_epi8(0x3F), bits45 = _mm512_set1_epi8(0x30);

@@ -34,13 +34,12 @@ struct Panel5 {
 // All 16 rows of super-block i, as the Q4_K unpacker (rows transposed into
 // lanes): the nibbles of qs with bit s of qh[e] above them for sub-block s.
 void unpack5_rows(const panel::PanelRows& rows, int64_t i, Panel5& p) {
-    const auto at = [&](size_t offset) { return [&rows, i, offset](int r) { return rows.at<block_q5_K>(r, i, offset); }; };
     const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
     __m512i qh[8];
-    panel::rows_to_lanes32(at(offsetof(block_q5_K, qh)), qh);
+    rows.lanes32(i, offsetof(block_q5_K, qh), qh);
     for (int k = 0; k < 4; ++k) {
         __m512i q[8];
-        panel::rows_to_lanes32(at(offsetof(block_q5_K, qs) + 32 * k), q);
+        rows.lanes32(i, offsetof(block_q5_K, qs) + 32 * k, q);
         for (int j = 0; j < 8; ++j) {
             for (int h = 0; h < 2; ++h) {
                 const int s = 2 * k + h;
@@ -51,7 +50,7 @@ void unpack5_rows(const panel::PanelRows& rows, int64_t i, Panel5& p) {
             }
         }
     }
-    panel::unpack_k4_header(rows, i, sizeof(block_q5_K), p.scale, p.min, p.d, p.dmin);
+    panel::unpack_k4_header(rows, i, p.scale, p.min, p.d, p.dmin);
 }
 
 // Q3_K: groups of 16 with a signed 6-bit scale; value = code - 4. Scales
@@ -68,14 +67,13 @@ struct Panel3 {
 // 128 half + 32 grp + e: bits 2 grp of qs[32 half + e], and bit 4 half +
 // grp of hmask[e] above them.
 void unpack3_rows(const panel::PanelRows& rows, int64_t i, Panel3& p) {
-    const auto at = [&](size_t offset) { return [&rows, i, offset](int r) { return rows.at<block_q3_K>(r, i, offset); }; };
     const __m512i low2 = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
     auto* codes = reinterpret_cast<__m512i*>(p.codes);  // register k / 4 holds elements k .. k + 3
     __m512i hm[8];
-    panel::rows_to_lanes32(at(offsetof(block_q3_K, hmask)), hm);
+    rows.lanes32(i, offsetof(block_q3_K, hmask), hm);
     for (int half = 0; half < 2; ++half) {
         __m512i q[8];
-        panel::rows_to_lanes32(at(offsetof(block_q3_K, qs) + 32 * half), q);
+        rows.lanes32(i, offsetof(block_q3_K, qs) + 32 * half, q);
         for (int grp = 0; grp < 4; ++grp) {
             const int hbit = 4 * half + grp;
             for (int j = 0; j < 8; ++j) {
@@ -89,7 +87,7 @@ void unpack3_rows(const panel::PanelRows& rows, int64_t i, Panel3& p) {
     // block ends with them and d, so reading past them would leave it):
     // w0 = [qs 62, qs 63, s0, s1], w1 = s2..s5, w2 = s6..s9, w3 = [s10, s11, d].
     __m512i w[4];
-    panel::rows_to_lanes16(at(offsetof(block_q3_K, scales) - 2), w);
+    rows.lanes16(i, offsetof(block_q3_K, scales) - 2, w);
     for (auto& x : w) x = _mm512_maskz_mov_epi32(rows.live, x);
     const auto bytes4 = [&](int k) { return _mm512_or_si512(_mm512_srli_epi32(w[k], 16), _mm512_slli_epi32(w[k + 1], 16)); };
     const __m512i s0 = bytes4(0), s1 = bytes4(1), s2 = bytes4(2);  // scale bytes 0-3, 4-7, 8-11
@@ -127,12 +125,11 @@ struct Panel2 {
 // All 16 rows of super-block i (rows transposed into lanes): element
 // 128 half + 32 grp + e is bits 2 grp of qs[32 half + e].
 void unpack2_rows(const panel::PanelRows& rows, int64_t i, Panel2& p) {
-    const auto at = [&](size_t offset) { return [&rows, i, offset](int r) { return rows.at<block_q2_K>(r, i, offset); }; };
     const __m512i low2 = _mm512_set1_epi8(0x03);
     auto* codes = reinterpret_cast<__m512i*>(p.codes);
     for (int half = 0; half < 2; ++half) {
         __m512i q[8];
-        panel::rows_to_lanes32(at(offsetof(block_q2_K, qs) + 32 * half), q);
+        rows.lanes32(i, offsetof(block_q2_K, qs) + 32 * half, q);
         for (int grp = 0; grp < 4; ++grp) {
             for (int j = 0; j < 8; ++j) {
                 _mm512_store_si512(codes + 32 * half + 8 * grp + j,
@@ -140,9 +137,8 @@ void unpack2_rows(const panel::PanelRows& rows, int64_t i, Panel2& p) {
             }
         }
     }
-    __m512i sv[4], tail[4];
-    panel::rows_to_lanes16(at(offsetof(block_q2_K, scales)), sv);
-    panel::rows_to_lanes16(at(offsetof(block_q2_K, d) - 12), tail);  // the last dword: d, dmin
+    __m512i sv[4];
+    rows.lanes16(i, offsetof(block_q2_K, scales), sv);
     const __m512i nibble = _mm512_set1_epi32(0x0F);
     for (int j = 0; j < 4; ++j) {
         const __m512i s4 = _mm512_maskz_mov_epi32(rows.live, sv[j]);  // groups 4j .. 4j + 3, a byte each
@@ -151,9 +147,8 @@ void unpack2_rows(const panel::PanelRows& rows, int64_t i, Panel2& p) {
             _mm512_store_si512(p.min[4 * j + b], _mm512_and_si512(_mm512_srli_epi32(s4, 8 * b + 4), nibble));
         }
     }
-    const __m512i dd = _mm512_maskz_mov_epi32(rows.live, tail[3]);
-    _mm512_store_ps(p.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dd)));
-    _mm512_store_ps(p.dmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dd, 16))));
+    _mm512_store_ps(p.d, rows.halves(i, offsetof(block_q2_K, d)));
+    _mm512_store_ps(p.dmin, rows.halves(i, offsetof(block_q2_K, dmin)));
 }
 
 // Q4_0: blocks of 32 with an fp16 scale; value = code - 8, kept signed, so
@@ -171,7 +166,7 @@ struct Panel40 {
 // correction is -128 times the row's value sum, by vpdpbusd against ones.
 void unpack40_rows(const panel::PanelRows& rows, int64_t i, Panel40& p) {
     __m512i q[4];
-    panel::rows_to_lanes16([&](int r) { return rows.at<block_q4_0>(r, i, offsetof(block_q4_0, qs)); }, q);
+    rows.lanes16(i, offsetof(block_q4_0, qs), q);
     const __m512i low4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8), ones = _mm512_set1_epi8(1);
     __m512i sum = _mm512_setzero_si512();
     for (int g = 0; g < 8; ++g) {
@@ -181,12 +176,7 @@ void unpack40_rows(const panel::PanelRows& rows, int64_t i, Panel40& p) {
         sum = _mm512_dpbusd_epi32(sum, ones, vals);
     }
     _mm512_store_si512(p.corr, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-128)));
-    alignas(32) uint16_t d[kPanelRows];
-    for (int r = 0; r < kPanelRows; ++r) {
-        std::memcpy(&d[r], rows.at<block_q4_0>(r, i, offsetof(block_q4_0, d)), 2);
-        if (((rows.live >> r) & 1) == 0) d[r] = 0;
-    }
-    _mm512_store_ps(p.d, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d))));
+    _mm512_store_ps(p.d, rows.halves(i, offsetof(block_q4_0, d)));
 }
 
 }  // namespace
@@ -197,7 +187,7 @@ void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / 32;
     auto* blocks = static_cast<Panel40*>(buf);
-    const panel::PanelRows rows(w, row_stride, n_rows);
+    const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q4_0));
     for (int64_t i = 0; i < nb; ++i) unpack40_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_0>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_0* const* act, __m512* out) {
         __m512 acc[NT];
@@ -229,7 +219,7 @@ void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / kQK_K;
     auto* blocks = static_cast<Panel2*>(buf);
-    const panel::PanelRows rows(w, row_stride, n_rows);
+    const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q2_K));
     for (int64_t i = 0; i < nb; ++i) unpack2_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT], acc_min[NT];
@@ -273,7 +263,7 @@ void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / kQK_K;
     auto* blocks = static_cast<Panel5*>(buf);
-    const panel::PanelRows rows(w, row_stride, n_rows);
+    const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q5_K));
     for (int64_t i = 0; i < nb; ++i) unpack5_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT];
@@ -313,7 +303,7 @@ void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / kQK_K;
     auto* blocks = static_cast<Panel3*>(buf);
-    const panel::PanelRows rows(w, row_stride, n_rows);
+    const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q3_K));
     for (int64_t i = 0; i < nb; ++i) unpack3_rows(rows, i, blocks[i]);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         __m512 acc[NT];

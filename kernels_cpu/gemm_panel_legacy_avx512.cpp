@@ -32,25 +32,11 @@ struct PanelLegacy {
     alignas(64) float m[kPanelRows];          // Q4_1/Q5_1 minimum, else 0
 };
 
-// Block i of all 16 rows, rows transposed into lanes (gemm_panel_avx512.h):
-// values(v) gives the eight registers of signed values (group l = elements
-// 4l .. 4l + 3), header() the dword lane d | m << 16 (m = 0 where a format
-// has no minimum). Reads stay inside each block.
-struct LegacyRows {
-    const panel::PanelRows& rows;
-    int64_t i;
-    size_t block_bytes;
-    // Dwords of the 16 bytes at `offset` of the block, lane = row.
-    void dwords16(size_t offset, __m512i out[4]) const {
-        panel::rows_to_lanes16([&](int r) { return rows.row[r] + i * static_cast<int64_t>(block_bytes) + static_cast<int64_t>(offset); }, out);
-    }
-};
-
 // The 32 nibbles of qs (16 bytes at qs_offset): group l < 4 the low nibbles
 // of bytes 4l .., l >= 4 the high nibbles of bytes 4 (l - 4) ...
-void nibbles(const LegacyRows& lr, size_t qs_offset, __m512i v[8]) {
+void nibbles(const panel::PanelRows& rows, int64_t i, size_t qs_offset, __m512i v[8]) {
     __m512i q[4];
-    lr.dwords16(qs_offset, q);
+    rows.lanes16(i, qs_offset, q);
     const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int l = 0; l < 8; ++l) v[l] = _mm512_and_si512(l < 4 ? q[l] : _mm512_srli_epi32(q[l - 4], 4), low4);
 }
@@ -68,39 +54,42 @@ void add_high_bits(__m512i qh, __m512i v[8]) {
 // Bytes 0 .. 15 of a block whose qh follows a 2-byte d: qh = (w0 >> 16) | (w1 << 16).
 __m512i qh_after_d(const __m512i w[4]) { return _mm512_or_si512(_mm512_srli_epi32(w[0], 16), _mm512_slli_epi32(w[1], 16)); }
 
-void values(const LegacyRows& lr, const block_q8_0*, __m512i v[8], __m512i& header) {
-    panel::rows_to_lanes32([&](int r) { return lr.rows.row[r] + lr.i * static_cast<int64_t>(sizeof(block_q8_0)) + 2; }, v);
+// Block i of all 16 rows, rows transposed into lanes (panel::PanelRows):
+// values() gives the eight registers of signed values (group l = elements
+// 4l .. 4l + 3) and the dword lane d | m << 16 (m = 0 where a format has no
+// minimum). Reads stay inside each block.
+void values(const panel::PanelRows& rows, int64_t i, const block_q8_0*, __m512i v[8], __m512i& header) {
+    rows.lanes32(i, offsetof(block_q8_0, qs), v);
     __m512i w[4];
-    lr.dwords16(0, w);
+    rows.lanes16(i, 0, w);
     header = _mm512_and_si512(w[0], _mm512_set1_epi32(0xFFFF));
 }
-void values(const LegacyRows& lr, const block_q5_0*, __m512i v[8], __m512i& header) {
+void values(const panel::PanelRows& rows, int64_t i, const block_q5_0*, __m512i v[8], __m512i& header) {
     __m512i w[4];
-    lr.dwords16(0, w);
-    nibbles(lr, offsetof(block_q5_0, qs), v);
+    rows.lanes16(i, 0, w);
+    nibbles(rows, i, offsetof(block_q5_0, qs), v);
     add_high_bits(qh_after_d(w), v);
     for (int l = 0; l < 8; ++l) v[l] = _mm512_sub_epi8(v[l], _mm512_set1_epi8(16));
     header = _mm512_and_si512(w[0], _mm512_set1_epi32(0xFFFF));
 }
-void values(const LegacyRows& lr, const block_q4_1*, __m512i v[8], __m512i& header) {
+void values(const panel::PanelRows& rows, int64_t i, const block_q4_1*, __m512i v[8], __m512i& header) {
     __m512i w[4];
-    lr.dwords16(0, w);
-    nibbles(lr, offsetof(block_q4_1, qs), v);
+    rows.lanes16(i, 0, w);
+    nibbles(rows, i, offsetof(block_q4_1, qs), v);
     header = w[0];
 }
-void values(const LegacyRows& lr, const block_q5_1*, __m512i v[8], __m512i& header) {
+void values(const panel::PanelRows& rows, int64_t i, const block_q5_1*, __m512i v[8], __m512i& header) {
     __m512i w[4];
-    lr.dwords16(0, w);
-    nibbles(lr, offsetof(block_q5_1, qs), v);
+    rows.lanes16(i, 0, w);
+    nibbles(rows, i, offsetof(block_q5_1, qs), v);
     add_high_bits(w[1], v);
     header = w[0];
 }
 
 template <class Block>
 void unpack_legacy_rows(const panel::PanelRows& rows, int64_t i, PanelLegacy& p) {
-    const LegacyRows lr{rows, i, sizeof(Block)};
     __m512i v[8], header;
-    values(lr, static_cast<const Block*>(nullptr), v, header);
+    values(rows, i, static_cast<const Block*>(nullptr), v, header);
     const __m512i ones = _mm512_set1_epi8(1);
     for (int l = 0; l < 8; ++l) {
         const __m512i vl = _mm512_maskz_mov_epi32(rows.live, v[l]);
@@ -121,7 +110,7 @@ void legacy_panel_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t
     constexpr int NT = 2;  // eight accumulators per token: two tokens fill the registers
     const int64_t nb = n_cols / 32;
     auto* blocks = static_cast<PanelLegacy*>(buf);
-    const panel::PanelRows rows(w, row_stride, n_rows);
+    const panel::PanelRows rows(w, row_stride, n_rows, sizeof(Block));
     for (int64_t i = 0; i < nb; ++i) unpack_legacy_rows<Block>(rows, i, blocks[i]);
     const auto* abase = static_cast<const uint8_t*>(a);
     const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
