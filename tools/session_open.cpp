@@ -1,7 +1,10 @@
 #include "tools/session_open.h"
 
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -11,7 +14,8 @@
 namespace tandem::tools {
 namespace {
 
-// A progress bar fed by SessionOptions::upload_progress (cumulative bytes).
+// A progress bar fed by cumulative byte counts (SessionOptions::upload_progress
+// and host_copy_progress).
 struct UploadBar {
     std::string label;
     std::unique_ptr<ProgressBar> bar;
@@ -24,6 +28,15 @@ struct UploadBar {
     }
 };
 
+// A fresh bar labelled `label`, shown once the total reaches min_total.
+std::function<void(uint64_t, uint64_t)> bar_feed(std::string label, uint64_t min_total = 0) {
+    auto state = std::make_shared<UploadBar>();
+    state->label = std::move(label);
+    return [state, min_total](uint64_t done, uint64_t total) {
+        if (total >= min_total) state->update(done, total);
+    };
+}
+
 }  // namespace
 
 std::unique_ptr<Session> open_session_stepping_down(const gguf::File& file, const model::ModelSpec& spec,
@@ -31,21 +44,10 @@ std::unique_ptr<Session> open_session_stepping_down(const gguf::File& file, cons
     const bool own_bar = !so.device.empty() && !so.upload_progress;
     const bool own_copy_bar = so.copy_host_weights && !so.host_copy_progress;
     while (true) {
-        if (own_copy_bar) {
-            // Copying the CPU's weights out of the mapping takes a moment
-            // per GiB: a bar where there is that much, fresh per attempt.
-            auto state = std::make_shared<UploadBar>();
-            state->label = "copy CPU weights";
-            so.host_copy_progress = [state](uint64_t done, uint64_t total) {
-                if (total >= (uint64_t{1} << 30)) state->update(done, total);
-            };
-        }
-        if (own_bar) {
-            // A fresh bar per attempt: a step-down uploads a smaller total.
-            auto state = std::make_shared<UploadBar>();
-            state->label = "upload to " + so.device;
-            so.upload_progress = [state](uint64_t done, uint64_t total) { state->update(done, total); };
-        }
+        // Fresh bars per attempt: a step-down moves bytes between the two.
+        // Copying the CPU's weights takes a moment per GiB: a bar from there.
+        if (own_copy_bar) so.host_copy_progress = bar_feed("copy CPU weights", uint64_t{1} << 30);
+        if (own_bar) so.upload_progress = bar_feed("upload to " + so.device);
         try {
             return std::make_unique<Session>(file, spec, so);
         } catch (const OutOfDeviceMemory& e) {

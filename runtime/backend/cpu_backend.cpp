@@ -123,22 +123,25 @@ struct CpuBackend::Impl {
         return cpu::WeightView{t.type, data, t.n_rows(), t.row_length(), *quant::row_bytes(t.type, t.row_length())};
     }
 
-    // A weight matrix as this device sees it: on the host a copy in its
-    // arena (or the mapping itself), an uploaded copy on an accelerator.
-    // Bytes stay in GGUF blocks.
+    // The host's bytes of t: a copy in its arena when it copies its
+    // matrices (reported to on_upload), else the mapping itself.
+    const uint8_t* host_bytes(const gguf::TensorInfo& t) {
+        const auto bytes = file.tensor_data(t);
+        if (!config.copy_host_weights) return bytes.data();
+        const uint8_t* data = host_copies.copy(bytes, &pool);
+        if (config.on_upload) config.on_upload(t.n_bytes);
+        return data;
+    }
+
+    // A weight matrix as this device sees it: host_bytes on the host, an
+    // uploaded copy on an accelerator. Bytes stay in GGUF blocks.
     cpu::WeightView weights(const gguf::TensorInfo& t) {
         reserve(MemoryCategory::Weights, t.n_bytes, fmt::format("tensor '{}'", t.name));
+        if (!accelerator) return view_of(t, host_bytes(t));
         const auto bytes = file.tensor_data(t);
-        const uint8_t* data = bytes.data();
-        if (accelerator) {
-            uploads.emplace_back(bytes.begin(), bytes.end());
-            data = uploads.back().data();
-            if (config.on_upload) config.on_upload(t.n_bytes);
-        } else if (config.copy_host_weights) {
-            data = host_copies.copy(bytes, &pool);
-            if (config.on_upload) config.on_upload(t.n_bytes);
-        }
-        return view_of(t, data);
+        uploads.emplace_back(bytes.begin(), bytes.end());
+        if (config.on_upload) config.on_upload(t.n_bytes);
+        return view_of(t, uploads.back().data());
     }
 
     // Norm weights and RoPE factors are small; a float copy frees the
@@ -178,9 +181,7 @@ struct CpuBackend::Impl {
             // The tied head is the embedding table the host already counts
             // (a copy, when the host copies its matrices, for the same
             // reason: every decode step streams all of it).
-            const auto bytes = file.tensor_data(t);
-            head = view_of(t, config.copy_host_weights ? host_copies.copy(bytes, &pool) : bytes.data());
-            if (config.copy_host_weights && config.on_upload) config.on_upload(t.n_bytes);
+            head = view_of(t, host_bytes(t));
         } else {
             head = weights(t);
         }

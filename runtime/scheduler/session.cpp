@@ -1,6 +1,7 @@
 #include "runtime/scheduler/session.h"
 
 #include <algorithm>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -11,6 +12,19 @@
 #include "runtime/common/error.h"
 
 namespace tandem {
+
+namespace {
+
+// A backend's per-tensor byte reports turned into (done, total) for a
+// progress callback.
+std::function<void(uint64_t)> cumulative(std::function<void(uint64_t, uint64_t)> report, uint64_t total) {
+    return [report = std::move(report), total, done = uint64_t{0}](uint64_t bytes) mutable {
+        done += bytes;
+        report(std::min(done, total), total);
+    };
+}
+
+}  // namespace
 
 struct Session::Impl {
     const gguf::File& file;
@@ -70,34 +84,27 @@ struct Session::Impl {
         config.n_ubatch = opt.n_ubatch;
         config.cache_type = opt.cache_type;
         config.copy_host_weights = opt.copy_host_weights && file.mapped() && !file.locked();
+        // What the host would copy: its layers' matrices and, unless the
+        // device has it, the head (norms are float copies either way).
+        uint64_t host_matrices = output_on_device ? 0 : spec.output_head().n_bytes;
+        for (int64_t il = n_device_layers; il < hp.n_layer; ++il) {
+            for (const gguf::TensorInfo* t : spec.layers.at(static_cast<size_t>(il)).tensors) {
+                if (t && t->n_rows() > 1) host_matrices += t->n_bytes;
+            }
+        }
         if (config.copy_host_weights) {
-            // The host's share: its layers and, unless the device has it, the head.
-            uint64_t share = output_on_device ? 0 : model::output_weight_bytes(spec);
-            for (int64_t il = n_device_layers; il < hp.n_layer; ++il) share += model::layer_weight_bytes(spec, il);
             const std::optional<uint64_t> free_ram = available_ram();
-            if (free_ram && static_cast<double>(share) > 0.9 * static_cast<double>(*free_ram)) {
+            if (free_ram && static_cast<double>(host_matrices) > 0.9 * static_cast<double>(*free_ram)) {
                 config.copy_host_weights = false;
                 host_copy_note = fmt::format("CPU weights multiplied from the mapped file: a copy ({:.2f} GiB) would "
                                              "not fit in the free RAM ({:.2f} GiB)",
-                                             static_cast<double>(share) / (1 << 30), static_cast<double>(*free_ram) / (1 << 30));
+                                             static_cast<double>(host_matrices) / (1 << 30),
+                                             static_cast<double>(*free_ram) / (1 << 30));
             }
         }
         host_copied = config.copy_host_weights;
         BackendConfig host_config = config;
-        if (host_copied && opt.host_copy_progress) {
-            uint64_t total = 0;  // what the host will copy: its layers' matrices and the head
-            const uint64_t head = spec.output_head().n_bytes;
-            if (!output_on_device) total += head;
-            for (int64_t il = n_device_layers; il < hp.n_layer; ++il) {
-                for (const gguf::TensorInfo* t : spec.layers.at(static_cast<size_t>(il)).tensors) {
-                    if (t && t->n_rows() > 1) total += t->n_bytes;  // matrices; norms are float copies
-                }
-            }
-            host_config.on_upload = [this, total, done = uint64_t{0}](uint64_t bytes) mutable {
-                done += bytes;
-                opt.host_copy_progress(std::min(done, total), total);
-            };
-        }
+        if (host_copied && opt.host_copy_progress) host_config.on_upload = cumulative(opt.host_copy_progress, host_matrices);
         host = std::make_unique<CpuBackend>("cpu", false, std::nullopt, file, spec, host_config, pool, level);
         const bool holds = n_device_layers > 0 || output_on_device;
         const bool wants_stream = !opt.device.empty() && opt.weight_stream && n_device_layers < hp.n_layer &&
@@ -109,10 +116,7 @@ struct Session::Impl {
             if (opt.upload_progress) {
                 uint64_t total = output_on_device ? model::output_weight_bytes(spec) : 0;
                 for (int64_t il = 0; il < n_device_layers; ++il) total += model::layer_weight_bytes(spec, il);
-                accel_config.on_upload = [this, total, done = uint64_t{0}](uint64_t bytes) mutable {
-                    done += bytes;
-                    opt.upload_progress(std::min(done, total), total);
-                };
+                accel_config.on_upload = cumulative(opt.upload_progress, total);
             }
             try {
                 if (cuda_index >= 0) {
