@@ -234,6 +234,17 @@ int64_t rows_per_item(int64_t n_rows, int64_t n_tokens, int n_threads) {
 
 constexpr int64_t kTokensPerItem = 64;  // quantized activations of a token block stay in L2
 
+// Rows [r0, r1) of w against one activation row through a decode-rows
+// kernel, kDecodeRows rows a pass; y[r] for each row r.
+void decode_rows_range(const WeightView& w, const detail::DecodeRows& rows, int64_t r0, int64_t r1, const void* act,
+                       float* y) {
+    const auto* wbase = static_cast<const unsigned char*>(w.data);
+    for (int64_t r = r0; r < r1; r += detail::kDecodeRows) {
+        const int nr = static_cast<int>(std::min<int64_t>(detail::kDecodeRows, r1 - r));
+        rows.fn(w.n_cols, wbase + static_cast<size_t>(r) * w.row_stride_bytes, w.row_stride_bytes, nr, act, y + r);
+    }
+}
+
 }  // namespace
 
 namespace {
@@ -433,11 +444,7 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
                 const detail::DotFn tile_fn = t < batch_end ? batch_fn : fn;
                 const unsigned char* a_t = abase + static_cast<size_t>(t) * a_stride + a_off;
                 if (nt == 1 && rows.fn != nullptr && kn == n) {
-                    for (int64_t r = r0; r < r1; r += detail::kDecodeRows) {
-                        const int nr = static_cast<int>(std::min<int64_t>(detail::kDecodeRows, r1 - r));
-                        rows.fn(n, wbase + static_cast<size_t>(r) * w.row_stride_bytes, w.row_stride_bytes, nr, a_t,
-                                y + t * ldy + r);
-                    }
+                    decode_rows_range(w, rows, r0, r1, a_t, y + t * ldy);
                     continue;
                 }
                 for (int64_t r = r0; r < r1; ++r) {
@@ -505,8 +512,9 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         a_row_bytes = (*bytes + 63) / 64 * 64;
         quantize = detail::activation_quantizer(first->a_type, level);
     }
-    // Scratch: the quantized row, then one prepared copy per distinct
-    // decode-rows preparation (Q4_K's and Q2_K's differ; most sets share one).
+    // Scratch: the quantized row, then room for a prepared copy per target
+    // (only distinct preparations are made: Q4_K's and Q2_K's differ, most
+    // sets share one).
     size_t scratch_bytes = a_row_bytes;
     int64_t n_items = 0;
     for (size_t j = 0; j < targets.size(); ++j) {
@@ -521,11 +529,7 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         p.rows_item = rows_per_item(w.n_rows, 1, pool.size());
         p.first_item = n_items;
         n_items += (w.n_rows + p.rows_item - 1) / p.rows_item;
-        if (p.rows.prepare != nullptr) {
-            bool seen = false;
-            for (size_t i = 0; i < j; ++i) seen = seen || parts[i].rows.prepare == p.rows.prepare;
-            if (!seen) scratch_bytes += (p.rows.prepared_bytes(n) + 63) / 64 * 64;
-        }
+        if (p.rows.prepare != nullptr) scratch_bytes += (p.rows.prepared_bytes(n) + 63) / 64 * 64;
     }
     auto* buf = static_cast<unsigned char*>(pool.scratch(scratch_bytes));
     if (quantize != nullptr) quantize(x, buf, n);
@@ -535,10 +539,11 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         Part& p = parts[j];
         p.act = act;
         if (p.rows.prepare == nullptr) continue;
-        for (size_t i = 0; i < j && p.act == act; ++i) {
-            if (parts[i].rows.prepare == p.rows.prepare) p.act = parts[i].act;
+        const Part* same = std::find_if(parts.data(), &p, [&](const Part& q) { return q.rows.prepare == p.rows.prepare; });
+        if (same != &p) {
+            p.act = same->act;
+            continue;
         }
-        if (p.act != act) continue;
         p.rows.prepare(buf, n, buf + offset);
         p.act = buf + offset;
         offset += (p.rows.prepared_bytes(n) + 63) / 64 * 64;
@@ -553,14 +558,10 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
             while (j + 1 < n_parts && item >= parts[j + 1].first_item) ++j;
             const Part& p = parts[j];
             const int64_t r0 = (item - p.first_item) * p.rows_item, r1 = std::min(p.w->n_rows, r0 + p.rows_item);
-            const auto* wbase = static_cast<const unsigned char*>(p.w->data);
             if (p.rows.fn != nullptr) {
-                for (int64_t r = r0; r < r1; r += detail::kDecodeRows) {
-                    const int nr = static_cast<int>(std::min<int64_t>(detail::kDecodeRows, r1 - r));
-                    p.rows.fn(n, wbase + static_cast<size_t>(r) * p.w->row_stride_bytes, p.w->row_stride_bytes, nr, p.act,
-                              p.y + r);
-                }
+                decode_rows_range(*p.w, p.rows, r0, r1, p.act, p.y);
             } else {
+                const auto* wbase = static_cast<const unsigned char*>(p.w->data);
                 for (int64_t r = r0; r < r1; ++r) {
                     p.fn(n, wbase + static_cast<size_t>(r) * p.w->row_stride_bytes, p.act, a_row_bytes, 1, p.y + r, 1);
                 }
