@@ -122,7 +122,7 @@ struct PanelBlock6 {
 // of qh above it.
 void unpack6_rows(const panel::PanelRows& rows, int64_t i, PanelBlock6& p) {
     const __mmask16 live = rows.live;
-    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
     auto* codes = reinterpret_cast<__m512i*>(p.codes);  // register k / 4 holds elements k .. k + 3
     for (int half = 0; half < 2; ++half) {
         __m512i ql0[8], ql1[8], qh[8];
@@ -130,16 +130,13 @@ void unpack6_rows(const panel::PanelRows& rows, int64_t i, PanelBlock6& p) {
         rows.lanes32(i, offsetof(block_q6_K, ql) + 64 * half + 32, ql1);
         rows.lanes32(i, offsetof(block_q6_K, qh) + 32 * half, qh);
         for (int j = 0; j < 8; ++j) {
-            // Bits 2q, 2q + 1 of qh to bits 4, 5 (the 32-bit shifts move bits
-            // across bytes only where the mask clears them).
-            const __m512i h[4] = {_mm512_and_si512(_mm512_slli_epi32(qh[j], 4), bits45),
-                                  _mm512_and_si512(_mm512_slli_epi32(qh[j], 2), bits45), _mm512_and_si512(qh[j], bits45),
-                                  _mm512_and_si512(_mm512_srli_epi32(qh[j], 2), bits45)};
             const __m512i l[4] = {_mm512_and_si512(ql0[j], low4), _mm512_and_si512(ql1[j], low4),
                                   _mm512_and_si512(_mm512_srli_epi32(ql0[j], 4), low4),
                                   _mm512_and_si512(_mm512_srli_epi32(ql1[j], 4), low4)};
             for (int quarter = 0; quarter < 4; ++quarter) {
-                _mm512_store_si512(codes + 32 * half + 8 * quarter + j, _mm512_maskz_or_epi32(live, l[quarter], h[quarter]));
+                // Bits 2 quarter, 2 quarter + 1 of qh above the four low bits.
+                const __m512i h = panel::move_byte_bits(qh[j], 2 * quarter, 4, 2);
+                _mm512_store_si512(codes + 32 * half + 8 * quarter + j, _mm512_maskz_or_epi32(live, l[quarter], h));
             }
         }
     }

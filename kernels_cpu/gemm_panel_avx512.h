@@ -67,6 +67,17 @@ void rows_to_lanes16(Src&& src, __m512i out[4]) {
     out[3] = _mm512_unpackhi_epi64(t[1], t[3]);
 }
 
+// Bits [from, from + width) of every byte moved to [to, to + width) of the
+// same byte, the rest cleared: the high bits the unpackers put above a
+// code's low bits. The 32-bit shifts carry bits across bytes only into
+// positions the mask clears.
+inline __m512i move_byte_bits(__m512i x, int from, int to, int width) {
+    const __m512i mask = _mm512_set1_epi8(static_cast<char>(((1 << width) - 1) << to));
+    return _mm512_and_si512(from <= to ? _mm512_slli_epi32(x, static_cast<unsigned>(to - from))
+                                        : _mm512_srli_epi32(x, static_cast<unsigned>(from - to)),
+                            mask);
+}
+
 // The 16 rows of a panel, blocks of block_bytes: where block i of row r
 // is, its fields loaded across the rows (lane r = row r), and the mask of
 // the real rows (rows past n_rows point at row 0; the unpackers zero them).
@@ -104,19 +115,15 @@ struct PanelRows {
 // int32, minimums as the int16 pair (m, m), d and dmin as floats. This is
 // element::q4_K_scale_min on four sub-blocks per byte lane: scale bytes 0-3
 // (b0), 4-7 (b1), 8-11 (b2); sub-blocks 0-3: b0 & 63, b1 & 63; 4-7:
-// (b2 & 15) | (b0 >> 6) << 4, (b2 >> 4) | (b1 >> 6) << 4. The 32-bit shifts
-// carry bits across bytes only into positions the masks clear.
+// (b2 & 15) | (b0 >> 6) << 4, (b2 >> 4) | (b1 >> 6) << 4.
 inline void unpack_k4_header(const PanelRows& rows, int64_t i, int32_t (*scale)[kPanelRows], int16_t (*min)[kPanelRows][2],
                              float* d, float* dmin) {
     __m512i v[4];
     rows.lanes16(i, 0, v);
     for (auto& x : v) x = _mm512_maskz_mov_epi32(rows.live, x);
     const __m512i b0 = v[1], b1 = v[2], b2 = v[3];
-    const __m512i low4 = _mm512_set1_epi8(0x0F), low6 = _mm512_set1_epi8(0x3F), bits45 = _mm512_set1_epi8(0x30);
-    const __m512i sc[2] = {_mm512_and_si512(b0, low6),
-                           _mm512_or_si512(_mm512_and_si512(b2, low4), _mm512_and_si512(_mm512_srli_epi32(b0, 2), bits45))};
-    const __m512i mn[2] = {_mm512_and_si512(b1, low6), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(b2, 4), low4),
-                                                                       _mm512_and_si512(_mm512_srli_epi32(b1, 2), bits45))};
+    const __m512i sc[2] = {move_byte_bits(b0, 0, 0, 6), _mm512_or_si512(move_byte_bits(b2, 0, 0, 4), move_byte_bits(b0, 6, 4, 2))};
+    const __m512i mn[2] = {move_byte_bits(b1, 0, 0, 6), _mm512_or_si512(move_byte_bits(b2, 4, 0, 4), move_byte_bits(b1, 6, 4, 2))};
     const __m512i byte = _mm512_set1_epi32(0xFF);
     for (int s = 0; s < 8; ++s) {
         const int shift = 8 * (s % 4);

@@ -34,7 +34,7 @@ struct Panel5 {
 // All 16 rows of super-block i, as the Q4_K unpacker (rows transposed into
 // lanes): the nibbles of qs with bit s of qh[e] above them for sub-block s.
 void unpack5_rows(const panel::PanelRows& rows, int64_t i, Panel5& p) {
-    const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512i qh[8];
     rows.lanes32(i, offsetof(block_q5_K, qh), qh);
     for (int k = 0; k < 4; ++k) {
@@ -43,8 +43,7 @@ void unpack5_rows(const panel::PanelRows& rows, int64_t i, Panel5& p) {
         for (int j = 0; j < 8; ++j) {
             for (int h = 0; h < 2; ++h) {
                 const int s = 2 * k + h;
-                // Bit s of each qh byte to bit 4 of the same byte.
-                const __m512i hb = _mm512_and_si512(s <= 4 ? _mm512_slli_epi32(qh[j], 4 - s) : _mm512_srli_epi32(qh[j], s - 4), bit4);
+                const __m512i hb = panel::move_byte_bits(qh[j], s, 4, 1);  // bit s of qh[e] to bit 4
                 const __m512i lo = _mm512_and_si512(h == 0 ? q[j] : _mm512_srli_epi32(q[j], 4), low4);
                 _mm512_store_si512(p.codes[s][j], _mm512_maskz_or_epi32(rows.live, lo, hb));
             }
@@ -67,7 +66,7 @@ struct Panel3 {
 // 128 half + 32 grp + e: bits 2 grp of qs[32 half + e], and bit 4 half +
 // grp of hmask[e] above them.
 void unpack3_rows(const panel::PanelRows& rows, int64_t i, Panel3& p) {
-    const __m512i low2 = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
+    const __m512i low2 = _mm512_set1_epi8(0x03);
     auto* codes = reinterpret_cast<__m512i*>(p.codes);  // register k / 4 holds elements k .. k + 3
     __m512i hm[8];
     rows.lanes32(i, offsetof(block_q3_K, hmask), hm);
@@ -77,7 +76,7 @@ void unpack3_rows(const panel::PanelRows& rows, int64_t i, Panel3& p) {
         for (int grp = 0; grp < 4; ++grp) {
             const int hbit = 4 * half + grp;
             for (int j = 0; j < 8; ++j) {
-                const __m512i hb = _mm512_and_si512(hbit <= 2 ? _mm512_slli_epi32(hm[j], 2 - hbit) : _mm512_srli_epi32(hm[j], hbit - 2), bit2);
+                const __m512i hb = panel::move_byte_bits(hm[j], hbit, 2, 1);
                 const __m512i lo = _mm512_and_si512(_mm512_srli_epi32(q[j], 2 * grp), low2);
                 _mm512_store_si512(codes + 32 * half + 8 * grp + j, _mm512_maskz_or_epi32(rows.live, lo, hb));
             }
