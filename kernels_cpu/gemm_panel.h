@@ -52,9 +52,14 @@ void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 
 // Q4_0 against Q8_0 activations (dot_q4_0: llama.cpp's repacked kernel, one
-// fused multiply-add of each block's integer total); takes the activations
-// through flip_activations, as the legacy panels below.
+// fused multiply-add of each block's integer total). Each activation row
+// carries q4_0_panel_row_extra(n_cols) bytes after its blocks (a_stride
+// leaves room for them), which q4_0_panel_prepare fills in place (a_type
+// Q8_0; n_tokens rows of n_cols) before the panels run: -8 times each
+// block's activation sum, the start of its integer total.
 size_t q4_0_panel_bytes(int64_t n_cols);
+size_t q4_0_panel_row_extra(int64_t n_cols);
+void q4_0_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
 void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 

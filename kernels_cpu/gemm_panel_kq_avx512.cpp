@@ -150,37 +150,57 @@ void unpack2_rows(const panel::PanelRows& rows, int64_t i, Panel2& p) {
     _mm512_store_ps(p.dmin, rows.halves(i, offsetof(block_q2_K, dmin)));
 }
 
-// Q4_0: blocks of 32 with an fp16 scale; value = code - 8, kept signed, so
-// vpdpbusd takes the activations offset by 128 (flip_activations) and each
-// block's total starts from -128 times the sum of its values: the exact
-// total, without the activation sums the offset would otherwise need.
+// Q4_0: blocks of 32 with an fp16 scale; value = code - 8. The codes stay
+// unsigned, the vpdpbusd operand whose activation bytes come by embedded
+// broadcast (one instruction per four elements, where signed codes would
+// need the activations unsigned, in a register broadcast apart), and each
+// token's block total starts from -8 times the block's activation sum,
+// which q4_0_panel_prepare appends to the activation row: the same exact
+// integer total as subtracting 8 from every code.
 struct Panel40 {
-    alignas(64) int8_t v[8][kPanelRows][4];
-    alignas(64) int32_t corr[kPanelRows];
+    alignas(64) uint8_t codes[8][kPanelRows][4];
     alignas(64) float d[kPanelRows];
 };
 
 // Block i of all 16 rows (rows transposed into lanes): group g is the low
-// nibbles (g < 4) or the high ones of qs[4 (g % 4) ..], less 8; the
-// correction is -128 times the row's value sum, by vpdpbusd against ones.
+// nibbles (g < 4) or the high ones of qs[4 (g % 4) ..].
 void unpack40_rows(const panel::PanelRows& rows, int64_t i, Panel40& p) {
     __m512i q[4];
     rows.lanes16(i, offsetof(block_q4_0, qs), q);
-    const __m512i low4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8), ones = _mm512_set1_epi8(1);
-    __m512i sum = _mm512_setzero_si512();
+    const __m512i low4 = _mm512_set1_epi8(0x0F);
     for (int g = 0; g < 8; ++g) {
         const __m512i codes = _mm512_and_si512(g < 4 ? q[g] : _mm512_srli_epi32(q[g - 4], 4), low4);
-        const __m512i vals = _mm512_maskz_mov_epi32(rows.live, _mm512_sub_epi8(codes, eight));
-        _mm512_store_si512(p.v[g], vals);
-        sum = _mm512_dpbusd_epi32(sum, ones, vals);
+        _mm512_store_si512(p.codes[g], _mm512_maskz_mov_epi32(rows.live, codes));
     }
-    _mm512_store_si512(p.corr, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-128)));
     _mm512_store_ps(p.d, rows.halves(i, offsetof(block_q4_0, d)));
 }
+
+// Where q4_0_panel_prepare puts a row's block starts: after its blocks.
+size_t q4_0_start_offset(int64_t n_cols) { return sizeof(block_q8_0) * static_cast<size_t>(n_cols / 32); }
 
 }  // namespace
 
 size_t q4_0_panel_bytes(int64_t n_cols) { return sizeof(Panel40) * static_cast<size_t>(n_cols / 32); }
+size_t q4_0_panel_row_extra(int64_t n_cols) { return sizeof(int32_t) * static_cast<size_t>(n_cols / 32); }
+
+void q4_0_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
+    TANDEM_CHECK(a_type == quant::Type::Q8_0, "q4_0 panel: activations not Q8_0");
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        auto* row = static_cast<uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
+        const auto* blocks = reinterpret_cast<const block_q8_0*>(row);
+        auto* start = row + q4_0_start_offset(n_cols);
+        for (int64_t i = 0; i < n_cols / 32; ++i) {
+            // Sum of the 32 signed bytes: sum of (byte + 128) by vpsadbw, less 32 * 128.
+            const __m256i q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[i].qs)), flip);
+            const __m256i s = _mm256_sad_epu8(q, _mm256_setzero_si256());
+            const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+            const int32_t v = -8 * sum;
+            std::memcpy(start + sizeof(int32_t) * static_cast<size_t>(i), &v, sizeof v);
+        }
+    }
+}
 
 void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
@@ -188,23 +208,23 @@ void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<Panel40*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q4_0));
     for (int64_t i = 0; i < nb; ++i) unpack40_rows(rows, i, blocks[i]);
+    const size_t start_offset = q4_0_start_offset(n_cols);
     panel::for_token_tiles<block_q8_0>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_0* const* act, __m512* out) {
+        const uint8_t* start[NT];
+        for (int t = 0; t < NT; ++t) start[t] = reinterpret_cast<const uint8_t*>(act[t]) + start_offset;
         __m512 acc[NT];
         for (auto& v : acc) v = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const Panel40& p = blocks[i];
-            const __m512i corr = _mm512_load_si512(p.corr);
             __m512i dot[NT];
-            for (auto& v : dot) v = corr;
+            for (int t = 0; t < NT; ++t) dot[t] = panel::bcast4(start[t] + sizeof(int32_t) * static_cast<size_t>(i));
             for (int g = 0; g < 8; ++g) {
-                const __m512i wv = _mm512_load_si512(p.v[g]);
-                for (int t = 0; t < NT; ++t) {
-                    dot[t] = _mm512_dpbusd_epi32(dot[t], panel::bcast4(act[t][i].qs + 4 * g), wv);
-                }
+                const __m512i wv = _mm512_load_si512(p.codes[g]);
+                for (int t = 0; t < NT; ++t) dot[t] = panel::dpbusd_bcast(dot[t], wv, act[t][i].qs + 4 * g);
             }
             const __m512 d = _mm512_load_ps(p.d);
             for (int t = 0; t < NT; ++t) {
-                const __m512 da = _mm512_set1_ps(fp16_to_fp32(act[t][i].d));
+                const __m512 da = _mm512_set1_ps(f16(act[t][i].d));
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[t]), _mm512_mul_ps(d, da), acc[t]);
             }
         }

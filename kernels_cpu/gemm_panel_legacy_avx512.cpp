@@ -126,14 +126,14 @@ void legacy_panel_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t
             const PanelLegacy& p = blocks[i];
             const __m512 dw = _mm512_load_ps(p.d);
             for (int t = 0; t < NT; ++t) {
-                const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(fp16_to_fp32(act[t][i].d)));
+                const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(f16(act[t][i].d)));
                 for (int l = 0; l < 8; ++l) {
                     const __m512i lane = _mm512_dpbusd_epi32(_mm512_load_si512(p.corr[l]), panel::bcast4(act[t][i].qs + 4 * l),
                                                              _mm512_load_si512(p.v[l]));
                     acc[t][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lane), acc[t][l]);
                 }
                 if constexpr (kMin) {
-                    acc_min[t] = _mm512_fmadd_ps(_mm512_load_ps(p.m), _mm512_set1_ps(fp16_to_fp32(act[t][i].s)), acc_min[t]);
+                    acc_min[t] = _mm512_fmadd_ps(_mm512_load_ps(p.m), _mm512_set1_ps(f16(act[t][i].s)), acc_min[t]);
                 }
             }
         }

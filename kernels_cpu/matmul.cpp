@@ -253,26 +253,31 @@ namespace {
 // unpacks into its own buffer.
 using PanelGemm = void (*)(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
-// The panel GEMMs (gemm_panel.h), one row per weight type. flip: the
-// kernel wants 128 added to each activation code byte (flip_activations).
+// The panel GEMMs (gemm_panel.h), one row per weight type. prepare: what
+// the kernel needs done to the quantized activation rows first, in place
+// (flip_activations: 128 added to each code byte), null for nothing;
+// row_extra: bytes it appends after each row, null for none.
+using PanelPrepare = void (*)(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
 struct PanelKernel {
     quant::Type type;
     PanelGemm gemm;
     size_t (*bytes)(int64_t n_cols);
-    bool flip_activations;
+    PanelPrepare prepare;
+    size_t (*row_extra)(int64_t n_cols);
 };
 #if defined(__x86_64__)
 constexpr PanelKernel kPanelKernels[] = {
-    {quant::Type::Q2_K, detail::q2_K_panel_gemm_avx512, detail::q2_K_panel_bytes, false},
-    {quant::Type::Q3_K, detail::q3_K_panel_gemm_avx512, detail::q3_K_panel_bytes, false},
-    {quant::Type::Q4_K, detail::q4_K_panel_gemm_avx512, detail::q4_K_panel_bytes, false},
-    {quant::Type::Q5_K, detail::q5_K_panel_gemm_avx512, detail::q5_K_panel_bytes, false},
-    {quant::Type::Q6_K, detail::q6_K_panel_gemm_avx512, detail::q6_K_panel_bytes, false},
-    {quant::Type::Q4_0, detail::q4_0_panel_gemm_avx512, detail::q4_0_panel_bytes, true},
-    {quant::Type::Q8_0, detail::q8_0_panel_gemm_avx512, detail::legacy_panel_bytes, true},
-    {quant::Type::Q5_0, detail::q5_0_panel_gemm_avx512, detail::legacy_panel_bytes, true},
-    {quant::Type::Q4_1, detail::q4_1_panel_gemm_avx512, detail::legacy_panel_bytes, true},
-    {quant::Type::Q5_1, detail::q5_1_panel_gemm_avx512, detail::legacy_panel_bytes, true},
+    {quant::Type::Q2_K, detail::q2_K_panel_gemm_avx512, detail::q2_K_panel_bytes, nullptr, nullptr},
+    {quant::Type::Q3_K, detail::q3_K_panel_gemm_avx512, detail::q3_K_panel_bytes, nullptr, nullptr},
+    {quant::Type::Q4_K, detail::q4_K_panel_gemm_avx512, detail::q4_K_panel_bytes, nullptr, nullptr},
+    {quant::Type::Q5_K, detail::q5_K_panel_gemm_avx512, detail::q5_K_panel_bytes, nullptr, nullptr},
+    {quant::Type::Q6_K, detail::q6_K_panel_gemm_avx512, detail::q6_K_panel_bytes, nullptr, nullptr},
+    {quant::Type::Q4_0, detail::q4_0_panel_gemm_avx512, detail::q4_0_panel_bytes, detail::q4_0_panel_prepare,
+     detail::q4_0_panel_row_extra},
+    {quant::Type::Q8_0, detail::q8_0_panel_gemm_avx512, detail::legacy_panel_bytes, detail::flip_activations, nullptr},
+    {quant::Type::Q5_0, detail::q5_0_panel_gemm_avx512, detail::legacy_panel_bytes, detail::flip_activations, nullptr},
+    {quant::Type::Q4_1, detail::q4_1_panel_gemm_avx512, detail::legacy_panel_bytes, detail::flip_activations, nullptr},
+    {quant::Type::Q5_1, detail::q5_1_panel_gemm_avx512, detail::legacy_panel_bytes, detail::flip_activations, nullptr},
 };
 #endif
 
@@ -343,21 +348,40 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         }
     }
 
+    // Batch rows on AVX-512 VNNI as panel GEMMs (gemm_panel.h): same bits as
+    // the row kernels they replace (batch_fn, or fn for Q4_0, whose single-row
+    // and batch orders are one), a fraction of the integer work. They take
+    // tokens [0, panel_end), four at a time. Unpacking a panel costs about
+    // what 16 tokens of its work do, so short batches stay on the row kernels.
+    constexpr int64_t kPanelMinTokens = 32;
+    const PanelKernel* panel = find_panel_kernel(w.type);
+    // Types without a batch form keep their single-row order for every
+    // token, so every token can go through the panel.
+    const int64_t panel_tokens = panel == nullptr ? 0 : batch_fn != nullptr ? batch_end : n_tokens;
+    int64_t panel_end = 0;
+    if (panel_tokens >= kPanelMinTokens && level == SimdLevel::Avx512 && detail::avx512_vnni_available()) {
+        panel_end = panel_tokens - panel_tokens % 4;
+    }
+    const size_t panel_row_extra = panel_end > 0 && panel->row_extra != nullptr ? panel->row_extra(n) : 0;
+
     // Single tokens of types with a several-rows decode kernel (same bits).
     const detail::DecodeRows rows = n_tokens == 1 && quantize != nullptr ? detail::decode_rows_kernel(w.type, level)
                                                                          : detail::DecodeRows{};
     const size_t prepared_bytes = rows.prepare != nullptr ? rows.prepared_bytes(n) : 0;
 
     const void* act = x;
-    void* act_buf = nullptr;  // the quantized activations, ours to modify
     size_t a_stride = static_cast<size_t>(ldx) * sizeof(float);
     if (quantize != nullptr) {
         // Rows padded to 64 bytes so each token starts on its own line.
-        a_stride = (a_row_bytes + 63) / 64 * 64;
+        a_stride = (a_row_bytes + panel_row_extra + 63) / 64 * 64;
         auto* buf = static_cast<unsigned char*>(pool.scratch(a_stride * static_cast<size_t>(n_tokens) + prepared_bytes));
-        act_buf = buf;
         auto quantize_rows = [&](int64_t begin, int64_t end) {
-            for (int64_t t = begin; t < end; ++t) quantize(x + t * ldx, buf + static_cast<size_t>(t) * a_stride, n);
+            for (int64_t t = begin; t < end; ++t) {
+                unsigned char* row = buf + static_cast<size_t>(t) * a_stride;
+                quantize(x + t * ldx, row, n);
+                // The panel's preparation while the row is in cache.
+                if (t < panel_end && panel->prepare != nullptr) panel->prepare(k->a_type, row, a_stride, 1, n);
+            }
         };
         // A single row is a few microseconds of work: cheaper inline than
         // a second hand-off to the pool.
@@ -374,21 +398,9 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         act = buf;
     }
 
-    // Batch rows on AVX-512 VNNI as panel GEMMs (gemm_panel.h): same bits as
-    // the row kernels they replace (batch_fn, or fn for Q4_0, whose single-row
-    // and batch orders are one), a fraction of the integer work. They take
-    // tokens four at a time from 0; the row kernels below take the rest.
+    // The panel tokens, then the row kernels below take the rest.
     int64_t first_token = 0;
-    // Unpacking a panel costs about what 16 tokens of its work do, so short
-    // batches stay on the row kernels.
-    constexpr int64_t kPanelMinTokens = 32;
-    const PanelKernel* panel = find_panel_kernel(w.type);
-    // Types without a batch form keep their single-row order for every
-    // token, so every token can go through the panel.
-    const int64_t panel_tokens = panel == nullptr ? 0 : batch_fn != nullptr ? batch_end : n_tokens;
-    if (panel_tokens >= kPanelMinTokens && level == SimdLevel::Avx512 && detail::avx512_vnni_available()) {
-        const int64_t panel_end = panel_tokens - panel_tokens % 4;
-        if (panel->flip_activations) detail::flip_activations(k->a_type, act_buf, a_stride, panel_end, n);
+    if (panel_end > 0) {
         run_panels(w, panel->gemm, panel->bytes(w.n_cols), act, a_stride, panel_end, y, ldy, pool);
         first_token = panel_end;
         if (first_token == n_tokens) return;
