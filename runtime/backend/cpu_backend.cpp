@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <span>
@@ -218,6 +219,26 @@ struct CpuBackend::Impl {
     }
 
     // stream: multiply the layer's matrices on the accelerator (null: here).
+    // fn(begin, end) over rows [0, n_rows) of a per-row operation (norms,
+    // RoPE, residual adds, the FFN activation), split over the threads for
+    // a batch: single-threaded they were ~8% of a 512-token prompt's time
+    // with the second core idle. Rows are independent, so the split moves
+    // no bits. A few rows (a decode step) stay on the calling thread.
+    void for_rows(int64_t n_rows, const std::function<void(int64_t, int64_t)>& fn) {
+        constexpr int64_t kRowsPerThreadMin = 4;
+        if (n_rows < 2 * kRowsPerThreadMin) {
+            fn(0, n_rows);
+        } else {
+            pool.parallel_for(n_rows, kRowsPerThreadMin, fn);
+        }
+    }
+    void norm_rows(const float* x, const float* w, float* y, int64_t len, int64_t n_rows, float eps) {
+        for_rows(n_rows, [&](int64_t b, int64_t e) { cpu::rms_norm_rows(x + b * len, w, y + b * len, len, e - b, eps); });
+    }
+    void add_rows(float* y, const float* x, int64_t len, int64_t n_rows) {
+        for_rows(n_rows, [&](int64_t b, int64_t e) { cpu::add(y + b * len, x + b * len, (e - b) * len); });
+    }
+
     void run_layer(int64_t il, std::span<const int32_t> pos, WeightStream* stream) {
         const auto it = layers.find(il);
         TANDEM_CHECK(it != layers.end(), "run_layer: layer not loaded on this backend");
@@ -247,16 +268,16 @@ struct CpuBackend::Impl {
             cpu::matmul_shared_input(std::span(targets.data(), count), in, n, pool, level);
         };
 
-        cpu::rms_norm_rows(ws.x.data(), w.attn_norm.data(), ws.cur.data(), E, n, eps);
+        norm_rows(ws.x.data(), w.attn_norm.data(), ws.cur.data(), E, n, eps);
         mm_shared({{LayerTensor::AttnQ, &w.q, ws.q.data()},
                    {LayerTensor::AttnK, &w.k, ws.k.data()},
                    {LayerTensor::AttnV, &w.v, ws.v.data()}},
                   ws.cur.data());
         if (!w.q_norm.empty()) {
-            cpu::rms_norm_rows(ws.q.data(), w.q_norm.data(), ws.q.data(), hp.head_dim_k, n * hp.n_head, eps);
+            norm_rows(ws.q.data(), w.q_norm.data(), ws.q.data(), hp.head_dim_k, n * hp.n_head, eps);
         }
         if (!w.k_norm.empty()) {
-            cpu::rms_norm_rows(ws.k.data(), w.k_norm.data(), ws.k.data(), hp.head_dim_k, n * hp.n_head_kv, eps);
+            norm_rows(ws.k.data(), w.k_norm.data(), ws.k.data(), hp.head_dim_k, n * hp.n_head_kv, eps);
         }
         cpu::RopeParams rope;
         rope.mode = spec.arch->rope_style == model::RopeStyle::Neox ? cpu::RopeMode::Neox : cpu::RopeMode::Norm;
@@ -264,11 +285,13 @@ struct CpuBackend::Impl {
         rope.freq_base = w.rope_base;
         rope.freq_scale = static_cast<float>(hp.rope_freq_scale);
         rope.freq_factors = rope_freqs.empty() ? nullptr : rope_freqs.data();
-        for (int64_t t = 0; t < n; ++t) {
-            cpu::rope_heads(ws.q.data() + t * hp.q_dim(), hp.n_head, hp.head_dim_k, pos[static_cast<size_t>(t)], rope);
-            cpu::rope_heads(ws.k.data() + t * hp.k_dim(), hp.n_head_kv, hp.head_dim_k, pos[static_cast<size_t>(t)],
-                            rope);
-        }
+        for_rows(n, [&](int64_t b, int64_t e) {
+            for (int64_t t = b; t < e; ++t) {
+                const int32_t p = pos[static_cast<size_t>(t)];
+                cpu::rope_heads(ws.q.data() + t * hp.q_dim(), hp.n_head, hp.head_dim_k, p, rope);
+                cpu::rope_heads(ws.k.data() + t * hp.k_dim(), hp.n_head_kv, hp.head_dim_k, p, rope);
+            }
+        });
         for (int64_t t = 0; t < n; ++t) {
             w.kv->store(pos[static_cast<size_t>(t)], ws.k.data() + t * hp.k_dim(), ws.v.data() + t * hp.v_dim());
         }
@@ -287,29 +310,34 @@ struct CpuBackend::Impl {
         cpu::attention(ws.q.data(), pos.data(), n, shape, w.kv->view(), ws.attn.data(), pool, level);
         mm(LayerTensor::AttnOutput, w.o, ws.attn.data(), ws.cur.data());
         if (!w.attn_post_norm.empty()) {
-            cpu::rms_norm_rows(ws.cur.data(), w.attn_post_norm.data(), ws.cur.data(), E, n, eps);
+            norm_rows(ws.cur.data(), w.attn_post_norm.data(), ws.cur.data(), E, n, eps);
         }
-        cpu::add(ws.x.data(), ws.cur.data(), n * E);
+        add_rows(ws.x.data(), ws.cur.data(), E, n);
 
-        cpu::rms_norm_rows(ws.x.data(), w.ffn_norm.data(), ws.cur.data(), E, n, eps);
+        norm_rows(ws.x.data(), w.ffn_norm.data(), ws.cur.data(), E, n, eps);
         mm_shared({{LayerTensor::FfnGate, &w.gate, ws.ffn_gate.data()}, {LayerTensor::FfnUp, &w.up, ws.ffn_up.data()}},
                   ws.cur.data());
-        if (spec.arch->ffn_activation == model::FfnActivation::Silu) {
-            cpu::swiglu(ws.ffn_gate.data(), ws.ffn_up.data(), ws.ffn_gate.data(), n * hp.n_ff, level);
-        } else {
-            cpu::geglu(ws.ffn_gate.data(), ws.ffn_up.data(), ws.ffn_gate.data(), n * hp.n_ff);
-        }
+        const bool silu = spec.arch->ffn_activation == model::FfnActivation::Silu;
+        for_rows(n, [&](int64_t b, int64_t e) {
+            float* g = ws.ffn_gate.data() + b * hp.n_ff;
+            const float* u = ws.ffn_up.data() + b * hp.n_ff;
+            if (silu) {
+                cpu::swiglu(g, u, g, (e - b) * hp.n_ff, level);
+            } else {
+                cpu::geglu(g, u, g, (e - b) * hp.n_ff);
+            }
+        });
         mm(LayerTensor::FfnDown, w.down, ws.ffn_gate.data(), ws.cur.data());
         if (!w.ffn_post_norm.empty()) {
-            cpu::rms_norm_rows(ws.cur.data(), w.ffn_post_norm.data(), ws.cur.data(), E, n, eps);
+            norm_rows(ws.cur.data(), w.ffn_post_norm.data(), ws.cur.data(), E, n, eps);
         }
-        cpu::add(ws.x.data(), ws.cur.data(), n * E);
+        add_rows(ws.x.data(), ws.cur.data(), E, n);
     }
 
     void run_output(int64_t first, int64_t count, float* out) {
         TANDEM_CHECK(has_output && !ws.logits.empty(), "run_output: the head is not on this backend");
         const float eps = static_cast<float>(hp.rms_eps);
-        cpu::rms_norm_rows(ws.x.data() + first * hp.n_embd, output_norm.data(), ws.cur.data(), hp.n_embd, count, eps);
+        norm_rows(ws.x.data() + first * hp.n_embd, output_norm.data(), ws.cur.data(), hp.n_embd, count, eps);
         matmul(head, ws.cur.data(), count, ws.logits.data());
         if (hp.final_logit_softcap > 0.0) {
             cpu::softcap(ws.logits.data(), count * hp.n_vocab, static_cast<float>(hp.final_logit_softcap));
@@ -321,10 +349,12 @@ struct CpuBackend::Impl {
         const gguf::TensorInfo* embd = spec.get(GlobalTensor::TokenEmbd);
         const auto bytes = file.tensor_data(*embd);
         const uint64_t row = *quant::row_bytes(embd->type, hp.n_embd);
-        for (size_t t = 0; t < tokens.size(); ++t) {
-            quant::dequantize_row(embd->type, bytes.data() + static_cast<uint64_t>(tokens[t]) * row,
-                                  ws.x.data() + t * hp.n_embd, hp.n_embd);
-        }
+        for_rows(static_cast<int64_t>(tokens.size()), [&](int64_t begin, int64_t end) {
+            for (int64_t t = begin; t < end; ++t) {
+                quant::dequantize_row(embd->type, bytes.data() + static_cast<uint64_t>(tokens[static_cast<size_t>(t)]) * row,
+                                      ws.x.data() + t * hp.n_embd, hp.n_embd);
+            }
+        });
         if (spec.arch->scale_embeddings) {
             cpu::scale(ws.x.data(), static_cast<int64_t>(tokens.size()) * hp.n_embd,
                        std::sqrt(static_cast<float>(hp.n_embd)));
