@@ -24,22 +24,20 @@ void rms_norm_rows(const float* x, const float* w, float* y, int64_t n, int64_t 
     }
 }
 
-void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p) {
+void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p, SimdLevel level) {
     // Angles for pair i are pos * base^(-2i/n_rot); advancing theta by a
     // constant factor per pair (as ggml does) instead of calling pow for
     // each keeps the same float rounding as the reference.
     const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(p.n_rot));
     const int64_t half = p.n_rot / 2;
-    float cos_cache[2048];
-    float sin_cache[2048];
-    float* cos_v = cos_cache;
-    float* sin_v = sin_cache;
+    float cache[2 * 2048];
+    float* cos_v = cache;
     std::unique_ptr<float[]> heap;
     if (half > 2048) {
         heap = std::make_unique<float[]>(static_cast<size_t>(2 * half));
         cos_v = heap.get();
-        sin_v = heap.get() + half;
     }
+    float* sin_v = cos_v + half;
     float theta = static_cast<float>(pos);
     for (int64_t i = 0; i < half; ++i) {
         const float ff = p.freq_factors ? p.freq_factors[i] : 1.0f;
@@ -48,12 +46,25 @@ void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const 
         sin_v[i] = std::sin(angle);
         theta *= theta_scale;
     }
+#if defined(__x86_64__)
+    if (level != SimdLevel::Scalar) {
+        return detail::rope_rotate_avx2(x, n_heads, head_dim, half, p.mode == RopeMode::Neox, cos_v, sin_v);
+    }
+#endif
+    (void)level;
+    detail::rope_rotate_scalar(x, n_heads, head_dim, half, p.mode == RopeMode::Neox, cos_v, sin_v);
+}
+
+namespace detail {
+
+void rope_rotate_scalar(float* x, int64_t n_heads, int64_t head_dim, int64_t half, bool neox, const float* cos_v,
+                        const float* sin_v, int64_t first) {
     for (int64_t h = 0; h < n_heads; ++h) {
         float* v = x + h * head_dim;
-        for (int64_t i = 0; i < half; ++i) {
+        for (int64_t i = first; i < half; ++i) {
             // NORM rotates neighbours; NEOX rotates element i with i + n_rot/2.
-            const int64_t a = p.mode == RopeMode::Norm ? 2 * i : i;
-            const int64_t b = p.mode == RopeMode::Norm ? 2 * i + 1 : i + half;
+            const int64_t a = neox ? i : 2 * i;
+            const int64_t b = neox ? i + half : 2 * i + 1;
             const float x0 = v[a];
             const float x1 = v[b];
             v[a] = std::fma(x0, cos_v[i], -(x1 * sin_v[i]));
@@ -61,8 +72,6 @@ void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const 
         }
     }
 }
-
-namespace detail {
 
 float ggml_expf_poly(float x) {
     // exp(x) = 2^n * p(b): n = round(x / ln 2) by the 1.5 * 2^23 trick, b =

@@ -25,8 +25,18 @@ struct RopeParams {
 };
 
 // Rotates in place the n_heads heads (each head_dim floats, contiguous) of
-// one token at position pos.
-void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p);
+// one token at position pos. The AVX2 rotation (level Avx2 and above) gives
+// the scalar one's bits: the same fused multiply-adds lane by lane.
+void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p,
+                SimdLevel level = SimdLevel::Scalar);
+namespace detail {
+// The rotation of rope_heads with the angles' cosines and sines given
+// (half = n_rot / 2 of each); the scalar one from pair `first` on.
+void rope_rotate_scalar(float* x, int64_t n_heads, int64_t head_dim, int64_t half, bool neox, const float* cos_v,
+                        const float* sin_v, int64_t first = 0);
+void rope_rotate_avx2(float* x, int64_t n_heads, int64_t head_dim, int64_t half, bool neox, const float* cos_v,
+                      const float* sin_v);
+}  // namespace detail
 
 // out[i] = silu(gate[i]) * up[i], with silu(x) = x / (1 + exp(-x)) where,
 // for each full group of 16 elements, exp is the polynomial that ggml's

@@ -2,6 +2,7 @@
 // lane (each fused multiply-add rounds once in both), so the bits agree.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels_cpu/elementwise.h"
@@ -57,6 +58,48 @@ void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
         _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
     }
     swiglu_scalar(gate + full, up + full, out + full, n - full);
+}
+
+void rope_rotate_avx2(float* x, int64_t n_heads, int64_t head_dim, int64_t half, bool neox, const float* cos_v,
+                      const float* sin_v) {
+    // Lane by lane the scalar rotation: a' = fma(x0, c, -(x1 s)) is fmsub
+    // of the rounded product x1 s, b' = fma(x0, s, x1 c) is fmadd of x1 c.
+    if (neox) {
+        const int64_t full = half - half % 8;
+        for (int64_t h = 0; h < n_heads; ++h) {
+            float* v = x + h * head_dim;
+            for (int64_t i = 0; i < full; i += 8) {
+                const __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + half + i);
+                const __m256 c = _mm256_loadu_ps(cos_v + i), s = _mm256_loadu_ps(sin_v + i);
+                _mm256_storeu_ps(v + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+                _mm256_storeu_ps(v + half + i, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+            }
+        }
+        if (full < half) {
+            rope_rotate_scalar(x, n_heads, head_dim, half, true, cos_v, sin_v, full);
+        }
+        return;
+    }
+    // Neighbouring pairs (x0, x1) in lanes (2i, 2i + 1): x0 and x1 each
+    // duplicated into both lanes, (c, s) and (s, c) interleaved, and
+    // fmaddsub does a' in the even lanes and b' in the odd ones.
+    const int64_t full = half - half % 4;
+    alignas(32) float cs[2 * 2048], sc[2 * 2048];
+    const int64_t n_pairs = std::min<int64_t>(full, 2048);
+    for (int64_t i = 0; i < n_pairs; ++i) {
+        cs[2 * i] = cos_v[i], cs[2 * i + 1] = sin_v[i];
+        sc[2 * i] = sin_v[i], sc[2 * i + 1] = cos_v[i];
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+        float* v = x + h * head_dim;
+        for (int64_t i = 0; i < n_pairs; i += 4) {
+            const __m256 xv = _mm256_loadu_ps(v + 2 * i);
+            const __m256 x0 = _mm256_moveldup_ps(xv), x1 = _mm256_movehdup_ps(xv);
+            const __m256 prod = _mm256_mul_ps(x1, _mm256_load_ps(sc + 2 * i));  // x1 s | x1 c
+            _mm256_storeu_ps(v + 2 * i, _mm256_fmaddsub_ps(x0, _mm256_load_ps(cs + 2 * i), prod));
+        }
+    }
+    if (n_pairs < half) rope_rotate_scalar(x, n_heads, head_dim, half, false, cos_v, sin_v, n_pairs);
 }
 
 }  // namespace tandem::cpu::detail

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -261,6 +262,43 @@ TEST(CpuOps, RopeRotatesPairsByPositionAngles) {
                 // float angle accumulation drifts by a few ulps of pos*theta
                 ASSERT_NEAR(x[h * head_dim + a], x0 * std::cos(theta) - x1 * std::sin(theta), 2e-4);
                 ASSERT_NEAR(x[h * head_dim + b], x0 * std::sin(theta) + x1 * std::cos(theta), 2e-4);
+            }
+        }
+    }
+}
+
+// The AVX2 rotation against the scalar one, bit for bit: both modes, pair
+// counts with and without a remainder past the vector width (half = 32, 10,
+// 3), rotated dimensions fewer than the head's, frequency factors, and
+// positions far enough out that the angles are large.
+TEST(CpuOps, RopeVectorRotationMatchesScalarBits) {
+    if (tc::best_simd_level() == tc::SimdLevel::Scalar) GTEST_SKIP() << "no AVX2 on this CPU";
+    std::vector<float> factors(32);
+    for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.37f * static_cast<float>(i);
+    for (auto mode : {tc::RopeMode::Norm, tc::RopeMode::Neox}) {
+        for (int64_t n_rot : {64, 20, 6}) {
+            for (bool with_factors : {false, true}) {
+                for (int64_t pos : {0, 5, 31000}) {
+                    const int64_t head_dim = 64, n_heads = 3;
+                    const auto x = random_vector(static_cast<size_t>(n_heads * head_dim), static_cast<uint32_t>(9 + n_rot), 4.0f);
+                    tc::RopeParams p;
+                    p.mode = mode;
+                    p.n_rot = n_rot;
+                    p.freq_base = 500000.0f;
+                    p.freq_scale = 0.25f;
+                    p.freq_factors = with_factors ? factors.data() : nullptr;
+                    auto ref = x, vec = x;
+                    tc::rope_heads(ref.data(), n_heads, head_dim, pos, p, tc::SimdLevel::Scalar);
+                    tc::rope_heads(vec.data(), n_heads, head_dim, pos, p, tc::best_simd_level());
+                    for (size_t i = 0; i < x.size(); ++i) {
+                        ASSERT_EQ(std::bit_cast<uint32_t>(vec[i]), std::bit_cast<uint32_t>(ref[i]))
+                            << "mode " << static_cast<int>(mode) << " n_rot " << n_rot << " pos " << pos << " element " << i;
+                    }
+                    // Dimensions past n_rot are left alone.
+                    for (int64_t h = 0; h < n_heads; ++h) {
+                        for (int64_t d = n_rot; d < head_dim; ++d) ASSERT_EQ(vec[h * head_dim + d], x[h * head_dim + d]);
+                    }
+                }
             }
         }
     }

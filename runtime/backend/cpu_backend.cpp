@@ -288,8 +288,8 @@ struct CpuBackend::Impl {
         for_rows(n, [&](int64_t b, int64_t e) {
             for (int64_t t = b; t < e; ++t) {
                 const int32_t p = pos[static_cast<size_t>(t)];
-                cpu::rope_heads(ws.q.data() + t * hp.q_dim(), hp.n_head, hp.head_dim_k, p, rope);
-                cpu::rope_heads(ws.k.data() + t * hp.k_dim(), hp.n_head_kv, hp.head_dim_k, p, rope);
+                cpu::rope_heads(ws.q.data() + t * hp.q_dim(), hp.n_head, hp.head_dim_k, p, rope, level);
+                cpu::rope_heads(ws.k.data() + t * hp.k_dim(), hp.n_head_kv, hp.head_dim_k, p, rope, level);
             }
         });
         for (int64_t t = 0; t < n; ++t) {
@@ -317,14 +317,18 @@ struct CpuBackend::Impl {
         norm_rows(ws.x.data(), w.ffn_norm.data(), ws.cur.data(), E, n, eps);
         mm_shared({{LayerTensor::FfnGate, &w.gate, ws.ffn_gate.data()}, {LayerTensor::FfnUp, &w.up, ws.ffn_up.data()}},
                   ws.cur.data());
+        // One call per token row, as ggml applies its activation row by row
+        // (SwiGLU's 16-element groups and expf tail are counted per row).
         const bool silu = spec.arch->ffn_activation == model::FfnActivation::Silu;
         for_rows(n, [&](int64_t b, int64_t e) {
-            float* g = ws.ffn_gate.data() + b * hp.n_ff;
-            const float* u = ws.ffn_up.data() + b * hp.n_ff;
-            if (silu) {
-                cpu::swiglu(g, u, g, (e - b) * hp.n_ff, level);
-            } else {
-                cpu::geglu(g, u, g, (e - b) * hp.n_ff);
+            for (int64_t t = b; t < e; ++t) {
+                float* g = ws.ffn_gate.data() + t * hp.n_ff;
+                const float* u = ws.ffn_up.data() + t * hp.n_ff;
+                if (silu) {
+                    cpu::swiglu(g, u, g, hp.n_ff, level);
+                } else {
+                    cpu::geglu(g, u, g, hp.n_ff);
+                }
             }
         });
         mm(LayerTensor::FfnDown, w.down, ws.ffn_gate.data(), ws.cur.data());
