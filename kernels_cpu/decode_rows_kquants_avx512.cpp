@@ -89,6 +89,9 @@ struct Q4KRows {
     // Activation register k: sub-blocks s and s + 2, s = 0, 1, 4, 5.
     static int first_piece(int k) { return 32 * (4 * (k / 2) + k % 2); }
     static int second_piece(int k) { return first_piece(k) + 64; }
+    // Lanes 4..7 whose sum is the minimum sum: mins has it there already
+    // (lanes 0..3 multiply the scales by 0).
+    static __m256i upper_mins(__m256i mins) { return mins; }
     static __m256i act_sums(const block_q8_K& y) {
         // Sums of 32 elements from the pairs of 16-element sums (exact in
         // 16 bits: at most 32 x 128).
@@ -123,6 +126,9 @@ struct Q2KRows {
     static int first_piece(int j) { return 32 * j; }
     static int second_piece(int j) { return 128 + 32 * j; }
     static __m256i act_sums(const block_q8_K& y) { return load256(y.bsums); }
+    // Lanes 4..7 whose sum is the minimum sum: all eight lanes of mins
+    // hold part of it, the lower half is added to the upper.
+    static __m256i upper_mins(__m256i mins) { return _mm256_add_epi32(mins, _mm256_permute2x128_si256(mins, mins, 0x00)); }
     // Word i of the packed pair (register 2 p, 2 p + 1): 128-bit lane k
     // has groups base(k) + 4 p (words 0..3) and + 2 (words 4..7).
     static __m512i scale_index(int p) {
@@ -226,8 +232,7 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
                     kernel.totals(b, p.act, p.sums, tot, mins);
                     const __m256i t8 = _mm256_add_epi32(_mm512_castsi512_si256(tot), _mm512_extracti64x4_epi64(tot, 1));
                     const __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t8), _mm256_extracti128_si256(t8, 1));
-                    const __m128i m4 = _mm_add_epi32(_mm256_castsi256_si128(mins), _mm256_extracti128_si256(mins, 1));
-                    partial[k][r] = _mm256_inserti128_si256(_mm256_castsi128_si256(t4), m4, 1);
+                    partial[k][r] = _mm256_blend_epi32(_mm256_castsi128_si256(t4), F::upper_mins(mins), 0xF0);
                     uint32_t dd;
                     std::memcpy(&dd, &b.d, sizeof(dd));  // d, dmin: adjacent fp16 in both formats
                     scales[k][r] = dd;
