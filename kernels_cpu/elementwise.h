@@ -11,8 +11,13 @@
 namespace tandem::cpu {
 
 // y = x / sqrt(mean(x^2) + eps) * w, for n_rows rows of n. y may alias x.
-// w may be nullptr (no weight).
-void rms_norm_rows(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps);
+// w may be nullptr (no weight). Level Avx2 and above: the same bits.
+void rms_norm_rows(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps,
+                   SimdLevel level = SimdLevel::Scalar);
+namespace detail {
+// sums[q] = sum over i in order of double(x[q n + i]^2 in float), q < 4.
+void square_sums4_avx2(const float* x, int64_t n, double* sums);
+}  // namespace detail
 
 enum class RopeMode { Norm, Neox };
 

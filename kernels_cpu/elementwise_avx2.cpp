@@ -60,6 +60,29 @@ void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
     swiglu_scalar(gate + full, up + full, out + full, n - full);
 }
 
+void square_sums4_avx2(const float* x, int64_t n, double* sums) {
+    // Lane q holds row q's chain: four elements of each row transposed into
+    // four registers, each squared in float, widened and added in order.
+    __m256d acc = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m128 r0 = _mm_loadu_ps(x + i), r1 = _mm_loadu_ps(x + n + i), r2 = _mm_loadu_ps(x + 2 * n + i),
+               r3 = _mm_loadu_ps(x + 3 * n + i);
+        _MM_TRANSPOSE4_PS(r0, r1, r2, r3);  // r_j = element i + j of rows 0..3
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_mul_ps(r0, r0)));
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_mul_ps(r1, r1)));
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_mul_ps(r2, r2)));
+        acc = _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_mul_ps(r3, r3)));
+    }
+    alignas(32) double out[4];
+    _mm256_store_pd(out, acc);
+    for (int q = 0; q < 4; ++q) {
+        double sum = out[q];
+        for (int64_t k = i; k < n; ++k) sum += static_cast<double>(x[q * n + k] * x[q * n + k]);
+        sums[q] = sum;
+    }
+}
+
 void rope_rotate_avx2(float* x, int64_t n_heads, int64_t head_dim, int64_t half, bool neox, const float* cos_v,
                       const float* sin_v) {
     // Lane by lane the scalar rotation: a' = fma(x0, c, -(x1 s)) is fmsub

@@ -243,6 +243,28 @@ TEST(CpuOps, RmsNormMatchesDefinition) {
     }
 }
 
+// Four rows' square sums side by side (AVX2) against one row at a time,
+// bit for bit: row counts around the group of four, widths with and without
+// a remainder, with and without a weight, in place.
+TEST(CpuOps, RmsNormRowGroupsMatchScalarBits) {
+    if (tc::best_simd_level() == tc::SimdLevel::Scalar) GTEST_SKIP() << "no AVX2 on this CPU";
+    for (int64_t n : {640, 2050, 7}) {
+        for (int64_t n_rows : {1, 3, 4, 5, 8, 9}) {
+            const auto x = random_vector(static_cast<size_t>(n * n_rows), static_cast<uint32_t>(n + n_rows), 30.0f);
+            const auto w = random_vector(static_cast<size_t>(n), 12);
+            for (const float* wp : {w.data(), static_cast<const float*>(nullptr)}) {
+                std::vector<float> ref(x.size()), vec = x;
+                tc::rms_norm_rows(x.data(), wp, ref.data(), n, n_rows, 1e-5f, tc::SimdLevel::Scalar);
+                tc::rms_norm_rows(vec.data(), wp, vec.data(), n, n_rows, 1e-5f, tc::best_simd_level());  // in place
+                for (size_t i = 0; i < x.size(); ++i) {
+                    ASSERT_EQ(std::bit_cast<uint32_t>(vec[i]), std::bit_cast<uint32_t>(ref[i]))
+                        << "n " << n << " rows " << n_rows << " element " << i;
+                }
+            }
+        }
+    }
+}
+
 TEST(CpuOps, RopeRotatesPairsByPositionAngles) {
     const int64_t head_dim = 64, n_rot = 64, n_heads = 2, pos = 37;
     for (auto mode : {tc::RopeMode::Norm, tc::RopeMode::Neox}) {

@@ -233,7 +233,7 @@ struct CpuBackend::Impl {
         }
     }
     void norm_rows(const float* x, const float* w, float* y, int64_t len, int64_t n_rows, float eps) {
-        for_rows(n_rows, [&](int64_t b, int64_t e) { cpu::rms_norm_rows(x + b * len, w, y + b * len, len, e - b, eps); });
+        for_rows(n_rows, [&](int64_t b, int64_t e) { cpu::rms_norm_rows(x + b * len, w, y + b * len, len, e - b, eps, level); });
     }
     void add_rows(float* y, const float* x, int64_t len, int64_t n_rows) {
         for_rows(n_rows, [&](int64_t b, int64_t e) { cpu::add(y + b * len, x + b * len, (e - b) * len); });
