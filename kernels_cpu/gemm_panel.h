@@ -21,6 +21,12 @@ inline constexpr int64_t kPanelRows = 16;
 // Bytes of the per-thread buffer one panel of n_cols columns needs.
 size_t q4_K_panel_bytes(int64_t n_cols);
 
+// The Q4_K and Q5_K panels read each activation row's 32-element sums
+// (eight int16 per super-block) from k4_panel_row_extra(n_cols) bytes after
+// its blocks, which k4_panel_prepare fills in place (a_type Q8_K).
+size_t k4_panel_row_extra(int64_t n_cols);
+void k4_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
+
 // Y[t * ldy + r] for rows [r0, r0 + n_rows) (n_rows <= 16) and tokens
 // [0, n_tokens) (a multiple of 4): Q4_K rows w (row_stride bytes apart)
 // against Q8_K activation rows a (a_stride bytes apart), in the float

@@ -14,13 +14,13 @@ namespace {
 using namespace tandem::quant;
 
 // Per super-block of the panel: codes [sub-block 8][group 8][row 16][4],
-// then scales [sub-block 8][row 16] as int32 and minimums twice as int16
-// pairs (for vpdpwssd against two 16-element activation sums), then d and
-// dmin [row 16] as float.
+// then scales [sub-block 8][row 16] as int32 and minimums as int16 pairs of
+// neighbouring sub-blocks (unpack_k4_header), then d and dmin [row 16] as
+// float.
 struct PanelBlock {
     alignas(64) uint8_t codes[8][8][kPanelRows][4];
     alignas(64) int32_t scale[8][kPanelRows];
-    alignas(64) int16_t min[8][kPanelRows][2];
+    alignas(64) int16_t min_pair[4][kPanelRows][2];
     alignas(64) float d[kPanelRows];
     alignas(64) float dmin[kPanelRows];
 };
@@ -44,10 +44,28 @@ void unpack_rows(const panel::PanelRows& rows, int64_t i, PanelBlock& p) {
             _mm512_store_si512(p.codes[2 * k + 1][j], _mm512_maskz_and_epi32(live, _mm512_srli_epi32(g[j], 4), low4));
         }
     }
-    panel::unpack_k4_header(rows, i, p.scale, p.min, p.d, p.dmin);
+    panel::unpack_k4_header(rows, i, p.scale, p.min_pair, p.d, p.dmin);
 }
 
 }  // namespace
+
+size_t k4_panel_row_extra(int64_t n_cols) { return 8 * sizeof(int16_t) * static_cast<size_t>(n_cols / kQK_K); }
+
+void k4_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
+    TANDEM_CHECK(a_type == quant::Type::Q8_K, "q4_K/q5_K panel: activations not Q8_K");
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        auto* row = static_cast<uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
+        const auto* blocks = reinterpret_cast<const block_q8_K*>(row);
+        auto* sums = row + panel::k4_sums_offset(n_cols);
+        for (int64_t i = 0; i < n_cols / kQK_K; ++i) {
+            // Sums of 32 from the pairs of 16-element sums (at most 32 x 128:
+            // exact in 16 bits).
+            const __m128i pairs = _mm256_cvtepi32_epi16(_mm256_madd_epi16(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[i].bsums)), _mm256_set1_epi16(1)));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(sums + 16 * static_cast<size_t>(i)), pairs);
+        }
+    }
+}
 
 size_t q4_K_panel_bytes(int64_t n_cols) { return sizeof(PanelBlock) * static_cast<size_t>(n_cols / kQK_K); }
 
@@ -58,7 +76,10 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<PanelBlock*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q4_K));
     for (int64_t i = 0; i < nb; ++i) unpack_rows(rows, i, blocks[i]);
+    const size_t sums_offset = panel::k4_sums_offset(n_cols);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
+        const uint8_t* sums[NT];  // the 32-element sums k4_panel_prepare appended
+        for (int t = 0; t < NT; ++t) sums[t] = reinterpret_cast<const uint8_t*>(act[t]) + sums_offset;
         __m512 acc[NT], acc_min[NT];
         for (int t = 0; t < NT; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
@@ -86,12 +107,12 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                         for (int t = 0; t < NT; ++t) dot[t] = panel::dpbusd_bcast(dot[t], wv, act[t][i].qs + 32 * s + 4 * g);
                     }
                     const __m512i sc = _mm512_load_si512(p.scale[s]);
-                    const __m512i mn = _mm512_load_si512(p.min[s]);
-                    for (int t = 0; t < NT; ++t) {
-                        isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
-                        // min * (bsum[2s] + bsum[2s+1]) in one instruction, exact.
-                        imin[t] = _mm512_dpwssd_epi32(imin[t], mn, panel::bcast4(act[t][i].bsums + 2 * s));
-                    }
+                    for (int t = 0; t < NT; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
+                }
+                // The span's minimum sum, both sub-blocks in one vpdpwssd, exact.
+                const __m512i mn = _mm512_load_si512(p.min_pair[j]);
+                for (int t = 0; t < NT; ++t) {
+                    imin[t] = _mm512_dpwssd_epi32(imin[t], mn, panel::bcast4(sums[t] + 16 * static_cast<size_t>(i) + 4 * j));
                 }
                 for (int t = 0; t < NT; ++t) {
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), dd[t], acc[t]);

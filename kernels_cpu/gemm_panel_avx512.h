@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "kernels_cpu/gemm_panel.h"
+#include "runtime/quant/quant_blocks.h"
 
 namespace tandem::cpu::detail::panel {
 
@@ -112,11 +113,13 @@ struct PanelRows {
 
 // The first 16 bytes of a Q4_K or Q5_K super-block (d, dmin, then the 12
 // bytes of packed 6-bit scales and minimums) of all 16 rows: scales as
-// int32, minimums as the int16 pair (m, m), d and dmin as floats. This is
+// int32, minimums as int16 pairs of neighbouring sub-blocks (2j, 2j + 1),
+// for vpdpwssd against the activation's 32-element sums of those two (see
+// k4_panel_prepare), d and dmin as floats. This is
 // element::q4_K_scale_min on four sub-blocks per byte lane: scale bytes 0-3
 // (b0), 4-7 (b1), 8-11 (b2); sub-blocks 0-3: b0 & 63, b1 & 63; 4-7:
 // (b2 & 15) | (b0 >> 6) << 4, (b2 >> 4) | (b1 >> 6) << 4.
-inline void unpack_k4_header(const PanelRows& rows, int64_t i, int32_t (*scale)[kPanelRows], int16_t (*min)[kPanelRows][2],
+inline void unpack_k4_header(const PanelRows& rows, int64_t i, int32_t (*scale)[kPanelRows], int16_t (*min_pair)[kPanelRows][2],
                              float* d, float* dmin) {
     __m512i v[4];
     rows.lanes16(i, 0, v);
@@ -124,16 +127,21 @@ inline void unpack_k4_header(const PanelRows& rows, int64_t i, int32_t (*scale)[
     const __m512i b0 = v[1], b1 = v[2], b2 = v[3];
     const __m512i sc[2] = {move_byte_bits(b0, 0, 0, 6), _mm512_or_si512(move_byte_bits(b2, 0, 0, 4), move_byte_bits(b0, 6, 4, 2))};
     const __m512i mn[2] = {move_byte_bits(b1, 0, 0, 6), _mm512_or_si512(move_byte_bits(b2, 4, 0, 4), move_byte_bits(b1, 6, 4, 2))};
-    const __m512i byte = _mm512_set1_epi32(0xFF);
+    const __m512i byte = _mm512_set1_epi32(0xFF), byte1 = _mm512_set1_epi32(0xFF00);
     for (int s = 0; s < 8; ++s) {
-        const int shift = 8 * (s % 4);
-        _mm512_store_si512(scale[s], _mm512_and_si512(_mm512_srli_epi32(sc[s / 4], shift), byte));
-        const __m512i m = _mm512_and_si512(_mm512_srli_epi32(mn[s / 4], shift), byte);
-        _mm512_store_si512(min[s], _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
+        _mm512_store_si512(scale[s], _mm512_and_si512(_mm512_srli_epi32(sc[s / 4], 8 * (s % 4)), byte));
+    }
+    for (int j = 0; j < 4; ++j) {
+        // Bytes 2 (j % 2) and 2 (j % 2) + 1 of the minimums' dword, as words.
+        const __m512i m = _mm512_srli_epi32(mn[j / 2], 16 * (j % 2));
+        _mm512_store_si512(min_pair[j], _mm512_or_si512(_mm512_and_si512(m, byte), _mm512_slli_epi32(_mm512_and_si512(m, byte1), 8)));
     }
     _mm512_store_ps(d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v[0])));
     _mm512_store_ps(dmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v[0], 16))));
 }
+
+// Where k4_panel_prepare puts a Q8_K row's 32-element sums: after its blocks.
+inline size_t k4_sums_offset(int64_t n_cols) { return sizeof(quant::block_q8_K) * static_cast<size_t>(n_cols / quant::kQK_K); }
 
 // Four activation bytes broadcast to every lane, for vpdpbusd.
 inline __m512i bcast4(const void* p) {

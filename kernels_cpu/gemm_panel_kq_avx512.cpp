@@ -20,13 +20,13 @@ namespace {
 using namespace tandem::quant;
 constexpr int NT = panel::kTokens;
 
-// Q5_K: sub-blocks of 32 with a 6-bit scale and minimum each; minimums
-// twice as int16 pairs, for vpdpwssd against two 16-element activation
-// sums (as Q4_K).
+// Q5_K: sub-blocks of 32 with a 6-bit scale and minimum each; minimums as
+// int16 pairs of neighbouring sub-blocks, against the activation's
+// 32-element sums (as Q4_K).
 struct Panel5 {
     alignas(64) uint8_t codes[8][8][kPanelRows][4];
     alignas(64) int32_t scale[8][kPanelRows];
-    alignas(64) int16_t min[8][kPanelRows][2];
+    alignas(64) int16_t min_pair[4][kPanelRows][2];
     alignas(64) float d[kPanelRows];
     alignas(64) float dmin[kPanelRows];
 };
@@ -49,7 +49,7 @@ void unpack5_rows(const panel::PanelRows& rows, int64_t i, Panel5& p) {
             }
         }
     }
-    panel::unpack_k4_header(rows, i, p.scale, p.min, p.d, p.dmin);
+    panel::unpack_k4_header(rows, i, p.scale, p.min_pair, p.d, p.dmin);
 }
 
 // Q3_K: groups of 16 with a signed 6-bit scale; value = code - 4. Scales
@@ -293,7 +293,10 @@ void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<Panel5*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q5_K));
     for (int64_t i = 0; i < nb; ++i) unpack5_rows(rows, i, blocks[i]);
+    const size_t sums_offset = panel::k4_sums_offset(n_cols);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
+        const uint8_t* sums[NT];  // the 32-element sums k4_panel_prepare appended
+        for (int t = 0; t < NT; ++t) sums[t] = reinterpret_cast<const uint8_t*>(act[t]) + sums_offset;
         __m512 acc[NT];
         for (auto& v : acc) v = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
@@ -308,11 +311,13 @@ void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                     for (int t = 0; t < NT; ++t) dot[t] = panel::dpbusd_bcast(dot[t], wv, act[t][i].qs + 32 * s + 4 * g);
                 }
                 const __m512i sc = _mm512_load_si512(p.scale[s]);
-                const __m512i mn = _mm512_load_si512(p.min[s]);
+                for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(dot[t], sc));
+            }
+            // The minimum sum, two sub-blocks per vpdpwssd, exact.
+            for (int j = 0; j < 4; ++j) {
+                const __m512i mn = _mm512_load_si512(p.min_pair[j]);
                 for (int t = 0; t < NT; ++t) {
-                    total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(dot[t], sc));
-                    // min * (bsum[2s] + bsum[2s+1]) in one instruction, exact.
-                    msum[t] = _mm512_dpwssd_epi32(msum[t], mn, panel::bcast4(act[t][i].bsums + 2 * s));
+                    msum[t] = _mm512_dpwssd_epi32(msum[t], mn, panel::bcast4(sums[t] + 16 * static_cast<size_t>(i) + 4 * j));
                 }
             }
             const __m512 d = _mm512_load_ps(p.d);
