@@ -36,8 +36,13 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 
 // Q6_K batch rows in the same panel scheme, in the order of dot_q6_K_batch
 // (llama.cpp's tiled kernel: super-block total x d, then one fused
-// multiply-add with the activation scale). Same contract as above.
+// multiply-add with the activation scale). Same contract as above. The
+// Q6_K and Q3_K panels read group_starts_row_extra(n_cols) bytes after each
+// activation row, filled by their prepare (a_type Q8_K).
 size_t q6_K_panel_bytes(int64_t n_cols);
+size_t group_starts_row_extra(int64_t n_cols);
+void q6_K_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
+void q3_K_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
 void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 

@@ -56,7 +56,7 @@ void k4_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_to
     for (int64_t t = 0; t < n_tokens; ++t) {
         auto* row = static_cast<uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
         const auto* blocks = reinterpret_cast<const block_q8_K*>(row);
-        auto* sums = row + panel::k4_sums_offset(n_cols);
+        auto* sums = row + panel::q8_K_extra_offset(n_cols);
         for (int64_t i = 0; i < n_cols / kQK_K; ++i) {
             // Sums of 32 from the pairs of 16-element sums (at most 32 x 128:
             // exact in 16 bits).
@@ -76,7 +76,7 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<PanelBlock*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q4_K));
     for (int64_t i = 0; i < nb; ++i) unpack_rows(rows, i, blocks[i]);
-    const size_t sums_offset = panel::k4_sums_offset(n_cols);
+    const size_t sums_offset = panel::q8_K_extra_offset(n_cols);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         const uint8_t* sums[NT];  // the 32-element sums k4_panel_prepare appended
         for (int t = 0; t < NT; ++t) sums[t] = reinterpret_cast<const uint8_t*>(act[t]) + sums_offset;
@@ -127,13 +127,12 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 namespace {
 
 // Per super-block of a Q6_K panel: unsigned 6-bit codes [group 16][quad 4]
-// [row 16][4] (value = code - 32), group scales [group 16][row 16] as int32
-// and as int16 pairs of neighbouring groups (for vpdpwssd against two group
-// activation sums), d [row].
+// [row 16][4] (value = code - 32: each group's dot product starts from
+// -32 times its activation sum, q6_K_panel_prepare), group scales [group
+// 16][row 16] as int32, d [row].
 struct PanelBlock6 {
     alignas(64) uint8_t codes[16][4][kPanelRows][4];
     alignas(64) int32_t scale[16][kPanelRows];
-    alignas(64) int16_t scale_pair[8][kPanelRows][2];
     alignas(64) float d[kPanelRows];
 };
 
@@ -161,8 +160,7 @@ void unpack6_rows(const panel::PanelRows& rows, int64_t i, PanelBlock6& p) {
             }
         }
     }
-    // Sixteen signed scales per row: as int32 one register per group, and as
-    // int16 pairs of neighbouring groups.
+    // Sixteen signed scales per row, as int32, one register per group.
     __m512i sv[4];
     rows.lanes16(i, offsetof(block_q6_K, scales), sv);
     for (int j = 0; j < 4; ++j) {
@@ -170,11 +168,6 @@ void unpack6_rows(const panel::PanelRows& rows, int64_t i, PanelBlock6& p) {
         for (int b = 0; b < 4; ++b) {
             _mm512_store_si512(p.scale[4 * j + b], _mm512_srai_epi32(_mm512_slli_epi32(s4, 24 - 8 * b), 24));
         }
-        const __m512i even = _mm512_srai_epi16(_mm512_slli_epi16(s4, 8), 8);  // bytes 0 and 2 as int16
-        const __m512i odd = _mm512_srai_epi16(s4, 8);                          // bytes 1 and 3
-        const __m512i word_lo = _mm512_set1_epi32(0xFFFF);
-        _mm512_store_si512(p.scale_pair[2 * j], _mm512_or_si512(_mm512_and_si512(even, word_lo), _mm512_slli_epi32(odd, 16)));
-        _mm512_store_si512(p.scale_pair[2 * j + 1], _mm512_or_si512(_mm512_srli_epi32(even, 16), _mm512_andnot_si512(word_lo, odd)));
     }
     _mm512_store_ps(p.d, rows.halves(i, offsetof(block_q6_K, d)));
 }
@@ -182,6 +175,11 @@ void unpack6_rows(const panel::PanelRows& rows, int64_t i, PanelBlock6& p) {
 }  // namespace
 
 size_t q6_K_panel_bytes(int64_t n_cols) { return sizeof(PanelBlock6) * static_cast<size_t>(n_cols / kQK_K); }
+size_t group_starts_row_extra(int64_t n_cols) { return 16 * sizeof(int32_t) * static_cast<size_t>(n_cols / kQK_K); }
+void q6_K_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
+    TANDEM_CHECK(a_type == quant::Type::Q8_K, "q6_K panel: activations not Q8_K");
+    panel::write_group_starts(a, a_stride, n_tokens, n_cols, 32);
+}
 
 void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
@@ -190,7 +188,10 @@ void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<PanelBlock6*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q6_K));
     for (int64_t i = 0; i < nb; ++i) unpack6_rows(rows, i, blocks[i]);
+    const size_t starts_offset = panel::q8_K_extra_offset(n_cols);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
+        const uint8_t* starts[NT];  // the group starts q6_K_panel_prepare appended
+        for (int t = 0; t < NT; ++t) starts[t] = reinterpret_cast<const uint8_t*>(act[t]) + starts_offset;
         __m512 acc[NT];
         for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
@@ -198,21 +199,16 @@ void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
             __m512i total[NT];
             for (int t = 0; t < NT; ++t) total[t] = _mm512_setzero_si512();
             for (int g = 0; g < 16; ++g) {
+                // value = code - 32: the group's dot product starts from -32
+                // times its activation sum (the same integer).
                 __m512i dot[NT];
-                for (int t = 0; t < NT; ++t) dot[t] = _mm512_setzero_si512();
+                for (int t = 0; t < NT; ++t) dot[t] = panel::bcast4(starts[t] + 64 * static_cast<size_t>(i) + 4 * g);
                 for (int q = 0; q < 4; ++q) {
                     const __m512i wv = _mm512_load_si512(p.codes[g][q]);
                     for (int t = 0; t < NT; ++t) dot[t] = panel::dpbusd_bcast(dot[t], wv, act[t][i].qs + 16 * g + 4 * q);
                 }
                 const __m512i sc = _mm512_load_si512(p.scale[g]);
                 for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(dot[t], sc));
-            }
-            // value = code - 32: the super-block total less 32 * sum over
-            // groups of scale * activation sum, two groups per vpdpwssd;
-            // the same integer as subtracting inside each group.
-            for (int t = 0; t < NT; ++t) {
-                const __m512i off = panel::scaled_group_sums(p.scale_pair, act[t][i].bsums);
-                total[t] = _mm512_sub_epi32(total[t], _mm512_slli_epi32(off, 5));
             }
             const __m512 d = _mm512_load_ps(p.d);
             for (int t = 0; t < NT; ++t) {

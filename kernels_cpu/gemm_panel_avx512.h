@@ -140,8 +140,9 @@ inline void unpack_k4_header(const PanelRows& rows, int64_t i, int32_t (*scale)[
     _mm512_store_ps(dmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v[0], 16))));
 }
 
-// Where k4_panel_prepare puts a Q8_K row's 32-element sums: after its blocks.
-inline size_t k4_sums_offset(int64_t n_cols) { return sizeof(quant::block_q8_K) * static_cast<size_t>(n_cols / quant::kQK_K); }
+// Where a panel's preparation puts what it appends to a Q8_K row: after its
+// blocks.
+inline size_t q8_K_extra_offset(int64_t n_cols) { return sizeof(quant::block_q8_K) * static_cast<size_t>(n_cols / quant::kQK_K); }
 
 // Four activation bytes broadcast to every lane, for vpdpbusd.
 inline __m512i bcast4(const void* p) {
@@ -164,14 +165,21 @@ inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const void* p) {
 #endif
 }
 
-// Sum over the 16 groups of a super-block of scale * activation group sum
-// for every panel row, two groups per vpdpwssd: scale_pair[k][row] holds
-// the scales of groups 2k and 2k+1, bsums the activation's 16 group sums.
-// Exact; the offset term of Q3_K and Q6_K is this times their code offset.
-inline __m512i scaled_group_sums(const int16_t (*scale_pair)[kPanelRows][2], const int16_t* bsums) {
-    __m512i sum = _mm512_setzero_si512();
-    for (int k = 0; k < 8; ++k) sum = _mm512_dpwssd_epi32(sum, _mm512_load_si512(scale_pair[k]), bcast4(bsums + 2 * k));
-    return sum;
+// The group starts of the Q6_K and Q3_K panels: after each Q8_K row's
+// blocks (q8_K_extra_offset), per super-block 16 int32, -offset times each
+// 16-element group's activation sum, where a group's integer dot product of
+// the unsigned codes starts, so it comes out as that of code - offset.
+inline void write_group_starts(void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols, int offset) {
+    const __m512i factor = _mm512_set1_epi32(-offset);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        auto* row = static_cast<uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
+        const auto* blocks = reinterpret_cast<const quant::block_q8_K*>(row);
+        auto* starts = row + q8_K_extra_offset(n_cols);
+        for (int64_t i = 0; i < n_cols / quant::kQK_K; ++i) {
+            const __m512i sums = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[i].bsums)));
+            _mm512_storeu_si512(starts + 64 * static_cast<size_t>(i), _mm512_mullo_epi32(sums, factor));
+        }
+    }
 }
 
 // Runs tile(act, out) for each tile of kTokens tokens (n_tokens is a

@@ -52,13 +52,12 @@ void unpack5_rows(const panel::PanelRows& rows, int64_t i, Panel5& p) {
     panel::unpack_k4_header(rows, i, p.scale, p.min_pair, p.d, p.dmin);
 }
 
-// Q3_K: groups of 16 with a signed 6-bit scale; value = code - 4. Scales
-// also as int16 pairs of neighbouring groups, for the offset term by
-// vpdpwssd against two group activation sums (as Q6_K).
+// Q3_K: groups of 16 with a signed 6-bit scale; value = code - 4, each
+// group's dot product starting from -4 times its activation sum
+// (q3_K_panel_prepare, as Q6_K).
 struct Panel3 {
     alignas(64) uint8_t codes[16][4][kPanelRows][4];
     alignas(64) int32_t scale[16][kPanelRows];
-    alignas(64) int16_t scale_pair[8][kPanelRows][2];
     alignas(64) float d[kPanelRows];
 };
 
@@ -103,11 +102,6 @@ void unpack3_rows(const panel::PanelRows& rows, int64_t i, Panel3& p) {
             const __m512i v = _mm512_sub_epi32(_mm512_and_si512(_mm512_srli_epi32(six, 8 * b), byte), thirty_two);
             _mm512_store_si512(p.scale[g], _mm512_maskz_mov_epi32(rows.live, v));
         }
-    }
-    for (int k = 0; k < 8; ++k) {
-        // (scale 2k, scale 2k + 1) as an int16 pair, from the int32 values.
-        const __m512i lo = _mm512_load_si512(p.scale[2 * k]), hi = _mm512_load_si512(p.scale[2 * k + 1]);
-        _mm512_store_si512(p.scale_pair[k], _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi32(0xFFFF)), _mm512_slli_epi32(hi, 16)));
     }
     _mm512_store_ps(p.d, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w[3], 16))));
 }
@@ -286,6 +280,10 @@ void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 
 size_t q5_K_panel_bytes(int64_t n_cols) { return sizeof(Panel5) * static_cast<size_t>(n_cols / kQK_K); }
 size_t q3_K_panel_bytes(int64_t n_cols) { return sizeof(Panel3) * static_cast<size_t>(n_cols / kQK_K); }
+void q3_K_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
+    TANDEM_CHECK(a_type == quant::Type::Q8_K, "q3_K panel: activations not Q8_K");
+    panel::write_group_starts(a, a_stride, n_tokens, n_cols, 4);
+}
 
 void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
@@ -293,7 +291,7 @@ void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<Panel5*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q5_K));
     for (int64_t i = 0; i < nb; ++i) unpack5_rows(rows, i, blocks[i]);
-    const size_t sums_offset = panel::k4_sums_offset(n_cols);
+    const size_t sums_offset = panel::q8_K_extra_offset(n_cols);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         const uint8_t* sums[NT];  // the 32-element sums k4_panel_prepare appended
         for (int t = 0; t < NT; ++t) sums[t] = reinterpret_cast<const uint8_t*>(act[t]) + sums_offset;
@@ -338,7 +336,10 @@ void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<Panel3*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q3_K));
     for (int64_t i = 0; i < nb; ++i) unpack3_rows(rows, i, blocks[i]);
+    const size_t starts_offset = panel::q8_K_extra_offset(n_cols);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
+        const uint8_t* starts[NT];  // the group starts q3_K_panel_prepare appended
+        for (int t = 0; t < NT; ++t) starts[t] = reinterpret_cast<const uint8_t*>(act[t]) + starts_offset;
         __m512 acc[NT];
         for (auto& v : acc) v = _mm512_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
@@ -346,21 +347,14 @@ void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
             __m512i total[NT];
             for (auto& v : total) v = _mm512_setzero_si512();
             for (int g = 0; g < 16; ++g) {
-                __m512i dot[NT];
-                for (auto& v : dot) v = _mm512_setzero_si512();
+                __m512i dot[NT];  // from -4 times the group's activation sum: value = code - 4
+                for (int t = 0; t < NT; ++t) dot[t] = panel::bcast4(starts[t] + 64 * static_cast<size_t>(i) + 4 * g);
                 for (int q = 0; q < 4; ++q) {
                     const __m512i wv = _mm512_load_si512(p.codes[g][q]);
                     for (int t = 0; t < NT; ++t) dot[t] = panel::dpbusd_bcast(dot[t], wv, act[t][i].qs + 16 * g + 4 * q);
                 }
                 const __m512i sc = _mm512_load_si512(p.scale[g]);
                 for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(dot[t], sc));
-            }
-            // value = code - 4: less 4 * sum over groups of scale *
-            // activation sum, two groups per vpdpwssd; the same integer as
-            // subtracting inside each group.
-            for (int t = 0; t < NT; ++t) {
-                const __m512i off = panel::scaled_group_sums(p.scale_pair, act[t][i].bsums);
-                total[t] = _mm512_sub_epi32(total[t], _mm512_slli_epi32(off, 2));
             }
             const __m512 d = _mm512_load_ps(p.d);
             for (int t = 0; t < NT; ++t) {

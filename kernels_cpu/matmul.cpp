@@ -268,12 +268,14 @@ struct PanelKernel {
 #if defined(__x86_64__)
 constexpr PanelKernel kPanelKernels[] = {
     {quant::Type::Q2_K, detail::q2_K_panel_gemm_avx512, detail::q2_K_panel_bytes, nullptr, nullptr},
-    {quant::Type::Q3_K, detail::q3_K_panel_gemm_avx512, detail::q3_K_panel_bytes, nullptr, nullptr},
+    {quant::Type::Q3_K, detail::q3_K_panel_gemm_avx512, detail::q3_K_panel_bytes, detail::q3_K_panel_prepare,
+     detail::group_starts_row_extra},
     {quant::Type::Q4_K, detail::q4_K_panel_gemm_avx512, detail::q4_K_panel_bytes, detail::k4_panel_prepare,
      detail::k4_panel_row_extra},
     {quant::Type::Q5_K, detail::q5_K_panel_gemm_avx512, detail::q5_K_panel_bytes, detail::k4_panel_prepare,
      detail::k4_panel_row_extra},
-    {quant::Type::Q6_K, detail::q6_K_panel_gemm_avx512, detail::q6_K_panel_bytes, nullptr, nullptr},
+    {quant::Type::Q6_K, detail::q6_K_panel_gemm_avx512, detail::q6_K_panel_bytes, detail::q6_K_panel_prepare,
+     detail::group_starts_row_extra},
     {quant::Type::Q4_0, detail::q4_0_panel_gemm_avx512, detail::q4_0_panel_bytes, detail::q4_0_panel_prepare,
      detail::q4_0_panel_row_extra},
     {quant::Type::Q8_0, detail::q8_0_panel_gemm_avx512, detail::legacy_panel_bytes, detail::flip_activations, nullptr},
