@@ -76,11 +76,13 @@ void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 
 // Q8_0, Q5_0 (against Q8_0) and Q4_1, Q5_1 (against Q8_1) in the order of
 // their single-row kernels (dot_legacy_lanes: eight lanes of four elements
-// per row, each with its own fused multiply-add chain). These take the
-// activations with 128 added to every code byte: flip_activations does that
-// in place (a_type Q8_0 or Q8_1; n_tokens rows of n_cols).
+// per row, each with its own fused multiply-add chain). Q8_0 and Q5_0 read
+// lane_starts_row_extra(n_cols) bytes after each activation row, filled by
+// their prepare (a_type Q8_0).
 size_t legacy_panel_bytes(int64_t n_cols);
-void flip_activations(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
+size_t lane_starts_row_extra(int64_t n_cols);
+void q8_0_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
+void q5_0_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
 void q8_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 void q5_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,

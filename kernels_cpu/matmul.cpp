@@ -255,8 +255,8 @@ using PanelGemm = void (*)(const void* w, size_t row_stride, int64_t n_rows, int
                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 // The panel GEMMs (gemm_panel.h), one row per weight type. prepare: what
 // the kernel needs done to the quantized activation rows first, in place
-// (flip_activations: 128 added to each code byte), null for nothing;
-// row_extra: bytes it appends after each row, null for none.
+// (sums it appends after each row), null for nothing; row_extra: the bytes
+// it appends, null for none.
 using PanelPrepare = void (*)(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
 struct PanelKernel {
     quant::Type type;
@@ -278,10 +278,12 @@ constexpr PanelKernel kPanelKernels[] = {
      detail::group_starts_row_extra},
     {quant::Type::Q4_0, detail::q4_0_panel_gemm_avx512, detail::q4_0_panel_bytes, detail::q4_0_panel_prepare,
      detail::q4_0_panel_row_extra},
-    {quant::Type::Q8_0, detail::q8_0_panel_gemm_avx512, detail::legacy_panel_bytes, detail::flip_activations, nullptr},
-    {quant::Type::Q5_0, detail::q5_0_panel_gemm_avx512, detail::legacy_panel_bytes, detail::flip_activations, nullptr},
-    {quant::Type::Q4_1, detail::q4_1_panel_gemm_avx512, detail::legacy_panel_bytes, detail::flip_activations, nullptr},
-    {quant::Type::Q5_1, detail::q5_1_panel_gemm_avx512, detail::legacy_panel_bytes, detail::flip_activations, nullptr},
+    {quant::Type::Q8_0, detail::q8_0_panel_gemm_avx512, detail::legacy_panel_bytes, detail::q8_0_panel_prepare,
+     detail::lane_starts_row_extra},
+    {quant::Type::Q5_0, detail::q5_0_panel_gemm_avx512, detail::legacy_panel_bytes, detail::q5_0_panel_prepare,
+     detail::lane_starts_row_extra},
+    {quant::Type::Q4_1, detail::q4_1_panel_gemm_avx512, detail::legacy_panel_bytes, nullptr, nullptr},
+    {quant::Type::Q5_1, detail::q5_1_panel_gemm_avx512, detail::legacy_panel_bytes, nullptr, nullptr},
 };
 #endif
 
