@@ -53,18 +53,12 @@ size_t k4_panel_row_extra(int64_t n_cols) { return 8 * sizeof(int16_t) * static_
 
 void k4_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
     TANDEM_CHECK(a_type == quant::Type::Q8_K, "q4_K/q5_K panel: activations not Q8_K");
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        auto* row = static_cast<uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
-        const auto* blocks = reinterpret_cast<const block_q8_K*>(row);
-        auto* sums = row + panel::q8_K_extra_offset(n_cols);
-        for (int64_t i = 0; i < n_cols / kQK_K; ++i) {
-            // Sums of 32 from the pairs of 16-element sums (at most 32 x 128:
-            // exact in 16 bits).
-            const __m128i pairs = _mm256_cvtepi32_epi16(_mm256_madd_epi16(
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[i].bsums)), _mm256_set1_epi16(1)));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(sums + 16 * static_cast<size_t>(i)), pairs);
-        }
-    }
+    panel::for_each_row_block<block_q8_K>(a, a_stride, n_tokens, n_cols / kQK_K, 16, [](const block_q8_K& b, uint8_t* out) {
+        // Sums of 32 from the pairs of 16-element sums (at most 32 x 128:
+        // exact in 16 bits).
+        const __m256i pairs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.bsums)), _mm256_set1_epi16(1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_cvtepi32_epi16(pairs));
+    });
 }
 
 size_t q4_K_panel_bytes(int64_t n_cols) { return sizeof(PanelBlock) * static_cast<size_t>(n_cols / kQK_K); }
@@ -76,7 +70,7 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<PanelBlock*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q4_K));
     for (int64_t i = 0; i < nb; ++i) unpack_rows(rows, i, blocks[i]);
-    const size_t sums_offset = panel::q8_K_extra_offset(n_cols);
+    const size_t sums_offset = panel::extras_offset<block_q8_K>(nb);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         const uint8_t* sums[NT];  // the 32-element sums k4_panel_prepare appended
         for (int t = 0; t < NT; ++t) sums[t] = reinterpret_cast<const uint8_t*>(act[t]) + sums_offset;
@@ -188,7 +182,7 @@ void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<PanelBlock6*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q6_K));
     for (int64_t i = 0; i < nb; ++i) unpack6_rows(rows, i, blocks[i]);
-    const size_t starts_offset = panel::q8_K_extra_offset(n_cols);
+    const size_t starts_offset = panel::extras_offset<block_q8_K>(nb);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         const uint8_t* starts[NT];  // the group starts q6_K_panel_prepare appended
         for (int t = 0; t < NT; ++t) starts[t] = reinterpret_cast<const uint8_t*>(act[t]) + starts_offset;

@@ -177,9 +177,6 @@ void unpack40_rows(const panel::PanelRows& rows, int64_t i, Panel40& p) {
     _mm512_store_ps(p.d, rows.halves(i, offsetof(block_q4_0, d)));
 }
 
-// Where q4_0_panel_prepare puts a row's block starts: after its blocks.
-size_t q4_0_start_offset(int64_t n_cols) { return sizeof(block_q8_0) * static_cast<size_t>(n_cols / 32); }
-
 }  // namespace
 
 size_t q4_0_panel_bytes(int64_t n_cols) { return sizeof(Panel40) * static_cast<size_t>(n_cols / 32); }
@@ -187,21 +184,15 @@ size_t q4_0_panel_row_extra(int64_t n_cols) { return sizeof(int32_t) * static_ca
 
 void q4_0_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
     TANDEM_CHECK(a_type == quant::Type::Q8_0, "q4_0 panel: activations not Q8_0");
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        auto* row = static_cast<uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
-        const auto* blocks = reinterpret_cast<const block_q8_0*>(row);
-        auto* start = row + q4_0_start_offset(n_cols);
-        for (int64_t i = 0; i < n_cols / 32; ++i) {
-            // Sum of the 32 signed bytes: sum of (byte + 128) by vpsadbw, less 32 * 128.
-            const __m256i q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[i].qs)), flip);
-            const __m256i s = _mm256_sad_epu8(q, _mm256_setzero_si256());
-            const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-            const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
-            const int32_t v = -8 * sum;
-            std::memcpy(start + sizeof(int32_t) * static_cast<size_t>(i), &v, sizeof v);
-        }
-    }
+    panel::for_each_row_block<block_q8_0>(a, a_stride, n_tokens, n_cols / 32, sizeof(int32_t), [](const block_q8_0& b, uint8_t* out) {
+        // Sum of the 32 signed bytes: sum of (byte + 128) by vpsadbw, less 32 * 128.
+        const __m256i q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)), _mm256_set1_epi8(static_cast<char>(0x80)));
+        const __m256i s = _mm256_sad_epu8(q, _mm256_setzero_si256());
+        const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
+        const int32_t start = -8 * sum;
+        std::memcpy(out, &start, sizeof start);
+    });
 }
 
 void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
@@ -210,7 +201,7 @@ void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<Panel40*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q4_0));
     for (int64_t i = 0; i < nb; ++i) unpack40_rows(rows, i, blocks[i]);
-    const size_t start_offset = q4_0_start_offset(n_cols);
+    const size_t start_offset = panel::extras_offset<block_q8_0>(nb);
     panel::for_token_tiles<block_q8_0>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_0* const* act, __m512* out) {
         const uint8_t* start[NT];
         for (int t = 0; t < NT; ++t) start[t] = reinterpret_cast<const uint8_t*>(act[t]) + start_offset;
@@ -291,7 +282,7 @@ void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<Panel5*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q5_K));
     for (int64_t i = 0; i < nb; ++i) unpack5_rows(rows, i, blocks[i]);
-    const size_t sums_offset = panel::q8_K_extra_offset(n_cols);
+    const size_t sums_offset = panel::extras_offset<block_q8_K>(nb);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         const uint8_t* sums[NT];  // the 32-element sums k4_panel_prepare appended
         for (int t = 0; t < NT; ++t) sums[t] = reinterpret_cast<const uint8_t*>(act[t]) + sums_offset;
@@ -336,7 +327,7 @@ void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
     auto* blocks = static_cast<Panel3*>(buf);
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q3_K));
     for (int64_t i = 0; i < nb; ++i) unpack3_rows(rows, i, blocks[i]);
-    const size_t starts_offset = panel::q8_K_extra_offset(n_cols);
+    const size_t starts_offset = panel::extras_offset<block_q8_K>(nb);
     panel::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_K* const* act, __m512* out) {
         const uint8_t* starts[NT];  // the group starts q3_K_panel_prepare appended
         for (int t = 0; t < NT; ++t) starts[t] = reinterpret_cast<const uint8_t*>(act[t]) + starts_offset;

@@ -37,12 +37,6 @@ struct PanelLegacy {
 template <class Block>
 constexpr int kCodeOffset = std::is_same_v<Block, block_q8_0> ? 128 : std::is_same_v<Block, block_q5_0> ? 16 : 0;
 
-// Where the lane starts sit in an activation row: after its blocks, 8 int32
-// per block.
-template <class Act>
-size_t starts_offset(int64_t n_cols) {
-    return sizeof(Act) * static_cast<size_t>(n_cols / 32);
-}
 
 // The 32 nibbles of qs (16 bytes at qs_offset): group l < 4 the low nibbles
 // of bytes 4l .., l >= 4 the high nibbles of bytes 4 (l - 4) ...
@@ -119,7 +113,7 @@ void legacy_panel_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(Block));
     for (int64_t i = 0; i < nb; ++i) unpack_legacy_rows<Block>(rows, i, blocks[i]);
     const auto* abase = static_cast<const uint8_t*>(a);
-    const size_t starts_at = starts_offset<Act>(n_cols);
+    const size_t starts_at = panel::extras_offset<Act>(nb);  // the lane starts: 8 int32 per block
     const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
         const Act* act[NT];
@@ -161,20 +155,15 @@ void legacy_panel_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t
     }
 }
 
-// Lane starts of Q8_0 activation rows: -offset x the sum of each four bytes.
+// Lane starts of Q8_0 activation rows, as row extras: -offset x the sum of
+// each four bytes.
 template <int kOffset>
 void write_lane_starts(void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
-    const __m256i ones = _mm256_set1_epi8(1), factor = _mm256_set1_epi32(-kOffset);
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        auto* row = static_cast<uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
-        const auto* blocks = reinterpret_cast<const block_q8_0*>(row);
-        auto* starts = row + starts_offset<block_q8_0>(n_cols);
-        for (int64_t i = 0; i < n_cols / 32; ++i) {
-            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blocks[i].qs));
-            const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);  // 8 sums of four signed bytes
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(starts + 32 * static_cast<size_t>(i)), _mm256_mullo_epi32(sums, factor));
-        }
-    }
+    panel::for_each_row_block<block_q8_0>(a, a_stride, n_tokens, n_cols / 32, 32, [](const block_q8_0& b, uint8_t* out) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+        const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), q);  // 8 sums of four signed bytes
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_mullo_epi32(sums, _mm256_set1_epi32(-kOffset)));
+    });
 }
 
 }  // namespace
