@@ -21,11 +21,19 @@ inline constexpr int64_t kPanelRows = 16;
 // Bytes of the per-thread buffer one panel of n_cols columns needs.
 size_t q4_K_panel_bytes(int64_t n_cols);
 
-// The Q4_K and Q5_K panels read each activation row's 32-element sums
-// (eight int16 per super-block) from k4_panel_row_extra(n_cols) bytes after
-// its blocks, which k4_panel_prepare fills in place (a_type Q8_K).
-size_t k4_panel_row_extra(int64_t n_cols);
-void k4_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
+// Some panels read sums of the activations, which their prepare appends to
+// each quantized activation row (after its blocks, a_type the row's block
+// type, n_cols its length; a_stride leaves room for them) before the panels
+// run: the start of the integer sums a format's code offset or minimum
+// needs. These are the bytes each appends per activation block.
+inline constexpr size_t kK4PanelExtraBytes = 8 * sizeof(int16_t);     // Q4_K, Q5_K: eight 32-element sums
+inline constexpr size_t kGroupStartsExtraBytes = 16 * sizeof(int32_t);  // Q6_K, Q3_K: -offset x 16 group sums
+inline constexpr size_t kQ4_0PanelExtraBytes = sizeof(int32_t);        // Q4_0: -8 x the block's sum
+inline constexpr size_t kLaneStartsExtraBytes = 8 * sizeof(int32_t);  // Q8_0, Q5_0: -offset x 8 four-byte sums
+
+// The Q4_K and Q5_K panels read the 32-element sums k4_panel_prepare
+// appends (a_type Q8_K).
+void k4_panel_prepare(quant::Type a_type, void* row, int64_t n_cols);
 
 // Y[t * ldy + r] for rows [r0, r0 + n_rows) (n_rows <= 16) and tokens
 // [0, n_tokens) (a multiple of 4): Q4_K rows w (row_stride bytes apart)
@@ -37,12 +45,11 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 // Q6_K batch rows in the same panel scheme, in the order of dot_q6_K_batch
 // (llama.cpp's tiled kernel: super-block total x d, then one fused
 // multiply-add with the activation scale). Same contract as above. The
-// Q6_K and Q3_K panels read group_starts_row_extra(n_cols) bytes after each
-// activation row, filled by their prepare (a_type Q8_K).
+// Q6_K and Q3_K panels read the group starts their prepare appends (a_type
+// Q8_K).
 size_t q6_K_panel_bytes(int64_t n_cols);
-size_t group_starts_row_extra(int64_t n_cols);
-void q6_K_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
-void q3_K_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
+void q6_K_panel_prepare(quant::Type a_type, void* row, int64_t n_cols);
+void q3_K_panel_prepare(quant::Type a_type, void* row, int64_t n_cols);
 void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 
@@ -63,26 +70,20 @@ void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 
 // Q4_0 against Q8_0 activations (dot_q4_0: llama.cpp's repacked kernel, one
-// fused multiply-add of each block's integer total). Each activation row
-// carries q4_0_panel_row_extra(n_cols) bytes after its blocks (a_stride
-// leaves room for them), which q4_0_panel_prepare fills in place (a_type
-// Q8_0; n_tokens rows of n_cols) before the panels run: -8 times each
-// block's activation sum, the start of its integer total.
+// fused multiply-add of each block's integer total), reading the block
+// starts q4_0_panel_prepare appends (a_type Q8_0).
 size_t q4_0_panel_bytes(int64_t n_cols);
-size_t q4_0_panel_row_extra(int64_t n_cols);
-void q4_0_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
+void q4_0_panel_prepare(quant::Type a_type, void* row, int64_t n_cols);
 void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 
 // Q8_0, Q5_0 (against Q8_0) and Q4_1, Q5_1 (against Q8_1) in the order of
 // their single-row kernels (dot_legacy_lanes: eight lanes of four elements
 // per row, each with its own fused multiply-add chain). Q8_0 and Q5_0 read
-// lane_starts_row_extra(n_cols) bytes after each activation row, filled by
-// their prepare (a_type Q8_0).
+// the lane starts their prepare appends (a_type Q8_0).
 size_t legacy_panel_bytes(int64_t n_cols);
-size_t lane_starts_row_extra(int64_t n_cols);
-void q8_0_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
-void q5_0_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
+void q8_0_panel_prepare(quant::Type a_type, void* row, int64_t n_cols);
+void q5_0_panel_prepare(quant::Type a_type, void* row, int64_t n_cols);
 void q8_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 void q5_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,

@@ -49,11 +49,10 @@ void unpack_rows(const panel::PanelRows& rows, int64_t i, PanelBlock& p) {
 
 }  // namespace
 
-size_t k4_panel_row_extra(int64_t n_cols) { return 8 * sizeof(int16_t) * static_cast<size_t>(n_cols / kQK_K); }
-
-void k4_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
+void k4_panel_prepare(quant::Type a_type, void* row, int64_t n_cols) {
     TANDEM_CHECK(a_type == quant::Type::Q8_K, "q4_K/q5_K panel: activations not Q8_K");
-    panel::for_each_row_block<block_q8_K>(a, a_stride, n_tokens, n_cols / kQK_K, 16, [](const block_q8_K& b, uint8_t* out) {
+    static_assert(kK4PanelExtraBytes == sizeof(__m128i), "eight int16 sums per super-block");
+    panel::for_each_row_block<block_q8_K>(row, n_cols / kQK_K, kK4PanelExtraBytes, [](const block_q8_K& b, uint8_t* out) {
         // Sums of 32 from the pairs of 16-element sums (at most 32 x 128:
         // exact in 16 bits).
         const __m256i pairs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.bsums)), _mm256_set1_epi16(1));
@@ -106,7 +105,7 @@ void q4_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 // The span's minimum sum, both sub-blocks in one vpdpwssd, exact.
                 const __m512i mn = _mm512_load_si512(p.min_pair[j]);
                 for (int t = 0; t < NT; ++t) {
-                    imin[t] = _mm512_dpwssd_epi32(imin[t], mn, panel::bcast4(sums[t] + 16 * static_cast<size_t>(i) + 4 * j));
+                    imin[t] = _mm512_dpwssd_epi32(imin[t], mn, panel::bcast4(sums[t] + kK4PanelExtraBytes * static_cast<size_t>(i) + 4 * j));
                 }
                 for (int t = 0; t < NT; ++t) {
                     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), dd[t], acc[t]);
@@ -169,10 +168,9 @@ void unpack6_rows(const panel::PanelRows& rows, int64_t i, PanelBlock6& p) {
 }  // namespace
 
 size_t q6_K_panel_bytes(int64_t n_cols) { return sizeof(PanelBlock6) * static_cast<size_t>(n_cols / kQK_K); }
-size_t group_starts_row_extra(int64_t n_cols) { return 16 * sizeof(int32_t) * static_cast<size_t>(n_cols / kQK_K); }
-void q6_K_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
+void q6_K_panel_prepare(quant::Type a_type, void* row, int64_t n_cols) {
     TANDEM_CHECK(a_type == quant::Type::Q8_K, "q6_K panel: activations not Q8_K");
-    panel::write_group_starts(a, a_stride, n_tokens, n_cols, 32);
+    panel::write_group_starts(row, n_cols, 32);
 }
 
 void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
@@ -196,7 +194,7 @@ void q6_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                 // value = code - 32: the group's dot product starts from -32
                 // times its activation sum (the same integer).
                 __m512i dot[NT];
-                for (int t = 0; t < NT; ++t) dot[t] = panel::bcast4(starts[t] + 64 * static_cast<size_t>(i) + 4 * g);
+                for (int t = 0; t < NT; ++t) dot[t] = panel::bcast4(starts[t] + kGroupStartsExtraBytes * static_cast<size_t>(i) + 4 * g);
                 for (int q = 0; q < 4; ++q) {
                     const __m512i wv = _mm512_load_si512(p.codes[g][q]);
                     for (int t = 0; t < NT; ++t) dot[t] = panel::dpbusd_bcast(dot[t], wv, act[t][i].qs + 16 * g + 4 * q);

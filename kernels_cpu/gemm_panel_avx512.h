@@ -140,23 +140,19 @@ inline void unpack_k4_header(const PanelRows& rows, int64_t i, int32_t (*scale)[
     _mm512_store_ps(dmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v[0], 16))));
 }
 
-// What a panel's preparation appends to an activation row (sums the
-// integer work starts from) sits after the row's blocks, extra_bytes per
-// block: extras_offset is where that area starts (Act: the activation
-// block, Q8_0 or Q8_K), for_each_row_block runs fn(block, its extras) for
-// every block of n_tokens rows.
+// What a panel's preparation appends to an activation row (gemm_panel.h)
+// sits after the row's blocks, extra_bytes per block: extras_offset is where
+// that area starts (Act: the activation block, Q8_0 or Q8_K),
+// for_each_row_block runs fn(block, its extras) for every block of a row.
 template <class Act>
 size_t extras_offset(int64_t n_blocks) {
     return sizeof(Act) * static_cast<size_t>(n_blocks);
 }
 template <class Act, class Fn>
-void for_each_row_block(void* a, size_t a_stride, int64_t n_tokens, int64_t n_blocks, size_t extra_bytes, Fn&& fn) {
-    for (int64_t t = 0; t < n_tokens; ++t) {
-        auto* row = static_cast<uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
-        const auto* blocks = reinterpret_cast<const Act*>(row);
-        uint8_t* extras = row + extras_offset<Act>(n_blocks);
-        for (int64_t i = 0; i < n_blocks; ++i) fn(blocks[i], extras + extra_bytes * static_cast<size_t>(i));
-    }
+void for_each_row_block(void* row, int64_t n_blocks, size_t extra_bytes, Fn&& fn) {
+    const auto* blocks = static_cast<const Act*>(row);
+    uint8_t* extras = static_cast<uint8_t*>(row) + extras_offset<Act>(n_blocks);
+    for (int64_t i = 0; i < n_blocks; ++i) fn(blocks[i], extras + extra_bytes * static_cast<size_t>(i));
 }
 
 // Four activation bytes broadcast to every lane, for vpdpbusd.
@@ -184,9 +180,10 @@ inline __m512i dpbusd_bcast(__m512i acc, __m512i w, const void* p) {
 // super-block 16 int32, -offset times each 16-element group's activation
 // sum, where a group's integer dot product of the unsigned codes starts, so
 // it comes out as that of code - offset.
-inline void write_group_starts(void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols, int offset) {
+inline void write_group_starts(void* row, int64_t n_cols, int offset) {
     const __m512i factor = _mm512_set1_epi32(-offset);
-    for_each_row_block<quant::block_q8_K>(a, a_stride, n_tokens, n_cols / quant::kQK_K, 64, [&](const quant::block_q8_K& b, uint8_t* out) {
+    static_assert(kGroupStartsExtraBytes == sizeof(__m512i), "one register of starts per super-block");
+    for_each_row_block<quant::block_q8_K>(row, n_cols / quant::kQK_K, kGroupStartsExtraBytes, [&](const quant::block_q8_K& b, uint8_t* out) {
         const __m512i sums = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.bsums)));
         _mm512_storeu_si512(out, _mm512_mullo_epi32(sums, factor));
     });

@@ -180,17 +180,17 @@ void unpack40_rows(const panel::PanelRows& rows, int64_t i, Panel40& p) {
 }  // namespace
 
 size_t q4_0_panel_bytes(int64_t n_cols) { return sizeof(Panel40) * static_cast<size_t>(n_cols / 32); }
-size_t q4_0_panel_row_extra(int64_t n_cols) { return sizeof(int32_t) * static_cast<size_t>(n_cols / 32); }
 
-void q4_0_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
+void q4_0_panel_prepare(quant::Type a_type, void* row, int64_t n_cols) {
     TANDEM_CHECK(a_type == quant::Type::Q8_0, "q4_0 panel: activations not Q8_0");
-    panel::for_each_row_block<block_q8_0>(a, a_stride, n_tokens, n_cols / 32, sizeof(int32_t), [](const block_q8_0& b, uint8_t* out) {
+    panel::for_each_row_block<block_q8_0>(row, n_cols / 32, kQ4_0PanelExtraBytes, [](const block_q8_0& b, uint8_t* out) {
         // Sum of the 32 signed bytes: sum of (byte + 128) by vpsadbw, less 32 * 128.
         const __m256i q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)), _mm256_set1_epi8(static_cast<char>(0x80)));
         const __m256i s = _mm256_sad_epu8(q, _mm256_setzero_si256());
         const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
         const int32_t start = -8 * sum;
+        static_assert(sizeof start == kQ4_0PanelExtraBytes, "one start per block");
         std::memcpy(out, &start, sizeof start);
     });
 }
@@ -210,7 +210,7 @@ void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
         for (int64_t i = 0; i < nb; ++i) {
             const Panel40& p = blocks[i];
             __m512i dot[NT];
-            for (int t = 0; t < NT; ++t) dot[t] = panel::bcast4(start[t] + sizeof(int32_t) * static_cast<size_t>(i));
+            for (int t = 0; t < NT; ++t) dot[t] = panel::bcast4(start[t] + kQ4_0PanelExtraBytes * static_cast<size_t>(i));
             for (int g = 0; g < 8; ++g) {
                 const __m512i wv = _mm512_load_si512(p.codes[g]);
                 for (int t = 0; t < NT; ++t) dot[t] = panel::dpbusd_bcast(dot[t], wv, act[t][i].qs + 4 * g);
@@ -271,9 +271,9 @@ void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 
 size_t q5_K_panel_bytes(int64_t n_cols) { return sizeof(Panel5) * static_cast<size_t>(n_cols / kQK_K); }
 size_t q3_K_panel_bytes(int64_t n_cols) { return sizeof(Panel3) * static_cast<size_t>(n_cols / kQK_K); }
-void q3_K_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
+void q3_K_panel_prepare(quant::Type a_type, void* row, int64_t n_cols) {
     TANDEM_CHECK(a_type == quant::Type::Q8_K, "q3_K panel: activations not Q8_K");
-    panel::write_group_starts(a, a_stride, n_tokens, n_cols, 4);
+    panel::write_group_starts(row, n_cols, 4);
 }
 
 void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
@@ -306,7 +306,7 @@ void q5_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
             for (int j = 0; j < 4; ++j) {
                 const __m512i mn = _mm512_load_si512(p.min_pair[j]);
                 for (int t = 0; t < NT; ++t) {
-                    msum[t] = _mm512_dpwssd_epi32(msum[t], mn, panel::bcast4(sums[t] + 16 * static_cast<size_t>(i) + 4 * j));
+                    msum[t] = _mm512_dpwssd_epi32(msum[t], mn, panel::bcast4(sums[t] + kK4PanelExtraBytes * static_cast<size_t>(i) + 4 * j));
                 }
             }
             const __m512 d = _mm512_load_ps(p.d);
@@ -339,7 +339,7 @@ void q3_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
             for (auto& v : total) v = _mm512_setzero_si512();
             for (int g = 0; g < 16; ++g) {
                 __m512i dot[NT];  // from -4 times the group's activation sum: value = code - 4
-                for (int t = 0; t < NT; ++t) dot[t] = panel::bcast4(starts[t] + 64 * static_cast<size_t>(i) + 4 * g);
+                for (int t = 0; t < NT; ++t) dot[t] = panel::bcast4(starts[t] + kGroupStartsExtraBytes * static_cast<size_t>(i) + 4 * g);
                 for (int q = 0; q < 4; ++q) {
                     const __m512i wv = _mm512_load_si512(p.codes[g][q]);
                     for (int t = 0; t < NT; ++t) dot[t] = panel::dpbusd_bcast(dot[t], wv, act[t][i].qs + 16 * g + 4 * q);

@@ -113,7 +113,7 @@ void legacy_panel_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t
     const panel::PanelRows rows(w, row_stride, n_rows, sizeof(Block));
     for (int64_t i = 0; i < nb; ++i) unpack_legacy_rows<Block>(rows, i, blocks[i]);
     const auto* abase = static_cast<const uint8_t*>(a);
-    const size_t starts_at = panel::extras_offset<Act>(nb);  // the lane starts: 8 int32 per block
+    const size_t starts_at = panel::extras_offset<Act>(nb);  // the lane starts
     const auto store_mask = static_cast<__mmask16>((1u << n_rows) - 1u);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
         const Act* act[NT];
@@ -135,7 +135,7 @@ void legacy_panel_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t
             for (int l = 0; l < 8; ++l) {
                 const __m512i wv = _mm512_load_si512(p.u[l]);  // one load for every token
                 for (int t = 0; t < NT; ++t) {
-                    const __m512i start = kStarts ? panel::bcast4(starts[t] + 32 * static_cast<size_t>(i) + 4 * l) : _mm512_setzero_si512();
+                    const __m512i start = kStarts ? panel::bcast4(starts[t] + kLaneStartsExtraBytes * static_cast<size_t>(i) + 4 * l) : _mm512_setzero_si512();
                     const __m512i lane = panel::dpbusd_bcast(start, wv, act[t][i].qs + 4 * l);
                     acc[t][l] = _mm512_fmadd_ps(d[t], _mm512_cvtepi32_ps(lane), acc[t][l]);
                 }
@@ -158,8 +158,9 @@ void legacy_panel_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t
 // Lane starts of Q8_0 activation rows, as row extras: -offset x the sum of
 // each four bytes.
 template <int kOffset>
-void write_lane_starts(void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
-    panel::for_each_row_block<block_q8_0>(a, a_stride, n_tokens, n_cols / 32, 32, [](const block_q8_0& b, uint8_t* out) {
+void write_lane_starts(void* row, int64_t n_cols) {
+    static_assert(kLaneStartsExtraBytes == sizeof(__m256i), "eight int32 starts per block");
+    panel::for_each_row_block<block_q8_0>(row, n_cols / 32, kLaneStartsExtraBytes, [](const block_q8_0& b, uint8_t* out) {
         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
         const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), q);  // 8 sums of four signed bytes
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_mullo_epi32(sums, _mm256_set1_epi32(-kOffset)));
@@ -170,14 +171,13 @@ void write_lane_starts(void* a, size_t a_stride, int64_t n_tokens, int64_t n_col
 
 size_t legacy_panel_bytes(int64_t n_cols) { return sizeof(PanelLegacy) * static_cast<size_t>(n_cols / 32); }
 
-size_t lane_starts_row_extra(int64_t n_cols) { return 8 * sizeof(int32_t) * static_cast<size_t>(n_cols / 32); }
-void q8_0_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
+void q8_0_panel_prepare(quant::Type a_type, void* row, int64_t n_cols) {
     TANDEM_CHECK(a_type == quant::Type::Q8_0, "q8_0 panel: activations not Q8_0");
-    write_lane_starts<kCodeOffset<block_q8_0>>(a, a_stride, n_tokens, n_cols);
+    write_lane_starts<kCodeOffset<block_q8_0>>(row, n_cols);
 }
-void q5_0_panel_prepare(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols) {
+void q5_0_panel_prepare(quant::Type a_type, void* row, int64_t n_cols) {
     TANDEM_CHECK(a_type == quant::Type::Q8_0, "q5_0 panel: activations not Q8_0");
-    write_lane_starts<kCodeOffset<block_q5_0>>(a, a_stride, n_tokens, n_cols);
+    write_lane_starts<kCodeOffset<block_q5_0>>(row, n_cols);
 }
 
 void q8_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,

@@ -254,36 +254,35 @@ namespace {
 using PanelGemm = void (*)(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 // The panel GEMMs (gemm_panel.h), one row per weight type. prepare: what
-// the kernel needs done to the quantized activation rows first, in place
-// (sums it appends after each row), null for nothing; row_extra: the bytes
-// it appends, null for none.
-using PanelPrepare = void (*)(quant::Type a_type, void* a, size_t a_stride, int64_t n_tokens, int64_t n_cols);
+// the kernel needs appended to each quantized activation row first, null
+// for nothing; extra_bytes: how much it appends per activation block.
+using PanelPrepare = void (*)(quant::Type a_type, void* row, int64_t n_cols);
 struct PanelKernel {
     quant::Type type;
     PanelGemm gemm;
     size_t (*bytes)(int64_t n_cols);
     PanelPrepare prepare;
-    size_t (*row_extra)(int64_t n_cols);
+    size_t extra_bytes;
 };
 #if defined(__x86_64__)
 constexpr PanelKernel kPanelKernels[] = {
-    {quant::Type::Q2_K, detail::q2_K_panel_gemm_avx512, detail::q2_K_panel_bytes, nullptr, nullptr},
+    {quant::Type::Q2_K, detail::q2_K_panel_gemm_avx512, detail::q2_K_panel_bytes, nullptr, 0},
     {quant::Type::Q3_K, detail::q3_K_panel_gemm_avx512, detail::q3_K_panel_bytes, detail::q3_K_panel_prepare,
-     detail::group_starts_row_extra},
+     detail::kGroupStartsExtraBytes},
     {quant::Type::Q4_K, detail::q4_K_panel_gemm_avx512, detail::q4_K_panel_bytes, detail::k4_panel_prepare,
-     detail::k4_panel_row_extra},
+     detail::kK4PanelExtraBytes},
     {quant::Type::Q5_K, detail::q5_K_panel_gemm_avx512, detail::q5_K_panel_bytes, detail::k4_panel_prepare,
-     detail::k4_panel_row_extra},
+     detail::kK4PanelExtraBytes},
     {quant::Type::Q6_K, detail::q6_K_panel_gemm_avx512, detail::q6_K_panel_bytes, detail::q6_K_panel_prepare,
-     detail::group_starts_row_extra},
+     detail::kGroupStartsExtraBytes},
     {quant::Type::Q4_0, detail::q4_0_panel_gemm_avx512, detail::q4_0_panel_bytes, detail::q4_0_panel_prepare,
-     detail::q4_0_panel_row_extra},
+     detail::kQ4_0PanelExtraBytes},
     {quant::Type::Q8_0, detail::q8_0_panel_gemm_avx512, detail::legacy_panel_bytes, detail::q8_0_panel_prepare,
-     detail::lane_starts_row_extra},
+     detail::kLaneStartsExtraBytes},
     {quant::Type::Q5_0, detail::q5_0_panel_gemm_avx512, detail::legacy_panel_bytes, detail::q5_0_panel_prepare,
-     detail::lane_starts_row_extra},
-    {quant::Type::Q4_1, detail::q4_1_panel_gemm_avx512, detail::legacy_panel_bytes, nullptr, nullptr},
-    {quant::Type::Q5_1, detail::q5_1_panel_gemm_avx512, detail::legacy_panel_bytes, nullptr, nullptr},
+     detail::kLaneStartsExtraBytes},
+    {quant::Type::Q4_1, detail::q4_1_panel_gemm_avx512, detail::legacy_panel_bytes, nullptr, 0},
+    {quant::Type::Q5_1, detail::q5_1_panel_gemm_avx512, detail::legacy_panel_bytes, nullptr, 0},
 };
 #endif
 
@@ -368,7 +367,8 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
     if (panel_tokens >= kPanelMinTokens && level == SimdLevel::Avx512 && detail::avx512_vnni_available()) {
         panel_end = panel_tokens - panel_tokens % 4;
     }
-    const size_t panel_row_extra = panel_end > 0 && panel->row_extra != nullptr ? panel->row_extra(n) : 0;
+    const size_t panel_row_extra =
+        panel_end > 0 ? panel->extra_bytes * static_cast<size_t>(n / quant::traits(k->a_type).block_elems) : 0;
 
     // Single tokens of types with a several-rows decode kernel (same bits).
     const detail::DecodeRows rows = n_tokens == 1 && quantize != nullptr ? detail::decode_rows_kernel(w.type, level)
@@ -386,7 +386,7 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
                 unsigned char* row = buf + static_cast<size_t>(t) * a_stride;
                 quantize(x + t * ldx, row, n);
                 // The panel's preparation while the row is in cache.
-                if (t < panel_end && panel->prepare != nullptr) panel->prepare(k->a_type, row, a_stride, 1, n);
+                if (t < panel_end && panel->prepare != nullptr) panel->prepare(k->a_type, row, n);
             }
         };
         // A single row is a few microseconds of work: cheaper inline than

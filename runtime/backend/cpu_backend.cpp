@@ -218,7 +218,6 @@ struct CpuBackend::Impl {
         cpu::matmul(w, in, w.n_cols, n_tokens, out, w.n_rows, pool, level);
     }
 
-    // stream: multiply the layer's matrices on the accelerator (null: here).
     // fn(begin, end) over rows [0, n_rows) of a per-row operation (norms,
     // RoPE, residual adds, the FFN activation), split over the threads for
     // a batch: single-threaded they were ~8% of a 512-token prompt's time
@@ -239,6 +238,7 @@ struct CpuBackend::Impl {
         for_rows(n_rows, [&](int64_t b, int64_t e) { cpu::add(y + b * len, x + b * len, (e - b) * len); });
     }
 
+    // stream: multiply the layer's matrices on the accelerator (null: here).
     void run_layer(int64_t il, std::span<const int32_t> pos, WeightStream* stream) {
         const auto it = layers.find(il);
         TANDEM_CHECK(it != layers.end(), "run_layer: layer not loaded on this backend");
