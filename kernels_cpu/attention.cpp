@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels_cpu/attention_decode.h"
 #include "kernels_cpu/attention_tiled.h"
 #include "kernels_cpu/f16_accumulate.h"
 #include "kernels_cpu/vec_dot.h"
@@ -66,6 +67,18 @@ float f16_dot_ggml_scalar(const uint16_t* x, const uint16_t* y, int64_t n) {
     return static_cast<float>(sum);
 }
 
+int64_t shared_heads_per_task(int64_t gqa, int64_t n_groups, int n_threads) {
+    int64_t per_task = 1;
+    for (int64_t d = std::min(gqa, kMaxSharedHeads); d >= 1; --d) {
+        if (gqa % d == 0) {
+            per_task = d;
+            break;
+        }
+    }
+    while (per_task % 2 == 0 && n_groups * (gqa / per_task) < 2 * static_cast<int64_t>(n_threads)) per_task /= 2;
+    return per_task;
+}
+
 }  // namespace detail
 
 namespace {
@@ -101,6 +114,25 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
         detail::attention_tiled(q, q_pos, n_tokens, shape, kv, out, pool, level);
         return;
     }
+#if defined(__x86_64__)
+    // The query heads of a KV head together (attention_decode.h): same
+    // bits as the per-head loop below, the cache read once per KV head.
+    if (f16_cache && level != SimdLevel::Scalar) {
+        const int64_t per_task = detail::shared_heads_per_task(gqa, n_tokens * shape.n_head_kv, pool.size());
+        const int64_t tasks_per_token = shape.n_head / per_task;
+        const auto kernel = level == SimdLevel::Avx512 ? detail::attention_shared_kv_f16_avx512
+                                                       : detail::attention_shared_kv_f16_avx2;
+        pool.parallel_for(n_tokens * tasks_per_token, 1, [&](int64_t begin, int64_t end) {
+            for (int64_t task = begin; task < end; ++task) {
+                const int64_t t = task / tasks_per_token;
+                const int64_t h0 = task % tasks_per_token * per_task;
+                kernel(q + (t * shape.n_head + h0) * shape.head_dim_k, per_task, q_pos[t], h0 / gqa, shape, kv,
+                       out + (t * shape.n_head + h0) * shape.head_dim_v);
+            }
+        });
+        return;
+    }
+#endif
     const F16Accumulate f16 = f16_accumulate(level);
     // Looked up once: a decode step calls it for every cell of every head.
     const detail::DotFn dot = detail::dot_kernel(kv.type, level);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels_cpu/attention.h"
+#include "kernels_cpu/attention_decode.h"
 #include "kernels_cpu/attention_tiled.h"
 #include "kernels_cpu/elementwise.h"
 #include "runtime/kv_cache/kv_cache.h"
@@ -135,6 +136,62 @@ TEST(CpuAttention, TiledPrefillOverHistoryAndWindow) {
     // positions (partial query and cell tiles), then a window on a ring.
     check_attention({8, 2, 64, 256, 150, 70, 0}, 11);
     check_attention({4, 1, 128, 160, 96, 200, 100}, 12);
+}
+
+// The one-pass path at a SIMD level takes the query heads of a KV head
+// together (attention_decode.h); its output must be the scalar per-head
+// loop's, bit for bit: GQA factors 1 to 24 (24 splits into two calls of
+// 12), head sizes with a dot-product tail (80) and without, windows, ring
+// cells, one and several queries.
+TEST(CpuAttention, SharedKvHeadsMatchPerHeadBits) {
+    if (tc::best_simd_level() == tc::SimdLevel::Scalar) GTEST_SKIP() << "no AVX2 on this CPU";
+    struct Case {
+        int64_t n_head, n_head_kv, head_dim, n_cells, n_tokens, first_pos, window;
+    };
+    const Case cases[] = {{32, 4, 64, 200, 1, 150, 0},  {8, 8, 128, 64, 3, 40, 0}, {12, 4, 80, 50, 2, 47, 0},
+                          {24, 1, 64, 40, 1, 90, 16},   {16, 2, 256, 33, 5, 10, 0}};
+    uint32_t seed = 40;
+    for (const Case& c : cases) {
+        const int64_t k_dim = c.n_head_kv * c.head_dim;
+        tandem::LayerKvCache cache(tq::Type::F16, c.n_cells, k_dim, k_dim);
+        const int64_t last = c.first_pos + c.n_tokens - 1;
+        for (int64_t p = std::max<int64_t>(0, last + 1 - c.n_cells); p <= last; ++p) {
+            const auto k = random_vector(static_cast<size_t>(k_dim), seed + static_cast<uint32_t>(2 * p));
+            const auto v = random_vector(static_cast<size_t>(k_dim), seed + static_cast<uint32_t>(2 * p + 1), 2.0f);
+            cache.store(static_cast<int32_t>(p), k.data(), v.data());
+        }
+        const auto q = random_vector(static_cast<size_t>(c.n_tokens * c.n_head * c.head_dim), seed++, 3.0f);
+        std::vector<int32_t> q_pos(static_cast<size_t>(c.n_tokens));
+        for (int64_t t = 0; t < c.n_tokens; ++t) q_pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.first_pos + t);
+        const tc::AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.head_dim, c.window,
+                                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+        for (int threads : {1, 2}) {
+            tc::ThreadPool pool(threads, false);
+            std::vector<float> ref(q.size()), simd(q.size());
+            tc::attention(q.data(), q_pos.data(), c.n_tokens, shape, cache.view(), ref.data(), pool, tc::SimdLevel::Scalar);
+            for (tc::SimdLevel level : {tc::SimdLevel::Avx2, tc::SimdLevel::Avx512}) {
+                if (!tc::simd_level_supported(level)) continue;
+                std::fill(simd.begin(), simd.end(), -1.0f);
+                tc::attention(q.data(), q_pos.data(), c.n_tokens, shape, cache.view(), simd.data(), pool, level);
+                for (size_t i = 0; i < ref.size(); ++i) {
+                    ASSERT_EQ(std::bit_cast<uint32_t>(simd[i]), std::bit_cast<uint32_t>(ref[i]))
+                        << tc::simd_level_name(level) << ", " << c.n_head << "/" << c.n_head_kv << " heads, dim "
+                        << c.head_dim << ", " << threads << " threads, output " << i;
+                }
+            }
+        }
+    }
+}
+
+TEST(CpuAttention, SharedHeadsPerTaskDividesTheGroup) {
+    namespace td = tandem::cpu::detail;
+    EXPECT_EQ(td::shared_heads_per_task(8, 4, 2), 8);     // 4 tasks for 2 threads
+    EXPECT_EQ(td::shared_heads_per_task(8, 4, 16), 1);    // halved until 32 tasks
+    EXPECT_EQ(td::shared_heads_per_task(4, 8, 8), 2);     // 16 tasks
+    EXPECT_EQ(td::shared_heads_per_task(24, 1, 1), 12);   // at most kMaxSharedHeads, a divisor
+    EXPECT_EQ(td::shared_heads_per_task(7, 1, 1), 7);
+    EXPECT_EQ(td::shared_heads_per_task(17, 1, 1), 1);    // prime above the cap: one head per task
+    EXPECT_EQ(td::shared_heads_per_task(1, 4, 2), 1);
 }
 
 // The tiled kernels' SIMD twins against the scalar loops, bit for bit, for

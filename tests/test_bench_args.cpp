@@ -79,6 +79,25 @@ TEST(BenchArgs, BuildsTestsFromPromptGenAndRepeatedFlags) {
     EXPECT_EQ(c.n_ctx(), 32);
 }
 
+TEST(BenchArgs, DepthRunsEveryTestAfterThatManyCachedTokens) {
+    BenchArgs a = args_with_model();
+    a.n_prompt = {"64"};
+    a.n_gen = {"16"};
+    a.n_depth = {"0,1024"};
+    const BenchConfig c = make_bench_config(a);
+    ASSERT_EQ(c.tests.size(), 4u);
+    EXPECT_EQ(c.tests[0].name(), "pp64");
+    EXPECT_EQ(c.tests[1].name(), "pp64 @ d1024");
+    EXPECT_EQ(c.tests[2].name(), "tg16");
+    EXPECT_EQ(c.tests[3].name(), "tg16 @ d1024");
+    EXPECT_EQ(c.tests[3].n_depth, 1024);
+    EXPECT_EQ(c.n_ctx(), 1024 + 64);  // room for the depth and the longest test
+    a.n_depth = {"-5"};
+    EXPECT_THROW(make_bench_config(a), tandem::Error);
+    a.n_depth = {"x"};
+    EXPECT_THROW(make_bench_config(a), tandem::Error);
+}
+
 TEST(BenchArgs, RejectsBadInputOnOneLine) {
     const auto error_for = [](auto&& edit) {
         BenchArgs a = args_with_model();

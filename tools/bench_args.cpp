@@ -114,14 +114,15 @@ bool ends_with_svg(const std::string& path) {
 }  // namespace
 
 std::string BenchTest::name() const {
-    if (n_gen == 0) return fmt::format("pp{}", n_prompt);
-    if (n_prompt == 0) return fmt::format("tg{}", n_gen);
-    return fmt::format("pp{}+tg{}", n_prompt, n_gen);
+    const std::string base = n_gen == 0      ? fmt::format("pp{}", n_prompt)
+                             : n_prompt == 0 ? fmt::format("tg{}", n_gen)
+                                             : fmt::format("pp{}+tg{}", n_prompt, n_gen);
+    return n_depth > 0 ? fmt::format("{} @ d{}", base, n_depth) : base;
 }
 
 int64_t BenchConfig::n_ctx() const {
     int64_t n = 1;
-    for (const BenchTest& t : tests) n = std::max(n, t.n_prompt + t.n_gen);
+    for (const BenchTest& t : tests) n = std::max(n, t.n_depth + t.n_prompt + t.n_gen);
     return n;
 }
 
@@ -195,6 +196,13 @@ BenchConfig make_bench_config(const BenchArgs& a) {
         c.tests.push_back({p, n});
     }
     if (c.tests.empty()) throw Error("bench: no test left to run; -p 0 and -n 0 drop every test and no -pg was given");
+    // -d: every test at every depth, as llama-bench.
+    const std::vector<int64_t> depths = int_lists(a.n_depth, "-d", {0});
+    std::vector<BenchTest> at_depths;
+    for (const BenchTest& t : c.tests) {
+        for (int64_t d : depths) at_depths.push_back({t.n_prompt, t.n_gen, d});
+    }
+    c.tests = std::move(at_depths);
 
     const auto threads = int_lists(a.threads, "-t", {0});
     if (!a.threads.empty()) require_at_least(threads, 1, "-t");

@@ -24,6 +24,7 @@ struct BenchArgs {
     std::vector<std::string> n_prompt;    // default "512"
     std::vector<std::string> n_gen;       // default "128"
     std::vector<std::string> prompt_gen;  // "P,N" per occurrence
+    std::vector<std::string> n_depth;     // default "0"
     std::vector<std::string> n_gpu_layers;  // default "auto"
     std::vector<std::string> threads;       // default: physical cores
     std::vector<std::string> n_ubatch;      // default "512"
@@ -42,16 +43,18 @@ struct BenchArgs {
 };
 
 // A benchmark test in llama-bench's terms: ppN (n_gen 0), tgN (n_prompt 0)
-// or pgP,N (both).
+// or pgP,N (both), after n_depth tokens already in the KV cache (-d; that
+// prefill is not timed).
 struct BenchTest {
     int64_t n_prompt = 0;
     int64_t n_gen = 0;
-    std::string name() const;  // "pp512", "tg128", "pp512+tg128"
+    int64_t n_depth = 0;
+    std::string name() const;  // "pp512", "tg128", "pp512+tg128", "tg128 @ d4096"
 };
 
 struct BenchConfig {
     std::vector<std::string> models;
-    std::vector<BenchTest> tests;  // pp tests, then tg, then pg, as given
+    std::vector<BenchTest> tests;  // pp tests, then tg, then pg, as given; each at every depth
     // nullopt: auto (the planner's choice). Ignored when sweep_step is set.
     std::vector<std::optional<int64_t>> n_gpu_layers;
     std::vector<int> threads;  // 0: physical cores

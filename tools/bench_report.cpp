@@ -131,7 +131,7 @@ std::string human_count(uint64_t n) {
 const std::vector<std::string>& bench_field_names() {
     static const std::vector<std::string> names{
         "model",    "model_type", "model_size", "model_params", "device",   "backend",  "ngl",
-        "threads",  "n_ubatch",   "cache_type", "test",         "n_prompt", "n_gen",    "fits",
+        "threads",  "n_ubatch",   "cache_type", "test",         "n_prompt", "n_gen",    "n_depth",  "fits",
         "tps_mean", "tps_sd",     "gbps",       "pct_bandwidth", "predicted_tps", "samples"};
     return names;
 }
@@ -151,6 +151,7 @@ nlohmann::json to_json(const BenchRow& r) {
     j["test"] = r.test;
     j["n_prompt"] = r.n_prompt;
     j["n_gen"] = r.n_gen;
+    j["n_depth"] = r.n_depth;
     j["fits"] = r.fits;
     j["tps_mean"] = optional_json(r.tps_mean);
     j["tps_sd"] = optional_json(r.tps_sd);
@@ -209,6 +210,7 @@ std::string format_csv(const std::vector<BenchRow>& rows) {
                                               r.test,
                                               std::to_string(r.n_prompt),
                                               std::to_string(r.n_gen),
+                                              std::to_string(r.n_depth),
                                               r.fits ? "true" : "false",
                                               csv_number(r.tps_mean),
                                               csv_number(r.tps_sd),

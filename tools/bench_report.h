@@ -30,6 +30,7 @@ struct BenchRow {
     std::string test;        // "pp512", "tg128", "pp512+tg128"
     int64_t n_prompt = 0;
     int64_t n_gen = 0;
+    int64_t n_depth = 0;
     // False when the split does not fit the device: nothing was measured
     // and only the prediction is reported.
     bool fits = true;

@@ -290,6 +290,9 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("-m,--model", a.models, "GGUF model file; repeat for several")->type_name("FILE");
     cmd->add_option("-p,--n-prompt", a.n_prompt, "prompt sizes of the ppN tests (default 512)")->type_name("LIST");
     cmd->add_option("-n,--n-gen", a.n_gen, "generated tokens of the tgN tests (default 128)")->type_name("LIST");
+    cmd->add_option("-d,--n-depth", a.n_depth,
+                    "tokens already in the KV cache when each test starts (its prefill is not timed), a list (default 0)")
+        ->type_name("LIST");
     cmd->add_option("--prompt-gen", a.prompt_gen, "a pgP,N test, prompt then generation (-pg); may repeat")
         ->type_name("P,N");
     cmd->add_option("--n-gpu-layers", a.n_gpu_layers,

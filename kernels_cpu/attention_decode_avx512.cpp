@@ -1,0 +1,75 @@
+// attention_decode.h's kernel with AVX-512: ggml's 16-lane accumulators are
+// one register each, and V rows go 16 halves at a time (about half the
+// instructions of the AVX2 twin per head and cell).
+#include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
+
+#include <cmath>
+
+#include "kernels_cpu/attention_decode_body.h"
+#include "kernels_cpu/f16_accumulate.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+constexpr auto kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+struct Avx512Ops {
+    static void widen(const uint16_t* src, float* dst, int64_t n) {
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))));
+        }
+        for (; i < n; ++i) dst[i] = quant::fp16_to_fp32(src[i]);
+    }
+    // f16_dot_ggml's order: four 16-lane accumulators over steps of 64,
+    // (0+2) + (1+3), lanes halved 8+8, 4+4, (0+2) + (1+3); tail in double.
+    static float dot(const float* k, const float* q, int64_t n) {
+        constexpr int64_t kStep = 64;
+        const int64_t np = n - n % kStep;
+        double sum = 0.0;
+        if (np > 0) {
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int64_t i = 0; i < np; i += kStep) {
+                for (int j = 0; j < 4; ++j) {
+                    acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(k + i + 16 * j), _mm512_loadu_ps(q + i + 16 * j), acc[j]);
+                }
+            }
+            const __m512 lanes = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+            const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(lanes), 1));  // AVX512F only
+            const __m256 t8 = _mm256_add_ps(high, _mm512_castps512_ps256(lanes));
+            const __m128 t4 = _mm_add_ps(_mm256_extractf128_ps(t8, 1), _mm256_castps256_ps128(t8));
+            const __m128 ab = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+            sum = _mm_cvtss_f32(_mm_add_ss(ab, _mm_shuffle_ps(ab, ab, 1)));
+        }
+        for (int64_t e = np; e < n; ++e) sum += static_cast<double>(k[e] * q[e]);
+        return static_cast<float>(sum);
+    }
+    static void scale(uint16_t* y, float s, int64_t n) {
+        const __m512 sv = _mm512_set1_ps(s);
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            auto* p = reinterpret_cast<__m256i*>(y + i);
+            _mm256_storeu_si256(p, _mm512_cvtps_ph(_mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256(p)), sv), kRound));
+        }
+        f16_scale_scalar(y + i, s, n - i);
+    }
+    static void mad(uint16_t* y, const float* x, float s, int64_t n) {
+        const __m512 sv = _mm512_set1_ps(s);
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            auto* p = reinterpret_cast<__m256i*>(y + i);
+            const __m512 v = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), sv, _mm512_cvtph_ps(_mm256_loadu_si256(p)));
+            _mm256_storeu_si256(p, _mm512_cvtps_ph(v, kRound));
+        }
+        for (; i < n; ++i) y[i] = quant::fp32_to_fp16(std::fma(x[i], s, quant::fp16_to_fp32(y[i])));
+    }
+};
+
+}  // namespace
+
+void attention_shared_kv_f16_avx512(const float* q, int64_t n_q, int32_t pos, int64_t kv_head,
+                                    const AttentionShape& shape, const KvCacheView& kv, float* out) {
+    shared_kv_attention<Avx512Ops>(q, n_q, pos, kv_head, shape, kv, out);
+}
+
+}  // namespace tandem::cpu::detail
