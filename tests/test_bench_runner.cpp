@@ -174,9 +174,18 @@ TEST_F(BenchCommand, LlamaStyleFlagsReachTheRunner) {
                               dir_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(testing::count_lines(r.out), 1u + 4u) << r.out;  // header + 2 splits x (pp8, pp4+tg2)
-    EXPECT_TRUE(contains(r.out, ",4,f16,pp8,8,0,true,"));
+    EXPECT_TRUE(contains(r.out, ",4,f16,pp8,8,0,0,true,"));  // ... test, n_prompt, n_gen, n_depth, fits
     EXPECT_TRUE(contains(r.out, "pp4+tg2"));
     EXPECT_TRUE(contains(r.out, ",split,1,"));
+
+    // -d: generation after 6 cached tokens, named as llama-bench names it.
+    const auto d = run_tandem("bench -m " + shell_quote(tiny_model()) + " -p 0 -n 2 -d 6 -r 1 -t 1 -o json", dir_);
+    ASSERT_EQ(d.exit_code, 0) << d.err;
+    const auto j = nlohmann::json::parse(d.out);
+    ASSERT_EQ(j.size(), 1u);
+    EXPECT_EQ(j[0]["test"], "tg2 @ d6");
+    EXPECT_EQ(j[0]["n_depth"], 6);
+    EXPECT_GT(j[0]["tps_mean"].get<double>(), 0.0);
 }
 
 TEST_F(BenchCommand, BadInputIsOneLine) {
