@@ -114,19 +114,20 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
         detail::attention_tiled(q, q_pos, n_tokens, shape, kv, out, pool, level);
         return;
     }
+    // Looked up once: a decode step calls it for every cell of every head.
+    const detail::DotFn dot = detail::dot_kernel(kv.type, level);
 #if defined(__x86_64__)
     // The query heads of a KV head together (attention_decode.h): same
     // bits as the per-head loop below, the cache read once per KV head.
-    if (f16_cache && level != SimdLevel::Scalar) {
+    if (level != SimdLevel::Scalar && (f16_cache || kv.type == quant::Type::Q8_0)) {
         const int64_t per_task = detail::shared_heads_per_task(gqa, n_tokens * shape.n_head_kv, pool.size());
         const int64_t tasks_per_token = shape.n_head / per_task;
-        const auto kernel = level == SimdLevel::Avx512 ? detail::attention_shared_kv_f16_avx512
-                                                       : detail::attention_shared_kv_f16_avx2;
+        const auto kernel = level == SimdLevel::Avx512 ? detail::attention_shared_kv_avx512 : detail::attention_shared_kv_avx2;
         pool.parallel_for(n_tokens * tasks_per_token, 1, [&](int64_t begin, int64_t end) {
             for (int64_t task = begin; task < end; ++task) {
                 const int64_t t = task / tasks_per_token;
                 const int64_t h0 = task % tasks_per_token * per_task;
-                kernel(q + (t * shape.n_head + h0) * shape.head_dim_k, per_task, q_pos[t], h0 / gqa, shape, kv,
+                kernel(q + (t * shape.n_head + h0) * shape.head_dim_k, per_task, q_pos[t], h0 / gqa, shape, kv, dot,
                        out + (t * shape.n_head + h0) * shape.head_dim_v);
             }
         });
@@ -134,8 +135,6 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
     }
 #endif
     const F16Accumulate f16 = f16_accumulate(level);
-    // Looked up once: a decode step calls it for every cell of every head.
-    const detail::DotFn dot = detail::dot_kernel(kv.type, level);
     const auto dv = static_cast<size_t>(shape.head_dim_v);
 
     pool.parallel_for(n_tokens * shape.n_head, 1, [&](int64_t begin, int64_t end) {

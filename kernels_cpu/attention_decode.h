@@ -1,11 +1,11 @@
 // One-pass attention (fewer queries than the tiled kernel takes, so every
-// decode step) over an F16 cache, with the query heads that share a KV head
-// taken together. The per-head path in attention.cpp reads each K and V row
+// decode step) over an F16 or Q8_0 cache, with the query heads that share a
+// KV head taken together. The per-head path in attention.cpp reads each K and V row
 // once per query head and widens it each time; with grouped-query heads
 // (4 or 8 query heads per KV head in Llama 3) that is 4-8 reads of the
 // cache per step, and at long contexts the cache is as large as a layer's
-// weights. Here each visible cell's K and V are widened to f32 once and
-// serve every head of the group from L1.
+// weights. Here each visible cell's K and V are widened (dequantized) to
+// f32 once and serve every head of the group from L1.
 //
 // Same bits as the per-head path (its scalar twin: f16_dot_ggml_scalar,
 // f16_scale_scalar, f16_mad_scalar per head): each head keeps its own
@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels_cpu/attention.h"
+#include "kernels_cpu/vec_dot.h"
 
 namespace tandem::cpu::detail {
 
@@ -25,11 +26,13 @@ inline constexpr int64_t kMaxSharedHeads = 16;
 
 // Query heads [0, n_q) of one token (q: n_q rows of head_dim_k floats,
 // not yet rounded; n_q <= kMaxSharedHeads), all reading KV head kv_head of
-// an F16 cache, at position pos: out gets n_q rows of head_dim_v floats.
-void attention_shared_kv_f16_avx2(const float* q, int64_t n_q, int32_t pos, int64_t kv_head,
-                                  const AttentionShape& shape, const KvCacheView& kv, float* out);
-void attention_shared_kv_f16_avx512(const float* q, int64_t n_q, int32_t pos, int64_t kv_head,
-                                    const AttentionShape& shape, const KvCacheView& kv, float* out);
+// an F16 or Q8_0 cache, at position pos: out gets n_q rows of head_dim_v
+// floats. block_dot: the K.Q kernel of a Q8_0 cache (the per-head path's,
+// dot_kernel(Q8_0, level)); unused for F16.
+void attention_shared_kv_avx2(const float* q, int64_t n_q, int32_t pos, int64_t kv_head, const AttentionShape& shape,
+                              const KvCacheView& kv, DotFn block_dot, float* out);
+void attention_shared_kv_avx512(const float* q, int64_t n_q, int32_t pos, int64_t kv_head, const AttentionShape& shape,
+                                const KvCacheView& kv, DotFn block_dot, float* out);
 
 // Query heads per call: the largest divisor of gqa up to kMaxSharedHeads,
 // halved while that leaves fewer than two tasks per thread (a decode step

@@ -6,6 +6,7 @@
 
 #include "kernels_cpu/attention_decode_body.h"
 #include "kernels_cpu/f16_accumulate.h"
+#include "runtime/quant/quant_blocks.h"
 
 namespace tandem::cpu::detail {
 namespace {
@@ -68,13 +69,35 @@ struct Avx2Ops {
     static float dot(const float* k, const float* q, int64_t n) { return dot_ggml_f32(k, q, n); }
     static void scale(uint16_t* y, float s, int64_t n) { f16_scale_avx2(y, s, n); }
     static void mad(uint16_t* y, const float* x, float s, int64_t n) { mad_f16_acc(y, x, s, n); }
+    static void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n) {
+        const auto* b = reinterpret_cast<const quant::block_q8_0*>(src);
+        for (int64_t i = 0; i < n / quant::kQK8_0; ++i) {
+            const __m256 d = _mm256_set1_ps(quant::fp16_to_fp32(b[i].d));
+            for (int j = 0; j < quant::kQK8_0; j += 8) {
+                const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + j)));
+                _mm256_storeu_ps(dst + i * quant::kQK8_0 + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+            }
+        }
+    }
+    static void scale_f32(float* y, float s, int64_t n) {
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_set1_ps(s)));
+        for (; i < n; ++i) y[i] *= s;
+    }
+    static void mad_f32(float* y, const float* x, float s, int64_t n) {
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            _mm256_storeu_ps(y + i, _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(s), _mm256_loadu_ps(y + i)));
+        }
+        for (; i < n; ++i) y[i] = std::fma(x[i], s, y[i]);
+    }
 };
 
 }  // namespace
 
-void attention_shared_kv_f16_avx2(const float* q, int64_t n_q, int32_t pos, int64_t kv_head,
-                                  const AttentionShape& shape, const KvCacheView& kv, float* out) {
-    shared_kv_attention<Avx2Ops>(q, n_q, pos, kv_head, shape, kv, out);
+void attention_shared_kv_avx2(const float* q, int64_t n_q, int32_t pos, int64_t kv_head, const AttentionShape& shape,
+                              const KvCacheView& kv, DotFn block_dot, float* out) {
+    shared_kv_attention_for<Avx2Ops>(q, n_q, pos, kv_head, shape, kv, block_dot, out);
 }
 
 }  // namespace tandem::cpu::detail

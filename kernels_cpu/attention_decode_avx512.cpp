@@ -7,6 +7,7 @@
 
 #include "kernels_cpu/attention_decode_body.h"
 #include "kernels_cpu/f16_accumulate.h"
+#include "runtime/quant/quant_blocks.h"
 
 namespace tandem::cpu::detail {
 namespace {
@@ -69,13 +70,35 @@ struct Avx512Ops {
         }
         for (; i < n; ++i) y[i] = quant::fp32_to_fp16(std::fma(x[i], s, quant::fp16_to_fp32(y[i])));
     }
+    static void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n) {
+        const auto* b = reinterpret_cast<const quant::block_q8_0*>(src);
+        for (int64_t i = 0; i < n / quant::kQK8_0; ++i) {
+            const __m512 d = _mm512_set1_ps(quant::fp16_to_fp32(b[i].d));
+            for (int j = 0; j < quant::kQK8_0; j += 16) {
+                const __m512i q = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i].qs + j)));
+                _mm512_storeu_ps(dst + i * quant::kQK8_0 + j, _mm512_mul_ps(_mm512_cvtepi32_ps(q), d));
+            }
+        }
+    }
+    static void scale_f32(float* y, float s, int64_t n) {
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_loadu_ps(y + i), _mm512_set1_ps(s)));
+        for (; i < n; ++i) y[i] *= s;
+    }
+    static void mad_f32(float* y, const float* x, float s, int64_t n) {
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            _mm512_storeu_ps(y + i, _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(s), _mm512_loadu_ps(y + i)));
+        }
+        for (; i < n; ++i) y[i] = std::fma(x[i], s, y[i]);
+    }
 };
 
 }  // namespace
 
-void attention_shared_kv_f16_avx512(const float* q, int64_t n_q, int32_t pos, int64_t kv_head,
-                                    const AttentionShape& shape, const KvCacheView& kv, float* out) {
-    shared_kv_attention<Avx512Ops>(q, n_q, pos, kv_head, shape, kv, out);
+void attention_shared_kv_avx512(const float* q, int64_t n_q, int32_t pos, int64_t kv_head, const AttentionShape& shape,
+                                const KvCacheView& kv, DotFn block_dot, float* out) {
+    shared_kv_attention_for<Avx512Ops>(q, n_q, pos, kv_head, shape, kv, block_dot, out);
 }
 
 }  // namespace tandem::cpu::detail

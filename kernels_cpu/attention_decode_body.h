@@ -4,7 +4,9 @@
 // f16_dot_ggml's order over widened rows; scale(acc, s, n) and mad(acc, x,
 // s, n) with f16_scale's and f16_mad's roundings; scores and accumulate
 // over a tile of cells (scores_rows and accumulate_rows below, or faster
-// paths with the same bits).
+// paths with the same bits); for Q8_0 caches dequantize_q8_0(blocks,
+// floats, n) as the reference dequantizer, scale_f32 (y *= s) and mad_f32
+// (y = fma(x, s, y)) element by element.
 #pragma once
 
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
@@ -15,8 +17,10 @@
 #include <vector>
 
 #include "kernels_cpu/attention_decode.h"
+#include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
 #include "runtime/quant/fp16.h"
+#include "runtime/quant/quant_types.h"
 
 namespace tandem::cpu::detail {
 namespace {
@@ -75,60 +79,134 @@ void accumulate_rows(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, 
     }
 }
 
+// An F16 cache: keys widened into the tile and dotted in f16_dot_ggml's
+// order against the queries rounded to fp16; V sums kept in fp16.
 template <class Ops>
+struct F16Cache {
+    using Acc = uint16_t;
+    int64_t dk, dv;
+    std::vector<float> qf, kt;
+    F16Cache(const float* q, size_t nq, int64_t dk_, int64_t dv_, DotFn)
+        : dk(dk_), dv(dv_), qf(nq * static_cast<size_t>(dk_)), kt(static_cast<size_t>(kTile * dk_)) {
+        // The queries rounded to fp16 (ggml's K.Q partner) and widened back.
+        for (size_t i = 0; i < qf.size(); ++i) qf[i] = quant::fp16_to_fp32(quant::fp32_to_fp16(q[i]));
+    }
+    void stage_key(const uint8_t* k, int64_t i) {
+        Ops::widen(reinterpret_cast<const uint16_t*>(k), kt.data() + i * dk, dk);
+    }
+    void stage_value(const uint8_t* v, float* row) const { Ops::widen(reinterpret_cast<const uint16_t*>(v), row, dv); }
+    void scores(size_t h, int64_t n, float scale, float* s) const {
+        Ops::scores(qf.data() + h * static_cast<size_t>(dk), kt.data(), n, dk, scale, s);
+    }
+    void accumulate(Acc* acc, size_t nq, const float* vt, int64_t n, const SoftmaxSteps* st) const {
+        Ops::accumulate(acc, nq, vt, n, dv, st);
+    }
+    static float value(Acc a) { return quant::fp16_to_fp32(a); }
+};
+
+// A Q8_0 cache, as the per-head path takes it: K.Q by the same block dot
+// kernel on the stored blocks against the queries quantized to Q8_0 (by
+// the reference quantizer), V dequantized, sums kept in f32.
+template <class Ops>
+struct Q8Cache {
+    using Acc = float;
+    int64_t dk, dv;
+    size_t q_bytes;
+    std::vector<uint8_t> q_act;
+    const uint8_t* keys[kTile] = {};
+    DotFn dot;
+    Q8Cache(const float* q, size_t nq, int64_t dk_, int64_t dv_, DotFn block_dot)
+        : dk(dk_), dv(dv_), q_bytes(*quant::row_bytes(quant::Type::Q8_0, dk_)), q_act(nq * q_bytes), dot(block_dot) {
+        TANDEM_CHECK(dot != nullptr, "attention: no K.Q kernel for the Q8_0 cache");
+        for (size_t h = 0; h < nq; ++h) {
+            quant::quantize_row(quant::Type::Q8_0, q + h * static_cast<size_t>(dk), q_act.data() + h * q_bytes, dk);
+        }
+    }
+    void stage_key(const uint8_t* k, int64_t i) { keys[i] = k; }
+    void stage_value(const uint8_t* v, float* row) const { Ops::dequantize_q8_0(v, row, dv); }
+    void scores(size_t h, int64_t n, float scale, float* s) const {
+        for (int64_t i = 0; i < n; ++i) {
+            float qk = 0.0f;
+            dot(dk, keys[i], q_act.data() + h * q_bytes, 0, 1, &qk, 0);
+            s[i] = qk * scale;
+        }
+    }
+    void accumulate(Acc* acc, size_t nq, const float* vt, int64_t n, const SoftmaxSteps* st) const {
+        const auto udv = static_cast<size_t>(dv);
+        for (int64_t i = 0; i < n; ++i) {
+            for (size_t h = 0; h < nq; ++h) {
+                if (st[h].rescale[i]) Ops::scale_f32(acc + h * udv, st[h].factor[i], dv);
+                Ops::mad_f32(acc + h * udv, vt + i * dv, st[h].weight[i], dv);
+            }
+        }
+    }
+    static float value(Acc a) { return a; }
+};
+
+template <class Cache>
 void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t kv_head, const AttentionShape& shape,
-                         const KvCacheView& kv, float* out) {
+                         const KvCacheView& kv, DotFn block_dot, float* out) {
     TANDEM_CHECK(n_q > 0 && n_q <= kMaxSharedHeads, "attention: query heads per KV head out of range");
-    TANDEM_CHECK(kv.type == quant::Type::F16, "attention: shared-KV kernel needs an F16 cache");
     const int64_t dk = shape.head_dim_k, dv = shape.head_dim_v;
     const auto nq = static_cast<size_t>(n_q);
-    const auto udk = static_cast<size_t>(dk), udv = static_cast<size_t>(dv);
-    // The queries rounded to fp16 (ggml's K.Q partner) and widened back.
-    std::vector<float> qf(nq * udk);
-    for (size_t i = 0; i < qf.size(); ++i) qf[i] = quant::fp16_to_fp32(quant::fp32_to_fp16(q[i]));
-    std::vector<float> kt(static_cast<size_t>(kTile) * udk), vt(static_cast<size_t>(kTile) * udv);
-    std::vector<uint16_t> acc(nq * udv, 0);  // V sums in fp16, as ggml keeps them
+    const auto udv = static_cast<size_t>(dv);
+    const auto k_head_bytes = quant::row_bytes(kv.type, dk), v_head_bytes = quant::row_bytes(kv.type, dv);
+    TANDEM_CHECK(k_head_bytes && v_head_bytes, "attention: head size not a multiple of the cache block");
+    Cache cache(q, nq, dk, dv, block_dot);
+    std::vector<float> vt(static_cast<size_t>(kTile) * udv);
+    std::vector<typename Cache::Acc> acc(nq * udv, typename Cache::Acc{0});
     float running_max[kMaxSharedHeads], running_sum[kMaxSharedHeads], scores[kTile];
     for (size_t h = 0; h < nq; ++h) {
         running_max[h] = -std::numeric_limits<float>::infinity();
         running_sum[h] = 0.0f;
     }
     SoftmaxSteps steps[kMaxSharedHeads];
-    const uint64_t k_offset = static_cast<uint64_t>(kv_head * dk) * sizeof(uint16_t);
-    const uint64_t v_offset = static_cast<uint64_t>(kv_head * dv) * sizeof(uint16_t);
+    const uint64_t k_offset = static_cast<uint64_t>(kv_head) * *k_head_bytes;
+    const uint64_t v_offset = static_cast<uint64_t>(kv_head) * *v_head_bytes;
     // The group's slice of a cell is a few lines at a stride of the whole
     // row, a new 4 KiB page every few cells: the hardware prefetchers miss
     // most of them, so the slices kAhead cells on are requested here.
     constexpr int64_t kAhead = 8;
-    const auto prefetch_slice = [](const uint8_t* p, int64_t bytes) {
-        for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T0);
+    const auto prefetch_slice = [](const uint8_t* p, uint64_t bytes) {
+        for (uint64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T0);
     };
     for (int64_t c0 = 0; c0 < kv.n_cells; c0 += kTile) {
-        // The tile's visible cells, in storage order, widened once.
+        // The tile's visible cells, in storage order, staged once.
         int64_t n = 0;
         for (int64_t c = c0; c < std::min(kv.n_cells, c0 + kTile); ++c) {
             if (c + kAhead < kv.n_cells) {
-                prefetch_slice(kv.k + static_cast<uint64_t>(c + kAhead) * kv.k_row_bytes + k_offset, dk * 2);
-                prefetch_slice(kv.v + static_cast<uint64_t>(c + kAhead) * kv.v_row_bytes + v_offset, dv * 2);
+                prefetch_slice(kv.k + static_cast<uint64_t>(c + kAhead) * kv.k_row_bytes + k_offset, *k_head_bytes);
+                prefetch_slice(kv.v + static_cast<uint64_t>(c + kAhead) * kv.v_row_bytes + v_offset, *v_head_bytes);
             }
             const int32_t kp = kv.cell_pos[c];
             if (kp < 0 || kp > pos || (shape.window > 0 && pos - kp >= shape.window)) continue;
-            Ops::widen(reinterpret_cast<const uint16_t*>(kv.k + static_cast<uint64_t>(c) * kv.k_row_bytes + k_offset),
-                       kt.data() + static_cast<size_t>(n) * udk, dk);
-            Ops::widen(reinterpret_cast<const uint16_t*>(kv.v + static_cast<uint64_t>(c) * kv.v_row_bytes + v_offset),
-                       vt.data() + static_cast<size_t>(n) * udv, dv);
+            cache.stage_key(kv.k + static_cast<uint64_t>(c) * kv.k_row_bytes + k_offset, n);
+            cache.stage_value(kv.v + static_cast<uint64_t>(c) * kv.v_row_bytes + v_offset,
+                              vt.data() + static_cast<size_t>(n) * udv);
             ++n;
         }
         if (n == 0) continue;
         for (size_t h = 0; h < nq; ++h) {
-            Ops::scores(qf.data() + h * udk, kt.data(), n, dk, shape.scale, scores);
+            cache.scores(h, n, shape.scale, scores);
             softmax_steps(scores, n, running_max[h], running_sum[h], steps[h]);
         }
-        Ops::accumulate(acc.data(), nq, vt.data(), n, dv, steps);
+        cache.accumulate(acc.data(), nq, vt.data(), n, steps);
     }
     for (size_t h = 0; h < nq; ++h) {
         const float inv = running_sum[h] > 0.0f ? 1.0f / running_sum[h] : 0.0f;
-        for (size_t d = 0; d < udv; ++d) out[h * udv + d] = quant::fp16_to_fp32(acc[h * udv + d]) * inv;
+        for (size_t d = 0; d < udv; ++d) out[h * udv + d] = Cache::value(acc[h * udv + d]) * inv;
+    }
+}
+
+// The entry point of one ISA's file: the policy of the cache's type.
+template <class Ops>
+void shared_kv_attention_for(const float* q, int64_t n_q, int32_t pos, int64_t kv_head, const AttentionShape& shape,
+                             const KvCacheView& kv, DotFn block_dot, float* out) {
+    if (kv.type == quant::Type::F16) {
+        shared_kv_attention<F16Cache<Ops>>(q, n_q, pos, kv_head, shape, kv, block_dot, out);
+    } else {
+        TANDEM_CHECK(kv.type == quant::Type::Q8_0, "attention: shared-KV kernel for F16 and Q8_0 caches only");
+        shared_kv_attention<Q8Cache<Ops>>(q, n_q, pos, kv_head, shape, kv, block_dot, out);
     }
 }
 

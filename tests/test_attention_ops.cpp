@@ -140,9 +140,9 @@ TEST(CpuAttention, TiledPrefillOverHistoryAndWindow) {
 
 // The one-pass path at a SIMD level takes the query heads of a KV head
 // together (attention_decode.h); its output must be the scalar per-head
-// loop's, bit for bit: GQA factors 1 to 24 (24 splits into two calls of
-// 12), head sizes with a dot-product tail (80) and without, windows, ring
-// cells, one and several queries.
+// loop's, bit for bit, for F16 and Q8_0 caches: GQA factors 1 to 24 (24
+// splits into two calls of 12), head sizes with a dot-product tail (80,
+// F16 only) and without, windows, ring cells, one and several queries.
 TEST(CpuAttention, SharedKvHeadsMatchPerHeadBits) {
     if (tc::best_simd_level() == tc::SimdLevel::Scalar) GTEST_SKIP() << "no AVX2 on this CPU";
     struct Case {
@@ -151,9 +151,11 @@ TEST(CpuAttention, SharedKvHeadsMatchPerHeadBits) {
     const Case cases[] = {{32, 4, 64, 200, 1, 150, 0},  {8, 8, 128, 64, 3, 40, 0}, {12, 4, 80, 50, 2, 47, 0},
                           {24, 1, 64, 40, 1, 90, 16},   {16, 2, 256, 33, 5, 10, 0}};
     uint32_t seed = 40;
+    for (const tq::Type cache_type : {tq::Type::F16, tq::Type::Q8_0})
     for (const Case& c : cases) {
+        if (c.head_dim % tq::traits(cache_type).block_elems != 0) continue;
         const int64_t k_dim = c.n_head_kv * c.head_dim;
-        tandem::LayerKvCache cache(tq::Type::F16, c.n_cells, k_dim, k_dim);
+        tandem::LayerKvCache cache(cache_type, c.n_cells, k_dim, k_dim);
         const int64_t last = c.first_pos + c.n_tokens - 1;
         for (int64_t p = std::max<int64_t>(0, last + 1 - c.n_cells); p <= last; ++p) {
             const auto k = random_vector(static_cast<size_t>(k_dim), seed + static_cast<uint32_t>(2 * p));
@@ -175,7 +177,8 @@ TEST(CpuAttention, SharedKvHeadsMatchPerHeadBits) {
                 tc::attention(q.data(), q_pos.data(), c.n_tokens, shape, cache.view(), simd.data(), pool, level);
                 for (size_t i = 0; i < ref.size(); ++i) {
                     ASSERT_EQ(std::bit_cast<uint32_t>(simd[i]), std::bit_cast<uint32_t>(ref[i]))
-                        << tc::simd_level_name(level) << ", " << c.n_head << "/" << c.n_head_kv << " heads, dim "
+                        << tc::simd_level_name(level) << ", " << tq::traits(cache_type).name << " cache, " << c.n_head
+                        << "/" << c.n_head_kv << " heads, dim "
                         << c.head_dim << ", " << threads << " threads, output " << i;
                 }
             }
