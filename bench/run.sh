@@ -4,7 +4,8 @@
 #   - the machine (CPU, cores, calibrated bandwidths: tandem bench --calibrate)
 #   - end to end on the CPU: a llama-1b-shape Q4_K_M synth model (made once,
 #     cached in $TANDEM_BENCH_DIR, default ~/.cache/tandem/bench), pp512 and
-#     tg128 with `tandem bench`, 2 threads and the physical-core count
+#     tg128 with `tandem bench`, 2 threads and the physical-core count; the
+#     same after 1536 cached tokens (-d) with F16 and Q8_0 KV caches
 #   - the CPU kernel benchmarks (Google Benchmark) for the matvec and matmul
 #     of every type and the AVX-512 attention (prefill and decode): GB/s and
 #     GFLOP/s
@@ -52,6 +53,10 @@ threads="2"
     echo "## End to end, CPU ($(basename "$m1b"), \`tandem bench -p 512 -n 128 -t $threads -r $REPS\`)"
     echo
     "$TANDEM" bench -m "$m1b" -p 512 -n 128 -t "$threads" -r "$REPS" -o md
+    echo
+    echo "## Long context, CPU (after 1536 cached tokens, both cache types, \`-d 1536 --cache-type f16,q8_0\`)"
+    echo
+    "$TANDEM" bench -m "$m1b" -p 512 -n 128 -d 1536 --cache-type f16,q8_0 -t 2 -r "$REPS" -o md
     echo
     if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
         m8b=$(model llama3-8b Q4_K_M)

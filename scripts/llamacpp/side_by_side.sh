@@ -4,7 +4,9 @@
 #   LLAMA_BENCH=/path/to/llama-bench scripts/llamacpp/side_by_side.sh [TYPE...]
 # Models are llama-1b-shape synth files made once in $TANDEM_BENCH_DIR
 # (default ~/.cache/tandem/bench). Defaults: every CPU weight type, 2
-# threads, pp512 and tg128, 3 repetitions (THREADS, PP, TG, REPS override).
+# threads, pp512 and tg128, 3 repetitions (THREADS, PP, TG, REPS override);
+# DEPTH=N runs both after N cached tokens (-d), CACHE=q8_0 with that KV
+# cache type (llama.cpp then needs its flash attention, -fa 1).
 # Not run by CI: it needs a llama.cpp build (see README.md here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,7 +14,11 @@ BUILD_DIR=${BUILD_DIR:-build}
 TANDEM=$BUILD_DIR/tools/tandem
 LLAMA_BENCH=${LLAMA_BENCH:?set LLAMA_BENCH to the path of llama-bench}
 MODELS=${TANDEM_BENCH_DIR:-$HOME/.cache/tandem/bench}
-THREADS=${THREADS:-2} PP=${PP:-512} TG=${TG:-128} REPS=${REPS:-3}
+THREADS=${THREADS:-2} PP=${PP:-512} TG=${TG:-128} REPS=${REPS:-3} DEPTH=${DEPTH:-0} CACHE=${CACHE:-f16}
+LLAMA_CACHE=(-ctk "$CACHE" -ctv "$CACHE")
+[ "$CACHE" = f16 ] || LLAMA_CACHE+=(-fa 1)
+AT=""
+[ "$DEPTH" = 0 ] || AT=" @ d$DEPTH"
 TYPES=("$@")
 [ ${#TYPES[@]} -gt 0 ] || TYPES=(Q4_K_M Q4_0 Q8_0 Q6_K Q5_K_M Q3_K_M Q2_K Q4_1 Q5_0 Q5_1)
 mkdir -p "$MODELS"
@@ -25,10 +31,16 @@ pp = [r[sys.argv[1]] for r in rows if r.get("n_prompt", 0) > 0]
 tg = [r[sys.argv[1]] for r in rows if r.get("n_gen", 0) > 0]
 print(f"{pp[0] if pp else 0:.1f} {tg[0] if tg else 0:.1f}")' "$1"
 }
-tandem_rate() { "$TANDEM" bench -m "$1" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" -o jsonl 2>/dev/null | rates tps_mean; }
-llama_rate() { "$LLAMA_BENCH" -m "$1" -p "$PP" -n "$TG" -r "$REPS" -t "$THREADS" -o jsonl 2>/dev/null | rates avg_ts; }
+tandem_rate() {
+    "$TANDEM" bench -m "$1" -p "$PP" -n "$TG" -d "$DEPTH" --cache-type "$CACHE" -r "$REPS" -t "$THREADS" -o jsonl 2>/dev/null |
+        rates tps_mean
+}
+llama_rate() {
+    "$LLAMA_BENCH" -m "$1" -p "$PP" -n "$TG" -d "$DEPTH" "${LLAMA_CACHE[@]}" -r "$REPS" -t "$THREADS" -o jsonl 2>/dev/null |
+        rates avg_ts
+}
 
-echo "| type | Tandem pp$PP | llama.cpp pp$PP | ratio | Tandem tg$TG | llama.cpp tg$TG | ratio |"
+echo "| type | Tandem pp$PP$AT | llama.cpp pp$PP$AT | ratio | Tandem tg$TG$AT | llama.cpp tg$TG$AT | ratio |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 for t in "${TYPES[@]}"; do
     m="$MODELS/llama-1b-$t.gguf"
