@@ -131,13 +131,34 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, SimdLevel
     detail::swiglu_scalar(gate, up, out, n);
 }
 
-void geglu(const float* gate, const float* up, float* out, int64_t n) {
-    // ggml's CPU backend reads GELU from a table indexed by the fp16 of the
-    // input and stores fp16 results (inputs beyond +-10 pass through or
-    // vanish); computing the same two roundings keeps Gemma's FFN on the
-    // values llama.cpp produces.
+namespace detail {
+
+float gelu_tanh_f16(float h) {
     constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
     constexpr float kCoef = 0.044715f;
+    // 1 + c x^2 in one rounding: ggml builds its table with the multiply-add
+    // contracted into an fma.
+    const float exact = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * std::fma(kCoef * h, h, 1.0f)));
+    return quant::fp16_to_fp32(quant::fp32_to_fp16(exact));
+}
+
+const uint16_t* gelu_f16_table() {
+    // Built once on first use, read-only after (a function-local static: its
+    // initialization is thread-safe). One entry past the end so a 32-bit
+    // gather of the last one stays inside.
+    static const std::unique_ptr<uint16_t[]> table = [] {
+        auto t = std::make_unique<uint16_t[]>(kGeluTableSize + 1);
+        for (uint32_t i = 0; i < kGeluTableSize; ++i) {
+            t[i] = quant::fp32_to_fp16(gelu_tanh_f16(quant::fp16_to_fp32(static_cast<quant::fp16_bits>(i))));
+        }
+        t[kGeluTableSize] = 0;
+        return t;
+    }();
+    return table.get();
+}
+
+void geglu_scalar(const float* gate, const float* up, float* out, int64_t n) {
+    const uint16_t* table = gelu_f16_table();
     for (int64_t i = 0; i < n; ++i) {
         const float g = gate[i];
         float gelu;
@@ -146,14 +167,20 @@ void geglu(const float* gate, const float* up, float* out, int64_t n) {
         } else if (g >= 10.0f) {
             gelu = g;
         } else {
-            const float h = quant::fp16_to_fp32(quant::fp32_to_fp16(g));
-            // 1 + c x^2 in one rounding: ggml builds its table with the
-            // multiply-add contracted into an fma.
-            const float exact = 0.5f * h * (1.0f + std::tanh(kSqrt2OverPi * h * std::fma(kCoef * h, h, 1.0f)));
-            gelu = quant::fp16_to_fp32(quant::fp32_to_fp16(exact));
+            gelu = quant::fp16_to_fp32(table[quant::fp32_to_fp16(g)]);
         }
         out[i] = gelu * up[i];
     }
+}
+
+}  // namespace detail
+
+void geglu(const float* gate, const float* up, float* out, int64_t n, SimdLevel level) {
+#if defined(__x86_64__)
+    if (level != SimdLevel::Scalar) return detail::geglu_avx2(gate, up, out, n);
+#endif
+    (void)level;
+    detail::geglu_scalar(gate, up, out, n);
 }
 
 void softcap(float* x, int64_t n, float cap) {

@@ -1,5 +1,6 @@
-// AVX2 + FMA twin of detail::swiglu_scalar: the same operations lane by
-// lane (each fused multiply-add rounds once in both), so the bits agree.
+// AVX2 + FMA twins of the element-wise scalar kernels (SwiGLU, GeGLU, RMS
+// square sums, RoPE's rotation): the same operations lane by lane (each
+// fused multiply-add rounds once in both), so the bits agree.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -58,6 +59,26 @@ void swiglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
         _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
     }
     swiglu_scalar(gate + full, up + full, out + full, n - full);
+}
+
+void geglu_avx2(const float* gate, const float* up, float* out, int64_t n) {
+    const uint16_t* table = gelu_f16_table();
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        // The table entry of each lane's fp16 bits (a 32-bit gather of the
+        // 16-bit entries; the table has a pad entry past the end).
+        const __m256i idx = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(g, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        const __m256i entry = _mm256_and_si256(_mm256_i32gather_epi32(reinterpret_cast<const int*>(table), idx, 2), low16);
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(entry, entry), 0x08);
+        __m256 gelu = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+        gelu = _mm256_blendv_ps(gelu, g, _mm256_cmp_ps(g, hi, _CMP_GE_OQ));
+        gelu = _mm256_blendv_ps(gelu, _mm256_setzero_ps(), _mm256_cmp_ps(g, lo, _CMP_LE_OQ));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
+    }
+    geglu_scalar(gate + i, up + i, out + i, n - i);
 }
 
 void square_sums4_avx2(const float* x, int64_t n, double* sums) {

@@ -416,3 +416,39 @@ TEST(CpuOps, GatedActivationsMatchDefinitions) {
     tc::geglu(&x, &one, &y, 1);
     EXPECT_EQ(y, expect);
 }
+
+// GeGLU reads GELU from a table of every fp16 input: for each fp16 value
+// between the +-10 cut-offs (and the cut-offs, beyond them, random floats
+// between fp16 steps) the table path must give the formula's two roundings
+// computed directly, and the AVX2 twin the scalar bits, tails included.
+TEST(CpuOps, GegluTableIsTheFormulaAndAvx2MatchesScalarBits) {
+    std::vector<float> g;
+    for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+        const float v = tq::fp16_to_fp32(static_cast<tq::fp16_bits>(bits));
+        if (std::isfinite(v) && std::fabs(v) <= 12.0f) g.push_back(v);
+    }
+    for (float v : {-10.0f, 10.0f, std::nextafter(-10.0f, 0.0f), std::nextafter(10.0f, 0.0f), -10.001f, 10.001f, -0.0f,
+                    1e-30f, -1e-30f, 65519.0f, -65519.0f, 1e6f, -1e6f}) {
+        g.push_back(v);
+    }
+    const auto extra = random_vector(4097, 21, 4.0f);  // between fp16 steps; odd length: a scalar tail
+    g.insert(g.end(), extra.begin(), extra.end());
+    const auto u = random_vector(g.size(), 22);
+    std::vector<float> scalar(g.size()), simd(g.size());
+    tc::geglu(g.data(), u.data(), scalar.data(), static_cast<int64_t>(g.size()), tc::SimdLevel::Scalar);
+    for (size_t i = 0; i < g.size(); ++i) {
+        float gelu = 0.0f;
+        if (g[i] >= 10.0f) {
+            gelu = g[i];
+        } else if (g[i] > -10.0f) {
+            const float h = round_f16(g[i]);
+            gelu = round_f16(0.5f * h * (1.0f + std::tanh(0.79788456080286535587989211986876f * h * std::fma(0.044715f * h, h, 1.0f))));
+        }
+        ASSERT_EQ(std::bit_cast<uint32_t>(scalar[i]), std::bit_cast<uint32_t>(gelu * u[i])) << "x = " << g[i];
+    }
+    if (tc::best_simd_level() == tc::SimdLevel::Scalar) GTEST_SKIP() << "no AVX2 on this CPU";
+    tc::geglu(g.data(), u.data(), simd.data(), static_cast<int64_t>(g.size()), tc::best_simd_level());
+    for (size_t i = 0; i < g.size(); ++i) {
+        ASSERT_EQ(std::bit_cast<uint32_t>(simd[i]), std::bit_cast<uint32_t>(scalar[i])) << "x = " << g[i] << ", index " << i;
+    }
+}

@@ -327,7 +327,7 @@ struct CpuBackend::Impl {
                 if (silu) {
                     cpu::swiglu(g, u, g, hp.n_ff, level);
                 } else {
-                    cpu::geglu(g, u, g, hp.n_ff);
+                    cpu::geglu(g, u, g, hp.n_ff, level);
                 }
             }
         });
