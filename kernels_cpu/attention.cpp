@@ -134,6 +134,8 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
         return;
     }
 #endif
+    // One query head at a time: the scalar path, and the reference the
+    // grouped kernels above are tested against bit for bit.
     const F16Accumulate f16 = f16_accumulate(level);
     const auto dv = static_cast<size_t>(shape.head_dim_v);
 
