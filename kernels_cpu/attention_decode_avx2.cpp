@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels_cpu/attention_decode_body.h"
+#include "kernels_cpu/attention_tiled.h"  // widen_f16_avx2
 #include "kernels_cpu/f16_accumulate.h"
 #include "runtime/quant/quant_blocks.h"
 
@@ -55,17 +56,7 @@ void mad_f16_acc(uint16_t* y, const float* x, float s, int64_t n) {
 }
 
 struct Avx2Ops {
-    static void scores(const float* q, const float* kt, int64_t n, int64_t dk, float scale, float* s) {
-        scores_rows<Avx2Ops>(q, kt, n, dk, scale, s);
-    }
-    static void accumulate(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv, const SoftmaxSteps* st) {
-        accumulate_rows<Avx2Ops>(acc, n_heads, vt, n, dv, st);
-    }
-    static void widen(const uint16_t* src, float* dst, int64_t n) {
-        int64_t i = 0;
-        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-        for (; i < n; ++i) dst[i] = quant::fp16_to_fp32(src[i]);
-    }
+    static void widen(const uint16_t* src, float* dst, int64_t n) { widen_f16_avx2(src, dst, n); }
     static float dot(const float* k, const float* q, int64_t n) { return dot_ggml_f32(k, q, n); }
     static void scale(uint16_t* y, float s, int64_t n) { f16_scale_avx2(y, s, n); }
     static void mad(uint16_t* y, const float* x, float s, int64_t n) { mad_f16_acc(y, x, s, n); }

@@ -1,6 +1,5 @@
 // attention_decode.h's kernel with AVX-512: ggml's 16-lane accumulators are
-// one register each, and V rows go 16 halves at a time (about half the
-// instructions of the AVX2 twin per head and cell).
+// one register each, and V rows go 16 halves at a time.
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
 #include <cmath>
@@ -15,12 +14,6 @@ namespace {
 constexpr auto kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 struct Avx512Ops {
-    static void scores(const float* q, const float* kt, int64_t n, int64_t dk, float scale, float* s) {
-        scores_rows<Avx512Ops>(q, kt, n, dk, scale, s);
-    }
-    static void accumulate(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv, const SoftmaxSteps* st) {
-        accumulate_rows<Avx512Ops>(acc, n_heads, vt, n, dv, st);
-    }
     static void widen(const uint16_t* src, float* dst, int64_t n) {
         int64_t i = 0;
         for (; i + 16 <= n; i += 16) {

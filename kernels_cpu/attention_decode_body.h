@@ -2,11 +2,9 @@
 // AVX-512 files (each includes it once, compiled with its own flags).
 // Ops: widen(halves, floats, n) exact; dot(key, query, n) in
 // f16_dot_ggml's order over widened rows; scale(acc, s, n) and mad(acc, x,
-// s, n) with f16_scale's and f16_mad's roundings; scores and accumulate
-// over a tile of cells (scores_rows and accumulate_rows below, or faster
-// paths with the same bits); for Q8_0 caches dequantize_q8_0(blocks,
-// floats, n) as the reference dequantizer, scale_f32 (y *= s) and mad_f32
-// (y = fma(x, s, y)) element by element.
+// s, n) with f16_scale's and f16_mad's roundings; for Q8_0 caches
+// dequantize_q8_0(blocks, floats, n) as the reference dequantizer,
+// scale_f32 (y *= s) and mad_f32 (y = fma(x, s, y)) element by element.
 #pragma once
 
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
@@ -59,22 +57,18 @@ inline void softmax_steps(const float* s, int64_t n, float& running_max, float& 
     }
 }
 
-// The portable forms of Ops::scores and Ops::accumulate, over Ops' dot,
-// scale and mad, for any head size (an Ops may take faster paths for some).
-template <class Ops>
-void scores_rows(const float* q, const float* kt, int64_t n, int64_t dk, float scale, float* s) {
-    for (int64_t i = 0; i < n; ++i) s[i] = Ops::dot(kt + i * dk, q, dk) * scale;
-}
-// Cells outer, heads inner: each head's accumulator sees the cells in
-// order (its bits), and the heads' chains of convert, fma, round overlap
-// (one head's chain alone waits on their latency every cell).
-template <class Ops>
-void accumulate_rows(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv, const SoftmaxSteps* st) {
+// The V sums of a tile for every head: Scale(acc, factor, dv) when a cell
+// brought a new maximum, then Mad(acc, v, weight, dv). Cells outer, heads
+// inner: each head's accumulator sees the cells in order (its bits), and
+// the heads' chains of convert, fma, round overlap (one head's chain alone
+// waits on their latency every cell).
+template <auto Scale, auto Mad, class Acc>
+void accumulate_rows(Acc* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv, const SoftmaxSteps* st) {
     const auto udv = static_cast<size_t>(dv);
     for (int64_t i = 0; i < n; ++i) {
         for (size_t h = 0; h < n_heads; ++h) {
-            if (st[h].rescale[i]) Ops::scale(acc + h * udv, st[h].factor[i], dv);
-            Ops::mad(acc + h * udv, vt + i * dv, st[h].weight[i], dv);
+            if (st[h].rescale[i]) Scale(acc + h * udv, st[h].factor[i], dv);
+            Mad(acc + h * udv, vt + i * dv, st[h].weight[i], dv);
         }
     }
 }
@@ -96,10 +90,11 @@ struct F16Cache {
     }
     void stage_value(const uint8_t* v, float* row) const { Ops::widen(reinterpret_cast<const uint16_t*>(v), row, dv); }
     void scores(size_t h, int64_t n, float scale, float* s) const {
-        Ops::scores(qf.data() + h * static_cast<size_t>(dk), kt.data(), n, dk, scale, s);
+        const float* qh = qf.data() + h * static_cast<size_t>(dk);
+        for (int64_t i = 0; i < n; ++i) s[i] = Ops::dot(kt.data() + i * dk, qh, dk) * scale;
     }
     void accumulate(Acc* acc, size_t nq, const float* vt, int64_t n, const SoftmaxSteps* st) const {
-        Ops::accumulate(acc, nq, vt, n, dv, st);
+        accumulate_rows<Ops::scale, Ops::mad>(acc, nq, vt, n, dv, st);
     }
     static float value(Acc a) { return quant::fp16_to_fp32(a); }
 };
@@ -132,13 +127,7 @@ struct Q8Cache {
         }
     }
     void accumulate(Acc* acc, size_t nq, const float* vt, int64_t n, const SoftmaxSteps* st) const {
-        const auto udv = static_cast<size_t>(dv);
-        for (int64_t i = 0; i < n; ++i) {
-            for (size_t h = 0; h < nq; ++h) {
-                if (st[h].rescale[i]) Ops::scale_f32(acc + h * udv, st[h].factor[i], dv);
-                Ops::mad_f32(acc + h * udv, vt + i * dv, st[h].weight[i], dv);
-            }
-        }
+        accumulate_rows<Ops::scale_f32, Ops::mad_f32>(acc, nq, vt, n, dv, st);
     }
     static float value(Acc a) { return a; }
 };
