@@ -8,11 +8,13 @@
 //   matvec/.../dram                                  the same over enough
 //       4096x4096 matrices in turn (>= 128 MiB) that nothing stays in the
 //       32 MiB L3: the number to compare with DRAM bandwidth.
+//   matvec/.../dram-<rows>x<cols>                    likewise for the decode
+//       matrices of a Llama-1B shape (K/V, Q/O, gate/up, down).
 //   matmul/<type>/<level>/<tokens>tok/threads:N      prompt batches:
 //       compute-bound, GFLOP/s.
 //   read_bandwidth/threads:N                         glibc memchr over 256 MiB:
-//       a rough DRAM yardstick (on the 2-core Zen 4 dev VM it reads ~27 GB/s
-//       while the matvec kernels stream ~33 GB/s, so not a hard ceiling).
+//       a rough DRAM yardstick (`tandem bench --calibrate` is the one the
+//       engine's % bw uses).
 //
 // Weights are a few distinct quantized rows repeated (the reference
 // quantizers are too slow to fill 128 MiB per benchmark, and the kernels
@@ -24,11 +26,14 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "kernels_cpu/cpu_info.h"
 #include "kernels_cpu/matmul.h"
+#include "runtime/backend/host_weight_arena.h"
 #include "runtime/quant/quant_types.h"
 
 namespace {
@@ -39,13 +44,16 @@ using tandem::quant::Type;
 constexpr Type kTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1,
                            Type::Q8_0, Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K};
 
+// The bytes live in a HostWeightArena, the memory the engine copies CPU
+// weights to (2 MiB pages where the kernel gives them): from ordinary 4 KiB
+// pages the same kernels stream ~10-40% less (a TLB miss per page).
 struct Matrix {
-    std::vector<uint8_t> bytes;
+    std::span<uint8_t> bytes;
     uint64_t row_bytes = 0;
 };
 
 // rows x cols of `t`, built from 16 distinct random rows.
-Matrix make_matrix(Type t, int64_t rows, int64_t cols, uint32_t seed) {
+Matrix make_matrix(tandem::HostWeightArena& arena, Type t, int64_t rows, int64_t cols, uint32_t seed) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> dist(0.0f, 0.05f);
     Matrix m;
@@ -57,7 +65,8 @@ Matrix make_matrix(Type t, int64_t rows, int64_t cols, uint32_t seed) {
         for (float& v : f) v = dist(rng);
         tandem::quant::quantize_row(t, f.data(), seedrows.data() + r * m.row_bytes, cols);
     }
-    m.bytes.resize(m.row_bytes * static_cast<size_t>(rows));
+    const size_t size = m.row_bytes * static_cast<size_t>(rows);
+    m.bytes = {arena.allocate(size), size};
     for (int64_t r = 0; r < rows; ++r) {
         std::memcpy(m.bytes.data() + r * m.row_bytes, seedrows.data() + (r % kDistinct) * m.row_bytes, m.row_bytes);
     }
@@ -79,8 +88,9 @@ struct Shape {
 
 void BM_matmul(benchmark::State& state, Type t, SimdLevel level, Shape shape, int64_t tokens, int threads) {
     tandem::cpu::ThreadPool pool(threads, true);
+    tandem::HostWeightArena arena;
     std::vector<Matrix> mats;
-    for (int c = 0; c < shape.copies; ++c) mats.push_back(make_matrix(t, shape.rows, shape.cols, 1000u + c));
+    for (int c = 0; c < shape.copies; ++c) mats.push_back(make_matrix(arena, t, shape.rows, shape.cols, 1000u + c));
     const std::vector<float> x = make_activations(tokens, shape.cols);
     std::vector<float> y(static_cast<size_t>(tokens * shape.rows));
     size_t next = 0;
@@ -107,14 +117,16 @@ void BM_matmul(benchmark::State& state, Type t, SimdLevel level, Shape shape, in
 void BM_read_bandwidth(benchmark::State& state, int threads) {
     tandem::cpu::ThreadPool pool(threads, true);
     const size_t bytes = 256u << 20;
-    std::vector<unsigned char> buf(bytes, 1);
+    tandem::HostWeightArena arena;
+    uint8_t* const buf = arena.allocate(bytes);
+    std::memset(buf, 1, bytes);
     std::atomic<int> found{0};
     for (auto _ : state) {
         // memchr for a byte that is not there: glibc's version streams
         // with the widest loads the CPU has, without this file needing
         // ISA flags.
         pool.parallel_for(static_cast<int64_t>(bytes), 1 << 20, [&](int64_t b, int64_t e) {
-            if (std::memchr(buf.data() + b, 0xFF, static_cast<size_t>(e - b)) != nullptr) found.fetch_add(1);
+            if (std::memchr(buf + b, 0xFF, static_cast<size_t>(e - b)) != nullptr) found.fetch_add(1);
         });
         benchmark::DoNotOptimize(found.load());
     }
@@ -124,7 +136,8 @@ void BM_read_bandwidth(benchmark::State& state, int threads) {
 }
 
 std::string shape_name(const Shape& s) {
-    if (s.copies > 1) return "dram";
+    if (s.copies > 1 && s.rows == 4096 && s.cols == 4096) return "dram";
+    if (s.copies > 1) return "dram-" + std::to_string(s.rows) + "x" + std::to_string(s.cols);
     return std::to_string(s.rows) + "x" + std::to_string(s.cols);
 }
 
@@ -139,12 +152,24 @@ std::string shape_name(const Shape& s) {
     }
     for (Type t : kTypes) {
         const std::string tname(tandem::quant::traits(t).name);
-        const uint64_t mat_bytes = *tandem::quant::row_bytes(t, 4096) * 4096;
-        const int dram_copies = static_cast<int>((128ull << 20) / mat_bytes + 1);
+        // Copies of a matrix enough to pass 128 MiB, so none is in L3 when read.
+        auto from_dram = [&](int64_t rows, int64_t cols) {
+            const uint64_t mat_bytes = *tandem::quant::row_bytes(t, cols) * static_cast<uint64_t>(rows);
+            return Shape{rows, cols, static_cast<int>((128ull << 20) / mat_bytes + 1)};
+        };
         for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
             if (!tandem::cpu::simd_level_supported(level)) continue;
             const std::string lname(tandem::cpu::simd_level_name(level));
-            for (const Shape& s : {Shape{128, 4096, 1}, Shape{4096, 4096, 1}, Shape{2048, 5632, 1}, Shape{4096, 4096, dram_copies}}) {
+            std::vector<Shape> shapes{Shape{256, 2048, 1}, Shape{96, 5632, 1}, Shape{16, 2048, 1}, Shape{64, 2048, 1}, Shape{128, 4096, 1}, Shape{4096, 4096, 1}, Shape{2048, 5632, 1}, from_dram(4096, 4096)};
+            // The decode matrices of a Llama-1B shape, from DRAM as in a
+            // model's step: K/V (512 rows), Q/O, gate/up, down. Small ones
+            // show the cost of a pool hand-off and of the threads' uneven ends.
+            if (level != SimdLevel::Scalar && t != Type::F32) {
+                for (auto [rows, cols] : {std::pair{512, 2048}, std::pair{2048, 2048}, std::pair{5632, 2048}, std::pair{2048, 5632}}) {
+                    shapes.push_back(from_dram(rows, cols));
+                }
+            }
+            for (const Shape& s : shapes) {
                 for (int th : thread_counts) {
                     const std::string name =
                         "matvec/" + tname + "/" + lname + "/" + shape_name(s) + "/threads:" + std::to_string(th);

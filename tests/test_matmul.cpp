@@ -411,18 +411,26 @@ TEST(Matmul, ColumnChunkedBatchesMatchReference) {
     }
 }
 
+// Batches (dynamic items) and single tokens (ranges with stealing, 300
+// rows: not a whole number of 16-row items).
 TEST(Matmul, ResultIndependentOfThreadCount) {
     std::mt19937 rng(5);
-    const int64_t n = 1024, n_rows = 300, n_tokens = 9;
-    for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::F16}) {
-        const auto wq = quantize(t, random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
-        const cpu::WeightView view{t, wq.data(), n_rows, n, row_size(t, n)};
-        const auto x = random_floats(rng, static_cast<size_t>(n_tokens * n));
-        cpu::ThreadPool one(1, false), three(3, false);
-        std::vector<float> y1(static_cast<size_t>(n_tokens * n_rows)), y3(y1.size());
-        cpu::matmul(view, x.data(), n, n_tokens, y1.data(), n_rows, one, cpu::best_simd_level());
-        cpu::matmul(view, x.data(), n, n_tokens, y3.data(), n_rows, three, cpu::best_simd_level());
-        EXPECT_EQ(y1, y3) << quant::traits(t).name;
+    const int64_t n = 1024, n_rows = 300;
+    for (int64_t n_tokens : {1, 9}) {
+        for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::F16}) {
+            const auto wq = quantize(t, random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
+            const cpu::WeightView view{t, wq.data(), n_rows, n, row_size(t, n)};
+            const auto x = random_floats(rng, static_cast<size_t>(n_tokens * n));
+            cpu::ThreadPool one(1, false);
+            std::vector<float> y1(static_cast<size_t>(n_tokens * n_rows));
+            cpu::matmul(view, x.data(), n, n_tokens, y1.data(), n_rows, one, cpu::best_simd_level());
+            for (int threads : {2, 3, 5}) {
+                cpu::ThreadPool pool(threads, false);
+                std::vector<float> y(y1.size(), -3.0f);
+                cpu::matmul(view, x.data(), n, n_tokens, y.data(), n_rows, pool, cpu::best_simd_level());
+                EXPECT_EQ(y1, y) << quant::traits(t).name << " tokens=" << n_tokens << " threads=" << threads;
+            }
+        }
     }
 }
 
@@ -499,9 +507,9 @@ TEST(Matmul, SharedInputMatchesSeparateProducts) {
             const int64_t rows = 40 + 56 * static_cast<int64_t>(j);
             views.push_back({set[j], mats[j].data(), rows, n, row_size(set[j], n)});
         }
-        for (int64_t n_tokens : {1, 5}) {
+        for (auto [n_tokens, threads] : {std::pair{1, 2}, std::pair{1, 3}, std::pair{5, 2}}) {
             const auto x = random_floats(rng, static_cast<size_t>(n_tokens * n));
-            cpu::ThreadPool pool(2, false);
+            cpu::ThreadPool pool(threads, false);
             for (SimdLevel level : simd_levels()) {
                 std::vector<std::vector<float>> fused(set.size()), apart(set.size());
                 std::vector<cpu::MatmulTarget> targets;

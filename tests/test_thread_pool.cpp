@@ -7,9 +7,11 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "kernels_cpu/cpu_info.h"
+#include "kernels_cpu/range_stealer.h"
 #include "kernels_cpu/thread_pool.h"
 
 namespace {
@@ -124,6 +126,80 @@ TEST(ThreadPool, SingleThreadRunsInline) {
         where = std::this_thread::get_id();
     });
     EXPECT_EQ(where, std::this_thread::get_id());
+}
+
+// Every item is taken exactly once, a thread takes its own range from the
+// front in order before it steals, and chunks stay within max_chunk, also
+// when one thread is slow and the others steal from it.
+TEST(RangeStealer, EveryItemOnceOwnRangeFirst) {
+    for (int threads : {1, 2, 3, 7}) {
+        for (int64_t n : {0, 1, 5, 64, 1001}) {
+            for (int64_t max_chunk : {1, 4, 64}) {
+                tandem::cpu::RangeStealer split(n, threads);
+                std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+                std::vector<std::vector<std::pair<int64_t, int64_t>>> taken(static_cast<size_t>(threads));
+                std::vector<std::thread> pool;
+                for (int t = 0; t < threads; ++t) {
+                    pool.emplace_back([&, t] {
+                        int64_t b = 0, e = 0;
+                        while (split.next(t, max_chunk, b, e)) {
+                            taken[static_cast<size_t>(t)].emplace_back(b, e);
+                            for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+                            if (t == 0) std::this_thread::sleep_for(std::chrono::microseconds(20));  // the slow one
+                        }
+                    });
+                }
+                for (auto& th : pool) th.join();
+                for (int64_t i = 0; i < n; ++i) {
+                    ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "threads=" << threads << " n=" << n << " i=" << i;
+                }
+                for (int t = 0; t < threads; ++t) {
+                    const auto& chunks = taken[static_cast<size_t>(t)];
+                    const int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
+                    // Chunks of its own range first, in order from its
+                    // front (thieves take from the back), then stolen ones.
+                    int64_t expect = lo;
+                    bool stealing = false;
+                    for (const auto& [b, e] : chunks) {
+                        EXPECT_GT(e, b);
+                        EXPECT_LE(e - b, max_chunk);
+                        if (b >= lo && b < hi) {
+                            EXPECT_FALSE(stealing) << "thread " << t << " went back to its own range";
+                            EXPECT_EQ(b, expect) << "thread " << t;
+                            expect = e;
+                        } else {
+                            stealing = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(RangeStealer, SlowThreadIsRelieved) {
+    // Thread 0 stalls on its first chunk; thread 1 must take most of thread
+    // 0's range instead of waiting.
+    tandem::cpu::RangeStealer split(200, 2);
+    std::atomic<int64_t> by_one{0};
+    std::atomic<bool> zero_started{false}, one_done{false};
+    std::thread slow([&] {
+        int64_t b = 0, e = 0;
+        bool first = true;
+        while (split.next(0, 4, b, e)) {
+            if (first) {
+                zero_started = true;
+                while (!one_done.load()) std::this_thread::yield();
+                first = false;
+            }
+        }
+    });
+    while (!zero_started.load()) std::this_thread::yield();
+    int64_t b = 0, e = 0;
+    while (split.next(1, 4, b, e)) by_one += e - b;
+    one_done = true;
+    slow.join();
+    EXPECT_EQ(by_one.load(), 196);  // all but thread 0's first chunk
 }
 
 TEST(ThreadPool, ScratchIsAlignedAndGrows) {
