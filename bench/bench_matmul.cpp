@@ -160,7 +160,7 @@ std::string shape_name(const Shape& s) {
         for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
             if (!tandem::cpu::simd_level_supported(level)) continue;
             const std::string lname(tandem::cpu::simd_level_name(level));
-            std::vector<Shape> shapes{Shape{256, 2048, 1}, Shape{96, 5632, 1}, Shape{16, 2048, 1}, Shape{64, 2048, 1}, Shape{128, 4096, 1}, Shape{4096, 4096, 1}, Shape{2048, 5632, 1}, from_dram(4096, 4096)};
+            std::vector<Shape> shapes{Shape{128, 4096, 1}, Shape{4096, 4096, 1}, Shape{2048, 5632, 1}, from_dram(4096, 4096)};
             // The decode matrices of a Llama-1B shape, from DRAM as in a
             // model's step: K/V (512 rows), Q/O, gate/up, down. Small ones
             // show the cost of a pool hand-off and of the threads' uneven ends.
