@@ -190,6 +190,15 @@ DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level) {
     if (w_type == quant::Type::Q4_0 && vnni) {
         return {TANDEM_X86(dot_q4_0_rows_avx512), TANDEM_X86(prepare_q4_0_rows), TANDEM_X86(q4_0_rows_prepared_bytes)};
     }
+    if (w_type == quant::Type::Q4_1 && vnni) {
+        return {TANDEM_X86(dot_q4_1_rows_avx512), TANDEM_X86(prepare_q4_1_rows), TANDEM_X86(legacy_rows_prepared_bytes)};
+    }
+    if (w_type == quant::Type::Q5_0 && vnni) {
+        return {TANDEM_X86(dot_q5_0_rows_avx512), TANDEM_X86(prepare_q5_0_rows), TANDEM_X86(legacy_rows_prepared_bytes)};
+    }
+    if (w_type == quant::Type::Q5_1 && vnni) {
+        return {TANDEM_X86(dot_q5_1_rows_avx512), TANDEM_X86(prepare_q5_1_rows), TANDEM_X86(legacy_rows_prepared_bytes)};
+    }
     return {};
 }
 
