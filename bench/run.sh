@@ -7,7 +7,8 @@
 #     tg128 with `tandem bench`, 2 threads and the physical-core count; the
 #     same after 1536 cached tokens (-d) with F16 and Q8_0 KV caches
 #   - the CPU kernel benchmarks (Google Benchmark) for the matvec and matmul
-#     of every type and the AVX-512 attention (prefill and decode): GB/s and
+#     of every type (and Q4_K/Q6_K over the Llama-1B decode shapes) and the
+#     AVX-512 attention (prefill and decode): GB/s and
 #     GFLOP/s
 #   - with a GPU (nvidia-smi finds one): llama3-8b Q4_K_M at ngl 0/16/33 and
 #     llama3-70b Q4_K_M under a 24 GiB cap, streaming on and off
@@ -75,7 +76,7 @@ threads="2"
         echo
         echo "| benchmark | time | GB/s | GFLOP/s |"
         echo "| --- | --- | --- | --- |"
-        "$KERNELS" --benchmark_filter='matvec/.*/dram/threads:2|matmul/.*/512tok/threads:2|attention/avx512/' --benchmark_format=json 2> /dev/null |
+        "$KERNELS" --benchmark_filter='matvec/.*/dram/threads:2|matvec/(Q4_K|Q6_K)/avx512/dram-.*/threads:2|matmul/.*/512tok/threads:2|attention/avx512/' --benchmark_format=json 2> /dev/null |
             python3 -c 'import json, sys
 for b in json.load(sys.stdin)["benchmarks"]:
     print("| %s | %.3g %s | %.2f | %.1f |" % (b["name"], b["real_time"], b["time_unit"], b.get("GB/s", 0), b.get("GFLOP/s", 0)))'
