@@ -9,7 +9,8 @@
 //       4096x4096 matrices in turn (>= 128 MiB) that nothing stays in the
 //       32 MiB L3: the number to compare with DRAM bandwidth.
 //   matvec/.../dram-<rows>x<cols>                    likewise for the decode
-//       matrices of a Llama-1B shape (K/V, Q/O, gate/up, down).
+//       matrices of a Llama-1B shape (K/V, Q/O, gate/up, down) and rows as
+//       wide as Llama 3 8B's down projection (14336 columns).
 //   matmul/<type>/<level>/<tokens>tok/threads:N      prompt batches:
 //       compute-bound, GFLOP/s.
 //   read_bandwidth/threads:N                         glibc memchr over 256 MiB:
@@ -163,9 +164,10 @@ std::string shape_name(const Shape& s) {
             std::vector<Shape> shapes{Shape{128, 4096, 1}, Shape{4096, 4096, 1}, Shape{2048, 5632, 1}, from_dram(4096, 4096)};
             // The decode matrices of a Llama-1B shape, from DRAM as in a
             // model's step: K/V (512 rows), Q/O, gate/up, down. Small ones
-            // show the cost of a pool hand-off and of the threads' uneven ends.
+            // show the cost of a pool hand-off and of the threads' uneven
+            // ends; 1024x14336, rows whose activation fills half of L1.
             if (level != SimdLevel::Scalar && t != Type::F32) {
-                for (auto [rows, cols] : {std::pair{512, 2048}, std::pair{2048, 2048}, std::pair{5632, 2048}, std::pair{2048, 5632}}) {
+                for (auto [rows, cols] : {std::pair{512, 2048}, std::pair{2048, 2048}, std::pair{5632, 2048}, std::pair{2048, 5632}, std::pair{1024, 14336}}) {
                     shapes.push_back(from_dram(rows, cols));
                 }
             }
