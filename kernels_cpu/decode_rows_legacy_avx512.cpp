@@ -21,8 +21,8 @@
 // one thread: 171 us one row, 535 two, 425 four), and parking the lanes in
 // a table to run several rows' float steps together (as the Q4_K kernel
 // does) also lost from DRAM once a row's lanes outgrew L1.
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels_cpu/simd_x86.h"
@@ -37,7 +37,6 @@ using quant::block_q5_0;
 using quant::block_q5_1;
 using quant::block_q8_0;
 using quant::block_q8_1;
-
 
 // The activation per block as the kernel reads it: the lanes' starting
 // values (Q5_0: -16 x the lane's activation sum; else 0) and the 32

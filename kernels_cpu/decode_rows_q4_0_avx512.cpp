@@ -89,6 +89,16 @@ __m512i scale_words() {
     return _mm512_load_si512(idx);
 }
 
+// Word indices into (rows 0..3, rows 4..7) of a chunk's scale table (row r
+// holds the fp16 scales of blocks 0..7 at words 8 r ..): word i takes block
+// first + i / 8 of row i % 8, so blocks first .. first + 3 come out with the
+// rows in order (the 8 x 8 transpose of 16-bit scales, half at a time).
+__m512i scale_transpose_words(int first) {
+    alignas(64) int16_t idx[32];
+    for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>((i % 8) * 8 + first + i / 8);
+    return _mm512_load_si512(idx);
+}
+
 // The integer total of one block (the tail of a row that is not a whole
 // number of chunks).
 int block_total(const block_q4_0& b, const block_q8_0& y) {
@@ -144,13 +154,7 @@ void dot_q4_0_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
     // small enough for L1 next to the streamed rows).
     alignas(32) __m256 totals[kSpan / kChunk][kGroupRows];
     alignas(64) __m128i scale_bits[kSpan / kChunk][kGroupRows];
-    // Word i of (rows 0..3, rows 4..7) for block j = i / 8 + first of row
-    // i % 8: the 8 x 8 transpose of 16-bit scales.
-    alignas(64) int16_t tr_idx[2][32];
-    for (int h = 0; h < 2; ++h) {
-        for (int i = 0; i < 32; ++i) tr_idx[h][i] = static_cast<int16_t>((i % 8) * 8 + 4 * h + i / 8);
-    }
-    const __m512i tr_lo = _mm512_load_si512(tr_idx[0]), tr_hi = _mm512_load_si512(tr_idx[1]);
+    const __m512i tr_lo = scale_transpose_words(0), tr_hi = scale_transpose_words(4);
     __m256 acc[kDecodeRows / kGroupRows];
     for (__m256& v : acc) v = _mm256_setzero_ps();
 

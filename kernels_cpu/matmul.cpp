@@ -11,8 +11,9 @@
 // of 16-row items and lets threads that finish steal from the others' ends
 // (RangeStealer): its weights come from DRAM, where each thread reading
 // one stream beat items handed out in turn (Q4_K 2048x2048 from DRAM, two
-// threads: 66.6 against 72.3 us; 512x2048 18.9 against 23.7). Inside an item the kernel is called for one weight row and up to
-// kMaxTileTokens tokens at a time, so each unpacked weight block is reused
+// threads: 66.6 against 72.3 us; 512x2048 18.9 against 23.7). Inside an
+// item the kernel is called for one weight row and up to kMaxTileTokens
+// tokens at a time, so each unpacked weight block is reused
 // across that many tokens from registers; token groups are the outer loop
 // so the group's activation rows stay in L1 while the item's weight rows
 // stream from L2, and rows too wide for that are split into column chunks.
@@ -236,14 +237,15 @@ float vec_dot(quant::Type w_type, const void* w_row, const void* a_row, int64_t 
 
 namespace {
 
-// Rows per work item: small enough that the rows of an item stay in L2
-// while the token groups pass over them, and, for a matvec, small enough
-// to give every thread several items to balance with. A multiple of 16 so
-// that (with a 64-byte aligned Y) two threads never write one cache line.
 // Decode items are 16 rows, taken in contiguous chunks of up to
 // kDecodeChunkItems through a RangeStealer (one weight stream per thread).
 constexpr int64_t kDecodeChunkItems = 4;
 
+// Rows per work item: 16 for a single token (see above) and for large
+// batches; for small batches small enough that the rows of an item stay in
+// L2 while the token groups pass over them, and that every thread gets
+// several items to balance with. A multiple of 16 so that (with a 64-byte
+// aligned Y) two threads never write one cache line.
 int64_t rows_per_item(int64_t n_rows, int64_t n_tokens, int n_threads) {
     if (n_tokens > detail::kMaxTileTokens || n_tokens == 1) return 16;
     const int64_t target = n_rows / (static_cast<int64_t>(n_threads) * 8);
