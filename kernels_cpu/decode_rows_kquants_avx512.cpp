@@ -57,22 +57,6 @@ static_assert(sizeof(PreparedBlock) == 320, "prepared super-block layout");
 
 size_t d_offset(int64_t nb) { return static_cast<size_t>(nb) * sizeof(PreparedBlock); }
 
-// Scales (bytes 0..7) and minimums (bytes 8..15) of a super-block, as
-// llama.cpp unpacks the 12 packed bytes u0, u1, u2 (6 bits each; the upper
-// four sub-blocks' high bits are the top bits of the first eight bytes):
-//   [u0 & 0x3f.., (u2 & 0x0f..) | ((u0 >> 6) & 0x03..) << 4,
-//    u1 & 0x3f.., ((u2 >> 4) & 0x0f..) | ((u1 >> 6) & 0x03..) << 4]
-// in SIMD: one 16-byte load (the 4 bytes past the scales are the codes).
-inline __m128i scales_and_mins(const uint8_t* packed) {
-    const __m128i u = load128(packed);
-    const __m128i low_src = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0));   // u0 u2 u1 u2
-    const __m128i high_src = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));  // u0 u0 u1 u1
-    const __m128i low = _mm_and_si128(_mm_srlv_epi32(low_src, _mm_setr_epi32(0, 0, 0, 4)),
-                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    const __m128i high = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(high_src, 6), _mm_setr_epi32(0, 0x03030303, 0, 0x03030303)), 4);
-    return _mm_or_si128(low, high);
-}
-
 // Word index into [scales 0..7, minimums 0..7] for word i of a packed pair
 // of lane-sum registers: 128-bit lane k holds sub-blocks (k < 2 ? 0 : 2)
 // and +1 (words 0..3 and 4..7), plus `first` (0, or 4 for the upper half).
@@ -107,7 +91,7 @@ struct Q4KRows {
             const __m512i d2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q1, low4), act[2]);
             const __m512i d3 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4), act[3]);
             // [scales, minimums] as 16 words.
-            const __m256i sm = _mm256_cvtepu8_epi16(scales_and_mins(b.scales));
+            const __m256i sm = _mm256_cvtepu8_epi16(q4_K_scales_mins_simd(b.scales));
             const __m512i sm512 = _mm512_castsi256_si512(sm);
             tot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d0, d1), _mm512_permutexvar_epi16(sc_lo, sm512));
             tot = _mm512_dpwssd_epi32(tot, _mm512_packs_epi32(d2, d3), _mm512_permutexvar_epi16(sc_hi, sm512));

@@ -150,6 +150,24 @@ inline __m128i q3_K_scales(const uint8_t* packed) {
     return _mm_sub_epi8(v, _mm_set1_epi8(32));
 }
 
+// q4_K_scales_mins below in vector instructions: scales (bytes 0..7) and
+// minimums (bytes 8..15) of a Q4_K/Q5_K super-block, as llama.cpp unpacks
+// the 12 packed bytes u0, u1, u2 (6 bits each; the upper four sub-blocks'
+// high bits are the top bits of the first eight bytes):
+//   [u0 & 0x3f.., (u2 & 0x0f..) | ((u0 >> 6) & 0x03..) << 4,
+//    u1 & 0x3f.., ((u2 >> 4) & 0x0f..) | ((u1 >> 6) & 0x03..) << 4]
+// one 16-byte load (the 4 bytes past the scales are in the block: codes,
+// or Q5_K's qh).
+inline __m128i q4_K_scales_mins_simd(const uint8_t* packed) {
+    const __m128i u = load128(packed);
+    const __m128i low_src = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0));   // u0 u2 u1 u2
+    const __m128i high_src = _mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0));  // u0 u0 u1 u1
+    const __m128i low = _mm_and_si128(_mm_srlv_epi32(low_src, _mm_setr_epi32(0, 0, 0, 4)),
+                                      _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i high = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(high_src, 6), _mm_setr_epi32(0, 0x03030303, 0, 0x03030303)), 4);
+    return _mm_or_si128(low, high);
+}
+
 // Q4_K/Q5_K: eight 6-bit scales (bytes 0-7) then eight 6-bit mins (8-15).
 inline __m128i q4_K_scales_mins(const uint8_t* packed) {
     constexpr uint32_t kLow6 = 0x3f3f3f3fu;
