@@ -50,12 +50,6 @@ static_assert(sizeof(PreparedBlock) == 384, "prepared super-block layout");
 
 size_t d_offset(int64_t nb) { return static_cast<size_t>(nb) * sizeof(PreparedBlock); }
 
-// Two registers of int32 lanes, each within int16, as one register of
-// words: a's lane in the low word of each dword, b's in the high.
-inline __m512i interleave_words(__m512i a, __m512i b) {
-    return _mm512_mask_blend_epi16(0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16));
-}
-
 // Word index into the 16 group scales for the pair of code registers
 // (2p, 2p + 1): dword L of either register is lane l = L % 8 of chunk
 // 4 (L / 8) + g, i.e. 16-element group 2 chunk + l / 4.
@@ -74,8 +68,7 @@ __m512i scale_pair_index(int p) {
 // Bit of hmask that says "high bit set" for code register g: chunk g's in
 // the low 256 bits, chunk 4 + g's in the high.
 __m512i hmask_bits(int g) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(static_cast<char>(1 << g))),
-                              _mm256_set1_epi8(static_cast<char>(1 << (4 + g))), 1);
+    return join256(_mm256_set1_epi8(static_cast<char>(1 << g)), _mm256_set1_epi8(static_cast<char>(1 << (4 + g))));
 }
 
 }  // namespace
@@ -96,7 +89,7 @@ void prepare_q3_K_rows(const void* a, int64_t n, void* out) {
         const int8_t* q = ya[i].qs;
         __m512i offset[4];
         for (int g = 0; g < 4; ++g) {
-            const __m512i act = _mm512_inserti64x4(_mm512_castsi256_si512(load256(q + 32 * g)), load256(q + 128 + 32 * g), 1);
+            const __m512i act = join256(load256(q + 32 * g), load256(q + 128 + 32 * g));
             blocks[i].act[g] = act;
             offset[g] = _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, act), minus4);
         }

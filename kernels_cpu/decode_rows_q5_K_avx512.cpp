@@ -54,12 +54,6 @@ static_assert(sizeof(PreparedBlock) == 320, "prepared super-block layout");
 
 size_t d_offset(int64_t nb) { return static_cast<size_t>(nb) * sizeof(PreparedBlock); }
 
-// Two registers of int32 lanes, each within int16, as one register of
-// words: a's lane in the low word of each dword, b's in the high.
-inline __m512i interleave_words(__m512i a, __m512i b) {
-    return _mm512_mask_blend_epi16(0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16));
-}
-
 // Word index into the eight scales for the pair of code registers
 // (2p, 2p + 1): the low word of dword L is register 2p's sub-block in
 // half L / 8, the high word register 2p + 1's.
@@ -76,8 +70,8 @@ __m512i scale_pair_index(int p) {
 
 // Bit of qh that says "add 16" for code register k, per half.
 __m512i fifth_bits(int k) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(static_cast<char>(1 << low_sub_block(k)))),
-                              _mm256_set1_epi8(static_cast<char>(1 << high_sub_block(k))), 1);
+    return join256(_mm256_set1_epi8(static_cast<char>(1 << low_sub_block(k))),
+                   _mm256_set1_epi8(static_cast<char>(1 << high_sub_block(k))));
 }
 
 }  // namespace
@@ -96,8 +90,7 @@ void prepare_q5_K_rows(const void* a, int64_t n, void* out) {
     for (int64_t i = 0; i < nb; ++i) {
         const int8_t* q = ya[i].qs;
         for (int k = 0; k < 4; ++k) {
-            blocks[i].act[k] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(q + 32 * low_sub_block(k))),
-                                                  load256(q + 32 * high_sub_block(k)), 1);
+            blocks[i].act[k] = join256(load256(q + 32 * low_sub_block(k)), load256(q + 32 * high_sub_block(k)));
         }
         // Sums of 32 from the pairs of 16-element sums (at most 32 x 128:
         // exact in 16 bits).

@@ -38,12 +38,6 @@ using quant::block_q6_K;
 using quant::block_q8_K;
 using quant::kQK_K;
 
-// Two registers of int32 lanes, each within int16, as one register of
-// words: a's lane in the low word of each dword, b's in the high.
-inline __m512i interleave_words(__m512i a, __m512i b) {
-    return _mm512_mask_blend_epi16(0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16));
-}
-
 // Word index into the 16 group scales for the pair of code registers
 // (2p, 2p + 1): dword L of register k is lane l = L % 8 of chunk
 // 2k + L / 8, whose elements 4l .. 4l + 3 are in group 2 chunk + l / 4.
@@ -64,8 +58,7 @@ __m512i scale_pair_index(int p) {
 // quarters (0, 1) for even k, (2, 3) for odd. Bits a 16-bit shift carries
 // into the other byte land outside bits 4, 5 and are masked off.
 __m512i half_counts(int first, int second) {
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<int16_t>(first))),
-                              _mm256_set1_epi16(static_cast<int16_t>(second)), 1);
+    return join256(_mm256_set1_epi16(static_cast<int16_t>(first)), _mm256_set1_epi16(static_cast<int16_t>(second)));
 }
 
 }  // namespace

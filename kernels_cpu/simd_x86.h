@@ -198,6 +198,14 @@ inline __m512i join256(__m256i lo, __m256i hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
+// Two registers of int32 lanes, each within int16, as one register of
+// words: a's lane in the low word of each dword, b's in the high. One
+// vpdpwssd then multiplies both by their own scales and adds them in that
+// lane (the decode rows kernels' way to apply two sub-blocks' scales).
+inline __m512i interleave_words(__m512i a, __m512i b) {
+    return _mm512_mask_blend_epi16(0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16));
+}
+
 // The float version of join256. (insertf32x8 would need AVX512DQ, which
 // the level check does not require, so go through the 64-bit-lane insert.)
 inline __m512 join_ps(__m256 lo, __m256 hi) {
