@@ -192,7 +192,7 @@ DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level) {
         return {TANDEM_X86(dot_q3_K_rows_avx512), TANDEM_X86(prepare_q3_K_rows), TANDEM_X86(q3_K_rows_prepared_bytes)};
     }
     if (w_type == quant::Type::Q5_K && vnni) {
-        return {TANDEM_X86(dot_q5_K_rows_avx512), TANDEM_X86(prepare_q5_K_rows), TANDEM_X86(q5_K_rows_prepared_bytes)};
+        return {TANDEM_X86(dot_q5_K_rows_avx512), TANDEM_X86(prepare_q4_K_rows), TANDEM_X86(q4_K_rows_prepared_bytes)};
     }
     if (w_type == quant::Type::Q6_K && vnni) return {TANDEM_X86(dot_q6_K_rows_avx512)};
     if (w_type == quant::Type::Q4_0 && vnni) {
