@@ -94,6 +94,9 @@ struct F16Cache {
         for (int64_t i = 0; i < n; ++i) s[i] = Ops::dot(kt.data() + i * dk, qh, dk) * scale;
     }
     void accumulate(Acc* acc, size_t nq, const float* vt, int64_t n, const SoftmaxSteps* st) const {
+        if constexpr (requires { Ops::accumulate_f16_in_registers(acc, nq, vt, n, dv, st); }) {
+            if (Ops::accumulate_f16_in_registers(acc, nq, vt, n, dv, st)) return;
+        }
         accumulate_rows<Ops::scale, Ops::mad>(acc, nq, vt, n, dv, st);
     }
     static float value(Acc a) { return quant::fp16_to_fp32(a); }
