@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels_cpu/attention_decode_body.h"
+#include "kernels_cpu/expf_lanes.h"
 #include "kernels_cpu/f16_accumulate.h"
 #include "runtime/quant/quant_blocks.h"
 
@@ -84,6 +85,15 @@ struct Avx512Ops {
             _mm512_storeu_ps(y + i, _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(s), _mm512_loadu_ps(y + i)));
         }
         for (; i < n; ++i) y[i] = std::fma(x[i], s, y[i]);
+    }
+    // The softmax steps' exps: eight per instruction where that gives
+    // std::exp's bits (expf_lanes.h), else std::exp one by one.
+    static void expf_lanes(const float* x, float* y, int64_t n) {
+        if (expf_lanes_match_libm()) {
+            expf_lanes_avx512(x, y, n);
+            return;
+        }
+        for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
     }
     // An F16 cache's V sums of a tile (accumulate_rows with scale and mad)
     // for heads of 64 or 128: false for other sizes, which take that loop.

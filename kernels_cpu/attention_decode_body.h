@@ -37,23 +37,34 @@ struct SoftmaxSteps {
 };
 
 // The scores of one tile for each head in a first pass, the softmax steps
-// (with their exp calls) in a second, the V sums of all heads in a third:
-// no call inside the vector loops, so their registers are not saved and
-// restored around every exp (all vector registers are caller-saved).
+// in a second, the V sums of all heads in a third: no call inside the
+// vector loops, so their registers are not saved and restored around every
+// exp (all vector registers are caller-saved). The steps: the exp
+// arguments in cell order (they depend on the running maximum), then all
+// the tile's exps at once (Ops::expf_lanes where the ISA file has one: the
+// same bits as std::exp, several per instruction), then the running sum.
+template <class Ops>
 inline void softmax_steps(const float* s, int64_t n, float& running_max, float& running_sum, SoftmaxSteps& st) {
+    float arg[kTile], e[kTile];
     for (int64_t i = 0; i < n; ++i) {
-        float ms = 1.0f, vs = 1.0f;
         st.rescale[i] = s[i] > running_max;
         if (st.rescale[i]) {
-            ms = std::exp(running_max - s[i]);  // 0 for the first visible cell
+            arg[i] = running_max - s[i];  // exp: 0 for the first visible cell
             running_max = s[i];
         } else {
-            vs = std::exp(s[i] - running_max);
+            arg[i] = s[i] - running_max;
         }
-        st.factor[i] = ms;
-        st.weight[i] = vs;
+    }
+    if constexpr (requires { Ops::expf_lanes(arg, e, n); }) {
+        Ops::expf_lanes(arg, e, n);
+    } else {
+        for (int64_t i = 0; i < n; ++i) e[i] = std::exp(arg[i]);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        st.factor[i] = st.rescale[i] ? e[i] : 1.0f;
+        st.weight[i] = st.rescale[i] ? 1.0f : e[i];
         // One rounding, as ggml's S = S*ms + vs compiles (contracted).
-        running_sum = std::fma(running_sum, ms, vs);
+        running_sum = std::fma(running_sum, st.factor[i], st.weight[i]);
     }
 }
 
@@ -77,6 +88,7 @@ void accumulate_rows(Acc* acc, size_t n_heads, const float* vt, int64_t n, int64
 // order against the queries rounded to fp16; V sums kept in fp16.
 template <class Ops>
 struct F16Cache {
+    using IsaOps = Ops;
     using Acc = uint16_t;
     int64_t dk, dv;
     std::vector<float> qf, kt;
@@ -107,6 +119,7 @@ struct F16Cache {
 // the reference quantizer), V dequantized, sums kept in f32.
 template <class Ops>
 struct Q8Cache {
+    using IsaOps = Ops;
     using Acc = float;
     int64_t dk, dv;
     size_t q_bytes;
@@ -180,7 +193,7 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t kv_he
         if (n == 0) continue;
         for (size_t h = 0; h < nq; ++h) {
             cache.scores(h, n, shape.scale, scores);
-            softmax_steps(scores, n, running_max[h], running_sum[h], steps[h]);
+            softmax_steps<typename Cache::IsaOps>(scores, n, running_max[h], running_sum[h], steps[h]);
         }
         cache.accumulate(acc.data(), nq, vt.data(), n, steps);
     }
