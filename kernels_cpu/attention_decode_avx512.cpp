@@ -89,7 +89,8 @@ struct Avx512Ops {
     // The softmax steps' exps: eight per instruction where that gives
     // std::exp's bits (expf_lanes.h), else std::exp one by one.
     static void expf_lanes(const float* x, float* y, int64_t n) {
-        if (expf_lanes_match_libm()) {
+        static const bool agree = expf_lanes_agree(expf_lanes_avx512);
+        if (agree) {
             expf_lanes_avx512(x, y, n);
             return;
         }

@@ -456,33 +456,39 @@ TEST(CpuOps, GegluTableIsTheFormulaAndAvx2MatchesScalarBits) {
 }
 
 #if defined(__x86_64__) || defined(_M_X64)
-// The softmax steps' vector expf against the C library's, bit for bit:
-// every 4099th float (all signs, magnitudes, infinities and NaNs among
-// them) and the edges of the range it computes itself (|x| < 88), in
-// blocks whose lengths are not a multiple of its eight lanes. (All 2^32
-// floats matched when it was written.) It has to agree with std::exp
-// here, or the kernel would not use it.
+// The softmax steps' vector expf (AVX-512) against the C
+// library's, bit for bit: every 4099th float (all signs, magnitudes,
+// infinities and NaNs among them) and the edges of the range it computes
+// itself (|x| < 88), in blocks whose lengths are not a multiple of its
+// lanes. (All 2^32 floats matched when it was written.) It has to agree
+// with std::exp here, or the kernels would not use it.
 TEST(CpuAttention, VectorExpfIsTheLibraryExpf) {
-    if (!tc::simd_level_supported(tc::SimdLevel::Avx512)) GTEST_SKIP() << "no AVX-512 on this CPU";
     namespace td = tandem::cpu::detail;
-    ASSERT_TRUE(td::expf_lanes_match_libm()) << "this C library's expf is not the one the vector expf reproduces";
     std::vector<float> x;
     for (uint64_t b = 0; b < (1ull << 32); b += 4099) x.push_back(std::bit_cast<float>(static_cast<uint32_t>(b)));
     for (float v : {87.9999f, -87.9999f, 88.0f, -88.0f, -103.9f, -104.0f, 0.0f, -0.0f, 1e-30f, -1e-30f,
                     std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()}) {
         x.push_back(v);
     }
-    std::vector<float> y(x.size());
-    for (size_t i = 0; i < x.size(); i += 37) {
-        td::expf_lanes_avx512(x.data() + i, y.data() + i, static_cast<int64_t>(std::min<size_t>(37, x.size() - i)));
-    }
-    for (size_t i = 0; i < x.size(); ++i) {
-        const float ref = std::exp(x[i]);
-        if (std::isnan(ref)) {
-            EXPECT_TRUE(std::isnan(y[i])) << "x = " << x[i];
-        } else {
-            ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(ref)) << "x = " << x[i];
+    const std::pair<tc::SimdLevel, td::ExpfLanesFn> kernels[] = {{tc::SimdLevel::Avx512, td::expf_lanes_avx512}};
+    int tested = 0;
+    for (const auto& [level, expf_lanes] : kernels) {
+        if (!tc::simd_level_supported(level)) continue;
+        ++tested;
+        ASSERT_TRUE(td::expf_lanes_agree(expf_lanes)) << tc::simd_level_name(level) << ": this C library's expf is not the one reproduced";
+        std::vector<float> y(x.size());
+        for (size_t i = 0; i < x.size(); i += 37) {
+            expf_lanes(x.data() + i, y.data() + i, static_cast<int64_t>(std::min<size_t>(37, x.size() - i)));
+        }
+        for (size_t i = 0; i < x.size(); ++i) {
+            const float ref = std::exp(x[i]);
+            if (std::isnan(ref)) {
+                EXPECT_TRUE(std::isnan(y[i])) << tc::simd_level_name(level) << ", x = " << x[i];
+            } else {
+                ASSERT_EQ(std::bit_cast<uint32_t>(y[i]), std::bit_cast<uint32_t>(ref)) << tc::simd_level_name(level) << ", x = " << x[i];
+            }
         }
     }
+    if (tested == 0) GTEST_SKIP() << "no AVX-512 on this CPU";
 }
 #endif
