@@ -5,10 +5,12 @@
 // elements 4l .. 4l + 3 of chunk c, values code - 4), then
 // acc = fma(d * da, float(lanes), acc) and at the end hsum(acc) + 0.
 //
-// Why a kernel of its own: the single-row kernel spends ~75 instructions on
-// a 110-byte super-block (12.6 GB/s per core from L2 on Zen 4, a third of
-// what one core reads from DRAM here), so decode of Q3_K files was
-// compute-bound. Here, per super-block of a row:
+// Why a kernel of its own: the single-row kernel read 12.6 GB/s per core
+// from L2 on Zen 4 (matvec/Q3_K/avx512/128x4096), about a third of what one
+// core reads from DRAM here, so decode of Q3_K files was compute-bound (it
+// builds each 64-element chunk with a broadcast load, a variable shift and
+// masks, and subtracts the offset with a second maddubs). Here, per
+// super-block of a row:
 // - the 64 bytes of 2-bit codes are one load; code register g holds
 //   chunks g (low 256 bits) and 4 + g (high), (qs >> 2g) & 3, plus 4 where
 //   the chunk's bit of hmask is set (one byte test, one masked byte add);
