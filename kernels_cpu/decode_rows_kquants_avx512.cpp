@@ -323,12 +323,7 @@ void decode_q5_K_rows(int64_t n, const void* w, size_t row_stride, int n_rows, c
             }
             const __m128i sm = q4_K_scales_mins_simd(b.scales);  // 8 scales, then 8 minimums
             const __m512i scales = _mm512_castsi128_si512(_mm_cvtepu8_epi16(sm));
-            __m512i tot = _mm512_setzero_si512();
-            for (int q = 0; q < 2; ++q) {
-                tot = _mm512_dpwssd_epi32(tot, interleave_words(dot[2 * q], dot[2 * q + 1]),
-                                          _mm512_permutexvar_epi16(scale_idx[q], scales));
-            }
-            const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(tot), _mm512_extracti64x4_epi64(tot, 1));
+            const __m256i lanes = scaled_lanes(dot, scales, scale_idx);
             const __m128i mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm));
             const __m128i corr4 = _mm_madd_epi16(mins, _mm256_extracti128_si256(p.sums, 1));  // Q4_K's minimum words
             const __m128i corr2 = _mm_add_epi32(corr4, _mm_unpackhi_epi64(corr4, corr4));

@@ -122,12 +122,7 @@ void dot_q3_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
                 dot[g] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), code, p.act[g]);
             }
             const __m512i scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(q3_K_scales(b.scales)));
-            __m512i tot = _mm512_setzero_si512();
-            for (int q = 0; q < 2; ++q) {
-                const __m512i words = _mm512_add_epi16(interleave_words(dot[2 * q], dot[2 * q + 1]), p.offset[q]);
-                tot = _mm512_dpwssd_epi32(tot, words, _mm512_permutexvar_epi16(scale_idx[q], scales));
-            }
-            const __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(tot), _mm512_extracti64x4_epi64(tot, 1));
+            const __m256i lanes = scaled_lanes(dot, scales, scale_idx, p.offset);
             const float dt = f16(b.d) * act_d[i];
             acc = _mm256_fmadd_ps(_mm256_set1_ps(dt), _mm256_cvtepi32_ps(lanes), acc);
         }

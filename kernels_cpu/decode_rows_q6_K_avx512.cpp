@@ -89,13 +89,8 @@ void dot_q6_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
             }
             const __m256i scales16 = _mm256_cvtepi8_epi16(load128(b.scales));
             const __m512i scales = _mm512_castsi256_si512(scales16);
-            __m512i tot = _mm512_setzero_si512();
-            for (int q = 0; q < 2; ++q) {
-                tot = _mm512_dpwssd_epi32(tot, interleave_words(dot[2 * q], dot[2 * q + 1]),
-                                          _mm512_permutexvar_epi16(scale_idx[q], scales));
-            }
-            __m256i lanes = _mm256_add_epi32(_mm512_castsi512_si256(tot), _mm512_extracti64x4_epi64(tot, 1));
-            lanes = _mm256_sub_epi32(lanes, _mm256_madd_epi16(_mm256_slli_epi16(scales16, 5), load256(x.bsums)));
+            const __m256i offset = _mm256_madd_epi16(_mm256_slli_epi16(scales16, 5), load256(x.bsums));  // 32 x scale x sum
+            const __m256i lanes = _mm256_sub_epi32(scaled_lanes(dot, scales, scale_idx), offset);
             acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(b.d) * x.d), _mm256_cvtepi32_ps(lanes), acc);
         }
         y[r] = hsum(acc) + 0.0f;  // the single-row kernel's "+ acc_min", which is 0 for Q6_K

@@ -206,6 +206,23 @@ inline __m512i interleave_words(__m512i a, __m512i b) {
     return _mm512_mask_blend_epi16(0xAAAAAAAAu, a, _mm512_slli_epi32(b, 16));
 }
 
+// The eight int32 lanes of llama.cpp's K-quant vec_dot (lane l: the sum
+// over chunks of scale x the chunk's elements 4l .. 4l + 3) from four
+// registers of lane sums, each within int16: registers 2p, 2p + 1
+// interleaved as words (plus offset[p]'s words where given: a value offset
+// made from the activation alone), one vpdpwssd per pair against the scale
+// words scale_idx[p] picks from scales, then the 256-bit halves added.
+inline __m256i scaled_lanes(const __m512i dot[4], __m512i scales, const __m512i scale_idx[2],
+                            const __m512i* offset = nullptr) {
+    __m512i tot = _mm512_setzero_si512();
+    for (int p = 0; p < 2; ++p) {
+        __m512i words = interleave_words(dot[2 * p], dot[2 * p + 1]);
+        if (offset != nullptr) words = _mm512_add_epi16(words, offset[p]);
+        tot = _mm512_dpwssd_epi32(tot, words, _mm512_permutexvar_epi16(scale_idx[p], scales));
+    }
+    return _mm256_add_epi32(_mm512_castsi512_si256(tot), _mm512_extracti64x4_epi64(tot, 1));
+}
+
 // The float version of join256. (insertf32x8 would need AVX512DQ, which
 // the level check does not require, so go through the 64-bit-lane insert.)
 inline __m512 join_ps(__m256 lo, __m256 hi) {
