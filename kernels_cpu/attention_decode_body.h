@@ -103,7 +103,11 @@ struct F16Cache {
     void stage_value(const uint8_t* v, float* row) const { Ops::widen(reinterpret_cast<const uint16_t*>(v), row, dv); }
     void scores(size_t h, int64_t n, float scale, float* s) const {
         const float* qh = qf.data() + h * static_cast<size_t>(dk);
-        for (int64_t i = 0; i < n; ++i) s[i] = Ops::dot(kt.data() + i * dk, qh, dk) * scale;
+        if constexpr (requires { Ops::dot_cells(kt.data(), qh, n, dk, scale, s); }) {
+            Ops::dot_cells(kt.data(), qh, n, dk, scale, s);
+        } else {
+            for (int64_t i = 0; i < n; ++i) s[i] = Ops::dot(kt.data() + i * dk, qh, dk) * scale;
+        }
     }
     void accumulate(Acc* acc, size_t nq, const float* vt, int64_t n, const SoftmaxSteps* st) const {
         if constexpr (requires { Ops::accumulate_f16_in_registers(acc, nq, vt, n, dv, st); }) {
