@@ -1,10 +1,11 @@
 // CPU attention over an F16 KV cache, Llama-3.2-1B heads (32 query heads,
-// 8 KV heads, head_dim 64; 8B has 128), per SIMD level:
+// 8 KV heads, head_dim 64; 8B has 128, Gemma 256), per SIMD level:
 //
 //   attention/<level>/prefill<N>/dim:D/threads:T   N causal queries over N
 //       fresh cells (the tiled kernel from 64 queries): compute-bound,
 //       GFLOP/s counts 2 (dk + dv) flops per visible (query head, cell) pair.
-//   attention/<level>/decode/ctx:C/dim:D/threads:T  one query over C cells:
+//   attention/<level>/decode/ctx:C/dim:D/threads:T  one query over C cells
+//       (and dim 256, decode only):
 //       reads the cache once, GB/s counts the K and V bytes.
 #include <benchmark/benchmark.h>
 
@@ -65,12 +66,14 @@ void BM_attention(benchmark::State& state, SimdLevel level, int64_t n_tokens, in
     for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
         if (!tandem::cpu::simd_level_supported(level)) continue;
         const std::string lname(tandem::cpu::simd_level_name(level));
-        for (int64_t dim : {64, 128}) {
+        for (int64_t dim : {64, 128, 256}) {
             const std::string dname = "/dim:" + std::to_string(dim);
-            benchmark::RegisterBenchmark(("attention/" + lname + "/prefill512" + dname + tname).c_str(), BM_attention,
-                                         level, int64_t{512}, int64_t{512}, dim, th)
-                ->UseRealTime()
-                ->Unit(benchmark::kMillisecond);
+            if (dim <= 128) {
+                benchmark::RegisterBenchmark(("attention/" + lname + "/prefill512" + dname + tname).c_str(),
+                                             BM_attention, level, int64_t{512}, int64_t{512}, dim, th)
+                    ->UseRealTime()
+                    ->Unit(benchmark::kMillisecond);
+            }
             benchmark::RegisterBenchmark(("attention/" + lname + "/decode/ctx:4096" + dname + tname).c_str(),
                                          BM_attention, level, int64_t{1}, int64_t{4096}, dim, th)
                 ->UseRealTime()

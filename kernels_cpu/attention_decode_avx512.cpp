@@ -148,7 +148,7 @@ inline __m512 reduce_16_cells(const __m512* lanes) {
 }
 
 void Avx512Ops::dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s) {
-    constexpr int64_t kMaxDk = 128;  // q held in registers
+    constexpr int64_t kMaxDk = 256;  // Gemma's heads; q on the stack (in registers up to 128)
     int64_t i = 0;
     if (dk % 64 == 0 && dk <= kMaxDk) {
         __m512 qv[kMaxDk / 16];
