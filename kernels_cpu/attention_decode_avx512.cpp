@@ -2,7 +2,9 @@
 // one register each, and V rows go 16 halves at a time.
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels_cpu/attention_decode_body.h"
 #include "kernels_cpu/expf_lanes.h"
@@ -91,6 +93,12 @@ struct Avx512Ops {
         }
         for (; i < n; ++i) y[i] = std::fma(x[i], s, y[i]);
     }
+    // softmax_args_scalar's results sixteen cells at a time: the running
+    // maximum before each cell as a prefix maximum (vmaxps keeps its
+    // second operand on ties, here the earlier cell, as the scalar loop
+    // keeps the old maximum when a score only equals it), then the same
+    // comparison and subtractions. Chunks with a NaN take the scalar loop.
+    static void softmax_args(const float* s, int64_t n, float& running_max, float* arg, bool* rescale);
     // The softmax steps' exps: eight per instruction where that gives
     // std::exp's bits (expf_lanes.h), else std::exp one by one.
     static void expf_lanes(const float* x, float* y, int64_t n) {
@@ -161,6 +169,40 @@ void Avx512Ops::dot_cells(const float* k, const float* q, int64_t n, int64_t dk,
         }
     }
     for (; i < n; ++i) s[i] = dot(k + i * dk, q, dk) * scale;
+}
+
+// Lane i: x's lane i - k, fill below k.
+template <int k>
+inline __m512 shift_lanes_up(__m512 x, __m512 fill) {
+    return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(x), _mm512_castps_si512(fill), 16 - k));
+}
+
+void Avx512Ops::softmax_args(const float* s, int64_t n, float& running_max, float* arg, bool* rescale) {
+    const __m512 minus_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    for (int64_t i = 0; i < n; i += 16) {
+        const int len = static_cast<int>(std::min<int64_t>(16, n - i));
+        const auto live = static_cast<__mmask16>((1u << len) - 1u);
+        // Lanes past the tile hold -inf: after every live lane, they
+        // change no live lane's maximum.
+        const __m512 x = _mm512_mask_loadu_ps(minus_inf, live, s + i);
+        if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q) != 0) {
+            softmax_args_scalar(s + i, len, running_max, arg + i, rescale + i);
+            continue;
+        }
+        // Inclusive prefix maximum, the later cells always first operand.
+        __m512 p = x;
+        p = _mm512_max_ps(p, shift_lanes_up<1>(p, minus_inf));
+        p = _mm512_max_ps(p, shift_lanes_up<2>(p, minus_inf));
+        p = _mm512_max_ps(p, shift_lanes_up<4>(p, minus_inf));
+        p = _mm512_max_ps(p, shift_lanes_up<8>(p, minus_inf));
+        const __m512 before = _mm512_set1_ps(running_max);
+        p = _mm512_max_ps(p, before);
+        const __m512 m = shift_lanes_up<1>(p, before);  // the maximum each cell meets
+        const __mmask16 up = _mm512_mask_cmp_ps_mask(live, x, m, _CMP_GT_OQ);
+        _mm512_mask_storeu_ps(arg + i, live, _mm512_mask_blend_ps(up, _mm512_sub_ps(x, m), _mm512_sub_ps(m, x)));
+        _mm_mask_storeu_epi8(rescale + i, live, _mm_maskz_set1_epi8(up, 1));
+        running_max = _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32(len - 1), p));
+    }
 }
 
 // x rounded to fp16 and widened back: the value an fp16 accumulator keeps.

@@ -36,6 +36,21 @@ struct SoftmaxSteps {
     bool rescale[kTile];
 };
 
+// The exp arguments of a tile's scores in cell order: a score above the
+// running maximum becomes it (rescale: the accumulator is scaled by
+// exp(old - new)), any other is weighted by exp(score - maximum).
+inline void softmax_args_scalar(const float* s, int64_t n, float& running_max, float* arg, bool* rescale) {
+    for (int64_t i = 0; i < n; ++i) {
+        rescale[i] = s[i] > running_max;
+        if (rescale[i]) {
+            arg[i] = running_max - s[i];  // exp: 0 for the first visible cell
+            running_max = s[i];
+        } else {
+            arg[i] = s[i] - running_max;
+        }
+    }
+}
+
 // The scores of one tile for each head in a first pass, the softmax steps
 // in a second, the V sums of all heads in a third: no call inside the
 // vector loops, so their registers are not saved and restored around every
@@ -46,14 +61,10 @@ struct SoftmaxSteps {
 template <class Ops>
 inline void softmax_steps(const float* s, int64_t n, float& running_max, float& running_sum, SoftmaxSteps& st) {
     float arg[kTile], e[kTile];
-    for (int64_t i = 0; i < n; ++i) {
-        st.rescale[i] = s[i] > running_max;
-        if (st.rescale[i]) {
-            arg[i] = running_max - s[i];  // exp: 0 for the first visible cell
-            running_max = s[i];
-        } else {
-            arg[i] = s[i] - running_max;
-        }
+    if constexpr (requires { Ops::softmax_args(s, n, running_max, arg, st.rescale); }) {
+        Ops::softmax_args(s, n, running_max, arg, st.rescale);
+    } else {
+        softmax_args_scalar(s, n, running_max, arg, st.rescale);
     }
     if constexpr (requires { Ops::expf_lanes(arg, e, n); }) {
         Ops::expf_lanes(arg, e, n);

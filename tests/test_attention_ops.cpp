@@ -190,6 +190,41 @@ TEST(CpuAttention, SharedKvHeadsMatchPerHeadBits) {
     }
 }
 
+// Scores that tie, repeat and jump: keys drawn from three fixed rows (one of
+// them zero), so equal scores meet the running maximum mid-tile, new maxima
+// come after ties, and whole tiles repeat. The vector paths' softmax steps
+// (AVX-512: a prefix maximum over sixteen cells) must keep the scalar
+// loop's choices bit for bit.
+TEST(CpuAttention, SharedKvHeadsMatchPerHeadBitsWithTiedScores) {
+    if (tc::best_simd_level() == tc::SimdLevel::Scalar) GTEST_SKIP() << "no AVX2 on this CPU";
+    const int64_t n_head = 8, n_head_kv = 2, head_dim = 64, n_cells = 100;
+    const int64_t k_dim = n_head_kv * head_dim;
+    const std::vector<float> rows[3] = {random_vector(static_cast<size_t>(k_dim), 7), random_vector(static_cast<size_t>(k_dim), 8),
+                                        std::vector<float>(static_cast<size_t>(k_dim), 0.0f)};
+    const int pattern[] = {2, 0, 0, 1, 2, 0, 1, 1, 0, 2, 2, 1, 0};
+    tandem::LayerKvCache cache(tq::Type::F16, n_cells, k_dim, k_dim);
+    for (int64_t p = 0; p < n_cells; ++p) {
+        const auto v = random_vector(static_cast<size_t>(k_dim), 100 + static_cast<uint32_t>(p));
+        cache.store(static_cast<int32_t>(p), rows[pattern[p % 13]].data(), v.data());
+    }
+    for (uint32_t seed = 0; seed < 6; ++seed) {
+        const auto q = random_vector(static_cast<size_t>(n_head * head_dim), 200 + seed, 2.0f);
+        const int32_t pos = static_cast<int32_t>(n_cells - 1 - 7 * seed);
+        const tc::AttentionShape shape{n_head, n_head_kv, head_dim, head_dim, 0, 0.125f};
+        tc::ThreadPool pool(1, false);
+        std::vector<float> ref(q.size()), simd(q.size());
+        tc::attention(q.data(), &pos, 1, shape, cache.view(), ref.data(), pool, tc::SimdLevel::Scalar);
+        for (tc::SimdLevel level : {tc::SimdLevel::Avx2, tc::SimdLevel::Avx512}) {
+            if (!tc::simd_level_supported(level)) continue;
+            tc::attention(q.data(), &pos, 1, shape, cache.view(), simd.data(), pool, level);
+            for (size_t i = 0; i < ref.size(); ++i) {
+                ASSERT_EQ(std::bit_cast<uint32_t>(simd[i]), std::bit_cast<uint32_t>(ref[i]))
+                    << tc::simd_level_name(level) << ", query " << seed << ", output " << i;
+            }
+        }
+    }
+}
+
 TEST(CpuAttention, SharedHeadsPerTaskDividesTheGroup) {
     namespace td = tandem::cpu::detail;
     EXPECT_EQ(td::shared_heads_per_task(8, 4, 2), 8);     // 4 tasks for 2 threads
