@@ -4,7 +4,8 @@
 #   - the machine (CPU, cores, calibrated bandwidths: tandem bench --calibrate)
 #   - end to end on the CPU: a llama-1b-shape Q4_K_M synth model (made once,
 #     cached in $TANDEM_BENCH_DIR, default ~/.cache/tandem/bench), pp512 and
-#     tg128 with `tandem bench`, 2 threads and the physical-core count; the
+#     tg128 with `tandem bench --calibrate-each` (% bw against the bandwidth
+#     measured around each test), 2 threads and the physical-core count; the
 #     same after 1536 cached tokens (-d) with F16 and Q8_0 KV caches
 #   - the CPU kernel benchmarks (Google Benchmark) for the matvec and matmul
 #     of every type (and Q4_K/Q6_K over the Llama-1B decode shapes) and the
@@ -51,9 +52,11 @@ threads="2"
     echo
     echo "Machine: $cpu_name, $phys physical cores ($cores logical), CPU read bandwidth $cpu_gbps GB/s (\`tandem bench --calibrate\`)."
     echo
-    echo "## End to end, CPU ($(basename "$m1b"), \`tandem bench -p 512 -n 128 -t $threads -r $REPS\`)"
+    echo "## End to end, CPU ($(basename "$m1b"), \`tandem bench -p 512 -n 128 -t $threads -r $REPS --calibrate-each\`)"
     echo
-    "$TANDEM" bench -m "$m1b" -p 512 -n 128 -t "$threads" -r "$REPS" -o md
+    echo "bw now: the CPU read bandwidth (GB/s) measured right before and right after the test; % bw is against their mean (hosts whose bandwidth moves)."
+    echo
+    "$TANDEM" bench -m "$m1b" -p 512 -n 128 -t "$threads" -r "$REPS" --calibrate-each -o md
     echo
     echo "## Long context, CPU (after 1536 cached tokens, both cache types, \`-d 1536 --cache-type f16,q8_0\`)"
     echo

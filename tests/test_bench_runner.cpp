@@ -82,6 +82,37 @@ TEST(BenchRunner, MeasuresEveryTestAtEverySplit) {
     EXPECT_TRUE(result.models[0].fit_limit.has_value());
 }
 
+// bench --calibrate-each: the bandwidth is measured right before and right
+// after every test, and % bw is against their mean, with or without a
+// stored calibration (here none; on cpu2 the device's roofline is the
+// CPU's too, so every row's % is its GB/s over the mean).
+TEST(BenchRunner, CalibrateEachMeasuresAroundEveryTest) {
+    int calls = 0;
+    BenchHooks hooks;
+    hooks.measure_cpu_gbps = [&] { return ++calls % 2 == 1 ? 30.0 : 50.0; };
+    const BenchResult result = run_bench(small_config(), std::nullopt, hooks);
+    ASSERT_EQ(result.rows.size(), 4u);
+    EXPECT_EQ(calls, 8);
+    for (const BenchRow& r : result.rows) {
+        expect_measured(r);
+        ASSERT_TRUE(r.cpu_gbps_before && r.cpu_gbps_after) << r.test;
+        EXPECT_EQ(*r.cpu_gbps_before, 30.0);
+        EXPECT_EQ(*r.cpu_gbps_after, 50.0);
+        ASSERT_TRUE(r.pct_bandwidth) << r.test;
+        EXPECT_NEAR(*r.pct_bandwidth, *r.gbps / 40.0 * 100.0, 1e-6 * *r.pct_bandwidth) << r.test << " ngl " << r.ngl;
+    }
+    const std::string table = format_markdown(result.rows, false);
+    EXPECT_TRUE(contains(table, "bw now")) << table;
+    EXPECT_TRUE(contains(table, "30.0/50.0")) << table;
+    const auto j = nlohmann::json::parse(format_json(result.rows));
+    EXPECT_EQ(j[0]["cpu_gbps_before"].get<double>(), 30.0);
+    EXPECT_EQ(j[0]["cpu_gbps_after"].get<double>(), 50.0);
+    // Without the hook the fields stay empty, and so does the column.
+    const BenchResult plain = run_bench(small_config(), std::nullopt);
+    EXPECT_FALSE(plain.rows[0].cpu_gbps_before.has_value());
+    EXPECT_FALSE(contains(format_markdown(plain.rows, false), "bw now"));
+}
+
 TEST(BenchRunner, SweepReportsSplitsThatDoNotFitWithoutRunningThem) {
     BenchArgs a;
     a.models = {tiny_model()};

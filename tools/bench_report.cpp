@@ -57,6 +57,12 @@ std::vector<Column> markdown_columns(const std::vector<BenchRow>& rows, bool sho
         cols.push_back({"pred t/s", true, [](const BenchRow& r) { return optional_number(r.predicted_tps, "{:.2f}"); }});
     }
     cols.push_back({"GB/s", true, [](const BenchRow& r) { return optional_number(r.gbps, "{:.2f}"); }});
+    if (any_row(rows, [](const BenchRow& r) { return r.cpu_gbps_before.has_value(); })) {
+        cols.push_back({"bw now", true, [](const BenchRow& r) {
+                            if (!r.cpu_gbps_before || !r.cpu_gbps_after) return std::string("-");
+                            return fmt::format("{:.1f}/{:.1f}", *r.cpu_gbps_before, *r.cpu_gbps_after);
+                        }});
+    }
     cols.push_back({"% bw", true, [](const BenchRow& r) { return optional_number(r.pct_bandwidth, "{:.1f}"); }});
     return cols;
 }
@@ -132,7 +138,8 @@ const std::vector<std::string>& bench_field_names() {
     static const std::vector<std::string> names{
         "model",    "model_type", "model_size", "model_params", "device",   "backend",  "ngl",
         "threads",  "n_ubatch",   "cache_type", "test",         "n_prompt", "n_gen",    "n_depth",  "fits",
-        "tps_mean", "tps_sd",     "gbps",       "pct_bandwidth", "predicted_tps", "samples"};
+        "tps_mean", "tps_sd",     "gbps",       "pct_bandwidth", "predicted_tps", "cpu_gbps_before",
+        "cpu_gbps_after", "samples"};
     return names;
 }
 
@@ -158,6 +165,8 @@ nlohmann::json to_json(const BenchRow& r) {
     j["gbps"] = optional_json(r.gbps);
     j["pct_bandwidth"] = optional_json(r.pct_bandwidth);
     j["predicted_tps"] = optional_json(r.predicted_tps);
+    j["cpu_gbps_before"] = optional_json(r.cpu_gbps_before);
+    j["cpu_gbps_after"] = optional_json(r.cpu_gbps_after);
     j["samples"] = r.samples;
     return j;
 }
@@ -217,6 +226,8 @@ std::string format_csv(const std::vector<BenchRow>& rows) {
                                               csv_number(r.gbps),
                                               csv_number(r.pct_bandwidth),
                                               csv_number(r.predicted_tps),
+                                              csv_number(r.cpu_gbps_before),
+                                              csv_number(r.cpu_gbps_after),
                                               // One field: the raw list, ';'-separated.
                                               join_samples(r.samples, ";")};
         for (size_t i = 0; i < fields.size(); ++i) out += fmt::format("{}{}", i ? "," : "", csv_field(fields[i]));

@@ -39,6 +39,10 @@ struct BenchRow {
     std::optional<double> gbps;           // weights read per second, see --help
     std::optional<double> pct_bandwidth;  // of the calibrated roofline; nullopt without a calibration
     std::optional<double> predicted_tps;  // the planner's, for this test at this split
+    // bench --calibrate-each: the CPU's read bandwidth (GB/s) measured right
+    // before the counted runs and right after; % bw is then against their
+    // mean instead of the stored calibration.
+    std::optional<double> cpu_gbps_before, cpu_gbps_after;
 };
 
 double mean_of(const std::vector<double>& v);

@@ -222,10 +222,12 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         r.threads = session.n_threads();
         const int64_t streamed_before = session.streamed_batches();
         time_test(session, t, ids, logits);  // warm-up, not counted
+        if (hooks.measure_cpu_gbps) r.cpu_gbps_before = hooks.measure_cpu_gbps();
         for (int rep = 0; rep < c.repetitions; ++rep) {
             const double s = time_test(session, t, ids, logits);
             r.samples.push_back(static_cast<double>(t.n_prompt + t.n_gen) / std::max(s, 1e-9));
         }
+        if (hooks.measure_cpu_gbps) r.cpu_gbps_after = hooks.measure_cpu_gbps();
         // Which path ran: the prompt's micro-batches streamed the CPU
         // layers' weights to the accelerator, or not.
         if (session.streamed_batches() > streamed_before) r.backend += "+stream";
@@ -235,10 +237,16 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         const double seconds = static_cast<double>(t.n_prompt + t.n_gen) / *r.tps_mean;
         const WeightReads bytes = weight_reads(session, m.spec, t, n_ubatch);
         r.gbps = (bytes.host + bytes.device) / seconds / 1e9;
-        const bool have_roofline = calibration && calibration->cpu_gbps && (bytes.device == 0 || dev_gbps);
-        if (have_roofline) {
-            r.pct_bandwidth = percent_of_roofline(bytes.host, bytes.device, *calibration->cpu_gbps,
-                                                  dev_gbps.value_or(1.0), seconds);
+        // The CPU's bandwidth for the % column: measured around this test
+        // when asked (a host whose bandwidth moves), else the stored one.
+        std::optional<double> cpu_gbps = calibration ? calibration->cpu_gbps : std::nullopt;
+        std::optional<double> test_dev_gbps = dev_gbps;
+        if (r.cpu_gbps_before && r.cpu_gbps_after) {
+            cpu_gbps = (*r.cpu_gbps_before + *r.cpu_gbps_after) / 2.0;
+            if (c.device == "cpu2") test_dev_gbps = cpu_gbps;
+        }
+        if (cpu_gbps && *cpu_gbps > 0.0 && (bytes.device == 0 || test_dev_gbps)) {
+            r.pct_bandwidth = percent_of_roofline(bytes.host, bytes.device, *cpu_gbps, test_dev_gbps.value_or(1.0), seconds);
         }
         if (hooks.on_row) hooks.on_row(r);
     }

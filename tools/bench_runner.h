@@ -24,6 +24,10 @@ struct BenchHooks {
     std::function<void(size_t total_rows)> on_start;
     std::function<void(const BenchRow&)> on_row;
     std::function<void(const std::string&)> on_note;  // one line: an auto choice, a split that did not fit
+    // Set (bench --calibrate-each): measures the CPU's read bandwidth in
+    // GB/s; called right before and right after each test's counted runs,
+    // and % bw uses the mean of the two (BenchRow::cpu_gbps_before/after).
+    std::function<double()> measure_cpu_gbps;
 };
 
 // What the sweep chart needs to know about a model besides its rows.

@@ -41,6 +41,7 @@ namespace {
 
 struct BenchOptions {
     bool calibrate = false;
+    bool calibrate_each = false;
     bool json = false;
     BenchArgs args;
 };
@@ -227,6 +228,10 @@ void bench(const BenchOptions& o) {
             fmt::print(stderr, "bench [{}/{}] {}\n", done, total, row_progress(r));
         }
     };
+    if (o.calibrate_each) {
+        const int threads = cpu::physical_core_count();
+        hooks.measure_cpu_gbps = [threads] { return measure_cpu_read_gbps(threads); };
+    }
     const BenchResult result = run_bench(config, calibration, hooks);
     if (bar) bar->finish();
 
@@ -241,7 +246,7 @@ void bench(const BenchOptions& o) {
         fmt::print(stderr, "tandem: wrote {}\n", config.plot_path);
     }
     // Last, so that bad input before any result is still a single line.
-    if (!calibration || !calibration->cpu_gbps) {
+    if ((!calibration || !calibration->cpu_gbps) && !o.calibrate_each) {
         fmt::print(stderr, "tandem: no calibration: run `tandem bench --calibrate` for the % column\n");
     }
 }
@@ -268,6 +273,10 @@ the time the weights would take at the calibrated speeds, host bytes at the
 CPU's GB/s plus device bytes at the GPU's (the stand-in cpu2 uses the CPU's;
 the devices take turns, so the times add), over the measured time. For a
 CPU-only run this is GB/s / calibrated GB/s. "-" without a calibration.
+--calibrate-each measures the CPU's read bandwidth (as --calibrate does, not
+stored) right before and right after each test's counted runs, shows both
+(bw now, GB/s) and takes % bw against their mean: for hosts whose bandwidth
+moves between runs (shared virtual machines, laptops changing power state).
 
 backend: cpu (nothing on the device), split, or gpu (every layer and the head
 on the device). -ngl auto (the default) asks the planner for the most layers
@@ -286,6 +295,8 @@ void add_bench_command(CLI::App& app) {
         "bench", "Measure prompt and generation speed as llama-bench does, or calibrate the planner (--calibrate)");
     cmd->footer(kBenchFooter);
     cmd->add_flag("--calibrate", opts->calibrate, "measure memory bandwidths and store them for `plan` and `run`");
+    cmd->add_flag("--calibrate-each", opts->calibrate_each,
+                  "measure the CPU read bandwidth around every test and take % bw against it (not stored)");
     cmd->add_flag("--json", opts->json, "print as JSON (with --calibrate; otherwise the same as -o json)");
     cmd->add_option("-m,--model", a.models, "GGUF model file; repeat for several")->type_name("FILE");
     cmd->add_option("-p,--n-prompt", a.n_prompt, "prompt sizes of the ppN tests (default 512)")->type_name("LIST");
