@@ -211,9 +211,6 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
     const int64_t n_ubatch = std::min(rows.front().n_ubatch, session.n_ctx());  // the session caps it so
     std::vector<int32_t> ids(static_cast<size_t>(c.n_ctx()));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((1 + 7 * i) % session.n_vocab());
-    // The stand-in device is host memory, so host bandwidth is its roofline.
-    std::optional<double> dev_gbps;
-    if (calibration) dev_gbps = c.device == "cpu2" ? calibration->cpu_gbps : calibration->gpu_gbps;
     std::vector<float> logits;
     for (size_t i = 0; i < tests.size(); ++i) {
         const BenchTest& t = tests[i];
@@ -240,13 +237,16 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         // The CPU's bandwidth for the % column: measured around this test
         // when asked (a host whose bandwidth moves), else the stored one.
         std::optional<double> cpu_gbps = calibration ? calibration->cpu_gbps : std::nullopt;
-        std::optional<double> test_dev_gbps = dev_gbps;
-        if (r.cpu_gbps_before && r.cpu_gbps_after) {
-            cpu_gbps = (*r.cpu_gbps_before + *r.cpu_gbps_after) / 2.0;
-            if (c.device == "cpu2") test_dev_gbps = cpu_gbps;
+        if (r.cpu_gbps_before && r.cpu_gbps_after) cpu_gbps = (*r.cpu_gbps_before + *r.cpu_gbps_after) / 2.0;
+        // The stand-in device is host memory, so host bandwidth is its roofline.
+        std::optional<double> dev_gbps;
+        if (c.device == "cpu2") {
+            dev_gbps = cpu_gbps;
+        } else if (calibration) {
+            dev_gbps = calibration->gpu_gbps;
         }
-        if (cpu_gbps && *cpu_gbps > 0.0 && (bytes.device == 0 || test_dev_gbps)) {
-            r.pct_bandwidth = percent_of_roofline(bytes.host, bytes.device, *cpu_gbps, test_dev_gbps.value_or(1.0), seconds);
+        if (cpu_gbps && *cpu_gbps > 0.0 && (bytes.device == 0 || dev_gbps)) {
+            r.pct_bandwidth = percent_of_roofline(bytes.host, bytes.device, *cpu_gbps, dev_gbps.value_or(1.0), seconds);
         }
         if (hooks.on_row) hooks.on_row(r);
     }
