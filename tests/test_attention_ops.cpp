@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels_cpu/attention.h"
@@ -140,6 +141,27 @@ TEST(CpuAttention, TiledPrefillOverHistoryAndWindow) {
     check_attention({4, 1, 128, 160, 96, 200, 100}, 12);
 }
 
+// The one-pass path at every SIMD level this CPU has against the scalar
+// per-head loop on the same inputs and threads, bit for bit; `what` names
+// the case in a failure.
+void expect_simd_matches_scalar_bits(const std::vector<float>& q, const std::vector<int32_t>& q_pos,
+                                     const tc::AttentionShape& shape, const tc::KvCacheView& kv, int threads,
+                                     const std::string& what) {
+    tc::ThreadPool pool(threads, false);
+    const auto n_tokens = static_cast<int64_t>(q_pos.size());
+    std::vector<float> ref(q.size()), simd(q.size());
+    tc::attention(q.data(), q_pos.data(), n_tokens, shape, kv, ref.data(), pool, tc::SimdLevel::Scalar);
+    for (tc::SimdLevel level : {tc::SimdLevel::Avx2, tc::SimdLevel::Avx512}) {
+        if (!tc::simd_level_supported(level)) continue;
+        std::fill(simd.begin(), simd.end(), -1.0f);
+        tc::attention(q.data(), q_pos.data(), n_tokens, shape, kv, simd.data(), pool, level);
+        for (size_t i = 0; i < ref.size(); ++i) {
+            ASSERT_EQ(std::bit_cast<uint32_t>(simd[i]), std::bit_cast<uint32_t>(ref[i]))
+                << tc::simd_level_name(level) << ", " << what << ", " << threads << " threads, output " << i;
+        }
+    }
+}
+
 // The one-pass path at a SIMD level takes the query heads of a KV head
 // together (attention_decode.h); its output must be the scalar per-head
 // loop's, bit for bit, for F16 and Q8_0 caches: GQA factors 1 to 24 (24
@@ -171,22 +193,9 @@ TEST(CpuAttention, SharedKvHeadsMatchPerHeadBits) {
         for (int64_t t = 0; t < c.n_tokens; ++t) q_pos[static_cast<size_t>(t)] = static_cast<int32_t>(c.first_pos + t);
         const tc::AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.head_dim, c.window,
                                        1.0f / std::sqrt(static_cast<float>(c.head_dim))};
-        for (int threads : {1, 2}) {
-            tc::ThreadPool pool(threads, false);
-            std::vector<float> ref(q.size()), simd(q.size());
-            tc::attention(q.data(), q_pos.data(), c.n_tokens, shape, cache.view(), ref.data(), pool, tc::SimdLevel::Scalar);
-            for (tc::SimdLevel level : {tc::SimdLevel::Avx2, tc::SimdLevel::Avx512}) {
-                if (!tc::simd_level_supported(level)) continue;
-                std::fill(simd.begin(), simd.end(), -1.0f);
-                tc::attention(q.data(), q_pos.data(), c.n_tokens, shape, cache.view(), simd.data(), pool, level);
-                for (size_t i = 0; i < ref.size(); ++i) {
-                    ASSERT_EQ(std::bit_cast<uint32_t>(simd[i]), std::bit_cast<uint32_t>(ref[i]))
-                        << tc::simd_level_name(level) << ", " << tq::traits(cache_type).name << " cache, " << c.n_head
-                        << "/" << c.n_head_kv << " heads, dim "
-                        << c.head_dim << ", " << threads << " threads, output " << i;
-                }
-            }
-        }
+        const std::string what = std::string(tq::traits(cache_type).name) + " cache, " + std::to_string(c.n_head) + "/" +
+                                 std::to_string(c.n_head_kv) + " heads, dim " + std::to_string(c.head_dim);
+        for (int threads : {1, 2}) expect_simd_matches_scalar_bits(q, q_pos, shape, cache.view(), threads, what);
     }
 }
 
@@ -209,19 +218,9 @@ TEST(CpuAttention, SharedKvHeadsMatchPerHeadBitsWithTiedScores) {
     }
     for (uint32_t seed = 0; seed < 6; ++seed) {
         const auto q = random_vector(static_cast<size_t>(n_head * head_dim), 200 + seed, 2.0f);
-        const int32_t pos = static_cast<int32_t>(n_cells - 1 - 7 * seed);
+        const std::vector<int32_t> pos{static_cast<int32_t>(n_cells - 1 - 7 * seed)};
         const tc::AttentionShape shape{n_head, n_head_kv, head_dim, head_dim, 0, 0.125f};
-        tc::ThreadPool pool(1, false);
-        std::vector<float> ref(q.size()), simd(q.size());
-        tc::attention(q.data(), &pos, 1, shape, cache.view(), ref.data(), pool, tc::SimdLevel::Scalar);
-        for (tc::SimdLevel level : {tc::SimdLevel::Avx2, tc::SimdLevel::Avx512}) {
-            if (!tc::simd_level_supported(level)) continue;
-            tc::attention(q.data(), &pos, 1, shape, cache.view(), simd.data(), pool, level);
-            for (size_t i = 0; i < ref.size(); ++i) {
-                ASSERT_EQ(std::bit_cast<uint32_t>(simd[i]), std::bit_cast<uint32_t>(ref[i]))
-                    << tc::simd_level_name(level) << ", query " << seed << ", output " << i;
-            }
-        }
+        expect_simd_matches_scalar_bits(q, pos, shape, cache.view(), 1, "query " + std::to_string(seed));
     }
 }
 
