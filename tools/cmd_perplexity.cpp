@@ -46,6 +46,7 @@ struct PerplexityOptions {
     std::string vram;
     std::string n_gpu_layers = "auto";
     StreamFlags stream;
+    PlacementFlags placement;
     int64_t chunks = 0;  // 0: every whole chunk of the text
     std::string save_logits;
     std::string save_logits_type = "f16";
@@ -125,6 +126,7 @@ void perplexity(const PerplexityOptions& o) {
     so.device = o.device;
     if (!o.vram.empty()) so.device_capacity = parse_size(o.vram);
     apply_stream_flags(o.stream, so);
+    apply_placement_flags(o.placement, so);
     so.n_gpu_layers = choose_gpu_layers(o, spec, so);
     const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so);
     Session& session = *session_ptr;
@@ -277,6 +279,7 @@ void add_perplexity_command(CLI::App& app) {
     cmd->add_option("--n-gpu-layers", opts->n_gpu_layers, "leading layers on the accelerator (-ngl), or auto")
         ->capture_default_str();
     add_stream_flags(*cmd, opts->stream);
+    add_placement_flags(*cmd, opts->placement);
     cmd->add_option("--chunks", opts->chunks, "score at most this many chunks (0: all)")->capture_default_str();
     cmd->add_option("--save-logits", opts->save_logits,
                     "write the log-probabilities of every scored position to FILE (for a later --kl-base)");

@@ -46,6 +46,7 @@ struct RunOptions {
     std::string vram;
     std::string n_gpu_layers = "auto";  // or a count
     StreamFlags stream;
+    PlacementFlags placement;
     SamplerParams sampling;
     std::optional<uint64_t> seed;
 };
@@ -194,6 +195,7 @@ void run(const RunOptions& o) {
     so.device = o.device;
     if (!o.vram.empty()) so.device_capacity = parse_size(o.vram);
     apply_stream_flags(o.stream, so);
+    apply_placement_flags(o.placement, so);
     SamplerParams sp = o.sampling;
     sp.seed = o.seed ? *o.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     validate(sp);
@@ -223,6 +225,7 @@ void run(const RunOptions& o) {
         fmt::print(stderr, "split: layers [0, {}) on {}, [{}, {}) on the CPU, output head on {}\n",
                    session.n_device_layers(), so.device.empty() ? "-" : so.device, session.n_device_layers(),
                    spec.hp.n_layer, session.output_on_device() ? so.device : "cpu");
+        fmt::print(stderr, "placement: {}\n", session.placement_summary());
         if (session.weight_stream_active()) {
             fmt::print(stderr, "weight streaming: prompt micro-batches of {}+ tokens multiply the CPU layers' "
                                "matrices on {}\n",
@@ -286,6 +289,10 @@ void run(const RunOptions& o) {
                session.streamed_batches() > 0 ? " (CPU layers' weights streamed to " + so.device + ")" : "");
     fmt::print(stderr, "generation: {} tokens in {:.3f} s, {:.2f} tok/s, {:.2f} GB/s of weights read\n", generated,
                gen_s, tg_tps, tg_tps * bytes / 1e9);
+    if (o.verbose && session.activation_crossings() > 0) {
+        fmt::print(stderr, "activations moved between devices: {} crossings, {:.2f} MiB\n",
+                   session.activation_crossings(), static_cast<double>(session.activation_bytes_moved()) / (1 << 20));
+    }
 }
 
 }  // namespace
@@ -316,6 +323,7 @@ void add_run_command(CLI::App& app) {
                     "also moves the head")
         ->capture_default_str();
     add_stream_flags(*cmd, opts->stream);
+    add_placement_flags(*cmd, opts->placement);
     cmd->add_option("--temp", opts->sampling.temperature, "temperature (0: greedy)")->capture_default_str();
     cmd->add_option("--top-k", opts->sampling.top_k, "top-k (0: off)")->capture_default_str();
     cmd->add_option("--top-p", opts->sampling.top_p, "top-p (1: off)")->capture_default_str();

@@ -22,6 +22,8 @@ namespace {
 constexpr std::pair<std::string_view, std::string_view> kLlamaStyleFlags[] = {
     {"-ub", "--ubatch-size"},
     {"-ngl", "--n-gpu-layers"},
+    {"-ot", "--override-tensor"},
+    {"-nkvo", "--no-kv-offload"},
     {"-pg", "--prompt-gen"},
 };
 

@@ -21,6 +21,28 @@ void apply_stream_flags(const StreamFlags& flags, SessionOptions& so) {
     so.copy_host_weights = !flags.no_host_copy;
 }
 
+void add_placement_flags(CLI::App& cmd, PlacementFlags& flags) {
+    cmd.add_option("--override-tensor", flags.overrides,
+                   "-ot REGEX=DEVICE[,...]: tensors whose name matches REGEX go to DEVICE (cpu, or the --device), "
+                   "whatever -ngl says, e.g. -ot \"blk\\.[0-9]+\\.ffn_.*=cpu\"; the first matching rule wins")
+        ->allow_extra_args(false);
+    cmd.add_flag("--cpu-moe", flags.cpu_moe, "keep every MoE expert tensor on the CPU");
+    cmd.add_option("--n-cpu-moe", flags.n_cpu_moe, "keep the MoE expert tensors of the first N layers on the CPU")
+        ->check(CLI::NonNegativeNumber);
+    cmd.add_flag("--no-kv-offload", flags.no_kv_offload,
+                 "-nkvo: every layer's KV cache (and its attention) on the CPU, whatever -ngl says");
+}
+
+void apply_placement_flags(const PlacementFlags& flags, SessionOptions& so) {
+    so.overrides.clear();
+    for (const std::string& text : flags.overrides) {
+        for (TensorOverride& o : parse_tensor_overrides(text)) so.overrides.push_back(std::move(o));
+    }
+    so.cpu_moe = flags.cpu_moe;
+    so.n_cpu_moe = flags.n_cpu_moe;
+    so.kv_offload = !flags.no_kv_offload;
+}
+
 void apply_stream_flags(const StreamFlags& flags, planner::PlanInputs& in) {
     in.weight_stream = !flags.no_stream;
     in.stream_min_batch = flags.min_batch;

@@ -1,10 +1,14 @@
 // --no-stream and --stream-min-batch, shared by every command that opens a
 // session or plans one (run, perplexity, tune, plan; bench parses its own),
 // so that the plan and the session always see the same streaming choice;
-// and --no-host-copy, where the CPU's weight matrices live.
+// and --no-host-copy, where the CPU's weight matrices live. PlacementFlags:
+// the per-tensor placement flags of llama.cpp (-ot, --cpu-moe, --n-cpu-moe,
+// -nkvo), shared by every command that opens a session.
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -20,6 +24,17 @@ struct StreamFlags {
 };
 
 void add_stream_flags(CLI::App& cmd, StreamFlags& flags);
+
+struct PlacementFlags {
+    std::vector<std::string> overrides;  // each "REGEX=DEVICE[,...]"
+    bool cpu_moe = false;
+    int64_t n_cpu_moe = 0;
+    bool no_kv_offload = false;
+};
+
+void add_placement_flags(CLI::App& cmd, PlacementFlags& flags);
+// Throws tandem::Error for an -ot value that is not REGEX=DEVICE.
+void apply_placement_flags(const PlacementFlags& flags, SessionOptions& so);
 void apply_stream_flags(const StreamFlags& flags, SessionOptions& so);
 void apply_stream_flags(const StreamFlags& flags, planner::PlanInputs& in);
 

@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "kernels_cpu/thread_pool.h"
 #include "kernels_cuda/cuda_backend.h"
-#include "runtime/backend/cpu_backend.h"
 #include "runtime/backend/host_weight_arena.h"
+#include "runtime/engine/cpu_device.h"
+#include "runtime/engine/recipe.h"
 #include "runtime/common/error.h"
 
 namespace tandem {
@@ -33,18 +36,19 @@ struct Session::Impl {
     SessionOptions opt;
     cpu::SimdLevel level;
     cpu::ThreadPool pool;
-    std::unique_ptr<CpuBackend> host;
-    std::unique_ptr<Backend> accel;  // present only when it holds something or streams
+    Placement placement;
+    std::unique_ptr<CpuDevice> host;
+    std::unique_ptr<Device> accel;   // present only when it holds something or streams
+    std::unique_ptr<LayerRecipe> recipe;
     WeightStream* stream = nullptr;  // owned by accel
+    int64_t stream_first = 0;        // layers >= this have every matrix on the host
     std::string stream_note;
     std::string host_copy_note;
     bool host_copied = false;
     int64_t streamed_batches = 0;
     int64_t n_device_layers = 0;
-    bool output_on_device = false;
-    std::vector<float> hidden;  // host copy of the hidden state at a hand-over
-    std::vector<int32_t> pos;
-    int64_t n_past = 0;
+    std::map<int32_t, int32_t> pos_max;  // per sequence, the largest position held
+    std::vector<int32_t> tokens, pos, seq;  // one micro-batch
     int cuda_index = -1;  // the GPU of --device cuda/cudaN, -1 otherwise
 
     // "cuda" is GPU 0, "cudaN" GPU N; -1 for anything else.
@@ -78,20 +82,15 @@ struct Session::Impl {
                                     quant::traits(cache_type).name, quant::traits(cache_type).block_elems,
                                     hp.head_dim_k));
         }
-        choose_split();
-        BackendConfig config;
+        place();
+        DeviceConfig config;
         config.n_ctx = opt.n_ctx;
         config.n_ubatch = opt.n_ubatch;
         config.cache_type = opt.cache_type;
         config.copy_host_weights = opt.copy_host_weights && file.mapped() && !file.locked();
-        // What the host would copy: its layers' matrices and, unless the
-        // device has it, the head (norms are float copies either way).
-        uint64_t host_matrices = output_on_device ? 0 : spec.output_head().n_bytes;
-        for (int64_t il = n_device_layers; il < hp.n_layer; ++il) {
-            for (const gguf::TensorInfo* t : spec.layers.at(static_cast<size_t>(il)).tensors) {
-                if (t && t->n_rows() > 1) host_matrices += t->n_bytes;
-            }
-        }
+        // What the host would copy: its matrices (norms are float copies either way).
+        uint64_t host_matrices = placement.head == kHostDevice ? spec.output_head().n_bytes : 0;
+        for (const auto& [t, d] : placement.tensor) host_matrices += d == kHostDevice && t->n_rows() > 1 ? t->n_bytes : 0;
         if (config.copy_host_weights) {
             const std::optional<uint64_t> free_ram = available_ram();
             if (free_ram && static_cast<double>(host_matrices) > 0.9 * static_cast<double>(*free_ram)) {
@@ -103,27 +102,26 @@ struct Session::Impl {
             }
         }
         host_copied = config.copy_host_weights;
-        BackendConfig host_config = config;
+        DeviceConfig host_config = config;
         if (host_copied && opt.host_copy_progress) host_config.on_upload = cumulative(opt.host_copy_progress, host_matrices);
-        host = std::make_unique<CpuBackend>("cpu", false, std::nullopt, file, spec, host_config, pool, level);
-        const bool holds = n_device_layers > 0 || output_on_device;
-        const bool wants_stream = !opt.device.empty() && opt.weight_stream && n_device_layers < hp.n_layer &&
+        host = std::make_unique<CpuDevice>("cpu", false, std::nullopt, file, spec, host_config, pool, level);
+        const bool holds = placement.devices.size() > 1 && placement.uses(kAccelDevice);
+        stream_first = first_streamable_layer();
+        const bool wants_stream = !opt.device.empty() && opt.weight_stream && stream_first < hp.n_layer &&
                                   opt.n_ubatch >= opt.stream_min_batch;
         if (holds || wants_stream) {
-            BackendConfig accel_config = config;
+            DeviceConfig accel_config = config;
             accel_config.copy_host_weights = false;
             accel_config.host_ledger = &host->mutable_ledger();
             if (opt.upload_progress) {
-                uint64_t total = output_on_device ? model::output_weight_bytes(spec) : 0;
-                for (int64_t il = 0; il < n_device_layers; ++il) total += model::layer_weight_bytes(spec, il);
-                accel_config.on_upload = cumulative(opt.upload_progress, total);
+                accel_config.on_upload = cumulative(opt.upload_progress, placement.weight_bytes(kAccelDevice));
             }
             try {
                 if (cuda_index >= 0) {
-                    accel = cuda::make_cuda_backend(cuda_index, opt.device_capacity, file, spec, accel_config);
+                    accel = cuda::make_cuda_device(cuda_index, opt.device_capacity, file, spec, accel_config);
                 } else {
-                    accel = std::make_unique<CpuBackend>(opt.device, true, opt.device_capacity, file, spec,
-                                                         accel_config, pool, level);
+                    accel = std::make_unique<CpuDevice>(opt.device, true, opt.device_capacity, file, spec,
+                                                        accel_config, pool, level);
                 }
             } catch (const Error& e) {
                 if (holds) throw;
@@ -131,101 +129,194 @@ struct Session::Impl {
                 stream_note = fmt::format("weight streaming off: {}", e.what());
             }
         }
-        // The embedding lookup stays on the host, as in llama.cpp.
-        host->account_token_embd();
-        for (int64_t il = 0; il < hp.n_layer; ++il) layer_backend(il).load_layer(il);
-        output_backend().load_output();
-        host->allocate_workspace(!output_on_device);
-        if (holds) accel->allocate_workspace(output_on_device);
+        load();
         // Last, so that a device too small for the slots still holds every
-        // layer it can and only loses the streaming.
+        // tensor it can and only loses the streaming.
         if (accel && wants_stream) {
             try {
-                stream = accel->enable_weight_stream(n_device_layers);
+                stream = accel->enable_weight_stream(stream_first);
                 if (!stream) stream_note = fmt::format("weight streaming off: {} cannot stream", accel->name());
             } catch (const OutOfDeviceMemory& e) {
                 stream_note = fmt::format("weight streaming off: {}", e.what());
             }
             if (!stream && !holds) accel.reset();  // a device with nothing to do costs nothing
         }
-        hidden.resize(static_cast<size_t>(opt.n_ubatch * hp.n_embd));
-        pos.resize(static_cast<size_t>(opt.n_ubatch));
+        std::vector<Device*> devices{host.get()};
+        if (placement.devices.size() > 1) devices.push_back(accel ? accel.get() : host.get());
+        recipe = std::make_unique<LayerRecipe>(spec, placement, std::move(devices));
+        for (auto* v : {&tokens, &pos, &seq}) v->resize(static_cast<size_t>(opt.n_ubatch));
     }
 
-    void choose_split() {
-        if (opt.device.empty()) {
-            if (opt.n_gpu_layers > 0) {
-                throw Error(fmt::format("-ngl {} asks for layers on an accelerator, but none is available",
-                                        opt.n_gpu_layers));
-            }
-            return;
-        }
-        cuda_index = parse_cuda_device(opt.device);
-        if (opt.device != "cpu2" && cuda_index < 0) {
-            throw Error(fmt::format("--device: expected cuda, cudaN or cpu2 (the stand-in accelerator), found '{}'",
-                                    opt.device));
-        }
-        if (opt.n_gpu_layers < 0) throw Error(fmt::format("-ngl: expected a value >= 0, found {}", opt.n_gpu_layers));
-        n_device_layers = std::min(opt.n_gpu_layers, hp.n_layer);
-        output_on_device = opt.n_gpu_layers > hp.n_layer;
-    }
-
-    Backend& layer_backend(int64_t il) { return il < n_device_layers ? *accel : *host; }
-    Backend& output_backend() { return output_on_device ? *accel : *host; }
-
-    // Moves the hidden state of n tokens from one backend to the other.
-    void hand_over(Backend& from, Backend& to, int64_t n) {
-        from.get_hidden(hidden.data(), n);
-        to.set_hidden(hidden.data(), n);
-    }
-
-    void eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
-        const int64_t n_tokens = static_cast<int64_t>(tokens.size());
-        if (n_tokens == 0) throw Error("eval: no tokens to evaluate");
-        if (n_past + n_tokens > opt.n_ctx) {
-            throw Error(fmt::format("context full: {} tokens already in a context of {}, {} more do not fit; use a "
-                                    "larger -c",
-                                    n_past, opt.n_ctx, n_tokens));
-        }
-        for (int32_t id : tokens) {
-            if (id < 0 || id >= hp.n_vocab) {
-                throw Error(fmt::format("token id {} is outside the vocabulary [0, {})", id, hp.n_vocab));
+    void place() {
+        if (!opt.device.empty()) {
+            cuda_index = parse_cuda_device(opt.device);
+            if (opt.device != "cpu2" && cuda_index < 0) {
+                throw Error(fmt::format("--device: expected cuda, cudaN or cpu2 (the stand-in accelerator), found '{}'",
+                                        opt.device));
             }
         }
-        logits.resize(static_cast<size_t>((all_logits ? n_tokens : 1) * hp.n_vocab));
+        PlacementRequest req;
+        req.device = opt.device;
+        // Without a device a negative count means nothing; a positive one is an error there.
+        req.n_gpu_layers = opt.device.empty() ? std::max<int64_t>(opt.n_gpu_layers, 0) : opt.n_gpu_layers;
+        req.overrides = opt.overrides;
+        req.cpu_moe = opt.cpu_moe;
+        req.n_cpu_moe = opt.n_cpu_moe;
+        req.kv_offload = opt.kv_offload;
+        placement = place_tensors(spec, req);
+        n_device_layers = opt.device.empty() ? 0 : std::min(opt.n_gpu_layers, hp.n_layer);
+    }
+
+    // The first layer from which every layer's streamed matrices are on
+    // the host (n_layer when none): those can stream to the accelerator.
+    int64_t first_streamable_layer() const {
+        int64_t first = hp.n_layer;
+        for (int64_t il = hp.n_layer - 1; il >= 0; --il) {
+            const auto& ls = spec.layers[static_cast<size_t>(il)];
+            const bool all_host = std::all_of(std::begin(model::kStreamedMatrices), std::end(model::kStreamedMatrices),
+                                              [&](model::LayerTensor r) { return placement.of(ls.get(r)) == kHostDevice; });
+            if (!all_host) break;
+            first = il;
+        }
+        return first;
+    }
+
+    Device& device(int d) { return d == kHostDevice ? static_cast<Device&>(*host) : *accel; }
+
+    // Every tensor and cache onto its device, in layer order.
+    void load() {
+        // The embedding lookup stays on the host, as in llama.cpp.
+        host->account_token_embd();
+        for (int64_t il = 0; il < hp.n_layer; ++il) {
+            const auto& ls = spec.layers[static_cast<size_t>(il)];
+            for (const gguf::TensorInfo* t : ls.tensors) {
+                if (!t) continue;
+                Device& d = device(placement.of(t));
+                if (t->n_rows() > 1) {
+                    d.load_matrix(*t);
+                } else {
+                    d.load_vector(*t);
+                }
+            }
+            const int64_t cells = model::kv_cells_for_layer(spec, il, opt.n_ctx, opt.n_ubatch);
+            device(placement.kv[static_cast<size_t>(il)]).load_kv(il, cells, ls.sliding_window ? cells : 0);
+        }
+        const gguf::TensorInfo* norm = spec.get(model::GlobalTensor::OutputNorm);
+        device(placement.of(norm)).load_vector(*norm);
+        device(placement.head).load_matrix(spec.output_head());
+        host->allocate_workspace(placement.head == kHostDevice);
+        if (accel && placement.uses(kAccelDevice)) {
+            accel->allocate_workspace(placement.head == kAccelDevice);
+            accel->finish_loading();
+        }
+    }
+
+    void eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits) {
+        if (batch.empty()) throw Error("eval: no tokens to evaluate");
+        size_t n_out = 0;
+        for (const BatchToken& b : batch) {
+            if (b.id < 0 || b.id >= hp.n_vocab) {
+                throw Error(fmt::format("token id {} is outside the vocabulary [0, {})", b.id, hp.n_vocab));
+            }
+            if (b.seq < 0 || b.seq >= kMaxSequences) {
+                throw Error(fmt::format("sequence id {} is outside [0, {})", b.seq, kMaxSequences));
+            }
+            if (b.pos < 0 || b.pos >= opt.n_ctx) {
+                throw Error(fmt::format("position {} is outside the context [0, {}); use a larger -c", b.pos, opt.n_ctx));
+            }
+            n_out += b.logits ? 1 : 0;
+        }
+        logits.resize(n_out * static_cast<size_t>(hp.n_vocab));
+        float* out = logits.data();
+        const auto n_tokens = static_cast<int64_t>(batch.size());
         for (int64_t start = 0; start < n_tokens; start += opt.n_ubatch) {
             const int64_t n = std::min(opt.n_ubatch, n_tokens - start);
-            for (int64_t t = 0; t < n; ++t) pos[static_cast<size_t>(t)] = static_cast<int32_t>(n_past + t);
-            const std::span<const int32_t> positions(pos.data(), static_cast<size_t>(n));
-            // Embed on the host; layers [0, n_device_layers) on the device,
-            // the rest on the host: the hidden state crosses once each way.
-            host->embed(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(n)));
+            for (int64_t t = 0; t < n; ++t) {
+                const BatchToken& b = batch[static_cast<size_t>(start + t)];
+                tokens[static_cast<size_t>(t)] = b.id;
+                pos[static_cast<size_t>(t)] = b.pos;
+                seq[static_cast<size_t>(t)] = b.seq;
+                auto [it, fresh] = pos_max.try_emplace(b.seq, b.pos);
+                if (!fresh) it->second = std::max(it->second, b.pos);
+            }
+            RecipeBatch rb;
+            rb.n = n;
+            rb.pos = std::span<const int32_t>(pos.data(), static_cast<size_t>(n));
+            rb.seq = std::span<const int32_t>(seq.data(), static_cast<size_t>(n));
             // A long enough micro-batch multiplies the host layers' matrices
             // on the accelerator (the hidden state itself stays here).
-            const bool streamed = stream != nullptr && n >= opt.stream_min_batch;
-            streamed_batches += streamed ? 1 : 0;
-            Backend* current = host.get();
-            for (int64_t il = 0; il < hp.n_layer; ++il) {
-                Backend& next = layer_backend(il);
-                if (&next != current) {
-                    hand_over(*current, next, n);
-                    current = &next;
-                }
-                if (streamed && current == host.get()) {
-                    host->run_layer_streamed(il, positions, *stream);
-                } else {
-                    current->run_layer(il, positions);
-                }
+            if (stream != nullptr && n >= opt.stream_min_batch) {
+                rb.stream = stream;
+                rb.stream_first = stream_first;
+                ++streamed_batches;
             }
-            Backend& out = output_backend();
-            if (&out != current) hand_over(*current, out, n);
-            if (all_logits) {
-                out.run_output(0, n, logits.data() + start * hp.n_vocab);
-            } else if (start + n == n_tokens) {
-                out.run_output(n - 1, 1, logits.data());
+            host->embed(std::span<const int32_t>(tokens.data(), static_cast<size_t>(n)));
+            recipe->x_written_on(kHostDevice);
+            recipe->layers(rb);
+            // The head over each run of consecutive tokens that want logits.
+            for (int64_t t = 0; t < n;) {
+                if (!batch[static_cast<size_t>(start + t)].logits) {
+                    ++t;
+                    continue;
+                }
+                int64_t e = t + 1;
+                while (e < n && batch[static_cast<size_t>(start + e)].logits) ++e;
+                recipe->output(t, e - t, out);
+                out += (e - t) * hp.n_vocab;
+                t = e;
             }
-            n_past += n;
         }
+    }
+
+    void eval(std::span<const int32_t> ids, bool all_logits, std::vector<float>& logits) {
+        const auto n_tokens = static_cast<int64_t>(ids.size());
+        if (n_tokens == 0) throw Error("eval: no tokens to evaluate");
+        const int64_t past = n_past();
+        if (past + n_tokens > opt.n_ctx) {
+            throw Error(fmt::format("context full: {} tokens already in a context of {}, {} more do not fit; use a "
+                                    "larger -c",
+                                    past, opt.n_ctx, n_tokens));
+        }
+        std::vector<BatchToken> batch(static_cast<size_t>(n_tokens));
+        for (int64_t t = 0; t < n_tokens; ++t) {
+            batch[static_cast<size_t>(t)] = {ids[static_cast<size_t>(t)], static_cast<int32_t>(past + t), 0,
+                                             all_logits || t == n_tokens - 1};
+        }
+        eval_batch(batch, logits);
+    }
+
+    int64_t n_past() const {
+        const auto it = pos_max.find(0);
+        return it == pos_max.end() ? 0 : it->second + 1;
+    }
+
+    void remove_positions(int32_t s, int32_t p0, int32_t p1) {
+        if (s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
+        host->kv_remove(s, p0, p1);
+        if (accel) accel->kv_remove(s, p0, p1);
+        for (auto it = pos_max.begin(); it != pos_max.end();) {
+            if ((s < 0 || it->first == s) && it->second >= p0 && (p1 < 0 || it->second < p1)) it->second = p0 - 1;
+            it = it->second < 0 ? pos_max.erase(it) : std::next(it);
+        }
+    }
+
+    void copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+        for (const int32_t s : {src, dst}) {
+            if (s < 0 || s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
+        }
+        host->kv_copy(src, dst, p0, p1);
+        if (accel) accel->kv_copy(src, dst, p0, p1);
+        const auto it = pos_max.find(src);
+        if (it == pos_max.end() || it->second < p0) return;
+        const int32_t top = p1 < 0 ? it->second : std::min(it->second, p1 - 1);
+        auto [d, fresh] = pos_max.try_emplace(dst, top);
+        if (!fresh) d->second = std::max(d->second, top);
+    }
+
+    void reset() {
+        pos_max.clear();
+        host->kv_clear();
+        if (accel) accel->kv_clear();
     }
 };
 
@@ -238,23 +329,35 @@ void Session::eval(std::span<const int32_t> tokens, bool all_logits, std::vector
     impl_->eval(tokens, all_logits, logits);
 }
 
-void Session::reset() {
-    impl_->n_past = 0;
-    impl_->host->clear_kv();
-    if (impl_->accel) impl_->accel->clear_kv();
+void Session::eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits) {
+    impl_->eval_batch(batch, logits);
 }
 
-int64_t Session::n_past() const { return impl_->n_past; }
+void Session::remove_positions(int32_t seq, int32_t p0, int32_t p1) { impl_->remove_positions(seq, p0, p1); }
+void Session::copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) { impl_->copy_sequence(src, dst, p0, p1); }
+
+int32_t Session::seq_pos_max(int32_t seq) const {
+    const auto it = impl_->pos_max.find(seq);
+    return it == impl_->pos_max.end() ? -1 : it->second;
+}
+
+void Session::reset() { impl_->reset(); }
+
+int64_t Session::n_past() const { return impl_->n_past(); }
 int64_t Session::n_ctx() const { return impl_->opt.n_ctx; }
 int64_t Session::n_vocab() const { return impl_->hp.n_vocab; }
 int Session::n_threads() const { return impl_->pool.size(); }
 cpu::SimdLevel Session::simd_level() const { return impl_->level; }
 int64_t Session::n_device_layers() const { return impl_->n_device_layers; }
-bool Session::output_on_device() const { return impl_->output_on_device; }
+bool Session::output_on_device() const { return impl_->placement.head == kAccelDevice; }
+const Placement& Session::placement() const { return impl_->placement; }
+std::string Session::placement_summary() const { return describe_placement(impl_->spec, impl_->placement); }
+uint64_t Session::activation_bytes_moved() const { return impl_->recipe->bytes_moved(); }
+int64_t Session::activation_crossings() const { return impl_->recipe->crossings(); }
 
 const std::string& Session::layer_device(int64_t il) const {
     TANDEM_CHECK(il >= 0 && il < impl_->hp.n_layer, "layer index out of range");
-    return impl_->layer_backend(il).name();
+    return impl_->placement.devices.at(static_cast<size_t>(impl_->placement.layer[static_cast<size_t>(il)]));
 }
 
 bool Session::weight_stream_active() const { return impl_->stream != nullptr; }

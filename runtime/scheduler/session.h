@@ -16,6 +16,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/backend/memory_ledger.h"
 #include "runtime/model/model_spec.h"
+#include "runtime/placement/placement.h"
 
 namespace tandem {
 
@@ -34,6 +35,12 @@ struct SessionOptions {
     // Leading layers on the accelerator; more than n_layer also puts the
     // output norm and head there. Ignored without a device.
     int64_t n_gpu_layers = 0;
+    // Per-tensor placement on top of n_gpu_layers (runtime/placement):
+    // -ot rules, the experts on the host, every K/V cache on the host.
+    std::vector<TensorOverride> overrides;
+    bool cpu_moe = false;
+    int64_t n_cpu_moe = 0;
+    bool kv_offload = true;
     // Weight streaming: micro-batches of at least stream_min_batch tokens
     // multiply the CPU-resident layers' matrices on the accelerator, copied
     // there one matrix at a time (runtime/backend/weight_stream.h). Costs
@@ -57,6 +64,17 @@ struct SessionOptions {
     std::function<void(uint64_t done, uint64_t total)> upload_progress;
 };
 
+// Sequence ids a session's caches can tell apart.
+inline constexpr int32_t kMaxSequences = 64;
+
+// One token of a batch that may mix sequences (Session::eval_batch).
+struct BatchToken {
+    int32_t id = 0;
+    int32_t pos = 0;   // its position in its sequence
+    int32_t seq = 0;   // sequence id, 0..63
+    bool logits = false;  // return its logits
+};
+
 class Session {
 public:
     // The file and spec must outlive the session. Throws tandem::Error for a
@@ -72,6 +90,21 @@ public:
     // tandem::Error if the context would overflow or an id is out of range.
     void eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
 
+    // Evaluates a batch whose tokens may belong to several sequences; each
+    // attends only to its own sequence's cells. `logits` receives n_vocab
+    // floats for each token with logits set, in batch order. Throws
+    // tandem::Error for an id out of range, a sequence outside 0..63 or a
+    // full cache. eval() is this for sequence 0 at positions n_past()...
+    void eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits);
+    // Forgets sequence seq's positions [p0, p1) (p1 < 0: to the end; seq <
+    // 0: every sequence), e.g. rejected draft tokens.
+    void remove_positions(int32_t seq, int32_t p0, int32_t p1);
+    // Sequence dst shares src's cache cells of positions [p0, p1) (p1 < 0:
+    // to the end) without copying them: a shared prompt prefix.
+    void copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1);
+    // The largest position sequence seq holds, -1 when it holds none.
+    int32_t seq_pos_max(int32_t seq) const;
+
     void reset();
     int64_t n_past() const;
     int64_t n_ctx() const;
@@ -82,8 +115,15 @@ public:
     // embedding row): the numerator of decode GB/s.
     uint64_t weight_bytes_per_token() const;
     uint64_t kv_cache_bytes() const;
-    // Layers [0, n_device_layers()) run on the accelerator.
+    // Layers [0, n_device_layers()) run on the accelerator (before -ot).
     int64_t n_device_layers() const;
+    // Where every tensor and cache lives, and a compact description of it
+    // (runs of layers) for --verbose.
+    const Placement& placement() const;
+    std::string placement_summary() const;
+    // Activation bytes moved between devices so far, and the moves.
+    uint64_t activation_bytes_moved() const;
+    int64_t activation_crossings() const;
     bool output_on_device() const;
     // Name of the device holding layer il's weights and KV cache.
     const std::string& layer_device(int64_t il) const;

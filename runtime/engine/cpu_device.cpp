@@ -1,0 +1,414 @@
+#include "runtime/engine/cpu_device.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "kernels_cpu/attention.h"
+#include "kernels_cpu/elementwise.h"
+#include "runtime/backend/host_weight_arena.h"
+#include "runtime/common/error.h"
+#include "runtime/kv_cache/kv_cache.h"
+
+namespace tandem {
+namespace {
+
+using model::GlobalTensor;
+
+// The stand-in's weight stream: two slots it owns, filled from the mapping
+// as a GPU's would be over PCIe, and its own copies of each product's input
+// and output, all reserved as the CUDA device reserves them, so the
+// accounting and the prefetch order run for real. The product is the host's
+// kernel, so streaming changes no bit.
+class StandInStream final : public DoubleBufferedStream {
+public:
+    StandInStream(const gguf::File& file, const model::ModelSpec& spec, int64_t first_layer, int64_t n_ubatch,
+                  MemoryLedger& ledger, cpu::ThreadPool& pool, cpu::SimdLevel level)
+        : DoubleBufferedStream(spec, first_layer),
+          file_(file),
+          reservation_(ledger, MemoryCategory::Compute, model::stream_bytes(spec, first_layer, n_ubatch),
+                       "weight stream slots and buffers"),
+          pool_(pool),
+          level_(level) {
+        for (auto& slot : slots_) slot.resize(model::stream_shape(spec, first_layer).slot_bytes);
+    }
+
+protected:
+    void begin_upload(int slot, const gguf::TensorInfo& t) override {
+        const auto bytes = file_.tensor_data(t);
+        std::memcpy(slots_[slot].data(), bytes.data(), bytes.size());
+    }
+
+    void multiply(int slot, const gguf::TensorInfo& t, const float* x, int64_t n_tokens, float* y) override {
+        const int64_t cols = t.row_length(), rows = t.n_rows();
+        x_.assign(x, x + n_tokens * cols);
+        y_.resize(static_cast<size_t>(n_tokens * rows));
+        const cpu::WeightView w{t.type, slots_[slot].data(), rows, cols, *quant::row_bytes(t.type, cols)};
+        cpu::matmul(w, x_.data(), cols, n_tokens, y_.data(), rows, pool_, level_);
+        std::memcpy(y, y_.data(), y_.size() * sizeof(float));
+    }
+
+private:
+    const gguf::File& file_;
+    LedgerReservation reservation_;
+    cpu::ThreadPool& pool_;
+    cpu::SimdLevel level_;
+    std::vector<uint8_t> slots_[2];
+    std::vector<float> x_, y_;
+};
+
+}  // namespace
+
+struct CpuDevice::Impl {
+    MemoryLedger ledger;
+    bool accelerator;
+    const gguf::File& file;
+    const model::ModelSpec& spec;
+    const model::HParams& hp;
+    DeviceConfig config;
+    cpu::ThreadPool& pool;
+    cpu::SimdLevel level;
+    std::vector<std::vector<uint8_t>> uploads;  // weight bytes copied to this device
+    HostWeightArena host_copies;                // the host's matrices, when config.copy_host_weights
+    std::vector<LedgerReservation> reservations;
+    std::unordered_map<const gguf::TensorInfo*, cpu::WeightView> matrices;
+    std::unordered_map<const gguf::TensorInfo*, std::vector<float>> vectors;
+    std::map<int64_t, LayerKvCache> kv;
+    std::vector<float> rope_freqs;
+    std::array<std::vector<float>, kActCount> act;
+    std::vector<float> q_rows, out_rows;  // one sequence's queries in a mixed batch
+    std::vector<int32_t> pos_rows;
+    std::unique_ptr<StandInStream> stream;
+    bool gemm_tile_reserved = false;
+
+    Impl(std::string name, bool accel, std::optional<uint64_t> capacity, const gguf::File& f,
+         const model::ModelSpec& s, const DeviceConfig& c, cpu::ThreadPool& p, cpu::SimdLevel l)
+        : ledger(std::move(name), capacity), accelerator(accel), file(f), spec(s), hp(s.hp), config(c), pool(p),
+          level(l) {
+        // RoPE factors (a few hundred floats) are read by every layer; each
+        // device keeps its own.
+        if (const gguf::TensorInfo* t = spec.get(GlobalTensor::RopeFreqs)) rope_freqs = floats(*t);
+    }
+
+    void reserve(MemoryCategory c, uint64_t bytes, const std::string& what) {
+        reservations.emplace_back(ledger, c, bytes, what);
+    }
+
+    static cpu::WeightView view_of(const gguf::TensorInfo& t, const uint8_t* data) {
+        return cpu::WeightView{t.type, data, t.n_rows(), t.row_length(), *quant::row_bytes(t.type, t.row_length())};
+    }
+
+    // The host's bytes of t: a copy in its arena when it copies its
+    // matrices (reported to on_upload), else the mapping itself.
+    const uint8_t* host_bytes(const gguf::TensorInfo& t) {
+        const auto bytes = file.tensor_data(t);
+        if (!config.copy_host_weights) return bytes.data();
+        const uint8_t* data = host_copies.copy(bytes, &pool);
+        if (config.on_upload) config.on_upload(t.n_bytes);
+        return data;
+    }
+
+    void load_matrix(const gguf::TensorInfo& t) {
+        TANDEM_CHECK(!matrices.count(&t), "load_matrix: tensor loaded twice");
+        // The tied head on the host is the embedding table the host
+        // already counts (a copy when the host copies its matrices: every
+        // decode step streams all of it).
+        const bool counted = !accelerator && &t == spec.get(GlobalTensor::TokenEmbd);
+        if (!counted) reserve(MemoryCategory::Weights, t.n_bytes, fmt::format("tensor '{}'", t.name));
+        if (!accelerator) {
+            matrices[&t] = view_of(t, host_bytes(t));
+            return;
+        }
+        const auto bytes = file.tensor_data(t);
+        uploads.emplace_back(bytes.begin(), bytes.end());
+        if (config.on_upload) config.on_upload(t.n_bytes);
+        matrices[&t] = view_of(t, uploads.back().data());
+    }
+
+    // Norm weights and RoPE factors are small; a float copy frees the
+    // kernels from caring whether the file stored them as F32 or F16.
+    std::vector<float> floats(const gguf::TensorInfo& t) {
+        reserve(MemoryCategory::Weights, t.n_bytes, fmt::format("tensor '{}'", t.name));
+        std::vector<float> v(static_cast<size_t>(t.n_elements));
+        const auto bytes = file.tensor_data(t);
+        const int64_t row = t.row_length();
+        const uint64_t row_bytes = *quant::row_bytes(t.type, row);
+        for (int64_t r = 0; r < t.n_rows(); ++r) {
+            quant::dequantize_row(t.type, bytes.data() + r * row_bytes, v.data() + r * row, row);
+        }
+        if (accelerator && config.on_upload) config.on_upload(t.n_bytes);
+        return v;
+    }
+
+    const cpu::WeightView& matrix(const gguf::TensorInfo* t) const {
+        const auto it = matrices.find(t);
+        TANDEM_CHECK(it != matrices.end(), "matmul: the weight is not on this device");
+        return it->second;
+    }
+
+    const float* vector(const gguf::TensorInfo& t) const {
+        const auto it = vectors.find(&t);
+        TANDEM_CHECK(it != vectors.end(), "norm: the weight is not on this device");
+        return it->second.data();
+    }
+
+    LayerKvCache& cache(int64_t il) {
+        const auto it = kv.find(il);
+        TANDEM_CHECK(it != kv.end(), "attention: the layer's cache is not on this device");
+        return it->second;
+    }
+
+    float* buf(Act a) {
+        auto& v = act[static_cast<size_t>(a)];
+        TANDEM_CHECK(!v.empty(), "activation buffer used before allocate_workspace");
+        return v.data();
+    }
+
+    // An accelerator's batched products dequantize into a GEMM tile
+    // (kernels_cuda/device_matmul.h); the stand-in reserves it as a GPU
+    // does, once however it is used, so its ledger is a GPU's.
+    void reserve_gemm_tile() {
+        if (!accelerator || gemm_tile_reserved) return;
+        reserve(MemoryCategory::Compute, model::gemm_tile_bytes(spec), "the GEMM dequantization tile");
+        gemm_tile_reserved = true;
+    }
+
+    // fn(begin, end) over rows [0, n_rows) of a per-row operation (norms,
+    // RoPE, residual adds, the FFN activation), split over the threads for
+    // a batch: single-threaded they were ~8% of a 512-token prompt's time
+    // with the second core idle. Rows are independent, so the split moves
+    // no bits. A few rows (a decode step) stay on the calling thread.
+    void for_rows(int64_t n_rows, const std::function<void(int64_t, int64_t)>& fn) {
+        constexpr int64_t kRowsPerThreadMin = 4;
+        if (n_rows < 2 * kRowsPerThreadMin) {
+            fn(0, n_rows);
+        } else {
+            pool.parallel_for(n_rows, kRowsPerThreadMin, fn);
+        }
+    }
+
+    // Attention of the tokens of one sequence (rows `rows` of the batch).
+    void attend(LayerKvCache& c, int32_t seq, std::span<const int32_t> pos, std::span<const int64_t> rows,
+                const cpu::AttentionShape& shape) {
+        const int64_t qd = hp.q_dim(), od = hp.out_dim(), n = static_cast<int64_t>(rows.size());
+        const bool contiguous = rows.back() - rows.front() + 1 == n;
+        if (contiguous) {
+            const int64_t r0 = rows.front();
+            cpu::attention(buf(Act::Q) + r0 * qd, pos.data() + r0, n, shape, c.view(seq),
+                           buf(Act::Attn) + r0 * od, pool, level);
+            return;
+        }
+        q_rows.resize(static_cast<size_t>(n * qd));
+        out_rows.resize(static_cast<size_t>(n * od));
+        pos_rows.resize(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+            std::memcpy(q_rows.data() + i * qd, buf(Act::Q) + rows[i] * qd, static_cast<size_t>(qd) * sizeof(float));
+            pos_rows[static_cast<size_t>(i)] = pos[static_cast<size_t>(rows[i])];
+        }
+        cpu::attention(q_rows.data(), pos_rows.data(), n, shape, c.view(seq), out_rows.data(), pool, level);
+        for (int64_t i = 0; i < n; ++i) {
+            std::memcpy(buf(Act::Attn) + rows[i] * od, out_rows.data() + i * od, static_cast<size_t>(od) * sizeof(float));
+        }
+    }
+};
+
+CpuDevice::CpuDevice(std::string name, bool accelerator, std::optional<uint64_t> capacity, const gguf::File& file,
+                     const model::ModelSpec& spec, const DeviceConfig& config, cpu::ThreadPool& pool,
+                     cpu::SimdLevel level)
+    : impl_(std::make_unique<Impl>(std::move(name), accelerator, capacity, file, spec, config, pool, level)) {}
+
+CpuDevice::~CpuDevice() = default;
+
+const std::string& CpuDevice::name() const { return impl_->ledger.device(); }
+bool CpuDevice::is_accelerator() const { return impl_->accelerator; }
+const MemoryLedger& CpuDevice::ledger() const { return impl_->ledger; }
+MemoryLedger& CpuDevice::mutable_ledger() { return impl_->ledger; }
+
+void CpuDevice::load_matrix(const gguf::TensorInfo& t) { impl_->load_matrix(t); }
+
+void CpuDevice::load_vector(const gguf::TensorInfo& t) {
+    TANDEM_CHECK(!impl_->vectors.count(&t), "load_vector: tensor loaded twice");
+    impl_->vectors[&t] = impl_->floats(t);
+}
+
+void CpuDevice::load_kv(int64_t il, int64_t n_cells, int64_t ring_span) {
+    const auto& hp = impl_->hp;
+    const quant::Type type = model::cache_quant_type(impl_->config.cache_type);
+    const uint64_t bytes = model::kv_bytes_for_layer(impl_->spec, il, impl_->config.n_ctx, impl_->config.n_ubatch,
+                                                     impl_->config.cache_type);
+    impl_->reserve(MemoryCategory::KvCache, bytes, fmt::format("the KV cache of layer {}", il));
+    impl_->kv.try_emplace(il, type, n_cells, hp.k_dim(), hp.v_dim(), ring_span);
+}
+
+void CpuDevice::allocate_workspace(bool with_logits) {
+    impl_->reserve_gemm_tile();
+    const auto& hp = impl_->hp;
+    const int64_t ub = impl_->config.n_ubatch;
+    impl_->reserve(MemoryCategory::Compute, model::compute_bytes(impl_->spec, ub, with_logits),
+                   "activations of one micro-batch");
+    for (int a = 0; a < kActCount; ++a) {
+        if (static_cast<Act>(a) == Act::Logits && !with_logits) continue;
+        impl_->act[static_cast<size_t>(a)].resize(static_cast<size_t>(ub * act_width(hp, static_cast<Act>(a))));
+    }
+}
+
+void CpuDevice::write_act(Act a, const float* host, int64_t n_floats) {
+    std::memcpy(impl_->buf(a), host, static_cast<size_t>(n_floats) * sizeof(float));
+}
+
+void CpuDevice::read_act(Act a, float* host, int64_t n_floats) {
+    std::memcpy(host, impl_->buf(a), static_cast<size_t>(n_floats) * sizeof(float));
+}
+
+float* CpuDevice::host_act(Act a) {
+    auto& v = impl_->act[static_cast<size_t>(a)];
+    return v.empty() ? nullptr : v.data();
+}
+
+void CpuDevice::rms_norm(Act x, int64_t x_row0, const gguf::TensorInfo& w, Act y, int64_t len, int64_t rows,
+                         float eps) {
+    const float* in = impl_->buf(x) + x_row0 * len;
+    float* out = impl_->buf(y);
+    const float* weight = impl_->vector(w);
+    impl_->for_rows(rows, [&](int64_t b, int64_t e) {
+        cpu::rms_norm_rows(in + b * len, weight, out + b * len, len, e - b, eps, impl_->level);
+    });
+}
+
+void CpuDevice::matmul(std::span<const MatmulOut> outs, Act in, int64_t n) {
+    std::array<cpu::MatmulTarget, 3> targets{};
+    TANDEM_CHECK(outs.size() <= targets.size(), "matmul: more than three products of one input");
+    for (size_t i = 0; i < outs.size(); ++i) targets[i] = {&impl_->matrix(outs[i].w), impl_->buf(outs[i].out)};
+    if (outs.size() == 1) {
+        const cpu::WeightView& w = *targets[0].w;
+        cpu::matmul(w, impl_->buf(in), w.n_cols, n, targets[0].y, w.n_rows, impl_->pool, impl_->level);
+        return;
+    }
+    cpu::matmul_shared_input(std::span(targets.data(), outs.size()), impl_->buf(in), n, impl_->pool, impl_->level);
+}
+
+void CpuDevice::rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const int32_t> pos, const RopeOp& op) {
+    cpu::RopeParams p;
+    p.mode = op.neox ? cpu::RopeMode::Neox : cpu::RopeMode::Norm;
+    p.n_rot = op.n_rot;
+    p.freq_base = op.freq_base;
+    p.freq_scale = op.freq_scale;
+    p.freq_factors = impl_->rope_freqs.empty() ? nullptr : impl_->rope_freqs.data();
+    const int64_t width = act_width(impl_->hp, a);
+    float* x = impl_->buf(a);
+    impl_->for_rows(static_cast<int64_t>(pos.size()), [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+            cpu::rope_heads(x + t * width, n_heads, head_dim, pos[static_cast<size_t>(t)], p, impl_->level);
+        }
+    });
+}
+
+void CpuDevice::attention(int64_t il, std::span<const int32_t> pos, std::span<const int32_t> seq,
+                          const AttentionOp& op) {
+    LayerKvCache& c = impl_->cache(il);
+    const auto& hp = impl_->hp;
+    const auto n = static_cast<int64_t>(pos.size());
+    for (int64_t t = 0; t < n; ++t) {
+        c.store(seq[static_cast<size_t>(t)], pos[static_cast<size_t>(t)], impl_->buf(Act::K) + t * hp.k_dim(),
+                impl_->buf(Act::V) + t * hp.v_dim());
+    }
+    cpu::AttentionShape shape;
+    shape.n_head = op.n_head;
+    shape.n_head_kv = op.n_head_kv;
+    shape.head_dim_k = op.head_dim_k;
+    shape.head_dim_v = op.head_dim_v;
+    shape.window = op.window;
+    shape.scale = op.scale;
+    // Each sequence attends to its own cells: the batch's tokens grouped
+    // by sequence, in order (one group, the whole batch, in the usual case).
+    std::map<int32_t, std::vector<int64_t>> groups;
+    for (int64_t t = 0; t < n; ++t) groups[seq[static_cast<size_t>(t)]].push_back(t);
+    for (const auto& [s, rows] : groups) impl_->attend(c, s, pos, rows, shape);
+}
+
+void CpuDevice::glu(model::FfnActivation act, int64_t n_ff, int64_t n) {
+    float* gate = impl_->buf(Act::Gate);
+    const float* up = impl_->buf(Act::Up);
+    // One call per token row, as ggml applies its activation row by row
+    // (SwiGLU's 16-element groups and expf tail are counted per row).
+    impl_->for_rows(n, [&](int64_t b, int64_t e) {
+        for (int64_t t = b; t < e; ++t) {
+            float* g = gate + t * n_ff;
+            if (act == model::FfnActivation::Silu) {
+                cpu::swiglu(g, up + t * n_ff, g, n_ff, impl_->level);
+            } else {
+                cpu::geglu(g, up + t * n_ff, g, n_ff, impl_->level);
+            }
+        }
+    });
+}
+
+void CpuDevice::add(Act y, Act x, int64_t len, int64_t rows) {
+    float* out = impl_->buf(y);
+    const float* in = impl_->buf(x);
+    impl_->for_rows(rows, [&](int64_t b, int64_t e) { cpu::add(out + b * len, in + b * len, (e - b) * len); });
+}
+
+void CpuDevice::scale(Act a, int64_t n_floats, float s) { cpu::scale(impl_->buf(a), n_floats, s); }
+void CpuDevice::softcap(Act a, int64_t n_floats, float cap) { cpu::softcap(impl_->buf(a), n_floats, cap); }
+
+void CpuDevice::kv_remove(int32_t seq, int32_t p0, int32_t p1) {
+    for (auto& [il, c] : impl_->kv) c.remove(seq, p0, p1);
+}
+
+void CpuDevice::kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    for (auto& [il, c] : impl_->kv) c.copy_seq(src, dst, p0, p1);
+}
+
+void CpuDevice::kv_clear() {
+    for (auto& [il, c] : impl_->kv) c.clear();
+}
+
+uint64_t CpuDevice::kv_bytes() const {
+    uint64_t total = 0;
+    for (const auto& [il, c] : impl_->kv) total += c.bytes();
+    return total;
+}
+
+WeightStream* CpuDevice::enable_weight_stream(int64_t first_layer) {
+    if (!impl_->accelerator) return nullptr;  // the host multiplies what it holds
+    if (!impl_->stream) {
+        impl_->reserve_gemm_tile();
+        impl_->stream = std::make_unique<StandInStream>(impl_->file, impl_->spec, first_layer, impl_->config.n_ubatch,
+                                                        impl_->ledger, impl_->pool, impl_->level);
+    }
+    return impl_->stream.get();
+}
+
+uint64_t CpuDevice::streamed_uploads() const { return impl_->stream ? impl_->stream->uploads() : 0; }
+
+void CpuDevice::embed(std::span<const int32_t> tokens) {
+    const auto& hp = impl_->hp;
+    const gguf::TensorInfo* embd = impl_->spec.get(GlobalTensor::TokenEmbd);
+    const auto bytes = impl_->file.tensor_data(*embd);
+    const uint64_t row = *quant::row_bytes(embd->type, hp.n_embd);
+    float* x = impl_->buf(Act::X);
+    impl_->for_rows(static_cast<int64_t>(tokens.size()), [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+            quant::dequantize_row(embd->type, bytes.data() + static_cast<uint64_t>(tokens[static_cast<size_t>(t)]) * row,
+                                  x + t * hp.n_embd, hp.n_embd);
+        }
+    });
+    if (impl_->spec.arch->scale_embeddings) {
+        cpu::scale(x, static_cast<int64_t>(tokens.size()) * hp.n_embd, std::sqrt(static_cast<float>(hp.n_embd)));
+    }
+}
+
+void CpuDevice::account_token_embd() {
+    const gguf::TensorInfo* embd = impl_->spec.get(GlobalTensor::TokenEmbd);
+    impl_->reserve(MemoryCategory::Weights, embd->n_bytes, "tensor 'token_embd.weight'");
+}
+
+}  // namespace tandem

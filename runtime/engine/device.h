@@ -1,0 +1,135 @@
+// What a device does for the layer recipe (runtime/engine/recipe.h): it
+// holds the tensors placed on it, the K/V caches of the layers placed on
+// it and one micro-batch of named activation buffers, and it runs ops on
+// them. A device knows no layer and no architecture: the recipe says which
+// op runs, on which weight, from which buffer into which. Every byte it
+// allocates is reserved in its ledger first.
+//
+// Implementations: CpuDevice (the host, and the "cpu2" stand-in
+// accelerator that owns uploaded copies and has a capacity), and the CUDA
+// device (kernels_cuda, behind the same calls).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "runtime/backend/memory_ledger.h"
+#include "runtime/backend/weight_stream.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+
+namespace tandem {
+
+// The activation buffers of one micro-batch, the same on every device.
+// Rows are tokens; a row's width is act_width.
+enum class Act : int { X, Cur, Q, K, V, Attn, Gate, Up, Logits, Count };
+inline constexpr int kActCount = static_cast<int>(Act::Count);
+std::string_view act_name(Act a);
+int64_t act_width(const model::HParams& hp, Act a);
+
+struct DeviceConfig {
+    int64_t n_ctx = 0;
+    int64_t n_ubatch = 0;
+    model::CacheType cache_type = model::CacheType::F16;
+    // An accelerator calls this with the bytes of each tensor as it is
+    // copied to the device, the host as it copies a matrix out of the
+    // mapping (copy_host_weights): a progress bar's feed; may be empty.
+    std::function<void(uint64_t)> on_upload;
+    // The host's ledger, where an accelerator records the pinned host
+    // buffers it stages uploads through; may be null (then unrecorded).
+    MemoryLedger* host_ledger = nullptr;
+    // The host copies its weight matrices out of the mapped file into
+    // memory it owns (runtime/backend/host_weight_arena.h: faster to
+    // stream); false multiplies them from the mapping.
+    bool copy_host_weights = false;
+};
+
+struct RopeOp {
+    bool neox = false;
+    int64_t n_rot = 0;
+    float freq_base = 10000.0f;
+    float freq_scale = 1.0f;
+};
+
+struct AttentionOp {
+    int64_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;
+    int64_t window = 0;  // sliding window; 0: none
+    float scale = 1.0f;  // applied to each Q.K (1 when Q was scaled before)
+};
+
+// One product of a shared input: out = in x w.
+struct MatmulOut {
+    const gguf::TensorInfo* w = nullptr;
+    Act out = Act::Cur;
+};
+
+class Device {
+public:
+    virtual ~Device() = default;
+
+    virtual const std::string& name() const = 0;
+    virtual bool is_accelerator() const = 0;
+    virtual const MemoryLedger& ledger() const = 0;
+
+    // ---- loading (each throws OutOfDeviceMemory when the device is full)
+    // A weight matrix, kept in its GGUF blocks.
+    virtual void load_matrix(const gguf::TensorInfo& t) = 0;
+    // A norm vector, kept as floats whatever the file stored.
+    virtual void load_vector(const gguf::TensorInfo& t) = 0;
+    // Layer il's K/V cache of n_cells cells; ring_span > 0: a sliding-window
+    // ring in which a sequence keeps its last ring_span positions.
+    virtual void load_kv(int64_t il, int64_t n_cells, int64_t ring_span) = 0;
+    // The activation buffers of one micro-batch (Logits only with_logits).
+    virtual void allocate_workspace(bool with_logits) = 0;
+    // Returns once every upload started so far has landed.
+    virtual void finish_loading() {}
+
+    // ---- activations, through host floats: the first n_floats of buffer a.
+    virtual void write_act(Act a, const float* host, int64_t n_floats) = 0;
+    virtual void read_act(Act a, float* host, int64_t n_floats) = 0;
+    // The buffer itself when it is host memory (the CPU devices), else null.
+    virtual float* host_act(Act /*a*/) { return nullptr; }
+
+    // ---- ops (n: tokens in the micro-batch)
+    // y rows = RMSNorm(x rows from x_row0) * w; rows of len floats (a head
+    // when len is a head's size). y may be x.
+    virtual void rms_norm(Act x, int64_t x_row0, const gguf::TensorInfo& w, Act y, int64_t len, int64_t rows,
+                          float eps) = 0;
+    // Each out = in x its weight, for n tokens: products of one input in
+    // one call (one quantization of the input on the CPU).
+    virtual void matmul(std::span<const MatmulOut> outs, Act in, int64_t n) = 0;
+    // Rotates the n_heads heads of each row of a (head size head_dim) by
+    // the row's position.
+    virtual void rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const int32_t> pos, const RopeOp& op) = 0;
+    // Stores K and V of each token (sequence seq[t], position pos[t]) in
+    // layer il's cache, then Attn = attention of Q over the cells of the
+    // token's own sequence (causal, within the window).
+    virtual void attention(int64_t il, std::span<const int32_t> pos, std::span<const int32_t> seq,
+                           const AttentionOp& op) = 0;
+    // Gate = act(Gate) * Up, row by row (n rows of n_ff).
+    virtual void glu(model::FfnActivation act, int64_t n_ff, int64_t n) = 0;
+    // y += x over rows of len floats.
+    virtual void add(Act y, Act x, int64_t len, int64_t rows) = 0;
+    virtual void scale(Act a, int64_t n_floats, float s) = 0;
+    virtual void softcap(Act a, int64_t n_floats, float cap) = 0;
+
+    // ---- the K/V caches this device holds
+    // Removes sequence seq's positions [p0, p1) (p1 < 0: to the end; seq < 0: every sequence).
+    virtual void kv_remove(int32_t seq, int32_t p0, int32_t p1) = 0;
+    // Sequence dst also sees src's cells of positions [p0, p1).
+    virtual void kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) = 0;
+    virtual void kv_clear() = 0;
+    virtual uint64_t kv_bytes() const = 0;
+
+    // An accelerator that can multiply matrices it does not hold reserves
+    // what streaming layers [first_layer, n_layer) costs it
+    // (model::stream_bytes) and returns the stream, owned by the device;
+    // nullptr when it cannot stream. Throws OutOfDeviceMemory (then nothing
+    // stays reserved).
+    virtual WeightStream* enable_weight_stream(int64_t /*first_layer*/) { return nullptr; }
+};
+
+}  // namespace tandem

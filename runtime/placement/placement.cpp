@@ -1,0 +1,198 @@
+#include "runtime/placement/placement.h"
+
+#include <algorithm>
+#include <cctype>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+
+namespace tandem {
+namespace {
+
+std::string lower(std::string s) {
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return s;
+}
+
+std::string trim(const std::string& s) {
+    const auto b = s.find_first_not_of(" \t");
+    const auto e = s.find_last_not_of(" \t");
+    return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+std::regex compile(const std::string& pattern) {
+    try {
+        return std::regex(pattern);
+    } catch (const std::regex_error& e) {
+        throw Error(fmt::format("-ot: '{}' is not a valid regular expression ({})", pattern, e.what()));
+    }
+}
+
+// The device index a rule's name means: "cpu" (any case, as llama.cpp's
+// "CPU") is the host; the accelerator by its name, "cuda" meaning cuda0.
+int device_index(const std::string& name, const std::string& accel) {
+    const std::string n = lower(name);
+    if (n == "cpu" || n == "host") return kHostDevice;
+    const std::string a = lower(accel);
+    if (!a.empty() && (n == a || (n == "cuda" && a == "cuda0") || (n == "cuda0" && a == "cuda"))) return kAccelDevice;
+    throw Error(fmt::format("-ot: device '{}' is not in use; expected cpu{}", name,
+                            accel.empty() ? " (no accelerator: --device is not set)" : " or " + accel));
+}
+
+struct Rule {
+    std::regex re;
+    int device;
+};
+
+const char* role_group(model::LayerTensor r) {
+    using model::LayerTensor;
+    switch (r) {
+        case LayerTensor::FfnNorm:
+        case LayerTensor::FfnGate:
+        case LayerTensor::FfnUp:
+        case LayerTensor::FfnDown:
+        case LayerTensor::FfnPostNorm:
+            return "ffn";
+        default:
+            return "attn";
+    }
+}
+
+}  // namespace
+
+std::vector<TensorOverride> parse_tensor_overrides(const std::string& text) {
+    std::vector<TensorOverride> out;
+    size_t start = 0;
+    while (start <= text.size()) {
+        const size_t comma = text.find(',', start);
+        const std::string part = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+        start = comma == std::string::npos ? text.size() + 1 : comma + 1;
+        if (part.empty()) continue;
+        const size_t eq = part.rfind('=');
+        if (eq == std::string::npos || eq == 0 || eq + 1 == part.size()) {
+            throw Error(fmt::format("-ot: expected REGEX=DEVICE (e.g. \"blk\\.[0-9]+\\.ffn_.*=cpu\"), found '{}'", part));
+        }
+        TensorOverride o{trim(part.substr(0, eq)), trim(part.substr(eq + 1))};
+        compile(o.pattern);
+        out.push_back(std::move(o));
+    }
+    if (out.empty()) throw Error(fmt::format("-ot: expected REGEX=DEVICE[,REGEX=DEVICE...], found '{}'", text));
+    return out;
+}
+
+int Placement::of(const gguf::TensorInfo* t) const {
+    if (!t) return kHostDevice;
+    const auto it = tensor.find(t);
+    return it == tensor.end() ? kHostDevice : it->second;
+}
+
+bool Placement::uses(int device) const {
+    if (head == device) return true;
+    if (std::find(kv.begin(), kv.end(), device) != kv.end()) return true;
+    return std::any_of(tensor.begin(), tensor.end(), [&](const auto& e) { return e.second == device; });
+}
+
+uint64_t Placement::weight_bytes(int device) const {
+    uint64_t total = 0;
+    for (const auto& [t, d] : tensor) total += d == device ? t->n_bytes : 0;
+    if (device == kHostDevice && embd_tensor) total += embd_tensor->n_bytes;
+    const bool head_is_embd = head_tensor == embd_tensor;
+    if (head_tensor && head == device && !(head_is_embd && device == kHostDevice)) total += head_tensor->n_bytes;
+    return total;
+}
+
+Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& req) {
+    const int64_t n_layer = spec.hp.n_layer;
+    if (req.n_gpu_layers < 0) throw Error(fmt::format("-ngl: expected a value >= 0, found {}", req.n_gpu_layers));
+    if (req.n_cpu_moe < 0) throw Error(fmt::format("--n-cpu-moe: expected a value >= 0, found {}", req.n_cpu_moe));
+    if (req.device.empty() && req.n_gpu_layers > 0) {
+        throw Error(fmt::format("-ngl {} asks for layers on an accelerator, but none is available", req.n_gpu_layers));
+    }
+    Placement p;
+    p.devices.push_back("cpu");
+    if (!req.device.empty()) p.devices.push_back(req.device);
+
+    // Expert rules come before the user's -ot, as llama.cpp appends them
+    // to its override list in that order.
+    std::vector<Rule> rules;
+    if (req.cpu_moe) rules.push_back({compile(R"(\.ffn_(up|down|gate)_exps)"), kHostDevice});
+    for (int64_t il = 0; il < std::min(req.n_cpu_moe, n_layer); ++il) {
+        rules.push_back({compile(fmt::format(R"(^blk\.{}\.ffn_(up|down|gate)_exps)", il)), kHostDevice});
+    }
+    for (const TensorOverride& o : req.overrides) rules.push_back({compile(o.pattern), device_index(o.device, req.device)});
+    auto decide = [&](const std::string& name, int base) {
+        for (const Rule& r : rules) {
+            if (std::regex_search(name, r.re)) {
+                p.overridden |= r.device != base;
+                return r.device;
+            }
+        }
+        return base;
+    };
+
+    const int64_t ngl = std::min(req.n_gpu_layers, n_layer);
+    for (int64_t il = 0; il < n_layer; ++il) {
+        const int base = il < ngl ? kAccelDevice : kHostDevice;
+        p.layer.push_back(base);
+        const model::LayerSpec& ls = spec.layers.at(static_cast<size_t>(il));
+        for (const gguf::TensorInfo* t : ls.tensors) {
+            if (t) p.tensor[t] = decide(t->name, base);
+        }
+        const int kv_dev = p.of(ls.get(model::LayerTensor::AttnK));
+        p.kv.push_back(req.kv_offload ? kv_dev : kHostDevice);
+    }
+    const int out_base = req.n_gpu_layers > n_layer ? kAccelDevice : kHostDevice;
+    if (const gguf::TensorInfo* norm = spec.get(model::GlobalTensor::OutputNorm)) p.tensor[norm] = decide(norm->name, out_base);
+    p.head_tensor = &spec.output_head();
+    p.embd_tensor = spec.get(model::GlobalTensor::TokenEmbd);
+    p.head = decide(model::global_tensor_name(model::GlobalTensor::Output), out_base);
+    return p;
+}
+
+std::string describe_placement(const model::ModelSpec& spec, const Placement& p) {
+    // One label per layer, then runs of equal labels.
+    auto dev = [&](int d) { return p.devices.at(static_cast<size_t>(d)); };
+    std::vector<std::string> labels;
+    for (int64_t il = 0; il < spec.hp.n_layer; ++il) {
+        std::vector<std::pair<std::string, int>> groups;  // "attn"/"ffn" -> device, -1 when mixed
+        for (const gguf::TensorInfo* t : spec.layers[static_cast<size_t>(il)].tensors) {
+            if (!t) continue;
+            int r = 0;
+            for (; r < model::kLayerTensorCount; ++r) {
+                if (spec.layers[static_cast<size_t>(il)].tensors[static_cast<size_t>(r)] == t) break;
+            }
+            const std::string g = role_group(static_cast<model::LayerTensor>(r));
+            auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& e) { return e.first == g; });
+            if (it == groups.end()) {
+                groups.emplace_back(g, p.of(t));
+            } else if (it->second != p.of(t)) {
+                it->second = -1;
+            }
+        }
+        const int kv = p.kv[static_cast<size_t>(il)];
+        const bool uniform = std::all_of(groups.begin(), groups.end(), [&](const auto& e) { return e.second == kv; });
+        std::string label;
+        if (uniform) {
+            label = dev(kv);
+        } else {
+            for (const auto& [g, d] : groups) label += fmt::format("{} {}, ", g, d < 0 ? "mixed" : dev(d));
+            label += "kv " + dev(kv);
+        }
+        labels.push_back(label);
+    }
+    std::string out;
+    for (size_t i = 0; i < labels.size();) {
+        size_t j = i;
+        while (j + 1 < labels.size() && labels[j + 1] == labels[i]) ++j;
+        if (!out.empty()) out += " | ";
+        out += i == j ? fmt::format("blk {}: {}", i, labels[i]) : fmt::format("blk {}-{}: {}", i, j, labels[i]);
+        i = j + 1;
+    }
+    const int norm = p.of(spec.get(model::GlobalTensor::OutputNorm));
+    out += fmt::format(" | output: {}", norm == p.head ? dev(p.head) : "norm " + dev(norm) + ", head " + dev(p.head));
+    return out;
+}
+
+}  // namespace tandem
