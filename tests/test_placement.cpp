@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels_cuda/cuda_api.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/placement/placement.h"
@@ -244,4 +245,18 @@ TEST(StandInPlacement, RunTakesLlamaCppPlacementFlags) {
     const auto bad = tandem::testing::run_tandem("run -m " + model + " -p Hello -n 1 -ot ffn_up", dir);
     EXPECT_EQ(bad.exit_code, 1);
     EXPECT_TRUE(contains(bad.err, "expected REGEX=DEVICE")) << bad.err;
+}
+
+// No GPU (no CUDA in the build, no driver or no device): asking for one
+// costs one warning line, and the CPU runs the model.
+TEST(StandInPlacement, MissingGpuIsOneLineAndTheCpu) {
+    std::string why;
+    if (!tandem::cuda::list_devices(&why).empty()) GTEST_SKIP() << "a GPU is present here";
+    const auto dir = tandem::testing::scratch_dir();
+    const auto model = tandem::testing::shell_quote(test_data("tiny-llama-Q4_K_M.gguf").string());
+    const auto r = tandem::testing::run_tandem("run -m " + model + " -p Hello -n 2 --temp 0 --device cuda0 -ngl 99", dir);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_TRUE(contains(r.err, "tandem: warning: --device cuda0: ")) << r.err;
+    EXPECT_TRUE(contains(r.err, "running on the CPU")) << r.err;
+    EXPECT_TRUE(contains(r.out, "Hello")) << r.out;
 }

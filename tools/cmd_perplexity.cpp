@@ -27,6 +27,7 @@
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/session_open.h"
+#include "tools/split.h"
 #include "tools/stream_flags.h"
 #include "tools/perplexity.h"
 #include "tools/progress.h"
@@ -64,34 +65,6 @@ std::string read_text(const std::string& path) {
     return text;
 }
 
-model::CacheType parse_cache_type(const std::string& s) {
-    if (s == "f16") return model::CacheType::F16;
-    if (s == "q8_0") return model::CacheType::Q8_0;
-    throw Error(fmt::format("--cache-type: expected f16 or q8_0, found {}", s));
-}
-
-// As `run`: -ngl N is taken as given; auto asks the planner for the most
-// layers that fit --vram (no device: 0). Tune entries are not consulted:
-// they are measured for generation, and perplexity is all prompt
-// processing at one context.
-int64_t choose_gpu_layers(const PerplexityOptions& o, const model::ModelSpec& spec, const SessionOptions& so) {
-    if (o.n_gpu_layers != "auto") {
-        try {
-            size_t used = 0;
-            const long long v = std::stoll(o.n_gpu_layers, &used);
-            if (used == o.n_gpu_layers.size()) return v;
-        } catch (const std::exception&) {
-        }
-        throw Error(fmt::format("-ngl: expected auto or a layer count, found '{}'", o.n_gpu_layers));
-    }
-    if (o.device.empty()) return 0;
-    if (!so.device_capacity) {
-        throw Error(fmt::format("-ngl auto on {} needs --vram SIZE; or give -ngl N", o.device));
-    }
-    return planner::plan(spec, plan_inputs_for(so)).ngl;
-}
-
-
 void perplexity(const PerplexityOptions& o) {
     // Cheap checks first, so bad flags fail before the model is loaded.
     if (o.n_ctx < ppl::kMinContext) {
@@ -118,16 +91,19 @@ void perplexity(const PerplexityOptions& o) {
     const int64_t max_chunks = o.chunks == 0 && base ? base->header().n_chunk : o.chunks;
     const ppl::Windows w = ppl::make_windows(static_cast<int64_t>(tokens.size()), o.n_ctx, max_chunks);
 
-    SessionOptions so;
-    so.n_ctx = w.n_ctx;
-    so.n_ubatch = o.n_ubatch;
+    // As `run`, without the tune cache: its entries are measured for
+    // generation, and perplexity is all prompt processing at one context.
+    SplitRequest req;
+    req.device = o.device;
+    if (!o.vram.empty()) req.vram = parse_size(o.vram);
+    req.ngl = parse_ngl(o.n_gpu_layers);
+    req.n_ctx = w.n_ctx;
+    req.n_ubatch = o.n_ubatch;
+    req.cache_type = planner::parse_cache_type(o.cache_type);
+    req.stream = o.stream;
+    req.placement = o.placement;
+    SessionOptions so = resolve_split(req, file, spec).so;
     so.n_threads = o.n_threads;
-    so.cache_type = parse_cache_type(o.cache_type);
-    so.device = o.device;
-    if (!o.vram.empty()) so.device_capacity = parse_size(o.vram);
-    apply_stream_flags(o.stream, so);
-    apply_placement_flags(o.placement, so);
-    so.n_gpu_layers = choose_gpu_layers(o, spec, so);
     const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so);
     Session& session = *session_ptr;
     const int64_t n_vocab = session.n_vocab();

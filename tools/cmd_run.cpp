@@ -22,6 +22,7 @@
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/session_open.h"
+#include "tools/split.h"
 #include "tools/stream_flags.h"
 
 namespace tandem::tools {
@@ -60,12 +61,6 @@ std::string read_prompt(const RunOptions& o) {
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-model::CacheType parse_cache_type(const std::string& s) {
-    if (s == "f16") return model::CacheType::F16;
-    if (s == "q8_0") return model::CacheType::Q8_0;
-    throw Error(fmt::format("--cache-type: expected f16 or q8_0, found {}", s));
-}
-
 // Length of the longest prefix of `s` that ends on a UTF-8 character
 // boundary: a token may carry only the first bytes of a character.
 size_t complete_utf8_prefix(const std::string& s) {
@@ -98,86 +93,6 @@ void write_logits(const std::string& path, const std::vector<float>& logits) {
     if (std::rename(partial.c_str(), path.c_str()) != 0) throw Error(fmt::format("cannot rename {} to {}", partial, path));
 }
 
-struct GpuLayers {
-    int64_t ngl = 0;
-    std::optional<int> threads;  // from a tune entry; used when -t is not given
-    std::string why;             // for --verbose
-};
-
-// The entry `tandem tune` stored for this model, device, capacity, context
-// and cache type, if any. A damaged cache costs only the entry: one warning
-// line, then the plan decides as if nothing had been tuned.
-std::optional<planner::TuneEntry> tuned_entry(const RunOptions& o, const gguf::File& file, const planner::Plan& p,
-                                              const SessionOptions& so) {
-    std::string warning;
-    std::vector<planner::TuneEntry> entries;
-    try {
-        entries = planner::load_tune_cache(planner::tune_cache_path(), &warning);
-    } catch (const Error& e) {
-        warning = e.what();  // no cache directory can be derived
-    }
-    if (!warning.empty()) fmt::print(stderr, "tandem: warning: {}; using the plan\n", warning);
-    if (entries.empty()) return std::nullopt;
-    planner::TuneKey key;
-    key.model_key = planner::model_key(o.model, file.data_offset());
-    key.device = o.device;
-    key.vram = so.device_capacity.value_or(0);
-    key.n_ctx = p.n_ctx;
-    key.cache_type = planner::cache_type_name(so.cache_type);
-    return planner::find_tune_entry(entries, key);
-}
-
-// -ngl N is taken as given; "auto" prefers what `tandem tune` measured for
-// these options, else asks the planner for the largest split that fits the
-// device's capacity. The stand-in cpu2 has no memory of its own to report,
-// so auto there needs --vram; without a device auto is 0.
-GpuLayers choose_gpu_layers(const RunOptions& o, const gguf::File& file, const model::ModelSpec& spec,
-                            const SessionOptions& so) {
-    if (o.n_gpu_layers != "auto") {
-        try {
-            size_t used = 0;
-            const long long v = std::stoll(o.n_gpu_layers, &used);
-            if (used == o.n_gpu_layers.size()) return {v, std::nullopt, "-ngl given"};
-        } catch (const std::exception&) {
-        }
-        throw Error(fmt::format("-ngl: expected auto or a layer count, found '{}'", o.n_gpu_layers));
-    }
-    if (!o.device.empty() && !so.device_capacity) {
-        throw Error(fmt::format("-ngl auto on {} needs --vram SIZE (the stand-in device has no memory of its own to "
-                                "report); or give -ngl N",
-                                o.device));
-    }
-    planner::PlanInputs in = plan_inputs_for(so);
-    // Measured speeds only change the predicted tok/s, not the split, but
-    // the verbose line should predict with this machine's numbers.
-    std::string cal_warning;
-    std::vector<std::string> measured;
-    try {
-        if (const auto cal = planner::load_calibration(planner::calibration_path(), &cal_warning)) {
-            measured = planner::apply_calibration(*cal, in);
-        }
-    } catch (const Error& e) {
-        cal_warning = e.what();
-    }
-    if (!cal_warning.empty()) fmt::print(stderr, "tandem: warning: {}\n", cal_warning);
-    const planner::Plan p = planner::plan(spec, in);
-    const std::string speeds = fmt::format("; predicted {:.1f} tok/s with {} speeds", p.predicted.tg_tps,
-                                           measured.empty() ? "default" : "measured");
-    if (const auto t = tuned_entry(o, file, p, so)) {
-        // Never above the plan: a tune entry can only lower the split, so a
-        // stale entry cannot push the device out of memory.
-        const int64_t ngl = o.device.empty() ? 0 : std::min(t->ngl, p.ngl);
-        return {ngl, t->threads,
-                fmt::format("-ngl auto: using the tuned entry (model {}): ngl {} of {}, {} threads, {:.2f} tok/s "
-                            "measured",
-                            t->key.model_key, ngl, spec.hp.n_layer + 1, t->threads, t->tg_tps)};
-    }
-    if (o.device.empty()) return {0, std::nullopt, "-ngl auto: no accelerator, every layer on the CPU" + speeds};
-    return {p.ngl, std::nullopt,
-            fmt::format("-ngl auto chose {} of {}: {}{}", p.ngl, spec.hp.n_layer + 1, p.reasons.front(), speeds)};
-}
-
-
 void run(const RunOptions& o) {
     const std::string prompt = read_prompt(o);
     gguf::OpenOptions open;
@@ -187,15 +102,6 @@ void run(const RunOptions& o) {
     const model::ModelSpec spec = model::load_model_spec(file);
     const Tokenizer tokenizer = Tokenizer::from_gguf(file);
 
-    SessionOptions so;
-    so.n_ctx = o.n_ctx;
-    so.n_ubatch = o.n_ubatch;
-    so.n_threads = o.n_threads;
-    so.cache_type = parse_cache_type(o.cache_type);
-    so.device = o.device;
-    if (!o.vram.empty()) so.device_capacity = parse_size(o.vram);
-    apply_stream_flags(o.stream, so);
-    apply_placement_flags(o.placement, so);
     SamplerParams sp = o.sampling;
     sp.seed = o.seed ? *o.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     validate(sp);
@@ -203,14 +109,23 @@ void run(const RunOptions& o) {
 
     const std::vector<int32_t> tokens = tokenizer.encode(prompt, !o.no_bos && tokenizer.add_bos_by_default());
     if (tokens.empty()) throw Error("the prompt gives no tokens");
+    SplitRequest req;
+    req.device = o.device;
+    if (!o.vram.empty()) req.vram = parse_size(o.vram);
+    req.ngl = parse_ngl(o.n_gpu_layers);
+    req.n_ctx = o.n_ctx;
+    req.n_ubatch = o.n_ubatch;
     // --dump-logits promises the prompt as one batch, as llama.cpp's golden
     // files were made.
-    if (!o.dump_logits.empty()) so.n_ubatch = std::max<int64_t>(so.n_ubatch, static_cast<int64_t>(tokens.size()));
-    // After every option that changes the sizes (--dump-logits widens the
-    // micro-batch), so the plan describes the session about to be built.
-    const GpuLayers gl = choose_gpu_layers(o, file, spec, so);
-    so.n_gpu_layers = gl.ngl;
-    if (o.n_threads == 0 && gl.threads) so.n_threads = *gl.threads;  // an explicit -t wins
+    if (!o.dump_logits.empty()) req.n_ubatch = std::max<int64_t>(req.n_ubatch, static_cast<int64_t>(tokens.size()));
+    req.cache_type = planner::parse_cache_type(o.cache_type);
+    req.stream = o.stream;
+    req.placement = o.placement;
+    req.tuned_model = o.model;
+    Split split = resolve_split(req, file, spec);
+    SessionOptions& so = split.so;
+    so.n_threads = o.n_threads;
+    if (o.n_threads == 0 && split.threads) so.n_threads = *split.threads;  // an explicit -t wins
     const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so);
     Session& session = *session_ptr;
     if (static_cast<int64_t>(tokens.size()) > session.n_ctx()) {
@@ -221,7 +136,7 @@ void run(const RunOptions& o) {
         fmt::print(stderr, "model: {} ({}, {} layers, n_embd {}), context {}, {} threads, SIMD {}, KV cache {:.1f} MiB\n",
                    o.model, spec.hp.arch, spec.hp.n_layer, spec.hp.n_embd, session.n_ctx(), session.n_threads(),
                    cpu::simd_level_name(session.simd_level()), static_cast<double>(session.kv_cache_bytes()) / (1 << 20));
-        fmt::print(stderr, "{}\n", gl.why);
+        fmt::print(stderr, "{}\n", split.why);
         fmt::print(stderr, "split: layers [0, {}) on {}, [{}, {}) on the CPU, output head on {}\n",
                    session.n_device_layers(), so.device.empty() ? "-" : so.device, session.n_device_layers(),
                    spec.hp.n_layer, session.output_on_device() ? so.device : "cpu");

@@ -23,6 +23,7 @@
 #include "runtime/scheduler/session.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
+#include "tools/split.h"
 #include "tools/stream_flags.h"
 
 namespace tandem::tools {
@@ -99,19 +100,16 @@ void tune(const TuneOptions& o) {
     const gguf::File file = gguf::File::open(o.model);
     const model::ModelSpec spec = model::load_model_spec(file);
     if (file.header_only()) throw Error(fmt::format("tune: {} is header-only; tuning needs the weights", o.model));
-    planner::PlanInputs in;
-    if (!o.device.empty()) {
-        if (o.vram.empty()) throw Error(fmt::format("tune on {} needs --vram SIZE", o.device));
-        in.device_capacity = parse_size(o.vram);
-    } else if (!o.vram.empty()) {
-        throw Error("tune: --vram needs --device");
-    }
-    in.n_ctx = o.n_ctx;
-    in.n_ubatch = o.n_ubatch;
-    in.cache_type = planner::parse_cache_type(o.cache_type);
-    apply_stream_flags(o.stream, in);
-    // As `run -ngl auto`: the stand-in's ledger is exact, so no margin.
-    if (o.device == "cpu2") in.margin = 0;
+    if (!o.device.empty() && o.vram.empty()) throw Error(fmt::format("tune on {} needs --vram SIZE", o.device));
+    if (o.device.empty() && !o.vram.empty()) throw Error("tune: --vram needs --device");
+    SplitRequest req;
+    req.device = o.device;
+    if (!o.vram.empty()) req.vram = parse_size(o.vram);
+    req.n_ctx = o.n_ctx;
+    req.n_ubatch = o.n_ubatch;
+    req.cache_type = planner::parse_cache_type(o.cache_type);
+    req.stream = o.stream;
+    const planner::PlanInputs in = split_plan_inputs(req);
     const planner::Plan plan = planner::plan(spec, in);
     const int cores = cpu::physical_core_count();
     std::vector<Candidate> cands = candidates(plan.ngl, !o.device.empty(), cores);
@@ -145,15 +143,9 @@ void tune(const TuneOptions& o) {
     {
         ProgressBar bar("tune", cands.size());
         for (Candidate& c : cands) {
-            SessionOptions so;
-            so.n_ctx = o.n_ctx;
-            so.n_ubatch = o.n_ubatch;
+            req.ngl = c.ngl;
+            SessionOptions so = resolve_split(req, file, spec).so;
             so.n_threads = c.threads;
-            so.cache_type = in.cache_type;
-            so.device = o.device;
-            so.device_capacity = in.device_capacity;
-            so.n_gpu_layers = c.ngl;
-            apply_stream_flags(o.stream, so);
             c.tg_tps = measure(file, spec, so, o);
             bar.advance(1, fmt::format("ngl {} threads {}: {:.1f} tok/s", c.ngl, c.threads, c.tg_tps));
         }

@@ -59,16 +59,5 @@ std::unique_ptr<Session> open_session_stepping_down(const gguf::File& file, cons
     }
 }
 
-planner::PlanInputs plan_inputs_for(const SessionOptions& so) {
-    planner::PlanInputs in;
-    if (!so.device.empty()) in.device_capacity = so.device_capacity;
-    in.n_ctx = so.n_ctx;
-    in.n_ubatch = so.n_ubatch;
-    in.cache_type = so.cache_type;
-    in.weight_stream = so.weight_stream;
-    in.stream_min_batch = so.stream_min_batch;
-    if (so.device == "cpu2") in.margin = 0;
-    return in;
-}
 
 }  // namespace tandem::tools

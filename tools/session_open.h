@@ -7,7 +7,6 @@
 
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
-#include "planner/planner.h"
 #include "runtime/scheduler/session.h"
 
 namespace tandem::tools {
@@ -17,10 +16,5 @@ namespace tandem::tools {
 std::unique_ptr<Session> open_session_stepping_down(const gguf::File& file, const model::ModelSpec& spec,
                                                     SessionOptions& so);
 
-// What the planner needs to describe the session `so` would open: the
-// device's capacity (none without a device), context, micro-batch, cache
-// type and streaming, and no margin on the stand-in, whose ledger is the
-// whole truth (no driver or allocator behind it to run out first).
-planner::PlanInputs plan_inputs_for(const SessionOptions& so);
 
 }  // namespace tandem::tools

@@ -1,0 +1,151 @@
+#include "tools/split.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+
+#include <fmt/format.h>
+
+#include "kernels_cuda/cuda_api.h"
+#include "planner/calibration.h"
+#include "planner/tune_cache.h"
+#include "runtime/common/error.h"
+
+namespace tandem::tools {
+namespace {
+
+// The entry `tandem tune` stored for this model, device, capacity, context
+// and cache type, if any. A damaged cache costs only the entry: one warning
+// line, then the plan decides as if nothing had been tuned.
+std::optional<planner::TuneEntry> tuned_entry(const SplitRequest& r, const gguf::File& file, const planner::Plan& p) {
+    std::string warning;
+    std::vector<planner::TuneEntry> entries;
+    try {
+        entries = planner::load_tune_cache(planner::tune_cache_path(), &warning);
+    } catch (const Error& e) {
+        warning = e.what();  // no cache directory can be derived
+    }
+    if (!warning.empty()) fmt::print(stderr, "tandem: warning: {}; using the plan\n", warning);
+    if (entries.empty()) return std::nullopt;
+    planner::TuneKey key;
+    key.model_key = planner::model_key(*r.tuned_model, file.data_offset());
+    key.device = r.device;
+    key.vram = r.vram.value_or(0);
+    key.n_ctx = p.n_ctx;
+    key.cache_type = planner::cache_type_name(r.cache_type);
+    return planner::find_tune_entry(entries, key);
+}
+
+// What -ngl auto may fill on a GPU given without --vram: its free memory
+// now. The stand-in has none of its own to report.
+uint64_t free_device_memory(const std::string& device) {
+    if (device.rfind("cuda", 0) == 0) {
+        const int index = device.size() == 4 ? 0 : std::atoi(device.c_str() + 4);
+        std::string why;
+        for (const cuda::DeviceInfo& d : cuda::list_devices(&why)) {
+            if (d.index == index) return d.free_bytes;
+        }
+        throw Error(fmt::format("-ngl auto on {}: no such GPU{}; give --vram SIZE and -ngl N, or run on the CPU",
+                                device, why.empty() ? "" : " (" + why + ")"));
+    }
+    throw Error(fmt::format("-ngl auto on {} needs --vram SIZE (the stand-in device has no memory of its own to "
+                            "report); or give -ngl N",
+                            device));
+}
+
+}  // namespace
+
+std::optional<int64_t> parse_ngl(const std::string& text) {
+    if (text == "auto") return std::nullopt;
+    try {
+        size_t used = 0;
+        const long long v = std::stoll(text, &used);
+        if (used == text.size()) return v;
+    } catch (const std::exception&) {
+    }
+    throw Error(fmt::format("-ngl: expected auto or a layer count, found '{}'", text));
+}
+
+planner::PlanInputs split_plan_inputs(const SplitRequest& r, std::vector<std::string>* measured) {
+    planner::PlanInputs in;
+    if (!r.device.empty()) in.device_capacity = r.vram;
+    in.n_ctx = r.n_ctx;
+    in.n_ubatch = r.n_ubatch;
+    in.cache_type = r.cache_type;
+    apply_stream_flags(r.stream, in);
+    if (r.device == "cpu2") in.margin = 0;
+    std::string warning;
+    std::vector<std::string> names;
+    try {
+        if (const auto cal = planner::load_calibration(planner::calibration_path(), &warning)) {
+            names = planner::apply_calibration(*cal, in);
+        }
+    } catch (const Error& e) {
+        warning = e.what();
+    }
+    if (!warning.empty()) fmt::print(stderr, "tandem: warning: {}\n", warning);
+    if (measured) *measured = std::move(names);
+    return in;
+}
+
+Split resolve_split(const SplitRequest& request, const gguf::File& file, const model::ModelSpec& spec) {
+    SplitRequest r = request;
+    // A GPU asked for where none can be used (no CUDA in this build, no
+    // driver, no such device): one line, then the CPU.
+    if (r.device.rfind("cuda", 0) == 0) {
+        const int index = r.device.size() == 4 ? 0 : std::atoi(r.device.c_str() + 4);
+        std::string why;
+        const auto gpus = cuda::list_devices(&why);
+        if (std::none_of(gpus.begin(), gpus.end(), [&](const cuda::DeviceInfo& d) { return d.index == index; })) {
+            fmt::print(stderr, "tandem: warning: --device {}: {}; running on the CPU\n", r.device,
+                       why.empty() ? fmt::format("no such GPU ({} found)", gpus.size()) : why);
+            r.device.clear();
+            r.vram.reset();
+            if (r.ngl) r.ngl = 0;
+        }
+    }
+    Split s;
+    SessionOptions& so = s.so;
+    so.n_ctx = r.n_ctx;
+    so.n_ubatch = r.n_ubatch;
+    so.cache_type = r.cache_type;
+    so.device = r.device;
+    so.device_capacity = r.vram;
+    apply_stream_flags(r.stream, so);
+    apply_placement_flags(r.placement, so);
+    if (r.ngl) {
+        so.n_gpu_layers = *r.ngl;
+        s.why = "-ngl given";
+        return s;
+    }
+    SplitRequest req = r;
+    if (!req.device.empty() && !req.vram) req.vram = free_device_memory(req.device);
+    std::vector<std::string> measured;
+    const planner::PlanInputs in = split_plan_inputs(req, &measured);
+    // Measured speeds only change the predicted tok/s, not the split, but
+    // the verbose line should predict with this machine's numbers.
+    const planner::Plan p = planner::plan(spec, in);
+    const std::string speeds = fmt::format("; predicted {:.1f} tok/s with {} speeds", p.predicted.tg_tps,
+                                           measured.empty() ? "default" : "measured");
+    if (r.tuned_model) {
+        if (const auto t = tuned_entry(r, file, p)) {
+            // Never above the plan: a tune entry can only lower the split, so
+            // a stale entry cannot push the device out of memory.
+            so.n_gpu_layers = r.device.empty() ? 0 : std::min(t->ngl, p.ngl);
+            s.threads = t->threads;
+            s.why = fmt::format("-ngl auto: using the tuned entry (model {}): ngl {} of {}, {} threads, {:.2f} tok/s "
+                                "measured",
+                                t->key.model_key, so.n_gpu_layers, spec.hp.n_layer + 1, t->threads, t->tg_tps);
+            return s;
+        }
+    }
+    if (r.device.empty()) {
+        s.why = "-ngl auto: no accelerator, every layer on the CPU" + speeds;
+        return s;
+    }
+    so.n_gpu_layers = p.ngl;
+    s.why = fmt::format("-ngl auto chose {} of {}: {}{}", p.ngl, spec.hp.n_layer + 1, p.reasons.front(), speeds);
+    return s;
+}
+
+}  // namespace tandem::tools

@@ -1,0 +1,59 @@
+// The one way from a command's flags to where a model runs: -ngl (a count
+// or auto), --device, --vram, the per-tensor flags (-ot, --cpu-moe,
+// --n-cpu-moe, -nkvo), streaming, the tune cache and the calibration. run,
+// perplexity and tune open their sessions through resolve_split; bench and
+// plan build their planner inputs with split_plan_inputs. The session then
+// only checks what it is given.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/planner.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/scheduler/session.h"
+#include "tools/stream_flags.h"
+
+namespace tandem::tools {
+
+struct SplitRequest {
+    std::string device;            // "", "cpu2", "cuda", "cudaN"
+    std::optional<uint64_t> vram;  // --vram: what the accelerator may use
+    std::optional<int64_t> ngl;    // -ngl N; nullopt: auto
+    int64_t n_ctx = 0;
+    int64_t n_ubatch = 512;
+    model::CacheType cache_type = model::CacheType::F16;
+    StreamFlags stream;
+    PlacementFlags placement;
+    // -ngl auto may take what `tandem tune` measured for this model file
+    // (run does; perplexity, all prompt processing, does not).
+    std::optional<std::string> tuned_model;
+};
+
+// "auto" -> nullopt, a count -> it; anything else is a tandem::Error.
+std::optional<int64_t> parse_ngl(const std::string& text);
+
+// The planner's inputs for the session the request describes: the
+// device's capacity (none without a device), context, micro-batch, cache
+// type and streaming, no margin on the stand-in (its ledger is the whole
+// truth), and this machine's calibrated speeds when stored (`measured`
+// names them). A damaged calibration file costs a warning on stderr.
+planner::PlanInputs split_plan_inputs(const SplitRequest& r, std::vector<std::string>* measured = nullptr);
+
+struct Split {
+    SessionOptions so;            // device, capacity, ngl, placement, streaming, context, cache type
+    std::optional<int> threads;   // from a tune entry: used when -t is not given
+    std::string why;              // one line for --verbose
+};
+
+// -ngl N is taken as given; auto prefers a tune entry for these options
+// (never above the plan), else the planner's largest split that fits.
+// Auto on the stand-in needs --vram (it has no memory of its own to
+// report); without a device auto is 0. Throws tandem::Error for flags that
+// cannot be honoured.
+Split resolve_split(const SplitRequest& r, const gguf::File& file, const model::ModelSpec& spec);
+
+}  // namespace tandem::tools
