@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/model/model_spec.h"
+#include "tools/stream_flags.h"
 
 namespace tandem::tools {
 
@@ -37,6 +38,7 @@ struct BenchArgs {
     bool no_stream = false;
     int64_t stream_min_batch = 32;
     bool no_host_copy = false;
+    PlacementFlags placement;  // -ot, --cpu-moe, --n-cpu-moe, -nkvo
     bool sweep = false;
     std::string sweep_step;  // "" with sweep: step 1
     std::string plot;
@@ -67,6 +69,7 @@ struct BenchConfig {
     bool weight_stream = true;       // --no-stream clears it
     int64_t stream_min_batch = 32;   // --stream-min-batch
     bool copy_host_weights = true;   // --no-host-copy clears it
+    PlacementFlags placement;        // applied on top of each -ngl
     std::optional<int64_t> sweep_step;  // --sweep-ngl: ngl 0, step, 2*step, ... n_layer + 1
     std::string plot_path;           // "" for none; ends in .svg
 

@@ -305,6 +305,7 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                 so.weight_stream = c.weight_stream;
                 so.stream_min_batch = c.stream_min_batch;
                 so.copy_host_weights = c.copy_host_weights;
+                apply_placement_flags(c.placement, so);
                 std::unique_ptr<Session> session;
                 try {
                     session = std::make_unique<Session>(*m.file, m.spec, so);

@@ -324,6 +324,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--no-stream", a.no_stream, "never stream weights to the accelerator");
     cmd->add_flag("--no-host-copy", a.no_host_copy,
                   "multiply the CPU layers' weights straight from the mapped file instead of a copy in huge pages");
+    add_placement_flags(*cmd, a.placement);
     cmd->add_option("--sweep-ngl", a.sweep_step, "run every ngl from 0 to n_layer + 1 (in steps of STEP, default 1)")
         ->expected(0, 1)
         ->type_name("[STEP]");
