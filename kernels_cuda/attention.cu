@@ -32,31 +32,30 @@ __device__ __forceinline__ T warp_sum(T v) {
 }
 
 __global__ void kv_store_f16_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t n_tokens,
-                                    const int32_t* __restrict__ pos, KvCache kv) {
+                                    const int32_t* __restrict__ cells, KvCache kv) {
     const int64_t per_token = kv.k_dim + kv.v_dim;
     const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= n_tokens * per_token) return;
     const int64_t t = idx / per_token;
     const int64_t e = idx % per_token;
-    const int64_t cell = pos[t] % kv.n_cells;
+    const int64_t cell = cells[t];
     if (e < kv.k_dim) {
         reinterpret_cast<uint16_t*>(kv.k + cell * kv.k_row_bytes())[e] = el::float_to_half(k[t * kv.k_dim + e]);
     } else {
         const int64_t d = e - kv.k_dim;
         reinterpret_cast<uint16_t*>(kv.v + cell * kv.v_row_bytes())[d] = el::float_to_half(v[t * kv.v_dim + d]);
     }
-    if (e == 0) kv.cell_pos[cell] = pos[t];
 }
 
 // One thread per 32-element block of K or V.
 __global__ void kv_store_q8_0_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t n_tokens,
-                                     const int32_t* __restrict__ pos, KvCache kv) {
+                                     const int32_t* __restrict__ cells, KvCache kv) {
     const int64_t kb = kv.k_dim / 32, vb = kv.v_dim / 32;
     const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= n_tokens * (kb + vb)) return;
     const int64_t t = idx / (kb + vb);
     const int64_t b = idx % (kb + vb);
-    const int64_t cell = pos[t] % kv.n_cells;
+    const int64_t cell = cells[t];
     if (b < kb) {
         auto* row = reinterpret_cast<quant::block_q8_0*>(kv.k + cell * kv.k_row_bytes());
         el::act_block(k + t * kv.k_dim + b * 32, row[b]);
@@ -64,7 +63,6 @@ __global__ void kv_store_q8_0_kernel(const float* __restrict__ k, const float* _
         auto* row = reinterpret_cast<quant::block_q8_0*>(kv.v + cell * kv.v_row_bytes());
         el::act_block(v + t * kv.v_dim + (b - kb) * 32, row[b - kb]);
     }
-    if (b == 0) kv.cell_pos[cell] = pos[t];
 }
 
 __global__ void kv_clear_kernel(int32_t* cell_pos, int64_t n) {
@@ -187,7 +185,7 @@ __global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t
 
 }  // namespace
 
-void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* pos, const KvCache& kv,
+void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* cells, const KvCache& kv,
                      void* stream) {
     const int64_t n = kv.q8_0 ? n_tokens * (kv.k_dim + kv.v_dim) / 32 : n_tokens * (kv.k_dim + kv.v_dim);
     if (n <= 0) return;
@@ -195,9 +193,9 @@ void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int
     const auto blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
     const auto s = static_cast<cudaStream_t>(stream);
     if (kv.q8_0) {
-        kv_store_q8_0_kernel<<<blocks, kThreads, 0, s>>>(k, v, n_tokens, pos, kv);
+        kv_store_q8_0_kernel<<<blocks, kThreads, 0, s>>>(k, v, n_tokens, cells, kv);
     } else {
-        kv_store_f16_kernel<<<blocks, kThreads, 0, s>>>(k, v, n_tokens, pos, kv);
+        kv_store_f16_kernel<<<blocks, kThreads, 0, s>>>(k, v, n_tokens, cells, kv);
     }
 }
 
@@ -209,7 +207,7 @@ void launch_kv_clear(const KvCache& kv, void* stream) {
 
 void launch_attention(const float* q, const int32_t* pos, int64_t n_tokens, const AttentionArgs& args,
                       const KvCache& kv, float* out, void* stream) {
-    // Head sizes beyond 32 * kMaxPerLane are rejected by the backend before
+    // Head sizes beyond 32 * kMaxPerLane are rejected by the device before
     // any launch (attention_head_supported).
     if (n_tokens <= 0) return;
     const auto grid = static_cast<unsigned>(n_tokens * args.n_head);

@@ -14,7 +14,8 @@ namespace tandem::cuda {
 // A device on GPU `device` named "cuda<device>". capacity: the bytes it
 // may use (--vram); nullopt: the device's free memory at creation. Throws
 // tandem::Error when the build has no CUDA, the device does not exist, or
-// the configuration is not supported on CUDA yet (a Q8_0 KV cache).
+// the configuration is not supported on CUDA yet (a head size the
+// attention kernels do not handle).
 std::unique_ptr<Device> make_cuda_device(int device, std::optional<uint64_t> capacity, const gguf::File& file,
                                          const model::ModelSpec& spec, const DeviceConfig& config);
 

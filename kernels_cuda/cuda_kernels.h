@@ -1,5 +1,5 @@
 // Launchers of the CUDA kernels, callable from host C++ compiled by g++.
-// Internal to kernels_cuda/ (and the CUDA backend): pointers are device
+// Internal to kernels_cuda/ (and the CUDA device): pointers are device
 // pointers, the stream is a cudaStream_t passed as void* so that this header
 // needs no CUDA include. Launchers only enqueue; the caller checks
 // cudaGetLastError and synchronizes.
@@ -45,6 +45,10 @@ void launch_rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, 
                  const int32_t* pos, const RopeArgs& args, void* stream);
 
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
+// launch_swiglu on each of n_rows rows of row_len, in one launch (the CPU
+// applies SwiGLU row by row, and its exp rule depends on the row's length).
+void launch_swiglu_rows(const float* gate, const float* up, float* out, int64_t row_len, int64_t n_rows,
+                        void* stream);
 void launch_geglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
 void launch_add(float* y, const float* x, int64_t n, void* stream);  // y += x
 void launch_scale(float* x, int64_t n, float s, void* stream);
@@ -68,9 +72,11 @@ struct KvCache {
     TANDEM_HOST_DEVICE int64_t v_row_bytes() const { return bytes_of(v_dim); }
 };
 
-// Stores the K and V rows of n_tokens tokens into cell pos % n_cells,
-// rounded to fp16 or quantized to Q8_0 with the host's block function.
-void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* pos, const KvCache& kv,
+// Stores the K and V rows of token t (t < n_tokens) into cell cells[t]
+// (device), rounded to fp16 or quantized to Q8_0 with the host's block
+// function. cell_pos is left alone: the host chooses the cells (KvCells)
+// and uploads the positions.
+void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* cells, const KvCache& kv,
                      void* stream);
 // Sets every cell_pos to -1.
 void launch_kv_clear(const KvCache& kv, void* stream);

@@ -1,11 +1,11 @@
 // The CUDA weight stream (runtime/backend/weight_stream.h): two device
 // slots the size of the largest streamed matrix, filled from the mapped
-// file through the backend's pinned staging buffers by a copier thread, so
+// file through the device's pinned staging buffers by a copier thread, so
 // the copy of the next matrix (CPU page-in + PCIe DMA) overlaps this
 // product and the CPU work between products (norms, attention). Products
 // quantize their input with the CUDA matmul (launch_matmul) and return the
 // floats to the host. Internal to kernels_cuda; compiled into tandem_engine
-// with the backend.
+// with the device.
 #pragma once
 
 #include <cstdint>

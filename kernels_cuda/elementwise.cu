@@ -58,9 +58,10 @@ __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t
     v[b] = r1;
 }
 
-__global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
+// n elements in rows of row_len: the exp rule counts within each row.
+__global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n, int64_t row_len) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = math::silu_mul(gate[i], up[i], i, n);
+    if (i < n) out[i] = math::silu_mul(gate[i], up[i], i % row_len, row_len);
 }
 
 __global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
@@ -100,7 +101,15 @@ void launch_rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, 
 }
 
 void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, void* stream) {
-    if (n > 0) swiglu_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, out, n);
+    launch_swiglu_rows(gate, up, out, n, 1, stream);
+}
+
+void launch_swiglu_rows(const float* gate, const float* up, float* out, int64_t row_len, int64_t n_rows,
+                        void* stream) {
+    const int64_t n = row_len * n_rows;
+    if (n > 0) {
+        swiglu_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, out, n, row_len);
+    }
 }
 
 void launch_geglu(const float* gate, const float* up, float* out, int64_t n, void* stream) {

@@ -1,0 +1,89 @@
+#include "kernels_cuda/cuda_kv_cache.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+
+#include "kernels_cuda/cuda_check.h"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr uint64_t kAlign = 256;  // each array starts on a 256-byte line
+uint64_t aligned(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+CudaKvCache::CudaKvCache(MemoryLedger& ledger, const std::string& what, uint64_t planned, bool q8_0, int64_t k_dim,
+                         int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch)
+    : cells_(n_cells, ring_span) {
+    kv_.q8_0 = q8_0;
+    kv_.k_dim = k_dim;
+    kv_.v_dim = v_dim;
+    kv_.n_cells = n_cells;
+    const uint64_t k_bytes = aligned(static_cast<uint64_t>(n_cells * kv_.k_row_bytes()));
+    const uint64_t v_bytes = aligned(static_cast<uint64_t>(n_cells * kv_.v_row_bytes()));
+    const uint64_t pos_bytes = aligned(static_cast<uint64_t>(n_cells) * sizeof(int32_t));
+    const uint64_t cells_bytes = static_cast<uint64_t>(n_ubatch) * sizeof(int32_t);
+    bytes_ = k_bytes + v_bytes + pos_bytes + cells_bytes;
+    memory_ = std::make_unique<DeviceAlloc>(ledger, MemoryCategory::KvCache, std::max(planned, bytes_), what);
+    auto* base = static_cast<uint8_t*>(memory_->get());
+    kv_.k = base;
+    kv_.v = base + k_bytes;
+    kv_.cell_pos = reinterpret_cast<int32_t*>(base + k_bytes + v_bytes);
+    token_cells_ = reinterpret_cast<int32_t*>(base + k_bytes + v_bytes + pos_bytes);
+    kernels::launch_kv_clear(kv_, nullptr);
+    TANDEM_CUDA_CHECK(cudaGetLastError());
+}
+
+void CudaKvCache::store_and_attend(const float* k, const float* v, const float* q, const int32_t* dev_pos,
+                                   std::span<const int32_t> pos, std::span<const int32_t> seq, const AttentionOp& op,
+                                   float* out) {
+    const auto n = static_cast<int64_t>(pos.size());
+    // Cells chosen on the host, as LayerKvCache::store chooses them.
+    host_cells_.resize(pos.size());
+    for (size_t t = 0; t < pos.size(); ++t) host_cells_[t] = static_cast<int32_t>(cells_.place(seq[t], pos[t]));
+    TANDEM_CUDA_CHECK(cudaMemcpy(token_cells_, host_cells_.data(), host_cells_.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice));
+    kernels::launch_kv_store(k, v, n, token_cells_, kv_, nullptr);
+    TANDEM_CUDA_CHECK(cudaGetLastError());
+
+    kernels::AttentionArgs args;
+    args.n_head = op.n_head;
+    args.n_head_kv = op.n_head_kv;
+    args.head_dim_k = op.head_dim_k;
+    args.head_dim_v = op.head_dim_v;
+    args.window = op.window;
+    args.scale = op.scale;
+    const int64_t qd = op.n_head * op.head_dim_k, od = op.n_head * op.head_dim_v;
+    // Each sequence attends to its own cells: the device's cell_pos is set
+    // to the sequence's positions (the other cells at -1) before its tokens
+    // run; the copy waits for the launches before it (legacy default
+    // stream). The kernel computes each (token, head) alone, so a run of
+    // consecutive rows is one launch on the rows in place: the result of
+    // gathering the sequence's rows, without the copies.
+    std::map<int32_t, std::vector<int64_t>> groups;
+    for (int64_t t = 0; t < n; ++t) groups[seq[static_cast<size_t>(t)]].push_back(t);
+    for (const auto& [s, rows] : groups) {
+        TANDEM_CUDA_CHECK(cudaMemcpy(kv_.cell_pos, cells_.cell_pos(s), static_cast<size_t>(kv_.n_cells) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice));
+        for (size_t b = 0; b < rows.size();) {
+            size_t e = b + 1;
+            while (e < rows.size() && rows[e] == rows[e - 1] + 1) ++e;
+            const int64_t r0 = rows[b];
+            kernels::launch_attention(q + r0 * qd, dev_pos + r0, static_cast<int64_t>(e - b), args, kv_, out + r0 * od,
+                                      nullptr);
+            TANDEM_CUDA_CHECK(cudaGetLastError());
+            b = e;
+        }
+    }
+}
+
+void CudaKvCache::clear() {
+    cells_.clear();
+    kernels::launch_kv_clear(kv_, nullptr);
+    TANDEM_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,52 @@
+// One layer's KV cache on a GPU: K and V rows in F16 or Q8_0 blocks (as the
+// CPU's LayerKvCache) and the position of each cell on the device, the
+// cells' bookkeeping (KvCells) on the host, so cells are chosen by the
+// CPU's rules. Internal to kernels_cuda; compiled into tandem_engine with
+// the device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels_cuda/cuda_device_alloc.h"
+#include "kernels_cuda/cuda_kernels.h"
+#include "runtime/engine/device.h"
+#include "runtime/kv_cache/kv_cells.h"
+
+namespace tandem::cuda {
+
+class CudaKvCache {
+public:
+    // Allocates n_cells cells and room for the cell index of each of
+    // n_ubatch tokens on the current device; reserves `planned` (the
+    // planner's figure) or the real size, whichever is larger, as `what`.
+    CudaKvCache(MemoryLedger& ledger, const std::string& what, uint64_t planned, bool q8_0, int64_t k_dim,
+                int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch);
+
+    // Stores the K and V rows of each token (sequence seq[t], position
+    // pos[t]) in the cell KvCells::place chooses, then out = attention of
+    // each token's Q over its own sequence's cells. k, v, q, out: device
+    // rows of the micro-batch; dev_pos: pos on the device.
+    void store_and_attend(const float* k, const float* v, const float* q, const int32_t* dev_pos,
+                          std::span<const int32_t> pos, std::span<const int32_t> seq, const AttentionOp& op,
+                          float* out);
+
+    KvCells& cells() { return cells_; }
+    // Empties the cells, here and on the device.
+    void clear();
+    // Bytes allocated (the real size).
+    uint64_t bytes() const { return bytes_; }
+
+private:
+    std::unique_ptr<DeviceAlloc> memory_;
+    kernels::KvCache kv_;
+    KvCells cells_;
+    int32_t* token_cells_ = nullptr;   // device: the cell of each token being stored
+    std::vector<int32_t> host_cells_;  // the same, chosen on the host
+    uint64_t bytes_ = 0;
+};
+
+}  // namespace tandem::cuda

@@ -1,0 +1,158 @@
+#include "runtime/kv_cache/kv_cells.h"
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+
+namespace tandem {
+namespace {
+
+void check_seq(int32_t seq, const char* what) {
+    if (seq < 0 || seq >= KvCells::kMaxSeqs) {
+        throw Error(fmt::format("KV cache {}: sequence id {} out of range [0, {}]", what, seq, KvCells::kMaxSeqs - 1));
+    }
+}
+
+uint64_t seq_bit(int32_t seq) { return uint64_t{1} << seq; }
+
+// p0 <= pos < p1, p1 < 0 meaning no upper bound.
+bool in_range(int32_t pos, int32_t p0, int32_t p1) { return pos >= p0 && (p1 < 0 || pos < p1); }
+
+}  // namespace
+
+KvCells::KvCells(int64_t n_cells, int64_t ring_span) : n_cells_(n_cells), ring_span_(ring_span) {
+    TANDEM_CHECK(n_cells > 0, "KV cache without cells");
+    TANDEM_CHECK(ring_span >= 0, "KV cache with a negative ring span");
+    cell_pos_.assign(static_cast<size_t>(n_cells), -1);
+    cell_seqs_.assign(static_cast<size_t>(n_cells), 0);
+    no_pos_.assign(static_cast<size_t>(n_cells), -1);
+}
+
+void KvCells::assign(int64_t cell, int32_t pos, uint64_t seqs) {
+    const auto c = static_cast<size_t>(cell);
+    // Sequences that lose the cell read -1 there; the ones holding it, pos.
+    for (uint64_t lost = cell_seqs_[c] & ~seqs; lost != 0; lost &= lost - 1) {
+        seq_pos_[static_cast<size_t>(std::countr_zero(lost))][c] = -1;
+    }
+    for (uint64_t held = seqs; held != 0; held &= held - 1) {
+        auto& arr = seq_pos_[static_cast<size_t>(std::countr_zero(held))];
+        if (arr.empty()) arr.assign(static_cast<size_t>(n_cells_), -1);
+        arr[c] = pos;
+    }
+    cell_pos_[c] = seqs != 0 ? pos : -1;
+    cell_seqs_[c] = seqs;
+}
+
+int64_t KvCells::place_single(int32_t pos) {
+    TANDEM_CHECK(pos >= 0, "negative position");
+    const int64_t cell = pos % n_cells_;
+    assign(cell, pos, seq_bit(0));
+    head_ = (cell + 1) % n_cells_;
+    return cell;
+}
+
+int64_t KvCells::place(int32_t seq, int32_t pos) {
+    check_seq(seq, "store");
+    if (pos < 0) throw Error(fmt::format("KV cache store: negative position {} for sequence {}", pos, seq));
+    const uint64_t bit = seq_bit(seq);
+    int64_t cell = -1;
+    // A ring reuses the sequence's own cell that left its span first, before
+    // taking a free cell: a sequence then keeps at most ring_span cells and
+    // cannot crowd the others out of the ring.
+    if (ring_span_ > 0) {
+        const int64_t limit = static_cast<int64_t>(pos) - ring_span_;
+        for (int64_t c = 0; c < n_cells_; ++c) {
+            const auto i = static_cast<size_t>(c);
+            if (cell_seqs_[i] == bit && cell_pos_[i] <= limit &&
+                (cell < 0 || cell_pos_[i] < cell_pos_[static_cast<size_t>(cell)])) {
+                cell = c;
+            }
+        }
+    }
+    for (int64_t i = 0; cell < 0 && i < n_cells_; ++i) {
+        const int64_t c = (head_ + i) % n_cells_;
+        if (cell_seqs_[static_cast<size_t>(c)] == 0) cell = c;
+    }
+    if (cell < 0) {
+        int64_t own = 0;
+        for (uint64_t s : cell_seqs_) own += s == bit;
+        throw Error(fmt::format(
+            "KV cache full: no cell for sequence {} position {}: all {} cells hold positions ({} of them sequence "
+            "{}'s alone, from {} to {}){}",
+            seq, pos, n_cells_, own, seq, seq_pos_min(seq), seq_pos_max(seq),
+            ring_span_ > 0 ? fmt::format(", and none of its own is {} or more positions back", ring_span_)
+                           : std::string()));
+    }
+    assign(cell, pos, bit);
+    head_ = (cell + 1) % n_cells_;
+    return cell;
+}
+
+void KvCells::remove(int32_t seq, int32_t p0, int32_t p1) {
+    uint64_t bits = ~uint64_t{0};
+    if (seq >= 0) {
+        check_seq(seq, "remove");
+        bits = seq_bit(seq);
+    }
+    int64_t freed = -1;  // the freed cell of the smallest position
+    int32_t freed_pos = 0;
+    for (int64_t c = 0; c < n_cells_; ++c) {
+        const auto i = static_cast<size_t>(c);
+        const int32_t pos = cell_pos_[i];
+        if ((cell_seqs_[i] & bits) == 0 || !in_range(pos, p0, p1)) continue;
+        const uint64_t left = cell_seqs_[i] & ~bits;
+        assign(c, pos, left);
+        if (left == 0 && (freed < 0 || pos < freed_pos)) {
+            freed = c;
+            freed_pos = pos;
+        }
+    }
+    if (freed >= 0) head_ = freed;
+}
+
+void KvCells::copy_seq(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
+    check_seq(src, "copy_seq");
+    check_seq(dst, "copy_seq");
+    if (src == dst) return;
+    for (int64_t c = 0; c < n_cells_; ++c) {
+        const auto i = static_cast<size_t>(c);
+        if ((cell_seqs_[i] & seq_bit(src)) != 0 && in_range(cell_pos_[i], p0, p1)) {
+            assign(c, cell_pos_[i], cell_seqs_[i] | seq_bit(dst));
+        }
+    }
+}
+
+int32_t KvCells::seq_pos_min(int32_t seq) const {
+    check_seq(seq, "seq_pos_min");
+    int32_t lo = -1;
+    for (int32_t p : seq_pos_[static_cast<size_t>(seq)]) {
+        if (p >= 0 && (lo < 0 || p < lo)) lo = p;
+    }
+    return lo;
+}
+
+int32_t KvCells::seq_pos_max(int32_t seq) const {
+    check_seq(seq, "seq_pos_max");
+    int32_t hi = -1;
+    for (int32_t p : seq_pos_[static_cast<size_t>(seq)]) hi = std::max(hi, p);
+    return hi;
+}
+
+void KvCells::clear() {
+    std::fill(cell_pos_.begin(), cell_pos_.end(), -1);
+    std::fill(cell_seqs_.begin(), cell_seqs_.end(), 0);
+    for (auto& arr : seq_pos_) std::fill(arr.begin(), arr.end(), -1);
+    head_ = 0;
+}
+
+const int32_t* KvCells::cell_pos(int32_t seq) const {
+    check_seq(seq, "view");
+    const auto& arr = seq_pos_[static_cast<size_t>(seq)];
+    return arr.empty() ? no_pos_.data() : arr.data();
+}
+
+}  // namespace tandem

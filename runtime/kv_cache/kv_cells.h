@@ -1,0 +1,78 @@
+// The bookkeeping of one layer's KV cache, without the K/V rows: which
+// position and which sequences each cell holds, and which cell a new
+// position goes to. LayerKvCache (kv_cache.h) adds the rows in host memory;
+// an accelerator keeps its rows on the device and the same cells on the
+// host, so every device chooses cells by the same rules.
+//
+// Each cell holds a position and the set of sequence ids (0..63, a bitmask)
+// that see it, so a prompt prefix stored once can serve several sequences
+// (copy_seq, as llama.cpp's seq_cp). A cell is free when its set is empty.
+// cell_pos(seq) gives the attention kernels the cells of one sequence: the
+// others read as empty (position -1).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace tandem {
+
+class KvCells {
+public:
+    static constexpr int32_t kMaxSeqs = 64;  // sequence ids 0..63
+
+    // ring_span: 0 for a global cache; else the positions one sequence keeps
+    // (window + micro-batch): a sequence's cell ring_span or more positions
+    // behind the one it stores may be reused.
+    explicit KvCells(int64_t n_cells, int64_t ring_span = 0);
+
+    // Sequence 0 with the single-sequence layout: position pos in cell
+    // pos % n_cells, whatever the cell held. Returns the cell.
+    int64_t place_single(int32_t pos);
+
+    // Chooses the cell of position pos of sequence seq, records it and
+    // returns it. The cell: in a ring, seq's oldest cell at or before pos -
+    // ring_span if it has one (only seq's own, unshared cells); else the
+    // first free cell from head_ on (wrapping). Throws Error when neither
+    // exists. A single sequence placed at 0, 1, 2, ... gets cell pos
+    // (global) or pos % n_cells (ring of ring_span == n_cells cells), as
+    // place_single(pos). seq must not hold pos already (remove it first).
+    int64_t place(int32_t seq, int32_t pos);
+
+    // Takes seq (every sequence when seq < 0) off the cells with p0 <= pos <
+    // p1 (p1 < 0: no upper bound). Cells left without a sequence are freed,
+    // and the next place starts at the freed cell of the smallest position.
+    void remove(int32_t seq, int32_t p0, int32_t p1);
+
+    // Adds dst to src's cells with p0 <= pos < p1 (p1 < 0: no upper bound).
+    void copy_seq(int32_t src, int32_t dst, int32_t p0, int32_t p1);
+
+    int32_t seq_pos_min(int32_t seq) const;  // -1 when seq holds no cell
+    int32_t seq_pos_max(int32_t seq) const;  // -1 when seq holds no cell
+
+    void clear();
+
+    // Every occupied cell's position, whatever its sequences (n_cells).
+    const int32_t* cell_pos() const { return cell_pos_.data(); }
+    // The same array with the cells seq does not hold at -1.
+    const int32_t* cell_pos(int32_t seq) const;
+
+    int64_t n_cells() const { return n_cells_; }
+    int64_t ring_span() const { return ring_span_; }
+
+private:
+    // Sets a cell's position and sequences, and the per-sequence arrays.
+    void assign(int64_t cell, int32_t pos, uint64_t seqs);
+
+    int64_t n_cells_;
+    int64_t ring_span_;
+    std::vector<int32_t> cell_pos_;   // position of each cell, -1 if free
+    std::vector<uint64_t> cell_seqs_; // sequences holding each cell, 0 if free
+    // Per sequence: cell_pos_ with the cells it does not hold at -1; empty
+    // until the sequence is first used.
+    std::array<std::vector<int32_t>, kMaxSeqs> seq_pos_;
+    std::vector<int32_t> no_pos_;     // all -1: the array of an unused sequence
+    int64_t head_ = 0;                // where the search for a free cell starts
+};
+
+}  // namespace tandem
