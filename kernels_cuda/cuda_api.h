@@ -22,12 +22,12 @@ struct DeviceInfo {
     int compute_minor = 0;
 };
 
-// True when this binary contains CUDA kernels.
-bool compiled_with_cuda();
-
-// The usable GPUs. An absent or too old driver, no device, or a build
-// without CUDA all give an empty list and, in `why_none`, the reason:
-// Tandem then runs on the CPU; none of these is an error.
+// The usable GPUs. An absent or too old driver, no device, a build
+// without CUDA or a plugin (libtandem_cuda.so) that cannot be loaded all
+// give an empty list and, in `why_none`, the reason: Tandem then runs on
+// the CPU; none of these is an error. This and measure_bandwidth go through
+// the plugin (cuda_loader.cpp); the *_on_device functions below are in the
+// static kernel library that tests and benches link.
 std::vector<DeviceInfo> list_devices(std::string* why_none = nullptr);
 
 // Copy bandwidths of GPU `device`, in GB/s (1e9 bytes per second), best of

@@ -8,6 +8,7 @@
 // only when CUDA is available; every kernel runs on the legacy default
 // stream, so ops run in the order they are called.
 #include "kernels_cuda/cuda_backend.h"
+#include "kernels_cuda/cuda_plugin.h"
 
 #include <cuda_runtime.h>
 
@@ -373,8 +374,8 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Device> make_cuda_device(int device, std::optional<uint64_t> capacity, const gguf::File& file,
-                                         const model::ModelSpec& spec, const DeviceConfig& config) {
+std::unique_ptr<Device> direct::make_cuda_device(int device, std::optional<uint64_t> capacity, const gguf::File& file,
+                                                 const model::ModelSpec& spec, const DeviceConfig& config) {
     return std::make_unique<CudaDevice>(device, capacity, file, spec, config);
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "kernels_cuda/cuda_api.h"
+#include "kernels_cuda/cuda_plugin.h"
 #include "kernels_cuda/cuda_check.h"
 
 namespace tandem::cuda {
@@ -48,7 +49,7 @@ double best_copy_seconds(Resources& r, void* dst, const void* src, size_t bytes,
 
 }  // namespace
 
-BandwidthMeasurement measure_bandwidth(int device, size_t bytes) {
+BandwidthMeasurement direct::measure_bandwidth(int device, size_t bytes) {
     TANDEM_CUDA_CHECK(cudaSetDevice(device));
     size_t free_b = 0, total_b = 0;
     TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));

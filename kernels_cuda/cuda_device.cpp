@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "kernels_cuda/cuda_api.h"
+#include "kernels_cuda/cuda_plugin.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/cuda_kernels.h"
 
@@ -32,9 +33,7 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
                             cudaGetErrorName(err)));
 }
 
-bool compiled_with_cuda() { return true; }
-
-std::vector<DeviceInfo> list_devices(std::string* why_none) {
+std::vector<DeviceInfo> direct::list_devices(std::string* why_none) {
     std::vector<DeviceInfo> devices;
     int count = 0;
     // cudaErrorInsufficientDriver, cudaErrorNoDevice and friends all mean

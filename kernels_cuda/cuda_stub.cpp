@@ -1,22 +1,15 @@
-// Built when TANDEM_CUDA is OFF or no nvcc was found: the same API, always
-// answering "no GPU", so callers need no #ifdefs.
+// Built when TANDEM_CUDA is OFF or no nvcc was found: the kernel functions
+// tests and benches call, always answering "no GPU", so callers need no
+// #ifdefs (device queries go through cuda_loader.cpp in every build).
 #include "kernels_cuda/cuda_api.h"
 #include "runtime/common/error.h"
 
 namespace tandem::cuda {
 
-bool compiled_with_cuda() { return false; }
-
-std::vector<DeviceInfo> list_devices(std::string* why_none) {
-    if (why_none) *why_none = "this build of Tandem has no CUDA support (TANDEM_CUDA=OFF)";
-    return {};
-}
-
 namespace {
 [[noreturn]] void no_cuda() { throw Error("this build of Tandem has no CUDA support (TANDEM_CUDA=OFF)"); }
 }  // namespace
 
-BandwidthMeasurement measure_bandwidth(int, size_t) { no_cuda(); }
 void dequantize_row_on_device(int, quant::Type, const void*, float*, int64_t) { no_cuda(); }
 void matmul_on_device(int, quant::Type, const void*, int64_t, int64_t, const float*, int64_t, float*) { no_cuda(); }
 double time_matmul_on_device(int, quant::Type, const void*, int64_t, int64_t, const float*, int64_t, int) {

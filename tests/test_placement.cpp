@@ -4,6 +4,7 @@
 // logits bit for bit, with the activation moves counted.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -259,4 +260,26 @@ TEST(StandInPlacement, MissingGpuIsOneLineAndTheCpu) {
     EXPECT_TRUE(contains(r.err, "tandem: warning: --device cuda0: ")) << r.err;
     EXPECT_TRUE(contains(r.err, "running on the CPU")) << r.err;
     EXPECT_TRUE(contains(r.out, "Hello")) << r.out;
+}
+
+// The CUDA plugin loads into the `tandem` binary with every symbol it
+// takes from there resolved: with the driver check skipped, the plugin's
+// own CUDA runtime is what answers (no GPU here), not the loader.
+TEST(CudaPlugin, LoadsIntoTheTandemBinary) {
+#ifndef TANDEM_HAVE_CUDA
+    GTEST_SKIP() << "built without CUDA: there is no plugin";
+#else
+    const auto dir = tandem::testing::scratch_dir();
+    const auto model = tandem::testing::shell_quote(test_data("tiny-llama-Q4_K_M.gguf").string());
+    setenv("TANDEM_CUDA_SKIP_DRIVER_CHECK", "1", 1);
+    const auto r = tandem::testing::run_tandem("plan -m " + model, dir);
+    unsetenv("TANDEM_CUDA_SKIP_DRIVER_CHECK");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_FALSE(contains(r.err + r.out, "cannot be loaded")) << r.err << r.out;
+    EXPECT_FALSE(contains(r.err + r.out, "was not found")) << r.err << r.out;
+    EXPECT_FALSE(contains(r.err + r.out, "another build")) << r.err << r.out;
+    // Either the plugin's CUDA runtime said why there is no GPU, or it found one.
+    EXPECT_TRUE(contains(r.out, "CUDA reports") || contains(r.out, "CUDA found") || !contains(r.out, "no GPU"))
+        << r.out;
+#endif
 }

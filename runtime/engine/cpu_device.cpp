@@ -327,7 +327,12 @@ void CpuDevice::attention(int64_t il, std::span<const int32_t> pos, std::span<co
     shape.window = op.window;
     shape.scale = op.scale;
     // Each sequence attends to its own cells: the batch's tokens grouped
-    // by sequence, in order (one group, the whole batch, in the usual case).
+    // by sequence, in order; one sequence (the usual case) in one call.
+    if (std::all_of(seq.begin(), seq.end(), [&](int32_t s) { return s == seq[0]; })) {
+        cpu::attention(impl_->buf(Act::Q), pos.data(), n, shape, c.view(seq[0]), impl_->buf(Act::Attn), impl_->pool,
+                       impl_->level);
+        return;
+    }
     std::map<int32_t, std::vector<int64_t>> groups;
     for (int64_t t = 0; t < n; ++t) groups[seq[static_cast<size_t>(t)]].push_back(t);
     for (const auto& [s, rows] : groups) impl_->attend(c, s, pos, rows, shape);
