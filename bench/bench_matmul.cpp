@@ -34,7 +34,7 @@
 
 #include "kernels_cpu/cpu_info.h"
 #include "kernels_cpu/matmul.h"
-#include "runtime/backend/host_weight_arena.h"
+#include "runtime/engine/host_weight_arena.h"
 #include "runtime/quant/quant_types.h"
 
 namespace {

@@ -26,7 +26,7 @@ struct DeviceInfo {
 // without CUDA or a plugin (libtandem_cuda.so) that cannot be loaded all
 // give an empty list and, in `why_none`, the reason: Tandem then runs on
 // the CPU; none of these is an error. This and measure_bandwidth go through
-// the plugin (cuda_loader.cpp); the *_on_device functions below are in the
+// the plugin (runtime/engine_cuda/cuda_loader.cpp); the *_on_device functions below are in the
 // static kernel library that tests and benches link.
 std::vector<DeviceInfo> list_devices(std::string* why_none = nullptr);
 

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "kernels_cuda/cuda_check.h"
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 
 namespace tandem::cuda {
 

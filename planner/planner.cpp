@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 #include "runtime/common/error.h"
 #include "runtime/quant/quant_types.h"
 

@@ -4,7 +4,7 @@
 // by category, predicted decode and prefill speed, and the reasons for the
 // choice. Bytes come from runtime/model/model_spec.h, the same functions
 // the Session reserves with, and follow the same placement rules as
-// runtime/scheduler/session.cpp, so a plan equals the runtime's ledgers.
+// runtime/engine/session.cpp, so a plan equals the runtime's ledgers.
 #pragma once
 
 #include <cstdint>

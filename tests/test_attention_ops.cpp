@@ -18,7 +18,7 @@
 #include "kernels_cpu/attention_tiled.h"
 #include "kernels_cpu/elementwise.h"
 #include "kernels_cpu/expf_lanes.h"
-#include "runtime/kv_cache/kv_cache.h"
+#include "runtime/engine/kv_cache.h"
 #include "runtime/quant/fp16.h"
 
 namespace tc = tandem::cpu;

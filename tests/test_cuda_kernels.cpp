@@ -14,9 +14,9 @@
 #include "kernels_cuda/cuda_api.h"
 #include "kernels_cuda/matmul_types.h"
 #include "runtime/gguf/gguf_file.h"
-#include "runtime/kv_cache/kv_cache.h"
+#include "runtime/engine/kv_cache.h"
 #include "runtime/model/model_spec.h"
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/test_paths.h"
 

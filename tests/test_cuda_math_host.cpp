@@ -16,7 +16,7 @@
 #include "kernels_cpu/vec_dot.h"
 #include "kernels_cuda/matmul_types.h"
 #include "kernels_cuda/op_math.h"
-#include "runtime/kv_cache/kv_cache.h"
+#include "runtime/engine/kv_cache.h"
 #include "runtime/quant/act_element.h"
 #include "runtime/quant/quant_types.h"
 

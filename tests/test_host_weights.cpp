@@ -1,5 +1,5 @@
 // The host's weight matrices copied out of the file mapping
-// (runtime/backend/host_weight_arena.h): the arena's copies, and sessions
+// (runtime/engine/host_weight_arena.h): the arena's copies, and sessions
 // that copy or multiply from the mapping giving the same logits.
 #include <gtest/gtest.h>
 
@@ -9,10 +9,10 @@
 #include <numeric>
 #include <vector>
 
-#include "runtime/backend/host_weight_arena.h"
+#include "runtime/engine/host_weight_arena.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/test_paths.h"
 

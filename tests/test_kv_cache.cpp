@@ -16,7 +16,7 @@
 
 #include "kernels_cpu/attention.h"
 #include "runtime/common/error.h"
-#include "runtime/kv_cache/kv_cache.h"
+#include "runtime/engine/kv_cache.h"
 
 namespace tc = tandem::cpu;
 namespace tq = tandem::quant;

@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/planner.h"
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 #include "tests/run_command.h"
 #include "tests/test_paths.h"
 

@@ -12,7 +12,7 @@
 
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/test_paths.h"
 

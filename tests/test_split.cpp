@@ -9,10 +9,10 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/run_command.h"
 #include "tests/test_paths.h"

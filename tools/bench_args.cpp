@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "planner/planner.h"
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 #include "runtime/common/error.h"
 
 namespace tandem::tools {

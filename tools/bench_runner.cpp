@@ -11,12 +11,12 @@
 
 #include "kernels_cpu/cpu_info.h"
 #include "planner/planner.h"
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/quant/quant_mix.h"
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 
 namespace tandem::tools {
 namespace {

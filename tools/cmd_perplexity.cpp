@@ -19,11 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/planner.h"
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/session_open.h"

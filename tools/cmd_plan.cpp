@@ -15,7 +15,7 @@
 #include "kernels_cuda/cuda_api.h"
 #include "planner/calibration.h"
 #include "planner/planner.h"
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"

@@ -18,7 +18,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/sampler/sampler.h"
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/session_open.h"

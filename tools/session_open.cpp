@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 #include "tools/progress.h"
 
 namespace tandem::tools {

@@ -7,7 +7,7 @@
 
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 
 namespace tandem::tools {
 

@@ -14,7 +14,7 @@
 #include "planner/planner.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 #include "tools/stream_flags.h"
 
 namespace tandem::tools {

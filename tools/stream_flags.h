@@ -13,7 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "planner/planner.h"
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 
 namespace tandem::tools {
 

@@ -13,9 +13,9 @@
 
 #include "kernels_cpu/attention.h"
 #include "kernels_cpu/elementwise.h"
-#include "runtime/backend/host_weight_arena.h"
+#include "runtime/engine/host_weight_arena.h"
 #include "runtime/common/error.h"
-#include "runtime/kv_cache/kv_cache.h"
+#include "runtime/engine/kv_cache.h"
 
 namespace tandem {
 namespace {

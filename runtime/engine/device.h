@@ -16,8 +16,8 @@
 #include <string>
 #include <string_view>
 
-#include "runtime/backend/memory_ledger.h"
-#include "runtime/backend/weight_stream.h"
+#include "runtime/engine/memory_ledger.h"
+#include "runtime/engine/weight_stream.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 
@@ -42,7 +42,7 @@ struct DeviceConfig {
     // buffers it stages uploads through; may be null (then unrecorded).
     MemoryLedger* host_ledger = nullptr;
     // The host copies its weight matrices out of the mapped file into
-    // memory it owns (runtime/backend/host_weight_arena.h: faster to
+    // memory it owns (runtime/engine/host_weight_arena.h: faster to
     // stream); false multiplies them from the mapping.
     bool copy_host_weights = false;
 };

@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 
 namespace tandem::cuda {
 

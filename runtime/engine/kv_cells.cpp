@@ -1,4 +1,4 @@
-#include "runtime/kv_cache/kv_cells.h"
+#include "runtime/engine/kv_cells.h"
 
 #include <algorithm>
 #include <bit>

@@ -1,4 +1,4 @@
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 
 #include <cctype>
 #include <charconv>

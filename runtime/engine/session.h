@@ -14,7 +14,7 @@
 
 #include "kernels_cpu/matmul.h"
 #include "runtime/gguf/gguf_file.h"
-#include "runtime/backend/memory_ledger.h"
+#include "runtime/engine/memory_ledger.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/placement/placement.h"
 
@@ -43,7 +43,7 @@ struct SessionOptions {
     bool kv_offload = true;
     // Weight streaming: micro-batches of at least stream_min_batch tokens
     // multiply the CPU-resident layers' matrices on the accelerator, copied
-    // there one matrix at a time (runtime/backend/weight_stream.h). Costs
+    // there one matrix at a time (runtime/engine/weight_stream.h). Costs
     // the accelerator model::stream_bytes; dropped, with a note, when that
     // does not fit.
     bool weight_stream = true;
@@ -51,7 +51,7 @@ struct SessionOptions {
     // The CPU's weight matrices are copied out of the file mapping into
     // memory the session owns (2 MiB pages where the kernel gives them),
     // which decode streams faster than page-cache pages
-    // (runtime/backend/host_weight_arena.h). Costs their size in RAM on top
+    // (runtime/engine/host_weight_arena.h). Costs their size in RAM on top
     // of the (reclaimable) page cache; false multiplies from the mapping.
     // Not done for a file read into memory or locked in RAM, nor when the
     // copy would take more than 90% of the RAM the system reports free.

@@ -1,4 +1,4 @@
-#include "kernels_cuda/cuda_weight_stream.h"
+#include "runtime/engine_cuda/cuda_weight_stream.h"
 
 #include <cuda_runtime.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/backend/host_weight_arena.h"
+#include "runtime/engine/host_weight_arena.h"
 
 #include <sys/mman.h>
 

@@ -1,4 +1,4 @@
-#include "kernels_cuda/cuda_kv_cache.h"
+#include "runtime/engine_cuda/cuda_kv_cache.h"
 
 #include <cuda_runtime.h>
 

@@ -1,4 +1,4 @@
-#include "kernels_cuda/cuda_staging.h"
+#include "runtime/engine_cuda/cuda_staging.h"
 
 #include <cstring>
 

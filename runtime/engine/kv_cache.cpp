@@ -1,4 +1,4 @@
-#include "runtime/kv_cache/kv_cache.h"
+#include "runtime/engine/kv_cache.h"
 
 #include "runtime/common/error.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/scheduler/session.h"
+#include "runtime/engine/session.h"
 
 #include <algorithm>
 #include <functional>
@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 
 #include "kernels_cpu/thread_pool.h"
-#include "kernels_cuda/cuda_backend.h"
-#include "runtime/backend/host_weight_arena.h"
+#include "runtime/engine_cuda/cuda_device.h"
+#include "runtime/engine/host_weight_arena.h"
 #include "runtime/engine/cpu_device.h"
 #include "runtime/engine/recipe.h"
 #include "runtime/common/error.h"

@@ -7,8 +7,8 @@
 // caches choose them (cuda_kv_cache.h). Compiled into tandem_engine (it implements Device)
 // only when CUDA is available; every kernel runs on the legacy default
 // stream, so ops run in the order they are called.
-#include "kernels_cuda/cuda_backend.h"
-#include "kernels_cuda/cuda_plugin.h"
+#include "runtime/engine_cuda/cuda_device.h"
+#include "runtime/engine_cuda/cuda_plugin.h"
 
 #include <cuda_runtime.h>
 
@@ -23,9 +23,9 @@
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/cuda_device_alloc.h"
 #include "kernels_cuda/cuda_kernels.h"
-#include "kernels_cuda/cuda_kv_cache.h"
-#include "kernels_cuda/cuda_staging.h"
-#include "kernels_cuda/cuda_weight_stream.h"
+#include "runtime/engine_cuda/cuda_kv_cache.h"
+#include "runtime/engine_cuda/cuda_staging.h"
+#include "runtime/engine_cuda/cuda_weight_stream.h"
 #include "kernels_cuda/device_matmul.h"
 #include "kernels_cuda/matmul_types.h"
 

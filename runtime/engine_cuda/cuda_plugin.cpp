@@ -1,5 +1,5 @@
 // The table libtandem_cuda.so exports (cuda_plugin.h).
-#include "kernels_cuda/cuda_plugin.h"
+#include "runtime/engine_cuda/cuda_plugin.h"
 
 extern "C" __attribute__((visibility("default"))) const tandem::cuda::CudaPlugin* tandem_cuda_plugin() {
     static const tandem::cuda::CudaPlugin table = [] {

@@ -1,5 +1,5 @@
 // What every binary links for the GPU: cuda_api.h's device queries and
-// cuda_backend.h's factory, answered by the plugin (cuda_plugin.h) opened
+// cuda_device.h's factory, answered by the plugin (cuda_plugin.h) opened
 // with dlopen at the first call, once the NVIDIA driver's library is found.
 // Searched, in order: $TANDEM_CUDA_PLUGIN (a file), the folder of the
 // running binary, and the build's own folder. No driver, no plugin, a
@@ -17,8 +17,8 @@
 
 #include <fmt/format.h>
 
-#include "kernels_cuda/cuda_backend.h"
-#include "kernels_cuda/cuda_plugin.h"
+#include "runtime/engine_cuda/cuda_device.h"
+#include "runtime/engine_cuda/cuda_plugin.h"
 #include "runtime/common/error.h"
 
 namespace tandem::cuda {

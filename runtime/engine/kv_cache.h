@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kernels_cpu/attention.h"
-#include "runtime/kv_cache/kv_cells.h"
+#include "runtime/engine/kv_cells.h"
 #include "runtime/quant/quant_types.h"
 
 namespace tandem {

@@ -1,4 +1,4 @@
-// The CUDA weight stream (runtime/backend/weight_stream.h): two device
+// The CUDA weight stream (runtime/engine/weight_stream.h): two device
 // slots the size of the largest streamed matrix, filled from the mapped
 // file through the device's pinned staging buffers by a copier thread, so
 // the copy of the next matrix (CPU page-in + PCIe DMA) overlaps this
@@ -13,9 +13,9 @@
 #include <memory>
 
 #include "kernels_cuda/cuda_device_alloc.h"
-#include "kernels_cuda/cuda_staging.h"
+#include "runtime/engine_cuda/cuda_staging.h"
 #include "kernels_cuda/device_matmul.h"
-#include "runtime/backend/weight_stream.h"
+#include "runtime/engine/weight_stream.h"
 #include "runtime/gguf/gguf_file.h"
 
 namespace tandem::cuda {

@@ -14,7 +14,7 @@
 #include "kernels_cuda/cuda_device_alloc.h"
 #include "kernels_cuda/cuda_kernels.h"
 #include "runtime/engine/device.h"
-#include "runtime/kv_cache/kv_cells.h"
+#include "runtime/engine/kv_cells.h"
 
 namespace tandem::cuda {
 

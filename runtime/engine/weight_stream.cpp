@@ -1,4 +1,4 @@
-#include "runtime/backend/weight_stream.h"
+#include "runtime/engine/weight_stream.h"
 
 #include <iterator>
 
