@@ -27,6 +27,7 @@
 
 #include "kernels_cpu/matmul.h"
 #include "kernels_cpu/gemm_panel.h"
+#include "kernels_cpu/kernel_table.h"
 #include "kernels_cpu/range_stealer.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
@@ -41,12 +42,6 @@ namespace {
 #define TANDEM_X86(f) nullptr
 #endif
 
-#define TANDEM_DOT_ROW(T, name, A)                                                                  \
-    DotKernels{quant::Type::T, quant::Type::A, dot_##name##_scalar, TANDEM_X86(dot_##name##_avx2), \
-               TANDEM_X86(dot_##name##_avx512), TANDEM_X86(dot_##name##_avx512nv)},
-constexpr std::array kDotKernels = {TANDEM_DOT_TYPES(TANDEM_DOT_ROW)};
-#undef TANDEM_DOT_ROW
-
 struct ActQuantizer {
     quant::Type a_type;
     quant::QuantizeRowFn avx2;  // also used at Avx512: the quantizer is not the bottleneck
@@ -59,34 +54,7 @@ constexpr std::array kActQuantizers = {
     ActQuantizer{quant::Type::BF16, TANDEM_X86(quantize_row_bf16_avx2)},
 };
 
-struct WideKernels {
-    quant::Type w_type;
-    quant::QuantizeRowFn round_row;
-    DotFn avx2, avx512, avx512nv;
-};
-constexpr std::array kWideKernels = {
-    WideKernels{quant::Type::F16, TANDEM_X86(round_row_f16_avx2), TANDEM_X86(dot_f16_wide_avx2),
-                TANDEM_X86(dot_f16_wide_avx512), TANDEM_X86(dot_f16_wide_avx512nv)},
-    WideKernels{quant::Type::BF16, TANDEM_X86(round_row_bf16_avx2), TANDEM_X86(dot_bf16_wide_avx2),
-                TANDEM_X86(dot_bf16_wide_avx512), TANDEM_X86(dot_bf16_wide_avx512nv)},
-};
-
 }  // namespace
-
-WideDot wide_dot_kernel(quant::Type w_type, SimdLevel level) {
-    if (level == SimdLevel::Scalar) return {};
-    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
-    for (const WideKernels& k : kWideKernels) {
-        if (k.w_type != w_type || k.round_row == nullptr) continue;
-        DotFn fn = k.avx2;
-        if (level == SimdLevel::Avx512 && !avx512_kernel_reorders(w_type)) {
-            fn = avx512_vnni_available() ? k.avx512 : k.avx512nv;
-        }
-        if (fn == nullptr) return {};
-        return {fn, k.round_row};
-    }
-    return {};
-}
 
 quant::QuantizeRowFn activation_quantizer(quant::Type a_type, SimdLevel level) {
     if (level != SimdLevel::Scalar) {
@@ -98,140 +66,13 @@ quant::QuantizeRowFn activation_quantizer(quant::Type a_type, SimdLevel level) {
     return scalar_activation_quantizer(a_type);
 }
 
-const DotKernels* find_dot_kernels(quant::Type w_type) {
-    for (const DotKernels& k : kDotKernels) {
-        if (k.w_type == w_type) return &k;
-    }
-    return nullptr;
-}
-
-bool follows_llama_order(quant::Type w_type) {
-    using quant::Type;
-    switch (w_type) {
-        case Type::F16:
-        case Type::Q4_0:
-        case Type::Q4_1:
-        case Type::Q5_0:
-        case Type::Q5_1:
-        case Type::Q8_0:
-        case Type::Q2_K:
-        case Type::Q3_K:
-        case Type::Q4_K:
-        case Type::Q5_K:
-        case Type::Q6_K:
-            return true;
-        default:
-            return false;
-    }
-}
-
-bool avx512_kernel_reorders(quant::Type w_type) {
-    using quant::Type;
-    // The K-quant AVX-512 kernels keep llama.cpp's order; the float and
-    // 32-element ones pair blocks and lanes differently, so those types run
-    // their AVX2 kernels on AVX-512 machines.
-    switch (w_type) {
-        case Type::Q2_K:
-        case Type::Q3_K:
-        case Type::Q4_K:
-        case Type::Q5_K:
-        case Type::Q6_K:
-            return false;
-        default:
-            return follows_llama_order(w_type);
-    }
-}
-
-namespace {
-struct BatchKernels {
-    quant::Type w_type;
-    DotFn scalar, avx2, avx512, avx512nv;
-    int64_t min_tokens, group;
-};
-#define TANDEM_BATCH_ROW(T, name, min_tokens, group)                                                            \
-    BatchKernels{quant::Type::T, dot_##name##_batch_scalar, TANDEM_X86(dot_##name##_batch_avx2),                \
-                 TANDEM_X86(dot_##name##_batch_avx512), TANDEM_X86(dot_##name##_batch_avx512nv), min_tokens, group}
-constexpr std::array kBatchKernels = {
-    TANDEM_BATCH_ROW(Q2_K, q2_K, 4, 4),
-    TANDEM_BATCH_ROW(Q3_K, q3_K, 8, 1),
-    TANDEM_BATCH_ROW(Q4_K, q4_K, 4, 4),
-    TANDEM_BATCH_ROW(Q5_K, q5_K, 8, 1),
-    TANDEM_BATCH_ROW(Q6_K, q6_K, 8, 1),
-};
-#undef TANDEM_BATCH_ROW
-}  // namespace
-
-BatchForm batch_form(quant::Type w_type, SimdLevel level) {
-    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
-    for (const BatchKernels& k : kBatchKernels) {
-        if (k.w_type != w_type) continue;
-        DotFn fn = level != SimdLevel::Scalar && k.avx2 != nullptr ? k.avx2 : k.scalar;
-        if (level == SimdLevel::Avx512 && !avx512_kernel_reorders(w_type)) {
-            const DotFn f = avx512_vnni_available() ? k.avx512 : k.avx512nv;
-            if (f != nullptr) fn = f;
-        }
-        return {fn, k.min_tokens, k.group};
-    }
-    return {};
-}
-
-DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level) {
-    // Each reproduces the order of the single-row kernel it stands in for
-    // at that level (Matmul.DecodeRowsKernelsMatchSingleRowBits).
-    if (level == SimdLevel::Scalar) return {};
-    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
-    const bool vnni = level == SimdLevel::Avx512 && avx512_vnni_available();
-    if (w_type == quant::Type::Q4_K && vnni) {
-        return {TANDEM_X86(dot_q4_K_rows_avx512), TANDEM_X86(prepare_q4_K_rows), TANDEM_X86(q4_K_rows_prepared_bytes)};
-    }
-    if (w_type == quant::Type::Q4_K) return {TANDEM_X86(dot_q4_K_rows_avx2)};
-    if (w_type == quant::Type::Q2_K && vnni) {
-        return {TANDEM_X86(dot_q2_K_rows_avx512), TANDEM_X86(prepare_q2_K_rows), TANDEM_X86(q2_K_rows_prepared_bytes)};
-    }
-    if (w_type == quant::Type::Q3_K && vnni) {
-        return {TANDEM_X86(dot_q3_K_rows_avx512), TANDEM_X86(prepare_q3_K_rows), TANDEM_X86(q3_K_rows_prepared_bytes)};
-    }
-    if (w_type == quant::Type::Q5_K && vnni) {
-        return {TANDEM_X86(dot_q5_K_rows_avx512), TANDEM_X86(prepare_q4_K_rows), TANDEM_X86(q4_K_rows_prepared_bytes)};
-    }
-    if (w_type == quant::Type::Q6_K && vnni) return {TANDEM_X86(dot_q6_K_rows_avx512)};
-    if (w_type == quant::Type::Q4_0 && vnni) {
-        return {TANDEM_X86(dot_q4_0_rows_avx512), TANDEM_X86(prepare_q4_0_rows), TANDEM_X86(q4_0_rows_prepared_bytes)};
-    }
-    if (w_type == quant::Type::Q4_1 && vnni) {
-        return {TANDEM_X86(dot_q4_1_rows_avx512), TANDEM_X86(prepare_q4_1_rows), TANDEM_X86(legacy_rows_prepared_bytes)};
-    }
-    if (w_type == quant::Type::Q5_0 && vnni) {
-        return {TANDEM_X86(dot_q5_0_rows_avx512), TANDEM_X86(prepare_q5_0_rows), TANDEM_X86(legacy_rows_prepared_bytes)};
-    }
-    if (w_type == quant::Type::Q5_1 && vnni) {
-        return {TANDEM_X86(dot_q5_1_rows_avx512), TANDEM_X86(prepare_q5_1_rows), TANDEM_X86(legacy_rows_prepared_bytes)};
-    }
-    return {};
-}
-
-DotFn dot_kernel(quant::Type w_type, SimdLevel level) {
-    const DotKernels* k = find_dot_kernels(w_type);
-    if (k == nullptr) {
-        throw Error("no CPU matmul kernel for weight type " + std::string(quant::traits(w_type).name));
-    }
-    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
-    if (level == SimdLevel::Avx512 && !avx512_kernel_reorders(w_type)) {
-        const DotFn f = avx512_vnni_available() ? k->avx512 : k->avx512nv;
-        if (f != nullptr) return f;
-    }
-    if (level >= SimdLevel::Avx2 && k->avx2 != nullptr) return k->avx2;
-    return k->scalar;
-}
-
 }  // namespace detail
 
 quant::Type activation_type(quant::Type weight_type) {
-    const detail::DotKernels* k = detail::find_dot_kernels(weight_type);
-    if (k == nullptr) {
+    if (detail::weight_kernels(weight_type) == nullptr) {
         throw Error("no CPU matmul kernel for weight type " + std::string(quant::traits(weight_type).name));
     }
-    return k->a_type;
+    return quant::traits(weight_type).dot_type;
 }
 
 float vec_dot(quant::Type w_type, const void* w_row, const void* a_row, int64_t n, SimdLevel level) {
@@ -276,51 +117,14 @@ void decode_rows_range(const WeightView& w, const detail::DecodeRows& rows, int6
 
 namespace {
 
-// Panels of 16 rows handed out through an atomic counter; each thread
-// unpacks into its own buffer.
-using PanelGemm = void (*)(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
-                           size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
-// The panel GEMMs (gemm_panel.h), one row per weight type. prepare: what
-// the kernel needs appended to each quantized activation row first, null
-// for nothing; extra_bytes: how much it appends per activation block.
-using PanelPrepare = void (*)(quant::Type a_type, void* row, int64_t n_cols);
-struct PanelKernel {
-    quant::Type type;
-    PanelGemm gemm;
-    size_t (*bytes)(int64_t n_cols);
-    PanelPrepare prepare;
-    size_t extra_bytes;
-};
-#if defined(__x86_64__)
-constexpr PanelKernel kPanelKernels[] = {
-    {quant::Type::Q2_K, detail::q2_K_panel_gemm_avx512, detail::q2_K_panel_bytes, nullptr, 0},
-    {quant::Type::Q3_K, detail::q3_K_panel_gemm_avx512, detail::q3_K_panel_bytes, detail::q3_K_panel_prepare,
-     detail::kGroupStartsExtraBytes},
-    {quant::Type::Q4_K, detail::q4_K_panel_gemm_avx512, detail::q4_K_panel_bytes, detail::k4_panel_prepare,
-     detail::kK4PanelExtraBytes},
-    {quant::Type::Q5_K, detail::q5_K_panel_gemm_avx512, detail::q5_K_panel_bytes, detail::k4_panel_prepare,
-     detail::kK4PanelExtraBytes},
-    {quant::Type::Q6_K, detail::q6_K_panel_gemm_avx512, detail::q6_K_panel_bytes, detail::q6_K_panel_prepare,
-     detail::kGroupStartsExtraBytes},
-    {quant::Type::Q4_0, detail::q4_0_panel_gemm_avx512, detail::q4_0_panel_bytes, detail::q4_0_panel_prepare,
-     detail::kQ4_0PanelExtraBytes},
-    {quant::Type::Q8_0, detail::q8_0_panel_gemm_avx512, detail::legacy_panel_bytes, detail::q8_0_panel_prepare,
-     detail::kLaneStartsExtraBytes},
-    {quant::Type::Q5_0, detail::q5_0_panel_gemm_avx512, detail::legacy_panel_bytes, detail::q5_0_panel_prepare,
-     detail::kLaneStartsExtraBytes},
-    {quant::Type::Q4_1, detail::q4_1_panel_gemm_avx512, detail::legacy_panel_bytes, nullptr, 0},
-    {quant::Type::Q5_1, detail::q5_1_panel_gemm_avx512, detail::legacy_panel_bytes, nullptr, 0},
-};
-#endif
+// Panels of 16 rows (kernel_table.h) handed out through an atomic counter;
+// each thread unpacks into its own buffer.
+using detail::PanelGemm;
+using detail::PanelKernel;
 
 const PanelKernel* find_panel_kernel(quant::Type type) {
-#if defined(__x86_64__)
-    for (const PanelKernel& k : kPanelKernels) {
-        if (k.type == type) return &k;
-    }
-#endif
-    (void)type;
-    return nullptr;
+    const detail::WeightKernels* k = detail::weight_kernels(type);
+    return k != nullptr && k->panel.gemm != nullptr ? &k->panel : nullptr;
 }
 
 void run_panels(const WeightView& w, PanelGemm gemm, size_t buf_bytes, const void* act, size_t a_stride,
@@ -345,10 +149,7 @@ void run_panels(const WeightView& w, PanelGemm gemm, size_t buf_bytes, const voi
 
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
             ThreadPool& pool, SimdLevel level) {
-    const detail::DotKernels* k = detail::find_dot_kernels(w.type);
-    if (k == nullptr) {
-        throw Error("no CPU matmul kernel for weight type " + std::string(quant::traits(w.type).name));
-    }
+    const quant::Type a_type = activation_type(w.type);  // throws for a type without CPU kernels
     const auto w_row_bytes = quant::row_bytes(w.type, w.n_cols);
     TANDEM_CHECK(w_row_bytes.has_value() && w.n_cols > 0, "matmul: n_cols not a positive multiple of the block size");
     TANDEM_CHECK(w.row_stride_bytes >= *w_row_bytes, "matmul: weight row stride shorter than a row");
@@ -366,11 +167,11 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
     // Activations in the kernel's format, quantized once per token row.
     quant::QuantizeRowFn quantize = nullptr;  // null: F32 weights read X as it is
     size_t a_row_bytes = 0;
-    if (k->a_type != quant::Type::F32) {
-        const auto bytes = quant::row_bytes(k->a_type, n);
+    if (a_type != quant::Type::F32) {
+        const auto bytes = quant::row_bytes(a_type, n);
         TANDEM_CHECK(bytes.has_value(), "matmul: activation row not a whole number of blocks");
         a_row_bytes = *bytes;
-        quantize = detail::activation_quantizer(k->a_type, level);
+        quantize = detail::activation_quantizer(a_type, level);
     }
     if (n_tokens > 1) {
         if (const detail::WideDot wide = detail::wide_dot_kernel(w.type, level); wide.fn != nullptr) {
@@ -395,7 +196,7 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
         panel_end = panel_tokens - panel_tokens % 4;
     }
     const size_t panel_row_extra =
-        panel_end > 0 ? panel->extra_bytes * static_cast<size_t>(n / quant::traits(k->a_type).block_elems) : 0;
+        panel_end > 0 ? panel->extra_bytes * static_cast<size_t>(n / quant::traits(a_type).block_elems) : 0;
 
     // Single tokens of types with a several-rows decode kernel (same bits).
     const detail::DecodeRows rows = n_tokens == 1 && quantize != nullptr ? detail::decode_rows_kernel(w.type, level)
@@ -413,7 +214,7 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
                 unsigned char* row = buf + static_cast<size_t>(t) * a_stride;
                 quantize(x + t * ldx, row, n);
                 // The panel's preparation while the row is in cache.
-                if (t < panel_end && panel->prepare != nullptr) panel->prepare(k->a_type, row, n);
+                if (t < panel_end && panel->prepare != nullptr) panel->prepare(a_type, row, n);
             }
         };
         // A single row is a few microseconds of work: cheaper inline than
@@ -541,11 +342,11 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         for (const MatmulTarget& t : targets) matmul(*t.w, x, n, n_tokens, t.y, t.w->n_rows, pool, level);
     };
     // The fused path: one token, several threads, one activation type.
-    const detail::DotKernels* first = detail::find_dot_kernels(targets[0].w->type);
-    bool fusable = n_tokens == 1 && targets.size() > 1 && pool.size() > 1 && first != nullptr;
+    const quant::Type first_a = quant::traits(targets[0].w->type).dot_type;
+    bool fusable = n_tokens == 1 && targets.size() > 1 && pool.size() > 1;
     for (const MatmulTarget& t : targets) {
-        const detail::DotKernels* k = detail::find_dot_kernels(t.w->type);
-        fusable = fusable && k != nullptr && k->a_type == first->a_type && t.w->n_rows > 0 && t.w->data != nullptr;
+        fusable = fusable && detail::weight_kernels(t.w->type) != nullptr && quant::traits(t.w->type).dot_type == first_a &&
+                  t.w->n_rows > 0 && t.w->data != nullptr;
     }
     if (!fusable) return separately();
 
@@ -561,11 +362,11 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
     TANDEM_CHECK(targets.size() <= parts.size(), "matmul_shared_input: more than 8 targets");
     quant::QuantizeRowFn quantize = nullptr;
     size_t a_row_bytes = 0;
-    if (first->a_type != quant::Type::F32) {
-        const auto bytes = quant::row_bytes(first->a_type, n);
+    if (first_a != quant::Type::F32) {
+        const auto bytes = quant::row_bytes(first_a, n);
         TANDEM_CHECK(bytes.has_value(), "matmul: activation row not a whole number of blocks");
         a_row_bytes = (*bytes + 63) / 64 * 64;
-        quantize = detail::activation_quantizer(first->a_type, level);
+        quantize = detail::activation_quantizer(first_a, level);
     }
     // Scratch: the quantized row, then room for a prepared copy per target
     // (only distinct preparations are made: Q4_K's and Q2_K's differ, most

@@ -1,6 +1,7 @@
 // Internal to kernels_cpu: the dot-product kernels behind matmul(), one per
-// (weight type, SIMD level), gathered in a constant table (kDotKernels in
-// matmul.cpp) that matmul and the tests index by type instead of switching.
+// (weight type, SIMD level), gathered in one constant table per weight type
+// (kernel_table.h) that matmul and the tests index by type instead of
+// switching.
 //
 // Every kernel has the same shape: one weight row against up to
 // kMaxTileTokens activation rows. Passing several tokens at once lets the
@@ -25,44 +26,42 @@ inline constexpr int kMaxTileTokens = 4;
 // weight type's block size.
 using DotFn = void (*)(int64_t n, const void* w, const void* a, size_t a_stride, int nt, float* y, int64_t ldy);
 
-// One row of the dispatch table. A null entry means "no kernel at this
-// level" (e.g. a build without x86 intrinsics); lookups fall back to the
+// A kernel at each SIMD level (kernel_table.h holds them per weight type).
+// A null entry means "no kernel at this level"; lookups fall back to the
 // next lower level.
-struct DotKernels {
-    quant::Type w_type;
-    quant::Type a_type;  // what activations are quantized to
-    DotFn scalar;
-    DotFn avx2;
-    DotFn avx512;    // built with VNNI
-    DotFn avx512nv;  // the same source built without VNNI
+struct LevelKernels {
+    DotFn scalar = nullptr;
+    DotFn avx2 = nullptr;
+    DotFn avx512 = nullptr;    // built with VNNI
+    DotFn avx512nv = nullptr;  // the same source built without VNNI
 };
 
 // Whether the CPU has AVX512_VNNI (selects avx512 over avx512nv).
 bool avx512_vnni_available();
 
-// nullptr if w_type is not a supported weight type.
-const DotKernels* find_dot_kernels(quant::Type w_type);
-// The kernel for w_type at `level` (or the best available below it).
+// The kernel for w_type at `level` (or the best available below it);
+// throws tandem::Error for a type without CPU kernels.
 DotFn dot_kernel(quant::Type w_type, SimdLevel level);
 
-// X(TYPE, suffix, ACTIVATION TYPE): every weight type with a kernel.
+// X(TYPE, suffix): every weight type with a kernel (its activation type is
+// quant::traits(TYPE).dot_type).
 #define TANDEM_DOT_TYPES(X) \
-    X(F32, f32, F32)        \
-    X(F16, f16, F16)        \
-    X(BF16, bf16, BF16)     \
-    X(Q4_0, q4_0, Q8_0)     \
-    X(Q4_1, q4_1, Q8_1)     \
-    X(Q5_0, q5_0, Q8_0)     \
-    X(Q5_1, q5_1, Q8_1)     \
-    X(Q8_0, q8_0, Q8_0)     \
-    X(Q2_K, q2_K, Q8_K)     \
-    X(Q3_K, q3_K, Q8_K)     \
-    X(Q4_K, q4_K, Q8_K)     \
-    X(Q5_K, q5_K, Q8_K)     \
-    X(Q6_K, q6_K, Q8_K)
+    X(F32, f32)             \
+    X(F16, f16)             \
+    X(BF16, bf16)           \
+    X(Q4_0, q4_0)           \
+    X(Q4_1, q4_1)           \
+    X(Q5_0, q5_0)           \
+    X(Q5_1, q5_1)           \
+    X(Q8_0, q8_0)           \
+    X(Q2_K, q2_K)           \
+    X(Q3_K, q3_K)           \
+    X(Q4_K, q4_K)           \
+    X(Q5_K, q5_K)           \
+    X(Q6_K, q6_K)
 
 #define TANDEM_DOT_ARGS int64_t n, const void *w, const void *a, size_t a_stride, int nt, float *y, int64_t ldy
-#define TANDEM_DECLARE_DOT(T, name, A)          \
+#define TANDEM_DECLARE_DOT(T, name)             \
     void dot_##name##_scalar(TANDEM_DOT_ARGS); \
     void dot_##name##_avx2(TANDEM_DOT_ARGS);   \
     void dot_##name##_avx512(TANDEM_DOT_ARGS); \

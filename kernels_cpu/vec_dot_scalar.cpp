@@ -348,7 +348,7 @@ void dot_q6_K_batch_scalar(TANDEM_DOT_ARGS) { each_token<dot_q6_K_batch>(n, w, a
 void dot_q5_K_batch_scalar(TANDEM_DOT_ARGS) { each_token<dot_q5_K_batch>(n, w, a, a_stride, nt, y, ldy); }
 
 
-#define TANDEM_DEFINE_SCALAR(T, name, A) \
+#define TANDEM_DEFINE_SCALAR(T, name) \
     void dot_##name##_scalar(TANDEM_DOT_ARGS) { each_token<dot_##name>(n, w, a, a_stride, nt, y, ldy); }
 TANDEM_DOT_TYPES(TANDEM_DEFINE_SCALAR)
 #undef TANDEM_DEFINE_SCALAR

@@ -88,7 +88,7 @@ TEST(CudaMathHost, MatmulActivationTypesAreTheCpus) {
     }
     TANDEM_CUDA_MATMUL_TYPES(CHECK_PAIR)
 #undef CHECK_PAIR
-#define COUNT_DOT(T, name, A) --n;
+#define COUNT_DOT(T, name) --n;
     TANDEM_DOT_TYPES(COUNT_DOT)
 #undef COUNT_DOT
     EXPECT_EQ(n, 0) << "every CPU weight type needs a CUDA matmul";

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels_cpu/matmul.h"
+#include "kernels_cpu/kernel_table.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
 #include "runtime/quant/fp16.h"
@@ -24,7 +25,7 @@ using namespace tandem;
 using tandem::cpu::SimdLevel;
 using tandem::quant::Type;
 
-#define TANDEM_TEST_TYPE(T, name, A) Type::T,
+#define TANDEM_TEST_TYPE(T, name) Type::T,
 const std::vector<Type> kWeightTypes = {TANDEM_DOT_TYPES(TANDEM_TEST_TYPE)};
 #undef TANDEM_TEST_TYPE
 
@@ -91,9 +92,10 @@ struct Variant {
     cpu::detail::DotFn fn;
 };
 std::vector<Variant> simd_variants(Type t) {
-    const cpu::detail::DotKernels* k = cpu::detail::find_dot_kernels(t);
+    const cpu::detail::WeightKernels* row = cpu::detail::weight_kernels(t);
     std::vector<Variant> out;
-    if (k == nullptr) return out;
+    if (row == nullptr) return out;
+    const cpu::detail::LevelKernels* k = &row->dot;
     if (cpu::simd_level_supported(SimdLevel::Avx2) && k->avx2) out.push_back({"avx2", k->avx2});
     if (cpu::simd_level_supported(SimdLevel::Avx512)) {
         if (k->avx512nv) out.push_back({"avx512-novnni", k->avx512nv});
@@ -255,7 +257,7 @@ TEST(VecDot, TokenTilesMatchSingleTokens) {
             std::memcpy(acts.data() + stride * i, row.data(), row.size());
         }
         std::vector<Variant> variants = simd_variants(t);
-        variants.push_back({"scalar", cpu::detail::find_dot_kernels(t)->scalar});
+        variants.push_back({"scalar", cpu::detail::weight_kernels(t)->dot.scalar});
         for (const Variant& v : variants) {
             for (int k = 1; k <= nt; ++k) {
                 std::vector<float> y(static_cast<size_t>(3 * k), -1.0f);

@@ -45,6 +45,10 @@ struct TypeTraits {
     bool is_activation_only;  // Q8_K, Q8_1: dot-product partners, never stored weights
     QuantizeRowFn quantize_row;
     DequantizeRowFn dequantize_row;
+    // What activations are quantized to before a dot product with rows of
+    // this type, on every device (ggml's vec_dot_type): Q8_0 for Q4_0,
+    // Q8_K for the K-quants, itself for floats and for activation types.
+    Type dot_type;
 };
 
 // nullptr for ids Tandem does not know (retired, IQ*, future types): the

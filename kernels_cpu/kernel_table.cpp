@@ -1,0 +1,189 @@
+#include "kernels_cpu/kernel_table.h"
+
+#include <array>
+#include <string>
+
+#include "kernels_cpu/gemm_panel.h"
+#include "runtime/common/error.h"
+
+namespace tandem::cpu::detail {
+namespace {
+
+#if defined(__x86_64__)
+#define TANDEM_X86(f) f
+#else
+#define TANDEM_X86(f) nullptr
+#endif
+
+using quant::Type;
+
+#define TANDEM_LEVELS(prefix) \
+    LevelKernels{prefix##_scalar, TANDEM_X86(prefix##_avx2), TANDEM_X86(prefix##_avx512), TANDEM_X86(prefix##_avx512nv)}
+#define TANDEM_WIDE(name) \
+    LevelKernels{nullptr, TANDEM_X86(dot_##name##_wide_avx2), TANDEM_X86(dot_##name##_wide_avx512), TANDEM_X86(dot_##name##_wide_avx512nv)}
+#define TANDEM_ROWS(name, prepare, bytes) \
+    DecodeRows{TANDEM_X86(dot_##name##_rows_avx512), TANDEM_X86(prepare), TANDEM_X86(bytes)}
+#define TANDEM_PANEL(name, bytes, prepare, extra) \
+    PanelKernel{TANDEM_X86(name##_panel_gemm_avx512), TANDEM_X86(bytes), TANDEM_X86(prepare), extra}
+
+// Off x86 only the scalar kernels exist: the rest are null there.
+constexpr std::array kTable = {
+    WeightKernels{.type = Type::F32, .dot = TANDEM_LEVELS(dot_f32)},
+    WeightKernels{.type = Type::F16,
+                  .dot = TANDEM_LEVELS(dot_f16),
+                  .wide_round = TANDEM_X86(round_row_f16_avx2),
+                  .wide = TANDEM_WIDE(f16),
+                  .llama_order = true,
+                  .avx2_at_avx512 = true},
+    WeightKernels{.type = Type::BF16,
+                  .dot = TANDEM_LEVELS(dot_bf16),
+                  .wide_round = TANDEM_X86(round_row_bf16_avx2),
+                  .wide = TANDEM_WIDE(bf16)},
+    WeightKernels{.type = Type::Q4_0,
+                  .dot = TANDEM_LEVELS(dot_q4_0),
+                  .rows_avx512 = TANDEM_ROWS(q4_0, prepare_q4_0_rows, q4_0_rows_prepared_bytes),
+                  .panel = TANDEM_PANEL(q4_0, q4_0_panel_bytes, q4_0_panel_prepare, kQ4_0PanelExtraBytes),
+                  .llama_order = true,
+                  .avx2_at_avx512 = true},
+    WeightKernels{.type = Type::Q4_1,
+                  .dot = TANDEM_LEVELS(dot_q4_1),
+                  .rows_avx512 = TANDEM_ROWS(q4_1, prepare_q4_1_rows, legacy_rows_prepared_bytes),
+                  .panel = TANDEM_PANEL(q4_1, legacy_panel_bytes, nullptr, 0),
+                  .llama_order = true,
+                  .avx2_at_avx512 = true},
+    WeightKernels{.type = Type::Q5_0,
+                  .dot = TANDEM_LEVELS(dot_q5_0),
+                  .rows_avx512 = TANDEM_ROWS(q5_0, prepare_q5_0_rows, legacy_rows_prepared_bytes),
+                  .panel = TANDEM_PANEL(q5_0, legacy_panel_bytes, q5_0_panel_prepare, kLaneStartsExtraBytes),
+                  .llama_order = true,
+                  .avx2_at_avx512 = true},
+    WeightKernels{.type = Type::Q5_1,
+                  .dot = TANDEM_LEVELS(dot_q5_1),
+                  .rows_avx512 = TANDEM_ROWS(q5_1, prepare_q5_1_rows, legacy_rows_prepared_bytes),
+                  .panel = TANDEM_PANEL(q5_1, legacy_panel_bytes, nullptr, 0),
+                  .llama_order = true,
+                  .avx2_at_avx512 = true},
+    WeightKernels{.type = Type::Q8_0,
+                  .dot = TANDEM_LEVELS(dot_q8_0),
+                  .panel = TANDEM_PANEL(q8_0, legacy_panel_bytes, q8_0_panel_prepare, kLaneStartsExtraBytes),
+                  .llama_order = true,
+                  .avx2_at_avx512 = true},
+    WeightKernels{.type = Type::Q2_K,
+                  .dot = TANDEM_LEVELS(dot_q2_K),
+                  .batch = TANDEM_LEVELS(dot_q2_K_batch),
+                  .batch_min_tokens = 4,
+                  .batch_group = 4,
+                  .rows_avx512 = TANDEM_ROWS(q2_K, prepare_q2_K_rows, q2_K_rows_prepared_bytes),
+                  .panel = TANDEM_PANEL(q2_K, q2_K_panel_bytes, nullptr, 0),
+                  .llama_order = true},
+    WeightKernels{.type = Type::Q3_K,
+                  .dot = TANDEM_LEVELS(dot_q3_K),
+                  .batch = TANDEM_LEVELS(dot_q3_K_batch),
+                  .batch_min_tokens = 8,
+                  .rows_avx512 = TANDEM_ROWS(q3_K, prepare_q3_K_rows, q3_K_rows_prepared_bytes),
+                  .panel = TANDEM_PANEL(q3_K, q3_K_panel_bytes, q3_K_panel_prepare, kGroupStartsExtraBytes),
+                  .llama_order = true},
+    WeightKernels{.type = Type::Q4_K,
+                  .dot = TANDEM_LEVELS(dot_q4_K),
+                  .batch = TANDEM_LEVELS(dot_q4_K_batch),
+                  .batch_min_tokens = 4,
+                  .batch_group = 4,
+                  .rows_avx2 = DecodeRows{TANDEM_X86(dot_q4_K_rows_avx2)},
+                  .rows_avx512 = TANDEM_ROWS(q4_K, prepare_q4_K_rows, q4_K_rows_prepared_bytes),
+                  .panel = TANDEM_PANEL(q4_K, q4_K_panel_bytes, k4_panel_prepare, kK4PanelExtraBytes),
+                  .llama_order = true},
+    // Q5_K's rows kernel reads Q4_K's prepared activation.
+    WeightKernels{.type = Type::Q5_K,
+                  .dot = TANDEM_LEVELS(dot_q5_K),
+                  .batch = TANDEM_LEVELS(dot_q5_K_batch),
+                  .batch_min_tokens = 8,
+                  .rows_avx512 = TANDEM_ROWS(q5_K, prepare_q4_K_rows, q4_K_rows_prepared_bytes),
+                  .panel = TANDEM_PANEL(q5_K, q5_K_panel_bytes, k4_panel_prepare, kK4PanelExtraBytes),
+                  .llama_order = true},
+    // Q6_K's rows kernel reads the Q8_K row itself.
+    WeightKernels{.type = Type::Q6_K,
+                  .dot = TANDEM_LEVELS(dot_q6_K),
+                  .batch = TANDEM_LEVELS(dot_q6_K_batch),
+                  .batch_min_tokens = 8,
+                  .rows_avx512 = DecodeRows{TANDEM_X86(dot_q6_K_rows_avx512)},
+                  .panel = TANDEM_PANEL(q6_K, q6_K_panel_bytes, q6_K_panel_prepare, kGroupStartsExtraBytes),
+                  .llama_order = true},
+};
+
+#undef TANDEM_LEVELS
+#undef TANDEM_WIDE
+#undef TANDEM_ROWS
+#undef TANDEM_PANEL
+
+const WeightKernels& require(quant::Type w_type) {
+    const WeightKernels* k = weight_kernels(w_type);
+    if (k == nullptr) throw Error("no CPU matmul kernel for weight type " + std::string(quant::traits(w_type).name));
+    return *k;
+}
+
+// The kernel of `k` for `level`: the AVX-512 build (VNNI or not, as the
+// CPU has) unless the type runs its AVX2 kernels there, else AVX2, else
+// scalar; each only where present.
+DotFn pick(const LevelKernels& k, SimdLevel level, bool avx2_at_avx512) {
+    if (level == SimdLevel::Avx512 && !avx2_at_avx512) {
+        const DotFn f = avx512_vnni_available() ? k.avx512 : k.avx512nv;
+        if (f != nullptr) return f;
+    }
+    if (level >= SimdLevel::Avx2 && k.avx2 != nullptr) return k.avx2;
+    return k.scalar;
+}
+
+}  // namespace
+
+const WeightKernels* weight_kernels(quant::Type w_type) {
+    for (const WeightKernels& k : kTable) {
+        if (k.type == w_type) return &k;
+    }
+    return nullptr;
+}
+
+bool follows_llama_order(quant::Type w_type) {
+    const WeightKernels* k = weight_kernels(w_type);
+    return k != nullptr && k->llama_order;
+}
+
+bool avx512_kernel_reorders(quant::Type w_type) {
+    const WeightKernels* k = weight_kernels(w_type);
+    return k != nullptr && k->avx2_at_avx512;
+}
+
+DotFn dot_kernel(quant::Type w_type, SimdLevel level) {
+    const WeightKernels& k = require(w_type);
+    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
+    return pick(k.dot, level, k.avx2_at_avx512);
+}
+
+BatchForm batch_form(quant::Type w_type, SimdLevel level) {
+    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
+    const WeightKernels* k = weight_kernels(w_type);
+    if (k == nullptr || k->batch.scalar == nullptr) return {};
+    return {pick(k->batch, level, k->avx2_at_avx512), k->batch_min_tokens, k->batch_group};
+}
+
+DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level) {
+    // Each reproduces the order of the single-row kernel it stands in for
+    // at that level (Matmul.DecodeRowsKernelsMatchSingleRowBits).
+    if (level == SimdLevel::Scalar) return {};
+    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
+    const WeightKernels* k = weight_kernels(w_type);
+    if (k == nullptr) return {};
+    if (level == SimdLevel::Avx512 && avx512_vnni_available() && k->rows_avx512.fn != nullptr) return k->rows_avx512;
+    return k->rows_avx2;
+}
+
+WideDot wide_dot_kernel(quant::Type w_type, SimdLevel level) {
+    if (level == SimdLevel::Scalar) return {};
+    TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
+    const WeightKernels* k = weight_kernels(w_type);
+    if (k == nullptr || k->wide_round == nullptr) return {};
+    const DotFn fn = pick(k->wide, level, k->avx2_at_avx512);
+    if (fn == nullptr) return {};
+    return {fn, k->wide_round};
+}
+
+}  // namespace tandem::cpu::detail
