@@ -5,5 +5,5 @@
 #error "vec_dot_avx512_novnni.cpp must be compiled without -mavx512vnni"
 #endif
 #define TANDEM_AVX512_FN(name) dot_##name##_avx512nv
-#include "kernels_cpu/vec_dot_avx512_body.h"
-#include "kernels_cpu/vec_dot_kquants_avx512_body.h"
+#include "kernels_cpu/avx512/vec_dot_avx512_body.h"
+#include "kernels_cpu/avx512/vec_dot_kquants_avx512_body.h"

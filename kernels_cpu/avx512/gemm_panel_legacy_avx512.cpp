@@ -18,7 +18,7 @@
 #include <type_traits>
 
 #include "kernels_cpu/gemm_panel.h"
-#include "kernels_cpu/gemm_panel_avx512.h"
+#include "kernels_cpu/avx512/gemm_panel_avx512.h"
 #include "runtime/quant/fp16.h"
 #include "runtime/quant/quant_blocks.h"
 
