@@ -9,12 +9,6 @@
 namespace tandem::cpu::detail {
 namespace {
 
-#if defined(__x86_64__)
-#define TANDEM_X86(f) f
-#else
-#define TANDEM_X86(f) nullptr
-#endif
-
 using quant::Type;
 
 #define TANDEM_LEVELS(prefix) \

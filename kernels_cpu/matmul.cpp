@@ -36,12 +36,6 @@ namespace tandem::cpu {
 namespace detail {
 namespace {
 
-#if defined(__x86_64__)
-#define TANDEM_X86(f) f
-#else
-#define TANDEM_X86(f) nullptr
-#endif
-
 struct ActQuantizer {
     quant::Type a_type;
     quant::QuantizeRowFn avx2;  // also used at Avx512: the quantizer is not the bottleneck

@@ -16,6 +16,13 @@
 #include "kernels_cpu/matmul.h"
 #include "runtime/quant/quant_types.h"
 
+// A kernel that exists only in x86 builds, as a table entry: null elsewhere.
+#if defined(__x86_64__)
+#define TANDEM_X86(f) f
+#else
+#define TANDEM_X86(f) nullptr
+#endif
+
 namespace tandem::cpu::detail {
 
 // Tokens a kernel handles per call (register tile width in tokens).

@@ -46,6 +46,13 @@ tandem::SessionOptions options(const std::string& device = "", int64_t ngl = 0) 
     return opt;
 }
 
+// Where bits are compared with the same cells and product shapes.
+tandem::SessionOptions f16_options() {
+    tandem::SessionOptions opt = options();
+    opt.cache_type = tandem::model::CacheType::F16;
+    return opt;
+}
+
 // Logits of every token of `ids` evaluated alone in a fresh session, in
 // calls of the given sizes (all at once by default).
 std::vector<float> alone(const Fixture& f, const std::vector<int32_t>& ids, const tandem::SessionOptions& opt,
@@ -126,8 +133,7 @@ TEST(Sequences, TwoSequencesAcrossTheStandInSplit) {
 // tokens evaluated at those positions as if the draft had never been.
 TEST(Sequences, RemovedPositionsEvaluateAgainAsFresh) {
     const Fixture f;
-    tandem::SessionOptions f16 = options();
-    f16.cache_type = tandem::model::CacheType::F16;
+    const tandem::SessionOptions f16 = f16_options();
     tandem::Session s(f.file, f.spec, f16);
     std::vector<float> logits;
     s.eval(f.a, false, logits);
@@ -152,8 +158,7 @@ TEST(Sequences, RemovedPositionsEvaluateAgainAsFresh) {
 
 TEST(Sequences, CopiedPrefixServesASecondSequence) {
     const Fixture f;
-    tandem::SessionOptions f16 = options();
-    f16.cache_type = tandem::model::CacheType::F16;
+    const tandem::SessionOptions f16 = f16_options();
     tandem::Session s(f.file, f.spec, f16);
     std::vector<float> logits;
     s.eval(f.a, false, logits);

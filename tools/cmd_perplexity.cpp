@@ -35,19 +35,14 @@
 namespace tandem::tools {
 namespace {
 
-struct PerplexityOptions {
+// SplitFlags: --device, --vram, -ngl, --cache-type, streaming and placement.
+struct PerplexityOptions : SplitFlags {
     std::string model;
     std::string text_file;
     int64_t n_ctx = 512;
     int64_t n_batch = 2048;  // llama.cpp's default; capped at n_ctx
     int64_t n_ubatch = 512;
     int n_threads = 0;
-    std::string cache_type = "f16";
-    std::string device;
-    std::string vram;
-    std::string n_gpu_layers = "auto";
-    StreamFlags stream;
-    PlacementFlags placement;
     int64_t chunks = 0;  // 0: every whole chunk of the text
     std::string save_logits;
     std::string save_logits_type = "f16";
@@ -93,15 +88,7 @@ void perplexity(const PerplexityOptions& o) {
 
     // As `run`, without the tune cache: its entries are measured for
     // generation, and perplexity is all prompt processing at one context.
-    SplitRequest req;
-    req.device = o.device;
-    if (!o.vram.empty()) req.vram = parse_size(o.vram);
-    req.ngl = parse_ngl(o.n_gpu_layers);
-    req.n_ctx = w.n_ctx;
-    req.n_ubatch = o.n_ubatch;
-    req.cache_type = planner::parse_cache_type(o.cache_type);
-    req.stream = o.stream;
-    req.placement = o.placement;
+    SplitRequest req = split_request(o, w.n_ctx, o.n_ubatch);
     SessionOptions so = resolve_split(req, file, spec).so;
     so.n_threads = o.n_threads;
     const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so);

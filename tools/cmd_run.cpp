@@ -28,7 +28,8 @@
 namespace tandem::tools {
 namespace {
 
-struct RunOptions {
+// SplitFlags: --device, --vram, -ngl, --cache-type, streaming and placement.
+struct RunOptions : SplitFlags {
     std::string model;
     std::optional<std::string> prompt;
     std::optional<std::string> prompt_file;
@@ -37,17 +38,11 @@ struct RunOptions {
     int n_threads = 0;
     int64_t n_ubatch = 512;
     int64_t n_batch = 0;  // accepted for llama.cpp compatibility; micro-batches are what matter on the CPU
-    std::string cache_type = "f16";
     std::string dump_logits;
     bool no_bos = false;
     bool no_mmap = false;
     bool mlock = false;
     bool verbose = false;
-    std::string device;
-    std::string vram;
-    std::string n_gpu_layers = "auto";  // or a count
-    StreamFlags stream;
-    PlacementFlags placement;
     SamplerParams sampling;
     std::optional<uint64_t> seed;
 };
@@ -109,18 +104,10 @@ void run(const RunOptions& o) {
 
     const std::vector<int32_t> tokens = tokenizer.encode(prompt, !o.no_bos && tokenizer.add_bos_by_default());
     if (tokens.empty()) throw Error("the prompt gives no tokens");
-    SplitRequest req;
-    req.device = o.device;
-    if (!o.vram.empty()) req.vram = parse_size(o.vram);
-    req.ngl = parse_ngl(o.n_gpu_layers);
-    req.n_ctx = o.n_ctx;
-    req.n_ubatch = o.n_ubatch;
+    SplitRequest req = split_request(o, o.n_ctx, o.n_ubatch);
     // --dump-logits promises the prompt as one batch, as llama.cpp's golden
     // files were made.
     if (!o.dump_logits.empty()) req.n_ubatch = std::max<int64_t>(req.n_ubatch, static_cast<int64_t>(tokens.size()));
-    req.cache_type = planner::parse_cache_type(o.cache_type);
-    req.stream = o.stream;
-    req.placement = o.placement;
     req.tuned_model = o.model;
     Split split = resolve_split(req, file, spec);
     SessionOptions& so = split.so;

@@ -10,6 +10,7 @@
 #include "planner/calibration.h"
 #include "planner/tune_cache.h"
 #include "runtime/common/error.h"
+#include "runtime/engine/memory_ledger.h"
 
 namespace tandem::tools {
 namespace {
@@ -64,6 +65,19 @@ std::optional<int64_t> parse_ngl(const std::string& text) {
     } catch (const std::exception&) {
     }
     throw Error(fmt::format("-ngl: expected auto or a layer count, found '{}'", text));
+}
+
+SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch) {
+    SplitRequest r;
+    r.device = f.device;
+    if (!f.vram.empty()) r.vram = parse_size(f.vram);
+    r.ngl = parse_ngl(f.n_gpu_layers);
+    r.n_ctx = n_ctx;
+    r.n_ubatch = n_ubatch;
+    r.cache_type = planner::parse_cache_type(f.cache_type);
+    r.stream = f.stream;
+    r.placement = f.placement;
+    return r;
 }
 
 planner::PlanInputs split_plan_inputs(const SplitRequest& r, std::vector<std::string>* measured) {

@@ -33,6 +33,21 @@ struct SplitRequest {
     std::optional<std::string> tuned_model;
 };
 
+// Where a model runs, as the flags give it (run and perplexity take these,
+// each with its own help text).
+struct SplitFlags {
+    std::string device;
+    std::string vram;
+    std::string n_gpu_layers = "auto";
+    std::string cache_type = "f16";
+    StreamFlags stream;
+    PlacementFlags placement;
+};
+
+// The request those flags make for a session of n_ctx and n_ubatch; throws
+// tandem::Error for a bad size, -ngl or cache type.
+SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch);
+
 // "auto" -> nullopt, a count -> it; anything else is a tandem::Error.
 std::optional<int64_t> parse_ngl(const std::string& text);
 

@@ -136,28 +136,13 @@ struct CpuDevice::Impl {
     // kernels from caring whether the file stored them as F32 or F16.
     std::vector<float> floats(const gguf::TensorInfo& t) {
         reserve(MemoryCategory::Weights, t.n_bytes, fmt::format("tensor '{}'", t.name));
-        std::vector<float> v(static_cast<size_t>(t.n_elements));
-        const auto bytes = file.tensor_data(t);
-        const int64_t row = t.row_length();
-        const uint64_t row_bytes = *quant::row_bytes(t.type, row);
-        for (int64_t r = 0; r < t.n_rows(); ++r) {
-            quant::dequantize_row(t.type, bytes.data() + r * row_bytes, v.data() + r * row, row);
-        }
+        std::vector<float> v = tensor_floats(file, t);
         if (accelerator && config.on_upload) config.on_upload(t.n_bytes);
         return v;
     }
 
-    const cpu::WeightView& matrix(const gguf::TensorInfo* t) const {
-        const auto it = matrices.find(t);
-        TANDEM_CHECK(it != matrices.end(), "matmul: the weight is not on this device");
-        return it->second;
-    }
-
-    const float* vector(const gguf::TensorInfo& t) const {
-        const auto it = vectors.find(&t);
-        TANDEM_CHECK(it != vectors.end(), "norm: the weight is not on this device");
-        return it->second.data();
-    }
+    const cpu::WeightView& matrix(const gguf::TensorInfo* t) const { return held_tensor(matrices, t, "matmul"); }
+    const float* vector(const gguf::TensorInfo& t) const { return held_tensor(vectors, &t, "norm").data(); }
 
     LayerKvCache& cache(int64_t il) {
         const auto it = kv.find(il);

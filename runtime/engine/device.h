@@ -15,9 +15,11 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "runtime/engine/memory_ledger.h"
 #include "runtime/engine/weight_stream.h"
+#include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 
@@ -29,6 +31,19 @@ enum class Act : int { X, Cur, Q, K, V, Attn, Gate, Up, Logits, Count };
 inline constexpr int kActCount = static_cast<int>(Act::Count);
 std::string_view act_name(Act a);
 int64_t act_width(const model::HParams& hp, Act a);
+
+// A tensor's values as floats, whatever the file stores (norm weights and
+// RoPE factors: small, read by every layer, kept as floats on each device).
+std::vector<float> tensor_floats(const gguf::File& file, const gguf::TensorInfo& t);
+
+// What a device holds for tensor t in `held` (a map keyed by the tensor);
+// a checked failure names the op when the placement put it elsewhere.
+template <class Map>
+const typename Map::mapped_type& held_tensor(const Map& held, const gguf::TensorInfo* t, const char* op) {
+    const auto it = held.find(t);
+    TANDEM_CHECK(it != held.end(), std::string(op) + ": the weight is not on this device");
+    return it->second;
+}
 
 struct DeviceConfig {
     int64_t n_ctx = 0;

@@ -11,27 +11,6 @@ namespace tandem {
 
 using model::LayerTensor;
 
-std::string_view act_name(Act a) {
-    static constexpr std::string_view names[kActCount] = {"x", "cur", "q", "k", "v", "attn", "gate", "up", "logits"};
-    return names[static_cast<int>(a)];
-}
-
-int64_t act_width(const model::HParams& hp, Act a) {
-    switch (a) {
-        case Act::X:
-        case Act::Cur: return hp.n_embd;
-        case Act::Q: return hp.q_dim();
-        case Act::K: return hp.k_dim();
-        case Act::V: return hp.v_dim();
-        case Act::Attn: return std::max(hp.out_dim(), hp.n_embd);
-        case Act::Gate:
-        case Act::Up: return hp.n_ff;
-        case Act::Logits: return hp.n_vocab;
-        case Act::Count: break;
-    }
-    return 0;
-}
-
 LayerRecipe::LayerRecipe(const model::ModelSpec& spec, const Placement& placement, std::vector<Device*> devices)
     : spec_(spec), hp_(spec.hp), placement_(placement), devices_(std::move(devices)) {
     TANDEM_CHECK(!devices_.empty() && devices_[kHostDevice]->host_act(Act::X), "the recipe needs the host first");

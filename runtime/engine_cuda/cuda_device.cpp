@@ -297,13 +297,7 @@ private:
     // Norm weights and RoPE factors as floats on the device, whatever the
     // file stored them as (the CPU device keeps float copies too).
     const float* floats(const gguf::TensorInfo& t) {
-        std::vector<float> v(static_cast<size_t>(t.n_elements));
-        const auto bytes = file_.tensor_data(t);
-        const int64_t row = t.row_length();
-        const uint64_t row_bytes = *quant::row_bytes(t.type, row);
-        for (int64_t r = 0; r < t.n_rows(); ++r) {
-            quant::dequantize_row(t.type, bytes.data() + r * row_bytes, v.data() + r * row, row);
-        }
+        const std::vector<float> v = tensor_floats(file_, t);
         const uint64_t n_bytes = std::max<uint64_t>(t.n_bytes, v.size() * sizeof(float));
         auto* buf = alloc(MemoryCategory::Weights, n_bytes, fmt::format("tensor '{}'", t.name));
         TANDEM_CUDA_CHECK(cudaMemcpy(buf->get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -311,17 +305,8 @@ private:
         return as_floats(buf);
     }
 
-    const DeviceWeights& matrix(const gguf::TensorInfo* t) const {
-        const auto it = matrices_.find(t);
-        TANDEM_CHECK(it != matrices_.end(), "matmul: the weight is not on this device");
-        return it->second;
-    }
-
-    const float* vector(const gguf::TensorInfo& t) const {
-        const auto it = vectors_.find(&t);
-        TANDEM_CHECK(it != vectors_.end(), "norm: the weight is not on this device");
-        return it->second;
-    }
+    const DeviceWeights& matrix(const gguf::TensorInfo* t) const { return held_tensor(matrices_, t, "matmul"); }
+    const float* vector(const gguf::TensorInfo& t) const { return held_tensor(vectors_, &t, "norm"); }
 
     CudaKvCache& cache(int64_t il) {
         const auto it = caches_.find(il);
