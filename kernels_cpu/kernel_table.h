@@ -1,7 +1,7 @@
 // One row per weight type: every CPU kernel that multiplies it, at every
 // SIMD level. matmul() and the tests look kernels up here by type, never by
 // a switch. What activations are quantized to is not here: it is the
-// type's quant::traits().dot_type, which the CUDA side reads too.
+// type's quant::dot_type(), which the CUDA side reads too.
 //
 // A null function means "no kernel at this level" (a build without x86
 // intrinsics, or a type without that form); lookups then fall back to the

@@ -66,7 +66,7 @@ quant::Type activation_type(quant::Type weight_type) {
     if (detail::weight_kernels(weight_type) == nullptr) {
         throw Error("no CPU matmul kernel for weight type " + std::string(quant::traits(weight_type).name));
     }
-    return quant::traits(weight_type).dot_type;
+    return quant::dot_type(weight_type);
 }
 
 float vec_dot(quant::Type w_type, const void* w_row, const void* a_row, int64_t n, SimdLevel level) {
@@ -336,10 +336,10 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         for (const MatmulTarget& t : targets) matmul(*t.w, x, n, n_tokens, t.y, t.w->n_rows, pool, level);
     };
     // The fused path: one token, several threads, one activation type.
-    const quant::Type first_a = quant::traits(targets[0].w->type).dot_type;
+    const quant::Type first_a = quant::dot_type(targets[0].w->type);
     bool fusable = n_tokens == 1 && targets.size() > 1 && pool.size() > 1;
     for (const MatmulTarget& t : targets) {
-        fusable = fusable && detail::weight_kernels(t.w->type) != nullptr && quant::traits(t.w->type).dot_type == first_a &&
+        fusable = fusable && detail::weight_kernels(t.w->type) != nullptr && quant::dot_type(t.w->type) == first_a &&
                   t.w->n_rows > 0 && t.w->data != nullptr;
     }
     if (!fusable) return separately();

@@ -51,7 +51,7 @@ bool avx512_vnni_available();
 DotFn dot_kernel(quant::Type w_type, SimdLevel level);
 
 // X(TYPE, suffix): every weight type with a kernel (its activation type is
-// quant::traits(TYPE).dot_type).
+// quant::dot_type(TYPE)).
 #define TANDEM_DOT_TYPES(X) \
     X(F32, f32)             \
     X(F16, f16)             \

@@ -47,7 +47,8 @@ __global__ void kv_store_f16_kernel(const float* __restrict__ k, const float* __
     }
 }
 
-// One thread per 32-element block of K or V.
+// One thread per 32-element block of K or V, quantized as the CPU's cache
+// quantizes (math::kv_q8_0_block).
 __global__ void kv_store_q8_0_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t n_tokens,
                                      const int32_t* __restrict__ cells, KvCache kv) {
     const int64_t kb = kv.k_dim / 32, vb = kv.v_dim / 32;
@@ -58,10 +59,10 @@ __global__ void kv_store_q8_0_kernel(const float* __restrict__ k, const float* _
     const int64_t cell = cells[t];
     if (b < kb) {
         auto* row = reinterpret_cast<quant::block_q8_0*>(kv.k + cell * kv.k_row_bytes());
-        el::act_block(k + t * kv.k_dim + b * 32, row[b]);
+        math::kv_q8_0_block(k + t * kv.k_dim + b * 32, row[b]);
     } else {
         auto* row = reinterpret_cast<quant::block_q8_0*>(kv.v + cell * kv.v_row_bytes());
-        el::act_block(v + t * kv.v_dim + (b - kb) * 32, row[b - kb]);
+        math::kv_q8_0_block(v + t * kv.v_dim + (b - kb) * 32, row[b - kb]);
     }
 }
 

@@ -16,8 +16,10 @@ namespace tandem::cuda::kernels {
 // no kernel exists for the type (nothing is launched then).
 bool launch_dequantize(quant::Type type, const void* src, float* dst, int64_t n, void* stream);
 
-// Bytes of activation scratch launch_matmul needs for n_tokens rows of
-// n_cols (0 if the weight type has no CUDA matmul).
+// Bytes of activation scratch a product of n_tokens rows of n_cols needs
+// (0 if the weight type has no CUDA matmul): launch_matmul's quantized
+// rows, or from kCublasMinTokens tokens on the floats of
+// launch_act_roundtrip, whichever is larger.
 uint64_t matmul_scratch_bytes(quant::Type w_type, int64_t n_cols, int64_t n_tokens);
 
 // y[t * ldy + r] = sum_i w(r, i) * a(t, i) for r < n_rows, t < n_tokens,
@@ -27,6 +29,13 @@ uint64_t matmul_scratch_bytes(quant::Type w_type, int64_t n_cols, int64_t n_toke
 bool launch_matmul(quant::Type w_type, const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols,
                    const float* x, int64_t ldx, int64_t n_tokens, void* scratch, float* y, int64_t ldy,
                    void* stream);
+
+// out (n_tokens rows of n_cols, packed) = x (rows ldx apart) quantized to
+// the weight type's activation partner as launch_matmul quantizes it, then
+// dequantized (math::act_roundtrip): the batch path multiplies these
+// floats. Returns false if the weight type has no kernel.
+bool launch_act_roundtrip(quant::Type w_type, const float* x, int64_t ldx, int64_t n_cols, int64_t n_tokens,
+                          float* out, void* stream);
 
 // y = x / sqrt(mean(x^2) + eps) * w (w may be null), n_rows rows of n.
 void launch_rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps, void* stream);
@@ -73,8 +82,8 @@ struct KvCache {
 };
 
 // Stores the K and V rows of token t (t < n_tokens) into cell cells[t]
-// (device), rounded to fp16 or quantized to Q8_0 with the host's block
-// function. cell_pos is left alone: the host chooses the cells (KvCells)
+// (device), rounded to fp16 or quantized to Q8_0 as the CPU's cache
+// quantizes (math::kv_q8_0_block). cell_pos is left alone: the host chooses the cells (KvCells)
 // and uploads the positions.
 void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* cells, const KvCache& kv,
                      void* stream);

@@ -61,7 +61,7 @@ __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t
 // n elements in rows of row_len: the exp rule counts within each row.
 __global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n, int64_t row_len) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = math::silu_mul(gate[i], up[i], i % row_len, row_len);
+    if (i < n) out[i] = math::swiglu_rows_element(gate, up, i, row_len);
 }
 
 __global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n) {

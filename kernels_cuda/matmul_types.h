@@ -5,31 +5,32 @@
 
 #include "runtime/quant/quant_types.h"
 
-// X(weight type, activation type): the twins of TANDEM_DOT_TYPES
-// (kernels_cpu/vec_dot.h).
+// X(weight type): every type with a CUDA matmul, the twins of
+// TANDEM_DOT_TYPES (kernels_cpu/vec_dot.h). Each multiplies activations
+// quantized to quant::dot_type(type), as the CPU does.
 #define TANDEM_CUDA_MATMUL_TYPES(X) \
-    X(F32, F32)                     \
-    X(F16, F16)                     \
-    X(BF16, BF16)                   \
-    X(Q4_0, Q8_0)                   \
-    X(Q4_1, Q8_1)                   \
-    X(Q5_0, Q8_0)                   \
-    X(Q5_1, Q8_1)                   \
-    X(Q8_0, Q8_0)                   \
-    X(Q2_K, Q8_K)                   \
-    X(Q3_K, Q8_K)                   \
-    X(Q4_K, Q8_K)                   \
-    X(Q5_K, Q8_K)                   \
-    X(Q6_K, Q8_K)
+    X(F32)                          \
+    X(F16)                          \
+    X(BF16)                         \
+    X(Q4_0)                         \
+    X(Q4_1)                         \
+    X(Q5_0)                         \
+    X(Q5_1)                         \
+    X(Q8_0)                         \
+    X(Q2_K)                         \
+    X(Q3_K)                         \
+    X(Q4_K)                         \
+    X(Q5_K)                         \
+    X(Q6_K)
 
 namespace tandem::cuda {
 
 // false when the CUDA matmul has no kernel for w.
 constexpr bool matmul_activation_type(quant::Type w, quant::Type& a) {
-#define TANDEM_CUDA_MATMUL_CASE(W, A)  \
-    if (w == quant::Type::W) {         \
-        a = quant::Type::A;            \
-        return true;                   \
+#define TANDEM_CUDA_MATMUL_CASE(W)      \
+    if (w == quant::Type::W) {          \
+        a = quant::dot_type(w);         \
+        return true;                    \
     }
     TANDEM_CUDA_MATMUL_TYPES(TANDEM_CUDA_MATMUL_CASE)
 #undef TANDEM_CUDA_MATMUL_CASE

@@ -86,6 +86,12 @@ TANDEM_HOST_DEVICE float silu_mul(float g, float up, int64_t i, int64_t n) {
     return g / (1.0f + e) * up;
 }
 
+// Element i of n_rows rows of row_len, SwiGLU'd row by row as the CPU
+// does (the polynomial's 16-element rule counts within each row).
+TANDEM_HOST_DEVICE float swiglu_rows_element(const float* gate, const float* up, int64_t i, int64_t row_len) {
+    return silu_mul(gate[i], up[i], i % row_len, row_len);
+}
+
 // GELU as ggml's CPU table: fp16 input, fp16 output, saturated beyond 10.
 TANDEM_HOST_DEVICE float gelu_f16(float g) {
     constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
@@ -128,6 +134,33 @@ TANDEM_HOST_DEVICE quant::fp16_bits f16_scale(quant::fp16_bits acc, float s) {
 TANDEM_HOST_DEVICE quant::fp16_bits f16_mad(quant::fp16_bits acc, quant::fp16_bits v, float s) {
     return quant::element::float_to_half(
         fma_f(quant::element::half_to_float(v), s, quant::element::half_to_float(acc)));
+}
+
+// The CPU's Q8_0 K/V cache rows (LayerKvCache stores through
+// quant::quantize_row, the weight reference of quant_ref_legacy.cpp): d =
+// amax / 127, codes round(x * (1 / d)) half away from zero, clamped to
+// [-127, 127]; not the activation quantizer's 127 / amax and half to even
+// (act_q8_32), which gives other codes for some inputs.
+TANDEM_HOST_DEVICE int round_half_away(float v) {
+    int i = static_cast<int>(v);  // truncates toward zero
+    const float frac = v - static_cast<float>(i);
+    if (frac >= 0.5f) ++i;
+    if (frac <= -0.5f) --i;
+    return i;
+}
+
+TANDEM_HOST_DEVICE void kv_q8_0_block(const float* x, quant::block_q8_0& y) {
+    namespace el = quant::element;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+        const float a = el::abs_f(x[j]);
+        amax = amax < a ? a : amax;  // std::max(amax, a)
+    }
+    const float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    if (!el::finite_f(id)) id = 0.0f;
+    for (int j = 0; j < 32; ++j) y.qs[j] = static_cast<int8_t>(el::clamp_i(round_half_away(x[j] * id), -127, 127));
+    y.d = el::float_to_half(d);
 }
 
 }  // namespace tandem::cuda::math

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -12,16 +13,19 @@
 #include "kernels_cpu/elementwise.h"
 #include "kernels_cpu/matmul.h"
 #include "kernels_cuda/cuda_api.h"
+#include "kernels_cuda/matmul_math.h"
 #include "kernels_cuda/matmul_types.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/engine/kv_cache.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tests/test_cuda_inputs.h"
 #include "tests/test_paths.h"
 
 namespace tq = tandem::quant;
 namespace tc = tandem::cpu;
+namespace cm = tandem::cuda::math;
 
 namespace {
 
@@ -39,6 +43,15 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
     return x;
 }
 
+// Outputs farther from ref than tol(ref[i]): counted, so that a loop over
+// types reports every type instead of stopping at the first.
+template <class Tol>
+int misses(const std::vector<float>& got, const std::vector<float>& ref, Tol tol) {
+    int n = 0;
+    for (size_t i = 0; i < ref.size(); ++i) n += std::fabs(got[i] - ref[i]) <= tol(ref[i]) ? 0 : 1;
+    return n;
+}
+
 }  // namespace
 
 TEST(CudaMatmul, EveryWeightTypeMatchesCpu) {
@@ -47,7 +60,7 @@ TEST(CudaMatmul, EveryWeightTypeMatchesCpu) {
     const auto wf = random_floats(kRows * kCols, 1);
     const auto x = random_floats(kTokens * kCols, 2);
     tc::ThreadPool pool(2, false);
-#define CHECK_TYPE(W, A)                                                                                        \
+#define CHECK_TYPE(W)                                                                                           \
     {                                                                                                           \
         SCOPED_TRACE(#W);                                                                                       \
         const tq::Type t = tq::Type::W;                                                                         \
@@ -58,27 +71,26 @@ TEST(CudaMatmul, EveryWeightTypeMatchesCpu) {
         std::vector<float> ref(kTokens * kRows), gpu(ref.size());                                               \
         tc::matmul(view, x.data(), kCols, kTokens, ref.data(), kRows, pool, tc::SimdLevel::Scalar);             \
         tandem::cuda::matmul_on_device(dev, t, w.data(), kRows, kCols, x.data(), kTokens, gpu.data());          \
-        for (size_t i = 0; i < ref.size(); ++i) {                                                               \
-            ASSERT_NEAR(gpu[i], ref[i], 1e-5f * std::max(1.0f, std::sqrt(static_cast<float>(kCols)) * 4.0f))    \
-                << "output " << i;                                                                              \
-        }                                                                                                       \
+        EXPECT_EQ(misses(gpu, ref, [&](float) { return 1e-5f * std::max(1.0f, std::sqrt(float{kCols}) * 4.0f); }), \
+                  0) << "of " << ref.size() << " outputs";                                                      \
     }
     TANDEM_CUDA_MATMUL_TYPES(CHECK_TYPE)
 #undef CHECK_TYPE
 }
 
 // Batches of kCublasMinTokens or more: rows dequantized into the tile and
-// multiplied by cuBLAS (TF32, fp32 sums) with unquantized activations, so
-// the reference is the dequantized weights times x in double, within
-// TF32's rounding of each operand (~2^-11 each) over the row's |w||x| sum.
-// More rows than one tile holds at this width, so the tiling is exercised.
+// multiplied by a cuBLAS fp32 GEMM (no TF32) with the activations quantized
+// to the partner type and read back (math::act_roundtrip), so the
+// reference is the dequantized weights times those activations in double,
+// within fp32 sums over the row's |w||x|. More rows than one tile holds
+// at this width, so the tiling is exercised.
 TEST(CudaMatmul, BatchesThroughCublasMatchDequantizedReference) {
     TANDEM_REQUIRE_GPU(dev);
     constexpr int64_t kCols = 4096, kTokens = 64;
     const int64_t kRows = static_cast<int64_t>(tandem::model::kMaxGemmTileBytes / (kCols * 4)) + 37;
     const auto wf = random_floats(kRows * kCols, 11);
     const auto x = random_floats(kTokens * kCols, 12);
-    for (const tq::Type t : {tq::Type::Q4_K, tq::Type::Q6_K, tq::Type::Q8_0, tq::Type::F16}) {
+    for (const tq::Type t : {tq::Type::Q4_K, tq::Type::Q6_K, tq::Type::Q8_0, tq::Type::Q4_1, tq::Type::F16}) {
         SCOPED_TRACE(tq::traits(t).name);
         const uint64_t rb = *tq::row_bytes(t, kCols);
         std::vector<uint8_t> w(rb * kRows);
@@ -87,19 +99,38 @@ TEST(CudaMatmul, BatchesThroughCublasMatchDequantizedReference) {
             tq::quantize_row(t, wf.data() + r * kCols, w.data() + r * rb, kCols);
             tq::dequantize_row(t, w.data() + r * rb, deq.data() + r * kCols, kCols);
         }
+        std::vector<float> xa(x.size());
+        tq::Type a = tq::Type::F32;
+        ASSERT_TRUE(tandem::cuda::matmul_activation_type(t, a));
+        for (int64_t tok = 0; tok < kTokens; ++tok) {
+            const float* src = x.data() + tok * kCols;
+            float* dst = xa.data() + tok * kCols;
+            if (a == tq::Type::Q8_0) {
+                for (int64_t b = 0; b < kCols / 32; ++b) cm::act_roundtrip<tq::Type::Q8_0>(src + b * 32, dst + b * 32);
+            } else if (a == tq::Type::Q8_1) {
+                for (int64_t b = 0; b < kCols / 32; ++b) cm::act_roundtrip<tq::Type::Q8_1>(src + b * 32, dst + b * 32);
+            } else if (a == tq::Type::Q8_K) {
+                for (int64_t b = 0; b < kCols / 256; ++b) cm::act_roundtrip<tq::Type::Q8_K>(src + b * 256, dst + b * 256);
+            } else {
+                for (int64_t i = 0; i < kCols; ++i) cm::act_roundtrip<tq::Type::F16>(src + i, dst + i);
+            }
+        }
         std::vector<float> gpu(kTokens * kRows);
         tandem::cuda::matmul_on_device(dev, t, w.data(), kRows, kCols, x.data(), kTokens, gpu.data());
+        int bad = 0, checked = 0;
         for (int64_t tok = 0; tok < kTokens; tok += 7) {
             for (int64_t r = 0; r < kRows; r += 13) {
                 double ref = 0.0, mag = 0.0;
                 for (int64_t i = 0; i < kCols; ++i) {
-                    const double p = static_cast<double>(deq[r * kCols + i]) * x[tok * kCols + i];
+                    const double p = static_cast<double>(deq[r * kCols + i]) * xa[tok * kCols + i];
                     ref += p;
                     mag += std::fabs(p);
                 }
-                ASSERT_NEAR(gpu[tok * kRows + r], ref, 2e-3 * mag + 1e-6) << "token " << tok << " row " << r;
+                ++checked;
+                bad += std::fabs(gpu[tok * kRows + r] - ref) <= 1e-5 * mag + 1e-6 ? 0 : 1;
             }
         }
+        EXPECT_EQ(bad, 0) << "of " << checked << " outputs";
     }
 }
 
@@ -111,9 +142,10 @@ TEST(CudaElementwise, RmsNormRopeGluMatchCpu) {
     std::vector<float> ref(x.size()), gpu(x.size());
     tc::rms_norm_rows(x.data(), w.data(), ref.data(), kN, kRows, 1e-6f);
     tandem::cuda::rms_norm_on_device(dev, x.data(), w.data(), gpu.data(), kN, kRows, 1e-6f);
-    for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(gpu[i], ref[i], 1e-6f * std::max(1.0f, std::fabs(ref[i])));
+    EXPECT_EQ(misses(gpu, ref, [](float r) { return 1e-6f * std::max(1.0f, std::fabs(r)); }), 0) << "rms_norm";
 
     for (const bool neox : {false, true}) {
+        SCOPED_TRACE(neox ? "rope neox" : "rope norm");
         constexpr int64_t kTokens = 4, kHeads = 3, kDim = 128;
         auto q = random_floats(kTokens * kHeads * kDim, 5);
         auto q_gpu = q;
@@ -129,13 +161,14 @@ TEST(CudaElementwise, RmsNormRopeGluMatchCpu) {
         a.theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(kDim));
         tandem::cuda::rope_on_device(dev, q_gpu.data(), kTokens, kHeads, kDim, pos, a);
         // cosf/sinf on the device may differ from glibc by an ulp or two.
-        for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(q_gpu[i], q[i], 2e-6f * std::max(1.0f, std::fabs(q[i])));
+        EXPECT_EQ(misses(q_gpu, q, [](float r) { return 2e-6f * std::max(1.0f, std::fabs(r)); }), 0);
     }
 
     const auto gate = random_floats(5000, 6, 3.0f);
     const auto up = random_floats(5000, 7);
     std::vector<float> r(gate.size()), g(gate.size());
     for (const bool gelu : {false, true}) {
+        SCOPED_TRACE(gelu ? "geglu" : "swiglu");
         if (gelu) {
             tc::geglu(gate.data(), up.data(), r.data(), static_cast<int64_t>(gate.size()));
         } else {
@@ -145,7 +178,7 @@ TEST(CudaElementwise, RmsNormRopeGluMatchCpu) {
         // GELU rounds its output to fp16: a one-ulp tanh difference can move
         // it by one half step (2^-11 relative).
         const float tol = gelu ? 1e-3f : 1e-6f;
-        for (size_t i = 0; i < r.size(); ++i) ASSERT_NEAR(g[i], r[i], tol * std::max(1.0f, std::fabs(r[i]))) << i;
+        EXPECT_EQ(misses(g, r, [&](float v) { return tol * std::max(1.0f, std::fabs(v)); }), 0);
     }
 }
 
@@ -175,9 +208,7 @@ TEST(CudaAttention, MatchesCpuF16AndQ8Caches) {
             tandem::cuda::kernels::AttentionArgs a{kHead, kHeadKv, kDim, kDim, window, shape.scale};
             tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, type, kv.k, kv.v, kv.cell_pos, kCells,
                                               kHeadKv * kDim, kHeadKv * kDim, gpu.data());
-            for (size_t i = 0; i < ref.size(); ++i) {
-                ASSERT_NEAR(gpu[i], ref[i], 2e-3f * std::max(1.0f, std::fabs(ref[i])));
-            }
+            EXPECT_EQ(misses(gpu, ref, [](float r) { return 2e-3f * std::max(1.0f, std::fabs(r)); }), 0);
         }
     }
 }
@@ -205,45 +236,58 @@ double mean_kl(const std::vector<float>& ref, const std::vector<float>& got, int
 
 }  // namespace
 
-TEST(CudaBackend, EveryNglMatchesCpuOnSharedModels) {
+// One test per model, so that a missing model is a skip naming it
+// (tests/test_cuda_inputs.h: tests/data holds tiny-llama-Q4_K_M; the others
+// come from a shared/ folder that travels with the checkout, or skip).
+class CudaBackendModel : public ::testing::TestWithParam<std::string> {};
+
+static std::string model_test_name(const ::testing::TestParamInfo<std::string>& info) {
+    std::string s = info.param;
+    for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    return s;
+}
+
+using EveryNgl = CudaBackendModel;
+
+TEST_P(EveryNgl, MatchesCpu) {
     TANDEM_REQUIRE_GPU(dev);
     (void)dev;
-    for (const char* name : {"tiny-llama-F16.gguf", "tiny-llama-Q8_0.gguf", "tiny-llama-b-Q4_K_M.gguf",
-                             "tiny-gemma3-Q4_K_M.gguf"}) {
-        const auto path = tandem::testing::shared(std::string("models/") + name);
-        if (!std::filesystem::exists(path)) continue;
-        SCOPED_TRACE(name);
-        const auto file = tandem::gguf::File::open(path);
-        const auto spec = tandem::model::load_model_spec(file);
-        const auto tok = tandem::Tokenizer::from_gguf(file);
-        const auto tokens = tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
-        tandem::SessionOptions opt;
-        opt.n_ctx = 128;
-        opt.n_ubatch = 16;  // several micro-batches: the KV cache must carry over
-        std::vector<float> reference;
-        tandem::Session(file, spec, opt).eval(tokens, true, reference);
-        for (int64_t ngl = 0; ngl <= spec.hp.n_layer + 1; ++ngl) {
-            SCOPED_TRACE("ngl " + std::to_string(ngl));
-            opt.device = "cuda0";
-            opt.n_gpu_layers = ngl;
-            tandem::Session session(file, spec, opt);
-            std::vector<float> logits;
-            session.eval(tokens, true, logits);
-            ASSERT_EQ(logits.size(), reference.size());
-            EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-3);  // the golden bound
-            // A decode step after the prompt uses the device KV cache.
-            std::vector<float> next_ref, next;
-            tandem::SessionOptions cpu_opt;
-            cpu_opt.n_ctx = 128;
-            cpu_opt.n_ubatch = 16;
-            tandem::Session cpu(file, spec, cpu_opt);
-            cpu.eval(tokens, false, next_ref);
-            cpu.eval(std::vector<int32_t>{tokens[1]}, false, next_ref);
-            session.eval(std::vector<int32_t>{tokens[1]}, false, next);
-            EXPECT_LE(mean_kl(next_ref, next, spec.hp.n_vocab), 1e-3);
-        }
+    TANDEM_REQUIRE_MODEL(path, GetParam());
+    const auto file = tandem::gguf::File::open(path);
+    const auto spec = tandem::model::load_model_spec(file);
+    const auto tok = tandem::Tokenizer::from_gguf(file);
+    const auto tokens = tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
+    tandem::SessionOptions opt;
+    opt.n_ctx = 128;
+    opt.n_ubatch = 16;  // several micro-batches: the KV cache must carry over
+    std::vector<float> reference;
+    tandem::Session(file, spec, opt).eval(tokens, true, reference);
+    for (int64_t ngl = 0; ngl <= spec.hp.n_layer + 1; ++ngl) {
+        SCOPED_TRACE("ngl " + std::to_string(ngl));
+        opt.device = "cuda0";
+        opt.n_gpu_layers = ngl;
+        tandem::Session session(file, spec, opt);
+        std::vector<float> logits;
+        session.eval(tokens, true, logits);
+        ASSERT_EQ(logits.size(), reference.size());
+        EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-3);  // the golden bound
+        // A decode step after the prompt uses the device KV cache.
+        std::vector<float> next_ref, next;
+        tandem::SessionOptions cpu_opt;
+        cpu_opt.n_ctx = 128;
+        cpu_opt.n_ubatch = 16;
+        tandem::Session cpu(file, spec, cpu_opt);
+        cpu.eval(tokens, false, next_ref);
+        cpu.eval(std::vector<int32_t>{tokens[1]}, false, next_ref);
+        session.eval(std::vector<int32_t>{tokens[1]}, false, next);
+        EXPECT_LE(mean_kl(next_ref, next, spec.hp.n_vocab), 1e-3);
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(CudaBackend, EveryNgl,
+                         ::testing::Values("tiny-llama-Q4_K_M.gguf", "tiny-llama-F16.gguf", "tiny-llama-Q8_0.gguf",
+                                           "tiny-llama-b-Q4_K_M.gguf"),
+                         model_test_name);
 
 // A Q8_0 KV cache on the device gives the CPU's Q8_0-cache logits at every
 // split (prompt and a decode step that reads the device cache); a device
@@ -287,38 +331,41 @@ TEST(CudaBackend, Q8CacheMatchesCpuAndTooSmallVramIsOutOfMemory) {
 // matrices to the device (one at a time, double-buffered); the logits stay
 // those of the CPU within the kernels' rounding, at every split that
 // leaves a layer on the host.
-TEST(CudaBackend, StreamedPrefillMatchesCpu) {
+using StreamedPrefill = CudaBackendModel;
+
+TEST_P(StreamedPrefill, MatchesCpu) {
     TANDEM_REQUIRE_GPU(dev);
     (void)dev;
-    for (const char* name : {"tiny-llama-Q8_0.gguf", "tiny-llama-b-Q4_K_M.gguf", "tiny-llama-Q6_K.gguf"}) {
-        const auto path = tandem::testing::shared(std::string("models/") + name);
-        if (!std::filesystem::exists(path)) continue;
-        SCOPED_TRACE(name);
-        const auto file = tandem::gguf::File::open(path);
-        const auto spec = tandem::model::load_model_spec(file);
-        const auto tok = tandem::Tokenizer::from_gguf(file);
-        const auto tokens = tok.encode("Once upon a time, there was a little robot who wanted to learn to dance.", true);
-        tandem::SessionOptions opt;
-        opt.n_ctx = 128;
-        opt.n_ubatch = 64;
-        std::vector<float> reference;
-        tandem::Session(file, spec, opt).eval(tokens, true, reference);
-        for (int64_t ngl = 0; ngl < spec.hp.n_layer; ++ngl) {
-            SCOPED_TRACE("ngl " + std::to_string(ngl));
-            opt.device = "cuda0";
-            opt.n_gpu_layers = ngl;
-            opt.stream_min_batch = 8;
-            tandem::Session session(file, spec, opt);
-            ASSERT_TRUE(session.weight_stream_active()) << session.weight_stream_note();
-            std::vector<float> logits;
-            session.eval(tokens, true, logits);
-            EXPECT_EQ(session.streamed_batches(), 1);
-            ASSERT_EQ(logits.size(), reference.size());
-            EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-3);  // the golden bound
-            const auto ledgers = session.ledgers();
-            ASSERT_EQ(ledgers.size(), 2u);
-            EXPECT_GE(ledgers[1]->used(tandem::MemoryCategory::Compute),
-                      tandem::model::stream_bytes(spec, ngl, opt.n_ubatch));
-        }
+    TANDEM_REQUIRE_MODEL(path, GetParam());
+    const auto file = tandem::gguf::File::open(path);
+    const auto spec = tandem::model::load_model_spec(file);
+    const auto tok = tandem::Tokenizer::from_gguf(file);
+    const auto tokens = tok.encode("Once upon a time, there was a little robot who wanted to learn to dance.", true);
+    tandem::SessionOptions opt;
+    opt.n_ctx = 128;
+    opt.n_ubatch = 64;
+    std::vector<float> reference;
+    tandem::Session(file, spec, opt).eval(tokens, true, reference);
+    for (int64_t ngl = 0; ngl < spec.hp.n_layer; ++ngl) {
+        SCOPED_TRACE("ngl " + std::to_string(ngl));
+        opt.device = "cuda0";
+        opt.n_gpu_layers = ngl;
+        opt.stream_min_batch = 8;
+        tandem::Session session(file, spec, opt);
+        ASSERT_TRUE(session.weight_stream_active()) << session.weight_stream_note();
+        std::vector<float> logits;
+        session.eval(tokens, true, logits);
+        EXPECT_EQ(session.streamed_batches(), 1);
+        ASSERT_EQ(logits.size(), reference.size());
+        EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-3);  // the golden bound
+        const auto ledgers = session.ledgers();
+        ASSERT_EQ(ledgers.size(), 2u);
+        EXPECT_GE(ledgers[1]->used(tandem::MemoryCategory::Compute),
+                  tandem::model::stream_bytes(spec, ngl, opt.n_ubatch));
     }
 }
+
+INSTANTIATE_TEST_SUITE_P(CudaBackend, StreamedPrefill,
+                         ::testing::Values("tiny-llama-Q4_K_M.gguf", "tiny-llama-Q8_0.gguf", "tiny-llama-Q6_K.gguf",
+                                           "tiny-llama-b-Q4_K_M.gguf"),
+                         model_test_name);

@@ -79,7 +79,7 @@ TEST(CudaMathHost, ActivationBlocksMatchCpuQuantizersByteForByte) {
 
 TEST(CudaMathHost, MatmulActivationTypesAreTheCpus) {
     int n = 0;
-#define CHECK_PAIR(W, A)                                                                   \
+#define CHECK_PAIR(W)                                                                      \
     {                                                                                      \
         tq::Type a = tq::Type::F32;                                                        \
         ASSERT_TRUE(tandem::cuda::matmul_activation_type(tq::Type::W, a));                 \

@@ -6,14 +6,9 @@
 #include <map>
 
 #include "kernels_cuda/cuda_check.h"
+#include "runtime/engine_cuda/cuda_kv_layout.h"
 
 namespace tandem::cuda {
-namespace {
-
-constexpr uint64_t kAlign = 256;  // each array starts on a 256-byte line
-uint64_t aligned(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-}  // namespace
 
 CudaKvCache::CudaKvCache(MemoryLedger& ledger, const std::string& what, uint64_t planned, bool q8_0, int64_t k_dim,
                          int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch)
@@ -22,17 +17,15 @@ CudaKvCache::CudaKvCache(MemoryLedger& ledger, const std::string& what, uint64_t
     kv_.k_dim = k_dim;
     kv_.v_dim = v_dim;
     kv_.n_cells = n_cells;
-    const uint64_t k_bytes = aligned(static_cast<uint64_t>(n_cells * kv_.k_row_bytes()));
-    const uint64_t v_bytes = aligned(static_cast<uint64_t>(n_cells * kv_.v_row_bytes()));
-    const uint64_t pos_bytes = aligned(static_cast<uint64_t>(n_cells) * sizeof(int32_t));
-    const uint64_t cells_bytes = static_cast<uint64_t>(n_ubatch) * sizeof(int32_t);
-    bytes_ = k_bytes + v_bytes + pos_bytes + cells_bytes;
+    // Each array on a 256-byte boundary (cuda_kv_layout.h).
+    const KvLayout layout = kv_layout(kv_, n_ubatch);
+    bytes_ = layout.bytes;
     memory_ = std::make_unique<DeviceAlloc>(ledger, MemoryCategory::KvCache, std::max(planned, bytes_), what);
     auto* base = static_cast<uint8_t*>(memory_->get());
-    kv_.k = base;
-    kv_.v = base + k_bytes;
-    kv_.cell_pos = reinterpret_cast<int32_t*>(base + k_bytes + v_bytes);
-    token_cells_ = reinterpret_cast<int32_t*>(base + k_bytes + v_bytes + pos_bytes);
+    kv_.k = base + layout.k;
+    kv_.v = base + layout.v;
+    kv_.cell_pos = reinterpret_cast<int32_t*>(base + layout.cell_pos);
+    token_cells_ = reinterpret_cast<int32_t*>(base + layout.token_cells);
     kernels::launch_kv_clear(kv_, nullptr);
     TANDEM_CUDA_CHECK(cudaGetLastError());
 }

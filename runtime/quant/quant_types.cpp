@@ -14,21 +14,21 @@ namespace {
 // One row per type: the only place that knows block geometry and which
 // reference routine implements it.
 constexpr std::array kTraits = {
-    TypeTraits{Type::F32, "F32", 1, sizeof(float), false, false, ref::quantize_row_f32, ref::dequantize_row_f32, Type::F32},
-    TypeTraits{Type::F16, "F16", 1, sizeof(fp16_bits), false, false, ref::quantize_row_f16, ref::dequantize_row_f16, Type::F16},
-    TypeTraits{Type::BF16, "BF16", 1, sizeof(bf16_bits), false, false, ref::quantize_row_bf16, ref::dequantize_row_bf16, Type::BF16},
-    TypeTraits{Type::Q4_0, "Q4_0", kQK4_0, sizeof(block_q4_0), true, false, ref::quantize_row_q4_0, ref::dequantize_row_q4_0, Type::Q8_0},
-    TypeTraits{Type::Q4_1, "Q4_1", kQK4_1, sizeof(block_q4_1), true, false, ref::quantize_row_q4_1, ref::dequantize_row_q4_1, Type::Q8_1},
-    TypeTraits{Type::Q5_0, "Q5_0", kQK5_0, sizeof(block_q5_0), true, false, ref::quantize_row_q5_0, ref::dequantize_row_q5_0, Type::Q8_0},
-    TypeTraits{Type::Q5_1, "Q5_1", kQK5_1, sizeof(block_q5_1), true, false, ref::quantize_row_q5_1, ref::dequantize_row_q5_1, Type::Q8_1},
-    TypeTraits{Type::Q8_0, "Q8_0", kQK8_0, sizeof(block_q8_0), true, false, ref::quantize_row_q8_0, ref::dequantize_row_q8_0, Type::Q8_0},
-    TypeTraits{Type::Q8_1, "Q8_1", kQK8_1, sizeof(block_q8_1), true, true, ref::quantize_row_q8_1, ref::dequantize_row_q8_1, Type::Q8_1},
-    TypeTraits{Type::Q2_K, "Q2_K", kQK_K, sizeof(block_q2_K), true, false, ref::quantize_row_q2_K, ref::dequantize_row_q2_K, Type::Q8_K},
-    TypeTraits{Type::Q3_K, "Q3_K", kQK_K, sizeof(block_q3_K), true, false, ref::quantize_row_q3_K, ref::dequantize_row_q3_K, Type::Q8_K},
-    TypeTraits{Type::Q4_K, "Q4_K", kQK_K, sizeof(block_q4_K), true, false, ref::quantize_row_q4_K, ref::dequantize_row_q4_K, Type::Q8_K},
-    TypeTraits{Type::Q5_K, "Q5_K", kQK_K, sizeof(block_q5_K), true, false, ref::quantize_row_q5_K, ref::dequantize_row_q5_K, Type::Q8_K},
-    TypeTraits{Type::Q6_K, "Q6_K", kQK_K, sizeof(block_q6_K), true, false, ref::quantize_row_q6_K, ref::dequantize_row_q6_K, Type::Q8_K},
-    TypeTraits{Type::Q8_K, "Q8_K", kQK_K, sizeof(block_q8_K), true, true, ref::quantize_row_q8_K, ref::dequantize_row_q8_K, Type::Q8_K},
+    TypeTraits{Type::F32, "F32", 1, sizeof(float), false, false, ref::quantize_row_f32, ref::dequantize_row_f32},
+    TypeTraits{Type::F16, "F16", 1, sizeof(fp16_bits), false, false, ref::quantize_row_f16, ref::dequantize_row_f16},
+    TypeTraits{Type::BF16, "BF16", 1, sizeof(bf16_bits), false, false, ref::quantize_row_bf16, ref::dequantize_row_bf16},
+    TypeTraits{Type::Q4_0, "Q4_0", kQK4_0, sizeof(block_q4_0), true, false, ref::quantize_row_q4_0, ref::dequantize_row_q4_0},
+    TypeTraits{Type::Q4_1, "Q4_1", kQK4_1, sizeof(block_q4_1), true, false, ref::quantize_row_q4_1, ref::dequantize_row_q4_1},
+    TypeTraits{Type::Q5_0, "Q5_0", kQK5_0, sizeof(block_q5_0), true, false, ref::quantize_row_q5_0, ref::dequantize_row_q5_0},
+    TypeTraits{Type::Q5_1, "Q5_1", kQK5_1, sizeof(block_q5_1), true, false, ref::quantize_row_q5_1, ref::dequantize_row_q5_1},
+    TypeTraits{Type::Q8_0, "Q8_0", kQK8_0, sizeof(block_q8_0), true, false, ref::quantize_row_q8_0, ref::dequantize_row_q8_0},
+    TypeTraits{Type::Q8_1, "Q8_1", kQK8_1, sizeof(block_q8_1), true, true, ref::quantize_row_q8_1, ref::dequantize_row_q8_1},
+    TypeTraits{Type::Q2_K, "Q2_K", kQK_K, sizeof(block_q2_K), true, false, ref::quantize_row_q2_K, ref::dequantize_row_q2_K},
+    TypeTraits{Type::Q3_K, "Q3_K", kQK_K, sizeof(block_q3_K), true, false, ref::quantize_row_q3_K, ref::dequantize_row_q3_K},
+    TypeTraits{Type::Q4_K, "Q4_K", kQK_K, sizeof(block_q4_K), true, false, ref::quantize_row_q4_K, ref::dequantize_row_q4_K},
+    TypeTraits{Type::Q5_K, "Q5_K", kQK_K, sizeof(block_q5_K), true, false, ref::quantize_row_q5_K, ref::dequantize_row_q5_K},
+    TypeTraits{Type::Q6_K, "Q6_K", kQK_K, sizeof(block_q6_K), true, false, ref::quantize_row_q6_K, ref::dequantize_row_q6_K},
+    TypeTraits{Type::Q8_K, "Q8_K", kQK_K, sizeof(block_q8_K), true, true, ref::quantize_row_q8_K, ref::dequantize_row_q8_K},
 };
 
 bool iequals(std::string_view a, std::string_view b) {

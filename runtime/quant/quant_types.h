@@ -45,11 +45,32 @@ struct TypeTraits {
     bool is_activation_only;  // Q8_K, Q8_1: dot-product partners, never stored weights
     QuantizeRowFn quantize_row;
     DequantizeRowFn dequantize_row;
-    // What activations are quantized to before a dot product with rows of
-    // this type, on every device (ggml's vec_dot_type): Q8_0 for Q4_0,
-    // Q8_K for the K-quants, itself for floats and for activation types.
-    Type dot_type;
 };
+
+// What activations are quantized to before a dot product with rows of type
+// t, on every device (ggml's vec_dot_type): Q8_0 for Q4_0, Q5_0 and Q8_0,
+// Q8_1 for Q4_1 and Q5_1, Q8_K for the K-quants, t itself for the float
+// types and the activation types. The one place this pairing is written:
+// the CPU kernel table and the CUDA kernels (at compile time) read it.
+constexpr Type dot_type(Type t) {
+    switch (t) {
+        case Type::Q4_0:
+        case Type::Q5_0:
+        case Type::Q8_0:
+            return Type::Q8_0;
+        case Type::Q4_1:
+        case Type::Q5_1:
+            return Type::Q8_1;
+        case Type::Q2_K:
+        case Type::Q3_K:
+        case Type::Q4_K:
+        case Type::Q5_K:
+        case Type::Q6_K:
+            return Type::Q8_K;
+        default:
+            return t;
+    }
+}
 
 // nullptr for ids Tandem does not know (retired, IQ*, future types): the
 // GGUF reader turns that into an error naming the id.

@@ -1,0 +1,59 @@
+// Where the CUDA tests find their models. The device machine receives the
+// checkout alone (not ../shared beside it), so a model is looked for in
+// $TANDEM_SHARED_DIR/models, then <checkout>/shared/models (a shared/
+// folder inside the checkout travels with it; scripts/device-check.md says
+// how to fill it), then the build's ../shared/models, then tests/data.
+// A test whose model is in none of them skips and names it: never a pass.
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/test_paths.h"
+
+namespace tandem::testing {
+
+inline std::vector<std::filesystem::path> model_dirs() {
+    std::vector<std::filesystem::path> dirs;
+    if (const char* env = std::getenv("TANDEM_SHARED_DIR"); env && *env) dirs.emplace_back(std::filesystem::path(env) / "models");
+    dirs.emplace_back(std::filesystem::path(TANDEM_SOURCE_DIR) / "shared" / "models");
+    dirs.emplace_back(shared("models"));
+    dirs.emplace_back(test_data(""));
+    return dirs;
+}
+
+inline std::optional<std::filesystem::path> find_model(const std::string& name) {
+    for (const auto& d : model_dirs()) {
+        if (std::filesystem::exists(d / name)) return d / name;
+    }
+    return std::nullopt;
+}
+
+// The same search for ../shared's golden/ folder.
+inline std::optional<std::filesystem::path> find_golden(const std::string& name) {
+    std::vector<std::filesystem::path> dirs;
+    if (const char* env = std::getenv("TANDEM_SHARED_DIR"); env && *env) dirs.emplace_back(std::filesystem::path(env) / "golden");
+    dirs.emplace_back(std::filesystem::path(TANDEM_SOURCE_DIR) / "shared" / "golden");
+    dirs.emplace_back(shared("golden"));
+    for (const auto& d : dirs) {
+        if (std::filesystem::exists(d / name)) return d / name;
+    }
+    return std::nullopt;
+}
+
+inline std::string searched_model_dirs() {
+    std::string s;
+    for (const auto& d : model_dirs()) s += (s.empty() ? "" : ", ") + d.string();
+    return s;
+}
+
+}  // namespace tandem::testing
+
+// Binds `var` to the model's path or skips the test, naming the places searched.
+#define TANDEM_REQUIRE_MODEL(var, name)                                                                   \
+    const auto var##_found_ = tandem::testing::find_model(name);                                          \
+    if (!var##_found_) GTEST_SKIP() << "model " << (name) << " not found in " << tandem::testing::searched_model_dirs(); \
+    const std::filesystem::path var = *var##_found_

@@ -1,0 +1,233 @@
+// The CUDA kernels' own arithmetic run on the host (matmul_math.h,
+// op_math.h, cuda_kv_layout.h) against the CPU kernels, for what a reading
+// of the never-run CUDA path found: the Q4_1/Q5_1 products' m * s term, the
+// Q8_0 KV cache's quantizer, the cache arrays' alignment, SwiGLU by rows.
+// Each loop over types or shapes reports every case (EXPECT, SCOPED_TRACE).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels_cpu/elementwise.h"
+#include "kernels_cpu/matmul.h"
+#include "kernels_cpu/thread_pool.h"
+#include "kernels_cuda/cuda_kernels.h"
+#include "kernels_cuda/matmul_math.h"
+#include "kernels_cuda/matmul_types.h"
+#include "kernels_cuda/op_math.h"
+#include "runtime/engine_cuda/cuda_kv_layout.h"
+#include "runtime/quant/quant_types.h"
+
+namespace tq = tandem::quant;
+namespace tc = tandem::cpu;
+namespace cm = tandem::cuda::math;
+namespace el = tandem::quant::element;
+
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> x(n);
+    for (auto& v : x) v = dist(rng);
+    return x;
+}
+
+// x quantized to A block by block with the device's quantizer.
+template <tq::Type A>
+std::vector<uint8_t> device_activations(const std::vector<float>& x, int64_t n_cols, int64_t n_tokens) {
+    using B = typename cm::Elem<A>::block;
+    constexpr int qk = cm::Elem<A>::qk();
+    const uint64_t rb = *tq::row_bytes(A, n_cols);
+    std::vector<uint8_t> out(rb * static_cast<uint64_t>(n_tokens));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        auto* row = reinterpret_cast<B*>(out.data() + t * rb);
+        for (int64_t b = 0; b < n_cols / qk; ++b) {
+            if constexpr (A == tq::Type::BF16) {
+                el::act_block_bf16(x.data() + t * n_cols + b * qk, row[b]);
+            } else {
+                el::act_block(x.data() + t * n_cols + b * qk, row[b]);
+            }
+        }
+    }
+    return out;
+}
+
+// matmul.cu's small-batch kernel on the host: 32 lanes of matmul_lane per
+// (row, group of kMatmulTokens tokens), reduced as the shuffles reduce.
+template <tq::Type W, tq::Type A>
+std::vector<float> emulated_matmul(const std::vector<uint8_t>& w, uint64_t w_rb, int64_t n_rows, int64_t n_cols,
+                                   const std::vector<float>& x, int64_t n_tokens) {
+    const auto a = device_activations<A>(x, n_cols, n_tokens);
+    const uint64_t a_rb = *tq::row_bytes(A, n_cols);
+    std::vector<float> y(static_cast<size_t>(n_rows * n_tokens));
+    for (int64_t r = 0; r < n_rows; ++r) {
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += cm::kMatmulTokens) {
+            const int nt = static_cast<int>(std::min<int64_t>(cm::kMatmulTokens, n_tokens - t0));
+            float lanes[cm::kMatmulTokens][32] = {};
+            for (int lane = 0; lane < 32; ++lane) {
+                float acc[cm::kMatmulTokens] = {};
+                cm::matmul_lane<W, A>(w.data() + r * w_rb, a.data() + t0 * a_rb, a_rb, nt, n_cols, lane, acc);
+                for (int t = 0; t < cm::kMatmulTokens; ++t) lanes[t][lane] = acc[t];
+            }
+            for (int t = 0; t < nt; ++t) y[static_cast<size_t>((t0 + t) * n_rows + r)] = cm::warp_reduce_host(lanes[t]);
+        }
+    }
+    return y;
+}
+
+}  // namespace
+
+// The tolerance of the GPU test CudaMatmul.EveryWeightTypeMatchesCpu, here
+// on the kernel's arithmetic: before the m * s fix, 236 of 259 Q4_1 and
+// Q5_1 outputs missed it.
+TEST(CudaKernelsHost, SmallBatchMatmulMatchesCpuForEveryWeightType) {
+    constexpr int64_t kRows = 37, kCols = 512, kTokens = 7;
+    const auto wf = random_floats(kRows * kCols, 1);
+    const auto x = random_floats(kTokens * kCols, 2);
+    tc::ThreadPool pool(2, false);
+    const float tol = 1e-5f * std::max(1.0f, std::sqrt(static_cast<float>(kCols)) * 4.0f);
+#define CHECK_TYPE(W)                                                                                            \
+    {                                                                                                            \
+        SCOPED_TRACE(#W);                                                                                        \
+        const tq::Type t = tq::Type::W;                                                                          \
+        const uint64_t rb = *tq::row_bytes(t, kCols);                                                            \
+        std::vector<uint8_t> w(rb * kRows);                                                                      \
+        for (int64_t r = 0; r < kRows; ++r) tq::quantize_row(t, wf.data() + r * kCols, w.data() + r * rb, kCols); \
+        tc::WeightView view{t, w.data(), kRows, kCols, rb};                                                      \
+        std::vector<float> ref(kTokens * kRows);                                                                 \
+        tc::matmul(view, x.data(), kCols, kTokens, ref.data(), kRows, pool, tc::SimdLevel::Scalar);              \
+        const auto got = emulated_matmul<tq::Type::W, tq::dot_type(tq::Type::W)>(w, rb, kRows, kCols, x, kTokens); \
+        int misses = 0, first = -1;                                                                              \
+        for (size_t i = 0; i < ref.size(); ++i) {                                                                \
+            if (!(std::fabs(got[i] - ref[i]) <= tol)) {                                                          \
+                if (first < 0) first = static_cast<int>(i);                                                      \
+                ++misses;                                                                                        \
+            }                                                                                                    \
+        }                                                                                                        \
+        EXPECT_EQ(misses, 0) << "of " << ref.size() << " outputs; first " << first << ": "                       \
+                             << (first >= 0 ? got[static_cast<size_t>(first)] : 0.0f) << " vs "                  \
+                             << (first >= 0 ? ref[static_cast<size_t>(first)] : 0.0f);                            \
+    }
+    TANDEM_CUDA_MATMUL_TYPES(CHECK_TYPE)
+#undef CHECK_TYPE
+}
+
+// The batch path's activations (device_matmul.cpp) are the values the CPU
+// multiplies: each block quantized as the CPU's quantizer does, read back.
+TEST(CudaKernelsHost, ActivationRoundTripIsTheCpuQuantizerReadBack) {
+    constexpr int64_t kN = 4 * 256;
+    auto x = random_floats(kN, 5, 3.0f);
+    x[3] = 0.0f;
+    for (int j = 32; j < 64; ++j) x[static_cast<size_t>(j)] = 0.0f;  // an all-zero block
+    for (const tq::Type a : {tq::Type::Q8_0, tq::Type::Q8_1, tq::Type::Q8_K, tq::Type::F16, tq::Type::BF16}) {
+        SCOPED_TRACE(tq::traits(a).name);
+        std::vector<uint8_t> q(*tq::row_bytes(a, kN));
+        tq::quantize_row(a, x.data(), q.data(), kN);
+        std::vector<float> want(kN), got(kN);
+        tq::dequantize_row(a, q.data(), want.data(), kN);
+#define TANDEM_RT(At)                                                                                       \
+    if (a == tq::Type::At) {                                                                                \
+        constexpr int qk = cm::act_block_elems<tq::Type::At>();                                             \
+        for (int64_t b = 0; b < kN / qk; ++b) cm::act_roundtrip<tq::Type::At>(x.data() + b * qk, got.data() + b * qk); \
+    }
+        TANDEM_RT(F16)
+        TANDEM_RT(BF16)
+        TANDEM_RT(Q8_0)
+        TANDEM_RT(Q8_1)
+        TANDEM_RT(Q8_K)
+#undef TANDEM_RT
+        int misses = 0;
+        for (int64_t i = 0; i < kN; ++i) misses += want[static_cast<size_t>(i)] == got[static_cast<size_t>(i)] ? 0 : 1;
+        // Q8_0/Q8_1: the CPU's activation quantizer (127/amax, half to even)
+        // is not quantize_row's weight reference; compare with it instead.
+        if (a == tq::Type::Q8_0 || a == tq::Type::Q8_1) {
+            misses = 0;
+            for (int64_t b = 0; b < kN / 32; ++b) {
+                int8_t qs[32];
+                int sum = 0;
+                const float d = el::half_to_float(el::float_to_half(el::act_q8_32(x.data() + b * 32, qs, &sum)));
+                for (int j = 0; j < 32; ++j) {
+                    misses += got[static_cast<size_t>(b * 32 + j)] == d * static_cast<float>(qs[j]) ? 0 : 1;
+                }
+            }
+        }
+        EXPECT_EQ(misses, 0);
+    }
+}
+
+// The CPU's Q8_0 cache rows come from quantize_row (1/d, half away from
+// zero); the device's kv_store must write the same bytes. Before the fix
+// it used the activation quantizer (127/amax, half to even).
+TEST(CudaKernelsHost, KvCacheQ8BlocksMatchCpuCacheRowsByteForByte) {
+    constexpr int64_t kN = 64 * 32;
+    std::vector<std::vector<float>> rows;
+    for (uint32_t seed = 1; seed <= 8; ++seed) rows.push_back(random_floats(kN, seed, seed % 2 ? 1.0f : 1e-3f));
+    // Exact ties: amax 127 makes d = 1, so x.5 must round away from zero.
+    std::vector<float> ties(kN, 0.0f);
+    for (int64_t b = 0; b < kN / 32; ++b) {
+        ties[static_cast<size_t>(b * 32)] = 127.0f;
+        for (int j = 1; j < 32; ++j) ties[static_cast<size_t>(b * 32 + j)] = 0.5f + static_cast<float>((j + b) % 9) - 4.0f;
+    }
+    rows.push_back(ties);
+    for (size_t r = 0; r < rows.size(); ++r) {
+        SCOPED_TRACE("row " + std::to_string(r));
+        std::vector<tq::block_q8_0> cpu(kN / 32), dev(kN / 32);
+        tq::quantize_row(tq::Type::Q8_0, rows[r].data(), cpu.data(), kN);
+        for (int64_t b = 0; b < kN / 32; ++b) cm::kv_q8_0_block(rows[r].data() + b * 32, dev[static_cast<size_t>(b)]);
+        int differing = 0;
+        for (int64_t b = 0; b < kN / 32; ++b) {
+            differing += std::memcmp(&cpu[static_cast<size_t>(b)], &dev[static_cast<size_t>(b)], sizeof(tq::block_q8_0)) ? 1 : 0;
+        }
+        EXPECT_EQ(differing, 0) << "blocks of " << kN / 32;
+    }
+}
+
+// Every array of a device KV cache starts on a 256-byte boundary, also
+// when a Q8_0 row has an odd number of blocks and the cell count is odd
+// (K and V then end 2 bytes past a multiple of 4), and they do not overlap.
+TEST(CudaKernelsHost, KvCacheArraysAreAlignedAndDisjoint) {
+    for (const bool q8 : {true, false}) {
+        for (const int64_t dim : {int64_t{32}, int64_t{96}, int64_t{160}, int64_t{4096}}) {
+            for (const int64_t cells : {int64_t{1}, int64_t{5}, int64_t{33}, int64_t{4097}}) {
+                SCOPED_TRACE(std::string(q8 ? "Q8_0" : "F16") + " dim " + std::to_string(dim) + " cells " +
+                             std::to_string(cells));
+                tandem::cuda::kernels::KvCache kv;
+                kv.q8_0 = q8;
+                kv.k_dim = dim;
+                kv.v_dim = dim + (q8 ? 32 : 2);
+                kv.n_cells = cells;
+                const auto l = tandem::cuda::kv_layout(kv, 17);
+                for (const uint64_t off : {l.k, l.v, l.cell_pos, l.token_cells}) EXPECT_EQ(off % 256, 0u) << off;
+                EXPECT_GE(l.v, l.k + static_cast<uint64_t>(cells * kv.k_row_bytes()));
+                EXPECT_GE(l.cell_pos, l.v + static_cast<uint64_t>(cells * kv.v_row_bytes()));
+                EXPECT_GE(l.token_cells, l.cell_pos + static_cast<uint64_t>(cells) * 4);
+                EXPECT_EQ(l.bytes, l.token_cells + 17u * 4);
+            }
+        }
+    }
+}
+
+// SwiGLU over a batch is the CPU's row by row: each row of n_ff has its
+// own polynomial part and expf tail (n_ff % 16 elements).
+TEST(CudaKernelsHost, SwigluRowsMatchCpuRowByRow) {
+    constexpr int64_t kRowLen = 100, kRows = 5;
+    const auto gate = random_floats(kRowLen * kRows, 7, 3.0f);
+    const auto up = random_floats(kRowLen * kRows, 8);
+    for (const auto level : {tc::SimdLevel::Scalar, tc::best_simd_level()}) {
+        SCOPED_TRACE("level " + std::to_string(static_cast<int>(level)));
+        std::vector<float> cpu(gate.size());
+        for (int64_t r = 0; r < kRows; ++r) {
+            tc::swiglu(gate.data() + r * kRowLen, up.data() + r * kRowLen, cpu.data() + r * kRowLen, kRowLen, level);
+        }
+        int misses = 0;
+        for (int64_t i = 0; i < kRowLen * kRows; ++i) {
+            misses += cm::swiglu_rows_element(gate.data(), up.data(), i, kRowLen) == cpu[static_cast<size_t>(i)] ? 0 : 1;
+        }
+        EXPECT_EQ(misses, 0) << "of " << kRowLen * kRows;
+    }
+}
