@@ -17,6 +17,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/quant/quant_mix.h"
 #include "runtime/engine/session.h"
+#include "tools/split.h"
 
 namespace tandem::tools {
 namespace {
@@ -70,16 +71,16 @@ OpenModel open_model(const std::string& path) {
 // real shortage shows up as an allocation failure instead.
 planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
                                 const std::optional<planner::Calibration>& calibration) {
-    planner::PlanInputs in;
-    if (!c.device.empty()) {
-        in.device_capacity = c.vram.value_or(std::numeric_limits<uint64_t>::max());
-        if (c.device == "cpu2" || !c.vram) in.margin = 0;
-    }
-    in.n_ctx = c.n_ctx();
-    in.n_ubatch = s.n_ubatch;
-    in.cache_type = s.cache_type;
-    in.weight_stream = c.weight_stream;
-    in.stream_min_batch = c.stream_min_batch;
+    SplitRequest req;
+    req.device = c.device;
+    if (!c.device.empty()) req.vram = c.vram.value_or(std::numeric_limits<uint64_t>::max());
+    req.n_ctx = c.n_ctx();
+    req.n_ubatch = s.n_ubatch;
+    req.cache_type = s.cache_type;
+    req.stream.no_stream = !c.weight_stream;
+    req.stream.min_batch = c.stream_min_batch;
+    planner::PlanInputs in = split_plan_inputs(req);
+    if (!c.device.empty() && !c.vram) in.margin = 0;
     if (calibration) planner::apply_calibration(*calibration, in);
     // The stand-in is host memory worked by the same cores: predicting it
     // with GPU speeds would compare the measurement with a card that is not

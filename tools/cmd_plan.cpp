@@ -20,6 +20,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "tools/commands.h"
+#include "tools/split.h"
 #include "tools/stream_flags.h"
 #include "tools/host_memory.h"
 
@@ -106,11 +107,12 @@ void plan_command(const PlanOptions& o) {
     const std::vector<Capacity> caps = capacities(o, note);
     const std::vector<int64_t> contexts = o.n_ctx.empty() ? std::vector<int64_t>{0} : o.n_ctx;
 
-    planner::PlanInputs in;
-    in.n_ubatch = o.n_ubatch;
-    in.cache_type = planner::parse_cache_type(o.cache_type);
+    SplitRequest req;
+    req.n_ubatch = o.n_ubatch;
+    req.cache_type = planner::parse_cache_type(o.cache_type);
+    req.stream = o.stream;
+    planner::PlanInputs in = split_plan_inputs(req);
     in.ngl = o.ngl;
-    apply_stream_flags(o.stream, in);
     if (o.margin) in.margin = parse_size(*o.margin);
     // Without --host-ram the plan checks against this machine's RAM.
     in.host_ram = o.host_ram ? std::optional<uint64_t>(parse_size(*o.host_ram)) : detect_host_ram();
@@ -119,18 +121,8 @@ void plan_command(const PlanOptions& o) {
     in.pcie_gbps = o.pcie_gbps;
     in.cpu_gflops = o.cpu_gflops;
     in.gpu_gflops = o.gpu_gflops;
-    // Measured speeds fill what the flags left unset; a damaged file only
-    // costs the measurements, never the plan.
-    std::vector<std::string> measured;
-    std::string warning;
-    try {
-        if (const auto cal = planner::load_calibration(planner::calibration_path(), &warning)) {
-            measured = planner::apply_calibration(*cal, in);
-        }
-    } catch (const Error& e) {
-        warning = e.what();  // no cache directory can be derived
-    }
-    if (!warning.empty()) fmt::print(stderr, "tandem: warning: {}\n", warning);
+    // Measured speeds fill what the flags left unset.
+    const std::vector<std::string> measured = apply_stored_calibration(in);
 
     struct Cell {
         const Capacity* cap;

@@ -80,7 +80,7 @@ SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch)
     return r;
 }
 
-planner::PlanInputs split_plan_inputs(const SplitRequest& r, std::vector<std::string>* measured) {
+planner::PlanInputs split_plan_inputs(const SplitRequest& r) {
     planner::PlanInputs in;
     if (!r.device.empty()) in.device_capacity = r.vram;
     in.n_ctx = r.n_ctx;
@@ -88,18 +88,21 @@ planner::PlanInputs split_plan_inputs(const SplitRequest& r, std::vector<std::st
     in.cache_type = r.cache_type;
     apply_stream_flags(r.stream, in);
     if (r.device == "cpu2") in.margin = 0;
+    return in;
+}
+
+std::vector<std::string> apply_stored_calibration(planner::PlanInputs& in) {
     std::string warning;
-    std::vector<std::string> names;
+    std::vector<std::string> measured;
     try {
         if (const auto cal = planner::load_calibration(planner::calibration_path(), &warning)) {
-            names = planner::apply_calibration(*cal, in);
+            measured = planner::apply_calibration(*cal, in);
         }
     } catch (const Error& e) {
-        warning = e.what();
+        warning = e.what();  // no cache directory can be derived
     }
     if (!warning.empty()) fmt::print(stderr, "tandem: warning: {}\n", warning);
-    if (measured) *measured = std::move(names);
-    return in;
+    return measured;
 }
 
 Split resolve_split(const SplitRequest& request, const gguf::File& file, const model::ModelSpec& spec) {
@@ -134,8 +137,8 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
     }
     SplitRequest req = r;
     if (!req.device.empty() && !req.vram) req.vram = free_device_memory(req.device);
-    std::vector<std::string> measured;
-    const planner::PlanInputs in = split_plan_inputs(req, &measured);
+    planner::PlanInputs in = split_plan_inputs(req);
+    const std::vector<std::string> measured = apply_stored_calibration(in);
     // Measured speeds only change the predicted tok/s, not the split, but
     // the verbose line should predict with this machine's numbers.
     const planner::Plan p = planner::plan(spec, in);

@@ -53,10 +53,14 @@ std::optional<int64_t> parse_ngl(const std::string& text);
 
 // The planner's inputs for the session the request describes: the
 // device's capacity (none without a device), context, micro-batch, cache
-// type and streaming, no margin on the stand-in (its ledger is the whole
-// truth), and this machine's calibrated speeds when stored (`measured`
-// names them). A damaged calibration file costs a warning on stderr.
-planner::PlanInputs split_plan_inputs(const SplitRequest& r, std::vector<std::string>* measured = nullptr);
+// type and streaming, and no margin on the stand-in (its ledger is the
+// whole truth). Speeds are left to the caller (apply_stored_calibration).
+planner::PlanInputs split_plan_inputs(const SplitRequest& r);
+
+// Fills the speeds `in` leaves unset from this machine's stored
+// calibration, if any, and returns the names of those measured. A damaged
+// or unreadable calibration costs a warning on stderr, never the plan.
+std::vector<std::string> apply_stored_calibration(planner::PlanInputs& in);
 
 struct Split {
     SessionOptions so;            // device, capacity, ngl, placement, streaming, context, cache type
