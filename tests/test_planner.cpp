@@ -162,7 +162,15 @@ TEST(Planner, SeventyBGridPlansQuickly) {
         }
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(ms, 100.0);
+    // The bound is the release build's; under AddressSanitizer everything
+    // runs several times slower (it measured 110 ms there beside another
+    // test), so that build checks a looser one.
+#if defined(__SANITIZE_ADDRESS__)
+    constexpr double kLimitMs = 500.0;
+#else
+    constexpr double kLimitMs = 100.0;
+#endif
+    EXPECT_LT(ms, kLimitMs);
 }
 
 // Builds the session the plan describes on the stand-in device and checks
