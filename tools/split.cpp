@@ -1,7 +1,6 @@
 #include "tools/split.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <exception>
 
 #include <fmt/format.h>
@@ -11,6 +10,7 @@
 #include "planner/tune_cache.h"
 #include "runtime/common/error.h"
 #include "runtime/engine/memory_ledger.h"
+#include "runtime/engine_cuda/cuda_device.h"
 
 namespace tandem::tools {
 namespace {
@@ -35,23 +35,6 @@ std::optional<planner::TuneEntry> tuned_entry(const SplitRequest& r, const gguf:
     key.n_ctx = p.n_ctx;
     key.cache_type = planner::cache_type_name(r.cache_type);
     return planner::find_tune_entry(entries, key);
-}
-
-// What -ngl auto may fill on a GPU given without --vram: its free memory
-// now. The stand-in has none of its own to report.
-uint64_t free_device_memory(const std::string& device) {
-    if (device.rfind("cuda", 0) == 0) {
-        const int index = device.size() == 4 ? 0 : std::atoi(device.c_str() + 4);
-        std::string why;
-        for (const cuda::DeviceInfo& d : cuda::list_devices(&why)) {
-            if (d.index == index) return d.free_bytes;
-        }
-        throw Error(fmt::format("-ngl auto on {}: no such GPU{}; give --vram SIZE and -ngl N, or run on the CPU",
-                                device, why.empty() ? "" : " (" + why + ")"));
-    }
-    throw Error(fmt::format("-ngl auto on {} needs --vram SIZE (the stand-in device has no memory of its own to "
-                            "report); or give -ngl N",
-                            device));
 }
 
 }  // namespace
@@ -107,13 +90,16 @@ std::vector<std::string> apply_stored_calibration(planner::PlanInputs& in) {
 
 Split resolve_split(const SplitRequest& request, const gguf::File& file, const model::ModelSpec& spec) {
     SplitRequest r = request;
-    // A GPU asked for where none can be used (no CUDA in this build, no
-    // driver, no such device): one line, then the CPU.
-    if (r.device.rfind("cuda", 0) == 0) {
-        const int index = r.device.size() == 4 ? 0 : std::atoi(r.device.c_str() + 4);
+    // A GPU asked for is looked up once. Where none can be used (no CUDA in
+    // this build, no driver, no such device): one line, then the CPU.
+    std::optional<cuda::DeviceInfo> gpu;
+    if (const int index = cuda::device_index(r.device); index >= 0) {
         std::string why;
         const auto gpus = cuda::list_devices(&why);
-        if (std::none_of(gpus.begin(), gpus.end(), [&](const cuda::DeviceInfo& d) { return d.index == index; })) {
+        const auto it = std::find_if(gpus.begin(), gpus.end(), [&](const cuda::DeviceInfo& d) { return d.index == index; });
+        if (it != gpus.end()) {
+            gpu = *it;
+        } else {
             fmt::print(stderr, "tandem: warning: --device {}: {}; running on the CPU\n", r.device,
                        why.empty() ? fmt::format("no such GPU ({} found)", gpus.size()) : why);
             r.device.clear();
@@ -135,8 +121,17 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
         s.why = "-ngl given";
         return s;
     }
+    // Without --vram, -ngl auto may fill what the GPU has free now; the
+    // stand-in has no memory of its own to report.
     SplitRequest req = r;
-    if (!req.device.empty() && !req.vram) req.vram = free_device_memory(req.device);
+    if (!req.device.empty() && !req.vram) {
+        if (!gpu) {
+            throw Error(fmt::format("-ngl auto on {} needs --vram SIZE (the stand-in device has no memory of its own "
+                                    "to report); or give -ngl N",
+                                    req.device));
+        }
+        req.vram = gpu->free_bytes;
+    }
     planner::PlanInputs in = split_plan_inputs(req);
     const std::vector<std::string> measured = apply_stored_calibration(in);
     // Measured speeds only change the predicted tok/s, not the split, but

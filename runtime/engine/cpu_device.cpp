@@ -367,6 +367,10 @@ uint64_t CpuDevice::kv_bytes() const {
     return total;
 }
 
+int32_t CpuDevice::kv_pos_max(int32_t seq) const {
+    return impl_->kv.empty() ? -1 : impl_->kv.begin()->second.cells().seq_pos_max(seq);
+}
+
 WeightStream* CpuDevice::enable_weight_stream(int64_t first_layer) {
     if (!impl_->accelerator) return nullptr;  // the host multiplies what it holds
     if (!impl_->stream) {

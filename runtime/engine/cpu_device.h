@@ -54,6 +54,7 @@ public:
     void kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) override;
     void kv_clear() override;
     uint64_t kv_bytes() const override;
+    int32_t kv_pos_max(int32_t seq) const override;
 
     // The stand-in streams (StandInStream in cpu_device.cpp); the host
     // does not (nullptr).

@@ -138,6 +138,10 @@ public:
     virtual void kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) = 0;
     virtual void kv_clear() = 0;
     virtual uint64_t kv_bytes() const = 0;
+    // The largest position sequence seq holds in this device's caches (every
+    // cache holds the same positions, so the first one answers); -1 when it
+    // holds none or the device has no cache.
+    virtual int32_t kv_pos_max(int32_t seq) const = 0;
 
     // An accelerator that can multiply matrices it does not hold reserves
     // what streaming layers [first_layer, n_layer) costs it

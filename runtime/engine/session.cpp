@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <functional>
-#include <iterator>
-#include <map>
 
 #include <fmt/format.h>
 
@@ -47,19 +45,8 @@ struct Session::Impl {
     bool host_copied = false;
     int64_t streamed_batches = 0;
     int64_t n_device_layers = 0;
-    std::map<int32_t, int32_t> pos_max;  // per sequence, the largest position held
     std::vector<int32_t> tokens, pos, seq;  // one micro-batch
     int cuda_index = -1;  // the GPU of --device cuda/cudaN, -1 otherwise
-
-    // "cuda" is GPU 0, "cudaN" GPU N; -1 for anything else.
-    static int parse_cuda_device(const std::string& d) {
-        if (d.rfind("cuda", 0) != 0) return -1;
-        if (d.size() == 4) return 0;
-        if (d.size() > 7 || !std::all_of(d.begin() + 4, d.end(), [](char c) { return c >= '0' && c <= '9'; })) {
-            return -1;
-        }
-        return std::stoi(d.substr(4));
-    }
 
     Impl(const gguf::File& f, const model::ModelSpec& s, const SessionOptions& o)
         : file(f),
@@ -149,7 +136,7 @@ struct Session::Impl {
 
     void place() {
         if (!opt.device.empty()) {
-            cuda_index = parse_cuda_device(opt.device);
+            cuda_index = cuda::device_index(opt.device);
             if (opt.device != "cpu2" && cuda_index < 0) {
                 throw Error(fmt::format("--device: expected cuda, cudaN or cpu2 (the stand-in accelerator), found '{}'",
                                         opt.device));
@@ -236,8 +223,6 @@ struct Session::Impl {
                 tokens[static_cast<size_t>(t)] = b.id;
                 pos[static_cast<size_t>(t)] = b.pos;
                 seq[static_cast<size_t>(t)] = b.seq;
-                auto [it, fresh] = pos_max.try_emplace(b.seq, b.pos);
-                if (!fresh) it->second = std::max(it->second, b.pos);
             }
             RecipeBatch rb;
             rb.n = n;
@@ -285,19 +270,18 @@ struct Session::Impl {
         eval_batch(batch, logits);
     }
 
-    int64_t n_past() const {
-        const auto it = pos_max.find(0);
-        return it == pos_max.end() ? 0 : it->second + 1;
+    // What the caches hold: the KV cells are the one record of positions.
+    int32_t seq_pos_max(int32_t s) const {
+        if (s < 0 || s >= kMaxSequences) return -1;
+        return std::max(host->kv_pos_max(s), accel ? accel->kv_pos_max(s) : -1);
     }
+
+    int64_t n_past() const { return seq_pos_max(0) + 1; }
 
     void remove_positions(int32_t s, int32_t p0, int32_t p1) {
         if (s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
         host->kv_remove(s, p0, p1);
         if (accel) accel->kv_remove(s, p0, p1);
-        for (auto it = pos_max.begin(); it != pos_max.end();) {
-            if ((s < 0 || it->first == s) && it->second >= p0 && (p1 < 0 || it->second < p1)) it->second = p0 - 1;
-            it = it->second < 0 ? pos_max.erase(it) : std::next(it);
-        }
     }
 
     void copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
@@ -306,15 +290,9 @@ struct Session::Impl {
         }
         host->kv_copy(src, dst, p0, p1);
         if (accel) accel->kv_copy(src, dst, p0, p1);
-        const auto it = pos_max.find(src);
-        if (it == pos_max.end() || it->second < p0) return;
-        const int32_t top = p1 < 0 ? it->second : std::min(it->second, p1 - 1);
-        auto [d, fresh] = pos_max.try_emplace(dst, top);
-        if (!fresh) d->second = std::max(d->second, top);
     }
 
     void reset() {
-        pos_max.clear();
         host->kv_clear();
         if (accel) accel->kv_clear();
     }
@@ -336,10 +314,7 @@ void Session::eval_batch(std::span<const BatchToken> batch, std::vector<float>& 
 void Session::remove_positions(int32_t seq, int32_t p0, int32_t p1) { impl_->remove_positions(seq, p0, p1); }
 void Session::copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) { impl_->copy_sequence(src, dst, p0, p1); }
 
-int32_t Session::seq_pos_max(int32_t seq) const {
-    const auto it = impl_->pos_max.find(seq);
-    return it == impl_->pos_max.end() ? -1 : it->second;
-}
+int32_t Session::seq_pos_max(int32_t seq) const { return impl_->seq_pos_max(seq); }
 
 void Session::reset() { impl_->reset(); }
 

@@ -225,6 +225,10 @@ public:
         for (auto& [il, c] : caches_) c->cells().remove(seq, p0, p1);
     }
 
+    int32_t kv_pos_max(int32_t seq) const override {
+        return caches_.empty() ? -1 : caches_.begin()->second->cells().seq_pos_max(seq);
+    }
+
     void kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) override {
         for (auto& [il, c] : caches_) c->cells().copy_seq(src, dst, p0, p1);
     }

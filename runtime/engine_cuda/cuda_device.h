@@ -6,10 +6,15 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "runtime/engine/device.h"
 
 namespace tandem::cuda {
+
+// The GPU a device name means: "cuda" is 0, "cudaN" is N; -1 for any other
+// name ("cpu2", "cudax").
+int device_index(const std::string& name);
 
 // A device on GPU `device` named "cuda<device>". capacity: the bytes it
 // may use (--vram); nullopt: the device's free memory at creation. Throws

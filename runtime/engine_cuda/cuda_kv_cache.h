@@ -35,6 +35,7 @@ public:
                           float* out);
 
     KvCells& cells() { return cells_; }
+    const KvCells& cells() const { return cells_; }
     // Empties the cells, here and on the device.
     void clear();
     // Bytes allocated (the real size).

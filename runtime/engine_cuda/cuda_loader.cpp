@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <filesystem>
@@ -94,6 +95,15 @@ const Loaded& plugin() {
 }
 
 }  // namespace
+
+int device_index(const std::string& name) {
+    if (name.rfind("cuda", 0) != 0) return -1;
+    if (name.size() == 4) return 0;
+    if (name.size() > 7 || !std::all_of(name.begin() + 4, name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        return -1;
+    }
+    return std::stoi(name.substr(4));
+}
 
 std::vector<DeviceInfo> list_devices(std::string* why_none) {
     const Loaded& l = plugin();

@@ -157,12 +157,10 @@ std::string describe_placement(const model::ModelSpec& spec, const Placement& p)
     std::vector<std::string> labels;
     for (int64_t il = 0; il < spec.hp.n_layer; ++il) {
         std::vector<std::pair<std::string, int>> groups;  // "attn"/"ffn" -> device, -1 when mixed
-        for (const gguf::TensorInfo* t : spec.layers[static_cast<size_t>(il)].tensors) {
+        const model::LayerSpec& ls = spec.layers[static_cast<size_t>(il)];
+        for (int r = 0; r < model::kLayerTensorCount; ++r) {
+            const gguf::TensorInfo* t = ls.tensors[static_cast<size_t>(r)];
             if (!t) continue;
-            int r = 0;
-            for (; r < model::kLayerTensorCount; ++r) {
-                if (spec.layers[static_cast<size_t>(il)].tensors[static_cast<size_t>(r)] == t) break;
-            }
             const std::string g = role_group(static_cast<model::LayerTensor>(r));
             auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& e) { return e.first == g; });
             if (it == groups.end()) {
