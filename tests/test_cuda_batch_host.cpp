@@ -29,6 +29,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/placement/placement.h"
 #include "runtime/quant/quant_types.h"
+#include "tests/golden_io.h"
 #include "tests/test_cuda_inputs.h"
 
 namespace tq = tandem::quant;
@@ -97,6 +98,7 @@ public:
     void kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) override { cpu_.kv_copy(src, dst, p0, p1); }
     void kv_clear() override { cpu_.kv_clear(); }
     uint64_t kv_bytes() const override { return cpu_.kv_bytes(); }
+    int32_t kv_pos_max(int32_t seq) const override { return cpu_.kv_pos_max(seq); }
 
     void matmul(std::span<const tandem::MatmulOut> outs, tandem::Act in, int64_t n) override {
         if (n < tandem::cuda::kCublasMinTokens) {
@@ -147,11 +149,7 @@ private:
     const std::vector<float>& dequantized(const tandem::gguf::TensorInfo& t) {
         auto it = tiles_.find(&t);
         if (it != tiles_.end()) return it->second;
-        const int64_t rows = t.n_rows(), cols = t.row_length();
-        std::vector<float> w(static_cast<size_t>(rows * cols));
-        const auto bytes = file_.tensor_data(t);
-        const uint64_t rb = *tq::row_bytes(t.type, cols);
-        for (int64_t r = 0; r < rows; ++r) tq::dequantize_row(t.type, bytes.data() + r * rb, w.data() + r * cols, cols);
+        std::vector<float> w = tandem::tensor_floats(file_, t);
         if (tandem::cuda::kBatchUsesTf32) {
             for (float& v : w) v = tf32(v);
         }
@@ -164,44 +162,6 @@ private:
     int64_t batch_products_ = 0;
 };
 
-std::vector<int32_t> prompt_tokens(const std::filesystem::path& p) {
-    std::ifstream in(p);
-    std::vector<int32_t> ids;
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.rfind("# greedy", 0) == 0) break;
-        if (!line.empty() && line[0] != '#') ids.push_back(std::stoi(line));
-    }
-    return ids;
-}
-
-std::vector<float> read_floats(const std::filesystem::path& p) {
-    std::ifstream in(p, std::ios::binary | std::ios::ate);
-    std::vector<float> v(static_cast<size_t>(in.tellg()) / sizeof(float));
-    in.seekg(0);
-    in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-    return v;
-}
-
-double mean_kl(const std::vector<float>& ref, const std::vector<float>& got, int64_t n_vocab) {
-    double total = 0.0;
-    const int64_t rows = static_cast<int64_t>(ref.size()) / n_vocab;
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* a = ref.data() + r * n_vocab;
-        const float* b = got.data() + r * n_vocab;
-        const double ma = *std::max_element(a, a + n_vocab), mb = *std::max_element(b, b + n_vocab);
-        double za = 0.0, zb = 0.0;
-        for (int64_t i = 0; i < n_vocab; ++i) za += std::exp(a[i] - ma), zb += std::exp(b[i] - mb);
-        double kl = 0.0;
-        for (int64_t i = 0; i < n_vocab; ++i) {
-            const double la = a[i] - ma - std::log(za), lb = b[i] - mb - std::log(zb);
-            kl += std::exp(la) * (la - lb);
-        }
-        total += kl;
-    }
-    return total / static_cast<double>(rows);
-}
-
 class CudaBatchPathHost : public ::testing::TestWithParam<std::string> {};
 
 }  // namespace
@@ -212,8 +172,8 @@ TEST_P(CudaBatchPathHost, EmulatedBatchProductsMeetTheGoldenKlBound) {
     const auto tokens_path = tandem::testing::find_golden(model + ".p1.tokens");
     const auto logits_path = tandem::testing::find_golden(model + ".p1.logits");
     if (!tokens_path || !logits_path) GTEST_SKIP() << "golden logits of " << model << ".p1 not found";
-    const auto tokens = prompt_tokens(*tokens_path);
-    const auto golden = read_floats(*logits_path);
+    const auto tokens = tandem::testing::read_golden_tokens(*tokens_path).prompt;
+    const auto golden = tandem::testing::read_floats(*logits_path);
 
     const auto file = tandem::gguf::File::open(path);
     const auto spec = tandem::model::load_model_spec(file);
@@ -260,7 +220,7 @@ TEST_P(CudaBatchPathHost, EmulatedBatchProductsMeetTheGoldenKlBound) {
     recipe.output(0, n, logits.data());
     EXPECT_GT(dev.batch_products(), 0);
 
-    const double kl = mean_kl(golden, logits, spec.hp.n_vocab);
+    const double kl = tandem::testing::mean_kl(golden, logits, spec.hp.n_vocab);
     const double bound = model == "tiny-llama-F16" ? 1e-4 : 1e-3;  // ../shared/README.md's golden bounds
     std::printf("[ batch   ] %s: mean KL %.3g (bound %.0e)\n", model.c_str(), kl, bound);
     EXPECT_LE(kl, bound) << "round trip " << tandem::cuda::kBatchRoundTripsActivations << ", TF32 "

@@ -16,32 +16,33 @@
 
 namespace tandem::testing {
 
-inline std::vector<std::filesystem::path> model_dirs() {
+// The folders a shared/ subfolder (models, golden) is looked for in, in order.
+inline std::vector<std::filesystem::path> shared_dirs(const std::string& sub) {
     std::vector<std::filesystem::path> dirs;
-    if (const char* env = std::getenv("TANDEM_SHARED_DIR"); env && *env) dirs.emplace_back(std::filesystem::path(env) / "models");
-    dirs.emplace_back(std::filesystem::path(TANDEM_SOURCE_DIR) / "shared" / "models");
-    dirs.emplace_back(shared("models"));
+    if (const char* env = std::getenv("TANDEM_SHARED_DIR"); env && *env) dirs.emplace_back(std::filesystem::path(env) / sub);
+    dirs.emplace_back(std::filesystem::path(TANDEM_SOURCE_DIR) / "shared" / sub);
+    dirs.emplace_back(shared(sub));
+    return dirs;
+}
+
+// Models may also be the committed ones in tests/data.
+inline std::vector<std::filesystem::path> model_dirs() {
+    std::vector<std::filesystem::path> dirs = shared_dirs("models");
     dirs.emplace_back(test_data(""));
     return dirs;
 }
 
-inline std::optional<std::filesystem::path> find_model(const std::string& name) {
-    for (const auto& d : model_dirs()) {
+inline std::optional<std::filesystem::path> find_in(const std::vector<std::filesystem::path>& dirs,
+                                                    const std::string& name) {
+    for (const auto& d : dirs) {
         if (std::filesystem::exists(d / name)) return d / name;
     }
     return std::nullopt;
 }
 
-// The same search for ../shared's golden/ folder.
+inline std::optional<std::filesystem::path> find_model(const std::string& name) { return find_in(model_dirs(), name); }
 inline std::optional<std::filesystem::path> find_golden(const std::string& name) {
-    std::vector<std::filesystem::path> dirs;
-    if (const char* env = std::getenv("TANDEM_SHARED_DIR"); env && *env) dirs.emplace_back(std::filesystem::path(env) / "golden");
-    dirs.emplace_back(std::filesystem::path(TANDEM_SOURCE_DIR) / "shared" / "golden");
-    dirs.emplace_back(shared("golden"));
-    for (const auto& d : dirs) {
-        if (std::filesystem::exists(d / name)) return d / name;
-    }
-    return std::nullopt;
+    return find_in(shared_dirs("golden"), name);
 }
 
 inline std::string searched_model_dirs() {

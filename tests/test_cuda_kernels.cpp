@@ -20,6 +20,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tests/golden_io.h"
 #include "tests/test_cuda_inputs.h"
 #include "tests/test_paths.h"
 
@@ -213,28 +214,7 @@ TEST(CudaAttention, MatchesCpuF16AndQ8Caches) {
     }
 }
 
-namespace {
-
-double mean_kl(const std::vector<float>& ref, const std::vector<float>& got, int64_t n_vocab) {
-    double total = 0.0;
-    const int64_t rows = static_cast<int64_t>(ref.size()) / n_vocab;
-    for (int64_t r = 0; r < rows; ++r) {
-        const float* a = ref.data() + r * n_vocab;
-        const float* b = got.data() + r * n_vocab;
-        const double ma = *std::max_element(a, a + n_vocab), mb = *std::max_element(b, b + n_vocab);
-        double za = 0.0, zb = 0.0;
-        for (int64_t i = 0; i < n_vocab; ++i) za += std::exp(a[i] - ma), zb += std::exp(b[i] - mb);
-        double kl = 0.0;
-        for (int64_t i = 0; i < n_vocab; ++i) {
-            const double la = a[i] - ma - std::log(za), lb = b[i] - mb - std::log(zb);
-            kl += std::exp(la) * (la - lb);
-        }
-        total += kl;
-    }
-    return total / static_cast<double>(rows);
-}
-
-}  // namespace
+using tandem::testing::mean_kl;
 
 // One test per model, so that a missing model is a skip naming it
 // (tests/test_cuda_inputs.h: tests/data holds tiny-llama-Q4_K_M; the others

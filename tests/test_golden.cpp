@@ -17,67 +17,20 @@
 #include "runtime/sampler/sampler.h"
 #include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tests/golden_io.h"
 #include "tests/test_paths.h"
 
 namespace {
 
+using tandem::testing::kl_divergence;
+using tandem::testing::read_floats;
 using tandem::testing::shared;
-
-struct GoldenTokens {
-    std::vector<int32_t> prompt;
-    std::vector<int32_t> greedy;
-};
-
-GoldenTokens read_tokens(const std::filesystem::path& p) {
-    std::ifstream in(p);
-    GoldenTokens g;
-    std::string line;
-    bool in_greedy = false;
-    while (std::getline(in, line)) {
-        if (line.empty()) continue;
-        if (line[0] == '#') {
-            in_greedy = line.rfind("# greedy", 0) == 0;
-            continue;
-        }
-        (in_greedy ? g.greedy : g.prompt).push_back(std::stoi(line));
-    }
-    return g;
-}
-
-std::vector<float> read_floats(const std::filesystem::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    in.seekg(0, std::ios::end);
-    const auto size = static_cast<size_t>(in.tellg());
-    in.seekg(0);
-    std::vector<float> v(size / sizeof(float));
-    in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(float)));
-    return v;
-}
 
 std::string read_text(const std::filesystem::path& p) {
     std::ifstream in(p, std::ios::binary);
     std::stringstream ss;
     ss << in.rdbuf();
     return ss.str();
-}
-
-// KL(P || Q) of the softmaxes of two logit rows, in double.
-double kl_divergence(const float* p_logits, const float* q_logits, int64_t n) {
-    auto log_softmax = [n](const float* l, std::vector<double>& out) {
-        double mx = l[0];
-        for (int64_t i = 1; i < n; ++i) mx = std::max(mx, static_cast<double>(l[i]));
-        double sum = 0.0;
-        for (int64_t i = 0; i < n; ++i) sum += std::exp(l[i] - mx);
-        const double lse = mx + std::log(sum);
-        out.resize(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = l[i] - lse;
-    };
-    std::vector<double> lp, lq;
-    log_softmax(p_logits, lp);
-    log_softmax(q_logits, lq);
-    double kl = 0.0;
-    for (int64_t i = 0; i < n; ++i) kl += std::exp(lp[static_cast<size_t>(i)]) * (lp[static_cast<size_t>(i)] - lq[static_cast<size_t>(i)]);
-    return kl;
 }
 
 struct GoldenCase {
@@ -109,7 +62,7 @@ TEST_P(GoldenLogits, PromptTokensAndKlMatchLlamaCpp) {
     const GoldenCase& c = GetParam();
     const auto model_path = shared("models/" + c.model + ".gguf");
     TANDEM_REQUIRE_SHARED(model_path);
-    const auto golden = read_tokens(shared("golden/" + c.model + "." + c.prompt + ".tokens"));
+    const auto golden = tandem::testing::read_golden_tokens(shared("golden/" + c.model + "." + c.prompt + ".tokens"));
     const auto golden_logits = read_floats(shared("golden/" + c.model + "." + c.prompt + ".logits"));
     const std::string prompt = read_text(shared("golden/" + c.prompt + ".txt"));
 
@@ -170,7 +123,7 @@ TEST_P(GoldenGreedy, ReproducesLlamaCppGreedyIds) {
     const std::string model = GetParam();
     const auto model_path = shared("models/" + model + ".gguf");
     TANDEM_REQUIRE_SHARED(model_path);
-    const auto golden = read_tokens(shared("golden/" + model + ".p1.tokens"));
+    const auto golden = tandem::testing::read_golden_tokens(shared("golden/" + model + ".p1.tokens"));
     ASSERT_EQ(golden.greedy.size(), 32u);
 
     const auto file = tandem::gguf::File::open(model_path);
