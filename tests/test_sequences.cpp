@@ -193,3 +193,20 @@ TEST(Sequences, BadBatchesSayWhat) {
     EXPECT_TRUE(contains(error_of([&] { s.eval_batch({}, logits); }), "no tokens"));
     EXPECT_TRUE(contains(error_of([&] { s.copy_sequence(0, 70, 0, -1); }), "sequence id 70"));
 }
+
+// A sequence's largest position is what its cells hold, also after
+// removing a middle range and then the tail above it.
+TEST(Sequences, LargestPositionIsWhatTheCellsHold) {
+    const Fixture f;
+    tandem::Session s(f.file, f.spec, options());
+    std::vector<float> logits;
+    s.eval(f.a, false, logits);  // positions 0 .. 15
+    s.remove_positions(0, 2, 8);
+    EXPECT_EQ(s.seq_pos_max(0), static_cast<int32_t>(f.a.size()) - 1);
+    s.remove_positions(0, 8, -1);
+    EXPECT_EQ(s.seq_pos_max(0), 1);
+    EXPECT_EQ(s.n_past(), 2);
+    s.copy_sequence(0, 3, 0, -1);
+    EXPECT_EQ(s.seq_pos_max(3), 1);
+    EXPECT_EQ(s.seq_pos_max(5), -1);
+}
