@@ -102,7 +102,7 @@ TEST_P(VocabVectors, DecodeInvertsEncode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabs, VocabVectors,
-                         ::testing::Values("ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf",
+                         ::testing::Values("ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf", "ggml-vocab-gpt2-pre-llama-bpe.gguf", "ggml-vocab-gpt2-pre-qwen2.gguf",
                                            "ggml-vocab-gpt-2.gguf"),
                          [](const auto& info) {
                              std::string n = info.param.substr(11, info.param.size() - 16);  // llama-spm
