@@ -119,7 +119,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
 #if defined(__x86_64__)
     // The query heads of a KV head together (attention_decode.h): same
     // bits as the per-head loop below, the cache read once per KV head.
-    if (level != SimdLevel::Scalar && (f16_cache || kv.type == quant::Type::Q8_0)) {
+    if (level != SimdLevel::Scalar && shape.softcap == 0.0f && (f16_cache || kv.type == quant::Type::Q8_0)) {
         const int64_t per_task = detail::shared_heads_per_task(gqa, n_tokens * shape.n_head_kv, pool.size());
         const int64_t tasks_per_token = shape.n_head / per_task;
         const auto kernel = level == SimdLevel::Avx512 ? detail::attention_shared_kv_avx512 : detail::attention_shared_kv_avx2;
@@ -138,6 +138,8 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
     // grouped kernels above are tested against bit for bit.
     const F16Accumulate f16 = f16_accumulate(level);
     const auto dv = static_cast<size_t>(shape.head_dim_v);
+    const float cap = shape.softcap;
+    const float qk_scale = cap > 0.0f ? shape.scale / cap : shape.scale;
 
     pool.parallel_for(n_tokens * shape.n_head, 1, [&](int64_t begin, int64_t end) {
         std::vector<uint8_t> q_act(*q_act_bytes);
@@ -168,7 +170,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
                 } else {
                     dot(shape.head_dim_k, k_head, q_act.data(), 0, 1, &qk, 0);
                 }
-                const float s = qk * shape.scale;
+                const float s = cap > 0.0f ? cap * std::tanh(qk * qk_scale) : qk * qk_scale;
                 float ms = 1.0f;  // factor for what was accumulated so far
                 float vs = 1.0f;  // weight of this cell's V
                 if (s > running_max) {

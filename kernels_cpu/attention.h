@@ -30,6 +30,9 @@ struct AttentionShape {
     int64_t head_dim_v = 0;
     int64_t window = 0;   // sliding window: keys with q_pos - k_pos >= window are masked; 0 = none
     float scale = 1.0f;   // applied to Q.K before the softmax
+    // Soft-capping (Gemma 2): a score s becomes softcap * tanh(s / softcap),
+    // computed as ggml does: softcap * tanh(Q.K * (scale / softcap)). 0: off.
+    float softcap = 0.0f;
 };
 
 // q: n_tokens rows of n_head * head_dim_k floats (already RoPE'd).

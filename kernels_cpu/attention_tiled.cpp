@@ -100,6 +100,8 @@ void attention_tiled(const float* q, const int32_t* q_pos, int64_t n_tokens, con
     // One task per (KV head, tile of up to 64 queries): the query heads that
     // share the KV head share its widened K and V tiles (llama.cpp widens
     // them per query head; the values are the same either way).
+    const float cap = shape.softcap;
+    const float qk_scale = cap > 0.0f ? shape.scale / cap : shape.scale;
     pool.parallel_for(shape.n_head_kv * n_qtiles, 1, [&](int64_t begin, int64_t end) {
         std::vector<float> kt(static_cast<size_t>(dk * kAttentionTile));
         std::vector<float> vt(static_cast<size_t>(kAttentionTile * dv));
@@ -154,7 +156,16 @@ void attention_tiled(const float* q, const int32_t* q_pos, int64_t n_tokens, con
                         const float* qs[kQueryBlock];
                         for (int j = 0; j < nb; ++j) qs[j] = q + ((t0 + i0 + j) * shape.n_head + h) * dk;
                         float smax[kQueryBlock];
-                        kern.scores(qs, nb, kt.data(), dk, shape.scale, s.data(), smax);
+                        kern.scores(qs, nb, kt.data(), dk, qk_scale, s.data(), smax);
+                        if (cap > 0.0f) {  // monotonic: the maximum stays the maximum
+                            for (int j = 0; j < nb; ++j) {
+                                for (int64_t c = 0; c < kAttentionTile; ++c) {
+                                    float& v = s[static_cast<size_t>(j * kAttentionTile + c)];
+                                    v = cap * std::tanh(v);
+                                }
+                                smax[j] = cap * std::tanh(smax[j]);
+                            }
+                        }
                         // The softmax of each query; the ones that see a
                         // cell of this tile are gathered for one accumulate.
                         float* accs[kQueryBlock];

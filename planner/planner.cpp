@@ -85,6 +85,7 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
         uint64_t io = 0;
         for (const model::LayerTensor role : model::kStreamedMatrices) {
             const auto* m = spec.layers[il].get(role);
+            if (!m) continue;
             io += static_cast<uint64_t>(m->row_length() + m->n_rows()) * sizeof(float);
         }
         t.stream_io[il + 1] = t.stream_io[il] + io;

@@ -91,6 +91,18 @@ public:
         cpu_.attention(il, pos, seq, op);
     }
     void glu(tandem::model::FfnActivation act, int64_t n_ff, int64_t n) override { cpu_.glu(act, n_ff, n); }
+    void matmul_experts(std::span<const tandem::MatmulOut> outs, tandem::Act in, const tandem::ExpertOp& op,
+                        int64_t n) override {
+        cpu_.matmul_experts(outs, in, op, n);
+    }
+    void moe_route(const tandem::MoeRouteOp& op, int64_t n) override { cpu_.moe_route(op, n); }
+    void add_vector(tandem::Act a, const tandem::gguf::TensorInfo& b, int64_t len, int64_t rows) override {
+        cpu_.add_vector(a, b, len, rows);
+    }
+    void copy_cols(tandem::Act src, int64_t src_width, int64_t col0, tandem::Act dst, int64_t width,
+                   int64_t rows) override {
+        cpu_.copy_cols(src, src_width, col0, dst, width, rows);
+    }
     void add(tandem::Act y, tandem::Act x, int64_t len, int64_t rows) override { cpu_.add(y, x, len, rows); }
     void scale(tandem::Act a, int64_t n, float s) override { cpu_.scale(a, n, s); }
     void softcap(tandem::Act a, int64_t n, float cap) override { cpu_.softcap(a, n, cap); }

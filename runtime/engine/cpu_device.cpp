@@ -13,6 +13,7 @@
 
 #include "kernels_cpu/attention.h"
 #include "kernels_cpu/elementwise.h"
+#include "kernels_cpu/moe.h"
 #include "runtime/engine/host_weight_arena.h"
 #include "runtime/common/error.h"
 #include "runtime/engine/kv_cache.h"
@@ -85,6 +86,8 @@ struct CpuDevice::Impl {
     std::array<std::vector<float>, kActCount> act;
     std::vector<float> q_rows, out_rows;  // one sequence's queries in a mixed batch
     std::vector<int32_t> pos_rows;
+    cpu::ExpertGroups expert_groups;                // the experts' rows of one batch
+    std::vector<float> expert_x, expert_y[2], slot_y;  // gathered inputs and outputs of one expert
     std::unique_ptr<StandInStream> stream;
     bool gemm_tile_reserved = false;
 
@@ -311,6 +314,7 @@ void CpuDevice::attention(int64_t il, std::span<const int32_t> pos, std::span<co
     shape.head_dim_v = op.head_dim_v;
     shape.window = op.window;
     shape.scale = op.scale;
+    shape.softcap = op.softcap;
     // Each sequence attends to its own cells: the batch's tokens grouped
     // by sequence, in order; one sequence (the usual case) in one call.
     if (std::all_of(seq.begin(), seq.end(), [&](int32_t s) { return s == seq[0]; })) {
@@ -321,6 +325,89 @@ void CpuDevice::attention(int64_t il, std::span<const int32_t> pos, std::span<co
     std::map<int32_t, std::vector<int64_t>> groups;
     for (int64_t t = 0; t < n; ++t) groups[seq[static_cast<size_t>(t)]].push_back(t);
     for (const auto& [s, rows] : groups) impl_->attend(c, s, pos, rows, shape);
+}
+
+void CpuDevice::matmul_experts(std::span<const MatmulOut> outs, Act in, const ExpertOp& op, int64_t n) {
+    Impl& m = *impl_;
+    const int64_t n_expert = m.hp.n_expert, k = op.n_used;
+    TANDEM_CHECK(!outs.empty() && outs.size() <= 2 && !(op.sum_slots && outs.size() != 1),
+                 "matmul_experts: one or two products, one when summing the slots");
+    cpu::group_by_expert(m.buf(Act::Route), k, n, n_expert, m.expert_groups);
+    const cpu::WeightView& w0 = m.matrix(outs[0].w);
+    const int64_t cols = w0.n_cols, rows = w0.n_rows / n_expert;
+    const float* x = m.buf(in);
+    m.expert_x.resize(static_cast<size_t>(n * k * cols));
+    for (size_t i = 0; i < outs.size(); ++i) m.expert_y[i].resize(static_cast<size_t>(n * k * rows));
+    if (op.sum_slots) m.slot_y.resize(static_cast<size_t>(n * k * rows));
+    for (int64_t e = 0; e < n_expert; ++e) {
+        const int64_t count = m.expert_groups.count(e);
+        if (count == 0) continue;  // an expert nobody chose is not read
+        const int64_t* slot_rows = m.expert_groups.begin(e);
+        for (int64_t i = 0; i < count; ++i) {
+            const int64_t r = slot_rows[i];  // token * k + slot
+            const float* src = x + (op.in_per_slot ? r : r / k) * cols;
+            std::memcpy(m.expert_x.data() + i * cols, src, static_cast<size_t>(cols) * sizeof(float));
+        }
+        cpu::WeightView views[2];
+        cpu::MatmulTarget targets[2];
+        for (size_t i = 0; i < outs.size(); ++i) {
+            const cpu::WeightView& w = m.matrix(outs[i].w);
+            TANDEM_CHECK(w.n_cols == cols && w.n_rows == rows * n_expert, "matmul_experts: products of other shapes");
+            views[i] = w;
+            views[i].data = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(e * rows) * w.row_stride_bytes;
+            views[i].n_rows = rows;
+            targets[i] = {&views[i], m.expert_y[i].data()};
+        }
+        if (outs.size() == 1) {
+            cpu::matmul(views[0], m.expert_x.data(), cols, count, targets[0].y, rows, m.pool, m.level);
+        } else {
+            cpu::matmul_shared_input(std::span(targets, outs.size()), m.expert_x.data(), count, m.pool, m.level);
+        }
+        // Each row's result to its (token, slot) place.
+        for (size_t i = 0; i < outs.size(); ++i) {
+            float* dst = op.sum_slots ? m.slot_y.data() : m.buf(outs[i].out);
+            for (int64_t j = 0; j < count; ++j) {
+                std::memcpy(dst + slot_rows[j] * rows, m.expert_y[i].data() + j * rows,
+                            static_cast<size_t>(rows) * sizeof(float));
+            }
+        }
+    }
+    if (!op.sum_slots) return;
+    // out = w_0 * y_0 + w_1 * y_1 + ..., each product rounded, added in
+    // slot order (llama.cpp multiplies by the weights, then adds the slots).
+    const float* route = m.buf(Act::Route);
+    float* out = m.buf(outs[0].out);
+    for (int64_t t = 0; t < n; ++t) {
+        float* o = out + t * rows;
+        for (int64_t j = 0; j < k; ++j) {
+            const float wj = cpu::route_weight(route, t * k + j);
+            const float* y = m.slot_y.data() + (t * k + j) * rows;
+            for (int64_t c = 0; c < rows; ++c) {
+                const float v = y[c] * wj;
+                o[c] = j == 0 ? v : o[c] + v;
+            }
+        }
+    }
+}
+
+void CpuDevice::moe_route(const MoeRouteOp& op, int64_t n) {
+    cpu::moe_route(impl_->buf(Act::Router), op.n_expert, op.n_used, op.normalize, impl_->buf(Act::Route), n);
+}
+
+void CpuDevice::add_vector(Act a, const gguf::TensorInfo& b, int64_t len, int64_t rows) {
+    float* x = impl_->buf(a);
+    const float* v = impl_->vector(b);
+    impl_->for_rows(rows, [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) cpu::add(x + t * len, v, len);
+    });
+}
+
+void CpuDevice::copy_cols(Act src, int64_t src_width, int64_t col0, Act dst, int64_t width, int64_t rows) {
+    const float* from = impl_->buf(src);
+    float* to = impl_->buf(dst);
+    for (int64_t t = 0; t < rows; ++t) {
+        std::memcpy(to + t * width, from + t * src_width + col0, static_cast<size_t>(width) * sizeof(float));
+    }
 }
 
 void CpuDevice::glu(model::FfnActivation act, int64_t n_ff, int64_t n) {

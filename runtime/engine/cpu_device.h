@@ -45,6 +45,10 @@ public:
     void rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const int32_t> pos, const RopeOp& op) override;
     void attention(int64_t il, std::span<const int32_t> pos, std::span<const int32_t> seq,
                    const AttentionOp& op) override;
+    void matmul_experts(std::span<const MatmulOut> outs, Act in, const ExpertOp& op, int64_t n) override;
+    void moe_route(const MoeRouteOp& op, int64_t n) override;
+    void add_vector(Act a, const gguf::TensorInfo& b, int64_t len, int64_t rows) override;
+    void copy_cols(Act src, int64_t src_width, int64_t col0, Act dst, int64_t width, int64_t rows) override;
     void glu(model::FfnActivation act, int64_t n_ff, int64_t n) override;
     void add(Act y, Act x, int64_t len, int64_t rows) override;
     void scale(Act a, int64_t n_floats, float s) override;

@@ -5,7 +5,9 @@
 namespace tandem {
 
 std::string_view act_name(Act a) {
-    static constexpr std::string_view names[kActCount] = {"x", "cur", "q", "k", "v", "attn", "gate", "up", "logits"};
+    static constexpr std::string_view names[kActCount] = {"x",     "cur",    "q",     "k",      "v",
+                                                                   "attn",  "gate",   "up",    "fused",  "router",
+                                                                   "route", "logits"};
     return names[static_cast<int>(a)];
 }
 
@@ -18,7 +20,10 @@ int64_t act_width(const model::HParams& hp, Act a) {
         case Act::V: return hp.v_dim();
         case Act::Attn: return std::max(hp.out_dim(), hp.n_embd);
         case Act::Gate:
-        case Act::Up: return hp.n_ff;
+        case Act::Up: return hp.ffn_width();
+        case Act::Fused: return hp.fused_width;
+        case Act::Router: return hp.n_expert;
+        case Act::Route: return 2 * hp.n_expert_used;
         case Act::Logits: return hp.n_vocab;
         case Act::Count: break;
     }

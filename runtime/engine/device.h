@@ -27,7 +27,11 @@ namespace tandem {
 
 // The activation buffers of one micro-batch, the same on every device.
 // Rows are tokens; a row's width is act_width.
-enum class Act : int { X, Cur, Q, K, V, Attn, Gate, Up, Logits, Count };
+// Fused: the output of a fused product (Q|K|V, gate|up) before it is split.
+// Router: one logit per expert. Route: per token, the chosen experts and
+// their weights, (expert id, weight) pairs as floats. With experts, Gate
+// and Up hold each used expert's hidden rows side by side.
+enum class Act : int { X, Cur, Q, K, V, Attn, Gate, Up, Fused, Router, Route, Logits, Count };
 inline constexpr int kActCount = static_cast<int>(Act::Count);
 std::string_view act_name(Act a);
 int64_t act_width(const model::HParams& hp, Act a);
@@ -73,6 +77,25 @@ struct AttentionOp {
     int64_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0;
     int64_t window = 0;  // sliding window; 0: none
     float scale = 1.0f;  // applied to each Q.K (1 when Q was scaled before)
+    float softcap = 0.0f;  // scores become softcap * tanh(score / softcap); 0: off
+};
+
+// The router's choice: softmax over the n_expert logits of Router, the
+// n_used largest kept (largest first), their weights renormalized to sum
+// to 1 when normalize.
+struct MoeRouteOp {
+    int64_t n_expert = 0, n_used = 0;
+    bool normalize = true;
+};
+
+// Products with the experts Route chose. in_per_slot: `in` holds a row per
+// (token, slot) (the experts' hidden rows); else a row per token shared by
+// its slots. sum_slots: the output is a row per token, the sum over slots
+// of weight * product (in slot order); else a row per (token, slot).
+struct ExpertOp {
+    int64_t n_used = 0;
+    bool in_per_slot = false;
+    bool sum_slots = false;
 };
 
 // One product of a shared input: out = in x w.
@@ -124,6 +147,17 @@ public:
     // token's own sequence (causal, within the window).
     virtual void attention(int64_t il, std::span<const int32_t> pos, std::span<const int32_t> seq,
                            const AttentionOp& op) = 0;
+    // The experts' products: each token's rows times the 3-D weights'
+    // slices Route names for it (a weight's expert e is rows [e * r, (e+1)
+    // * r) of its 3-D tensor, r = rows per expert). Tokens are grouped by
+    // expert, so each expert's slice is read once per call.
+    virtual void matmul_experts(std::span<const MatmulOut> outs, Act in, const ExpertOp& op, int64_t n) = 0;
+    // Route = the router's choice for each of n tokens from Router.
+    virtual void moe_route(const MoeRouteOp& op, int64_t n) = 0;
+    // a's rows (len floats) += the vector b (a bias).
+    virtual void add_vector(Act a, const gguf::TensorInfo& b, int64_t len, int64_t rows) = 0;
+    // dst rows = columns [col0, col0 + width) of src rows of src_width floats.
+    virtual void copy_cols(Act src, int64_t src_width, int64_t col0, Act dst, int64_t width, int64_t rows) = 0;
     // Gate = act(Gate) * Up, row by row (n rows of n_ff).
     virtual void glu(model::FfnActivation act, int64_t n_ff, int64_t n) = 0;
     // y += x over rows of len floats.

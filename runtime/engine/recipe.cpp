@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "runtime/common/error.h"
 
@@ -27,9 +28,19 @@ void LayerRecipe::layer(int64_t il, const RecipeBatch& b) {
 
     // Attention block: x += post_norm(o(attention(rope(q, k), v)))
     norm(L.get(LayerTensor::AttnNorm), Act::X, Act::Cur, E, n);
-    static constexpr LayerTensor qkv[] = {LayerTensor::AttnQ, LayerTensor::AttnK, LayerTensor::AttnV};
-    static constexpr Act qkv_out[] = {Act::Q, Act::K, Act::V};
-    matmul(il, qkv, qkv_out, Act::Cur, b);
+    if (L.get(LayerTensor::AttnQkv)) {
+        static constexpr LayerTensor qkv[] = {LayerTensor::AttnQkv};
+        static constexpr Act fused[] = {Act::Fused};
+        matmul(il, qkv, fused, Act::Cur, b);
+        split(Act::Fused, {{Act::Q, hp_.q_dim()}, {Act::K, hp_.k_dim()}, {Act::V, hp_.v_dim()}}, n);
+    } else {
+        static constexpr LayerTensor qkv[] = {LayerTensor::AttnQ, LayerTensor::AttnK, LayerTensor::AttnV};
+        static constexpr Act qkv_out[] = {Act::Q, Act::K, Act::V};
+        matmul(il, qkv, qkv_out, Act::Cur, b);
+    }
+    if (const auto* bq = L.get(LayerTensor::AttnQBias)) add_bias(bq, Act::Q, n);
+    if (const auto* bk = L.get(LayerTensor::AttnKBias)) add_bias(bk, Act::K, n);
+    if (const auto* bv = L.get(LayerTensor::AttnVBias)) add_bias(bv, Act::V, n);
     if (const auto* qn = L.get(LayerTensor::AttnQNorm)) norm(qn, Act::Q, Act::Q, hp_.head_dim_k, n, hp_.n_head);
     if (const auto* kn = L.get(LayerTensor::AttnKNorm)) norm(kn, Act::K, Act::K, hp_.head_dim_k, n, hp_.n_head_kv);
     rope(Act::Q, hp_.n_head, b, base);
@@ -41,19 +52,49 @@ void LayerRecipe::layer(int64_t il, const RecipeBatch& b) {
     if (const auto* pn = L.get(LayerTensor::AttnPostNorm)) norm(pn, Act::Cur, Act::Cur, E, n);
     residual(Act::X, Act::Cur, n);
 
-    // FFN block: x += post_norm(down(act(gate) * up))
+    // FFN block: x += post_norm(down(act(gate) * up)), or the same summed
+    // over the experts the router chose, weighted.
     norm(L.get(LayerTensor::FfnNorm), Act::X, Act::Cur, E, n);
-    static constexpr LayerTensor gate_up[] = {LayerTensor::FfnGate, LayerTensor::FfnUp};
-    static constexpr Act gate_up_out[] = {Act::Gate, Act::Up};
-    matmul(il, gate_up, gate_up_out, Act::Cur, b);
-    const int g = home(Act::Gate);
-    need(Act::Up, g, n);
-    on(g).glu(spec_.arch->ffn_activation, hp_.n_ff, n);
-    wrote(Act::Gate, g);
-    static constexpr LayerTensor down[] = {LayerTensor::FfnDown};
-    matmul(il, down, to_cur, Act::Gate, b);
+    if (L.has_experts()) {
+        experts(il, b);
+    } else {
+        if (L.get(LayerTensor::FfnGateUp)) {
+            static constexpr LayerTensor gate_up[] = {LayerTensor::FfnGateUp};
+            static constexpr Act fused[] = {Act::Fused};
+            matmul(il, gate_up, fused, Act::Cur, b);
+            split(Act::Fused, {{Act::Gate, hp_.n_ff}, {Act::Up, hp_.n_ff}}, n);
+        } else {
+            static constexpr LayerTensor gate_up[] = {LayerTensor::FfnGate, LayerTensor::FfnUp};
+            static constexpr Act gate_up_out[] = {Act::Gate, Act::Up};
+            matmul(il, gate_up, gate_up_out, Act::Cur, b);
+        }
+        glu(hp_.n_ff, n, n);
+        static constexpr LayerTensor down[] = {LayerTensor::FfnDown};
+        matmul(il, down, to_cur, Act::Gate, b);
+    }
     if (const auto* pn = L.get(LayerTensor::FfnPostNorm)) norm(pn, Act::Cur, Act::Cur, E, n);
     residual(Act::X, Act::Cur, n);
+}
+
+// Mixture of experts: the router's logits where the router is, the choice
+// where the gate experts are, then each product on its weight's device.
+void LayerRecipe::experts(int64_t il, const RecipeBatch& b) {
+    const model::LayerSpec& L = spec_.layers.at(static_cast<size_t>(il));
+    static constexpr LayerTensor router[] = {LayerTensor::FfnGateInp};
+    static constexpr Act to_router[] = {Act::Router};
+    matmul(il, router, to_router, Act::Cur, b);
+    const int d = placement_.of(L.get(LayerTensor::FfnGateExps));
+    need(Act::Router, d, b.n);
+    on(d).moe_route(MoeRouteOp{hp_.n_expert, hp_.n_expert_used, spec_.arch->moe_normalize_weights}, b.n);
+    wrote(Act::Route, d);
+    static constexpr LayerTensor gate_up[] = {LayerTensor::FfnGateExps, LayerTensor::FfnUpExps};
+    static constexpr Act gate_up_out[] = {Act::Gate, Act::Up};
+    matmul_experts(il, gate_up, gate_up_out, Act::Cur, ExpertOp{hp_.n_expert_used, false, false}, b.n);
+    // Row by row per (token, slot), as llama.cpp applies it to each expert's rows.
+    glu(hp_.n_ff_exp, b.n * hp_.n_expert_used, b.n);
+    static constexpr LayerTensor down[] = {LayerTensor::FfnDownExps};
+    static constexpr Act to_cur[] = {Act::Cur};
+    matmul_experts(il, down, to_cur, Act::Gate, ExpertOp{hp_.n_expert_used, true, true}, b.n);
 }
 
 void LayerRecipe::layers(const RecipeBatch& b) {
@@ -90,6 +131,32 @@ void LayerRecipe::matmul(int64_t il, std::span<const LayerTensor> roles, std::sp
                          const RecipeBatch& b) {
     const model::LayerSpec& L = spec_.layers.at(static_cast<size_t>(il));
     // Products of one input grouped by device: one call per device.
+    for_each_device(il, roles, outs, [&](int d, std::span<const MatmulOut> group) {
+        need(in, d, b.n);
+        if (d == kHostDevice && b.stream && il >= b.stream_first && model::is_streamed(roles[0])) {
+            Device& host = on(kHostDevice);
+            for (size_t i = 0; i < roles.size(); ++i) {
+                if (placement_.of(L.get(roles[i])) != d) continue;
+                b.stream->matmul(il, roles[i], host.host_act(in), b.n, host.host_act(outs[i]));
+            }
+        } else {
+            on(d).matmul(group, in, b.n);
+        }
+    });
+}
+
+void LayerRecipe::matmul_experts(int64_t il, std::span<const LayerTensor> roles, std::span<const Act> outs, Act in,
+                                 const ExpertOp& op, int64_t n) {
+    for_each_device(il, roles, outs, [&](int d, std::span<const MatmulOut> group) {
+        need(in, d, n);  // a token's row holds all its slots
+        need(Act::Route, d, n);
+        on(d).matmul_experts(group, in, op, n);
+    });
+}
+
+void LayerRecipe::for_each_device(int64_t il, std::span<const LayerTensor> roles, std::span<const Act> outs,
+                                  const std::function<void(int, std::span<const MatmulOut>)>& fn) {
+    const model::LayerSpec& L = spec_.layers.at(static_cast<size_t>(il));
     for (int d = 0; d < static_cast<int>(devices_.size()); ++d) {
         MatmulOut group[3];
         size_t count = 0;
@@ -98,18 +165,35 @@ void LayerRecipe::matmul(int64_t il, std::span<const LayerTensor> roles, std::sp
             if (placement_.of(w) == d) group[count++] = {w, outs[i]};
         }
         if (count == 0) continue;
-        need(in, d, b.n);
-        if (d == kHostDevice && b.stream && il >= b.stream_first) {
-            Device& host = on(kHostDevice);
-            for (size_t i = 0; i < roles.size(); ++i) {
-                if (placement_.of(L.get(roles[i])) != d) continue;
-                b.stream->matmul(il, roles[i], host.host_act(in), b.n, host.host_act(outs[i]));
-            }
-        } else {
-            on(d).matmul(std::span(group, count), in, b.n);
-        }
+        fn(d, std::span<const MatmulOut>(group, count));
         for (size_t i = 0; i < count; ++i) wrote(group[i].out, d);
     }
+}
+
+void LayerRecipe::split(Act fused, std::initializer_list<std::pair<Act, int64_t>> parts, int64_t n) {
+    const int d = home(fused);
+    int64_t width = 0;
+    for (const auto& part : parts) width += part.second;
+    int64_t col = 0;
+    for (const auto& [a, w] : parts) {
+        on(d).copy_cols(fused, width, col, a, w, n);
+        wrote(a, d);
+        col += w;
+    }
+}
+
+void LayerRecipe::add_bias(const gguf::TensorInfo* bias, Act a, int64_t n) {
+    const int d = placement_.of(bias);
+    need(a, d, n);
+    on(d).add_vector(a, *bias, act_width(hp_, a), n);
+    wrote(a, d);
+}
+
+void LayerRecipe::glu(int64_t len, int64_t rows, int64_t n) {
+    const int g = home(Act::Gate);
+    need(Act::Up, g, n);
+    on(g).glu(spec_.arch->ffn_activation, len, rows);
+    wrote(Act::Gate, g);
 }
 
 void LayerRecipe::rope(Act a, int64_t n_heads, const RecipeBatch& b, float base) {
@@ -132,6 +216,7 @@ void LayerRecipe::attention(int64_t il, const RecipeBatch& b) {
     op.head_dim_k = hp_.head_dim_k;
     op.head_dim_v = hp_.head_dim_v;
     op.window = spec_.layers.at(static_cast<size_t>(il)).sliding_window ? hp_.sliding_window : 0;
+    op.softcap = static_cast<float>(hp_.attn_logit_softcap);
     op.scale = 1.0f / std::sqrt(static_cast<float>(spec_.arch->query_scale_by_embd_per_head ? hp_.n_embd / hp_.n_head
                                                                                            : hp_.head_dim_k));
     // Gemma scales Q before attention, as llama.cpp's graph (see arch.h).

@@ -14,6 +14,9 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -57,6 +60,17 @@ private:
     void norm(const gguf::TensorInfo* w, Act x, Act y, int64_t len, int64_t n, int64_t heads = 1, int64_t x_row0 = 0);
     void matmul(int64_t il, std::span<const model::LayerTensor> roles, std::span<const Act> outs, Act in,
                 const RecipeBatch& b);
+    void matmul_experts(int64_t il, std::span<const model::LayerTensor> roles, std::span<const Act> outs, Act in,
+                        const ExpertOp& op, int64_t n);
+    // fn(d, products) for each device d holding some of the roles' weights.
+    void for_each_device(int64_t il, std::span<const model::LayerTensor> roles, std::span<const Act> outs,
+                         const std::function<void(int, std::span<const MatmulOut>)>& fn);
+    // A fused product's columns into the parts' buffers, in order.
+    void split(Act fused, std::initializer_list<std::pair<Act, int64_t>> parts, int64_t n);
+    void add_bias(const gguf::TensorInfo* bias, Act a, int64_t n);
+    // Gate = act(Gate) * Up over `rows` rows of len floats (n tokens' worth).
+    void glu(int64_t len, int64_t rows, int64_t n);
+    void experts(int64_t il, const RecipeBatch& b);
     void rope(Act a, int64_t n_heads, const RecipeBatch& b, float base);
     void attention(int64_t il, const RecipeBatch& b);
     void residual(Act y, Act x, int64_t n);

@@ -161,7 +161,7 @@ struct Session::Impl {
         for (int64_t il = hp.n_layer - 1; il >= 0; --il) {
             const auto& ls = spec.layers[static_cast<size_t>(il)];
             const bool all_host = std::all_of(std::begin(model::kStreamedMatrices), std::end(model::kStreamedMatrices),
-                                              [&](model::LayerTensor r) { return placement.of(ls.get(r)) == kHostDevice; });
+                                              [&](model::LayerTensor r) { return !ls.get(r) || placement.of(ls.get(r)) == kHostDevice; });
             if (!all_host) break;
             first = il;
         }

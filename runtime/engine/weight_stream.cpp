@@ -1,28 +1,18 @@
 #include "runtime/engine/weight_stream.h"
 
-#include <iterator>
 
 #include "runtime/common/error.h"
 
 namespace tandem {
-
-namespace {
-constexpr int64_t kMatricesPerLayer = static_cast<int64_t>(std::size(model::kStreamedMatrices));
-
-int64_t role_index(model::LayerTensor role) {
-    for (int64_t k = 0; k < kMatricesPerLayer; ++k) {
-        if (model::kStreamedMatrices[k] == role) return k;
-    }
-    return -1;
-}
-}  // namespace
 
 DoubleBufferedStream::DoubleBufferedStream(const model::ModelSpec& spec, int64_t first_layer)
     : first_layer_(first_layer) {
     TANDEM_CHECK(first_layer >= 0 && first_layer < spec.hp.n_layer, "weight stream: no layer to stream");
     for (int64_t il = first_layer; il < spec.hp.n_layer; ++il) {
         for (const model::LayerTensor role : model::kStreamedMatrices) {
-            order_.push_back(spec.layers[static_cast<size_t>(il)].get(role));
+            const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
+            index_[{il, role}] = t ? static_cast<int64_t>(order_.size()) : -1;
+            if (t) order_.push_back(t);
         }
     }
 }
@@ -34,10 +24,9 @@ void DoubleBufferedStream::upload(int slot, int64_t index) {
 }
 
 void DoubleBufferedStream::matmul(int64_t il, model::LayerTensor role, const float* x, int64_t n_tokens, float* y) {
-    const int64_t k = role_index(role);
-    const int64_t i = (il - first_layer_) * kMatricesPerLayer + k;
-    TANDEM_CHECK(k >= 0 && il >= first_layer_ && i < static_cast<int64_t>(order_.size()),
-                 "weight stream: a matrix outside the streamed layers");
+    const auto it = index_.find({il, role});
+    TANDEM_CHECK(it != index_.end() && it->second >= 0, "weight stream: a matrix outside the streamed layers");
+    const int64_t i = it->second;
     const int64_t next = (i + 1) % static_cast<int64_t>(order_.size());
     int s = held_[0] == i ? 0 : held_[1] == i ? 1 : -1;
     if (s < 0) {  // not prefetched (the first product of a run): copy it now

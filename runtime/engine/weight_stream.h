@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "runtime/model/model_spec.h"
@@ -24,7 +26,7 @@ public:
 };
 
 // The double buffering every device shares. The matrices come in a fixed
-// order (model::kStreamedMatrices of layer first_layer, then of the next
+// order (the model::kStreamedMatrices layer first_layer has, then of the next
 // layer, ..., then the first again for the next micro-batch), so while
 // matrix i is multiplied in one slot, matrix i + 1 is copied into the
 // other. A device says how to start a copy and how to multiply.
@@ -48,6 +50,7 @@ private:
     void upload(int slot, int64_t index);
 
     std::vector<const gguf::TensorInfo*> order_;
+    std::map<std::pair<int64_t, model::LayerTensor>, int64_t> index_;  // (layer, role) -> order_, -1: absent
     int64_t first_layer_ = 0;
     int64_t held_[2] = {-1, -1};  // index in order_ of the matrix in each slot
     uint64_t uploads_ = 0;

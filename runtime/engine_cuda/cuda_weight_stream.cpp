@@ -26,6 +26,7 @@ CudaWeightStream::CudaWeightStream(int device, MemoryLedger& ledger, StagingUplo
     for (int64_t il = first_layer; il < spec.hp.n_layer; ++il) {
         for (const model::LayerTensor role : model::kStreamedMatrices) {
             const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
+            if (!t) continue;
             quant::Type a = quant::Type::F32;
             if (!matmul_activation_type(t->type, a)) {
                 throw Error(fmt::format("{}: tensor '{}' has type {}, which has no CUDA matmul to stream it to",

@@ -4,6 +4,7 @@
 // and flags, never for architecture names.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -23,17 +24,26 @@ enum class FfnActivation {
 // What a tensor does inside a transformer block.
 enum class LayerTensor : int {
     AttnNorm,
+    AttnQkv,       // Q, K and V in one matrix (Phi-3): rows [Q | K | V]
     AttnQ,
     AttnK,
     AttnV,
+    AttnQBias,     // added to Q, K and V after their products (Qwen2)
+    AttnKBias,
+    AttnVBias,
     AttnOutput,
-    AttnQNorm,     // per-head RMSNorm of Q (Gemma 3)
-    AttnKNorm,     // per-head RMSNorm of K (Gemma 3)
+    AttnQNorm,     // per-head RMSNorm of Q (Gemma 3, Qwen3)
+    AttnKNorm,     // per-head RMSNorm of K (Gemma 3, Qwen3)
     AttnPostNorm,  // RMSNorm of the attention output before the residual add (Gemma)
     FfnNorm,
     FfnGate,
     FfnUp,
+    FfnGateUp,     // gate and up in one matrix named ffn_up (Phi-3): rows [gate | up]
     FfnDown,
+    FfnGateInp,    // the router of a mixture of experts: one logit per expert
+    FfnGateExps,   // the experts' matrices, one 2-D slice per expert (3-D tensors)
+    FfnUpExps,
+    FfnDownExps,
     FfnPostNorm,   // RMSNorm of the FFN output before the residual add (Gemma)
     Count,
 };
@@ -48,7 +58,11 @@ enum class GlobalTensor : int {
 };
 inline constexpr int kGlobalTensorCount = static_cast<int>(GlobalTensor::Count);
 
-enum class Presence : uint8_t { Absent, Optional, Required };
+// Dense and Expert resolve against the file: a model with experts
+// ({arch}.expert_count > 0) has the Expert tensors and not the Dense ones,
+// a model without has the Dense ones (Mixtral is the llama architecture
+// with experts).
+enum class Presence : uint8_t { Absent, Optional, Required, Dense, Expert };
 
 // The size a tensor dimension must have, in terms of the hyperparameters.
 enum class Dim : uint8_t {
@@ -60,6 +74,10 @@ enum class Dim : uint8_t {
     OutDim,    // n_head * head_dim_v (input of attn_output)
     HeadDimK,  // head_dim_k
     FF,        // n_ff
+    FF2,       // 2 * n_ff (gate and up fused)
+    QkvDim,    // q_dim + k_dim + v_dim (fused Q, K, V)
+    FFExp,     // n_ff_exp: one expert's hidden size
+    NExpert,   // n_expert
     Vocab,     // n_vocab
     RopeHalf,  // n_rot / 2
 };
@@ -68,12 +86,14 @@ struct TensorRule {
     std::string_view suffix;  // "attn_q" -> "blk.N.attn_q.weight"
     Dim ne0;
     Dim ne1;                  // Dim::One for vectors
+    Dim ne2 = Dim::One;       // the experts of a 3-D expert tensor
+    bool bias = false;        // "blk.N.attn_q.bias"
 };
 
 // The naming and shape of every role, shared by all architectures.
 const TensorRule& layer_tensor_rule(LayerTensor t);
 const TensorRule& global_tensor_rule(GlobalTensor t);
-std::string layer_tensor_name(int64_t layer, LayerTensor t);  // "blk.3.attn_q.weight"
+std::string layer_tensor_name(int64_t layer, LayerTensor t);  // "blk.3.attn_q.weight", "blk.3.attn_q.bias"
 std::string global_tensor_name(GlobalTensor t);                // "token_embd.weight"
 
 struct ArchSpec {
@@ -93,13 +113,16 @@ struct ArchSpec {
     // llama.cpp's graph does) or to each Q.K score. The two differ where the
     // fp16 rounding of Q for the cache dot product meets subnormals.
     bool scale_query_before_attention;
-    Presence layer[kLayerTensorCount];
-    Presence global[kGlobalTensorCount];
+    // Mixture of experts: the router's softmax over all experts, the top
+    // expert_used_count kept; their weights renormalized to sum to 1.
+    bool moe_normalize_weights;
+    std::array<Presence, kLayerTensorCount> layer;
+    std::array<Presence, kGlobalTensorCount> global;
 };
 
 // nullptr for an architecture Tandem does not run.
 const ArchSpec* find_arch(std::string_view name);
 std::span<const ArchSpec> all_archs();
-std::string supported_arch_names();  // "llama, gemma3"
+std::string supported_arch_names();  // "llama, gemma3, ..."
 
 }  // namespace tandem::model

@@ -1,4 +1,5 @@
 #include <array>
+#include <initializer_list>
 
 #include <fmt/format.h>
 
@@ -9,12 +10,16 @@ namespace tandem::model {
 namespace {
 
 // Indexed by LayerTensor. Shapes are GGUF order: ne0 is the input (row)
-// length, ne1 the number of output rows.
+// length, ne1 the number of output rows, ne2 the experts.
 constexpr std::array<TensorRule, kLayerTensorCount> kLayerRules = {{
     {"attn_norm", Dim::Embd, Dim::One},
+    {"attn_qkv", Dim::Embd, Dim::QkvDim},
     {"attn_q", Dim::Embd, Dim::QDim},
     {"attn_k", Dim::Embd, Dim::KDim},
     {"attn_v", Dim::Embd, Dim::VDim},
+    {"attn_q", Dim::QDim, Dim::One, Dim::One, true},
+    {"attn_k", Dim::KDim, Dim::One, Dim::One, true},
+    {"attn_v", Dim::VDim, Dim::One, Dim::One, true},
     {"attn_output", Dim::OutDim, Dim::Embd},
     {"attn_q_norm", Dim::HeadDimK, Dim::One},
     {"attn_k_norm", Dim::HeadDimK, Dim::One},
@@ -22,7 +27,12 @@ constexpr std::array<TensorRule, kLayerTensorCount> kLayerRules = {{
     {"ffn_norm", Dim::Embd, Dim::One},
     {"ffn_gate", Dim::Embd, Dim::FF},
     {"ffn_up", Dim::Embd, Dim::FF},
+    {"ffn_up", Dim::Embd, Dim::FF2},
     {"ffn_down", Dim::FF, Dim::Embd},
+    {"ffn_gate_inp", Dim::Embd, Dim::NExpert},
+    {"ffn_gate_exps", Dim::Embd, Dim::FFExp, Dim::NExpert},
+    {"ffn_up_exps", Dim::Embd, Dim::FFExp, Dim::NExpert},
+    {"ffn_down_exps", Dim::FFExp, Dim::Embd, Dim::NExpert},
     {"post_ffw_norm", Dim::Embd, Dim::One},
 }};
 
@@ -33,12 +43,45 @@ constexpr std::array<TensorRule, kGlobalTensorCount> kGlobalRules = {{
     {"rope_freqs", Dim::RopeHalf, Dim::One},
 }};
 
+using L = LayerTensor;
 constexpr Presence R = Presence::Required;
 constexpr Presence O = Presence::Optional;
-constexpr Presence A = Presence::Absent;
+
+struct RolePresence {
+    LayerTensor role;
+    Presence presence;
+};
+
+// A layer row from the roles an architecture has; every other role is absent.
+constexpr std::array<Presence, kLayerTensorCount> has(std::initializer_list<RolePresence> roles) {
+    std::array<Presence, kLayerTensorCount> row{};
+    for (const RolePresence& r : roles) row[static_cast<size_t>(r.role)] = r.presence;
+    return row;
+}
+
+using Row = std::array<Presence, kLayerTensorCount>;
+
+// The roles of several rows together.
+constexpr Row merge(std::initializer_list<Row> rows) {
+    Row out{};
+    for (const Row& r : rows) {
+        for (size_t i = 0; i < out.size(); ++i) {
+            if (r[i] != Presence::Absent) out[i] = r[i];
+        }
+    }
+    return out;
+}
+
+// The attention of Llama and most of its descendants, and the two FFNs.
+constexpr Row kPlainAttn = has({{L::AttnNorm, R}, {L::AttnQ, R}, {L::AttnK, R}, {L::AttnV, R}, {L::AttnOutput, R}});
+constexpr Row kDenseFfn = has({{L::FfnNorm, R}, {L::FfnGate, R}, {L::FfnUp, R}, {L::FfnDown, R}});
+constexpr Row kMoeFfn =
+    has({{L::FfnNorm, R}, {L::FfnGateInp, R}, {L::FfnGateExps, R}, {L::FfnUpExps, R}, {L::FfnDownExps, R}});
+constexpr Row kQkNorm = has({{L::AttnQNorm, R}, {L::AttnKNorm, R}});
 
 constexpr std::array kArchs = {
     // Llama 1/2/3, Mistral, TinyLlama: pre-norm blocks, SwiGLU, NORM RoPE.
+    // With experts (expert_count > 0) it is Mixtral.
     ArchSpec{
         .name = "llama",
         .rope_style = RopeStyle::Norm,
@@ -48,8 +91,15 @@ constexpr std::array kArchs = {
         .default_rope_base_swa = 0.0,
         .query_scale_by_embd_per_head = false,
         .scale_query_before_attention = false,
-        //      norm q  k  v  out qn kn pan fn gate up down pfn
-        .layer = {R, R, R, R, R, A, A, A, R, R, R, R, A},
+        .moe_normalize_weights = true,
+        .layer = merge({kPlainAttn, has({{L::FfnNorm, R},
+                      {L::FfnGate, Presence::Dense},
+                      {L::FfnUp, Presence::Dense},
+                      {L::FfnDown, Presence::Dense},
+                      {L::FfnGateInp, Presence::Expert},
+                      {L::FfnGateExps, Presence::Expert},
+                      {L::FfnUpExps, Presence::Expert},
+                      {L::FfnDownExps, Presence::Expert}})}),
         //        embd onorm output rope_freqs
         .global = {R, R, O, O},
     },
@@ -64,8 +114,85 @@ constexpr std::array kArchs = {
         .default_rope_base_swa = 10000.0,
         .query_scale_by_embd_per_head = false,
         .scale_query_before_attention = true,
-        .layer = {R, R, R, R, R, R, R, R, R, R, R, R, R},
-        .global = {R, R, O, A},
+        .moe_normalize_weights = false,
+        .layer = merge({kPlainAttn, kQkNorm, kDenseFfn, has({{L::AttnPostNorm, R}, {L::FfnPostNorm, R}})}),
+        .global = {R, R, O, Presence::Absent},
+    },
+    // Gemma 2: Gemma 3 without Q/K norms; attention scores soft-capped
+    // ({arch}.attn_logit_softcapping), sliding window on every other layer
+    // (the even ones), one RoPE base for all.
+    ArchSpec{
+        .name = "gemma2",
+        .rope_style = RopeStyle::Neox,
+        .ffn_activation = FfnActivation::GeluTanh,
+        .scale_embeddings = true,
+        .swa_period = 2,
+        .default_rope_base_swa = 0.0,
+        .query_scale_by_embd_per_head = false,
+        .scale_query_before_attention = true,
+        .moe_normalize_weights = false,
+        .layer = merge({kPlainAttn, kDenseFfn, has({{L::AttnPostNorm, R}, {L::FfnPostNorm, R}})}),
+        .global = {R, R, O, Presence::Absent},
+    },
+    // Qwen2 / Qwen2.5: Llama with biases on Q, K and V, NEOX RoPE.
+    ArchSpec{
+        .name = "qwen2",
+        .rope_style = RopeStyle::Neox,
+        .ffn_activation = FfnActivation::Silu,
+        .scale_embeddings = false,
+        .swa_period = 0,
+        .default_rope_base_swa = 0.0,
+        .query_scale_by_embd_per_head = false,
+        .scale_query_before_attention = false,
+        .moe_normalize_weights = false,
+        .layer = merge({kPlainAttn, kDenseFfn, has({{L::AttnQBias, R}, {L::AttnKBias, R}, {L::AttnVBias, R}})}),
+        .global = {R, R, O, O},
+    },
+    // Qwen3: per-head RMS norms on Q and K, NEOX RoPE; the head size is
+    // attention.key_length, not n_embd / n_head.
+    ArchSpec{
+        .name = "qwen3",
+        .rope_style = RopeStyle::Neox,
+        .ffn_activation = FfnActivation::Silu,
+        .scale_embeddings = false,
+        .swa_period = 0,
+        .default_rope_base_swa = 0.0,
+        .query_scale_by_embd_per_head = false,
+        .scale_query_before_attention = false,
+        .moe_normalize_weights = false,
+        .layer = merge({kPlainAttn, kQkNorm, kDenseFfn}),
+        .global = {R, R, O, O},
+    },
+    // Qwen3 MoE (30B-A3B, 235B-A22B): Qwen3's attention, every FFN a
+    // mixture of experts (softmax router, top-k, weights renormalized).
+    ArchSpec{
+        .name = "qwen3moe",
+        .rope_style = RopeStyle::Neox,
+        .ffn_activation = FfnActivation::Silu,
+        .scale_embeddings = false,
+        .swa_period = 0,
+        .default_rope_base_swa = 0.0,
+        .query_scale_by_embd_per_head = false,
+        .scale_query_before_attention = false,
+        .moe_normalize_weights = true,
+        .layer = merge({kPlainAttn, kQkNorm, kMoeFfn}),
+        .global = {R, R, O, O},
+    },
+    // Phi-3: Q, K and V fused in attn_qkv, gate and up fused in ffn_up,
+    // NEOX RoPE, Q scaled before attention.
+    ArchSpec{
+        .name = "phi3",
+        .rope_style = RopeStyle::Neox,
+        .ffn_activation = FfnActivation::Silu,
+        .scale_embeddings = false,
+        .swa_period = 0,
+        .default_rope_base_swa = 0.0,
+        .query_scale_by_embd_per_head = false,
+        .scale_query_before_attention = true,
+        .moe_normalize_weights = false,
+        .layer = has({{L::AttnNorm, R}, {L::AttnQkv, R}, {L::AttnOutput, R}, {L::FfnNorm, R}, {L::FfnGateUp, R},
+                      {L::FfnDown, R}}),
+        .global = {R, R, O, Presence::Absent},
     },
 };
 
@@ -84,7 +211,8 @@ const TensorRule& global_tensor_rule(GlobalTensor t) {
 }
 
 std::string layer_tensor_name(int64_t layer, LayerTensor t) {
-    return fmt::format("blk.{}.{}.weight", layer, layer_tensor_rule(t).suffix);
+    const TensorRule& rule = layer_tensor_rule(t);
+    return fmt::format("blk.{}.{}.{}", layer, rule.suffix, rule.bias ? "bias" : "weight");
 }
 
 std::string global_tensor_name(GlobalTensor t) { return fmt::format("{}.weight", global_tensor_rule(t).suffix); }

@@ -1,6 +1,7 @@
 #include "runtime/model/hparams.h"
 
 #include <array>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -34,6 +35,9 @@ constexpr std::array kIntKeys = {
     IntKey{"rope.dimension_count", &HParams::n_rot, false},
     IntKey{"attention.sliding_window", &HParams::sliding_window, false},
     IntKey{"vocab_size", &HParams::n_vocab, false},
+    IntKey{"expert_count", &HParams::n_expert, false},
+    IntKey{"expert_used_count", &HParams::n_expert_used, false},
+    IntKey{"expert_feed_forward_length", &HParams::n_ff_exp, false},
 };
 
 constexpr std::array kFloatKeys = {
@@ -41,6 +45,7 @@ constexpr std::array kFloatKeys = {
     FloatKey{"rope.freq_base_swa", &HParams::rope_base_swa, false},
     FloatKey{"attention.layer_norm_rms_epsilon", &HParams::rms_eps, false},
     FloatKey{"final_logit_softcapping", &HParams::final_logit_softcap, false},
+    FloatKey{"attn_logit_softcapping", &HParams::attn_logit_softcap, false},
 };
 
 // Far above any real model, low enough that products of these stay far from
@@ -66,6 +71,10 @@ int64_t dim_value(const HParams& hp, Dim d) {
         case Dim::OutDim: return hp.out_dim();
         case Dim::HeadDimK: return hp.head_dim_k;
         case Dim::FF: return hp.n_ff;
+        case Dim::FF2: return 2 * hp.n_ff;
+        case Dim::QkvDim: return hp.qkv_dim();
+        case Dim::FFExp: return hp.n_ff_exp;
+        case Dim::NExpert: return hp.n_expert;
         case Dim::Vocab: return hp.n_vocab;
         case Dim::RopeHalf: return hp.n_rot / 2;
     }
@@ -75,7 +84,6 @@ int64_t dim_value(const HParams& hp, Dim d) {
 HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
     HParams hp;
     hp.arch = std::string(arch.name);
-    hp.rope_base_swa = arch.default_rope_base_swa;
     const std::string prefix = std::string(arch.name) + ".";
     for (const auto& k : kIntKeys) {
         const std::string key = prefix + std::string(k.suffix);
@@ -113,7 +121,24 @@ HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
         }
     }
 
+    // Without its key, the sliding layers' RoPE base is the architecture's
+    // default, or when it has none the global base.
+    if (!file.find_float(prefix + "rope.freq_base_swa")) {
+        hp.rope_base_swa = arch.default_rope_base_swa > 0.0 ? arch.default_rope_base_swa : hp.rope_base;
+    }
     require_range(prefix + "block_count", hp.n_layer, 1, kMaxLayers);
+    if (hp.n_expert > 0) {
+        require_range(prefix + "expert_count", hp.n_expert, 1, 4096);
+        require_range(prefix + "expert_used_count", hp.n_expert_used, 1, hp.n_expert);
+        if (hp.n_ff_exp == 0) hp.n_ff_exp = hp.n_ff;
+        require_range(prefix + "expert_feed_forward_length", hp.n_ff_exp, 1, kMaxDim);
+    }
+    for (const auto& [key, cap] : {std::pair{"final_logit_softcapping", hp.final_logit_softcap},
+                                   std::pair{"attn_logit_softcapping", hp.attn_logit_softcap}}) {
+        if (!(cap >= 0.0 && cap < 1e30)) {
+            throw Error(fmt::format("model: {}{}: expected a non-negative value, found {}", prefix, key, cap));
+        }
+    }
     require_range(prefix + "embedding_length", hp.n_embd, 1, kMaxDim);
     require_range(prefix + "feed_forward_length", hp.n_ff, 1, kMaxDim);
     require_range(prefix + "attention.head_count", hp.n_head, 1, hp.n_embd);

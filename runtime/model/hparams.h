@@ -32,12 +32,24 @@ struct HParams {
     double rope_freq_scale = 1.0;  // 1 / linear scaling factor
     double rms_eps = 1e-5;
     double final_logit_softcap = 0.0;  // 0: off
+    double attn_logit_softcap = 0.0;   // 0: off (Gemma 2: cap * tanh(score / cap))
+    // Mixture of experts (0 experts: a dense FFN).
+    int64_t n_expert = 0;
+    int64_t n_expert_used = 0;
+    int64_t n_ff_exp = 0;  // one expert's hidden size (n_ff when the file does not say)
+    // Widest fused product (Q|K|V or gate|up) the architecture has; 0: none.
+    // Set by load_model_spec, which knows the tensors.
+    int64_t fused_width = 0;
 
     int64_t q_dim() const { return n_head * head_dim_k; }
     int64_t k_dim() const { return n_head_kv * head_dim_k; }
     int64_t v_dim() const { return n_head_kv * head_dim_v; }
     int64_t out_dim() const { return n_head * head_dim_v; }
     int64_t gqa_ratio() const { return n_head / n_head_kv; }
+    int64_t qkv_dim() const { return q_dim() + k_dim() + v_dim(); }
+    // The FFN's hidden activations of one token: n_ff, or every used
+    // expert's hidden rows side by side.
+    int64_t ffn_width() const { return n_expert > 0 ? n_expert_used * n_ff_exp : n_ff; }
 };
 
 // Reads and validates. n_vocab comes from the token embedding's shape when

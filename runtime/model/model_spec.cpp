@@ -18,15 +18,16 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 // Checks a bound tensor's shape against its rule. Trailing 1s are allowed
 // (some writers store vectors as [n, 1]).
 void check_shape(const gguf::TensorInfo& t, const TensorRule& rule, const HParams& hp) {
-    const int64_t ne0 = dim_value(hp, rule.ne0);
-    const int64_t ne1 = dim_value(hp, rule.ne1);
-    const int64_t got0 = t.shape.empty() ? 1 : t.shape[0];
-    const int64_t got1 = t.shape.size() > 1 ? t.shape[1] : 1;
-    bool trailing_ones = true;
-    for (size_t i = 2; i < t.shape.size(); ++i) trailing_ones &= (t.shape[i] == 1);
-    if (got0 != ne0 || got1 != ne1 || !trailing_ones) {
-        throw Error(fmt::format("model: tensor '{}': expected shape [{}, {}], found {}", t.name, ne0, ne1,
-                                shape_string(t.shape)));
+    const int64_t ne[3] = {dim_value(hp, rule.ne0), dim_value(hp, rule.ne1), dim_value(hp, rule.ne2)};
+    bool ok = true;
+    for (size_t i = 0; i < std::max<size_t>(3, t.shape.size()); ++i) {
+        const int64_t got = i < t.shape.size() ? t.shape[i] : 1;
+        ok &= got == (i < 3 ? ne[i] : 1);
+    }
+    if (!ok) {
+        const std::string want = rule.ne2 == Dim::One ? fmt::format("[{}, {}]", ne[0], ne[1])
+                                                      : fmt::format("[{}, {}, {}]", ne[0], ne[1], ne[2]);
+        throw Error(fmt::format("model: tensor '{}': expected shape {}, found {}", t.name, want, shape_string(t.shape)));
     }
     const quant::TypeTraits& tr = quant::traits(t.type);
     if (tr.is_activation_only) {
@@ -35,9 +36,23 @@ void check_shape(const gguf::TensorInfo& t, const TensorRule& rule, const HParam
     }
 }
 
+// Dense and Expert against the file: required or absent.
+Presence resolve(Presence p, const HParams& hp) {
+    if (p == Presence::Dense) return hp.n_expert > 0 ? Presence::Absent : Presence::Required;
+    if (p == Presence::Expert) return hp.n_expert > 0 ? Presence::Required : Presence::Absent;
+    return p;
+}
+
 const gguf::TensorInfo* bind(const gguf::File& file, const std::string& name, Presence presence,
                              const TensorRule& rule, const HParams& hp, const ArchSpec& arch) {
-    if (presence == Presence::Absent) return nullptr;
+    presence = resolve(presence, hp);
+    if (presence == Presence::Absent) {
+        if (file.find_tensor(name) && rule.ne2 != Dim::One) {
+            throw Error(fmt::format("model: the file has expert tensor '{}' but {}.expert_count is {}", name,
+                                    arch.name, hp.n_expert));
+        }
+        return nullptr;
+    }
     const gguf::TensorInfo* t = file.find_tensor(name);
     if (!t) {
         if (presence == Presence::Required) {
@@ -69,7 +84,14 @@ ModelSpec load_model_spec(const gguf::File& file) {
     ModelSpec spec;
     spec.arch = arch;
     spec.hp = read_hparams(file, *arch);
-    const HParams& hp = spec.hp;
+    HParams& hp = spec.hp;
+    const auto wants = [&](LayerTensor t) { return arch->layer[static_cast<size_t>(t)] != Presence::Absent; };
+    if (arch->layer[static_cast<size_t>(LayerTensor::FfnGateExps)] == Presence::Required && hp.n_expert == 0) {
+        throw Error(fmt::format("model: architecture {} is a mixture of experts but {}.expert_count is missing or 0",
+                                arch->name, arch->name));
+    }
+    if (wants(LayerTensor::AttnQkv)) hp.fused_width = std::max(hp.fused_width, hp.qkv_dim());
+    if (wants(LayerTensor::FfnGateUp)) hp.fused_width = std::max(hp.fused_width, 2 * hp.n_ff);
     for (int g = 0; g < kGlobalTensorCount; ++g) {
         const auto role = static_cast<GlobalTensor>(g);
         spec.globals[static_cast<size_t>(g)] =
@@ -129,9 +151,15 @@ uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, in
 uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits) {
     const model::HParams& hp = spec.hp;
     const auto ub = static_cast<uint64_t>(n_ubatch);
-    const int64_t widest_input = std::max({hp.n_embd, hp.out_dim(), hp.n_ff});
-    const auto per_token = static_cast<uint64_t>(2 * hp.n_embd + hp.q_dim() + hp.k_dim() + hp.v_dim() +
-                                                 std::max(hp.out_dim(), hp.n_embd) + 2 * hp.n_ff + widest_input + 1 +
+    const int64_t widest_input = std::max({hp.n_embd, hp.out_dim(), hp.n_ff, hp.n_ff_exp});
+    // Experts: the router's logits, the chosen experts and weights, and
+    // the gathered inputs and outputs of the expert products.
+    const int64_t experts = hp.n_expert > 0 ? hp.n_expert + 2 * hp.n_expert_used +
+                                                  hp.n_expert_used * (hp.n_ff_exp + std::max(hp.n_ff_exp, hp.n_embd)) +
+                                                  hp.n_embd
+                                            : 0;
+    const auto per_token = static_cast<uint64_t>(2 * hp.n_embd + hp.qkv_dim() + std::max(hp.out_dim(), hp.n_embd) +
+                                                 2 * hp.ffn_width() + hp.fused_width + experts + widest_input + 1 +
                                                  (with_logits ? hp.n_vocab : 0));
     return ub * per_token * sizeof(float);
 }
@@ -139,9 +167,17 @@ uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits
 uint64_t gemm_tile_bytes(const ModelSpec& spec) {
     uint64_t largest = 0;
     for (int64_t il = 0; il < spec.hp.n_layer; ++il) {
+        const LayerSpec& layer = spec.layers[static_cast<size_t>(il)];
         for (const LayerTensor role : kStreamedMatrices) {
-            const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
-            largest = std::max(largest, static_cast<uint64_t>(t->n_elements) * sizeof(float));
+            if (const gguf::TensorInfo* t = layer.get(role)) {
+                largest = std::max(largest, static_cast<uint64_t>(t->n_elements) * sizeof(float));
+            }
+        }
+        // One expert's matrix: experts are multiplied one at a time.
+        for (const LayerTensor role : {LayerTensor::FfnGateExps, LayerTensor::FfnUpExps, LayerTensor::FfnDownExps}) {
+            if (const gguf::TensorInfo* t = layer.get(role)) {
+                largest = std::max(largest, static_cast<uint64_t>(t->n_elements / spec.hp.n_expert) * sizeof(float));
+            }
         }
     }
     // At least one row of the head, which is tiled too.
@@ -155,6 +191,7 @@ std::vector<StreamShape> stream_shapes(const ModelSpec& spec) {
         StreamShape shape = shapes[static_cast<size_t>(il) + 1];
         for (const LayerTensor role : kStreamedMatrices) {
             const gguf::TensorInfo* t = spec.layers[static_cast<size_t>(il)].get(role);
+            if (!t) continue;
             shape.slot_bytes = std::max(shape.slot_bytes, t->n_bytes);
             shape.max_cols = std::max(shape.max_cols, t->row_length());
             shape.max_rows = std::max(shape.max_rows, t->n_rows());

@@ -22,6 +22,7 @@ struct LayerSpec {
     double rope_base = 10000.0;
 
     const gguf::TensorInfo* get(LayerTensor t) const { return tensors[static_cast<size_t>(t)]; }
+    bool has_experts() const { return get(LayerTensor::FfnGateInp) != nullptr; }
 };
 
 struct ModelSpec {
@@ -73,10 +74,19 @@ uint64_t gemm_tile_bytes(const ModelSpec& spec);
 
 // ---- weight streaming (long prompts: CPU-resident layers' matrices are
 // multiplied on the accelerator, copied there one matrix at a time) --------
-// The matrices of a layer in the order the layer multiplies them.
-inline constexpr LayerTensor kStreamedMatrices[] = {LayerTensor::AttnQ,   LayerTensor::AttnK,  LayerTensor::AttnV,
-                                                    LayerTensor::AttnOutput, LayerTensor::FfnGate, LayerTensor::FfnUp,
-                                                    LayerTensor::FfnDown};
+// The dense matrices a layer may have, in the order the layer multiplies
+// them; a layer holds some of them (null for the others). Expert tensors
+// and the router are not streamed: the host multiplies its experts.
+inline constexpr LayerTensor kStreamedMatrices[] = {
+    LayerTensor::AttnQkv,    LayerTensor::AttnQ,   LayerTensor::AttnK,     LayerTensor::AttnV,
+    LayerTensor::AttnOutput, LayerTensor::FfnGate, LayerTensor::FfnUp,     LayerTensor::FfnGateUp,
+    LayerTensor::FfnDown};
+constexpr bool is_streamed(LayerTensor role) {
+    for (const LayerTensor r : kStreamedMatrices) {
+        if (r == role) return true;
+    }
+    return false;
+}
 // Over the matrices of layers [first_layer, n_layer): the bytes of the
 // largest (one slot), and the widest input and output rows.
 struct StreamShape {

@@ -52,7 +52,12 @@ const char* role_group(model::LayerTensor r) {
         case LayerTensor::FfnNorm:
         case LayerTensor::FfnGate:
         case LayerTensor::FfnUp:
+        case LayerTensor::FfnGateUp:
         case LayerTensor::FfnDown:
+        case LayerTensor::FfnGateInp:
+        case LayerTensor::FfnGateExps:
+        case LayerTensor::FfnUpExps:
+        case LayerTensor::FfnDownExps:
         case LayerTensor::FfnPostNorm:
             return "ffn";
         default:

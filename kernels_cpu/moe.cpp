@@ -1,0 +1,59 @@
+#include "kernels_cpu/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "runtime/common/error.h"
+
+namespace tandem::cpu {
+
+void moe_route(const float* logits, int64_t n_expert, int64_t n_used, bool normalize, float* route,
+               int64_t n_tokens) {
+    TANDEM_CHECK(n_used >= 1 && n_used <= n_expert, "moe_route: expert_used_count outside [1, expert_count]");
+    std::vector<float> p(static_cast<size_t>(n_expert));
+    std::vector<int32_t> order(static_cast<size_t>(n_expert));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* x = logits + t * n_expert;
+        const float mx = *std::max_element(x, x + n_expert);
+        double sum = 0.0;
+        for (int64_t e = 0; e < n_expert; ++e) {
+            p[static_cast<size_t>(e)] = std::exp(x[e] - mx);
+            sum += p[static_cast<size_t>(e)];
+        }
+        const auto inv = static_cast<float>(1.0 / sum);
+        for (float& v : p) v *= inv;
+        std::iota(order.begin(), order.end(), 0);
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int32_t a, int32_t b) { return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)]; });
+        double kept = 0.0;
+        for (int64_t j = 0; j < n_used; ++j) kept += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
+        // llama.cpp clamps the sum away from 0 before dividing.
+        const float div = std::max(static_cast<float>(kept), 6.103515625e-5f);
+        float* r = route + t * 2 * n_used;
+        for (int64_t j = 0; j < n_used; ++j) {
+            const int32_t e = order[static_cast<size_t>(j)];
+            r[2 * j] = static_cast<float>(e);
+            r[2 * j + 1] = normalize ? p[static_cast<size_t>(e)] / div : p[static_cast<size_t>(e)];
+        }
+    }
+}
+
+void group_by_expert(const float* route, int64_t n_used, int64_t n_tokens, int64_t n_expert, ExpertGroups& groups) {
+    const int64_t n_rows = n_tokens * n_used;
+    groups.offsets.assign(static_cast<size_t>(n_expert) + 1, 0);
+    groups.rows.resize(static_cast<size_t>(n_rows));
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float id = route[2 * r];
+        TANDEM_CHECK(id >= 0.0f && id < static_cast<float>(n_expert), "group_by_expert: expert id out of range");
+        ++groups.offsets[static_cast<size_t>(id) + 1];
+    }
+    std::partial_sum(groups.offsets.begin(), groups.offsets.end(), groups.offsets.begin());
+    std::vector<int64_t> next(groups.offsets.begin(), groups.offsets.end() - 1);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const auto e = static_cast<size_t>(route[2 * r]);
+        groups.rows[static_cast<size_t>(next[e]++)] = r;
+    }
+}
+
+}  // namespace tandem::cpu
