@@ -23,7 +23,10 @@ struct Tables {
     int64_t n_ctx = 0;
     int64_t n_ubatch = 0;
     // Prefix sums over layers: [il] is the sum over layers [0, il).
-    std::vector<uint64_t> weights, kv, kv_read, params;
+    // weights: all of a layer's bytes (what it occupies); read: what one
+    // token's decode reads of them; params: the weights it multiplies (for
+    // a mixture of experts, only the experts used).
+    std::vector<uint64_t> weights, read, kv, kv_read, params;
     // Per token, the floats a streamed layer's products send to the
     // accelerator and back (each matrix's input and output rows).
     std::vector<uint64_t> stream_io;
@@ -65,6 +68,7 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     t.cache_type = cache_type;
     const auto n = static_cast<size_t>(hp.n_layer);
     t.weights.assign(n + 1, 0);
+    t.read.assign(n + 1, 0);
     t.kv.assign(n + 1, 0);
     t.kv_read.assign(n + 1, 0);
     t.params.assign(n + 1, 0);
@@ -74,14 +78,11 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     const int64_t avg_ctx = std::max<int64_t>(1, t.n_ctx / 2);
     for (size_t il = 0; il < n; ++il) {
         const auto i = static_cast<int64_t>(il);
-        uint64_t p = 0;
-        for (const auto* ti : spec.layers[il].tensors) {
-            if (ti) p += static_cast<uint64_t>(ti->n_elements);
-        }
         t.weights[il + 1] = t.weights[il] + model::layer_weight_bytes(spec, i);
+        t.read[il + 1] = t.read[il] + model::layer_decode_bytes(spec, i);
         t.kv[il + 1] = t.kv[il] + model::kv_bytes_for_layer(spec, i, t.n_ctx, t.n_ubatch, cache_type);
         t.kv_read[il + 1] = t.kv_read[il] + model::kv_bytes_for_layer(spec, i, avg_ctx, t.n_ubatch, cache_type);
-        t.params[il + 1] = t.params[il] + p;
+        t.params[il + 1] = t.params[il] + model::layer_active_params(spec, i);
         uint64_t io = 0;
         for (const model::LayerTensor role : model::kStreamedMatrices) {
             const auto* m = spec.layers[il].get(role);
@@ -178,10 +179,10 @@ struct Speeds {
 Prediction predict(const Tables& t, const Split& s, const Speeds& v, bool stream) {
     const int64_t d = s.device_layers, n = t.n_layer;
     const double head_bytes = static_cast<double>(t.output_bytes);
-    const double host_read = static_cast<double>(sum(t.weights, d, n) + sum(t.kv_read, d, n) + t.embd_row_bytes) +
+    const double host_read = static_cast<double>(sum(t.read, d, n) + sum(t.kv_read, d, n) + t.embd_row_bytes) +
                              (s.output_on_device ? 0.0 : head_bytes);
     const double dev_read =
-        static_cast<double>(sum(t.weights, 0, d) + sum(t.kv_read, 0, d)) + (s.output_on_device ? head_bytes : 0.0);
+        static_cast<double>(sum(t.read, 0, d) + sum(t.kv_read, 0, d)) + (s.output_on_device ? head_bytes : 0.0);
     const bool crosses = d > 0 || s.output_on_device;
     const double xfer_bytes =
         crosses ? static_cast<double>(t.hidden_bytes + (s.output_on_device ? t.logits_bytes : t.hidden_bytes)) : 0.0;
@@ -362,8 +363,8 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
                                     format_bytes(p.vram.kv)));
     const Split s = split_of(t, p.ngl);
     p.predicted = predict(t, p.has_device ? s : Split{}, v, p.weight_stream);
-    const uint64_t dev_read = sum(t.weights, 0, s.device_layers) + (s.output_on_device ? t.output_bytes : 0);
-    const uint64_t host_read = t.weights[static_cast<size_t>(t.n_layer)] + t.output_bytes - dev_read;
+    const uint64_t dev_read = sum(t.read, 0, s.device_layers) + (s.output_on_device ? t.output_bytes : 0);
+    const uint64_t host_read = t.read[static_cast<size_t>(t.n_layer)] + t.output_bytes - dev_read;
     const double host_ms = static_cast<double>(host_read) / (v.cpu_gbps * 1e6);
     const double dev_ms = static_cast<double>(dev_read) / (v.gpu_gbps * 1e6);
     p.reasons.push_back(fmt::format("decode reads {} of weights per token on the CPU ({:.2f} ms at {:g} GB/s) and {} "

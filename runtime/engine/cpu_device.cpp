@@ -229,8 +229,7 @@ void CpuDevice::load_vector(const gguf::TensorInfo& t) {
 void CpuDevice::load_kv(int64_t il, int64_t n_cells, int64_t ring_span) {
     const auto& hp = impl_->hp;
     const quant::Type type = model::cache_quant_type(impl_->config.cache_type);
-    const uint64_t bytes = model::kv_bytes_for_layer(impl_->spec, il, impl_->config.n_ctx, impl_->config.n_ubatch,
-                                                     impl_->config.cache_type);
+    const uint64_t bytes = model::kv_bytes_for_cells(impl_->spec, n_cells, impl_->config.cache_type);
     impl_->reserve(MemoryCategory::KvCache, bytes, fmt::format("the KV cache of layer {}", il));
     impl_->kv.try_emplace(il, type, n_cells, hp.k_dim(), hp.v_dim(), ring_span);
 }

@@ -63,6 +63,10 @@ struct Session::Impl {
         if (opt.n_ctx <= 0) opt.n_ctx = std::min<int64_t>(hp.n_ctx_train, 4096);
         if (opt.n_ubatch <= 0) throw Error(fmt::format("micro-batch size must be positive, found {}", opt.n_ubatch));
         opt.n_ubatch = std::min(opt.n_ubatch, opt.n_ctx);
+        if (opt.n_seq_max < 1 || opt.n_seq_max > kMaxSequences) {
+            throw Error(fmt::format("parallel sequences: expected a value in [1, {}], found {}", kMaxSequences,
+                                    opt.n_seq_max));
+        }
         const quant::Type cache_type = model::cache_quant_type(opt.cache_type);
         if (!quant::row_bytes(cache_type, hp.head_dim_k) || !quant::row_bytes(cache_type, hp.head_dim_v)) {
             throw Error(fmt::format("cache type {} needs head sizes that are multiples of {}, the model has {}",
@@ -185,8 +189,9 @@ struct Session::Impl {
                     d.load_vector(*t);
                 }
             }
-            const int64_t cells = model::kv_cells_for_layer(spec, il, opt.n_ctx, opt.n_ubatch);
-            device(placement.kv[static_cast<size_t>(il)]).load_kv(il, cells, ls.sliding_window ? cells : 0);
+            const int64_t cells = model::kv_cells_for_layer(spec, il, opt.n_ctx, opt.n_ubatch, opt.n_seq_max);
+            device(placement.kv[static_cast<size_t>(il)])
+                .load_kv(il, cells, model::kv_ring_span(spec, il, opt.n_ctx, opt.n_ubatch));
         }
         const gguf::TensorInfo* norm = spec.get(model::GlobalTensor::OutputNorm);
         device(placement.of(norm)).load_vector(*norm);

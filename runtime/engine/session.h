@@ -23,6 +23,9 @@ namespace tandem {
 struct SessionOptions {
     int64_t n_ctx = 0;        // 0: the model's training context, capped at 4096
     int64_t n_ubatch = 512;   // tokens per micro-batch
+    // Sequences decoded side by side (llama.cpp's -np/--parallel): sizes the
+    // sliding-window layers' rings, one window per sequence.
+    int64_t n_seq_max = 1;
     int n_threads = 0;        // 0: physical cores
     model::CacheType cache_type = model::CacheType::F16;
     bool simd_from_env = true;  // TANDEM_CPU overrides the detected level

@@ -46,13 +46,7 @@ Presence resolve(Presence p, const HParams& hp) {
 const gguf::TensorInfo* bind(const gguf::File& file, const std::string& name, Presence presence,
                              const TensorRule& rule, const HParams& hp, const ArchSpec& arch) {
     presence = resolve(presence, hp);
-    if (presence == Presence::Absent) {
-        if (file.find_tensor(name) && rule.ne2 != Dim::One) {
-            throw Error(fmt::format("model: the file has expert tensor '{}' but {}.expert_count is {}", name,
-                                    arch.name, hp.n_expert));
-        }
-        return nullptr;
-    }
+    if (presence == Presence::Absent) return nullptr;
     const gguf::TensorInfo* t = file.find_tensor(name);
     if (!t) {
         if (presence == Presence::Required) {
@@ -97,6 +91,19 @@ ModelSpec load_model_spec(const gguf::File& file) {
         spec.globals[static_cast<size_t>(g)] =
             bind(file, global_tensor_name(role), arch->global[g], global_tensor_rule(role), hp, *arch);
     }
+    // Expert tensors in a file whose header says no experts: say that, not
+    // which dense tensor is then missing.
+    if (hp.n_expert == 0) {
+        for (int r = 0; r < kLayerTensorCount; ++r) {
+            const auto role = static_cast<LayerTensor>(r);
+            if (layer_tensor_rule(role).ne2 == Dim::One) continue;
+            const std::string name = layer_tensor_name(0, role);
+            if (file.find_tensor(name)) {
+                throw Error(fmt::format("model: the file has expert tensor '{}' but {}.expert_count is 0 or missing",
+                                        name, arch->name));
+            }
+        }
+    }
     spec.layers.resize(static_cast<size_t>(hp.n_layer));
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         LayerSpec& layer = spec.layers[static_cast<size_t>(il)];
@@ -122,6 +129,31 @@ uint64_t layer_weight_bytes(const ModelSpec& spec, int64_t il) {
     return total;
 }
 
+namespace {
+// A tensor's share that one token uses: n_used / n_expert of an expert tensor.
+uint64_t used_share(const ModelSpec& spec, const gguf::TensorInfo& t, uint64_t amount) {
+    const bool expert = t.shape.size() > 2 && spec.hp.n_expert > 0 && t.shape[2] == spec.hp.n_expert;
+    return expert ? amount / static_cast<uint64_t>(spec.hp.n_expert) * static_cast<uint64_t>(spec.hp.n_expert_used)
+                  : amount;
+}
+}  // namespace
+
+uint64_t layer_decode_bytes(const ModelSpec& spec, int64_t il) {
+    uint64_t total = 0;
+    for (const auto* t : spec.layers.at(static_cast<size_t>(il)).tensors) {
+        if (t) total += used_share(spec, *t, t->n_bytes);
+    }
+    return total;
+}
+
+uint64_t layer_active_params(const ModelSpec& spec, int64_t il) {
+    uint64_t total = 0;
+    for (const auto* t : spec.layers.at(static_cast<size_t>(il)).tensors) {
+        if (t) total += used_share(spec, *t, t->n_elements);
+    }
+    return total;
+}
+
 uint64_t output_weight_bytes(const ModelSpec& spec) {
     uint64_t total = spec.output_head().n_bytes;
     if (const auto* norm = spec.get(GlobalTensor::OutputNorm)) total += norm->n_bytes;
@@ -133,19 +165,28 @@ uint64_t token_embd_bytes(const ModelSpec& spec) {
     return t ? t->n_bytes : 0;
 }
 
-int64_t kv_cells_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch) {
+int64_t kv_cells_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, int64_t n_seq) {
     const LayerSpec& layer = spec.layers.at(static_cast<size_t>(il));
     if (!layer.sliding_window) return n_ctx;
+    return std::min(n_ctx, std::max<int64_t>(n_seq, 1) * (spec.hp.sliding_window + n_ubatch));
+}
+
+int64_t kv_ring_span(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch) {
+    if (!spec.layers.at(static_cast<size_t>(il)).sliding_window) return 0;
     return std::min(n_ctx, spec.hp.sliding_window + n_ubatch);
 }
 
-uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, CacheType type) {
-    const int64_t cells = kv_cells_for_layer(spec, il, n_ctx, n_ubatch);
+uint64_t kv_bytes_for_cells(const ModelSpec& spec, int64_t n_cells, CacheType type) {
     const quant::Type qt = cache_quant_type(type);
     const auto k_row = quant::row_bytes(qt, spec.hp.k_dim());
     const auto v_row = quant::row_bytes(qt, spec.hp.v_dim());
     TANDEM_CHECK(k_row && v_row, "KV row not a multiple of the cache type's block");
-    return static_cast<uint64_t>(cells) * (*k_row + *v_row);
+    return static_cast<uint64_t>(n_cells) * (*k_row + *v_row);
+}
+
+uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, CacheType type,
+                            int64_t n_seq) {
+    return kv_bytes_for_cells(spec, kv_cells_for_layer(spec, il, n_ctx, n_ubatch, n_seq), type);
 }
 
 uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits) {

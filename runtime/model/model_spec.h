@@ -49,14 +49,27 @@ quant::Type cache_quant_type(CacheType t);
 
 // Bytes of all weights of layer il.
 uint64_t layer_weight_bytes(const ModelSpec& spec, int64_t il);
+// What one token's decode reads of layer il's weights, and the weights it
+// multiplies: a mixture of experts reads only its expert_used_count of the
+// expert_count experts (the router's choice; on average that share).
+uint64_t layer_decode_bytes(const ModelSpec& spec, int64_t il);
+uint64_t layer_active_params(const ModelSpec& spec, int64_t il);
 // Bytes of the output norm and head (the head counted once even when tied).
 uint64_t output_weight_bytes(const ModelSpec& spec);
 uint64_t token_embd_bytes(const ModelSpec& spec);
-// Positions layer il keeps in its KV cache for a context of n_ctx: all of
-// them, or for sliding-window layers the window plus one micro-batch.
-int64_t kv_cells_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch);
+// Cells layer il's KV cache has for a context of n_ctx (shared by every
+// sequence, as llama.cpp's unified cache): all of them, or for
+// sliding-window layers the window plus one micro-batch for each of n_seq
+// sequences (at most n_ctx).
+int64_t kv_cells_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, int64_t n_seq = 1);
+// The positions one sequence keeps in a sliding-window layer's ring (the
+// window plus one micro-batch); 0 for a global layer.
+int64_t kv_ring_span(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch);
 // Bytes of layer il's K and V caches.
-uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, CacheType type);
+uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, CacheType type,
+                            int64_t n_seq = 1);
+// Bytes of a K/V cache of n_cells cells.
+uint64_t kv_bytes_for_cells(const ModelSpec& spec, int64_t n_cells, CacheType type);
 // Activation buffers of one micro-batch on one device: the hidden state,
 // Q/K/V, the attention output and the two FFN halves, the positions, room
 // for the widest matmul input in the kernels' activation format (at most 4

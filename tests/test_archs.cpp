@@ -1,0 +1,257 @@
+// The architectures of ../shared's synth-* files through the one recipe:
+// on the stand-in device every split (each ngl, the expert flags, experts
+// split from their router) gives the all-CPU logits bit for bit, prompt and
+// decode steps, with several sequences in one batch; and files that break
+// an architecture's rules get one line naming the key or tensor.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/common/error.h"
+#include "runtime/engine/session.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/gguf/gguf_writer.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/placement/placement.h"
+#include "tests/test_paths.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tandem::testing::shared;
+
+const std::vector<std::string> kArchModels = {"synth-qwen2-Q8_0", "synth-qwen3-Q8_0",  "synth-qwen3moe-Q8_0",
+                                              "synth-phi3-Q8_0",  "synth-gemma2-Q8_0", "synth-mixtral-Q8_0"};
+
+struct Model {
+    tandem::gguf::File file;
+    tandem::model::ModelSpec spec;
+};
+
+Model open_model(const fs::path& path) {
+    auto file = tandem::gguf::File::open(path);
+    auto spec = tandem::model::load_model_spec(file);
+    return {std::move(file), std::move(spec)};
+}
+
+tandem::SessionOptions base_options() {
+    tandem::SessionOptions opt;
+    opt.n_ctx = 128;
+    opt.n_ubatch = 16;  // the prompt in several micro-batches, past gemma2's window of 8
+    opt.n_seq_max = 2;
+    return opt;
+}
+
+// A 21-token prompt of sequence 0 and a copy of its first 5 tokens in
+// sequence 1, in one batch, then decode steps of both: batched products,
+// the single-token kernels, and per-sequence attention.
+std::vector<float> run(const Model& m, const tandem::SessionOptions& opt, uint64_t* device_weights = nullptr) {
+    tandem::Session session(m.file, m.spec, opt);
+    std::vector<tandem::BatchToken> batch;
+    for (int32_t i = 0; i < 21; ++i) batch.push_back({(i * 37 + 11) % 8000, i, 0, true});
+    for (int32_t i = 0; i < 5; ++i) batch.push_back({(i * 37 + 11) % 8000, i, 1, true});
+    std::vector<float> logits;
+    session.eval_batch(batch, logits);
+    std::vector<float> step;
+    for (int32_t k = 0; k < 3; ++k) {
+        const std::vector<tandem::BatchToken> two = {{100 + k, 21 + k, 0, true}, {200 + k, 5 + k, 1, true}};
+        session.eval_batch(two, step);
+        logits.insert(logits.end(), step.begin(), step.end());
+    }
+    if (device_weights) {
+        const auto ledgers = session.ledgers();
+        *device_weights = ledgers.size() > 1 ? ledgers[1]->used(tandem::MemoryCategory::Weights) : 0;
+    }
+    return logits;
+}
+
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+class ArchSplit : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ArchSplit, EveryNglGivesTheCpuLogitsBitForBit) {
+    const auto path = shared("models/" + GetParam() + ".gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const Model m = open_model(path);
+    const auto reference = run(m, base_options());
+    for (int64_t ngl = 0; ngl <= m.spec.hp.n_layer + 1; ++ngl) {
+        SCOPED_TRACE("ngl " + std::to_string(ngl));
+        auto opt = base_options();
+        opt.device = "cpu2";
+        opt.n_gpu_layers = ngl;
+        uint64_t device_weights = 0;
+        expect_same_bits(run(m, opt, &device_weights), reference);
+        tandem::PlacementRequest req;
+        req.device = "cpu2";
+        req.n_gpu_layers = ngl;
+        EXPECT_EQ(device_weights, tandem::place_tensors(m.spec, req).weight_bytes(tandem::kAccelDevice));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shared, ArchSplit, ::testing::ValuesIn(kArchModels), [](const auto& info) {
+    std::string n = info.param;
+    for (auto& ch : n) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    }
+    return n;
+});
+
+class MoeSplit : public ::testing::TestWithParam<std::string> {};
+
+// llama.cpp's expert flags, and experts parted from their router: the
+// route crosses devices with the activations.
+TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
+    const auto path = shared("models/" + GetParam() + ".gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const Model m = open_model(path);
+    ASSERT_GT(m.spec.hp.n_expert, 0);
+    const auto reference = run(m, base_options());
+    struct Case {
+        const char* what;
+        bool cpu_moe;
+        int64_t n_cpu_moe;
+        const char* ot;
+    };
+    const Case cases[] = {
+        {"--cpu-moe", true, 0, ""},
+        {"--n-cpu-moe 2", false, 2, ""},
+        {"down experts on the host, router and gate/up on cpu2", false, 0, "ffn_down_exps=cpu"},
+        {"router on the host, experts on cpu2", false, 0, "ffn_gate_inp=cpu"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        auto opt = base_options();
+        opt.device = "cpu2";
+        opt.n_gpu_layers = m.spec.hp.n_layer + 1;
+        opt.cpu_moe = c.cpu_moe;
+        opt.n_cpu_moe = c.n_cpu_moe;
+        if (*c.ot) opt.overrides = tandem::parse_tensor_overrides(c.ot);
+        uint64_t device_weights = 0;
+        expect_same_bits(run(m, opt, &device_weights), reference);
+        tandem::PlacementRequest req;
+        req.device = "cpu2";
+        req.n_gpu_layers = opt.n_gpu_layers;
+        req.cpu_moe = c.cpu_moe;
+        req.n_cpu_moe = c.n_cpu_moe;
+        req.overrides = opt.overrides;
+        const auto placement = tandem::place_tensors(m.spec, req);
+        EXPECT_EQ(device_weights, placement.weight_bytes(tandem::kAccelDevice));
+        // The flags moved expert weights to the host.
+        EXPECT_LT(device_weights, tandem::place_tensors(m.spec, {.device = "cpu2", .n_gpu_layers = req.n_gpu_layers})
+                                      .weight_bytes(tandem::kAccelDevice));
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shared, MoeSplit, ::testing::Values("synth-qwen3moe-Q8_0", "synth-mixtral-Q8_0"),
+                         [](const auto& info) {
+                             std::string n = info.param;
+                             for (auto& ch : n) {
+                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             }
+                             return n;
+                         });
+
+// ---- files that break an architecture's rules --------------------------------
+
+// A header-only copy of `src` with its keys and tensor list edited.
+fs::path edited_copy(const fs::path& src, const std::string& name,
+                     const std::function<void(std::vector<tandem::gguf::KeyValue>&,
+                                              std::vector<tandem::gguf::TensorSpec>&)>& edit) {
+    const auto file = tandem::gguf::File::open(src);
+    std::vector<tandem::gguf::KeyValue> keys = file.metadata();
+    std::vector<tandem::gguf::TensorSpec> tensors;
+    for (const auto& t : file.tensors()) tensors.push_back({t.name, t.shape, t.type});
+    edit(keys, tensors);
+    const fs::path out = fs::temp_directory_path() / ("tandem_archs_" + name + ".gguf");
+    tandem::gguf::Writer w(out);
+    for (const auto& kv : keys) {
+        if (kv.key != "general.alignment") w.set(kv.key, kv.value);
+    }
+    w.set(std::string(tandem::gguf::kHeaderOnlyKey), tandem::gguf::Value::boolean(true));
+    for (auto& t : tensors) w.add_tensor(std::move(t));
+    w.finish();
+    return out;
+}
+
+std::string load_error(const fs::path& path) {
+    try {
+        const auto file = tandem::gguf::File::open(path);
+        (void)tandem::model::load_model_spec(file);
+    } catch (const tandem::Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST(ArchErrors, EachBrokenRuleIsOneLineNamingItsKeyOrTensor) {
+    const auto moe = shared("models/synth-qwen3moe-Q8_0.gguf");
+    const auto mixtral = shared("models/synth-mixtral-Q8_0.gguf");
+    const auto phi3 = shared("models/synth-phi3-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(moe);
+    TANDEM_REQUIRE_SHARED(mixtral);
+    TANDEM_REQUIRE_SHARED(phi3);
+    using Keys = std::vector<tandem::gguf::KeyValue>;
+    using Tensors = std::vector<tandem::gguf::TensorSpec>;
+    auto set_key = [](Keys& keys, const std::string& key, tandem::gguf::Value v) {
+        for (auto& kv : keys) {
+            if (kv.key == key) kv.value = std::move(v);
+        }
+    };
+    auto drop_key = [](Keys& keys, const std::string& key) {
+        std::erase_if(keys, [&](const auto& kv) { return kv.key == key; });
+    };
+    auto tensor = [](Tensors& ts, const std::string& name) -> tandem::gguf::TensorSpec& {
+        for (auto& t : ts) {
+            if (t.name == name) return t;
+        }
+        throw std::runtime_error("test: no tensor " + name);
+    };
+    struct Case {
+        const char* what;
+        fs::path path;
+        std::vector<std::string> expect;
+    };
+    const Case cases[] = {
+        {"unknown architecture",
+         edited_copy(moe, "arch", [&](Keys& k, Tensors&) { set_key(k, "general.architecture", tandem::gguf::Value::str("qwen9")); }),
+         {"architecture 'qwen9' is not supported", "qwen3moe", "phi3"}},
+        {"a missing expert tensor",
+         edited_copy(moe, "missing", [&](Keys&, Tensors& t) {
+             std::erase_if(t, [](const auto& x) { return x.name == "blk.2.ffn_up_exps.weight"; });
+         }),
+         {"blk.2.ffn_up_exps.weight", "does not have"}},
+        {"an expert tensor with too few experts",
+         edited_copy(moe, "shape", [&](Keys&, Tensors& t) { tensor(t, "blk.1.ffn_down_exps.weight").shape = {256, 256, 7}; }),
+         {"blk.1.ffn_down_exps.weight", "expected shape [256, 256, 8]", "found [256, 256, 7]"}},
+        {"a MoE architecture without expert_count",
+         edited_copy(moe, "count", [&](Keys& k, Tensors&) { drop_key(k, "qwen3moe.expert_count"); }),
+         {"qwen3moe.expert_count"}},
+        {"more experts used than there are",
+         edited_copy(moe, "used", [&](Keys& k, Tensors&) { set_key(k, "qwen3moe.expert_used_count", tandem::gguf::Value::u32(9)); }),
+         {"qwen3moe.expert_used_count", "[1, 8]", "found 9"}},
+        {"llama experts without expert_count",
+         edited_copy(mixtral, "llama", [&](Keys& k, Tensors&) { drop_key(k, "llama.expert_count"); }),
+         {"ffn_gate_exps.weight", "llama.expert_count is 0 or missing"}},
+        {"a fused QKV of the wrong width",
+         edited_copy(phi3, "qkv", [&](Keys&, Tensors& t) { tensor(t, "blk.0.attn_qkv.weight").shape = {256, 256}; }),
+         {"blk.0.attn_qkv.weight", "expected shape [256, 512]"}},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.what);
+        const std::string err = load_error(c.path);
+        EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+        for (const auto& part : c.expect) EXPECT_TRUE(contains(err, part)) << err << "\n  lacks: " << part;
+        fs::remove(c.path);
+    }
+}
+
+}  // namespace
