@@ -352,8 +352,9 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         const void* act;  // the row this target's kernel reads
         int64_t rows_item, first_item;
     };
-    std::array<Part, 8> parts{};
-    TANDEM_CHECK(targets.size() <= parts.size(), "matmul_shared_input: more than 8 targets");
+    // Up to 32: a decode step's gate and up products of 16 experts.
+    std::array<Part, 32> parts{};
+    if (targets.size() > parts.size()) return separately();
     quant::QuantizeRowFn quantize = nullptr;
     size_t a_row_bytes = 0;
     if (first_a != quant::Type::F32) {

@@ -62,6 +62,10 @@ std::vector<float> run(const Model& m, const tandem::SessionOptions& opt, uint64
         session.eval_batch(two, step);
         logits.insert(logits.end(), step.begin(), step.end());
     }
+    // One token alone: the single-token kernels (a decode step's experts
+    // without gathering).
+    session.eval_batch(std::vector<tandem::BatchToken>{{300, 24, 0, true}}, step);
+    logits.insert(logits.end(), step.begin(), step.end());
     if (device_weights) {
         const auto ledgers = session.ledgers();
         *device_weights = ledgers.size() > 1 ? ledgers[1]->used(tandem::MemoryCategory::Weights) : 0;

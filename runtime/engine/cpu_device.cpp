@@ -331,56 +331,89 @@ void CpuDevice::matmul_experts(std::span<const MatmulOut> outs, Act in, const Ex
     const int64_t n_expert = m.hp.n_expert, k = op.n_used;
     TANDEM_CHECK(!outs.empty() && outs.size() <= 2 && !(op.sum_slots && outs.size() != 1),
                  "matmul_experts: one or two products, one when summing the slots");
-    cpu::group_by_expert(m.buf(Act::Route), k, n, n_expert, m.expert_groups);
     const cpu::WeightView& w0 = m.matrix(outs[0].w);
     const int64_t cols = w0.n_cols, rows = w0.n_rows / n_expert;
+    // Expert e's slice of a 3-D weight: rows [e * rows, (e + 1) * rows).
+    const auto slice = [&](const MatmulOut& o, int64_t e) {
+        cpu::WeightView v = m.matrix(o.w);
+        TANDEM_CHECK(v.n_cols == cols && v.n_rows == rows * n_expert, "matmul_experts: products of other shapes");
+        v.data = static_cast<const uint8_t*>(v.data) + static_cast<uint64_t>(e * rows) * v.row_stride_bytes;
+        v.n_rows = rows;
+        return v;
+    };
+    const float* route = m.buf(Act::Route);
     const float* x = m.buf(in);
-    m.expert_x.resize(static_cast<size_t>(n * k * cols));
-    for (size_t i = 0; i < outs.size(); ++i) m.expert_y[i].resize(static_cast<size_t>(n * k * rows));
-    if (op.sum_slots) m.slot_y.resize(static_cast<size_t>(n * k * rows));
-    for (int64_t e = 0; e < n_expert; ++e) {
-        const int64_t count = m.expert_groups.count(e);
-        if (count == 0) continue;  // an expert nobody chose is not read
-        const int64_t* slot_rows = m.expert_groups.begin(e);
-        for (int64_t i = 0; i < count; ++i) {
-            const int64_t r = slot_rows[i];  // token * k + slot
-            const float* src = x + (op.in_per_slot ? r : r / k) * cols;
-            std::memcpy(m.expert_x.data() + i * cols, src, static_cast<size_t>(cols) * sizeof(float));
+    float* slot_out = nullptr;  // where a row per (token, slot) goes
+    if (op.sum_slots) {
+        m.slot_y.resize(static_cast<size_t>(n * k * rows));
+        slot_out = m.slot_y.data();
+    }
+    if (n == 1) {
+        // A decode step: no gathering. One shared input goes to every
+        // chosen expert's products in one hand-off to the threads.
+        std::vector<cpu::WeightView> views;
+        std::vector<cpu::MatmulTarget> targets;
+        views.reserve(static_cast<size_t>(k) * outs.size());
+        for (int64_t j = 0; j < k; ++j) {
+            const auto e = static_cast<int64_t>(route[2 * j]);
+            TANDEM_CHECK(e >= 0 && e < n_expert, "matmul_experts: expert id out of range");
+            for (const MatmulOut& o : outs) {
+                views.push_back(slice(o, e));
+                float* y = (op.sum_slots ? slot_out : m.buf(o.out)) + j * rows;
+                if (op.in_per_slot) {
+                    cpu::matmul(views.back(), x + j * cols, cols, 1, y, rows, m.pool, m.level);
+                } else {
+                    targets.push_back({nullptr, y});
+                }
+            }
         }
-        cpu::WeightView views[2];
-        cpu::MatmulTarget targets[2];
-        for (size_t i = 0; i < outs.size(); ++i) {
-            const cpu::WeightView& w = m.matrix(outs[i].w);
-            TANDEM_CHECK(w.n_cols == cols && w.n_rows == rows * n_expert, "matmul_experts: products of other shapes");
-            views[i] = w;
-            views[i].data = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(e * rows) * w.row_stride_bytes;
-            views[i].n_rows = rows;
-            targets[i] = {&views[i], m.expert_y[i].data()};
+        if (!op.in_per_slot) {
+            for (size_t i = 0; i < targets.size(); ++i) targets[i].w = &views[i];
+            cpu::matmul_shared_input(targets, x, 1, m.pool, m.level);
         }
-        if (outs.size() == 1) {
-            cpu::matmul(views[0], m.expert_x.data(), cols, count, targets[0].y, rows, m.pool, m.level);
-        } else {
-            cpu::matmul_shared_input(std::span(targets, outs.size()), m.expert_x.data(), count, m.pool, m.level);
-        }
-        // Each row's result to its (token, slot) place.
-        for (size_t i = 0; i < outs.size(); ++i) {
-            float* dst = op.sum_slots ? m.slot_y.data() : m.buf(outs[i].out);
-            for (int64_t j = 0; j < count; ++j) {
-                std::memcpy(dst + slot_rows[j] * rows, m.expert_y[i].data() + j * rows,
-                            static_cast<size_t>(rows) * sizeof(float));
+    } else {
+        // A batch: each expert's rows gathered, multiplied, scattered.
+        cpu::group_by_expert(route, k, n, n_expert, m.expert_groups);
+        m.expert_x.resize(static_cast<size_t>(n * k * cols));
+        for (size_t i = 0; i < outs.size(); ++i) m.expert_y[i].resize(static_cast<size_t>(n * k * rows));
+        for (int64_t e = 0; e < n_expert; ++e) {
+            const int64_t count = m.expert_groups.count(e);
+            if (count == 0) continue;  // an expert nobody chose is not read
+            const int64_t* slot_rows = m.expert_groups.begin(e);
+            for (int64_t i = 0; i < count; ++i) {
+                const int64_t r = slot_rows[i];  // token * k + slot
+                const float* src = x + (op.in_per_slot ? r : r / k) * cols;
+                std::memcpy(m.expert_x.data() + i * cols, src, static_cast<size_t>(cols) * sizeof(float));
+            }
+            cpu::WeightView views[2];
+            cpu::MatmulTarget targets[2];
+            for (size_t i = 0; i < outs.size(); ++i) {
+                views[i] = slice(outs[i], e);
+                targets[i] = {&views[i], m.expert_y[i].data()};
+            }
+            if (outs.size() == 1) {
+                cpu::matmul(views[0], m.expert_x.data(), cols, count, targets[0].y, rows, m.pool, m.level);
+            } else {
+                cpu::matmul_shared_input(std::span(targets, outs.size()), m.expert_x.data(), count, m.pool, m.level);
+            }
+            for (size_t i = 0; i < outs.size(); ++i) {
+                float* dst = op.sum_slots ? slot_out : m.buf(outs[i].out);
+                for (int64_t j = 0; j < count; ++j) {
+                    std::memcpy(dst + slot_rows[j] * rows, m.expert_y[i].data() + j * rows,
+                                static_cast<size_t>(rows) * sizeof(float));
+                }
             }
         }
     }
     if (!op.sum_slots) return;
     // out = w_0 * y_0 + w_1 * y_1 + ..., each product rounded, added in
     // slot order (llama.cpp multiplies by the weights, then adds the slots).
-    const float* route = m.buf(Act::Route);
     float* out = m.buf(outs[0].out);
     for (int64_t t = 0; t < n; ++t) {
         float* o = out + t * rows;
         for (int64_t j = 0; j < k; ++j) {
             const float wj = cpu::route_weight(route, t * k + j);
-            const float* y = m.slot_y.data() + (t * k + j) * rows;
+            const float* y = slot_out + (t * k + j) * rows;
             for (int64_t c = 0; c < rows; ++c) {
                 const float v = y[c] * wj;
                 o[c] = j == 0 ? v : o[c] + v;
