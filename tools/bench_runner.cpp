@@ -195,7 +195,7 @@ WeightReads weight_reads(const Session& s, const model::ModelSpec& spec, const B
     const double head = static_cast<double>(model::output_weight_bytes(spec));
     double device_layers = 0;
     for (int64_t il = 0; il < s.n_device_layers(); ++il) {
-        device_layers += static_cast<double>(model::layer_weight_bytes(spec, il));
+        device_layers += static_cast<double>(model::layer_decode_bytes(spec, il));
     }
     const double host_layers = static_cast<double>(s.weight_bytes_per_token()) - head - device_layers;
     const double layer_passes = static_cast<double>((t.n_prompt + n_ubatch - 1) / n_ubatch + t.n_gen);

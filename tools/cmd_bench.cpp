@@ -267,7 +267,8 @@ GB/s: bytes of weights read per second. The layers and one embedding row are
 counted once per micro-batch of the prompt and once per generated token, the
 output head once per generated token and once per prompt (only the last
 prompt position gets logits): for tgN this is the bytes of one token x t/s.
-KV cache reads are not counted.
+Of a mixture of experts' expert tensors only the share of the experts used
+is counted (expert_used_count of expert_count). KV cache reads are not counted.
 % bw: the share of the calibrated bandwidth (bench --calibrate) this achieves:
 the time the weights would take at the calibrated speeds, host bytes at the
 CPU's GB/s plus device bytes at the GPU's (the stand-in cpu2 uses the CPU's;

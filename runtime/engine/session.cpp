@@ -355,7 +355,7 @@ std::vector<const MemoryLedger*> Session::ledgers() const {
 uint64_t Session::weight_bytes_per_token() const {
     const auto& spec = impl_->spec;
     uint64_t total = model::output_weight_bytes(spec);
-    for (int64_t il = 0; il < spec.hp.n_layer; ++il) total += model::layer_weight_bytes(spec, il);
+    for (int64_t il = 0; il < spec.hp.n_layer; ++il) total += model::layer_decode_bytes(spec, il);
     const gguf::TensorInfo* embd = spec.get(model::GlobalTensor::TokenEmbd);
     total += *quant::row_bytes(embd->type, spec.hp.n_embd);
     return total;

@@ -115,7 +115,8 @@ public:
     int n_threads() const;
     cpu::SimdLevel simd_level() const;
     // Bytes of weights a single-token step reads (every layer, the head, one
-    // embedding row): the numerator of decode GB/s.
+    // embedding row; of expert tensors the used experts' share): the
+    // numerator of decode GB/s.
     uint64_t weight_bytes_per_token() const;
     uint64_t kv_cache_bytes() const;
     // Layers [0, n_device_layers()) run on the accelerator (before -ot).
