@@ -148,8 +148,10 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
         const auto placement = tandem::place_tensors(m.spec, req);
         EXPECT_EQ(device_weights, placement.weight_bytes(tandem::kAccelDevice));
         // The flags moved expert weights to the host.
-        EXPECT_LT(device_weights, tandem::place_tensors(m.spec, {.device = "cpu2", .n_gpu_layers = req.n_gpu_layers})
-                                      .weight_bytes(tandem::kAccelDevice));
+        tandem::PlacementRequest all_on_device;
+        all_on_device.device = "cpu2";
+        all_on_device.n_gpu_layers = req.n_gpu_layers;
+        EXPECT_LT(device_weights, tandem::place_tensors(m.spec, all_on_device).weight_bytes(tandem::kAccelDevice));
     }
 }
 

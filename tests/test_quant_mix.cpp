@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/quant/quant_mix.h"
 #include "runtime/quant/quant_types.h"
@@ -397,6 +398,75 @@ TEST(QuantMixRules, FusedQkvCountsAsAttnV) {
     EXPECT_EQ(choose_tensor_type(FileType::Q3_K_M, m, "blk.4.attn_qkv.weight", qkv), Type::Q4_K);
 }
 
+TEST(QuantMixRules, ManyExpertModelsFollowTheFfnDownRulePerLayer) {
+    // Qwen3-30B-A3B: 48 layers, GQA 8, 128 experts. The experts' ffn_down
+    // follows ffn_down's use_more_bits by the layer in its name; attention
+    // gets no 8-expert bumps; the router stays F32 even 2-D.
+    const MixModelInfo m{48, 32, 4, 128, true};
+    const std::vector<int64_t> down = {768, 2048, 128};
+    const std::vector<int64_t> up = {2048, 768, 128};
+    const std::vector<int64_t> kv = {2048, 512};
+    const std::vector<int64_t> router = {2048, 128};
+    std::set<int64_t> more, q6k_down, q6k_v;
+    for (int64_t i = 0; i < 48; ++i) {
+        if (i < 6 || i >= 42 || (i - 6) % 3 == 2) more.insert(i);
+        const std::string b = "blk." + std::to_string(i) + ".";
+        if (choose_tensor_type(FileType::Q4_K_M, m, b + "ffn_down_exps.weight", down) == Type::Q6_K) q6k_down.insert(i);
+        if (choose_tensor_type(FileType::Q4_K_M, m, b + "attn_v.weight", kv) == Type::Q6_K) q6k_v.insert(i);
+        EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, b + "ffn_gate_exps.weight", up), Type::Q4_K);
+        EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, b + "ffn_up_exps.weight", up), Type::Q4_K);
+        EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, b + "attn_k.weight", kv), Type::Q4_K);
+        EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, b + "ffn_gate_inp.weight", router), Type::F32);
+    }
+    EXPECT_EQ(q6k_down, more);
+    EXPECT_EQ(q6k_v, more);
+    EXPECT_EQ(more.size(), 24u);
+    // Other mixes: Q3_K_M's first n_layer/16 = 3 layers Q5_K, the rest Q4_K;
+    // Q2_K's Q3_K; Q4_K_S's first eighth Q5_K.
+    EXPECT_EQ(choose_tensor_type(FileType::Q3_K_M, m, "blk.2.ffn_down_exps.weight", down), Type::Q5_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q3_K_M, m, "blk.3.ffn_down_exps.weight", down), Type::Q4_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q2_K, m, "blk.20.ffn_down_exps.weight", down), Type::Q3_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_S, m, "blk.5.ffn_down_exps.weight", down), Type::Q5_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_S, m, "blk.6.ffn_down_exps.weight", down), Type::Q4_K);
+    EXPECT_EQ(choose_tensor_type(FileType::Q8_0, m, "blk.6.ffn_down_exps.weight", down), Type::Q8_0);
+    EXPECT_EQ(choose_tensor_type(FileType::MOSTLY_F16, m, "blk.6.ffn_gate_inp.weight", router), Type::F32);
+}
+
+TEST(QuantMixRules, EightExpertBumpsAreForExactlyEight) {
+    // llama.cpp tests n_expert == 8: Mixtral gets Q8_0 attn_v/attn_k and
+    // Q5_K attn_output; the same shapes with 16 experts keep the dense rules.
+    const std::vector<int64_t> v = {4096, 1024};
+    const std::vector<int64_t> sq = {4096, 4096};
+    for (const int64_t n_expert : {8, 16}) {
+        SCOPED_TRACE(n_expert);
+        const MixModelInfo m{32, 32, 8, n_expert, true};
+        const bool eight = n_expert == 8;
+        EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.4.attn_v.weight", v), eight ? Type::Q8_0 : Type::Q4_K);
+        EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.0.attn_v.weight", v), eight ? Type::Q8_0 : Type::Q6_K);
+        EXPECT_EQ(choose_tensor_type(FileType::Q2_K, m, "blk.4.attn_v.weight", v), eight ? Type::Q8_0 : Type::Q4_K);
+        EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, m, "blk.4.attn_k.weight", v), eight ? Type::Q8_0 : Type::Q4_K);
+        EXPECT_EQ(choose_tensor_type(FileType::Q3_K_S, m, "blk.4.attn_output.weight", sq), eight ? Type::Q5_K : Type::Q3_K);
+        // Float mixes are never bumped.
+        EXPECT_EQ(choose_tensor_type(FileType::MOSTLY_F16, m, "blk.4.attn_v.weight", v), Type::F16);
+    }
+}
+
+TEST(QuantMixRules, ExpertTensorsNeedALayerInRange) {
+    // llama.cpp reads a mixture of experts' FFN layer from the name and
+    // refuses one without "blk.N." or past block_count.
+    const MixModelInfo moe{48, 32, 4, 128, true};
+    const std::vector<int64_t> down = {768, 2048, 128};
+    EXPECT_THROW(choose_tensor_type(FileType::Q4_K_M, moe, "ffn_down_exps.weight", down), Error);
+    EXPECT_THROW(choose_tensor_type(FileType::Q4_K_M, moe, "blk.48.ffn_down_exps.weight", down), Error);
+    EXPECT_EQ(choose_tensor_type(FileType::Q4_K_M, moe, "blk.47.ffn_down_exps.weight", down), Type::Q6_K);
+    // Not an FFN tensor, or not a MoE model: no layer needed.
+    const std::vector<int64_t> q = {2048, 4096};
+    const std::vector<int64_t> dense_down = {768, 2048};
+    EXPECT_NO_THROW(choose_tensor_type(FileType::Q4_K_M, moe, "blk.99.attn_q.weight", q));
+    const MixModelInfo dense{48, 32, 4, 0, true};
+    EXPECT_NO_THROW(choose_tensor_type(FileType::Q4_K_M, dense, "ffn_down.weight", dense_down));
+}
+
 // ---- `tandem quantize` end to end --------------------------------------------------
 
 std::vector<float> dequantized(const gguf::File& f, const std::string& name) {
@@ -468,6 +538,61 @@ TEST(QuantizeCommand, TinyF16ToQ4_K_M) {
         for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i] ? 1 : 0;
         EXPECT_LT(static_cast<double>(differ), 0.01 * static_cast<double>(a.size())) << t.name;
     }
+}
+
+// Synthesizes an F16 MoE (a shrunken preset), quantizes it to Q4_K_M with
+// `tandem quantize` and checks the expert tensors' types against the mix
+// rules, and against synth's own Q4_K_M of the same shape.
+void quantize_moe(const std::string& shape_args, const std::map<std::string, std::string>& want) {
+    const auto dir = scratch_dir();
+    const auto f16 = dir / "moe-f16.gguf";
+    const auto q = dir / "moe-q4km.gguf";
+    const auto direct = dir / "moe-direct.gguf";
+    auto r = run_tandem("synth " + shape_args + " --type F16 -o " + shell_quote(f16.string()), dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run_tandem("quantize " + shell_quote(f16.string()) + " " + shell_quote(q.string()) + " Q4_K_M", dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = run_tandem("synth " + shape_args + " --type Q4_K_M --header-only -o " + shell_quote(direct.string()), dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto got = gguf::File::open(q);
+    for (const auto& [name, type] : want) {
+        const auto* t = got.find_tensor(name);
+        ASSERT_NE(t, nullptr) << name;
+        EXPECT_EQ(type_name(t->type), type) << name;
+    }
+    expect_same_types(types_of(got), types_of(gguf::File::open(direct)));
+    // The experts were converted, not copied: close to the F16 weights.
+    const auto src = gguf::File::open(f16);
+    EXPECT_LT(rel_rms(dequantized(got, "blk.1.ffn_up_exps.weight"), dequantized(src, "blk.1.ffn_up_exps.weight")),
+              0.15);
+}
+
+TEST(QuantizeCommand, QwenMoeExpertsFollowTheMix) {
+    // 4 layers: use_more_bits(i, 4) holds for layers 2 and 3.
+    quantize_moe("--shape moe-small --layers 4 --embd 256 --experts 4 --experts-used 2 --expert-ff 256 "
+                 "--vocab-size 1000 --ctx 512",
+                 {{"blk.0.ffn_down_exps.weight", "Q4_K"},
+                  {"blk.1.ffn_down_exps.weight", "Q4_K"},
+                  {"blk.2.ffn_down_exps.weight", "Q6_K"},
+                  {"blk.3.ffn_down_exps.weight", "Q6_K"},
+                  {"blk.3.ffn_gate_exps.weight", "Q4_K"},
+                  {"blk.3.ffn_up_exps.weight", "Q4_K"},
+                  {"blk.0.ffn_gate_inp.weight", "F32"},
+                  {"blk.0.attn_k_norm.weight", "F32"},
+                  {"blk.2.attn_v.weight", "Q6_K"},
+                  {"blk.0.attn_k.weight", "Q4_K"}});
+}
+
+TEST(QuantizeCommand, MixtralShapeGetsTheEightExpertBumps) {
+    quantize_moe("--shape mixtral-8x7b --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --vocab-size 1000 "
+                 "--ctx 512",
+                 {{"blk.0.attn_v.weight", "Q8_0"},
+                  {"blk.1.attn_k.weight", "Q8_0"},
+                  {"blk.1.attn_output.weight", "Q5_K"},
+                  {"blk.0.attn_q.weight", "Q4_K"},
+                  {"blk.0.ffn_gate_inp.weight", "F32"},
+                  {"blk.0.ffn_down_exps.weight", "Q4_K"},
+                  {"blk.1.ffn_down_exps.weight", "Q6_K"}});
 }
 
 TEST(QuantizeCommand, DryRunJsonWritesNothing) {

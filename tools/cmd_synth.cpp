@@ -1,8 +1,10 @@
-// `tandem synth`: writes a Llama GGUF of any size with seeded random
-// weights, quantized with the same per-tensor mix rules as a real quantized
-// file. It lets the planner, loaders and kernels be exercised on 8B and 70B
-// shapes without downloading them (--header-only writes only the header,
-// which is enough for planning and takes a second).
+// `tandem synth`: writes a GGUF of any supported architecture and size
+// (Llama, Mixtral, Qwen2.5, Qwen3 MoE, Phi-3 presets, or explicit Llama
+// dimensions) with seeded random weights, quantized with the same
+// per-tensor mix rules as a real quantized file. It lets the planner,
+// loaders and kernels be exercised on 8B to 235B shapes without downloading
+// them (--header-only writes only the header, which is enough for planning
+// and takes a second).
 //
 // Weights are generated a chunk of rows at a time and quantized on the fly,
 // so memory stays bounded whatever the shape. Every row has its own random
@@ -56,10 +58,12 @@ struct SynthOptions {
     bool header_only = false;
     unsigned threads = 0;
     int64_t embd = 0, ff = 0, layers = 0, heads = 0, kv_heads = 0, vocab_size = 0, ctx = 0;
+    int64_t experts = 0, experts_used = 0, expert_ff = 0;
     bool tied = false, untied = false;
     // Set after parsing: which overrides the user actually gave.
     CLI::Option *o_embd = nullptr, *o_ff = nullptr, *o_layers = nullptr, *o_heads = nullptr, *o_kv = nullptr,
-                *o_vocab_size = nullptr, *o_ctx = nullptr;
+                *o_vocab_size = nullptr, *o_ctx = nullptr, *o_experts = nullptr, *o_experts_used = nullptr,
+                *o_expert_ff = nullptr;
 };
 
 // ---- random numbers -----------------------------------------------------
@@ -102,12 +106,12 @@ void fill_gaussian(float* dst, int64_t n, double mean, double stddev, RowRng& rn
 
 // ---- shape and metadata -------------------------------------------------
 
-model::LlamaShape resolve_shape(const SynthOptions& o, int64_t vocab_from_file) {
-    model::LlamaShape s;
+model::ModelShape resolve_shape(const SynthOptions& o, int64_t vocab_from_file) {
+    model::ModelShape s;
     if (!o.shape.empty()) {
-        const model::LlamaShape* preset = model::find_llama_preset(o.shape);
+        const model::ModelShape* preset = model::find_preset(o.shape);
         if (preset == nullptr) {
-            throw Error(fmt::format("unknown shape '{}' (known: {})", o.shape, model::llama_preset_names()));
+            throw Error(fmt::format("unknown shape '{}' (known: {})", o.shape, model::preset_names()));
         }
         s = *preset;
     } else {
@@ -131,6 +135,9 @@ model::LlamaShape resolve_shape(const SynthOptions& o, int64_t vocab_from_file) 
     if (o.o_kv->count()) s.n_head_kv = o.kv_heads;
     if (o.o_ctx->count()) s.n_ctx = o.ctx;
     if (o.o_vocab_size->count()) s.n_vocab = o.vocab_size;
+    if (o.o_experts->count()) s.n_expert = o.experts;
+    if (o.o_experts_used->count()) s.n_expert_used = o.experts_used;
+    if (o.o_expert_ff->count()) s.n_ff_exp = o.expert_ff;
     if (vocab_from_file > 0) {
         if (o.o_vocab_size->count() && o.vocab_size != vocab_from_file) {
             throw Error(fmt::format("--vocab-size {} conflicts with {} tokens in {}", o.vocab_size, vocab_from_file,
@@ -140,7 +147,7 @@ model::LlamaShape resolve_shape(const SynthOptions& o, int64_t vocab_from_file) 
     }
     if (o.tied) s.tied_embeddings = true;
     if (o.untied) s.tied_embeddings = false;
-    model::validate_llama_shape(s);
+    model::validate_shape(s);
     return s;
 }
 
@@ -230,11 +237,11 @@ void run_synth(const SynthOptions& o) {
         vocab_keys = std::move(copied.keys);
         vocab_from_file = copied.n_vocab;
     }
-    const model::LlamaShape shape = resolve_shape(o, vocab_from_file);
+    const model::ModelShape shape = resolve_shape(o, vocab_from_file);
     if (o.vocab.empty()) vocab_keys = model::synthetic_llama_vocab(shape.n_vocab);
 
     gguf::Writer writer(o.out);
-    for (auto& kv : model::llama_hparams(shape)) {
+    for (auto& kv : model::model_hparams(shape)) {
         writer.set(kv.key, std::move(kv.value));
         if (kv.key == "general.architecture") writer.set("general.name", gguf::Value::str("synth-" + shape.name));
     }
@@ -245,11 +252,12 @@ void run_synth(const SynthOptions& o) {
     writer.set("tandem.synth.seed", gguf::Value::u64(o.seed));
     if (o.header_only) writer.set(std::string(gguf::kHeaderOnlyKey), gguf::Value::boolean(true));
 
-    const quant::MixModelInfo mix{shape.n_layer, shape.n_head, shape.n_head_kv, 0, !shape.tied_embeddings};
+    const quant::MixModelInfo mix{shape.n_layer, shape.n_head, shape.n_head_kv, shape.n_expert,
+                                  !shape.tied_embeddings};
     std::vector<TensorPlan> plans;
     uint64_t n_params = 0;
     uint64_t total_bytes = 0;
-    for (auto& ts : model::llama_tensors(shape)) {
+    for (auto& ts : model::model_tensors(shape)) {
         const quant::Type type = quant::choose_tensor_type(file_type, mix, ts.name, ts.shape);
         TensorPlan p{};
         p.index = plans.size();
@@ -257,7 +265,8 @@ void run_synth(const SynthOptions& o) {
         p.row_len = ts.shape[0];
         p.n_rows = 1;
         for (size_t d = 1; d < ts.shape.size(); ++d) p.n_rows *= ts.shape[d];
-        const bool is_norm = ts.shape.size() == 1;
+        // Norm weights near 1; biases, like matrices, near 0.
+        const bool is_norm = ts.shape.size() == 1 && !ts.name.ends_with(".bias");
         p.mean = is_norm ? kNormMean : 0.0;
         p.stddev = is_norm ? kNormStd : kWeightStd;
         writer.add_tensor({ts.name, ts.shape, type});  // throws if the shape does not fit the type
@@ -279,9 +288,12 @@ void run_synth(const SynthOptions& o) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("wrote {} ({}, {}{})\n", o.out, shape.name, quant::find_mix(file_type)->name,
                o.header_only ? ", header only" : "");
-    fmt::print("  layers {}, n_embd {}, n_ff {}, heads {}/{}, vocab {}, ctx {}{}\n", shape.n_layer, shape.n_embd,
-               shape.n_ff, shape.n_head, shape.n_head_kv, shape.n_vocab, shape.n_ctx,
-               shape.tied_embeddings ? ", tied embeddings" : "");
+    fmt::print("  {}: layers {}, n_embd {}, n_ff {}, heads {}/{} of {}, vocab {}, ctx {}{}\n", shape.arch,
+               shape.n_layer, shape.n_embd, shape.n_ff, shape.n_head, shape.n_head_kv, shape.head_dim_k(),
+               shape.n_vocab, shape.n_ctx, shape.tied_embeddings ? ", tied embeddings" : "");
+    if (shape.n_expert > 0) {
+        fmt::print("  experts {} ({} used), expert n_ff {}\n", shape.n_expert, shape.n_expert_used, shape.expert_ff());
+    }
     fmt::print("  tensors {}, params {:.3f} B\n", plans.size(), static_cast<double>(n_params) / 1e9);
     fmt::print("  tensor bytes {} ({:.2f} GB, {:.2f} GiB), {:.3f} bits/weight\n", total_bytes,
                static_cast<double>(total_bytes) / 1e9, static_cast<double>(total_bytes) / (1ull << 30),
@@ -289,12 +301,28 @@ void run_synth(const SynthOptions& o) {
     fmt::print("  time {:.2f} s\n", secs);
 }
 
+// One line per preset for --help: architecture, size, experts.
+std::string preset_help() {
+    std::string out = "Presets:\n";
+    for (const auto& p : model::model_presets()) {
+        const double params = static_cast<double>(model::param_count(p));
+        const std::string size = params < 1e9 ? fmt::format("{:.0f}M", params / 1e6) : fmt::format("{:.1f}B", params / 1e9);
+        out += fmt::format("  {:<16} {:<9} {:>7} params, {} layers, n_embd {}", p.name, p.arch, size, p.n_layer,
+                           p.n_embd);
+        if (p.n_expert > 0) out += fmt::format(", {} experts ({} used)", p.n_expert, p.n_expert_used);
+        out += "\n";
+    }
+    out += "Without --shape: a Llama of --embd, --ff, --layers, --heads, --kv-heads, --ctx and --vocab-size/--vocab.";
+    return out;
+}
+
 }  // namespace
 
 void add_synth_command(CLI::App& app) {
     auto opts = std::make_shared<SynthOptions>();
-    CLI::App* cmd = app.add_subcommand("synth", "Write a Llama GGUF with seeded random weights");
-    cmd->add_option("--shape", opts->shape, "Preset: " + model::llama_preset_names());
+    CLI::App* cmd = app.add_subcommand("synth", "Write a GGUF model of a preset or explicit shape with seeded random weights");
+    cmd->add_option("--shape", opts->shape, "Preset (listed below); the size flags override its fields");
+    cmd->footer(preset_help());
     cmd->add_option("-o,--output", opts->out, "Output GGUF path")->required();
     cmd->add_option("--type", opts->type, "Quantization mix (Q4_K_M, Q8_0, F16, ...)")->capture_default_str();
     cmd->add_option("--vocab", opts->vocab, "Copy tokenizer.* keys from this GGUF (n_vocab = its token count)");
@@ -308,6 +336,9 @@ void add_synth_command(CLI::App& app) {
     opts->o_kv = cmd->add_option("--kv-heads", opts->kv_heads, "KV heads");
     opts->o_vocab_size = cmd->add_option("--vocab-size", opts->vocab_size, "Vocabulary size");
     opts->o_ctx = cmd->add_option("--ctx", opts->ctx, "Context length");
+    opts->o_experts = cmd->add_option("--experts", opts->experts, "Experts per MoE layer (0: dense FFN)");
+    opts->o_experts_used = cmd->add_option("--experts-used", opts->experts_used, "Experts each token uses");
+    opts->o_expert_ff = cmd->add_option("--expert-ff", opts->expert_ff, "One expert's hidden size (default: --ff)");
     auto* tied = cmd->add_flag("--tied", opts->tied, "Tie the output head to token_embd (no output.weight)");
     cmd->add_flag("--untied", opts->untied, "Write a separate output.weight")->excludes(tied);
     cmd->callback([opts] { run_synth(*opts); });

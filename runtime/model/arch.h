@@ -63,6 +63,9 @@ inline constexpr int kGlobalTensorCount = static_cast<int>(GlobalTensor::Count);
 // a model without has the Dense ones (Mixtral is the llama architecture
 // with experts).
 enum class Presence : uint8_t { Absent, Optional, Required, Dense, Expert };
+// Dense and Expert for a model with or without experts: Required or Absent;
+// the others stay as they are.
+Presence resolve_presence(Presence p, bool has_experts);
 
 // The size a tensor dimension must have, in terms of the hyperparameters.
 enum class Dim : uint8_t {

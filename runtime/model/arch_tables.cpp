@@ -198,6 +198,12 @@ constexpr std::array kArchs = {
 
 }  // namespace
 
+Presence resolve_presence(Presence p, bool has_experts) {
+    if (p == Presence::Dense) return has_experts ? Presence::Absent : Presence::Required;
+    if (p == Presence::Expert) return has_experts ? Presence::Required : Presence::Absent;
+    return p;
+}
+
 const TensorRule& layer_tensor_rule(LayerTensor t) {
     const int i = static_cast<int>(t);
     TANDEM_CHECK(i >= 0 && i < kLayerTensorCount, "layer tensor role out of range");

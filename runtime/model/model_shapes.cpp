@@ -1,10 +1,14 @@
 #include "runtime/model/model_shapes.h"
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
+#include "runtime/model/arch.h"
+#include "runtime/model/hparams.h"
 
 namespace tandem::model {
 namespace {
@@ -12,18 +16,50 @@ namespace {
 // Sizes from each model's Hugging Face config.json (hidden_size,
 // intermediate_size, num_hidden_layers, num_attention_heads,
 // num_key_value_heads, vocab_size, max_position_embeddings, rope_theta,
-// rms_norm_eps, tie_word_embeddings). `tiny` is the model in ../shared.
-const std::vector<LlamaShape>& preset_table() {
-    static const std::vector<LlamaShape> presets = {
-        //  name          embd   ff     layer head kv  vocab   ctx   rope      eps   tied
-        {"tiny", 256, 768, 4, 8, 4, 32000, 2048, 10000.0, 1e-5, true},
-        {"llama-1b", 2048, 5632, 22, 32, 4, 32000, 2048, 10000.0, 1e-5, false},  // TinyLlama 1.1B
-        {"llama2-7b", 4096, 11008, 32, 32, 32, 32000, 4096, 10000.0, 1e-5, false},
-        {"llama3-8b", 4096, 14336, 32, 32, 8, 128256, 8192, 500000.0, 1e-5, false},
-        {"llama2-13b", 5120, 13824, 40, 40, 40, 32000, 4096, 10000.0, 1e-5, false},
-        {"llama3-70b", 8192, 28672, 80, 64, 8, 128256, 8192, 500000.0, 1e-5, false},
+// rms_norm_eps, tie_word_embeddings, head_dim, num_local_experts /
+// num_experts, num_experts_per_tok, moe_intermediate_size, sliding_window).
+// llama-1b is TinyLlama 1.1B, phi3-mini Phi-3-mini-4k-instruct, qwen2.5-72b
+// Qwen2.5-72B-Instruct (whose base model lists 131072 positions).
+// `tiny` is the model in ../shared; `moe-small` is made up: a Qwen3-MoE
+// small enough to write with data on a laptop (~1.6 GB at Q4_K_M) and to
+// benchmark expert placement on one.
+const std::vector<ModelShape>& preset_table() {
+    static const std::vector<ModelShape> presets = {
+        // name             arch        embd  ff     layer head kv  vocab   ctx    rope       eps   tied  hdim exp used ffexp swa
+        {"tiny",            "llama",    256,  768,   4,    8,   4,  32000,  2048,  10000.0,   1e-5, true},
+        {"llama-1b",        "llama",    2048, 5632,  22,   32,  4,  32000,  2048,  10000.0,   1e-5, false},
+        {"moe-small",       "qwen3moe", 2048, 6144,  16,   16,  4,  32000,  40960, 1000000.0, 1e-6, false, 128, 32, 4, 768},
+        {"phi3-mini",       "phi3",     3072, 8192,  32,   32,  32, 32064,  4096,  10000.0,   1e-5, false, 0,   0,  0, 0,   2047},
+        {"llama2-7b",       "llama",    4096, 11008, 32,   32,  32, 32000,  4096,  10000.0,   1e-5, false},
+        {"llama3-8b",       "llama",    4096, 14336, 32,   32,  8,  128256, 8192,  500000.0,  1e-5, false},
+        {"llama2-13b",      "llama",    5120, 13824, 40,   40,  40, 32000,  4096,  10000.0,   1e-5, false},
+        {"qwen3-30b-a3b",   "qwen3moe", 2048, 6144,  48,   32,  4,  151936, 40960, 1000000.0, 1e-6, false, 128, 128, 8, 768},
+        {"mixtral-8x7b",    "llama",    4096, 14336, 32,   32,  8,  32000,  32768, 1000000.0, 1e-5, false, 0,   8,  2},
+        {"llama3-70b",      "llama",    8192, 28672, 80,   64,  8,  128256, 8192,  500000.0,  1e-5, false},
+        {"qwen2.5-72b",     "qwen2",    8192, 29568, 80,   64,  8,  152064, 32768, 1000000.0, 1e-6, false},
+        {"qwen3-235b-a22b", "qwen3moe", 4096, 12288, 94,   64,  4,  151936, 40960, 1000000.0, 1e-6, false, 128, 128, 8, 1536},
     };
     return presets;
+}
+
+// Keys llama.cpp's converter writes for some architectures only: LlamaModel
+// adds vocab_size and rope.dimension_count, Phi3MiniModel the latter; the
+// Qwen and Gemma converters write neither (the loader derives both).
+struct KeyStyle {
+    std::string_view arch;
+    bool vocab_size;
+    bool rope_dimension_count;
+};
+constexpr std::array kKeyStyles = {
+    KeyStyle{"llama", true, true},
+    KeyStyle{"phi3", false, true},
+};
+
+KeyStyle key_style(std::string_view arch) {
+    for (const auto& k : kKeyStyles) {
+        if (k.arch == arch) return k;
+    }
+    return {arch, false, false};
 }
 
 gguf::KeyValue kv(std::string key, gguf::Value value) {
@@ -40,18 +76,58 @@ uint32_t as_u32(int64_t v, std::string_view what) {
     return static_cast<uint32_t>(v);
 }
 
+const ArchSpec& arch_of(const ModelShape& s) {
+    const ArchSpec* arch = find_arch(s.arch);
+    if (arch == nullptr) {
+        throw Error(fmt::format("shape '{}': architecture '{}' is not supported (supported: {})", s.name, s.arch,
+                                supported_arch_names()));
+    }
+    return *arch;
+}
+
+// The hyperparameters the loader would read back from this shape's keys:
+// what the TensorRule dims are evaluated against.
+HParams to_hparams(const ModelShape& s) {
+    HParams hp;
+    hp.arch = s.arch;
+    hp.n_vocab = s.n_vocab;
+    hp.n_ctx_train = s.n_ctx;
+    hp.n_embd = s.n_embd;
+    hp.n_layer = s.n_layer;
+    hp.n_ff = s.n_ff;
+    hp.n_head = s.n_head;
+    hp.n_head_kv = s.n_head_kv;
+    hp.head_dim_k = hp.head_dim_v = hp.n_rot = s.head_dim_k();
+    hp.n_expert = s.n_expert;
+    hp.n_expert_used = s.n_expert_used;
+    hp.n_ff_exp = s.n_expert > 0 ? s.expert_ff() : 0;
+    return hp;
+}
+
+// Whether a synthetic model has a role: required ones, and the dense or
+// expert FFN by whether it has experts. Optional roles are left out.
+bool has_role(Presence p, bool experts) { return resolve_presence(p, experts) == Presence::Required; }
+
+// A rule's shape: trailing Dim::One axes dropped (vectors are 1-D).
+std::vector<int64_t> rule_shape(const TensorRule& rule, const HParams& hp) {
+    std::vector<int64_t> out = {dim_value(hp, rule.ne0)};
+    if (rule.ne1 != Dim::One || rule.ne2 != Dim::One) out.push_back(dim_value(hp, rule.ne1));
+    if (rule.ne2 != Dim::One) out.push_back(dim_value(hp, rule.ne2));
+    return out;
+}
+
 }  // namespace
 
-std::span<const LlamaShape> llama_presets() { return preset_table(); }
+std::span<const ModelShape> model_presets() { return preset_table(); }
 
-const LlamaShape* find_llama_preset(std::string_view name) {
+const ModelShape* find_preset(std::string_view name) {
     for (const auto& p : preset_table()) {
         if (p.name == name) return &p;
     }
     return nullptr;
 }
 
-std::string llama_preset_names() {
+std::string preset_names() {
     std::string out;
     for (const auto& p : preset_table()) {
         if (!out.empty()) out += ", ";
@@ -60,55 +136,86 @@ std::string llama_preset_names() {
     return out;
 }
 
-void validate_llama_shape(const LlamaShape& s) {
+void validate_shape(const ModelShape& s) {
+    const ArchSpec& arch = arch_of(s);
     const struct {
         std::string_view what;
         int64_t value;
-    } sizes[] = {{"n_embd", s.n_embd},   {"n_ff", s.n_ff},           {"n_layer", s.n_layer}, {"n_head", s.n_head},
+    } sizes[] = {{"n_embd", s.n_embd},       {"n_ff", s.n_ff},       {"n_layer", s.n_layer}, {"n_head", s.n_head},
                  {"n_head_kv", s.n_head_kv}, {"n_vocab", s.n_vocab}, {"n_ctx", s.n_ctx}};
     for (const auto& sz : sizes) {
         if (sz.value <= 0) throw Error(fmt::format("shape '{}': {} must be positive, found {}", s.name, sz.what, sz.value));
         as_u32(sz.value, sz.what);
     }
-    if (s.n_embd % s.n_head != 0) {
+    for (const auto& [what, value] : {std::pair{"head_dim", s.head_dim}, std::pair{"n_expert", s.n_expert},
+                                      std::pair{"n_expert_used", s.n_expert_used}, std::pair{"n_ff_exp", s.n_ff_exp},
+                                      std::pair{"sliding_window", s.sliding_window}}) {
+        if (value < 0) throw Error(fmt::format("shape '{}': {} must not be negative, found {}", s.name, what, value));
+        as_u32(value, what);
+    }
+    if (s.head_dim == 0 && s.n_embd % s.n_head != 0) {
         throw Error(fmt::format("shape '{}': n_head {} does not divide n_embd {}", s.name, s.n_head, s.n_embd));
     }
     if (s.n_head % s.n_head_kv != 0) {
         throw Error(fmt::format("shape '{}': n_head_kv {} does not divide n_head {}", s.name, s.n_head_kv, s.n_head));
     }
-    if (s.head_dim() % 2 != 0) {
-        throw Error(fmt::format("shape '{}': head dimension {} (n_embd / n_head) must be even for RoPE", s.name,
-                                s.head_dim()));
+    if (s.head_dim_k() % 2 != 0) {
+        throw Error(fmt::format("shape '{}': head dimension {} must be even for RoPE", s.name, s.head_dim_k()));
+    }
+    const Presence experts_row = arch.layer[static_cast<size_t>(LayerTensor::FfnGateExps)];
+    if (s.n_expert == 0 && experts_row == Presence::Required) {
+        throw Error(fmt::format("shape '{}': architecture {} is a mixture of experts, n_expert must be positive",
+                                s.name, s.arch));
+    }
+    if (s.n_expert > 0) {
+        if (experts_row == Presence::Absent) {
+            throw Error(fmt::format("shape '{}': architecture {} has no mixture-of-experts FFN, n_expert must be 0",
+                                    s.name, s.arch));
+        }
+        if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert) {
+            throw Error(fmt::format("shape '{}': n_expert_used must be in [1, {}], found {}", s.name, s.n_expert,
+                                    s.n_expert_used));
+        }
+    }
+    if (arch.swa_period > 0 && s.sliding_window == 0) {
+        throw Error(fmt::format("shape '{}': architecture {} needs a sliding window", s.name, s.arch));
     }
     if (!(s.rope_base > 0.0)) throw Error(fmt::format("shape '{}': rope base must be positive", s.name));
-    if (!(s.rms_eps > 0.0)) throw Error(fmt::format("shape '{}': rms epsilon must be positive", s.name));
+    if (!(s.rms_eps > 0.0 && s.rms_eps < 1.0)) {
+        throw Error(fmt::format("shape '{}': rms epsilon must be in (0, 1)", s.name));
+    }
 }
 
-std::vector<TensorShape> llama_tensors(const LlamaShape& s) {
-    const int64_t kv = s.n_embd_kv();
+std::vector<TensorShape> model_tensors(const ModelShape& s) {
+    const ArchSpec& arch = arch_of(s);
+    const HParams hp = to_hparams(s);
+    const bool experts = s.n_expert > 0;
+    const auto global = [&](GlobalTensor g) {
+        return TensorShape{global_tensor_name(g), rule_shape(global_tensor_rule(g), hp)};
+    };
+
     std::vector<TensorShape> out;
-    out.reserve(static_cast<size_t>(s.n_layer) * 9 + 3);
-    out.push_back({"token_embd.weight", {s.n_embd, s.n_vocab}});
+    out.push_back(global(GlobalTensor::TokenEmbd));
     for (int64_t il = 0; il < s.n_layer; ++il) {
-        const std::string p = fmt::format("blk.{}.", il);
-        out.push_back({p + "attn_norm.weight", {s.n_embd}});
-        out.push_back({p + "attn_q.weight", {s.n_embd, s.n_embd}});
-        out.push_back({p + "attn_k.weight", {s.n_embd, kv}});
-        out.push_back({p + "attn_v.weight", {s.n_embd, kv}});
-        out.push_back({p + "attn_output.weight", {s.n_embd, s.n_embd}});
-        out.push_back({p + "ffn_norm.weight", {s.n_embd}});
-        out.push_back({p + "ffn_gate.weight", {s.n_embd, s.n_ff}});
-        out.push_back({p + "ffn_up.weight", {s.n_embd, s.n_ff}});
-        out.push_back({p + "ffn_down.weight", {s.n_ff, s.n_embd}});
+        for (int r = 0; r < kLayerTensorCount; ++r) {
+            const auto role = static_cast<LayerTensor>(r);
+            if (!has_role(arch.layer[static_cast<size_t>(r)], experts)) continue;
+            out.push_back({layer_tensor_name(il, role), rule_shape(layer_tensor_rule(role), hp)});
+        }
     }
-    out.push_back({"output_norm.weight", {s.n_embd}});
-    if (!s.tied_embeddings) out.push_back({"output.weight", {s.n_embd, s.n_vocab}});
+    for (int g = 0; g < kGlobalTensorCount; ++g) {
+        const auto role = static_cast<GlobalTensor>(g);
+        if (role == GlobalTensor::TokenEmbd) continue;
+        const bool wanted = role == GlobalTensor::Output ? !s.tied_embeddings && arch.global[g] != Presence::Absent
+                                                         : has_role(arch.global[g], experts);
+        if (wanted) out.push_back(global(role));
+    }
     return out;
 }
 
-uint64_t llama_param_count(const LlamaShape& shape) {
+uint64_t param_count(const ModelShape& shape) {
     uint64_t total = 0;
-    for (const auto& t : llama_tensors(shape)) {
+    for (const auto& t : model_tensors(shape)) {
         uint64_t n = 1;
         for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
         total += n;
@@ -116,20 +223,35 @@ uint64_t llama_param_count(const LlamaShape& shape) {
     return total;
 }
 
-std::vector<gguf::KeyValue> llama_hparams(const LlamaShape& s) {
+std::vector<gguf::KeyValue> model_hparams(const ModelShape& s) {
     using gguf::Value;
+    const KeyStyle style = key_style(arch_of(s).name);
+    const std::string a = s.arch + ".";
     std::vector<gguf::KeyValue> out;
-    out.push_back(kv("general.architecture", Value::str("llama")));
-    out.push_back(kv("llama.context_length", Value::u32(as_u32(s.n_ctx, "n_ctx"))));
-    out.push_back(kv("llama.embedding_length", Value::u32(as_u32(s.n_embd, "n_embd"))));
-    out.push_back(kv("llama.block_count", Value::u32(as_u32(s.n_layer, "n_layer"))));
-    out.push_back(kv("llama.feed_forward_length", Value::u32(as_u32(s.n_ff, "n_ff"))));
-    out.push_back(kv("llama.rope.dimension_count", Value::u32(as_u32(s.head_dim(), "head_dim"))));
-    out.push_back(kv("llama.attention.head_count", Value::u32(as_u32(s.n_head, "n_head"))));
-    out.push_back(kv("llama.attention.head_count_kv", Value::u32(as_u32(s.n_head_kv, "n_head_kv"))));
-    out.push_back(kv("llama.attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(s.rms_eps))));
-    out.push_back(kv("llama.rope.freq_base", Value::f32(static_cast<float>(s.rope_base))));
-    out.push_back(kv("llama.vocab_size", Value::u32(as_u32(s.n_vocab, "n_vocab"))));
+    const auto u32 = [&](std::string_view key, int64_t v) {
+        out.push_back(kv(a + std::string(key), Value::u32(as_u32(v, key))));
+    };
+    out.push_back(kv("general.architecture", Value::str(s.arch)));
+    u32("context_length", s.n_ctx);
+    u32("embedding_length", s.n_embd);
+    u32("block_count", s.n_layer);
+    u32("feed_forward_length", s.n_ff);
+    if (style.rope_dimension_count) u32("rope.dimension_count", s.head_dim_k());
+    u32("attention.head_count", s.n_head);
+    u32("attention.head_count_kv", s.n_head_kv);
+    if (s.head_dim > 0) {
+        u32("attention.key_length", s.head_dim);
+        u32("attention.value_length", s.head_dim);
+    }
+    out.push_back(kv(a + "attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(s.rms_eps))));
+    out.push_back(kv(a + "rope.freq_base", Value::f32(static_cast<float>(s.rope_base))));
+    if (s.n_expert > 0) {
+        u32("expert_count", s.n_expert);
+        u32("expert_used_count", s.n_expert_used);
+        if (s.n_ff_exp > 0) u32("expert_feed_forward_length", s.n_ff_exp);
+    }
+    if (s.sliding_window > 0) u32("attention.sliding_window", s.sliding_window);
+    if (style.vocab_size) u32("vocab_size", s.n_vocab);
     return out;
 }
 

@@ -1,8 +1,12 @@
-// Llama model geometry: the presets `tandem synth` can build (the shared
-// tiny test model and the real Llama sizes the planner must handle), the
-// ordered tensor list of such a model in llama.cpp's GGUF naming, and the
-// hyperparameter keys llama.cpp writes for it. Nothing here allocates
-// weights: a 70B shape is a few numbers and a list of ~720 names.
+// Model geometry for `tandem synth`: the presets it can build (the shared
+// tiny test model and real sizes the planner must handle: Llama, Qwen2.5,
+// Qwen3 MoE, Mixtral, Phi-3), the ordered tensor list of such a model in
+// llama.cpp's GGUF naming, and the hyperparameter keys llama.cpp's converter
+// writes for it. The tensor list comes from the same tables the loader
+// checks (runtime/model/arch.h: the architecture's presence row and each
+// role's TensorRule dims), so a synthetic file binds through
+// load_model_spec by construction. Nothing here allocates weights: a 235B
+// shape is a few numbers and a list of ~1200 names.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +19,11 @@
 
 namespace tandem::model {
 
-struct LlamaShape {
+struct ModelShape {
     std::string name;
+    std::string arch = "llama";  // general.architecture: a row of arch.h
     int64_t n_embd = 0;
-    int64_t n_ff = 0;
+    int64_t n_ff = 0;  // dense FFN hidden size (MoE files record it too)
     int64_t n_layer = 0;
     int64_t n_head = 0;
     int64_t n_head_kv = 0;
@@ -28,23 +33,38 @@ struct LlamaShape {
     double rms_eps = 1e-5;
     // No output.weight: the head reuses token_embd.weight.
     bool tied_embeddings = false;
+    // Per-head size when config.json gives head_dim (Qwen3): written as
+    // attention.key_length / value_length. 0: n_embd / n_head, no key.
+    int64_t head_dim = 0;
+    // Mixture of experts; 0 experts: a dense FFN.
+    int64_t n_expert = 0;
+    int64_t n_expert_used = 0;
+    // One expert's hidden size, written as expert_feed_forward_length.
+    // 0: each expert has n_ff rows (Mixtral, which has no such key).
+    int64_t n_ff_exp = 0;
+    // attention.sliding_window when > 0 (Phi-3's config says 2047; the
+    // Gemma architectures require it).
+    int64_t sliding_window = 0;
 
-    int64_t head_dim() const { return n_head > 0 ? n_embd / n_head : 0; }
-    int64_t n_embd_kv() const { return head_dim() * n_head_kv; }
+    int64_t head_dim_k() const { return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0); }
+    int64_t expert_ff() const { return n_ff_exp > 0 ? n_ff_exp : n_ff; }
 };
 
 // The named presets, in a fixed order (smallest first).
-std::span<const LlamaShape> llama_presets();
+std::span<const ModelShape> model_presets();
 // nullptr when there is no preset of that name (case-sensitive: the names
 // are lower-case by convention, "llama3-8b").
-const LlamaShape* find_llama_preset(std::string_view name);
+const ModelShape* find_preset(std::string_view name);
 // "tiny, llama-1b, ..." for error messages and --help.
-std::string llama_preset_names();
+std::string preset_names();
 
-// Throws tandem::Error when the shape cannot describe a Llama model:
-// non-positive sizes, heads that do not divide the embedding, KV heads that
-// do not divide the heads, an odd head dimension (RoPE rotates pairs).
-void validate_llama_shape(const LlamaShape& shape);
+// Throws tandem::Error when the shape cannot describe a model of its
+// architecture: an unknown architecture, non-positive sizes, heads that do
+// not divide the embedding (without head_dim), KV heads that do not divide
+// the heads, an odd head dimension (RoPE rotates pairs), experts on an
+// architecture without a mixture-of-experts FFN or none on one that is only
+// that, more experts used than there are.
+void validate_shape(const ModelShape& shape);
 
 struct TensorShape {
     std::string name;
@@ -52,17 +72,19 @@ struct TensorShape {
 };
 
 // Tensors in the order llama.cpp's converter writes them: token_embd, then
-// per layer attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
-// ffn_gate, ffn_up, ffn_down, then output_norm and (unless tied) output.
-std::vector<TensorShape> llama_tensors(const LlamaShape& shape);
+// per layer every role the architecture has (arch.h order: attn_norm,
+// attn_q, attn_k, attn_v, biases, attn_output, Q/K norms, ffn_norm, the
+// FFN or the router and experts), then output_norm and (unless tied)
+// output. Optional roles (rope_freqs) are left out.
+std::vector<TensorShape> model_tensors(const ModelShape& shape);
 // Total number of weights, from the same list.
-uint64_t llama_param_count(const LlamaShape& shape);
+uint64_t param_count(const ModelShape& shape);
 
-// general.architecture and the llama.* hyperparameters, with the value
-// types llama.cpp uses (u32 counts, f32 epsilon and RoPE base). The caller
-// adds general.name, general.file_type, tokenizer keys and the
-// quantization version.
-std::vector<gguf::KeyValue> llama_hparams(const LlamaShape& shape);
+// general.architecture and the {arch}.* hyperparameters, the keys and value
+// types llama.cpp's converter writes for that architecture (u32 counts, f32
+// epsilon and RoPE base). The caller adds general.name, general.file_type,
+// tokenizer keys and the quantization version.
+std::vector<gguf::KeyValue> model_hparams(const ModelShape& shape);
 
 // Layer index of a "blk.N." tensor name; -1 for any other name.
 int64_t layer_of_tensor(std::string_view tensor_name);

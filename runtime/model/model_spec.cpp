@@ -36,16 +36,9 @@ void check_shape(const gguf::TensorInfo& t, const TensorRule& rule, const HParam
     }
 }
 
-// Dense and Expert against the file: required or absent.
-Presence resolve(Presence p, const HParams& hp) {
-    if (p == Presence::Dense) return hp.n_expert > 0 ? Presence::Absent : Presence::Required;
-    if (p == Presence::Expert) return hp.n_expert > 0 ? Presence::Required : Presence::Absent;
-    return p;
-}
-
 const gguf::TensorInfo* bind(const gguf::File& file, const std::string& name, Presence presence,
                              const TensorRule& rule, const HParams& hp, const ArchSpec& arch) {
-    presence = resolve(presence, hp);
+    presence = resolve_presence(presence, hp.n_expert > 0);
     if (presence == Presence::Absent) return nullptr;
     const gguf::TensorInfo* t = file.find_tensor(name);
     if (!t) {

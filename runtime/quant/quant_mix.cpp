@@ -6,11 +6,19 @@
 // top of a rule's result (70B attn_v, 8-expert models) and the fallback for
 // rows that do not fit a type's block are kept as separate small steps.
 //
+// Mixtures of experts follow the same rows: the 3-D expert tensors
+// (ffn_{gate,up,down}_exps) fall in the ffn_gate/ffn_up/ffn_down roles, so
+// Q4_K_M gives ffn_down_exps Q6_K in the use_more_bits layers, counted per
+// layer over block_count as llama.cpp does for n_expert > 1 (it reads the
+// layer from the name there and refuses a name without one); the router
+// (ffn_gate_inp) is never quantized; models with exactly 8 experts
+// (Mixtral) get Q8_0 attn_v and attn_k and Q5_K attn_output.
+//
 // Differences from llama.cpp, on purpose:
 //  - The layer index comes from the "blk.N." name instead of llama.cpp's
-//    running counters; for a model whose every layer has attention and an
-//    FFN (all the models Tandem runs) the two are the same, because
-//    llama.cpp visits tensors sorted by layer.
+//    running counters for dense models; for a model whose every layer has
+//    attention and an FFN (all the models Tandem runs) the two are the
+//    same, because llama.cpp visits tensors sorted by layer.
 //  - Falcon-specific branches are left out (Tandem runs Llama-family
 //    models); IQ* mixes are not offered.
 //  - Tensors that are never quantized come back as F32 (the header's
@@ -19,6 +27,9 @@
 //    llama.cpp either does the same or gives up.
 #include "runtime/quant/quant_mix.h"
 
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
 #include "runtime/model/model_shapes.h"
 
 #include <algorithm>
@@ -264,12 +275,18 @@ Type choose_tensor_type(FileType ft, const MixModelInfo& model, std::string_view
     const Role role = role_of(tensor_name);
     const bool is_head = role == Role::Output || (role == Role::TokenEmbd && !model.has_output_tensor);
 
+    const int64_t layer = tandem::model::layer_of_tensor(tensor_name);
+    const bool ffn = role == Role::FfnUp || role == Role::FfnGate || role == Role::FfnDown;
+    if (ffn && model.n_expert > 1 && (layer < 0 || layer >= model.n_layer)) {
+        throw Error(fmt::format("tensor '{}': a mixture-of-experts FFN tensor must be named blk.N. with N in [0, {})",
+                                tensor_name, model.n_layer));
+    }
+
     Type t = base;
     if (is_head) {
         t = output_head_type(base, row);
     } else {
-        const RuleContext ctx{tandem::model::layer_of_tensor(tensor_name), model.n_layer,
-                              model.n_head_kv > 0 ? model.n_head / model.n_head_kv : 0};
+        const RuleContext ctx{layer, model.n_layer, model.n_head_kv > 0 ? model.n_head / model.n_head_kv : 0};
         const bool moe8 = model.n_expert == 8;
         if (role == Role::AttnOutput && moe8) {
             const bool raise = std::find(kMoe8AttnOutputQ5K.begin(), kMoe8AttnOutputQ5K.end(), ft) !=

@@ -51,7 +51,7 @@ struct MixModelInfo {
     int64_t n_layer = 0;
     int64_t n_head = 0;
     int64_t n_head_kv = 0;
-    int64_t n_expert = 0;
+    int64_t n_expert = 0;  // {arch}.expert_count; 0: dense. 8 (Mixtral) bumps attention; > 1 needs blk.N. FFN names
     bool has_output_tensor = false;  // false: tied embeddings, token_embd doubles as the head
 };
 
