@@ -9,6 +9,7 @@
 // - Q8_0 cache: Q quantized to Q8_0 blocks with the host's block function,
 //   Q.K as per-block integer sums times both scales (ggml's vec_dot order
 //   over blocks), V dequantized and accumulated in fp32 with fma.
+// Scores are soft-capped when args.softcap > 0 (math::attention_score).
 // The butterfly leaves the bitwise same score in every lane, so all lanes
 // take the same branches. The CPU sums Q.K in ggml's SIMD lane order (and
 // uses llama.cpp's tiled kernel for 64+ queries), so scores can differ from
@@ -118,7 +119,7 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
             const int64_t d = lane + 32 * j;
             if (d < args.head_dim_k) part += static_cast<double>(qh[j]) * static_cast<double>(el::half_to_float(kh[d]));
         }
-        const float s = static_cast<float>(warp_sum(part)) * args.scale;
+        const float s = math::attention_score(static_cast<float>(warp_sum(part)), args.scale, args.softcap);
         const bool rescale = s > running_max;
         const math::SoftmaxStep st = math::softmax_step(s, running_max, running_sum);
         const auto* vh = reinterpret_cast<const uint16_t*>(kv.v + c * kv.v_row_bytes()) + g * args.head_dim_v;
@@ -169,7 +170,7 @@ __global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t
             const int isum = warp_sum(qq[j] * static_cast<int>(kh[j].qs[lane]));
             qk += static_cast<float>(isum) * (el::half_to_float(kh[j].d) * qd[j]);
         }
-        const float s = qk * args.scale;
+        const float s = math::attention_score(qk, args.scale, args.softcap);
         const bool rescale = s > running_max;
         const math::SoftmaxStep st = math::softmax_step(s, running_max, running_sum);
         const auto* vh = reinterpret_cast<const quant::block_q8_0*>(kv.v + c * kv.v_row_bytes()) + g * nv;

@@ -72,5 +72,20 @@ void glu_on_device(int device, bool gelu, const float* gate, const float* up, fl
 void attention_on_device(int device, const float* q, const int32_t* pos, int64_t n_tokens,
                          const kernels::AttentionArgs& args, quant::Type cache_type, const void* k, const void* v,
                          const int32_t* cell_pos, int64_t n_cells, int64_t k_dim, int64_t v_dim, float* out);
+// x (n_rows rows of len) += v (len floats) in place, the bias add.
+void add_rows_on_device(int device, float* x, const float* v, int64_t len, int64_t n_rows);
+// dst (n_rows rows of width) = columns [col0, col0 + width) of src's rows
+// of src_width: the split of a fused product (launch_gather_rows, no index).
+void copy_cols_on_device(int device, const float* src, int64_t src_width, int64_t col0, float* dst, int64_t width,
+                         int64_t n_rows);
+// The experts' products as the CUDA device runs them
+// (expert_matmul.h): w is n_expert experts of `rows` rows of n_cols in
+// w_type back to back; x holds a row per (token, slot) when in_per_slot,
+// else a row per token; route n_tokens rows of n_used (expert id, weight)
+// pairs. out: a row of `rows` per (token, slot), or per token when
+// sum_slots. The grouping is cpu::group_by_expert's.
+void matmul_experts_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_expert, int64_t rows,
+                              int64_t n_cols, const float* x, const float* route, int64_t n_used, int64_t n_tokens,
+                              bool in_per_slot, bool sum_slots, float* out);
 
 }  // namespace tandem::cuda

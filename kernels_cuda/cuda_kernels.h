@@ -62,6 +62,21 @@ void launch_geglu(const float* gate, const float* up, float* out, int64_t n, voi
 void launch_add(float* y, const float* x, int64_t n, void* stream);  // y += x
 void launch_scale(float* x, int64_t n, float s, void* stream);
 void launch_softcap(float* x, int64_t n, float cap, void* stream);
+// x rows (n_rows of len floats) += v (len floats): a bias, cpu::add per row.
+void launch_add_rows(float* x, const float* v, int64_t len, int64_t n_rows, void* stream);
+
+// dst row i (width floats, dst_stride apart) = src row rows[i] (src_stride
+// apart) for i < n_rows; rows null: src row i (a column band, copy_cols).
+// rows is a device array.
+void launch_gather_rows(const float* src, int64_t src_stride, const int32_t* rows, int64_t n_rows, int64_t width,
+                        float* dst, int64_t dst_stride, void* stream);
+
+// out row t (width floats) = math::slot_sum_element over t's n_used slots,
+// for t < n_tokens: the experts' products y (grouped order, rows
+// grouped_row[t * n_used + j]) weighted by route's weights, added in slot
+// order. y, grouped_row, route and out are device arrays.
+void launch_slot_sum(const float* y, const int32_t* grouped_row, const float* route, int64_t n_used, int64_t width,
+                     int64_t n_tokens, float* out, void* stream);
 
 // A KV cache on the device, in F16 or Q8_0 rows as the CPU's
 // LayerKvCache: cell c holds K of all KV heads in the k_row_bytes() at
@@ -97,6 +112,7 @@ struct AttentionArgs {
     int64_t head_dim_v = 0;
     int64_t window = 0;
     float scale = 1.0f;
+    float softcap = 0.0f;  // scores through math::attention_score; 0: off
 };
 
 // cpu::attention: q n_tokens rows of n_head * head_dim_k, out n_tokens rows

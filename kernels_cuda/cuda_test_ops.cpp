@@ -10,7 +10,9 @@
 #include "kernels_cuda/cuda_api.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/cuda_kernels.h"
+#include "kernels_cpu/moe.h"
 #include "kernels_cuda/device_matmul.h"
+#include "kernels_cuda/expert_matmul.h"
 #include "runtime/model/model_spec.h"
 
 namespace tandem::cuda {
@@ -188,6 +190,69 @@ void attention_on_device(int device, const float* q, const int32_t* pos, int64_t
     kernels::launch_attention(dq.as<float>(), dpos.as<int32_t>(), n_tokens, args, kv, dout.as<float>(), nullptr);
     finish();
     dout.to_host(out, floats(n_tokens * args.n_head * args.head_dim_v));
+}
+
+void add_rows_on_device(int device, float* x, const float* v, int64_t len, int64_t n_rows) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    Buf dx(x, floats(len * n_rows));
+    Buf dv(v, floats(len));
+    kernels::launch_add_rows(dx.as<float>(), dv.as<float>(), len, n_rows, nullptr);
+    finish();
+    dx.to_host(x, floats(len * n_rows));
+}
+
+void copy_cols_on_device(int device, const float* src, int64_t src_width, int64_t col0, float* dst, int64_t width,
+                         int64_t n_rows) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    Buf dsrc(src, floats(src_width * n_rows));
+    Buf ddst(floats(width * n_rows));
+    kernels::launch_gather_rows(dsrc.as<float>() + col0, src_width, nullptr, n_rows, width, ddst.as<float>(), width,
+                                nullptr);
+    finish();
+    ddst.to_host(dst, floats(width * n_rows));
+}
+
+// The host's grouping (the device's: cpu::group_by_expert, then
+// plan_expert_rows) and run_expert_products over buffers of the call's size.
+void matmul_experts_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_expert, int64_t rows,
+                              int64_t n_cols, const float* x, const float* route, int64_t n_used, int64_t n_tokens,
+                              bool in_per_slot, bool sum_slots, float* out) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    const auto row_bytes = quant::row_bytes(w_type, n_cols);
+    if (!row_bytes || kernels::matmul_scratch_bytes(w_type, n_cols, n_tokens) == 0) {
+        throw Error(
+            fmt::format("experts on device: no CUDA kernel for {} rows of {}", quant::traits(w_type).name, n_cols));
+    }
+    cpu::ExpertGroups groups;
+    cpu::group_by_expert(route, n_used, n_tokens, n_expert, groups);
+    ExpertRows plan;
+    plan_expert_rows(groups.offsets, groups.rows, n_used, in_per_slot, plan);
+    const int64_t total = n_tokens * n_used;
+    const int64_t out_rows = sum_slots ? n_tokens : total;
+    Buf dw(host_w, *row_bytes * static_cast<size_t>(n_expert * rows));
+    Buf dx(x, floats((in_per_slot ? total : n_tokens) * n_cols));
+    Buf droute(route, floats(2 * total));
+    Buf dindices(plan.indices.data(), plan.indices.size() * sizeof(int32_t));
+    Buf dxg(floats(total * n_cols)), dyg(floats(total * rows)), dout(floats(out_rows * rows));
+    Buf scratch(kernels::matmul_scratch_bytes(w_type, n_cols, n_tokens));
+    Buf tile(model::kMaxGemmTileBytes);
+    DeviceMatmul mm(tile.as<void>(), model::kMaxGemmTileBytes);
+    ExpertCall call;
+    call.plan = &plan;
+    call.indices = dindices.as<int32_t>();
+    call.x = dx.as<float>();
+    call.n_cols = n_cols;
+    call.route = droute.as<float>();
+    call.n_used = n_used;
+    call.n_tokens = n_tokens;
+    call.sum_slots = sum_slots;
+    call.x_grouped = dxg.as<float>();
+    call.y_grouped = dyg.as<float>();
+    call.scratch = scratch.as<void>();
+    const ExpertWeight w{w_type, dw.as<void>(), *row_bytes, rows, dout.as<float>()};
+    run_expert_products(mm, call, std::span(&w, 1));
+    finish();
+    dout.to_host(out, floats(out_rows * rows));
 }
 
 }  // namespace tandem::cuda

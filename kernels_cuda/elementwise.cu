@@ -79,6 +79,12 @@ __global__ void scale_kernel(float* x, int64_t n, float s) {
     if (i < n) x[i] *= s;
 }
 
+// One thread per element; element i adds v[i % len], as cpu::add per row.
+__global__ void add_rows_kernel(float* x, const float* __restrict__ v, int64_t len, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) x[i] += v[i % len];
+}
+
 __global__ void softcap_kernel(float* x, int64_t n, float cap) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) x[i] = math::softcap_f(x[i], cap);
@@ -122,6 +128,11 @@ void launch_add(float* y, const float* x, int64_t n, void* stream) {
 
 void launch_scale(float* x, int64_t n, float s, void* stream) {
     if (n > 0) scale_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, n, s);
+}
+
+void launch_add_rows(float* x, const float* v, int64_t len, int64_t n_rows, void* stream) {
+    const int64_t n = len * n_rows;
+    if (n > 0) add_rows_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, v, len, n);
 }
 
 void launch_softcap(float* x, int64_t n, float cap, void* stream) {

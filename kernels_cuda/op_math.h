@@ -105,6 +105,29 @@ TANDEM_HOST_DEVICE float gelu_f16(float g) {
 
 TANDEM_HOST_DEVICE float softcap_f(float x, float cap) { return cap * tanh_f(x / cap); }
 
+// An attention score from Q.K as kernels_cpu/attention.cpp makes it:
+// qk * scale, or with soft-capping (Gemma 2) cap * tanh(qk * (scale /
+// cap)), ggml's order (the scale folded into the divisor before tanh).
+TANDEM_HOST_DEVICE float attention_score(float qk, float scale, float cap) {
+    return cap > 0.0f ? cap * tanh_f(qk * (scale / cap)) : qk * scale;
+}
+
+// Element c of token t's sum over its n_used experts' products, as the CPU
+// device sums them (cpu_device.cpp): o = y_0 * w_0, then o = o + y_j * w_j
+// in slot order, each product rounded (no fma). y holds the products in
+// grouped order, row grouped_row[t * n_used + j] for slot j (width floats
+// a row); route holds (expert id, weight) pairs, n_used per token.
+TANDEM_HOST_DEVICE float slot_sum_element(const float* y, const int32_t* grouped_row, const float* route,
+                                          int64_t n_used, int64_t width, int64_t t, int64_t c) {
+    float o = 0.0f;
+    for (int64_t j = 0; j < n_used; ++j) {
+        const int64_t r = t * n_used + j;
+        const float v = y[static_cast<int64_t>(grouped_row[r]) * width + c] * route[2 * r + 1];
+        o = j == 0 ? v : o + v;
+    }
+    return o;
+}
+
 // One step of the online softmax over a visible cell with score s: updates
 // the running maximum and sum and returns the factor for what was
 // accumulated so far (ms) and the weight of this cell's V (vs).

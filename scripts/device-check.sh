@@ -136,7 +136,7 @@ PY
   grep -h "SKIPPED\|\[ batch" "$logs/$name.log" | head -12
 }
 run_tests kernel "${KERNEL_TIMEOUT:-120}" \
-  'CudaMatmul.*:CudaElementwise.*:CudaAttention.*:CudaDequant*.*:CudaMathHost.*:CudaKernelsHost.*:TinyLlama/CudaBatchPathHost.*'
+  'CudaMatmul.*:CudaElementwise.*:CudaAttention.*:CudaExperts.*:CudaExpertsHost.*:CudaDequant*.*:CudaMathHost.*:CudaKernelsHost.*:TinyLlama/CudaBatchPathHost.*'
 run_tests backend "${BACKEND_TIMEOUT:-180}" 'CudaBackend.*:CudaBackend/*.*:CudaPlugin.*'
 
 # ---- 3. benchmarks, only after passing tests

@@ -12,6 +12,7 @@
 #include "kernels_cpu/attention.h"
 #include "kernels_cpu/elementwise.h"
 #include "kernels_cpu/matmul.h"
+#include "kernels_cpu/moe.h"
 #include "kernels_cuda/cuda_api.h"
 #include "kernels_cuda/matmul_math.h"
 #include "kernels_cuda/matmul_types.h"
@@ -214,6 +215,108 @@ TEST(CudaAttention, MatchesCpuF16AndQ8Caches) {
     }
 }
 
+// Gemma 2's soft-capped scores (cap * tanh(qk * scale / cap)) against the
+// CPU's scalar path, with a cap small enough to bend most scores; tanhf on
+// the device may differ from glibc's by an ulp.
+TEST(CudaAttention, SoftcapMatchesCpu) {
+    TANDEM_REQUIRE_GPU(dev);
+    constexpr int64_t kHead = 4, kHeadKv = 2, kDim = 64, kCells = 24, kTokens = 5;
+    for (const tq::Type type : {tq::Type::F16, tq::Type::Q8_0}) {
+        SCOPED_TRACE(tq::traits(type).name);
+        tandem::LayerKvCache cache(type, kCells, kHeadKv * kDim, kHeadKv * kDim);
+        for (int32_t p = 0; p < 20; ++p) {
+            const auto k = random_floats(kHeadKv * kDim, 300 + static_cast<uint32_t>(p), 2.0f);
+            const auto v = random_floats(kHeadKv * kDim, 400 + static_cast<uint32_t>(p));
+            cache.store(p, k.data(), v.data());
+        }
+        const auto q = random_floats(kTokens * kHead * kDim, 10, 2.0f);
+        const int32_t pos[kTokens] = {15, 16, 17, 18, 19};
+        tc::AttentionShape shape{kHead, kHeadKv, kDim, kDim, 0, 1.0f / std::sqrt(64.0f)};
+        shape.softcap = 2.0f;
+        std::vector<float> ref(kTokens * kHead * kDim), gpu(ref.size());
+        tc::ThreadPool pool(2, false);
+        const auto kv = cache.view();
+        tc::attention(q.data(), pos, kTokens, shape, kv, ref.data(), pool, tc::SimdLevel::Scalar);
+        tandem::cuda::kernels::AttentionArgs a{kHead, kHeadKv, kDim, kDim, 0, shape.scale, shape.softcap};
+        tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, type, kv.k, kv.v, kv.cell_pos, kCells,
+                                          kHeadKv * kDim, kHeadKv * kDim, gpu.data());
+        EXPECT_EQ(misses(gpu, ref, [](float r) { return 2e-3f * std::max(1.0f, std::fabs(r)); }), 0);
+    }
+}
+
+// A bias added to every row (Qwen2's Q/K/V biases) and a column band of a
+// fused product (Phi-3's Q|K|V, gate|up): a float add and a copy, exact.
+TEST(CudaElementwise, AddRowsAndCopyColsMatchCpu) {
+    TANDEM_REQUIRE_GPU(dev);
+    constexpr int64_t kLen = 300, kRows = 7;
+    auto x = random_floats(kLen * kRows, 20);
+    const auto v = random_floats(kLen, 21);
+    std::vector<float> ref = x;
+    for (int64_t r = 0; r < kRows; ++r) tc::add(ref.data() + r * kLen, v.data(), kLen);
+    tandem::cuda::add_rows_on_device(dev, x.data(), v.data(), kLen, kRows);
+    EXPECT_EQ(misses(x, ref, [](float) { return 0.0f; }), 0) << "add_rows";
+
+    constexpr int64_t kSrc = 3 * kLen, kCol0 = 250, kWidth = 411;
+    const auto src = random_floats(kSrc * kRows, 22);
+    std::vector<float> want(kWidth * kRows), got(want.size());
+    for (int64_t r = 0; r < kRows; ++r) {
+        std::copy_n(src.begin() + r * kSrc + kCol0, kWidth, want.begin() + r * kWidth);
+    }
+    tandem::cuda::copy_cols_on_device(dev, src.data(), kSrc, kCol0, got.data(), kWidth, kRows);
+    EXPECT_EQ(misses(got, want, [](float) { return 0.0f; }), 0) << "copy_cols";
+}
+
+// The experts' products as the device runs them (grouped by expert,
+// gathered, each expert's slice through the matmul dispatch, put back or
+// summed over slots) against the CPU device's definition: each (token,
+// slot) row times its expert's slice, then w_0 * y_0 + w_1 * y_1 + ... in
+// slot order. Few tokens take the element kernel; 48 tokens over 4
+// experts give each expert a batch for the cuBLAS path.
+TEST(CudaExperts, MatmulExpertsMatchCpu) {
+    TANDEM_REQUIRE_GPU(dev);
+    constexpr int64_t kExperts = 4, kUsed = 2, kRows = 96, kCols = 256;
+    const tq::Type t = tq::Type::Q8_0;
+    const uint64_t rb = *tq::row_bytes(t, kCols);
+    const auto wf = random_floats(kExperts * kRows * kCols, 30);
+    std::vector<uint8_t> w(rb * kExperts * kRows);
+    for (int64_t r = 0; r < kExperts * kRows; ++r) tq::quantize_row(t, wf.data() + r * kCols, w.data() + r * rb, kCols);
+    tc::ThreadPool pool(2, false);
+    for (const int64_t tokens : {int64_t{5}, int64_t{48}}) {
+        const auto logits = random_floats(kExperts * tokens, 31, 2.0f);
+        std::vector<float> route(2 * kUsed * tokens);
+        tc::moe_route(logits.data(), kExperts, kUsed, true, route.data(), tokens);
+        for (const bool per_slot : {false, true}) {
+            SCOPED_TRACE(std::to_string(tokens) + (per_slot ? " tokens, per slot, summed" : " tokens, shared input"));
+            const auto x = random_floats((per_slot ? tokens * kUsed : tokens) * kCols, 32);
+            std::vector<float> y(tokens * kUsed * kRows);
+            for (int64_t r = 0; r < tokens * kUsed; ++r) {
+                const auto e = static_cast<int64_t>(route[2 * r]);
+                const tc::WeightView slice{t, w.data() + e * kRows * rb, kRows, kCols, rb};
+                const float* xr = x.data() + (per_slot ? r : r / kUsed) * kCols;
+                tc::matmul(slice, xr, kCols, 1, y.data() + r * kRows, kRows, pool, tc::SimdLevel::Scalar);
+            }
+            std::vector<float> ref = y;
+            if (per_slot) {
+                ref.assign(tokens * kRows, 0.0f);
+                for (int64_t tok = 0; tok < tokens; ++tok) {
+                    for (int64_t j = 0; j < kUsed; ++j) {
+                        const float wj = tc::route_weight(route.data(), tok * kUsed + j);
+                        for (int64_t c = 0; c < kRows; ++c) {
+                            const float v = y[(tok * kUsed + j) * kRows + c] * wj;
+                            ref[tok * kRows + c] = j == 0 ? v : ref[tok * kRows + c] + v;
+                        }
+                    }
+                }
+            }
+            std::vector<float> gpu(ref.size());
+            tandem::cuda::matmul_experts_on_device(dev, t, w.data(), kExperts, kRows, kCols, x.data(), route.data(),
+                                                   kUsed, tokens, per_slot, per_slot, gpu.data());
+            EXPECT_EQ(misses(gpu, ref, [&](float) { return 1e-5f * std::sqrt(float{kCols}) * 4.0f; }), 0)
+                << "of " << ref.size() << " outputs";
+        }
+    }
+}
+
 using tandem::testing::mean_kl;
 
 // One test per model, so that a missing model is a skip naming it
@@ -266,7 +369,9 @@ TEST_P(EveryNgl, MatchesCpu) {
 
 INSTANTIATE_TEST_SUITE_P(CudaBackend, EveryNgl,
                          ::testing::Values("tiny-llama-Q4_K_M.gguf", "tiny-llama-F16.gguf", "tiny-llama-Q8_0.gguf",
-                                           "tiny-llama-b-Q4_K_M.gguf"),
+                                           "tiny-llama-b-Q4_K_M.gguf", "synth-qwen2-Q8_0.gguf", "synth-qwen3-Q8_0.gguf",
+                                           "synth-qwen3moe-Q8_0.gguf", "synth-phi3-Q8_0.gguf", "synth-gemma2-Q8_0.gguf",
+                                           "synth-mixtral-Q8_0.gguf"),
                          model_test_name);
 
 // A Q8_0 KV cache on the device gives the CPU's Q8_0-cache logits at every

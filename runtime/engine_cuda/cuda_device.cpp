@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels_cpu/moe.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/cuda_device_alloc.h"
 #include "kernels_cuda/cuda_kernels.h"
@@ -27,6 +28,7 @@
 #include "runtime/engine_cuda/cuda_staging.h"
 #include "runtime/engine_cuda/cuda_weight_stream.h"
 #include "kernels_cuda/device_matmul.h"
+#include "kernels_cuda/expert_matmul.h"
 #include "kernels_cuda/matmul_types.h"
 
 namespace tandem::cuda {
@@ -86,8 +88,7 @@ public:
     void load_kv(int64_t il, int64_t n_cells, int64_t ring_span) override {
         TANDEM_CHECK(!caches_.count(il), "load_kv: layer loaded twice");
         select();
-        const uint64_t planned =
-            model::kv_bytes_for_layer(spec_, il, config_.n_ctx, config_.n_ubatch, config_.cache_type);
+        const uint64_t planned = model::kv_bytes_for_cells(spec_, n_cells, config_.cache_type);
         auto cache = std::make_unique<CudaKvCache>(ledger_, fmt::format("the KV cache of layer {}", il), planned,
                                                    config_.cache_type == model::CacheType::Q8_0, hp_.k_dim(),
                                                    hp_.v_dim(), n_cells, ring_span, config_.n_ubatch);
@@ -98,8 +99,9 @@ public:
     void allocate_workspace(bool with_logits) override {
         select();
         // One block of model::compute_bytes, carved in its order: one buffer
-        // per Act but Logits, the positions, the matmul scratch, then the
-        // logits. The planner's figure is the allocation.
+        // per Act but Logits (none for a width of 0: an Act the model does
+        // not use), the positions, the matmul scratch, the experts' room,
+        // then the logits. The planner's figure is the allocation.
         const int64_t ub = config_.n_ubatch;
         const uint64_t bytes = model::compute_bytes(spec_, ub, with_logits);
         auto* block = alloc(MemoryCategory::Compute, bytes, "activations of one micro-batch");
@@ -110,14 +112,19 @@ public:
             return p;
         };
         for (int a = 0; a < kActCount; ++a) {
-            if (static_cast<Act>(a) != Act::Logits) act_[a] = take(act_width(hp_, static_cast<Act>(a)));
+            if (static_cast<Act>(a) == Act::Logits) continue;
+            const int64_t width = act_width(hp_, static_cast<Act>(a));
+            float* p = take(width);
+            act_[a] = width > 0 ? p : nullptr;
         }
         pos_ = reinterpret_cast<int32_t*>(take(1));
         // Quantized activations of the widest matmul input: compute_bytes
         // allows 4 bytes an element, more than any activation format needs.
-        const int64_t widest = std::max({hp_.n_embd, hp_.out_dim(), hp_.n_ff});
+        // An expert's product has at most one row per token (a token
+        // chooses an expert once), so ub rows cover it too.
+        const int64_t widest = std::max({hp_.n_embd, hp_.out_dim(), hp_.n_ff, hp_.n_ff_exp});
         uint64_t scratch = 0;
-        for (const int64_t cols : {hp_.n_embd, hp_.out_dim(), hp_.n_ff}) {
+        for (const int64_t cols : {hp_.n_embd, hp_.out_dim(), hp_.n_ff, hp_.n_ff_exp}) {
             for (const quant::Type t : weight_types_) {
                 scratch = std::max(scratch, kernels::matmul_scratch_bytes(t, cols, ub));
             }
@@ -125,6 +132,7 @@ public:
         TANDEM_CHECK(scratch <= static_cast<uint64_t>(ub * widest) * sizeof(float),
                      "matmul scratch larger than model::compute_bytes allows");
         scratch_ = take(widest);
+        if (hp_.n_expert > 0) carve_experts(take);
         if (with_logits) act_[static_cast<int>(Act::Logits)] = take(hp_.n_vocab);
         TANDEM_CHECK(static_cast<uint64_t>(next - as_floats(block)) * sizeof(float) == bytes,
                      "workspace carved differently from model::compute_bytes");
@@ -139,6 +147,8 @@ public:
     void write_act(Act a, const float* host, int64_t n_floats) override {
         select();
         TANDEM_CUDA_CHECK(cudaMemcpy(buf(a), host, static_cast<size_t>(n_floats) * sizeof(float), cudaMemcpyHostToDevice));
+        // A route chosen on another device: matmul_experts groups by it here.
+        if (a == Act::Route) route_host_.assign(host, host + n_floats);
     }
 
     void read_act(Act a, float* host, int64_t n_floats) override {
@@ -185,6 +195,89 @@ public:
         select();
         upload_positions(pos);
         c.store_and_attend(buf(Act::K), buf(Act::V), buf(Act::Q), pos_, pos, seq, op, buf(Act::Attn));
+    }
+
+    // The router's few logits read back and routed by the CPU's function
+    // (one implementation of the choice, as llama.cpp reads its expert ids
+    // back); the route goes to the device and stays on the host for
+    // matmul_experts' grouping.
+    void moe_route(const MoeRouteOp& op, int64_t n) override {
+        select();
+        TANDEM_CHECK(op.n_expert == act_width(hp_, Act::Router) && 2 * op.n_used == act_width(hp_, Act::Route) &&
+                         n >= 0 && n <= config_.n_ubatch,
+                     "moe_route: experts or tokens other than the workspace was made for");
+        router_host_.resize(static_cast<size_t>(n * op.n_expert));
+        route_host_.resize(static_cast<size_t>(n * 2 * op.n_used));
+        TANDEM_CUDA_CHECK(cudaMemcpy(router_host_.data(), buf(Act::Router), router_host_.size() * sizeof(float),
+                                     cudaMemcpyDeviceToHost));
+        cpu::moe_route(router_host_.data(), op.n_expert, op.n_used, op.normalize, route_host_.data(), n);
+        TANDEM_CUDA_CHECK(cudaMemcpy(buf(Act::Route), route_host_.data(), route_host_.size() * sizeof(float),
+                                     cudaMemcpyHostToDevice));
+    }
+
+    // Grouped by expert on the host from the route's host copy; the rows
+    // gathered, multiplied by each chosen expert's slice and put back on
+    // the device (kernels_cuda/expert_matmul.h).
+    void matmul_experts(std::span<const MatmulOut> outs, Act in, const ExpertOp& op, int64_t n) override {
+        select();
+        const int64_t n_expert = hp_.n_expert, k = op.n_used;
+        TANDEM_CHECK(!outs.empty() && outs.size() <= 2 && !(op.sum_slots && outs.size() != 1),
+                     "matmul_experts: one or two products, one when summing the slots");
+        TANDEM_CHECK(2 * k == act_width(hp_, Act::Route) && n >= 0 && n <= config_.n_ubatch &&
+                         route_host_.size() >= static_cast<size_t>(n * 2 * k),
+                     "matmul_experts: no route for these tokens");
+        cpu::group_by_expert(route_host_.data(), k, n, n_expert, groups_);
+        // The matmul scratch holds ub rows: a token names an expert once.
+        for (int64_t e = 0; e < n_expert; ++e) {
+            TANDEM_CHECK(groups_.count(e) <= n, "matmul_experts: a route names an expert twice for one token");
+        }
+        plan_expert_rows(groups_.offsets, groups_.rows, k, op.in_per_slot, plan_);
+        ExpertWeight weights[2];
+        int64_t cols = 0, widest_rows = 0;
+        for (size_t i = 0; i < outs.size(); ++i) {
+            const DeviceWeights& w = matrix(outs[i].w);
+            TANDEM_CHECK(w.n_rows % n_expert == 0 && (i == 0 || w.n_cols == cols),
+                         "matmul_experts: products of other shapes");
+            cols = w.n_cols;
+            weights[i] = {w.type, w.data, w.row_bytes, w.n_rows / n_expert, buf(outs[i].out)};
+            widest_rows = std::max(widest_rows, weights[i].rows);
+        }
+        TANDEM_CHECK(plan_.total * (cols + widest_rows) <= expert_floats_ &&
+                         static_cast<int64_t>(plan_.indices.size()) <= expert_indices_,
+                     "matmul_experts: products larger than the experts' room in model::compute_bytes");
+        TANDEM_CUDA_CHECK(cudaMemcpy(expert_idx_, plan_.indices.data(), plan_.indices.size() * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice));
+        ExpertCall call;
+        call.plan = &plan_;
+        call.indices = expert_idx_;
+        call.x = buf(in);
+        call.n_cols = cols;
+        call.route = buf(Act::Route);
+        call.n_used = k;
+        call.n_tokens = n;
+        call.sum_slots = op.sum_slots;
+        call.x_grouped = expert_;
+        call.y_grouped = expert_ + plan_.total * cols;  // right after the inputs: the room holds both
+        call.scratch = scratch_;
+        run_expert_products(device_matmul(), call, std::span(weights, outs.size()));
+    }
+
+    void add_vector(Act a, const gguf::TensorInfo& b, int64_t len, int64_t rows) override {
+        select();
+        // A bias of another length is the file's fault: an Error naming it.
+        if (static_cast<int64_t>(b.n_elements) != len) {
+            throw Error(fmt::format("{}: bias '{}' has {} values, expected {}", ledger_.device(), b.name, b.n_elements,
+                                    len));
+        }
+        kernels::launch_add_rows(buf(a), vector(b), len, rows, nullptr);
+        check_launch();
+    }
+
+    void copy_cols(Act src, int64_t src_width, int64_t col0, Act dst, int64_t width, int64_t rows) override {
+        select();
+        TANDEM_CHECK(col0 >= 0 && width >= 0 && col0 + width <= src_width, "copy_cols: columns outside the rows");
+        kernels::launch_gather_rows(buf(src) + col0, src_width, nullptr, rows, width, buf(dst), width, nullptr);
+        check_launch();
     }
 
     // Row by row, as the CPU: SwiGLU's 16-element rule counts within each
@@ -266,6 +359,21 @@ private:
 
     void select() const { TANDEM_CUDA_CHECK(cudaSetDevice(device_)); }
 
+    // model::compute_bytes' experts' room, per token: n_used * (n_ff_exp +
+    // max(n_ff_exp, n_embd)) floats hold a call's gathered inputs and its
+    // products side by side (n_embd + n_ff_exp wide per (token, slot),
+    // either way round), and n_embd floats the call's two row index lists
+    // (2 * n_used int32s).
+    template <class Take>
+    void carve_experts(Take& take) {
+        const int64_t ub = config_.n_ubatch, k = hp_.n_expert_used;
+        TANDEM_CHECK(2 * k <= hp_.n_embd, "more experts used per token than the experts' room indexes");
+        expert_floats_ = ub * k * (hp_.n_ff_exp + std::max(hp_.n_ff_exp, hp_.n_embd));
+        expert_ = take(k * (hp_.n_ff_exp + std::max(hp_.n_ff_exp, hp_.n_embd)));
+        expert_idx_ = reinterpret_cast<int32_t*>(take(hp_.n_embd));
+        expert_indices_ = ub * hp_.n_embd;
+    }
+
     // Made on the first upload (so a device that never loads weights pins
     // nothing), kept for the device's life.
     StagingUploader& uploader() {
@@ -310,7 +418,7 @@ private:
     }
 
     const DeviceWeights& matrix(const gguf::TensorInfo* t) const { return held_tensor(matrices_, t, "matmul"); }
-    const float* vector(const gguf::TensorInfo& t) const { return held_tensor(vectors_, &t, "norm"); }
+    const float* vector(const gguf::TensorInfo& t) const { return held_tensor(vectors_, &t, "norm or bias"); }
 
     CudaKvCache& cache(int64_t il) {
         const auto it = caches_.find(il);
@@ -359,6 +467,15 @@ private:
     float* act_[kActCount] = {};
     int32_t* pos_ = nullptr;
     void* scratch_ = nullptr;
+    // Experts: the route's host copy, the grouping made from it, and the
+    // device room of matmul_experts (carve_experts).
+    std::vector<float> router_host_, route_host_;
+    cpu::ExpertGroups groups_;
+    ExpertRows plan_;
+    float* expert_ = nullptr;
+    int64_t expert_floats_ = 0;
+    int32_t* expert_idx_ = nullptr;
+    int64_t expert_indices_ = 0;
 };
 
 }  // namespace

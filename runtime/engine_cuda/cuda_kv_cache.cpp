@@ -49,6 +49,7 @@ void CudaKvCache::store_and_attend(const float* k, const float* v, const float* 
     args.head_dim_v = op.head_dim_v;
     args.window = op.window;
     args.scale = op.scale;
+    args.softcap = op.softcap;
     const int64_t qd = op.n_head * op.head_dim_k, od = op.n_head * op.head_dim_v;
     // Each sequence attends to its own cells: the device's cell_pos is set
     // to the sequence's positions (the other cells at -1) before its tokens
