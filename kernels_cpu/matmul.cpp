@@ -327,13 +327,15 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
 
 void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
                          SimdLevel level) {
-    TANDEM_CHECK(!targets.empty() && x != nullptr, "matmul_shared_input: no targets or no input");
+    TANDEM_CHECK(!targets.empty(), "matmul_shared_input: no targets");
     const int64_t n = targets[0].w->n_cols;
     for (const MatmulTarget& t : targets) {
         TANDEM_CHECK(t.w != nullptr && t.y != nullptr && t.w->n_cols == n, "matmul_shared_input: targets of different widths");
+        TANDEM_CHECK(t.x != nullptr || x != nullptr, "matmul_shared_input: a target without an input");
     }
+    const auto input = [&](const MatmulTarget& t) { return t.x != nullptr ? t.x : x; };
     const auto separately = [&] {
-        for (const MatmulTarget& t : targets) matmul(*t.w, x, n, n_tokens, t.y, t.w->n_rows, pool, level);
+        for (const MatmulTarget& t : targets) matmul(*t.w, input(t), n, n_tokens, t.y, t.w->n_rows, pool, level);
     };
     // The fused path: one token, several threads, one activation type.
     const quant::Type first_a = quant::dot_type(targets[0].w->type);
@@ -342,19 +344,22 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         fusable = fusable && detail::weight_kernels(t.w->type) != nullptr && quant::dot_type(t.w->type) == first_a &&
                   t.w->n_rows > 0 && t.w->data != nullptr;
     }
-    if (!fusable) return separately();
-
+    // Up to 32: a decode step's gate and up products of 16 experts.
     struct Part {
         const WeightView* w;
         float* y;
         detail::DotFn fn;
         detail::DecodeRows rows;
+        size_t src;       // index of its input among the distinct inputs
         const void* act;  // the row this target's kernel reads
         int64_t rows_item, first_item;
     };
-    // Up to 32: a decode step's gate and up products of 16 experts.
     std::array<Part, 32> parts{};
-    if (targets.size() > parts.size()) return separately();
+    if (!fusable || targets.size() > parts.size()) return separately();
+
+    // The distinct inputs, each quantized once.
+    std::array<const float*, 32> srcs{};
+    size_t n_srcs = 0;
     quant::QuantizeRowFn quantize = nullptr;
     size_t a_row_bytes = 0;
     if (first_a != quant::Type::F32) {
@@ -363,10 +368,10 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         a_row_bytes = (*bytes + 63) / 64 * 64;
         quantize = detail::activation_quantizer(first_a, level);
     }
-    // Scratch: the quantized row, then room for a prepared copy per target
-    // (only distinct preparations are made: Q4_K's and Q2_K's differ, most
-    // sets share one).
-    size_t scratch_bytes = a_row_bytes;
+    // Scratch: the quantized rows, then room for a prepared copy per target
+    // (only distinct preparations of one input are made: Q4_K's and Q2_K's
+    // differ, most sets share one).
+    size_t scratch_bytes = 0;
     int64_t n_items = 0;
     for (size_t j = 0; j < targets.size(); ++j) {
         const WeightView& w = *targets[j].w;
@@ -380,22 +385,31 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         p.rows_item = rows_per_item(w.n_rows, 1, pool.size());
         p.first_item = n_items;
         n_items += (w.n_rows + p.rows_item - 1) / p.rows_item;
+        const float* src = input(targets[j]);
+        p.src = static_cast<size_t>(std::find(srcs.begin(), srcs.begin() + n_srcs, src) - srcs.begin());
+        if (p.src == n_srcs) srcs[n_srcs++] = src;
         if (p.rows.prepare != nullptr) scratch_bytes += (p.rows.prepared_bytes(n) + 63) / 64 * 64;
     }
+    scratch_bytes += n_srcs * a_row_bytes;
     auto* buf = static_cast<unsigned char*>(pool.scratch(scratch_bytes));
-    if (quantize != nullptr) quantize(x, buf, n);
-    const void* act = quantize != nullptr ? static_cast<const void*>(buf) : static_cast<const void*>(x);
-    size_t offset = a_row_bytes;
+    std::array<const void*, 32> acts{};
+    for (size_t i = 0; i < n_srcs; ++i) {
+        if (quantize != nullptr) quantize(srcs[i], buf + i * a_row_bytes, n);
+        acts[i] = quantize != nullptr ? static_cast<const void*>(buf + i * a_row_bytes) : srcs[i];
+    }
+    size_t offset = n_srcs * a_row_bytes;
     for (size_t j = 0; j < targets.size(); ++j) {
         Part& p = parts[j];
-        p.act = act;
+        p.act = acts[p.src];
         if (p.rows.prepare == nullptr) continue;
-        const Part* same = std::find_if(parts.data(), &p, [&](const Part& q) { return q.rows.prepare == p.rows.prepare; });
+        const Part* same = std::find_if(parts.data(), &p, [&](const Part& q) {
+            return q.rows.prepare == p.rows.prepare && q.src == p.src;
+        });
         if (same != &p) {
             p.act = same->act;
             continue;
         }
-        p.rows.prepare(buf, n, buf + offset);
+        p.rows.prepare(static_cast<const unsigned char*>(acts[p.src]), n, buf + offset);
         p.act = buf + offset;
         offset += (p.rows.prepared_bytes(n) + 63) / 64 * 64;
     }

@@ -50,10 +50,14 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
 // up) is quantized once and all rows go to the pool in one hand-off, so
 // the threads meet once instead of once per matrix; the kernels and so the
 // bits are matmul's. Batches, and inputs whose matrices want different
-// activation types, run as one matmul per target.
+// activation types, run as one matmul per target. A target with its own x
+// (a decode step's down products of several experts) reads that instead of
+// the shared one (which may then be null); its products still go to the
+// pool in the one hand-off.
 struct MatmulTarget {
     const WeightView* w = nullptr;
     float* y = nullptr;
+    const float* x = nullptr;  // null: the shared input
 };
 void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
                          SimdLevel level);

@@ -512,20 +512,28 @@ TEST(Matmul, SharedInputMatchesSeparateProducts) {
         }
         for (auto [n_tokens, threads] : {std::pair{1, 2}, std::pair{1, 3}, std::pair{5, 2}}) {
             const auto x = random_floats(rng, static_cast<size_t>(n_tokens * n));
+            // Own inputs: every other target reads its own rows (a decode
+            // step's expert down products), the others the shared ones.
+            std::vector<std::vector<float>> own(set.size());
+            for (auto& o : own) o = random_floats(rng, static_cast<size_t>(n_tokens * n));
             cpu::ThreadPool pool(threads, false);
-            for (SimdLevel level : simd_levels()) {
-                std::vector<std::vector<float>> fused(set.size()), apart(set.size());
-                std::vector<cpu::MatmulTarget> targets;
-                for (size_t j = 0; j < set.size(); ++j) {
-                    fused[j].assign(static_cast<size_t>(n_tokens * views[j].n_rows), -7.0f);
-                    apart[j].assign(fused[j].size(), -9.0f);
-                    targets.push_back({&views[j], fused[j].data()});
-                    cpu::matmul(views[j], x.data(), n, n_tokens, apart[j].data(), views[j].n_rows, pool, level);
-                }
-                cpu::matmul_shared_input(targets, x.data(), n_tokens, pool, level);
-                for (size_t j = 0; j < set.size(); ++j) {
-                    EXPECT_EQ(fused[j], apart[j]) << quant::traits(set[j]).name << " target " << j << " tokens=" << n_tokens
-                                                  << " level=" << cpu::simd_level_name(level);
+            for (const bool own_inputs : {false, true}) {
+                const auto input = [&](size_t j) { return own_inputs && j % 2 == 1 ? own[j].data() : x.data(); };
+                for (SimdLevel level : simd_levels()) {
+                    std::vector<std::vector<float>> fused(set.size()), apart(set.size());
+                    std::vector<cpu::MatmulTarget> targets;
+                    for (size_t j = 0; j < set.size(); ++j) {
+                        fused[j].assign(static_cast<size_t>(n_tokens * views[j].n_rows), -7.0f);
+                        apart[j].assign(fused[j].size(), -9.0f);
+                        targets.push_back({&views[j], fused[j].data(), input(j) == x.data() ? nullptr : input(j)});
+                        cpu::matmul(views[j], input(j), n, n_tokens, apart[j].data(), views[j].n_rows, pool, level);
+                    }
+                    cpu::matmul_shared_input(targets, x.data(), n_tokens, pool, level);
+                    for (size_t j = 0; j < set.size(); ++j) {
+                        EXPECT_EQ(fused[j], apart[j]) << quant::traits(set[j]).name << " target " << j
+                                                      << " tokens=" << n_tokens << " own inputs=" << own_inputs
+                                                      << " level=" << cpu::simd_level_name(level);
+                    }
                 }
             }
         }

@@ -349,8 +349,8 @@ void CpuDevice::matmul_experts(std::span<const MatmulOut> outs, Act in, const Ex
         slot_out = m.slot_y.data();
     }
     if (n == 1) {
-        // A decode step: no gathering. One shared input goes to every
-        // chosen expert's products in one hand-off to the threads.
+        // A decode step: no gathering. Every chosen expert's products (of
+        // the token's row, or of its slot's row) in one hand-off to the threads.
         std::vector<cpu::WeightView> views;
         std::vector<cpu::MatmulTarget> targets;
         views.reserve(static_cast<size_t>(k) * outs.size());
@@ -360,17 +360,11 @@ void CpuDevice::matmul_experts(std::span<const MatmulOut> outs, Act in, const Ex
             for (const MatmulOut& o : outs) {
                 views.push_back(slice(o, e));
                 float* y = (op.sum_slots ? slot_out : m.buf(o.out)) + j * rows;
-                if (op.in_per_slot) {
-                    cpu::matmul(views.back(), x + j * cols, cols, 1, y, rows, m.pool, m.level);
-                } else {
-                    targets.push_back({nullptr, y});
-                }
+                targets.push_back({nullptr, y, op.in_per_slot ? x + j * cols : nullptr});
             }
         }
-        if (!op.in_per_slot) {
-            for (size_t i = 0; i < targets.size(); ++i) targets[i].w = &views[i];
-            cpu::matmul_shared_input(targets, x, 1, m.pool, m.level);
-        }
+        for (size_t i = 0; i < targets.size(); ++i) targets[i].w = &views[i];
+        cpu::matmul_shared_input(targets, x, 1, m.pool, m.level);
     } else {
         // A batch: each expert's rows gathered, multiplied, scattered.
         cpu::group_by_expert(route, k, n, n_expert, m.expert_groups);

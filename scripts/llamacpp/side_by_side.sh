@@ -2,7 +2,8 @@
 # Tandem against llama.cpp's llama-bench on the same files, one type after
 # the other (so both see the same machine state), as a markdown table:
 #   LLAMA_BENCH=/path/to/llama-bench scripts/llamacpp/side_by_side.sh [TYPE...]
-# Models are llama-1b-shape synth files made once in $TANDEM_BENCH_DIR
+# Models are synth files of shape $SHAPE (default llama-1b; e.g. moe-small
+# for a mixture of experts) made once in $TANDEM_BENCH_DIR
 # (default ~/.cache/tandem/bench). Defaults: every CPU weight type, 2
 # threads, pp512 and tg128, 3 repetitions (THREADS, PP, TG, REPS override);
 # DEPTH=N runs both after N cached tokens (-d), CACHE=q8_0 with that KV
@@ -14,6 +15,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 TANDEM=$BUILD_DIR/tools/tandem
 LLAMA_BENCH=${LLAMA_BENCH:?set LLAMA_BENCH to the path of llama-bench}
 MODELS=${TANDEM_BENCH_DIR:-$HOME/.cache/tandem/bench}
+SHAPE=${SHAPE:-llama-1b}
 THREADS=${THREADS:-2} PP=${PP:-512} TG=${TG:-128} REPS=${REPS:-3} DEPTH=${DEPTH:-0} CACHE=${CACHE:-f16}
 LLAMA_CACHE=(-ctk "$CACHE" -ctv "$CACHE")
 [ "$CACHE" = f16 ] || LLAMA_CACHE+=(-fa 1)
@@ -43,8 +45,8 @@ llama_rate() {
 echo "| type | Tandem pp$PP$AT | llama.cpp pp$PP$AT | ratio | Tandem tg$TG$AT | llama.cpp tg$TG$AT | ratio |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 for t in "${TYPES[@]}"; do
-    m="$MODELS/llama-1b-$t.gguf"
-    [ -f "$m" ] || "$TANDEM" synth --shape llama-1b --type "$t" -o "$m" >&2
+    m="$MODELS/$SHAPE-$t.gguf"
+    [ -f "$m" ] || "$TANDEM" synth --shape "$SHAPE" --type "$t" -o "$m" >&2
     read -r tp tt < <(tandem_rate "$m")
     read -r lp lt < <(llama_rate "$m")
     awk -v t="$t" -v tp="$tp" -v lp="$lp" -v tt="$tt" -v lt="$lt" 'BEGIN {
