@@ -29,13 +29,7 @@ using tandem::cuda::ExpertRows;
 
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, scale);
-    std::vector<float> x(n);
-    for (auto& v : x) v = dist(rng);
-    return x;
-}
+using tandem::testing::random_floats;
 
 // Routes of n_tokens tokens over n_expert experts, as the router makes them.
 std::vector<float> random_route(int64_t n_expert, int64_t n_used, int64_t n_tokens, uint32_t seed) {

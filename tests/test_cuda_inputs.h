@@ -1,4 +1,4 @@
-// Where the CUDA tests find their models. The device machine receives the
+// Inputs of the CUDA tests: random floats, and where they find their models. The device machine receives the
 // checkout alone (not ../shared beside it), so a model is looked for in
 // $TANDEM_SHARED_DIR/models, then <checkout>/shared/models (a shared/
 // folder inside the checkout travels with it; scripts/device-check.md says
@@ -9,12 +9,22 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "tests/test_paths.h"
 
 namespace tandem::testing {
+
+// n normally distributed floats (mean 0, deviation scale) from a seed.
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> x(n);
+    for (auto& v : x) v = dist(rng);
+    return x;
+}
 
 // The folders a shared/ subfolder (models, golden) is looked for in, in order.
 inline std::vector<std::filesystem::path> shared_dirs(const std::string& sub) {

@@ -37,13 +37,7 @@ namespace {
     if (devices_.empty()) GTEST_SKIP() << "no GPU: " << why_no_gpu_;    \
     const int var = devices_[0].index
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, scale);
-    std::vector<float> x(n);
-    for (auto& v : x) v = dist(rng);
-    return x;
-}
+using tandem::testing::random_floats;
 
 // Outputs farther from ref than tol(ref[i]): counted, so that a loop over
 // types reports every type instead of stopping at the first.

@@ -21,6 +21,7 @@
 #include "kernels_cuda/op_math.h"
 #include "runtime/engine_cuda/cuda_kv_layout.h"
 #include "runtime/quant/quant_types.h"
+#include "tests/test_cuda_inputs.h"
 
 namespace tq = tandem::quant;
 namespace tc = tandem::cpu;
@@ -29,13 +30,7 @@ namespace el = tandem::quant::element;
 
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, scale);
-    std::vector<float> x(n);
-    for (auto& v : x) v = dist(rng);
-    return x;
-}
+using tandem::testing::random_floats;
 
 // x quantized to A block by block with the device's quantizer.
 template <tq::Type A>

@@ -56,6 +56,15 @@ std::vector<GoldenCase> golden_cases() {
     return cases;
 }
 
+// "synth-qwen2-Q8_0" + "p1" -> "synth_qwen2_Q8_0_p1"
+std::string case_name(const ::testing::TestParamInfo<GoldenCase>& info) {
+    std::string n = info.param.model + "_" + info.param.prompt;
+    for (auto& ch : n) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    }
+    return n;
+}
+
 class GoldenLogits : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(GoldenLogits, PromptTokensAndKlMatchLlamaCpp) {
@@ -104,13 +113,37 @@ TEST_P(GoldenLogits, PromptTokensAndKlMatchLlamaCpp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shared, GoldenLogits, ::testing::ValuesIn(golden_cases()),
-                         [](const ::testing::TestParamInfo<GoldenCase>& info) {
-                             std::string n = info.param.model + "_" + info.param.prompt;
-                             for (auto& ch : n) {
-                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                             }
-                             return n;
-                         });
+                         case_name);
+
+// 32 greedy steps after the prompt, against llama.cpp's ids. Teacher-forced:
+// each step is fed llama.cpp's id instead of ours, so one near tie costs one
+// position instead of the rest of the run.
+struct GreedyRun {
+    size_t prefix = 0;  // leading ids that match
+    size_t same = 0;    // ids that match anywhere
+};
+
+GreedyRun greedy_run(const std::filesystem::path& model_path, const tandem::testing::GoldenTokens& golden,
+                     bool teacher_forced) {
+    const auto file = tandem::gguf::File::open(model_path);
+    const auto spec = tandem::model::load_model_spec(file);
+    tandem::SessionOptions opt;
+    opt.n_ctx = 256;
+    tandem::Session session(file, spec, opt);
+    std::vector<float> logits;
+    session.eval(golden.prompt, false, logits);
+    std::vector<int32_t> ours;
+    GreedyRun r;
+    for (size_t i = 0; i < golden.greedy.size(); ++i) {
+        const int32_t next = tandem::argmax(logits);
+        ours.push_back(next);
+        r.same += next == golden.greedy[i];
+        const int32_t one[1] = {teacher_forced ? golden.greedy[i] : next};
+        session.eval(one, false, logits);
+    }
+    while (r.prefix < ours.size() && ours[r.prefix] == golden.greedy[r.prefix]) ++r.prefix;
+    return r;
+}
 
 class GoldenGreedy : public ::testing::TestWithParam<std::string> {};
 
@@ -120,35 +153,19 @@ TEST_P(GoldenGreedy, ReproducesLlamaCppGreedyIds) {
     TANDEM_REQUIRE_SHARED(model_path);
     const auto golden = tandem::testing::read_golden_tokens(shared("golden/" + model + ".p1.tokens"));
     ASSERT_EQ(golden.greedy.size(), 32u);
-
-    const auto file = tandem::gguf::File::open(model_path);
-    const auto spec = tandem::model::load_model_spec(file);
-    tandem::SessionOptions opt;
-    opt.n_ctx = 256;
-    tandem::Session session(file, spec, opt);
-    std::vector<float> logits;
-    session.eval(golden.prompt, false, logits);
-    std::vector<int32_t> ours;
-    for (size_t i = 0; i < golden.greedy.size(); ++i) {
-        const int32_t next = tandem::argmax(logits);
-        ours.push_back(next);
-        const int32_t one[1] = {next};
-        session.eval(one, false, logits);
-    }
-    size_t agree = 0;
-    while (agree < ours.size() && ours[agree] == golden.greedy[agree]) ++agree;
-    std::cout << "[ golden ] " << model << " greedy: first " << agree << " of 32 ids match\n";
-    RecordProperty("greedy_prefix_match", static_cast<int>(agree));
+    const GreedyRun r = greedy_run(model_path, golden, false);
+    std::cout << "[ golden ] " << model << " greedy: first " << r.prefix << " of 32 ids match\n";
+    RecordProperty("greedy_prefix_match", static_cast<int>(r.prefix));
     // Bit-identical logits reproduce the whole greedy continuation.
-    EXPECT_EQ(agree, 32u);
+    EXPECT_EQ(r.prefix, 32u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shared, GoldenGreedy, ::testing::Values("tiny-llama-F16", "tiny-llama-Q8_0"));
 
 // The architectures' files: llama.cpp's AVX2 build made their golden ids,
 // so the bits differ slightly and a random model's flat distribution lets
-// a near tie flip an id; after a flip the continuations part. Reported:
-// the matching prefix and the matching ids over all 32 positions.
+// a near tie flip an id. Reported: the matching prefix of a free run, and
+// the matching ids of a teacher-forced one.
 class GoldenGreedyArchs : public ::testing::TestWithParam<GoldenCase> {};
 
 TEST_P(GoldenGreedyArchs, FollowsLlamaCppGreedyIds) {
@@ -157,31 +174,13 @@ TEST_P(GoldenGreedyArchs, FollowsLlamaCppGreedyIds) {
     TANDEM_REQUIRE_SHARED(model_path);
     const auto golden = tandem::testing::read_golden_tokens(shared("golden/" + c.model + "." + c.prompt + ".tokens"));
     ASSERT_EQ(golden.greedy.size(), 32u);
-    const auto file = tandem::gguf::File::open(model_path);
-    const auto spec = tandem::model::load_model_spec(file);
-    tandem::SessionOptions opt;
-    opt.n_ctx = 256;
-    tandem::Session session(file, spec, opt);
-    std::vector<float> logits;
-    session.eval(golden.prompt, false, logits);
-    std::vector<int32_t> ours;
-    // Teacher-forced: each step is fed llama.cpp's id, so one near tie
-    // costs one position instead of the rest of the run.
-    size_t same = 0;
-    for (size_t i = 0; i < golden.greedy.size(); ++i) {
-        const int32_t next = tandem::argmax(logits);
-        ours.push_back(next);
-        same += next == golden.greedy[i];
-        const int32_t one[1] = {golden.greedy[i]};
-        session.eval(one, false, logits);
-    }
-    size_t prefix = 0;
-    while (prefix < ours.size() && ours[prefix] == golden.greedy[prefix]) ++prefix;
-    std::cout << "[ golden ] " << c.model << "." << c.prompt << " greedy: first " << prefix << " of 32 ids match, "
-              << same << " of 32 match fed llama.cpp's ids\n";
-    RecordProperty("greedy_prefix_match", static_cast<int>(prefix));
-    RecordProperty("greedy_teacher_forced_match", static_cast<int>(same));
-    EXPECT_GE(same, 30u) << "more than two near ties in 32 steps: the logits differ by more than rounding";
+    const GreedyRun free_run = greedy_run(model_path, golden, false);
+    const GreedyRun forced = greedy_run(model_path, golden, true);
+    std::cout << "[ golden ] " << c.model << "." << c.prompt << " greedy: first " << free_run.prefix
+              << " of 32 ids match, " << forced.same << " of 32 match fed llama.cpp's ids\n";
+    RecordProperty("greedy_prefix_match", static_cast<int>(free_run.prefix));
+    RecordProperty("greedy_teacher_forced_match", static_cast<int>(forced.same));
+    EXPECT_GE(forced.same, 30u) << "more than two near ties in 32 steps: the logits differ by more than rounding";
 }
 
 std::vector<GoldenCase> arch_greedy_cases() {
@@ -194,12 +193,6 @@ std::vector<GoldenCase> arch_greedy_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shared, GoldenGreedyArchs, ::testing::ValuesIn(arch_greedy_cases()),
-                         [](const ::testing::TestParamInfo<GoldenCase>& info) {
-                             std::string n = info.param.model + "_" + info.param.prompt;
-                             for (auto& ch : n) {
-                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                             }
-                             return n;
-                         });
+                         case_name);
 
 }  // namespace

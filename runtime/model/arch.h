@@ -99,28 +99,33 @@ const TensorRule& global_tensor_rule(GlobalTensor t);
 std::string layer_tensor_name(int64_t layer, LayerTensor t);  // "blk.3.attn_q.weight", "blk.3.attn_q.bias"
 std::string global_tensor_name(GlobalTensor t);                // "token_embd.weight"
 
+// A row names only what differs from Llama's defaults below.
 struct ArchSpec {
     std::string_view name;  // general.architecture
-    RopeStyle rope_style;
-    FfnActivation ffn_activation;
-    bool scale_embeddings;        // multiply embeddings by sqrt(n_embd) (Gemma)
+    RopeStyle rope_style = RopeStyle::Norm;
+    FfnActivation ffn_activation = FfnActivation::Silu;
+    bool scale_embeddings = false;  // multiply embeddings by sqrt(n_embd) (Gemma)
     // Sliding-window layers: every swa_period-th layer (the last of each
     // period) is global, the rest see only the last sliding_window
     // positions. 0: all layers global.
-    int swa_period;
-    double default_rope_base_swa;  // RoPE base of sliding-window layers
-    // Query scale = 1/sqrt(head_dim_k) for both here; kept as data so an
+    int swa_period = 0;
+    // RoPE base of sliding-window layers without a {arch}.rope.freq_base_swa
+    // key; 0: the global base.
+    double default_rope_base_swa = 0.0;
+    // Query scale = 1/sqrt(head_dim_k) for all here; kept as data so an
     // architecture scaling by 1/sqrt(n_embd/n_head) is one row away.
-    bool query_scale_by_embd_per_head;
-    // Where the query scale is applied: to Q before attention (Gemma, as
-    // llama.cpp's graph does) or to each Q.K score. The two differ where the
-    // fp16 rounding of Q for the cache dot product meets subnormals.
-    bool scale_query_before_attention;
+    bool query_scale_by_embd_per_head = false;
+    // Where the query scale is applied: to Q before attention (Gemma, Phi-3,
+    // as llama.cpp's graphs do) or to each Q.K score. The two differ where
+    // the fp16 rounding of Q for the cache dot product meets subnormals.
+    bool scale_query_before_attention = false;
     // Mixture of experts: the router's softmax over all experts, the top
     // expert_used_count kept; their weights renormalized to sum to 1.
-    bool moe_normalize_weights;
-    std::array<Presence, kLayerTensorCount> layer;
-    std::array<Presence, kGlobalTensorCount> global;
+    bool moe_normalize_weights = true;
+    std::array<Presence, kLayerTensorCount> layer{};
+    //                                            embd, output_norm, output, rope_freqs
+    std::array<Presence, kGlobalTensorCount> global{Presence::Required, Presence::Required, Presence::Optional,
+                                                    Presence::Optional};
 };
 
 // nullptr for an architecture Tandem does not run.

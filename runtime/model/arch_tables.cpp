@@ -79,29 +79,21 @@ constexpr Row kMoeFfn =
     has({{L::FfnNorm, R}, {L::FfnGateInp, R}, {L::FfnGateExps, R}, {L::FfnUpExps, R}, {L::FfnDownExps, R}});
 constexpr Row kQkNorm = has({{L::AttnQNorm, R}, {L::AttnKNorm, R}});
 
+constexpr Presence kNoRopeFreqs = Presence::Absent;
+
 constexpr std::array kArchs = {
     // Llama 1/2/3, Mistral, TinyLlama: pre-norm blocks, SwiGLU, NORM RoPE.
     // With experts (expert_count > 0) it is Mixtral.
     ArchSpec{
         .name = "llama",
-        .rope_style = RopeStyle::Norm,
-        .ffn_activation = FfnActivation::Silu,
-        .scale_embeddings = false,
-        .swa_period = 0,
-        .default_rope_base_swa = 0.0,
-        .query_scale_by_embd_per_head = false,
-        .scale_query_before_attention = false,
-        .moe_normalize_weights = true,
         .layer = merge({kPlainAttn, has({{L::FfnNorm, R},
-                      {L::FfnGate, Presence::Dense},
-                      {L::FfnUp, Presence::Dense},
-                      {L::FfnDown, Presence::Dense},
-                      {L::FfnGateInp, Presence::Expert},
-                      {L::FfnGateExps, Presence::Expert},
-                      {L::FfnUpExps, Presence::Expert},
-                      {L::FfnDownExps, Presence::Expert}})}),
-        //        embd onorm output rope_freqs
-        .global = {R, R, O, O},
+                                         {L::FfnGate, Presence::Dense},
+                                         {L::FfnUp, Presence::Dense},
+                                         {L::FfnDown, Presence::Dense},
+                                         {L::FfnGateInp, Presence::Expert},
+                                         {L::FfnGateExps, Presence::Expert},
+                                         {L::FfnUpExps, Presence::Expert},
+                                         {L::FfnDownExps, Presence::Expert}})}),
     },
     // Gemma 3: GeGLU, NEOX RoPE, Q/K norms, post-attention and post-FFN
     // norms, 5 sliding-window layers then 1 global, local RoPE base 10000.
@@ -112,11 +104,9 @@ constexpr std::array kArchs = {
         .scale_embeddings = true,
         .swa_period = 6,
         .default_rope_base_swa = 10000.0,
-        .query_scale_by_embd_per_head = false,
         .scale_query_before_attention = true,
-        .moe_normalize_weights = false,
         .layer = merge({kPlainAttn, kQkNorm, kDenseFfn, has({{L::AttnPostNorm, R}, {L::FfnPostNorm, R}})}),
-        .global = {R, R, O, Presence::Absent},
+        .global = {R, R, O, kNoRopeFreqs},
     },
     // Gemma 2: Gemma 3 without Q/K norms; attention scores soft-capped
     // ({arch}.attn_logit_softcapping), sliding window on every other layer
@@ -127,72 +117,39 @@ constexpr std::array kArchs = {
         .ffn_activation = FfnActivation::GeluTanh,
         .scale_embeddings = true,
         .swa_period = 2,
-        .default_rope_base_swa = 0.0,
-        .query_scale_by_embd_per_head = false,
         .scale_query_before_attention = true,
-        .moe_normalize_weights = false,
         .layer = merge({kPlainAttn, kDenseFfn, has({{L::AttnPostNorm, R}, {L::FfnPostNorm, R}})}),
-        .global = {R, R, O, Presence::Absent},
+        .global = {R, R, O, kNoRopeFreqs},
     },
     // Qwen2 / Qwen2.5: Llama with biases on Q, K and V, NEOX RoPE.
     ArchSpec{
         .name = "qwen2",
         .rope_style = RopeStyle::Neox,
-        .ffn_activation = FfnActivation::Silu,
-        .scale_embeddings = false,
-        .swa_period = 0,
-        .default_rope_base_swa = 0.0,
-        .query_scale_by_embd_per_head = false,
-        .scale_query_before_attention = false,
-        .moe_normalize_weights = false,
         .layer = merge({kPlainAttn, kDenseFfn, has({{L::AttnQBias, R}, {L::AttnKBias, R}, {L::AttnVBias, R}})}),
-        .global = {R, R, O, O},
     },
     // Qwen3: per-head RMS norms on Q and K, NEOX RoPE; the head size is
     // attention.key_length, not n_embd / n_head.
     ArchSpec{
         .name = "qwen3",
         .rope_style = RopeStyle::Neox,
-        .ffn_activation = FfnActivation::Silu,
-        .scale_embeddings = false,
-        .swa_period = 0,
-        .default_rope_base_swa = 0.0,
-        .query_scale_by_embd_per_head = false,
-        .scale_query_before_attention = false,
-        .moe_normalize_weights = false,
         .layer = merge({kPlainAttn, kQkNorm, kDenseFfn}),
-        .global = {R, R, O, O},
     },
     // Qwen3 MoE (30B-A3B, 235B-A22B): Qwen3's attention, every FFN a
     // mixture of experts (softmax router, top-k, weights renormalized).
     ArchSpec{
         .name = "qwen3moe",
         .rope_style = RopeStyle::Neox,
-        .ffn_activation = FfnActivation::Silu,
-        .scale_embeddings = false,
-        .swa_period = 0,
-        .default_rope_base_swa = 0.0,
-        .query_scale_by_embd_per_head = false,
-        .scale_query_before_attention = false,
-        .moe_normalize_weights = true,
         .layer = merge({kPlainAttn, kQkNorm, kMoeFfn}),
-        .global = {R, R, O, O},
     },
     // Phi-3: Q, K and V fused in attn_qkv, gate and up fused in ffn_up,
     // NEOX RoPE, Q scaled before attention.
     ArchSpec{
         .name = "phi3",
         .rope_style = RopeStyle::Neox,
-        .ffn_activation = FfnActivation::Silu,
-        .scale_embeddings = false,
-        .swa_period = 0,
-        .default_rope_base_swa = 0.0,
-        .query_scale_by_embd_per_head = false,
         .scale_query_before_attention = true,
-        .moe_normalize_weights = false,
         .layer = has({{L::AttnNorm, R}, {L::AttnQkv, R}, {L::AttnOutput, R}, {L::FfnNorm, R}, {L::FfnGateUp, R},
                       {L::FfnDown, R}}),
-        .global = {R, R, O, Presence::Absent},
+        .global = {R, R, O, kNoRopeFreqs},
     },
 };
 
