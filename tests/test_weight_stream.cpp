@@ -46,7 +46,9 @@ TEST(WeightStream, CopiesTheNextMatrixBeforeEachProduct) {
     const int64_t first = spec.hp.n_layer - 2;
     RecordingStream stream(spec, first);
     for (int64_t il = first; il < spec.hp.n_layer; ++il) {
-        for (const LayerTensor role : tandem::model::kStreamedMatrices) stream.matmul(il, role, nullptr, 1, nullptr);
+        for (const LayerTensor role : tandem::model::kStreamedMatrices) {
+            if (spec.layers[static_cast<size_t>(il)].get(role)) stream.matmul(il, role, nullptr, 1, nullptr);
+        }
     }
     const std::string a = "blk." + std::to_string(first) + ".";
     const std::string b = "blk." + std::to_string(first + 1) + ".";
@@ -72,10 +74,14 @@ TEST(WeightStream, CopiesTheNextMatrixBeforeEachProduct) {
     EXPECT_EQ(stream.uploads(), 2u * 7u + 1u);
     // A second pass finds its first matrix already there: 14 more copies.
     for (int64_t il = first; il < spec.hp.n_layer; ++il) {
-        for (const LayerTensor role : tandem::model::kStreamedMatrices) stream.matmul(il, role, nullptr, 1, nullptr);
+        for (const LayerTensor role : tandem::model::kStreamedMatrices) {
+            if (spec.layers[static_cast<size_t>(il)].get(role)) stream.matmul(il, role, nullptr, 1, nullptr);
+        }
     }
     EXPECT_EQ(stream.uploads(), 2u * (2u * 7u) + 1u);
     EXPECT_THROW(stream.matmul(first - 1, LayerTensor::AttnQ, nullptr, 1, nullptr), tandem::InternalError);
+    // A matrix the layer does not have (a fused Q|K|V in a llama layer).
+    EXPECT_THROW(stream.matmul(first, LayerTensor::AttnQkv, nullptr, 1, nullptr), tandem::InternalError);
 }
 
 tandem::SessionOptions stream_options(int64_t ngl) {
@@ -136,7 +142,12 @@ TEST(WeightStream, StreamedBatchesGiveTheCpuLogitsAtEveryNgl) {
 }
 
 TEST(WeightStream, StreamedBatchesGiveTheCpuLogitsSharedModels) {
-    for (const char* name : {"tiny-llama-F16.gguf", "tiny-llama-Q8_0.gguf", "tiny-llama-Q6_K.gguf"}) {
+    // The architectures' files too: fused products (phi3), biases (qwen2)
+    // and layers whose experts stay on the host while their attention
+    // matrices stream (qwen3moe).
+    for (const char* name : {"tiny-llama-F16.gguf", "tiny-llama-Q8_0.gguf", "tiny-llama-Q6_K.gguf",
+                             "synth-phi3-Q8_0.gguf", "synth-qwen2-Q8_0.gguf", "synth-qwen3moe-Q8_0.gguf",
+                             "synth-gemma2-Q8_0.gguf"}) {
         const auto path = tandem::testing::shared(std::string("models/") + name);
         TANDEM_REQUIRE_SHARED(path);
         SCOPED_TRACE(name);
