@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
 
 namespace tandem::planner {
@@ -67,16 +68,7 @@ void write_text_file_atomic(const std::filesystem::path& path, const std::string
     std::error_code ec;
     std::filesystem::create_directories(path.parent_path(), ec);
     if (ec) throw Error(fmt::format("cannot create {}: {}", path.parent_path().string(), ec.message()));
-    // The pid keeps two concurrent writers from sharing a temp file.
-    const std::filesystem::path tmp = path.string() + fmt::format(".{}.tmp", static_cast<long>(getpid()));
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw Error(fmt::format("cannot write {}", tmp.string()));
-        out << text;
-        if (!out) throw Error(fmt::format("writing {} failed", tmp.string()));
-    }
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) throw Error(fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message()));
+    write_file_atomic(path, text);
 }
 
 void save_calibration(const Calibration& c, const std::filesystem::path& path) {

@@ -152,7 +152,7 @@ TEST(GgufWriter, TensorsRoundTrip) {
         }
         w.finish();
     }
-    EXPECT_FALSE(std::filesystem::exists(path.string() + ".partial"));
+    EXPECT_TRUE(tandem::testing::temp_files_of(path).empty());
     for (const LoadMode mode : {LoadMode::Mmap, LoadMode::ReadIntoMemory}) {
         const File f = File::open(path, {mode, false});
         EXPECT_EQ(f.alignment(), 64u);
@@ -263,7 +263,6 @@ TEST(GgufWriter, HeaderOnlyFiles) {
 TEST(GgufWriter, PartialFileRemovedWithoutFinish) {
     const auto dir = scratch_dir();
     const auto path = dir / "model.gguf";
-    const auto partial = dir / "model.gguf.partial";
     std::ofstream(path) << "the previous model";
     {
         Writer w(path);
@@ -272,10 +271,10 @@ TEST(GgufWriter, PartialFileRemovedWithoutFinish) {
         w.add_tensor({"b", {32}, quant::Type::F32});
         w.write_header();
         w.write_tensor_data(random_bytes(128, 1));
-        EXPECT_TRUE(std::filesystem::exists(partial));
+        EXPECT_EQ(tandem::testing::temp_files_of(path).size(), 1u);
         EXPECT_EQ(slurp(path), "the previous model");  // not clobbered while writing
     }
-    EXPECT_FALSE(std::filesystem::exists(partial));
+    EXPECT_TRUE(tandem::testing::temp_files_of(path).empty());
     EXPECT_EQ(slurp(path), "the previous model");
 
     {
@@ -283,7 +282,7 @@ TEST(GgufWriter, PartialFileRemovedWithoutFinish) {
         w.set("general.architecture", Value::str("llama"));
         w.finish();
     }
-    EXPECT_FALSE(std::filesystem::exists(partial));
+    EXPECT_TRUE(tandem::testing::temp_files_of(path).empty());
     EXPECT_EQ(File::open(path).architecture(), "llama");
 }
 

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include <gtest/gtest.h>
@@ -47,6 +48,19 @@ std::string error_of(Fn&& fn) {
 
 inline bool contains(const std::string& haystack, std::string_view needle) {
     return haystack.find(needle) != std::string::npos;
+}
+
+// The temp files an AtomicFile writing `target` would leave beside it
+// (".NAME.tandem-XXXXXX"): none once a writer has finished or failed.
+inline std::vector<std::filesystem::path> temp_files_of(const std::filesystem::path& target) {
+    std::vector<std::filesystem::path> out;
+    const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+    const std::string prefix = "." + target.filename().string() + ".tandem-";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+        if (e.path().filename().string().rfind(prefix, 0) == 0) out.push_back(e.path());
+    }
+    return out;
 }
 
 }  // namespace tandem::testing

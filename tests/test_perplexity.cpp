@@ -171,7 +171,7 @@ TEST(Perplexity, LogitsFileRoundTrips) {
         const std::string path = (dir / "base.logp").string();
         const ppl::LogitsHeader h = small_header(type);
         const auto rows = write_rows(path, h);
-        EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+        EXPECT_TRUE(tandem::testing::temp_files_of(path).empty());
         EXPECT_EQ(std::filesystem::file_size(path), h.file_bytes());
         EXPECT_EQ(h.rows(), 6);  // 2 chunks of 8 - 1 - 4
 
@@ -200,7 +200,7 @@ TEST(Perplexity, UnfinishedWriterLeavesNoFile) {
         writer.write_row(std::vector<float>(10, -1.0f));
     }
     EXPECT_FALSE(std::filesystem::exists(path));
-    EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+    EXPECT_TRUE(tandem::testing::temp_files_of(path).empty());
 }
 
 void rewrite(const std::string& path, const std::string& bytes) {

@@ -505,7 +505,7 @@ TEST(QuantizeCommand, TinyF16ToQ4_K_M) {
                               dir);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("bits per weight"), std::string::npos) << r.out;
-    EXPECT_FALSE(fs::exists(out.string() + ".partial"));
+    EXPECT_TRUE(tandem::testing::temp_files_of(out).empty());
 
     const auto got = gguf::File::open(out);
     const auto ref = gguf::File::open(ref_path);
@@ -657,7 +657,7 @@ TEST(QuantizeCommand, RefusesToRequantize) {
                               dir);
     expect_one_line_error(r, "--allow-requantize");
     EXPECT_FALSE(fs::exists(out));
-    EXPECT_FALSE(fs::exists(out.string() + ".partial"));
+    EXPECT_TRUE(tandem::testing::temp_files_of(out).empty());
 }
 
 TEST(QuantizeCommand, RefusesToOverwriteInput) {

@@ -188,11 +188,9 @@ uint64_t LogitsHeader::header_bytes() const { return kFixedHeaderBytes + 4 * sta
 uint64_t LogitsHeader::file_bytes() const { return header_bytes() + static_cast<uint64_t>(rows()) * row_bytes(); }
 
 LogitsWriter::LogitsWriter(std::string path, LogitsHeader header)
-    : path_(std::move(path)), partial_(path_ + ".partial"), header_(std::move(header)) {
+    : path_(std::move(path)), header_(std::move(header)), out_(path_) {
     TANDEM_CHECK(header_.n_vocab > 0 && header_.n_ctx >= kMinContext && header_.first == header_.n_ctx / 2,
                  "bad logits header");
-    out_.open(partial_, std::ios::binary | std::ios::trunc);
-    if (!out_) throw Error(fmt::format("cannot write {}", partial_));
     std::string buf(kLogitsMagic, sizeof(kLogitsMagic));
     put<uint32_t>(buf, kLogitsVersion);
     put<uint32_t>(buf, static_cast<uint32_t>(header_.row_type));
@@ -202,28 +200,21 @@ LogitsWriter::LogitsWriter(std::string path, LogitsHeader header)
     put<uint32_t>(buf, static_cast<uint32_t>(header_.first));
     put<uint64_t>(buf, static_cast<uint64_t>(header_.tokens.size()));
     for (int32_t t : header_.tokens) put<int32_t>(buf, t);
-    out_.write(buf.data(), static_cast<std::streamsize>(buf.size()));
-    if (!out_) throw Error(fmt::format("writing {} failed", partial_));
+    out_.write(buf);
 }
 
-LogitsWriter::~LogitsWriter() {
-    if (finished_) return;
-    out_.close();
-    std::error_code ec;
-    std::filesystem::remove(partial_, ec);  // best effort: an unfinished file is of no use
-}
+LogitsWriter::~LogitsWriter() = default;
 
 void LogitsWriter::write_row(std::span<const float> logp) {
     TANDEM_CHECK(static_cast<int64_t>(logp.size()) == header_.n_vocab, "row width differs from n_vocab");
     TANDEM_CHECK(rows_written_ < header_.rows(), "more rows than the header announces");
     if (header_.row_type == RowType::F32) {
-        out_.write(reinterpret_cast<const char*>(logp.data()), static_cast<std::streamsize>(logp.size_bytes()));
+        out_.write(logp.data(), logp.size_bytes());
     } else {
         half_.resize(logp.size());
         for (size_t i = 0; i < logp.size(); ++i) half_[i] = quant::fp32_to_fp16(logp[i]);
-        out_.write(reinterpret_cast<const char*>(half_.data()), static_cast<std::streamsize>(half_.size() * 2));
+        out_.write(half_.data(), half_.size() * 2);
     }
-    if (!out_) throw Error(fmt::format("writing {} failed (disk full?)", partial_));
     ++rows_written_;
 }
 
@@ -232,11 +223,7 @@ void LogitsWriter::finish() {
         throw InternalError(fmt::format("logits file {}: {} rows written, {} announced", path_, rows_written_,
                                         header_.rows()));
     }
-    out_.close();
-    if (!out_) throw Error(fmt::format("writing {} failed (disk full?)", partial_));
-    if (std::rename(partial_.c_str(), path_.c_str()) != 0) {
-        throw Error(fmt::format("cannot rename {} to {}", partial_, path_));
-    }
+    out_.commit();
     finished_ = true;
 }
 

@@ -25,6 +25,8 @@
 // of a different text or tokenizer is refused instead of giving nonsense.
 #pragma once
 
+#include "runtime/common/atomic_file.h"
+
 #include <cstdint>
 #include <fstream>
 #include <span>
@@ -141,9 +143,9 @@ struct LogitsHeader {
     uint64_t file_bytes() const;
 };
 
-// Writes to PATH.partial and renames it to PATH in finish(), so an
-// interrupted run never leaves a file that looks complete. A writer
-// destroyed before finish() removes the partial file.
+// Writes through an AtomicFile (a temp file renamed to PATH in finish()),
+// so an interrupted run never leaves a file that looks complete. A writer
+// destroyed before finish() removes the temp file.
 class LogitsWriter {
 public:
     LogitsWriter(std::string path, LogitsHeader header);
@@ -155,9 +157,9 @@ public:
     void finish();  // throws tandem::Error unless exactly header.rows() rows were written
 
 private:
-    std::string path_, partial_;
+    std::string path_;
     LogitsHeader header_;
-    std::ofstream out_;
+    AtomicFile out_;
     int64_t rows_written_ = 0;
     bool finished_ = false;
     std::vector<uint16_t> half_;

@@ -109,7 +109,7 @@ void check_name(std::string_view what, const std::string& name) {
 }  // namespace
 
 Writer::Writer(std::filesystem::path path, uint64_t alignment)
-    : path_(std::move(path)), partial_path_(path_.string() + ".partial"), alignment_(alignment) {
+    : path_(std::move(path)), alignment_(alignment) {
     // general.alignment is stored as u32.
     if (alignment == 0 || !std::has_single_bit(alignment) || alignment > std::numeric_limits<uint32_t>::max()) {
         throw Error(fmt::format("gguf::Writer: {}: alignment: expected a nonzero power of two below 2^32, found {}",
@@ -117,13 +117,7 @@ Writer::Writer(std::filesystem::path path, uint64_t alignment)
     }
 }
 
-Writer::~Writer() {
-    if (out_ != nullptr) std::fclose(out_);
-    if (partial_created_ && !finished_) {
-        std::error_code ignored;  // a destructor must not throw; the file may already be gone
-        std::filesystem::remove(partial_path_, ignored);
-    }
-}
+Writer::~Writer() = default;
 
 void Writer::check_not_frozen(std::string_view what) const {
     if (header_written_) {
@@ -220,11 +214,7 @@ void Writer::write_header() {
                                 path_.string(), kMaxArrayElementsTotal, array_elements));
     }
 
-    out_ = std::fopen(partial_path_.c_str(), "wb");
-    if (out_ == nullptr) {
-        throw Error(fmt::format("gguf::Writer: {}: cannot create: {}", partial_path_.string(), std::strerror(errno)));
-    }
-    partial_created_ = true;
+    out_ = std::make_unique<AtomicFile>(path_);
 
     write_u32(kMagic);
     write_u32(kWrittenVersion);
@@ -302,24 +292,8 @@ void Writer::finish() {
                                 next_tensor_ == 0 ? fmt::format("; a header-only file must set {} = true", kHeaderOnlyKey)
                                                   : std::string()));
     }
-    std::FILE* out = std::exchange(out_, nullptr);
-    const bool flushed = std::fflush(out) == 0;
-    const int flush_errno = errno;
-    // fsync before rename: after a crash the real name holds either the old
-    // file or the complete new one, never a torn write.
-    const bool synced = flushed && ::fsync(fileno(out)) == 0;
-    const int sync_errno = errno;
-    const bool closed = std::fclose(out) == 0;
-    if (!flushed || !synced || !closed) {
-        throw Error(fmt::format("gguf::Writer: {}: cannot complete the write: {}", partial_path_.string(),
-                                std::strerror(!flushed ? flush_errno : !synced ? sync_errno : errno)));
-    }
-    std::error_code ec;
-    std::filesystem::rename(partial_path_, path_, ec);
-    if (ec) {
-        throw Error(fmt::format("gguf::Writer: cannot rename {} to {}: {}", partial_path_.string(), path_.string(),
-                                ec.message()));
-    }
+    out_->commit();
+    out_.reset();
     finished_ = true;
 }
 
@@ -327,10 +301,7 @@ void Writer::finish() {
 
 void Writer::write_bytes(const void* p, size_t n) {
     if (n == 0) return;
-    if (std::fwrite(p, 1, n, out_) != n) {
-        throw Error(fmt::format("gguf::Writer: {}: write of {} bytes at offset 0x{:x} failed: {}",
-                                partial_path_.string(), n, written_, std::strerror(errno)));
-    }
+    out_->write(p, n);
     written_ += n;
 }
 

@@ -1,19 +1,22 @@
 // Writing GGUF v3 files with bounded memory: metadata and tensor infos are
 // declared first, the header is written, then each tensor's bytes are
-// streamed in declaration order. The output goes to PATH.partial and is
-// renamed to PATH only by finish(), so a failed or interrupted write never
-// leaves a truncated model under the real name or clobbers an existing one.
+// streamed in declaration order. The output goes through an AtomicFile
+// (runtime/common/atomic_file.h): a unique temp file beside PATH, renamed to
+// PATH only by finish(), so a failed or interrupted write never leaves a
+// truncated model under the real name, and an input is never the output.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <unordered_set>
 #include <vector>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/gguf/gguf_value.h"
 #include "runtime/quant/quant_types.h"
 
@@ -30,7 +33,7 @@ public:
     explicit Writer(std::filesystem::path path, uint64_t alignment = 32);
     Writer(const Writer&) = delete;
     Writer& operator=(const Writer&) = delete;
-    ~Writer();  // removes the .partial file if finish() was not reached
+    ~Writer();  // removes the temp file if finish() was not reached
 
     // Adds or replaces a key (insertion order is kept). general.alignment is
     // managed by the writer from the constructor argument: setting it only
@@ -73,17 +76,15 @@ private:
     void pad_to(uint64_t target_offset);
 
     std::filesystem::path path_;
-    std::filesystem::path partial_path_;
     uint64_t alignment_;
     std::vector<KeyValue> metadata_;
     std::vector<TensorSpec> tensors_;
     std::unordered_set<std::string> tensor_names_;  // duplicate check without a scan per tensor
     std::vector<uint64_t> sizes_;
     std::vector<uint64_t> offsets_;
-    std::FILE* out_ = nullptr;
+    std::unique_ptr<AtomicFile> out_;  // from write_header() on
     uint64_t written_ = 0;
     uint64_t data_start_ = 0;  // file offset of the data section
-    bool partial_created_ = false;
     bool header_written_ = false;
     bool finished_ = false;
     size_t next_tensor_ = 0;

@@ -80,6 +80,7 @@ MappedFile MappedFile::open(const std::filesystem::path& path, Mode mode, bool l
     const auto size = static_cast<size_t>(st.st_size);
 
     MappedFile file;
+    file.input_ = InputFile::from_fd(fd.get());
     if (mode == Mode::Mmap) {
         void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
         // MAP_PRIVATE + PROT_READ: nothing Tandem does can write to the
@@ -120,7 +121,8 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       mapped_(std::exchange(other.mapped_, false)),
-      locked_(std::exchange(other.locked_, false)) {}
+      locked_(std::exchange(other.locked_, false)),
+      input_(std::move(other.input_)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     if (this != &other) {
@@ -128,6 +130,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
         data_ = std::exchange(other.data_, nullptr);
         size_ = std::exchange(other.size_, 0);
         mapped_ = std::exchange(other.mapped_, false);
+        input_ = std::move(other.input_);
         locked_ = std::exchange(other.locked_, false);
     }
     return *this;

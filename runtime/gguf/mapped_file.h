@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <span>
 
+#include "runtime/common/atomic_file.h"
+
 namespace tandem::gguf {
 
 class MappedFile {
@@ -36,6 +38,7 @@ private:
     size_t size_ = 0;
     bool mapped_ = false;  // true: munmap on release; false: an owned aligned buffer
     bool locked_ = false;
+    InputFile input_;  // no output may replace this file while it is read
 };
 
 }  // namespace tandem::gguf
