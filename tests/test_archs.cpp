@@ -5,6 +5,7 @@
 // an architecture's rules get one line naming the key or tensor.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -202,6 +203,8 @@ TEST(ArchErrors, EachBrokenRuleIsOneLineNamingItsKeyOrTensor) {
     const auto moe = shared("models/synth-qwen3moe-Q8_0.gguf");
     const auto mixtral = shared("models/synth-mixtral-Q8_0.gguf");
     const auto phi3 = shared("models/synth-phi3-Q8_0.gguf");
+    const auto gemma2 = shared("models/synth-gemma2-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(gemma2);
     TANDEM_REQUIRE_SHARED(moe);
     TANDEM_REQUIRE_SHARED(mixtral);
     TANDEM_REQUIRE_SHARED(phi3);
@@ -247,6 +250,14 @@ TEST(ArchErrors, EachBrokenRuleIsOneLineNamingItsKeyOrTensor) {
         {"llama experts without expert_count",
          edited_copy(mixtral, "llama", [&](Keys& k, Tensors&) { drop_key(k, "llama.expert_count"); }),
          {"ffn_gate_exps.weight", "llama.expert_count is 0 or missing"}},
+        {"a NaN RoPE base of the sliding layers",
+         edited_copy(gemma2, "swa_base", [&](Keys& k, Tensors&) {
+             k.push_back({"gemma2.rope.freq_base_swa", tandem::gguf::Value::f32(std::nanf("")), 0});
+         }),
+         {"gemma2.rope.freq_base_swa", "expected a positive value", "nan"}},
+        {"a sliding window of 0",
+         edited_copy(gemma2, "window", [&](Keys& k, Tensors&) { set_key(k, "gemma2.attention.sliding_window", tandem::gguf::Value::u32(0)); }),
+         {"gemma2.attention.sliding_window", "found 0"}},
         {"a fused QKV of the wrong width",
          edited_copy(phi3, "qkv", [&](Keys&, Tensors& t) { tensor(t, "blk.0.attn_qkv.weight").shape = {256, 256}; }),
          {"blk.0.attn_qkv.weight", "expected shape [256, 512]"}},

@@ -270,6 +270,25 @@ TEST(GgufMalformed, DuplicatesAndEmptyNames) {
     expect_rejected(b, "tensor info #0: name: expected a non-empty name");
 }
 
+// A corrupt name (a flipped length byte makes one kilobytes of binary) is
+// shown as its first 80 bytes, escaped, and its length: one short line.
+TEST(GgufMalformed, LongBinaryNamesAreCutInMessages) {
+    std::string name;
+    for (int i = 0; i < 5000; ++i) name += static_cast<char>(i % 256 == 0 ? 1 : i % 256);
+    GgufBytes b;
+    b.header(2, 1).kv_string("general.architecture", "x");
+    b.tensor_info(name, {32}, kF32, 0).tensor_info(name, {32}, kF32, 128).pad_to(32).zeros(256);
+    try {
+        (void)File::from_bytes(b.span());
+        ADD_FAILURE() << "accepted";
+    } catch (const tandem::Error& e) {
+        const std::string what = e.what();
+        EXPECT_LT(what.size(), 600u) << what.size() << " bytes";
+        EXPECT_NE(what.find("... (5000 bytes)"), std::string::npos) << what;
+        EXPECT_NE(what.find("\\x01\\x01\\x02"), std::string::npos) << what;
+    }
+}
+
 // A file with one tensor of the given shape and type, data present.
 GgufBytes one_tensor(const std::vector<uint64_t>& ne, uint32_t type, uint64_t offset = 0, size_t data = 256) {
     GgufBytes b;

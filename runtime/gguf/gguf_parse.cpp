@@ -42,16 +42,19 @@ std::string describe(const Where& where) {
     return s;
 }
 
-// Bytes as text for messages: printable ASCII kept, the rest as \xNN.
+// Bytes as text for messages: printable ASCII kept, the rest as \xNN, the
+// first 80 bytes only (a corrupt length can make a name kilobytes long).
 std::string printable(std::span<const uint8_t> raw) {
+    constexpr size_t kShown = 80;
     std::string s;
-    for (uint8_t c : raw) {
+    for (uint8_t c : raw.first(std::min(raw.size(), kShown))) {
         if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
             s += static_cast<char>(c);
         } else {
             s += fmt::format("\\x{:02x}", c);
         }
     }
+    if (raw.size() > kShown) s += fmt::format("... ({} bytes)", raw.size());
     return s;
 }
 

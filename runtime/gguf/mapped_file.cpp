@@ -7,8 +7,12 @@
 
 #include <fmt/format.h>
 
+#include <array>
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <utility>
 
@@ -54,6 +58,66 @@ void read_all(int fd, uint8_t* dst, size_t size, const std::filesystem::path& pa
     }
 }
 
+// ---- SIGBUS from a mapping whose file shrank -----------------------------
+// Another process truncating a model while it is mapped turns the next read
+// of a lost page into SIGBUS. The handler names the file and exits 1; the
+// table of mappings is what it can reach (fixed slots, published through
+// atomics). A fault elsewhere keeps its default meaning.
+struct MappingSlot {
+    std::atomic<bool> live{false};
+    const uint8_t* begin = nullptr;
+    size_t size = 0;
+    char message[1200]{};
+    size_t message_len = 0;
+};
+std::array<MappingSlot, 16> g_mappings;
+std::mutex g_mappings_mutex;
+
+extern "C" void on_sigbus(int sig, siginfo_t* info, void*) {
+    const auto* addr = static_cast<const uint8_t*>(info->si_addr);
+    for (const MappingSlot& m : g_mappings) {
+        if (m.live.load(std::memory_order_acquire) && addr >= m.begin && addr < m.begin + m.size) {
+            [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, m.message, m.message_len);
+            ::_exit(1);
+        }
+    }
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+}
+
+int register_mapping(const uint8_t* begin, size_t size, const std::filesystem::path& path) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        struct sigaction sa {};
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        ::sigaction(SIGBUS, &sa, nullptr);
+    });
+    std::string text = path.string();
+    if (text.size() > 1000) text = "..." + text.substr(text.size() - 997);
+    const std::string message =
+        fmt::format("tandem: error: {}: the file changed on disk while in use (truncated or rewritten); stopped\n", text);
+    std::lock_guard lock(g_mappings_mutex);
+    for (size_t i = 0; i < g_mappings.size(); ++i) {
+        MappingSlot& m = g_mappings[i];
+        if (m.live.load(std::memory_order_relaxed)) continue;
+        m.begin = begin;
+        m.size = size;
+        std::memcpy(m.message, message.data(), message.size());
+        m.message_len = message.size();
+        m.live.store(true, std::memory_order_release);
+        return static_cast<int>(i);
+    }
+    return -1;  // more than 16 mappings: the rest keep the plain SIGBUS
+}
+
+void unregister_mapping(int slot) {
+    if (slot < 0) return;
+    std::lock_guard lock(g_mappings_mutex);
+    g_mappings[static_cast<size_t>(slot)].live.store(false, std::memory_order_release);
+}
+
 }  // namespace
 
 MappedFile MappedFile::open(const std::filesystem::path& path, Mode mode, bool lock_in_memory) {
@@ -92,6 +156,7 @@ MappedFile MappedFile::open(const std::filesystem::path& path, Mode mode, bool l
         file.data_ = static_cast<const uint8_t*>(p);
         file.size_ = size;
         file.mapped_ = true;
+        file.sigbus_slot_ = register_mapping(file.data_, size, path);
         // A mapping stays valid after close(); the descriptor is not kept.
     } else {
         const size_t allocated = (size + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
@@ -122,7 +187,8 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
       size_(std::exchange(other.size_, 0)),
       mapped_(std::exchange(other.mapped_, false)),
       locked_(std::exchange(other.locked_, false)),
-      input_(std::move(other.input_)) {}
+      input_(std::move(other.input_)),
+      sigbus_slot_(std::exchange(other.sigbus_slot_, -1)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     if (this != &other) {
@@ -131,6 +197,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
         size_ = std::exchange(other.size_, 0);
         mapped_ = std::exchange(other.mapped_, false);
         input_ = std::move(other.input_);
+        sigbus_slot_ = std::exchange(other.sigbus_slot_, -1);
         locked_ = std::exchange(other.locked_, false);
     }
     return *this;
@@ -142,6 +209,7 @@ void MappedFile::release() noexcept {
     if (data_ == nullptr) return;
     if (locked_) ::munlock(data_, size_);
     if (mapped_) {
+        unregister_mapping(std::exchange(sigbus_slot_, -1));
         ::munmap(const_cast<uint8_t*>(data_), size_);
     } else {
         ::operator delete(const_cast<uint8_t*>(data_), std::align_val_t{kBufferAlignment});

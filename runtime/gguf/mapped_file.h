@@ -39,6 +39,7 @@ private:
     bool mapped_ = false;  // true: munmap on release; false: an owned aligned buffer
     bool locked_ = false;
     InputFile input_;  // no output may replace this file while it is read
+    int sigbus_slot_ = -1;  // its entry in the SIGBUS handler's table of mappings
 };
 
 }  // namespace tandem::gguf

@@ -170,12 +170,19 @@ HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
         throw Error(fmt::format("model: {}attention.layer_norm_rms_epsilon: expected a value in (0, 1), found {}",
                                 prefix, hp.rms_eps));
     }
-    if (!(hp.rope_base > 0.0) || !(hp.rope_base_swa > 0.0 || arch.swa_period == 0)) {
-        throw Error(fmt::format("model: {}rope.freq_base must be positive, found {}", prefix, hp.rope_base));
+    if (!(hp.rope_base > 0.0 && hp.rope_base < 1e30)) {
+        throw Error(fmt::format("model: {}rope.freq_base: expected a positive value, found {}", prefix, hp.rope_base));
+    }
+    if (arch.swa_period > 0 && !(hp.rope_base_swa > 0.0 && hp.rope_base_swa < 1e30)) {
+        throw Error(fmt::format("model: {}rope.freq_base_swa: expected a positive value, found {}", prefix,
+                                hp.rope_base_swa));
     }
     if (arch.swa_period > 0 && hp.sliding_window <= 0) {
-        throw Error(fmt::format("model: {} uses sliding-window attention but {}attention.sliding_window is missing",
-                                arch.name, prefix));
+        throw Error(file.find_uint(prefix + "attention.sliding_window")
+                        ? fmt::format("model: {}attention.sliding_window: expected a positive window, found 0", prefix)
+                        : fmt::format("model: {} uses sliding-window attention but {}attention.sliding_window is "
+                                      "missing",
+                                      arch.name, prefix));
     }
 
     // The embedding matrix is the authority on the vocabulary size.
