@@ -110,7 +110,7 @@ TEST(BenchArgs, RejectsBadInputOnOneLine) {
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_prompt = {"5,,x"}; }), "-p"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.threads = {"0"}; }), "-t"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_ubatch = {"0"}; }), "-ub"));
-    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.cache_types = {"q4"}; }), "--cache-type"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.cache_types.both = "q4"; }), "--cache-type"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_gpu_layers = {"2"}; }), "--device"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "cpu2"; }), "--vram"));  // auto needs a capacity
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "tpu"; }), "--device"));

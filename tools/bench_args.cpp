@@ -10,6 +10,7 @@
 #include "planner/planner.h"
 #include "runtime/engine/memory_ledger.h"
 #include "runtime/common/error.h"
+#include "tools/llama_flags.h"
 
 namespace tandem::tools {
 namespace {
@@ -212,10 +213,14 @@ BenchConfig make_bench_config(const BenchArgs& a) {
     }
     c.n_ubatch = int_lists(a.n_ubatch, "-ub", {512});
     require_at_least(c.n_ubatch, 1, "-ub");
-    const std::vector<std::string> cache_types = a.cache_types.empty() ? std::vector<std::string>{"f16"} : a.cache_types;
-    for (const auto& text : cache_types) {
-        for (std::string_view item : split(text, ',')) c.cache_types.push_back(planner::parse_cache_type(std::string(item)));
+    for (std::string_view item : split(cache_type_text(a.cache_types), ',')) {
+        c.cache_types.push_back(planner::parse_cache_type(std::string(item)));
     }
+    const auto mmaps = split(a.mmap, ',');
+    if (mmaps.size() != 1) {
+        throw Error(fmt::format("-mmp: one value, 0 or 1 (Tandem does not sweep it), found '{}'", a.mmap));
+    }
+    c.mmap = parse_switch("-mmp", std::string(mmaps.front()));
 
     c.device = a.device;
     if (!c.device.empty() && c.device != "cpu2" && c.device.rfind("cuda", 0) != 0) {

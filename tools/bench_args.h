@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/model/model_spec.h"
+#include "tools/split.h"
 #include "tools/stream_flags.h"
 
 namespace tandem::tools {
@@ -29,7 +30,7 @@ struct BenchArgs {
     std::vector<std::string> n_gpu_layers;  // default "auto"
     std::vector<std::string> threads;       // default: physical cores
     std::vector<std::string> n_ubatch;      // default "512"
-    std::vector<std::string> cache_types;   // default "f16"
+    CacheTypeFlags cache_types;             // --cache-type, -ctk, -ctv: comma lists
     int64_t n_batch = 0;  // accepted for llama-bench compatibility; micro-batches are what matter
     int repetitions = 5;
     std::string output = "md";
@@ -39,6 +40,7 @@ struct BenchArgs {
     int64_t stream_min_batch = 32;
     bool no_host_copy = false;
     PlacementFlags placement;  // -ot, --cpu-moe, --n-cpu-moe, -nkvo
+    std::string mmap = "1";    // -mmp 0|1, as llama-bench
     bool sweep = false;
     std::string sweep_step;  // "" with sweep: step 1
     std::string plot;
@@ -69,6 +71,7 @@ struct BenchConfig {
     bool weight_stream = true;       // --no-stream clears it
     int64_t stream_min_batch = 32;   // --stream-min-batch
     bool copy_host_weights = true;   // --no-host-copy clears it
+    bool mmap = true;                // -mmp 0: read the model into memory
     PlacementFlags placement;        // applied on top of each -ngl
     std::optional<int64_t> sweep_step;  // --sweep-ngl: ngl 0, step, 2*step, ... n_layer + 1
     std::string plot_path;           // "" for none; ends in .svg

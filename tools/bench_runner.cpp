@@ -48,10 +48,12 @@ std::string file_type_name(const gguf::File& f) {
     return mix ? std::string(mix->name) : fmt::format("ftype {}", *ft);
 }
 
-OpenModel open_model(const std::string& path) {
+OpenModel open_model(const std::string& path, bool mmap) {
     if (!std::filesystem::exists(path)) throw Error(fmt::format("bench: model file {} does not exist", path));
     OpenModel m;
-    m.file = std::make_unique<gguf::File>(gguf::File::open(path));
+    gguf::OpenOptions open;
+    open.mode = mmap ? gguf::LoadMode::Mmap : gguf::LoadMode::ReadIntoMemory;  // -mmp
+    m.file = std::make_unique<gguf::File>(gguf::File::open(path, open));
     if (m.file->header_only()) {
         throw Error(fmt::format("bench: {} is header-only (tandem synth --header-only); benchmarks need the weights",
                                 path));
@@ -273,7 +275,7 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                       const BenchHooks& hooks) {
     // Open every model first: a missing file fails before minutes of work.
     std::vector<OpenModel> models;
-    for (const std::string& path : c.models) models.push_back(open_model(path));
+    for (const std::string& path : c.models) models.push_back(open_model(path, c.mmap));
     std::vector<std::vector<Setup>> setups;
     size_t total = 0;
     for (const OpenModel& m : models) {

@@ -34,7 +34,9 @@
 #include "tools/bench_runner.h"
 #include "tools/bench_svg.h"
 #include "tools/commands.h"
+#include "tools/llama_flags.h"
 #include "tools/progress.h"
+#include "tools/split.h"
 
 namespace tandem::tools {
 namespace {
@@ -203,9 +205,31 @@ std::string row_progress(const BenchRow& r) {
     return fmt::format("{} ngl {} t {} {}: {}", r.model, r.ngl, r.threads, r.test, speed);
 }
 
+// As run: -ngl N without --device means the first GPU, and a GPU that
+// cannot be used here costs one warning line, then the CPU runs. A usable
+// GPU without --vram offers what it has free.
+void resolve_bench_device(BenchArgs& args) {
+    std::string layers;
+    for (const std::string& text : args.n_gpu_layers) {
+        for (const auto& v : parse_ngl_list(text)) {
+            if (v && *v > 0) layers = text;
+        }
+    }
+    const bool implied = args.device.empty() && !layers.empty();
+    if (implied) args.device = "cuda0";
+    const bool asked = !args.device.empty();
+    const auto gpu = usable_gpu_or_cpu(args.device, implied ? "-ngl " + layers : "--device " + args.device);
+    if (asked && args.device.empty()) {
+        args.vram.clear();
+        if (!args.n_gpu_layers.empty()) args.n_gpu_layers = {"0"};
+    }
+    if (gpu && args.vram.empty()) args.vram = std::to_string(gpu->free_bytes);
+}
+
 void bench(const BenchOptions& o) {
     BenchArgs args = o.args;
     if (o.json) args.output = "json";  // --json, as --calibrate spells it
+    resolve_bench_device(args);
     const BenchConfig config = make_bench_config(args);
     const auto calibration = load_calibration_quietly();
 
@@ -294,7 +318,6 @@ void add_bench_command(CLI::App& app) {
     BenchArgs& a = opts->args;
     CLI::App* cmd = app.add_subcommand(
         "bench", "Measure prompt and generation speed as llama-bench does, or calibrate the planner (--calibrate)");
-    cmd->footer(kBenchFooter);
     cmd->add_flag("--calibrate", opts->calibrate, "measure memory bandwidths and store them for `plan` and `run`");
     cmd->add_flag("--calibrate-each", opts->calibrate_each,
                   "measure the CPU read bandwidth around every test and take % bw against it (not stored)");
@@ -313,7 +336,9 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("-t,--threads", a.threads, "thread counts (default: the physical cores)")->type_name("LIST");
     cmd->add_option("-b,--batch-size", a.n_batch, "logical batch size (accepted; the micro-batch decides)");
     cmd->add_option("--ubatch-size", a.n_ubatch, "tokens per micro-batch (-ub), a list (default 512)")->type_name("LIST");
-    cmd->add_option("--cache-type", a.cache_types, "KV cache type: f16 or q8_0, a list (default f16)")->type_name("LIST");
+    add_cache_type_flags(*cmd, a.cache_types, true);
+    cmd->add_option("--mmap", a.mmap, "-mmp 0|1: map the model (1, the default) or read it into memory (0)")
+        ->type_name("0|1");
     cmd->add_option("-r,--repetitions", a.repetitions, "counted runs per test")->capture_default_str();
     cmd->add_option("-o,--output", a.output, "md, csv, json or jsonl")->type_name("FORMAT")->capture_default_str();
     cmd->add_option("--device", a.device, "accelerator: cuda, cudaN, or cpu2 (the stand-in CPU device)")->type_name("DEVICE");
@@ -331,6 +356,8 @@ void add_bench_command(CLI::App& app) {
         ->type_name("[STEP]");
     cmd->add_option("--plot", a.plot, "with --sweep-ngl: write a chart of measured and predicted t/s")
         ->type_name("FILE.svg");
+    add_llama_compat_flags(*cmd, LlamaTool::Bench);
+    cmd->footer(std::string(kBenchFooter) + "\n\n" + llama_spellings_help(*cmd));
     cmd->callback([opts, cmd] {
         if (opts->calibrate) {
             calibrate(*opts);

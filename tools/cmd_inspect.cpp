@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_shapes.h"
 #include "runtime/quant/quant_mix.h"
@@ -37,6 +38,7 @@ constexpr size_t kDisplayStringLimit = 96;
 
 struct InspectOptions {
     std::string path;
+    std::string model;  // -m FILE, as every other command takes it
     bool json = false;
     bool no_tensors = false;
 };
@@ -310,7 +312,9 @@ void print_human(const gguf::File& f, const Summary& s, bool with_tensors) {
 }
 
 void run_inspect(const InspectOptions& o) {
-    const gguf::File f = gguf::File::open(o.path);
+    if (!o.path.empty() && !o.model.empty()) throw Error("inspect: give the file once, as FILE or as -m FILE");
+    if (o.path.empty() && o.model.empty()) throw Error("inspect: no file; give tandem inspect FILE or -m FILE");
+    const gguf::File f = gguf::File::open(o.path.empty() ? o.model : o.path);
     const Summary s = summarize(f);
     if (o.json) print_json(f, s, !o.no_tensors);
     else print_human(f, s, !o.no_tensors);
@@ -321,7 +325,8 @@ void run_inspect(const InspectOptions& o) {
 void add_inspect_command(CLI::App& app) {
     auto opts = std::make_shared<InspectOptions>();
     CLI::App* cmd = app.add_subcommand("inspect", "Show what a GGUF file holds");
-    cmd->add_option("file", opts->path, "GGUF file")->required();
+    cmd->add_option("file", opts->path, "GGUF file (or -m FILE)");
+    cmd->add_option("-m,--model", opts->model, "GGUF file, as the other commands take it");
     cmd->add_flag("--json", opts->json, "Print JSON instead of text");
     cmd->add_flag("--no-tensors", opts->no_tensors, "Leave out the tensor table");
     cmd->callback([opts] { run_inspect(*opts); });

@@ -236,7 +236,7 @@ void add_perplexity_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--ubatch-size", opts->n_ubatch, "tokens per micro-batch (-ub)")->capture_default_str();
     cmd->add_option("-t,--threads", opts->n_threads, "threads (0: physical cores)")->capture_default_str();
-    cmd->add_option("--cache-type", opts->cache_type, "KV cache type: f16 or q8_0")->capture_default_str();
+    add_cache_type_flags(*cmd, opts->cache);
     cmd->add_option("--device", opts->device, "accelerator: cuda0 or cpu2 (the stand-in device)");
     cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");
     cmd->add_option("--n-gpu-layers", opts->n_gpu_layers, "leading layers on the accelerator (-ngl), or auto")

@@ -34,7 +34,7 @@ struct PlanOptions {
     std::vector<int64_t> n_ctx;
     int64_t n_ubatch = 512;
     int64_t n_batch = 0;
-    std::string cache_type = "f16";
+    CacheTypeFlags cache;  // --cache-type, -ctk, -ctv
     std::optional<int64_t> ngl;
     std::optional<std::string> margin;
     std::optional<std::string> host_ram;
@@ -109,7 +109,7 @@ void plan_command(const PlanOptions& o) {
 
     SplitRequest req;
     req.n_ubatch = o.n_ubatch;
-    req.cache_type = planner::parse_cache_type(o.cache_type);
+    req.cache_type = planner::parse_cache_type(cache_type_text(o.cache));
     req.stream = o.stream;
     planner::PlanInputs in = split_plan_inputs(req);
     in.ngl = o.ngl;
@@ -194,7 +194,7 @@ void add_plan_command(CLI::App& app) {
         ->delimiter(',');
     cmd->add_option("--ubatch-size", opts->n_ubatch, "tokens per micro-batch (-ub)")->capture_default_str();
     cmd->add_option("-b,--batch-size", opts->n_batch, "logical batch size (accepted; the micro-batch decides)");
-    cmd->add_option("--cache-type", opts->cache_type, "KV cache type: f16 or q8_0")->capture_default_str();
+    add_cache_type_flags(*cmd, opts->cache);
     cmd->add_option("--n-gpu-layers,--ngl", opts->ngl, "evaluate this split instead of choosing one (-ngl)");
     add_stream_flags(*cmd, opts->stream);
     cmd->add_option("--margin", opts->margin, "VRAM kept free (default: 3% of it, at least 64 MiB, at most 1/8)");

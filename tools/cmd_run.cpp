@@ -1,8 +1,10 @@
 // `tandem run`: evaluate a prompt and generate, streaming text, then print
 // prompt and generation speed and the GB/s of weights read.
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <iterator>
 #include <memory>
 #include <optional>
@@ -14,6 +16,7 @@
 #include "planner/calibration.h"
 #include "planner/planner.h"
 #include "planner/tune_cache.h"
+#include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
@@ -21,6 +24,7 @@
 #include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/commands.h"
+#include "tools/llama_flags.h"
 #include "tools/session_open.h"
 #include "tools/split.h"
 #include "tools/stream_flags.h"
@@ -33,7 +37,7 @@ struct RunOptions : SplitFlags {
     std::string model;
     std::optional<std::string> prompt;
     std::optional<std::string> prompt_file;
-    int n_predict = 128;
+    int n_predict = 128;  // -1: until the end of the text or the context
     int64_t n_ctx = 0;
     int n_threads = 0;
     int64_t n_ubatch = 512;
@@ -43,6 +47,8 @@ struct RunOptions : SplitFlags {
     bool no_mmap = false;
     bool mlock = false;
     bool verbose = false;
+    bool ignore_eos = false;
+    bool no_display_prompt = false;
     SamplerParams sampling;
     std::optional<uint64_t> seed;
 };
@@ -51,6 +57,9 @@ std::string read_prompt(const RunOptions& o) {
     if (o.prompt && o.prompt_file) throw Error("give the prompt with -p or -f, not both");
     if (o.prompt) return *o.prompt;
     if (!o.prompt_file) throw Error("no prompt: give -p TEXT or -f FILE");
+    if (*o.prompt_file == "-") {  // as llama.cpp: the prompt from stdin
+        return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    }
     std::ifstream in(*o.prompt_file, std::ios::binary);
     if (!in) throw Error(fmt::format("cannot read prompt file {}", *o.prompt_file));
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -76,16 +85,20 @@ size_t complete_utf8_prefix(const std::string& s) {
     return s.size();
 }
 
-void write_logits(const std::string& path, const std::vector<float>& logits) {
-    const std::string partial = path + ".partial";
-    {
-        std::ofstream out(partial, std::ios::binary | std::ios::trunc);
-        if (!out) throw Error(fmt::format("cannot write {}", partial));
-        out.write(reinterpret_cast<const char*>(logits.data()),
-                  static_cast<std::streamsize>(logits.size() * sizeof(float)));
-        if (!out) throw Error(fmt::format("writing {} failed", partial));
+// --seed N; -1, as in llama.cpp, draws one from the clock.
+std::optional<uint64_t> parse_seed(const std::string& text) {
+    if (text == "-1") return std::nullopt;
+    uint64_t v = 0;
+    const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (text.empty() || ec != std::errc() || p != text.data() + text.size()) {
+        throw Error(fmt::format("--seed: expected a number (or -1: from the clock), found '{}'", text));
     }
-    if (std::rename(partial.c_str(), path.c_str()) != 0) throw Error(fmt::format("cannot rename {} to {}", partial, path));
+    return v;
+}
+
+void write_logits(AtomicFile& out, const std::vector<float>& logits) {
+    out.write(logits.data(), logits.size() * sizeof(float));
+    out.commit();
 }
 
 void run(const RunOptions& o) {
@@ -94,13 +107,20 @@ void run(const RunOptions& o) {
     open.mode = o.no_mmap ? gguf::LoadMode::ReadIntoMemory : gguf::LoadMode::Mmap;
     open.mlock = o.mlock;
     const gguf::File file = gguf::File::open(o.model, open);
+    // The logits file is opened now: an output that is the model, or a
+    // folder that cannot be written, fails before the run, not after.
+    std::optional<AtomicFile> dump_file;
+    if (!o.dump_logits.empty()) dump_file.emplace(o.dump_logits);
     const model::ModelSpec spec = model::load_model_spec(file);
     const Tokenizer tokenizer = Tokenizer::from_gguf(file);
 
     SamplerParams sp = o.sampling;
     sp.seed = o.seed ? *o.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     validate(sp);
-    if (o.n_predict < 0) throw Error(fmt::format("-n: expected a value >= 0, found {}", o.n_predict));
+    if (o.n_predict < -1) {
+        throw Error(fmt::format("-n: expected a value >= 0, or -1 (until the end of the text or the context), found {}",
+                                o.n_predict));
+    }
 
     const std::vector<int32_t> tokens = tokenizer.encode(prompt, !o.no_bos && tokenizer.add_bos_by_default());
     if (tokens.empty()) throw Error("the prompt gives no tokens");
@@ -119,6 +139,9 @@ void run(const RunOptions& o) {
         throw Error(fmt::format("the prompt has {} tokens but the context holds {}; use a larger -c", tokens.size(),
                                 session.n_ctx()));
     }
+    // As llama.cpp logs it (once the input is known good): a drawn seed can
+    // be given back with --seed.
+    if (!o.seed && sp.temperature > 0) fmt::print(stderr, "seed: {}\n", sp.seed);
     if (o.verbose) {
         fmt::print(stderr, "model: {} ({}, {} layers, n_embd {}), context {}, {} threads, SIMD {}, KV cache {:.1f} MiB\n",
                    o.model, spec.hp.arch, spec.hp.n_layer, spec.hp.n_embd, session.n_ctx(), session.n_threads(),
@@ -150,20 +173,20 @@ void run(const RunOptions& o) {
     session.eval(tokens, dump, logits);
     const double prompt_s = std::chrono::duration<double>(clock::now() - t0).count();
     if (dump) {
-        write_logits(o.dump_logits, logits);
+        write_logits(*dump_file, logits);
         logits.erase(logits.begin(), logits.end() - session.n_vocab());  // keep the last row for sampling
     }
 
-    fmt::print("{}", prompt);
+    if (!o.no_display_prompt) fmt::print("{}", prompt);
     std::fflush(stdout);
     Sampler sampler(sp);
     for (int32_t t : tokens) sampler.accept(t);
     std::string pending;  // bytes of an incomplete UTF-8 character
     int generated = 0;
     const auto t1 = clock::now();
-    while (generated < o.n_predict) {
+    while (o.n_predict < 0 || generated < o.n_predict) {
         const int32_t next = sampler.sample(logits);
-        if (tokenizer.is_end_of_generation(next)) break;
+        if (!o.ignore_eos && tokenizer.is_end_of_generation(next)) break;
         sampler.accept(next);
         ++generated;
         pending += tokenizer.token_to_piece(next);
@@ -204,20 +227,23 @@ void add_run_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("run", "Evaluate a prompt and generate text");
     cmd->add_option("-m,--model", opts->model, "GGUF model file")->required();
     cmd->add_option("-p,--prompt", opts->prompt, "prompt text");
-    cmd->add_option("-f,--file", opts->prompt_file, "read the prompt from a file");
-    cmd->add_option("-n,--n-predict", opts->n_predict, "tokens to generate (0: only evaluate the prompt)")
+    cmd->add_option("-f,--file", opts->prompt_file, "read the prompt from a file (-: from stdin)");
+    cmd->add_option("-n,--n-predict", opts->n_predict,
+                    "tokens to generate (0: only evaluate the prompt; -1: until the end of the text or the context)")
         ->capture_default_str();
     cmd->add_option("-c,--ctx-size", opts->n_ctx, "context size (0: the model's, at most 4096)")->capture_default_str();
     cmd->add_option("-t,--threads", opts->n_threads, "threads (0: physical cores)")->capture_default_str();
     cmd->add_option("--ubatch-size", opts->n_ubatch, "tokens per micro-batch of the prompt (-ub)")->capture_default_str();
     cmd->add_option("-b,--batch-size", opts->n_batch, "logical batch size (accepted; the micro-batch decides)");
-    cmd->add_option("--cache-type", opts->cache_type, "KV cache type: f16 or q8_0")->capture_default_str();
+    add_cache_type_flags(*cmd, opts->cache);
     cmd->add_option("--dump-logits", opts->dump_logits,
                     "write float32 logits of every prompt position to FILE (the prompt is one batch)");
     cmd->add_flag("--no-bos", opts->no_bos, "do not add the BOS token");
     cmd->add_flag("--no-mmap", opts->no_mmap, "read the model into memory instead of mapping it");
     cmd->add_flag("--mlock", opts->mlock, "lock the model in RAM");
     cmd->add_flag("--verbose", opts->verbose, "print model, split and memory per device");
+    cmd->add_flag("--ignore-eos", opts->ignore_eos, "keep generating past the end-of-text token");
+    cmd->add_flag("--no-display-prompt", opts->no_display_prompt, "print only the generated text, not the prompt");
     cmd->add_option("--device", opts->device, "accelerator: cuda0 (a GPU; --vram caps what it may use) or cpu2 (a stand-in CPU device with --vram capacity)");
     cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");
     cmd->add_option("--n-gpu-layers", opts->n_gpu_layers,
@@ -234,7 +260,12 @@ void add_run_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--repeat-last-n", opts->sampling.repeat_last_n, "tokens the penalty looks back over")
         ->capture_default_str();
-    cmd->add_option("--seed", opts->seed, "random seed (default: from the clock)");
+    cmd->add_option_function<std::string>(
+           "-s,--seed", [opts](const std::string& v) { opts->seed = parse_seed(v); },
+           "random seed (default, or -1: from the clock, printed as seed: N on stderr)")
+        ->type_name("N");
+    add_llama_compat_flags(*cmd, LlamaTool::Run);
+    cmd->footer(llama_spellings_help(*cmd));
     cmd->callback([opts] { run(*opts); });
 }
 

@@ -24,6 +24,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/gguf/gguf_writer.h"
@@ -237,6 +238,9 @@ void run_synth(const SynthOptions& o) {
         vocab_keys = std::move(copied.keys);
         vocab_from_file = copied.n_vocab;
     }
+    // The vocabulary's file stays an input until the output is written: the
+    // output may not replace it.
+    const InputFile vocab_input = o.vocab.empty() ? InputFile() : InputFile(o.vocab);
     const model::ModelShape shape = resolve_shape(o, vocab_from_file);
     if (o.vocab.empty()) vocab_keys = model::synthetic_llama_vocab(shape.n_vocab);
 

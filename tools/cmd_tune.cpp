@@ -36,7 +36,7 @@ struct TuneOptions {
     std::string vram;
     int64_t n_ctx = 0;
     int64_t n_ubatch = 512;
-    std::string cache_type = "f16";
+    CacheTypeFlags cache;  // --cache-type, -ctk, -ctv
     int n_prompt = 32;
     int n_gen = 32;
     int repeats = 2;
@@ -95,19 +95,23 @@ double measure(const gguf::File& file, const model::ModelSpec& spec, SessionOpti
     return best;
 }
 
-void tune(const TuneOptions& o) {
+void tune(const TuneOptions& given) {
+    // A GPU that cannot be used here costs one warning; then the CPU is tuned.
+    TuneOptions o = given;
+    usable_gpu_or_cpu(o.device, "--device " + o.device);
+    if (o.device.empty()) o.vram.clear();
     if (o.repeats < 1 || o.n_gen < 1 || o.n_prompt < 1) throw Error("tune: --prompt, --gen and --repeats must be >= 1");
     const gguf::File file = gguf::File::open(o.model);
     const model::ModelSpec spec = model::load_model_spec(file);
     if (file.header_only()) throw Error(fmt::format("tune: {} is header-only; tuning needs the weights", o.model));
     if (!o.device.empty() && o.vram.empty()) throw Error(fmt::format("tune on {} needs --vram SIZE", o.device));
-    if (o.device.empty() && !o.vram.empty()) throw Error("tune: --vram needs --device");
+    if (given.device.empty() && !given.vram.empty()) throw Error("tune: --vram needs --device");
     SplitRequest req;
     req.device = o.device;
     if (!o.vram.empty()) req.vram = parse_size(o.vram);
     req.n_ctx = o.n_ctx;
     req.n_ubatch = o.n_ubatch;
-    req.cache_type = planner::parse_cache_type(o.cache_type);
+    req.cache_type = planner::parse_cache_type(cache_type_text(o.cache));
     req.stream = o.stream;
     const planner::PlanInputs in = split_plan_inputs(req);
     const planner::Plan plan = planner::plan(spec, in);
@@ -186,7 +190,7 @@ void add_tune_command(CLI::App& app) {
     cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");
     cmd->add_option("-c,--ctx-size", opts->n_ctx, "context size (0: the model's, at most 4096)")->capture_default_str();
     cmd->add_option("--ubatch-size", opts->n_ubatch, "tokens per micro-batch (-ub)")->capture_default_str();
-    cmd->add_option("--cache-type", opts->cache_type, "KV cache type: f16 or q8_0")->capture_default_str();
+    add_cache_type_flags(*cmd, opts->cache);
     cmd->add_option("--prompt", opts->n_prompt, "prompt tokens before each measurement")->capture_default_str();
     cmd->add_option("--gen", opts->n_gen, "generated tokens measured")->capture_default_str();
     cmd->add_option("--repeats", opts->repeats, "runs per candidate; the best counts")->capture_default_str();

@@ -13,28 +13,13 @@
 
 #include "runtime/common/error.h"
 #include "tools/commands.h"
+#include "tools/llama_flags.h"
 
 namespace {
 
-// llama.cpp spells some flags with one dash and several letters (-ngl,
-// -ub); CLI11 reads one-dash names as single letters, so these are
-// rewritten to their long forms before parsing.
-constexpr std::pair<std::string_view, std::string_view> kLlamaStyleFlags[] = {
-    {"-ub", "--ubatch-size"},
-    {"-ngl", "--n-gpu-layers"},
-    {"-ot", "--override-tensor"},
-    {"-nkvo", "--no-kv-offload"},
-    {"-pg", "--prompt-gen"},
-};
-
-std::vector<std::string> normalize_args(int argc, char** argv) {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    for (auto& a : args) {
-        for (const auto& [short_form, long_form] : kLlamaStyleFlags) {
-            if (a == short_form) a = long_form;
-        }
-    }
-    std::reverse(args.begin(), args.end());  // CLI11 takes the vector back to front
+// CLI11 takes the vector back to front.
+std::vector<std::string> reversed(std::vector<std::string> args) {
+    std::reverse(args.begin(), args.end());
     return args;
 }
 
@@ -54,11 +39,26 @@ int main(int argc, char** argv) {
     tandem::tools::add_bench_command(app);
     tandem::tools::add_tune_command(app);
     tandem::tools::add_perplexity_command(app);
+    const std::vector<std::string> typed(argv + 1, argv + argc);
     try {
-        auto args = normalize_args(argc, argv);
+        // llama.cpp's one-dash words (-ngl, -ctk, -fa) become long names.
+        auto args = reversed(tandem::tools::rewrite_llama_flags(typed));
         app.parse(args);
-    } catch (const CLI::ParseError& e) {
+    } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        // One line and status 1, whatever CLI11's own code (104, 109, ...).
+        const bool known = !typed.empty() && !app.get_subcommands([&](CLI::App* s) {
+                                                  return s->get_name() == typed.front();
+                                              }).empty();
+        const std::string command = known ? typed.front() : "";
+        std::fflush(stdout);
+        fmt::print(stderr, "tandem: error: {}\n", tandem::tools::parse_error_line(e, command, typed));
+        return 1;
     } catch (const tandem::Error& e) {
         std::fflush(stdout);
         fmt::print(stderr, "tandem: error: {}\n", e.what());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -11,6 +12,7 @@
 #include "runtime/common/error.h"
 #include "runtime/engine/memory_ledger.h"
 #include "runtime/engine_cuda/cuda_device.h"
+#include "tools/llama_flags.h"
 
 namespace tandem::tools {
 namespace {
@@ -37,7 +39,45 @@ std::optional<planner::TuneEntry> tuned_entry(const SplitRequest& r, const gguf:
     return planner::find_tune_entry(entries, key);
 }
 
+void check_cache_types(std::string_view flag, const std::string& text) {
+    for (std::string_view item : split_items(text)) {
+        if (item == "f16" || item == "q8_0") continue;
+        throw Error(fmt::format("{} {}: not supported; Tandem's KV cache is f16 or q8_0, one type for K and V "
+                                "(--cache-type, or -ctk and -ctv alike)",
+                                flag, item));
+    }
+}
+
 }  // namespace
+
+void add_cache_type_flags(CLI::App& cmd, CacheTypeFlags& f, bool list) {
+    const std::string kind = list ? ", a list (default f16)" : "";
+    CLI::Option* opts[] = {
+        cmd.add_option("--cache-type", f.both, "KV cache type for K and V: f16 or q8_0" + kind),
+        cmd.add_option("--cache-type-k", f.k, "K cache type (-ctk), as llama.cpp; must be the same as V's" + kind),
+        cmd.add_option("--cache-type-v", f.v, "V cache type (-ctv), as llama.cpp; must be the same as K's" + kind),
+    };
+    if (!list) {
+        opts[0]->capture_default_str();
+        return;
+    }
+    // A list may come in pieces, as llama-bench takes it: -ctk f16 -ctk q8_0.
+    for (CLI::Option* o : opts) o->type_name("LIST")->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::Join);
+}
+
+std::string cache_type_text(const CacheTypeFlags& f) {
+    check_cache_types("--cache-type", f.both);
+    if (!f.k.empty()) check_cache_types("-ctk", f.k);
+    if (!f.v.empty()) check_cache_types("-ctv", f.v);
+    const std::string& k = f.k.empty() ? f.both : f.k;
+    const std::string& v = f.v.empty() ? f.both : f.v;
+    if (k != v) {
+        throw Error(fmt::format("-ctk {} with -ctv {}: Tandem's KV cache has one type for K and V; give both the "
+                                "same (f16 or q8_0), or --cache-type",
+                                k, v));
+    }
+    return k;
+}
 
 std::optional<int64_t> parse_ngl(const std::string& text) {
     if (text == "auto") return std::nullopt;
@@ -57,7 +97,7 @@ SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch)
     r.ngl = parse_ngl(f.n_gpu_layers);
     r.n_ctx = n_ctx;
     r.n_ubatch = n_ubatch;
-    r.cache_type = planner::parse_cache_type(f.cache_type);
+    r.cache_type = planner::parse_cache_type(cache_type_text(f.cache));
     r.stream = f.stream;
     r.placement = f.placement;
     return r;
@@ -88,24 +128,35 @@ std::vector<std::string> apply_stored_calibration(planner::PlanInputs& in) {
     return measured;
 }
 
+std::optional<cuda::DeviceInfo> usable_gpu_or_cpu(std::string& device, const std::string& asked_by) {
+    const int index = cuda::device_index(device);
+    if (index < 0) return std::nullopt;
+    std::string why;
+    const auto gpus = cuda::list_devices(&why);
+    const auto it = std::find_if(gpus.begin(), gpus.end(), [&](const cuda::DeviceInfo& d) { return d.index == index; });
+    if (it != gpus.end()) return *it;
+    // The reason in a user's words: no CUDA call names or source paths.
+    std::string reason;
+    if (!gpus.empty()) reason = fmt::format("no GPU {} ({} found)", index, gpus.size());
+    else if (why.find("no CUDA support") != std::string::npos) reason = "this build of Tandem has no CUDA support";
+    else if (why.rfind("no NVIDIA driver", 0) == 0) reason = "no NVIDIA driver is installed";
+    else if (why.find("plugin") != std::string::npos) reason = "the CUDA plugin of this build cannot be loaded";
+    else reason = "CUDA finds no usable GPU";
+    fmt::print(stderr, "tandem: warning: {}: {}; running on the CPU\n", asked_by, reason);
+    device.clear();
+    return std::nullopt;
+}
+
 Split resolve_split(const SplitRequest& request, const gguf::File& file, const model::ModelSpec& spec) {
     SplitRequest r = request;
-    // A GPU asked for is looked up once. Where none can be used (no CUDA in
-    // this build, no driver, no such device): one line, then the CPU.
-    std::optional<cuda::DeviceInfo> gpu;
-    if (const int index = cuda::device_index(r.device); index >= 0) {
-        std::string why;
-        const auto gpus = cuda::list_devices(&why);
-        const auto it = std::find_if(gpus.begin(), gpus.end(), [&](const cuda::DeviceInfo& d) { return d.index == index; });
-        if (it != gpus.end()) {
-            gpu = *it;
-        } else {
-            fmt::print(stderr, "tandem: warning: --device {}: {}; running on the CPU\n", r.device,
-                       why.empty() ? fmt::format("no such GPU ({} found)", gpus.size()) : why);
-            r.device.clear();
-            r.vram.reset();
-            if (r.ngl) r.ngl = 0;
-        }
+    // -ngl N without --device means a GPU, as in llama.cpp.
+    const bool implied = r.device.empty() && r.ngl && *r.ngl > 0;
+    if (implied) r.device = "cuda0";
+    const std::optional<cuda::DeviceInfo> gpu =
+        usable_gpu_or_cpu(r.device, implied ? fmt::format("-ngl {}", *r.ngl) : "--device " + r.device);
+    if (r.device.empty()) {
+        r.vram.reset();
+        if (r.ngl) r.ngl = 0;
     }
     Split s;
     SessionOptions& so = s.so;

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
+#include "kernels_cuda/cuda_api.h"
 #include "planner/planner.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
@@ -33,13 +36,30 @@ struct SplitRequest {
     std::optional<std::string> tuned_model;
 };
 
+// --cache-type (K and V alike), and llama.cpp's -ctk/--cache-type-k and
+// -ctv/--cache-type-v. Tandem's KV cache has one type for K and V, f16 or
+// q8_0, so the two must name the same one.
+struct CacheTypeFlags {
+    std::string both = "f16";
+    std::string k;  // "" when not given: --cache-type's
+    std::string v;
+};
+
+// Registers the three flags; with `list`, each takes a comma list (bench).
+void add_cache_type_flags(CLI::App& cmd, CacheTypeFlags& f, bool list = false);
+
+// The type (with `list`-style flags, the comma list of types) the flags
+// name. Throws tandem::Error with one line for a type the KV cache does
+// not support (q4_0, bf16, ...) or K and V types that differ.
+std::string cache_type_text(const CacheTypeFlags& f);
+
 // Where a model runs, as the flags give it (run and perplexity take these,
 // each with its own help text).
 struct SplitFlags {
     std::string device;
     std::string vram;
     std::string n_gpu_layers = "auto";
-    std::string cache_type = "f16";
+    CacheTypeFlags cache;
     StreamFlags stream;
     PlacementFlags placement;
 };
@@ -68,7 +88,15 @@ struct Split {
     std::string why;              // one line for --verbose
 };
 
-// -ngl N is taken as given; auto prefers a tune entry for these options
+// The GPU `device` names ("cuda", "cudaN"), if it is usable here. Where it
+// is not, one warning line says why (no CUDA support compiled in, no NVIDIA
+// driver, no CUDA device, no such GPU), naming `asked_by` (e.g. "--device
+// cuda0" or "-ngl 99"), and `device` is cleared: the CPU runs. Other
+// devices ("", "cpu2") are left as they are, with nullopt.
+std::optional<cuda::DeviceInfo> usable_gpu_or_cpu(std::string& device, const std::string& asked_by);
+
+// -ngl N is taken as given (above 0 without --device: the first GPU, as
+// llama.cpp, or the CPU with one warning where none is usable); auto prefers a tune entry for these options
 // (never above the plan), else the planner's largest split that fits.
 // Auto on the stand-in needs --vram (it has no memory of its own to
 // report); without a device auto is 0. Throws tandem::Error for flags that

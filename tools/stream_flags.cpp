@@ -1,5 +1,7 @@
 #include "tools/stream_flags.h"
 
+#include "tools/llama_flags.h"
+
 namespace tandem::tools {
 
 void add_stream_flags(CLI::App& cmd, StreamFlags& flags) {
@@ -29,8 +31,14 @@ void add_placement_flags(CLI::App& cmd, PlacementFlags& flags) {
     cmd.add_flag("--cpu-moe", flags.cpu_moe, "keep every MoE expert tensor on the CPU");
     cmd.add_option("--n-cpu-moe", flags.n_cpu_moe, "keep the MoE expert tensors of the first N layers on the CPU")
         ->check(CLI::NonNegativeNumber);
-    cmd.add_flag("--no-kv-offload", flags.no_kv_offload,
-                 "-nkvo: every layer's KV cache (and its attention) on the CPU, whatever -ngl says");
+    // llama-cli's -nkvo is a flag, llama-bench's takes 0 or 1: both forms.
+    cmd.add_option_function<std::string>(
+           "--no-kv-offload",
+           [&flags](const std::string& v) { flags.no_kv_offload = parse_switch("-nkvo", v); },
+           "-nkvo [0|1]: every layer's KV cache (and its attention) on the CPU, whatever -ngl says")
+        ->expected(0, 1)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+        ->type_name("[0|1]");
 }
 
 void apply_placement_flags(const PlacementFlags& flags, SessionOptions& so) {
