@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "kernels_cpu/cpu_info.h"
 #include "runtime/common/error.h"
 
@@ -156,6 +158,14 @@ struct ThreadPool::Impl {
 };
 
 ThreadPool::ThreadPool(int n_threads, bool pin) : impl_(std::make_unique<Impl>()) {
+    // Counts come from -t: bounded, so a typo cannot start millions of
+    // threads. 0 and -1 (llama.cpp's "default") mean the physical cores.
+    const int logical = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    if (n_threads < -1 || n_threads > 4 * logical) {
+        throw Error(fmt::format("-t/--threads: expected 1 to {} (4x the {} logical CPUs), or 0 or -1 for the "
+                                "physical cores, found {}",
+                                4 * logical, logical, n_threads));
+    }
     impl_->n_threads = n_threads > 0 ? n_threads : physical_core_count();
     if (impl_->n_threads == 1) return;
     if (pin && hwloc_topology_init(&impl_->topo) == 0) {

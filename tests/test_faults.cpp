@@ -261,3 +261,70 @@ TEST(Faults, AModelTruncatedWhileMappedIsOneLine) {
 }
 
 }  // namespace
+
+namespace {
+
+// Status of a shell command line (its last command's exit status).
+int shell_status(const std::string& cmd) {
+    const int status = std::system(cmd.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Output that never arrived is a failure (exit 1), and an unwritable
+// stderr never turns an error into an abort (std::terminate, 134).
+TEST(Faults, LostOutputIsAnErrorAndAClosedStderrNoAbort) {
+    if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full here";
+    const std::string t = shell_quote(tandem::testing::tandem_binary().string());
+    const std::string m = q(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"));
+    struct Case {
+        const char* what;
+        std::string cmd;
+        int status;
+    };
+    const std::vector<Case> cases = {
+        {"inspect, stdout full", t + " inspect " + m + " >/dev/full 2>/dev/null", 1},
+        {"plan --json, stdout full", t + " plan -m " + m + " --json >/dev/full 2>/dev/null", 1},
+        {"plan --json, stdout closed", t + " plan -m " + m + " --json >&- 2>/dev/null", 1},
+        {"run, stdout full", t + " run -m " + m + " -p hi -n 2 >/dev/full 2>/dev/null", 1},
+        {"tokenize, stdout full", t + " tokenize -m " + m + " -p hello >/dev/full 2>/dev/null", 1},
+        {"an error with stderr closed", t + " inspect /nonexistent 2>&-", 1},
+        {"an error with stderr full", t + " inspect /nonexistent 2>/dev/full", 1},
+        {"--help, stdout full", t + " --help >/dev/full 2>/dev/null", 1},
+        {"a good run still succeeds", t + " inspect " + m + " >/dev/null 2>&1", 0},
+    };
+    for (const Case& c : cases) EXPECT_EQ(shell_status(c.cmd), c.status) << c.what << ": " << c.cmd;
+}
+
+}  // namespace
+
+namespace {
+
+// Bounds on numbers and sizes from the command line: one line, exit 1.
+TEST(Faults, FlagsAndTextsAreBounded) {
+    const fs::path dir = scratch("bounds");
+    const std::string m = q(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"));
+    const std::string run = "run -m " + m + " -p hi -n 1 ";
+    struct Case {
+        std::string args;
+        std::string needle;
+    };
+    const std::vector<Case> cases = {
+        {run + "-t 100000000", "-t/--threads: expected 1 to"},
+        {run + "-t -2", "-t/--threads"},
+        {run + "-ngl -3", "-ngl: expected auto or a layer count >= 0"},
+        {run + "--vram ''", "--vram: expected a value, found an empty one"},
+        {run + "--dump-logits ''", "--dump-logits: expected a value"},
+        {run + "--vram=", "--vram: expected a value"},
+        {"run -m " + m + " -n 1 -f /dev/zero", "longer than 64 MiB; set TANDEM_MAX_TEXT_MB"},
+        {"run -m " + m + " -n 1 -f " + q(dir), "is a directory"},
+        {"tokenize -m " + m + " -f /dev/zero", "longer than 64 MiB"},
+        {"perplexity -m " + m + " -f /dev/zero", "longer than 64 MiB"},
+    };
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.args);
+        expect_one_line_error(run_tandem(c.args, dir), c.needle);
+    }
+    fs::remove_all(dir);
+}
+
+}  // namespace

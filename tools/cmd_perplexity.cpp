@@ -28,6 +28,7 @@
 #include "tools/commands.h"
 #include "tools/session_open.h"
 #include "tools/split.h"
+#include "tools/text_input.h"
 #include "tools/stream_flags.h"
 #include "tools/perplexity.h"
 #include "tools/progress.h"
@@ -51,9 +52,7 @@ struct PerplexityOptions : SplitFlags {
 };
 
 std::string read_text(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(fmt::format("cannot read text file {}", path));
-    std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    std::string text = read_text_input(path, "text file");
     // llama.cpp's -f drops one trailing newline; so do we, or the token
     // count (and at a chunk boundary the chunk count) would differ from it.
     if (!text.empty() && text.back() == '\n') text.pop_back();

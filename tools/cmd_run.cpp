@@ -27,6 +27,7 @@
 #include "tools/llama_flags.h"
 #include "tools/session_open.h"
 #include "tools/split.h"
+#include "tools/text_input.h"
 #include "tools/stream_flags.h"
 
 namespace tandem::tools {
@@ -57,12 +58,7 @@ std::string read_prompt(const RunOptions& o) {
     if (o.prompt && o.prompt_file) throw Error("give the prompt with -p or -f, not both");
     if (o.prompt) return *o.prompt;
     if (!o.prompt_file) throw Error("no prompt: give -p TEXT or -f FILE");
-    if (*o.prompt_file == "-") {  // as llama.cpp: the prompt from stdin
-        return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    }
-    std::ifstream in(*o.prompt_file, std::ios::binary);
-    if (!in) throw Error(fmt::format("cannot read prompt file {}", *o.prompt_file));
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return read_text_input(*o.prompt_file, "prompt file");  // "-": standard input, as llama.cpp
 }
 
 // Length of the longest prefix of `s` that ends on a UTF-8 character

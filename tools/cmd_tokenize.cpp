@@ -19,6 +19,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/commands.h"
+#include "tools/text_input.h"
 
 namespace tandem::tools {
 namespace {
@@ -36,15 +37,6 @@ struct TokenizeOptions {
     bool have_prompt = false;
     bool have_file = false;
 };
-
-std::string read_text_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(fmt::format("{}: cannot open the text file", path));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    if (in.bad()) throw Error(fmt::format("{}: read error", path));
-    return ss.str();
-}
 
 // Length of the valid UTF-8 sequence at s[i], 0 when there is none.
 size_t utf8_sequence_at(const std::string& s, size_t i) {
@@ -95,7 +87,7 @@ void run_tokenize(const TokenizeOptions& o) {
 
     const gguf::File f = gguf::File::open(o.model);
     const Tokenizer tok = Tokenizer::from_gguf(f);
-    const std::string text = o.have_file ? read_text_file(o.file) : o.prompt;
+    const std::string text = o.have_file ? read_text_input(o.file, "text file") : o.prompt;
     const bool add_bos = !o.no_bos && tok.add_bos_by_default();
     const std::vector<int32_t> ids = tok.encode(text, add_bos, o.parse_special);
 

@@ -1,6 +1,11 @@
 // `tandem`: one binary, one subcommand per tool.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <system_error>
 #include <new>
 #include <string>
 #include <string_view>
@@ -23,6 +28,80 @@ std::vector<std::string> reversed(std::vector<std::string> args) {
     return args;
 }
 
+// One line on stderr that cannot throw: a closed or full stderr loses the
+// message, never the exit status.
+void report(std::string_view prefix, std::string_view text) {
+    std::fflush(stdout);
+    std::string line(prefix);
+    line.append(text);
+    line += '\n';
+    const char* p = line.data();
+    size_t n = line.size();
+    while (n > 0) {
+        const ssize_t w = ::write(STDERR_FILENO, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        p += w;
+        n -= static_cast<size_t>(w);
+    }
+}
+
+// Status 1: bad input (a flag, a file, a prompt). Status 2: a bug in Tandem.
+constexpr int kUserError = 1;
+constexpr int kInternalError = 2;
+
+int run_command(CLI::App& app, const std::vector<std::string>& typed) {
+    try {
+        // An empty value ("--vram ''", "--dump-logits=") is never meant:
+        // refused here, for every flag, instead of read as "not given".
+        for (size_t i = 0; i < typed.size(); ++i) {
+            const std::string& a = typed[i];
+            // (An empty prompt is llama.cpp's "start from BOS".)
+            const bool prompt = i > 0 && (typed[i - 1] == "-p" || typed[i - 1] == "--prompt");
+            const bool empty_after_flag =
+                a.empty() && i > 0 && !prompt && typed[i - 1].size() > 1 && typed[i - 1][0] == '-';
+            if (empty_after_flag || (a.size() > 2 && a.rfind("--", 0) == 0 && a.back() == '=')) {
+                const std::string flag = a.empty() ? typed[i - 1] : a.substr(0, a.size() - 1);
+                throw tandem::Error(fmt::format("{}: expected a value, found an empty one", flag));
+            }
+        }
+        // llama.cpp's one-dash words (-ngl, -ctk, -fa) become long names.
+        auto args = reversed(tandem::tools::rewrite_llama_flags(typed));
+        app.parse(args);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        // One line and status 1, whatever CLI11's own code (104, 109, ...).
+        const bool known = !typed.empty() && !app.get_subcommands([&](CLI::App* s) {
+                                                  return s->get_name() == typed.front();
+                                              }).empty();
+        const std::string command = known ? typed.front() : "";
+        report("tandem: error: ", tandem::tools::parse_error_line(e, command, typed));
+        return kUserError;
+    } catch (const tandem::Error& e) {
+        report("tandem: error: ", e.what());
+        return kUserError;
+    } catch (const tandem::InternalError& e) {
+        report("tandem: ", e.what());
+        return kInternalError;
+    } catch (const std::bad_alloc&) {
+        report("tandem: error: ", "out of host memory");
+        return kUserError;
+    } catch (const std::system_error& e) {
+        // fmt's failed writes to stdout, and other calls into the system.
+        report("tandem: error: ", e.what());
+        return kUserError;
+    } catch (const std::exception& e) {
+        report("tandem: error: ", e.what());
+        return kUserError;
+    }
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -39,42 +118,17 @@ int main(int argc, char** argv) {
     tandem::tools::add_bench_command(app);
     tandem::tools::add_tune_command(app);
     tandem::tools::add_perplexity_command(app);
-    const std::vector<std::string> typed(argv + 1, argv + argc);
-    try {
-        // llama.cpp's one-dash words (-ngl, -ctk, -fa) become long names.
-        auto args = reversed(tandem::tools::rewrite_llama_flags(typed));
-        app.parse(args);
-    } catch (const CLI::CallForHelp& e) {
-        return app.exit(e);
-    } catch (const CLI::CallForAllHelp& e) {
-        return app.exit(e);
-    } catch (const CLI::CallForVersion& e) {
-        return app.exit(e);
-    } catch (const CLI::ParseError& e) {
-        // One line and status 1, whatever CLI11's own code (104, 109, ...).
-        const bool known = !typed.empty() && !app.get_subcommands([&](CLI::App* s) {
-                                                  return s->get_name() == typed.front();
-                                              }).empty();
-        const std::string command = known ? typed.front() : "";
-        std::fflush(stdout);
-        fmt::print(stderr, "tandem: error: {}\n", tandem::tools::parse_error_line(e, command, typed));
-        return 1;
-    } catch (const tandem::Error& e) {
-        std::fflush(stdout);
-        fmt::print(stderr, "tandem: error: {}\n", e.what());
-        return 1;
-    } catch (const tandem::InternalError& e) {
-        std::fflush(stdout);
-        fmt::print(stderr, "tandem: {}\n", e.what());
-        return 3;
-    } catch (const std::bad_alloc&) {
-        std::fflush(stdout);
-        fmt::print(stderr, "tandem: error: out of host memory\n");
-        return 1;
-    } catch (const std::exception& e) {
-        std::fflush(stdout);
-        fmt::print(stderr, "tandem: error: {}\n", e.what());
-        return 1;
+    const int status = run_command(app, std::vector<std::string>(argv + 1, argv + argc));
+    // Output that never arrived (stdout closed, a full disk, a dead pipe)
+    // is a failure, not a success.
+    errno = 0;
+    const bool flushed = std::fflush(stdout) == 0 && !std::ferror(stdout);
+    const int flush_errno = errno;
+    if (!flushed || std::fclose(stdout) != 0) {
+        const int err = flushed ? errno : flush_errno;
+        report("tandem: error: ", std::string("cannot write the output to stdout: ") +
+                                      (err != 0 ? std::strerror(err) : "write error"));
+        return status != 0 ? status : kUserError;
     }
-    return 0;
+    return status;
 }

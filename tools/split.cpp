@@ -84,10 +84,10 @@ std::optional<int64_t> parse_ngl(const std::string& text) {
     try {
         size_t used = 0;
         const long long v = std::stoll(text, &used);
-        if (used == text.size()) return v;
+        if (used == text.size() && v >= 0) return v;
     } catch (const std::exception&) {
     }
-    throw Error(fmt::format("-ngl: expected auto or a layer count, found '{}'", text));
+    throw Error(fmt::format("-ngl: expected auto or a layer count >= 0, found '{}'", text));
 }
 
 SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch) {
