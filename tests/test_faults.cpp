@@ -13,6 +13,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
+#include "runtime/gguf/gguf_writer.h"
+#include "runtime/tokenizer/tokenizer.h"
 #include "tests/run_command.h"
 #include "tests/test_paths.h"
 
@@ -324,6 +327,64 @@ TEST(Faults, FlagsAndTextsAreBounded) {
         SCOPED_TRACE(c.args);
         expect_one_line_error(run_tandem(c.args, dir), c.needle);
     }
+    fs::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+// A header-only copy of src with the string array `key` passed through edit.
+fs::path with_tokens(const fs::path& src, const fs::path& out,
+                     const std::function<void(std::vector<std::string>&)>& edit) {
+    const auto file = tandem::gguf::File::open(src);
+    tandem::gguf::Writer w(out);
+    for (const auto& kv : file.metadata()) {
+        if (kv.key == "general.alignment") continue;
+        if (kv.key == "tokenizer.ggml.tokens") {
+            std::vector<std::string> tokens;
+            for (const auto& item : kv.value.as_array()->items) tokens.push_back(std::get<std::string>(item.data));
+            edit(tokens);
+            w.set(kv.key, tandem::gguf::Value::string_array(tokens));
+        } else if (kv.key == "tokenizer.ggml.scores" || kv.key == "tokenizer.ggml.token_type") {
+            continue;  // optional; they would disagree in length with a cut list
+        } else {
+            w.set(kv.key, kv.value);
+        }
+    }
+    w.set(std::string(tandem::gguf::kHeaderOnlyKey), tandem::gguf::Value::boolean(true));
+    for (const auto& t : file.tensors()) w.add_tensor({t.name, t.shape, t.type});
+    w.finish();
+    return out;
+}
+
+std::string tokenizer_error(const fs::path& path) {
+    try {
+        (void)tandem::Tokenizer::from_gguf(tandem::gguf::File::open(path));
+    } catch (const tandem::Error& e) {
+        return e.what();
+    }
+    return "(loaded)";
+}
+
+// Checks at load time, not mid-generation: the vocabulary against the
+// embedding rows, and the byte tokens byte-level BPE needs.
+TEST(Faults, VocabularyMismatchesFailAtLoad) {
+    const fs::path dir = scratch("vocab");
+    const fs::path short_vocab = with_tokens(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"), dir / "short.gguf",
+                                             [](std::vector<std::string>& t) { t.resize(1000); });
+    const std::string err = tokenizer_error(short_vocab);
+    EXPECT_NE(err.find("expected 32000 tokens, one for each row of token_embd.weight, found 1000"), std::string::npos)
+        << err;
+    const fs::path gpt2 = tandem::testing::test_data("vocab/ggml-vocab-gpt-2.gguf");
+    const fs::path no_a = with_tokens(gpt2, dir / "no_a.gguf", [](std::vector<std::string>& t) {
+        for (auto& s : t) {
+            if (s == "A") s = "A-gone";
+        }
+    });
+    const std::string bpe = tokenizer_error(no_a);
+    EXPECT_NE(bpe.find("needs a token for each of the 256 bytes; byte 0x41 has none"), std::string::npos) << bpe;
+    EXPECT_EQ(tokenizer_error(gpt2), "(loaded)");
     fs::remove_all(dir);
 }
 

@@ -148,6 +148,13 @@ void load_merges(const gguf::File& f, Vocab& v) {
             ch += static_cast<char>(0x80 | (cp & 0x3F));
         }
         v.byte_part[static_cast<size_t>(b)] = v.find_part(ch);
+        // Without it a text holding that byte would lose it silently.
+        if (v.find(ch) < 0) {
+            fail_key(f, "tokenizer.ggml.tokens",
+                     fmt::format("a byte-level BPE vocabulary needs a token for each of the 256 bytes; byte 0x{:02X} "
+                                 "has none",
+                                 b));
+        }
     }
 }
 
@@ -268,6 +275,16 @@ Vocab load_vocab(const gguf::File& f) {
 
     load_tokens(f, v);
     const int32_t n = v.n_vocab();
+    // The model's rows and the tokenizer's ids must be the same set: a
+    // token without a row cannot be embedded, a row without a token cannot
+    // be printed when sampled.
+    if (const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight"); embd && embd->shape.size() >= 2) {
+        if (embd->shape[1] != n) {
+            fail_key(f, "tokenizer.ggml.tokens",
+                     fmt::format("expected {} tokens, one for each row of token_embd.weight, found {}", embd->shape[1],
+                                 n));
+        }
+    }
 
     if (v.kind == VocabKind::Spm) {
         // The pre-tokenizer key means nothing to SentencePiece.
