@@ -93,6 +93,10 @@ std::optional<int64_t> parse_ngl(const std::string& text) {
 SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch) {
     SplitRequest r;
     r.device = f.device;
+    if (!r.device.empty() && r.device != "cpu2" && cuda::device_index(r.device) < 0) {
+        throw Error(fmt::format("--device: expected cuda, cudaN (a GPU) or cpu2 (the stand-in device), found '{}'",
+                                r.device));
+    }
     if (!f.vram.empty()) r.vram = parse_size(f.vram);
     r.ngl = parse_ngl(f.n_gpu_layers);
     r.n_ctx = n_ctx;

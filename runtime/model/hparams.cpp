@@ -48,10 +48,6 @@ constexpr std::array kFloatKeys = {
     FloatKey{"attn_logit_softcapping", &HParams::attn_logit_softcap, false},
 };
 
-// Far above any real model, low enough that products of these stay far from
-// overflow and a hostile header cannot ask for terabytes of KV cache.
-constexpr int64_t kMaxDim = int64_t{1} << 24;
-constexpr int64_t kMaxLayers = 4096;
 
 void require_range(const std::string& key, int64_t v, int64_t lo, int64_t hi) {
     if (v < lo || v > hi) {

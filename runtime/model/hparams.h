@@ -14,6 +14,12 @@ class File;
 
 namespace tandem::model {
 
+// Far above any real model, low enough that products of these stay far from
+// overflow and a hostile header cannot ask for terabytes of KV cache. The
+// loader refuses larger values; synth refuses to write them.
+inline constexpr int64_t kMaxDim = int64_t{1} << 24;
+inline constexpr int64_t kMaxLayers = 4096;
+
 struct HParams {
     std::string arch;
     int64_t n_vocab = 0;

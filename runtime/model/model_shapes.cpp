@@ -145,6 +145,12 @@ void validate_shape(const ModelShape& s) {
                  {"n_head_kv", s.n_head_kv}, {"n_vocab", s.n_vocab}, {"n_ctx", s.n_ctx}};
     for (const auto& sz : sizes) {
         if (sz.value <= 0) throw Error(fmt::format("shape '{}': {} must be positive, found {}", s.name, sz.what, sz.value));
+        // What the loader accepts (hparams.h): synth writes no file tandem refuses.
+        const int64_t most = sz.what == std::string_view("n_layer") ? kMaxLayers : kMaxDim;
+        if (sz.value > most) {
+            throw Error(fmt::format("shape '{}': {} must be at most {} (what tandem loads), found {}", s.name, sz.what,
+                                    most, sz.value));
+        }
         as_u32(sz.value, sz.what);
     }
     for (const auto& [what, value] : {std::pair{"head_dim", s.head_dim}, std::pair{"n_expert", s.n_expert},
