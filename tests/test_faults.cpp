@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +24,7 @@
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/gguf/gguf_writer.h"
+#include "runtime/quant/quant_types.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/run_command.h"
 #include "tests/test_paths.h"
@@ -392,6 +395,58 @@ TEST(Faults, VocabularyMismatchesFailAtLoad) {
     const std::string bpe = tokenizer_error(no_a);
     EXPECT_NE(bpe.find("needs a token for each of the 256 bytes; byte 0x41 has none"), std::string::npos) << bpe;
     EXPECT_EQ(tokenizer_error(gpt2), "(loaded)");
+    fs::remove_all(dir);
+}
+
+}  // namespace
+
+namespace {
+
+// A copy of src whose tensor `name` has the float at element `at` set to NaN
+// (the tensor must be F32 or F16).
+fs::path with_nan(const fs::path& src, const fs::path& out, const std::string& name, int64_t at) {
+    const auto file = tandem::gguf::File::open(src);
+    tandem::gguf::Writer w(out);
+    for (const auto& kv : file.metadata()) {
+        if (kv.key != "general.alignment") w.set(kv.key, kv.value);
+    }
+    for (const auto& t : file.tensors()) w.add_tensor({t.name, t.shape, t.type});
+    w.write_header();
+    for (const auto& t : file.tensors()) {
+        const auto bytes = file.tensor_data(t);
+        std::vector<uint8_t> data(bytes.begin(), bytes.end());
+        if (t.name == name) {
+            if (t.type == tandem::quant::Type::F32) {
+                const float nan = std::nanf("");
+                std::memcpy(data.data() + at * 4, &nan, 4);
+            } else {
+                const uint16_t nan16 = 0x7e00;
+                std::memcpy(data.data() + at * 2, &nan16, 2);
+            }
+        }
+        w.write_tensor_data(data);
+    }
+    w.finish();
+    return out;
+}
+
+// NaN weights: a warning naming the tensor at load, not silent text.
+TEST(Faults, NonFiniteWeightsAreNamedAtLoad) {
+    const fs::path dir = scratch("nan");
+    const fs::path model = small_f16(dir);
+    const fs::path bad_norm = with_nan(model, dir / "norm.gguf", "blk.1.attn_norm.weight", 5);
+    auto r = run_tandem("run -m " + q(bad_norm) + " -p hi -n 1", dir);
+    EXPECT_NE(r.err.find("tandem: warning: tensor 'blk.1.attn_norm.weight' holds NaN or Inf values"),
+              std::string::npos)
+        << r.err;
+    // A middle row of a matrix: found by --check-tensors, which reads every row.
+    const fs::path bad_row = with_nan(model, dir / "row.gguf", "blk.0.ffn_up.weight", 128 * 100 + 7);
+    r = run_tandem("run -m " + q(bad_row) + " -p hi -n 1", dir);
+    EXPECT_EQ(r.err.find("holds NaN"), std::string::npos) << r.err;
+    r = run_tandem("run -m " + q(bad_row) + " -p hi -n 1 --check-tensors", dir);
+    EXPECT_NE(r.err.find("tensor 'blk.0.ffn_up.weight' holds NaN or Inf values (row 100)"), std::string::npos) << r.err;
+    r = run_tandem("run -m " + q(model) + " -p hi -n 1 --check-tensors", dir);
+    EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
     fs::remove_all(dir);
 }
 

@@ -38,6 +38,7 @@ namespace {
 
 // SplitFlags: --device, --vram, -ngl, --cache-type, streaming and placement.
 struct PerplexityOptions : SplitFlags {
+    bool check_tensors = false;
     std::string model;
     std::string text_file;
     int64_t n_ctx = 512;
@@ -90,7 +91,7 @@ void perplexity(const PerplexityOptions& o) {
     SplitRequest req = split_request(o, w.n_ctx, o.n_ubatch);
     SessionOptions so = resolve_split(req, file, spec).so;
     so.n_threads = o.n_threads;
-    const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so);
+    const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so, o.check_tensors);
     Session& session = *session_ptr;
     const int64_t n_vocab = session.n_vocab();
     if (base) ppl::check_base_matches(base->header(), o.kl_base, n_vocab, w, tokens);
@@ -235,6 +236,9 @@ void add_perplexity_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--ubatch-size", opts->n_ubatch, "tokens per micro-batch (-ub)")->capture_default_str();
     cmd->add_option("-t,--threads", opts->n_threads, "threads (0: physical cores)")->capture_default_str();
+    cmd->add_flag("--check-tensors", opts->check_tensors,
+                  "check every row of every weight for NaN and Inf at load (by default: norms, biases and the first and "
+                  "last row of each matrix)");
     add_cache_type_flags(*cmd, opts->cache);
     cmd->add_option("--device", opts->device, "accelerator: cuda0 or cpu2 (the stand-in device)");
     cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");

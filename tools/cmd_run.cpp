@@ -35,6 +35,7 @@ namespace {
 
 // SplitFlags: --device, --vram, -ngl, --cache-type, streaming and placement.
 struct RunOptions : SplitFlags {
+    bool check_tensors = false;
     std::string model;
     std::optional<std::string> prompt;
     std::optional<std::string> prompt_file;
@@ -129,7 +130,7 @@ void run(const RunOptions& o) {
     SessionOptions& so = split.so;
     so.n_threads = o.n_threads;
     if (o.n_threads == 0 && split.threads) so.n_threads = *split.threads;  // an explicit -t wins
-    const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so);
+    const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so, o.check_tensors);
     Session& session = *session_ptr;
     if (static_cast<int64_t>(tokens.size()) > session.n_ctx()) {
         throw Error(fmt::format("the prompt has {} tokens but the context holds {}; use a larger -c", tokens.size(),
@@ -229,6 +230,9 @@ void add_run_command(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("-c,--ctx-size", opts->n_ctx, "context size (0: the model's, at most 4096)")->capture_default_str();
     cmd->add_option("-t,--threads", opts->n_threads, "threads (0: physical cores)")->capture_default_str();
+    cmd->add_flag("--check-tensors", opts->check_tensors,
+                  "check every row of every weight for NaN and Inf at load (by default: norms, biases and the first and "
+                  "last row of each matrix)");
     cmd->add_option("--ubatch-size", opts->n_ubatch, "tokens per micro-batch of the prompt (-ub)")->capture_default_str();
     cmd->add_option("-b,--batch-size", opts->n_batch, "logical batch size (accepted; the micro-batch decides)");
     add_cache_type_flags(*cmd, opts->cache);

@@ -1,5 +1,7 @@
 #include "tools/session_open.h"
 
+#include "runtime/model/tensor_check.h"
+
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -40,7 +42,12 @@ std::function<void(uint64_t, uint64_t)> bar_feed(std::string label, uint64_t min
 }  // namespace
 
 std::unique_ptr<Session> open_session_stepping_down(const gguf::File& file, const model::ModelSpec& spec,
-                                                    SessionOptions& so) {
+                                                    SessionOptions& so, bool check_every_row) {
+    if (!file.header_only()) {
+        for (const std::string& w : model::find_non_finite_tensors(file, spec, check_every_row)) {
+            fmt::print(stderr, "tandem: warning: {}\n", w);
+        }
+    }
     const bool own_bar = !so.device.empty() && !so.upload_progress;
     const bool own_copy_bar = so.copy_host_weights && !so.host_copy_progress;
     while (true) {

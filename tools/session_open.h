@@ -12,9 +12,12 @@
 namespace tandem::tools {
 
 // so.n_gpu_layers is lowered to what was finally loaded. With an
-// accelerator, a progress bar on stderr follows the weight uploads.
+// accelerator, a progress bar on stderr follows the weight uploads. Weights
+// that are NaN or Inf get a warning line each (model/tensor_check.h: norms
+// and biases whole, matrices by their first and last rows, or every row
+// with check_every_row).
 std::unique_ptr<Session> open_session_stepping_down(const gguf::File& file, const model::ModelSpec& spec,
-                                                    SessionOptions& so);
+                                                    SessionOptions& so, bool check_every_row = false);
 
 
 }  // namespace tandem::tools
