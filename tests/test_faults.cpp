@@ -337,6 +337,11 @@ TEST(Faults, FlagsAndTextsAreBounded) {
         SCOPED_TRACE(c.args);
         expect_one_line_error(run_tandem(c.args, dir), c.needle);
     }
+    // More threads than cores runs, with a warning.
+    const int over = static_cast<int>(std::thread::hardware_concurrency()) * 2;
+    const auto r = run_tandem(run + "-t " + std::to_string(over), dir);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("physical cores"), std::string::npos) << r.err;
     fs::remove_all(dir);
 }
 

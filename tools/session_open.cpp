@@ -1,5 +1,6 @@
 #include "tools/session_open.h"
 
+#include "kernels_cpu/cpu_info.h"
 #include "runtime/model/tensor_check.h"
 
 #include <algorithm>
@@ -43,6 +44,12 @@ std::function<void(uint64_t, uint64_t)> bar_feed(std::string label, uint64_t min
 
 std::unique_ptr<Session> open_session_stepping_down(const gguf::File& file, const model::ModelSpec& spec,
                                                     SessionOptions& so, bool check_every_row) {
+    if (const int cores = cpu::physical_core_count(); so.n_threads > cores) {
+        fmt::print(stderr,
+                   "tandem: warning: -t {} is more than the {} physical cores: threads then share cores, which "
+                   "usually slows decoding\n",
+                   so.n_threads, cores);
+    }
     if (!file.header_only()) {
         for (const std::string& w : model::find_non_finite_tensors(file, spec, check_every_row)) {
             fmt::print(stderr, "tandem: warning: {}\n", w);
