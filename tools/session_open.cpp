@@ -1,5 +1,8 @@
 #include "tools/session_open.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "kernels_cpu/cpu_info.h"
 #include "runtime/model/tensor_check.h"
 
@@ -44,7 +47,10 @@ std::function<void(uint64_t, uint64_t)> bar_feed(std::string label, uint64_t min
 
 std::unique_ptr<Session> open_session_stepping_down(const gguf::File& file, const model::ModelSpec& spec,
                                                     SessionOptions& so, bool check_every_row) {
-    if (const int cores = cpu::physical_core_count(); so.n_threads > cores) {
+    // (Past 4x the logical CPUs the thread pool refuses the count instead.)
+    const int cores = cpu::physical_core_count();
+    const auto logical = static_cast<int>(std::thread::hardware_concurrency());
+    if (so.n_threads > cores && so.n_threads <= 4 * std::max(1, logical)) {
         fmt::print(stderr,
                    "tandem: warning: -t {} is more than the {} physical cores: threads then share cores, which "
                    "usually slows decoding\n",
