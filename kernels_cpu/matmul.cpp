@@ -26,6 +26,7 @@
 #include <string>
 
 #include "kernels_cpu/matmul.h"
+#include "kernels_cpu/blas_matmul.h"
 #include "kernels_cpu/gemm_panel.h"
 #include "kernels_cpu/kernel_table.h"
 #include "kernels_cpu/range_stealer.h"
@@ -143,6 +144,14 @@ void run_panels(const WeightView& w, PanelGemm gemm, size_t buf_bytes, const voi
 
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
             ThreadPool& pool, SimdLevel level) {
+    // Prompt batches of float weights through OpenBLAS where the build links
+    // it (blas_matmul.h).
+    if (detail::blas_wanted(w.type, n_tokens)) return detail::blas_matmul(w, x, ldx, n_tokens, y, ldy, pool, level);
+    detail::native_matmul(w, x, ldx, n_tokens, y, ldy, pool, level);
+}
+
+void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
+                           ThreadPool& pool, SimdLevel level) {
     const quant::Type a_type = activation_type(w.type);  // throws for a type without CPU kernels
     const auto w_row_bytes = quant::row_bytes(w.type, w.n_cols);
     TANDEM_CHECK(w_row_bytes.has_value() && w.n_cols > 0, "matmul: n_cols not a positive multiple of the block size");

@@ -1,10 +1,17 @@
 // The --plot chart: a well-formed SVG with the four lines, the capacity
-// limit and labels, built from a sweep's rows.
+// limit and labels, built from a sweep's rows; log axes that keep measured
+// lines off the floor when predictions are 100x higher; error bars and
+// streamed markers; a PNG rendering through rsvg-convert.
 #include "tools/bench_svg.h"
 
 #include <fmt/format.h>
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
 
 #include "tests/run_command.h"
 #include "tests/test_paths.h"
@@ -87,6 +94,131 @@ TEST(BenchSvg, NoLimitLineWithoutACapacityAndEmptySweepsStillRender) {
     const std::string empty = render_sweep_svg(SweepChart{});
     EXPECT_EQ(empty.rfind("<svg", 0), 0u);
     EXPECT_TRUE(contains(empty, "</svg>"));
+}
+
+// The y coordinates of a polyline's points, or of the markers with a class.
+std::vector<double> ys_of(const std::string& svg, const std::string& opening) {
+    std::vector<double> ys;
+    const size_t start = svg.find(opening);
+    if (start == std::string::npos) return ys;
+    const size_t from = svg.find("points=\"", start) + 8;
+    std::istringstream pts(svg.substr(from, svg.find('"', from) - from));
+    std::string xy;
+    while (pts >> xy) ys.push_back(std::stod(xy.substr(xy.find(',') + 1)));
+    return ys;
+}
+
+// The x of the fit-limit line.
+double limit_x(const std::string& svg) {
+    const std::string open = "<line class=\"fit-limit\" x1=\"";
+    const size_t at = svg.find(open);
+    return at == std::string::npos ? -1.0 : std::stod(svg.substr(at + open.size()));
+}
+
+// The first "<rect class=\"panel\"": the decode panel's top and bottom.
+std::pair<double, double> decode_panel(const std::string& svg) {
+    const size_t at = svg.find("<rect class=\"panel\"");
+    const auto attr = [&](const char* name) {
+        const size_t p = svg.find(std::string(name) + "=\"", at) + std::string(name).size() + 2;
+        return std::stod(svg.substr(p, svg.find('"', p) - p));
+    };
+    return {attr("y"), attr("y") + attr("height")};
+}
+
+// A sweep like a 1B model on a small card: decode ~200 tok/s measured
+// against ~3,300 predicted, prefill ~1,400 against ~20,000; -r repetitions
+// (a standard deviation), and the larger splits' prompts streamed weights.
+std::vector<BenchRow> realistic_rows() {
+    std::vector<BenchRow> rows;
+    for (int64_t ngl = 0; ngl <= 16; ngl += 2) {
+        const bool fits = ngl <= 12;
+        const double d = static_cast<double>(ngl);
+        BenchRow pp = sweep_row(ngl, "pp512", fits ? std::optional<double>(1300.0 + 25 * d) : std::nullopt,
+                                19000.0 + 150 * d);
+        BenchRow tg = sweep_row(ngl, "tg128", fits ? std::optional<double>(180.0 + 3 * d) : std::nullopt, 3200.0 + 20 * d);
+        if (fits) {
+            pp.tps_sd = 40.0;
+            tg.tps_sd = 6.0;
+        }
+        pp.backend = ngl >= 8 ? "split+stream" : "split";
+        tg.backend = "split";
+        rows.push_back(pp);
+        rows.push_back(tg);
+    }
+    return rows;
+}
+
+TEST(BenchSvg, LogAxisKeepsMeasuredLinesOffTheFloor) {
+    const SweepChart c = sweep_chart_from_rows(realistic_rows(), "llama-1b.gguf on cpu2", 12);
+    EXPECT_EQ(c.points[0].sd_tg, 6.0);
+    EXPECT_TRUE(c.points[4].streamed_pp);   // ngl 8
+    EXPECT_FALSE(c.points[4].streamed_tg);
+    const std::string svg = render_sweep_svg(c);
+    const auto [top, bottom] = decode_panel(svg);
+    const auto measured = ys_of(svg, "<polyline class=\"measured-tg\"");
+    const auto predicted = ys_of(svg, "<polyline class=\"predicted-tg\"");
+    ASSERT_EQ(measured.size(), 7u);
+    ASSERT_EQ(predicted.size(), 9u);
+    // On a linear axis 200 against 3,300 would sit 6% up; here the
+    // measured line is well above the floor and well below the prediction.
+    for (double y : measured) {
+        EXPECT_LT(y, bottom - 0.15 * (bottom - top)) << "measured point within a few pixels of the floor";
+        EXPECT_GT(y, top);
+    }
+    EXPECT_GT(*std::min_element(measured.begin(), measured.end()),
+              *std::max_element(predicted.begin(), predicted.end()) + 40);
+    // Labelled decades: 100 and 1k in decode, 1k and 10k in prefill.
+    for (const char* label : {">100</text>", ">1k</text>", ">10k</text>", "log scale"}) {
+        EXPECT_TRUE(contains(svg, label)) << label;
+    }
+    // Error bars on the measured points, hollow diamonds where the prompt
+    // streamed (ngl 8, 10, 12 of prefill), both in the legend.
+    EXPECT_EQ(count_of(svg, "class=\"sd-bar\""), 14u);
+    EXPECT_EQ(count_of(svg, "class=\"measured-pp streamed\""), 3u);
+    EXPECT_TRUE(contains(svg, "prompt streamed weights"));
+    EXPECT_TRUE(contains(svg, "+-1 sd over the repetitions"));
+    // The limit and its label lie inside the plot area, not on its border.
+    const double lx = limit_x(svg);
+    EXPECT_GT(lx, 90 + 5);
+    EXPECT_LT(lx, 880 - 220 - 5);
+    EXPECT_TRUE(contains(svg, "class=\"fit-limit-label\""));
+    EXPECT_TRUE(contains(svg, "class=\"no-fit\""));
+}
+
+TEST(BenchSvg, LimitAtTheLastNglStaysInsideTheFrame) {
+    const std::string svg = render_sweep_svg(sweep_chart_from_rows(sweep_rows(), "t", 5));
+    EXPECT_GT(limit_x(svg), 90 + 5);
+    EXPECT_LT(limit_x(svg), 880 - 220 - 5);
+    EXPECT_FALSE(contains(svg, "class=\"no-fit\""));  // nothing past it
+}
+
+// The chart as a person sees it: rsvg-convert (Debian: librsvg2-bin) renders
+// it to a PNG of the SVG's size. Left in the test's scratch directory
+// (/tmp/tandem-tests/BenchSvg.RendersToPngWithRsvgConvert) for a look.
+TEST(BenchSvg, RendersToPngWithRsvgConvert) {
+    if (std::system("command -v rsvg-convert >/dev/null 2>&1") != 0) {
+        GTEST_SKIP() << "rsvg-convert not found (Debian package librsvg2-bin, in scripts/install-deps.sh)";
+    }
+    const auto dir = testing::scratch_dir();
+    const auto svg = dir / "sweep.svg", png = dir / "sweep.png";
+    write_sweep_svg(svg.string(), sweep_chart_from_rows(realistic_rows(), "llama-1b-F16.gguf on cpu2, --vram 1.00 GiB", 12));
+    const std::string cmd = "rsvg-convert -o " + testing::shell_quote(png.string()) + " " +
+                            testing::shell_quote(svg.string()) + " 2>" + testing::shell_quote((dir / "err.txt").string());
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << testing::slurp(dir / "err.txt");
+    ASSERT_TRUE(std::filesystem::exists(png));
+    const std::string bytes = testing::slurp(png);
+    // A chart of lines, text and shading: tens of KiB, not a blank page.
+    EXPECT_GT(bytes.size(), 20'000u);
+    EXPECT_LT(bytes.size(), 2'000'000u);
+    ASSERT_GE(bytes.size(), 24u);
+    EXPECT_EQ(bytes.substr(1, 3), "PNG");
+    const auto be32 = [&](size_t at) {
+        uint32_t v = 0;
+        for (size_t i = 0; i < 4; ++i) v = v << 8 | static_cast<uint8_t>(bytes[at + i]);
+        return v;
+    };
+    EXPECT_EQ(be32(16), 880u);  // IHDR width and height: the SVG's
+    EXPECT_EQ(be32(20), 720u);
 }
 
 TEST(BenchSvg, WriteFailsWithAOneLineError) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels_cpu/blas_matmul.h"
 #include "kernels_cpu/matmul.h"
 #include "kernels_cpu/kernel_table.h"
 #include "kernels_cpu/vec_dot.h"
@@ -653,3 +654,33 @@ TEST(SimdLevel, BestIsSupportedAndMonotonic) {
 }
 
 }  // namespace
+
+// Prompt batches of float weights go to OpenBLAS where the build links it
+// (blas_matmul.h): the products are the kernels' (activations rounded as
+// they round them), only the order of the sums differs.
+TEST(Matmul, BlasBatchesMatchTheKernelsWithinRounding) {
+    if (!cpu::detail::blas_available()) GTEST_SKIP() << "built without OpenBLAS";
+    std::mt19937 rng(77);
+    const int64_t n = 512, rows = 96;
+    cpu::ThreadPool pool(2, false);
+    for (const Type t : {Type::F32, Type::F16, Type::BF16}) {
+        const int64_t tokens = cpu::detail::blas_min_tokens(t);
+        ASSERT_TRUE(cpu::detail::blas_wanted(t, tokens));
+        EXPECT_FALSE(cpu::detail::blas_wanted(t, tokens - 1));
+        const auto w = quantize(t, random_floats(rng, static_cast<size_t>(rows * n), 0.05f), rows, n);
+        const cpu::WeightView view{t, w.data(), rows, n, row_size(t, n)};
+        const auto x = random_floats(rng, static_cast<size_t>(tokens * n));
+        for (SimdLevel level : simd_levels()) {
+            std::vector<float> blas(static_cast<size_t>(tokens * rows)), native(blas.size());
+            cpu::matmul(view, x.data(), n, tokens, blas.data(), rows, pool, level);  // dispatches to BLAS
+            cpu::detail::native_matmul(view, x.data(), n, tokens, native.data(), rows, pool, level);
+            float largest = 0.0f, diff = 0.0f;
+            for (size_t i = 0; i < blas.size(); ++i) {
+                largest = std::max(largest, std::fabs(native[i]));
+                diff = std::max(diff, std::fabs(blas[i] - native[i]));
+            }
+            EXPECT_GT(largest, 0.0f);
+            EXPECT_LE(diff, 1e-5f * largest) << quant::traits(t).name << " level=" << cpu::simd_level_name(level);
+        }
+    }
+}

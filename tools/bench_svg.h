@@ -1,8 +1,14 @@
 // The chart `tandem bench --sweep-ngl --plot FILE.svg` writes: tok/s against
 // the number of layers on the accelerator, measured beside predicted, decode
 // in the top panel and prefill in the bottom one (their scales differ by
-// orders of magnitude, so one axis would flatten decode). Plain SVG text: no
-// plotting library, and any browser shows it.
+// orders of magnitude, so one axis would flatten decode). Each panel's y axis
+// is logarithmic with labelled decades, so a measured line far below its
+// prediction (200 against 20,000 tok/s) still has its own height. Measured
+// points carry +-1 standard deviation bars over the -r repetitions; points
+// whose prompt streamed weights to the accelerator are hollow diamonds; the
+// largest ngl that fits the capacity is a dashed line inside the plot area,
+// with the splits past it shaded. Plain SVG text: no plotting library, and
+// any browser shows it.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +24,8 @@ struct SweepPoint {
     int64_t ngl = 0;
     std::optional<double> measured_tg, predicted_tg;
     std::optional<double> measured_pp, predicted_pp;
+    std::optional<double> sd_tg, sd_pp;             // of the measured tok/s over the repetitions
+    bool streamed_tg = false, streamed_pp = false;  // the row's backend says "+stream"
 };
 
 struct SweepChart {
