@@ -41,6 +41,8 @@ quant::Type activation_type(quant::Type weight_type);
 // row stride ldx floats) times W transposed. Quantizes X once, then splits
 // the rows of W (and for large batches, tiles over tokens so each unpacked
 // weight block is reused across many tokens) over the pool's threads.
+// Prompt batches of F32/F16/BF16 weights go to OpenBLAS instead where the
+// build links it (blas_matmul.h: within rounding of the kernels).
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
             ThreadPool& pool, SimdLevel level);
 
