@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/common/atomic_file.h"
 #include "runtime/common/error.h"
 
 namespace tandem::tools {
@@ -337,10 +338,11 @@ std::string render_sweep_svg(const SweepChart& c) {
 }
 
 void write_sweep_svg(const std::string& path, const SweepChart& chart) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(fmt::format("--plot: cannot write {}", path));
-    out << render_sweep_svg(chart);
-    if (!out) throw Error(fmt::format("--plot: writing {} failed", path));
+    try {
+        write_file_atomic(path, render_sweep_svg(chart));
+    } catch (const Error& e) {
+        throw Error(fmt::format("--plot: {}", e.what()));
+    }
 }
 
 }  // namespace tandem::tools
