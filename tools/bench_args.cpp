@@ -213,7 +213,9 @@ BenchConfig make_bench_config(const BenchArgs& a) {
     }
     c.n_ubatch = int_lists(a.n_ubatch, "-ub", {512});
     require_at_least(c.n_ubatch, 1, "-ub");
-    for (std::string_view item : split(cache_type_text(a.cache_types), ',')) {
+    // Named: split() returns views into it, which a temporary would not outlive.
+    const std::string cache_types = cache_type_text(a.cache_types);
+    for (std::string_view item : split(cache_types, ',')) {
         c.cache_types.push_back(planner::parse_cache_type(std::string(item)));
     }
     const auto mmaps = split(a.mmap, ',');
