@@ -88,6 +88,8 @@ struct CpuDevice::Impl {
     std::vector<int32_t> pos_rows;
     cpu::ExpertGroups expert_groups;                // the experts' rows of one batch
     std::vector<float> expert_x, expert_y[2], slot_y;  // gathered inputs and outputs of one expert
+    std::vector<cpu::WeightView> decode_views;      // a decode step's expert slices
+    std::vector<cpu::MatmulTarget> decode_targets;  // and their products
     std::unique_ptr<StandInStream> stream;
     bool gemm_tile_reserved = false;
 
@@ -351,9 +353,11 @@ void CpuDevice::matmul_experts(std::span<const MatmulOut> outs, Act in, const Ex
     if (n == 1) {
         // A decode step: no gathering. Every chosen expert's products (of
         // the token's row, or of its slot's row) in one hand-off to the threads.
-        std::vector<cpu::WeightView> views;
-        std::vector<cpu::MatmulTarget> targets;
-        views.reserve(static_cast<size_t>(k) * outs.size());
+        // (Kept between calls: a decode step makes these for every layer.)
+        std::vector<cpu::WeightView>& views = m.decode_views;
+        std::vector<cpu::MatmulTarget>& targets = m.decode_targets;
+        views.clear();
+        targets.clear();
         for (int64_t j = 0; j < k; ++j) {
             const auto e = static_cast<int64_t>(route[2 * j]);
             TANDEM_CHECK(e >= 0 && e < n_expert, "matmul_experts: expert id out of range");

@@ -1,16 +1,11 @@
 #include "runtime/gguf/gguf_writer.h"
 
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
 #include <bit>
-#include <cerrno>
-#include <cstring>
 #include <limits>
-#include <system_error>
 #include <utility>
 
 #include "runtime/common/error.h"

@@ -123,28 +123,31 @@ uint64_t layer_weight_bytes(const ModelSpec& spec, int64_t il) {
 }
 
 namespace {
-// A tensor's share that one token uses: n_used / n_expert of an expert tensor.
-uint64_t used_share(const ModelSpec& spec, const gguf::TensorInfo& t, uint64_t amount) {
-    const bool expert = t.shape.size() > 2 && spec.hp.n_expert > 0 && t.shape[2] == spec.hp.n_expert;
-    return expert ? amount / static_cast<uint64_t>(spec.hp.n_expert) * static_cast<uint64_t>(spec.hp.n_expert_used)
-                  : amount;
+// Sum over layer il's tensors of amount(t), of an expert tensor (a role
+// whose rule has a third, per-expert dimension) only the n_used of n_expert
+// share one token uses.
+template <class Amount>
+uint64_t used_by_a_token(const ModelSpec& spec, int64_t il, Amount amount) {
+    const LayerSpec& layer = spec.layers.at(static_cast<size_t>(il));
+    uint64_t total = 0;
+    for (int r = 0; r < kLayerTensorCount; ++r) {
+        const gguf::TensorInfo* t = layer.tensors[static_cast<size_t>(r)];
+        if (!t) continue;
+        const uint64_t all = amount(*t);
+        const bool expert = layer_tensor_rule(static_cast<LayerTensor>(r)).ne2 == Dim::NExpert;
+        total += expert ? all / static_cast<uint64_t>(spec.hp.n_expert) * static_cast<uint64_t>(spec.hp.n_expert_used)
+                        : all;
+    }
+    return total;
 }
 }  // namespace
 
 uint64_t layer_decode_bytes(const ModelSpec& spec, int64_t il) {
-    uint64_t total = 0;
-    for (const auto* t : spec.layers.at(static_cast<size_t>(il)).tensors) {
-        if (t) total += used_share(spec, *t, t->n_bytes);
-    }
-    return total;
+    return used_by_a_token(spec, il, [](const gguf::TensorInfo& t) { return t.n_bytes; });
 }
 
 uint64_t layer_active_params(const ModelSpec& spec, int64_t il) {
-    uint64_t total = 0;
-    for (const auto* t : spec.layers.at(static_cast<size_t>(il)).tensors) {
-        if (t) total += used_share(spec, *t, t->n_elements);
-    }
-    return total;
+    return used_by_a_token(spec, il, [](const gguf::TensorInfo& t) { return t.n_elements; });
 }
 
 uint64_t output_weight_bytes(const ModelSpec& spec) {
