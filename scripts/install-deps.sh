@@ -9,6 +9,7 @@ packages=(
   libhwloc-dev libopenblas-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev
+  libcpp-httplib-dev            # tandem serve
   python3
   librsvg2-bin                  # rsvg-convert: the bench chart test renders its SVG to PNG
 )

@@ -111,6 +111,9 @@ public:
     void kv_clear() override { cpu_.kv_clear(); }
     uint64_t kv_bytes() const override { return cpu_.kv_bytes(); }
     int32_t kv_pos_max(int32_t seq) const override { return cpu_.kv_pos_max(seq); }
+    const tandem::KvCells& kv_cells(int64_t il) const override { return cpu_.kv_cells(il); }
+    tandem::KvSeqRows kv_read_seq(int64_t il, int32_t seq) const override { return cpu_.kv_read_seq(il, seq); }
+    void kv_write_seq(int64_t il, int32_t seq, const tandem::KvSeqRows& rows) override { cpu_.kv_write_seq(il, seq, rows); }
 
     void matmul(std::span<const tandem::MatmulOut> outs, tandem::Act in, int64_t n) override {
         if (n < tandem::cuda::kCublasMinTokens) {

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -48,6 +50,9 @@ struct RunOptions : SplitFlags {
     bool verbose = false;
     bool ignore_eos = false;
     bool no_display_prompt = false;
+    bool parse_special = false;     // control tokens' text in the prompt becomes the tokens
+    std::string prompt_cache;       // llama-cli's --prompt-cache FILE
+    bool prompt_cache_ro = false;   // use the file, do not update it
     SamplerParams sampling;
     std::optional<uint64_t> seed;
 };
@@ -95,6 +100,60 @@ void write_logits(AtomicFile& out, const std::vector<float>& logits) {
     out.commit();
 }
 
+// The bytes of a prompt-cache file; nullopt when there is none. A file
+// larger than any state this session could hold is refused before it is
+// read (a state is at most the KV cache, each cell's position and cell
+// index, and the tokens; twice that for a ring saved with a larger
+// micro-batch).
+std::optional<std::vector<uint8_t>> read_prompt_cache(const std::string& path, const Session& session,
+                                                      const model::HParams& hp) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return std::nullopt;
+    if (std::filesystem::is_directory(path, ec)) throw Error(fmt::format("--prompt-cache {}: is a directory", path));
+    const uint64_t size = std::filesystem::file_size(path, ec);
+    if (ec) throw Error(fmt::format("--prompt-cache {}: {}", path, ec.message()));
+    const auto n_ctx = static_cast<uint64_t>(session.n_ctx());
+    const uint64_t limit = 2 * (session.kv_cache_bytes() + static_cast<uint64_t>(hp.n_layer) * (16 + 8 * n_ctx)) +
+                           4 * n_ctx + (1 << 20);
+    if (size > limit) {
+        throw Error(fmt::format("--prompt-cache {}: {} bytes, more than a state of this model and context can be "
+                                "({} at most); delete the file to start a new cache",
+                                path, size, limit));
+    }
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(fmt::format("--prompt-cache {}: cannot be opened for reading", path));
+    std::vector<uint8_t> bytes(static_cast<size_t>(size));
+    in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size));
+    if (static_cast<uint64_t>(in.gcount()) != size) {
+        throw Error(fmt::format("--prompt-cache {}: read {} of its {} bytes", path, in.gcount(), size));
+    }
+    return bytes;
+}
+
+// Restores sequence 0 from the prompt cache and keeps the longest prefix
+// of it the prompt shares that every layer can continue from; returns how
+// many prompt tokens need no evaluation (at most all but the last one,
+// which is evaluated again for its logits).
+size_t reuse_prompt_cache(const std::string& path, const std::vector<uint8_t>& bytes, Session& session,
+                          const std::vector<int32_t>& tokens) {
+    std::vector<int32_t> cached;
+    try {
+        cached = session.restore_sequence(0, bytes);
+    } catch (const Error& e) {
+        throw Error(fmt::format("--prompt-cache {}: {}; delete the file to start a new cache", path, e.what()));
+    }
+    size_t common = 0;
+    while (common < cached.size() && common < tokens.size() && cached[common] == tokens[common]) ++common;
+    common = std::min<size_t>(common, static_cast<size_t>(session.seq_pos_max(0) + 1));
+    // The last token is evaluated again at least: its logits start the generation.
+    const auto n = static_cast<int32_t>(std::min(common, tokens.size() - 1));
+    const auto keep = static_cast<size_t>(session.held_prefix(0, n));
+    session.remove_positions(0, static_cast<int32_t>(keep), -1);
+    fmt::print(stderr, "prompt cache: reused {} of the prompt's {} tokens from {} ({} cached, {} in common)\n", keep,
+               tokens.size(), path, cached.size(), common);
+    return keep;
+}
+
 void run(const RunOptions& o) {
     const std::string prompt = read_prompt(o);
     gguf::OpenOptions open;
@@ -116,7 +175,8 @@ void run(const RunOptions& o) {
                                 o.n_predict));
     }
 
-    const std::vector<int32_t> tokens = tokenizer.encode(prompt, !o.no_bos && tokenizer.add_bos_by_default());
+    const std::vector<int32_t> tokens =
+        tokenizer.encode(prompt, !o.no_bos && tokenizer.add_bos_by_default(), o.parse_special);
     if (tokens.empty()) throw Error("the prompt gives no tokens");
     SplitRequest req = split_request(o, o.n_ctx, o.n_ubatch);
     // --dump-logits promises the prompt as one batch, as llama.cpp's golden
@@ -163,9 +223,36 @@ void run(const RunOptions& o) {
     using clock = std::chrono::steady_clock;
     std::vector<float> logits;
     const bool dump = !o.dump_logits.empty();
+    // --prompt-cache: the saved state of the last prompt, its common prefix
+    // with this one kept. The writer is made now, so that an output that is
+    // an input (the model) fails before the run.
+    size_t reused = 0;
+    std::optional<AtomicFile> cache_out;
+    if (!o.prompt_cache.empty()) {
+        const std::optional<std::vector<uint8_t>> bytes = read_prompt_cache(o.prompt_cache, session, spec.hp);
+        if (!bytes) {
+            fmt::print(stderr, "prompt cache: {} does not exist{}\n", o.prompt_cache,
+                       o.prompt_cache_ro ? "; --prompt-cache-ro: it is not created" : "; it will be created");
+        } else if (dump) {
+            fmt::print(stderr, "prompt cache: not reused: --dump-logits evaluates the whole prompt\n");
+        } else {
+            reused = reuse_prompt_cache(o.prompt_cache, *bytes, session, tokens);
+        }
+        if (!o.prompt_cache_ro) cache_out.emplace(o.prompt_cache);
+    }
+    const std::span<const int32_t> to_eval(tokens.data() + reused, tokens.size() - reused);
     const auto t0 = clock::now();
-    session.eval(tokens, dump, logits);
+    session.eval(to_eval, dump, logits);
     const double prompt_s = std::chrono::duration<double>(clock::now() - t0).count();
+    if (cache_out) {
+        const std::vector<uint8_t> state = session.save_sequence(0, tokens);
+        cache_out->write(state.data(), state.size());
+        cache_out->commit();
+        if (o.verbose) {
+            fmt::print(stderr, "prompt cache: saved {} tokens ({:.2f} MiB) to {}\n", tokens.size(),
+                       static_cast<double>(state.size()) / (1 << 20), o.prompt_cache);
+        }
+    }
     if (dump) {
         write_logits(*dump_file, logits);
         logits.erase(logits.begin(), logits.end() - session.n_vocab());  // keep the last row for sampling
@@ -177,10 +264,20 @@ void run(const RunOptions& o) {
     for (int32_t t : tokens) sampler.accept(t);
     std::string pending;  // bytes of an incomplete UTF-8 character
     int generated = 0;
+    bool stopped_at_eog = false;
     const auto t1 = clock::now();
     while (o.n_predict < 0 || generated < o.n_predict) {
         const int32_t next = sampler.sample(logits);
-        if (!o.ignore_eos && tokenizer.is_end_of_generation(next)) break;
+        if (!o.ignore_eos && tokenizer.is_end_of_generation(next)) {
+            stopped_at_eog = true;
+            if (generated == 0) {
+                fmt::print(stderr,
+                           "\ngeneration ended at once: the model's first token was end-of-generation ({}, id {}); "
+                           "--ignore-eos keeps going\n",
+                           tokenizer.token_to_piece(next, true), next);
+            }
+            break;
+        }
         sampler.accept(next);
         ++generated;
         pending += tokenizer.token_to_piece(next);
@@ -200,14 +297,15 @@ void run(const RunOptions& o) {
     fmt::print("{}\n", pending);
 
     const double bytes = static_cast<double>(session.weight_bytes_per_token());
-    const double pp_tps = static_cast<double>(tokens.size()) / prompt_s;
+    const double pp_tps = static_cast<double>(to_eval.size()) / prompt_s;
     // The last sampled token is not evaluated: generated - 1 decode steps.
     const int steps = std::max(0, generated - 1);
     const double tg_tps = steps > 0 && gen_s > 0 ? steps / gen_s : 0.0;
-    fmt::print(stderr, "\nprompt: {} tokens in {:.3f} s, {:.2f} tok/s{}\n", tokens.size(), prompt_s, pp_tps,
+    fmt::print(stderr, "\nprompt: {} tokens in {:.3f} s, {:.2f} tok/s{}{}\n", to_eval.size(), prompt_s, pp_tps,
+               reused > 0 ? fmt::format(" ({} more reused from the prompt cache)", reused) : std::string(),
                session.streamed_batches() > 0 ? " (CPU layers' weights streamed to " + so.device + ")" : "");
-    fmt::print(stderr, "generation: {} tokens in {:.3f} s, {:.2f} tok/s, {:.2f} GB/s of weights read\n", generated,
-               gen_s, tg_tps, tg_tps * bytes / 1e9);
+    fmt::print(stderr, "generation: {} tokens in {:.3f} s, {:.2f} tok/s, {:.2f} GB/s of weights read{}\n", generated,
+               gen_s, tg_tps, tg_tps * bytes / 1e9, stopped_at_eog ? ", stopped at end-of-generation token" : "");
     if (o.verbose && session.activation_crossings() > 0) {
         fmt::print(stderr, "activations moved between devices: {} crossings, {:.2f} MiB\n",
                    session.activation_crossings(), static_cast<double>(session.activation_bytes_moved()) / (1 << 20));
@@ -241,6 +339,12 @@ void add_run_command(CLI::App& app) {
     cmd->add_flag("--verbose", opts->verbose, "print model, split and memory per device");
     cmd->add_flag("--ignore-eos", opts->ignore_eos, "keep generating past the end-of-text token");
     cmd->add_flag("--no-display-prompt", opts->no_display_prompt, "print only the generated text, not the prompt");
+    cmd->add_flag("--parse-special", opts->parse_special,
+                  "the prompt's special-token text (e.g. <|im_start|>) becomes those control tokens");
+    cmd->add_option("--prompt-cache", opts->prompt_cache,
+                    "keep the prompt's KV cache state in FILE: reuse what it shares with the next prompt, then save "
+                    "this prompt's (a file from another model is an error)");
+    cmd->add_flag("--prompt-cache-ro", opts->prompt_cache_ro, "use the --prompt-cache file, but do not update it");
     cmd->add_option("--device", opts->device, "accelerator: cuda0 (a GPU; --vram caps what it may use) or cpu2 (a stand-in CPU device with --vram capacity)");
     cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");
     cmd->add_option("--n-gpu-layers", opts->n_gpu_layers,

@@ -118,6 +118,8 @@ int main(int argc, char** argv) {
     tandem::tools::add_bench_command(app);
     tandem::tools::add_tune_command(app);
     tandem::tools::add_perplexity_command(app);
+    tandem::tools::add_serve_command(app);
+    tandem::tools::add_chat_command(app);
     const int status = run_command(app, std::vector<std::string>(argv + 1, argv + argc));
     // Output that never arrived (stdout closed, a full disk, a dead pipe)
     // is a failure, not a success.

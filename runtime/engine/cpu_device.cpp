@@ -154,6 +154,11 @@ struct CpuDevice::Impl {
         TANDEM_CHECK(it != kv.end(), "attention: the layer's cache is not on this device");
         return it->second;
     }
+    const LayerKvCache& cache(int64_t il) const {
+        const auto it = kv.find(il);
+        TANDEM_CHECK(it != kv.end(), "the layer's KV cache is not on this device");
+        return it->second;
+    }
 
     float* buf(Act a) {
         auto& v = act[static_cast<size_t>(a)];
@@ -486,6 +491,14 @@ uint64_t CpuDevice::kv_bytes() const {
 
 int32_t CpuDevice::kv_pos_max(int32_t seq) const {
     return impl_->kv.empty() ? -1 : impl_->kv.begin()->second.cells().seq_pos_max(seq);
+}
+
+const KvCells& CpuDevice::kv_cells(int64_t il) const { return impl_->cache(il).cells(); }
+
+KvSeqRows CpuDevice::kv_read_seq(int64_t il, int32_t seq) const { return impl_->cache(il).read_seq(seq); }
+
+void CpuDevice::kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) {
+    impl_->cache(il).write_seq(seq, rows);
 }
 
 WeightStream* CpuDevice::enable_weight_stream(int64_t first_layer) {

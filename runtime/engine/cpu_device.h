@@ -59,6 +59,9 @@ public:
     void kv_clear() override;
     uint64_t kv_bytes() const override;
     int32_t kv_pos_max(int32_t seq) const override;
+    const KvCells& kv_cells(int64_t il) const override;
+    KvSeqRows kv_read_seq(int64_t il, int32_t seq) const override;
+    void kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) override;
 
     // The stand-in streams (StandInStream in cpu_device.cpp); the host
     // does not (nullptr).

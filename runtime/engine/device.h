@@ -17,7 +17,9 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/engine/kv_cells.h"
 #include "runtime/engine/memory_ledger.h"
+#include "runtime/engine/sequence_state.h"
 #include "runtime/engine/weight_stream.h"
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
@@ -176,6 +178,16 @@ public:
     // cache holds the same positions, so the first one answers); -1 when it
     // holds none or the device has no cache.
     virtual int32_t kv_pos_max(int32_t seq) const = 0;
+    // Layer il's cell bookkeeping (which positions each sequence holds);
+    // throws Error when the layer's cache is not on this device.
+    virtual const KvCells& kv_cells(int64_t il) const = 0;
+    // Sequence seq's cells of layer il: positions, cells and the K and V
+    // rows as stored (copied to the host).
+    virtual KvSeqRows kv_read_seq(int64_t il, int32_t seq) const = 0;
+    // Replaces seq's cells of layer il with `rows` (copied to the device),
+    // in the cells KvCells::restore_seq chooses. Throws Error for rows of
+    // another size or too few free cells (seq then holds none in il).
+    virtual void kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) = 0;
 
     // An accelerator that can multiply matrices it does not hold reserves
     // what streaming layers [first_layer, n_layer) costs it

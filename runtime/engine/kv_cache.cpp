@@ -1,5 +1,9 @@
 #include "runtime/engine/kv_cache.h"
 
+#include <cstring>
+
+#include <fmt/format.h>
+
 #include "runtime/common/error.h"
 
 namespace tandem {
@@ -35,6 +39,38 @@ void LayerKvCache::store(int32_t pos, const float* k_row, const float* v_row) {
 
 void LayerKvCache::store(int32_t seq, int32_t pos, const float* k_row, const float* v_row) {
     write_rows(cells_.place(seq, pos), k_row, v_row);
+}
+
+KvSeqRows LayerKvCache::read_seq(int32_t seq) const {
+    KvSeqRows r;
+    r.k_row_bytes = static_cast<uint32_t>(k_row_bytes_);
+    r.v_row_bytes = static_cast<uint32_t>(v_row_bytes_);
+    const std::vector<int64_t> cells = cells_.cells_of(seq);
+    r.k.resize(cells.size() * k_row_bytes_);
+    r.v.resize(cells.size() * v_row_bytes_);
+    for (size_t i = 0; i < cells.size(); ++i) {
+        const auto c = static_cast<uint64_t>(cells[i]);
+        r.pos.push_back(cells_.cell_pos()[c]);
+        r.cell.push_back(static_cast<int32_t>(c));
+        std::memcpy(r.k.data() + i * k_row_bytes_, k_.data() + c * k_row_bytes_, k_row_bytes_);
+        std::memcpy(r.v.data() + i * v_row_bytes_, v_.data() + c * v_row_bytes_, v_row_bytes_);
+    }
+    return r;
+}
+
+void LayerKvCache::write_seq(int32_t seq, const KvSeqRows& rows) {
+    if (rows.k_row_bytes != k_row_bytes_ || rows.v_row_bytes != v_row_bytes_) {
+        throw Error(fmt::format("KV cache restore: rows of {} (K) and {} (V) bytes expected, found {} and {}",
+                                k_row_bytes_, v_row_bytes_, rows.k_row_bytes, rows.v_row_bytes));
+    }
+    TANDEM_CHECK(rows.k.size() == rows.n_rows() * k_row_bytes_ && rows.v.size() == rows.n_rows() * v_row_bytes_,
+                 "KV cache restore: rows and positions disagree");
+    const std::vector<int64_t> cells = cells_.restore_seq(seq, rows.pos, rows.cell);
+    for (size_t i = 0; i < cells.size(); ++i) {
+        const auto c = static_cast<uint64_t>(cells[i]);
+        std::memcpy(k_.data() + c * k_row_bytes_, rows.k.data() + i * k_row_bytes_, k_row_bytes_);
+        std::memcpy(v_.data() + c * v_row_bytes_, rows.v.data() + i * v_row_bytes_, v_row_bytes_);
+    }
 }
 
 cpu::KvCacheView LayerKvCache::make_view(const int32_t* cell_pos) const {

@@ -14,6 +14,7 @@
 
 #include "kernels_cpu/attention.h"
 #include "runtime/engine/kv_cells.h"
+#include "runtime/engine/sequence_state.h"
 #include "runtime/quant/quant_types.h"
 
 namespace tandem {
@@ -50,6 +51,13 @@ public:
     int32_t seq_pos_max(int32_t seq) const { return cells_.seq_pos_max(seq); }
 
     void clear() { cells_.clear(); }
+
+    // Sequence seq's cells: positions, cells and rows as stored.
+    KvSeqRows read_seq(int32_t seq) const;
+    // Replaces seq's cells with `rows` (KvCells::restore_seq chooses the
+    // cells). Throws Error when the row sizes differ from this cache's or
+    // too few cells are free (seq then holds none).
+    void write_seq(int32_t seq, const KvSeqRows& rows);
 
     // Every occupied cell's position, whatever its sequences.
     cpu::KvCacheView view() const;

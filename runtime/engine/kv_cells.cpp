@@ -149,6 +149,57 @@ void KvCells::clear() {
     head_ = 0;
 }
 
+std::vector<int64_t> KvCells::cells_of(int32_t seq) const {
+    check_seq(seq, "cells_of");
+    std::vector<int64_t> out;
+    for (int64_t c = 0; c < n_cells_; ++c) {
+        if ((cell_seqs_[static_cast<size_t>(c)] & seq_bit(seq)) != 0) out.push_back(c);
+    }
+    return out;
+}
+
+int64_t KvCells::cells_available_to(int32_t seq) const {
+    check_seq(seq, "cells_available_to");
+    int64_t n = 0;
+    for (uint64_t s : cell_seqs_) n += s == 0 || s == seq_bit(seq);
+    return n;
+}
+
+std::vector<int64_t> KvCells::restore_seq(int32_t seq, std::span<const int32_t> pos, std::span<const int32_t> hint) {
+    check_seq(seq, "restore");
+    TANDEM_CHECK(hint.size() == pos.size(), "KV cache restore: one cell hint per position");
+    size_t last = 0;
+    for (size_t i = 0; i < pos.size(); ++i) {
+        if (pos[i] < 0) throw Error(fmt::format("KV cache restore: negative position {}", pos[i]));
+        if (pos[i] > pos[last]) last = i;
+    }
+    remove(seq, 0, -1);
+    std::vector<int64_t> cells(pos.size());
+    bool use_hint = true;
+    std::vector<uint8_t> taken(static_cast<size_t>(n_cells_), 0);
+    for (size_t i = 0; i < hint.size() && use_hint; ++i) {
+        const int32_t c = hint[i];
+        use_hint = c >= 0 && c < n_cells_ && cell_seqs_[static_cast<size_t>(c)] == 0 && !taken[static_cast<size_t>(c)];
+        if (use_hint) {
+            taken[static_cast<size_t>(c)] = 1;
+            cells[i] = c;
+        }
+    }
+    if (!use_hint) {
+        size_t i = 0;
+        for (int64_t c = 0; c < n_cells_ && i < pos.size(); ++c) {
+            if (cell_seqs_[static_cast<size_t>(c)] == 0) cells[i++] = c;
+        }
+        if (i < pos.size()) {
+            throw Error(fmt::format("KV cache restore: sequence {} needs {} cells, {} of the {} are free", seq,
+                                    pos.size(), i, n_cells_));
+        }
+    }
+    for (size_t i = 0; i < pos.size(); ++i) assign(cells[i], pos[i], seq_bit(seq));
+    if (!pos.empty()) head_ = (cells[last] + 1) % n_cells_;
+    return cells;
+}
+
 const int32_t* KvCells::cell_pos(int32_t seq) const {
     check_seq(seq, "view");
     const auto& arr = seq_pos_[static_cast<size_t>(seq)];

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace tandem {
@@ -51,6 +52,19 @@ public:
     int32_t seq_pos_max(int32_t seq) const;  // -1 when seq holds no cell
 
     void clear();
+
+    // The cells seq holds, in cell order.
+    std::vector<int64_t> cells_of(int32_t seq) const;
+    // The cells a restore of seq may use: the free ones and those seq holds alone.
+    int64_t cells_available_to(int32_t seq) const;
+    // A saved sequence put back (Session::restore_sequence): takes seq off
+    // every cell, then gives it positions pos[i] (distinct, >= 0), a cell
+    // each: the cells hint[i] when every one is in range, distinct and free,
+    // else the free cells in ascending order, so the rows keep their
+    // relative order (attention sums cells in cell order). The next place
+    // starts after the cell of the largest position. Returns the cells.
+    // Throws Error when too few cells are free (seq then holds none).
+    std::vector<int64_t> restore_seq(int32_t seq, std::span<const int32_t> pos, std::span<const int32_t> hint);
 
     // Every occupied cell's position, whatever its sequences (n_cells).
     const int32_t* cell_pos() const { return cell_pos_.data(); }

@@ -10,6 +10,7 @@
 #include "runtime/engine/host_weight_arena.h"
 #include "runtime/engine/cpu_device.h"
 #include "runtime/engine/recipe.h"
+#include "runtime/engine/sequence_state.h"
 #include "runtime/common/error.h"
 
 namespace tandem {
@@ -283,6 +284,7 @@ struct Session::Impl {
 
     int64_t n_past() const { return seq_pos_max(0) + 1; }
 
+
     void remove_positions(int32_t s, int32_t p0, int32_t p1) {
         if (s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
         host->kv_remove(s, p0, p1);
@@ -295,6 +297,171 @@ struct Session::Impl {
         }
         host->kv_copy(src, dst, p0, p1);
         if (accel) accel->kv_copy(src, dst, p0, p1);
+    }
+
+    // ---- one sequence's state (save_sequence, restore_sequence, held_prefix)
+    mutable std::optional<ModelFingerprint> fingerprint_;
+
+    const ModelFingerprint& fingerprint() const {
+        if (!fingerprint_) fingerprint_ = model_fingerprint(file, static_cast<uint64_t>(hp.n_vocab));
+        return *fingerprint_;
+    }
+
+    const Device& kv_device(int64_t il) const {
+        const int d = placement.kv[static_cast<size_t>(il)];
+        return d == kHostDevice ? static_cast<const Device&>(*host) : *accel;
+    }
+    Device& kv_device(int64_t il) { return device(placement.kv[static_cast<size_t>(il)]); }
+
+    static void check_seq_id(int32_t s) {
+        if (s < 0 || s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
+    }
+
+    uint32_t cache_type_code() const { return static_cast<uint32_t>(model::cache_quant_type(opt.cache_type)); }
+
+    int32_t held_prefix(int32_t s, int32_t n) const {
+        check_seq_id(s);
+        if (n <= 0) return 0;
+        // Per layer: how many of [0, i) seq holds, for i in [0, n].
+        std::vector<std::vector<int32_t>> counts;
+        std::vector<int64_t> windows;
+        for (int64_t il = 0; il < hp.n_layer; ++il) {
+            const KvCells& cells = kv_device(il).kv_cells(il);
+            std::vector<uint8_t> held(static_cast<size_t>(n), 0);
+            const int32_t* cp = cells.cell_pos(s);
+            for (int64_t c = 0; c < cells.n_cells(); ++c) {
+                if (cp[c] >= 0 && cp[c] < n) held[static_cast<size_t>(cp[c])] = 1;
+            }
+            std::vector<int32_t> cnt(static_cast<size_t>(n) + 1, 0);
+            for (int32_t i = 0; i < n; ++i) cnt[static_cast<size_t>(i) + 1] = cnt[static_cast<size_t>(i)] + held[static_cast<size_t>(i)];
+            counts.push_back(std::move(cnt));
+            windows.push_back(cells.ring_span() > 0 ? hp.sliding_window : 0);
+        }
+        for (int32_t m = n; m > 0; --m) {
+            bool ok = true;
+            for (size_t il = 0; il < counts.size() && ok; ++il) {
+                const int32_t a = windows[il] > 0 ? static_cast<int32_t>(std::max<int64_t>(0, m - windows[il])) : 0;
+                ok = counts[il][static_cast<size_t>(m)] - counts[il][static_cast<size_t>(a)] == m - a;
+            }
+            if (ok) return m;
+        }
+        return 0;
+    }
+
+    std::vector<uint8_t> save_sequence(int32_t s, std::span<const int32_t> ids) const {
+        check_seq_id(s);
+        SequenceState st;
+        st.model = fingerprint();
+        st.n_layer = static_cast<uint32_t>(hp.n_layer);
+        st.cache_type = cache_type_code();
+        for (const int32_t id : ids) {
+            if (id < 0 || id >= hp.n_vocab) {
+                throw Error(fmt::format("save_sequence: token id {} is outside the vocabulary [0, {})", id, hp.n_vocab));
+            }
+        }
+        st.tokens.assign(ids.begin(), ids.end());
+        st.layers.reserve(static_cast<size_t>(hp.n_layer));
+        for (int64_t il = 0; il < hp.n_layer; ++il) st.layers.push_back(kv_device(il).kv_read_seq(il, s));
+        return encode_sequence_state(st);
+    }
+
+    // The model and cache a state was made for, against this session's.
+    void check_state_fits(const SequenceState& st) const {
+        const ModelFingerprint& fp = fingerprint();
+        const char* fix = "; it was saved by another model or cache type";
+        if (st.model.arch != fp.arch) {
+            throw Error(fmt::format("sequence state for another model: architecture '{}', this model is '{}'{}",
+                                    st.model.arch, fp.arch, fix));
+        }
+        if (st.model.n_vocab != fp.n_vocab) {
+            throw Error(fmt::format("sequence state for another model: vocabulary of {} tokens, this model has {}{}",
+                                    st.model.n_vocab, fp.n_vocab, fix));
+        }
+        if (st.model.n_tensors != fp.n_tensors) {
+            throw Error(fmt::format("sequence state for another model: {} tensors, this model has {}{}",
+                                    st.model.n_tensors, fp.n_tensors, fix));
+        }
+        if (st.n_layer != static_cast<uint64_t>(hp.n_layer)) {
+            throw Error(fmt::format("sequence state for another model: {} layers, this model has {}{}", st.n_layer,
+                                    hp.n_layer, fix));
+        }
+        if (st.model.layout_hash != fp.layout_hash) {
+            throw Error(fmt::format("sequence state for another model: tensor names, types or shapes differ (layout "
+                                    "hash {:016x}, this model's {:016x}){}",
+                                    st.model.layout_hash, fp.layout_hash, fix));
+        }
+        if (st.model.weights_hash != fp.weights_hash) {
+            throw Error(fmt::format("sequence state for another model: same tensor layout but different weights "
+                                    "(weights hash {:016x}, this model's {:016x}){}",
+                                    st.model.weights_hash, fp.weights_hash, fix));
+        }
+        if (st.cache_type != cache_type_code()) {
+            const auto name = [](uint32_t t) {
+                return t == static_cast<uint32_t>(quant::Type::F16)    ? std::string("f16")
+                       : t == static_cast<uint32_t>(quant::Type::Q8_0) ? std::string("q8_0")
+                                                                       : fmt::format("type {}", t);
+            };
+            throw Error(fmt::format("sequence state cache type: expected {} (this session's), found {}; use the same "
+                                    "cache type",
+                                    name(cache_type_code()), name(st.cache_type)));
+        }
+        const quant::Type qt = model::cache_quant_type(opt.cache_type);
+        const uint64_t kb = *quant::row_bytes(qt, hp.k_dim()), vb = *quant::row_bytes(qt, hp.v_dim());
+        for (size_t il = 0; il < st.layers.size(); ++il) {
+            const KvSeqRows& l = st.layers[il];
+            if (l.k_row_bytes != kb || l.v_row_bytes != vb) {
+                throw Error(fmt::format("sequence state layer {}: rows of {} (K) and {} (V) bytes expected, found {} "
+                                        "and {}{}",
+                                        il, kb, vb, l.k_row_bytes, l.v_row_bytes, fix));
+            }
+        }
+    }
+
+    std::vector<int32_t> restore_sequence(int32_t s, std::span<const uint8_t> blob) {
+        check_seq_id(s);
+        SequenceState st = decode_sequence_state(blob);
+        check_state_fits(st);
+        // Everything is checked before the first cell changes.
+        for (int64_t il = 0; il < hp.n_layer; ++il) {
+            KvSeqRows& l = st.layers[static_cast<size_t>(il)];
+            const KvCells& cells = kv_device(il).kv_cells(il);
+            for (const int32_t p : l.pos) {
+                if (p >= opt.n_ctx) {
+                    throw Error(fmt::format("sequence state holds position {}, past this context of {}; use a larger -c",
+                                            p, opt.n_ctx));
+                }
+            }
+            // A ring keeps the positions within its span of the newest.
+            if (cells.ring_span() > 0 && !l.pos.empty()) {
+                const int64_t newest = *std::max_element(l.pos.begin(), l.pos.end());
+                KvSeqRows kept;
+                kept.k_row_bytes = l.k_row_bytes;
+                kept.v_row_bytes = l.v_row_bytes;
+                for (size_t i = 0; i < l.pos.size(); ++i) {
+                    if (l.pos[i] <= newest - cells.ring_span()) continue;
+                    kept.pos.push_back(l.pos[i]);
+                    kept.cell.push_back(l.cell[i]);
+                    kept.k.insert(kept.k.end(), l.k.begin() + static_cast<std::ptrdiff_t>(i * l.k_row_bytes),
+                                  l.k.begin() + static_cast<std::ptrdiff_t>((i + 1) * l.k_row_bytes));
+                    kept.v.insert(kept.v.end(), l.v.begin() + static_cast<std::ptrdiff_t>(i * l.v_row_bytes),
+                                  l.v.begin() + static_cast<std::ptrdiff_t>((i + 1) * l.v_row_bytes));
+                }
+                l = std::move(kept);
+            }
+            const int64_t free = cells.cells_available_to(s);
+            if (static_cast<int64_t>(l.n_rows()) > free) {
+                throw Error(fmt::format("sequence state does not fit: layer {} needs {} cells for sequence {}, {} are "
+                                        "free (of {}); use a larger -c or free other sequences",
+                                        il, l.n_rows(), s, free, cells.n_cells()));
+            }
+        }
+        try {
+            for (int64_t il = 0; il < hp.n_layer; ++il) kv_device(il).kv_write_seq(il, s, st.layers[static_cast<size_t>(il)]);
+        } catch (...) {
+            remove_positions(s, 0, -1);
+            throw;
+        }
+        return std::move(st.tokens);
     }
 
     void reset() {
@@ -320,6 +487,15 @@ void Session::remove_positions(int32_t seq, int32_t p0, int32_t p1) { impl_->rem
 void Session::copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) { impl_->copy_sequence(src, dst, p0, p1); }
 
 int32_t Session::seq_pos_max(int32_t seq) const { return impl_->seq_pos_max(seq); }
+int32_t Session::held_prefix(int32_t seq, int32_t n) const { return impl_->held_prefix(seq, n); }
+
+std::vector<uint8_t> Session::save_sequence(int32_t seq, std::span<const int32_t> tokens) const {
+    return impl_->save_sequence(seq, tokens);
+}
+
+std::vector<int32_t> Session::restore_sequence(int32_t seq, std::span<const uint8_t> blob) {
+    return impl_->restore_sequence(seq, blob);
+}
 
 void Session::reset() { impl_->reset(); }
 

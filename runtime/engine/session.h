@@ -107,6 +107,30 @@ public:
     void copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1);
     // The largest position sequence seq holds, -1 when it holds none.
     int32_t seq_pos_max(int32_t seq) const;
+    // The largest m <= n such that every layer still holds the positions
+    // of seq a query at m attends to: [0, m) in a global layer, [m -
+    // window, m) in a sliding-window layer, read from the cells themselves
+    // (so exact for a restored ring, whatever session saved it). Keeping
+    // [0, m), removing the rest and evaluating on from m is then exact.
+    int32_t held_prefix(int32_t seq, int32_t n) const;
+
+    // The cache rows of sequence seq (every layer, K and V as stored: F16
+    // or Q8_0 blocks) with their positions, and the token ids the caller
+    // says they hold, as a self-describing blob (runtime/engine/
+    // sequence_state.h has the format). Throws tandem::Error for a sequence
+    // outside 0..63 or a token id outside the vocabulary.
+    std::vector<uint8_t> save_sequence(int32_t seq, std::span<const int32_t> tokens) const;
+    // Replaces sequence seq's cells with a blob from save_sequence and
+    // returns the tokens stored with it. A sliding-window layer gets the
+    // newest of the saved positions its ring keeps. Throws tandem::Error
+    // (expected vs found) when the blob is malformed, truncated or
+    // corrupted, was made by another model (architecture, vocabulary,
+    // tensor names/types/shapes, a sample of the weights) or cache layout
+    // (layer count, cache type, row sizes), holds a position past this
+    // context, or does not fit the cells free: the sequence is then left
+    // unchanged. (Should a device copy fail half-way, the sequence is left
+    // empty, never half-restored.)
+    std::vector<int32_t> restore_sequence(int32_t seq, std::span<const uint8_t> blob);
 
     void reset();
     int64_t n_past() const;

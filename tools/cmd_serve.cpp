@@ -1,0 +1,144 @@
+// `tandem serve`: an OpenAI-compatible HTTP server (tools/serve/) over one
+// session whose --parallel slots decode together.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+#include "tools/chat_model.h"
+#include "tools/commands.h"
+#include "tools/llama_flags.h"
+#include "tools/serve/http_server.h"
+#include "tools/serve/scheduler.h"
+#include "tools/serve/server_state.h"
+
+namespace tandem::tools {
+namespace {
+
+struct ServeOptions : ChatModelFlags {
+    serve::ServeConfig http;
+    int n_parallel = 4;
+    bool verbose = false;
+};
+
+// SIGINT and SIGTERM are blocked in every thread and taken by one waiting
+// thread, which stops the server in order (a request in flight gets its
+// answer; a slot file being written is finished). During loading a signal
+// ends the process at once.
+class SignalWaiter {
+public:
+    SignalWaiter() {
+        sigemptyset(&set_);
+        sigaddset(&set_, SIGINT);
+        sigaddset(&set_, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+        std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-answer is a failed write, not a dead server
+    }
+    ~SignalWaiter() { pthread_sigmask(SIG_UNBLOCK, &set_, nullptr); }
+    // Waits for a signal (its number), or until `give_up` turns true (0).
+    int wait(const std::atomic<bool>& give_up) {
+        const timespec tick{0, 200 * 1000 * 1000};
+        while (!give_up.load()) {
+            const int sig = sigtimedwait(&set_, nullptr, &tick);
+            if (sig > 0) return sig;
+        }
+        return 0;
+    }
+
+private:
+    sigset_t set_{};
+};
+
+void serve_model(const ServeOptions& o) {
+    if (o.n_parallel < 1 || o.n_parallel > kMaxSequences) {
+        throw Error(fmt::format("--parallel: expected 1..{} slots, found {}", kMaxSequences, o.n_parallel));
+    }
+    if (o.http.port < 0 || o.http.port > 65535) {
+        throw Error(fmt::format("--port: expected 0..65535, found {}", o.http.port));
+    }
+    if (!o.http.slot_save_path.empty() && !std::filesystem::is_directory(o.http.slot_save_path)) {
+        throw Error(fmt::format("--slot-save-path: expected a folder, found '{}' (none there)", o.http.slot_save_path));
+    }
+    SignalWaiter signals;
+    serve::ServerState state;
+    state.config = o.http;
+    serve::HttpServer http(state);
+    http.start();
+    fmt::print(stderr, "tandem serve: listening on http://{}:{} (loading {})\n", o.http.host, http.port(), o.model);
+
+    std::atomic<bool> loading{true};
+    std::atomic<bool> failed{false};
+    std::thread waiter([&] {
+        const int sig = signals.wait(failed);
+        if (sig == 0) return;
+        if (loading.load()) {
+            fmt::print(stderr, "\ntandem serve: stopped while loading ({})\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+            std::_Exit(130);
+        }
+    });
+    std::unique_ptr<ChatModel> m;
+    try {
+        m = open_chat_model(o, o.n_parallel);
+    } catch (...) {
+        loading.store(false);
+        failed.store(true);
+        waiter.join();
+        throw;
+    }
+    serve::SchedulerOptions so;
+    so.n_slots = o.n_parallel;
+    so.step_tokens = o.n_ubatch;
+    serve::Scheduler scheduler(*m->session, m->tokenizer, so);
+    serve::LoadedModel& lm = state.model;
+    lm.name = std::filesystem::path(o.model).filename().string();
+    lm.tokenizer = &m->tokenizer;
+    lm.chat_template = &m->chat_template;
+    lm.scheduler = &scheduler;
+    lm.add_bos = m->tokenizer.add_bos_by_default();
+    lm.bos_text = m->bos_text;
+    lm.eos_text = m->eos_text;
+    lm.end_of_turn_text = m->end_of_turn_text;
+    lm.end_of_turn_tokens = m->end_of_turn_tokens;
+    lm.max_slot_file_bytes = m->session->kv_cache_bytes() + (uint64_t{64} << 20);
+    scheduler.start();
+    loading.store(false);
+    state.ready.store(true);
+    fmt::print(stderr, "tandem serve: {} slots of {} tokens; chat template: {} ({})\n", o.n_parallel,
+               scheduler.n_ctx_slot(), m->template_origin, m->chat_template.family());
+    if (o.verbose) fmt::print(stderr, "{}\nplacement: {}\n", m->split_why, m->session->placement_summary());
+    fmt::print(stderr, "tandem serve: ready on http://{}:{}  (Ctrl-C stops)\n", o.http.host, http.port());
+    waiter.join();
+    fmt::print(stderr, "tandem serve: stopping\n");
+    http.stop();
+    scheduler.stop();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+    auto opts = std::make_shared<ServeOptions>();
+    CLI::App* cmd = app.add_subcommand("serve", "An OpenAI-compatible HTTP server with parallel slots");
+    add_chat_model_flags(*cmd, *opts);
+    cmd->add_option("--host", opts->http.host, "address to listen on")->capture_default_str();
+    cmd->add_option("--port", opts->http.port, "port to listen on (0: any free port)")->capture_default_str();
+    cmd->add_option("--parallel", opts->n_parallel, "slots: requests decoded together (-np)")->capture_default_str();
+    cmd->add_option("--api-key", opts->http.api_key, "require 'Authorization: Bearer KEY' on the /v1 routes");
+    cmd->add_option("--slot-save-path", opts->http.slot_save_path,
+                    "folder for POST /slots/ID?action=save|restore files (off without it)");
+    cmd->add_option("--threads-http", opts->http.http_threads, "HTTP worker threads")->capture_default_str();
+    cmd->add_flag("--verbose", opts->verbose, "print the placement");
+    add_llama_compat_flags(*cmd, LlamaTool::Run);
+    cmd->footer(llama_spellings_help(*cmd));
+    cmd->callback([opts] { serve_model(*opts); });
+}
+
+}  // namespace tandem::tools

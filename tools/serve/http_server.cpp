@@ -1,0 +1,107 @@
+#include "tools/serve/http_server.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include "runtime/common/error.h"
+#include "tools/serve/http_util.h"
+
+namespace tandem::serve {
+
+namespace {
+
+bool is_api_route(const std::string& path) {
+    return path.rfind("/v1/", 0) == 0 || path == "/completions" || path == "/chat/completions" || path == "/models";
+}
+
+// Compares without stopping at the first difference.
+bool same_secret(const std::string& a, const std::string& b) {
+    if (a.size() != b.size()) return false;
+    unsigned diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+}  // namespace
+
+HttpServer::HttpServer(ServerState& state) : state_(state), server_(std::make_unique<httplib::Server>()) {
+    httplib::Server& s = *server_;
+    const int threads = state_.config.http_threads;
+    s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    s.set_payload_max_length(state_.config.max_body_bytes);
+    s.set_read_timeout(30, 0);
+    s.set_write_timeout(30, 0);
+    s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+        if (!state_.ready.load()) {
+            set_json(res, 503, error_body("Loading model", "unavailable_error", "", 503));
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        if (!state_.config.api_key.empty() && is_api_route(req.path)) {
+            const std::string auth = req.get_header_value("Authorization");
+            const std::string prefix = "Bearer ";
+            const bool ok = auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), state_.config.api_key);
+            if (!ok) {
+                state_.requests_rejected.fetch_add(1);
+                set_json(res, 401,
+                         error_body(auth.empty() ? "no API key: send the header Authorization: Bearer KEY"
+                                                 : "the API key is not the server's",
+                                    "authentication_error", "", 401));
+                return httplib::Server::HandlerResponse::Handled;
+            }
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+    // Answers httplib makes itself (404, 413 for a body over the limit,
+    // 400 for a request it cannot parse) get a JSON error body too.
+    s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        std::string message = fmt::format("HTTP {}", res.status);
+        if (res.status == 404) message = fmt::format("no route {} {}", req.method, req.path);
+        if (res.status == 413) {
+            message = fmt::format("the request body is over the limit of {} bytes", state_.config.max_body_bytes);
+        }
+        if (res.status == 405) message = fmt::format("{} is not allowed on {}", req.method, req.path);
+        if (res.status >= 400 && res.status < 500) state_.requests_rejected.fetch_add(1);
+        set_json(res, res.status, error_body(message, res.status == 404 ? "not_found_error" : "invalid_request_error", "",
+                                             res.status));
+    });
+    s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown error";
+        try {
+            std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+            what = e.what();
+        } catch (...) {
+        }
+        set_json(res, 500, error_body(what, "server_error", "", 500));
+    });
+    add_admin_routes(s, state_);
+    add_completion_routes(s, state_);
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::start() {
+    const ServeConfig& c = state_.config;
+    if (c.port == 0) {
+        port_ = server_->bind_to_any_port(c.host);
+        if (port_ < 0) throw Error(fmt::format("cannot listen on {}: no free port could be bound", c.host));
+    } else {
+        if (!server_->bind_to_port(c.host, c.port)) {
+            throw Error(fmt::format("cannot listen on {}:{}: the address is in use, or not one of this machine's",
+                                    c.host, c.port));
+        }
+        port_ = c.port;
+    }
+    thread_ = std::thread([this] { server_->listen_after_bind(); });
+}
+
+void HttpServer::stop() {
+    if (server_) server_->stop();
+    if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace tandem::serve

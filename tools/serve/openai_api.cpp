@@ -1,0 +1,276 @@
+#include "tools/serve/openai_api.h"
+
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+
+namespace tandem::serve {
+
+using nlohmann::json;
+
+namespace {
+
+std::string type_name(const json& v) {
+    if (v.is_null()) return "null";
+    if (v.is_boolean()) return "a boolean";
+    if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+    if (v.is_number()) return "a number";
+    if (v.is_string()) return "a string";
+    if (v.is_array()) return "an array";
+    return "an object";
+}
+
+[[noreturn]] void bad(const std::string& field, const std::string& expected, const json& found) {
+    throw ApiError(400, fmt::format("'{}': expected {}, found {}", field, expected, type_name(found)), field);
+}
+
+double number_in(const json& body, const char* key, double lo, double hi, double fallback) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return fallback;
+    if (!it->is_number()) bad(key, fmt::format("a number in [{}, {}]", lo, hi), *it);
+    const double v = it->get<double>();
+    if (!(v >= lo && v <= hi)) {
+        throw ApiError(400, fmt::format("'{}': expected a number in [{}, {}], found {}", key, lo, hi, v), key);
+    }
+    return v;
+}
+
+std::optional<int64_t> integer_in(const json& body, const char* key, int64_t lo, int64_t hi) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return std::nullopt;
+    const bool integral = it->is_number_integer() || it->is_number_unsigned() ||
+                          (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>());
+    if (!integral) bad(key, fmt::format("an integer in [{}, {}]", lo, hi), *it);
+    const double d = it->get<double>();
+    if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi))) {
+        throw ApiError(400, fmt::format("'{}': expected an integer in [{}, {}], found {}", key, lo, hi, it->dump()), key);
+    }
+    return it->is_number_unsigned() ? static_cast<int64_t>(it->get<uint64_t>()) : it->get<int64_t>();
+}
+
+bool boolean(const json& body, const char* key, bool fallback) {
+    const auto it = body.find(key);
+    if (it == body.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) bad(key, "true or false", *it);
+    return it->get<bool>();
+}
+
+// Text content: a string, or OpenAI's array of parts of which the text
+// ones are joined.
+std::string content_text(const json& v, const std::string& field) {
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_array()) {
+        std::string out;
+        for (size_t i = 0; i < v.size(); ++i) {
+            const json& part = v[i];
+            const std::string f = fmt::format("{}[{}]", field, i);
+            if (!part.is_object()) bad(f, "a content part object", part);
+            const auto type = part.find("type");
+            if (type == part.end() || !type->is_string()) bad(f + ".type", "a string", type == part.end() ? json() : *type);
+            if (*type != "text") {
+                throw ApiError(400, fmt::format("'{}.type': only \"text\" parts are supported, found \"{}\"", f,
+                                                type->get<std::string>()),
+                               f + ".type");
+            }
+            const auto text = part.find("text");
+            if (text == part.end() || !text->is_string()) bad(f + ".text", "a string", text == part.end() ? json() : *text);
+            out += text->get<std::string>();
+        }
+        return out;
+    }
+    bad(field, "a string or an array of text parts", v);
+}
+
+GenerationParams generation_params(const json& body, uint64_t default_seed) {
+    GenerationParams p;
+    // llama-server's sampling defaults (temperature 0.8, top-k 40, top-p
+    // 0.95, min-p 0.05) unless the request says otherwise.
+    p.sampling.temperature = static_cast<float>(number_in(body, "temperature", 0.0, 2.0, p.sampling.temperature));
+    p.sampling.top_p = static_cast<float>(number_in(body, "top_p", 0.0, 1.0, p.sampling.top_p));
+    if (p.sampling.top_p <= 0.0f) throw ApiError(400, "'top_p': expected a number in (0, 1], found 0", "top_p");
+    p.sampling.min_p = static_cast<float>(number_in(body, "min_p", 0.0, 0.999, p.sampling.min_p));
+    if (auto k = integer_in(body, "top_k", 0, 1 << 20)) p.sampling.top_k = static_cast<int32_t>(*k);
+    p.sampling.repeat_penalty =
+        static_cast<float>(number_in(body, "repeat_penalty", 0.01, 10.0, p.sampling.repeat_penalty));
+    const auto seed = integer_in(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+    p.sampling.seed = seed ? static_cast<uint64_t>(*seed) : default_seed;
+    // max_tokens, its newer name, and llama-server's n_predict.
+    for (const char* key : {"max_tokens", "max_completion_tokens", "n_predict"}) {
+        if (auto v = integer_in(body, key, key == std::string("n_predict") ? -1 : 1, int64_t{1} << 31)) {
+            p.max_tokens = *v < 0 ? std::nullopt : std::optional<int64_t>(*v);
+        }
+    }
+    if (auto n = integer_in(body, "n", 1, 1 << 20); n && *n != 1) {
+        throw ApiError(400, fmt::format("'n': only 1 choice per request is supported, found {}", *n), "n");
+    }
+    if (const auto it = body.find("stop"); it != body.end() && !it->is_null()) {
+        if (it->is_string()) {
+            p.stop.push_back(it->get<std::string>());
+        } else if (it->is_array()) {
+            if (it->size() > 16) {
+                throw ApiError(400, fmt::format("'stop': expected at most 16 strings, found {}", it->size()), "stop");
+            }
+            for (size_t i = 0; i < it->size(); ++i) {
+                if (!(*it)[i].is_string()) bad(fmt::format("stop[{}]", i), "a string", (*it)[i]);
+                p.stop.push_back((*it)[i].get<std::string>());
+            }
+        } else {
+            bad("stop", "a string or an array of strings", *it);
+        }
+    }
+    p.stream = boolean(body, "stream", false);
+    if (const auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+        if (!it->is_object()) bad("stream_options", "an object", *it);
+        p.include_usage = boolean(*it, "include_usage", false);
+    }
+    p.cache_prompt = boolean(body, "cache_prompt", true);
+    p.ignore_eos = boolean(body, "ignore_eos", false);
+    return p;
+}
+
+json choice_usage(const Usage& u) { return usage_json(u); }
+
+}  // namespace
+
+json error_body(const std::string& message, const std::string& type, const std::string& param, int status) {
+    return json{{"error",
+                 {{"message", message},
+                  {"type", type},
+                  {"param", param.empty() ? json() : json(param)},
+                  {"code", status}}}};
+}
+
+json parse_body(const std::string& body) {
+    json j = json::parse(body, nullptr, false);
+    if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
+    if (!j.is_object()) throw ApiError(400, fmt::format("the request body: expected a JSON object, found {}", type_name(j)));
+    return j;
+}
+
+ChatRequest parse_chat_request(const json& body, uint64_t default_seed) {
+    ChatRequest r;
+    const auto it = body.find("messages");
+    if (it == body.end()) throw ApiError(400, "'messages': missing; expected an array of {role, content} objects", "messages");
+    if (!it->is_array()) bad("messages", "an array of {role, content} objects", *it);
+    if (it->empty()) throw ApiError(400, "'messages': expected at least one message, found an empty array", "messages");
+    for (size_t i = 0; i < it->size(); ++i) {
+        const json& m = (*it)[i];
+        const std::string f = fmt::format("messages[{}]", i);
+        if (!m.is_object()) bad(f, "an object with role and content", m);
+        const auto role = m.find("role");
+        if (role == m.end()) throw ApiError(400, fmt::format("'{}.role': missing", f), f + ".role");
+        if (!role->is_string()) bad(f + ".role", "a string", *role);
+        const std::string rs = role->get<std::string>();
+        if (rs != "system" && rs != "user" && rs != "assistant" && rs != "developer" && rs != "tool") {
+            throw ApiError(400,
+                           fmt::format("'{}.role': expected system, user, assistant, developer or tool, found \"{}\"",
+                                       f, rs),
+                           f + ".role");
+        }
+        ChatMessage msg;
+        msg.role = rs == "developer" ? "system" : rs;  // OpenAI's newer name for the system role
+        const auto content = m.find("content");
+        if (content == m.end() || content->is_null()) {
+            if (rs != "assistant") throw ApiError(400, fmt::format("'{}.content': missing", f), f + ".content");
+        } else {
+            msg.content = content_text(*content, f + ".content");
+        }
+        r.messages.push_back(std::move(msg));
+    }
+    r.params = generation_params(body, default_seed);
+    return r;
+}
+
+CompletionRequest parse_completion_request(const json& body, uint64_t default_seed) {
+    CompletionRequest r;
+    const auto it = body.find("prompt");
+    if (it == body.end()) throw ApiError(400, "'prompt': missing; expected a string", "prompt");
+    if (it->is_string()) {
+        r.prompt = it->get<std::string>();
+    } else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+        r.prompt = (*it)[0].get<std::string>();
+    } else if (it->is_array()) {
+        throw ApiError(400, fmt::format("'prompt': expected one string, found an array of {}", it->size()), "prompt");
+    } else {
+        bad("prompt", "a string", *it);
+    }
+    r.params = generation_params(body, default_seed);
+    return r;
+}
+
+json usage_json(const Usage& u) {
+    return json{{"prompt_tokens", u.prompt_tokens},
+                {"completion_tokens", u.completion_tokens},
+                {"total_tokens", u.prompt_tokens + u.completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+}
+
+json chat_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason, const Usage& u) {
+    return json{{"id", ids.id},
+                {"object", "chat.completion"},
+                {"created", ids.created},
+                {"model", ids.model},
+                {"choices",
+                 json::array({{{"index", 0},
+                               {"message", {{"role", "assistant"}, {"content", text}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", finish_reason}}})},
+                {"usage", choice_usage(u)},
+                {"timings", {{"prompt_ms", u.prompt_ms}, {"predicted_ms", u.generation_ms}}}};
+}
+
+json chat_chunk(const ResponseIds& ids, const std::optional<std::string>& role, const std::optional<std::string>& content,
+                const std::optional<std::string>& finish_reason) {
+    json delta = json::object();
+    if (role) delta["role"] = *role;
+    if (content) delta["content"] = *content;
+    return json{{"id", ids.id},
+                {"object", "chat.completion.chunk"},
+                {"created", ids.created},
+                {"model", ids.model},
+                {"choices", json::array({{{"index", 0},
+                                          {"delta", delta},
+                                          {"logprobs", nullptr},
+                                          {"finish_reason", finish_reason ? json(*finish_reason) : json()}}})}};
+}
+
+json completion_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
+                         const Usage& u) {
+    return json{{"id", ids.id},
+                {"object", "text_completion"},
+                {"created", ids.created},
+                {"model", ids.model},
+                {"choices",
+                 json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}})},
+                {"usage", choice_usage(u)}};
+}
+
+json completion_chunk(const ResponseIds& ids, const std::string& text, const std::optional<std::string>& finish_reason) {
+    return json{{"id", ids.id},
+                {"object", "text_completion"},
+                {"created", ids.created},
+                {"model", ids.model},
+                {"choices", json::array({{{"index", 0},
+                                          {"text", text},
+                                          {"logprobs", nullptr},
+                                          {"finish_reason", finish_reason ? json(*finish_reason) : json()}}})}};
+}
+
+json usage_chunk(const ResponseIds& ids, const std::string& object, const Usage& u) {
+    return json{{"id", ids.id},
+                {"object", object},
+                {"created", ids.created},
+                {"model", ids.model},
+                {"choices", json::array()},
+                {"usage", usage_json(u)}};
+}
+
+std::string sse(const json& j) {
+    // Invalid UTF-8 (a model can emit it) is replaced rather than thrown on.
+    return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+}  // namespace tandem::serve

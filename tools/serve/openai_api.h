@@ -1,0 +1,91 @@
+// The OpenAI wire format: requests read from untrusted JSON, each field
+// checked for type and range (a bad one is an ApiError naming it, answered
+// with 400 and OpenAI's error object), and the response bodies and
+// streaming chunks the official clients parse.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/sampler/sampler.h"
+#include "tools/serve/scheduler.h"
+
+namespace tandem::serve {
+
+// An HTTP error answer: status, message, and the request field at fault.
+struct ApiError : std::runtime_error {
+    ApiError(int status_, std::string message, std::string param_ = {},
+             std::string type_ = "invalid_request_error")
+        : std::runtime_error(std::move(message)), status(status_), param(std::move(param_)), type(std::move(type_)) {}
+    int status;
+    std::string param;
+    std::string type;
+};
+
+// {"error": {"message", "type", "param", "code"}}.
+nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param, int status);
+
+// Parses a request body; throws ApiError(400) for bad JSON or an object
+// that is not one.
+nlohmann::json parse_body(const std::string& body);
+
+// What both completion routes take besides their prompt.
+struct GenerationParams {
+    SamplerParams sampling;
+    std::optional<int64_t> max_tokens;
+    std::vector<std::string> stop;
+    bool stream = false;
+    bool include_usage = false;  // stream_options.include_usage
+    bool cache_prompt = true;
+    bool ignore_eos = false;
+};
+
+struct ChatMessage {
+    std::string role;
+    std::string content;
+};
+
+struct ChatRequest {
+    std::vector<ChatMessage> messages;
+    GenerationParams params;
+};
+
+struct CompletionRequest {
+    std::string prompt;
+    GenerationParams params;
+};
+
+// Throw ApiError(400) naming the field: a wrong type, a value out of
+// range, an empty or missing `messages`, an unknown role.
+ChatRequest parse_chat_request(const nlohmann::json& body, uint64_t default_seed);
+CompletionRequest parse_completion_request(const nlohmann::json& body, uint64_t default_seed);
+
+// The response bodies.
+struct ResponseIds {
+    std::string id;     // "chatcmpl-..." / "cmpl-..."
+    std::string model;
+    int64_t created = 0;  // Unix seconds
+};
+
+nlohmann::json usage_json(const Usage& u);
+nlohmann::json chat_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
+                             const Usage& u);
+// A streamed chunk: delta text (role set on the first), finish_reason on the last.
+nlohmann::json chat_chunk(const ResponseIds& ids, const std::optional<std::string>& role,
+                          const std::optional<std::string>& content, const std::optional<std::string>& finish_reason);
+nlohmann::json completion_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
+                                   const Usage& u);
+nlohmann::json completion_chunk(const ResponseIds& ids, const std::string& text,
+                                const std::optional<std::string>& finish_reason);
+// The last chunk of a stream with stream_options.include_usage: no choices.
+nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, const Usage& u);
+
+// One server-sent event: "data: <json>\n\n".
+std::string sse(const nlohmann::json& j);
+
+}  // namespace tandem::serve

@@ -1,0 +1,403 @@
+#include "tools/serve/scheduler.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+#include "tools/serve/text_stream.h"
+
+namespace tandem::serve {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    const size_t n = std::min(a.size(), b.size());
+    size_t i = 0;
+    while (i < n && a[i] == b[i]) ++i;
+    return i;
+}
+
+Event final_event(std::string reason, std::string error = {}) {
+    Event e;
+    e.done = true;
+    e.finish_reason = std::move(reason);
+    e.error = std::move(error);
+    return e;
+}
+
+}  // namespace
+
+std::optional<Event> Job::next(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+}
+
+void Job::push(Event e) {
+    {
+        std::lock_guard lock(mu_);
+        events_.push_back(std::move(e));
+    }
+    cv_.notify_all();
+}
+
+struct Scheduler::Slot {
+    int32_t id = 0;
+    std::vector<int32_t> cache;  // the tokens at positions 0.. of this sequence
+    Clock::time_point last_used{};
+
+    // The request it serves, when busy.
+    std::shared_ptr<Job> job;
+    GenerationRequest req;
+    std::optional<Sampler> sampler;
+    std::optional<TextStream> text;
+    size_t prompt_done = 0;   // prompt tokens in the cache
+    bool generating = false;  // the prompt is in; next_token waits to be evaluated
+    int32_t next_token = -1;
+    int64_t generated = 0;
+    Usage usage;
+    Clock::time_point assigned_at{}, first_token_at{};
+
+    bool busy() const { return job != nullptr; }
+};
+
+Scheduler::Scheduler(Session& session, const Tokenizer& tokenizer, SchedulerOptions options)
+    : session_(session), tokenizer_(tokenizer), options_(options) {
+    if (options_.n_slots < 1 || options_.n_slots > kMaxSequences) {
+        throw Error(fmt::format("--parallel: expected 1..{} slots, found {}", kMaxSequences, options_.n_slots));
+    }
+    if (options_.n_ctx_slot <= 0) options_.n_ctx_slot = session_.n_ctx() / options_.n_slots;
+    if (options_.n_ctx_slot < 2) {
+        throw Error(fmt::format("a context of {} split over {} slots leaves {} positions each; use a larger -c",
+                                session_.n_ctx(), options_.n_slots, options_.n_ctx_slot));
+    }
+    options_.step_tokens = std::max<int64_t>(options_.step_tokens, options_.n_slots);
+    for (int32_t i = 0; i < options_.n_slots; ++i) {
+        auto s = std::make_unique<Slot>();
+        s->id = i;
+        slots_.push_back(std::move(s));
+    }
+    stats_.slots.resize(slots_.size());
+    session_.remove_positions(-1, 0, -1);
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::start() {
+    if (thread_.joinable()) return;
+    thread_ = std::thread([this] { loop(); });
+}
+
+void Scheduler::stop() {
+    {
+        std::lock_guard lock(mu_);
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard lock(mu_);
+    for (Pending& p : pending_) p.job->push(final_event("cancelled"));
+    pending_.clear();
+    for (Task* t : tasks_) {
+        t->result = "the server is stopping";
+        t->done = true;
+    }
+    tasks_.clear();
+    cv_.notify_all();
+}
+
+std::shared_ptr<Job> Scheduler::submit(GenerationRequest request) {
+    auto job = std::make_shared<Job>();
+    std::string why;
+    if (request.prompt.empty()) {
+        why = "the prompt gives no tokens";
+    } else if (static_cast<int64_t>(request.prompt.size()) >= options_.n_ctx_slot) {
+        why = fmt::format("the prompt has {} tokens but a slot's context holds {}", request.prompt.size(),
+                          options_.n_ctx_slot);
+    } else {
+        try {
+            validate(request.sampling);
+        } catch (const Error& e) {
+            why = e.what();
+        }
+    }
+    if (!why.empty()) {
+        job->push(final_event("error", why));
+        return job;
+    }
+    {
+        std::lock_guard lock(mu_);
+        if (stopping_) {
+            job->push(final_event("cancelled"));
+            return job;
+        }
+        pending_.push_back(Pending{std::move(request), job, Clock::now()});
+        stats_.queued = static_cast<int64_t>(pending_.size());
+    }
+    cv_.notify_all();
+    return job;
+}
+
+std::string Scheduler::with_idle_slot(int32_t slot, const SlotTask& fn) {
+    if (slot < 0 || slot >= options_.n_slots) {
+        return fmt::format("no slot {}: the slots are 0..{}", slot, options_.n_slots - 1);
+    }
+    Task task{slot, &fn, {}, false};
+    std::unique_lock lock(mu_);
+    if (stopping_) return "the server is stopping";
+    tasks_.push_back(&task);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return task.done; });
+    return task.result;
+}
+
+SchedulerStats Scheduler::stats() const {
+    std::lock_guard lock(mu_);
+    return stats_;
+}
+
+void Scheduler::loop() {
+    while (true) {
+        {
+            std::unique_lock lock(mu_);
+            const bool any_busy = std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->busy(); });
+            if (!any_busy) cv_.wait(lock, [&] { return stopping_ || !pending_.empty() || !tasks_.empty(); });
+            if (stopping_) break;
+        }
+        run_tasks();
+        assign_pending();
+        step();
+    }
+    // Jobs still running end here.
+    for (auto& s : slots_) {
+        if (s->busy()) finish(*s, "cancelled");
+    }
+}
+
+void Scheduler::run_tasks() {
+    std::unique_lock lock(mu_);
+    while (!tasks_.empty()) {
+        Task* t = tasks_.front();
+        tasks_.pop_front();
+        Slot& s = *slots_[static_cast<size_t>(t->slot)];
+        if (s.busy()) {
+            t->result = fmt::format("slot {} is busy with a request", t->slot);
+        } else {
+            lock.unlock();
+            std::string result;
+            try {
+                (*t->fn)(session_, s.id, s.cache);
+            } catch (const Error& e) {
+                result = e.what();
+            }
+            lock.lock();
+            t->result = std::move(result);
+        }
+        t->done = true;
+        stats_.slots[static_cast<size_t>(s.id)].cached_tokens = static_cast<int64_t>(s.cache.size());
+    }
+    cv_.notify_all();
+}
+
+void Scheduler::assign_pending() {
+    while (true) {
+        Pending p;
+        Slot* chosen = nullptr;
+        {
+            std::lock_guard lock(mu_);
+            if (pending_.empty()) return;
+            // The idle slot whose cache shares the longest prefix with the
+            // prompt; among equals, the one unused longest.
+            size_t best = 0;
+            for (auto& s : slots_) {
+                if (s->busy()) continue;
+                const size_t common =
+                    pending_.front().request.cache_prompt ? common_prefix(s->cache, pending_.front().request.prompt) : 0;
+                if (chosen == nullptr || common > best || (common == best && s->last_used < chosen->last_used)) {
+                    chosen = s.get();
+                    best = common;
+                }
+            }
+            if (chosen == nullptr) return;
+            p = std::move(pending_.front());
+            pending_.pop_front();
+            stats_.queued = static_cast<int64_t>(pending_.size());
+        }
+        if (p.job->cancelled()) {
+            p.job->push(final_event("cancelled"));
+            continue;
+        }
+        Slot& s = *chosen;
+        const auto now = Clock::now();
+        s.job = p.job;
+        s.req = std::move(p.request);
+        s.usage = Usage{};
+        s.usage.prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
+        s.usage.queued_ms = ms_between(p.queued_at, now);
+        s.assigned_at = now;
+        s.generated = 0;
+        s.generating = false;
+        s.next_token = -1;
+        // Keep the cached prefix, but evaluate at least the prompt's last
+        // token: its logits choose the first generated one.
+        size_t keep = s.req.cache_prompt ? common_prefix(s.cache, s.req.prompt) : 0;
+        keep = std::min(keep, s.req.prompt.size() - 1);
+        keep = static_cast<size_t>(session_.held_prefix(s.id, static_cast<int32_t>(keep)));
+        session_.remove_positions(s.id, static_cast<int32_t>(keep), -1);
+        s.cache.resize(keep);
+        s.prompt_done = keep;
+        s.usage.cached_tokens = static_cast<int64_t>(keep);
+        s.sampler.emplace(s.req.sampling);
+        for (int32_t t : s.req.prompt) s.sampler->accept(t);
+        s.text.emplace(s.req.stop);
+        std::lock_guard lock(mu_);
+        stats_.running = std::count_if(slots_.begin(), slots_.end(), [](const auto& x) { return x->busy(); });
+        stats_.slots[static_cast<size_t>(s.id)].busy = true;
+    }
+}
+
+void Scheduler::finish(Slot& s, const std::string& reason, const std::string& error) {
+    Event e;
+    e.done = true;
+    e.finish_reason = reason;
+    e.error = error;
+    e.slot = s.id;
+    if (reason == "stop" || reason == "length") e.text = s.text->finish();
+    const auto now = Clock::now();
+    if (s.generating) s.usage.generation_ms = ms_between(s.first_token_at, now);
+    else s.usage.prompt_ms = ms_between(s.assigned_at, now);
+    e.usage = s.usage;
+    std::shared_ptr<Job> job = std::move(s.job);
+    s.job.reset();
+    s.sampler.reset();
+    s.text.reset();
+    s.last_used = now;
+    {
+        // The counts first: whoever reads the last event sees them.
+        std::lock_guard lock(mu_);
+        stats_.requests_done += 1;
+        stats_.running = std::count_if(slots_.begin(), slots_.end(), [](const auto& x) { return x->busy(); });
+        stats_.slots[static_cast<size_t>(s.id)].busy = false;
+    }
+    job->push(std::move(e));
+}
+
+void Scheduler::sample_slot(Slot& s, std::span<const float> row) {
+    const auto now = Clock::now();
+    if (!s.generating) {
+        s.generating = true;
+        s.first_token_at = now;
+        s.usage.prompt_ms = ms_between(s.assigned_at, now);
+    }
+    std::vector<float> logits(row.begin(), row.end());  // the penalty writes to them
+    const int32_t tok = s.sampler->sample(logits);
+    const bool end = tokenizer_.is_end_of_generation(tok) ||
+                     std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), tok) != s.req.stop_tokens.end();
+    if (end && !s.req.ignore_eos) {
+        finish(s, "stop");
+        return;
+    }
+    s.sampler->accept(tok);
+    ++s.generated;
+    s.usage.completion_tokens = s.generated;
+    std::string text = s.text->push(tokenizer_.token_to_piece(tok));
+    if (!text.empty()) {
+        Event e;
+        e.text = std::move(text);
+        e.slot = s.id;
+        s.job->push(std::move(e));
+    }
+    if (s.text->stopped()) {
+        finish(s, "stop");
+    } else if ((s.req.max_tokens >= 0 && s.generated >= s.req.max_tokens) ||
+               static_cast<int64_t>(s.cache.size()) >= options_.n_ctx_slot) {  // no position left for tok
+        finish(s, "length");
+    } else {
+        s.next_token = tok;
+    }
+}
+
+bool Scheduler::step() {
+    for (auto& s : slots_) {
+        if (s->busy() && s->job->cancelled()) finish(*s, "cancelled");
+    }
+    std::vector<BatchToken> batch;
+    std::vector<Slot*> rows;  // the slot of each logits row
+    std::vector<std::pair<Slot*, size_t>> chunks;  // prompt tokens added per slot
+    for (auto& s : slots_) {
+        if (!s->busy() || !s->generating) continue;
+        batch.push_back({s->next_token, static_cast<int32_t>(s->cache.size()), s->id, true});
+        rows.push_back(s.get());
+    }
+    const size_t n_decode = batch.size();
+    auto budget = static_cast<size_t>(std::max<int64_t>(0, options_.step_tokens - static_cast<int64_t>(n_decode)));
+    // Prompt chunks, the longest-waiting slot first.
+    std::vector<Slot*> prefill;
+    for (auto& s : slots_) {
+        if (s->busy() && !s->generating) prefill.push_back(s.get());
+    }
+    std::sort(prefill.begin(), prefill.end(), [](Slot* a, Slot* b) { return a->assigned_at < b->assigned_at; });
+    for (Slot* s : prefill) {
+        if (budget == 0) break;
+        const size_t n = std::min(budget, s->req.prompt.size() - s->prompt_done);
+        for (size_t i = 0; i < n; ++i) {
+            const size_t p = s->prompt_done + i;
+            const bool last = p + 1 == s->req.prompt.size();
+            batch.push_back({s->req.prompt[p], static_cast<int32_t>(p), s->id, last});
+            if (last) rows.push_back(s);
+        }
+        chunks.emplace_back(s, n);
+        budget -= n;
+    }
+    if (batch.empty()) return false;
+
+    const auto t0 = Clock::now();
+    try {
+        session_.eval_batch(batch, logits_);
+    } catch (const Error& e) {
+        // Nothing of this batch can be trusted: its sequences start afresh.
+        for (auto& s : slots_) {
+            if (!s->busy()) continue;
+            session_.remove_positions(s->id, 0, -1);
+            s->cache.clear();
+            finish(*s, "error", e.what());
+        }
+        return true;
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    for (size_t i = 0; i < n_decode; ++i) rows[i]->cache.push_back(rows[i]->next_token);
+    int64_t prompt_evaluated = 0;
+    for (auto& [s, n] : chunks) {
+        s->cache.insert(s->cache.end(), s->req.prompt.begin() + static_cast<ptrdiff_t>(s->prompt_done),
+                        s->req.prompt.begin() + static_cast<ptrdiff_t>(s->prompt_done + n));
+        s->prompt_done += n;
+        prompt_evaluated += static_cast<int64_t>(n);
+    }
+    const auto n_vocab = static_cast<size_t>(session_.n_vocab());
+    for (size_t r = 0; r < rows.size(); ++r) {
+        sample_slot(*rows[r], std::span<const float>(logits_).subspan(r * n_vocab, n_vocab));
+    }
+    std::lock_guard lock(mu_);
+    stats_.prompt_tokens += prompt_evaluated;
+    stats_.generated_tokens += static_cast<int64_t>(rows.size());
+    if (prompt_evaluated > 0) stats_.prompt_seconds += seconds;
+    else stats_.generation_seconds += seconds;
+    int64_t cells = 0;
+    for (auto& s : slots_) {
+        cells += static_cast<int64_t>(s->cache.size());
+        stats_.slots[static_cast<size_t>(s->id)].cached_tokens = static_cast<int64_t>(s->cache.size());
+    }
+    stats_.kv_cells_used = cells;
+    return true;
+}
+
+}  // namespace tandem::serve

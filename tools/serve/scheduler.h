@@ -1,0 +1,170 @@
+// Continuous batching over one Session: up to n_slots sequences decode
+// together, one token each per step, so one pass over the weights serves
+// them all. A request waits in a queue until a slot is free, then joins at
+// the next step; its prompt is evaluated in chunks that share each step
+// with the running decodes, so their streams keep flowing.
+//
+// A slot keeps the tokens its cache holds after a request ends. The next
+// request whose prompt starts with them (a chat resending its history) goes
+// to that slot and evaluates only the rest.
+//
+// Only the scheduler's thread touches the Session. Other threads submit
+// requests and read their events from the Job each submit() returns.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/engine/session.h"
+#include "runtime/sampler/sampler.h"
+#include "runtime/tokenizer/tokenizer.h"
+
+namespace tandem::serve {
+
+struct GenerationRequest {
+    std::vector<int32_t> prompt;
+    SamplerParams sampling;
+    int64_t max_tokens = -1;  // -1: until the slot's context is full
+    std::vector<std::string> stop;  // stop strings (the text ends before them)
+    std::vector<int32_t> stop_tokens;  // besides the vocabulary's end-of-generation tokens
+    bool cache_prompt = true;  // reuse a slot's cached prefix
+    bool ignore_eos = false;
+};
+
+struct Usage {
+    int64_t prompt_tokens = 0;
+    int64_t cached_tokens = 0;  // of prompt_tokens, taken from a slot's cache
+    int64_t completion_tokens = 0;
+    double queued_ms = 0;       // waiting for a slot
+    double prompt_ms = 0;       // from getting a slot to the first token
+    double generation_ms = 0;   // first token to the last
+};
+
+struct Event {
+    std::string text;           // more of the completion
+    bool done = false;          // the last event of the job
+    std::string finish_reason;  // with done: "stop", "length", "cancelled", or "error"
+    std::string error;          // with finish_reason "error"
+    Usage usage;                // with done
+    int32_t slot = -1;
+};
+
+// One request's way back: the scheduler pushes events, the caller pops.
+class Job {
+public:
+    // Waits up to `timeout` for the next event.
+    std::optional<Event> next(std::chrono::milliseconds timeout);
+    // Stops generation at the next step and frees the slot (a client that
+    // went away). Safe from any thread, any number of times.
+    void cancel() { cancelled_.store(true); }
+    bool cancelled() const { return cancelled_.load(); }
+
+    // The scheduler's side.
+    void push(Event e);
+
+private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Event> events_;
+    std::atomic<bool> cancelled_{false};
+};
+
+struct SchedulerOptions {
+    int32_t n_slots = 4;
+    int64_t n_ctx_slot = 0;   // positions one slot may hold (0: the session's context / n_slots)
+    int64_t step_tokens = 512;  // tokens evaluated per step, decodes and prompt chunks together
+};
+
+struct SlotInfo {
+    int32_t id = 0;
+    bool busy = false;
+    int64_t cached_tokens = 0;  // positions its cache holds
+};
+
+struct SchedulerStats {
+    int64_t prompt_tokens = 0;     // evaluated (cached ones not counted)
+    int64_t generated_tokens = 0;
+    double prompt_seconds = 0;     // steps that evaluated prompt tokens
+    double generation_seconds = 0; // steps that only decoded
+    int64_t requests_done = 0;
+    int64_t queued = 0;
+    int64_t running = 0;
+    int64_t kv_cells_used = 0;     // positions held, summed over slots
+    std::vector<SlotInfo> slots;
+};
+
+class Scheduler {
+public:
+    Scheduler(Session& session, const Tokenizer& tokenizer, SchedulerOptions options);
+    ~Scheduler();
+    Scheduler(const Scheduler&) = delete;
+    Scheduler& operator=(const Scheduler&) = delete;
+
+    // Starts the loop on its own thread / stops it (jobs still waiting get a
+    // "cancelled" event).
+    void start();
+    void stop();
+
+    // Queues a request. A request that cannot run (empty prompt, prompt
+    // longer than a slot's context) gets one "error" event.
+    std::shared_ptr<Job> submit(GenerationRequest request);
+
+    // Runs fn on the loop's thread between steps, with the session to itself
+    // and the slot's cached tokens (the slot must not be busy: then fn is not
+    // run and the result says so). Blocks until done. For saving and restoring
+    // a slot's cache.
+    using SlotTask = std::function<void(Session& session, int32_t seq, std::vector<int32_t>& cached_tokens)>;
+    // Returns "" on success, else why not (busy, no such slot, or fn's Error).
+    std::string with_idle_slot(int32_t slot, const SlotTask& fn);
+
+    SchedulerStats stats() const;
+    int64_t n_ctx_slot() const { return options_.n_ctx_slot; }
+    int32_t n_slots() const { return options_.n_slots; }
+
+private:
+    struct Slot;
+    struct Pending {
+        GenerationRequest request;
+        std::shared_ptr<Job> job;
+        std::chrono::steady_clock::time_point queued_at;
+    };
+    struct Task {
+        int32_t slot;
+        const SlotTask* fn;
+        std::string result;
+        bool done = false;
+    };
+
+    void loop();
+    bool step();  // false when there was nothing to do
+    void assign_pending();
+    void run_tasks();
+    void finish(Slot& s, const std::string& reason, const std::string& error = {});
+    void sample_slot(Slot& s, std::span<const float> logits);
+
+    Session& session_;
+    const Tokenizer& tokenizer_;
+    SchedulerOptions options_;
+    std::vector<std::unique_ptr<Slot>> slots_;
+
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Pending> pending_;
+    std::deque<Task*> tasks_;
+    bool stopping_ = false;
+    SchedulerStats stats_;  // under mu_
+    std::thread thread_;
+    std::vector<float> logits_;
+};
+
+}  // namespace tandem::serve

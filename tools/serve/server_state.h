@@ -1,0 +1,64 @@
+// What the HTTP routes share: the loaded model (set once loading is done;
+// until then every route but /health answers 503) and the server's flags.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/chat/chat_template.h"
+#include "runtime/tokenizer/tokenizer.h"
+#include "tools/serve/scheduler.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace tandem::serve {
+
+struct ServeConfig {
+    std::string host = "127.0.0.1";
+    int port = 8080;
+    std::string api_key;           // "": no key asked for
+    std::string slot_save_path;    // "": slot save/restore refused
+    size_t max_body_bytes = size_t{8} << 20;
+    int http_threads = 32;
+};
+
+// The model as the routes use it, complete before `ready` turns true.
+struct LoadedModel {
+    std::string name;  // the model file's name: /v1/models and every response's "model"
+    const Tokenizer* tokenizer = nullptr;
+    const chat::ChatTemplate* chat_template = nullptr;
+    Scheduler* scheduler = nullptr;
+    bool add_bos = false;
+    std::string bos_text, eos_text;
+    std::vector<std::string> end_of_turn_text;  // the template's end-of-turn markers
+    std::vector<int32_t> end_of_turn_tokens;    // those of them that are single tokens
+    uint64_t max_slot_file_bytes = 0;           // restore refuses larger files
+};
+
+struct ServerState {
+    ServeConfig config;
+    LoadedModel model;
+    std::atomic<bool> ready{false};
+    std::atomic<int64_t> requests_total{0};
+    std::atomic<int64_t> requests_rejected{0};  // 4xx answers
+    std::mutex rng_mu;
+    std::mt19937_64 rng{std::random_device{}()};
+
+    // A seed for a request that gives none.
+    uint64_t draw_seed() {
+        std::lock_guard lock(rng_mu);
+        return rng();
+    }
+};
+
+// The routes, by concern (completions.cpp, admin_routes.cpp).
+void add_completion_routes(httplib::Server& server, ServerState& state);
+void add_admin_routes(httplib::Server& server, ServerState& state);
+
+}  // namespace tandem::serve
