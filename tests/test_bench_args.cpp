@@ -142,6 +142,70 @@ TEST(BenchArgs, RejectsBadInputOnOneLine) {
                          ".svg"));
 }
 
+TEST(BenchArgs, ParallelListsStreamCountsFrom1To64) {
+    EXPECT_EQ(parse_parallel_list("1,4"), (std::vector<int64_t>{1, 4}));
+    EXPECT_EQ(parse_parallel_list("1-8+2,64"), (std::vector<int64_t>{1, 3, 5, 7, 64}));
+    for (const char* bad : {"0", "65", "1,0", "1,65", "x", "", "1,,4", "-1", "4-2", "1.5", "4x"}) {
+        const std::string e = error_of([&] { parse_parallel_list(bad); });
+        EXPECT_TRUE(contains(e, "--parallel")) << bad << ": " << e;
+        EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    }
+    EXPECT_TRUE(contains(error_of([] { parse_parallel_list("0"); }), "from 1 to 64"));
+    EXPECT_TRUE(contains(error_of([] { parse_parallel_list("2,100"); }), "100"));
+}
+
+TEST(BenchArgs, ParallelReplacesTheTestsAndSizesTheContext) {
+    BenchArgs a = args_with_model();
+    a.parallel = {"1,4"};
+    BenchConfig c = make_bench_config(a);
+    // Defaults: a 32-token prompt per stream, 128 decode steps.
+    ASSERT_EQ(c.tests.size(), 2u);
+    EXPECT_EQ(c.tests[0].name(), "tg128 x1 @ p32");
+    EXPECT_EQ(c.tests[1].name(), "tg128 x4 @ p32");
+    EXPECT_EQ(c.tests[1].n_parallel, 4);
+    EXPECT_EQ(c.tests[1].n_prompt, 32);
+    EXPECT_EQ(c.tests[1].n_gen, 128);
+    EXPECT_EQ(c.tests[1].n_depth, 0);
+    EXPECT_EQ(c.n_ctx(), 4 * (32 + 128));  // every stream's cells
+    EXPECT_EQ(c.n_seq_max(), 4);
+
+    a.parallel = {"2", "8"};  // repeats join
+    a.n_prompt = {"8,0"};
+    a.n_gen = {"4"};
+    c = make_bench_config(a);
+    ASSERT_EQ(c.tests.size(), 4u);
+    EXPECT_EQ(c.tests[0].name(), "tg4 x2 @ p8");
+    EXPECT_EQ(c.tests[1].name(), "tg4 x8 @ p8");
+    EXPECT_EQ(c.tests[2].name(), "tg4 x2");  // -p 0: no prompt
+    EXPECT_EQ(c.tests[3].n_parallel, 8);
+    EXPECT_EQ(c.n_ctx(), 8 * (8 + 4));
+    EXPECT_EQ(c.n_seq_max(), 8);
+
+    // Without --parallel nothing changes: one sequence.
+    EXPECT_EQ(make_bench_config(args_with_model()).n_seq_max(), 1);
+    EXPECT_EQ(make_bench_config(args_with_model()).tests[1].n_parallel, 0);
+}
+
+TEST(BenchArgs, ParallelRejectsWhatDoesNotCombine) {
+    const auto error_for = [](auto&& edit) {
+        BenchArgs a = args_with_model();
+        a.parallel = {"1,2"};
+        edit(a);
+        return error_of([&] { make_bench_config(a); });
+    };
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.parallel = {"0"}; }), "--parallel"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.parallel = {"65"}; }), "--parallel"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.parallel = {"two"}; }), "--parallel"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_gen = {"0"}; }), "-n 0"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.prompt_gen = {"8,4"}; }), "-pg"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_depth = {"16"}; }), "-d"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_prompt = {"x"}; }), "-p"));
+    BenchArgs zero_depth = args_with_model();
+    zero_depth.parallel = {"2"};
+    zero_depth.n_depth = {"0"};
+    EXPECT_EQ(make_bench_config(zero_depth).tests.size(), 1u);
+}
+
 TEST(BenchArgs, SweepTakesAnOptionalStepAndAcceptsAnSvgPlot) {
     BenchArgs a = args_with_model();
     a.device = "cpu2";

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -169,6 +170,43 @@ TEST(BenchReport, MarkdownIsATableWithTheSameRows) {
     EXPECT_FALSE(contains(plain, "pred t/s"));
     EXPECT_FALSE(contains(plain, "n_ubatch"));
     EXPECT_FALSE(contains(plain, "cache"));
+}
+
+// --parallel rows: the per-stream and speed-up columns appear with them,
+// and only then; csv and json carry the fields on every row.
+TEST(BenchReport, ParallelRowsShowPerStreamSpeedAndSpeedUp) {
+    std::vector<BenchRow> rows = sample_rows();
+    BenchRow four = rows[0];
+    four.test = "tg8 x4 @ p32";
+    four.n_prompt = 32;
+    four.n_parallel = 4;
+    four.tps_mean = 400.0;
+    four.stream_tps = 100.0;
+    four.speedup = 3.25;
+    rows.push_back(four);
+    const std::string md = format_markdown(rows, false);
+    EXPECT_TRUE(contains(md, "t/s/stream")) << md;
+    EXPECT_TRUE(contains(md, "speed-up")) << md;
+    EXPECT_TRUE(contains(md, "3.25x")) << md;
+    EXPECT_TRUE(contains(md, "tg8 x4 @ p32")) << md;
+    EXPECT_FALSE(contains(format_markdown(sample_rows(), false), "t/s/stream"));
+    const auto j = nlohmann::json::parse(format_json(rows));
+    EXPECT_EQ(j[2]["n_parallel"], 4);
+    EXPECT_DOUBLE_EQ(j[2]["stream_tps"].get<double>(), 100.0);
+    EXPECT_DOUBLE_EQ(j[2]["speedup"].get<double>(), 3.25);
+    EXPECT_EQ(j[0]["n_parallel"], 0);
+    EXPECT_TRUE(j[0]["speedup"].is_null());
+    const auto csv = lines_of(format_csv(rows));
+    ASSERT_EQ(csv.size(), 4u);
+    const auto header = csv_split(csv[0]);
+    const auto fields = csv_split(csv[3]);
+    ASSERT_EQ(fields.size(), header.size());
+    const auto at = [&](const std::string& name) {
+        return fields[static_cast<size_t>(std::find(header.begin(), header.end(), name) - header.begin())];
+    };
+    EXPECT_EQ(at("n_parallel"), "4");
+    EXPECT_EQ(at("stream_tps"), "100");
+    EXPECT_EQ(at("speedup"), "3.25");
 }
 
 TEST(BenchReport, HumanSizes) {

@@ -5,10 +5,16 @@
 #include "tools/bench_runner.h"
 
 #include <cstdlib>
+#include <span>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/engine/session.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/sampler/sampler.h"
 #include "tests/run_command.h"
 #include "tests/test_paths.h"
 
@@ -149,6 +155,109 @@ TEST(BenchRunner, SweepReportsSplitsThatDoNotFitWithoutRunningThem) {
     EXPECT_EQ(result.rows.back().backend, "-");
 }
 
+// The greedy tokens one sequence gets decoded alone, one eval per token.
+std::vector<int32_t> greedy_alone(const gguf::File& file, const model::ModelSpec& spec, SessionOptions opt,
+                                  const std::vector<int32_t>& prompt, size_t n) {
+    opt.n_seq_max = 1;
+    Session s(file, spec, opt);
+    std::vector<float> logits;
+    s.eval(prompt, false, logits);
+    std::vector<int32_t> out;
+    for (size_t g = 0; g < n; ++g) {
+        out.push_back(argmax(logits));
+        s.eval(std::span<const int32_t>(&out.back(), 1), false, logits);
+    }
+    return out;
+}
+
+// Every step really decodes every stream: each sequence ends holding its
+// prompt and its n tokens, and the tokens are those it gets decoded alone.
+// (A Q8_0 cache: with F16 a batch's other product shapes move these random
+// models' logits enough to flip a greedy choice, see test_sequences.cpp.)
+TEST(BenchRunner, ParallelDecodeGivesEveryStreamItsOwnGreedyTokens) {
+    const auto file = gguf::File::open(tiny_model());
+    const auto spec = model::load_model_spec(file);
+    SessionOptions opt;
+    opt.n_ctx = 3 * (8 + 5);
+    opt.n_seq_max = 3;
+    opt.n_threads = 1;
+    opt.cache_type = model::CacheType::Q8_0;
+    Session session(file, spec, opt);
+    const ParallelDecode run = run_parallel_decode(session, 3, 8, 5);
+    EXPECT_GT(run.seconds, 0.0);
+    ASSERT_EQ(run.prompts.size(), 3u);
+    ASSERT_EQ(run.tokens.size(), 3u);
+    EXPECT_NE(run.prompts[0], run.prompts[1]);  // each stream its own text
+    for (int32_t s = 0; s < 3; ++s) {
+        const auto& prompt = run.prompts[static_cast<size_t>(s)];
+        ASSERT_EQ(prompt.size(), 8u);
+        EXPECT_EQ(session.seq_pos_max(s), 8 + 5 - 1) << s;
+        EXPECT_EQ(run.tokens[static_cast<size_t>(s)], greedy_alone(file, spec, opt, prompt, 5)) << "stream " << s;
+    }
+    EXPECT_EQ(session.seq_pos_max(3), -1);
+    // A second run starts over: the same tokens, no cells left behind.
+    const ParallelDecode again = run_parallel_decode(session, 2, 8, 5);
+    EXPECT_EQ(again.tokens[1], run.tokens[1]);
+    EXPECT_EQ(session.seq_pos_max(2), -1);
+    // No prompt: the steps start from a fixed token at position 0.
+    const ParallelDecode bare = run_parallel_decode(session, 2, 0, 3);
+    EXPECT_TRUE(bare.prompts[0].empty());
+    EXPECT_EQ(bare.tokens[0].size(), 3u);
+    EXPECT_EQ(session.seq_pos_max(0), 2);
+    EXPECT_EQ(session.seq_pos_max(1), 2);
+}
+
+TEST(BenchRunner, ParallelRowsCountEveryStreamAndCompareWithOne) {
+    BenchArgs a;
+    a.models = {tiny_model()};
+    a.parallel = {"1,2,4"};
+    a.n_prompt = {"8"};
+    a.n_gen = {"4"};
+    a.repetitions = 2;
+    a.threads = {"1"};
+    planner::Calibration cal;
+    cal.cpu_gbps = 10.0;
+    const BenchResult result = run_bench(make_bench_config(a), cal);
+    ASSERT_EQ(result.rows.size(), 3u);
+    const std::vector<int64_t> streams{1, 2, 4};
+    for (size_t i = 0; i < 3; ++i) {
+        const BenchRow& r = result.rows[i];
+        EXPECT_EQ(r.n_parallel, streams[i]);
+        EXPECT_EQ(r.test, fmt::format("tg4 x{} @ p8", streams[i]));
+        EXPECT_EQ(r.n_prompt, 8);
+        EXPECT_EQ(r.n_gen, 4);
+        EXPECT_EQ(r.backend, "cpu");
+        ASSERT_EQ(r.samples.size(), 2u);
+        ASSERT_TRUE(r.tps_mean && r.tps_sd && r.stream_tps && r.speedup && r.gbps && r.pct_bandwidth) << r.test;
+        EXPECT_GT(*r.tps_mean, 0.0);
+        EXPECT_DOUBLE_EQ(*r.stream_tps, *r.tps_mean / static_cast<double>(streams[i]));
+        EXPECT_DOUBLE_EQ(*r.speedup, *r.tps_mean / *result.rows[0].tps_mean);
+        EXPECT_FALSE(r.predicted_tps.has_value());  // the planner does not model batched decode
+        // The weights are read once per step for all streams: GB/s is the
+        // step rate (t/s over the streams) times one token's bytes.
+        EXPECT_NEAR(*r.gbps / *r.stream_tps, *result.rows[0].gbps / *result.rows[0].stream_tps,
+                    1e-9 * *r.gbps / *r.stream_tps);
+    }
+    EXPECT_DOUBLE_EQ(*result.rows[0].speedup, 1.0);
+    const std::string md = format_markdown(result.rows, false);
+    EXPECT_TRUE(contains(md, "t/s/stream")) << md;
+    EXPECT_TRUE(contains(md, "speed-up")) << md;
+    EXPECT_TRUE(contains(md, "1.00x")) << md;
+
+    // The 1 may come anywhere in the list; without one there is no speed-up.
+    a.parallel = {"2,1"};
+    a.repetitions = 1;
+    const BenchResult reversed = run_bench(make_bench_config(a), std::nullopt);
+    ASSERT_EQ(reversed.rows.size(), 2u);
+    ASSERT_TRUE(reversed.rows[0].speedup);
+    EXPECT_DOUBLE_EQ(*reversed.rows[0].speedup, *reversed.rows[0].tps_mean / *reversed.rows[1].tps_mean);
+    a.parallel = {"2"};
+    const BenchResult alone = run_bench(make_bench_config(a), std::nullopt);
+    ASSERT_EQ(alone.rows.size(), 1u);
+    EXPECT_TRUE(alone.rows[0].stream_tps.has_value());
+    EXPECT_FALSE(alone.rows[0].speedup.has_value());
+}
+
 TEST(BenchRunner, SweepValuesIncludeBothEnds) {
     EXPECT_EQ(sweep_ngl_values(4, 1), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
     EXPECT_EQ(sweep_ngl_values(4, 2), (std::vector<int64_t>{0, 2, 4, 5}));
@@ -205,7 +314,7 @@ TEST_F(BenchCommand, LlamaStyleFlagsReachTheRunner) {
                               dir_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(testing::count_lines(r.out), 1u + 4u) << r.out;  // header + 2 splits x (pp8, pp4+tg2)
-    EXPECT_TRUE(contains(r.out, ",4,f16,pp8,8,0,0,true,"));  // ... test, n_prompt, n_gen, n_depth, fits
+    EXPECT_TRUE(contains(r.out, ",4,f16,pp8,8,0,0,0,true,"));  // ... test, n_prompt, n_gen, n_depth, n_parallel, fits
     EXPECT_TRUE(contains(r.out, "pp4+tg2"));
     EXPECT_TRUE(contains(r.out, ",split,1,"));
 
@@ -219,6 +328,47 @@ TEST_F(BenchCommand, LlamaStyleFlagsReachTheRunner) {
     EXPECT_GT(j[0]["tps_mean"].get<double>(), 0.0);
 }
 
+// --parallel through the binary: one row per stream count in the JSON,
+// each with its total and per-stream speed and its speed-up over one.
+TEST_F(BenchCommand, ParallelRowsInJson) {
+    const auto r = run_tandem(
+        "bench -m " + shell_quote(tiny_model()) + " --parallel 1,2 -n 4 -p 8 -r 1 -t 1 -o json", dir_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j.size(), 2u) << r.out;
+    for (size_t i = 0; i < 2; ++i) {
+        const auto& row = j[i];
+        const int64_t streams = static_cast<int64_t>(i) + 1;
+        EXPECT_EQ(row["test"], fmt::format("tg4 x{} @ p8", streams));
+        EXPECT_EQ(row["n_parallel"], streams);
+        EXPECT_EQ(row["n_prompt"], 8);
+        EXPECT_EQ(row["n_gen"], 4);
+        EXPECT_EQ(row["backend"], "cpu");
+        EXPECT_EQ(row["threads"], 1);
+        EXPECT_TRUE(row["fits"].get<bool>());
+        ASSERT_EQ(row["samples"].size(), 1u);
+        const double tps = row["tps_mean"].get<double>();
+        EXPECT_GT(tps, 0.0);
+        EXPECT_LT(tps, 1e7);  // 8 tokens in under a microsecond is no decode
+        EXPECT_DOUBLE_EQ(row["samples"][0].get<double>(), tps);
+        EXPECT_DOUBLE_EQ(row["stream_tps"].get<double>(), tps / static_cast<double>(streams));
+        EXPECT_GT(row["gbps"].get<double>(), 0.0);
+        EXPECT_GT(row["speedup"].get<double>(), 0.0);
+    }
+    EXPECT_DOUBLE_EQ(j[0]["speedup"].get<double>(), 1.0);
+    EXPECT_DOUBLE_EQ(j[1]["speedup"].get<double>(), j[1]["tps_mean"].get<double>() / j[0]["tps_mean"].get<double>());
+
+    // The other formats carry the same rows.
+    const auto csv = run_tandem("bench -m " + shell_quote(tiny_model()) + " --parallel 2 -n 2 -p 4 -r 1 -t 1 -o csv", dir_);
+    ASSERT_EQ(csv.exit_code, 0) << csv.err;
+    EXPECT_EQ(testing::count_lines(csv.out), 2u) << csv.out;
+    EXPECT_TRUE(contains(csv.out, ",tg2 x2 @ p4,4,2,0,2,true,")) << csv.out;
+    const auto md = run_tandem("bench -m " + shell_quote(tiny_model()) + " -np 1,2 -n 2 -p 4 -r 1 -t 1", dir_);
+    ASSERT_EQ(md.exit_code, 0) << md.err;
+    EXPECT_TRUE(contains(md.out, "t/s/stream")) << md.out;
+    EXPECT_TRUE(contains(md.out, "tg2 x2 @ p4")) << md.out;
+}
+
 TEST_F(BenchCommand, BadInputIsOneLine) {
     const std::string m = " -m " + shell_quote(tiny_model());
     testing::expect_one_line_error(run_tandem("bench -m /nonexistent/x.gguf -r 1", dir_), "/nonexistent/x.gguf");
@@ -226,6 +376,10 @@ TEST_F(BenchCommand, BadInputIsOneLine) {
     testing::expect_one_line_error(run_tandem("bench" + m + " -r 0", dir_), "-r");
     testing::expect_one_line_error(run_tandem("bench" + m + " -o xml", dir_), "-o");
     testing::expect_one_line_error(run_tandem("bench" + m + " -ngl 0-x --device cpu2", dir_), "-ngl");
+    testing::expect_one_line_error(run_tandem("bench" + m + " --parallel 0", dir_), "--parallel");
+    testing::expect_one_line_error(run_tandem("bench" + m + " --parallel 1,65", dir_), "--parallel");
+    testing::expect_one_line_error(run_tandem("bench" + m + " --parallel 1,x", dir_), "--parallel");
+    testing::expect_one_line_error(run_tandem("bench" + m + " --parallel 2 -pg 8,4", dir_), "-pg");
     testing::expect_one_line_error(
         run_tandem("bench" + m + " --device cpu2 --vram 2MiB --sweep-ngl --plot " + shell_quote((dir_ / "c.png").string()),
                    dir_),

@@ -73,7 +73,9 @@ public:
     const tandem::MemoryLedger& ledger() const override { return cpu_.ledger(); }
     void load_matrix(const tandem::gguf::TensorInfo& t) override { cpu_.load_matrix(t); }
     void load_vector(const tandem::gguf::TensorInfo& t) override { cpu_.load_vector(t); }
-    void load_kv(int64_t il, int64_t n_cells, int64_t ring_span) override { cpu_.load_kv(il, n_cells, ring_span); }
+    void load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) override {
+        cpu_.load_kv(il, n_cells, ring_span, n_regions);
+    }
     void allocate_workspace(bool with_logits) override { cpu_.allocate_workspace(with_logits); }
     void write_act(tandem::Act a, const float* host, int64_t n) override { cpu_.write_act(a, host, n); }
     void read_act(tandem::Act a, float* host, int64_t n) override { cpu_.read_act(a, host, n); }
@@ -215,7 +217,7 @@ TEST_P(CudaBatchPathHost, EmulatedBatchProductsMeetTheGoldenKlBound) {
             }
         }
         const int64_t cells = tandem::model::kv_cells_for_layer(spec, il, config.n_ctx, config.n_ubatch);
-        dev.load_kv(il, cells, ls.sliding_window ? cells : 0);
+        dev.load_kv(il, cells, ls.sliding_window ? cells : 0, 1);
     }
     dev.load_vector(*spec.get(tandem::model::GlobalTensor::OutputNorm));
     dev.load_matrix(spec.output_head());

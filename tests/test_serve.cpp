@@ -156,7 +156,8 @@ struct Model {
         o.n_ctx = n_ctx;
         o.n_ubatch = 64;
         o.n_seq_max = n_seq;
-        o.cache_type = tandem::model::CacheType::Q8_0;
+        o.kv_per_sequence = true;  // as the server opens it
+        o.cache_type = tandem::model::CacheType::F16;
         return std::make_unique<tandem::Session>(file, spec, o);
     }
 };

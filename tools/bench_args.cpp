@@ -10,6 +10,7 @@
 #include "planner/planner.h"
 #include "runtime/engine/memory_ledger.h"
 #include "runtime/common/error.h"
+#include "runtime/engine/session.h"
 #include "tools/llama_flags.h"
 
 namespace tandem::tools {
@@ -20,6 +21,9 @@ namespace {
 constexpr size_t kMaxListItems = 4096;
 // More threads than any machine has cores is a typo too (and must fit an int).
 constexpr int64_t kMaxThreads = 4096;
+// --parallel's prompt per stream when -p is not given: enough context for
+// attention to matter a little, not so much that prefill dominates a run.
+constexpr int64_t kParallelPrompt = 32;
 
 std::string_view trim(std::string_view s) {
     while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -112,18 +116,62 @@ bool ends_with_svg(const std::string& path) {
     return ext == ".svg";
 }
 
+// --parallel: for every prompt length (-p, per stream, default 32) and
+// decode length (-n, default 128), every stream count in the order given.
+std::vector<BenchTest> parallel_tests(const BenchArgs& a) {
+    if (!a.prompt_gen.empty()) {
+        throw Error("--parallel: -pg does not combine with it; give the prompt of each stream with -p (not timed) "
+                    "and the decode steps with -n");
+    }
+    for (int64_t d : int_lists(a.n_depth, "-d", {0})) {
+        if (d != 0) {
+            throw Error(fmt::format("--parallel: -d does not combine with it (found -d {}); each stream's prompt "
+                                    "(-p) is its untimed context",
+                                    d));
+        }
+    }
+    std::vector<int64_t> counts;
+    for (const auto& text : a.parallel) {
+        const auto v = parse_parallel_list(text);
+        counts.insert(counts.end(), v.begin(), v.end());
+    }
+    std::vector<BenchTest> tests;
+    for (int64_t p : int_lists(a.n_prompt, "-p", {kParallelPrompt})) {
+        for (int64_t n : int_lists(a.n_gen, "-n", {128})) {
+            if (n == 0) continue;  // as llama-bench: -n 0 drops the decode tests, here all of them
+            for (int64_t streams : counts) tests.push_back({p, n, 0, streams});
+        }
+    }
+    if (tests.empty()) throw Error("--parallel: no decode step left to time; -n 0 drops every test");
+    return tests;
+}
+
 }  // namespace
 
 std::string BenchTest::name() const {
+    if (n_parallel > 0) {
+        const std::string base = fmt::format("tg{} x{}", n_gen, n_parallel);
+        return n_prompt > 0 ? fmt::format("{} @ p{}", base, n_prompt) : base;
+    }
     const std::string base = n_gen == 0      ? fmt::format("pp{}", n_prompt)
                              : n_prompt == 0 ? fmt::format("tg{}", n_gen)
                                              : fmt::format("pp{}+tg{}", n_prompt, n_gen);
     return n_depth > 0 ? fmt::format("{} @ d{}", base, n_depth) : base;
 }
 
+int64_t BenchTest::n_cells() const {
+    return std::max<int64_t>(n_parallel, 1) * (n_depth + n_prompt + n_gen);
+}
+
 int64_t BenchConfig::n_ctx() const {
     int64_t n = 1;
-    for (const BenchTest& t : tests) n = std::max(n, t.n_depth + t.n_prompt + t.n_gen);
+    for (const BenchTest& t : tests) n = std::max(n, t.n_cells());
+    return n;
+}
+
+int64_t BenchConfig::n_seq_max() const {
+    int64_t n = 1;
+    for (const BenchTest& t : tests) n = std::max(n, t.n_parallel);
     return n;
 }
 
@@ -145,6 +193,18 @@ std::vector<std::optional<int64_t>> parse_ngl_list(std::string_view text) {
         out.insert(out.end(), values.begin(), values.end());
     }
     return out;
+}
+
+std::vector<int64_t> parse_parallel_list(std::string_view text) {
+    const std::vector<int64_t> counts = parse_int_list(text, "--parallel");
+    for (int64_t n : counts) {
+        if (n < 1 || n > kMaxSequences) {
+            throw Error(fmt::format("--parallel: expected stream counts from 1 to {} (the sequences a session can "
+                                    "tell apart), found {} in '{}'",
+                                    kMaxSequences, n, text));
+        }
+    }
+    return counts;
 }
 
 std::pair<int64_t, int64_t> parse_prompt_gen(std::string_view text) {
@@ -185,25 +245,31 @@ BenchConfig make_bench_config(const BenchArgs& a) {
     c.format = parse_output_format(a.output);
     if (a.n_batch < 0) throw Error(fmt::format("-b: expected a value >= 0, found {}", a.n_batch));
 
-    // As llama-bench: a 0 in -p or -n drops that kind of test.
-    for (int64_t p : int_lists(a.n_prompt, "-p", {512})) {
-        if (p > 0) c.tests.push_back({p, 0});
+    if (!a.parallel.empty()) {
+        c.tests = parallel_tests(a);
+    } else {
+        // As llama-bench: a 0 in -p or -n drops that kind of test.
+        for (int64_t p : int_lists(a.n_prompt, "-p", {512})) {
+            if (p > 0) c.tests.push_back({p, 0});
+        }
+        for (int64_t n : int_lists(a.n_gen, "-n", {128})) {
+            if (n > 0) c.tests.push_back({0, n});
+        }
+        for (const auto& pg : a.prompt_gen) {
+            const auto [p, n] = parse_prompt_gen(pg);
+            c.tests.push_back({p, n});
+        }
+        if (c.tests.empty()) {
+            throw Error("bench: no test left to run; -p 0 and -n 0 drop every test and no -pg was given");
+        }
+        // -d: every test at every depth, as llama-bench.
+        const std::vector<int64_t> depths = int_lists(a.n_depth, "-d", {0});
+        std::vector<BenchTest> at_depths;
+        for (const BenchTest& t : c.tests) {
+            for (int64_t d : depths) at_depths.push_back({t.n_prompt, t.n_gen, d});
+        }
+        c.tests = std::move(at_depths);
     }
-    for (int64_t n : int_lists(a.n_gen, "-n", {128})) {
-        if (n > 0) c.tests.push_back({0, n});
-    }
-    for (const auto& pg : a.prompt_gen) {
-        const auto [p, n] = parse_prompt_gen(pg);
-        c.tests.push_back({p, n});
-    }
-    if (c.tests.empty()) throw Error("bench: no test left to run; -p 0 and -n 0 drop every test and no -pg was given");
-    // -d: every test at every depth, as llama-bench.
-    const std::vector<int64_t> depths = int_lists(a.n_depth, "-d", {0});
-    std::vector<BenchTest> at_depths;
-    for (const BenchTest& t : c.tests) {
-        for (int64_t d : depths) at_depths.push_back({t.n_prompt, t.n_gen, d});
-    }
-    c.tests = std::move(at_depths);
 
     const auto threads = int_lists(a.threads, "-t", {0});
     if (!a.threads.empty()) require_at_least(threads, 1, "-t");

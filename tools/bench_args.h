@@ -27,6 +27,9 @@ struct BenchArgs {
     std::vector<std::string> n_gen;       // default "128"
     std::vector<std::string> prompt_gen;  // "P,N" per occurrence
     std::vector<std::string> n_depth;     // default "0"
+    // --parallel: stream counts of the batched-decode tests; non-empty
+    // switches bench to them (see BenchTest::n_parallel).
+    std::vector<std::string> parallel;
     std::vector<std::string> n_gpu_layers;  // default "auto"
     std::vector<std::string> threads;       // default: physical cores
     std::vector<std::string> n_ubatch;      // default "512"
@@ -49,11 +52,22 @@ struct BenchArgs {
 // A benchmark test in llama-bench's terms: ppN (n_gen 0), tgN (n_prompt 0)
 // or pgP,N (both), after n_depth tokens already in the KV cache (-d; that
 // prefill is not timed).
+//
+// n_parallel > 0 (bench --parallel) makes it a batched-decode test, as
+// llama-batched-bench: n_parallel sequences each get n_prompt prompt
+// tokens (evaluated first, not timed), then n_gen decode steps each
+// evaluate one token of every sequence in one batch; tok/s counts all
+// n_parallel * n_gen tokens. n_depth is 0 there.
 struct BenchTest {
     int64_t n_prompt = 0;
     int64_t n_gen = 0;
     int64_t n_depth = 0;
-    std::string name() const;  // "pp512", "tg128", "pp512+tg128", "tg128 @ d4096"
+    int64_t n_parallel = 0;
+    // "pp512", "tg128", "pp512+tg128", "tg128 @ d4096"; --parallel:
+    // "tg128 x4 @ p32" (4 streams after a 32-token prompt each).
+    std::string name() const;
+    // Cache cells the test fills: every stream's prompt and tokens.
+    int64_t n_cells() const;
 };
 
 struct BenchConfig {
@@ -76,8 +90,11 @@ struct BenchConfig {
     std::optional<int64_t> sweep_step;  // --sweep-ngl: ngl 0, step, 2*step, ... n_layer + 1
     std::string plot_path;           // "" for none; ends in .svg
 
-    // Context each session gets: room for the longest test.
+    // Context each session gets: room for the longest test (a --parallel
+    // test needs n_parallel * (n_prompt + n_gen) cells).
     int64_t n_ctx() const;
+    // Sequences each session must tell apart: the largest --parallel count.
+    int64_t n_seq_max() const;
 };
 
 // "8", "0-8" (inclusive), "0-32+4" (0, 4, ..., 32), and comma lists of
@@ -88,6 +105,10 @@ std::vector<int64_t> parse_int_list(std::string_view text, std::string_view flag
 
 // -ngl: "auto" or an int list as above; "auto" may be an item of the list.
 std::vector<std::optional<int64_t>> parse_ngl_list(std::string_view text);
+
+// --parallel: a list as above of stream counts, each 1..64 (the sequences
+// a session can tell apart).
+std::vector<int64_t> parse_parallel_list(std::string_view text);
 
 // -pg: exactly two numbers, "P,N".
 std::pair<int64_t, int64_t> parse_prompt_gen(std::string_view text);

@@ -53,6 +53,12 @@ std::vector<Column> markdown_columns(const std::vector<BenchRow>& rows, bool sho
     }
     cols.push_back({"test", true, [](const BenchRow& r) { return r.test; }});
     cols.push_back({"t/s", true, tps_cell});
+    // --parallel: t/s is all streams together; these split it per stream
+    // and compare it with one stream.
+    if (any_row(rows, [](const BenchRow& r) { return r.n_parallel > 0; })) {
+        cols.push_back({"t/s/stream", true, [](const BenchRow& r) { return optional_number(r.stream_tps, "{:.2f}"); }});
+        cols.push_back({"speed-up", true, [](const BenchRow& r) { return optional_number(r.speedup, "{:.2f}x"); }});
+    }
     if (show_prediction) {
         cols.push_back({"pred t/s", true, [](const BenchRow& r) { return optional_number(r.predicted_tps, "{:.2f}"); }});
     }
@@ -137,9 +143,9 @@ std::string human_count(uint64_t n) {
 const std::vector<std::string>& bench_field_names() {
     static const std::vector<std::string> names{
         "model",    "model_type", "model_size", "model_params", "device",   "backend",  "ngl",
-        "threads",  "n_ubatch",   "cache_type", "test",         "n_prompt", "n_gen",    "n_depth",  "fits",
-        "tps_mean", "tps_sd",     "gbps",       "pct_bandwidth", "predicted_tps", "cpu_gbps_before",
-        "cpu_gbps_after", "samples"};
+        "threads",  "n_ubatch",   "cache_type", "test",         "n_prompt", "n_gen",    "n_depth",  "n_parallel",
+        "fits",     "tps_mean",   "tps_sd",     "stream_tps",   "speedup",  "gbps",     "pct_bandwidth",
+        "predicted_tps", "cpu_gbps_before", "cpu_gbps_after", "samples"};
     return names;
 }
 
@@ -159,9 +165,12 @@ nlohmann::json to_json(const BenchRow& r) {
     j["n_prompt"] = r.n_prompt;
     j["n_gen"] = r.n_gen;
     j["n_depth"] = r.n_depth;
+    j["n_parallel"] = r.n_parallel;
     j["fits"] = r.fits;
     j["tps_mean"] = optional_json(r.tps_mean);
     j["tps_sd"] = optional_json(r.tps_sd);
+    j["stream_tps"] = optional_json(r.stream_tps);
+    j["speedup"] = optional_json(r.speedup);
     j["gbps"] = optional_json(r.gbps);
     j["pct_bandwidth"] = optional_json(r.pct_bandwidth);
     j["predicted_tps"] = optional_json(r.predicted_tps);
@@ -220,9 +229,12 @@ std::string format_csv(const std::vector<BenchRow>& rows) {
                                               std::to_string(r.n_prompt),
                                               std::to_string(r.n_gen),
                                               std::to_string(r.n_depth),
+                                              std::to_string(r.n_parallel),
                                               r.fits ? "true" : "false",
                                               csv_number(r.tps_mean),
                                               csv_number(r.tps_sd),
+                                              csv_number(r.stream_tps),
+                                              csv_number(r.speedup),
                                               csv_number(r.gbps),
                                               csv_number(r.pct_bandwidth),
                                               csv_number(r.predicted_tps),

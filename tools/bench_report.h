@@ -27,15 +27,20 @@ struct BenchRow {
     int threads = 0;
     int64_t n_ubatch = 0;
     std::string cache_type;  // "f16", "q8_0"
-    std::string test;        // "pp512", "tg128", "pp512+tg128"
-    int64_t n_prompt = 0;
+    std::string test;        // "pp512", "tg128", "pp512+tg128", "tg128 x4 @ p32"
+    int64_t n_prompt = 0;    // of a --parallel test: each stream's, not timed
     int64_t n_gen = 0;
     int64_t n_depth = 0;
+    int64_t n_parallel = 0;  // streams of a --parallel test; 0 for the others
     // False when the split does not fit the device: nothing was measured
     // and only the prediction is reported.
     bool fits = true;
-    std::vector<double> samples;  // tok/s of each counted repetition
+    std::vector<double> samples;  // tok/s of each counted repetition (--parallel: of all streams together)
     std::optional<double> tps_mean, tps_sd;
+    // --parallel: tok/s of each stream (tps_mean / n_parallel), and
+    // tps_mean over that of the 1-stream test of the same setup, prompt and
+    // length (nullopt when --parallel lists no 1).
+    std::optional<double> stream_tps, speedup;
     std::optional<double> gbps;           // weights read per second, see --help
     std::optional<double> pct_bandwidth;  // of the calibrated roofline; nullopt without a calibration
     std::optional<double> predicted_tps;  // the planner's, for this test at this split

@@ -17,6 +17,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/quant/quant_mix.h"
 #include "runtime/engine/session.h"
+#include "runtime/sampler/sampler.h"
 #include "tools/split.h"
 
 namespace tandem::tools {
@@ -161,8 +162,10 @@ BenchRow row_skeleton(const OpenModel& m, const BenchConfig& c, const Setup& s, 
     r.n_prompt = t.n_prompt;
     r.n_gen = t.n_gen;
     r.n_depth = t.n_depth;
+    r.n_parallel = t.n_parallel;
     r.fits = s.plan.fits;
-    r.predicted_tps = predicted_tps(s.plan, t);
+    // The planner predicts one sequence's decode; batched decode it does not model.
+    if (t.n_parallel == 0) r.predicted_tps = predicted_tps(s.plan, t);
     return r;
 }
 
@@ -193,6 +196,10 @@ struct WeightReads {
     double host = 0, device = 0;
 };
 
+//
+// A --parallel test times only its decode steps: each reads the layers and
+// the head once for all its streams (once per micro-batch, should -ub be
+// smaller than the stream count).
 WeightReads weight_reads(const Session& s, const model::ModelSpec& spec, const BenchTest& t, int64_t n_ubatch) {
     const double head = static_cast<double>(model::output_weight_bytes(spec));
     double device_layers = 0;
@@ -200,8 +207,11 @@ WeightReads weight_reads(const Session& s, const model::ModelSpec& spec, const B
         device_layers += static_cast<double>(model::layer_decode_bytes(spec, il));
     }
     const double host_layers = static_cast<double>(s.weight_bytes_per_token()) - head - device_layers;
-    const double layer_passes = static_cast<double>((t.n_prompt + n_ubatch - 1) / n_ubatch + t.n_gen);
-    const double head_passes = static_cast<double>((t.n_prompt > 0 ? 1 : 0) + t.n_gen);
+    double layer_passes = static_cast<double>((t.n_prompt + n_ubatch - 1) / n_ubatch + t.n_gen);
+    double head_passes = static_cast<double>((t.n_prompt > 0 ? 1 : 0) + t.n_gen);
+    if (t.n_parallel > 0) {
+        layer_passes = head_passes = static_cast<double>(t.n_gen * ((t.n_parallel + n_ubatch - 1) / n_ubatch));
+    }
     WeightReads r{host_layers * layer_passes, device_layers * layer_passes};
     (s.output_on_device() ? r.device : r.host) += head * head_passes;
     return r;
@@ -221,11 +231,16 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         r.backend = backend_of(session, m.spec.hp.n_layer);
         r.threads = session.n_threads();
         const int64_t streamed_before = session.streamed_batches();
-        time_test(session, t, ids, logits);  // warm-up, not counted
+        // Tokens a run counts, and the run itself.
+        const int64_t counted = t.n_parallel > 0 ? t.n_parallel * t.n_gen : t.n_prompt + t.n_gen;
+        const auto run_once = [&] {
+            if (t.n_parallel > 0) return run_parallel_decode(session, t.n_parallel, t.n_prompt, t.n_gen).seconds;
+            return time_test(session, t, ids, logits);
+        };
+        run_once();  // warm-up, not counted
         if (hooks.measure_cpu_gbps) r.cpu_gbps_before = hooks.measure_cpu_gbps();
         for (int rep = 0; rep < c.repetitions; ++rep) {
-            const double s = time_test(session, t, ids, logits);
-            r.samples.push_back(static_cast<double>(t.n_prompt + t.n_gen) / std::max(s, 1e-9));
+            r.samples.push_back(static_cast<double>(counted) / std::max(run_once(), 1e-9));
         }
         if (hooks.measure_cpu_gbps) r.cpu_gbps_after = hooks.measure_cpu_gbps();
         // Which path ran: the prompt's micro-batches streamed the CPU
@@ -233,8 +248,9 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         if (session.streamed_batches() > streamed_before) r.backend += "+stream";
         r.tps_mean = mean_of(r.samples);
         r.tps_sd = sample_sd_of(r.samples);
+        if (t.n_parallel > 0) r.stream_tps = *r.tps_mean / static_cast<double>(t.n_parallel);
         // The mean run's time, so GB/s and % agree with the t/s column.
-        const double seconds = static_cast<double>(t.n_prompt + t.n_gen) / *r.tps_mean;
+        const double seconds = static_cast<double>(counted) / *r.tps_mean;
         const WeightReads bytes = weight_reads(session, m.spec, t, n_ubatch);
         r.gbps = (bytes.host + bytes.device) / seconds / 1e9;
         // The CPU's bandwidth for the % column: measured around this test
@@ -255,7 +271,67 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
     }
 }
 
+// --parallel: each row's t/s over that of the 1-stream row of the same
+// setup, prompt and length, wherever the list put the 1.
+void fill_speedups(std::vector<BenchRow>& rows) {
+    for (BenchRow& r : rows) {
+        if (r.n_parallel == 0 || !r.tps_mean) continue;
+        for (const BenchRow& one : rows) {
+            if (one.n_parallel == 1 && one.n_prompt == r.n_prompt && one.n_gen == r.n_gen && one.tps_mean &&
+                *one.tps_mean > 0) {
+                r.speedup = *r.tps_mean / *one.tps_mean;
+                break;
+            }
+        }
+    }
+}
+
 }  // namespace
+
+ParallelDecode run_parallel_decode(Session& session, int64_t n_parallel, int64_t n_prompt, int64_t n_gen) {
+    if (n_parallel < 1 || n_parallel > kMaxSequences) {
+        throw Error(fmt::format("--parallel: expected 1 to {} streams, found {}", kMaxSequences, n_parallel));
+    }
+    const int64_t n_vocab = session.n_vocab();
+    const auto V = static_cast<size_t>(n_vocab);
+    const auto P = static_cast<size_t>(n_parallel);
+    session.reset();
+    std::vector<float> logits;
+    std::vector<BatchToken> batch;
+    std::vector<int32_t> next(P);
+    ParallelDecode out;
+    out.prompts.assign(P, std::vector<int32_t>());
+    // Each stream its own prompt (the ids are arbitrary but valid and
+    // differ per stream and position), all in one batch.
+    if (n_prompt > 0) {
+        for (size_t s = 0; s < P; ++s) {
+            for (int64_t i = 0; i < n_prompt; ++i) {
+                const int64_t k = static_cast<int64_t>(s) * n_prompt + i;
+                const auto id = static_cast<int32_t>((1 + 7 * k) % n_vocab);
+                out.prompts[s].push_back(id);
+                batch.push_back({id, static_cast<int32_t>(i), static_cast<int32_t>(s), i == n_prompt - 1});
+            }
+        }
+        session.eval_batch(batch, logits);
+        for (size_t s = 0; s < P; ++s) next[s] = argmax(std::span<const float>(logits.data() + s * V, V));
+    } else {
+        for (size_t s = 0; s < P; ++s) next[s] = static_cast<int32_t>((1 + 13 * s) % V);
+    }
+    out.tokens.assign(P, std::vector<int32_t>());
+    for (auto& t : out.tokens) t.reserve(static_cast<size_t>(n_gen));
+    batch.assign(P, BatchToken{});
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t g = 0; g < n_gen; ++g) {
+        for (size_t s = 0; s < P; ++s) {
+            batch[s] = {next[s], static_cast<int32_t>(n_prompt + g), static_cast<int32_t>(s), true};
+            out.tokens[s].push_back(next[s]);
+        }
+        session.eval_batch(batch, logits);
+        for (size_t s = 0; s < P; ++s) next[s] = argmax(std::span<const float>(logits.data() + s * V, V));
+    }
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+}
 
 std::vector<int64_t> sweep_ngl_values(int64_t n_layer, int64_t step) {
     std::vector<int64_t> out;
@@ -299,6 +375,7 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
             if (s.plan.fits) {
                 SessionOptions so;
                 so.n_ctx = c.n_ctx();
+                so.n_seq_max = c.n_seq_max();
                 so.n_ubatch = s.n_ubatch;
                 so.n_threads = s.threads;
                 so.cache_type = s.cache_type;
@@ -319,6 +396,7 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                     for (BenchRow& r : rows) r.fits = false;
                 }
                 if (session) measure_setup(*session, m, c, calibration, rows, c.tests, hooks);
+                fill_speedups(rows);
             }
             for (BenchRow& r : rows) {
                 if (!r.fits && hooks.on_row) hooks.on_row(r);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "planner/calibration.h"
+#include "runtime/engine/session.h"
 #include "tools/bench_args.h"
 #include "tools/bench_report.h"
 
@@ -50,6 +51,22 @@ struct BenchResult {
 // tandem::Error for a model that cannot be opened or run.
 BenchResult run_bench(const BenchConfig& config, const std::optional<planner::Calibration>& calibration,
                       const BenchHooks& hooks = {});
+
+// One run of a --parallel test (BenchTest::n_parallel) on a session whose
+// n_seq_max is at least n_parallel and whose context holds n_parallel *
+// (n_prompt + n_gen) cells: the cache is reset, sequence s (0..n_parallel-1)
+// gets n_prompt prompt tokens (its own ids; all sequences in one batch, not
+// timed), then n_gen decode steps each evaluate one token of every sequence
+// in one Session::eval_batch and take each sequence's next token by argmax
+// (greedy, as serve's default). Throws tandem::Error as eval_batch does.
+struct ParallelDecode {
+    double seconds = 0;  // the decode steps, argmax included
+    std::vector<std::vector<int32_t>> prompts;  // per sequence: its n_prompt prompt ids
+    // Per sequence: the n_gen tokens the decode steps evaluated (the first is
+    // the argmax of the prompt's last logits, or a fixed id without prompt).
+    std::vector<std::vector<int32_t>> tokens;
+};
+ParallelDecode run_parallel_decode(Session& session, int64_t n_parallel, int64_t n_prompt, int64_t n_gen);
 
 // ngl values of a sweep: 0, step, 2 * step, ... and always n_layer + 1 (the
 // whole model with its head), so both ends are measured.

@@ -95,6 +95,7 @@ std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_se
     so.n_threads = f.n_threads;
     if (f.n_threads == 0 && split.threads) so.n_threads = *split.threads;
     so.n_seq_max = n_seq;
+    so.kv_per_sequence = true;  // a slot's logits do not depend on the others'
     m->split_why = split.why;
     m->session = open_session_stepping_down(m->file, m->spec, so, f.check_tensors);
     return m;

@@ -303,6 +303,16 @@ stored) right before and right after each test's counted runs, shows both
 (bw now, GB/s) and takes % bw against their mean: for hosts whose bandwidth
 moves between runs (shared virtual machines, laptops changing power state).
 
+Batched decode (--parallel LIST, e.g. --parallel 1,2,4,8; -np too), as
+llama-batched-bench: for each stream count S, S sequences each get a prompt of
+-p tokens (default 32; evaluated in one batch, not timed), then -n decode steps
+(default 128) each evaluate one token of every stream in one batch and take
+each stream's next token by argmax. t/s = S x n / time of the steps (all
+streams together); t/s/stream = t/s / S; speed-up = t/s over that of S = 1
+(when the list has 1). GB/s counts the weights once per step, shared by the
+S streams. The context holds S x (p + n) cells. -pg and -d do not combine
+with it; every other flag (-m, -t, -ngl, --cache-type, -r, -o) does.
+
 backend: cpu (nothing on the device), split, or gpu (every layer and the head
 on the device). -ngl auto (the default) asks the planner for the most layers
 that fit --vram, as run does. --sweep-ngl [STEP] runs ngl 0, STEP, ... and
@@ -327,6 +337,10 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("-n,--n-gen", a.n_gen, "generated tokens of the tgN tests (default 128)")->type_name("LIST");
     cmd->add_option("-d,--n-depth", a.n_depth,
                     "tokens already in the KV cache when each test starts (its prefill is not timed), a list (default 0)")
+        ->type_name("LIST");
+    cmd->add_option("--parallel", a.parallel,
+                    "batched decode: for each stream count (1..64), every step evaluates one token of each stream "
+                    "in one batch, after a -p prompt per stream (default 32, not timed); replaces the pp/tg tests")
         ->type_name("LIST");
     cmd->add_option("--prompt-gen", a.prompt_gen, "a pgP,N test, prompt then generation (-pg); may repeat")
         ->type_name("P,N");

@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -30,32 +31,41 @@ struct ServeOptions : ChatModelFlags {
     bool verbose = false;
 };
 
-// SIGINT and SIGTERM are blocked in every thread and taken by one waiting
-// thread, which stops the server in order (a request in flight gets its
-// answer; a slot file being written is finished). During loading a signal
-// ends the process at once.
+// The signal that asked the server to stop (0: none yet): written only by
+// the handler below, the one place a signal may write to.
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+// SIGINT and SIGTERM set g_stop_signal, whichever thread takes them (the
+// BLAS library starts threads of its own), and a waiting thread stops the
+// server in order: a request in flight gets its answer, a slot file being
+// written is finished. During loading a signal ends the process at once.
 class SignalWaiter {
 public:
     SignalWaiter() {
-        sigemptyset(&set_);
-        sigaddset(&set_, SIGINT);
-        sigaddset(&set_, SIGTERM);
-        pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+        struct sigaction sa {};
+        sa.sa_handler = on_stop_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, &old_int_);
+        sigaction(SIGTERM, &sa, &old_term_);
         std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-answer is a failed write, not a dead server
     }
-    ~SignalWaiter() { pthread_sigmask(SIG_UNBLOCK, &set_, nullptr); }
+    ~SignalWaiter() {
+        sigaction(SIGINT, &old_int_, nullptr);
+        sigaction(SIGTERM, &old_term_, nullptr);
+    }
     // Waits for a signal (its number), or until `give_up` turns true (0).
-    int wait(const std::atomic<bool>& give_up) {
-        const timespec tick{0, 200 * 1000 * 1000};
+    static int wait(const std::atomic<bool>& give_up) {
         while (!give_up.load()) {
-            const int sig = sigtimedwait(&set_, nullptr, &tick);
-            if (sig > 0) return sig;
+            if (const int sig = g_stop_signal.load(); sig != 0) return sig;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
         return 0;
     }
 
 private:
-    sigset_t set_{};
+    struct sigaction old_int_ {}, old_term_ {};
 };
 
 void serve_model(const ServeOptions& o) {

@@ -39,7 +39,22 @@ struct InputSlot {
 std::array<InputSlot, kSlots> g_inputs;
 std::mutex g_mutex;  // guards taking and freeing slots of both tables
 
+// The handlers found when ours were installed: a program that handles a
+// signal itself (tandem serve stops in order on SIGTERM) keeps doing so.
+std::array<struct sigaction, 3> g_previous{};
+constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
+
 extern "C" void remove_temps_and_reraise(int sig) {
+    for (size_t i = 0; i < kSignals.size(); ++i) {
+        const struct sigaction& prev = g_previous[i];
+        if (kSignals[i] != sig || (prev.sa_flags & SA_SIGINFO) != 0) continue;
+        if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) {
+            // The program's own handler: it lets writers finish or fail
+            // (each removes its temp file), so nothing is unlinked here.
+            prev.sa_handler(sig);
+            return;
+        }
+    }
     for (TempSlot& s : g_temps) {
         if (s.live.load(std::memory_order_acquire)) ::unlink(s.path);  // async-signal-safe
     }
@@ -50,14 +65,14 @@ extern "C" void remove_temps_and_reraise(int sig) {
 void install_handlers_once() {
     static std::once_flag once;
     std::call_once(once, [] {
-        for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
-            struct sigaction old {};
-            ::sigaction(sig, nullptr, &old);
+        for (size_t i = 0; i < kSignals.size(); ++i) {
+            struct sigaction& old = g_previous[i];
+            ::sigaction(kSignals[i], nullptr, &old);
             if (old.sa_handler == SIG_IGN) continue;  // ignored by the parent (nohup): keep it so
             struct sigaction sa {};
             sa.sa_handler = remove_temps_and_reraise;
             sigemptyset(&sa.sa_mask);
-            ::sigaction(sig, &sa, nullptr);
+            ::sigaction(kSignals[i], &sa, nullptr);
         }
     });
 }

@@ -233,12 +233,12 @@ void CpuDevice::load_vector(const gguf::TensorInfo& t) {
     impl_->vectors[&t] = impl_->floats(t);
 }
 
-void CpuDevice::load_kv(int64_t il, int64_t n_cells, int64_t ring_span) {
+void CpuDevice::load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) {
     const auto& hp = impl_->hp;
     const quant::Type type = model::cache_quant_type(impl_->config.cache_type);
     const uint64_t bytes = model::kv_bytes_for_cells(impl_->spec, n_cells, impl_->config.cache_type);
     impl_->reserve(MemoryCategory::KvCache, bytes, fmt::format("the KV cache of layer {}", il));
-    impl_->kv.try_emplace(il, type, n_cells, hp.k_dim(), hp.v_dim(), ring_span);
+    impl_->kv.try_emplace(il, type, n_cells, hp.k_dim(), hp.v_dim(), ring_span, n_regions);
 }
 
 void CpuDevice::allocate_workspace(bool with_logits) {

@@ -32,7 +32,7 @@ public:
 
     void load_matrix(const gguf::TensorInfo& t) override;
     void load_vector(const gguf::TensorInfo& t) override;
-    void load_kv(int64_t il, int64_t n_cells, int64_t ring_span) override;
+    void load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) override;
     void allocate_workspace(bool with_logits) override;
 
     void write_act(Act a, const float* host, int64_t n_floats) override;

@@ -121,7 +121,8 @@ public:
     virtual void load_vector(const gguf::TensorInfo& t) = 0;
     // Layer il's K/V cache of n_cells cells; ring_span > 0: a sliding-window
     // ring in which a sequence keeps its last ring_span positions.
-    virtual void load_kv(int64_t il, int64_t n_cells, int64_t ring_span) = 0;
+    // n_regions > 1: the cells split into one part per sequence (KvCells).
+    virtual void load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) = 0;
     // The activation buffers of one micro-batch (Logits only with_logits).
     virtual void allocate_workspace(bool with_logits) = 0;
     // Returns once every upload started so far has landed.

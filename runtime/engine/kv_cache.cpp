@@ -17,13 +17,14 @@ uint64_t row_bytes_of(quant::Type type, int64_t dim) {
 
 }  // namespace
 
-LayerKvCache::LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span)
+LayerKvCache::LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span,
+                           int64_t n_regions)
     : type_(type),
       k_dim_(k_dim),
       v_dim_(v_dim),
       k_row_bytes_(row_bytes_of(type, k_dim)),
       v_row_bytes_(row_bytes_of(type, v_dim)),
-      cells_(n_cells, ring_span) {
+      cells_(n_cells, ring_span, n_regions) {
     k_.resize(static_cast<size_t>(n_cells) * k_row_bytes_);
     v_.resize(static_cast<size_t>(n_cells) * v_row_bytes_);
 }

@@ -26,7 +26,9 @@ public:
     // ring_span: 0 for a global cache; else the positions one sequence keeps
     // (window + micro-batch): a sequence's cell ring_span or more positions
     // behind the one it stores may be reused.
-    LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span = 0);
+    // n_regions: KvCells' parts, one per sequence (1: one shared pool).
+    LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span = 0,
+                 int64_t n_regions = 1);
 
     // Sequence 0 with the single-sequence layout: position pos in cell
     // pos % n_cells, overwriting whatever the cell held.

@@ -25,7 +25,15 @@ public:
     // ring_span: 0 for a global cache; else the positions one sequence keeps
     // (window + micro-batch): a sequence's cell ring_span or more positions
     // behind the one it stores may be reused.
-    explicit KvCells(int64_t n_cells, int64_t ring_span = 0);
+    //
+    // n_regions > 1 splits the cells into that many equal parts, part s for
+    // sequence s alone (llama.cpp's non-unified cache, as its server uses
+    // with several slots): where a sequence's positions go then depends on
+    // its own history only, so its cells are in the same order, and its
+    // attention sums the same bits, whatever the other sequences do.
+    // Sequence ids from n_regions on hold no cells of their own (they can
+    // still see cells through copy_seq).
+    explicit KvCells(int64_t n_cells, int64_t ring_span = 0, int64_t n_regions = 1);
 
     // Sequence 0 with the single-sequence layout: position pos in cell
     // pos % n_cells, whatever the cell held. Returns the cell.
@@ -73,20 +81,31 @@ public:
 
     int64_t n_cells() const { return n_cells_; }
     int64_t ring_span() const { return ring_span_; }
+    int64_t n_regions() const { return n_regions_; }
 
 private:
+    // The cells seq may take: [begin, end). Throws Error for a sequence
+    // without a part of its own.
+    struct Range {
+        int64_t begin, end;
+    };
+    Range range_of(int32_t seq) const;
+    // Where the search for a free cell of seq's part starts.
+    int64_t& head_of(int32_t seq) { return heads_[static_cast<size_t>(n_regions_ > 1 ? seq : 0)]; }
     // Sets a cell's position and sequences, and the per-sequence arrays.
     void assign(int64_t cell, int32_t pos, uint64_t seqs);
 
     int64_t n_cells_;
     int64_t ring_span_;
+    int64_t n_regions_;
+    int64_t region_cells_;            // cells of a part (n_cells with one part)
     std::vector<int32_t> cell_pos_;   // position of each cell, -1 if free
     std::vector<uint64_t> cell_seqs_; // sequences holding each cell, 0 if free
     // Per sequence: cell_pos_ with the cells it does not hold at -1; empty
     // until the sequence is first used.
     std::array<std::vector<int32_t>, kMaxSeqs> seq_pos_;
     std::vector<int32_t> no_pos_;     // all -1: the array of an unused sequence
-    int64_t head_ = 0;                // where the search for a free cell starts
+    std::vector<int64_t> heads_;      // per part: where the search for a free cell starts
 };
 
 }  // namespace tandem

@@ -192,7 +192,8 @@ struct Session::Impl {
             }
             const int64_t cells = model::kv_cells_for_layer(spec, il, opt.n_ctx, opt.n_ubatch, opt.n_seq_max);
             device(placement.kv[static_cast<size_t>(il)])
-                .load_kv(il, cells, model::kv_ring_span(spec, il, opt.n_ctx, opt.n_ubatch));
+                .load_kv(il, cells, model::kv_ring_span(spec, il, opt.n_ctx, opt.n_ubatch),
+                         opt.kv_per_sequence ? opt.n_seq_max : 1);
         }
         const gguf::TensorInfo* norm = spec.get(model::GlobalTensor::OutputNorm);
         device(placement.of(norm)).load_vector(*norm);

@@ -26,6 +26,13 @@ struct SessionOptions {
     // Sequences decoded side by side (llama.cpp's -np/--parallel): sizes the
     // sliding-window layers' rings, one window per sequence.
     int64_t n_seq_max = 1;
+    // Each of the n_seq_max sequences gets its own n_cells / n_seq_max cells
+    // of every layer's cache (llama.cpp's non-unified KV cache, what its
+    // server uses with several slots), instead of one pool they all draw
+    // on. A sequence's cells then depend on its own history only, so its
+    // logits are the same bits whatever else shares a batch with it; ids
+    // from n_seq_max on cannot store positions.
+    bool kv_per_sequence = false;
     int n_threads = 0;        // 0: physical cores
     model::CacheType cache_type = model::CacheType::F16;
     bool simd_from_env = true;  // TANDEM_CPU overrides the detected level

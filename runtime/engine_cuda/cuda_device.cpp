@@ -85,13 +85,13 @@ public:
         vectors_[&t] = floats(t);
     }
 
-    void load_kv(int64_t il, int64_t n_cells, int64_t ring_span) override {
+    void load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) override {
         TANDEM_CHECK(!caches_.count(il), "load_kv: layer loaded twice");
         select();
         const uint64_t planned = model::kv_bytes_for_cells(spec_, n_cells, config_.cache_type);
         auto cache = std::make_unique<CudaKvCache>(ledger_, fmt::format("the KV cache of layer {}", il), planned,
                                                    config_.cache_type == model::CacheType::Q8_0, hp_.k_dim(),
-                                                   hp_.v_dim(), n_cells, ring_span, config_.n_ubatch);
+                                                   hp_.v_dim(), n_cells, ring_span, config_.n_ubatch, n_regions);
         kv_bytes_ += cache->bytes();
         caches_.emplace(il, std::move(cache));
     }

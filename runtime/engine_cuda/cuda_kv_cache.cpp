@@ -13,8 +13,8 @@
 namespace tandem::cuda {
 
 CudaKvCache::CudaKvCache(MemoryLedger& ledger, const std::string& what, uint64_t planned, bool q8_0, int64_t k_dim,
-                         int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch)
-    : cells_(n_cells, ring_span) {
+                         int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch, int64_t n_regions)
+    : cells_(n_cells, ring_span, n_regions) {
     kv_.q8_0 = q8_0;
     kv_.k_dim = k_dim;
     kv_.v_dim = v_dim;

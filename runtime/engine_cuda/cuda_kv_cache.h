@@ -24,7 +24,7 @@ public:
     // n_ubatch tokens on the current device; reserves `planned` (the
     // planner's figure) or the real size, whichever is larger, as `what`.
     CudaKvCache(MemoryLedger& ledger, const std::string& what, uint64_t planned, bool q8_0, int64_t k_dim,
-                int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch);
+                int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch, int64_t n_regions = 1);
 
     // Stores the K and V rows of each token (sequence seq[t], position
     // pos[t]) in the cell KvCells::place chooses, then out = attention of
