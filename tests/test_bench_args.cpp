@@ -200,6 +200,13 @@ TEST(BenchArgs, ParallelRejectsWhatDoesNotCombine) {
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.prompt_gen = {"8,4"}; }), "-pg"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_depth = {"16"}; }), "-d"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_prompt = {"x"}; }), "-p"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
+                             a.device = "cpu2";
+                             a.vram = "2MiB";
+                             a.sweep = true;
+                             a.plot = "chart.svg";
+                         }),
+                         "--parallel"));
     BenchArgs zero_depth = args_with_model();
     zero_depth.parallel = {"2"};
     zero_depth.n_depth = {"0"};

@@ -302,3 +302,47 @@ TEST(KvCache, RingKeepsEachSequencesLastSpan) {
                     3e-3f, lvl(level));
     }
 }
+
+// One part per sequence: a sequence's cells follow its own history only,
+// in position order, whatever the others store or remove in between.
+TEST(KvCache, PerSequencePartsKeepEachSequenceInPositionOrder) {
+    tandem::KvCells shared(64, 0, 1);
+    tandem::KvCells parts(64, 0, 4);
+    for (tandem::KvCells* cells : {&shared, &parts}) {
+        // Sequence 1 stores, then 0 interleaves, then 1 drops its tail and
+        // stores again while 0 keeps going.
+        for (int32_t p = 0; p < 6; ++p) cells->place(1, p);
+        for (int32_t p = 0; p < 4; ++p) {
+            cells->place(0, p);
+            cells->place(1, 6 + p);
+        }
+        cells->remove(1, 3, -1);
+        for (int32_t p = 4; p < 8; ++p) {
+            cells->place(0, p);
+            cells->place(1, p - 1);
+        }
+    }
+    const auto in_order = [](const tandem::KvCells& c, int32_t seq) {
+        std::vector<int32_t> pos;
+        for (int64_t cell : c.cells_of(seq)) pos.push_back(c.cell_pos(seq)[cell]);
+        return std::is_sorted(pos.begin(), pos.end());
+    };
+    // The shared pool interleaves them (the reason for parts)...
+    EXPECT_FALSE(in_order(shared, 0) && in_order(shared, 1));
+    // ...the parts never do, and each part is its sequence's alone.
+    EXPECT_TRUE(in_order(parts, 0));
+    EXPECT_TRUE(in_order(parts, 1));
+    for (int64_t cell : parts.cells_of(0)) EXPECT_LT(cell, 16);
+    for (int64_t cell : parts.cells_of(1)) {
+        EXPECT_GE(cell, 16);
+        EXPECT_LT(cell, 32);
+    }
+    // A part emptied starts again at its first cell, as a fresh cache.
+    parts.remove(1, 0, -1);
+    EXPECT_EQ(parts.place(1, 0), 16);
+    // Sequences past the parts have no cells; a full part is full even
+    // when others have room.
+    EXPECT_THROW(parts.place(4, 0), tandem::Error);
+    for (int32_t p = 1; p < 16; ++p) parts.place(1, p);
+    EXPECT_THROW(parts.place(1, 16), tandem::Error);
+}

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -16,6 +18,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tests/run_command.h"
 #include "tests/test_paths.h"
 #include "tools/serve/openai_api.h"
 #include "tools/serve/scheduler.h"
@@ -319,6 +322,48 @@ TEST(ServeScheduler, StopStringsEndTheTextBeforeThem) {
     const Result r = collect(sched.submit(g));
     EXPECT_EQ(r.last.finish_reason, "stop");
     EXPECT_EQ(r.text, full.substr(0, full.find(stop)));
+}
+
+}  // namespace
+
+namespace {
+
+using tandem::testing::run_tandem;
+using tandem::testing::shell_quote;
+
+std::string tiny_model() { return shell_quote(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf").string()); }
+
+TEST(ServeCli, BadFlagsAreOneLineBeforeAnythingLoads) {
+    const auto dir = tandem::testing::scratch_dir();
+    tandem::testing::expect_one_line_error(run_tandem("serve -m " + tiny_model() + " --port 70000", dir), "--port");
+    tandem::testing::expect_one_line_error(run_tandem("serve -m " + tiny_model() + " -np 0", dir), "--parallel");
+    tandem::testing::expect_one_line_error(
+        run_tandem("serve -m " + tiny_model() + " --slot-save-path " + shell_quote((dir / "none").string()), dir),
+        "--slot-save-path");
+    tandem::testing::expect_one_line_error(run_tandem("serve -m " + shell_quote((dir / "x.gguf").string()), dir));
+    tandem::testing::expect_one_line_error(
+        run_tandem("serve -m " + tiny_model() + " --chat-template " + shell_quote((dir / "none.jinja").string()), dir),
+        "--chat-template");
+}
+
+TEST(ChatCli, RepliesToEachLineUntilExit) {
+    const auto dir = tandem::testing::scratch_dir();
+    // Two turns from standard input, then /exit; the second turn reuses the
+    // first's cache (--verbose says how much).
+    std::ofstream(dir / "in.txt") << "Hello there\nTell me more\n/exit\nnever read\n";
+    const std::string cmd = shell_quote(tandem::testing::tandem_binary().string()) + " chat -m " + tiny_model() +
+                            " --temp 0 -n 6 --verbose <" + shell_quote((dir / "in.txt").string()) + " >" +
+                            shell_quote((dir / "out.txt").string()) + " 2>" + shell_quote((dir / "err.txt").string());
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << tandem::testing::slurp(dir / "err.txt");
+    const std::string err = tandem::testing::slurp(dir / "err.txt");
+    EXPECT_TRUE(tandem::testing::contains(err, "ChatML (the model file has no tokenizer.chat_template)")) << err;
+    // Two replies, the second with the first turn cached.
+    size_t replies = 0;
+    for (size_t at = err.find("[prompt "); at != std::string::npos; at = err.find("[prompt ", at + 1)) ++replies;
+    EXPECT_EQ(replies, 2u) << err;
+    EXPECT_TRUE(tandem::testing::contains(err, "cached)")) << err;
+    EXPECT_FALSE(tandem::testing::contains(err, "(0 cached); 6 tokens")) << "the second turn reused nothing: " << err;
+    EXPECT_FALSE(tandem::testing::slurp(dir / "out.txt").empty());
 }
 
 }  // namespace

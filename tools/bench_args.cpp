@@ -342,6 +342,7 @@ BenchConfig make_bench_config(const BenchArgs& a) {
                                     a.plot));
         }
         if (c.models.size() != 1) throw Error("--plot draws one model; give a single -m");
+        if (!a.parallel.empty()) throw Error("--plot draws the pp and tg tests of a sweep; drop --parallel");
         c.plot_path = a.plot;
     }
     return c;

@@ -25,6 +25,7 @@
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
 #include "tools/session_open.h"
+#include "tools/sampling_flags.h"
 #include "tools/split.h"
 #include "tools/text_input.h"
 #include "tools/stream_flags.h"
@@ -53,8 +54,7 @@ struct RunOptions : SplitFlags {
     bool parse_special = false;     // control tokens' text in the prompt becomes the tokens
     std::string prompt_cache;       // llama-cli's --prompt-cache FILE
     bool prompt_cache_ro = false;   // use the file, do not update it
-    SamplerParams sampling;
-    std::optional<uint64_t> seed;
+    SamplingFlags sampling;
 };
 
 std::string read_prompt(const RunOptions& o) {
@@ -82,17 +82,6 @@ size_t complete_utf8_prefix(const std::string& s) {
         ++back;
     }
     return s.size();
-}
-
-// --seed N; -1, as in llama.cpp, draws one from the clock.
-std::optional<uint64_t> parse_seed(const std::string& text) {
-    if (text == "-1") return std::nullopt;
-    uint64_t v = 0;
-    const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-    if (text.empty() || ec != std::errc() || p != text.data() + text.size()) {
-        throw Error(fmt::format("--seed: expected a number (or -1: from the clock), found '{}'", text));
-    }
-    return v;
 }
 
 void write_logits(AtomicFile& out, const std::vector<float>& logits) {
@@ -167,9 +156,7 @@ void run(const RunOptions& o) {
     const model::ModelSpec spec = model::load_model_spec(file);
     const Tokenizer tokenizer = Tokenizer::from_gguf(file);
 
-    SamplerParams sp = o.sampling;
-    sp.seed = o.seed ? *o.seed : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    validate(sp);
+    const SamplerParams sp = resolved_sampling(o.sampling);
     if (o.n_predict < -1) {
         throw Error(fmt::format("-n: expected a value >= 0, or -1 (until the end of the text or the context), found {}",
                                 o.n_predict));
@@ -195,7 +182,7 @@ void run(const RunOptions& o) {
     }
     // As llama.cpp logs it (once the input is known good): a drawn seed can
     // be given back with --seed.
-    if (!o.seed && sp.temperature > 0) fmt::print(stderr, "seed: {}\n", sp.seed);
+    if (!o.sampling.seed && sp.temperature > 0) fmt::print(stderr, "seed: {}\n", sp.seed);
     if (o.verbose) {
         fmt::print(stderr, "model: {} ({}, {} layers, n_embd {}), context {}, {} threads, SIMD {}, KV cache {:.1f} MiB\n",
                    o.model, spec.hp.arch, spec.hp.n_layer, spec.hp.n_embd, session.n_ctx(), session.n_threads(),
@@ -353,18 +340,7 @@ void add_run_command(CLI::App& app) {
         ->capture_default_str();
     add_stream_flags(*cmd, opts->stream);
     add_placement_flags(*cmd, opts->placement);
-    cmd->add_option("--temp", opts->sampling.temperature, "temperature (0: greedy)")->capture_default_str();
-    cmd->add_option("--top-k", opts->sampling.top_k, "top-k (0: off)")->capture_default_str();
-    cmd->add_option("--top-p", opts->sampling.top_p, "top-p (1: off)")->capture_default_str();
-    cmd->add_option("--min-p", opts->sampling.min_p, "min-p (0: off)")->capture_default_str();
-    cmd->add_option("--repeat-penalty", opts->sampling.repeat_penalty, "repetition penalty (1: off)")
-        ->capture_default_str();
-    cmd->add_option("--repeat-last-n", opts->sampling.repeat_last_n, "tokens the penalty looks back over")
-        ->capture_default_str();
-    cmd->add_option_function<std::string>(
-           "-s,--seed", [opts](const std::string& v) { opts->seed = parse_seed(v); },
-           "random seed (default, or -1: from the clock, printed as seed: N on stderr)")
-        ->type_name("N");
+    add_sampling_flags(*cmd, opts->sampling);
     add_llama_compat_flags(*cmd, LlamaTool::Run);
     cmd->footer(llama_spellings_help(*cmd));
     cmd->callback([opts] { run(*opts); });

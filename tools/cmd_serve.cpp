@@ -78,6 +78,16 @@ void serve_model(const ServeOptions& o) {
     if (!o.http.slot_save_path.empty() && !std::filesystem::is_directory(o.http.slot_save_path)) {
         throw Error(fmt::format("--slot-save-path: expected a folder, found '{}' (none there)", o.http.slot_save_path));
     }
+    // What can be checked at once is, before the address is taken: a
+    // missing model is one line, not a server that starts and then dies.
+    if (!std::filesystem::is_regular_file(o.model)) {
+        throw Error(fmt::format("{}: expected a GGUF model file, found {}", o.model,
+                                std::filesystem::exists(o.model) ? "something else" : "nothing there"));
+    }
+    if (!o.chat_template.empty() && o.chat_template != "chatml" && !std::filesystem::is_regular_file(o.chat_template)) {
+        throw Error(fmt::format("--chat-template: expected chatml or a file of Jinja text, found '{}' (no such file)",
+                                o.chat_template));
+    }
     SignalWaiter signals;
     serve::ServerState state;
     state.config = o.http;

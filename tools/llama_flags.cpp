@@ -96,9 +96,9 @@ std::string check_zero(const std::string& v) {
 }
 
 constexpr std::string_view kNoChat =
-    "conversation mode is not supported yet; tandem run completes one prompt (-p TEXT or -f FILE)";
+    "tandem run completes one prompt (-p TEXT or -f FILE); for a conversation, use tandem chat -m MODEL";
 constexpr std::string_view kNoServer =
-    "Tandem has no server (a llama-server flag); tandem run completes one prompt (-p TEXT or -f FILE)";
+    "a server flag: tandem serve -m MODEL takes it (--host, --port, -np, --api-key)";
 constexpr std::string_view kSampler =
     "not supported; Tandem's sampler has --temp, --top-k, --top-p, --min-p and --repeat-penalty";
 
@@ -126,11 +126,13 @@ const CompatFlag kCompat[] = {
     {"-i,--interactive", kRun, Arity::Flag, Kind::Refuse, kNoChat},
     {"--interactive-first", kRun, Arity::Flag, Kind::Refuse, kNoChat},
     {"--system-prompt", kRun, Arity::Value, Kind::Refuse,
-     "system prompts (conversation mode) are not supported yet; put the text in the prompt (-p or -f)"},
+     "tandem run takes the prompt as it is: tandem chat -sys TEXT takes a system prompt (or format it yourself and "
+     "give --parse-special)"},
     {"--chat-template", kRun, Arity::Value, Kind::Refuse,
-     "chat templates are not supported yet; give the formatted prompt with -p or -f"},
-    {"--jinja", kRun, Arity::Flag, Kind::Refuse,
-     "chat templates are not supported yet; give the formatted prompt with -p or -f"},
+     "tandem run takes the prompt as it is (format it yourself and give --parse-special); tandem chat and tandem "
+     "serve apply the model's template"},
+    {"--jinja", kRun, Arity::Flag, Kind::Ignore,
+     "accepted; tandem chat and tandem serve always render the model's Jinja chat template"},
     {"--model-draft", kBoth, Arity::Value, Kind::Refuse, "speculative decoding is not supported yet"},
     {"--threads-batch", kBoth, Arity::Value, Kind::Refuse,
      "Tandem uses one thread count for prompt and generation; give -t"},
@@ -151,7 +153,7 @@ const CompatFlag kCompat[] = {
     {"--host", kRun, Arity::Value, Kind::Refuse, kNoServer},
     {"--port", kRun, Arity::Value, Kind::Refuse, kNoServer},
     {"--parallel", kRun, Arity::Value, Kind::Refuse, kNoServer},
-    {"--cont-batching", kRun, Arity::Flag, Kind::Refuse, kNoServer},
+    {"--cont-batching", kRun, Arity::Flag, Kind::Ignore, "-cb: accepted; tandem serve always batches its slots"},
     {"--api-key", kRun, Arity::Value, Kind::Refuse, kNoServer},
     {"--output-err", kBench, Arity::Value, Kind::Refuse, "a second output is not supported; give one format with -o"},
 };
