@@ -26,6 +26,7 @@
 #include "tools/llama_flags.h"
 #include "tools/session_open.h"
 #include "tools/sampling_flags.h"
+#include "tools/serve/text_stream.h"
 #include "tools/split.h"
 #include "tools/text_input.h"
 #include "tools/stream_flags.h"
@@ -62,26 +63,6 @@ std::string read_prompt(const RunOptions& o) {
     if (o.prompt) return *o.prompt;
     if (!o.prompt_file) throw Error("no prompt: give -p TEXT or -f FILE");
     return read_text_input(*o.prompt_file, "prompt file");  // "-": standard input, as llama.cpp
-}
-
-// Length of the longest prefix of `s` that ends on a UTF-8 character
-// boundary: a token may carry only the first bytes of a character.
-size_t complete_utf8_prefix(const std::string& s) {
-    size_t i = s.size();
-    size_t back = 0;
-    while (i > 0 && back < 4) {
-        const auto c = static_cast<unsigned char>(s[i - 1]);
-        if ((c & 0xC0) != 0x80) {  // a lead byte (or ASCII)
-            size_t need = 1;
-            if ((c & 0xE0) == 0xC0) need = 2;
-            else if ((c & 0xF0) == 0xE0) need = 3;
-            else if ((c & 0xF8) == 0xF0) need = 4;
-            return back + 1 >= need ? s.size() : i - 1;
-        }
-        --i;
-        ++back;
-    }
-    return s.size();
 }
 
 void write_logits(AtomicFile& out, const std::vector<float>& logits) {
@@ -268,7 +249,7 @@ void run(const RunOptions& o) {
         sampler.accept(next);
         ++generated;
         pending += tokenizer.token_to_piece(next);
-        const size_t ready = complete_utf8_prefix(pending);
+        const size_t ready = serve::complete_utf8_prefix(pending);
         fmt::print("{}", pending.substr(0, ready));
         std::fflush(stdout);
         pending.erase(0, ready);
