@@ -27,6 +27,7 @@
 #include "tools/session_open.h"
 #include "tools/sampling_flags.h"
 #include "tools/serve/text_stream.h"
+#include "tools/speculative/spec_flags.h"
 #include "tools/split.h"
 #include "tools/text_input.h"
 #include "tools/stream_flags.h"
@@ -56,6 +57,7 @@ struct RunOptions : SplitFlags {
     std::string prompt_cache;       // llama-cli's --prompt-cache FILE
     bool prompt_cache_ro = false;   // use the file, do not update it
     SamplingFlags sampling;
+    SpecFlags spec;  // --spec-ngram, -md and the --draft-* flags
 };
 
 std::string read_prompt(const RunOptions& o) {
@@ -161,6 +163,9 @@ void run(const RunOptions& o) {
         throw Error(fmt::format("the prompt has {} tokens but the context holds {}; use a larger -c", tokens.size(),
                                 session.n_ctx()));
     }
+    const std::unique_ptr<spec::Proposer> proposer =
+        make_proposer(o.spec, tokenizer, session, so.n_ubatch, so.cache_type, sp);
+    const spec::Config spec_cfg = spec_config(o.spec);
     // As llama.cpp logs it (once the input is known good): a drawn seed can
     // be given back with --seed.
     if (!o.sampling.seed && sp.temperature > 0) fmt::print(stderr, "seed: {}\n", sp.seed);
@@ -211,6 +216,7 @@ void run(const RunOptions& o) {
     const std::span<const int32_t> to_eval(tokens.data() + reused, tokens.size() - reused);
     const auto t0 = clock::now();
     session.eval(to_eval, dump, logits);
+    if (proposer) proposer->prepare(tokens);
     const double prompt_s = std::chrono::duration<double>(clock::now() - t0).count();
     if (cache_out) {
         const std::vector<uint8_t> state = session.save_sequence(0, tokens);
@@ -228,14 +234,11 @@ void run(const RunOptions& o) {
 
     if (!o.no_display_prompt) fmt::print("{}", prompt);
     std::fflush(stdout);
-    Sampler sampler(sp);
-    for (int32_t t : tokens) sampler.accept(t);
     std::string pending;  // bytes of an incomplete UTF-8 character
     int generated = 0;
     bool stopped_at_eog = false;
-    const auto t1 = clock::now();
-    while (o.n_predict < 0 || generated < o.n_predict) {
-        const int32_t next = sampler.sample(logits);
+    // A token settled on: false ends the generation (end of generation, -n).
+    auto emit = [&](int32_t next) -> bool {
         if (!o.ignore_eos && tokenizer.is_end_of_generation(next)) {
             stopped_at_eog = true;
             if (generated == 0) {
@@ -244,23 +247,39 @@ void run(const RunOptions& o) {
                            "--ignore-eos keeps going\n",
                            tokenizer.token_to_piece(next, true), next);
             }
-            break;
+            return false;
         }
-        sampler.accept(next);
         ++generated;
         pending += tokenizer.token_to_piece(next);
         const size_t ready = serve::complete_utf8_prefix(pending);
         fmt::print("{}", pending.substr(0, ready));
         std::fflush(stdout);
         pending.erase(0, ready);
-        if (generated == o.n_predict) break;
-        if (session.n_past() >= session.n_ctx()) {
-            fmt::print(stderr, "\n[context of {} tokens is full; stopping]\n", session.n_ctx());
-            break;
+        return generated != o.n_predict;
+    };
+    bool context_full = false;
+    std::optional<spec::Stats> spec_stats;
+    const auto t1 = clock::now();
+    if (proposer) {
+        spec_stats = spec::generate(session, tokens, std::move(logits), sp, *proposer, spec_cfg, o.n_predict,
+                                    so.n_ubatch, emit);
+        context_full = spec_stats->context_full;
+    } else {
+        Sampler sampler(sp);
+        for (int32_t t : tokens) sampler.accept(t);
+        while (o.n_predict < 0 || generated < o.n_predict) {
+            const int32_t next = sampler.sample(logits);
+            if (!emit(next)) break;
+            sampler.accept(next);
+            if (session.n_past() >= session.n_ctx()) {
+                context_full = true;
+                break;
+            }
+            const int32_t one[1] = {next};
+            session.eval(one, false, logits);
         }
-        const int32_t one[1] = {next};
-        session.eval(one, false, logits);
     }
+    if (context_full) fmt::print(stderr, "\n[context of {} tokens is full; stopping]\n", session.n_ctx());
     const double gen_s = std::chrono::duration<double>(clock::now() - t1).count();
     fmt::print("{}\n", pending);
 
@@ -274,6 +293,7 @@ void run(const RunOptions& o) {
                session.streamed_batches() > 0 ? " (CPU layers' weights streamed to " + so.device + ")" : "");
     fmt::print(stderr, "generation: {} tokens in {:.3f} s, {:.2f} tok/s, {:.2f} GB/s of weights read{}\n", generated,
                gen_s, tg_tps, tg_tps * bytes / 1e9, stopped_at_eog ? ", stopped at end-of-generation token" : "");
+    if (spec_stats) fmt::print(stderr, "{}\n", spec_stats_line(*proposer, *spec_stats));
     if (o.verbose && session.activation_crossings() > 0) {
         fmt::print(stderr, "activations moved between devices: {} crossings, {:.2f} MiB\n",
                    session.activation_crossings(), static_cast<double>(session.activation_bytes_moved()) / (1 << 20));
@@ -322,6 +342,7 @@ void add_run_command(CLI::App& app) {
     add_stream_flags(*cmd, opts->stream);
     add_placement_flags(*cmd, opts->placement);
     add_sampling_flags(*cmd, opts->sampling);
+    add_spec_flags(*cmd, opts->spec);
     add_llama_compat_flags(*cmd, LlamaTool::Run);
     cmd->footer(llama_spellings_help(*cmd));
     cmd->callback([opts] { run(*opts); });

@@ -1,0 +1,98 @@
+#include "tools/speculative/spec_flags.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+#include "tools/speculative/draft_model.h"
+
+namespace tandem::tools {
+
+void add_spec_flags(CLI::App& cmd, SpecFlags& f) {
+    const char* group = "speculative decoding";
+    cmd.add_option_function<std::string>(
+           "--spec-ngram",
+           [&f](const std::string& v) {
+               if (v.empty()) {
+                   f.ngram = 3;
+                   return;
+               }
+               int n = 0;
+               const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+               if (ec != std::errc() || p != v.data() + v.size() || n < 1) {
+                   throw Error(fmt::format("--spec-ngram: expected an n-gram length >= 1, found '{}'", v));
+               }
+               f.ngram = n;
+           },
+           "speculative decoding by prompt lookup: draft the tokens that followed the latest earlier occurrence of the "
+           "last N tokens (N, then shorter down to 1; default N = 3)")
+        ->expected(0, 1)
+        ->type_name("[N]")
+        ->group(group);
+    cmd.add_option("--model-draft", f.model_draft,
+                   "speculative decoding with a draft model FILE (-md): a smaller GGUF with the same vocabulary, run "
+                   "on the CPU, drafting up to --draft-max tokens the model checks in one batch")
+        ->type_name("FILE")
+        ->group(group);
+    cmd.add_option("--draft-max", f.draft_max,
+                   "most draft tokens per step (also bounded by the micro-batch); the length adapts: halved after a "
+                   "rejected draft, +2 after an accepted one, speculation paused for a while when drafts keep failing")
+        ->capture_default_str()
+        ->group(group);
+    cmd.add_option("--draft-min", f.draft_min, "drafts shorter than this are not proposed")
+        ->capture_default_str()
+        ->group(group);
+    cmd.add_option("--draft-p-min", f.p_min,
+                   "the draft model stops drafting before a token whose probability (its top softmax probability at "
+                   "temperature 1) is below this")
+        ->capture_default_str()
+        ->group(group);
+    cmd.add_flag("--draft-fixed", f.fixed_length, "always propose up to --draft-max tokens (no adaptive length)")
+        ->group(group);
+}
+
+spec::Config spec_config(const SpecFlags& f) {
+    if (f.draft_max < 0) throw Error(fmt::format("--draft-max: expected a value >= 0, found {}", f.draft_max));
+    if (f.draft_min < 0) throw Error(fmt::format("--draft-min: expected a value >= 0, found {}", f.draft_min));
+    if (f.draft_min > f.draft_max) {
+        throw Error(fmt::format("--draft-min {} is more than --draft-max {}", f.draft_min, f.draft_max));
+    }
+    spec::Config c;
+    c.draft_max = f.draft_max;
+    c.draft_min = f.draft_min;
+    c.adaptive = !f.fixed_length;
+    return c;
+}
+
+std::unique_ptr<spec::Proposer> make_proposer(const SpecFlags& f, const Tokenizer& target_tokenizer,
+                                              const Session& target, int64_t n_ubatch, model::CacheType cache_type,
+                                              const SamplerParams& sp) {
+    if (f.ngram && !f.model_draft.empty()) throw Error("give --spec-ngram or --model-draft (-md), not both");
+    (void)spec_config(f);
+    if (f.ngram) return std::make_unique<spec::NgramProposer>(*f.ngram, 1);
+    if (f.model_draft.empty()) return nullptr;
+    if (!(f.p_min >= 0.0f && f.p_min <= 1.0f)) {
+        throw Error(fmt::format("--draft-p-min: expected a value in [0, 1], found {}", f.p_min));
+    }
+    SessionOptions so;
+    so.n_ctx = target.n_ctx();
+    so.n_ubatch = n_ubatch;
+    so.n_threads = target.n_threads();
+    so.cache_type = cache_type;
+    return std::make_unique<spec::DraftModelProposer>(f.model_draft, target_tokenizer, target.n_vocab(), so, sp,
+                                                      f.p_min);
+}
+
+std::string spec_stats_line(const spec::Proposer& p, const spec::Stats& s) {
+    std::string line = fmt::format(
+        "speculative ({}): proposed {}, accepted {} ({:.1f}%), {} tokens in {} target passes ({:.2f} per pass, {} "
+        "with a draft)",
+        p.name(), s.proposed, s.accepted, 100.0 * s.acceptance(), s.generated, s.target_passes,
+        s.target_passes > 0 ? static_cast<double>(s.generated) / static_cast<double>(s.target_passes) : 0.0,
+        s.spec_passes);
+    if (s.draft_passes > 0) line += fmt::format(", {} draft passes", s.draft_passes);
+    return line;
+}
+
+}  // namespace tandem::tools

@@ -1,0 +1,294 @@
+#include "tools/speculative/speculative.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+#include "runtime/engine/session.h"
+
+namespace tandem::spec {
+
+double TokenDist::prob_of(int32_t id) const {
+    for (size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] == id) return prob(i);
+    }
+    return 0.0;
+}
+
+void PenaltyWindow::accept(int32_t token) {
+    if (last_n_ == 0) return;
+    recent_.push_back(token);
+    while (static_cast<int32_t>(recent_.size()) > last_n_) recent_.pop_front();
+}
+
+// Line for line the computation of Sampler::sample (runtime/sampler/
+// sampler.cpp) before its draw: any change there must be made here too
+// (TargetDistribution.DrawsWhatTheSamplerDraws checks the two agree).
+TokenDist target_distribution(const SamplerParams& p, const std::deque<int32_t>& recent, std::span<float> logits) {
+    const auto n = static_cast<int32_t>(logits.size());
+    if (n == 0) throw InternalError("target_distribution: empty logits");
+    if (p.temperature == 0.0f) throw InternalError("target_distribution: temperature 0 is greedy");
+    if (p.repeat_penalty != 1.0f) {
+        std::vector<int32_t> seen(recent.begin(), recent.end());
+        std::sort(seen.begin(), seen.end());
+        seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+        for (int32_t id : seen) {
+            if (id < 0 || id >= n) continue;
+            float& l = logits[static_cast<size_t>(id)];
+            l = l > 0.0f ? l / p.repeat_penalty : l * p.repeat_penalty;
+        }
+    }
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    std::iota(ids.begin(), ids.end(), 0);
+    const int32_t k = p.top_k > 0 ? std::min(p.top_k, n) : n;
+    auto by_logit = [&](int32_t a, int32_t b) {
+        const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
+        return la > lb || (la == lb && a < b);
+    };
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_logit);
+    ids.resize(static_cast<size_t>(k));
+
+    const float max_logit = logits[static_cast<size_t>(ids[0])];
+    std::vector<double> probs(ids.size());
+    double sum = 0.0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        probs[i] = std::exp(static_cast<double>(logits[static_cast<size_t>(ids[i])] - max_logit) / p.temperature);
+        sum += probs[i];
+    }
+    for (auto& q : probs) q /= sum;
+
+    size_t keep = probs.size();
+    double mass = 0.0;
+    for (size_t i = 0; i < probs.size(); ++i) {
+        mass += probs[i];
+        if (mass >= p.top_p) {
+            keep = i + 1;
+            break;
+        }
+    }
+    const double floor = p.min_p * probs[0];
+    size_t keep_min_p = 1;
+    while (keep_min_p < keep && probs[keep_min_p] >= floor) ++keep_min_p;
+    keep = std::max<size_t>(1, std::min(keep, keep_min_p));
+
+    TokenDist d;
+    ids.resize(keep);
+    probs.resize(keep);
+    d.ids = std::move(ids);
+    d.weights = std::move(probs);
+    d.total = std::accumulate(d.weights.begin(), d.weights.end(), 0.0);
+    return d;
+}
+
+int32_t draw(const TokenDist& d, std::mt19937_64& rng) {
+    std::discrete_distribution<size_t> pick(d.weights.begin(), d.weights.end());
+    return d.ids[pick(rng)];
+}
+
+int32_t accept_or_resample(const TokenDist& p, const TokenDist* q, int32_t d, std::mt19937_64& rng, bool& accepted) {
+    const double pd = p.prob_of(d);
+    const double qd = q != nullptr ? q->prob_of(d) : 1.0;
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    // u * qd < pd is u < pd / qd without the division; pd = 0 never passes.
+    if (qd > 0.0 && u * qd < pd) {
+        accepted = true;
+        return d;
+    }
+    accepted = false;
+    // norm(max(0, p - q)) over p's support (q's mass outside it gives 0).
+    std::vector<std::pair<int32_t, double>> qs;
+    if (q != nullptr) {
+        qs.reserve(q->ids.size());
+        for (size_t i = 0; i < q->ids.size(); ++i) qs.emplace_back(q->ids[i], q->prob(i));
+        std::sort(qs.begin(), qs.end());
+    } else {
+        qs.emplace_back(d, 1.0);
+    }
+    TokenDist r;
+    r.ids = p.ids;
+    r.weights.resize(p.ids.size());
+    for (size_t i = 0; i < p.ids.size(); ++i) {
+        const auto it = std::lower_bound(qs.begin(), qs.end(), std::pair<int32_t, double>(p.ids[i], -1.0));
+        const double qi = it != qs.end() && it->first == p.ids[i] ? it->second : 0.0;
+        r.weights[i] = std::max(0.0, p.prob(i) - qi);
+        r.total += r.weights[i];
+    }
+    if (!(r.total > 0.0)) return draw(p, rng);  // p == q where p lives: p itself
+    return draw(r, rng);
+}
+
+std::vector<int32_t> ngram_lookup(std::span<const int32_t> context, int max_n, int min_n, int max) {
+    const auto L = static_cast<int64_t>(context.size());
+    if (max <= 0) return {};
+    for (int64_t n = std::min<int64_t>(max_n, L - 1); n >= std::max(1, min_n); --n) {
+        const int32_t* pattern = context.data() + (L - n);
+        // The most recent earlier occurrence: starts at j < L - n.
+        for (int64_t j = L - n - 1; j >= 0; --j) {
+            if (!std::equal(pattern, pattern + n, context.data() + j)) continue;
+            // What followed, copied forward as far as `max`: past the end
+            // of the context the copy reads its own output (an LZ77-style
+            // overlapping copy), so a loop of period T drafts whole
+            // periods, not the T tokens left before the end.
+            const int64_t start = j + n;  // <= L - 1
+            std::vector<int32_t> out;
+            out.reserve(static_cast<size_t>(max));
+            for (int64_t i = 0; i < max; ++i) {
+                const int64_t at = start + i;
+                out.push_back(at < L ? context[static_cast<size_t>(at)] : out[static_cast<size_t>(at - L)]);
+            }
+            return out;
+        }
+    }
+    return {};
+}
+
+NgramProposer::NgramProposer(int max_n, int min_n) : max_n_(max_n), min_n_(min_n) {
+    if (max_n < 1) throw Error(fmt::format("--spec-ngram: expected an n-gram length >= 1, found {}", max_n));
+}
+
+void NgramProposer::propose(std::span<const int32_t> context, int max, Draft& out) {
+    out.tokens = ngram_lookup(context, max_n_, min_n_, max);
+    out.q.clear();
+}
+
+std::string NgramProposer::name() const { return fmt::format("n-gram lookup, n = {}..{}", max_n_, min_n_); }
+
+DraftLength::DraftLength(int draft_max, int draft_min, bool adaptive)
+    : max_(draft_max), min_(draft_min), adaptive_(adaptive), cur_(draft_max) {}
+
+int DraftLength::allowed() {
+    if (!adaptive_) return max_;
+    if (skip_ > 0) {
+        --skip_;
+        return 0;
+    }
+    return cur_;
+}
+
+void DraftLength::update(int proposed, int accepted, bool expensive_proposer) {
+    if (!adaptive_) return;
+    const int floor = std::max(1, std::min(min_, max_));
+    auto fail = [&] {
+        ++fails_;
+        skip_ = std::min(32, 1 << std::min(fails_ - 1, 5));
+    };
+    if (proposed == 0) {
+        // Nothing to say: free for a look-up, a wasted pass for a draft model.
+        if (expensive_proposer) fail();
+        return;
+    }
+    if (accepted == proposed) {
+        cur_ = std::min(max_, cur_ + 2);
+        fails_ = 0;
+    } else if (accepted == 0) {
+        const bool at_floor = cur_ <= floor;
+        cur_ = std::max(floor, cur_ / 2);
+        if (at_floor) fail();
+    } else {
+        cur_ = std::max(floor, std::min(cur_, 2 * accepted + 1));
+        fails_ = 0;
+    }
+}
+
+Stats generate(Session& target, std::span<const int32_t> prompt, std::vector<float> logits,
+               const SamplerParams& sp, Proposer& proposer, const Config& cfg, int64_t max_tokens,
+               int64_t n_ubatch, const Emit& emit) {
+    Stats st;
+    if (max_tokens == 0) return st;
+    if (cfg.draft_max < 0) throw Error(fmt::format("--draft-max: expected a value >= 0, found {}", cfg.draft_max));
+    if (cfg.draft_min < 0) throw Error(fmt::format("--draft-min: expected a value >= 0, found {}", cfg.draft_min));
+    if (cfg.draft_min > cfg.draft_max) {
+        throw Error(fmt::format("--draft-min {} is more than --draft-max {}", cfg.draft_min, cfg.draft_max));
+    }
+    const int64_t n_vocab = target.n_vocab();
+    const int64_t n_ctx = target.n_ctx();
+    const bool greedy = sp.temperature == 0.0f;
+    Sampler sampler(sp);  // greedy: the very code plain decoding runs
+    PenaltyWindow window(sp.repeat_last_n);
+    std::mt19937_64 rng(sp.seed);  // sampling: seeded as the Sampler is, drawn the same way
+    for (int32_t t : prompt) {
+        sampler.accept(t);
+        window.accept(t);
+    }
+    std::vector<int32_t> ctx(prompt.begin(), prompt.end());
+    auto choose = [&](std::span<float> row) -> int32_t {
+        return greedy ? sampler.sample(row) : draw(target_distribution(sp, window.recent(), row), rng);
+    };
+    auto settle = [&](int32_t tok) -> bool {
+        ++st.generated;  // every token handed over, the last (the one that stops) too
+        if (!emit(tok)) return false;
+        sampler.accept(tok);
+        window.accept(tok);
+        ctx.push_back(tok);
+        return true;
+    };
+
+    if (!settle(choose(std::span<float>(logits.data() + (logits.size() - n_vocab), n_vocab)))) return st;
+    DraftLength len(cfg.draft_max, cfg.draft_min, cfg.adaptive);
+    Draft draft;
+    std::vector<int32_t> batch;
+    for (;;) {
+        const int64_t past = target.n_past();  // every token but ctx.back()
+        if (past >= n_ctx) {
+            st.context_full = true;
+            break;
+        }
+        int64_t k = len.allowed();
+        k = std::min<int64_t>(k, n_ctx - past - 1);
+        k = std::min<int64_t>(k, n_ubatch - 1);
+        if (max_tokens > 0) k = std::min<int64_t>(k, max_tokens - st.generated - 1);
+        draft.tokens.clear();
+        draft.q.clear();
+        if (k > 0 && k >= cfg.draft_min) {
+            proposer.propose(ctx, static_cast<int>(k), draft);
+            if (static_cast<int64_t>(draft.tokens.size()) > k) draft.tokens.resize(static_cast<size_t>(k));
+            if (static_cast<int>(draft.tokens.size()) < cfg.draft_min) draft.tokens.clear();
+        }
+        const auto nd = static_cast<int>(draft.tokens.size());
+        batch.assign(1, ctx.back());
+        batch.insert(batch.end(), draft.tokens.begin(), draft.tokens.end());
+        target.eval(batch, nd > 0, logits);
+        ++st.target_passes;
+        if (nd > 0) ++st.spec_passes;
+        st.proposed += nd;
+        int acc = 0;
+        bool stop = false;
+        for (int i = 0; i <= nd; ++i) {
+            std::span<float> row(logits.data() + static_cast<size_t>(i) * n_vocab, static_cast<size_t>(n_vocab));
+            int32_t tok = 0;
+            bool ok = false;
+            if (i < nd) {
+                const int32_t d = draft.tokens[static_cast<size_t>(i)];
+                if (greedy) {
+                    tok = sampler.sample(row);
+                    ok = tok == d;
+                } else {
+                    const TokenDist p = target_distribution(sp, window.recent(), row);
+                    const TokenDist* q = draft.q.empty() ? nullptr : &draft.q[static_cast<size_t>(i)];
+                    tok = accept_or_resample(p, q, d, rng, ok);
+                }
+            } else {
+                tok = choose(row);
+            }
+            if (!settle(tok)) {
+                stop = true;
+                break;
+            }
+            if (!ok) break;
+            ++acc;
+        }
+        st.accepted += acc;
+        if (stop) break;
+        // Keep [.., past] (ctx's last token before this step) and the accepted drafts.
+        if (acc < nd) target.remove_positions(0, static_cast<int32_t>(past + 1 + acc), -1);
+        len.update(nd, acc, proposer.expensive());
+    }
+    st.draft_passes = proposer.passes();
+    return st;
+}
+
+}  // namespace tandem::spec
