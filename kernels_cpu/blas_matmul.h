@@ -41,6 +41,6 @@ void blas_matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tok
 
 // Tandem's own kernels, whatever blas_wanted says (for benchmarks and tests).
 void native_matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
-                   ThreadPool& pool, SimdLevel level);
+                   ThreadPool& pool, SimdLevel level, MatmulOrder order = MatmulOrder::Fastest);
 
 }  // namespace tandem::cpu::detail

@@ -17,6 +17,8 @@ using quant::Type;
     LevelKernels{nullptr, TANDEM_X86(dot_##name##_wide_avx2), TANDEM_X86(dot_##name##_wide_avx512), TANDEM_X86(dot_##name##_wide_avx512nv)}
 #define TANDEM_ROWS(name, prepare, bytes) \
     DecodeRows{TANDEM_X86(dot_##name##_rows_avx512), TANDEM_X86(prepare), TANDEM_X86(bytes)}
+#define TANDEM_ROWS_MULTI(name, prepare, bytes) \
+    DecodeRows{TANDEM_X86(dot_##name##_rows_avx512), TANDEM_X86(prepare), TANDEM_X86(bytes), TANDEM_X86(dot_##name##_rows_multi_avx512)}
 #define TANDEM_PANEL(name, bytes, prepare, extra) \
     PanelKernel{TANDEM_X86(name##_panel_gemm_avx512), TANDEM_X86(bytes), TANDEM_X86(prepare), extra}
 
@@ -41,19 +43,19 @@ constexpr std::array kTable = {
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q4_1,
                   .dot = TANDEM_LEVELS(dot_q4_1),
-                  .rows_avx512 = TANDEM_ROWS(q4_1, prepare_q4_1_rows, legacy_rows_prepared_bytes),
+                  .rows_avx512 = TANDEM_ROWS_MULTI(q4_1, prepare_q4_1_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q4_1, legacy_panel_bytes, nullptr, 0),
                   .llama_order = true,
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q5_0,
                   .dot = TANDEM_LEVELS(dot_q5_0),
-                  .rows_avx512 = TANDEM_ROWS(q5_0, prepare_q5_0_rows, legacy_rows_prepared_bytes),
+                  .rows_avx512 = TANDEM_ROWS_MULTI(q5_0, prepare_q5_0_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q5_0, legacy_panel_bytes, q5_0_panel_prepare, kLaneStartsExtraBytes),
                   .llama_order = true,
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q5_1,
                   .dot = TANDEM_LEVELS(dot_q5_1),
-                  .rows_avx512 = TANDEM_ROWS(q5_1, prepare_q5_1_rows, legacy_rows_prepared_bytes),
+                  .rows_avx512 = TANDEM_ROWS_MULTI(q5_1, prepare_q5_1_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q5_1, legacy_panel_bytes, nullptr, 0),
                   .llama_order = true,
                   .avx2_at_avx512 = true},
@@ -67,7 +69,7 @@ constexpr std::array kTable = {
                   .batch = TANDEM_LEVELS(dot_q2_K_batch),
                   .batch_min_tokens = 4,
                   .batch_group = 4,
-                  .rows_avx512 = TANDEM_ROWS(q2_K, prepare_q2_K_rows, q2_K_rows_prepared_bytes),
+                  .rows_avx512 = TANDEM_ROWS_MULTI(q2_K, prepare_q2_K_rows, q2_K_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q2_K, q2_K_panel_bytes, nullptr, 0),
                   .llama_order = true},
     WeightKernels{.type = Type::Q3_K,
@@ -83,7 +85,9 @@ constexpr std::array kTable = {
                   .batch_min_tokens = 4,
                   .batch_group = 4,
                   .rows_avx2 = DecodeRows{TANDEM_X86(dot_q4_K_rows_avx2)},
-                  .rows_avx512 = TANDEM_ROWS(q4_K, prepare_q4_K_rows, q4_K_rows_prepared_bytes),
+                  .rows_avx512 = DecodeRows{TANDEM_X86(dot_q4_K_rows_avx512), TANDEM_X86(prepare_q4_K_rows),
+                                            TANDEM_X86(q4_K_rows_prepared_bytes), TANDEM_X86(dot_q4_K_rows_multi_avx512),
+                                            TANDEM_X86(dot_q4_K_rows_batch_avx512)},
                   .panel = TANDEM_PANEL(q4_K, q4_K_panel_bytes, k4_panel_prepare, kK4PanelExtraBytes),
                   .llama_order = true},
     // Q5_K's rows kernel reads Q4_K's prepared activation.
@@ -99,7 +103,7 @@ constexpr std::array kTable = {
                   .dot = TANDEM_LEVELS(dot_q6_K),
                   .batch = TANDEM_LEVELS(dot_q6_K_batch),
                   .batch_min_tokens = 8,
-                  .rows_avx512 = DecodeRows{TANDEM_X86(dot_q6_K_rows_avx512)},
+                  .rows_avx512 = DecodeRows{TANDEM_X86(dot_q6_K_rows_avx512), nullptr, nullptr, TANDEM_X86(dot_q6_K_rows_multi_avx512)},
                   .panel = TANDEM_PANEL(q6_K, q6_K_panel_bytes, q6_K_panel_prepare, kGroupStartsExtraBytes),
                   .llama_order = true},
 };
@@ -107,6 +111,7 @@ constexpr std::array kTable = {
 #undef TANDEM_LEVELS
 #undef TANDEM_WIDE
 #undef TANDEM_ROWS
+#undef TANDEM_ROWS_MULTI
 #undef TANDEM_PANEL
 
 const WeightKernels& require(quant::Type w_type) {

@@ -89,8 +89,8 @@ constexpr int64_t kDecodeChunkItems = 4;
 // L2 while the token groups pass over them, and that every thread gets
 // several items to balance with. A multiple of 16 so that (with a 64-byte
 // aligned Y) two threads never write one cache line.
-int64_t rows_per_item(int64_t n_rows, int64_t n_tokens, int n_threads) {
-    if (n_tokens > detail::kMaxTileTokens || n_tokens == 1) return 16;
+int64_t rows_per_item(int64_t n_rows, int64_t n_tokens, int n_threads, bool decode = false) {
+    if (n_tokens > detail::kMaxTileTokens || n_tokens == 1 || decode) return 16;
     const int64_t target = n_rows / (static_cast<int64_t>(n_threads) * 8);
     return std::clamp<int64_t>(target / 16 * 16, 16, 256);
 }
@@ -105,6 +105,24 @@ void decode_rows_range(const WeightView& w, const detail::DecodeRows& rows, int6
     for (int64_t r = r0; r < r1; r += detail::kDecodeRows) {
         const int nr = static_cast<int>(std::min<int64_t>(detail::kDecodeRows, r1 - r));
         rows.fn(w.n_cols, wbase + static_cast<size_t>(r) * w.row_stride_bytes, w.row_stride_bytes, nr, act, y + r);
+    }
+}
+
+// The same for nt tokens of a small batch (token t's activation at act +
+// t * a_stride, its outputs at y + t * ldy) through the several-tokens
+// kernels, tokens [0, n_batch) in the order of the type's batch form
+// (rows.multi_batch), the rest in the single-token order (rows.multi).
+void decode_rows_tokens(const WeightView& w, const detail::DecodeRows& rows, int64_t r0, int64_t r1,
+                        const unsigned char* act, size_t a_stride, int nt, int n_batch, float* y, int64_t ldy) {
+    const auto* wbase = static_cast<const unsigned char*>(w.data);
+    for (int64_t r = r0; r < r1; r += detail::kDecodeRows) {
+        const int nr = static_cast<int>(std::min<int64_t>(detail::kDecodeRows, r1 - r));
+        const unsigned char* wr = wbase + static_cast<size_t>(r) * w.row_stride_bytes;
+        if (n_batch > 0) rows.multi_batch(w.n_cols, wr, w.row_stride_bytes, nr, act, a_stride, n_batch, y + r, ldy);
+        if (n_batch == nt) continue;
+        const unsigned char* rest = act + static_cast<size_t>(n_batch) * a_stride;
+        float* y_rest = y + n_batch * ldy;
+        rows.multi(w.n_cols, wr, w.row_stride_bytes, nr, rest, a_stride, nt - n_batch, y_rest + r, ldy);
     }
 }
 
@@ -143,15 +161,17 @@ void run_panels(const WeightView& w, PanelGemm gemm, size_t buf_bytes, const voi
 }  // namespace
 
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
-            ThreadPool& pool, SimdLevel level) {
+            ThreadPool& pool, SimdLevel level, MatmulOrder order) {
     // Prompt batches of float weights through OpenBLAS where the build links
     // it (blas_matmul.h).
-    if (detail::blas_wanted(w.type, n_tokens)) return detail::blas_matmul(w, x, ldx, n_tokens, y, ldy, pool, level);
-    detail::native_matmul(w, x, ldx, n_tokens, y, ldy, pool, level);
+    if (order == MatmulOrder::Fastest && detail::blas_wanted(w.type, n_tokens)) {
+        return detail::blas_matmul(w, x, ldx, n_tokens, y, ldy, pool, level);
+    }
+    detail::native_matmul(w, x, ldx, n_tokens, y, ldy, pool, level, order);
 }
 
 void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
-                           ThreadPool& pool, SimdLevel level) {
+                           ThreadPool& pool, SimdLevel level, MatmulOrder order) {
     const quant::Type a_type = activation_type(w.type);  // throws for a type without CPU kernels
     const auto w_row_bytes = quant::row_bytes(w.type, w.n_cols);
     TANDEM_CHECK(w_row_bytes.has_value() && w.n_cols > 0, "matmul: n_cols not a positive multiple of the block size");
@@ -164,7 +184,9 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
     detail::DotFn fn = detail::dot_kernel(w.type, level);
     // Tokens [0, batch_end) of a batch go through the batch form where a
     // type has one (llama.cpp's rows taken four at a time).
-    const detail::BatchForm batch = detail::batch_form(w.type, level);
+    // (None in the single-token order: every token takes the one-row kernel's.)
+    const detail::BatchForm batch =
+        order == MatmulOrder::Fastest ? detail::batch_form(w.type, level) : detail::BatchForm{};
     const detail::DotFn batch_fn = batch.fn;
     const int64_t batch_end = batch_fn != nullptr && n_tokens >= batch.min_tokens ? n_tokens - n_tokens % batch.group : 0;
     // Activations in the kernel's format, quantized once per token row.
@@ -176,7 +198,7 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
         a_row_bytes = *bytes;
         quantize = detail::activation_quantizer(a_type, level);
     }
-    if (n_tokens > 1) {
+    if (n_tokens > 1 && order == MatmulOrder::Fastest) {
         if (const detail::WideDot wide = detail::wide_dot_kernel(w.type, level); wide.fn != nullptr) {
             fn = wide.fn;
             quantize = wide.round_row;
@@ -201,23 +223,49 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
     const size_t panel_row_extra =
         panel_end > 0 ? panel->extra_bytes * static_cast<size_t>(n / quant::traits(a_type).block_elems) : 0;
 
-    // Single tokens of types with a several-rows decode kernel (same bits).
-    const detail::DecodeRows rows = n_tokens == 1 && quantize != nullptr ? detail::decode_rows_kernel(w.type, level)
-                                                                         : detail::DecodeRows{};
+    // Single tokens, and small batches (a serving step: one token per
+    // stream), of types with a several-rows decode kernel, which gives each
+    // token the bits of the path it replaces: the single-row kernel's, or
+    // for tokens [0, batch_end) the batch form's (the batch kernels took
+    // them before).
+    const bool small_batch = n_tokens >= 2 && n_tokens <= detail::kMaxDecodeTokens && panel_end == 0;
+    // Small batches only where the type has a several-tokens kernel
+    // (calling the single-token kernel once per token measured slower than
+    // the token tiles for Q4_1).
+    detail::DecodeRows rows = (n_tokens == 1 || small_batch) && quantize != nullptr
+                                  ? detail::decode_rows_kernel(w.type, level)
+                                  : detail::DecodeRows{};
+    if (n_tokens > 1 && rows.multi == nullptr) rows = {};
     const size_t prepared_bytes = rows.prepare != nullptr ? rows.prepared_bytes(n) : 0;
+    // Small batches: token t's prepared row at rows_act + t * rows_stride.
+    // Tokens [rows_first, n_tokens) go through the decode-rows kernels:
+    // those the single-row kernel takes, and the batch form's too where the
+    // type has a several-tokens kernel in its order.
+    const int64_t rows_first = n_tokens > 1 && rows.multi_batch != nullptr ? 0 : batch_end;
+    const size_t prepared_stride = (prepared_bytes + 63) / 64 * 64;
+    const unsigned char* rows_act = nullptr;
+    size_t rows_stride = 0;
 
     const void* act = x;
     size_t a_stride = static_cast<size_t>(ldx) * sizeof(float);
     if (quantize != nullptr) {
         // Rows padded to 64 bytes so each token starts on its own line.
         a_stride = (a_row_bytes + panel_row_extra + 63) / 64 * 64;
-        auto* buf = static_cast<unsigned char*>(pool.scratch(a_stride * static_cast<size_t>(n_tokens) + prepared_bytes));
+        auto* buf = static_cast<unsigned char*>(
+            pool.scratch(a_stride * static_cast<size_t>(n_tokens) + prepared_stride * static_cast<size_t>(n_tokens)));
+        unsigned char* prepared = buf + a_stride * static_cast<size_t>(n_tokens);
+        rows_act = rows.prepare != nullptr ? prepared : buf;
+        rows_stride = rows.prepare != nullptr ? prepared_stride : a_stride;
         auto quantize_rows = [&](int64_t begin, int64_t end) {
             for (int64_t t = begin; t < end; ++t) {
                 unsigned char* row = buf + static_cast<size_t>(t) * a_stride;
                 quantize(x + t * ldx, row, n);
                 // The panel's preparation while the row is in cache.
                 if (t < panel_end && panel->prepare != nullptr) panel->prepare(a_type, row, n);
+                // Likewise a small batch's decode-rows preparation.
+                if (n_tokens > 1 && t >= rows_first && rows.prepare != nullptr) {
+                    rows.prepare(row, n, prepared + static_cast<size_t>(t) * prepared_stride);
+                }
             }
         };
         // A single row is a few microseconds of work: cheaper inline than
@@ -243,7 +291,10 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
         if (first_token == n_tokens) return;
     }
 
-    const int64_t rows_item = rows_per_item(w.n_rows, n_tokens - first_token, pool.size());
+    // Every token through the decode-rows kernels: items and their split as
+    // for a single token.
+    const bool decode_all = rows.fn != nullptr && rows_first == 0;
+    const int64_t rows_item = rows_per_item(w.n_rows, n_tokens - first_token, pool.size(), decode_all);
     const int64_t row_items = (w.n_rows + rows_item - 1) / rows_item;
     const int64_t tok_items = (n_tokens - first_token + kTokensPerItem - 1) / kTokensPerItem;
     const int64_t n_items = row_items * tok_items;
@@ -292,9 +343,16 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
                 // too, so no tile straddles it.
                 const detail::DotFn tile_fn = t < batch_end ? batch_fn : fn;
                 const unsigned char* a_t = abase + static_cast<size_t>(t) * a_stride + a_off;
-                if (nt == 1 && rows.fn != nullptr && kn == n) {
+                if (nt == 1 && n_tokens == 1 && rows.fn != nullptr && kn == n) {
                     decode_rows_range(w, rows, r0, r1, a_t, y + t * ldy);
                     continue;
+                }
+                if (n_tokens > 1 && t >= rows_first && rows.fn != nullptr && kn == n) {
+                    // The rest of the item's tokens at once (t1 - t <= kMaxDecodeTokens).
+                    decode_rows_tokens(w, rows, r0, r1, rows_act + static_cast<size_t>(t) * rows_stride, rows_stride,
+                                       static_cast<int>(t1 - t), static_cast<int>(std::max<int64_t>(0, batch_end - t)),
+                                       y + t * ldy, ldy);
+                    break;
                 }
                 for (int64_t r = r0; r < r1; ++r) {
                     const unsigned char* w_r = wbase + static_cast<size_t>(r) * w.row_stride_bytes + w_off;
@@ -315,7 +373,7 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
         for (int64_t i = 0; i < n_items; ++i) do_item(i);
         return;
     }
-    if (n_tokens - first_token == 1) {
+    if (n_tokens - first_token == 1 || (decode_all && k_chunk == n)) {
         RangeStealer split(n_items, pool.size());
         pool.run([&](int thread, int) {
             int64_t begin = 0, end = 0;
@@ -335,7 +393,7 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
 }
 
 void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
-                         SimdLevel level) {
+                         SimdLevel level, MatmulOrder order) {
     TANDEM_CHECK(!targets.empty(), "matmul_shared_input: no targets");
     const int64_t n = targets[0].w->n_cols;
     for (const MatmulTarget& t : targets) {
@@ -344,7 +402,7 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
     }
     const auto input = [&](const MatmulTarget& t) { return t.x != nullptr ? t.x : x; };
     const auto separately = [&] {
-        for (const MatmulTarget& t : targets) matmul(*t.w, input(t), n, n_tokens, t.y, t.w->n_rows, pool, level);
+        for (const MatmulTarget& t : targets) matmul(*t.w, input(t), n, n_tokens, t.y, t.w->n_rows, pool, level, order);
     };
     // The fused path: one token, several threads, one activation type.
     const quant::Type first_a = quant::dot_type(targets[0].w->type);

@@ -43,8 +43,14 @@ quant::Type activation_type(quant::Type weight_type);
 // weight block is reused across many tokens) over the pool's threads.
 // Prompt batches of F32/F16/BF16 weights go to OpenBLAS instead where the
 // build links it (blas_matmul.h: within rounding of the kernels).
+//
+// order: Fastest lets a batch take the batch kernels (llama.cpp's batch
+// order for K-quants), the wide F16 kernels and BLAS, so a token's bits
+// depend on the batch it is in; SingleToken gives every token exactly the
+// bits of a one-token call (a speculative step's verification batch).
+enum class MatmulOrder { Fastest, SingleToken };
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
-            ThreadPool& pool, SimdLevel level);
+            ThreadPool& pool, SimdLevel level, MatmulOrder order = MatmulOrder::Fastest);
 
 // Several products of one input: targets[j].y (n_tokens x w.n_rows, packed)
 // = X (n_tokens x n_cols, packed) times targets[j].w transposed, all with
@@ -62,7 +68,7 @@ struct MatmulTarget {
     const float* x = nullptr;  // null: the shared input
 };
 void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
-                         SimdLevel level);
+                         SimdLevel level, MatmulOrder order = MatmulOrder::Fastest);
 
 // Building blocks, exposed for tests and benchmarks: the dot product of one
 // weight row with one activation row already in activation_type(w_type).

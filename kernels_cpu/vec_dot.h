@@ -131,12 +131,24 @@ TANDEM_DECLARE_BATCH_DOT(q6_K)
 // (then the single-row kernel runs).
 inline constexpr int kDecodeRows = 16;
 using DecodeRowsFn = void (*)(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
+// Several tokens of a small batch (a serving step: one token per stream),
+// nt in [1, kMaxDecodeTokens]: y[t * ldy + r] = dot(row r, activation t at
+// a + t * a_stride), each token's bits those fn gives it alone. Each weight
+// block is loaded and unpacked once for all nt tokens.
+inline constexpr int kMaxDecodeTokens = 8;
+using DecodeRowsMultiFn = void (*)(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a,
+                                   size_t a_stride, int nt, float* y, int64_t ldy);
 struct DecodeRows {
     DecodeRowsFn fn = nullptr;
     // Where set, fn reads the activation row rearranged by prepare (once
     // per matmul, into prepared_bytes(n) bytes aligned to 64), not the row.
     void (*prepare)(const void* a, int64_t n, void* out) = nullptr;
     size_t (*prepared_bytes)(int64_t n) = nullptr;
+    // Null: matmul calls fn once per token (same bits, no weight reuse).
+    DecodeRowsMultiFn multi = nullptr;
+    // The same in the order of the type's batch form (BatchForm), for the
+    // tokens of a small batch that take it; null: none.
+    DecodeRowsMultiFn multi_batch = nullptr;
 };
 DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level);
 // x[0 .. count): row r of a rows kernel's pass, r < n_rows; the rows past
@@ -155,6 +167,15 @@ void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
 void prepare_q4_K_rows(const void* a, int64_t n, void* out);
 size_t q4_K_rows_prepared_bytes(int64_t n);
 void dot_q2_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
+#define TANDEM_DECODE_MULTI_ARGS \
+    int64_t n, const void *w, size_t row_stride, int n_rows, const void *a, size_t a_stride, int nt, float *y, int64_t ldy
+void dot_q4_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
+void dot_q4_K_rows_batch_avx512(TANDEM_DECODE_MULTI_ARGS);  // in the batch form's order (dot_q4_K_batch)
+void dot_q6_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
+void dot_q4_1_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
+void dot_q5_0_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
+void dot_q5_1_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
+void dot_q2_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void prepare_q2_K_rows(const void* a, int64_t n, void* out);
 size_t q2_K_rows_prepared_bytes(int64_t n);
 void dot_q3_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);

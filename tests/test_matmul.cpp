@@ -461,6 +461,57 @@ TEST(Matmul, LlamaOrderTypesBitIdenticalAcrossLevels) {
     }
 }
 
+// Small batches (a serving step: one token per stream, 2..8 tokens) go
+// through the several-rows decode kernels, several tokens at once where a
+// type has such a kernel; each token must get exactly (memcmp) the floats
+// it gets alone, except the tokens the type's batch form takes (Q4_K and
+// Q2_K from 4 tokens, Q3_K/Q5_K/Q6_K at 8), which must get the batch
+// form's bits (the scalar reference's). Row counts not multiples of a pass
+// (8 or 16 rows), rows shorter and longer than one span of super-blocks.
+TEST(Matmul, SmallBatchesMatchSingleTokenBits) {
+    std::mt19937 rng(41);
+    for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1, Type::Q2_K,
+                   Type::Q3_K, Type::Q5_K}) {
+        for (int64_t n : {768, 9216}) {
+            for (int64_t n_rows : {5, 13, 77}) {
+                const auto wq = quantize(t, random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
+                const cpu::WeightView view{t, wq.data(), n_rows, n, row_size(t, n)};
+                const auto x = random_floats(rng, static_cast<size_t>(8 * n));
+                for (int threads : {1, 3}) {
+                    cpu::ThreadPool pool(threads, false);
+                    for (SimdLevel level : simd_levels()) {
+                        // Each token alone.
+                        std::vector<float> alone(static_cast<size_t>(8 * n_rows));
+                        for (int64_t tok = 0; tok < 8; ++tok) {
+                            cpu::matmul(view, x.data() + tok * n, n, 1, alone.data() + tok * n_rows, n_rows, pool, level);
+                        }
+                        const cpu::detail::BatchForm form = cpu::detail::batch_form(t, level);
+                        for (int64_t n_tokens = 2; n_tokens <= 8; ++n_tokens) {
+                            const int64_t batch_end = form.fn != nullptr && n_tokens >= form.min_tokens
+                                                          ? n_tokens - n_tokens % form.group
+                                                          : 0;
+                            std::vector<float> y(static_cast<size_t>(n_tokens * n_rows), -5.0f);
+                            cpu::matmul(view, x.data(), n, n_tokens, y.data(), n_rows, pool, level);
+                            std::vector<float> ref;
+                            if (batch_end > 0) {
+                                ref.assign(y.size(), -6.0f);
+                                cpu::matmul(view, x.data(), n, n_tokens, ref.data(), n_rows, pool, SimdLevel::Scalar);
+                            }
+                            for (int64_t tok = 0; tok < n_tokens; ++tok) {
+                                const float* want = tok < batch_end ? ref.data() + tok * n_rows : alone.data() + tok * n_rows;
+                                EXPECT_EQ(std::memcmp(y.data() + tok * n_rows, want, static_cast<size_t>(n_rows) * sizeof(float)), 0)
+                                    << quant::traits(t).name << " n=" << n << " rows=" << n_rows << " tokens=" << n_tokens
+                                    << " token " << tok << (tok < batch_end ? " (batch form)" : "") << " threads=" << threads
+                                    << " level=" << cpu::simd_level_name(level);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 // The several-rows decode kernels (Q4_K four rows a pass at AVX2, eight at
 // AVX-512 as Q2_K and Q4_0, four for Q4_1/Q5_0/Q5_1, one after another for
 // Q3_K, Q5_K and Q6_K; prepared activation,

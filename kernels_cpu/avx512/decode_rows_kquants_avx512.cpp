@@ -91,18 +91,36 @@ struct Q4KRows {
     }
     struct Kernel {
         __m512i low4 = _mm512_set1_epi8(0x0F), sc_lo = scale_word_index(0), sc_hi = scale_word_index(4);
-        void totals(const Block& b, const __m512i* act, __m256i sums, __m512i& tot, __m256i& mins) const {
+        // A super-block's codes and scale words, once for every token.
+        struct Unpacked {
+            __m512i code[4], sc_lo, sc_hi;
+            __m256i sm;
+        };
+        Unpacked unpack(const Block& b) const {
+            Unpacked u;
             const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
-            const __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q0, low4), act[0]);
-            const __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4), act[1]);
-            const __m512i d2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(q1, low4), act[2]);
-            const __m512i d3 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4), act[3]);
+            u.code[0] = _mm512_and_si512(q0, low4);
+            u.code[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4);
+            u.code[2] = _mm512_and_si512(q1, low4);
+            u.code[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4);
             // [scales, minimums] as 16 words.
-            const __m256i sm = _mm256_cvtepu8_epi16(q4_K_scales_mins_simd(b.scales));
-            const __m512i sm512 = _mm512_castsi256_si512(sm);
-            tot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d0, d1), _mm512_permutexvar_epi16(sc_lo, sm512));
-            tot = _mm512_dpwssd_epi32(tot, _mm512_packs_epi32(d2, d3), _mm512_permutexvar_epi16(sc_hi, sm512));
-            mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), sm, sums);  // lanes 4..7
+            u.sm = _mm256_cvtepu8_epi16(q4_K_scales_mins_simd(b.scales));
+            const __m512i sm512 = _mm512_castsi256_si512(u.sm);
+            u.sc_lo = _mm512_permutexvar_epi16(sc_lo, sm512);
+            u.sc_hi = _mm512_permutexvar_epi16(sc_hi, sm512);
+            return u;
+        }
+        static void totals(const Unpacked& u, const __m512i* act, __m256i sums, __m512i& tot, __m256i& mins) {
+            const __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.code[0], act[0]);
+            const __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.code[1], act[1]);
+            const __m512i d2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.code[2], act[2]);
+            const __m512i d3 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.code[3], act[3]);
+            tot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d0, d1), u.sc_lo);
+            tot = _mm512_dpwssd_epi32(tot, _mm512_packs_epi32(d2, d3), u.sc_hi);
+            mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), u.sm, sums);  // lanes 4..7
+        }
+        void totals(const Block& b, const __m512i* act, __m256i sums, __m512i& tot, __m256i& mins) const {
+            totals(unpack(b), act, sums, tot, mins);
         }
     };
 };
@@ -132,18 +150,30 @@ struct Q2KRows {
     }
     struct Kernel {
         __m512i low2 = _mm512_set1_epi8(0x03), sc01 = scale_index(0), sc23 = scale_index(1);
-        void totals(const Block& b, const __m512i* act, __m256i sums, __m512i& tot, __m256i& mins) const {
+        struct Unpacked {
+            __m512i code[4], sc_lo, sc_hi;
+            __m256i mn;
+        };
+        Unpacked unpack(const Block& b) const {
+            Unpacked u;
             const __m512i q = _mm512_loadu_si512(b.qs);
-            __m512i d[4];
-            for (int j = 0; j < 4; ++j) {
-                d[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), low2), act[j]);
-            }
+            for (int j = 0; j < 4; ++j) u.code[j] = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), low2);
             const __m128i packed = load128(b.scales);
             const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(packed, _mm_set1_epi8(0x0F))));
-            const __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
-            tot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d[0], d[1]), _mm512_permutexvar_epi16(sc01, sc));
-            tot = _mm512_dpwssd_epi32(tot, _mm512_packs_epi32(d[2], d[3]), _mm512_permutexvar_epi16(sc23, sc));
-            mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), mn, sums);
+            u.mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+            u.sc_lo = _mm512_permutexvar_epi16(sc01, sc);
+            u.sc_hi = _mm512_permutexvar_epi16(sc23, sc);
+            return u;
+        }
+        static void totals(const Unpacked& u, const __m512i* act, __m256i sums, __m512i& tot, __m256i& mins) {
+            __m512i d[4];
+            for (int j = 0; j < 4; ++j) d[j] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.code[j], act[j]);
+            tot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d[0], d[1]), u.sc_lo);
+            tot = _mm512_dpwssd_epi32(tot, _mm512_packs_epi32(d[2], d[3]), u.sc_hi);
+            mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), u.mn, sums);
+        }
+        void totals(const Block& b, const __m512i* act, __m256i sums, __m512i& tot, __m256i& mins) const {
+            totals(unpack(b), act, sums, tot, mins);
         }
     };
 };
@@ -250,6 +280,206 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
     for (int r = 0; r < n_rows; ++r) y[r] = out[r];
 }
 
+// Several tokens (a small batch of decode steps): decode_rows for each
+// token, with each super-block of a row loaded and unpacked once for all NT
+// tokens. Per token the integers, the hadd tree over the eight rows and the
+// float steps are decode_rows' own, in its order, so each token gets the
+// bits it gets alone. Spans are shorter so the table of partial sums (now
+// per token) stays at 32 KiB.
+template <class F>
+struct Part {
+    // The row's super-block total (lanes 0..3) and minimum sum (4..7) for
+    // one token, as decode_rows keeps them.
+    static __m256i of(const typename F::Kernel::Unpacked& u, const PreparedBlock& p) {
+        __m512i tot;
+        __m256i mins;
+        F::Kernel::totals(u, p.act, p.sums, tot, mins);
+        const __m256i t8 = _mm256_add_epi32(_mm512_castsi512_si256(tot), _mm512_extracti64x4_epi64(tot, 1));
+        const __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t8), _mm256_extracti128_si256(t8, 1));
+        return _mm256_blend_epi32(_mm256_castsi128_si256(t4), F::upper_mins(mins), 0xF0);
+    }
+    // Q4_K's batch form (dot_k_spans with spans of two sub-blocks): the
+    // integer total of each 64-element span (lanes 0..3) and its minimum
+    // sum (4..7). The two scale products are kept apart: the first gives
+    // spans 0 and 1 in its low and high 256 bits, the second spans 2, 3.
+    static __m256i spans_of(const typename F::Kernel::Unpacked& u, const PreparedBlock& p) {
+        const __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.code[0], p.act[0]);
+        const __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.code[1], p.act[1]);
+        const __m512i d2 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.code[2], p.act[2]);
+        const __m512i d3 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u.code[3], p.act[3]);
+        const __m512i ta = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d0, d1), u.sc_lo);
+        const __m512i tb = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_packs_epi32(d2, d3), u.sc_hi);
+        const __m256i mins = _mm256_dpwssd_epi32(_mm256_setzero_si256(), u.sm, p.sums);  // lanes 4..7: spans 0..3
+        const __m256i xa = _mm256_hadd_epi32(_mm512_castsi512_si256(ta), _mm512_extracti64x4_epi64(ta, 1));
+        const __m256i xb = _mm256_hadd_epi32(_mm512_castsi512_si256(tb), _mm512_extracti64x4_epi64(tb, 1));
+        const __m256i h = _mm256_hadd_epi32(xa, xb);  // [spans 0..3 of lanes 0..3 | of lanes 4..7]
+        const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        return _mm256_blend_epi32(_mm256_castsi128_si256(s4), mins, 0xF0);
+    }
+};
+
+// Rows of eight vectors (row r: [span totals 0..3, span minimum sums
+// 0..3]) to eight vectors of the rows: c[j] holds value j of rows 0..7.
+inline void transpose8(const __m256i* v, __m256i last, __m256i* c) {
+    const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+    const __m256i t4 = _mm256_unpacklo_epi32(v[4], v[5]), t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+    const __m256i t6 = _mm256_unpacklo_epi32(v[6], last), t7 = _mm256_unpackhi_epi32(v[6], last);
+    const __m256i u0 = _mm256_unpacklo_epi64(t0, t2), u1 = _mm256_unpackhi_epi64(t0, t2);
+    const __m256i u2 = _mm256_unpacklo_epi64(t1, t3), u3 = _mm256_unpackhi_epi64(t1, t3);
+    const __m256i u4 = _mm256_unpacklo_epi64(t4, t6), u5 = _mm256_unpackhi_epi64(t4, t6);
+    const __m256i u6 = _mm256_unpacklo_epi64(t5, t7), u7 = _mm256_unpackhi_epi64(t5, t7);
+    c[0] = _mm256_permute2x128_si256(u0, u4, 0x20);
+    c[4] = _mm256_permute2x128_si256(u0, u4, 0x31);
+    c[1] = _mm256_permute2x128_si256(u1, u5, 0x20);
+    c[5] = _mm256_permute2x128_si256(u1, u5, 0x31);
+    c[2] = _mm256_permute2x128_si256(u2, u6, 0x20);
+    c[6] = _mm256_permute2x128_si256(u2, u6, 0x31);
+    c[3] = _mm256_permute2x128_si256(u3, u7, 0x20);
+    c[7] = _mm256_permute2x128_si256(u3, u7, 0x31);
+}
+
+// kSpans: the batch form's order (Q4_K only): per super-block four fused
+// multiply-adds of the span totals and four of the span minimum sums, in
+// span order, instead of one of each.
+// The weights about 1 KiB ahead of block b (the rows of a pass lie one
+// after another): a pass of several tokens does more work per byte than
+// one token, and without these its reads from DRAM overlapped that work
+// poorly (Q4_K, Zen 4: 2-2.5x slower than the same pass from L1).
+template <class Block>
+inline void prefetch_ahead(const Block* b) {
+    const auto* p = reinterpret_cast<const char*>(b) + 1024;
+    _mm_prefetch(p, _MM_HINT_T0);
+    _mm_prefetch(p + 64, _MM_HINT_T0);
+    _mm_prefetch(p + 128, _MM_HINT_T0);
+}
+
+// Token t's prepared activation at a[t], its outputs at y[t].
+template <class F, int NT, bool kSpans = false>
+void decode_rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const uint8_t* const* a, float* const* y) {
+    using Block = typename F::Block;
+    constexpr int64_t kSpanT = std::max<int64_t>(16, kSpan / NT);
+    const int64_t nb = n / kQK_K;
+    const PreparedBlock* act[NT];
+    const float* act_d[NT];
+    for (int t = 0; t < NT; ++t) {
+        act[t] = reinterpret_cast<const PreparedBlock*>(a[t]);
+        act_d[t] = reinterpret_cast<const float*>(a[t] + d_offset(nb));
+    }
+    const int n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
+    TANDEM_CHECK(n_groups <= kDecodeRows / kGroupRows, "decode rows: more rows than kDecodeRows");
+    const Block* x[kDecodeRows];
+    decode_row_pointers(w, row_stride, n_rows, n_groups * kGroupRows, x);
+    const typename F::Kernel kernel;
+
+    alignas(32) __m256i partial[kSpanT][NT][kGroupRows];
+    alignas(32) uint32_t scales[kSpanT][kGroupRows];
+    __m256 acc[kDecodeRows / kGroupRows][NT], acc_min[kDecodeRows / kGroupRows][NT];
+    for (int g = 0; g < n_groups; ++g) {
+        for (int t = 0; t < NT; ++t) acc[g][t] = acc_min[g][t] = _mm256_setzero_ps();
+    }
+
+    for (int64_t i0 = 0; i0 < nb; i0 += kSpanT) {
+        const int64_t ni = std::min(kSpanT, nb - i0);
+        for (int g = 0; g < n_groups; ++g) {
+            __m256 gacc[NT], gmin[NT];
+            for (int t = 0; t < NT; ++t) {
+                gacc[t] = acc[g][t];
+                gmin[t] = acc_min[g][t];
+            }
+            for (int r = 0; r < kGroupRows - 1; ++r) {
+                const Block* row = x[g * kGroupRows + r] + i0;
+                for (int64_t k = 0; k < ni; ++k) {
+                    const Block& b = row[k];
+                    prefetch_ahead(&b);
+                    const auto u = kernel.unpack(b);
+                    for (int t = 0; t < NT; ++t) {
+                        if constexpr (kSpans) {
+                            partial[k][t][r] = Part<F>::spans_of(u, act[t][i0 + k]);
+                        } else {
+                            partial[k][t][r] = Part<F>::of(u, act[t][i0 + k]);
+                        }
+                    }
+                    std::memcpy(&scales[k][r], &b.d, sizeof(uint32_t));  // d, dmin: adjacent fp16
+                }
+            }
+            const Block* row = x[g * kGroupRows + kGroupRows - 1] + i0;
+            for (int64_t k = 0; k < ni; ++k) {
+                const Block& b = row[k];
+                prefetch_ahead(&b);
+                const auto u = kernel.unpack(b);
+                uint32_t last_dd;
+                std::memcpy(&last_dd, &b.d, sizeof(last_dd));
+                const __m256i dd = _mm256_insert_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(scales[k])),
+                                                       static_cast<int>(last_dd), kGroupRows - 1);
+                const __m256 d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(dd));
+                const __m256 dmin = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(dd, 16)));
+                for (int t = 0; t < NT; ++t) {
+                    if constexpr (kSpans) {
+                        __m256i c[8];
+                        transpose8(partial[k][t], Part<F>::spans_of(u, act[t][i0 + k]), c);
+                        const __m256 da = _mm256_set1_ps(act_d[t][i0 + k]);
+                        const __m256 dd_a = _mm256_mul_ps(d, da), dm_a = _mm256_mul_ps(dmin, da);
+                        for (int j = 0; j < 4; ++j) {
+                            gacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c[j]), dd_a, gacc[t]);
+                            gmin[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(c[4 + j]), dm_a, gmin[t]);
+                        }
+                        continue;
+                    }
+                    const __m256i last = Part<F>::of(u, act[t][i0 + k]);
+                    const __m256i* v = partial[k][t];
+                    const __m256i lo = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+                    const __m256i hi = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], last));
+                    const __m256 tt = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(lo, hi, 0x20));
+                    const __m256 m = _mm256_cvtepi32_ps(_mm256_permute2x128_si256(lo, hi, 0x31));
+                    const __m256 da = _mm256_set1_ps(act_d[t][i0 + k]);
+                    gacc[t] = _mm256_fmadd_ps(tt, _mm256_mul_ps(d, da), gacc[t]);
+                    gmin[t] = _mm256_fmadd_ps(m, _mm256_mul_ps(dmin, da), gmin[t]);
+                }
+            }
+            for (int t = 0; t < NT; ++t) {
+                acc[g][t] = gacc[t];
+                acc_min[g][t] = gmin[t];
+            }
+        }
+    }
+    for (int t = 0; t < NT; ++t) {
+        alignas(32) float out[kDecodeRows];
+        for (int g = 0; g < n_groups; ++g) _mm256_store_ps(out + g * kGroupRows, _mm256_sub_ps(acc[g][t], acc_min[g][t]));
+        for (int r = 0; r < n_rows; ++r) y[t][r] = out[r];
+    }
+}
+
+// nt tokens, at most kMaxDecodeTokens, in passes of up to four.
+template <class F, bool kSpans = false>
+void decode_rows_multi(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, int nt,
+                       float* y, int64_t ldy) {
+    const auto* ab = static_cast<const uint8_t*>(a);
+    const uint8_t* acts[kMaxDecodeTokens + 1];
+    float* ys[kMaxDecodeTokens + 1];
+    for (int t = 0; t < nt; ++t) {
+        acts[t] = ab + static_cast<size_t>(t) * a_stride;
+        ys[t] = y + t * ldy;
+    }
+    // Passes of three tokens (a pass of two or four read from DRAM ran at
+    // half the speed of a pass of three, Q4_K 2048 columns, Zen 4; cause
+    // not found): two tokens run as three with the second repeated into a
+    // scratch output.
+    alignas(64) float scratch[kDecodeRows];
+    for (int t0 = 0; t0 < nt;) {
+        const int left = nt - t0;
+        const int take = left == 1 ? 1 : left == 2 ? 2 : 3;
+        if (take == 1) {
+            decode_rows_tokens<F, 1, kSpans>(n, w, row_stride, n_rows, acts + t0, ys + t0);
+        } else {
+            const uint8_t* a3[3] = {acts[t0], acts[t0 + 1], take == 3 ? acts[t0 + 2] : acts[t0 + 1]};
+            float* y3[3] = {ys[t0], ys[t0 + 1], take == 3 ? ys[t0 + 2] : scratch};
+            decode_rows_tokens<F, 3, kSpans>(n, w, row_stride, n_rows, a3, y3);
+        }
+        t0 += take;
+    }
+}
+
 // Q5_K, in the order of its single-row kernel (KLanes in
 // vec_dot_kquants_avx512_body.h, llama.cpp's AVX2 vec_dot): per row and super-block eight int32 lanes, lane l the sum
 // over the eight 32-element sub-blocks s of scale(s) x (the dot product of
@@ -343,10 +573,22 @@ void prepare_q4_K_rows(const void* a, int64_t n, void* out) { prepare<Q4KRows>(a
 void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     decode_rows<Q4KRows>(n, w, row_stride, n_rows, a, y);
 }
+void dot_q4_K_rows_multi_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride,
+                                int nt, float* y, int64_t ldy) {
+    decode_rows_multi<Q4KRows>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy);
+}
+void dot_q4_K_rows_batch_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride,
+                                int nt, float* y, int64_t ldy) {
+    decode_rows_multi<Q4KRows, true>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy);
+}
 size_t q2_K_rows_prepared_bytes(int64_t n) { return prepared_bytes(n); }
 void prepare_q2_K_rows(const void* a, int64_t n, void* out) { prepare<Q2KRows>(a, n, out); }
 void dot_q2_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     decode_rows<Q2KRows>(n, w, row_stride, n_rows, a, y);
+}
+void dot_q2_K_rows_multi_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride,
+                                int nt, float* y, int64_t ldy) {
+    decode_rows_multi<Q2KRows>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy);
 }
 void dot_q5_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     decode_q5_K_rows(n, w, row_stride, n_rows, a, y);

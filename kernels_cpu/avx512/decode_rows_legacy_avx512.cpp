@@ -149,7 +149,77 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
     }
 }
 
+// Several tokens: each block's codes and scale converted once, then per
+// token dot_row's integer lanes and float steps (NT independent chains, so
+// the fma latency that bounds one row is shared out).
+template <class F, int NT>
+void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, float* y,
+                 int64_t ldy) {
+    const Layout layout(n);
+    const PreparedBlock* act[NT];
+    const float* act_d[NT];
+    const float* act_s[NT];
+    for (int t = 0; t < NT; ++t) {
+        const auto* base = static_cast<const uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
+        act[t] = reinterpret_cast<const PreparedBlock*>(base);
+        act_d[t] = reinterpret_cast<const float*>(base + layout.d_offset);
+        act_s[t] = reinterpret_cast<const float*>(base + layout.s_offset);
+    }
+    TANDEM_CHECK(n_rows <= kDecodeRows, "decode rows: more rows than kDecodeRows");
+    for (int r = 0; r < n_rows; ++r) {
+        const auto* x = reinterpret_cast<const typename F::Block*>(static_cast<const uint8_t*>(w) + r * row_stride);
+        __m256 acc[NT];
+        float acc_min[NT];
+        for (int t = 0; t < NT; ++t) {
+            acc[t] = _mm256_setzero_ps();
+            acc_min[t] = 0.0f;
+        }
+        for (int64_t k = 0; k < layout.nb; ++k) {
+            const __m256i codes = F::codes(x[k]);
+            const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(x[k].d));
+            [[maybe_unused]] float m = 0.0f;
+            if constexpr (F::kMin) m = f16(F::min_bits(x[k]));
+            for (int t = 0; t < NT; ++t) {
+                const PreparedBlock& p = act[t][k];
+                const __m256i start = F::kOffset != 0 ? p.start : _mm256_setzero_si256();
+                const __m256 lanes = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, codes, p.qs));
+                const __m128 d = _mm_mul_ss(dw, _mm_set_ss(act_d[t][k]));
+                acc[t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), lanes, acc[t]);
+                if constexpr (F::kMin) acc_min[t] = std::fma(m, act_s[t][k], acc_min[t]);
+            }
+        }
+        for (int t = 0; t < NT; ++t) {
+            alignas(32) float l[8];
+            _mm256_store_ps(l, acc[t]);
+            y[t * ldy + r] = (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) + acc_min[t];
+        }
+    }
+}
+
+template <class F>
+void rows_multi(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, int nt, float* y,
+                int64_t ldy) {
+    const auto* ab = static_cast<const uint8_t*>(a);
+    for (int t0 = 0; t0 < nt;) {
+        const int left = nt - t0;
+        const int take = left == 5 || left == 6 ? 3 : (left < 4 ? left : 4);
+        const void* at = ab + static_cast<size_t>(t0) * a_stride;
+        float* yt = y + t0 * ldy;
+        switch (take) {
+            case 1: rows_tokens<F, 1>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
+            case 2: rows_tokens<F, 2>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
+            case 3: rows_tokens<F, 3>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
+            default: rows_tokens<F, 4>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
+        }
+        t0 += take;
+    }
+}
+
 }  // namespace
+
+void dot_q4_1_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS) { rows_multi<Q4_1Rows>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy); }
+void dot_q5_0_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS) { rows_multi<Q5_0Rows>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy); }
+void dot_q5_1_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS) { rows_multi<Q5_1Rows>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy); }
 
 size_t legacy_rows_prepared_bytes(int64_t n) { return Layout(n).bytes; }
 void prepare_q4_1_rows(const void* a, int64_t n, void* out) { prepare<Q4_1Rows>(a, n, out); }

@@ -25,6 +25,7 @@
 //   which is llama.cpp's grouping; the 256-bit halves add to the eight lanes.
 // One row at a time, super-block after super-block: one sequential stream
 // (see decode_rows_legacy_avx512.cpp on interleaving rows from DRAM).
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels_cpu/simd_x86.h"
@@ -94,6 +95,82 @@ void dot_q6_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
             acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(b.d) * x.d), _mm256_cvtepi32_ps(lanes), acc);
         }
         y[r] = hsum(acc) + 0.0f;  // the single-row kernel's "+ acc_min", which is 0 for Q6_K
+    }
+}
+
+namespace {
+
+// Several tokens: each super-block's codes and scale words made once, then
+// per token the integers and float steps of dot_q6_K_rows_avx512 (exact
+// integer sums; the same float operations in the same order).
+template <int NT>
+void q6_K_rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, float* y,
+                      int64_t ldy) {
+    const int64_t nb = n / kQK_K;
+    const block_q8_K* ya[NT];
+    for (int t = 0; t < NT; ++t) {
+        ya[t] = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(a) + static_cast<size_t>(t) * a_stride);
+    }
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+    const __m512i left = half_counts(4, 2), right = half_counts(0, 2);
+    const __m512i scale_idx[2] = {scale_pair_index(0), scale_pair_index(1)};
+    constexpr int kOr = 0xEA;
+    for (int r = 0; r < n_rows; ++r) {
+        const auto* row = reinterpret_cast<const block_q6_K*>(static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_stride);
+        __m256 acc[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+        for (int64_t i = 0; i < nb; ++i) {
+            const block_q6_K& b = row[i];
+            __m512i code[4];
+            for (int half = 0; half < 2; ++half) {
+                const __m512i ql = _mm512_loadu_si512(b.ql + 64 * half);
+                const __m512i qh = _mm512_broadcast_i64x4(load256(b.qh + 32 * half));
+                const __m512i high01 = _mm512_and_si512(_mm512_sllv_epi16(qh, left), bits45);
+                const __m512i high23 = _mm512_and_si512(_mm512_srlv_epi16(qh, right), bits45);
+                code[2 * half] = _mm512_ternarylogic_epi32(ql, low4, high01, kOr);
+                code[2 * half + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), low4, high23, kOr);
+            }
+            const __m256i scales16 = _mm256_cvtepi8_epi16(load128(b.scales));
+            const __m512i scales = _mm512_castsi256_si512(scales16);
+            const __m512i words[2] = {_mm512_permutexvar_epi16(scale_idx[0], scales),
+                                      _mm512_permutexvar_epi16(scale_idx[1], scales)};
+            const __m256i scales32 = _mm256_slli_epi16(scales16, 5);
+            const float d = f16(b.d);
+            for (int t = 0; t < NT; ++t) {
+                const block_q8_K& x = ya[t][i];
+                __m512i dot[4];
+                for (int k = 0; k < 4; ++k) {
+                    dot[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), code[k], _mm512_loadu_si512(x.qs + 64 * k));
+                }
+                __m512i tot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), interleave_words(dot[0], dot[1]), words[0]);
+                tot = _mm512_dpwssd_epi32(tot, interleave_words(dot[2], dot[3]), words[1]);
+                const __m256i sum = _mm256_add_epi32(_mm512_castsi512_si256(tot), _mm512_extracti64x4_epi64(tot, 1));
+                const __m256i offset = _mm256_madd_epi16(scales32, load256(x.bsums));
+                const __m256i lanes = _mm256_sub_epi32(sum, offset);
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x.d), _mm256_cvtepi32_ps(lanes), acc[t]);
+            }
+        }
+        for (int t = 0; t < NT; ++t) y[t * ldy + r] = hsum(acc[t]) + 0.0f;
+    }
+}
+
+}  // namespace
+
+void dot_q6_K_rows_multi_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride,
+                                int nt, float* y, int64_t ldy) {
+    const auto* ab = static_cast<const uint8_t*>(a);
+    for (int t0 = 0; t0 < nt;) {
+        const int left = nt - t0;
+        const int take = left == 5 || left == 6 ? 3 : std::min(left, 4);
+        const void* at = ab + static_cast<size_t>(t0) * a_stride;
+        float* yt = y + t0 * ldy;
+        switch (take) {
+            case 1: q6_K_rows_tokens<1>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
+            case 2: q6_K_rows_tokens<2>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
+            case 3: q6_K_rows_tokens<3>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
+            default: q6_K_rows_tokens<4>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
+        }
+        t0 += take;
     }
 }
 

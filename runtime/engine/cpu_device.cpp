@@ -76,6 +76,7 @@ struct CpuDevice::Impl {
     DeviceConfig config;
     cpu::ThreadPool& pool;
     cpu::SimdLevel level;
+    cpu::MatmulOrder order = cpu::MatmulOrder::Fastest;  // set_single_token_order
     std::vector<std::vector<uint8_t>> uploads;  // weight bytes copied to this device
     HostWeightArena host_copies;                // the host's matrices, when config.copy_host_weights
     std::vector<LedgerReservation> reservations;
@@ -276,16 +277,21 @@ void CpuDevice::rms_norm(Act x, int64_t x_row0, const gguf::TensorInfo& w, Act y
     });
 }
 
+void CpuDevice::set_single_token_order(bool on) {
+    impl_->order = on ? cpu::MatmulOrder::SingleToken : cpu::MatmulOrder::Fastest;
+}
+
 void CpuDevice::matmul(std::span<const MatmulOut> outs, Act in, int64_t n) {
     std::array<cpu::MatmulTarget, 3> targets{};
     TANDEM_CHECK(outs.size() <= targets.size(), "matmul: more than three products of one input");
     for (size_t i = 0; i < outs.size(); ++i) targets[i] = {&impl_->matrix(outs[i].w), impl_->buf(outs[i].out)};
     if (outs.size() == 1) {
         const cpu::WeightView& w = *targets[0].w;
-        cpu::matmul(w, impl_->buf(in), w.n_cols, n, targets[0].y, w.n_rows, impl_->pool, impl_->level);
+        cpu::matmul(w, impl_->buf(in), w.n_cols, n, targets[0].y, w.n_rows, impl_->pool, impl_->level, impl_->order);
         return;
     }
-    cpu::matmul_shared_input(std::span(targets.data(), outs.size()), impl_->buf(in), n, impl_->pool, impl_->level);
+    cpu::matmul_shared_input(std::span(targets.data(), outs.size()), impl_->buf(in), n, impl_->pool, impl_->level,
+                             impl_->order);
 }
 
 void CpuDevice::rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const int32_t> pos, const RopeOp& op) {
@@ -395,9 +401,9 @@ void CpuDevice::matmul_experts(std::span<const MatmulOut> outs, Act in, const Ex
                 targets[i] = {&views[i], m.expert_y[i].data()};
             }
             if (outs.size() == 1) {
-                cpu::matmul(views[0], m.expert_x.data(), cols, count, targets[0].y, rows, m.pool, m.level);
+                cpu::matmul(views[0], m.expert_x.data(), cols, count, targets[0].y, rows, m.pool, m.level, m.order);
             } else {
-                cpu::matmul_shared_input(std::span(targets, outs.size()), m.expert_x.data(), count, m.pool, m.level);
+                cpu::matmul_shared_input(std::span(targets, outs.size()), m.expert_x.data(), count, m.pool, m.level, m.order);
             }
             for (size_t i = 0; i < outs.size(); ++i) {
                 float* dst = op.sum_slots ? slot_out : m.buf(outs[i].out);

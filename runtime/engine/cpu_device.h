@@ -57,6 +57,7 @@ public:
     void kv_remove(int32_t seq, int32_t p0, int32_t p1) override;
     void kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) override;
     void kv_clear() override;
+    void set_single_token_order(bool on) override;
     uint64_t kv_bytes() const override;
     int32_t kv_pos_max(int32_t seq) const override;
     const KvCells& kv_cells(int64_t il) const override;

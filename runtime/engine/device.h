@@ -168,6 +168,11 @@ public:
     virtual void scale(Act a, int64_t n_floats, float s) = 0;
     virtual void softcap(Act a, int64_t n_floats, float cap) = 0;
 
+    // While on, matmuls give every token the bits a one-token batch gets
+    // (Session::eval_batch_single_order); devices without batch-dependent
+    // orders ignore it.
+    virtual void set_single_token_order(bool /*on*/) {}
+
     // ---- the K/V caches this device holds
     // Removes sequence seq's positions [p0, p1) (p1 < 0: to the end; seq < 0: every sequence).
     virtual void kv_remove(int32_t seq, int32_t p0, int32_t p1) = 0;

@@ -465,6 +465,12 @@ struct Session::Impl {
         return std::move(st.tokens);
     }
 
+    template <class Fn>
+    void for_each_device(Fn fn) {
+        fn(*host);
+        if (accel) fn(*accel);
+    }
+
     void reset() {
         host->kv_clear();
         if (accel) accel->kv_clear();
@@ -478,6 +484,16 @@ Session::~Session() = default;
 
 void Session::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
     impl_->eval(tokens, all_logits, logits);
+}
+
+void Session::eval_batch_single_order(std::span<const BatchToken> batch, std::vector<float>& logits) {
+    // Every device back to its fastest order whatever eval_batch throws.
+    struct Restore {
+        Impl& m;
+        ~Restore() { m.for_each_device([](Device& d) { d.set_single_token_order(false); }); }
+    } restore{*impl_};
+    impl_->for_each_device([](Device& d) { d.set_single_token_order(true); });
+    impl_->eval_batch(batch, logits);
 }
 
 void Session::eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits) {

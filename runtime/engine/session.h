@@ -106,6 +106,11 @@ public:
     // tandem::Error for an id out of range, a sequence outside 0..63 or a
     // full cache. eval() is this for sequence 0 at positions n_past()...
     void eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits);
+    // The same, every token getting on the CPU the bits a batch of that one
+    // token gets (no batch kernels, panels or BLAS, whose sums run in other
+    // orders): a speculative step's verification batch then gives exactly
+    // the logits of decoding its tokens one by one. Slower for long batches.
+    void eval_batch_single_order(std::span<const BatchToken> batch, std::vector<float>& logits);
     // Forgets sequence seq's positions [p0, p1) (p1 < 0: to the end; seq <
     // 0: every sequence), e.g. rejected draft tokens.
     void remove_positions(int32_t seq, int32_t p0, int32_t p1);

@@ -332,37 +332,46 @@ bool Scheduler::step() {
     }
     std::vector<BatchToken> batch;
     std::vector<Slot*> rows;  // the slot of each logits row
-    std::vector<std::pair<Slot*, size_t>> chunks;  // prompt tokens added per slot
     for (auto& s : slots_) {
         if (!s->busy() || !s->generating) continue;
         batch.push_back({s->next_token, static_cast<int32_t>(s->cache.size()), s->id, true});
         rows.push_back(s.get());
     }
     const size_t n_decode = batch.size();
-    auto budget = static_cast<size_t>(std::max<int64_t>(0, options_.step_tokens - static_cast<int64_t>(n_decode)));
-    // Prompt chunks, the longest-waiting slot first.
-    std::vector<Slot*> prefill;
+    // One prompt chunk a step, the longest-waiting slot's, of up to
+    // step_tokens whatever else runs: where a prompt is cut then depends on
+    // that request alone.
+    Slot* prefill = nullptr;
     for (auto& s : slots_) {
-        if (s->busy() && !s->generating) prefill.push_back(s.get());
-    }
-    std::sort(prefill.begin(), prefill.end(), [](Slot* a, Slot* b) { return a->assigned_at < b->assigned_at; });
-    for (Slot* s : prefill) {
-        if (budget == 0) break;
-        const size_t n = std::min(budget, s->req.prompt.size() - s->prompt_done);
-        for (size_t i = 0; i < n; ++i) {
-            const size_t p = s->prompt_done + i;
-            const bool last = p + 1 == s->req.prompt.size();
-            batch.push_back({s->req.prompt[p], static_cast<int32_t>(p), s->id, last});
-            if (last) rows.push_back(s);
+        if (s->busy() && !s->generating && (prefill == nullptr || s->assigned_at < prefill->assigned_at)) {
+            prefill = s.get();
         }
-        chunks.emplace_back(s, n);
-        budget -= n;
+    }
+    size_t chunk = 0;
+    if (prefill != nullptr) {
+        chunk = std::min(static_cast<size_t>(options_.step_tokens), prefill->req.prompt.size() - prefill->prompt_done);
+        for (size_t i = 0; i < chunk; ++i) {
+            const size_t p = prefill->prompt_done + i;
+            const bool last = p + 1 == prefill->req.prompt.size();
+            batch.push_back({prefill->req.prompt[p], static_cast<int32_t>(p), prefill->id, last});
+            if (last) rows.push_back(prefill);
+        }
     }
     if (batch.empty()) return false;
 
+    // The decodes in the one-token order (each stream's logits are the bits
+    // it gets alone, whatever the batch), the prompt chunk apart in the
+    // fastest order: two passes over the weights on a step that has both.
     const auto t0 = Clock::now();
     try {
-        session_.eval_batch(batch, logits_);
+        const auto n_vocab_floats = static_cast<size_t>(session_.n_vocab());
+        std::span<const BatchToken> all(batch);
+        if (n_decode > 0) session_.eval_batch_single_order(all.first(n_decode), logits_);
+        if (chunk > 0) {
+            session_.eval_batch(all.subspan(n_decode), chunk_logits_);
+            logits_.resize(n_decode * n_vocab_floats);
+            logits_.insert(logits_.end(), chunk_logits_.begin(), chunk_logits_.end());
+        }
     } catch (const Error& e) {
         // Nothing of this batch can be trusted: its sequences start afresh.
         for (auto& s : slots_) {
@@ -375,12 +384,11 @@ bool Scheduler::step() {
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     for (size_t i = 0; i < n_decode; ++i) rows[i]->cache.push_back(rows[i]->next_token);
-    int64_t prompt_evaluated = 0;
-    for (auto& [s, n] : chunks) {
-        s->cache.insert(s->cache.end(), s->req.prompt.begin() + static_cast<ptrdiff_t>(s->prompt_done),
-                        s->req.prompt.begin() + static_cast<ptrdiff_t>(s->prompt_done + n));
-        s->prompt_done += n;
-        prompt_evaluated += static_cast<int64_t>(n);
+    const auto prompt_evaluated = static_cast<int64_t>(chunk);
+    if (chunk > 0) {
+        prefill->cache.insert(prefill->cache.end(), prefill->req.prompt.begin() + static_cast<ptrdiff_t>(prefill->prompt_done),
+                              prefill->req.prompt.begin() + static_cast<ptrdiff_t>(prefill->prompt_done + chunk));
+        prefill->prompt_done += chunk;
     }
     const auto n_vocab = static_cast<size_t>(session_.n_vocab());
     for (size_t r = 0; r < rows.size(); ++r) {

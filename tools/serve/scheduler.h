@@ -1,8 +1,9 @@
 // Continuous batching over one Session: up to n_slots sequences decode
 // together, one token each per step, so one pass over the weights serves
-// them all. A request waits in a queue until a slot is free, then joins at
-// the next step; its prompt is evaluated in chunks that share each step
-// with the running decodes, so their streams keep flowing.
+// them all, each stream getting the bits it would alone. A request waits in
+// a queue until a slot is free, then joins at the next step; its prompt is
+// evaluated in chunks, one a step beside the running decodes, so their
+// streams keep flowing.
 //
 // A slot keeps the tokens its cache holds after a request ends. The next
 // request whose prompt starts with them (a chat resending its history) goes
@@ -165,6 +166,7 @@ private:
     SchedulerStats stats_;  // under mu_
     std::thread thread_;
     std::vector<float> logits_;
+    std::vector<float> chunk_logits_;
 };
 
 }  // namespace tandem::serve

@@ -231,6 +231,7 @@ Stats generate(Session& target, std::span<const int32_t> prompt, std::vector<flo
     DraftLength len(cfg.draft_max, cfg.draft_min, cfg.adaptive);
     Draft draft;
     std::vector<int32_t> batch;
+    std::vector<BatchToken> verify;
     for (;;) {
         const int64_t past = target.n_past();  // every token but ctx.back()
         if (past >= n_ctx) {
@@ -251,7 +252,14 @@ Stats generate(Session& target, std::span<const int32_t> prompt, std::vector<flo
         const auto nd = static_cast<int>(draft.tokens.size());
         batch.assign(1, ctx.back());
         batch.insert(batch.end(), draft.tokens.begin(), draft.tokens.end());
-        target.eval(batch, nd > 0, logits);
+        // In the one-token order: each row's logits are those decoding the
+        // tokens one by one gives, so greedy output is plain decoding's.
+        verify.resize(batch.size());
+        for (size_t i = 0; i < batch.size(); ++i) {
+            verify[i] = BatchToken{batch[i], static_cast<int32_t>(past + static_cast<int64_t>(i)), 0,
+                                   nd > 0 || i + 1 == batch.size()};
+        }
+        target.eval_batch_single_order(verify, logits);
         ++st.target_passes;
         if (nd > 0) ++st.spec_passes;
         st.proposed += nd;
