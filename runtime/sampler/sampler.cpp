@@ -38,27 +38,28 @@ void Sampler::accept(int32_t token) {
     while (static_cast<int32_t>(recent_.size()) > params_.repeat_last_n) recent_.pop_front();
 }
 
-int32_t Sampler::sample(std::span<float> logits) {
+void apply_repeat_penalty(float penalty, std::span<const int32_t> recent, std::span<float> logits) {
+    if (penalty == 1.0f) return;
+    const auto n = static_cast<int32_t>(logits.size());
+    std::vector<int32_t> seen(recent.begin(), recent.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (int32_t id : seen) {
+        if (id < 0 || id >= n) continue;
+        float& l = logits[static_cast<size_t>(id)];
+        l = l > 0.0f ? l / penalty : l * penalty;
+    }
+}
+
+SamplingCandidates sampling_candidates(const SamplerParams& params, std::span<const float> logits) {
     const auto n = static_cast<int32_t>(logits.size());
     if (n == 0) throw InternalError("sample: empty logits");
-    if (params_.repeat_penalty != 1.0f) {
-        // As in llama.cpp: divide positive logits, multiply negative ones, so
-        // the penalty always lowers the token's probability.
-        std::vector<int32_t> seen(recent_.begin(), recent_.end());
-        std::sort(seen.begin(), seen.end());
-        seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-        for (int32_t id : seen) {
-            if (id < 0 || id >= n) continue;
-            float& l = logits[static_cast<size_t>(id)];
-            l = l > 0.0f ? l / params_.repeat_penalty : l * params_.repeat_penalty;
-        }
-    }
-    if (params_.temperature == 0.0f) return argmax(logits);
-
     // Candidates sorted by logit, cut by top-k first (cheap partial sort).
-    std::vector<int32_t> ids(static_cast<size_t>(n));
+    SamplingCandidates c;
+    std::vector<int32_t>& ids = c.ids;
+    ids.resize(static_cast<size_t>(n));
     std::iota(ids.begin(), ids.end(), 0);
-    const int32_t k = params_.top_k > 0 ? std::min(params_.top_k, n) : n;
+    const int32_t k = params.top_k > 0 ? std::min(params.top_k, n) : n;
     auto by_logit = [&](int32_t a, int32_t b) {
         const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
         return la > lb || (la == lb && a < b);
@@ -67,10 +68,11 @@ int32_t Sampler::sample(std::span<float> logits) {
     ids.resize(static_cast<size_t>(k));
 
     const float max_logit = logits[static_cast<size_t>(ids[0])];
-    std::vector<double> probs(ids.size());
+    std::vector<double>& probs = c.weights;
+    probs.resize(ids.size());
     double sum = 0.0;
     for (size_t i = 0; i < ids.size(); ++i) {
-        probs[i] = std::exp(static_cast<double>(logits[static_cast<size_t>(ids[i])] - max_logit) / params_.temperature);
+        probs[i] = std::exp(static_cast<double>(logits[static_cast<size_t>(ids[i])] - max_logit) / params.temperature);
         sum += probs[i];
     }
     for (auto& p : probs) p /= sum;
@@ -81,18 +83,28 @@ int32_t Sampler::sample(std::span<float> logits) {
     double mass = 0.0;
     for (size_t i = 0; i < probs.size(); ++i) {
         mass += probs[i];
-        if (mass >= params_.top_p) {
+        if (mass >= params.top_p) {
             keep = i + 1;
             break;
         }
     }
-    const double floor = params_.min_p * probs[0];
+    const double floor = params.min_p * probs[0];
     size_t keep_min_p = 1;
     while (keep_min_p < keep && probs[keep_min_p] >= floor) ++keep_min_p;
     keep = std::max<size_t>(1, std::min(keep, keep_min_p));
+    ids.resize(keep);
+    probs.resize(keep);
+    return c;
+}
 
-    std::discrete_distribution<size_t> pick(probs.begin(), probs.begin() + static_cast<std::ptrdiff_t>(keep));
-    return ids[pick(rng_)];
+int32_t Sampler::sample(std::span<float> logits) {
+    if (logits.empty()) throw InternalError("sample: empty logits");
+    const std::vector<int32_t> recent(recent_.begin(), recent_.end());
+    apply_repeat_penalty(params_.repeat_penalty, recent, logits);
+    if (params_.temperature == 0.0f) return argmax(logits);
+    const SamplingCandidates c = sampling_candidates(params_, logits);
+    std::discrete_distribution<size_t> pick(c.weights.begin(), c.weights.end());
+    return c.ids[pick(rng_)];
 }
 
 }  // namespace tandem

@@ -7,6 +7,7 @@
 #include <deque>
 #include <random>
 #include <span>
+#include <vector>
 
 namespace tandem {
 
@@ -37,6 +38,22 @@ private:
     std::mt19937_64 rng_;
     std::deque<int32_t> recent_;
 };
+
+// The repetition penalty on logits, as llama.cpp applies it: each token of
+// `recent` (once, however often it occurs) has a positive logit divided by
+// the penalty and a negative one multiplied by it.
+void apply_repeat_penalty(float penalty, std::span<const int32_t> recent, std::span<float> logits);
+
+// What Sampler::sample draws from at temperature > 0: the candidates left
+// by top-k, temperature, top-p and min-p, by descending logit (lower id
+// first among equals), with their probabilities before the top-p and min-p
+// cuts (a draw picks in proportion to them). The speculative sampler's
+// target distribution is this, so both draw from one computation.
+struct SamplingCandidates {
+    std::vector<int32_t> ids;
+    std::vector<double> weights;
+};
+SamplingCandidates sampling_candidates(const SamplerParams& p, std::span<const float> logits);
 
 // Index of the largest logit (lowest index among equals).
 int32_t argmax(std::span<const float> logits);

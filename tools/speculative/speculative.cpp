@@ -25,61 +25,18 @@ void PenaltyWindow::accept(int32_t token) {
     while (static_cast<int32_t>(recent_.size()) > last_n_) recent_.pop_front();
 }
 
-// Line for line the computation of Sampler::sample (runtime/sampler/
-// sampler.cpp) before its draw: any change there must be made here too
+// Sampler::sample's own computation (runtime/sampler/sampler.h), so the
+// speculative rule keeps exactly the distribution plain sampling draws from
 // (TargetDistribution.DrawsWhatTheSamplerDraws checks the two agree).
 TokenDist target_distribution(const SamplerParams& p, const std::deque<int32_t>& recent, std::span<float> logits) {
-    const auto n = static_cast<int32_t>(logits.size());
-    if (n == 0) throw InternalError("target_distribution: empty logits");
+    if (logits.empty()) throw InternalError("target_distribution: empty logits");
     if (p.temperature == 0.0f) throw InternalError("target_distribution: temperature 0 is greedy");
-    if (p.repeat_penalty != 1.0f) {
-        std::vector<int32_t> seen(recent.begin(), recent.end());
-        std::sort(seen.begin(), seen.end());
-        seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-        for (int32_t id : seen) {
-            if (id < 0 || id >= n) continue;
-            float& l = logits[static_cast<size_t>(id)];
-            l = l > 0.0f ? l / p.repeat_penalty : l * p.repeat_penalty;
-        }
-    }
-    std::vector<int32_t> ids(static_cast<size_t>(n));
-    std::iota(ids.begin(), ids.end(), 0);
-    const int32_t k = p.top_k > 0 ? std::min(p.top_k, n) : n;
-    auto by_logit = [&](int32_t a, int32_t b) {
-        const float la = logits[static_cast<size_t>(a)], lb = logits[static_cast<size_t>(b)];
-        return la > lb || (la == lb && a < b);
-    };
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), by_logit);
-    ids.resize(static_cast<size_t>(k));
-
-    const float max_logit = logits[static_cast<size_t>(ids[0])];
-    std::vector<double> probs(ids.size());
-    double sum = 0.0;
-    for (size_t i = 0; i < ids.size(); ++i) {
-        probs[i] = std::exp(static_cast<double>(logits[static_cast<size_t>(ids[i])] - max_logit) / p.temperature);
-        sum += probs[i];
-    }
-    for (auto& q : probs) q /= sum;
-
-    size_t keep = probs.size();
-    double mass = 0.0;
-    for (size_t i = 0; i < probs.size(); ++i) {
-        mass += probs[i];
-        if (mass >= p.top_p) {
-            keep = i + 1;
-            break;
-        }
-    }
-    const double floor = p.min_p * probs[0];
-    size_t keep_min_p = 1;
-    while (keep_min_p < keep && probs[keep_min_p] >= floor) ++keep_min_p;
-    keep = std::max<size_t>(1, std::min(keep, keep_min_p));
-
+    const std::vector<int32_t> window(recent.begin(), recent.end());
+    apply_repeat_penalty(p.repeat_penalty, window, logits);
+    SamplingCandidates c = sampling_candidates(p, logits);
     TokenDist d;
-    ids.resize(keep);
-    probs.resize(keep);
-    d.ids = std::move(ids);
-    d.weights = std::move(probs);
+    d.ids = std::move(c.ids);
+    d.weights = std::move(c.weights);
     d.total = std::accumulate(d.weights.begin(), d.weights.end(), 0.0);
     return d;
 }
