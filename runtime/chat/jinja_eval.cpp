@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <optional>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "runtime/common/error.h"
 
@@ -40,10 +43,50 @@ int64_t floor_div(int64_t a, int64_t b) {
 
 Interpreter::Interpreter(const Program& program, const RenderOptions& options) : program_(program), options_(options) {}
 
+namespace {
+
+// A namespace can hold itself ({% set ns.me = ns %}), a cycle that reference
+// counts never free: every render ends by emptying each namespace reachable
+// from its variables (nothing of a render outlives it but its text).
+void empty_namespaces(std::vector<Dict>& frames) {
+    std::vector<const Value*> todo;
+    for (const Dict& f : frames) {
+        for (const auto& [name, v] : f.items) todo.push_back(&v);
+    }
+    std::unordered_set<const Dict*> seen;
+    std::vector<Dict*> found;
+    while (!todo.empty()) {
+        const Value* v = todo.back();
+        todo.pop_back();
+        if (v->is_namespace()) {
+            Dict& attrs = v->namespace_attrs();
+            if (!seen.insert(&attrs).second) continue;
+            found.push_back(&attrs);
+            for (const auto& [name, x] : attrs.items) todo.push_back(&x);
+        } else if (v->is_list()) {
+            for (const Value& x : v->as_list()) todo.push_back(&x);
+        } else if (v->is_dict()) {
+            for (const auto& [name, x] : v->as_dict().items) todo.push_back(&x);
+        }
+    }
+    // Moved out first, released after: no box is freed while still listed.
+    std::vector<std::vector<std::pair<std::string, Value>>> held;
+    held.reserve(found.size());
+    for (Dict* d : found) held.push_back(std::move(d->items));
+    held.clear();
+    frames.clear();
+}
+
+}  // namespace
+
 std::string Interpreter::run(const Dict& context) {
     frames_.clear();
     frames_.push_back(make_globals());
     frames_.push_back(context);
+    struct EmptyAtEnd {
+        std::vector<Dict>& frames;
+        ~EmptyAtEnd() { empty_namespaces(frames); }
+    } empty_at_end{frames_};
     std::string out;
     out_ = &out;
     try {
