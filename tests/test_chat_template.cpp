@@ -214,3 +214,21 @@ TEST(ChatTemplate, ExpectedFileMatchesFreshJinja2Renders) {
 
 }  // namespace
 }  // namespace tandem::chat
+
+namespace {
+
+// A template that writes BOS itself, for a tokenizer that adds one: one BOS.
+TEST(ChatTemplate, LeadingBosIsDroppedWhenTheTokenizerAddsOne) {
+    const auto t = tandem::chat::ChatTemplate::parse("{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}");
+    const std::vector<tandem::chat::Message> msgs = {{"user", "hi"}};
+    tandem::chat::TemplateInputs in;
+    in.bos_token = "<s>";
+    EXPECT_EQ(t.render(msgs, in), "<s>hi");
+    in.tokenizer_adds_bos = true;
+    EXPECT_EQ(t.render(msgs, in), "hi");
+    // Only a leading one.
+    const auto mid = tandem::chat::ChatTemplate::parse("x{{ bos_token }}");
+    EXPECT_EQ(mid.render(msgs, in), "x<s>");
+}
+
+}  // namespace

@@ -100,6 +100,8 @@ void chat(const ChatOptions& o) {
         chat::TemplateInputs in;
         in.bos_token = m->bos_text;
         in.eos_token = m->eos_text;
+        const bool add_bos = m->tokenizer.add_bos_by_default();
+        in.tokenizer_adds_bos = add_bos;
         std::string text;
         try {
             text = m->chat_template.render(history, in);
@@ -108,8 +110,6 @@ void chat(const ChatOptions& o) {
             fmt::print(stderr, "tandem: the chat template refused the conversation: {}\n", e.what());
             continue;
         }
-        const bool add_bos = m->tokenizer.add_bos_by_default();
-        if (add_bos && !m->bos_text.empty() && text.rfind(m->bos_text, 0) == 0) text.erase(0, m->bos_text.size());
         serve::GenerationRequest g;
         g.prompt = m->tokenizer.encode(text, add_bos, true);
         if (static_cast<int64_t>(g.prompt.size()) >= scheduler.n_ctx_slot()) {

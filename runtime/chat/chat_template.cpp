@@ -71,7 +71,11 @@ std::string ChatTemplate::render(std::span<const Message> messages, const Templa
     context.set("eos_token", jinja::Value(in.eos_token));
     jinja::RenderOptions options;
     options.strftime_now = in.strftime_now;
-    return template_->render(context, options);
+    std::string text = template_->render(context, options);
+    if (in.tokenizer_adds_bos && !in.bos_token.empty() && text.rfind(in.bos_token, 0) == 0) {
+        text.erase(0, in.bos_token.size());
+    }
+    return text;
 }
 
 const std::string& ChatTemplate::source() const { return template_->source(); }

@@ -31,6 +31,10 @@ struct Message {
 struct TemplateInputs {
     std::string bos_token, eos_token;  // the vocabulary's BOS/EOS text ("" when none)
     bool add_generation_prompt = true;
+    // The tokenizer adds BOS itself: a bos_token the template writes first
+    // is then dropped from the text, so the prompt holds one BOS (as
+    // llama.cpp does).
+    bool tokenizer_adds_bos = false;
     // strftime_now(format) for templates that print today's date (Llama
     // 3.x); when empty, the current local time. Tests fix the date here.
     std::function<std::string(const std::string& format)> strftime_now;

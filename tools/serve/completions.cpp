@@ -60,23 +60,16 @@ GenerationRequest generation_request(const LoadedModel& m, std::vector<int32_t> 
 }
 
 std::string chat_prompt(const LoadedModel& m, const ChatRequest& r) {
-    std::vector<chat::Message> messages;
-    messages.reserve(r.messages.size());
-    for (const ChatMessage& msg : r.messages) messages.push_back({msg.role, msg.content});
     chat::TemplateInputs in;
     in.bos_token = m.bos_text;
     in.eos_token = m.eos_text;
     in.add_generation_prompt = true;
-    std::string text;
+    in.tokenizer_adds_bos = m.add_bos;
     try {
-        text = m.chat_template->render(messages, in);
+        return m.chat_template->render(r.messages, in);
     } catch (const Error& e) {
         throw ApiError(400, fmt::format("the model's chat template refused the messages: {}", e.what()), "messages");
     }
-    // A template that writes BOS itself, for a vocabulary that adds one:
-    // only one BOS (as llama.cpp does).
-    if (m.add_bos && !m.bos_text.empty() && text.rfind(m.bos_text, 0) == 0) text.erase(0, m.bos_text.size());
-    return text;
 }
 
 void answer_whole(const ServerState& state, Kind kind, const ResponseIds& ids, const std::shared_ptr<Job>& job,

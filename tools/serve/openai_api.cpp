@@ -170,7 +170,7 @@ ChatRequest parse_chat_request(const json& body, uint64_t default_seed) {
                                        f, rs),
                            f + ".role");
         }
-        ChatMessage msg;
+        chat::Message msg;
         msg.role = rs == "developer" ? "system" : rs;  // OpenAI's newer name for the system role
         const auto content = m.find("content");
         if (content == m.end() || content->is_null()) {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/chat/chat_template.h"
 #include "runtime/sampler/sampler.h"
 #include "tools/serve/scheduler.h"
 
@@ -45,13 +46,8 @@ struct GenerationParams {
     bool ignore_eos = false;
 };
 
-struct ChatMessage {
-    std::string role;
-    std::string content;
-};
-
 struct ChatRequest {
-    std::vector<ChatMessage> messages;
+    std::vector<chat::Message> messages;  // as the chat template takes them
     GenerationParams params;
 };
 
