@@ -13,6 +13,11 @@
 //       wide as Llama 3 8B's down projection (14336 columns).
 //   matmul/<type>/<level>/<tokens>tok/threads:N      prompt batches:
 //       compute-bound, GFLOP/s.
+//   streams/<type>/<level>/<rows>x<cols>/<tokens>tok/threads:N
+//                                                    a serving step: one token
+//       of each of 1..8 streams in the single-token order (MatmulOrder::
+//       SingleToken, each token's bits those of the token alone); tok/s over
+//       the 1-token row is what several streams gain from one weight read.
 //   read_bandwidth/threads:N                         glibc memchr over 256 MiB:
 //       a rough DRAM yardstick (`tandem bench --calibrate` is the one the
 //       engine's % bw uses).
@@ -87,7 +92,8 @@ struct Shape {
     int copies;  // > 1: cycle through this many matrices
 };
 
-void BM_matmul(benchmark::State& state, Type t, SimdLevel level, Shape shape, int64_t tokens, int threads) {
+void BM_matmul_order(benchmark::State& state, Type t, SimdLevel level, Shape shape, int64_t tokens, int threads,
+                     tandem::cpu::MatmulOrder order) {
     tandem::cpu::ThreadPool pool(threads, true);
     tandem::HostWeightArena arena;
     std::vector<Matrix> mats;
@@ -99,7 +105,7 @@ void BM_matmul(benchmark::State& state, Type t, SimdLevel level, Shape shape, in
         const Matrix& m = mats[next];
         next = (next + 1) % mats.size();
         const tandem::cpu::WeightView w{t, m.bytes.data(), shape.rows, shape.cols, m.row_bytes};
-        tandem::cpu::matmul(w, x.data(), shape.cols, tokens, y.data(), shape.rows, pool, level);
+        tandem::cpu::matmul(w, x.data(), shape.cols, tokens, y.data(), shape.rows, pool, level, order);
         benchmark::DoNotOptimize(y.data());
         benchmark::ClobberMemory();
     }
@@ -111,6 +117,10 @@ void BM_matmul(benchmark::State& state, Type t, SimdLevel level, Shape shape, in
     if (tokens > 1) {
         state.counters["tok/s"] = benchmark::Counter(static_cast<double>(tokens * state.iterations()), benchmark::Counter::kIsRate);
     }
+}
+
+void BM_matmul(benchmark::State& state, Type t, SimdLevel level, Shape shape, int64_t tokens, int threads) {
+    BM_matmul_order(state, t, level, shape, tokens, threads, tandem::cpu::MatmulOrder::Fastest);
 }
 
 // A yardstick for the matvec numbers: plain reads of a 256 MiB buffer
@@ -181,6 +191,18 @@ std::string shape_name(const Shape& s) {
                 }
             }
             if (level == SimdLevel::Scalar) continue;  // batches at scalar speed take minutes
+            // A small model's FFN matrix (SmolLM2-135M: 1536x576) from L2/L3,
+            // and a 1B one's from DRAM.
+            for (const Shape& s : {Shape{1536, 576, 1}, from_dram(2048, 2048)}) {
+                for (int64_t tokens : {1, 2, 4, 8}) for (int th : thread_counts) {
+                    const std::string name = "streams/" + tname + "/" + lname + "/" + shape_name(s) + "/" +
+                                             std::to_string(tokens) + "tok/threads:" + std::to_string(th);
+                    benchmark::RegisterBenchmark(name.c_str(), BM_matmul_order, t, level, s, tokens, th,
+                                                 tandem::cpu::MatmulOrder::SingleToken)
+                        ->UseRealTime()
+                        ->Unit(benchmark::kMicrosecond);
+                }
+            }
             for (int64_t tokens : {64, 512}) {
                 const int th = thread_counts.back();
                 const std::string name = "matmul/" + tname + "/" + lname + "/" + std::to_string(tokens) +

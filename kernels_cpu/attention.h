@@ -13,6 +13,12 @@
 
 namespace tandem::cpu {
 
+// A view may start at a multiple of this many cells of the whole cache and
+// end anywhere after its last visible cell: the kernels tile the cells from
+// the view's start (32 and 64 at a time), skip tiles with nothing visible,
+// and so sum the same bits as over the whole cache.
+inline constexpr int64_t kViewCellAlign = 64;
+
 struct KvCacheView {
     quant::Type type = quant::Type::F16;
     const uint8_t* k = nullptr;   // n_cells rows of k_row_bytes

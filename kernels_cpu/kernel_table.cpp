@@ -61,6 +61,7 @@ constexpr std::array kTable = {
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q8_0,
                   .dot = TANDEM_LEVELS(dot_q8_0),
+                  .rows_avx512 = TANDEM_ROWS_MULTI(q8_0, prepare_q8_0_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q8_0, legacy_panel_bytes, q8_0_panel_prepare, kLaneStartsExtraBytes),
                   .llama_order = true,
                   .avx2_at_avx512 = true},

@@ -126,7 +126,7 @@ TANDEM_DECLARE_BATCH_DOT(q6_K)
 // instead of a serial scalar tail per row (decode_rows_x86.h: Q4_K, 4 rows
 // per pass, AVX2; decode_rows_kquants_avx512.cpp (Q4_K, Q2_K) and
 // decode_rows_q4_0_avx512.cpp: 8 rows, VNNI; decode_rows_legacy_avx512.cpp:
-// Q4_1, Q5_0, Q5_1, and decode_rows_q3_K_avx512.cpp, _q6_K_ and Q5_K in
+// Q4_1, Q5_0, Q5_1, Q8_0, and decode_rows_q3_K_avx512.cpp, _q6_K_ and Q5_K in
 // _kquants_: one row after another, VNNI). Null where a type has none
 // (then the single-row kernel runs).
 inline constexpr int kDecodeRows = 16;
@@ -175,6 +175,7 @@ void dot_q6_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void dot_q4_1_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void dot_q5_0_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void dot_q5_1_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
+void dot_q8_0_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void dot_q2_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void prepare_q2_K_rows(const void* a, int64_t n, void* out);
 size_t q2_K_rows_prepared_bytes(int64_t n);
@@ -183,7 +184,9 @@ void prepare_q3_K_rows(const void* a, int64_t n, void* out);
 size_t q3_K_rows_prepared_bytes(int64_t n);
 void dot_q5_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);  // Q4_K's preparation
 void dot_q6_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);  // reads the Q8_K row
-// Q4_1, Q5_0, Q5_1 (decode_rows_legacy_avx512.cpp): one prepared layout.
+// Q4_1, Q5_0, Q5_1, Q8_0 (decode_rows_legacy_avx512.cpp): one prepared layout.
+void dot_q8_0_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
+void prepare_q8_0_rows(const void* a, int64_t n, void* out);
 void dot_q4_1_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void dot_q5_0_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void dot_q5_1_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);

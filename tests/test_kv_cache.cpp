@@ -346,3 +346,50 @@ TEST(KvCache, PerSequencePartsKeepEachSequenceInPositionOrder) {
     for (int32_t p = 1; p < 16; ++p) parts.place(1, p);
     EXPECT_THROW(parts.place(1, 16), tandem::Error);
 }
+
+// attention_view(seq) reads only the cells around seq's (from a multiple of
+// kViewCellAlign) and gives the bits of the whole view(seq): decode (the
+// grouped kernel) and a 70-token prompt (the tiled kernel), F16 and Q8_0,
+// sequences in parts of their own and interleaved in one pool, after
+// removals, at every SIMD level.
+TEST(KvCache, AttentionViewReadsFewerCellsWithTheSameBits) {
+    for (tq::Type type : {tq::Type::F16, tq::Type::Q8_0}) {
+        for (int64_t parts : {1, 4}) {
+            LayerKvCache cache(type, 1024, kRow, kRow, 0, parts);
+            // Sequence 2 first, then 0, 1 and 2 interleaved; 1 loses a
+            // middle range; 3 stays empty.
+            for (int32_t p = 0; p < 40; ++p) put(cache, 2, p);
+            for (int32_t p = 0; p < 150; ++p) {
+                put(cache, 0, p);
+                put(cache, 1, p);
+                if (p < 30) put(cache, 2, 40 + p);
+            }
+            cache.remove(1, 20, 60);
+            for (int32_t seq = 0; seq < 4; ++seq) {
+                const tc::KvCacheView whole = cache.view(seq), cut = cache.attention_view(seq);
+                const std::string what = std::string(tq::traits(type).name) + " parts " + std::to_string(parts) +
+                                         " seq " + std::to_string(seq);
+                ASSERT_EQ((cut.cell_pos - whole.cell_pos) % tc::kViewCellAlign, 0) << what;
+                ASSERT_LE(cut.cell_pos - whole.cell_pos + cut.n_cells, whole.n_cells) << what;
+                // Nothing visible is left out.
+                int64_t held = 0, held_cut = 0;
+                for (int64_t c = 0; c < whole.n_cells; ++c) held += whole.cell_pos[c] >= 0;
+                for (int64_t c = 0; c < cut.n_cells; ++c) held_cut += cut.cell_pos[c] >= 0;
+                EXPECT_EQ(held, held_cut) << what;
+                if (seq == 3) {
+                    EXPECT_EQ(cut.n_cells, 0) << what;
+                    continue;
+                }
+                // Parts: at most a part; one pool: at most the cells used.
+                EXPECT_LE(cut.n_cells, parts > 1 ? 1024 / parts : 512) << what;
+                for (tc::SimdLevel level : levels()) {
+                    for (int64_t n : {int64_t{1}, int64_t{70}}) {
+                        const int32_t last = seq == 2 ? 69 : 149;
+                        expect_bits(attend(cut, last, n, level), attend(whole, last, n, level),
+                                    what + " n " + std::to_string(n) + " " + lvl(level));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -326,7 +326,9 @@ ParallelDecode run_parallel_decode(Session& session, int64_t n_parallel, int64_t
             batch[s] = {next[s], static_cast<int32_t>(n_prompt + g), static_cast<int32_t>(s), true};
             out.tokens[s].push_back(next[s]);
         }
-        session.eval_batch(batch, logits);
+        // The order tandem serve decodes in: each stream's logits those of
+        // the stream alone.
+        session.eval_batch_single_order(batch, logits);
         for (size_t s = 0; s < P; ++s) next[s] = argmax(std::span<const float>(logits.data() + s * V, V));
     }
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -376,6 +378,9 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                 SessionOptions so;
                 so.n_ctx = c.n_ctx();
                 so.n_seq_max = c.n_seq_max();
+                // As tandem serve runs its slots: each stream its own part
+                // of the cache, so its attention reads its own cells only.
+                so.kv_per_sequence = c.n_seq_max() > 1;
                 so.n_ubatch = s.n_ubatch;
                 so.n_threads = s.threads;
                 so.cache_type = s.cache_type;

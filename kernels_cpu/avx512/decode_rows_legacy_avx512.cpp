@@ -1,4 +1,4 @@
-// Decode (one token) over rows of Q4_1, Q5_0 and Q5_1 with AVX-512 VNNI,
+// Decode (one token) over rows of Q4_1, Q5_0, Q5_1 and Q8_0 with AVX-512 VNNI,
 // in the order of their single-row kernel (dot_legacy_lanes in
 // vec_dot_scalar.cpp, llama.cpp's on x86): per row and block eight lanes of
 // four consecutive elements, acc[l] = fma(dw * da, float(lane l), acc[l]),
@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels_cpu/simd_x86.h"
 #include "kernels_cpu/vec_dot.h"
@@ -85,6 +86,16 @@ struct Q5_0Rows {
     static constexpr int kOffset = 16;
     static constexpr bool kMin = false;
     static __m256i codes(const Block& b) { return with_high_bits(nibbles(b.qs), b.qh); }
+    static quant::fp16_bits min_bits(const Block&) { return 0; }
+};
+// Q8_0: the signed codes plus 128 as unsigned bytes (flipping the sign
+// bit), the -128 offset in the lanes' starting values as for Q5_0.
+struct Q8_0Rows {
+    using Block = quant::block_q8_0;
+    using Act = block_q8_0;
+    static constexpr int kOffset = 128;
+    static constexpr bool kMin = false;
+    static __m256i codes(const Block& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(static_cast<char>(0x80))); }
     static quant::fp16_bits min_bits(const Block&) { return 0; }
 };
 struct Q5_1Rows {
@@ -152,46 +163,85 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
 // Several tokens: each block's codes and scale converted once, then per
 // token dot_row's integer lanes and float steps (NT independent chains, so
 // the fma latency that bounds one row is shared out).
+//
+// The kernel was bound by loads (two 256-bit loads a cycle on Zen 4): per
+// token and block the activation, its lane starts, the scale broadcast and
+// the token's row pointer spilled to the stack. So the tokens' blocks are
+// first copied together, block by block (Gathered: one pointer, fixed
+// offsets), and a block's NT scale products dw x ad_t are one multiply
+// whose lane t each token's fma takes through a register permute. The
+// minimum terms are one fused multiply-add for all tokens, lane t the same
+// operation on the same values as token t's scalar one.
+template <int NT, bool kStarts>
+struct Gathered {
+    struct Block {
+        __m256i qs[NT];
+        __m256i start[kStarts ? NT : 1];
+        alignas(32) float d[8];  // lanes [0, NT): the tokens' activation scales
+        alignas(32) float s[8];  // their sums (Q8_1)
+    };
+    std::vector<Block> blocks;
+};
+
 template <class F, int NT>
 void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, float* y,
                  int64_t ldy) {
+    static_assert(NT >= 1 && NT <= 8);
+    constexpr bool kStarts = F::kOffset != 0;
+    using G = Gathered<NT, kStarts>;
     const Layout layout(n);
-    const PreparedBlock* act[NT];
-    const float* act_d[NT];
-    const float* act_s[NT];
+    thread_local G g;
+    g.blocks.resize(static_cast<size_t>(layout.nb));
+    typename G::Block* blocks = g.blocks.data();
     for (int t = 0; t < NT; ++t) {
         const auto* base = static_cast<const uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
-        act[t] = reinterpret_cast<const PreparedBlock*>(base);
-        act_d[t] = reinterpret_cast<const float*>(base + layout.d_offset);
-        act_s[t] = reinterpret_cast<const float*>(base + layout.s_offset);
+        const auto* act = reinterpret_cast<const PreparedBlock*>(base);
+        const auto* d = reinterpret_cast<const float*>(base + layout.d_offset);
+        const auto* sums = reinterpret_cast<const float*>(base + layout.s_offset);
+        for (int64_t k = 0; k < layout.nb; ++k) {
+            blocks[k].qs[t] = act[k].qs;
+            if constexpr (kStarts) blocks[k].start[t] = act[k].start;
+            blocks[k].d[t] = d[k];
+            blocks[k].s[t] = sums[k];
+        }
     }
     TANDEM_CHECK(n_rows <= kDecodeRows, "decode rows: more rows than kDecodeRows");
+    thread_local std::vector<float> products;
+    products.resize(static_cast<size_t>(layout.nb) * 8);
+    float* dp = products.data();
     for (int r = 0; r < n_rows; ++r) {
         const auto* x = reinterpret_cast<const typename F::Block*>(static_cast<const uint8_t*>(w) + r * row_stride);
-        __m256 acc[NT];
-        float acc_min[NT];
-        for (int t = 0; t < NT; ++t) {
-            acc[t] = _mm256_setzero_ps();
-            acc_min[t] = 0.0f;
-        }
+        // The row's scale products first, so the fmas below read each as a
+        // broadcast operand from memory written a while before (a product
+        // stored and read back at once stalls on store forwarding).
+        // That loop touches the row first and would wait on memory block
+        // after block: the next row is requested meanwhile (a prefetch past
+        // the matrix's end is harmless).
+        const auto* next = reinterpret_cast<const char*>(x) + row_stride;
         for (int64_t k = 0; k < layout.nb; ++k) {
+            _mm_prefetch(next + k * static_cast<int64_t>(sizeof(typename F::Block)), _MM_HINT_T0);
+            _mm256_storeu_ps(dp + k * 8, _mm256_mul_ps(_mm256_set1_ps(f16(x[k].d)), _mm256_load_ps(blocks[k].d)));
+        }
+        __m256 acc[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+        __m256 acc_min = _mm256_setzero_ps();
+        for (int64_t k = 0; k < layout.nb; ++k) {
+            const typename G::Block& b = blocks[k];
             const __m256i codes = F::codes(x[k]);
-            const __m128 dw = _mm_cvtph_ps(_mm_cvtsi32_si128(x[k].d));
-            [[maybe_unused]] float m = 0.0f;
-            if constexpr (F::kMin) m = f16(F::min_bits(x[k]));
+            if constexpr (F::kMin) acc_min = _mm256_fmadd_ps(_mm256_set1_ps(f16(F::min_bits(x[k]))), _mm256_load_ps(b.s), acc_min);
             for (int t = 0; t < NT; ++t) {
-                const PreparedBlock& p = act[t][k];
-                const __m256i start = F::kOffset != 0 ? p.start : _mm256_setzero_si256();
-                const __m256 lanes = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, codes, p.qs));
-                const __m128 d = _mm_mul_ss(dw, _mm_set_ss(act_d[t][k]));
-                acc[t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), lanes, acc[t]);
-                if constexpr (F::kMin) acc_min[t] = std::fma(m, act_s[t][k], acc_min[t]);
+                __m256i start = _mm256_setzero_si256();
+                if constexpr (kStarts) start = b.start[t];
+                const __m256 lanes = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, codes, b.qs[t]));
+                acc[t] = _mm256_fmadd_ps(lanes, _mm256_set1_ps(dp[k * 8 + t]), acc[t]);
             }
         }
+        alignas(32) float mins[8];
+        _mm256_store_ps(mins, acc_min);
         for (int t = 0; t < NT; ++t) {
             alignas(32) float l[8];
             _mm256_store_ps(l, acc[t]);
-            y[t * ldy + r] = (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) + acc_min[t];
+            y[t * ldy + r] = (((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))) + mins[t];
         }
     }
 }
@@ -199,19 +249,16 @@ void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const 
 template <class F>
 void rows_multi(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, int nt, float* y,
                 int64_t ldy) {
-    const auto* ab = static_cast<const uint8_t*>(a);
-    for (int t0 = 0; t0 < nt;) {
-        const int left = nt - t0;
-        const int take = left == 5 || left == 6 ? 3 : (left < 4 ? left : 4);
-        const void* at = ab + static_cast<size_t>(t0) * a_stride;
-        float* yt = y + t0 * ldy;
-        switch (take) {
-            case 1: rows_tokens<F, 1>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
-            case 2: rows_tokens<F, 2>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
-            case 3: rows_tokens<F, 3>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
-            default: rows_tokens<F, 4>(n, w, row_stride, n_rows, at, a_stride, yt, ldy); break;
-        }
-        t0 += take;
+    TANDEM_CHECK(nt >= 1 && nt <= kMaxDecodeTokens, "decode rows: token count out of range");
+    switch (nt) {
+        case 1: rows_tokens<F, 1>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+        case 2: rows_tokens<F, 2>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+        case 3: rows_tokens<F, 3>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+        case 4: rows_tokens<F, 4>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+        case 5: rows_tokens<F, 5>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+        case 6: rows_tokens<F, 6>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+        case 7: rows_tokens<F, 7>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+        default: rows_tokens<F, 8>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
     }
 }
 
@@ -219,17 +266,22 @@ void rows_multi(int64_t n, const void* w, size_t row_stride, int n_rows, const v
 
 void dot_q4_1_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS) { rows_multi<Q4_1Rows>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy); }
 void dot_q5_0_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS) { rows_multi<Q5_0Rows>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy); }
+void dot_q8_0_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS) { rows_multi<Q8_0Rows>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy); }
 void dot_q5_1_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS) { rows_multi<Q5_1Rows>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy); }
 
 size_t legacy_rows_prepared_bytes(int64_t n) { return Layout(n).bytes; }
 void prepare_q4_1_rows(const void* a, int64_t n, void* out) { prepare<Q4_1Rows>(a, n, out); }
 void prepare_q5_0_rows(const void* a, int64_t n, void* out) { prepare<Q5_0Rows>(a, n, out); }
+void prepare_q8_0_rows(const void* a, int64_t n, void* out) { prepare<Q8_0Rows>(a, n, out); }
 void prepare_q5_1_rows(const void* a, int64_t n, void* out) { prepare<Q5_1Rows>(a, n, out); }
 void dot_q4_1_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     decode_rows<Q4_1Rows>(n, w, row_stride, n_rows, a, y);
 }
 void dot_q5_0_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     decode_rows<Q5_0Rows>(n, w, row_stride, n_rows, a, y);
+}
+void dot_q8_0_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
+    decode_rows<Q8_0Rows>(n, w, row_stride, n_rows, a, y);
 }
 void dot_q5_1_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     decode_rows<Q5_1Rows>(n, w, row_stride, n_rows, a, y);

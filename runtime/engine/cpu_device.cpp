@@ -197,7 +197,7 @@ struct CpuDevice::Impl {
         const bool contiguous = rows.back() - rows.front() + 1 == n;
         if (contiguous) {
             const int64_t r0 = rows.front();
-            cpu::attention(buf(Act::Q) + r0 * qd, pos.data() + r0, n, shape, c.view(seq),
+            cpu::attention(buf(Act::Q) + r0 * qd, pos.data() + r0, n, shape, c.attention_view(seq),
                            buf(Act::Attn) + r0 * od, pool, level);
             return;
         }
@@ -208,7 +208,7 @@ struct CpuDevice::Impl {
             std::memcpy(q_rows.data() + i * qd, buf(Act::Q) + rows[i] * qd, static_cast<size_t>(qd) * sizeof(float));
             pos_rows[static_cast<size_t>(i)] = pos[static_cast<size_t>(rows[i])];
         }
-        cpu::attention(q_rows.data(), pos_rows.data(), n, shape, c.view(seq), out_rows.data(), pool, level);
+        cpu::attention(q_rows.data(), pos_rows.data(), n, shape, c.attention_view(seq), out_rows.data(), pool, level);
         for (int64_t i = 0; i < n; ++i) {
             std::memcpy(buf(Act::Attn) + rows[i] * od, out_rows.data() + i * od, static_cast<size_t>(od) * sizeof(float));
         }
@@ -330,7 +330,7 @@ void CpuDevice::attention(int64_t il, std::span<const int32_t> pos, std::span<co
     // Each sequence attends to its own cells: the batch's tokens grouped
     // by sequence, in order; one sequence (the usual case) in one call.
     if (std::all_of(seq.begin(), seq.end(), [&](int32_t s) { return s == seq[0]; })) {
-        cpu::attention(impl_->buf(Act::Q), pos.data(), n, shape, c.view(seq[0]), impl_->buf(Act::Attn), impl_->pool,
+        cpu::attention(impl_->buf(Act::Q), pos.data(), n, shape, c.attention_view(seq[0]), impl_->buf(Act::Attn), impl_->pool,
                        impl_->level);
         return;
     }

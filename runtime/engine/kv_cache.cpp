@@ -1,5 +1,6 @@
 #include "runtime/engine/kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -74,20 +75,26 @@ void LayerKvCache::write_seq(int32_t seq, const KvSeqRows& rows) {
     }
 }
 
-cpu::KvCacheView LayerKvCache::make_view(const int32_t* cell_pos) const {
+cpu::KvCacheView LayerKvCache::make_view(const int32_t* cell_pos, int64_t begin, int64_t end) const {
     cpu::KvCacheView v;
     v.type = type_;
-    v.k = k_.data();
-    v.v = v_.data();
+    v.k = k_.data() + static_cast<uint64_t>(begin) * k_row_bytes_;
+    v.v = v_.data() + static_cast<uint64_t>(begin) * v_row_bytes_;
     v.k_row_bytes = k_row_bytes_;
     v.v_row_bytes = v_row_bytes_;
-    v.n_cells = cells_.n_cells();
-    v.cell_pos = cell_pos;
+    v.n_cells = end - begin;
+    v.cell_pos = cell_pos + begin;
     return v;
 }
 
-cpu::KvCacheView LayerKvCache::view() const { return make_view(cells_.cell_pos()); }
+cpu::KvCacheView LayerKvCache::view() const { return make_view(cells_.cell_pos(), 0, cells_.n_cells()); }
 
-cpu::KvCacheView LayerKvCache::view(int32_t seq) const { return make_view(cells_.cell_pos(seq)); }
+cpu::KvCacheView LayerKvCache::view(int32_t seq) const { return make_view(cells_.cell_pos(seq), 0, cells_.n_cells()); }
+
+cpu::KvCacheView LayerKvCache::attention_view(int32_t seq) const {
+    const KvCells::Span span = cells_.cell_span(seq);
+    const int64_t begin = span.begin / cpu::kViewCellAlign * cpu::kViewCellAlign;
+    return make_view(cells_.cell_pos(seq), begin, std::max(begin, span.end));
+}
 
 }  // namespace tandem

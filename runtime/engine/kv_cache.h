@@ -65,6 +65,11 @@ public:
     cpu::KvCacheView view() const;
     // The same rows, with the cells seq does not hold at position -1.
     cpu::KvCacheView view(int32_t seq) const;
+    // view(seq) cut to the cells around seq's (KvCells::cell_span, from a
+    // multiple of cpu::kViewCellAlign): attention over it sums the same bits
+    // as over view(seq) and reads fewer cells (a slot's own part of the
+    // cache, or a context not yet full).
+    cpu::KvCacheView attention_view(int32_t seq) const;
 
     int64_t n_cells() const { return cells_.n_cells(); }
     int64_t ring_span() const { return cells_.ring_span(); }
@@ -73,7 +78,7 @@ public:
 
 private:
     void write_rows(int64_t cell, const float* k_row, const float* v_row);
-    cpu::KvCacheView make_view(const int32_t* cell_pos) const;
+    cpu::KvCacheView make_view(const int32_t* cell_pos, int64_t begin, int64_t end) const;
 
     quant::Type type_;
     int64_t k_dim_;

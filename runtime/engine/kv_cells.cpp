@@ -43,9 +43,17 @@ void KvCells::assign(int64_t cell, int32_t pos, uint64_t seqs) {
         seq_pos_[static_cast<size_t>(std::countr_zero(lost))][c] = -1;
     }
     for (uint64_t held = seqs; held != 0; held &= held - 1) {
-        auto& arr = seq_pos_[static_cast<size_t>(std::countr_zero(held))];
+        const auto s = static_cast<size_t>(std::countr_zero(held));
+        auto& arr = seq_pos_[s];
         if (arr.empty()) arr.assign(static_cast<size_t>(n_cells_), -1);
         arr[c] = pos;
+        Span& span = spans_[s];
+        if (span.begin == span.end) {
+            span = {cell, cell + 1};
+        } else {
+            span.begin = std::min(span.begin, cell);
+            span.end = std::max(span.end, cell + 1);
+        }
     }
     cell_pos_[c] = seqs != 0 ? pos : -1;
     cell_seqs_[c] = seqs;
@@ -141,6 +149,23 @@ void KvCells::remove(int32_t seq, int32_t p0, int32_t p1) {
         for (int64_t c = begin; c < end && empty; ++c) empty = cell_seqs_[static_cast<size_t>(c)] == 0;
         heads_[part] = empty ? begin : freed[part];
     }
+    recompute_spans();
+}
+
+void KvCells::recompute_spans() {
+    spans_.fill(Span{});
+    for (int64_t c = 0; c < n_cells_; ++c) {
+        for (uint64_t held = cell_seqs_[static_cast<size_t>(c)]; held != 0; held &= held - 1) {
+            Span& span = spans_[static_cast<size_t>(std::countr_zero(held))];
+            if (span.begin == span.end) span.begin = c;
+            span.end = c + 1;
+        }
+    }
+}
+
+KvCells::Span KvCells::cell_span(int32_t seq) const {
+    check_seq(seq, "view");
+    return spans_[static_cast<size_t>(seq)];
 }
 
 void KvCells::copy_seq(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
@@ -175,6 +200,7 @@ void KvCells::clear() {
     std::fill(cell_pos_.begin(), cell_pos_.end(), -1);
     std::fill(cell_seqs_.begin(), cell_seqs_.end(), 0);
     for (auto& arr : seq_pos_) std::fill(arr.begin(), arr.end(), -1);
+    spans_.fill(Span{});
     for (size_t r = 0; r < heads_.size(); ++r) heads_[r] = static_cast<int64_t>(r) * region_cells_;
 }
 

@@ -78,6 +78,13 @@ public:
     const int32_t* cell_pos() const { return cell_pos_.data(); }
     // The same array with the cells seq does not hold at -1.
     const int32_t* cell_pos(int32_t seq) const;
+    // The cells [begin, end) outside of which seq holds none ({0, 0} when
+    // it holds none): attention reads only these (a sequence in a part of
+    // its own, or early in a long context, has far fewer than n_cells).
+    struct Span {
+        int64_t begin = 0, end = 0;
+    };
+    Span cell_span(int32_t seq) const;
 
     int64_t n_cells() const { return n_cells_; }
     int64_t ring_span() const { return ring_span_; }
@@ -106,6 +113,8 @@ private:
     std::array<std::vector<int32_t>, kMaxSeqs> seq_pos_;
     std::vector<int32_t> no_pos_;     // all -1: the array of an unused sequence
     std::vector<int64_t> heads_;      // per part: where the search for a free cell starts
+    std::array<Span, kMaxSeqs> spans_{};  // per sequence: cell_span
+    void recompute_spans();
 };
 
 }  // namespace tandem
