@@ -361,6 +361,43 @@ TEST(SpecGreedy, Gemma3NgramAndSelfDraft) {
     EXPECT_EQ(speculative(c, prompt, sp, 128, draft), want);
 }
 
+// Every shared model (each architecture, each quantization of tiny-llama):
+// greedy output with n-gram lookup and with the model as its own draft is
+// the plain output, over 128 generated tokens. n-gram proposals on these
+// random models are mostly rejected, so the rollback is what is tested.
+TEST(SpecGreedy, EverySharedModelNgramAndSelfDraft) {
+    const char* files[] = {"synth-gemma2-Q8_0.gguf",  "synth-mixtral-Q8_0.gguf", "synth-phi3-Q8_0.gguf",
+                           "synth-qwen2-Q8_0.gguf",   "synth-qwen3-Q8_0.gguf",   "synth-qwen3moe-Q8_0.gguf",
+                           "tiny-llama-F16.gguf",     "tiny-llama-Q2_K.gguf",    "tiny-llama-Q3_K_M.gguf",
+                           "tiny-llama-Q4_0.gguf",    "tiny-llama-Q4_K_M.gguf",  "tiny-llama-Q5_K_M.gguf",
+                           "tiny-llama-Q6_K.gguf",    "tiny-llama-Q8_0.gguf",    "tiny-llama-b-Q4_K_M.gguf"};
+    int done = 0;
+    for (const char* f : files) {
+        const fs::path path = tandem::testing::shared(std::string("models/") + f);
+        if (!fs::exists(path)) continue;
+        SCOPED_TRACE(f);
+        const Model m(path);
+        // A prompt that repeats itself, so the lookup finds matches.
+        std::vector<int32_t> prompt = m.tok.encode(kRepetitive, true);
+        const SamplerParams sp = greedy();
+        tandem::Session a(m.file, m.spec, session_options());
+        const auto want = plain(a, prompt, sp, 128);
+        tandem::Session b(m.file, m.spec, session_options());
+        spec::NgramProposer ngram(2);
+        spec::Stats st;
+        EXPECT_EQ(speculative(b, prompt, sp, 128, ngram, &st), want);
+        EXPECT_GT(st.proposed, 0);
+        EXPECT_EQ(b.n_past(), static_cast<int64_t>(prompt.size() + want.size() - 1));
+        tandem::Session c(m.file, m.spec, session_options());
+        spec::DraftModelProposer draft(path.string(), m.tok, c.n_vocab(), session_options(), sp, 0.0f);
+        spec::Stats sd;
+        EXPECT_EQ(speculative(c, prompt, sp, 128, draft, &sd), want);
+        EXPECT_GE(sd.acceptance(), 0.99) << sd.accepted << " of " << sd.proposed;
+        ++done;
+    }
+    if (done == 0) GTEST_SKIP() << "no model of ../shared/models found";
+}
+
 // ------------------------------------------------------ sampling, whole runs
 
 // Two-sample chi-square of token counts (categories with fewer than 10
