@@ -401,3 +401,52 @@ TEST_F(BenchCommand, SweepWritesThePlot) {
 
 }  // namespace
 }  // namespace tandem::tools
+
+namespace tandem::tools {
+namespace {
+
+// bench --spec-ngram / -md: two rows per model, plain then speculative,
+// with acceptance and tokens per pass, and the same greedy tokens.
+TEST_F(BenchCommand, SpeculativeRowsBesidePlain) {
+    const std::string m = "bench -m " + shell_quote(tiny_model()) + " -n 24 -r 2 -t 1 -o json";
+    const auto r = run_tandem(m + " --spec-ngram 2 --spec-prompt " +
+                                  shell_quote("one two three one two three one two three one two three one two"),
+                              dir_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j.size(), 2u);
+    EXPECT_EQ(j[0]["mode"], "plain");
+    EXPECT_EQ(j[0]["samples_tps"].size(), 2u);
+    EXPECT_EQ(j[1]["n_gen"], 24);
+    EXPECT_TRUE(j[1]["same_tokens"].get<bool>());
+    EXPECT_GT(j[1]["proposed"].get<int64_t>(), 0);
+    EXPECT_GE(j[1]["tokens_per_pass"].get<double>(), 1.0);
+    EXPECT_GT(j[1]["tps_mean"].get<double>(), 0.0);
+    // The model as its own draft (proposing whatever its confidence):
+    // its drafts are the target's tokens, so nearly all are kept (a draft
+    // cut short by the end of generation counts as not kept).
+    const auto d = run_tandem(m + " -md " + shell_quote(tiny_model()) + " --draft-max 4 --draft-p-min 0", dir_);
+    ASSERT_EQ(d.exit_code, 0) << d.err;
+    const auto jd = nlohmann::json::parse(d.out);
+    ASSERT_EQ(jd.size(), 2u);
+    EXPECT_TRUE(jd[1]["same_tokens"].get<bool>());
+    EXPECT_GE(jd[1]["acceptance"].get<double>(), 0.9);
+    EXPECT_GT(jd[1]["tokens_per_pass"].get<double>(), 2.0);
+    // Markdown names the columns.
+    const auto md = run_tandem("bench -m " + shell_quote(tiny_model()) + " -n 8 -r 1 -t 1 --spec-ngram", dir_);
+    ASSERT_EQ(md.exit_code, 0) << md.err;
+    EXPECT_TRUE(contains(md.out, "tokens/pass")) << md.out;
+    EXPECT_TRUE(contains(md.out, "same tokens")) << md.out;
+}
+
+TEST_F(BenchCommand, SpeculativeBadInputIsOneLine) {
+    const std::string m = "bench -m " + shell_quote(tiny_model()) + " -n 8 -r 1 -t 1";
+    testing::expect_one_line_error(run_tandem(m + " --spec-ngram 2 --parallel 2", dir_), "--parallel");
+    testing::expect_one_line_error(run_tandem(m + " --spec-ngram 2 -md " + shell_quote(tiny_model()), dir_), "-md");
+    testing::expect_one_line_error(run_tandem(m + " --spec-ngram 2 --draft-max 64 -ub 32", dir_), "--draft-max");
+    testing::expect_one_line_error(run_tandem(m + " -md " + shell_quote((dir_ / "none.gguf").string()), dir_),
+                                   "none.gguf");
+}
+
+}  // namespace
+}  // namespace tandem::tools

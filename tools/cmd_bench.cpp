@@ -32,6 +32,7 @@
 #include "tools/bench_args.h"
 #include "tools/bench_report.h"
 #include "tools/bench_runner.h"
+#include "tools/bench_spec.h"
 #include "tools/bench_svg.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
@@ -46,6 +47,8 @@ struct BenchOptions {
     bool calibrate_each = false;
     bool json = false;
     BenchArgs args;
+    SpecFlags spec;           // --spec-ngram, -md, --draft-*: the speculative test
+    std::string spec_prompt;  // --spec-prompt; "" for the built-in repeat task
 };
 
 constexpr uint64_t kMinBufferBytes = 1ull << 30;
@@ -226,11 +229,26 @@ void resolve_bench_device(BenchArgs& args) {
     if (gpu && args.vram.empty()) args.vram = std::to_string(gpu->free_bytes);
 }
 
+// bench --spec-ngram / -md: speculative against plain decoding (bench_spec.h).
+void bench_speculative(const BenchOptions& o, const BenchConfig& config) {
+    if (!o.args.parallel.empty()) throw Error("bench: --parallel and speculative decoding (--spec-ngram, -md) are separate tests; give one");
+    const bool custom = !o.spec_prompt.empty();
+    const auto rows = run_spec_bench(config, o.spec, custom ? o.spec_prompt : default_spec_prompt_text(), !custom,
+                                     [](const std::string& line) { fmt::print(stderr, "tandem: {}\n", line); });
+    std::fflush(stderr);
+    fmt::print("{}", format_spec_rows(rows, config.format));
+    std::fflush(stdout);
+}
+
 void bench(const BenchOptions& o) {
     BenchArgs args = o.args;
     if (o.json) args.output = "json";  // --json, as --calibrate spells it
     resolve_bench_device(args);
     const BenchConfig config = make_bench_config(args);
+    if (o.spec.enabled()) {
+        bench_speculative(o, config);
+        return;
+    }
     const auto calibration = load_calibration_quietly();
 
     // A live bar on a terminal; in logs one line per test, since a test may
@@ -313,6 +331,16 @@ streams together); t/s/stream = t/s / S; speed-up = t/s over that of S = 1
 S streams. The context holds S x (p + n) cells. -pg and -d do not combine
 with it; every other flag (-m, -t, -ngl, --cache-type, -r, -o) does.
 
+Speculative decoding (--spec-ngram [N], or -md DRAFT with --draft-max,
+--draft-min, --draft-p-min, --draft-fixed as run takes them): for each model,
+-n tokens (default 128) are generated greedily from one prompt twice, plainly
+and speculatively, alternating which goes first, after one uncounted run of
+each; only generation is timed. Rows: t/s of each, the share of proposed
+tokens accepted, tokens per target pass, speed-up over plain, and whether
+both gave the same tokens (they must). The prompt: --spec-prompt TEXT, else a
+request to repeat a paragraph in the model's chat template. -t, -ub, -ngl,
+--cache-type and -r apply (the first of each list).
+
 backend: cpu (nothing on the device), split, or gpu (every layer and the head
 on the device). -ngl auto (the default) asks the planner for the most layers
 that fit --vram, as run does. --sweep-ngl [STEP] runs ngl 0, STEP, ... and
@@ -370,6 +398,11 @@ void add_bench_command(CLI::App& app) {
         ->type_name("[STEP]");
     cmd->add_option("--plot", a.plot, "with --sweep-ngl: write a chart of measured and predicted t/s")
         ->type_name("FILE.svg");
+    add_spec_flags(*cmd, opts->spec);
+    cmd->add_option("--spec-prompt", opts->spec_prompt,
+                    "with --spec-ngram or -md: the prompt text (default: a request to repeat a paragraph, in the "
+                    "model's chat template)")
+        ->type_name("TEXT");
     add_llama_compat_flags(*cmd, LlamaTool::Bench);
     cmd->footer(std::string(kBenchFooter) + "\n\n" + llama_spellings_help(*cmd));
     cmd->callback([opts, cmd] {
