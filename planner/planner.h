@@ -1,10 +1,11 @@
 // The planner: a pure function from a model's metadata, a device capacity
-// and the run options to a split (how many leading layers go to the
-// accelerator, where the output head goes), the bytes each device will hold
-// by category, predicted decode and prefill speed, and the reasons for the
-// choice. Bytes come from runtime/model/model_spec.h, the same functions
-// the Session reserves with, and follow the same placement rules as
-// runtime/engine/session.cpp, so a plan equals the runtime's ledgers.
+// and the run options to a placement (-ngl and, for the per-tensor
+// candidates, the -ot / --n-cpu-moe rules that make it), the bytes each
+// device will hold by category, predicted decode and prefill speed, and the
+// reasons for the choice. Bytes come from runtime/model/model_spec.h, the
+// same functions the Session reserves with, and follow the same placement
+// rules as runtime/engine/session.cpp, so a plan equals the runtime's
+// ledgers.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/model/model_spec.h"
+#include "runtime/placement/placement.h"
 
 namespace tandem::planner {
 
@@ -35,6 +37,39 @@ inline constexpr double kHandOverLatencyS = 10e-6;
 inline constexpr double kDefaultMarginFraction = 0.03;
 inline constexpr uint64_t kDefaultMarginFloor = 64ull << 20;
 
+// Decode rates within this fraction of the best count as a tie, which
+// the prefill rate then breaks: the predictions are not that precise (the
+// goal is 10% of measured), and a few percent of decode is not worth what
+// (b) can cost in prefill (llama3-70b at 24 GiB: (b) predicted 2.4% faster
+// decode than (a), with no weight streaming and 2.5 against ~40 tok/s of
+// prefill).
+inline constexpr double kDecodeTieFraction = 0.05;
+
+// The placements -ngl auto weighs.
+//  (a) Layers: leading whole layers, as -ngl N.
+//  (b) Ffn: the attention, norms and KV cache of every layer and the head
+//      on the accelerator, then the FFN of as many layers as fit.
+//  (c) Experts (mixtures of experts only): everything but the expert
+//      tensors there, then the experts of as many layers as fit.
+// In (b) and (c) the host keeps the FFN (experts) of the leading layers
+// [0, host_layers), as llama.cpp's --n-cpu-moe does, and at least one
+// layer's: with none they are an (a) placement.
+enum class Candidate { Layers, Ffn, Experts };
+inline constexpr Candidate kAllCandidates[] = {Candidate::Layers, Candidate::Ffn, Candidate::Experts};
+std::string candidate_name(Candidate c);    // "layers", "ffn", "experts"
+std::string candidate_letter(Candidate c);  // "(a)", "(b)", "(c)"
+
+// The user's per-tensor rules (-ot, --cpu-moe, --n-cpu-moe, -nkvo). When
+// any is given they decide on top of whole layers, and only (a) is weighed,
+// sized with them.
+struct PlacementRules {
+    std::vector<TensorOverride> overrides;
+    bool cpu_moe = false;
+    int64_t n_cpu_moe = 0;
+    bool kv_offload = true;
+    bool any() const { return !overrides.empty() || cpu_moe || n_cpu_moe > 0 || !kv_offload; }
+};
+
 struct PlanInputs {
     std::optional<uint64_t> device_capacity;  // bytes the accelerator may use; nullopt: no accelerator
     std::optional<uint64_t> host_ram;         // bytes of host RAM; nullopt: not checked
@@ -43,6 +78,11 @@ struct PlanInputs {
     model::CacheType cache_type = model::CacheType::F16;
     std::optional<uint64_t> margin;  // nullopt: default_margin(capacity)
     std::optional<int64_t> ngl;      // evaluate this split instead of choosing one
+    // What -ngl auto weighs. Whole layers unless asked: bench sweeps and
+    // tune measure whole layers; run and plan ask for all.
+    std::vector<Candidate> candidates{Candidate::Layers};
+    PlacementRules rules;
+    std::string device_name = "cuda0";  // the accelerator's name, for the device a -ot rule names
     // Weight streaming for long prompts, as SessionOptions: wanted when an
     // accelerator exists and micro-batches reach stream_min_batch.
     bool weight_stream = true;
@@ -72,16 +112,44 @@ struct Assumption {
     bool is_default = true;
 };
 
+// One placement the planner weighed: how a session is told it, what each
+// device holds and how fast it should run.
+struct Option {
+    Candidate candidate = Candidate::Layers;
+    int64_t ngl = 0;          // as SessionOptions::n_gpu_layers: n_layer + 1 puts the head there too
+    int64_t host_layers = 0;  // (b), (c): layers [0, host_layers) keep their FFN (experts) on the host
+    bool output_on_gpu = false;
+    bool vram_fits = true;        // the device total plus the margin is within the capacity
+    bool ram_fits = true;         // the host total is within host_ram (true when not given)
+    bool weight_stream = false;   // prompts of stream_min_batch+ tokens stream the CPU layers' weights
+    uint64_t stream_bytes = 0;    // what that reserves on the accelerator (part of vram.compute)
+    DeviceBytes vram, ram;
+    Prediction predicted;
+};
+
 struct Plan {
     int64_t ngl = 0;  // as SessionOptions::n_gpu_layers: n_layer + 1 puts the head there too
     int64_t n_layer = 0;
     bool output_on_gpu = false;
     bool has_device = false;
-    bool fits = true;      // the device total plus the margin is within the capacity
-    bool ram_fits = true;  // the host total is within host_ram (true when not given)
-    bool forced = false;   // ngl came from the inputs
+    bool fits = true;       // vram_fits and ram_fits: the placement runs as planned
+    bool vram_fits = true;  // the device total plus the margin is within the capacity
+    bool ram_fits = true;   // the host total is within host_ram (true when not given)
+    bool forced = false;    // ngl came from the inputs
     bool weight_stream = false;   // prompts of stream_min_batch+ tokens stream the CPU layers' weights
     uint64_t stream_bytes = 0;    // what that reserves on the accelerator (part of vram.compute)
+    // The chosen placement beyond ngl: the candidate, the layers whose FFN
+    // (experts) stay on the host, and the rules that tell the session so
+    // (the user's rules when given), for SessionOptions beside ngl.
+    Candidate candidate = Candidate::Layers;
+    int64_t host_layers = 0;
+    PlacementRules rules;
+    bool user_rules = false;  // the rules came from the inputs
+    // Every placement weighed, the chosen first, each the best of its
+    // candidate; the runner-up is the best of another candidate.
+    std::vector<Option> weighed;
+    std::optional<Option> runner_up;
+    std::optional<uint64_t> host_ram;
     int64_t stream_min_batch = 0;
     std::optional<uint64_t> capacity;
     uint64_t margin = 0;
@@ -93,6 +161,17 @@ struct Plan {
     std::vector<Assumption> assumptions;
     std::vector<std::string> reasons;
 };
+
+// The -ot rule of (b): the FFN tensors (norms, router and experts
+// included) of layers [0, host_layers) on the CPU.
+TensorOverride ffn_override(int64_t host_layers);
+// The rules that make a candidate: (b) that -ot rule, (c) --n-cpu-moe
+// host_layers, (a) none.
+PlacementRules option_rules(const Option& o);
+
+// How a session is told to place the plan's way, as command-line flags
+// (-ngl, then the rules in Plan::rules): "-ngl 49 --n-cpu-moe 18".
+std::string placement_flags(const Plan& p);
 
 // The margin used when PlanInputs::margin is not given.
 uint64_t default_margin(uint64_t capacity);
@@ -108,15 +187,29 @@ DeviceBytes device_bytes(const model::ModelSpec& spec, int64_t ngl, int64_t n_ct
 DeviceBytes host_bytes(const model::ModelSpec& spec, int64_t ngl, bool has_device, int64_t n_ctx, int64_t n_ubatch,
                        model::CacheType cache_type);
 
-// Chooses (or, with inputs.ngl, evaluates) a split. No I/O, no globals.
-// Throws tandem::Error for inputs no runtime could honour (negative sizes,
-// layers asked of a missing accelerator, a cache type the heads do not fit).
+// Chooses (or, with inputs.ngl, evaluates) a placement: of the candidates
+// weighed, the one with the best predicted decode rate among those whose
+// host share fits host_ram (if any does), prefill breaking ties. No I/O, no
+// globals. Throws tandem::Error for inputs no runtime could honour
+// (negative sizes, layers asked of a missing accelerator, a cache type the
+// heads do not fit, a -ot rule naming another device).
 Plan plan(const model::ModelSpec& spec, const PlanInputs& inputs);
 
 // The JSON form `tandem plan --json` prints: ngl, n_layer, output_on_gpu,
-// fits, vram/ram {weights, kv, compute, staging, overhead, total}, predicted
-// {tg_tps, pp_tps}, reasons, assumptions and the inputs that shaped it.
+// fits (vram_fits and ram_fits), vram/ram {weights, kv, compute, staging,
+// overhead, total}, predicted {tg_tps, pp_tps}, placement {candidate,
+// flags, ranges of tensor classes per device}, runner_up, weighed,
+// reasons, assumptions and the inputs that shaped it.
 nlohmann::json to_json(const Plan& p);
+// One weighed placement: candidate, ngl, host_layers, label, flags, ranges,
+// fits, vram, ram, predicted.
+nlohmann::json to_json(const Option& o, int64_t n_layer);
+
+// Short and long names of a placement: "(c) exps 30/48" and "(c)
+// everything but the experts on the accelerator, and the experts of layers
+// [18, 48)".
+std::string option_label(const Option& o, int64_t n_layer);
+std::string option_text(const Option& o, int64_t n_layer);
 
 std::string cache_type_name(model::CacheType t);  // "f16", "q8_0"
 // Throws tandem::Error naming the text when it is neither.

@@ -115,6 +115,12 @@ TEST(BenchArgs, RejectsBadInputOnOneLine) {
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "cpu2"; }), "--vram"));  // auto needs a capacity
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "tpu"; }), "--device"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.vram = "1GiB"; }), "--device"));
+    // A size without a unit is refused, not read as bytes.
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
+                             a.device = "cpu2";
+                             a.vram = "8";
+                         }),
+                         "--vram"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
                              a.n_prompt = {"0"};
                              a.n_gen = {"0"};

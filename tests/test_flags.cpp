@@ -216,7 +216,7 @@ TEST(BenchFlags, LlamaBenchFlagsWithoutAnEquivalentAreRefusedOnOneLine) {
         {"-sm row", "row is not supported"},
         {"-mg 1", "--device cuda1"},
         {"-ts 1/1", "--device cudaN"},
-        {"-md d.gguf", "speculative decoding"},
+        {"-md d.gguf", "d.gguf"},  // speculative decoding is measured: a missing draft file is named
         {"-embd 1", "embeddings"},
         {"-oe md", "-o"},
         {"--foo", "unknown flag '--foo'; see tandem bench --help"},

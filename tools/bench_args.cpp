@@ -306,7 +306,7 @@ BenchConfig make_bench_config(const BenchArgs& a) {
     c.stream_min_batch = a.stream_min_batch;
     if (!a.vram.empty()) {
         if (c.device.empty()) throw Error("--vram needs --device (cuda or cpu2)");
-        c.vram = parse_size(a.vram);
+        c.vram = parse_size_flag("--vram", a.vram);
     }
 
     if (a.sweep) {

@@ -226,7 +226,7 @@ void resolve_bench_device(BenchArgs& args) {
         args.vram.clear();
         if (!args.n_gpu_layers.empty()) args.n_gpu_layers = {"0"};
     }
-    if (gpu && args.vram.empty()) args.vram = std::to_string(gpu->free_bytes);
+    if (gpu && args.vram.empty()) args.vram = std::to_string(gpu->free_bytes) + "B";
 }
 
 // bench --spec-ngram / -md: speculative against plain decoding (bench_spec.h).

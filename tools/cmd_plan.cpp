@@ -1,8 +1,11 @@
-// `tandem plan`: what split fits, why, and how fast it should run, over a
-// grid of VRAM sizes and contexts. Reads only the GGUF header, so it works
-// on header-only files from `tandem synth` and on machines without a GPU
-// (--vram plans for a GPU that is not there).
+// `tandem plan`: what placement fits, why, and how fast it should run, over
+// a grid of VRAM sizes and contexts. Reads only the GGUF header, so it
+// works on header-only files from `tandem synth` and on machines without a
+// GPU (--vram plans for a GPU that is not there). The text says what the
+// JSON says: the placement and its runner-up, each device's bytes (KV
+// cache and streaming reservation apart), the host RAM, and every reason.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -29,6 +32,7 @@ namespace {
 
 struct PlanOptions {
     StreamFlags stream;
+    PlacementFlags placement;
     std::string model;
     std::vector<std::string> vram;
     std::vector<int64_t> n_ctx;
@@ -51,7 +55,7 @@ struct Capacity {
 std::vector<Capacity> capacities(const PlanOptions& o, std::string& note) {
     std::vector<Capacity> out;
     for (const std::string& v : o.vram) {
-        const uint64_t b = parse_size(v);
+        const uint64_t b = parse_size_flag("--vram", v);
         out.push_back({b, format_bytes(b)});
     }
     if (!out.empty()) return out;
@@ -100,6 +104,67 @@ std::string speeds_line(const planner::Plan& p, const std::vector<std::string>& 
     return line + " (set with --cpu-gbps, --gpu-gbps, --pcie-gbps, --cpu-gflops, --gpu-gflops)";
 }
 
+std::string host_ram_line(const std::optional<uint64_t>& ram, bool given) {
+    if (!ram) return "host RAM: unknown (not checked; give --host-ram SIZE)";
+    return fmt::format("host RAM: {} ({})", format_bytes(*ram),
+                       given ? "--host-ram" : "this machine's, from /proc/meminfo; --host-ram SIZE to change");
+}
+
+// "yes", or "no:" and what is short.
+std::string fits_text(const planner::Plan& p) {
+    if (p.fits) return "yes";
+    if (!p.vram_fits && !p.ram_fits) return "no: VRAM+RAM";
+    return p.vram_fits ? "no: RAM" : "no: VRAM";
+}
+
+// The winner's decode rate against the runner-up's: "+52% over (a)", or
+// for a tie broken by prefill "tie (a), pp +30%".
+std::string runner_up_text(const planner::Plan& p) {
+    if (!p.runner_up) return "-";
+    const planner::Option& r = *p.runner_up;
+    const std::string who = planner::candidate_letter(r.candidate);
+    const double tg = p.predicted.tg_tps, rtg = r.predicted.tg_tps;
+    if (std::abs(tg - rtg) <= planner::kDecodeTieFraction * std::max(tg, rtg)) {
+        return fmt::format("tie {}, pp {:+.1f}%", who, 100.0 * (p.predicted.pp_tps / r.predicted.pp_tps - 1.0));
+    }
+    return fmt::format("{:+.1f}% over {}", 100.0 * (tg / rtg - 1.0), who);
+}
+
+template <class Cell>
+void print_table(const std::vector<Cell>& cells) {
+    constexpr const char* kRow = "{:>10} {:>6}  {:<22} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}  {:<18} {}\n";
+    fmt::print(kRow, "VRAM", "ctx", "placement", "VRAM used", "KV all", "KV on GPU", "stream", "RAM used", "tg tok/s",
+               "pp tok/s", "vs runner-up", "fits");
+    for (const Cell& c : cells) {
+        const planner::Plan& p = c.plan;
+        const std::string placement = p.weighed.empty() ? fmt::format("ngl {}/{}", p.ngl, p.n_layer + 1)
+                                                        : planner::option_label(p.weighed.front(), p.n_layer);
+        fmt::print(kRow, c.cap->label, p.n_ctx, placement, format_bytes(p.vram.total()),
+                   format_bytes(p.vram.kv + p.ram.kv), format_bytes(p.vram.kv),
+                   p.weight_stream ? format_bytes(p.stream_bytes) : "off", format_bytes(p.ram.total()),
+                   fmt::format("{:.1f}", p.predicted.tg_tps), fmt::format("{:.1f}", p.predicted.pp_tps),
+                   runner_up_text(p), fits_text(p));
+    }
+}
+
+std::string bytes_text(const planner::DeviceBytes& b) {
+    return fmt::format("weights {} + KV {} + compute {}", format_bytes(b.weights), format_bytes(b.kv),
+                       format_bytes(b.compute));
+}
+
+// Every reason of a cell, the bytes by category, and how to place it by hand.
+void print_reasons(const Capacity& cap, const planner::Plan& p) {
+    fmt::print("  {}, ctx {}:\n", cap.label, p.n_ctx);
+    for (const std::string& r : p.reasons) fmt::print("    - {}\n", r);
+    if (p.has_device) {
+        fmt::print("    - VRAM {} (stream {}) + margin {}; RAM {}\n", bytes_text(p.vram), format_bytes(p.stream_bytes),
+                   format_bytes(p.margin), bytes_text(p.ram));
+        fmt::print("    - by hand: {}\n", planner::placement_flags(p));
+    } else {
+        fmt::print("    - RAM {}\n", bytes_text(p.ram));
+    }
+}
+
 void plan_command(const PlanOptions& o) {
     const gguf::File file = gguf::File::open(o.model);
     const model::ModelSpec spec = model::load_model_spec(file);
@@ -111,11 +176,13 @@ void plan_command(const PlanOptions& o) {
     req.n_ubatch = o.n_ubatch;
     req.cache_type = planner::parse_cache_type(cache_type_text(o.cache));
     req.stream = o.stream;
+    req.placement = o.placement;
     planner::PlanInputs in = split_plan_inputs(req);
+    in.candidates.assign(std::begin(planner::kAllCandidates), std::end(planner::kAllCandidates));
     in.ngl = o.ngl;
-    if (o.margin) in.margin = parse_size(*o.margin);
+    if (o.margin) in.margin = parse_size_flag("--margin", *o.margin);
     // Without --host-ram the plan checks against this machine's RAM.
-    in.host_ram = o.host_ram ? std::optional<uint64_t>(parse_size(*o.host_ram)) : detect_host_ram();
+    in.host_ram = o.host_ram ? std::optional<uint64_t>(parse_size_flag("--host-ram", *o.host_ram)) : detect_host_ram();
     in.cpu_gbps = o.cpu_gbps;
     in.gpu_gbps = o.gpu_gbps;
     in.pcie_gbps = o.pcie_gbps;
@@ -165,20 +232,12 @@ void plan_command(const PlanOptions& o) {
                spec.hp.n_layer, format_bytes(weights), cells.front().plan.n_ubatch,
                planner::cache_type_name(in.cache_type));
     if (!note.empty()) fmt::print("{}\n", note);
+    fmt::print("{}\n", host_ram_line(in.host_ram, o.host_ram.has_value()));
     fmt::print("{}\n\n", speeds_line(cells.front().plan, measured));
-    fmt::print("{:>10} {:>7} {:>7} {:>5} {:>11} {:>11} {:>9} {:>9}  {}\n", "VRAM", "ctx", "ngl", "head", "VRAM used",
-               "RAM used", "tg tok/s", "pp tok/s", "fits");
-    for (const Cell& c : cells) {
-        const planner::Plan& p = c.plan;
-        fmt::print("{:>10} {:>7} {:>7} {:>5} {:>11} {:>11} {:>9.1f} {:>9.1f}  {}\n", c.cap->label, p.n_ctx,
-                   fmt::format("{}/{}", p.ngl, p.n_layer + 1), p.output_on_gpu ? "gpu" : "cpu",
-                   format_bytes(p.vram.total()), format_bytes(p.ram.total()), p.predicted.tg_tps, p.predicted.pp_tps,
-                   !p.fits ? "no" : (p.ram_fits ? "yes" : "RAM short"));
-    }
-    fmt::print("\nwhy:\n");
-    for (const Cell& c : cells) {
-        fmt::print("  {}, ctx {}: {}\n", c.cap->label, c.plan.n_ctx, c.plan.reasons.front());
-    }
+    print_table(cells);
+    fmt::print("\nwhy (placements: (a) leading whole layers, (b) attention and KV cache of every layer then FFNs, "
+               "(c) everything but the experts then experts):\n");
+    for (const Cell& c : cells) print_reasons(*c.cap, c.plan);
 }
 
 }  // namespace
@@ -187,18 +246,22 @@ void add_plan_command(CLI::App& app) {
     auto opts = std::make_shared<PlanOptions>();
     CLI::App* cmd = app.add_subcommand("plan", "Choose the GPU/CPU split that fits, explain it, predict its speed");
     cmd->add_option("-m,--model", opts->model, "GGUF model file (only the header is read)")->required();
-    cmd->add_option("--vram", opts->vram, "accelerator memory to plan for, e.g. 8GiB,12GiB,24GiB (default: the "
-                                          "detected GPU's free memory)")
+    cmd->add_option("--vram", opts->vram, "accelerator memory to plan for, with a unit, e.g. 8G,12GiB,24GB (default: "
+                                          "the detected GPU's free memory)")
         ->delimiter(',');
     cmd->add_option("-c,--ctx-size", opts->n_ctx, "context sizes, e.g. 4096,8192 (0: the model's, at most 4096)")
         ->delimiter(',');
     cmd->add_option("--ubatch-size", opts->n_ubatch, "tokens per micro-batch (-ub)")->capture_default_str();
     cmd->add_option("-b,--batch-size", opts->n_batch, "logical batch size (accepted; the micro-batch decides)");
     add_cache_type_flags(*cmd, opts->cache);
-    cmd->add_option("--n-gpu-layers,--ngl", opts->ngl, "evaluate this split instead of choosing one (-ngl)");
+    cmd->add_option("--n-gpu-layers,--ngl", opts->ngl,
+                    "evaluate this split instead of choosing one (-ngl); without it the plan weighs whole layers, "
+                    "FFNs and experts");
     add_stream_flags(*cmd, opts->stream);
+    add_placement_flags(*cmd, opts->placement);
     cmd->add_option("--margin", opts->margin, "VRAM kept free (default: 3% of it, at least 64 MiB, at most 1/8)");
-    cmd->add_option("--host-ram", opts->host_ram, "host RAM to check the CPU share against, e.g. 32GiB (default: this machine's, from /proc/meminfo)");
+    cmd->add_option("--host-ram", opts->host_ram,
+                    "host RAM to check the CPU share against, e.g. 32GiB (default: this machine's, from /proc/meminfo)");
     cmd->add_option("--cpu-gbps", opts->cpu_gbps, "CPU memory bandwidth in GB/s");
     cmd->add_option("--gpu-gbps", opts->gpu_gbps, "GPU memory bandwidth in GB/s");
     cmd->add_option("--pcie-gbps", opts->pcie_gbps, "host-to-device bandwidth in GB/s");

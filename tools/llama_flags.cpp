@@ -133,7 +133,6 @@ const CompatFlag kCompat[] = {
      "serve apply the model's template"},
     {"--jinja", kRun, Arity::Flag, Kind::Ignore,
      "accepted; tandem chat and tandem serve always render the model's Jinja chat template"},
-    {"--model-draft", kBench, Arity::Value, Kind::Refuse, "tandem bench does not measure speculative decoding; tandem run -md FILE does it"},
     {"--threads-batch", kBoth, Arity::Value, Kind::Refuse,
      "Tandem uses one thread count for prompt and generation; give -t"},
     {"--hf-repo", kBoth, Arity::Value, Kind::Refuse,

@@ -79,6 +79,25 @@ std::string cache_type_text(const CacheTypeFlags& f) {
     return k;
 }
 
+uint64_t parse_size_flag(std::string_view flag, std::string_view text) {
+    constexpr std::string_view kForms = "8G, 8GiB, 8GB, 512M, 512MiB or 1.5G (G and GiB are 2^30 bytes, GB is 10^9)";
+    constexpr std::string_view kBlank = " \t";
+    const size_t b = text.find_first_not_of(kBlank);
+    const std::string_view s = b == std::string_view::npos ? std::string_view() : text.substr(b);
+    const std::string_view number = s.substr(0, s.find_first_not_of("0123456789."));
+    const bool unitless = s.substr(number.size()).find_first_not_of(kBlank) == std::string_view::npos;
+    if (unitless && number.find_first_of("0123456789") != std::string_view::npos) {
+        if (number.find_first_not_of("0.") == std::string_view::npos) return 0;  // zero needs no unit
+        throw Error(fmt::format("{} {}: a size needs a unit (a plain number would be bytes); expected e.g. {}", flag,
+                                text, kForms));
+    }
+    try {
+        return parse_size(s);
+    } catch (const Error&) {
+        throw Error(fmt::format("{}: expected a size such as {}, found '{}'", flag, kForms, text));
+    }
+}
+
 std::optional<int64_t> parse_ngl(const std::string& text) {
     if (text == "auto") return std::nullopt;
     try {
@@ -97,7 +116,7 @@ SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch)
         throw Error(fmt::format("--device: expected cuda, cudaN (a GPU) or cpu2 (the stand-in device), found '{}'",
                                 r.device));
     }
-    if (!f.vram.empty()) r.vram = parse_size(f.vram);
+    if (!f.vram.empty()) r.vram = parse_size_flag("--vram", f.vram);
     r.ngl = parse_ngl(f.n_gpu_layers);
     r.n_ctx = n_ctx;
     r.n_ubatch = n_ubatch;
@@ -107,9 +126,24 @@ SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch)
     return r;
 }
 
+planner::PlacementRules placement_rules(const PlacementFlags& f) {
+    planner::PlacementRules rules;
+    for (const std::string& text : f.overrides) {
+        for (TensorOverride& o : parse_tensor_overrides(text)) rules.overrides.push_back(std::move(o));
+    }
+    rules.cpu_moe = f.cpu_moe;
+    rules.n_cpu_moe = f.n_cpu_moe;
+    rules.kv_offload = !f.no_kv_offload;
+    return rules;
+}
+
 planner::PlanInputs split_plan_inputs(const SplitRequest& r) {
     planner::PlanInputs in;
-    if (!r.device.empty()) in.device_capacity = r.vram;
+    if (!r.device.empty()) {
+        in.device_capacity = r.vram;
+        in.device_name = r.device;
+    }
+    in.rules = placement_rules(r.placement);
     in.n_ctx = r.n_ctx;
     in.n_ubatch = r.n_ubatch;
     in.cache_type = r.cache_type;
@@ -188,16 +222,19 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
         req.vram = gpu->free_bytes;
     }
     planner::PlanInputs in = split_plan_inputs(req);
+    in.candidates.assign(std::begin(planner::kAllCandidates), std::end(planner::kAllCandidates));
     const std::vector<std::string> measured = apply_stored_calibration(in);
-    // Measured speeds only change the predicted tok/s, not the split, but
-    // the verbose line should predict with this machine's numbers.
+    // Measured speeds change the predicted tok/s, and so which candidate
+    // wins; the verbose line says which speeds it predicted with.
     const planner::Plan p = planner::plan(spec, in);
     const std::string speeds = fmt::format("; predicted {:.1f} tok/s with {} speeds", p.predicted.tg_tps,
                                            measured.empty() ? "default" : "measured");
     if (r.tuned_model) {
-        if (const auto t = tuned_entry(r, file, p)) {
-            // Never above the plan: a tune entry can only lower the split, so
-            // a stale entry cannot push the device out of memory.
+        // A tune entry measured whole layers: it decides when the plan
+        // chose whole layers too, never above the plan's count, so that a
+        // stale entry cannot push the device out of memory.
+        const auto t = tuned_entry(r, file, p);
+        if (t && p.candidate == planner::Candidate::Layers) {
             so.n_gpu_layers = r.device.empty() ? 0 : std::min(t->ngl, p.ngl);
             s.threads = t->threads;
             s.why = fmt::format("-ngl auto: using the tuned entry (model {}): ngl {} of {}, {} threads, {:.2f} tok/s "
@@ -205,13 +242,25 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
                                 t->key.model_key, so.n_gpu_layers, spec.hp.n_layer + 1, t->threads, t->tg_tps);
             return s;
         }
+        if (t) s.threads = t->threads;
     }
     if (r.device.empty()) {
         s.why = "-ngl auto: no accelerator, every layer on the CPU" + speeds;
         return s;
     }
     so.n_gpu_layers = p.ngl;
-    s.why = fmt::format("-ngl auto chose {} of {}: {}{}", p.ngl, spec.hp.n_layer + 1, p.reasons.front(), speeds);
+    if (!p.user_rules) {
+        // The candidate's own rules; the engine places them as it places -ot.
+        so.overrides = p.rules.overrides;
+        so.cpu_moe = p.rules.cpu_moe;
+        so.n_cpu_moe = p.rules.n_cpu_moe;
+    }
+    if (p.candidate == planner::Candidate::Layers) {
+        s.why = fmt::format("-ngl auto chose {} of {}: {}{}", p.ngl, spec.hp.n_layer + 1, p.reasons.front(), speeds);
+    } else {
+        s.why = fmt::format("-ngl auto chose {} ({}): {}{}", planner::candidate_letter(p.candidate),
+                            planner::placement_flags(p), p.reasons.front(), speeds);
+    }
     return s;
 }
 

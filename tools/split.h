@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -68,13 +69,26 @@ struct SplitFlags {
 // tandem::Error for a bad size, -ngl or cache type.
 SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch);
 
+// The value of a size flag (--vram, --margin, --host-ram): a number with
+// a unit, 8G, 8GiB, 8GB, 512M, 512MiB, 1.5G (G and GiB are 2^30 bytes, GB
+// 10^9, B bytes), or 0. A number without a unit is refused (a plain "8"
+// would mean 8 bytes), as is anything else, with one tandem::Error line
+// naming the flag, what was found and the accepted forms.
+uint64_t parse_size_flag(std::string_view flag, std::string_view text);
+
 // "auto" -> nullopt, a count -> it; anything else is a tandem::Error.
 std::optional<int64_t> parse_ngl(const std::string& text);
 
+// The user's per-tensor rules (-ot, --cpu-moe, --n-cpu-moe, -nkvo) for the
+// planner; throws tandem::Error for an -ot value that is not REGEX=DEVICE.
+planner::PlacementRules placement_rules(const PlacementFlags& f);
+
 // The planner's inputs for the session the request describes: the
-// device's capacity (none without a device), context, micro-batch, cache
-// type and streaming, and no margin on the stand-in (its ledger is the
-// whole truth). Speeds are left to the caller (apply_stored_calibration).
+// device's capacity and name (none without a device), context,
+// micro-batch, cache type, streaming and placement rules, and no margin on
+// the stand-in (its ledger is the whole truth). Whole layers are the only
+// candidate (as bench and tune measure); resolve_split and plan ask for
+// all. Speeds are left to the caller (apply_stored_calibration).
 planner::PlanInputs split_plan_inputs(const SplitRequest& r);
 
 // Fills the speeds `in` leaves unset from this machine's stored
@@ -96,8 +110,12 @@ struct Split {
 std::optional<cuda::DeviceInfo> usable_gpu_or_cpu(std::string& device, const std::string& asked_by);
 
 // -ngl N is taken as given (above 0 without --device: the first GPU, as
-// llama.cpp, or the CPU with one warning where none is usable); auto prefers a tune entry for these options
-// (never above the plan), else the planner's largest split that fits.
+// llama.cpp, or the CPU with one warning where none is usable); auto
+// weighs the planner's candidates (whole layers, FFN, experts; only whole
+// layers, sized with them, when -ot, --cpu-moe, --n-cpu-moe or -nkvo is
+// given) and takes the best, setting the -ot / --n-cpu-moe rules that
+// place it; a tune entry for these options (never above the plan) decides
+// when the plan chose whole layers.
 // Auto on the stand-in needs --vram (it has no memory of its own to
 // report); without a device auto is 0. Throws tandem::Error for flags that
 // cannot be honoured.

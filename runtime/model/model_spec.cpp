@@ -122,21 +122,20 @@ uint64_t layer_weight_bytes(const ModelSpec& spec, int64_t il) {
     return total;
 }
 
+uint64_t token_share(const ModelSpec& spec, LayerTensor role, uint64_t all) {
+    const bool expert = layer_tensor_rule(role).ne2 == Dim::NExpert;
+    return expert ? all / static_cast<uint64_t>(spec.hp.n_expert) * static_cast<uint64_t>(spec.hp.n_expert_used) : all;
+}
+
 namespace {
-// Sum over layer il's tensors of amount(t), of an expert tensor (a role
-// whose rule has a third, per-expert dimension) only the n_used of n_expert
-// share one token uses.
+// Sum over layer il's tensors of token_share(amount(t)).
 template <class Amount>
 uint64_t used_by_a_token(const ModelSpec& spec, int64_t il, Amount amount) {
     const LayerSpec& layer = spec.layers.at(static_cast<size_t>(il));
     uint64_t total = 0;
     for (int r = 0; r < kLayerTensorCount; ++r) {
         const gguf::TensorInfo* t = layer.tensors[static_cast<size_t>(r)];
-        if (!t) continue;
-        const uint64_t all = amount(*t);
-        const bool expert = layer_tensor_rule(static_cast<LayerTensor>(r)).ne2 == Dim::NExpert;
-        total += expert ? all / static_cast<uint64_t>(spec.hp.n_expert) * static_cast<uint64_t>(spec.hp.n_expert_used)
-                        : all;
+        if (t) total += token_share(spec, static_cast<LayerTensor>(r), amount(*t));
     }
     return total;
 }

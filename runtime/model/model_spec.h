@@ -54,6 +54,10 @@ uint64_t layer_weight_bytes(const ModelSpec& spec, int64_t il);
 // expert_count experts (the router's choice; on average that share).
 uint64_t layer_decode_bytes(const ModelSpec& spec, int64_t il);
 uint64_t layer_active_params(const ModelSpec& spec, int64_t il);
+// The share of `all` (bytes or elements of a tensor of that role) one
+// token's decode uses: all of it, or of an expert tensor (a role whose rule
+// has a per-expert third dimension) expert_used_count / expert_count.
+uint64_t token_share(const ModelSpec& spec, LayerTensor role, uint64_t all);
 // Bytes of the output norm and head (the head counted once even when tied).
 uint64_t output_weight_bytes(const ModelSpec& spec);
 uint64_t token_embd_bytes(const ModelSpec& spec);

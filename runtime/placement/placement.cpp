@@ -145,7 +145,9 @@ Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& re
         for (const gguf::TensorInfo* t : ls.tensors) {
             if (t) p.tensor[t] = decide(t->name, base);
         }
-        const int kv_dev = p.of(ls.get(model::LayerTensor::AttnK));
+        // K's product writes the cache: attn_k, or attn_qkv where K is fused in (Phi-3).
+        const gguf::TensorInfo* k = ls.get(model::LayerTensor::AttnK);
+        const int kv_dev = p.of(k ? k : ls.get(model::LayerTensor::AttnQkv));
         p.kv.push_back(req.kv_offload ? kv_dev : kHostDevice);
     }
     const int out_base = req.n_gpu_layers > n_layer ? kAccelDevice : kHostDevice;

@@ -66,7 +66,8 @@ struct Placement {
 
 // Resolves the request against the model: -ngl first, then the expert
 // rules, then -ot in order (the first matching rule decides). A K/V cache
-// lives with its layer's attn_k weight unless kv_offload is false. Throws
+// lives with its layer's attn_k weight (attn_qkv where K is fused into it)
+// unless kv_offload is false. Throws
 // tandem::Error for a negative -ngl, a device name that is neither "cpu"
 // nor the accelerator, or layers asked of an accelerator that is absent.
 Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& request);

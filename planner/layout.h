@@ -1,0 +1,130 @@
+// The planner's arithmetic over placements, internal to planner/. A
+// placement is a Layout: layers [0, k) placed one way (a Mode), layers
+// [k, n_layer) another, and a device for the output norm and the head.
+// (a) is all-on-the-accelerator below k and all-on-the-host above; (b) and
+// (c) are FFN (experts) on the host below k and all-on-the-accelerator
+// above; the user's -ot rules give the two modes of place_tensors at
+// -ngl n_layer + 1 and -ngl 0. Each mode keeps prefix sums over layers of
+// what each device holds, so that trying every k costs O(n_layer) in all:
+// a 70B plan over a grid of capacities must stay well under 100 ms.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "planner/planner.h"
+
+namespace tandem::planner::detail {
+
+inline constexpr int kDevices = 2;  // kHostDevice, kAccelDevice
+
+// What layers put on one device: bytes held, bytes one token's decode reads
+// (of experts only the used share), weights multiplied per token, and their
+// KV caches (bytes held, bytes read at the average position, layers).
+struct Share {
+    uint64_t weights = 0, read = 0, params = 0, kv = 0, kv_read = 0, kv_layers = 0;
+    Share& operator+=(const Share& o);
+    Share operator-(const Share& o) const;
+    Share operator+(const Share& o) const;
+};
+
+// Where the parts of one layer run, for counting activation crossings.
+struct LayerDevices {
+    int attn = kHostDevice;      // attention norm (the hidden state goes there)
+    int ffn_norm = kHostDevice;  // FFN norm
+    int router = kHostDevice;    // the router's product (MoE), else the FFN norm's device
+    int ffn = kHostDevice;       // the FFN's last product: the residual add runs there
+    bool experts = false;        // a mixture of experts: the router's logits cross when router != ffn
+};
+
+// One way to place every layer.
+struct Mode {
+    std::vector<std::array<Share, kDevices>> prefix;  // [il][d]: layers [0, il) on device d
+    std::vector<LayerDevices> devices;
+    std::vector<uint8_t> host_streamable;  // every streamed matrix of the layer is on the host
+    Share sum(int d, int64_t from, int64_t to) const;
+};
+
+// Everything about the model a placement needs, computed once per plan.
+struct Tables {
+    int64_t n_layer = 0;
+    int64_t n_ctx = 0;
+    int64_t n_ubatch = 0;
+    // Per layer, independent of placement: [il] is the sum over [0, il)
+    // of all weights (what streaming a layer moves) and, per token, the
+    // floats a streamed layer's products send to the accelerator and back.
+    std::vector<uint64_t> weights, stream_io;
+    std::vector<uint64_t> kv, kv_read;  // per layer (not summed): bytes held and read at the average position
+    // [d]: what streaming layers [d, n_layer) reserves on the accelerator.
+    std::vector<uint64_t> stream;
+    uint64_t gemm_tile = 0;       // the accelerator's GEMM tile, once it is used
+    uint64_t norm_bytes = 0;      // the output norm
+    uint64_t head_bytes = 0;      // the head (token_embd when tied)
+    bool tied = false;            // the head is the embedding, already on the host
+    uint64_t rope_bytes = 0;      // RoPE factors: every backend in use keeps its own copy
+    uint64_t host_fixed = 0;      // token_embd + RoPE factors: always on the host
+    uint64_t embd_row_bytes = 0;  // one embedding row, read per token
+    uint64_t head_params = 0;
+    double attn_flops_per_token = 0;  // per layer, at the average prompt position
+    uint64_t hidden_bytes = 0;        // one token's hidden state as floats
+    uint64_t logits_bytes = 0;        // one token's logits as floats
+    uint64_t router_bytes = 0;        // one token's router logits as floats
+    uint64_t output_bytes() const { return norm_bytes + head_bytes; }
+};
+
+Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx, int64_t n_ubatch, model::CacheType cache_type);
+
+// A mode from the device of each layer tensor; the KV cache lives with
+// attn_k (as place_tensors puts it).
+Mode make_mode(const model::ModelSpec& spec, const Tables& t,
+               const std::function<int(int64_t il, model::LayerTensor role)>& device_of);
+// A mode from a resolved placement (its KV devices as it says).
+Mode mode_of(const model::ModelSpec& spec, const Tables& t, const Placement& p);
+
+// Which roles a class of the candidates moves to the host.
+bool is_ffn_role(model::LayerTensor r);
+bool is_expert_role(model::LayerTensor r);
+
+struct Layout {
+    const Mode* lo = nullptr;  // layers [0, k)
+    const Mode* hi = nullptr;  // layers [k, n_layer)
+    int64_t k = 0;
+    int norm = kHostDevice;  // the output norm
+    int head = kHostDevice;  // the output head
+};
+
+// What a layout costs each device, exactly as the Session reserves it.
+struct Footprint {
+    DeviceBytes vram, ram;
+    bool streams = false;      // weight streaming is on
+    int64_t stream_first = 0;  // the first layer it streams
+    uint64_t stream_bytes = 0;
+};
+
+// want_stream: the session would stream if some layer is left on the host
+// (an accelerator, --stream on, micro-batches long enough).
+Footprint footprint(const model::ModelSpec& spec, const Tables& t, const Layout& l, bool want_stream);
+
+struct Speeds {
+    double cpu_gbps, gpu_gbps, pcie_gbps, cpu_gflops, gpu_gflops;
+};
+
+// Activations crossing between the devices per token: how many hand-overs
+// and their bytes (with and without the logits, which prefill moves once
+// per micro-batch, not per token).
+struct Crossings {
+    int64_t count = 0;
+    uint64_t bytes = 0;
+    uint64_t logits_bytes = 0;
+};
+Crossings crossings(const Tables& t, const Layout& l);
+
+Prediction predict(const Tables& t, const Layout& l, const Footprint& f, const Speeds& v);
+
+// Decode bytes read per token on each device ([kHostDevice], [kAccelDevice]),
+// weights and KV caches.
+std::array<uint64_t, kDevices> decode_reads(const Tables& t, const Layout& l);
+
+}  // namespace tandem::planner::detail
