@@ -115,14 +115,20 @@ void decode_rows_range(const WeightView& w, const detail::DecodeRows& rows, int6
 void decode_rows_tokens(const WeightView& w, const detail::DecodeRows& rows, int64_t r0, int64_t r1,
                         const unsigned char* act, size_t a_stride, int nt, int n_batch, float* y, int64_t ldy) {
     const auto* wbase = static_cast<const unsigned char*>(w.data);
+    // The kernels take up to kMaxDecodeTokens tokens; a larger small batch
+    // (a speculative verification) goes in chunks over the same rows,
+    // which are in L1 by then.
+    const auto run = [&](detail::DecodeRowsMultiFn fn, const unsigned char* wr, int nr, int t0, int t1, float* yr) {
+        for (int t = t0; t < t1; t += detail::kMaxDecodeTokens) {
+            const int n = std::min(detail::kMaxDecodeTokens, t1 - t);
+            fn(w.n_cols, wr, w.row_stride_bytes, nr, act + static_cast<size_t>(t) * a_stride, a_stride, n, yr + t * ldy, ldy);
+        }
+    };
     for (int64_t r = r0; r < r1; r += detail::kDecodeRows) {
         const int nr = static_cast<int>(std::min<int64_t>(detail::kDecodeRows, r1 - r));
         const unsigned char* wr = wbase + static_cast<size_t>(r) * w.row_stride_bytes;
-        if (n_batch > 0) rows.multi_batch(w.n_cols, wr, w.row_stride_bytes, nr, act, a_stride, n_batch, y + r, ldy);
-        if (n_batch == nt) continue;
-        const unsigned char* rest = act + static_cast<size_t>(n_batch) * a_stride;
-        float* y_rest = y + n_batch * ldy;
-        rows.multi(w.n_cols, wr, w.row_stride_bytes, nr, rest, a_stride, nt - n_batch, y_rest + r, ldy);
+        if (n_batch > 0) run(rows.multi_batch, wr, nr, 0, n_batch, y + r);
+        if (n_batch < nt) run(rows.multi, wr, nr, n_batch, nt, y + r);
     }
 }
 
@@ -228,7 +234,10 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
     // token the bits of the path it replaces: the single-row kernel's, or
     // for tokens [0, batch_end) the batch form's (the batch kernels took
     // them before).
-    const bool small_batch = n_tokens >= 2 && n_tokens <= detail::kMaxDecodeTokens && panel_end == 0;
+    // Up to three kernel calls' worth of tokens: a speculative verification
+    // (16 drafts and the last token) included.
+    constexpr int64_t kMaxSmallBatch = 3 * detail::kMaxDecodeTokens;
+    const bool small_batch = n_tokens >= 2 && n_tokens <= kMaxSmallBatch && panel_end == 0;
     // Small batches only where the type has a several-tokens kernel
     // (calling the single-token kernel once per token measured slower than
     // the token tiles for Q4_1).
@@ -348,7 +357,7 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
                     continue;
                 }
                 if (n_tokens > 1 && t >= rows_first && rows.fn != nullptr && kn == n) {
-                    // The rest of the item's tokens at once (t1 - t <= kMaxDecodeTokens).
+                    // The rest of the item's tokens at once (t1 - t <= kMaxSmallBatch).
                     decode_rows_tokens(w, rows, r0, r1, rows_act + static_cast<size_t>(t) * rows_stride, rows_stride,
                                        static_cast<int>(t1 - t), static_cast<int>(std::max<int64_t>(0, batch_end - t)),
                                        y + t * ldy, ldy);

@@ -476,17 +476,17 @@ TEST(Matmul, SmallBatchesMatchSingleTokenBits) {
             for (int64_t n_rows : {5, 13, 77}) {
                 const auto wq = quantize(t, random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
                 const cpu::WeightView view{t, wq.data(), n_rows, n, row_size(t, n)};
-                const auto x = random_floats(rng, static_cast<size_t>(8 * n));
+                const auto x = random_floats(rng, static_cast<size_t>(24 * n));
                 for (int threads : {1, 3}) {
                     cpu::ThreadPool pool(threads, false);
                     for (SimdLevel level : simd_levels()) {
                         // Each token alone.
-                        std::vector<float> alone(static_cast<size_t>(8 * n_rows));
-                        for (int64_t tok = 0; tok < 8; ++tok) {
+                        std::vector<float> alone(static_cast<size_t>(24 * n_rows));
+                        for (int64_t tok = 0; tok < 24; ++tok) {
                             cpu::matmul(view, x.data() + tok * n, n, 1, alone.data() + tok * n_rows, n_rows, pool, level);
                         }
                         const cpu::detail::BatchForm form = cpu::detail::batch_form(t, level);
-                        for (int64_t n_tokens = 2; n_tokens <= 8; ++n_tokens) {
+                        for (int64_t n_tokens : {2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17, 24}) {
                             const int64_t batch_end = form.fn != nullptr && n_tokens >= form.min_tokens
                                                           ? n_tokens - n_tokens % form.group
                                                           : 0;

@@ -90,6 +90,18 @@ TEST(SpecDraftLength, GrowsShrinksAndBacksOff) {
     d.update(0, 0, true);
     EXPECT_EQ(d.allowed(), 0);
     EXPECT_EQ(d.allowed(), 4);
+    // A draft model starts short (its refused drafts cost passes) and
+    // backs off further: up to 128 steps.
+    spec::DraftLength e(16, 0, true, true);
+    EXPECT_EQ(e.allowed(), spec::DraftLength::kExpensiveStart);
+    e.update(4, 4, true);
+    EXPECT_EQ(e.allowed(), 6);
+    for (int i = 0; i < 12; ++i) e.update(1, 0, true);
+    int skipped_e = 0;
+    while (e.allowed() == 0) ++skipped_e;
+    EXPECT_EQ(skipped_e, 128);
+    EXPECT_EQ(spec::DraftLength(2, 0, true, true).allowed(), 2);  // never above --draft-max
+    EXPECT_EQ(spec::DraftLength(16, 0, false, true).allowed(), 16);  // --draft-fixed: draft_max
     // Fixed length: always draft_max.
     spec::DraftLength f(6, 0, false);
     f.update(6, 0, false);

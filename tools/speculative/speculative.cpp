@@ -114,8 +114,12 @@ void NgramProposer::propose(std::span<const int32_t> context, int max, Draft& ou
 
 std::string NgramProposer::name() const { return fmt::format("n-gram lookup, n = {}..{}", max_n_, min_n_); }
 
-DraftLength::DraftLength(int draft_max, int draft_min, bool adaptive)
-    : max_(draft_max), min_(draft_min), adaptive_(adaptive), cur_(draft_max) {}
+DraftLength::DraftLength(int draft_max, int draft_min, bool adaptive, bool expensive_proposer)
+    : max_(draft_max),
+      min_(draft_min),
+      adaptive_(adaptive),
+      max_skip_(expensive_proposer ? kExpensiveMaxSkip : kMaxSkip),
+      cur_(adaptive && expensive_proposer ? std::min(draft_max, std::max(kExpensiveStart, draft_min)) : draft_max) {}
 
 int DraftLength::allowed() {
     if (!adaptive_) return max_;
@@ -131,7 +135,7 @@ void DraftLength::update(int proposed, int accepted, bool expensive_proposer) {
     const int floor = std::max(1, std::min(min_, max_));
     auto fail = [&] {
         ++fails_;
-        skip_ = std::min(32, 1 << std::min(fails_ - 1, 5));
+        skip_ = std::min(max_skip_, 1 << std::min(fails_ - 1, 10));
     };
     if (proposed == 0) {
         // Nothing to say: free for a look-up, a wasted pass for a draft model.
@@ -185,7 +189,7 @@ Stats generate(Session& target, std::span<const int32_t> prompt, std::vector<flo
     };
 
     if (!settle(choose(std::span<float>(logits.data() + (logits.size() - n_vocab), n_vocab)))) return st;
-    DraftLength len(cfg.draft_max, cfg.draft_min, cfg.adaptive);
+    DraftLength len(cfg.draft_max, cfg.draft_min, cfg.adaptive, proposer.expensive());
     Draft draft;
     std::vector<int32_t> batch;
     std::vector<BatchToken> verify;

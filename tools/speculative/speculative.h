@@ -125,9 +125,17 @@ std::vector<int32_t> ngram_lookup(std::span<const int32_t> context, int max_n, i
 // fail (or an expensive proposer has nothing to say), skips speculation for
 // 1, 2, 4 ... 32 steps so that a proposer that keeps failing costs next to
 // nothing. Any accepted token resets the back-off.
+//
+// A proposer that costs forward passes (a draft model) starts at
+// kExpensiveStart tokens rather than draft_max and backs off up to
+// kExpensiveMaxSkip steps: where its drafts are refused, the first drafts
+// and every retry are what speculation loses against plain decoding.
 class DraftLength {
 public:
-    DraftLength(int draft_max, int draft_min, bool adaptive);
+    static constexpr int kExpensiveStart = 4;
+    static constexpr int kMaxSkip = 32;
+    static constexpr int kExpensiveMaxSkip = 128;
+    DraftLength(int draft_max, int draft_min, bool adaptive, bool expensive_proposer = false);
     // The most tokens to propose at this step (0: skip it).
     int allowed();
     void update(int proposed, int accepted, bool expensive_proposer);
@@ -136,6 +144,7 @@ public:
 private:
     int max_, min_;
     bool adaptive_;
+    int max_skip_;
     int cur_;
     int skip_ = 0;
     int fails_ = 0;
