@@ -18,6 +18,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/engine/session.h"
 #include "tests/run_command.h"
+#include "tests/ledger_check.h"
 #include "tests/test_paths.h"
 
 namespace {
@@ -212,21 +213,7 @@ void check_plan_against_ledger(const fs::path& model) {
             if (p.weight_stream) {
                 EXPECT_EQ(p.stream_bytes, tandem::model::stream_bytes(spec, std::min(p.ngl, p.n_layer), p.n_ubatch));
             }
-            struct Row {
-                const tandem::planner::DeviceBytes& plan;
-                const tandem::MemoryLedger& ledger;
-            };
-            std::vector<Row> rows{Row{p.ram, *ledgers[0]}};
-            if (ledgers.size() == 2) rows.push_back(Row{p.vram, *ledgers[1]});
-            for (const Row& r : rows) {
-                SCOPED_TRACE(r.ledger.device());
-                EXPECT_EQ(r.ledger.used(MemoryCategory::Weights), r.plan.weights);
-                EXPECT_EQ(r.ledger.used(MemoryCategory::KvCache), r.plan.kv);
-                EXPECT_EQ(r.ledger.used(MemoryCategory::Compute), r.plan.compute);
-                EXPECT_EQ(r.ledger.used(MemoryCategory::Staging), r.plan.staging);
-                EXPECT_EQ(r.ledger.used(MemoryCategory::Overhead), r.plan.overhead);
-                EXPECT_EQ(r.ledger.total(), r.plan.total());
-            }
+            tandem::testing::expect_ledgers_equal_plan(session, p.ram, p.vram);
             if (p.ngl < p.n_layer + 1) {
                 // One more layer: out of memory, or (when the plan streams)
                 // the layers fit and the stream's slots do not, so the

@@ -25,6 +25,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "tests/run_command.h"
+#include "tests/ledger_check.h"
 #include "tests/test_paths.h"
 #include "tools/split.h"
 
@@ -111,21 +112,7 @@ void expect_placement(const tandem::model::ModelSpec& spec, const tandem::Sessio
 void expect_ledgers(const tandem::Session& s, const Option& o) {
     const auto ledgers = s.ledgers();
     ASSERT_EQ(ledgers.size(), o.vram.total() > 0 ? 2u : 1u);
-    struct Row {
-        const tandem::planner::DeviceBytes& plan;
-        const tandem::MemoryLedger& ledger;
-    };
-    std::vector<Row> rows{Row{o.ram, *ledgers[0]}};
-    if (ledgers.size() == 2) rows.push_back(Row{o.vram, *ledgers[1]});
-    for (const Row& r : rows) {
-        SCOPED_TRACE(r.ledger.device());
-        EXPECT_EQ(r.ledger.used(MemoryCategory::Weights), r.plan.weights);
-        EXPECT_EQ(r.ledger.used(MemoryCategory::KvCache), r.plan.kv);
-        EXPECT_EQ(r.ledger.used(MemoryCategory::Compute), r.plan.compute);
-        EXPECT_EQ(r.ledger.used(MemoryCategory::Staging), r.plan.staging);
-        EXPECT_EQ(r.ledger.used(MemoryCategory::Overhead), r.plan.overhead);
-        EXPECT_EQ(r.ledger.total(), r.plan.total());
-    }
+    tandem::testing::expect_ledgers_equal_plan(s, o.ram, o.vram);
     EXPECT_EQ(s.weight_stream_active(), o.weight_stream) << s.weight_stream_note();
 }
 

@@ -1,10 +1,8 @@
 #include "tools/bench_spec.h"
 
 #include <chrono>
-#include <cmath>
 #include <filesystem>
 #include <memory>
-#include <numeric>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +15,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tools/bench_report.h"
 
 namespace tandem::tools {
 namespace {
@@ -28,18 +27,6 @@ constexpr const char* kParagraph =
     "that sheltered in the lee of the tower. In summer he wrote of fishing boats, of children on the beach and "
     "of the long evenings when the light was hardly needed before ten. He kept the notebooks on a shelf by the "
     "stove, one for each year, and when the keeper who came after him found them, she read them all in a week.";
-
-double mean(const std::vector<double>& v) {
-    return v.empty() ? 0.0 : std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-}
-
-double sample_sd(const std::vector<double>& v) {
-    if (v.size() < 2) return 0.0;
-    const double m = mean(v);
-    double s = 0.0;
-    for (double x : v) s += (x - m) * (x - m);
-    return std::sqrt(s / static_cast<double>(v.size() - 1));
-}
 
 struct Run {
     std::vector<int32_t> tokens;
@@ -168,7 +155,7 @@ std::vector<SpecBenchRow> run_spec_bench(const BenchConfig& c, const SpecFlags& 
         }
         sped.acceptance = sped.proposed > 0 ? static_cast<double>(sped.accepted) / static_cast<double>(sped.proposed) : 0.0;
         sped.tokens_per_pass = passes > 0 ? static_cast<double>(generated) / static_cast<double>(passes) : 0.0;
-        sped.speedup = mean(plain.tps) > 0 ? mean(sped.tps) / mean(plain.tps) : 0.0;
+        sped.speedup = mean_of(plain.tps) > 0 ? mean_of(sped.tps) / mean_of(plain.tps) : 0.0;
         rows.push_back(plain);
         rows.push_back(sped);
     }
@@ -182,8 +169,8 @@ std::string format_spec_rows(const std::vector<SpecBenchRow>& rows, OutputFormat
         for (const SpecBenchRow& r : rows) {
             nlohmann::json j = {{"model", r.model},         {"mode", r.mode},
                                 {"threads", r.threads},     {"n_prompt", r.n_prompt},
-                                {"n_gen", r.n_gen},         {"tps_mean", mean(r.tps)},
-                                {"tps_sd", sample_sd(r.tps)}, {"samples_tps", r.tps},
+                                {"n_gen", r.n_gen},         {"tps_mean", mean_of(r.tps)},
+                                {"tps_sd", sample_sd_of(r.tps)}, {"samples_tps", r.tps},
                                 {"speedup", r.speedup}};
             if (r.mode != "plain") {
                 j["acceptance"] = r.acceptance;
@@ -201,7 +188,7 @@ std::string format_spec_rows(const std::vector<SpecBenchRow>& rows, OutputFormat
         std::string out = "model,mode,threads,n_prompt,n_gen,tps_mean,tps_sd,acceptance,tokens_per_pass,speedup,same_tokens\n";
         for (const SpecBenchRow& r : rows) {
             out += fmt::format("{},{},{},{},{},{:.3f},{:.3f},{:.4f},{:.3f},{:.3f},{}\n", r.model, r.mode, r.threads,
-                               r.n_prompt, r.n_gen, mean(r.tps), sample_sd(r.tps), r.acceptance, r.tokens_per_pass,
+                               r.n_prompt, r.n_gen, mean_of(r.tps), sample_sd_of(r.tps), r.acceptance, r.tokens_per_pass,
                                r.speedup, r.same_tokens ? 1 : 0);
         }
         return out;
@@ -212,7 +199,7 @@ std::string format_spec_rows(const std::vector<SpecBenchRow>& rows, OutputFormat
     for (const SpecBenchRow& r : rows) {
         const bool plain = r.mode == "plain";
         out += fmt::format("| {} | {} | {} | tg{} @ p{} | {:.2f} ± {:.2f} | {} | {} | {:.2f}x | {} |\n", r.model, r.mode,
-                           r.threads, r.n_gen, r.n_prompt, mean(r.tps), sample_sd(r.tps),
+                           r.threads, r.n_gen, r.n_prompt, mean_of(r.tps), sample_sd_of(r.tps),
                            plain ? "-" : fmt::format("{:.1f}% ({}/{})", 100.0 * r.acceptance, r.accepted, r.proposed),
                            plain ? "1.00" : fmt::format("{:.2f}", r.tokens_per_pass), r.speedup,
                            plain ? "-" : (r.same_tokens ? "yes" : "NO"));
