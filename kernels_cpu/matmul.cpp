@@ -96,6 +96,8 @@ int64_t rows_per_item(int64_t n_rows, int64_t n_tokens, int n_threads, bool deco
 }
 
 constexpr int64_t kTokensPerItem = 64;  // quantized activations of a token block stay in L2
+// Up to this many activation elements are quantized on the calling thread.
+constexpr int64_t kInlineQuantizeElems = 32 * 1024;
 
 // Rows [r0, r1) of w against one activation row through a decode-rows
 // kernel, kDecodeRows rows a pass; y[r] for each row r.
@@ -286,6 +288,10 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
                 rows.prepare(buf, n, buf + a_stride);
                 buf += a_stride;
             }
+        } else if (n_tokens * n <= kInlineQuantizeElems) {
+            // A serving step's few rows likewise: a hand-off per matmul
+            // (six a layer) cost more than the rows.
+            quantize_rows(0, n_tokens);
         } else {
             pool.parallel_for(n_tokens, 1, quantize_rows);
         }
