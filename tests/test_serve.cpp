@@ -344,6 +344,11 @@ TEST(ServeCli, BadFlagsAreOneLineBeforeAnythingLoads) {
     tandem::testing::expect_one_line_error(
         run_tandem("serve -m " + tiny_model() + " --chat-template " + shell_quote((dir / "none.jinja").string()), dir),
         "--chat-template");
+    tandem::testing::expect_one_line_error(run_tandem("serve -m " + tiny_model() + " -md " + tiny_model(), dir), "-md");
+    tandem::testing::expect_one_line_error(run_tandem("serve -m " + tiny_model() + " --spec-ngram 0", dir),
+                                           "--spec-ngram");
+    tandem::testing::expect_one_line_error(
+        run_tandem("serve -m " + tiny_model() + " --spec-ngram 3 --draft-max 600 -ub 64", dir), "--draft-max");
 }
 
 TEST(ChatCli, RepliesToEachLineUntilExit) {
@@ -364,6 +369,49 @@ TEST(ChatCli, RepliesToEachLineUntilExit) {
     EXPECT_TRUE(tandem::testing::contains(err, "cached)")) << err;
     EXPECT_FALSE(tandem::testing::contains(err, "(0 cached); 6 tokens")) << "the second turn reused nothing: " << err;
     EXPECT_FALSE(tandem::testing::slurp(dir / "out.txt").empty());
+}
+
+}  // namespace
+
+namespace {
+
+// --spec-ngram per slot: greedy requests give the text they give without
+// it (each alone, several at once, a prompt in chunks beside them), the
+// repetitive ones in fewer steps: drafts are proposed and most kept.
+TEST(ServeScheduler, NgramSpeculationGivesThePlainTextInFewerSteps) {
+    Model m;
+    const std::vector<std::string> prompts = {
+        "The cat sat on the mat. The dog sat on the log. The cat sat on the mat. The dog sat on the log. The cat",
+        "1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2,", "Once upon a time", "Hello"};
+    std::vector<std::string> alone;
+    for (const auto& p : prompts) alone.push_back(plain_greedy(m, m.tok.encode(p, true), 40));
+    auto s = m.session(3);
+    SchedulerOptions o{3, 0, 8};
+    o.spec_ngram = 3;
+    o.draft_max = 8;
+    Scheduler sched(*s, m.tok, o);
+    sched.start();
+    std::vector<std::shared_ptr<tandem::serve::Job>> jobs;
+    for (const auto& p : prompts) jobs.push_back(sched.submit(greedy(m.tok.encode(p, true), 40)));
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        const Result r = collect(jobs[i]);
+        EXPECT_EQ(r.last.finish_reason, "length");
+        EXPECT_EQ(r.last.usage.completion_tokens, 40);
+        EXPECT_EQ(r.text, alone[i]) << "prompt " << i;
+    }
+    const auto st = sched.stats();
+    EXPECT_GT(st.draft_proposed, 0);
+    EXPECT_GT(st.draft_accepted, 0);
+    EXPECT_LE(st.draft_accepted, st.draft_proposed);
+    // A second round on the same slots reuses their caches: the refused
+    // drafts left them, so the cached prefixes are the texts' own.
+    const Result again = collect(sched.submit(greedy(m.tok.encode(prompts[0], true), 40)));
+    EXPECT_EQ(again.text, alone[0]);
+    // A draft longer than a micro-batch can hold is refused.
+    SchedulerOptions bad{1, 0, 8};
+    bad.spec_ngram = 3;
+    bad.draft_max = 64;
+    EXPECT_THROW(Scheduler(*m.session(1), m.tok, bad), tandem::Error);
 }
 
 }  // namespace

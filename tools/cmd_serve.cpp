@@ -21,6 +21,7 @@
 #include "tools/serve/http_server.h"
 #include "tools/serve/scheduler.h"
 #include "tools/serve/server_state.h"
+#include "tools/speculative/spec_flags.h"
 
 namespace tandem::tools {
 namespace {
@@ -29,6 +30,7 @@ struct ServeOptions : ChatModelFlags {
     serve::ServeConfig http;
     int n_parallel = 4;
     bool verbose = false;
+    SpecFlags spec;  // --spec-ngram and --draft-max per slot
 };
 
 // The signal that asked the server to stop (0: none yet): written only by
@@ -117,6 +119,8 @@ void serve_model(const ServeOptions& o) {
     serve::SchedulerOptions so;
     so.n_slots = o.n_parallel;
     so.step_tokens = o.n_ubatch;
+    so.spec_ngram = o.spec.ngram.value_or(0);
+    so.draft_max = o.spec.draft_max;
     serve::Scheduler scheduler(*m->session, m->tokenizer, so);
     serve::LoadedModel& lm = state.model;
     lm.name = std::filesystem::path(o.model).filename().string();
@@ -142,6 +146,13 @@ void serve_model(const ServeOptions& o) {
     scheduler.stop();
 }
 
+constexpr const char* kServeFooter = R"(Speculative decoding: --spec-ngram [N] (prompt lookup, N = 3 when not
+given) lets each slot of a greedy request (temperature 0) check up to
+--draft-max tokens guessed from its own context in the step that decodes its
+token, and keep those the model agrees with: the same text, in fewer steps
+when the text repeats its context. /metrics counts drafts proposed and kept.
+Sampling requests decode as without it.)";
+
 }  // namespace
 
 void add_serve_command(CLI::App& app) {
@@ -156,9 +167,24 @@ void add_serve_command(CLI::App& app) {
                     "folder for POST /slots/ID?action=save|restore files (off without it)");
     cmd->add_option("--threads-http", opts->http.http_threads, "HTTP worker threads")->capture_default_str();
     cmd->add_flag("--verbose", opts->verbose, "print the placement");
+    add_spec_flags(*cmd, opts->spec);
     add_llama_compat_flags(*cmd, LlamaTool::Run);
-    cmd->footer(llama_spellings_help(*cmd));
-    cmd->callback([opts] { serve_model(*opts); });
+    cmd->footer(std::string(kServeFooter) + "\n\n" + llama_spellings_help(*cmd));
+    cmd->callback([opts] {
+        // Checked before anything loads.
+        const SpecFlags& f = opts->spec;
+        if (!f.model_draft.empty()) {
+            throw Error("serve: a draft model (-md) is not supported yet; --spec-ngram [N] speculates per slot");
+        }
+        if (f.ngram && (*f.ngram < 1 || f.draft_max < 1)) {
+            throw Error(fmt::format("--spec-ngram {} --draft-max {}: expected values >= 1", *f.ngram, f.draft_max));
+        }
+        if (f.ngram && f.draft_max + 1 > opts->n_ubatch) {
+            throw Error(fmt::format("--draft-max {} needs a micro-batch (-ub) of at least {} tokens, found {}",
+                                    f.draft_max, f.draft_max + 1, opts->n_ubatch));
+        }
+        serve_model(*opts);
+    });
 }
 
 }  // namespace tandem::tools

@@ -518,6 +518,7 @@ void Session::reset() { impl_->reset(); }
 
 int64_t Session::n_past() const { return impl_->n_past(); }
 int64_t Session::n_ctx() const { return impl_->opt.n_ctx; }
+int64_t Session::n_ubatch() const { return impl_->opt.n_ubatch; }
 int64_t Session::n_vocab() const { return impl_->hp.n_vocab; }
 int Session::n_threads() const { return impl_->pool.size(); }
 cpu::SimdLevel Session::simd_level() const { return impl_->level; }

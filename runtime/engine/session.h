@@ -147,6 +147,7 @@ public:
     void reset();
     int64_t n_past() const;
     int64_t n_ctx() const;
+    int64_t n_ubatch() const;  // tokens per micro-batch (at most n_ctx)
     int64_t n_vocab() const;
     int n_threads() const;
     cpu::SimdLevel simd_level() const;

@@ -6,6 +6,7 @@
 
 #include "runtime/common/error.h"
 #include "tools/serve/text_stream.h"
+#include "tools/speculative/speculative.h"
 
 namespace tandem::serve {
 
@@ -66,6 +67,8 @@ struct Scheduler::Slot {
     int64_t generated = 0;
     Usage usage;
     Clock::time_point assigned_at{}, first_token_at{};
+    std::optional<spec::DraftLength> draft_length;  // per request, adapting as for run
+    std::vector<int32_t> drafts;  // this step's, after next_token
 
     bool busy() const { return job != nullptr; }
 };
@@ -81,6 +84,16 @@ Scheduler::Scheduler(Session& session, const Tokenizer& tokenizer, SchedulerOpti
                                 session_.n_ctx(), options_.n_slots, options_.n_ctx_slot));
     }
     options_.step_tokens = std::max<int64_t>(options_.step_tokens, options_.n_slots);
+    if (options_.spec_ngram < 0 || options_.draft_max < 0) {
+        throw Error(fmt::format("--spec-ngram and --draft-max: expected values >= 0, found {} and {}",
+                                options_.spec_ngram, options_.draft_max));
+    }
+    // A slot's token and drafts must fit one micro-batch (a sliding-window
+    // cache then drops refused drafts exactly).
+    if (options_.spec_ngram > 0 && options_.draft_max + 1 > session_.n_ubatch()) {
+        throw Error(fmt::format("--draft-max {} needs a micro-batch (-ub) of at least {} tokens, found {}",
+                                options_.draft_max, options_.draft_max + 1, session_.n_ubatch()));
+    }
     for (int32_t i = 0; i < options_.n_slots; ++i) {
         auto s = std::make_unique<Slot>();
         s->id = i;
@@ -258,6 +271,8 @@ void Scheduler::assign_pending() {
         s.usage.cached_tokens = static_cast<int64_t>(keep);
         s.sampler.emplace(s.req.sampling);
         for (int32_t t : s.req.prompt) s.sampler->accept(t);
+        s.draft_length.emplace(options_.draft_max, 0, true);
+        s.drafts.clear();
         s.text.emplace(s.req.stop);
         std::lock_guard lock(mu_);
         stats_.running = std::count_if(slots_.begin(), slots_.end(), [](const auto& x) { return x->busy(); });
@@ -326,16 +341,38 @@ void Scheduler::sample_slot(Slot& s, std::span<const float> row) {
     }
 }
 
+void Scheduler::propose(Slot& s) {
+    s.drafts.clear();
+    if (options_.spec_ngram <= 0 || s.req.sampling.temperature > 0.0f || !s.draft_length) return;
+    // Room: the drafts and the token after them must fit the slot's context
+    // and max_tokens (the token sampled after the last draft counts too).
+    int64_t room = options_.n_ctx_slot - static_cast<int64_t>(s.cache.size()) - 2;
+    if (s.req.max_tokens >= 0) room = std::min(room, s.req.max_tokens - s.generated - 1);
+    const int64_t k = std::min<int64_t>(s.draft_length->allowed(), room);
+    if (k <= 0) return;
+    std::vector<int32_t> context(s.cache);
+    context.push_back(s.next_token);
+    s.drafts = spec::ngram_lookup(context, options_.spec_ngram, 1, static_cast<int>(k));
+}
+
 bool Scheduler::step() {
     for (auto& s : slots_) {
         if (s->busy() && s->job->cancelled()) finish(*s, "cancelled");
     }
     std::vector<BatchToken> batch;
     std::vector<Slot*> rows;  // the slot of each logits row
+    std::vector<Slot*> decoding;
     for (auto& s : slots_) {
         if (!s->busy() || !s->generating) continue;
-        batch.push_back({s->next_token, static_cast<int32_t>(s->cache.size()), s->id, true});
+        propose(*s);
+        const auto pos = static_cast<int32_t>(s->cache.size());
+        batch.push_back({s->next_token, pos, s->id, true});
         rows.push_back(s.get());
+        for (size_t i = 0; i < s->drafts.size(); ++i) {
+            batch.push_back({s->drafts[i], pos + 1 + static_cast<int32_t>(i), s->id, true});
+            rows.push_back(s.get());
+        }
+        decoding.push_back(s.get());
     }
     const size_t n_decode = batch.size();
     // One prompt chunk a step, the longest-waiting slot's, of up to
@@ -383,7 +420,6 @@ bool Scheduler::step() {
         return true;
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    for (size_t i = 0; i < n_decode; ++i) rows[i]->cache.push_back(rows[i]->next_token);
     const auto prompt_evaluated = static_cast<int64_t>(chunk);
     if (chunk > 0) {
         prefill->cache.insert(prefill->cache.end(), prefill->req.prompt.begin() + static_cast<ptrdiff_t>(prefill->prompt_done),
@@ -391,12 +427,39 @@ bool Scheduler::step() {
         prefill->prompt_done += chunk;
     }
     const auto n_vocab = static_cast<size_t>(session_.n_vocab());
-    for (size_t r = 0; r < rows.size(); ++r) {
-        sample_slot(*rows[r], std::span<const float>(logits_).subspan(r * n_vocab, n_vocab));
+    const auto row = [&](size_t r) { return std::span<const float>(logits_).subspan(r * n_vocab, n_vocab); };
+    // Each decoding slot: its token's row chooses the next token; while
+    // that is the next draft, the draft is kept and its row chooses again
+    // (the rows are those plain decoding would compute, token by token).
+    // The refused drafts leave the slot's cache.
+    int64_t sampled = 0, proposed = 0, accepted = 0;
+    size_t r = 0;
+    for (Slot* s : decoding) {
+        const size_t k = s->drafts.size();
+        s->cache.push_back(s->next_token);
+        size_t kept = 0;
+        for (size_t i = 0; i <= k; ++i) {
+            sample_slot(*s, row(r + i));
+            ++sampled;
+            if (!s->busy() || i == k || s->next_token != s->drafts[i]) break;
+            s->cache.push_back(s->drafts[i]);
+            ++kept;
+        }
+        r += k + 1;
+        if (kept < k) session_.remove_positions(s->id, static_cast<int32_t>(s->cache.size()), -1);
+        if (k > 0 && s->draft_length) s->draft_length->update(static_cast<int>(k), static_cast<int>(kept), false);
+        proposed += static_cast<int64_t>(k);
+        accepted += static_cast<int64_t>(kept);
+    }
+    if (chunk > 0 && rows.size() > n_decode) {
+        sample_slot(*prefill, row(n_decode));
+        ++sampled;
     }
     std::lock_guard lock(mu_);
     stats_.prompt_tokens += prompt_evaluated;
-    stats_.generated_tokens += static_cast<int64_t>(rows.size());
+    stats_.generated_tokens += sampled;
+    stats_.draft_proposed += proposed;
+    stats_.draft_accepted += accepted;
     if (prompt_evaluated > 0) stats_.prompt_seconds += seconds;
     else stats_.generation_seconds += seconds;
     int64_t cells = 0;

@@ -84,6 +84,12 @@ struct SchedulerOptions {
     int32_t n_slots = 4;
     int64_t n_ctx_slot = 0;   // positions one slot may hold (0: the session's context / n_slots)
     int64_t step_tokens = 512;  // tokens evaluated per step, decodes and prompt chunks together
+    // Prompt-lookup speculation per slot (--spec-ngram N; 0: off), for
+    // greedy requests: a slot's step evaluates its token and up to
+    // draft_max tokens guessed from its own context, in the one-token order,
+    // and keeps those the model agrees with (the same text as without).
+    int spec_ngram = 0;
+    int draft_max = 16;
 };
 
 struct SlotInfo {
@@ -101,6 +107,8 @@ struct SchedulerStats {
     int64_t queued = 0;
     int64_t running = 0;
     int64_t kv_cells_used = 0;     // positions held, summed over slots
+    int64_t draft_proposed = 0;    // speculation: draft tokens evaluated
+    int64_t draft_accepted = 0;    // of those, kept
     std::vector<SlotInfo> slots;
 };
 
@@ -152,6 +160,9 @@ private:
     void run_tasks();
     void finish(Slot& s, const std::string& reason, const std::string& error = {});
     void sample_slot(Slot& s, std::span<const float> logits);
+    // The draft tokens to check after s.next_token this step (none when
+    // speculation is off, the request samples, or no room is left).
+    void propose(Slot& s);
 
     Session& session_;
     const Tokenizer& tokenizer_;
