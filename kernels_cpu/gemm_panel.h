@@ -93,4 +93,29 @@ void q4_1_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 void q5_1_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 
+// The same panels on AVX2 (avx2/gemm_panel_avx2.h: two halves of 8 rows,
+// vpmaddubsw/vpmaddwd), same contract and the same bits; their buffers are
+// laid out differently (*_bytes_avx2). Q4_K and Q5_K read the 32-element
+// sums k4_panel_prepare_avx2 appends (k4_panel_prepare's bytes), Q4_0 the
+// block starts of q4_0_panel_prepare_avx2 (q4_0_panel_prepare's); the
+// others read only the activation blocks (Q8_0 and Q5_0 need them in
+// [-127, 127], as the Q8_0 quantizers make them).
+#define TANDEM_PANEL_AVX2_DECL(name)                                                                                \
+    size_t name##_panel_bytes_avx2(int64_t n_cols);                                                                \
+    void name##_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, \
+                                size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+TANDEM_PANEL_AVX2_DECL(q4_K)
+TANDEM_PANEL_AVX2_DECL(q5_K)
+TANDEM_PANEL_AVX2_DECL(q6_K)
+TANDEM_PANEL_AVX2_DECL(q3_K)
+TANDEM_PANEL_AVX2_DECL(q2_K)
+TANDEM_PANEL_AVX2_DECL(q4_0)
+TANDEM_PANEL_AVX2_DECL(q8_0)
+TANDEM_PANEL_AVX2_DECL(q5_0)
+TANDEM_PANEL_AVX2_DECL(q4_1)
+TANDEM_PANEL_AVX2_DECL(q5_1)
+#undef TANDEM_PANEL_AVX2_DECL
+void k4_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
+void q4_0_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
+
 }  // namespace tandem::cpu::detail

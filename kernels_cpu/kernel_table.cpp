@@ -21,6 +21,8 @@ using quant::Type;
     DecodeRows{TANDEM_X86(dot_##name##_rows_avx512), TANDEM_X86(prepare), TANDEM_X86(bytes), TANDEM_X86(dot_##name##_rows_multi_avx512)}
 #define TANDEM_PANEL(name, bytes, prepare, extra) \
     PanelKernel{TANDEM_X86(name##_panel_gemm_avx512), TANDEM_X86(bytes), TANDEM_X86(prepare), extra}
+#define TANDEM_PANEL_AVX2(name, prepare, extra) \
+    PanelKernel{TANDEM_X86(name##_panel_gemm_avx2), TANDEM_X86(name##_panel_bytes_avx2), TANDEM_X86(prepare), extra}
 
 // Off x86 only the scalar kernels exist: the rest are null there.
 constexpr std::array kTable = {
@@ -39,30 +41,35 @@ constexpr std::array kTable = {
                   .dot = TANDEM_LEVELS(dot_q4_0),
                   .rows_avx512 = TANDEM_ROWS(q4_0, prepare_q4_0_rows, q4_0_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q4_0, q4_0_panel_bytes, q4_0_panel_prepare, kQ4_0PanelExtraBytes),
+                  .panel_avx2 = TANDEM_PANEL_AVX2(q4_0, q4_0_panel_prepare_avx2, kQ4_0PanelExtraBytes),
                   .llama_order = true,
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q4_1,
                   .dot = TANDEM_LEVELS(dot_q4_1),
                   .rows_avx512 = TANDEM_ROWS_MULTI(q4_1, prepare_q4_1_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q4_1, legacy_panel_bytes, nullptr, 0),
+                  .panel_avx2 = TANDEM_PANEL_AVX2(q4_1, nullptr, 0),
                   .llama_order = true,
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q5_0,
                   .dot = TANDEM_LEVELS(dot_q5_0),
                   .rows_avx512 = TANDEM_ROWS_MULTI(q5_0, prepare_q5_0_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q5_0, legacy_panel_bytes, q5_0_panel_prepare, kLaneStartsExtraBytes),
+                  .panel_avx2 = TANDEM_PANEL_AVX2(q5_0, nullptr, 0),
                   .llama_order = true,
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q5_1,
                   .dot = TANDEM_LEVELS(dot_q5_1),
                   .rows_avx512 = TANDEM_ROWS_MULTI(q5_1, prepare_q5_1_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q5_1, legacy_panel_bytes, nullptr, 0),
+                  .panel_avx2 = TANDEM_PANEL_AVX2(q5_1, nullptr, 0),
                   .llama_order = true,
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q8_0,
                   .dot = TANDEM_LEVELS(dot_q8_0),
                   .rows_avx512 = TANDEM_ROWS_MULTI(q8_0, prepare_q8_0_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q8_0, legacy_panel_bytes, q8_0_panel_prepare, kLaneStartsExtraBytes),
+                  .panel_avx2 = TANDEM_PANEL_AVX2(q8_0, nullptr, 0),
                   .llama_order = true,
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q2_K,
@@ -72,6 +79,7 @@ constexpr std::array kTable = {
                   .batch_group = 4,
                   .rows_avx512 = TANDEM_ROWS_MULTI(q2_K, prepare_q2_K_rows, q2_K_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q2_K, q2_K_panel_bytes, nullptr, 0),
+                  .panel_avx2 = TANDEM_PANEL_AVX2(q2_K, nullptr, 0),
                   .llama_order = true},
     WeightKernels{.type = Type::Q3_K,
                   .dot = TANDEM_LEVELS(dot_q3_K),
@@ -79,6 +87,7 @@ constexpr std::array kTable = {
                   .batch_min_tokens = 8,
                   .rows_avx512 = TANDEM_ROWS(q3_K, prepare_q3_K_rows, q3_K_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q3_K, q3_K_panel_bytes, q3_K_panel_prepare, kGroupStartsExtraBytes),
+                  .panel_avx2 = TANDEM_PANEL_AVX2(q3_K, nullptr, 0),
                   .llama_order = true},
     WeightKernels{.type = Type::Q4_K,
                   .dot = TANDEM_LEVELS(dot_q4_K),
@@ -90,6 +99,7 @@ constexpr std::array kTable = {
                                             TANDEM_X86(q4_K_rows_prepared_bytes), TANDEM_X86(dot_q4_K_rows_multi_avx512),
                                             TANDEM_X86(dot_q4_K_rows_batch_avx512)},
                   .panel = TANDEM_PANEL(q4_K, q4_K_panel_bytes, k4_panel_prepare, kK4PanelExtraBytes),
+                  .panel_avx2 = TANDEM_PANEL_AVX2(q4_K, k4_panel_prepare_avx2, kK4PanelExtraBytes),
                   .llama_order = true},
     // Q5_K's rows kernel reads Q4_K's prepared activation.
     WeightKernels{.type = Type::Q5_K,
@@ -98,6 +108,7 @@ constexpr std::array kTable = {
                   .batch_min_tokens = 8,
                   .rows_avx512 = TANDEM_ROWS(q5_K, prepare_q4_K_rows, q4_K_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q5_K, q5_K_panel_bytes, k4_panel_prepare, kK4PanelExtraBytes),
+                  .panel_avx2 = TANDEM_PANEL_AVX2(q5_K, k4_panel_prepare_avx2, kK4PanelExtraBytes),
                   .llama_order = true},
     // Q6_K's rows kernel reads the Q8_K row itself.
     WeightKernels{.type = Type::Q6_K,
@@ -106,6 +117,7 @@ constexpr std::array kTable = {
                   .batch_min_tokens = 8,
                   .rows_avx512 = DecodeRows{TANDEM_X86(dot_q6_K_rows_avx512), nullptr, nullptr, TANDEM_X86(dot_q6_K_rows_multi_avx512)},
                   .panel = TANDEM_PANEL(q6_K, q6_K_panel_bytes, q6_K_panel_prepare, kGroupStartsExtraBytes),
+                  .panel_avx2 = TANDEM_PANEL_AVX2(q6_K, nullptr, 0),
                   .llama_order = true},
 };
 
@@ -114,6 +126,7 @@ constexpr std::array kTable = {
 #undef TANDEM_ROWS
 #undef TANDEM_ROWS_MULTI
 #undef TANDEM_PANEL
+#undef TANDEM_PANEL_AVX2
 
 const WeightKernels& require(quant::Type w_type) {
     const WeightKernels* k = weight_kernels(w_type);

@@ -42,6 +42,9 @@ struct WeightKernels {
     DecodeRows rows_avx2{};
     DecodeRows rows_avx512{};
     PanelKernel panel{};
+    // The same panels on AVX2 (gemm_panel.h, *_avx2): batches at the AVX2
+    // level, and at AVX-512 on CPUs without VNNI.
+    PanelKernel panel_avx2{};
     // F16/BF16 batches: activations rounded once, kept as f32.
     quant::QuantizeRowFn wide_round = nullptr;
     LevelKernels wide{};

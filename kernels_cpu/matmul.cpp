@@ -143,9 +143,13 @@ namespace {
 using detail::PanelGemm;
 using detail::PanelKernel;
 
-const PanelKernel* find_panel_kernel(quant::Type type) {
+// AVX-512 VNNI's panel where the level and the CPU have it, else AVX2's
+// (at AVX-512 without VNNI too); none at Scalar.
+const PanelKernel* find_panel_kernel(quant::Type type, SimdLevel level) {
     const detail::WeightKernels* k = detail::weight_kernels(type);
-    return k != nullptr && k->panel.gemm != nullptr ? &k->panel : nullptr;
+    if (k == nullptr || level == SimdLevel::Scalar) return nullptr;
+    const PanelKernel& p = level == SimdLevel::Avx512 && detail::avx512_vnni_available() ? k->panel : k->panel_avx2;
+    return p.gemm != nullptr ? &p : nullptr;
 }
 
 void run_panels(const WeightView& w, PanelGemm gemm, size_t buf_bytes, const void* act, size_t a_stride,
@@ -214,18 +218,25 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
         }
     }
 
-    // Batch rows on AVX-512 VNNI as panel GEMMs (gemm_panel.h): same bits as
+    // Batch rows on AVX-512 VNNI or AVX2 as panel GEMMs (gemm_panel.h): same bits as
     // the row kernels they replace (batch_fn, or fn for Q4_0, whose single-row
     // and batch orders are one), a fraction of the integer work. They take
     // tokens [0, panel_end), four at a time. Unpacking a panel costs about
     // what 16 tokens of its work do, so short batches stay on the row kernels.
-    constexpr int64_t kPanelMinTokens = 32;
-    const PanelKernel* panel = find_panel_kernel(w.type);
+    // AVX2's row kernels are slower against a similar unpacking cost: its
+    // panels were faster from 8 tokens for every type (Zen 4 at the AVX2
+    // level, 4096x4096, 8-24 tokens).
+    constexpr int64_t kPanelMinTokens = 32, kPanelMinTokensAvx2 = 8;
+    const PanelKernel* panel = find_panel_kernel(w.type, level);
+    const int64_t panel_min_tokens =
+        level == SimdLevel::Avx512 && detail::avx512_vnni_available() ? kPanelMinTokens : kPanelMinTokensAvx2;
     // Types without a batch form keep their single-row order for every
-    // token, so every token can go through the panel.
-    const int64_t panel_tokens = panel == nullptr ? 0 : batch_fn != nullptr ? batch_end : n_tokens;
+    // token, so every token can go through the panel; those with one only
+    // for the tokens their batch form takes (none in the single-token order).
+    const bool has_batch_form = detail::weight_kernels(w.type)->batch.scalar != nullptr;
+    const int64_t panel_tokens = panel == nullptr ? 0 : has_batch_form ? batch_end : n_tokens;
     int64_t panel_end = 0;
-    if (panel_tokens >= kPanelMinTokens && level == SimdLevel::Avx512 && detail::avx512_vnni_available()) {
+    if (panel_tokens >= panel_min_tokens) {
         panel_end = panel_tokens - panel_tokens % 4;
     }
     const size_t panel_row_extra =
