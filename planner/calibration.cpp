@@ -24,6 +24,71 @@ std::optional<double> positive_number(const nlohmann::json& j, const char* key) 
     return v;
 }
 
+std::optional<double> non_negative(const nlohmann::json& j, const char* key) {
+    if (!j.contains(key) || j.at(key).is_null()) return std::nullopt;
+    if (!j.at(key).is_number()) throw Error(fmt::format("calibration: '{}' is not a number", key));
+    const double v = j.at(key).get<double>();
+    if (!(v >= 0.0)) throw Error(fmt::format("calibration: '{}' must be >= 0, found {}", key, v));
+    return v;
+}
+
+nlohmann::json rates_json(const std::map<quant::Type, double>& m) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [type, rate] : m) j[std::string(quant::traits(type).name)] = rate;
+    return j;
+}
+
+std::map<quant::Type, double> rates_from_json(const nlohmann::json& j, const char* key) {
+    std::map<quant::Type, double> m;
+    if (!j.contains(key) || j.at(key).is_null()) return m;
+    if (!j.at(key).is_object()) throw Error(fmt::format("calibration: '{}' is not an object of type: rate", key));
+    for (const auto& [name, value] : j.at(key).items()) {
+        const auto type = quant::type_from_name(name);
+        if (!type) throw Error(fmt::format("calibration: '{}' names an unknown weight type '{}'", key, name));
+        if (!value.is_number() || !(value.get<double>() > 0.0)) {
+            throw Error(fmt::format("calibration: '{}.{}' must be a positive number", key, name));
+        }
+        m[*type] = value.get<double>();
+    }
+    return m;
+}
+
+nlohmann::json kernels_json(const KernelCosts& k, int threads) {
+    auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+    return {{"threads", threads},
+            {"matvec_gbps", rates_json(k.matvec_gbps)},
+            {"matvec_cached_gbps", rates_json(k.matvec_cached_gbps)},
+            {"cache_bytes", k.cache_bytes ? nlohmann::json(*k.cache_bytes) : nlohmann::json(nullptr)},
+            {fmt::format("gemm{}_gflops", kGemmSmallBatch), rates_json(k.gemm_small_gflops)},
+            {fmt::format("gemm{}_gflops", kGemmLargeBatch), rates_json(k.gemm_large_gflops)},
+            {"matmul_call_s", opt(k.matmul_call_s)},
+            {"batch_call_s", opt(k.batch_call_s)},
+            {"pool_op_s", opt(k.pool_op_s)},
+            {"inline_op_s", opt(k.inline_op_s)},
+            {"batch_s", opt(k.batch_s)},
+            {"crossing_s", opt(k.crossing_s)},
+            {"copy_gbps", opt(k.copy_gbps)}};
+}
+
+KernelCosts kernels_from_json(const nlohmann::json& j, int* threads) {
+    if (!j.is_object()) throw Error("calibration: 'cpu_kernels' is not an object");
+    KernelCosts k;
+    if (j.contains("threads") && j.at("threads").is_number_integer()) *threads = j.at("threads").get<int>();
+    k.matvec_gbps = rates_from_json(j, "matvec_gbps");
+    k.matvec_cached_gbps = rates_from_json(j, "matvec_cached_gbps");
+    k.gemm_small_gflops = rates_from_json(j, fmt::format("gemm{}_gflops", kGemmSmallBatch).c_str());
+    k.gemm_large_gflops = rates_from_json(j, fmt::format("gemm{}_gflops", kGemmLargeBatch).c_str());
+    if (const auto c = positive_number(j, "cache_bytes")) k.cache_bytes = static_cast<uint64_t>(*c);
+    k.matmul_call_s = non_negative(j, "matmul_call_s");
+    k.batch_call_s = non_negative(j, "batch_call_s");
+    k.pool_op_s = non_negative(j, "pool_op_s");
+    k.inline_op_s = non_negative(j, "inline_op_s");
+    k.batch_s = non_negative(j, "batch_s");
+    k.crossing_s = non_negative(j, "crossing_s");
+    k.copy_gbps = positive_number(j, "copy_gbps");
+    return k;
+}
+
 }  // namespace
 
 std::filesystem::path cache_dir() {
@@ -37,12 +102,15 @@ std::filesystem::path calibration_path() { return cache_dir() / "calibration.jso
 
 nlohmann::json to_json(const Calibration& c) {
     auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
-    return {{"version", 1},
-            {"cpu_model", c.cpu_model},
-            {"physical_cores", c.physical_cores},
-            {"cpu_gbps", opt(c.cpu_gbps)},
-            {"gpu_gbps", opt(c.gpu_gbps)},
-            {"pcie_gbps", opt(c.pcie_gbps)}};
+    nlohmann::json j = {{"version", 2},
+                        {"cpu_model", c.cpu_model},
+                        {"physical_cores", c.physical_cores},
+                        {"cpu_gbps", opt(c.cpu_gbps)},
+                        {"gpu_gbps", opt(c.gpu_gbps)},
+                        {"pcie_gbps", opt(c.pcie_gbps)}};
+    if (!c.cpu_kernels.empty()) j["cpu_kernels"] = kernels_json(c.cpu_kernels, c.kernel_threads);
+    if (!c.standin_matvec_gbps.empty()) j["standin_matvec_gbps"] = rates_json(c.standin_matvec_gbps);
+    return j;
 }
 
 Calibration calibration_from_json(const nlohmann::json& j) {
@@ -55,6 +123,11 @@ Calibration calibration_from_json(const nlohmann::json& j) {
     c.cpu_gbps = positive_number(j, "cpu_gbps");
     c.gpu_gbps = positive_number(j, "gpu_gbps");
     c.pcie_gbps = positive_number(j, "pcie_gbps");
+    // Version 1 files stop here: the kernels keep the defaults.
+    if (j.contains("cpu_kernels") && !j.at("cpu_kernels").is_null()) {
+        c.cpu_kernels = kernels_from_json(j.at("cpu_kernels"), &c.kernel_threads);
+    }
+    c.standin_matvec_gbps = rates_from_json(j, "standin_matvec_gbps");
     return c;
 }
 
@@ -94,6 +167,12 @@ std::optional<Calibration> load_calibration(const std::filesystem::path& path, s
     }
 }
 
+KernelCosts standin_costs(const Calibration& c) {
+    KernelCosts k = c.cpu_kernels;
+    for (const auto& [type, rate] : c.standin_matvec_gbps) k.matvec_gbps[type] = rate;
+    return k;
+}
+
 std::vector<std::string> apply_calibration(const Calibration& c, PlanInputs& in) {
     std::vector<std::string> filled;
     auto fill = [&](std::optional<double>& dst, const std::optional<double>& v, const char* name) {
@@ -105,6 +184,16 @@ std::vector<std::string> apply_calibration(const Calibration& c, PlanInputs& in)
     fill(in.cpu_gbps, c.cpu_gbps, "cpu_gbps");
     fill(in.gpu_gbps, c.gpu_gbps, "gpu_gbps");
     fill(in.pcie_gbps, c.pcie_gbps, "pcie_gbps");
+    // The kernels as a whole: a caller who set any of them keeps its own.
+    if (in.host_costs.empty() && !c.cpu_kernels.empty()) {
+        in.host_costs = c.cpu_kernels;
+        for (const auto& [name, v] : {std::pair<const char*, std::optional<double>>{"cpu_matmul_call_s",
+                                                                                    c.cpu_kernels.matmul_call_s},
+                                      {"cpu_pool_op_s", c.cpu_kernels.pool_op_s},
+                                      {"batch_s", c.cpu_kernels.batch_s}}) {
+            if (v) filled.emplace_back(name);
+        }
+    }
     return filled;
 }
 

@@ -21,7 +21,20 @@ struct Calibration {
     std::optional<double> cpu_gbps;   // CPU read bandwidth, all physical cores
     std::optional<double> gpu_gbps;   // device-to-device copy bandwidth
     std::optional<double> pcie_gbps;  // host-to-device copy bandwidth
+    // The CPU kernels' rates per weight type and the fixed costs of a step
+    // (planner.h), measured with `kernel_threads` threads; all empty in
+    // files from before they were measured (version 1), which then predict
+    // with the defaults.
+    KernelCosts cpu_kernels;
+    int kernel_threads = 0;
+    // One-token products from ordinary heap memory, where the stand-in
+    // device (cpu2) keeps its copies (the host's weights sit in huge pages).
+    std::map<quant::Type, double> standin_matvec_gbps;
 };
+
+// The stand-in device's kernels: the host's, from its memory, with
+// hand-overs that are copies between host buffers (bench --device cpu2).
+KernelCosts standin_costs(const Calibration& c);
 
 // Tandem's cache directory: $TANDEM_CACHE_DIR, else $XDG_CACHE_HOME/tandem,
 // else $HOME/.cache/tandem. Throws tandem::Error when none can be derived.
@@ -41,7 +54,8 @@ void save_calibration(const Calibration& c, const std::filesystem::path& path);
 std::optional<Calibration> load_calibration(const std::filesystem::path& path, std::string* warning);
 
 // Fills the speeds the caller did not set (a flag on the command line wins
-// over a measurement). Returns the names of the inputs it filled, so the
+// over a measurement), and the host's kernel rates and fixed costs the
+// caller left empty. Returns the names of the inputs it filled, so the
 // caller can label them "measured".
 std::vector<std::string> apply_calibration(const Calibration& c, PlanInputs& in);
 

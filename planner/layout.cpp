@@ -13,10 +13,6 @@ namespace {
 using model::GlobalTensor;
 using model::LayerTensor;
 
-uint64_t sum(const std::vector<uint64_t>& prefix, int64_t from, int64_t to) {
-    return prefix[static_cast<size_t>(to)] - prefix[static_cast<size_t>(from)];
-}
-
 // Session's defaults and clamps, so the plan describes the same run.
 int64_t effective_ctx(const model::ModelSpec& spec, int64_t n_ctx) {
     if (n_ctx < 0) throw Error(fmt::format("context size: expected a value >= 0 (0: the model's), found {}", n_ctx));
@@ -25,13 +21,7 @@ int64_t effective_ctx(const model::ModelSpec& spec, int64_t n_ctx) {
 
 const Mode& mode_at(const Layout& l, int64_t il) { return il < l.k ? *l.lo : *l.hi; }
 
-// Share of layers [from, to) on device d under the layout.
-Share range_share(const Layout& l, int d, int64_t from, int64_t to) {
-    const int64_t k = std::clamp<int64_t>(l.k, from, to);
-    return l.lo->sum(d, from, k) + l.hi->sum(d, k, to);
-}
-
-Share layout_share(const Tables& t, const Layout& l, int d) { return range_share(l, d, 0, t.n_layer); }
+Share layout_share(const Tables& t, const Layout& l, int d);
 
 // As Session::first_streamable_layer: the first layer from which every
 // layer's streamed matrices are on the host (n_layer when none).
@@ -44,6 +34,63 @@ int64_t stream_first(const Tables& t, const Layout& l) {
     return first;
 }
 
+// The hand-overs of one layer as LayerRecipe::layer makes them, on the
+// device each runs on: a product call per group of products of one input
+// on one device, and the ops over rows (norms, biases, RoPE of Q and K,
+// the fused outputs' splits, the activation, the router's choice, the
+// residual adds). Attention is counted by the KV cache's layers.
+void count_layer_ops(const model::LayerSpec& ls, const std::function<int(LayerTensor)>& device_of,
+                     std::array<Share, kDevices>& layer) {
+    // A decode step multiplies a group's matrices on one device in one
+    // call; a batch, each matrix in its own (each expert's, for experts).
+    const auto call = [&](std::initializer_list<LayerTensor> group) {
+        bool on[kDevices] = {false, false};
+        for (const LayerTensor r : group) {
+            if (!ls.get(r)) continue;
+            Share& s = layer[static_cast<size_t>(device_of(r))];
+            on[device_of(r)] = true;
+            (is_expert_role(r) ? s.expert_mats : s.batch_calls) += 1;
+        }
+        for (int d = 0; d < kDevices; ++d) layer[static_cast<size_t>(d)].calls += on[d] ? 1 : 0;
+    };
+    const auto ops = [&](LayerTensor r, uint64_t n) {
+        if (ls.get(r)) layer[static_cast<size_t>(device_of(r))].row_ops += n;
+    };
+    const bool fused_qkv = ls.get(LayerTensor::AttnQkv) != nullptr;
+    if (fused_qkv) {
+        call({LayerTensor::AttnQkv});
+        ops(LayerTensor::AttnQkv, 3 + 2);  // the split into Q, K and V; RoPE of Q and K
+    } else {
+        call({LayerTensor::AttnQ, LayerTensor::AttnK, LayerTensor::AttnV});
+        ops(LayerTensor::AttnQ, 1);  // RoPE of Q
+        ops(LayerTensor::AttnK, 1);  // RoPE of K
+    }
+    call({LayerTensor::AttnOutput});
+    for (const LayerTensor r : {LayerTensor::AttnNorm, LayerTensor::AttnQBias, LayerTensor::AttnKBias,
+                                LayerTensor::AttnVBias, LayerTensor::AttnQNorm, LayerTensor::AttnKNorm,
+                                LayerTensor::AttnPostNorm, LayerTensor::FfnNorm, LayerTensor::FfnPostNorm}) {
+        ops(r, 1);
+    }
+    ops(LayerTensor::AttnOutput, 1);  // the residual add
+    if (ls.has_experts()) {
+        call({LayerTensor::FfnGateInp});
+        call({LayerTensor::FfnGateExps, LayerTensor::FfnUpExps});
+        call({LayerTensor::FfnDownExps});
+        ops(LayerTensor::FfnGateExps, 2);  // the router's choice, the activation
+        ops(LayerTensor::FfnDownExps, 1);  // the residual add
+    } else {
+        if (ls.get(LayerTensor::FfnGateUp)) {
+            call({LayerTensor::FfnGateUp});
+            ops(LayerTensor::FfnGateUp, 2 + 1);  // the split, the activation
+        } else {
+            call({LayerTensor::FfnGate, LayerTensor::FfnUp});
+            ops(LayerTensor::FfnGate, 1);  // the activation
+        }
+        call({LayerTensor::FfnDown});
+        ops(LayerTensor::FfnDown, 1);  // the residual add
+    }
+}
+
 }  // namespace
 
 Share& Share::operator+=(const Share& o) {
@@ -53,6 +100,16 @@ Share& Share::operator+=(const Share& o) {
     kv += o.kv;
     kv_read += o.kv_read;
     kv_layers += o.kv_layers;
+    for (int i = 0; i < kTypeSlots; ++i) {
+        const auto k = static_cast<size_t>(i);
+        dense_params_by[k] += o.dense_params_by[k];
+        expert_params_by[k] += o.expert_params_by[k];
+    }
+    calls += o.calls;
+    batch_calls += o.batch_calls;
+    expert_mats += o.expert_mats;
+    row_ops += o.row_ops;
+    streamed_mats += o.streamed_mats;
     return *this;
 }
 
@@ -63,8 +120,38 @@ Share Share::operator+(const Share& o) const {
 }
 
 Share Share::operator-(const Share& o) const {
-    return {weights - o.weights, read - o.read,       params - o.params,
-            kv - o.kv,           kv_read - o.kv_read, kv_layers - o.kv_layers};
+    Share s;
+    s.weights = weights - o.weights;
+    s.read = read - o.read;
+    s.params = params - o.params;
+    s.kv = kv - o.kv;
+    s.kv_read = kv_read - o.kv_read;
+    s.kv_layers = kv_layers - o.kv_layers;
+    for (int i = 0; i < kTypeSlots; ++i) {
+        const auto k = static_cast<size_t>(i);
+        s.dense_params_by[k] = dense_params_by[k] - o.dense_params_by[k];
+        s.expert_params_by[k] = expert_params_by[k] - o.expert_params_by[k];
+    }
+    s.calls = calls - o.calls;
+    s.batch_calls = batch_calls - o.batch_calls;
+    s.expert_mats = expert_mats - o.expert_mats;
+    s.row_ops = row_ops - o.row_ops;
+    s.streamed_mats = streamed_mats - o.streamed_mats;
+    return s;
+}
+
+Share range_share(const Layout& l, int d, int64_t from, int64_t to) {
+    const int64_t k = std::clamp<int64_t>(l.k, from, to);
+    return l.lo->sum(d, from, k) + l.hi->sum(d, k, to);
+}
+
+namespace {
+Share layout_share(const Tables& t, const Layout& l, int d) { return range_share(l, d, 0, t.n_layer); }
+}  // namespace
+
+int Tables::slot_of(quant::Type type) const {
+    const auto it = std::find(types.begin(), types.end(), type);
+    return it == types.end() ? kTypeSlots - 1 : static_cast<int>(it - types.begin());
 }
 
 Share Mode::sum(int d, int64_t from, int64_t to) const {
@@ -131,6 +218,23 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     // QK^T and the weighted sum of V: 2 FLOPs each per head dimension per
     // cached position, at the average prompt position.
     t.attn_flops_per_token = 2.0 * static_cast<double>(hp.q_dim() + hp.out_dim()) * static_cast<double>(avg_ctx);
+    t.attn_flops_per_pos = 2.0 * static_cast<double>(hp.q_dim() + hp.out_dim());
+    t.n_expert = hp.n_expert;
+    t.n_expert_used = hp.n_expert_used;
+    // A slot per weight type, in the order met (the last slot takes the rest).
+    const auto add_type = [&](quant::Type type) {
+        if (std::find(t.types.begin(), t.types.end(), type) == t.types.end() &&
+            t.types.size() < static_cast<size_t>(kTypeSlots)) {
+            t.types.push_back(type);
+        }
+    };
+    add_type(spec.output_head().type);
+    t.head_slot = t.slot_of(spec.output_head().type);
+    for (const model::LayerSpec& ls : spec.layers) {
+        for (const gguf::TensorInfo* w : ls.tensors) {
+            if (w) add_type(w->type);
+        }
+    }
     t.hidden_bytes = static_cast<uint64_t>(hp.n_embd) * sizeof(float);
     t.logits_bytes = static_cast<uint64_t>(hp.n_vocab) * sizeof(float);
     t.router_bytes = static_cast<uint64_t>(hp.n_expert) * sizeof(float);
@@ -152,7 +256,12 @@ Mode make_mode(const model::ModelSpec& spec, const Tables& t,
             s.weights += w->n_bytes;
             s.read += model::token_share(spec, role, w->n_bytes);
             s.params += model::token_share(spec, role, static_cast<uint64_t>(w->n_elements));
+            const auto slot = static_cast<size_t>(t.slot_of(w->type));
+            (is_expert_role(role) ? s.expert_params_by : s.dense_params_by)[slot] +=
+                static_cast<uint64_t>(w->n_elements);
+            if (model::is_streamed(role)) s.streamed_mats += 1;
         }
+        count_layer_ops(ls, [&](LayerTensor role) { return device_of(il, role); }, layer);
         const auto at = [&](LayerTensor role, int fallback) { return ls.get(role) ? device_of(il, role) : fallback; };
         LayerDevices d;
         d.attn = at(LayerTensor::AttnNorm, kHostDevice);
@@ -271,49 +380,6 @@ std::array<uint64_t, kDevices> decode_reads(const Tables& t, const Layout& l) {
                                         (l.head == d ? t.head_bytes : 0) + (d == kHostDevice ? t.embd_row_bytes : 0);
     }
     return reads;
-}
-
-// Decode: an additive roofline. Each device streams its weights and its
-// share of the KV cache once per token at its memory bandwidth; the
-// activations cross over PCIe, each crossing costing a fixed latency.
-// Devices run one after the other, so the times add.
-// Prefill: compute-bound. 2 FLOPs per weight per token plus attention at
-// the average position, at each device's assumed GEMM rate; the head runs
-// once per micro-batch; the hand-overs happen once per micro-batch.
-// With weight streaming, the streamed layers' products run on the
-// accelerator instead: each micro-batch brings their weights over PCIe once
-// (or is bound by the accelerator's arithmetic, whichever is slower) and
-// sends every product's input and output across; attention stays on the CPU.
-Prediction predict(const Tables& t, const Layout& l, const Footprint& f, const Speeds& v) {
-    const std::array<uint64_t, kDevices> reads = decode_reads(t, l);
-    const Crossings c = crossings(t, l);
-    const double pcie = v.pcie_gbps * 1e9;
-    const double lat = static_cast<double>(c.count) * kHandOverLatencyS;
-    const double tg_s = static_cast<double>(reads[kHostDevice]) / (v.cpu_gbps * 1e9) +
-                        static_cast<double>(reads[kAccelDevice]) / (v.gpu_gbps * 1e9) +
-                        static_cast<double>(c.bytes + c.logits_bytes) / pcie + lat;
-
-    const Share host = layout_share(t, l, kHostDevice);
-    const Share dev = layout_share(t, l, kAccelDevice);
-    const double ub = static_cast<double>(t.n_ubatch);
-    const double head_flops = 2.0 * static_cast<double>(t.head_params) / ub;
-    double streamed_flops = 0.0, stream_s = 0.0;
-    if (f.streams) {
-        const int64_t s = f.stream_first;
-        streamed_flops = 2.0 * static_cast<double>(range_share(l, kHostDevice, s, t.n_layer).params);
-        stream_s = std::max(static_cast<double>(sum(t.weights, s, t.n_layer)) / ub / pcie,
-                            streamed_flops / (v.gpu_gflops * 1e9)) +
-                   static_cast<double>(sum(t.stream_io, s, t.n_layer)) / pcie;
-    }
-    const double host_flops = 2.0 * static_cast<double>(host.params) - streamed_flops +
-                              t.attn_flops_per_token * static_cast<double>(host.kv_layers) +
-                              (l.head == kHostDevice ? head_flops : 0.0);
-    const double dev_flops = 2.0 * static_cast<double>(dev.params) +
-                             t.attn_flops_per_token * static_cast<double>(dev.kv_layers) +
-                             (l.head == kAccelDevice ? head_flops : 0.0);
-    const double pp_s = host_flops / (v.cpu_gflops * 1e9) + dev_flops / (v.gpu_gflops * 1e9) + stream_s +
-                        static_cast<double>(c.bytes) / pcie + lat / ub;
-    return {tg_s > 0 ? 1.0 / tg_s : 0.0, pp_s > 0 ? 1.0 / pp_s : 0.0};
 }
 
 }  // namespace tandem::planner::detail

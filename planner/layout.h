@@ -19,12 +19,24 @@
 namespace tandem::planner::detail {
 
 inline constexpr int kDevices = 2;  // kHostDevice, kAccelDevice
+// Weight types a model's tables tell apart (Tables::types); a model with
+// more shares the last slot, at the rate of the type that slot was given.
+inline constexpr int kTypeSlots = 8;
 
 // What layers put on one device: bytes held, bytes one token's decode reads
 // (of experts only the used share), weights multiplied per token, and their
-// KV caches (bytes held, bytes read at the average position, layers).
+// KV caches (bytes held, bytes read at the average position, layers). For
+// the cost model, per weight type slot: the weights of the dense and of
+// the expert matrices (all experts'); and the work handed over: products
+// (a decode step: calls, one per group of products of one input on one
+// device; a batch: batch_calls, one per dense matrix, and one per expert
+// matrix (expert_mats) and expert the batch uses), ops over rows (norms,
+// RoPE, adds, the activation; a decode step runs them on the calling
+// thread) and the matrices weight streaming would multiply one by one.
 struct Share {
     uint64_t weights = 0, read = 0, params = 0, kv = 0, kv_read = 0, kv_layers = 0;
+    std::array<uint64_t, kTypeSlots> dense_params_by{}, expert_params_by{};
+    uint64_t calls = 0, batch_calls = 0, expert_mats = 0, row_ops = 0, streamed_mats = 0;
     Share& operator+=(const Share& o);
     Share operator-(const Share& o) const;
     Share operator+(const Share& o) const;
@@ -72,6 +84,13 @@ struct Tables {
     uint64_t logits_bytes = 0;        // one token's logits as floats
     uint64_t router_bytes = 0;        // one token's router logits as floats
     uint64_t output_bytes() const { return norm_bytes + head_bytes; }
+    // The cost model's: the weight type of each slot, the head's slot and
+    // the numbers attention and the experts' batches need.
+    std::vector<quant::Type> types;
+    int head_slot = 0;
+    double attn_flops_per_pos = 0;  // per layer and token, per cached position attended
+    int64_t n_expert = 0, n_expert_used = 0;
+    int slot_of(quant::Type type) const;  // its slot (make_tables gave every type of the model one)
 };
 
 Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx, int64_t n_ubatch, model::CacheType cache_type);
@@ -109,6 +128,8 @@ Footprint footprint(const model::ModelSpec& spec, const Tables& t, const Layout&
 
 struct Speeds {
     double cpu_gbps, gpu_gbps, pcie_gbps, cpu_gflops, gpu_gflops;
+    KernelCosts host, dev;  // as PlanInputs gave them
+    int64_t stream_min_batch = 32;
 };
 
 // Activations crossing between the devices per token: how many hand-overs
@@ -121,7 +142,17 @@ struct Crossings {
 };
 Crossings crossings(const Tables& t, const Layout& l);
 
+// Share of layers [from, to) on device d under the layout.
+Share range_share(const Layout& l, int d, int64_t from, int64_t to);
+
 Prediction predict(const Tables& t, const Layout& l, const Footprint& f, const Speeds& v);
+
+// Seconds of one evaluated batch of n tokens at positions [pos0, pos0 + n)
+// of one sequence, with the last token's logits when `logits`
+// (cost_model.cpp). Weight streaming (f.streams) applies to batches of at
+// least v.stream_min_batch tokens.
+double batch_seconds(const Tables& t, const Layout& l, const Footprint& f, const Speeds& v, int64_t n, int64_t pos0,
+                     bool logits = true);
 
 // Decode bytes read per token on each device ([kHostDevice], [kAccelDevice]),
 // weights and KV caches.

@@ -80,6 +80,47 @@ double value_or_default(const std::optional<double>& v, double fallback, const c
     return v ? *v : fallback;
 }
 
+void check_costs(const KernelCosts& k, const char* device) {
+    const auto positive = [&](const std::optional<double>& x, const char* name) {
+        if (x && !(*x >= 0.0)) throw Error(fmt::format("{} {}: expected a number >= 0, found {}", device, name, *x));
+    };
+    positive(k.matmul_call_s, "matmul_call_s");
+    positive(k.batch_call_s, "batch_call_s");
+    positive(k.pool_op_s, "pool_op_s");
+    positive(k.inline_op_s, "inline_op_s");
+    positive(k.batch_s, "batch_s");
+    positive(k.crossing_s, "crossing_s");
+    if (k.copy_gbps && !(*k.copy_gbps > 0.0)) {
+        throw Error(fmt::format("{} copy_gbps: expected a positive number, found {}", device, *k.copy_gbps));
+    }
+    for (const auto* m : {&k.matvec_gbps, &k.matvec_cached_gbps, &k.gemm_small_gflops, &k.gemm_large_gflops}) {
+        for (const auto& [type, rate] : *m) {
+            if (!(rate > 0.0)) {
+                throw Error(fmt::format("{} rate of {}: expected a positive number, found {}", device,
+                                        quant::traits(type).name, rate));
+            }
+        }
+    }
+}
+
+// The kernel rates and fixed costs; the fixed costs join the assumptions
+// (default or not), in seconds.
+void fill_costs(const PlanInputs& in, detail::Speeds& v, std::vector<Assumption>* out) {
+    check_costs(in.host_costs, "host");
+    check_costs(in.device_costs, "device");
+    v.host = in.host_costs;
+    v.dev = in.device_costs;
+    v.stream_min_batch = in.stream_min_batch;
+    if (!out) return;
+    const auto note = [&](const std::optional<double>& x, double fallback, const char* name) {
+        out->push_back({name, x.value_or(fallback), !x});
+    };
+    note(v.host.matmul_call_s, kDefaultMatmulCallS, "cpu_matmul_call_s");
+    note(v.host.pool_op_s, kDefaultPoolOpS, "cpu_pool_op_s");
+    note(v.host.batch_s, kDefaultBatchS, "batch_s");
+    note(v.dev.crossing_s, kHandOverLatencyS, "crossing_s");
+}
+
 // Everything one plan's search needs.
 struct Context {
     const model::ModelSpec& spec;
@@ -397,6 +438,7 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
     v.pcie_gbps = value_or_default(in.pcie_gbps, kDefaultPcieGBps, "pcie_gbps", p.assumptions);
     v.cpu_gflops = value_or_default(in.cpu_gflops, kDefaultCpuGflops, "cpu_gflops", p.assumptions);
     v.gpu_gflops = value_or_default(in.gpu_gflops, kDefaultGpuGflops, "gpu_gflops", p.assumptions);
+    fill_costs(in, v, &p.assumptions);
     if (in.ngl && *in.ngl < 0) throw Error(fmt::format("--ngl: expected a value >= 0, found {}", *in.ngl));
     if (in.rules.n_cpu_moe < 0) {
         throw Error(fmt::format("--n-cpu-moe: expected a value >= 0, found {}", in.rules.n_cpu_moe));
@@ -445,6 +487,60 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
                                     format_bytes(reads[kAccelDevice]),
                                     static_cast<double>(reads[kAccelDevice]) / (v.gpu_gbps * 1e6), v.gpu_gbps));
     return p;
+}
+
+bool KernelCosts::empty() const {
+    return matvec_gbps.empty() && matvec_cached_gbps.empty() && gemm_small_gflops.empty() &&
+           gemm_large_gflops.empty() && !cache_bytes && !matmul_call_s && !batch_call_s && !pool_op_s &&
+           !inline_op_s && !batch_s &&
+           !crossing_s && !copy_gbps;
+}
+
+double predict_seconds(const model::ModelSpec& spec, const PlanInputs& in, const Plan& p, const Workload& w) {
+    if (w.n_prompt < 0 || w.n_gen < 0 || w.n_depth < 0) {
+        throw Error(fmt::format("predict: expected token counts >= 0, found prompt {}, generated {}, depth {}",
+                                w.n_prompt, w.n_gen, w.n_depth));
+    }
+    const Tables t = detail::make_tables(spec, in.n_ctx, in.n_ubatch, in.cache_type);
+    if (w.n_depth + w.n_prompt + w.n_gen > t.n_ctx) {
+        throw Error(fmt::format("predict: {} tokens do not fit the context of {}", w.n_depth + w.n_prompt + w.n_gen,
+                                t.n_ctx));
+    }
+    detail::Speeds v{};
+    std::vector<Assumption> ignored;
+    v.cpu_gbps = value_or_default(in.cpu_gbps, kDefaultCpuGBps, "cpu_gbps", ignored);
+    v.gpu_gbps = value_or_default(in.gpu_gbps, kDefaultGpuGBps, "gpu_gbps", ignored);
+    v.pcie_gbps = value_or_default(in.pcie_gbps, kDefaultPcieGBps, "pcie_gbps", ignored);
+    v.cpu_gflops = value_or_default(in.cpu_gflops, kDefaultCpuGflops, "cpu_gflops", ignored);
+    v.gpu_gflops = value_or_default(in.gpu_gflops, kDefaultGpuGflops, "gpu_gflops", ignored);
+    fill_costs(in, v, nullptr);
+    // The plan's placement, rebuilt as plan() laid it out.
+    LayerModes layer_modes;
+    std::optional<SplitModes> split;
+    Layout l;
+    if (!p.has_device || p.candidate == Candidate::Layers) {
+        layer_modes = p.has_device && p.user_rules ? rule_layer_modes(spec, t, in) : plain_layer_modes(spec, t);
+        l = layer_modes.at(t, p.has_device ? p.ngl : 0);
+    } else {
+        split = split_modes(spec, t, p.candidate);
+        const int out = p.output_on_gpu ? kAccelDevice : kHostDevice;
+        l = Layout{&split->lo, &split->hi, p.host_layers, out, out};
+    }
+    const detail::Footprint f = detail::footprint(spec, t, l, p.weight_stream);
+    double sec = 0.0;
+    for (int64_t pos = w.n_depth, left = w.n_prompt; left > 0;) {
+        const int64_t n = std::min(left, t.n_ubatch);
+        left -= n;
+        sec += detail::batch_seconds(t, l, f, v, n, pos, left == 0);
+        pos += n;
+    }
+    // A step's attention grows linearly with its position: the steps at
+    // their mean position cost what they cost one by one.
+    if (w.n_gen > 0) {
+        sec += static_cast<double>(w.n_gen) *
+               detail::batch_seconds(t, l, f, v, 1, w.n_depth + w.n_prompt + (w.n_gen - 1) / 2);
+    }
+    return sec;
 }
 
 std::string cache_type_name(model::CacheType t) { return t == model::CacheType::F16 ? "f16" : "q8_0"; }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 
 #include "runtime/model/model_spec.h"
 #include "runtime/placement/placement.h"
+#include "runtime/quant/quant_types.h"
 
 namespace tandem::planner {
 
@@ -30,6 +32,41 @@ inline constexpr double kDefaultGpuGflops = 50000.0; // quantized GEMM, well bel
 // Latency of one hidden-state hand-over between devices (launch + copy
 // setup), which dominates the few KiB actually moved per token.
 inline constexpr double kHandOverLatencyS = 10e-6;
+// Fixed costs of a step when bench --calibrate has not measured them: a
+// product handed to the threads (the activations quantized, the threads
+// woken and met), any other op spread over the threads (a batch's norms,
+// RoPE, adds; a decode step's attention), an op a decode step runs on the
+// calling thread (its norms, RoPE and adds over one row), and each
+// evaluated batch's own (the embedding lookup, the logits copied out, the
+// session's bookkeeping).
+inline constexpr double kDefaultMatmulCallS = 6e-6;
+inline constexpr double kDefaultPoolOpS = 4e-6;
+inline constexpr double kDefaultInlineOpS = 0.3e-6;
+inline constexpr double kDefaultBatchS = 20e-6;
+// The micro-batch sizes bench --calibrate measures the GEMM rate at; the
+// rate at other sizes is interpolated on log2 of the batch.
+inline constexpr int64_t kGemmSmallBatch = 32;
+inline constexpr int64_t kGemmLargeBatch = 512;
+
+// What one device's kernels achieve on this machine, measured by bench
+// --calibrate (planner/calibration.h). Per weight type: a one-token
+// product's rate in GB/s of weights read from memory (matvec_gbps), the
+// same for weights the last-level cache holds (matvec_cached_gbps, used
+// while a token's weights fit in cache_bytes), and a micro-batch
+// product's GFLOP/s at kGemmSmallBatch and kGemmLargeBatch tokens. A type
+// without an entry takes the device's GB/s and GFLOP/s speeds. Then the
+// fixed costs above, and the hand-overs to the other device: a fixed
+// part per crossing and the bytes at copy_gbps (the stand-in copies host
+// memory; a GPU's go over PCIe). Unset: the defaults.
+struct KernelCosts {
+    std::map<quant::Type, double> matvec_gbps, matvec_cached_gbps, gemm_small_gflops, gemm_large_gflops;
+    std::optional<uint64_t> cache_bytes;
+    // batch_call_s: a product of a micro-batch handed over (its rows
+    // quantized, the panels set up); unset: matmul_call_s.
+    std::optional<double> matmul_call_s, batch_call_s, pool_op_s, inline_op_s, batch_s;
+    std::optional<double> crossing_s, copy_gbps;
+    bool empty() const;
+};
 // Default margin: 3% of the capacity but at least 64 MiB (allocator
 // fragmentation, CUDA/cuBLAS workspaces the ledger does not see yet), and
 // never more than 1/8 of the capacity so small what-if capacities and the
@@ -88,6 +125,9 @@ struct PlanInputs {
     bool weight_stream = true;
     int64_t stream_min_batch = 32;
     std::optional<double> cpu_gbps, gpu_gbps, pcie_gbps, cpu_gflops, gpu_gflops;
+    // Kernel rates and fixed costs of the host and of the accelerator (on
+    // the stand-in, the host's: the same kernels on the same cores).
+    KernelCosts host_costs, device_costs;
 };
 
 // Bytes one device holds, by the ledger's categories.
@@ -102,7 +142,16 @@ struct DeviceBytes {
 
 struct Prediction {
     double tg_tps = 0.0;  // decode tokens per second at the average context (n_ctx / 2)
-    double pp_tps = 0.0;  // prompt tokens per second
+    double pp_tps = 0.0;  // prompt tokens per second (one full micro-batch from an empty cache)
+};
+
+// A run to predict in detail: n_prompt prompt tokens in micro-batches of
+// n_ubatch (only the last position gets logits, as bench's ppN), then
+// n_gen tokens one at a time, after n_depth tokens already in the cache.
+struct Workload {
+    int64_t n_prompt = 0;
+    int64_t n_gen = 0;
+    int64_t n_depth = 0;
 };
 
 // One assumed speed and whether it was the built-in default.
@@ -194,6 +243,12 @@ DeviceBytes host_bytes(const model::ModelSpec& spec, int64_t ngl, bool has_devic
 // (negative sizes, layers asked of a missing accelerator, a cache type the
 // heads do not fit, a -ot rule naming another device).
 Plan plan(const model::ModelSpec& spec, const PlanInputs& inputs);
+
+// Predicted seconds of a workload at the plan's placement (its candidate,
+// ngl, host layers and rules), with the speeds and costs of `inputs` (the
+// inputs the plan was made from). Throws tandem::Error for a negative
+// count, or a workload longer than the plan's context.
+double predict_seconds(const model::ModelSpec& spec, const PlanInputs& inputs, const Plan& plan, const Workload& w);
 
 // The JSON form `tandem plan --json` prints: ngl, n_layer, output_on_gpu,
 // fits (vram_fits and ram_fits), vram/ram {weights, kv, compute, staging,

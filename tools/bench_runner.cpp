@@ -38,7 +38,8 @@ struct Setup {
     int64_t n_ubatch = 512;
     int threads = 0;
     int64_t ngl = 0;
-    planner::Plan plan;  // with ngl forced: the prediction and whether it fits
+    planner::Plan plan;         // with ngl forced: the prediction and whether it fits
+    planner::PlanInputs inputs;  // what the plan was made from, for each test's prediction
 };
 
 // As `tandem inspect` names it: the mix of general.file_type.
@@ -82,15 +83,19 @@ planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
     req.cache_type = s.cache_type;
     req.stream.no_stream = !c.weight_stream;
     req.stream.min_batch = c.stream_min_batch;
+    req.placement = c.placement;  // -ot, --cpu-moe, --n-cpu-moe, -nkvo: sized and predicted with them
     planner::PlanInputs in = split_plan_inputs(req);
     if (!c.device.empty() && !c.vram) in.margin = 0;
     if (calibration) planner::apply_calibration(*calibration, in);
     // The stand-in is host memory worked by the same cores: predicting it
     // with GPU speeds would compare the measurement with a card that is not
     // there. Only the predictions change; the fit does not depend on speed.
+    // The same goes for its kernels and fixed costs: the host's, and its
+    // hand-overs are copies between host buffers.
     if (c.device == "cpu2") {
         in.gpu_gbps = in.cpu_gbps.value_or(planner::kDefaultCpuGBps);
         in.gpu_gflops = in.cpu_gflops.value_or(planner::kDefaultCpuGflops);
+        in.device_costs = calibration ? planner::standin_costs(*calibration) : in.host_costs;
     }
     return in;
 }
@@ -100,7 +105,7 @@ std::vector<Setup> setups_for(const BenchConfig& c, const OpenModel& m,
     std::vector<Setup> out;
     for (model::CacheType ct : c.cache_types) {
         for (int64_t ub : c.n_ubatch) {
-            const Setup base{ct, ub, 0, 0, {}};
+            const Setup base{ct, ub, 0, 0, {}, {}};
             // The splits depend on the cache type and micro-batch (they size
             // the device's share), not on the thread count.
             std::vector<int64_t> ngls;
@@ -130,6 +135,7 @@ std::vector<Setup> setups_for(const BenchConfig& c, const OpenModel& m,
                     planner::PlanInputs in = plan_inputs(c, s, calibration);
                     in.ngl = ngl;
                     s.plan = planner::plan(m.spec, in);
+                    s.inputs = std::move(in);
                     out.push_back(std::move(s));
                 }
             }
@@ -138,13 +144,13 @@ std::vector<Setup> setups_for(const BenchConfig& c, const OpenModel& m,
     return out;
 }
 
-double predicted_tps(const planner::Plan& p, const BenchTest& t) {
-    const double pp = p.predicted.pp_tps, tg = p.predicted.tg_tps;
-    if (t.n_gen == 0) return pp;
-    if (t.n_prompt == 0) return tg;
-    if (!(pp > 0) || !(tg > 0)) return 0.0;
-    const double seconds = static_cast<double>(t.n_prompt) / pp + static_cast<double>(t.n_gen) / tg;
-    return static_cast<double>(t.n_prompt + t.n_gen) / seconds;
+// The planner's time for the test itself (its prompt in the session's
+// micro-batches, its generated tokens at their positions, after its depth),
+// as tokens per second.
+double predicted_tps(const model::ModelSpec& spec, const Setup& s, const BenchTest& t) {
+    const double seconds =
+        planner::predict_seconds(spec, s.inputs, s.plan, planner::Workload{t.n_prompt, t.n_gen, t.n_depth});
+    return seconds > 0 ? static_cast<double>(t.n_prompt + t.n_gen) / seconds : 0.0;
 }
 
 BenchRow row_skeleton(const OpenModel& m, const BenchConfig& c, const Setup& s, const BenchTest& t) {
@@ -165,7 +171,7 @@ BenchRow row_skeleton(const OpenModel& m, const BenchConfig& c, const Setup& s, 
     r.n_parallel = t.n_parallel;
     r.fits = s.plan.fits;
     // The planner predicts one sequence's decode; batched decode it does not model.
-    if (t.n_parallel == 0) r.predicted_tps = predicted_tps(s.plan, t);
+    if (t.n_parallel == 0) r.predicted_tps = predicted_tps(m.spec, s, t);
     return r;
 }
 

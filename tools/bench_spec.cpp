@@ -128,8 +128,14 @@ std::vector<SpecBenchRow> run_spec_bench(const BenchConfig& c, const SpecFlags& 
         sp.temperature = 0.0f;
         std::unique_ptr<spec::Proposer> proposer = make_proposer(f, tok, session, n_ubatch, so.cache_type, sp);
         const std::string name = std::filesystem::path(path).filename().string();
-        SpecBenchRow plain{name, "plain", threads, static_cast<int64_t>(prompt.size()), n_gen};
-        SpecBenchRow sped{name, proposer->name(), threads, static_cast<int64_t>(prompt.size()), n_gen};
+        SpecBenchRow plain;
+        plain.model = name;
+        plain.mode = "plain";
+        plain.threads = threads;
+        plain.n_prompt = static_cast<int64_t>(prompt.size());
+        plain.n_gen = n_gen;
+        SpecBenchRow sped = plain;
+        sped.mode = proposer->name();
         int64_t passes = 0, generated = 0;
         if (note) note(fmt::format("{}: {} prompt tokens, {} generated, {} + 1 uncounted runs of each", name,
                                    prompt.size(), n_gen, c.repetitions));

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -183,6 +185,23 @@ void draw_fit_limit(std::string& svg, const Axis& x, const FitLimit& limit, doub
         on_left ? lx - 5 : lx + 5, top + 14, kLimitColour, on_left ? "end" : "start", *limit.ngl);
 }
 
+// The largest gap between the predicted and the measured series (the
+// first two of a panel) at a split both have, as "predicted within +-X% of
+// measured (worst: +Y% at ngl N)"; "" when no split has both.
+std::string worst_error_text(const std::vector<Series>& series) {
+    if (series.size() < 2) return "";
+    std::optional<std::pair<double, int64_t>> worst;
+    for (const Series::Point& m : series[0].points) {
+        for (const Series::Point& p : series[1].points) {
+            if (p.ngl != m.ngl || !(m.v > 0)) continue;
+            const double err = p.v / m.v - 1.0;
+            if (!worst || std::abs(err) > std::abs(worst->first)) worst = std::make_pair(err, m.ngl);
+        }
+    }
+    if (!worst) return "";
+    return fmt::format("predicted vs measured: worst {:+.0f}% (ngl {})", 100.0 * worst->first, worst->second);
+}
+
 // One panel: frame, log y ticks and grid, x ticks, the series and a legend.
 void draw_panel(std::string& svg, double top, const std::string& heading, const std::string& y_label,
                 const std::vector<Series>& series, const Axis& x, const FitLimit& limit, bool limit_label) {
@@ -191,6 +210,10 @@ void draw_panel(std::string& svg, double top, const std::string& heading, const 
 
     svg += fmt::format(R"(<text x="{}" y="{}" font-size="14" font-weight="bold">{}</text>)" "\n", left, top - 10,
                        xml_escape(heading));
+    if (const std::string worst = worst_error_text(series); !worst.empty()) {
+        svg += fmt::format(R"(<text class="worst-error" x="{}" y="{}" font-size="12" text-anchor="end">{}</text>)" "\n",
+                           right, top - 10, xml_escape(worst));
+    }
     draw_log_ticks(svg, y, top, bottom, left, right);
     const int64_t x_first = static_cast<int64_t>(std::ceil(x.lo)), x_last = static_cast<int64_t>(std::floor(x.hi));
     const int64_t x_step = std::max<int64_t>(1, static_cast<int64_t>(nice_step(static_cast<double>(x_last - x_first) / 16)));

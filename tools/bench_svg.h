@@ -7,8 +7,10 @@
 // points carry +-1 standard deviation bars over the -r repetitions; points
 // whose prompt streamed weights to the accelerator are hollow diamonds; the
 // largest ngl that fits the capacity is a dashed line inside the plot area,
-// with the splits past it shaded. Plain SVG text: no plotting library, and
-// any browser shows it.
+// with the splits past it shaded. Each panel's heading line ends with the
+// worst gap between predicted and measured over the splits that ran
+// (class "worst-error"). Plain SVG text: no plotting library, and any
+// browser shows it.
 #pragma once
 
 #include <cstdint>

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +26,9 @@
 #include <fmt/format.h>
 
 #include "kernels_cpu/cpu_info.h"
+#include "kernels_cpu/elementwise.h"
+#include "kernels_cpu/matmul.h"
+#include "kernels_cpu/thread_pool.h"
 #include "kernels_cuda/cuda_api.h"
 #include "planner/calibration.h"
 #include "runtime/engine/memory_ledger.h"
@@ -149,11 +154,166 @@ double measure_cpu_read_gbps(int threads) {
     return best;
 }
 
+// ---- the CPU kernels' rates and the fixed costs of a step (planner.h's
+// KernelCosts), each the best of a few timed repetitions, as the read
+// bandwidth above: what the machine does when nothing else runs on it (on
+// a shared machine the others' work only ever adds time).
+
+double best_seconds(int reps, const std::function<void()>& fn) {
+    double best = 0.0;
+    for (int i = 0; i < reps; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        fn();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = i == 0 ? s : std::min(best, s);
+    }
+    return best;
+}
+
+// The weight types whose kernels are measured: the floats and the types
+// the common mixes are made of.
+constexpr quant::Type kCalibratedTypes[] = {quant::Type::F32,  quant::Type::F16,  quant::Type::Q4_0,
+                                            quant::Type::Q5_0, quant::Type::Q8_0, quant::Type::Q4_K,
+                                            quant::Type::Q5_K, quant::Type::Q6_K};
+constexpr int64_t kCalibCols = 4096;
+
+// A rows x kCalibCols matrix of `type` in the host's weight memory: a few
+// rows quantized from fixed pseudo-random floats, repeated.
+// plain: in ordinary heap memory, as the stand-in device holds the copies
+// it uploads, instead of the host's (huge-page) weight memory.
+struct CalibMatrix {
+    HostWeightArena arena;
+    std::vector<uint8_t> heap;
+    cpu::WeightView w;
+};
+
+std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, bool plain = false) {
+    constexpr int64_t kDistinct = 16;
+    const uint64_t row = *quant::row_bytes(type, kCalibCols);
+    std::vector<float> src(static_cast<size_t>(kCalibCols));
+    std::vector<uint8_t> rows_q(static_cast<size_t>(row * kDistinct));
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (int64_t r = 0; r < kDistinct; ++r) {
+        for (float& v : src) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            v = static_cast<float>(static_cast<int64_t>(state >> 40) % 2001 - 1000) / 1000.0f;
+        }
+        quant::quantize_row(type, src.data(), rows_q.data() + r * row, kCalibCols);
+    }
+    auto m = std::make_unique<CalibMatrix>();
+    uint8_t* data = nullptr;
+    if (plain) {
+        m->heap.resize(static_cast<size_t>(row * rows));
+        data = m->heap.data();
+    } else {
+        data = m->arena.allocate(static_cast<size_t>(row * rows));
+    }
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(data + r * row, rows_q.data() + (r % kDistinct) * row, row);
+    m->w = {type, data, rows, kCalibCols, row};
+    return m;
+}
+
+// GB/s of weights a one-token product reads, for a matrix of about `bytes`.
+double matvec_gbps(quant::Type type, uint64_t bytes, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level,
+                   bool plain = false) {
+    const uint64_t row = *quant::row_bytes(type, kCalibCols);
+    const auto m = calib_matrix(type, std::max<int64_t>(64, static_cast<int64_t>(bytes / row)), plain);
+    std::vector<float> x(static_cast<size_t>(kCalibCols), 0.5f), y(static_cast<size_t>(m->w.n_rows));
+    const auto once = [&] { cpu::matmul(m->w, x.data(), kCalibCols, 1, y.data(), m->w.n_rows, pool, level); };
+    once();  // warm: pages touched, the cache filled where it holds the matrix
+    const double s = best_seconds(reps, once);
+    return static_cast<double>(m->w.n_rows * m->w.row_stride_bytes) / s / 1e9;
+}
+
+// GFLOP/s of a product of n tokens (2 FLOPs per weight and token).
+double gemm_gflops(quant::Type type, int64_t n, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level) {
+    const auto m = calib_matrix(type, 1024);
+    std::vector<float> x(static_cast<size_t>(n * kCalibCols), 0.25f), y(static_cast<size_t>(n * m->w.n_rows));
+    const auto once = [&] { cpu::matmul(m->w, x.data(), kCalibCols, n, y.data(), m->w.n_rows, pool, level); };
+    once();
+    const double s = best_seconds(reps, once);
+    return 2.0 * static_cast<double>(m->w.n_rows * kCalibCols * n) / s / 1e9;
+}
+
+// The last-level cache, from sysfs (sysconf's can be a hypervisor's guess).
+std::optional<uint64_t> last_level_cache_bytes() {
+    std::optional<uint64_t> best;
+    for (int i = 0; i < 8; ++i) {
+        std::ifstream in(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/size", i));
+        std::string text;
+        if (!(in >> text) || text.empty()) continue;
+        uint64_t v = std::strtoull(text.c_str(), nullptr, 10);
+        if (text.back() == 'K') v <<= 10;
+        if (text.back() == 'M') v <<= 20;
+        if (v > 0) best = std::max(best.value_or(0), v);
+    }
+    return best;
+}
+
+// Seconds per call of fn: the best of 41 groups of `calls` calls, each
+// group well under a scheduler time slice, so that some run undisturbed.
+double per_call(int calls, const std::function<void()>& fn) {
+    return best_seconds(41, [&] {
+               for (int i = 0; i < calls; ++i) fn();
+           }) /
+           calls;
+}
+
+planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>& standin_matvec_gbps) {
+    planner::KernelCosts k;
+    cpu::ThreadPool pool(threads);
+    const cpu::SimdLevel level = cpu::simd_level_from_env();
+    k.cache_bytes = last_level_cache_bytes();
+    // From memory: 3x the cache (at least 64 MiB); cached: a quarter of it.
+    const uint64_t cache = k.cache_bytes.value_or(32ull << 20);
+    const uint64_t big = std::max<uint64_t>(64ull << 20, 3 * cache), small = std::max<uint64_t>(1ull << 20, cache / 4);
+    for (const quant::Type type : kCalibratedTypes) {
+        k.matvec_gbps[type] = matvec_gbps(type, big, 3, pool, level);
+        standin_matvec_gbps[type] = matvec_gbps(type, big, 3, pool, level, true);
+        k.matvec_cached_gbps[type] = matvec_gbps(type, small, 21, pool, level);
+        k.gemm_small_gflops[type] = gemm_gflops(type, planner::kGemmSmallBatch, 5, pool, level);
+        k.gemm_large_gflops[type] = gemm_gflops(type, planner::kGemmLargeBatch, 3, pool, level);
+    }
+    // A product too small to take time: what remains is the hand-over (the
+    // activations quantized, the threads met).
+    {
+        const auto m = calib_matrix(quant::Type::Q4_K, 64);
+        std::vector<float> x(static_cast<size_t>(kCalibCols), 0.5f), y(64);
+        k.matmul_call_s = per_call(20, [&] { cpu::matmul(m->w, x.data(), kCalibCols, 1, y.data(), 64, pool, level); });
+        // The same for a micro-batch of kGemmSmallBatch tokens of a narrow
+        // matrix (16 rows of 256): its rows quantized, the panels set up.
+        const cpu::WeightView narrow{quant::Type::Q4_K, m->w.data, 16, 256, *quant::row_bytes(quant::Type::Q4_K, 256)};
+        std::vector<float> xb(static_cast<size_t>(planner::kGemmSmallBatch * 256), 0.5f),
+            yb(static_cast<size_t>(planner::kGemmSmallBatch * 16));
+        k.batch_call_s = per_call(20, [&] {
+            cpu::matmul(narrow, xb.data(), 256, planner::kGemmSmallBatch, yb.data(), 16, pool, level);
+        });
+    }
+    std::vector<float> a(4096, 1.0f), b(4096, 0.5f);
+    k.pool_op_s = per_call(20, [&] {
+        pool.parallel_for(64, 4, [&](int64_t lo, int64_t hi) { cpu::add(a.data() + lo, b.data() + lo, hi - lo); });
+    });
+    // A decode step's row op: a norm over a 4096-wide row on this thread.
+    k.inline_op_s = per_call(50, [&] { cpu::rms_norm_rows(a.data(), b.data(), a.data(), 4096, 1, 1e-5f, level); });
+    // The stand-in's hand-over: one hidden row copied; and bulk copies.
+    std::vector<float> src(4096, 1.0f), dst(4096);
+    k.crossing_s = per_call(200, [&] { std::memcpy(dst.data(), src.data(), src.size() * sizeof(float)); });
+    {
+        const size_t bytes = 64ull << 20;
+        std::vector<uint8_t> from(bytes, 1), to(bytes, 0);
+        const double s = best_seconds(5, [&] { std::memcpy(to.data(), from.data(), bytes); });
+        k.copy_gbps = static_cast<double>(bytes) / s / 1e9;
+    }
+    return k;
+}
+
 void calibrate(const BenchOptions& o) {
     planner::Calibration c;
     c.cpu_model = cpu_model_name();
     c.physical_cores = cpu::physical_core_count();
     c.cpu_gbps = measure_cpu_read_gbps(c.physical_cores);
+    c.kernel_threads = c.physical_cores;
+    c.cpu_kernels = measure_kernels(c.kernel_threads, c.standin_matvec_gbps);
     std::string why;
     const auto devices = cuda::list_devices(&why);
     std::string gpu_note;
@@ -178,6 +338,19 @@ void calibrate(const BenchOptions& o) {
     }
     fmt::print("CPU: {} ({} physical cores)\n", c.cpu_model, c.physical_cores);
     fmt::print("CPU read bandwidth: {:.1f} GB/s\n", *c.cpu_gbps);
+    const planner::KernelCosts& k = c.cpu_kernels;
+    fmt::print("CPU kernels ({} threads), per weight type: one-token product GB/s from memory / from cache, "
+               "GFLOP/s at {} / {} tokens\n",
+               c.kernel_threads, planner::kGemmSmallBatch, planner::kGemmLargeBatch);
+    for (const quant::Type type : kCalibratedTypes) {
+        fmt::print("  {:<5} {:7.1f} / {:7.1f} GB/s  {:7.1f} / {:7.1f} GFLOP/s  (stand-in memory {:.1f} GB/s)\n",
+                   quant::traits(type).name, k.matvec_gbps.at(type), k.matvec_cached_gbps.at(type),
+                   k.gemm_small_gflops.at(type), k.gemm_large_gflops.at(type), c.standin_matvec_gbps.at(type));
+    }
+    fmt::print("fixed costs: product hand-over {:.2f} us ({:.2f} us for a batch), op over the threads {:.2f} us, op on "
+               "one row {:.2f} us, hidden-row copy {:.2f} us; copies {:.1f} GB/s\n",
+               *k.matmul_call_s * 1e6, *k.batch_call_s * 1e6, *k.pool_op_s * 1e6, *k.inline_op_s * 1e6,
+               *k.crossing_s * 1e6, *k.copy_gbps);
     if (c.gpu_gbps) {
         fmt::print("GPU copy bandwidth: {:.1f} GB/s, host-to-device: {:.1f} GB/s ({})\n", *c.gpu_gbps, *c.pcie_gbps,
                    gpu_note);

@@ -1,0 +1,423 @@
+// The planner's time model (planner/cost_model.cpp): each fixed cost of a
+// step (a product's hand-over, an op over the threads, a batch's own, a
+// crossing between the devices, the stand-in's copies) enters the
+// predicted time as often as the recipe pays it, the kernel rates scale
+// the products, and bench --calibrate's file round-trips and still reads
+// the files written before the kernels were measured. Every number here is
+// set by the test: nothing depends on this machine's speed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/calibration.h"
+#include "planner/planner.h"
+#include "runtime/common/error.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+#include "tests/run_command.h"
+#include "tools/bench_svg.h"
+#include "tests/test_paths.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace pl = tandem::planner;
+using tandem::quant::Type;
+using tandem::testing::run_tandem;
+using tandem::testing::scratch_dir;
+using tandem::testing::shell_quote;
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+// A header-only synthetic model: its spec, with the file kept alive.
+struct Model {
+    tandem::gguf::File file;
+    tandem::model::ModelSpec spec;
+};
+
+std::unique_ptr<Model> header_model(const std::string& shape) {
+    const fs::path dir = scratch_dir();
+    const fs::path out = dir / (shape + ".gguf");
+    const auto r = run_tandem("synth --shape " + shape + " --header-only -o " + shell_quote(out.string()), dir);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto file = tandem::gguf::File::open(out);
+    auto spec = tandem::model::load_model_spec(file);
+    return std::unique_ptr<Model>(new Model{std::move(file), std::move(spec)});
+}
+
+// Inputs with every fixed cost zero, so a test sets the one it looks at.
+pl::PlanInputs zero_cost_inputs(std::optional<uint64_t> capacity) {
+    pl::PlanInputs in;
+    in.device_capacity = capacity;
+    in.n_ctx = 1024;
+    in.n_ubatch = 64;
+    in.weight_stream = false;
+    for (pl::KernelCosts* k : {&in.host_costs, &in.device_costs}) {
+        k->matmul_call_s = 0.0;
+        k->pool_op_s = 0.0;
+        k->inline_op_s = 0.0;
+        k->batch_s = 0.0;
+        k->crossing_s = 0.0;
+    }
+    return in;
+}
+
+double seconds(const Model& m, const pl::PlanInputs& in, std::optional<int64_t> ngl, const pl::Workload& w) {
+    pl::PlanInputs forced = in;
+    forced.ngl = ngl;
+    const pl::Plan p = pl::plan(m.spec, forced);
+    return pl::predict_seconds(m.spec, forced, p, w);
+}
+
+// The change in predicted seconds when one cost goes from 0 to `value`.
+double delta(const Model& m, pl::PlanInputs in, std::optional<int64_t> ngl, const pl::Workload& w,
+             std::optional<double> pl::KernelCosts::*field, double value, bool device = false) {
+    const double base = seconds(m, in, ngl, w);
+    (device ? in.device_costs : in.host_costs).*field = value;
+    return seconds(m, in, ngl, w) - base;
+}
+
+TEST(Prediction, DecodePaysOneHandOverPerProductGroupAndTheHead) {
+    const auto m = header_model("llama-1b");
+    const int64_t L = m->spec.hp.n_layer;
+    const pl::Workload one_token{0, 1, 0};
+    // Q|K|V, the output, gate|up and down: four calls a layer, and the head.
+    const double d = delta(*m, zero_cost_inputs(std::nullopt), std::nullopt, one_token,
+                           &pl::KernelCosts::matmul_call_s, 1e-3);
+    EXPECT_NEAR(d, static_cast<double>(4 * L + 1) * 1e-3, 1e-9);
+    // Ten tokens pay it ten times.
+    const double d10 = delta(*m, zero_cost_inputs(std::nullopt), std::nullopt, pl::Workload{0, 10, 0},
+                             &pl::KernelCosts::matmul_call_s, 1e-3);
+    EXPECT_NEAR(d10, 10 * d, 1e-9);
+}
+
+TEST(Prediction, DecodeRunsRowOpsInlineAndAttentionOnTheThreads) {
+    const auto m = header_model("llama-1b");
+    const int64_t L = m->spec.hp.n_layer;
+    const pl::Workload one_token{0, 1, 0};
+    const auto in = zero_cost_inputs(std::nullopt);
+    // Over the threads: each layer's attention only.
+    EXPECT_NEAR(delta(*m, in, std::nullopt, one_token, &pl::KernelCosts::pool_op_s, 1e-3),
+                static_cast<double>(L) * 1e-3, 1e-9);
+    // On the calling thread: two norms, RoPE of Q and K, the activation and
+    // two residual adds a layer, then the embedding and the output norm.
+    EXPECT_NEAR(delta(*m, in, std::nullopt, one_token, &pl::KernelCosts::inline_op_s, 1e-3),
+                static_cast<double>(7 * L + 2) * 1e-3, 1e-9);
+}
+
+TEST(Prediction, PrefillPaysFixedCostsPerMicroBatchNotPerToken) {
+    const auto m = header_model("llama-1b");
+    const int64_t L = m->spec.hp.n_layer;
+    const auto in = zero_cost_inputs(std::nullopt);  // micro-batches of 64
+    // 150 prompt tokens: batches of 64, 64 and 22; only the last computes
+    // the head; every batch multiplies each matrix in its own call (Q, K,
+    // V, the output, gate, up, down) and runs its ops over the threads.
+    const pl::Workload prompt{150, 0, 0};
+    EXPECT_NEAR(delta(*m, in, std::nullopt, prompt, &pl::KernelCosts::matmul_call_s, 1e-3),
+                static_cast<double>(3 * 7 * L + 1) * 1e-3, 1e-9);
+    EXPECT_NEAR(delta(*m, in, std::nullopt, prompt, &pl::KernelCosts::pool_op_s, 1e-3),
+                static_cast<double>(3 * (8 * L + 1) + 1) * 1e-3, 1e-9);
+    EXPECT_NEAR(delta(*m, in, std::nullopt, prompt, &pl::KernelCosts::inline_op_s, 1e-3), 0.0, 1e-12);
+    // A batch's product hand-over, when measured apart, is the batches'
+    // alone: not the decode steps', nor the head's (one token's logits).
+    EXPECT_NEAR(delta(*m, in, std::nullopt, pl::Workload{150, 5, 0}, &pl::KernelCosts::batch_call_s, 1e-3),
+                static_cast<double>(3 * 7 * L) * 1e-3, 1e-9);
+    // The batch's own cost: three prompt batches and five decode steps.
+    EXPECT_NEAR(delta(*m, in, std::nullopt, pl::Workload{150, 5, 0}, &pl::KernelCosts::batch_s, 1e-3), 8e-3,
+                1e-9);
+}
+
+TEST(Prediction, CrossingsCostWhatTheSplitHandsOver) {
+    const auto m = header_model("llama-1b");
+    const int64_t L = m->spec.hp.n_layer;
+    const auto in = zero_cost_inputs(4 * kGiB);
+    const pl::Workload one_token{0, 1, 0};
+    const auto crossing = [&](int64_t ngl) {
+        return delta(*m, in, ngl, one_token, &pl::KernelCosts::crossing_s, 1e-3, true);
+    };
+    EXPECT_NEAR(crossing(0), 0.0, 1e-12);                 // all on the host
+    EXPECT_NEAR(crossing(L / 2), 2e-3, 1e-9);             // there and back
+    EXPECT_NEAR(crossing(L + 1), 2e-3, 1e-9);             // there, and the logits back
+    // The host's crossing cost is not the device's: the device's link decides.
+    EXPECT_NEAR(delta(*m, in, L / 2, one_token, &pl::KernelCosts::crossing_s, 1e-3, false), 0.0, 1e-12);
+    // Bytes at copy_gbps: a hidden row there and back per token.
+    pl::PlanInputs slow = in;
+    slow.device_costs.copy_gbps = 1e-3;  // 1 MB/s
+    const double base = seconds(*m, in, L / 2, pl::Workload{0, 1, 0});
+    const double hidden = static_cast<double>(m->spec.hp.n_embd) * 4;
+    EXPECT_NEAR(seconds(*m, slow, L / 2, pl::Workload{0, 1, 0}) - base, 2 * hidden / 1e6, 1e-6);
+}
+
+TEST(Prediction, ProductsScaleWithTheMeasuredRates) {
+    const auto m = header_model("llama-1b");
+    auto in = zero_cost_inputs(std::nullopt);
+    in.cpu_gbps = 1e9;    // the KV cache and embedding rows: free
+    in.cpu_gflops = 1e9;  // and attention
+    for (Type t : {Type::F32, Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::F16}) in.host_costs.matvec_gbps[t] = 10.0;
+    const pl::Workload one_token{0, 1, 0};
+    const double at10 = seconds(*m, in, std::nullopt, one_token);
+    // About the bytes of the weights a token reads, at 10 GB/s.
+    const double bytes = static_cast<double>(tandem::model::output_weight_bytes(m->spec)) +
+                         [&] {
+                             double b = 0;
+                             for (int64_t il = 0; il < m->spec.hp.n_layer; ++il) {
+                                 b += static_cast<double>(tandem::model::layer_decode_bytes(m->spec, il));
+                             }
+                             return b;
+                         }();
+    EXPECT_NEAR(at10, bytes / 10e9, 0.01 * bytes / 10e9);
+    for (auto& [t, r] : in.host_costs.matvec_gbps) r = 20.0;
+    EXPECT_NEAR(seconds(*m, in, std::nullopt, one_token), at10 / 2, 1e-6 * at10);
+    // A batch at the small-batch GEMM rate: 2 FLOPs per weight and token.
+    for (Type t : {Type::F32, Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::F16}) {
+        in.host_costs.gemm_small_gflops[t] = 100.0;
+    }
+    in.n_ubatch = pl::kGemmSmallBatch;
+    const double pp = seconds(*m, in, std::nullopt, pl::Workload{pl::kGemmSmallBatch, 0, 0});
+    double params = 0;
+    for (const auto& layer : m->spec.layers) {
+        for (const auto* t : layer.tensors) {
+            if (t) params += static_cast<double>(t->n_elements);
+        }
+    }
+    // The layers at 100 GFLOP/s, the head once for the last token at 20 GB/s.
+    const double head = static_cast<double>(tandem::model::output_weight_bytes(m->spec)) / 20e9;
+    EXPECT_NEAR(pp, 2 * params * pl::kGemmSmallBatch / 100e9 + head, 0.01 * pp);
+}
+
+TEST(Prediction, ABatchHandsEachExpertItUsesOverSeparately) {
+    const auto m = header_model("moe-small");
+    const int64_t L = m->spec.hp.n_layer;
+    const double e = static_cast<double>(m->spec.hp.n_expert), u = static_cast<double>(m->spec.hp.n_expert_used);
+    auto in = zero_cost_inputs(std::nullopt);
+    // One token: Q|K|V, the output, the router, the experts' gate|up and
+    // down, each group in one call; and the head.
+    EXPECT_NEAR(delta(*m, in, std::nullopt, pl::Workload{0, 1, 0}, &pl::KernelCosts::matmul_call_s, 1e-3),
+                static_cast<double>(5 * L + 1) * 1e-3, 1e-9);
+    // A batch of 64: Q, K, V, the output and the router, then gate, up and
+    // down of every expert the batch uses (all but a few of 32).
+    const double met = e * (1.0 - std::pow(1.0 - u / e, 64.0));
+    EXPECT_NEAR(delta(*m, in, std::nullopt, pl::Workload{64, 0, 0}, &pl::KernelCosts::matmul_call_s, 1e-3),
+                (static_cast<double>(L) * (5 + 3 * met) + 1) * 1e-3, 1e-9);
+    EXPECT_GT(met, 0.95 * e);
+}
+
+TEST(Prediction, ExpertsOfABatchAreReadOncePerExpertUsed) {
+    const auto m = header_model("moe-small");
+    auto in = zero_cost_inputs(std::nullopt);
+    in.cpu_gbps = 10.0;
+    in.cpu_gflops = 1e9;  // products bound by reading the weights alone
+    in.n_ubatch = 512;
+    in.n_ctx = 1024;
+    const double one = seconds(*m, in, std::nullopt, pl::Workload{0, 1, 0});
+    // A long batch uses every expert: it reads each once, not once per
+    // token, so a token costs far less than one decoded alone...
+    const double batch = seconds(*m, in, std::nullopt, pl::Workload{512, 0, 0}) / 512;
+    EXPECT_LT(batch, one / 20);
+    // ...while one token reads n_used of n_expert experts (the bytes a
+    // decode step reads, at 10 GB/s).
+    double bytes = static_cast<double>(tandem::model::output_weight_bytes(m->spec));
+    for (int64_t il = 0; il < m->spec.hp.n_layer; ++il) {
+        bytes += static_cast<double>(tandem::model::layer_decode_bytes(m->spec, il));
+    }
+    EXPECT_NEAR(one, bytes / 10e9, 0.01 * one);
+}
+
+TEST(Prediction, StreamingOnTheStandInAddsItsCopies) {
+    const auto m = header_model("llama-1b");
+    auto in = zero_cost_inputs(4 * kGiB);
+    in.weight_stream = true;
+    in.stream_min_batch = 32;
+    in.device_costs.copy_gbps = 1.0;
+    const pl::Workload prompt{64, 0, 0};
+    pl::PlanInputs forced = in;
+    forced.ngl = 0;
+    const pl::Plan p = pl::plan(m->spec, forced);
+    ASSERT_TRUE(p.weight_stream);
+    const double at1 = pl::predict_seconds(m->spec, forced, p, prompt);
+    forced.device_costs.copy_gbps = 2.0;
+    const double at2 = pl::predict_seconds(m->spec, forced, p, prompt);
+    // The weights of every layer cross once per micro-batch.
+    double weights = 0;
+    for (int64_t il = 0; il < m->spec.hp.n_layer; ++il) {
+        weights += static_cast<double>(tandem::model::layer_weight_bytes(m->spec, il));
+    }
+    EXPECT_GT(at1 - at2, 0.99 * (weights / 1e9 - weights / 2e9));
+    // A prompt below the threshold streams nothing.
+    EXPECT_NEAR(pl::predict_seconds(m->spec, forced, p, pl::Workload{16, 0, 0}),
+                seconds(*m, [&] { auto i = in; i.device_costs.copy_gbps = 1e-6; return i; }(), 0,
+                        pl::Workload{16, 0, 0}),
+                1e-9);
+}
+
+TEST(Prediction, PlanPrefillIsOneMicroBatchOfTheWorkloadModel) {
+    const auto m = header_model("llama-1b");
+    pl::PlanInputs in;
+    in.n_ctx = 2048;
+    in.n_ubatch = 256;
+    const pl::Plan p = pl::plan(m->spec, in);
+    EXPECT_NEAR(p.predicted.pp_tps, 256 / pl::predict_seconds(m->spec, in, p, pl::Workload{256, 0, 0}),
+                1e-9 * p.predicted.pp_tps);
+}
+
+TEST(Prediction, BadWorkloadsAndCostsAreRefused) {
+    const auto m = header_model("llama-1b");
+    pl::PlanInputs in;
+    in.n_ctx = 128;
+    const pl::Plan p = pl::plan(m->spec, in);
+    EXPECT_THROW(pl::predict_seconds(m->spec, in, p, pl::Workload{-1, 0, 0}), tandem::Error);
+    EXPECT_THROW(pl::predict_seconds(m->spec, in, p, pl::Workload{100, 100, 0}), tandem::Error);
+    in.host_costs.matmul_call_s = -1.0;
+    EXPECT_THROW(pl::plan(m->spec, in), tandem::Error);
+    in.host_costs.matmul_call_s.reset();
+    in.host_costs.gemm_small_gflops[Type::Q4_K] = 0.0;
+    EXPECT_THROW(pl::plan(m->spec, in), tandem::Error);
+}
+
+pl::Calibration full_calibration() {
+    pl::Calibration c;
+    c.cpu_model = "Test CPU";
+    c.physical_cores = 8;
+    c.cpu_gbps = 40.0;
+    c.kernel_threads = 8;
+    pl::KernelCosts& k = c.cpu_kernels;
+    k.matvec_gbps = {{Type::Q4_K, 30.5}, {Type::F16, 35.0}};
+    k.matvec_cached_gbps = {{Type::Q4_K, 80.25}};
+    k.gemm_small_gflops = {{Type::Q4_K, 400.0}};
+    k.gemm_large_gflops = {{Type::Q4_K, 600.0}, {Type::Q6_K, 500.0}};
+    k.cache_bytes = 32ull << 20;
+    k.matmul_call_s = 4e-6;
+    k.batch_call_s = 9e-6;
+    k.pool_op_s = 3e-6;
+    k.inline_op_s = 2e-7;
+    k.batch_s = 1e-5;
+    k.crossing_s = 1e-7;
+    k.copy_gbps = 12.0;
+    c.standin_matvec_gbps = {{Type::Q4_K, 20.0}};
+    return c;
+}
+
+TEST(Prediction, CalibrationRoundTripsTheKernels) {
+    const pl::Calibration c = full_calibration();
+    const pl::Calibration back = pl::calibration_from_json(nlohmann::json::parse(pl::to_json(c).dump()));
+    EXPECT_EQ(back.kernel_threads, 8);
+    const pl::KernelCosts& k = back.cpu_kernels;
+    EXPECT_EQ(k.matvec_gbps, c.cpu_kernels.matvec_gbps);
+    EXPECT_EQ(k.matvec_cached_gbps, c.cpu_kernels.matvec_cached_gbps);
+    EXPECT_EQ(k.gemm_small_gflops, c.cpu_kernels.gemm_small_gflops);
+    EXPECT_EQ(k.gemm_large_gflops, c.cpu_kernels.gemm_large_gflops);
+    EXPECT_EQ(k.cache_bytes, c.cpu_kernels.cache_bytes);
+    EXPECT_EQ(k.matmul_call_s, c.cpu_kernels.matmul_call_s);
+    EXPECT_EQ(k.batch_call_s, c.cpu_kernels.batch_call_s);
+    EXPECT_EQ(k.pool_op_s, c.cpu_kernels.pool_op_s);
+    EXPECT_EQ(k.inline_op_s, c.cpu_kernels.inline_op_s);
+    EXPECT_EQ(k.batch_s, c.cpu_kernels.batch_s);
+    EXPECT_EQ(k.crossing_s, c.cpu_kernels.crossing_s);
+    EXPECT_EQ(k.copy_gbps, c.cpu_kernels.copy_gbps);
+    EXPECT_EQ(back.standin_matvec_gbps, c.standin_matvec_gbps);
+    // The stand-in: the host's kernels, its one-token products from its own memory.
+    const pl::KernelCosts standin = pl::standin_costs(back);
+    EXPECT_EQ(standin.matvec_gbps.at(Type::Q4_K), 20.0);
+    EXPECT_EQ(standin.matvec_gbps.at(Type::F16), 35.0);
+    EXPECT_EQ(standin.matmul_call_s, 4e-6);
+    // And through the file.
+    const fs::path path = scratch_dir() / "calibration.json";
+    pl::save_calibration(c, path);
+    std::string warning;
+    const auto loaded = pl::load_calibration(path, &warning);
+    ASSERT_TRUE(loaded) << warning;
+    EXPECT_EQ(loaded->cpu_kernels.gemm_large_gflops, c.cpu_kernels.gemm_large_gflops);
+    EXPECT_EQ(pl::to_json(*loaded), pl::to_json(c));
+}
+
+TEST(Prediction, VersionOneCalibrationStillLoadsWithDefaultCosts) {
+    const nlohmann::json v1 = {{"version", 1},        {"cpu_model", "Old CPU"}, {"physical_cores", 4},
+                               {"cpu_gbps", 25.0},    {"gpu_gbps", nullptr},    {"pcie_gbps", nullptr}};
+    const pl::Calibration c = pl::calibration_from_json(v1);
+    EXPECT_EQ(c.cpu_gbps, 25.0);
+    EXPECT_TRUE(c.cpu_kernels.empty());
+    pl::PlanInputs in;
+    const auto filled = pl::apply_calibration(c, in);
+    EXPECT_EQ(filled, std::vector<std::string>{"cpu_gbps"});
+    EXPECT_TRUE(in.host_costs.empty());
+    // A plan from it says the fixed costs are the defaults.
+    const auto m = header_model("llama-1b");
+    const pl::Plan p = pl::plan(m->spec, in);
+    bool seen = false;
+    for (const pl::Assumption& a : p.assumptions) {
+        if (a.name != "cpu_matmul_call_s") continue;
+        seen = true;
+        EXPECT_TRUE(a.is_default);
+        EXPECT_EQ(a.value, pl::kDefaultMatmulCallS);
+    }
+    EXPECT_TRUE(seen);
+}
+
+TEST(Prediction, CalibrationFillsKernelsTheCallerLeftEmpty) {
+    const pl::Calibration c = full_calibration();
+    pl::PlanInputs in;
+    const auto filled = pl::apply_calibration(c, in);
+    EXPECT_EQ(in.host_costs.matmul_call_s, 4e-6);
+    EXPECT_NE(std::find(filled.begin(), filled.end(), "cpu_matmul_call_s"), filled.end());
+    pl::PlanInputs mine;
+    mine.host_costs.pool_op_s = 1.0;
+    pl::apply_calibration(c, mine);
+    EXPECT_EQ(mine.host_costs.pool_op_s, 1.0);
+    EXPECT_FALSE(mine.host_costs.matmul_call_s);
+}
+
+TEST(Prediction, DamagedKernelEntriesAreOneLineErrors) {
+    nlohmann::json j = pl::to_json(full_calibration());
+    j["cpu_kernels"]["matvec_gbps"]["Q9_Z"] = 3.0;
+    try {
+        pl::calibration_from_json(j);
+        FAIL() << "an unknown type was accepted";
+    } catch (const tandem::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("Q9_Z"), std::string::npos) << e.what();
+    }
+    j = pl::to_json(full_calibration());
+    j["cpu_kernels"]["pool_op_s"] = -2.0;
+    EXPECT_THROW(pl::calibration_from_json(j), tandem::Error);
+    j = pl::to_json(full_calibration());
+    j["cpu_kernels"]["gemm32_gflops"] = "fast";
+    EXPECT_THROW(pl::calibration_from_json(j), tandem::Error);
+    // Loading a damaged file warns and falls back, never throws.
+    const fs::path path = scratch_dir() / "calibration.json";
+    std::ofstream(path) << j.dump();
+    std::string warning;
+    EXPECT_FALSE(pl::load_calibration(path, &warning));
+    EXPECT_NE(warning.find("gemm32_gflops"), std::string::npos) << warning;
+}
+
+// The chart names the worst gap between prediction and measurement per
+// panel, over the splits that ran.
+TEST(Prediction, ChartNamesTheWorstError) {
+    tandem::tools::SweepChart c;
+    c.title = "t";
+    c.tg_test = "tg16";
+    c.pp_test = "pp32";
+    for (int64_t ngl = 0; ngl < 4; ++ngl) {
+        tandem::tools::SweepPoint p;
+        p.ngl = ngl;
+        p.measured_tg = 100.0;
+        p.predicted_tg = ngl == 2 ? 88.0 : 103.0;
+        p.measured_pp = 1000.0;
+        p.predicted_pp = 1050.0;
+        c.points.push_back(p);
+    }
+    tandem::tools::SweepPoint unrun;  // did not fit: no measurement, never the worst
+    unrun.ngl = 4;
+    unrun.predicted_tg = 1.0;
+    c.points.push_back(unrun);
+    const std::string svg = tandem::tools::render_sweep_svg(c);
+    EXPECT_NE(svg.find("worst -12% (ngl 2)"), std::string::npos) << svg;
+    EXPECT_NE(svg.find("worst +5% (ngl 0)"), std::string::npos) << svg;
+}
+
+}  // namespace
