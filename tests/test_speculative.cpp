@@ -391,6 +391,7 @@ TEST(SpecGreedy, EverySharedModelNgramAndSelfDraft) {
                            "tiny-llama-Q4_0.gguf",    "tiny-llama-Q4_K_M.gguf",  "tiny-llama-Q5_K_M.gguf",
                            "tiny-llama-Q6_K.gguf",    "tiny-llama-Q8_0.gguf",    "tiny-llama-b-Q4_K_M.gguf"};
     int done = 0;
+    int64_t proposed_all = 0;
     for (const char* f : files) {
         const fs::path path = tandem::testing::shared(std::string("models/") + f);
         if (!fs::exists(path)) continue;
@@ -405,7 +406,12 @@ TEST(SpecGreedy, EverySharedModelNgramAndSelfDraft) {
         spec::NgramProposer ngram(2);
         spec::Stats st;
         EXPECT_EQ(speculative(b, prompt, sp, kTokens, ngram, &st), want);
-        EXPECT_GT(st.proposed, 0);
+        // Over 128 tokens every model repeats itself somewhere; the short
+        // sanitizer run counts proposals over all models.
+        if (kTokens >= 128) {
+            EXPECT_GT(st.proposed, 0);
+        }
+        proposed_all += st.proposed;
         EXPECT_EQ(b.n_past(), static_cast<int64_t>(prompt.size() + want.size() - 1));
         tandem::Session c(m.file, m.spec, session_options());
         spec::DraftModelProposer draft(path.string(), m.tok, c.n_vocab(), session_options(), sp, 0.0f);
@@ -415,6 +421,7 @@ TEST(SpecGreedy, EverySharedModelNgramAndSelfDraft) {
         ++done;
     }
     if (done == 0) GTEST_SKIP() << "no model of ../shared/models found";
+    EXPECT_GT(proposed_all, 0);
 }
 
 // ------------------------------------------------------ sampling, whole runs
