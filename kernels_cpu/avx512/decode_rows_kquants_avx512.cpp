@@ -465,16 +465,14 @@ void decode_rows_multi(int64_t n, const void* w, size_t row_stride, int n_rows, 
     // half the speed of a pass of three, Q4_K 2048 columns, Zen 4; cause
     // not found): two tokens run as three with the second repeated into a
     // scratch output.
-    alignas(64) float scratch[kDecodeRows];
     for (int t0 = 0; t0 < nt;) {
         const int left = nt - t0;
-        const int take = left == 1 ? 1 : left == 2 ? 2 : 3;
-        if (take == 1) {
-            decode_rows_tokens<F, 1, kSpans>(n, w, row_stride, n_rows, acts + t0, ys + t0);
-        } else {
-            const uint8_t* a3[3] = {acts[t0], acts[t0 + 1], take == 3 ? acts[t0 + 2] : acts[t0 + 1]};
-            float* y3[3] = {ys[t0], ys[t0 + 1], take == 3 ? ys[t0 + 2] : scratch};
-            decode_rows_tokens<F, 3, kSpans>(n, w, row_stride, n_rows, a3, y3);
+        const int take = std::min(left, 4);
+        switch (take) {
+        case 1: decode_rows_tokens<F, 1, kSpans>(n, w, row_stride, n_rows, acts + t0, ys + t0); break;
+        case 2: decode_rows_tokens<F, 2, kSpans>(n, w, row_stride, n_rows, acts + t0, ys + t0); break;
+        case 3: decode_rows_tokens<F, 3, kSpans>(n, w, row_stride, n_rows, acts + t0, ys + t0); break;
+        default: decode_rows_tokens<F, 4, kSpans>(n, w, row_stride, n_rows, acts + t0, ys + t0); break;
         }
         t0 += take;
     }
