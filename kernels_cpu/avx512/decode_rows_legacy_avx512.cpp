@@ -168,22 +168,28 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
 }
 
 // Several tokens: each block's codes and scale converted once, then per
-// token dot_row's integer lanes and float steps (NT independent chains, so
-// the fma latency that bounds one row is shared out).
+// token dot_row's integer lanes and float steps (NT independent chains per
+// row, two rows at a time, so the fma latency that bounds one row is
+// shared out).
 //
 // The kernel was bound by loads (two 256-bit loads a cycle on Zen 4): per
 // token and block the activation, its lane starts, the scale broadcast and
 // the token's row pointer spilled to the stack. So the tokens' blocks are
 // first copied together, block by block (Gathered: one pointer, fixed
-// offsets), and a block's NT scale products dw x ad_t are one multiply
-// whose lane t each token's fma takes through a register permute. The
-// minimum terms are one fused multiply-add for all tokens, lane t the same
-// operation on the same values as token t's scalar one.
+// offsets); the scale products dw x ad_t are made per row before its
+// blocks and read back as broadcast operands; Q8_0's -128 offset moves to
+// the activation side (one lane start per block for all tokens instead of
+// one load per token). The minimum terms are one fused multiply-add for
+// all tokens, lane t the same operation on the same values as token t's
+// scalar one, and the tokens' final lane sums run as one transpose and
+// seven additions in dot_row's order.
+// Measured (tandem_bench_kernels streams/, one thread, Zen 4, best of 3):
+// four tokens of Q8_0 1536x576 86 -> 68 us, of the DRAM 2048x2048 matrix
+// 553 -> 395 us; Q4_1 83 -> 74 and 384 -> 358 us.
 // How far ahead of the block being read the several-tokens kernel asks
-// for weights.
+// for weights: without it a pass of four Q8_0 tokens from DRAM ran ~30%
+// slower than from L2.
 constexpr int64_t kPrefetchAhead = 4096;
-// 1.5 x 2^23 as float bits: see row_group.
-constexpr int32_t kMagicBits = 0x4B400000;
 
 template <int NT, bool kStarts>
 struct Gathered {
@@ -237,12 +243,6 @@ void row_group(int64_t nb, const uint8_t* w, size_t row_stride, const typename G
             _mm256_storeu_ps(dp + (k * NR + r) * 8, _mm256_mul_ps(_mm256_set1_ps(f16(x[r][k].d)), _mm256_load_ps(blocks[k].d)));
         }
     }
-    // The lanes are converted exactly without vcvtdq2ps (which shares the
-    // fma's pipes on Zen 4): the dot product starts at the bits of
-    // 1.5 x 2^23, so its result is the float 1.5 x 2^23 + lane (|lane| <
-    // 2^22), and one subtraction, on the adders' pipes, leaves the lane.
-    const __m256i magic = _mm256_set1_epi32(kMagicBits);
-    const __m256 magic_f = _mm256_castsi256_ps(magic);
     __m256 acc[NR][NT];
     __m256 acc_min[NR];
     for (int r = 0; r < NR; ++r) {
@@ -252,14 +252,11 @@ void row_group(int64_t nb, const uint8_t* w, size_t row_stride, const typename G
     for (int64_t k = 0; k < nb; ++k) {
         const typename G::Block& b = blocks[k];
         for (int r = 0; r < NR; ++r) {
-            // Several tokens do more work per byte than one, and the
-            // hardware prefetcher alone left a pass of four Q8_0 tokens
-            // from DRAM ~30% slower than from L2: ask ~4 KiB ahead.
             _mm_prefetch(reinterpret_cast<const char*>(x[r] + k) + kPrefetchAhead, _MM_HINT_T0);
-            __m256i codes, flip_start = magic;
+            __m256i codes, flip_start = _mm256_setzero_si256();
             if constexpr (F::kFlipAct) {
                 codes = load256(x[r][k].qs);
-                flip_start = _mm256_sub_epi32(magic, _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), codes));
+                flip_start = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), codes));
             } else {
                 codes = F::codes(x[r][k]);
             }
@@ -267,11 +264,11 @@ void row_group(int64_t nb, const uint8_t* w, size_t row_stride, const typename G
                 acc_min[r] = _mm256_fmadd_ps(_mm256_set1_ps(f16(F::min_bits(x[r][k]))), _mm256_load_ps(b.s), acc_min[r]);
             }
             for (int t = 0; t < NT; ++t) {
-                __m256i start = magic;
+                __m256i start = _mm256_setzero_si256();
                 if constexpr (kStarts) start = b.start[t];
                 const __m256i dot = F::kFlipAct ? _mm256_dpbusd_epi32(flip_start, b.qs[t], codes)
                                                 : _mm256_dpbusd_epi32(start, codes, b.qs[t]);
-                const __m256 lanes = _mm256_sub_ps(_mm256_castsi256_ps(dot), magic_f);
+                const __m256 lanes = _mm256_cvtepi32_ps(dot);
                 acc[r][t] = _mm256_fmadd_ps(lanes, _mm256_set1_ps(dp[(k * NR + r) * 8 + t]), acc[r][t]);
             }
         }
@@ -306,7 +303,7 @@ void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const 
         const auto* sums = reinterpret_cast<const float*>(base + layout.s_offset);
         for (int64_t k = 0; k < layout.nb; ++k) {
             blocks[k].qs[t] = F::kFlipAct ? _mm256_xor_si256(act[k].qs, _mm256_set1_epi8(static_cast<char>(0x80))) : act[k].qs;
-            if constexpr (kStarts) blocks[k].start[t] = _mm256_add_epi32(act[k].start, _mm256_set1_epi32(kMagicBits));
+            if constexpr (kStarts) blocks[k].start[t] = act[k].start;
             blocks[k].d[t] = d[k];
             blocks[k].s[t] = sums[k];
         }
