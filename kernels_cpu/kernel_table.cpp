@@ -39,6 +39,8 @@ constexpr std::array kTable = {
                   .wide = TANDEM_WIDE(bf16)},
     WeightKernels{.type = Type::Q4_0,
                   .dot = TANDEM_LEVELS(dot_q4_0),
+                  .rows_avx2 = DecodeRows{TANDEM_X86(dot_q4_0_rows_avx2), TANDEM_X86(prepare_q4_0_rows_avx2),
+                                          TANDEM_X86(q4_0_rows_avx2_prepared_bytes), TANDEM_X86(dot_q4_0_rows_multi_avx2)},
                   .rows_avx512 = TANDEM_ROWS(q4_0, prepare_q4_0_rows, q4_0_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q4_0, q4_0_panel_bytes, q4_0_panel_prepare, kQ4_0PanelExtraBytes),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q4_0, q4_0_panel_prepare_avx2, kQ4_0PanelExtraBytes),

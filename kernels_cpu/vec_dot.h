@@ -163,12 +163,18 @@ void dot_q4_K_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows,
 void dot_q4_0_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void prepare_q4_0_rows(const void* a, int64_t n, void* out);
 size_t q4_0_rows_prepared_bytes(int64_t n);
+// Q4_0 at AVX2 (decode_rows_q4_0_avx2.cpp): eight rows a pass, its own
+// prepared activation.
+void dot_q4_0_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
+void prepare_q4_0_rows_avx2(const void* a, int64_t n, void* out);
+size_t q4_0_rows_avx2_prepared_bytes(int64_t n);
 void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void prepare_q4_K_rows(const void* a, int64_t n, void* out);
 size_t q4_K_rows_prepared_bytes(int64_t n);
 void dot_q2_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 #define TANDEM_DECODE_MULTI_ARGS \
     int64_t n, const void *w, size_t row_stride, int n_rows, const void *a, size_t a_stride, int nt, float *y, int64_t ldy
+void dot_q4_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);  // decode_rows_q4_0_avx2.cpp
 void dot_q4_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void dot_q4_K_rows_batch_avx512(TANDEM_DECODE_MULTI_ARGS);  // in the batch form's order (dot_q4_K_batch)
 void dot_q6_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);

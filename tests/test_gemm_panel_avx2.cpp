@@ -99,13 +99,16 @@ struct Acts {
     std::vector<uint8_t> data;
     size_t stride = 0;
 };
-Acts make_acts(std::mt19937& rng, Type a_type, int64_t n_tokens, int64_t n, size_t extra_per_block, bool extreme) {
+// full_range: Q8_0/Q8_1 codes down to -128 too (which no quantizer makes,
+// but the Q8_0 and Q5_0 panels are exact for).
+Acts make_acts(std::mt19937& rng, Type a_type, int64_t n_tokens, int64_t n, size_t extra_per_block, bool extreme,
+               bool full_range = false) {
     using namespace tandem::quant;
     const int64_t nb = n / quant::traits(a_type).block_elems;
     Acts acts;
     acts.stride = (row_size(a_type, n) + extra_per_block * static_cast<size_t>(nb) + 63) / 64 * 64;
     acts.data.assign(acts.stride * static_cast<size_t>(n_tokens), 0);
-    const int lowest = a_type == Type::Q8_K ? -128 : -127;
+    const int lowest = a_type == Type::Q8_K || full_range ? -128 : -127;
     std::uniform_int_distribution<int> code(lowest, 127), coin(0, 3);
     const auto extreme_code = [&] {
         const int c = coin(rng);
@@ -203,6 +206,25 @@ TEST(GemmPanelAvx2, MatchesReferenceRowKernelBits) {
                             make_acts(rng, quant::dot_type(t), n_tokens, n, extra, false), n_tokens, "quantized");
                 check_panel(t, raw_weights(rng, t, n_rows, n), n_rows, n,
                             make_acts(rng, quant::dot_type(t), n_tokens, n, extra, true), n_tokens, "extreme");
+            }
+        }
+    }
+}
+
+// The Q8_0 and Q5_0 panels (avx2/gemm_panel_signed_avx2.cpp) walk tiles of
+// 8 tokens (then 4) over chunks of 8 blocks: token counts of one and
+// several tiles, widths on and past a chunk boundary, and activations at
+// both ends of int8 (their integer sums are exact for -128 too).
+TEST(GemmPanelAvx2, SignedPanelsTilesChunksAndFullRange) {
+    if (avx2_panel_types().empty()) GTEST_SKIP() << "no AVX2 on this CPU";
+    std::mt19937 rng(29);
+    for (Type t : {Type::Q8_0, Type::Q5_0}) {
+        for (int64_t n : {256, 288, 544}) {
+            for (int64_t n_tokens : {4, 8, 20}) {
+                for (int64_t n_rows : {16, 9, 5}) {
+                    check_panel(t, raw_weights(rng, t, n_rows, n), n_rows, n,
+                                make_acts(rng, Type::Q8_0, n_tokens, n, 0, true, true), n_tokens, "full range");
+                }
             }
         }
     }

@@ -467,12 +467,14 @@ TEST(Matmul, LlamaOrderTypesBitIdenticalAcrossLevels) {
 // it gets alone, except the tokens the type's batch form takes (Q4_K and
 // Q2_K from 4 tokens, Q3_K/Q5_K/Q6_K at 8), which must get the batch
 // form's bits (the scalar reference's). Row counts not multiples of a pass
-// (8 or 16 rows), rows shorter and longer than one span of super-blocks.
+// (8 or 16 rows), rows shorter and longer than one span of super-blocks,
+// and (32-element blocks) rows of whole chunks of 8 blocks and a tail of 3.
 TEST(Matmul, SmallBatchesMatchSingleTokenBits) {
     std::mt19937 rng(41);
     for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1, Type::Q2_K,
                    Type::Q3_K, Type::Q5_K}) {
-        for (int64_t n : {768, 9216}) {
+        for (int64_t n : {768, 9216, 864}) {
+            if (n % block_elems(t) != 0) continue;
             for (int64_t n_rows : {5, 13, 77}) {
                 const auto wq = quantize(t, random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
                 const cpu::WeightView view{t, wq.data(), n_rows, n, row_size(t, n)};

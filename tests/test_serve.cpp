@@ -19,6 +19,7 @@
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/run_command.h"
+#include "tests/serve_helpers.h"
 #include "tests/test_paths.h"
 #include "tools/serve/openai_api.h"
 #include "tools/serve/scheduler.h"
@@ -149,67 +150,13 @@ TEST(ServeRequests, ValuesAreTaken) {
 
 // ---- Scheduler on the tiny model
 
-struct Model {
-    tandem::gguf::File file = tandem::gguf::File::open(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"));
-    tandem::model::ModelSpec spec = tandem::model::load_model_spec(file);
-    tandem::Tokenizer tok = tandem::Tokenizer::from_gguf(file);
-
-    std::unique_ptr<tandem::Session> session(int n_seq, int64_t n_ctx = 1024) {
-        tandem::SessionOptions o;
-        o.n_ctx = n_ctx;
-        o.n_ubatch = 64;
-        o.n_seq_max = n_seq;
-        o.kv_per_sequence = true;  // as the server opens it
-        o.cache_type = tandem::model::CacheType::F16;
-        return std::make_unique<tandem::Session>(file, spec, o);
-    }
-};
-
-struct Result {
-    std::string text;
-    Event last;
-};
-
-Result collect(const std::shared_ptr<tandem::serve::Job>& job) {
-    Result r;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (std::chrono::steady_clock::now() < deadline) {
-        auto e = job->next(std::chrono::milliseconds(100));
-        if (!e) continue;
-        r.text += e->text;
-        if (e->done) {
-            r.last = *e;
-            return r;
-        }
-    }
-    ADD_FAILURE() << "a job did not finish in 120 s";
-    return r;
-}
+using Model = tandem::testing::ServeModel;
+using Result = tandem::testing::ServeResult;
+using tandem::testing::collect;
+using tandem::testing::plain_greedy;
 
 GenerationRequest greedy(const std::vector<int32_t>& prompt, int64_t n) {
-    GenerationRequest g;
-    g.prompt = prompt;
-    g.sampling.temperature = 0;
-    g.max_tokens = n;
-    g.ignore_eos = true;
-    return g;
-}
-
-// Greedy ids straight from the session: the reference a served request must give.
-std::string plain_greedy(Model& m, const std::vector<int32_t>& prompt, int n) {
-    auto s = m.session(1);
-    std::vector<float> logits;
-    s->eval(prompt, false, logits);
-    std::string text;
-    for (int i = 0; i < n; ++i) {
-        const int32_t t = tandem::argmax(logits);
-        text += m.tok.token_to_piece(t);
-        if (i + 1 < n) {
-            const int32_t one[1] = {t};
-            s->eval(one, false, logits);
-        }
-    }
-    return text;
+    return tandem::testing::greedy_request(prompt, n);
 }
 
 TEST(ServeScheduler, OneRequestMatchesPlainGreedyDecoding) {
@@ -344,7 +291,14 @@ TEST(ServeCli, BadFlagsAreOneLineBeforeAnythingLoads) {
     tandem::testing::expect_one_line_error(
         run_tandem("serve -m " + tiny_model() + " --chat-template " + shell_quote((dir / "none.jinja").string()), dir),
         "--chat-template");
-    tandem::testing::expect_one_line_error(run_tandem("serve -m " + tiny_model() + " -md " + tiny_model(), dir), "-md");
+    // -md: a file that is not there, or with --spec-ngram, is refused before loading.
+    tandem::testing::expect_one_line_error(
+        run_tandem("serve -m " + tiny_model() + " -md " + shell_quote((dir / "none.gguf").string()), dir),
+        "--model-draft");
+    tandem::testing::expect_one_line_error(
+        run_tandem("serve -m " + tiny_model() + " --spec-ngram -md " + tiny_model(), dir), "not both");
+    tandem::testing::expect_one_line_error(
+        run_tandem("serve -m " + tiny_model() + " -md " + tiny_model() + " --draft-p-min 2", dir), "--draft-p-min");
     tandem::testing::expect_one_line_error(run_tandem("serve -m " + tiny_model() + " --spec-ngram 0", dir),
                                            "--spec-ngram");
     tandem::testing::expect_one_line_error(

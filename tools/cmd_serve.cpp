@@ -21,7 +21,9 @@
 #include "tools/serve/http_server.h"
 #include "tools/serve/scheduler.h"
 #include "tools/serve/server_state.h"
+#include "tools/speculative/draft_model.h"
 #include "tools/speculative/spec_flags.h"
+#include "tools/split.h"
 
 namespace tandem::tools {
 namespace {
@@ -30,7 +32,7 @@ struct ServeOptions : ChatModelFlags {
     serve::ServeConfig http;
     int n_parallel = 4;
     bool verbose = false;
-    SpecFlags spec;  // --spec-ngram and --draft-max per slot
+    SpecFlags spec;  // --spec-ngram or -md, and the --draft-* flags, per slot
 };
 
 // The signal that asked the server to stop (0: none yet): written only by
@@ -90,6 +92,15 @@ void serve_model(const ServeOptions& o) {
         throw Error(fmt::format("--chat-template: expected chatml or a file of Jinja text, found '{}' (no such file)",
                                 o.chat_template));
     }
+    if (!o.spec.model_draft.empty()) {
+        if (!std::filesystem::is_regular_file(o.spec.model_draft)) {
+            throw Error(fmt::format("--model-draft {}: expected a GGUF model file, found {}", o.spec.model_draft,
+                                    std::filesystem::exists(o.spec.model_draft) ? "something else" : "nothing there"));
+        }
+        // Reads the two vocabularies only: a draft that cannot serve is one
+        // line, before the address is taken.
+        spec::check_draft_vocabulary(o.model, o.spec.model_draft);
+    }
     SignalWaiter signals;
     serve::ServerState state;
     state.config = o.http;
@@ -108,8 +119,13 @@ void serve_model(const ServeOptions& o) {
         }
     });
     std::unique_ptr<ChatModel> m;
+    std::unique_ptr<spec::DraftModel> draft;
     try {
         m = open_chat_model(o, o.n_parallel);
+        // The draft on the CPU, a sequence per slot, with the target's
+        // context, threads and cache type.
+        draft = open_draft_model(o.spec, m->tokenizer, *m->session, m->session->n_ubatch(),
+                                 split_request(o, m->session->n_ctx(), o.n_ubatch).cache_type, o.n_parallel);
     } catch (...) {
         loading.store(false);
         failed.store(true);
@@ -121,6 +137,9 @@ void serve_model(const ServeOptions& o) {
     so.step_tokens = o.n_ubatch;
     so.spec_ngram = o.spec.ngram.value_or(0);
     so.draft_max = o.spec.draft_max;
+    so.draft_min = o.spec.draft_min;
+    so.draft_adaptive = !o.spec.fixed_length;
+    so.draft = draft.get();
     serve::Scheduler scheduler(*m->session, m->tokenizer, so);
     serve::LoadedModel& lm = state.model;
     lm.name = std::filesystem::path(o.model).filename().string();
@@ -138,6 +157,10 @@ void serve_model(const ServeOptions& o) {
     state.ready.store(true);
     fmt::print(stderr, "tandem serve: {} slots of {} tokens; chat template: {} ({})\n", o.n_parallel,
                scheduler.n_ctx_slot(), m->template_origin, m->chat_template.family());
+    if (draft) {
+        fmt::print(stderr, "tandem serve: draft model {} on the CPU, a sequence per slot, up to {} tokens a step\n",
+                   o.spec.model_draft, o.spec.draft_max);
+    }
     if (o.verbose) fmt::print(stderr, "{}\nplacement: {}\n", m->split_why, m->session->placement_summary());
     fmt::print(stderr, "tandem serve: ready on http://{}:{}  (Ctrl-C stops)\n", o.http.host, http.port());
     waiter.join();
@@ -146,12 +169,16 @@ void serve_model(const ServeOptions& o) {
     scheduler.stop();
 }
 
-constexpr const char* kServeFooter = R"(Speculative decoding: --spec-ngram [N] (prompt lookup, N = 3 when not
-given) lets each slot of a greedy request (temperature 0) check up to
---draft-max tokens guessed from its own context in the step that decodes its
-token, and keep those the model agrees with: the same text, in fewer steps
-when the text repeats its context. /metrics counts drafts proposed and kept.
-Sampling requests decode as without it.)";
+constexpr const char* kServeFooter = R"(Speculative decoding: each slot checks up to --draft-max tokens guessed
+for it in the step that decodes its token, proposed by --spec-ngram [N]
+(prompt lookup in the slot's own context, N = 3 when not given) or by
+-md DRAFT.gguf (--model-draft: a smaller model with the same vocabulary,
+loaded once on the CPU with a sequence per slot; it stops drafting before a
+token it gives less than --draft-p-min). A greedy request (temperature 0)
+keeps the drafts the model agrees with: the same text as without. A
+sampling request goes through the standard accept/reject rule: the same
+distribution as without (other draws for a given seed). --draft-min and
+--draft-fixed work as for run. /metrics counts drafts proposed and kept.)";
 
 }  // namespace
 
@@ -173,13 +200,14 @@ void add_serve_command(CLI::App& app) {
     cmd->callback([opts] {
         // Checked before anything loads.
         const SpecFlags& f = opts->spec;
-        if (!f.model_draft.empty()) {
-            throw Error("serve: a draft model (-md) is not supported yet; --spec-ngram [N] speculates per slot");
-        }
+        check_spec_flags(f);
         if (f.ngram && (*f.ngram < 1 || f.draft_max < 1)) {
             throw Error(fmt::format("--spec-ngram {} --draft-max {}: expected values >= 1", *f.ngram, f.draft_max));
         }
-        if (f.ngram && f.draft_max + 1 > opts->n_ubatch) {
+        if (!f.model_draft.empty() && f.draft_max < 1) {
+            throw Error(fmt::format("--model-draft with --draft-max {}: expected a value >= 1", f.draft_max));
+        }
+        if (f.enabled() && f.draft_max + 1 > opts->n_ubatch) {
             throw Error(fmt::format("--draft-max {} needs a micro-batch (-ub) of at least {} tokens, found {}",
                                     f.draft_max, f.draft_max + 1, opts->n_ubatch));
         }

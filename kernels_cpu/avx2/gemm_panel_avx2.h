@@ -92,6 +92,37 @@ inline __m256i ints_as_pair(__m256i lo, __m256i hi) {
     return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(hi, 16));
 }
 
+// The 32 nibbles of a 32-element block's qs (16 bytes at qs_offset) as
+// eight registers of four codes per row (row r in dword r): register l < 4
+// the low nibbles of bytes 4l .. 4l + 3, l >= 4 the high nibbles of bytes
+// 4 (l - 4) ..: elements 4l .. 4l + 3 in the GGUF order.
+inline void nibbles(const HalfRows& rows, int64_t i, size_t qs_offset, __m256i c[8]) {
+    __m256i q[4];
+    rows.lanes16(i, qs_offset, q);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int l = 0; l < 8; ++l) c[l] = _mm256_and_si256(l < 4 ? q[l] : _mm256_srli_epi32(q[l - 4], 4), low4);
+}
+
+// Fifth bits from a 32-bit qh per row: bit 4l + b of qh to bit 4 of byte b
+// of register l (the multiply spreads four bits to the bytes' low bits).
+inline void add_high_bits(__m256i qh, __m256i c[8]) {
+    const __m256i spread = _mm256_set1_epi32(0x00204081), lows = _mm256_set1_epi32(0x01010101);
+    for (int l = 0; l < 8; ++l) {
+        const __m256i four = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * l), _mm256_set1_epi32(0xF));
+        c[l] = _mm256_or_si256(c[l], _mm256_slli_epi32(_mm256_and_si256(_mm256_mullo_epi32(four, spread), lows), 4));
+    }
+}
+
+// The header dwords d | m << 16 of the 8 rows (fp16 each) as floats: words
+// [d 0-3, m 0-3 | d 4-7, m 4-7], then the quadwords reordered to
+// [d 0-7 | m 0-7]. m may be null (formats without a minimum).
+inline void header_floats(__m256i header, float* d, float* m) {
+    const __m256i words = _mm256_packus_epi32(_mm256_and_si256(header, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(header, 16));
+    const __m256i ordered = _mm256_permute4x64_epi64(words, _MM_SHUFFLE(3, 1, 2, 0));
+    _mm256_store_ps(d, _mm256_cvtph_ps(_mm256_castsi256_si128(ordered)));
+    if (m != nullptr) _mm256_store_ps(m, _mm256_cvtph_ps(_mm256_extracti128_si256(ordered, 1)));
+}
+
 // Four activation bytes (or two int16) broadcast to every lane.
 inline __m256i bcast4(const void* p) {
     int32_t four;

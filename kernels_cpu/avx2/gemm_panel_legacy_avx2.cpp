@@ -8,21 +8,19 @@
 // AVX-512 q4_0_panel_prepare writes): the same exact integer as subtracting
 // 8 from every code.
 //
-// Q8_0, Q5_0, Q4_1, Q5_1 in the order of their single-row kernels
-// (dot_legacy_lanes: eight lanes of four elements per row, each with its
-// own fused multiply-add chain, added as ((0+4)+(2+6)) + ((1+5)+(3+7)),
-// then the minimum chain of Q4_1/Q5_1). With the 8 rows of a half panel in
-// the dword lanes, lane l of the reference is one vpmaddubsw + vpmaddwd per
-// token: eight float accumulators per token, one token at a time (sixteen
-// registers), and no horizontal sum. Q8_0 and Q5_0 have signed values:
-// vpmaddubsw takes their magnitudes, and the activation bytes get the
-// values' signs (vpsignb), exact for activations in [-127, 127], which is
-// what the Q8_0 quantizers make (|value| <= 128: pair sums <= 32512).
+// Q4_1, Q5_1 in the order of their single-row kernels (dot_legacy_lanes:
+// eight lanes of four elements per row, each with its own fused
+// multiply-add chain, added as ((0+4)+(2+6)) + ((1+5)+(3+7)), then the
+// minimum chain). With the 8 rows of a half panel in the dword lanes, lane l
+// of the reference is one vpmaddubsw + vpmaddwd per token (unsigned codes
+// against the signed activation bytes): eight float accumulators per token,
+// one token at a time (sixteen registers), and no horizontal sum. Q8_0 and
+// Q5_0, whose values are signed, have their own kernels in
+// avx2/gemm_panel_signed_avx2.cpp.
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
 #include <cstddef>
 #include <cstring>
-#include <type_traits>
 
 #include "kernels_cpu/avx2/gemm_panel_avx2.h"
 #include "kernels_cpu/gemm_panel.h"
@@ -55,98 +53,48 @@ void unpack_q4_0(const panel_avx2::HalfRows& rows, int64_t i, HalfQ40& p) {
     _mm256_store_ps(p.d, rows.halves(i, offsetof(block_q4_0, d)));
 }
 
-// ---- Q8_0, Q5_0, Q4_1, Q5_1 ----------------------------------------------------------
-// Per block of a half panel: for lane l (elements 4l .. 4l + 3) the codes'
-// magnitudes (unsigned codes for Q4_1/Q5_1) and, for the signed formats,
-// the values whose signs go to the activations; d and the minimum m per
-// row (0 without one).
+// ---- Q4_1, Q5_1 ------------------------------------------------------------------------
+// Per block of a half panel: for lane l (elements 4l .. 4l + 3) the
+// unsigned codes of the 8 rows; d and the minimum m per row.
 struct HalfLanes {
     alignas(32) uint8_t u[8][kHalf][4];
-    alignas(32) int8_t v[8][kHalf][4];
     alignas(32) float d[kHalf];
     alignas(32) float m[kHalf];
 };
 
-template <class Block>
-constexpr bool kSignedValues = std::is_same_v<Block, block_q8_0> || std::is_same_v<Block, block_q5_0>;
-
-// The 32 nibbles of qs (16 bytes at qs_offset): lane l < 4 the low nibbles
-// of bytes 4l .., l >= 4 the high nibbles of bytes 4 (l - 4) ...
-void nibbles(const panel_avx2::HalfRows& rows, int64_t i, size_t qs_offset, __m256i c[8]) {
-    __m256i q[4];
-    rows.lanes16(i, qs_offset, q);
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    for (int l = 0; l < 8; ++l) c[l] = _mm256_and_si256(l < 4 ? q[l] : _mm256_srli_epi32(q[l - 4], 4), low4);
-}
-
-// Fifth bits from the 32-bit qh: bit 4l + b of qh to bit 4 of byte b of
-// lane l (the multiply spreads four bits to the bytes' low bits).
-void add_high_bits(__m256i qh, __m256i c[8]) {
-    const __m256i spread = _mm256_set1_epi32(0x00204081), lows = _mm256_set1_epi32(0x01010101);
-    for (int l = 0; l < 8; ++l) {
-        const __m256i four = _mm256_and_si256(_mm256_srli_epi32(qh, 4 * l), _mm256_set1_epi32(0xF));
-        c[l] = _mm256_or_si256(c[l], _mm256_slli_epi32(_mm256_and_si256(_mm256_mullo_epi32(four, spread), lows), 4));
-    }
-}
-
-// Block i of the 8 rows: the eight lanes of codes or values, and the
-// header dword d | m << 16 (m = 0 for formats without a minimum). Reads
-// stay inside each block.
-void values(const panel_avx2::HalfRows& rows, int64_t i, const block_q8_0*, __m256i c[8], __m256i& header) {
-    rows.lanes32(i, offsetof(block_q8_0, qs), c);
+// Block i of the 8 rows: the eight lanes of codes, and the header dword
+// d | m << 16. Reads stay inside each block.
+void codes(const panel_avx2::HalfRows& rows, int64_t i, const block_q4_1*, __m256i c[8], __m256i& header) {
     __m256i w[4];
     rows.lanes16(i, 0, w);
-    header = _mm256_and_si256(w[0], _mm256_set1_epi32(0xFFFF));
-}
-void values(const panel_avx2::HalfRows& rows, int64_t i, const block_q5_0*, __m256i c[8], __m256i& header) {
-    __m256i w[4];
-    rows.lanes16(i, 0, w);
-    nibbles(rows, i, offsetof(block_q5_0, qs), c);
-    add_high_bits(_mm256_or_si256(_mm256_srli_epi32(w[0], 16), _mm256_slli_epi32(w[1], 16)), c);  // qh after the 2-byte d
-    for (int l = 0; l < 8; ++l) c[l] = _mm256_sub_epi8(c[l], _mm256_set1_epi8(16));
-    header = _mm256_and_si256(w[0], _mm256_set1_epi32(0xFFFF));
-}
-void values(const panel_avx2::HalfRows& rows, int64_t i, const block_q4_1*, __m256i c[8], __m256i& header) {
-    __m256i w[4];
-    rows.lanes16(i, 0, w);
-    nibbles(rows, i, offsetof(block_q4_1, qs), c);
+    panel_avx2::nibbles(rows, i, offsetof(block_q4_1, qs), c);
     header = w[0];
 }
-void values(const panel_avx2::HalfRows& rows, int64_t i, const block_q5_1*, __m256i c[8], __m256i& header) {
+void codes(const panel_avx2::HalfRows& rows, int64_t i, const block_q5_1*, __m256i c[8], __m256i& header) {
     __m256i w[4];
     rows.lanes16(i, 0, w);
-    nibbles(rows, i, offsetof(block_q5_1, qs), c);
-    add_high_bits(w[1], c);
+    panel_avx2::nibbles(rows, i, offsetof(block_q5_1, qs), c);
+    panel_avx2::add_high_bits(w[1], c);
     header = w[0];
 }
 
 template <class Block>
 void unpack_lanes(const panel_avx2::HalfRows& rows, int64_t i, HalfLanes& p) {
     __m256i c[8], header;
-    values(rows, i, static_cast<const Block*>(nullptr), c, header);
-    for (int l = 0; l < 8; ++l) {
-        const __m256i u = kSignedValues<Block> ? _mm256_abs_epi8(c[l]) : c[l];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(p.u[l]), u);
-        if constexpr (kSignedValues<Block>) _mm256_store_si256(reinterpret_cast<__m256i*>(p.v[l]), c[l]);
-    }
-    // d | m << 16 per lane: words [d 0-3, m 0-3 | d 4-7, m 4-7], then the
-    // quadwords reordered to [d 0-7 | m 0-7].
-    const __m256i words = _mm256_packus_epi32(_mm256_and_si256(header, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(header, 16));
-    const __m256i ordered = _mm256_permute4x64_epi64(words, _MM_SHUFFLE(3, 1, 2, 0));
-    _mm256_store_ps(p.d, _mm256_cvtph_ps(_mm256_castsi256_si128(ordered)));
-    _mm256_store_ps(p.m, _mm256_cvtph_ps(_mm256_extracti128_si256(ordered, 1)));
+    codes(rows, i, static_cast<const Block*>(nullptr), c, header);
+    for (int l = 0; l < 8; ++l) _mm256_store_si256(reinterpret_cast<__m256i*>(p.u[l]), c[l]);
+    panel_avx2::header_floats(header, p.d, p.m);
 }
 
 size_t lanes_panel_bytes(int64_t n_cols) { return 2 * sizeof(HalfLanes) * static_cast<size_t>(n_cols / 32); }
 
-template <class Block, class Act>
+template <class Block>
 void lanes_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, size_t a_stride,
                 int64_t n_tokens, float* y, int64_t ldy, void* buf) {
-    constexpr bool kMin = std::is_same_v<Act, block_q8_1>;
     const int64_t nb = n_cols / 32;
     const HalfLanes* blocks = panel_avx2::unpack_panel<HalfLanes, Block>(w, row_stride, n_rows, nb, buf, unpack_lanes<Block>);
     const __m256i ones = _mm256_set1_epi16(1);
-    panel_avx2::for_token_tiles<Act>(a, a_stride, n_tokens, n_rows, y, ldy, [&](int h, const Act* const* act, __m256* out) {
+    panel_avx2::for_token_tiles<block_q8_1>(a, a_stride, n_tokens, n_rows, y, ldy, [&](int h, const block_q8_1* const* act, __m256* out) {
         const HalfLanes* half = blocks + h * nb;
         for (int t = 0; t < NT; ++t) {  // one token at a time: eight accumulators
             __m256 acc[8];
@@ -154,16 +102,14 @@ void lanes_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols
             for (auto& v : acc) v = _mm256_setzero_ps();
             for (int64_t i = 0; i < nb; ++i) {
                 const HalfLanes& p = half[i];
-                const Act& x = act[t][i];
+                const block_q8_1& x = act[t][i];
                 const __m256 d = _mm256_mul_ps(_mm256_load_ps(p.d), _mm256_set1_ps(f16(x.d)));
                 for (int l = 0; l < 8; ++l) {
-                    __m256i a4 = panel_avx2::bcast4(x.qs + 4 * l);
-                    if constexpr (kSignedValues<Block>) a4 = _mm256_sign_epi8(a4, _mm256_load_si256(reinterpret_cast<const __m256i*>(p.v[l])));
                     const __m256i u = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.u[l]));
-                    const __m256i lane = _mm256_madd_epi16(_mm256_maddubs_epi16(u, a4), ones);
+                    const __m256i lane = _mm256_madd_epi16(panel_avx2::pairs(u, x.qs + 4 * l), ones);
                     acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lane), acc[l]);
                 }
-                if constexpr (kMin) acc_min = _mm256_fmadd_ps(_mm256_load_ps(p.m), _mm256_set1_ps(f16(x.s)), acc_min);
+                acc_min = _mm256_fmadd_ps(_mm256_load_ps(p.m), _mm256_set1_ps(f16(x.s)), acc_min);
             }
             const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
                                              _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
@@ -174,26 +120,16 @@ void lanes_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols
 
 }  // namespace
 
-size_t q8_0_panel_bytes_avx2(int64_t n_cols) { return lanes_panel_bytes(n_cols); }
-size_t q5_0_panel_bytes_avx2(int64_t n_cols) { return lanes_panel_bytes(n_cols); }
 size_t q4_1_panel_bytes_avx2(int64_t n_cols) { return lanes_panel_bytes(n_cols); }
 size_t q5_1_panel_bytes_avx2(int64_t n_cols) { return lanes_panel_bytes(n_cols); }
 
-void q8_0_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
-                          size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
-    lanes_gemm<block_q8_0, block_q8_0>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);
-}
-void q5_0_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
-                          size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
-    lanes_gemm<block_q5_0, block_q8_0>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);
-}
 void q4_1_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                           size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
-    lanes_gemm<block_q4_1, block_q8_1>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);
+    lanes_gemm<block_q4_1>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);
 }
 void q5_1_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                           size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
-    lanes_gemm<block_q5_1, block_q8_1>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);
+    lanes_gemm<block_q5_1>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);
 }
 
 size_t q4_0_panel_bytes_avx2(int64_t n_cols) { return 2 * sizeof(HalfQ40) * static_cast<size_t>(n_cols / 32); }

@@ -39,7 +39,7 @@ std::string metrics_text(const ServerState& state) {
     metric("requests_processing", "gauge", "Requests running in a slot.", static_cast<double>(s.running));
     metric("requests_deferred", "gauge", "Requests queued for a slot.", static_cast<double>(s.queued));
     metric("requests_done_total", "counter", "Requests finished.", static_cast<double>(s.requests_done));
-    metric("draft_tokens_total", "counter", "Speculative draft tokens checked (--spec-ngram).",
+    metric("draft_tokens_total", "counter", "Speculative draft tokens checked (--spec-ngram or -md).",
            static_cast<double>(s.draft_proposed));
     metric("draft_tokens_accepted_total", "counter", "Of those, kept.", static_cast<double>(s.draft_accepted));
     metric("slots_busy", "gauge", "Slots serving a request.", static_cast<double>(busy));

@@ -6,6 +6,7 @@
 
 #include "runtime/common/error.h"
 #include "tools/serve/text_stream.h"
+#include "tools/speculative/draft_model.h"
 #include "tools/speculative/speculative.h"
 
 namespace tandem::serve {
@@ -59,7 +60,7 @@ struct Scheduler::Slot {
     // The request it serves, when busy.
     std::shared_ptr<Job> job;
     GenerationRequest req;
-    std::optional<Sampler> sampler;
+    std::optional<spec::TargetChooser> chooser;  // settles tokens as plain decoding draws them
     std::optional<TextStream> text;
     size_t prompt_done = 0;   // prompt tokens in the cache
     bool generating = false;  // the prompt is in; next_token waits to be evaluated
@@ -67,8 +68,12 @@ struct Scheduler::Slot {
     int64_t generated = 0;
     Usage usage;
     Clock::time_point assigned_at{}, first_token_at{};
+    std::vector<int32_t> generated_ids;
     std::optional<spec::DraftLength> draft_length;  // per request, adapting as for run
-    std::vector<int32_t> drafts;  // this step's, after next_token
+    spec::Draft draft;             // this step's, after next_token
+    bool asked = false;            // the proposer was asked this step
+    std::vector<int32_t> context;  // what it was asked about: cache and next_token
+    std::mt19937_64 draft_rng;     // the draft model's draws for a sampling request
 
     bool busy() const { return job != nullptr; }
 };
@@ -84,13 +89,23 @@ Scheduler::Scheduler(Session& session, const Tokenizer& tokenizer, SchedulerOpti
                                 session_.n_ctx(), options_.n_slots, options_.n_ctx_slot));
     }
     options_.step_tokens = std::max<int64_t>(options_.step_tokens, options_.n_slots);
-    if (options_.spec_ngram < 0 || options_.draft_max < 0) {
-        throw Error(fmt::format("--spec-ngram and --draft-max: expected values >= 0, found {} and {}",
-                                options_.spec_ngram, options_.draft_max));
+    if (options_.spec_ngram < 0 || options_.draft_max < 0 || options_.draft_min < 0) {
+        throw Error(fmt::format("--spec-ngram, --draft-max and --draft-min: expected values >= 0, found {}, {} and {}",
+                                options_.spec_ngram, options_.draft_max, options_.draft_min));
+    }
+    if (options_.spec_ngram > 0 && options_.draft != nullptr) {
+        throw Error("give --spec-ngram or --model-draft (-md), not both");
+    }
+    if (options_.draft_min > options_.draft_max) {
+        throw Error(fmt::format("--draft-min {} is more than --draft-max {}", options_.draft_min, options_.draft_max));
+    }
+    if (options_.draft != nullptr && options_.draft->n_seq() < options_.n_slots) {
+        throw Error(fmt::format("the draft model holds {} sequences, expected one per slot ({})",
+                                options_.draft->n_seq(), options_.n_slots));
     }
     // A slot's token and drafts must fit one micro-batch (a sliding-window
     // cache then drops refused drafts exactly).
-    if (options_.spec_ngram > 0 && options_.draft_max + 1 > session_.n_ubatch()) {
+    if (speculating() && options_.draft_max + 1 > session_.n_ubatch()) {
         throw Error(fmt::format("--draft-max {} needs a micro-batch (-ub) of at least {} tokens, found {}",
                                 options_.draft_max, options_.draft_max + 1, session_.n_ubatch()));
     }
@@ -100,6 +115,7 @@ Scheduler::Scheduler(Session& session, const Tokenizer& tokenizer, SchedulerOpti
         slots_.push_back(std::move(s));
     }
     stats_.slots.resize(slots_.size());
+    for (size_t i = 0; i < stats_.slots.size(); ++i) stats_.slots[i].id = static_cast<int32_t>(i);
     session_.remove_positions(-1, 0, -1);
 }
 
@@ -267,12 +283,17 @@ void Scheduler::assign_pending() {
         keep = static_cast<size_t>(session_.held_prefix(s.id, static_cast<int32_t>(keep)));
         session_.remove_positions(s.id, static_cast<int32_t>(keep), -1);
         s.cache.resize(keep);
+        if (options_.draft != nullptr) options_.draft->keep(s.id, keep);
         s.prompt_done = keep;
         s.usage.cached_tokens = static_cast<int64_t>(keep);
-        s.sampler.emplace(s.req.sampling);
-        for (int32_t t : s.req.prompt) s.sampler->accept(t);
-        s.draft_length.emplace(options_.draft_max, 0, true);
-        s.drafts.clear();
+        s.chooser.emplace(s.req.sampling);
+        for (int32_t t : s.req.prompt) s.chooser->accept(t);
+        s.generated_ids.clear();
+        s.draft_length.emplace(options_.draft_max, options_.draft_min, options_.draft_adaptive,
+                               options_.draft != nullptr);
+        s.draft = spec::Draft{};
+        s.asked = false;
+        s.draft_rng = spec::draft_generator(s.req.sampling.seed);
         s.text.emplace(s.req.stop);
         std::lock_guard lock(mu_);
         stats_.running = std::count_if(slots_.begin(), slots_.end(), [](const auto& x) { return x->busy(); });
@@ -291,9 +312,10 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
     if (s.generating) s.usage.generation_ms = ms_between(s.first_token_at, now);
     else s.usage.prompt_ms = ms_between(s.assigned_at, now);
     e.usage = s.usage;
+    e.tokens = std::move(s.generated_ids);
+    s.generated_ids.clear();
     std::shared_ptr<Job> job = std::move(s.job);
     s.job.reset();
-    s.sampler.reset();
     s.text.reset();
     s.last_used = now;
     {
@@ -306,23 +328,22 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
     job->push(std::move(e));
 }
 
-void Scheduler::sample_slot(Slot& s, std::span<const float> row) {
+bool Scheduler::settle(Slot& s, int32_t tok) {
     const auto now = Clock::now();
     if (!s.generating) {
         s.generating = true;
         s.first_token_at = now;
         s.usage.prompt_ms = ms_between(s.assigned_at, now);
     }
-    std::vector<float> logits(row.begin(), row.end());  // the penalty writes to them
-    const int32_t tok = s.sampler->sample(logits);
     const bool end = tokenizer_.is_end_of_generation(tok) ||
                      std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), tok) != s.req.stop_tokens.end();
     if (end && !s.req.ignore_eos) {
         finish(s, "stop");
-        return;
+        return false;
     }
-    s.sampler->accept(tok);
+    s.chooser->accept(tok);
     ++s.generated;
+    s.generated_ids.push_back(tok);
     s.usage.completion_tokens = s.generated;
     std::string text = s.text->push(tokenizer_.token_to_piece(tok));
     if (!text.empty()) {
@@ -333,26 +354,68 @@ void Scheduler::sample_slot(Slot& s, std::span<const float> row) {
     }
     if (s.text->stopped()) {
         finish(s, "stop");
-    } else if ((s.req.max_tokens >= 0 && s.generated >= s.req.max_tokens) ||
-               static_cast<int64_t>(s.cache.size()) >= options_.n_ctx_slot) {  // no position left for tok
-        finish(s, "length");
-    } else {
-        s.next_token = tok;
+        return false;
     }
+    if ((s.req.max_tokens >= 0 && s.generated >= s.req.max_tokens) ||
+        static_cast<int64_t>(s.cache.size()) >= options_.n_ctx_slot) {  // no position left for tok
+        finish(s, "length");
+        return false;
+    }
+    s.next_token = tok;
+    return true;
 }
 
-void Scheduler::propose(Slot& s) {
-    s.drafts.clear();
-    if (options_.spec_ngram <= 0 || s.req.sampling.temperature > 0.0f || !s.draft_length) return;
-    // Room: the drafts and the token after them must fit the slot's context
-    // and max_tokens (the token sampled after the last draft counts too).
-    int64_t room = options_.n_ctx_slot - static_cast<int64_t>(s.cache.size()) - 2;
-    if (s.req.max_tokens >= 0) room = std::min(room, s.req.max_tokens - s.generated - 1);
-    const int64_t k = std::min<int64_t>(s.draft_length->allowed(), room);
-    if (k <= 0) return;
-    std::vector<int32_t> context(s.cache);
-    context.push_back(s.next_token);
-    s.drafts = spec::ngram_lookup(context, options_.spec_ngram, 1, static_cast<int>(k));
+void Scheduler::propose(const std::vector<Slot*>& decoding) {
+    std::vector<spec::DraftRequest> reqs;
+    std::vector<Slot*> by_model;
+    for (Slot* s : decoding) {
+        s->draft.tokens.clear();
+        s->draft.q.clear();
+        s->asked = false;
+        if (!speculating() || !s->draft_length) continue;
+        // Room: the drafts and the token after them must fit the slot's
+        // context and max_tokens (the token settled after the last draft
+        // counts too).
+        int64_t room = options_.n_ctx_slot - static_cast<int64_t>(s->cache.size()) - 2;
+        if (s->req.max_tokens >= 0) room = std::min(room, s->req.max_tokens - s->generated - 1);
+        const int64_t k = std::min<int64_t>(s->draft_length->allowed(), room);
+        if (k <= 0 || k < options_.draft_min) continue;
+        s->asked = true;
+        s->context = s->cache;
+        s->context.push_back(s->next_token);
+        if (options_.spec_ngram > 0) {
+            s->draft.tokens = spec::ngram_lookup(s->context, options_.spec_ngram, 1, static_cast<int>(k));
+        } else {
+            reqs.push_back({s->id, s->context, static_cast<int>(k), &s->req.sampling, &s->draft_rng, &s->draft});
+            by_model.push_back(s);
+        }
+    }
+    if (!reqs.empty()) {
+        // All slots' drafts together, a batch per draft position; a long
+        // catch-up (a new prompt) is spread over steps, the slot decoding
+        // without drafts meanwhile.
+        try {
+            options_.draft->propose(reqs, options_.step_tokens);
+        } catch (const Error&) {
+            // What the draft's sequences hold is unknown: it forgets them,
+            // and this step goes without drafts.
+            options_.draft->clear();
+            for (Slot* s : by_model) {
+                s->draft.tokens.clear();
+                s->draft.q.clear();
+                s->asked = false;
+            }
+        }
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            if (reqs[i].behind) by_model[i]->asked = false;  // catching up is no failed draft
+        }
+    }
+    for (Slot* s : decoding) {
+        if (static_cast<int>(s->draft.tokens.size()) < options_.draft_min) {
+            s->draft.tokens.clear();
+            s->draft.q.clear();
+        }
+    }
 }
 
 bool Scheduler::step() {
@@ -363,16 +426,18 @@ bool Scheduler::step() {
     std::vector<Slot*> rows;  // the slot of each logits row
     std::vector<Slot*> decoding;
     for (auto& s : slots_) {
-        if (!s->busy() || !s->generating) continue;
-        propose(*s);
+        if (s->busy() && s->generating) decoding.push_back(s.get());
+    }
+    const auto t0 = Clock::now();  // the drafting counts in the step's time
+    propose(decoding);
+    for (Slot* s : decoding) {
         const auto pos = static_cast<int32_t>(s->cache.size());
         batch.push_back({s->next_token, pos, s->id, true});
-        rows.push_back(s.get());
-        for (size_t i = 0; i < s->drafts.size(); ++i) {
-            batch.push_back({s->drafts[i], pos + 1 + static_cast<int32_t>(i), s->id, true});
-            rows.push_back(s.get());
+        rows.push_back(s);
+        for (size_t i = 0; i < s->draft.tokens.size(); ++i) {
+            batch.push_back({s->draft.tokens[i], pos + 1 + static_cast<int32_t>(i), s->id, true});
+            rows.push_back(s);
         }
-        decoding.push_back(s.get());
     }
     const size_t n_decode = batch.size();
     // One prompt chunk a step, the longest-waiting slot's, of up to
@@ -399,7 +464,6 @@ bool Scheduler::step() {
     // The decodes in the one-token order (each stream's logits are the bits
     // it gets alone, whatever the batch), the prompt chunk apart in the
     // fastest order: two passes over the weights on a step that has both.
-    const auto t0 = Clock::now();
     try {
         const auto n_vocab_floats = static_cast<size_t>(session_.n_vocab());
         std::span<const BatchToken> all(batch);
@@ -415,6 +479,7 @@ bool Scheduler::step() {
             if (!s->busy()) continue;
             session_.remove_positions(s->id, 0, -1);
             s->cache.clear();
+            if (options_.draft != nullptr) options_.draft->keep(s->id, 0);
             finish(*s, "error", e.what());
         }
         return true;
@@ -427,32 +492,38 @@ bool Scheduler::step() {
         prefill->prompt_done += chunk;
     }
     const auto n_vocab = static_cast<size_t>(session_.n_vocab());
-    const auto row = [&](size_t r) { return std::span<const float>(logits_).subspan(r * n_vocab, n_vocab); };
-    // Each decoding slot: its token's row chooses the next token; while
-    // that is the next draft, the draft is kept and its row chooses again
-    // (the rows are those plain decoding would compute, token by token).
-    // The refused drafts leave the slot's cache.
+    const auto rows_of = [&](size_t r, size_t n) {
+        return std::span<float>(logits_).subspan(r * n_vocab, n * n_vocab);
+    };
+    // Each decoding slot: its token's row settles the next token, and each
+    // draft either is kept (its row settling the token after it) or is
+    // replaced, as spec::verify rules (the rows are those plain decoding
+    // would compute, token by token). The refused drafts leave the slot's
+    // cache and the draft model's.
     int64_t sampled = 0, proposed = 0, accepted = 0;
     size_t r = 0;
     for (Slot* s : decoding) {
-        const size_t k = s->drafts.size();
+        const size_t k = s->draft.tokens.size();
         s->cache.push_back(s->next_token);
-        size_t kept = 0;
-        for (size_t i = 0; i <= k; ++i) {
-            sample_slot(*s, row(r + i));
-            ++sampled;
-            if (!s->busy() || i == k || s->next_token != s->drafts[i]) break;
-            s->cache.push_back(s->drafts[i]);
-            ++kept;
-        }
+        size_t settled = 0;
+        const spec::Verdict v = spec::verify(*s->chooser, rows_of(r, k + 1), static_cast<int64_t>(n_vocab), s->draft,
+                                             [&](int32_t tok) {
+                                                 // Settling row i means draft i - 1 was kept.
+                                                 if (settled > 0) s->cache.push_back(s->draft.tokens[settled - 1]);
+                                                 ++settled;
+                                                 return settle(*s, tok);
+                                             });
+        sampled += static_cast<int64_t>(settled);
         r += k + 1;
+        const auto kept = static_cast<size_t>(v.kept);
         if (kept < k) session_.remove_positions(s->id, static_cast<int32_t>(s->cache.size()), -1);
-        if (k > 0 && s->draft_length) s->draft_length->update(static_cast<int>(k), static_cast<int>(kept), false);
+        if (options_.draft != nullptr) options_.draft->keep(s->id, s->cache.size());
+        if (s->asked) s->draft_length->update(static_cast<int>(k), static_cast<int>(kept), options_.draft != nullptr);
         proposed += static_cast<int64_t>(k);
         accepted += static_cast<int64_t>(kept);
     }
     if (chunk > 0 && rows.size() > n_decode) {
-        sample_slot(*prefill, row(n_decode));
+        settle(*prefill, prefill->chooser->choose(rows_of(n_decode, 1)));
         ++sampled;
     }
     std::lock_guard lock(mu_);
@@ -466,6 +537,8 @@ bool Scheduler::step() {
     for (auto& s : slots_) {
         cells += static_cast<int64_t>(s->cache.size());
         stats_.slots[static_cast<size_t>(s->id)].cached_tokens = static_cast<int64_t>(s->cache.size());
+        stats_.slots[static_cast<size_t>(s->id)].draft_cached_tokens =
+            options_.draft != nullptr ? static_cast<int64_t>(options_.draft->held(s->id)) : 0;
     }
     stats_.kv_cells_used = cells;
     return true;

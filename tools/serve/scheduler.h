@@ -9,6 +9,13 @@
 // request whose prompt starts with them (a chat resending its history) goes
 // to that slot and evaluates only the rest.
 //
+// Speculative decoding per slot (SchedulerOptions): prompt lookup or a
+// draft model proposes the next few tokens of each slot, the slot's step
+// evaluates them after its token in the one-token order, and the tokens
+// are settled as plain decoding would settle them: greedy, those the
+// model agrees with (the same text); sampling, by the standard
+// accept/reject rule (the same distribution; tools/speculative/).
+//
 // Only the scheduler's thread touches the Session. Other threads submit
 // requests and read their events from the Job each submit() returns.
 #pragma once
@@ -29,6 +36,10 @@
 #include "runtime/engine/session.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
+
+namespace tandem::spec {
+class DraftModel;
+}
 
 namespace tandem::serve {
 
@@ -57,6 +68,7 @@ struct Event {
     std::string finish_reason;  // with done: "stop", "length", "cancelled", or "error"
     std::string error;          // with finish_reason "error"
     Usage usage;                // with done
+    std::vector<int32_t> tokens;  // with done: the ids generated, in order (any text a stop string cut included)
     int32_t slot = -1;
 };
 
@@ -84,18 +96,23 @@ struct SchedulerOptions {
     int32_t n_slots = 4;
     int64_t n_ctx_slot = 0;   // positions one slot may hold (0: the session's context / n_slots)
     int64_t step_tokens = 512;  // tokens evaluated per step, decodes and prompt chunks together
-    // Prompt-lookup speculation per slot (--spec-ngram N; 0: off), for
-    // greedy requests: a slot's step evaluates its token and up to
-    // draft_max tokens guessed from its own context, in the one-token order,
-    // and keeps those the model agrees with (the same text as without).
+    // Speculation per slot, for greedy and sampling requests: a slot's
+    // step evaluates its token and up to draft_max tokens proposed from its
+    // own context, by prompt lookup (--spec-ngram N; 0: off) or by `draft`
+    // (-md: a draft model with a sequence per slot, owned by the caller;
+    // not both), the length adapting per request as for run.
     int spec_ngram = 0;
     int draft_max = 16;
+    int draft_min = 0;  // shorter drafts are not checked
+    bool draft_adaptive = true;  // false (--draft-fixed): always up to draft_max
+    spec::DraftModel* draft = nullptr;
 };
 
 struct SlotInfo {
     int32_t id = 0;
     bool busy = false;
     int64_t cached_tokens = 0;  // positions its cache holds
+    int64_t draft_cached_tokens = 0;  // positions the draft model (-md) holds for it: never more
 };
 
 struct SchedulerStats {
@@ -159,10 +176,13 @@ private:
     void assign_pending();
     void run_tasks();
     void finish(Slot& s, const std::string& reason, const std::string& error = {});
-    void sample_slot(Slot& s, std::span<const float> logits);
-    // The draft tokens to check after s.next_token this step (none when
-    // speculation is off, the request samples, or no room is left).
-    void propose(Slot& s);
+    // Hands the token the slot's request settled on to its client; false
+    // when that finished the request.
+    bool settle(Slot& s, int32_t token);
+    // Each decoding slot's draft tokens to check after its next_token this
+    // step (none when speculation is off, backing off, or no room is left).
+    void propose(const std::vector<Slot*>& decoding);
+    bool speculating() const { return options_.spec_ngram > 0 || options_.draft != nullptr; }
 
     Session& session_;
     const Tokenizer& tokenizer_;

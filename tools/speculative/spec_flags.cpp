@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
-#include "tools/speculative/draft_model.h"
 
 namespace tandem::tools {
 
@@ -65,22 +64,44 @@ spec::Config spec_config(const SpecFlags& f) {
     return c;
 }
 
-std::unique_ptr<spec::Proposer> make_proposer(const SpecFlags& f, const Tokenizer& target_tokenizer,
-                                              const Session& target, int64_t n_ubatch, model::CacheType cache_type,
-                                              const SamplerParams& sp) {
+void check_spec_flags(const SpecFlags& f) {
     if (f.ngram && !f.model_draft.empty()) throw Error("give --spec-ngram or --model-draft (-md), not both");
     (void)spec_config(f);
-    if (f.ngram) return std::make_unique<spec::NgramProposer>(*f.ngram, 1);
-    if (f.model_draft.empty()) return nullptr;
-    if (!(f.p_min >= 0.0f && f.p_min <= 1.0f)) {
+    if (!f.model_draft.empty() && !(f.p_min >= 0.0f && f.p_min <= 1.0f)) {
         throw Error(fmt::format("--draft-p-min: expected a value in [0, 1], found {}", f.p_min));
     }
+}
+
+SessionOptions draft_session_options(const Session& target, int64_t n_ubatch, model::CacheType cache_type,
+                                     int64_t n_seq) {
     SessionOptions so;
     so.n_ctx = target.n_ctx();
     so.n_ubatch = n_ubatch;
     so.n_threads = target.n_threads();
     so.cache_type = cache_type;
-    return std::make_unique<spec::DraftModelProposer>(f.model_draft, target_tokenizer, target.n_vocab(), so, sp,
+    so.n_seq_max = n_seq;
+    so.kv_per_sequence = n_seq > 1;
+    return so;
+}
+
+std::unique_ptr<spec::DraftModel> open_draft_model(const SpecFlags& f, const Tokenizer& target_tokenizer,
+                                                   const Session& target, int64_t n_ubatch,
+                                                   model::CacheType cache_type, int64_t n_slots) {
+    check_spec_flags(f);
+    if (f.model_draft.empty()) return nullptr;
+    return std::make_unique<spec::DraftModel>(f.model_draft, target_tokenizer, target.n_vocab(),
+                                              draft_session_options(target, n_ubatch, cache_type, n_slots), f.p_min,
+                                              true);
+}
+
+std::unique_ptr<spec::Proposer> make_proposer(const SpecFlags& f, const Tokenizer& target_tokenizer,
+                                              const Session& target, int64_t n_ubatch, model::CacheType cache_type,
+                                              const SamplerParams& sp) {
+    check_spec_flags(f);
+    if (f.ngram) return std::make_unique<spec::NgramProposer>(*f.ngram, 1);
+    if (f.model_draft.empty()) return nullptr;
+    return std::make_unique<spec::DraftModelProposer>(f.model_draft, target_tokenizer, target.n_vocab(),
+                                                      draft_session_options(target, n_ubatch, cache_type), sp,
                                                       f.p_min);
 }
 

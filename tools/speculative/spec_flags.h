@@ -12,6 +12,7 @@
 #include "runtime/engine/session.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tools/speculative/draft_model.h"
 #include "tools/speculative/speculative.h"
 
 namespace tandem::tools {
@@ -27,6 +28,25 @@ struct SpecFlags {
 };
 
 void add_spec_flags(CLI::App& cmd, SpecFlags& f);
+
+// The checks every command makes of the flags before anything loads:
+// --spec-ngram or -md, not both; --draft-max, --draft-min and --draft-p-min
+// in range. Throws tandem::Error.
+void check_spec_flags(const SpecFlags& f);
+
+// The session a draft model runs in beside `target`: on the CPU, with the
+// target's context, threads and cache type, micro-batches of n_ubatch;
+// n_seq > 1: that many sequences, each in its own part of the cache (as
+// serve's slots are in the target's).
+SessionOptions draft_session_options(const Session& target, int64_t n_ubatch, model::CacheType cache_type,
+                                     int64_t n_seq = 1);
+
+// serve's draft model (nullptr without -md): opened with a sequence per
+// slot, evaluating in the one-token order so that a slot's drafts depend
+// on its own tokens only.
+std::unique_ptr<spec::DraftModel> open_draft_model(const SpecFlags& f, const Tokenizer& target_tokenizer,
+                                                   const Session& target, int64_t n_ubatch,
+                                                   model::CacheType cache_type, int64_t n_slots);
 
 // The proposer the flags ask for (nullptr when none), checked: a draft
 // model is opened with the target session's context, micro-batch, threads

@@ -78,6 +78,54 @@ int32_t accept_or_resample(const TokenDist& p, const TokenDist* q, int32_t d, st
     return draw(r, rng);
 }
 
+TargetChooser::TargetChooser(const SamplerParams& sp)
+    : sp_(sp), greedy_(sp.temperature == 0.0f), sampler_(sp), window_(sp.repeat_last_n), rng_(sp.seed) {}
+
+void TargetChooser::accept(int32_t token) {
+    sampler_.accept(token);
+    window_.accept(token);
+}
+
+int32_t TargetChooser::choose(std::span<float> row) {
+    return greedy_ ? sampler_.sample(row) : draw(target_distribution(sp_, window_.recent(), row), rng_);
+}
+
+int32_t TargetChooser::check(std::span<float> row, int32_t d, const TokenDist* q, bool& kept) {
+    if (greedy_) {
+        const int32_t tok = sampler_.sample(row);
+        kept = tok == d;
+        return tok;
+    }
+    const TokenDist p = target_distribution(sp_, window_.recent(), row);
+    return accept_or_resample(p, q, d, rng_, kept);
+}
+
+Verdict verify(TargetChooser& chooser, std::span<float> rows, int64_t n_vocab, const Draft& draft,
+               const std::function<bool(int32_t)>& settle) {
+    const size_t nd = draft.tokens.size();
+    const auto width = static_cast<size_t>(n_vocab);
+    if (rows.size() != (nd + 1) * width) {
+        throw InternalError(fmt::format("verify: {} logits for {} draft tokens of {} ids", rows.size(), nd, n_vocab));
+    }
+    if (!draft.q.empty() && draft.q.size() < nd) {
+        throw InternalError(fmt::format("verify: {} draft tokens but {} distributions", nd, draft.q.size()));
+    }
+    Verdict v;
+    for (size_t i = 0; i <= nd; ++i) {
+        const std::span<float> row = rows.subspan(i * width, width);
+        bool ok = false;
+        const int32_t tok = i < nd ? chooser.check(row, draft.tokens[i], draft.q.empty() ? nullptr : &draft.q[i], ok)
+                                   : chooser.choose(row);
+        if (!settle(tok)) {
+            v.stopped = true;
+            break;
+        }
+        if (!ok) break;
+        ++v.kept;
+    }
+    return v;
+}
+
 std::vector<int32_t> ngram_lookup(std::span<const int32_t> context, int max_n, int min_n, int max) {
     const auto L = static_cast<int64_t>(context.size());
     if (max <= 0) return {};
@@ -167,32 +215,22 @@ Stats generate(Session& target, std::span<const int32_t> prompt, std::vector<flo
     }
     const int64_t n_vocab = target.n_vocab();
     const int64_t n_ctx = target.n_ctx();
-    const bool greedy = sp.temperature == 0.0f;
-    Sampler sampler(sp);  // greedy: the very code plain decoding runs
-    PenaltyWindow window(sp.repeat_last_n);
-    std::mt19937_64 rng(sp.seed);  // sampling: seeded as the Sampler is, drawn the same way
-    for (int32_t t : prompt) {
-        sampler.accept(t);
-        window.accept(t);
-    }
+    TargetChooser chooser(sp);
+    for (int32_t t : prompt) chooser.accept(t);
     std::vector<int32_t> ctx(prompt.begin(), prompt.end());
-    auto choose = [&](std::span<float> row) -> int32_t {
-        return greedy ? sampler.sample(row) : draw(target_distribution(sp, window.recent(), row), rng);
-    };
     auto settle = [&](int32_t tok) -> bool {
         ++st.generated;  // every token handed over, the last (the one that stops) too
         if (!emit(tok)) return false;
-        sampler.accept(tok);
-        window.accept(tok);
+        chooser.accept(tok);
         ctx.push_back(tok);
         return true;
     };
 
-    if (!settle(choose(std::span<float>(logits.data() + (logits.size() - n_vocab), n_vocab)))) return st;
+    if (!settle(chooser.choose(std::span<float>(logits.data() + (logits.size() - n_vocab), n_vocab)))) return st;
     DraftLength len(cfg.draft_max, cfg.draft_min, cfg.adaptive, proposer.expensive());
     Draft draft;
     std::vector<int32_t> batch;
-    std::vector<BatchToken> verify;
+    std::vector<BatchToken> verify_batch;
     for (;;) {
         const int64_t past = target.n_past();  // every token but ctx.back()
         if (past >= n_ctx) {
@@ -205,7 +243,10 @@ Stats generate(Session& target, std::span<const int32_t> prompt, std::vector<flo
         if (max_tokens > 0) k = std::min<int64_t>(k, max_tokens - st.generated - 1);
         draft.tokens.clear();
         draft.q.clear();
-        if (k > 0 && k >= cfg.draft_min) {
+        // Only a step that asked the proposer tells the draft length how it
+        // went (a step skipped while backing off is no failure).
+        const bool asked = k > 0 && k >= cfg.draft_min;
+        if (asked) {
             proposer.propose(ctx, static_cast<int>(k), draft);
             if (static_cast<int64_t>(draft.tokens.size()) > k) draft.tokens.resize(static_cast<size_t>(k));
             if (static_cast<int>(draft.tokens.size()) < cfg.draft_min) draft.tokens.clear();
@@ -215,46 +256,21 @@ Stats generate(Session& target, std::span<const int32_t> prompt, std::vector<flo
         batch.insert(batch.end(), draft.tokens.begin(), draft.tokens.end());
         // In the one-token order: each row's logits are those decoding the
         // tokens one by one gives, so greedy output is plain decoding's.
-        verify.resize(batch.size());
+        verify_batch.resize(batch.size());
         for (size_t i = 0; i < batch.size(); ++i) {
-            verify[i] = BatchToken{batch[i], static_cast<int32_t>(past + static_cast<int64_t>(i)), 0,
-                                   nd > 0 || i + 1 == batch.size()};
+            verify_batch[i] = BatchToken{batch[i], static_cast<int32_t>(past + static_cast<int64_t>(i)), 0,
+                                         nd > 0 || i + 1 == batch.size()};
         }
-        target.eval_batch_single_order(verify, logits);
+        target.eval_batch_single_order(verify_batch, logits);
         ++st.target_passes;
         if (nd > 0) ++st.spec_passes;
         st.proposed += nd;
-        int acc = 0;
-        bool stop = false;
-        for (int i = 0; i <= nd; ++i) {
-            std::span<float> row(logits.data() + static_cast<size_t>(i) * n_vocab, static_cast<size_t>(n_vocab));
-            int32_t tok = 0;
-            bool ok = false;
-            if (i < nd) {
-                const int32_t d = draft.tokens[static_cast<size_t>(i)];
-                if (greedy) {
-                    tok = sampler.sample(row);
-                    ok = tok == d;
-                } else {
-                    const TokenDist p = target_distribution(sp, window.recent(), row);
-                    const TokenDist* q = draft.q.empty() ? nullptr : &draft.q[static_cast<size_t>(i)];
-                    tok = accept_or_resample(p, q, d, rng, ok);
-                }
-            } else {
-                tok = choose(row);
-            }
-            if (!settle(tok)) {
-                stop = true;
-                break;
-            }
-            if (!ok) break;
-            ++acc;
-        }
-        st.accepted += acc;
-        if (stop) break;
+        const Verdict v = verify(chooser, logits, n_vocab, draft, settle);
+        st.accepted += v.kept;
+        if (v.stopped) break;
         // Keep [.., past] (ctx's last token before this step) and the accepted drafts.
-        if (acc < nd) target.remove_positions(0, static_cast<int32_t>(past + 1 + acc), -1);
-        len.update(nd, acc, proposer.expensive());
+        if (v.kept < nd) target.remove_positions(0, static_cast<int32_t>(past + 1 + v.kept), -1);
+        if (asked) len.update(nd, v.kept, proposer.expensive());
     }
     st.draft_passes = proposer.passes();
     return st;

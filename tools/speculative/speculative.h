@@ -1,4 +1,6 @@
-// Speculative decoding for `tandem run`: a proposer guesses the next few
+// Speculative decoding for `tandem run` (generate() below) and for the
+// slots of `tandem serve` (TargetChooser, verify() and the proposers, used by
+// tools/serve/scheduler.cpp): a proposer guesses the next few
 // tokens, the target model checks them all in one batch (one pass over its
 // weights, which is what a CPU decode step costs), and the longest prefix
 // the target agrees with is kept, plus the target's own next token.
@@ -83,6 +85,47 @@ struct Draft {
     std::vector<TokenDist> q;
 };
 
+// How the target settles each token, for run's generate() and serve's
+// slots alike. Greedy: the Sampler itself (the very code plain decoding
+// runs). Sampling: target_distribution() drawn with a generator seeded as
+// the Sampler's (a plain choice is then the Sampler's own draw), and a
+// draft token goes through accept_or_resample().
+class TargetChooser {
+public:
+    explicit TargetChooser(const SamplerParams& sp);
+    bool greedy() const { return greedy_; }
+    // Records a token (prompt or settled) for the repetition penalty.
+    void accept(int32_t token);
+    // The next token from a row of the target's logits (the penalty is
+    // applied to the row in place).
+    int32_t choose(std::span<float> row);
+    // The token settled where draft token d stands (d drawn from q; q ==
+    // nullptr: a deterministic proposer): d when kept (`kept` set), else
+    // the target's own (greedy: its choice; sampling: the rule's resample).
+    int32_t check(std::span<float> row, int32_t d, const TokenDist* q, bool& kept);
+
+private:
+    SamplerParams sp_;
+    bool greedy_;
+    Sampler sampler_;
+    PenaltyWindow window_;
+    std::mt19937_64 rng_;
+};
+
+struct Verdict {
+    int kept = 0;          // draft tokens kept (and taken by settle)
+    bool stopped = false;  // settle said stop
+};
+
+// Settles a verification: `rows` holds draft.tokens.size() + 1 rows of
+// n_vocab logits, row i those after the step's first token and drafts
+// 0..i-1 (in the one-token order). Row i < size checks draft token i, the
+// last row chooses freely. Each settled token goes to `settle` (false:
+// generation stops there, and that token is not counted as kept); ends at
+// the first refused draft, after the token that replaces it.
+Verdict verify(TargetChooser& chooser, std::span<float> rows, int64_t n_vocab, const Draft& draft,
+               const std::function<bool(int32_t)>& settle);
+
 class Proposer {
 public:
     virtual ~Proposer() = default;
@@ -138,6 +181,8 @@ public:
     DraftLength(int draft_max, int draft_min, bool adaptive, bool expensive_proposer = false);
     // The most tokens to propose at this step (0: skip it).
     int allowed();
+    // After a step that asked the proposer (not after a skipped one: a
+    // skip is no failure).
     void update(int proposed, int accepted, bool expensive_proposer);
     int current() const { return cur_; }
 
