@@ -179,7 +179,7 @@ TEST(ServeSpec, SamplingRequestsKeepThePlainDistribution) {
             s->eval(std::span<const int32_t>(&prompt.back(), 1), false, logits);
         }
     }
-    const int trials = kSanitized ? 200 : 600;
+    const int trials = kSanitized ? 150 : 600;
     const auto n_prompt = static_cast<int32_t>(prompt.size());
 
     // Plain sampling, as `run` and a plain slot draw.
