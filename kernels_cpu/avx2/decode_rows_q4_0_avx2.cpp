@@ -6,8 +6,8 @@
 // Why a kernel of its own: the single-row kernel (LegacyDot with
 // kBlockTotal, vec_dot_avx2.cpp) spends per 32 weights one horizontal sum
 // and one dependent scalar fused multiply-add: ~7 GB/s on one Zen 4 core
-// whatever the matrix, so decode was compute-bound. Here (2-2.8x that, see
-// dot_q4_0_rows_avx2), as in decode_rows_q4_0_avx512.cpp:
+// whatever the matrix, so decode was compute-bound. Here (1.9-3.2x that,
+// see dot_q4_0_rows_avx2), as in decode_rows_q4_0_avx512.cpp:
 // - Eight blocks of a row (a chunk, 144 bytes) are taken together: blocks
 //   2k and 2k + 1 share a register, so one maddubs pair gives eight words
 //   of each, and three hadds reduce the four registers to two words per
@@ -276,10 +276,10 @@ void prepare_q4_0_rows_avx2(const void* a, int64_t n, void* out) {
     std::memcpy(base + layout.tail_offset, ya + layout.whole, static_cast<size_t>(layout.nb - layout.whole) * sizeof(block_q8_0));
 }
 
-// Zen 4, AVX2 level, one thread, min of 10 runs alternating (bench
+// Zen 4, AVX2 level, one thread, min of 6 runs alternating (bench
 // matvec/Q4_0/avx2/dram-*, us, single-row kernel -> this one): 512x2048
-// 82.9 -> 35.1, 2048x2048 336 -> 130, 5632x2048 911 -> 330, 2048x5632
-// 888 -> 349, 1024x14336 1266 -> 623, 4096x4096 1337 -> 497.
+// 82.5 -> 32.4, 2048x2048 323 -> 122, 5632x2048 877 -> 309, 2048x5632
+// 951 -> 294, 1024x14336 1173 -> 612, 4096x4096 1314 -> 426.
 void dot_q4_0_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     rows_tokens<1>(n, w, row_stride, n_rows, a, 0, y, 0);
 }
