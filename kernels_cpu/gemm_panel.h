@@ -115,6 +115,15 @@ TANDEM_PANEL_AVX2_DECL(q5_0)
 TANDEM_PANEL_AVX2_DECL(q4_1)
 TANDEM_PANEL_AVX2_DECL(q5_1)
 #undef TANDEM_PANEL_AVX2_DECL
+// Q8_0 and Q5_0 built with AVX-VNNI (avx2/gemm_panel_signed_avxvnni.cpp):
+// the same contract and bits; call only where the CPU has AVX-VNNI.
+#define TANDEM_PANEL_AVXVNNI_DECL(name)                                                                                \
+    size_t name##_panel_bytes_avxvnni(int64_t n_cols);                                                                \
+    void name##_panel_gemm_avxvnni(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, \
+                                   size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+TANDEM_PANEL_AVXVNNI_DECL(q8_0)
+TANDEM_PANEL_AVXVNNI_DECL(q5_0)
+#undef TANDEM_PANEL_AVXVNNI_DECL
 void k4_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 void q4_0_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 

@@ -23,6 +23,8 @@ using quant::Type;
     PanelKernel{TANDEM_X86(name##_panel_gemm_avx512), TANDEM_X86(bytes), TANDEM_X86(prepare), extra}
 #define TANDEM_PANEL_AVX2(name, prepare, extra) \
     PanelKernel{TANDEM_X86(name##_panel_gemm_avx2), TANDEM_X86(name##_panel_bytes_avx2), TANDEM_X86(prepare), extra}
+#define TANDEM_PANEL_AVXVNNI(name) \
+    PanelKernel{TANDEM_X86(name##_panel_gemm_avxvnni), TANDEM_X86(name##_panel_bytes_avxvnni), nullptr, 0}
 
 // Off x86 only the scalar kernels exist: the rest are null there.
 constexpr std::array kTable = {
@@ -58,6 +60,7 @@ constexpr std::array kTable = {
                   .rows_avx512 = TANDEM_ROWS_MULTI(q5_0, prepare_q5_0_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q5_0, legacy_panel_bytes, q5_0_panel_prepare, kLaneStartsExtraBytes),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q5_0, nullptr, 0),
+                  .panel_avxvnni = TANDEM_PANEL_AVXVNNI(q5_0),
                   .llama_order = true,
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q5_1,
@@ -72,6 +75,7 @@ constexpr std::array kTable = {
                   .rows_avx512 = TANDEM_ROWS_MULTI(q8_0, prepare_q8_0_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q8_0, legacy_panel_bytes, q8_0_panel_prepare, kLaneStartsExtraBytes),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q8_0, nullptr, 0),
+                  .panel_avxvnni = TANDEM_PANEL_AVXVNNI(q8_0),
                   .llama_order = true,
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q2_K,

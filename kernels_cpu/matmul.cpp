@@ -144,12 +144,14 @@ using detail::PanelGemm;
 using detail::PanelKernel;
 
 // AVX-512 VNNI's panel where the level and the CPU have it, else AVX2's
-// (at AVX-512 without VNNI too); none at Scalar.
+// (at AVX-512 without VNNI too; its AVX-VNNI build where there is one and
+// the CPU has it); none at Scalar.
 const PanelKernel* find_panel_kernel(quant::Type type, SimdLevel level) {
     const detail::WeightKernels* k = detail::weight_kernels(type);
     if (k == nullptr || level == SimdLevel::Scalar) return nullptr;
-    const PanelKernel& p = level == SimdLevel::Avx512 && detail::avx512_vnni_available() ? k->panel : k->panel_avx2;
-    return p.gemm != nullptr ? &p : nullptr;
+    if (level == SimdLevel::Avx512 && detail::avx512_vnni_available()) return k->panel.gemm != nullptr ? &k->panel : nullptr;
+    if (k->panel_avxvnni.gemm != nullptr && detail::avx_vnni_available()) return &k->panel_avxvnni;
+    return k->panel_avx2.gemm != nullptr ? &k->panel_avx2 : nullptr;
 }
 
 void run_panels(const WeightView& w, PanelGemm gemm, size_t buf_bytes, const void* act, size_t a_stride,

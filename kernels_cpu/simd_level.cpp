@@ -30,6 +30,14 @@ const CpuFeatures& features() {
 
 bool detail::avx512_vnni_available() { return features().avx512_vnni; }
 
+bool detail::avx_vnni_available() {
+    static const bool on = [] {
+        const char* env = std::getenv("TANDEM_CPU");
+        return features().avx_vnni && !(env != nullptr && std::string_view(env) == "avx2");
+    }();
+    return on;
+}
+
 bool simd_level_supported(SimdLevel level) {
 #if defined(__x86_64__)
     const CpuFeatures& f = features();
@@ -59,6 +67,14 @@ SimdLevel simd_level_from_env() {
     const char* env = std::getenv("TANDEM_CPU");
     if (env == nullptr || *env == '\0') return best_simd_level();
     const std::string_view want(env);
+    // AVX2 with AVX-VNNI is the AVX2 level with avx_vnni_available().
+    if (want == "avxvnni") {
+        if (!simd_level_supported(SimdLevel::Avx2) || !features().avx_vnni) {
+            throw Error("TANDEM_CPU=avxvnni: this CPU does not support avxvnni (best available: " +
+                        std::string(simd_level_name(best_simd_level())) + ")");
+        }
+        return SimdLevel::Avx2;
+    }
     for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
         if (want != simd_level_name(level)) continue;
         if (!simd_level_supported(level)) {
@@ -67,7 +83,7 @@ SimdLevel simd_level_from_env() {
         }
         return level;
     }
-    throw Error("TANDEM_CPU=" + std::string(want) + ": expected one of scalar, avx2, avx512");
+    throw Error("TANDEM_CPU=" + std::string(want) + ": expected one of scalar, avx2, avxvnni, avx512");
 }
 
 }  // namespace tandem::cpu

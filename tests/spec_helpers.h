@@ -1,8 +1,7 @@
 // What the speculative-decoding tests share (run's in test_speculative.cpp
-// has its own copies of the first two; serve's in test_serve_spec.cpp uses
-// these): chi-square bounds and statistics for "these samples come from one
-// distribution", and a model file with one token's text changed (a draft
-// whose vocabulary differs).
+// and serve's in test_serve_spec.cpp): chi-square bounds and statistics
+// for "these samples come from one distribution", and a model file with
+// one token's text changed (a draft whose vocabulary differs).
 #pragma once
 
 #include <cmath>

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels_cpu/cpu_info.h"
 #include "kernels_cpu/gemm_panel.h"
 #include "kernels_cpu/kernel_table.h"
 #include "kernels_cpu/matmul.h"
@@ -155,9 +156,10 @@ cpu::detail::DotFn reference_kernel(const cpu::detail::WeightKernels& k) {
 // One panel call of n_rows (<= 16) rows against n_tokens activation rows,
 // each output compared with the reference's bits.
 void check_panel(Type t, const std::vector<uint8_t>& w, int64_t n_rows, int64_t n, Acts acts, int64_t n_tokens,
-                 const std::string& what) {
+                 const std::string& what, bool avx_vnni = false) {
     const cpu::detail::WeightKernels& k = *cpu::detail::weight_kernels(t);
-    const cpu::detail::PanelKernel& p = k.panel_avx2;
+    const cpu::detail::PanelKernel& p = avx_vnni ? k.panel_avxvnni : k.panel_avx2;
+    ASSERT_NE(p.gemm, nullptr);
     const Type a_type = quant::dot_type(t);
     for (int64_t tok = 0; tok < n_tokens; ++tok) {
         if (p.prepare != nullptr) p.prepare(a_type, acts.data.data() + static_cast<size_t>(tok) * acts.stride, n);
@@ -224,6 +226,29 @@ TEST(GemmPanelAvx2, SignedPanelsTilesChunksAndFullRange) {
                 for (int64_t n_rows : {16, 9, 5}) {
                     check_panel(t, raw_weights(rng, t, n_rows, n), n_rows, n,
                                 make_acts(rng, Type::Q8_0, n_tokens, n, 0, true, true), n_tokens, "full range");
+                }
+            }
+        }
+    }
+}
+
+// The AVX-VNNI builds of the Q8_0 and Q5_0 panels
+// (avx2/gemm_panel_signed_avxvnni.cpp): the same checks, on CPUs with
+// AVX-VNNI (Alder Lake and later, Sapphire Rapids, Zen 5).
+TEST(GemmPanelAvxVnni, SignedPanelsMatchReferenceBits) {
+    if (!cpu::detect_cpu_features().avx_vnni || !cpu::simd_level_supported(SimdLevel::Avx2)) {
+        GTEST_SKIP() << "no AVX-VNNI on this CPU";
+    }
+    std::mt19937 rng(31);
+    for (Type t : {Type::Q8_0, Type::Q5_0}) {
+        ASSERT_NE(cpu::detail::weight_kernels(t)->panel_avxvnni.gemm, nullptr);
+        for (int64_t n : {32, 256, 288, 800}) {
+            for (int64_t n_tokens : {4, 12, 20}) {
+                for (int64_t n_rows : {16, 9, 5}) {
+                    check_panel(t, raw_weights(rng, t, n_rows, n), n_rows, n,
+                                make_acts(rng, Type::Q8_0, n_tokens, n, 0, true, true), n_tokens, "full range", true);
+                    check_panel(t, quantized_weights(rng, t, n_rows, n), n_rows, n,
+                                make_acts(rng, Type::Q8_0, n_tokens, n, 0, false), n_tokens, "quantized", true);
                 }
             }
         }

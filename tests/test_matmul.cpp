@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels_cpu/blas_matmul.h"
+#include "kernels_cpu/cpu_info.h"
 #include "kernels_cpu/matmul.h"
 #include "kernels_cpu/kernel_table.h"
 #include "kernels_cpu/vec_dot.h"
@@ -687,6 +688,15 @@ TEST(SimdLevel, EnvironmentOverride) {
     {
         EnvGuard g("sse9");
         EXPECT_THROW(cpu::simd_level_from_env(), Error);
+    }
+    {
+        // AVX2 with AVX-VNNI: the AVX2 level, where the CPU has it.
+        EnvGuard g("avxvnni");
+        if (cpu::detect_cpu_features().avx_vnni && cpu::simd_level_supported(SimdLevel::Avx2)) {
+            EXPECT_EQ(cpu::simd_level_from_env(), SimdLevel::Avx2);
+        } else {
+            EXPECT_THROW(cpu::simd_level_from_env(), Error);
+        }
     }
     for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512}) {
         EnvGuard g(std::string(cpu::simd_level_name(l)).c_str());

@@ -16,11 +16,11 @@
 
 #include "runtime/engine/session.h"
 #include "runtime/gguf/gguf_file.h"
-#include "runtime/gguf/gguf_writer.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/run_command.h"
+#include "tests/spec_helpers.h"
 #include "tests/test_paths.h"
 #include "tools/speculative/draft_model.h"
 #include "tools/speculative/speculative.h"
@@ -29,6 +29,8 @@ namespace {
 
 namespace fs = std::filesystem;
 namespace spec = tandem::spec;
+using tandem::testing::chi2_critical;
+using tandem::testing::chi2_two_sample;
 using tandem::SamplerParams;
 using tandem::testing::contains;
 using tandem::testing::error_of;
@@ -151,13 +153,6 @@ TEST(SpecTargetDistribution, DrawsWhatTheSamplerDraws) {
         }
     }
     EXPECT_EQ(checked, 1200);
-}
-
-// Upper critical value of chi-square with df degrees of freedom at the
-// normal quantile z (Wilson-Hilferty); z = 4.26: about 1e-5.
-double chi2_critical(int df, double z = 4.26) {
-    const double a = 2.0 / (9.0 * df);
-    return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
 }
 
 // Pearson's statistic of counts against probabilities (expected >= 5 each).
@@ -426,32 +421,6 @@ TEST(SpecGreedy, EverySharedModelNgramAndSelfDraft) {
 
 // ------------------------------------------------------ sampling, whole runs
 
-// Two-sample chi-square of token counts (categories with fewer than 10
-// together pooled into one).
-double chi2_two_sample(const std::map<int32_t, int64_t>& a, const std::map<int32_t, int64_t>& b, int& df) {
-    std::map<int32_t, std::pair<int64_t, int64_t>> all;
-    for (const auto& [t, c] : a) all[t].first += c;
-    for (const auto& [t, c] : b) all[t].second += c;
-    std::vector<std::pair<int64_t, int64_t>> cells;
-    std::pair<int64_t, int64_t> pooled{0, 0};
-    for (const auto& [t, c] : all) {
-        if (c.first + c.second < 10) {
-            pooled.first += c.first;
-            pooled.second += c.second;
-        } else {
-            cells.push_back(c);
-        }
-    }
-    if (pooled.first + pooled.second > 0) cells.push_back(pooled);
-    double x = 0.0;
-    for (const auto& [x1, x2] : cells) {
-        const double d = static_cast<double>(x1 - x2);
-        x += d * d / static_cast<double>(x1 + x2);
-    }
-    df = static_cast<int>(cells.size()) - 1;
-    return x;
-}
-
 // The 2nd and 3rd generated tokens (the first is drawn as plainly) under
 // speculative sampling vs plain sampling, over many seeds, on a short
 // context: same distribution. The model is the test model at a high
@@ -537,23 +506,8 @@ TEST(SpecSampling, TokenFrequenciesMatchPlainSampling) {
 
 // tiny-llama with token `id`'s text replaced.
 fs::path with_token_text(const fs::path& dir, int32_t id, const std::string& text) {
-    const Model m(tiny_path());
     const fs::path out = dir / "other-vocab.gguf";
-    tandem::gguf::Writer w(out, m.file.alignment());
-    for (const auto& kv : m.file.metadata()) {
-        if (kv.key != "tokenizer.ggml.tokens") {
-            w.set(kv.key, kv.value);
-            continue;
-        }
-        tandem::gguf::Value v = kv.value;
-        auto& arr = std::get<tandem::gguf::Array>(v.data);
-        arr.items[static_cast<size_t>(id)] = tandem::gguf::Value::str(text);
-        w.set(kv.key, v);
-    }
-    for (const auto& t : m.file.tensors()) w.add_tensor({t.name, t.shape, t.type});
-    w.write_header();
-    for (const auto& t : m.file.tensors()) w.write_tensor_data(m.file.tensor_data(t));
-    w.finish();
+    tandem::testing::write_with_token_text(tiny_path(), out, id, text);
     return out;
 }
 

@@ -87,8 +87,11 @@ std::vector<int32_t> prompt_tokens(const gguf::File& file, const Tokenizer& tok,
 
 }  // namespace
 
+// The paragraph, then a cue to copy it: a chat model (through its template)
+// and a plain one continuing the text both repeat it.
 std::string default_spec_prompt_text() {
-    return std::string("Repeat the following paragraph exactly, word for word.\n\n") + kParagraph;
+    return std::string("Repeat the following paragraph exactly, word for word.\n\n") + kParagraph +
+           "\n\nThe same paragraph, repeated word for word:\n\n";
 }
 
 std::vector<SpecBenchRow> run_spec_bench(const BenchConfig& c, const SpecFlags& f, const std::string& prompt_text,
@@ -107,6 +110,8 @@ std::vector<SpecBenchRow> run_spec_bench(const BenchConfig& c, const SpecFlags& 
         throw Error(fmt::format("--draft-max {} needs a micro-batch (-ub) of at least {} tokens, found {}",
                                 cfg.draft_max, cfg.draft_max + 1, n_ubatch));
     }
+    check_spec_flags(f);
+    const std::unique_ptr<DraftHeader> draft_header = read_draft_header(f);
     std::vector<SpecBenchRow> rows;
     for (const std::string& path : c.models) {
         if (!std::filesystem::exists(path)) throw Error(fmt::format("bench: model file {} does not exist", path));
@@ -114,19 +119,24 @@ std::vector<SpecBenchRow> run_spec_bench(const BenchConfig& c, const SpecFlags& 
         const model::ModelSpec spec = model::load_model_spec(file);
         const Tokenizer tok = Tokenizer::from_gguf(file);
         const std::vector<int32_t> prompt = prompt_tokens(file, tok, prompt_text, apply_template);
-        SessionOptions so;
-        so.n_ctx = static_cast<int64_t>(prompt.size()) + n_gen + cfg.draft_max + 8;
-        so.n_ubatch = n_ubatch;
+        // Placed as run places it: the draft first, the model beside it.
+        SplitRequest req;
+        req.device = c.device;
+        req.vram = c.vram;
+        req.ngl = c.n_gpu_layers.empty() ? std::nullopt : c.n_gpu_layers.front();
+        if (c.device.empty()) req.ngl = 0;
+        req.n_ctx = static_cast<int64_t>(prompt.size()) + n_gen + cfg.draft_max + 8;
+        req.n_ubatch = n_ubatch;
+        req.cache_type = c.cache_types.empty() ? model::CacheType::F16 : c.cache_types.front();
+        req.placement = c.placement;
+        request_draft(f, draft_header.get(), req);
+        Split split = resolve_split(req, file, spec);
+        SessionOptions& so = split.so;
         so.n_threads = threads;
-        so.cache_type = c.cache_types.empty() ? model::CacheType::F16 : c.cache_types.front();
-        so.device = c.device;
-        so.device_capacity = c.vram;
-        so.n_gpu_layers = c.n_gpu_layers.empty() || !c.n_gpu_layers.front() ? 0 : *c.n_gpu_layers.front();
-        apply_placement_flags(c.placement, so);
         Session session(file, spec, so);
         SamplerParams sp;
         sp.temperature = 0.0f;
-        std::unique_ptr<spec::Proposer> proposer = make_proposer(f, tok, session, n_ubatch, so.cache_type, sp);
+        std::unique_ptr<spec::Proposer> proposer = make_proposer(f, tok, session, n_ubatch, so.cache_type, sp, split.draft);
         const std::string name = std::filesystem::path(path).filename().string();
         SpecBenchRow plain;
         plain.model = name;

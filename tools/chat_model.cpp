@@ -64,7 +64,8 @@ std::string special_text(const Tokenizer& t, int32_t id) {
 
 }  // namespace
 
-std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_seq) {
+std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_seq,
+                                           const std::function<void(SplitRequest&)>& adjust) {
     gguf::OpenOptions open;
     open.mode = f.no_mmap ? gguf::LoadMode::ReadIntoMemory : gguf::LoadMode::Mmap;
     open.mlock = f.mlock;
@@ -72,7 +73,7 @@ std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_se
     model::ModelSpec spec = model::load_model_spec(file);
     Tokenizer tokenizer = Tokenizer::from_gguf(file);
     auto m = std::unique_ptr<ChatModel>(new ChatModel{std::move(file), std::move(spec), std::move(tokenizer),
-                                                      chat::ChatTemplate::chatml(), {}, nullptr, {}, {}, {}, {}, {}});
+                                                      chat::ChatTemplate::chatml(), {}, nullptr, {}, {}, {}, {}, {}, {}, {}});
     choose_template(f, *m);
     m->bos_text = special_text(m->tokenizer, m->tokenizer.bos());
     m->eos_text = special_text(m->tokenizer, m->tokenizer.eos());
@@ -90,7 +91,10 @@ std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_se
         n_ctx = std::min<int64_t>(m->spec.hp.n_ctx_train > 0 ? m->spec.hp.n_ctx_train : 4096, 4096) * n_seq;
     }
     SplitRequest req = split_request(f, n_ctx, f.n_ubatch);
+    if (adjust) adjust(req);
     Split split = resolve_split(req, m->file, m->spec);
+    m->draft_placement = split.draft;
+    m->draft_why = split.draft_why;
     SessionOptions& so = split.so;
     so.n_threads = f.n_threads;
     if (f.n_threads == 0 && split.threads) so.n_threads = *split.threads;

@@ -3,6 +3,7 @@
 // sequence per slot, placed by the same split flags as `run`.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,9 +47,14 @@ struct ChatModel {
     std::vector<std::string> end_of_turn_text;
     std::vector<int32_t> end_of_turn_tokens;
     std::string split_why;
+    std::optional<SessionOptions> draft_placement;  // Split::draft: where a draft model goes (serve -md)
+    std::string draft_why;
 };
 
-// Opens the model for n_seq sequences. Throws tandem::Error for bad input.
-std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_seq);
+// Opens the model for n_seq sequences; adjust (if any) may change the
+// split request first (serve asks for a draft's placement there). Throws
+// tandem::Error for bad input.
+std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_seq,
+                                           const std::function<void(SplitRequest&)>& adjust = {});
 
 }  // namespace tandem::tools

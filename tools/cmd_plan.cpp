@@ -17,6 +17,7 @@
 
 #include "kernels_cuda/cuda_api.h"
 #include "planner/calibration.h"
+#include "planner/draft_plan.h"
 #include "planner/planner.h"
 #include "runtime/engine/memory_ledger.h"
 #include "runtime/common/error.h"
@@ -44,6 +45,8 @@ struct PlanOptions {
     std::optional<std::string> host_ram;
     std::optional<double> cpu_gbps, gpu_gbps, pcie_gbps, cpu_gflops, gpu_gflops;
     bool json = false;
+    std::string model_draft;  // -md: a speculative draft planned first, beside the model
+    std::optional<std::string> ngl_draft;
 };
 
 // Where the capacity came from, for the header line of the table.
@@ -194,19 +197,34 @@ void plan_command(const PlanOptions& o) {
     struct Cell {
         const Capacity* cap;
         planner::Plan plan;
+        std::optional<planner::Plan> draft;
     };
+    std::optional<gguf::File> draft_file;
+    std::optional<model::ModelSpec> draft_spec;
+    if (!o.model_draft.empty()) {
+        draft_file.emplace(gguf::File::open(o.model_draft));
+        draft_spec.emplace(model::load_model_spec(*draft_file));
+    } else if (o.ngl_draft) {
+        throw Error("--n-gpu-layers-draft (-ngld) needs a draft model (-md FILE)");
+    }
+    const std::optional<int64_t> draft_ngl = o.ngl_draft ? parse_ngl(*o.ngl_draft, "-ngld") : std::nullopt;
     std::vector<Cell> cells;
     for (const Capacity& c : caps) {
         for (int64_t ctx : contexts) {
             in.device_capacity = c.bytes;
             in.n_ctx = ctx;
-            cells.push_back({&c, planner::plan(spec, in)});
+            if (draft_spec) {
+                planner::PairPlan pp = planner::plan_with_draft(spec, *draft_spec, in, draft_ngl);
+                cells.push_back({&c, std::move(pp.target), std::move(pp.draft)});
+            } else {
+                cells.push_back({&c, planner::plan(spec, in), std::nullopt});
+            }
         }
     }
 
     // The planner knows only default or not; the source says which
     // non-default speeds came from a measurement.
-    auto plan_json = [&](const planner::Plan& p) {
+    auto one_json = [&](const planner::Plan& p) {
         nlohmann::json j = planner::to_json(p);
         for (const planner::Assumption& a : p.assumptions) {
             if (j.contains("assumptions") && j["assumptions"].contains(a.name)) {
@@ -215,22 +233,36 @@ void plan_command(const PlanOptions& o) {
         }
         return j;
     };
+    // With -md the draft's own plan rides along as "draft".
+    auto plan_json = [&](const Cell& c) {
+        nlohmann::json j = one_json(c.plan);
+        if (c.draft) j["draft"] = one_json(*c.draft);
+        return j;
+    };
     if (o.json) {
         if (cells.size() == 1) {
-            fmt::print("{}\n", plan_json(cells.front().plan).dump(2));
+            fmt::print("{}\n", plan_json(cells.front()).dump(2));
         } else {
             nlohmann::json arr = nlohmann::json::array();
-            for (const Cell& c : cells) arr.push_back(plan_json(c.plan));
+            for (const Cell& c : cells) arr.push_back(plan_json(c));
             fmt::print("{}\n", arr.dump(2));
         }
         return;
     }
 
-    uint64_t weights = model::token_embd_bytes(spec) + model::output_weight_bytes(spec);
-    for (int64_t il = 0; il < spec.hp.n_layer; ++il) weights += model::layer_weight_bytes(spec, il);
+    auto weight_bytes = [](const model::ModelSpec& s) {
+        uint64_t w = model::token_embd_bytes(s) + model::output_weight_bytes(s);
+        for (int64_t il = 0; il < s.hp.n_layer; ++il) w += model::layer_weight_bytes(s, il);
+        return w;
+    };
     fmt::print("model: {} ({}, {} layers, {} of weights), micro-batch {}, KV cache {}\n", o.model, spec.hp.arch,
-               spec.hp.n_layer, format_bytes(weights), cells.front().plan.n_ubatch,
+               spec.hp.n_layer, format_bytes(weight_bytes(spec)), cells.front().plan.n_ubatch,
                planner::cache_type_name(in.cache_type));
+    if (draft_spec) {
+        fmt::print("draft: {} ({}, {} layers, {} of weights), planned first; the table is the model's plan beside "
+                   "it, and each cell's first reason says where the draft goes\n",
+                   o.model_draft, draft_spec->hp.arch, draft_spec->hp.n_layer, format_bytes(weight_bytes(*draft_spec)));
+    }
     if (!note.empty()) fmt::print("{}\n", note);
     fmt::print("{}\n", host_ram_line(in.host_ram, o.host_ram.has_value()));
     fmt::print("{}\n\n", speeds_line(cells.front().plan, measured));
@@ -268,6 +300,13 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--cpu-gflops", opts->cpu_gflops, "CPU matrix-multiply rate in GFLOP/s (prefill)");
     cmd->add_option("--gpu-gflops", opts->gpu_gflops, "GPU matrix-multiply rate in GFLOP/s (prefill)");
     cmd->add_flag("--json", opts->json, "print JSON: one object, or an array for a grid");
+    cmd->add_option("--model-draft", opts->model_draft,
+                    "plan a speculative draft model FILE (-md) first, beside the model: the model's plan gets what "
+                    "the draft leaves of the device and the host RAM")
+        ->type_name("FILE");
+    cmd->add_option("--n-gpu-layers-draft,--gpu-layers-draft", opts->ngl_draft,
+                    "the draft's layers on the accelerator (-ngld; default auto)")
+        ->type_name("N|auto");
     cmd->callback([opts] { plan_command(*opts); });
 }
 

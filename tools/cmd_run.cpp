@@ -153,6 +153,9 @@ void run(const RunOptions& o) {
     // files were made.
     if (!o.dump_logits.empty()) req.n_ubatch = std::max<int64_t>(req.n_ubatch, static_cast<int64_t>(tokens.size()));
     req.tuned_model = o.model;
+    check_spec_flags(o.spec);
+    const std::unique_ptr<DraftHeader> draft_header = read_draft_header(o.spec);
+    request_draft(o.spec, draft_header.get(), req);
     Split split = resolve_split(req, file, spec);
     SessionOptions& so = split.so;
     so.n_threads = o.n_threads;
@@ -164,7 +167,7 @@ void run(const RunOptions& o) {
                                 session.n_ctx()));
     }
     const std::unique_ptr<spec::Proposer> proposer =
-        make_proposer(o.spec, tokenizer, session, so.n_ubatch, so.cache_type, sp);
+        make_proposer(o.spec, tokenizer, session, so.n_ubatch, so.cache_type, sp, split.draft);
     const spec::Config spec_cfg = spec_config(o.spec);
     // As llama.cpp logs it (once the input is known good): a drawn seed can
     // be given back with --seed.
@@ -174,6 +177,9 @@ void run(const RunOptions& o) {
                    o.model, spec.hp.arch, spec.hp.n_layer, spec.hp.n_embd, session.n_ctx(), session.n_threads(),
                    cpu::simd_level_name(session.simd_level()), static_cast<double>(session.kv_cache_bytes()) / (1 << 20));
         fmt::print(stderr, "{}\n", split.why);
+        if (auto* d = dynamic_cast<spec::DraftModelProposer*>(proposer.get())) {
+            fmt::print(stderr, "{}\ndraft placement: {}\n", split.draft_why, d->session().placement_summary());
+        }
         fmt::print(stderr, "split: layers [0, {}) on {}, [{}, {}) on the CPU, output head on {}\n",
                    session.n_device_layers(), so.device.empty() ? "-" : so.device, session.n_device_layers(),
                    spec.hp.n_layer, session.output_on_device() ? so.device : "cpu");

@@ -121,11 +121,15 @@ void serve_model(const ServeOptions& o) {
     std::unique_ptr<ChatModel> m;
     std::unique_ptr<spec::DraftModel> draft;
     try {
-        m = open_chat_model(o, o.n_parallel);
-        // The draft on the CPU, a sequence per slot, with the target's
-        // context, threads and cache type.
+        check_spec_flags(o.spec);
+        const std::unique_ptr<DraftHeader> draft_header = read_draft_header(o.spec);
+        m = open_chat_model(o, o.n_parallel,
+                            [&](SplitRequest& req) { request_draft(o.spec, draft_header.get(), req); });
+        // The draft where the split placed it, a sequence per slot, with
+        // the target's context, threads and cache type.
         draft = open_draft_model(o.spec, m->tokenizer, *m->session, m->session->n_ubatch(),
-                                 split_request(o, m->session->n_ctx(), o.n_ubatch).cache_type, o.n_parallel);
+                                 split_request(o, m->session->n_ctx(), o.n_ubatch).cache_type, o.n_parallel,
+                                 m->draft_placement);
     } catch (...) {
         loading.store(false);
         failed.store(true);
@@ -162,6 +166,9 @@ void serve_model(const ServeOptions& o) {
                    o.spec.model_draft, o.spec.draft_max);
     }
     if (o.verbose) fmt::print(stderr, "{}\nplacement: {}\n", m->split_why, m->session->placement_summary());
+    if (o.verbose && draft) {
+        fmt::print(stderr, "{}\ndraft placement: {}\n", m->draft_why, draft->session().placement_summary());
+    }
     fmt::print(stderr, "tandem serve: ready on http://{}:{}  (Ctrl-C stops)\n", o.http.host, http.port());
     waiter.join();
     fmt::print(stderr, "tandem serve: stopping\n");

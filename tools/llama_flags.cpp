@@ -20,6 +20,7 @@ const std::vector<LlamaSpelling> kSpellings = {
     {"-cmoe", "--cpu-moe"},        {"-ncmoe", "--n-cpu-moe"},    {"-mmp", "--mmap"},
     {"-cnv", "--conversation"},    {"-no-cnv", "--no-conversation"}, {"-st", "--single-turn"},
     {"-if", "--interactive-first"}, {"-sys", "--system-prompt"}, {"-md", "--model-draft"},
+    {"-ngld", "--n-gpu-layers-draft"},
     {"-tb", "--threads-batch"},    {"-hf", "--hf-repo"},         {"-mu", "--model-url"},
     {"-np", "--parallel"},         {"-cb", "--cont-batching"},   {"-co", "--color"},
     {"-embd", "--embeddings"},     {"-oe", "--output-err"},

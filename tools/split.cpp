@@ -8,6 +8,7 @@
 
 #include "kernels_cuda/cuda_api.h"
 #include "planner/calibration.h"
+#include "planner/draft_plan.h"
 #include "planner/tune_cache.h"
 #include "runtime/common/error.h"
 #include "runtime/engine/memory_ledger.h"
@@ -98,7 +99,7 @@ uint64_t parse_size_flag(std::string_view flag, std::string_view text) {
     }
 }
 
-std::optional<int64_t> parse_ngl(const std::string& text) {
+std::optional<int64_t> parse_ngl(const std::string& text, std::string_view flag) {
     if (text == "auto") return std::nullopt;
     try {
         size_t used = 0;
@@ -106,7 +107,7 @@ std::optional<int64_t> parse_ngl(const std::string& text) {
         if (used == text.size() && v >= 0) return v;
     } catch (const std::exception&) {
     }
-    throw Error(fmt::format("-ngl: expected auto or a layer count >= 0, found '{}'", text));
+    throw Error(fmt::format("{}: expected auto or a layer count >= 0, found '{}'", flag, text));
 }
 
 SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch) {
@@ -148,6 +149,7 @@ planner::PlanInputs split_plan_inputs(const SplitRequest& r) {
     in.n_ubatch = r.n_ubatch;
     in.cache_type = r.cache_type;
     apply_stream_flags(r.stream, in);
+    if (r.margin) in.margin = r.margin;
     if (r.device == "cpu2") in.margin = 0;
     return in;
 }
@@ -185,6 +187,46 @@ std::optional<cuda::DeviceInfo> usable_gpu_or_cpu(std::string& device, const std
     return std::nullopt;
 }
 
+namespace {
+
+// The draft's session options, planned first with the whole device
+// (planner/draft_plan.h); r.vram and r.margin become what the model may
+// use beside it. `why` gets one line.
+SessionOptions place_draft(SplitRequest& r, const std::optional<cuda::DeviceInfo>& gpu, std::string& why) {
+    SessionOptions d;
+    d.n_ctx = r.n_ctx;
+    d.n_ubatch = r.n_ubatch;
+    d.cache_type = r.cache_type;
+    d.device = r.device;
+    d.weight_stream = false;
+    if (r.device.empty()) {
+        why = "the draft model runs on the CPU (no accelerator)";
+        return d;
+    }
+    if (!r.vram && gpu) r.vram = gpu->free_bytes;
+    if (!r.vram) {
+        // The stand-in without --vram: no limit to share.
+        d.n_gpu_layers = r.draft_ngl.value_or(r.draft->hp.n_layer + 1);
+        why = fmt::format("the draft model: -ngld {} on {} (no --vram: nothing to share)", d.n_gpu_layers, r.device);
+        return d;
+    }
+    planner::PlanInputs in = split_plan_inputs(r);
+    apply_stored_calibration(in);
+    const planner::Plan p = planner::plan(*r.draft, planner::draft_inputs(in, r.draft_ngl));
+    d.device_capacity = r.vram;
+    d.n_gpu_layers = p.ngl;
+    d.overrides = p.rules.overrides;
+    d.cpu_moe = p.rules.cpu_moe;
+    d.n_cpu_moe = p.rules.n_cpu_moe;
+    const planner::PlanInputs left = planner::inputs_beside_draft(in, p);
+    r.vram = left.device_capacity;
+    r.margin = left.margin;
+    why = planner::draft_reason(p);
+    return d;
+}
+
+}  // namespace
+
 Split resolve_split(const SplitRequest& request, const gguf::File& file, const model::ModelSpec& spec) {
     SplitRequest r = request;
     // -ngl N without --device means a GPU, as in llama.cpp.
@@ -197,6 +239,7 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
         if (r.ngl) r.ngl = 0;
     }
     Split s;
+    if (r.draft) s.draft = place_draft(r, gpu, s.draft_why);
     SessionOptions& so = s.so;
     so.n_ctx = r.n_ctx;
     so.n_ubatch = r.n_ubatch;

@@ -35,6 +35,11 @@ struct SplitRequest {
     // -ngl auto may take what `tandem tune` measured for this model file
     // (run does; perplexity, all prompt processing, does not).
     std::optional<std::string> tuned_model;
+    // A speculative draft beside the model (-md): planned first, with the
+    // whole device (planner/draft_plan.h); the model gets what it leaves.
+    const model::ModelSpec* draft = nullptr;
+    std::optional<int64_t> draft_ngl;  // -ngld N; nullopt: auto
+    std::optional<uint64_t> margin;    // VRAM kept free; nullopt: the default for the capacity
 };
 
 // --cache-type (K and V alike), and llama.cpp's -ctk/--cache-type-k and
@@ -76,8 +81,9 @@ SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch)
 // naming the flag, what was found and the accepted forms.
 uint64_t parse_size_flag(std::string_view flag, std::string_view text);
 
-// "auto" -> nullopt, a count -> it; anything else is a tandem::Error.
-std::optional<int64_t> parse_ngl(const std::string& text);
+// "auto" -> nullopt, a count -> it; anything else is a tandem::Error
+// naming `flag`.
+std::optional<int64_t> parse_ngl(const std::string& text, std::string_view flag = "-ngl");
 
 // The user's per-tensor rules (-ot, --cpu-moe, --n-cpu-moe, -nkvo) for the
 // planner; throws tandem::Error for an -ot value that is not REGEX=DEVICE.
@@ -100,6 +106,11 @@ struct Split {
     SessionOptions so;            // device, capacity, ngl, placement, streaming, context, cache type
     std::optional<int> threads;   // from a tune entry: used when -t is not given
     std::string why;              // one line for --verbose
+    // With SplitRequest::draft: where the draft runs (device, capacity,
+    // layers, rules, context, micro-batch and cache type; no streaming),
+    // and why, one line.
+    std::optional<SessionOptions> draft;
+    std::string draft_why;
 };
 
 // The GPU `device` names ("cuda", "cudaN"), if it is usable here. Where it

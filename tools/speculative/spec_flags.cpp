@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
+#include "tools/split.h"
 
 namespace tandem::tools {
 
@@ -30,8 +31,8 @@ void add_spec_flags(CLI::App& cmd, SpecFlags& f) {
         ->type_name("[N]")
         ->group(group);
     cmd.add_option("--model-draft", f.model_draft,
-                   "speculative decoding with a draft model FILE (-md): a smaller GGUF with the same vocabulary, run "
-                   "on the CPU, drafting up to --draft-max tokens the model checks in one batch")
+                   "speculative decoding with a draft model FILE (-md): a smaller GGUF with the same vocabulary, "
+                   "placed before the model (-ngld), drafting up to --draft-max tokens the model checks in one batch")
         ->type_name("FILE")
         ->group(group);
     cmd.add_option("--draft-max", f.draft_max,
@@ -46,6 +47,11 @@ void add_spec_flags(CLI::App& cmd, SpecFlags& f) {
                    "the draft model stops drafting before a token whose probability (its top softmax probability at "
                    "temperature 1) is below this")
         ->capture_default_str()
+        ->group(group);
+    cmd.add_option("--n-gpu-layers-draft,--gpu-layers-draft", f.ngl_draft,
+                   "the draft model's layers on the accelerator (-ngld; default auto: the planner places the draft "
+                   "first, usually whole on the accelerator, and the model gets the rest)")
+        ->type_name("N|auto")
         ->group(group);
     cmd.add_flag("--draft-fixed", f.fixed_length, "always propose up to --draft-max tokens (no adaptive length)")
         ->group(group);
@@ -67,14 +73,18 @@ spec::Config spec_config(const SpecFlags& f) {
 void check_spec_flags(const SpecFlags& f) {
     if (f.ngram && !f.model_draft.empty()) throw Error("give --spec-ngram or --model-draft (-md), not both");
     (void)spec_config(f);
+    if (f.ngl_draft) {
+        if (f.model_draft.empty()) throw Error("--n-gpu-layers-draft (-ngld) needs a draft model (-md FILE)");
+        (void)parse_ngl(*f.ngl_draft, "-ngld");
+    }
     if (!f.model_draft.empty() && !(f.p_min >= 0.0f && f.p_min <= 1.0f)) {
         throw Error(fmt::format("--draft-p-min: expected a value in [0, 1], found {}", f.p_min));
     }
 }
 
-SessionOptions draft_session_options(const Session& target, int64_t n_ubatch, model::CacheType cache_type,
-                                     int64_t n_seq) {
-    SessionOptions so;
+SessionOptions draft_session_options(const std::optional<SessionOptions>& placed, const Session& target,
+                                     int64_t n_ubatch, model::CacheType cache_type, int64_t n_seq) {
+    SessionOptions so = placed.value_or(SessionOptions{});
     so.n_ctx = target.n_ctx();
     so.n_ubatch = n_ubatch;
     so.n_threads = target.n_threads();
@@ -84,25 +94,39 @@ SessionOptions draft_session_options(const Session& target, int64_t n_ubatch, mo
     return so;
 }
 
+std::unique_ptr<DraftHeader> read_draft_header(const SpecFlags& f) {
+    if (f.model_draft.empty()) return nullptr;
+    gguf::File file = gguf::File::open(f.model_draft);
+    model::ModelSpec spec = model::load_model_spec(file);
+    return std::unique_ptr<DraftHeader>(new DraftHeader{std::move(file), std::move(spec)});
+}
+
+void request_draft(const SpecFlags& f, const DraftHeader* header, SplitRequest& req) {
+    if (header == nullptr) return;
+    req.draft = &header->spec;
+    if (f.ngl_draft) req.draft_ngl = parse_ngl(*f.ngl_draft, "-ngld");
+}
+
 std::unique_ptr<spec::DraftModel> open_draft_model(const SpecFlags& f, const Tokenizer& target_tokenizer,
                                                    const Session& target, int64_t n_ubatch,
-                                                   model::CacheType cache_type, int64_t n_slots) {
+                                                   model::CacheType cache_type, int64_t n_slots,
+                                                   const std::optional<SessionOptions>& placed) {
     check_spec_flags(f);
     if (f.model_draft.empty()) return nullptr;
     return std::make_unique<spec::DraftModel>(f.model_draft, target_tokenizer, target.n_vocab(),
-                                              draft_session_options(target, n_ubatch, cache_type, n_slots), f.p_min,
-                                              true);
+                                              draft_session_options(placed, target, n_ubatch, cache_type, n_slots),
+                                              f.p_min, true);
 }
 
 std::unique_ptr<spec::Proposer> make_proposer(const SpecFlags& f, const Tokenizer& target_tokenizer,
                                               const Session& target, int64_t n_ubatch, model::CacheType cache_type,
-                                              const SamplerParams& sp) {
+                                              const SamplerParams& sp, const std::optional<SessionOptions>& placed) {
     check_spec_flags(f);
     if (f.ngram) return std::make_unique<spec::NgramProposer>(*f.ngram, 1);
     if (f.model_draft.empty()) return nullptr;
     return std::make_unique<spec::DraftModelProposer>(f.model_draft, target_tokenizer, target.n_vocab(),
-                                                      draft_session_options(target, n_ubatch, cache_type), sp,
-                                                      f.p_min);
+                                                      draft_session_options(placed, target, n_ubatch, cache_type),
+                                                      sp, f.p_min);
 }
 
 std::string spec_stats_line(const spec::Proposer& p, const spec::Stats& s) {
