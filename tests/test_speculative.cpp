@@ -96,6 +96,26 @@ TEST(SpecDraftLength, GrowsShrinksAndBacksOff) {
     // backs off further: up to 128 steps.
     spec::DraftLength e(16, 0, true, true);
     EXPECT_EQ(e.allowed(), spec::DraftLength::kExpensiveStart);
+    // One that has never been kept gives up after kExpensiveGiveUp fails.
+    spec::DraftLength never(16, 0, true, true);
+    int asked = 0;
+    for (int step = 0; step < 1000; ++step) {
+        const int k = never.allowed();
+        if (k == 0) continue;
+        ++asked;
+        never.update(0, 0, true);  // nothing proposed (p-min)
+    }
+    EXPECT_EQ(asked, spec::DraftLength::kExpensiveGiveUp);
+    // Likewise when its drafts are refused: 4, 2, 1, 1 tokens, then no more.
+    spec::DraftLength refused(16, 0, true, true);
+    std::vector<int> sizes;
+    for (int step = 0; step < 1000; ++step) {
+        const int k = refused.allowed();
+        if (k == 0) continue;
+        sizes.push_back(k);
+        refused.update(k, 0, true);
+    }
+    EXPECT_EQ(sizes, (std::vector<int>{4, 2, 1, 1}));
     e.update(4, 4, true);
     EXPECT_EQ(e.allowed(), 6);
     for (int i = 0; i < 12; ++i) e.update(1, 0, true);

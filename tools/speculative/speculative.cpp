@@ -167,10 +167,12 @@ DraftLength::DraftLength(int draft_max, int draft_min, bool adaptive, bool expen
       min_(draft_min),
       adaptive_(adaptive),
       max_skip_(expensive_proposer ? kExpensiveMaxSkip : kMaxSkip),
-      cur_(adaptive && expensive_proposer ? std::min(draft_max, std::max(kExpensiveStart, draft_min)) : draft_max) {}
+      cur_(adaptive && expensive_proposer ? std::min(draft_max, std::max(kExpensiveStart, draft_min)) : draft_max),
+      expensive_(expensive_proposer) {}
 
 int DraftLength::allowed() {
     if (!adaptive_) return max_;
+    if (stopped_) return 0;
     if (skip_ > 0) {
         --skip_;
         return 0;
@@ -181,9 +183,11 @@ int DraftLength::allowed() {
 void DraftLength::update(int proposed, int accepted, bool expensive_proposer) {
     if (!adaptive_) return;
     const int floor = std::max(1, std::min(min_, max_));
+    kept_ += accepted;
     auto fail = [&] {
         ++fails_;
         skip_ = std::min(max_skip_, 1 << std::min(fails_ - 1, 10));
+        if (expensive_ && kept_ == 0 && fails_ >= kExpensiveGiveUp) stopped_ = true;
     };
     if (proposed == 0) {
         // Nothing to say: free for a look-up, a wasted pass for a draft model.
@@ -196,7 +200,8 @@ void DraftLength::update(int proposed, int accepted, bool expensive_proposer) {
     } else if (accepted == 0) {
         const bool at_floor = cur_ <= floor;
         cur_ = std::max(floor, cur_ / 2);
-        if (at_floor) fail();
+        // A draft model never kept yet fails at once (see kExpensiveGiveUp).
+        if (at_floor || (expensive_ && kept_ == 0)) fail();
     } else {
         cur_ = std::max(floor, std::min(cur_, 2 * accepted + 1));
         fails_ = 0;
