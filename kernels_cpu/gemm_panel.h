@@ -100,30 +100,25 @@ void q5_1_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 // block starts of q4_0_panel_prepare_avx2 (q4_0_panel_prepare's); the
 // others read only the activation blocks (Q8_0 and Q5_0 need them in
 // [-127, 127], as the Q8_0 quantizers make them).
-#define TANDEM_PANEL_AVX2_DECL(name)                                                                                \
-    size_t name##_panel_bytes_avx2(int64_t n_cols);                                                                \
-    void name##_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, \
-                                size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
-TANDEM_PANEL_AVX2_DECL(q4_K)
-TANDEM_PANEL_AVX2_DECL(q5_K)
-TANDEM_PANEL_AVX2_DECL(q6_K)
-TANDEM_PANEL_AVX2_DECL(q3_K)
-TANDEM_PANEL_AVX2_DECL(q2_K)
-TANDEM_PANEL_AVX2_DECL(q4_0)
-TANDEM_PANEL_AVX2_DECL(q8_0)
-TANDEM_PANEL_AVX2_DECL(q5_0)
-TANDEM_PANEL_AVX2_DECL(q4_1)
-TANDEM_PANEL_AVX2_DECL(q5_1)
-#undef TANDEM_PANEL_AVX2_DECL
+#define TANDEM_PANEL_ISA_DECL(name, isa)                                                                         \
+    size_t name##_panel_bytes_##isa(int64_t n_cols);                                                             \
+    void name##_panel_gemm_##isa(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, \
+                                 size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+TANDEM_PANEL_ISA_DECL(q4_K, avx2)
+TANDEM_PANEL_ISA_DECL(q5_K, avx2)
+TANDEM_PANEL_ISA_DECL(q6_K, avx2)
+TANDEM_PANEL_ISA_DECL(q3_K, avx2)
+TANDEM_PANEL_ISA_DECL(q2_K, avx2)
+TANDEM_PANEL_ISA_DECL(q4_0, avx2)
+TANDEM_PANEL_ISA_DECL(q8_0, avx2)
+TANDEM_PANEL_ISA_DECL(q5_0, avx2)
+TANDEM_PANEL_ISA_DECL(q4_1, avx2)
+TANDEM_PANEL_ISA_DECL(q5_1, avx2)
 // Q8_0 and Q5_0 built with AVX-VNNI (avx2/gemm_panel_signed_avxvnni.cpp):
 // the same contract and bits; call only where the CPU has AVX-VNNI.
-#define TANDEM_PANEL_AVXVNNI_DECL(name)                                                                                \
-    size_t name##_panel_bytes_avxvnni(int64_t n_cols);                                                                \
-    void name##_panel_gemm_avxvnni(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, \
-                                   size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
-TANDEM_PANEL_AVXVNNI_DECL(q8_0)
-TANDEM_PANEL_AVXVNNI_DECL(q5_0)
-#undef TANDEM_PANEL_AVXVNNI_DECL
+TANDEM_PANEL_ISA_DECL(q8_0, avxvnni)
+TANDEM_PANEL_ISA_DECL(q5_0, avxvnni)
+#undef TANDEM_PANEL_ISA_DECL
 void k4_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 void q4_0_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 

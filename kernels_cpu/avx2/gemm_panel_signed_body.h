@@ -57,37 +57,45 @@ inline __m256i lane_start(__m256i v) {
 // ---- Q8_0 -------------------------------------------------------------------------------
 #if defined(__AVXVNNI__)
 // With AVX-VNNI one vpdpbusd makes a lane: the activation as u8 = q + 128
-// against the signed weights, accumulated onto -128 x the lane's weight sum
-// (per block and row, shared by all tokens): (a + 128) w summed, less 128
-// sum(w), is sum(a w) exactly (|.| < 2^17, no wrap).
-struct Q8 {
-    using Block = block_q8_0;
+// against the signed weight values, accumulated onto -128 x the lane's sum
+// of values (per block and row, shared by all tokens): (a + 128) v summed,
+// less 128 sum(v), is sum(a v) exactly (|.| < 2^17, no wrap). Values(rows,
+// i, v, header) gives a block's values (lane l of row r in dword r of v[l])
+// and its header dwords (header[0] as HalfRows::lanes16 at offset 0).
+template <class B, class Values>
+struct VnniSigned {
+    using Block = B;
     struct Half {
-        alignas(32) int8_t w[8][kHalf][4];
+        alignas(32) int8_t v[8][kHalf][4];
         alignas(32) int32_t start[8][kHalf];
         alignas(32) float d[kHalf];
     };
     static void unpack(const panel_avx2::HalfRows& rows, int64_t i, Half& p) {
-        __m256i c[8];
-        rows.lanes32(i, offsetof(block_q8_0, qs), c);
+        __m256i v[8], header[4];
+        Values::get(rows, i, v, header);
         for (int l = 0; l < 8; ++l) {
-            store32(p.w[l], c[l]);
-            store32(p.start[l], lane_start(c[l]));
+            store32(p.v[l], v[l]);
+            store32(p.start[l], lane_start(v[l]));
         }
-        __m256i w[4];
-        rows.lanes16(i, 0, w);
-        panel_avx2::header_floats(w[0], p.d, nullptr);
+        panel_avx2::header_floats(header[0], p.d, nullptr);
     }
     static constexpr size_t kActBytes = 32;
     static void copy_act(const block_q8_0& b, uint8_t* out) { store32(out, flip_signs(load256(b.qs))); }
     struct Lane {
-        __m256i w, start;
+        __m256i v, start;
     };
-    static Lane lane_weights(const Half& p, int l) { return {load32(p.w[l]), load32(p.start[l])}; }
+    static Lane lane_weights(const Half& p, int l) { return {load32(p.v[l]), load32(p.start[l])}; }
     static __m256i lane_sum(const Lane& w, const uint8_t* act, int l) {
-        return _mm256_dpbusd_avx_epi32(w.start, panel_avx2::bcast4(act + 4 * l), w.w);
+        return _mm256_dpbusd_avx_epi32(w.start, panel_avx2::bcast4(act + 4 * l), w.v);
     }
 };
+struct Q8Values {
+    static void get(const panel_avx2::HalfRows& rows, int64_t i, __m256i v[8], __m256i header[4]) {
+        rows.lanes32(i, offsetof(block_q8_0, qs), v);
+        rows.lanes16(i, 0, header);
+    }
+};
+using Q8 = VnniSigned<block_q8_0, Q8Values>;
 #else
 struct Q8 {
     using Block = block_q8_0;
@@ -131,36 +139,17 @@ struct Q8 {
 
 // ---- Q5_0 -------------------------------------------------------------------------------
 #if defined(__AVXVNNI__)
-// The same with the values code - 16: one vpdpbusd onto -128 x their sum.
-struct Q5 {
-    using Block = block_q5_0;
-    struct Half {
-        alignas(32) int8_t v[8][kHalf][4];
-        alignas(32) int32_t start[8][kHalf];
-        alignas(32) float d[kHalf];
-    };
-    static void unpack(const panel_avx2::HalfRows& rows, int64_t i, Half& p) {
-        __m256i w[4], c[8];
-        rows.lanes16(i, 0, w);
-        panel_avx2::nibbles(rows, i, offsetof(block_q5_0, qs), c);
-        panel_avx2::add_high_bits(_mm256_or_si256(_mm256_srli_epi32(w[0], 16), _mm256_slli_epi32(w[1], 16)), c);  // qh after the 2-byte d
-        for (int l = 0; l < 8; ++l) {
-            const __m256i v = _mm256_sub_epi8(c[l], _mm256_set1_epi8(16));
-            store32(p.v[l], v);
-            store32(p.start[l], lane_start(v));
-        }
-        panel_avx2::header_floats(w[0], p.d, nullptr);
-    }
-    static constexpr size_t kActBytes = 32;
-    static void copy_act(const block_q8_0& b, uint8_t* out) { store32(out, flip_signs(load256(b.qs))); }
-    struct Lane {
-        __m256i v, start;
-    };
-    static Lane lane_weights(const Half& p, int l) { return {load32(p.v[l]), load32(p.start[l])}; }
-    static __m256i lane_sum(const Lane& w, const uint8_t* act, int l) {
-        return _mm256_dpbusd_avx_epi32(w.start, panel_avx2::bcast4(act + 4 * l), w.v);
+// The values code - 16.
+struct Q5Values {
+    static void get(const panel_avx2::HalfRows& rows, int64_t i, __m256i v[8], __m256i header[4]) {
+        rows.lanes16(i, 0, header);
+        panel_avx2::nibbles(rows, i, offsetof(block_q5_0, qs), v);
+        // qh after the 2-byte d
+        panel_avx2::add_high_bits(_mm256_or_si256(_mm256_srli_epi32(header[0], 16), _mm256_slli_epi32(header[1], 16)), v);
+        for (int l = 0; l < 8; ++l) v[l] = _mm256_sub_epi8(v[l], _mm256_set1_epi8(16));
     }
 };
+using Q5 = VnniSigned<block_q5_0, Q5Values>;
 #else
 struct Q5 {
     using Block = block_q5_0;

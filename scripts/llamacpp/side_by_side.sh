@@ -10,7 +10,9 @@
 # cache type (llama.cpp then needs its flash attention, -fa 1).
 # One SIMD level: TANDEM_CPU=avx2 for Tandem, and LLAMA_BENCH from a llama.cpp
 # build with -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
-# -DGGML_AVX512=OFF (README.md here). The last column is the read bandwidth
+# -DGGML_AVX512=OFF (README.md here); TANDEM_CPU=avxvnni (AVX2 with AVX-VNNI,
+# Alder Lake and later) against the same build with -DGGML_AVX_VNNI=ON. The
+# last column is the read bandwidth
 # that `tandem bench --calibrate-each` measured before and after its tg row.
 # Not run by CI: it needs a llama.cpp build (see README.md here).
 set -euo pipefail
