@@ -155,12 +155,60 @@ struct UQ8_0 {
 
 template <class U>
 struct LegacyDot {
+    using W = typename U::W;
+    using A = typename U::A;
+    static constexpr bool kHasMin = std::is_same_v<A, block_q8_1>;
+    // One block of one row and token onto its chains: acc (eight lanes) and
+    // accm (lane 0: sum of m * s, Q4_1 and Q5_1). q: U::unpack(x).
+    static void block(const W& x, __m256i q, const A& yb, __m256& acc, __m128& accm) {
+        // maddubs multiplies unsigned by signed bytes; for signed weights
+        // move the sign onto the activation (|w| * sign(w)y).
+        const __m256i qu = U::kSigned ? _mm256_sign_epi8(q, q) : q;
+        __m256i act = load256(yb.qs);
+        if constexpr (U::kSigned) act = _mm256_sign_epi8(act, q);
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(qu, act), _mm256_set1_epi16(1));
+        // Both fp16 scales through one conversion: [dx, dy].
+        const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(x.d | static_cast<uint32_t>(yb.d) << 16)));
+        const __m256 d = _mm256_broadcastss_ps(_mm_mul_ss(dd, _mm_movehdup_ps(dd)));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
+        if constexpr (kHasMin) {
+            // The minimum applies to every element: m * sum(y) = m * s.
+            const __m128 ms = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(m_of(x) | static_cast<uint32_t>(s_of(yb)) << 16)));
+            accm = _mm_fmadd_ss(ms, _mm_movehdup_ps(ms), accm);
+        }
+    }
+    // Decode: R rows against one token, each with its own chains in the
+    // single-row order (the bits of K<1>), their blocks interleaved. One
+    // row at a time read 2.6-3 GB/s from DRAM on Sapphire Rapids (the
+    // out-of-order window holds only a few lines of one row in flight; a
+    // software prefetch 4-16 KiB ahead changed nothing); R rows keep R
+    // streams going. 2048x2048 from DRAM, one thread: Q4_1 812 -> 512 us
+    // with 4 rows, 413 with 8; Q5_0 786 -> 533 / 507.
+    template <int R>
+    static void rows(int64_t n, const uint8_t* w, size_t row_stride, const A* ya, float* y) {
+        const W* x[R];
+        for (int r = 0; r < R; ++r) x[r] = reinterpret_cast<const W*>(w + static_cast<size_t>(r) * row_stride);
+        __m256 acc[R];
+        __m128 accm[R];
+        for (int r = 0; r < R; ++r) {
+            acc[r] = _mm256_setzero_ps();
+            accm[r] = _mm_setzero_ps();
+        }
+        for (int64_t i = 0; i < n / 32; ++i) {
+            for (int r = 0; r < R; ++r) block(x[r][i], U::unpack(x[r][i]), ya[i], acc[r], accm[r]);
+        }
+        for (int r = 0; r < R; ++r) y[r] = hsum(acc[r]) + _mm_cvtss_f32(accm[r]);
+    }
+    static void rows_fn(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
+        const auto* base = static_cast<const uint8_t*>(w);
+        const A* ya = static_cast<const A*>(a);
+        int r = 0;
+        for (; r + 8 <= n_rows; r += 8) rows<8>(n, base + static_cast<size_t>(r) * row_stride, row_stride, ya, y + r);
+        for (; r < n_rows; ++r) rows<1>(n, base + static_cast<size_t>(r) * row_stride, row_stride, ya, y + r);
+    }
     template <int NT>
     struct K {
         static void run(int64_t n, const void* w, const void* a, size_t a_stride, float* y, int64_t ldy) {
-            using W = typename U::W;
-            using A = typename U::A;
-            constexpr bool kHasMin = std::is_same_v<A, block_q8_1>;
             const W* x = static_cast<const W*>(w);
             const A* ya[NT];
             for (int t = 0; t < NT; ++t) ya[t] = act_row<A>(a, a_stride, t);
@@ -173,24 +221,7 @@ struct LegacyDot {
             }
             auto step = [&](int64_t i, __m256* acc) {
                 const __m256i q = U::unpack(x[i]);
-                // maddubs multiplies unsigned by signed bytes; for signed
-                // weights move the sign onto the activation (|w| * sign(w)y).
-                const __m256i qu = U::kSigned ? _mm256_sign_epi8(q, q) : q;
-                for (int t = 0; t < NT; ++t) {
-                    const A& yb = ya[t][i];
-                    __m256i act = load256(yb.qs);
-                    if constexpr (U::kSigned) act = _mm256_sign_epi8(act, q);
-                    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(qu, act), ones);
-                    // Both fp16 scales through one conversion: [dx, dy].
-                    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(x[i].d | static_cast<uint32_t>(yb.d) << 16)));
-                    const __m256 d = _mm256_broadcastss_ps(_mm_mul_ss(dd, _mm_movehdup_ps(dd)));
-                    acc[t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[t]);
-                    if constexpr (kHasMin) {
-                        // The minimum applies to every element: m * sum(y) = m * s.
-                        const __m128 ms = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(m_of(x[i]) | static_cast<uint32_t>(s_of(yb)) << 16)));
-                        accm[t] = _mm_fmadd_ss(ms, _mm_movehdup_ps(ms), accm[t]);
-                    }
-                }
+                for (int t = 0; t < NT; ++t) block(x[i], q, ya[t][i], acc[t], accm[t]);
             };
             if constexpr (U::kBlockTotal) {
                 float total_acc[NT] = {};
@@ -241,5 +272,14 @@ void dot_q4_1_avx2(TANDEM_DOT_ARGS) { tile<Q4_1K>(n, w, a, a_stride, nt, y, ldy)
 void dot_q5_0_avx2(TANDEM_DOT_ARGS) { tile<Q5_0K>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q5_1_avx2(TANDEM_DOT_ARGS) { tile<Q5_1K>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q8_0_avx2(TANDEM_DOT_ARGS) { tile<Q8_0K>(n, w, a, a_stride, nt, y, ldy); }
+
+#define TANDEM_LEGACY_ROWS(name, U)                                                                            \
+    void dot_##name##_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) { \
+        LegacyDot<U>::rows_fn(n, w, row_stride, n_rows, a, y);                                                 \
+    }
+TANDEM_LEGACY_ROWS(q4_1, UQ4_1)
+TANDEM_LEGACY_ROWS(q5_0, UQ5_0)
+TANDEM_LEGACY_ROWS(q5_1, UQ5_1)
+#undef TANDEM_LEGACY_ROWS
 
 }  // namespace tandem::cpu::detail
