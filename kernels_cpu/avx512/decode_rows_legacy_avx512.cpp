@@ -136,11 +136,15 @@ void prepare(const void* a, int64_t n, void* out) {
     }
 }
 
+// How far ahead of its block one token's row asks for weights (see
+// decode_rows).
+constexpr int kRowPrefetchBytes = 2048;
 template <class F>
 float dot_row(int64_t nb, const typename F::Block* x, const PreparedBlock* act, const float* act_d, const float* act_s) {
     __m256 acc = _mm256_setzero_ps();
     float acc_min = 0.0f;
     for (int64_t k = 0; k < nb; ++k) {
+        _mm_prefetch(reinterpret_cast<const char*>(x + k) + kRowPrefetchBytes, _MM_HINT_T0);
         const PreparedBlock& p = act[k];
         const __m256i start = F::kOffset != 0 ? p.start : _mm256_setzero_si256();
         const __m256 lanes = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, F::codes(x[k]), p.qs));
