@@ -200,7 +200,9 @@ TEST(Faults, InterruptedWritesLeaveNoTempFile) {
         // must be a complete GGUF, never a partial one.
         const bool finished = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (c.args[0] == "quantize" && (finished || (WIFSIGNALED(status) && fs::exists(out)))) {
-            if (!finished) EXPECT_NO_THROW((void)tandem::gguf::File::open(out)) << "a partial output under the real name";
+            if (!finished) {
+                EXPECT_NO_THROW((void)tandem::gguf::File::open(out)) << "a partial output under the real name";
+            }
             fs::remove(out);
             continue;
         }
@@ -215,7 +217,9 @@ TEST(Faults, InterruptedWritesLeaveNoTempFile) {
         }
     }
     EXPECT_EQ(slurp(model), model_bytes);
-    if (!f16_sum.empty()) EXPECT_EQ(std::to_string(std::hash<std::string>{}(slurp(f16))), f16_sum);
+    if (!f16_sum.empty()) {
+        EXPECT_EQ(std::to_string(std::hash<std::string>{}(slurp(f16))), f16_sum);
+    }
     fs::remove_all(dir);
 }
 
