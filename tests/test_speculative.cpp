@@ -63,33 +63,33 @@ TEST(SpecNgram, MostRecentEarlierOccurrenceThenShorter) {
 TEST(SpecDraftLength, GrowsShrinksAndBacksOff) {
     spec::DraftLength len(16, 0, true);
     EXPECT_EQ(len.allowed(), 16);
-    len.update(16, 0, false);  // full rejection: halve
+    len.update(16, 0);  // full rejection: halve
     EXPECT_EQ(len.allowed(), 8);
-    len.update(8, 2, false);  // partial: 2 * 2 + 1
+    len.update(8, 2);  // partial: 2 * 2 + 1
     EXPECT_EQ(len.allowed(), 5);
-    len.update(5, 5, false);  // full acceptance: +2
+    len.update(5, 5);  // full acceptance: +2
     EXPECT_EQ(len.allowed(), 7);
-    len.update(0, 0, false);  // a free proposer with nothing to say: no change
+    len.update(0, 0);  // a free proposer with nothing to say: no change
     EXPECT_EQ(len.allowed(), 7);
-    for (int i = 0; i < 2; ++i) len.update(len.allowed(), 0, false);  // 7 -> 3 -> 1
+    for (int i = 0; i < 2; ++i) len.update(len.allowed(), 0);  // 7 -> 3 -> 1
     EXPECT_EQ(len.current(), 1);
     // At 1, a rejection pauses speculation for 1, then 2, then 4 ... steps.
-    len.update(1, 0, false);
+    len.update(1, 0);
     EXPECT_EQ(len.allowed(), 0);
     EXPECT_EQ(len.allowed(), 1);
-    len.update(1, 0, false);
+    len.update(1, 0);
     EXPECT_EQ(len.allowed(), 0);
     EXPECT_EQ(len.allowed(), 0);
     EXPECT_EQ(len.allowed(), 1);
-    for (int i = 0; i < 10; ++i) len.update(1, 0, false);
+    for (int i = 0; i < 10; ++i) len.update(1, 0);
     int skipped = 0;
     while (len.allowed() == 0) ++skipped;
     EXPECT_EQ(skipped, 32);  // bounded
-    len.update(1, 1, false);  // any acceptance resets the back-off
+    len.update(1, 1);  // any acceptance resets the back-off
     EXPECT_EQ(len.allowed(), 3);
     // A draft model with nothing to say backs off too.
-    spec::DraftLength d(4, 0, true);
-    d.update(0, 0, true);
+    spec::DraftLength d(4, 0, true, true);
+    d.update(0, 0);
     EXPECT_EQ(d.allowed(), 0);
     EXPECT_EQ(d.allowed(), 4);
     // A draft model starts short (its refused drafts cost passes) and
@@ -103,7 +103,7 @@ TEST(SpecDraftLength, GrowsShrinksAndBacksOff) {
         const int k = never.allowed();
         if (k == 0) continue;
         ++asked;
-        never.update(0, 0, true);  // nothing proposed (p-min)
+        never.update(0, 0);  // nothing proposed (p-min)
     }
     EXPECT_EQ(asked, spec::DraftLength::kExpensiveGiveUp);
     // Likewise when its drafts are refused: 4, 2, 1, 1 tokens, then no more.
@@ -113,12 +113,12 @@ TEST(SpecDraftLength, GrowsShrinksAndBacksOff) {
         const int k = refused.allowed();
         if (k == 0) continue;
         sizes.push_back(k);
-        refused.update(k, 0, true);
+        refused.update(k, 0);
     }
     EXPECT_EQ(sizes, (std::vector<int>{4, 2, 1, 1}));
-    e.update(4, 4, true);
+    e.update(4, 4);
     EXPECT_EQ(e.allowed(), 6);
-    for (int i = 0; i < 12; ++i) e.update(1, 0, true);
+    for (int i = 0; i < 12; ++i) e.update(1, 0);
     int skipped_e = 0;
     while (e.allowed() == 0) ++skipped_e;
     EXPECT_EQ(skipped_e, 128);
@@ -126,7 +126,7 @@ TEST(SpecDraftLength, GrowsShrinksAndBacksOff) {
     EXPECT_EQ(spec::DraftLength(16, 0, false, true).allowed(), 16);  // --draft-fixed: draft_max
     // Fixed length: always draft_max.
     spec::DraftLength f(6, 0, false);
-    f.update(6, 0, false);
+    f.update(6, 0);
     EXPECT_EQ(f.allowed(), 6);
 }
 

@@ -518,7 +518,7 @@ bool Scheduler::step() {
         const auto kept = static_cast<size_t>(v.kept);
         if (kept < k) session_.remove_positions(s->id, static_cast<int32_t>(s->cache.size()), -1);
         if (options_.draft != nullptr) options_.draft->keep(s->id, s->cache.size());
-        if (s->asked) s->draft_length->update(static_cast<int>(k), static_cast<int>(kept), options_.draft != nullptr);
+        if (s->asked) s->draft_length->update(static_cast<int>(k), static_cast<int>(kept));
         proposed += static_cast<int64_t>(k);
         accepted += static_cast<int64_t>(kept);
     }

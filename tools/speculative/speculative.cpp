@@ -180,7 +180,7 @@ int DraftLength::allowed() {
     return cur_;
 }
 
-void DraftLength::update(int proposed, int accepted, bool expensive_proposer) {
+void DraftLength::update(int proposed, int accepted) {
     if (!adaptive_) return;
     const int floor = std::max(1, std::min(min_, max_));
     kept_ += accepted;
@@ -191,7 +191,7 @@ void DraftLength::update(int proposed, int accepted, bool expensive_proposer) {
     };
     if (proposed == 0) {
         // Nothing to say: free for a look-up, a wasted pass for a draft model.
-        if (expensive_proposer) fail();
+        if (expensive_) fail();
         return;
     }
     if (accepted == proposed) {
@@ -275,7 +275,7 @@ Stats generate(Session& target, std::span<const int32_t> prompt, std::vector<flo
         if (v.stopped) break;
         // Keep [.., past] (ctx's last token before this step) and the accepted drafts.
         if (v.kept < nd) target.remove_positions(0, static_cast<int32_t>(past + 1 + v.kept), -1);
-        if (asked) len.update(nd, v.kept, proposer.expensive());
+        if (asked) len.update(nd, v.kept);
     }
     st.draft_passes = proposer.passes();
     return st;

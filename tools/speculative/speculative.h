@@ -191,7 +191,7 @@ public:
     int allowed();
     // After a step that asked the proposer (not after a skipped one: a
     // skip is no failure).
-    void update(int proposed, int accepted, bool expensive_proposer);
+    void update(int proposed, int accepted);
     int current() const { return cur_; }
 
 private:
