@@ -24,6 +24,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "tools/commands.h"
+#include "tools/speculative/spec_flags.h"
 #include "tools/split.h"
 #include "tools/stream_flags.h"
 #include "tools/host_memory.h"
@@ -199,22 +200,16 @@ void plan_command(const PlanOptions& o) {
         planner::Plan plan;
         std::optional<planner::Plan> draft;
     };
-    std::optional<gguf::File> draft_file;
-    std::optional<model::ModelSpec> draft_spec;
-    if (!o.model_draft.empty()) {
-        draft_file.emplace(gguf::File::open(o.model_draft));
-        draft_spec.emplace(model::load_model_spec(*draft_file));
-    } else if (o.ngl_draft) {
-        throw Error("--n-gpu-layers-draft (-ngld) needs a draft model (-md FILE)");
-    }
-    const std::optional<int64_t> draft_ngl = o.ngl_draft ? parse_ngl(*o.ngl_draft, "-ngld") : std::nullopt;
+    const std::optional<int64_t> ngld = draft_ngl(o.model_draft, o.ngl_draft);
+    const std::unique_ptr<DraftHeader> draft = read_draft_header(o.model_draft);
+    const model::ModelSpec* draft_spec = draft ? &draft->spec : nullptr;
     std::vector<Cell> cells;
     for (const Capacity& c : caps) {
         for (int64_t ctx : contexts) {
             in.device_capacity = c.bytes;
             in.n_ctx = ctx;
             if (draft_spec) {
-                planner::PairPlan pp = planner::plan_with_draft(spec, *draft_spec, in, draft_ngl);
+                planner::PairPlan pp = planner::plan_with_draft(spec, *draft_spec, in, ngld);
                 cells.push_back({&c, std::move(pp.target), std::move(pp.draft)});
             } else {
                 cells.push_back({&c, planner::plan(spec, in), std::nullopt});

@@ -73,10 +73,7 @@ spec::Config spec_config(const SpecFlags& f) {
 void check_spec_flags(const SpecFlags& f) {
     if (f.ngram && !f.model_draft.empty()) throw Error("give --spec-ngram or --model-draft (-md), not both");
     (void)spec_config(f);
-    if (f.ngl_draft) {
-        if (f.model_draft.empty()) throw Error("--n-gpu-layers-draft (-ngld) needs a draft model (-md FILE)");
-        (void)parse_ngl(*f.ngl_draft, "-ngld");
-    }
+    (void)draft_ngl(f.model_draft, f.ngl_draft);
     if (!f.model_draft.empty() && !(f.p_min >= 0.0f && f.p_min <= 1.0f)) {
         throw Error(fmt::format("--draft-p-min: expected a value in [0, 1], found {}", f.p_min));
     }
@@ -94,9 +91,15 @@ SessionOptions draft_session_options(const std::optional<SessionOptions>& placed
     return so;
 }
 
-std::unique_ptr<DraftHeader> read_draft_header(const SpecFlags& f) {
-    if (f.model_draft.empty()) return nullptr;
-    gguf::File file = gguf::File::open(f.model_draft);
+std::optional<int64_t> draft_ngl(const std::string& model_draft, const std::optional<std::string>& ngl_draft) {
+    if (!ngl_draft) return std::nullopt;
+    if (model_draft.empty()) throw Error("--n-gpu-layers-draft (-ngld) needs a draft model (-md FILE)");
+    return parse_ngl(*ngl_draft, "-ngld");
+}
+
+std::unique_ptr<DraftHeader> read_draft_header(const std::string& model_draft) {
+    if (model_draft.empty()) return nullptr;
+    gguf::File file = gguf::File::open(model_draft);
     model::ModelSpec spec = model::load_model_spec(file);
     return std::unique_ptr<DraftHeader>(new DraftHeader{std::move(file), std::move(spec)});
 }
@@ -104,7 +107,7 @@ std::unique_ptr<DraftHeader> read_draft_header(const SpecFlags& f) {
 void request_draft(const SpecFlags& f, const DraftHeader* header, SplitRequest& req) {
     if (header == nullptr) return;
     req.draft = &header->spec;
-    if (f.ngl_draft) req.draft_ngl = parse_ngl(*f.ngl_draft, "-ngld");
+    req.draft_ngl = draft_ngl(f.model_draft, f.ngl_draft);
 }
 
 std::unique_ptr<spec::DraftModel> open_draft_model(const SpecFlags& f, const Tokenizer& target_tokenizer,

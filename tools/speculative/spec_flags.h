@@ -46,13 +46,18 @@ void check_spec_flags(const SpecFlags& f);
 SessionOptions draft_session_options(const std::optional<SessionOptions>& placed, const Session& target,
                                      int64_t n_ubatch, model::CacheType cache_type, int64_t n_seq = 1);
 
-// The draft's header and model spec, for the planner (nullptr without -md;
-// the spec points into the file).
+// The draft's header and model spec, for the planner (nullptr without -md,
+// an empty path; the spec points into the file).
 struct DraftHeader {
     gguf::File file;
     model::ModelSpec spec;
 };
-std::unique_ptr<DraftHeader> read_draft_header(const SpecFlags& f);
+std::unique_ptr<DraftHeader> read_draft_header(const std::string& model_draft);
+inline std::unique_ptr<DraftHeader> read_draft_header(const SpecFlags& f) { return read_draft_header(f.model_draft); }
+
+// -ngld's layer count (nullopt: auto, or not given); throws tandem::Error
+// for -ngld without a draft model or a value that is not a count or auto.
+std::optional<int64_t> draft_ngl(const std::string& model_draft, const std::optional<std::string>& ngl_draft);
 
 // Asks the split for the draft's placement beside the model (the header's
 // spec and -ngld); nothing when header is null.
