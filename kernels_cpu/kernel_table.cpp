@@ -19,6 +19,9 @@ using quant::Type;
     DecodeRows{TANDEM_X86(dot_##name##_rows_avx512), TANDEM_X86(prepare), TANDEM_X86(bytes)}
 #define TANDEM_ROWS_MULTI(name, prepare, bytes) \
     DecodeRows{TANDEM_X86(dot_##name##_rows_avx512), TANDEM_X86(prepare), TANDEM_X86(bytes), TANDEM_X86(dot_##name##_rows_multi_avx512)}
+// AVX2's rows kernels that take the activation row as it is.
+#define TANDEM_ROWS_AVX2_MULTI(name) \
+    DecodeRows{TANDEM_X86(dot_##name##_rows_avx2), nullptr, nullptr, TANDEM_X86(dot_##name##_rows_multi_avx2)}
 #define TANDEM_PANEL(name, bytes, prepare, extra) \
     PanelKernel{TANDEM_X86(name##_panel_gemm_avx512), TANDEM_X86(bytes), TANDEM_X86(prepare), extra}
 #define TANDEM_PANEL_AVX2(name, prepare, extra) \
@@ -50,7 +53,7 @@ constexpr std::array kTable = {
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q4_1,
                   .dot = TANDEM_LEVELS(dot_q4_1),
-                  .rows_avx2 = DecodeRows{TANDEM_X86(dot_q4_1_rows_avx2)},
+                  .rows_avx2 = TANDEM_ROWS_AVX2_MULTI(q4_1),
                   .rows_avx512 = TANDEM_ROWS_MULTI(q4_1, prepare_q4_1_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q4_1, legacy_panel_bytes, nullptr, 0),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q4_1, nullptr, 0),
@@ -58,7 +61,7 @@ constexpr std::array kTable = {
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q5_0,
                   .dot = TANDEM_LEVELS(dot_q5_0),
-                  .rows_avx2 = DecodeRows{TANDEM_X86(dot_q5_0_rows_avx2)},
+                  .rows_avx2 = TANDEM_ROWS_AVX2_MULTI(q5_0),
                   .rows_avx512 = TANDEM_ROWS_MULTI(q5_0, prepare_q5_0_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q5_0, legacy_panel_bytes, q5_0_panel_prepare, kLaneStartsExtraBytes),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q5_0, nullptr, 0),
@@ -67,7 +70,7 @@ constexpr std::array kTable = {
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q5_1,
                   .dot = TANDEM_LEVELS(dot_q5_1),
-                  .rows_avx2 = DecodeRows{TANDEM_X86(dot_q5_1_rows_avx2)},
+                  .rows_avx2 = TANDEM_ROWS_AVX2_MULTI(q5_1),
                   .rows_avx512 = TANDEM_ROWS_MULTI(q5_1, prepare_q5_1_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q5_1, legacy_panel_bytes, nullptr, 0),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q5_1, nullptr, 0),
@@ -75,6 +78,7 @@ constexpr std::array kTable = {
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q8_0,
                   .dot = TANDEM_LEVELS(dot_q8_0),
+                  .rows_avx2 = TANDEM_ROWS_AVX2_MULTI(q8_0),
                   .rows_avx512 = TANDEM_ROWS_MULTI(q8_0, prepare_q8_0_rows, legacy_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q8_0, legacy_panel_bytes, q8_0_panel_prepare, kLaneStartsExtraBytes),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q8_0, nullptr, 0),

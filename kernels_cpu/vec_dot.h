@@ -176,6 +176,7 @@ void dot_q4_0_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows,
 void dot_q4_1_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void dot_q5_0_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void dot_q5_1_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
+void dot_q8_0_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void prepare_q4_0_rows_avx2(const void* a, int64_t n, void* out);
 size_t q4_0_rows_avx2_prepared_bytes(int64_t n);
 void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
@@ -185,6 +186,11 @@ void dot_q2_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
 #define TANDEM_DECODE_MULTI_ARGS \
     int64_t n, const void *w, size_t row_stride, int n_rows, const void *a, size_t a_stride, int nt, float *y, int64_t ldy
 void dot_q4_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);  // decode_rows_q4_0_avx2.cpp
+// Q4_1, Q5_0, Q5_1 and Q8_0 (vec_dot_avx2.cpp): eight rows a pass.
+void dot_q4_1_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
+void dot_q5_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
+void dot_q5_1_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
+void dot_q8_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
 void dot_q4_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void dot_q4_K_rows_batch_avx512(TANDEM_DECODE_MULTI_ARGS);  // in the batch form's order (dot_q4_K_batch)
 void dot_q6_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);

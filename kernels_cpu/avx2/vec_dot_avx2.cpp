@@ -180,14 +180,14 @@ struct LegacyDot {
     // Decode: R rows against one token, each with its own chains in the
     // single-row order (the bits of K<1>), their blocks interleaved. One
     // row at a time read 2.6-3 GB/s from DRAM on Sapphire Rapids (the
-    // out-of-order window holds only a few lines of one row in flight; a
-    // prefetch of whole rows ahead in matmul's row loop changed nothing);
-    // R rows keep R streams going, and each block prefetches its row
-    // kRowsPrefetchBytes ahead. 2048x2048 from DRAM, one thread: Q4_1 812
-    // -> 512 us with 4 rows, 413 with 8, 318 with the prefetch (1024: 384,
-    // 4096: 290-317 but Q5_1 worse); Q5_0 786 -> 507 -> 365; Q5_1 952 ->
-    // 866 -> 539.
-    static constexpr int kRowsPrefetchBytes = 2048;
+    // out-of-order window holds only a few lines of one row in flight);
+    // R rows keep R streams going, and each block prefetches the same
+    // block of the row one pass (R rows) ahead, so the next pass's rows
+    // arrive while this one computes. 2048x2048 from DRAM, one thread:
+    // Q4_1 812 -> 512 us with 4 rows, 413 with 8, 318 with a prefetch 2
+    // KiB ahead (inside the pass), 273-280 one pass ahead; Q5_0 786 -> 507
+    // -> 365 -> 304-308; Q5_1 952 -> 866 -> 539 -> 356; Q8_0 (which had
+    // no rows kernel: 477) 510 -> 224-280. Two threads: Q8_0 253 -> 116.
     template <int R>
     static void rows(int64_t n, const uint8_t* w, size_t row_stride, const A* ya, float* y) {
         const W* x[R];
@@ -200,7 +200,7 @@ struct LegacyDot {
         }
         for (int64_t i = 0; i < n / 32; ++i) {
             for (int r = 0; r < R; ++r) {
-                _mm_prefetch(reinterpret_cast<const char*>(x[r] + i) + kRowsPrefetchBytes, _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(x[r] + i) + R * row_stride, _MM_HINT_T0);
                 block(x[r][i], U::unpack(x[r][i]), ya[i], acc[r], accm[r]);
             }
         }
@@ -212,6 +212,86 @@ struct LegacyDot {
         int r = 0;
         for (; r + 8 <= n_rows; r += 8) rows<8>(n, base + static_cast<size_t>(r) * row_stride, row_stride, ya, y + r);
         for (; r < n_rows; ++r) rows<1>(n, base + static_cast<size_t>(r) * row_stride, row_stride, ya, y + r);
+    }
+    // Several tokens of a small batch (a serving step): R rows against NT
+    // tokens, each (row, token) with the chains of block() in its order,
+    // so each token gets the bits rows() gives it alone. A row's block is
+    // loaded and unpacked once for the NT tokens. The float steps that
+    // block() does per token run across the tokens in one vector instead
+    // (lane t: token t, the same operations): d_w * d_a, and the minimum's
+    // chain m * s (Q4_1, Q5_1). The R x NT accumulators live in L1
+    // between rows.
+    template <int R, int NT>
+    static void rows_tokens(int64_t n, const uint8_t* w, size_t row_stride, const uint8_t* a, size_t a_stride, float* y,
+                            int64_t ldy) {
+        static_assert(NT <= 8, "the tokens' scales share one vector");
+        const W* x[R];
+        for (int r = 0; r < R; ++r) x[r] = reinterpret_cast<const W*>(w + static_cast<size_t>(r) * row_stride);
+        const A* ya[NT];
+        for (int t = 0; t < NT; ++t) ya[t] = act_row<A>(a, a_stride, t);
+        __m256 acc[R][NT];
+        __m256 accm[R];  // lane t: token t's chain of m * s
+        for (int r = 0; r < R; ++r) {
+            for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+            accm[r] = _mm256_setzero_ps();
+        }
+        const __m256i ones = _mm256_set1_epi16(1);
+        alignas(32) float da[8] = {}, sa[8] = {}, dp[8];
+        for (int64_t i = 0; i < n / 32; ++i) {
+            for (int t = 0; t < NT; ++t) {
+                da[t] = f16(ya[t][i].d);
+                if constexpr (kHasMin) sa[t] = f16(s_of(ya[t][i]));
+            }
+            const __m256 da_v = _mm256_load_ps(da);
+            for (int r = 0; r < R; ++r) {
+                const W& b = x[r][i];
+                _mm_prefetch(reinterpret_cast<const char*>(&b) + R * row_stride, _MM_HINT_T0);
+                const __m256i q = U::unpack(b);
+                const __m256i qu = U::kSigned ? _mm256_sign_epi8(q, q) : q;
+                _mm256_store_ps(dp, _mm256_mul_ps(_mm256_set1_ps(f16(b.d)), da_v));
+                for (int t = 0; t < NT; ++t) {
+                    __m256i act = load256(ya[t][i].qs);
+                    if constexpr (U::kSigned) act = _mm256_sign_epi8(act, q);
+                    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(qu, act), ones);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_broadcast_ss(dp + t), _mm256_cvtepi32_ps(s), acc[r][t]);
+                }
+                if constexpr (kHasMin) {
+                    accm[r] = _mm256_fmadd_ps(_mm256_set1_ps(f16(m_of(b))), _mm256_load_ps(sa), accm[r]);
+                }
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            alignas(32) float m[8];
+            _mm256_store_ps(m, accm[r]);
+            for (int t = 0; t < NT; ++t) y[t * ldy + r] = hsum(acc[r][t]) + m[t];
+        }
+    }
+    template <int NT>
+    static void rows_tokens_all(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride,
+                                float* y, int64_t ldy) {
+        const auto* base = static_cast<const uint8_t*>(w);
+        const auto* act = static_cast<const uint8_t*>(a);
+        int r = 0;
+        for (; r + 8 <= n_rows; r += 8) {
+            rows_tokens<8, NT>(n, base + static_cast<size_t>(r) * row_stride, row_stride, act, a_stride, y + r, ldy);
+        }
+        for (; r < n_rows; ++r) {
+            rows_tokens<1, NT>(n, base + static_cast<size_t>(r) * row_stride, row_stride, act, a_stride, y + r, ldy);
+        }
+    }
+    static void multi_fn(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, int nt,
+                         float* y, int64_t ldy) {
+        switch (nt) {
+            case 1: rows_tokens_all<1>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+            case 2: rows_tokens_all<2>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+            case 3: rows_tokens_all<3>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+            case 4: rows_tokens_all<4>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+            case 5: rows_tokens_all<5>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+            case 6: rows_tokens_all<6>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+            case 7: rows_tokens_all<7>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+            case 8: rows_tokens_all<8>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
+            default: TANDEM_CHECK(false, "decode rows: token count out of range");
+        }
     }
     template <int NT>
     struct K {
@@ -287,6 +367,15 @@ void dot_q8_0_avx2(TANDEM_DOT_ARGS) { tile<Q8_0K>(n, w, a, a_stride, nt, y, ldy)
 TANDEM_LEGACY_ROWS(q4_1, UQ4_1)
 TANDEM_LEGACY_ROWS(q5_0, UQ5_0)
 TANDEM_LEGACY_ROWS(q5_1, UQ5_1)
+TANDEM_LEGACY_ROWS(q8_0, UQ8_0)
 #undef TANDEM_LEGACY_ROWS
+
+#define TANDEM_LEGACY_MULTI(name, U) \
+    void dot_##name##_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS) { LegacyDot<U>::multi_fn(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy); }
+TANDEM_LEGACY_MULTI(q4_1, UQ4_1)
+TANDEM_LEGACY_MULTI(q5_0, UQ5_0)
+TANDEM_LEGACY_MULTI(q5_1, UQ5_1)
+TANDEM_LEGACY_MULTI(q8_0, UQ8_0)
+#undef TANDEM_LEGACY_MULTI
 
 }  // namespace tandem::cpu::detail
