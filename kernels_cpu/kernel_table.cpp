@@ -191,14 +191,20 @@ BatchForm batch_form(quant::Type w_type, SimdLevel level) {
     return {pick(k->batch, level, k->avx2_at_avx512), k->batch_min_tokens, k->batch_group};
 }
 
-DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level) {
+DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level, bool several_tokens) {
     // Each reproduces the order of the single-row kernel it stands in for
     // at that level (Matmul.DecodeRowsKernelsMatchSingleRowBits).
     if (level == SimdLevel::Scalar) return {};
     TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
     const WeightKernels* k = weight_kernels(w_type);
     if (k == nullptr) return {};
-    if (level == SimdLevel::Avx512 && avx512_vnni_available() && k->rows_avx512.fn != nullptr) return k->rows_avx512;
+    if (level == SimdLevel::Avx512 && avx512_vnni_available() && k->rows_avx512.fn != nullptr) {
+        // A type in llama.cpp's order has the same bits at every level, so
+        // a small batch may take AVX2's several-tokens kernel where AVX-512
+        // has none (Q4_0: 4 streams of llama-1b 1.02x -> 2.1x one stream).
+        const bool avx2_tokens = several_tokens && k->rows_avx512.multi == nullptr && k->llama_order;
+        if (!avx2_tokens || k->rows_avx2.multi == nullptr) return k->rows_avx512;
+    }
     return k->rows_avx2;
 }
 

@@ -99,6 +99,10 @@ int64_t rows_per_item(int64_t n_rows, int64_t n_tokens, int n_threads, bool deco
     return std::clamp<int64_t>(target / 16 * 16, 16, 256);
 }
 
+constexpr int64_t kTokensPerItem = 64;  // quantized activations of a token block stay in L2
+// Up to this many activation elements are quantized on the calling thread.
+constexpr int64_t kInlineQuantizeElems = 32 * 1024;
+
 constexpr int64_t kPrefetchRowsAhead = 8;
 // Asks for bytes [p, p + n) in L2 (a hint: no effect off x86).
 void prefetch_l2(const unsigned char* p, size_t n) {
@@ -108,10 +112,6 @@ void prefetch_l2(const unsigned char* p, size_t n) {
     (void)p, (void)n;
 #endif
 }
-
-constexpr int64_t kTokensPerItem = 64;  // quantized activations of a token block stay in L2
-// Up to this many activation elements are quantized on the calling thread.
-constexpr int64_t kInlineQuantizeElems = 32 * 1024;
 
 // Rows [r0, r1) of w against one activation row through a decode-rows
 // kernel, kDecodeRows rows a pass; y[r] for each row r.
@@ -271,7 +271,7 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
     // (calling the single-token kernel once per token measured slower than
     // the token tiles for Q4_1).
     detail::DecodeRows rows = (n_tokens == 1 || small_batch) && quantize != nullptr
-                                  ? detail::decode_rows_kernel(w.type, level)
+                                  ? detail::decode_rows_kernel(w.type, level, n_tokens > 1)
                                   : detail::DecodeRows{};
     if (n_tokens > 1 && rows.multi == nullptr) rows = {};
     const size_t prepared_bytes = rows.prepare != nullptr ? rows.prepared_bytes(n) : 0;
@@ -473,6 +473,7 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         size_t src;       // index of its input among the distinct inputs
         const void* act;  // the row this target's kernel reads
         int64_t rows_item, first_item;
+        size_t w_row_bytes;
     };
     std::array<Part, 32> parts{};
     if (!fusable || targets.size() > parts.size()) return separately();
@@ -501,6 +502,7 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         p.w = &w;
         p.y = targets[j].y;
         p.fn = detail::dot_kernel(w.type, level);
+        p.w_row_bytes = *w_row_bytes;
         p.rows = quantize != nullptr ? detail::decode_rows_kernel(w.type, level) : detail::DecodeRows{};
         p.rows_item = rows_per_item(w.n_rows, 1, pool.size());
         p.first_item = n_items;
@@ -553,8 +555,11 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
                     decode_rows_range(*p.w, p.rows, r0, r1, p.act, p.y);
                 } else {
                     const auto* wbase = static_cast<const unsigned char*>(p.w->data);
+                    const size_t stride = p.w->row_stride_bytes;
                     for (int64_t r = r0; r < r1; ++r) {
-                        p.fn(n, wbase + static_cast<size_t>(r) * p.w->row_stride_bytes, p.act, a_row_bytes, 1, p.y + r, 1);
+                        const unsigned char* w_r = wbase + static_cast<size_t>(r) * stride;
+                        if (r + kPrefetchRowsAhead < p.w->n_rows) prefetch_l2(w_r + kPrefetchRowsAhead * stride, p.w_row_bytes);
+                        p.fn(n, w_r, p.act, a_row_bytes, 1, p.y + r, 1);
                     }
                 }
                 item = last;

@@ -73,6 +73,18 @@ inline void transpose8x8_ps(const __m256* in, __m256* out) {
     out[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
+// Single-row decode kernels that read their rows one after another ask
+// for the lines of each block kRowStreamAhead bytes ahead into L1: the
+// hardware prefetchers alone left one row's stream at ~7 GB/s a core.
+// AVX-512, llama-1b tg64, 2 threads, Sapphire Rapids: Q6_K 21 -> 30 tok/s
+// (1 KiB ahead 28, 4 KiB 23).
+inline constexpr size_t kRowStreamAhead = 2048;
+template <class Block>
+inline void prefetch_row_stream(const Block* b) {
+    const char* p = reinterpret_cast<const char*>(b) + kRowStreamAhead;
+    for (size_t o = 0; o < sizeof(Block); o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 

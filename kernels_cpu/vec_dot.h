@@ -154,7 +154,8 @@ struct DecodeRows {
     // tokens of a small batch that take it; null: none.
     DecodeRowsMultiFn multi_batch = nullptr;
 };
-DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level);
+// several_tokens: for a small batch (multi is what counts).
+DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level, bool several_tokens = false);
 // x[0 .. count): row r of a rows kernel's pass, r < n_rows; the rows past
 // n_rows (a pass is whole) repeat row 0: computed, never stored.
 template <class Block>

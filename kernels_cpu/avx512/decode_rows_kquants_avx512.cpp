@@ -539,6 +539,7 @@ void decode_q5_K_rows(int64_t n, const void* w, size_t row_stride, int n_rows, c
         float acc_min = 0.0f;
         for (int64_t i = 0; i < nb; ++i) {
             const block_q5_K& b = row[i];
+            prefetch_row_stream(&b);
             const PreparedBlock& p = act[i];
             const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
             const __m512i qh = _mm512_broadcast_i64x4(load256(b.qh));

@@ -112,6 +112,7 @@ void dot_q3_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
         __m256 acc = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const block_q3_K& b = row[i];
+            prefetch_row_stream(&b);
             const PreparedBlock& p = act[i];
             const __m512i qs = _mm512_loadu_si512(b.qs);
             const __m512i hm = _mm512_broadcast_i64x4(load256(b.hmask));

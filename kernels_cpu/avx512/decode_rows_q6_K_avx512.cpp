@@ -76,6 +76,7 @@ void dot_q6_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
         __m256 acc = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const block_q6_K& b = row[i];
+            prefetch_row_stream(&b);
             const block_q8_K& x = ya[i];
             __m512i dot[4];
             for (int half = 0; half < 2; ++half) {
@@ -121,6 +122,7 @@ void q6_K_rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, c
         for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const block_q6_K& b = row[i];
+            prefetch_row_stream(&b);
             __m512i code[4];
             for (int half = 0; half < 2; ++half) {
                 const __m512i ql = _mm512_loadu_si512(b.ql + 64 * half);
