@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -168,22 +169,29 @@ AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)
     }
     install_handlers_once();
     // A hidden name beside the target (same file system: the rename is
-    // atomic), unique through mkstemp's O_EXCL.
+    // atomic), unique through O_EXCL. The name is handed to the signal
+    // handler before the file exists (unlinking a name not yet created is
+    // harmless): registered after mkstemp, a signal between the two left
+    // the temp file behind.
     const std::filesystem::path dir = target_.has_parent_path() ? target_.parent_path() : ".";
-    std::string pattern = (dir / ("." + target_.filename().string() + ".tandem-XXXXXX")).string();
-    fd_ = ::mkstemp(pattern.data());
-    if (fd_ < 0) {
+    static std::atomic<uint64_t> counter{0};
+    for (int attempt = 0;; ++attempt) {
+        const uint64_t unique = (static_cast<uint64_t>(::getpid()) << 32) ^ counter.fetch_add(1) ^
+                                static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+        const std::string name = (dir / fmt::format(".{}.tandem-{:016x}", target_.filename().string(), unique)).string();
+        slot_ = take_temp_slot(name);
+        fd_ = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);  // less the umask
+        if (fd_ >= 0) {
+            temp_ = name;
+            break;
+        }
         const int err = errno;
-        throw Error(fmt::format("{}: cannot create a temp file in {}: {}", target_.string(), dir.string(),
-                                errno_text(err)));
+        free_temp_slot(std::exchange(slot_, -1));
+        if (err != EEXIST || attempt >= 16) {
+            throw Error(fmt::format("{}: cannot create a temp file in {}: {}", target_.string(), dir.string(),
+                                    errno_text(err)));
+        }
     }
-    temp_ = pattern;
-    slot_ = take_temp_slot(pattern);
-    ::fchmod(fd_, 0644 & ~[] {
-        const mode_t m = ::umask(0);
-        ::umask(m);
-        return m;
-    }());
 }
 
 AtomicFile::~AtomicFile() {
