@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels_cpu/simd_x86.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/quant/quant_blocks.h"
 
@@ -47,7 +48,10 @@ void decode_rows4(int64_t n, const void* w, size_t row_stride, int n_rows, const
     for (int64_t i0 = 0; i0 < nb; i0 += kSpan) {
         const int64_t ni = std::min(kSpan, nb - i0);
         for (int r = 0; r < R; ++r) {
-            for (int64_t k = 0; k < ni; ++k) Sums::sums(x[r][i0 + k], ya[i0 + k], sums[k][r], mins[k][r]);
+            for (int64_t k = 0; k < ni; ++k) {
+                prefetch_row_stream(&x[r][i0 + k]);
+                Sums::sums(x[r][i0 + k], ya[i0 + k], sums[k][r], mins[k][r]);
+            }
         }
         for (int64_t k = 0; k < ni; ++k) {
             const int64_t i = i0 + k;

@@ -254,6 +254,7 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
                 const Block* row = x[g * kGroupRows + r] + i0;
                 for (int64_t k = 0; k < ni; ++k) {
                     const Block& b = row[k];
+                    prefetch_row_stream(&b);
                     const PreparedBlock& p = act[i0 + k];
                     __m512i tot;
                     __m256i mins;

@@ -192,6 +192,7 @@ void dot_q4_0_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
                 const auto* row = reinterpret_cast<const uint8_t*>(x[g * kGroupRows + r] + i0);
                 for (int64_t c = 0; c < ni / kChunk; ++c) {
                     const uint8_t* p = row + c * kChunk * sizeof(block_q4_0);
+                    for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(p) + kRowStreamAhead + 64 * l, _MM_HINT_T0);
                     const __m512i z0 = _mm512_inserti64x4(_mm512_castsi256_si512(load256(p)), load256(p + 32), 1);
                     const __m512i z1 = _mm512_inserti64x4(_mm512_castsi256_si512(load256(p + 64)), load256(p + 96), 1);
                     const __m512i z2 = _mm512_castsi128_si512(load128(p + 128));  // the last 16 of 144 bytes
