@@ -103,6 +103,17 @@ inline void unroll(F&& f) {
     (std::make_integer_sequence<int, N>{});
 }
 
+// Calls f(std::integral_constant<int, nt>{}) for a runtime token count nt
+// in [1, kMaxDecodeTokens]: a several-tokens decode kernel's dispatch onto
+// its NT instantiations.
+template <class F>
+inline void with_decode_tokens(int nt, F&& f) {
+    TANDEM_CHECK(nt >= 1 && nt <= kMaxDecodeTokens, "decode rows: token count out of range");
+    [&]<int... I>(std::integer_sequence<int, I...>) {
+        ((nt == I + 1 ? (f(std::integral_constant<int, I + 1>{}), 0) : 0), ...);
+    }(std::make_integer_sequence<int, kMaxDecodeTokens>{});
+}
+
 // Dispatches a runtime token count onto the NT instantiations.
 static_assert(kMaxTileTokens == 4, "tile() instantiates 1..4 tokens");
 template <template <int> class K>

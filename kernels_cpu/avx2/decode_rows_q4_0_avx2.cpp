@@ -293,17 +293,7 @@ void dot_q4_0_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows,
 // one read and unpacking of the rows for all of them: dram-2048x2048 two
 // tokens ~540 -> ~200 us, four ~800 -> ~370 against the token tiles.
 void dot_q4_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS) {
-    switch (nt) {
-        case 1: rows_tokens<1>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 2: rows_tokens<2>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 3: rows_tokens<3>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 4: rows_tokens<4>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 5: rows_tokens<5>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 6: rows_tokens<6>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 7: rows_tokens<7>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 8: rows_tokens<8>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        default: TANDEM_CHECK(false, "decode rows: token count out of range");
-    }
+    with_decode_tokens(nt, [&](auto NT) { rows_tokens<NT()>(n, w, row_stride, n_rows, a, a_stride, y, ldy); });
 }
 
 }  // namespace tandem::cpu::detail

@@ -281,17 +281,7 @@ struct LegacyDot {
     }
     static void multi_fn(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, int nt,
                          float* y, int64_t ldy) {
-        switch (nt) {
-            case 1: rows_tokens_all<1>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-            case 2: rows_tokens_all<2>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-            case 3: rows_tokens_all<3>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-            case 4: rows_tokens_all<4>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-            case 5: rows_tokens_all<5>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-            case 6: rows_tokens_all<6>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-            case 7: rows_tokens_all<7>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-            case 8: rows_tokens_all<8>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-            default: TANDEM_CHECK(false, "decode rows: token count out of range");
-        }
+        with_decode_tokens(nt, [&](auto NT) { rows_tokens_all<NT()>(n, w, row_stride, n_rows, a, a_stride, y, ldy); });
     }
     template <int NT>
     struct K {
