@@ -326,17 +326,7 @@ void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const 
 template <class F>
 void rows_multi(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, int nt, float* y,
                 int64_t ldy) {
-    TANDEM_CHECK(nt >= 1 && nt <= kMaxDecodeTokens, "decode rows: token count out of range");
-    switch (nt) {
-        case 1: rows_tokens<F, 1>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 2: rows_tokens<F, 2>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 3: rows_tokens<F, 3>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 4: rows_tokens<F, 4>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 5: rows_tokens<F, 5>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 6: rows_tokens<F, 6>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        case 7: rows_tokens<F, 7>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-        default: rows_tokens<F, 8>(n, w, row_stride, n_rows, a, a_stride, y, ldy); break;
-    }
+    with_decode_tokens(nt, [&](auto NT) { rows_tokens<F, NT()>(n, w, row_stride, n_rows, a, a_stride, y, ldy); });
 }
 
 }  // namespace
