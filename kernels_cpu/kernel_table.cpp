@@ -107,7 +107,7 @@ constexpr std::array kTable = {
                   .batch = TANDEM_LEVELS(dot_q4_K_batch),
                   .batch_min_tokens = 4,
                   .batch_group = 4,
-                  .rows_avx2 = DecodeRows{TANDEM_X86(dot_q4_K_rows_avx2)},
+                  .rows_avx2 = TANDEM_ROWS_AVX2_MULTI(q4_K),
                   .rows_avx512 = DecodeRows{TANDEM_X86(dot_q4_K_rows_avx512), TANDEM_X86(prepare_q4_K_rows),
                                             TANDEM_X86(q4_K_rows_prepared_bytes), TANDEM_X86(dot_q4_K_rows_multi_avx512),
                                             TANDEM_X86(dot_q4_K_rows_batch_avx512)},

@@ -382,26 +382,36 @@ using Q6KBatch = KExact<UQ6K>::K<NT>;
 // byte shuffle of that register (not a shuffle and a widening per chunk).
 struct Q4KRowSums {
     using W = block_q4_K;
-    static void sums(const W& b, const block_q8_K& ya, __m256i& sumi, __m256i& corr) {
+    // Per token t (activation rows ya[t], super-block i): sumi[t] and
+    // corr[t]. The codes and scale words of a 64-element pair of chunks are
+    // made once for all NT tokens.
+    template <int NT>
+    static void sums_tokens(const W& b, const block_q8_K* const* ya, int64_t i, __m256i* sumi, __m256i* corr) {
         const __m128i sm = q4_K_scales_mins_simd(b.scales);  // scales 0..7, minimums 0..7
         const __m256i sm16 = _mm256_cvtepu8_epi16(sm);
         // Each sub-block's minimum against the sums of its two 16-element groups.
         const __m128i mins_dup = _mm_set_epi8(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8);
-        corr = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, mins_dup)), load256(ya.bsums));
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm, mins_dup));
+        for (int t = 0; t < NT; ++t) corr[t] = _mm256_madd_epi16(mins, load256(ya[t][i].bsums));
         // The eight scale words in both 128-bit lanes.
         const __m256i scales = _mm256_permute4x64_epi64(sm16, 0x44);
         const __m256i mask4 = kMask4();
-        __m256i acc = _mm256_setzero_si256();
+        __m256i acc[NT];
+        for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_si256();
         unroll<4>([&](auto P) {
             const __m256i q = load256(b.qs + 32 * P());
-            const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(q, mask4), load256(ya.qs + 64 * P()));
-            const __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask4), load256(ya.qs + 64 * P() + 32));
+            const __m256i lo = _mm256_and_si256(q, mask4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask4);
             // Scale words of chunks 2P and 2P + 1: bytes 4P, 4P + 1 and 4P + 2, 4P + 3.
             const __m256i sc_lo = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * P() + 1) << 8 | 4 * P())));
             const __m256i sc_hi = _mm256_shuffle_epi8(scales, _mm256_set1_epi16(static_cast<int16_t>((4 * P() + 3) << 8 | (4 * P() + 2))));
-            acc = _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(lo, sc_lo), _mm256_madd_epi16(hi, sc_hi)));
+            for (int t = 0; t < NT; ++t) {
+                const int8_t* q8 = ya[t][i].qs + 64 * P();
+                const __m256i plo = _mm256_maddubs_epi16(lo, load256(q8));
+                const __m256i phi = _mm256_maddubs_epi16(hi, load256(q8 + 32));
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(_mm256_madd_epi16(plo, sc_lo), _mm256_madd_epi16(phi, sc_hi)));
+            }
         });
-        sumi = acc;
+        for (int t = 0; t < NT; ++t) sumi[t] = acc[t];
     }
 };
 
@@ -412,6 +422,9 @@ void dot_q3_K_avx2(TANDEM_DOT_ARGS) { tile<Q3K>(n, w, a, a_stride, nt, y, ldy); 
 void dot_q4_K_avx2(TANDEM_DOT_ARGS) { tile<Q4K>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q4_K_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     decode_rows<Q4KRowSums>(n, w, row_stride, n_rows, a, y);
+}
+void dot_q4_K_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS) {
+    decode_rows_multi<Q4KRowSums>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy);
 }
 void dot_q2_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q2KBatch>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q4_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q4KBatch>(n, w, a, a_stride, nt, y, ldy); }
