@@ -97,11 +97,12 @@ F16Accumulate f16_accumulate(SimdLevel level) {
     return {detail::f16_scale_scalar, detail::f16_mad_scalar, detail::f16_dot_ggml_scalar};
 }
 
-}  // namespace
-
-void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
-               const KvCacheView& kv, float* out, ThreadPool& pool, SimdLevel level) {
+// Token t against views[t * view_step]: one view for all (view_step 0) or
+// one per token (1); the views of one cache share its type.
+void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
+                     const KvCacheView* views, size_t view_step, float* out, ThreadPool& pool, SimdLevel level) {
     TANDEM_CHECK(shape.n_head % shape.n_head_kv == 0, "attention: n_head not a multiple of n_head_kv");
+    const KvCacheView& kv = views[0];
     const int64_t gqa = shape.n_head / shape.n_head_kv;
     const quant::Type act_type = activation_type(kv.type);
     const auto k_head_bytes = quant::row_bytes(kv.type, shape.head_dim_k);
@@ -110,7 +111,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
     TANDEM_CHECK(k_head_bytes && v_head_bytes && q_act_bytes, "attention: head size not a multiple of the cache block");
     const bool f16_cache = kv.type == quant::Type::F16;
     // llama.cpp switches to its tiled kernel for 64 or more queries.
-    if (f16_cache && n_tokens >= detail::kTiledAttentionMinTokens) {
+    if (f16_cache && n_tokens >= detail::kTiledAttentionMinTokens && view_step == 0) {
         detail::attention_tiled(q, q_pos, n_tokens, shape, kv, out, pool, level);
         return;
     }
@@ -127,7 +128,8 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
             for (int64_t task = begin; task < end; ++task) {
                 const int64_t t = task / tasks_per_token;
                 const int64_t h0 = task % tasks_per_token * per_task;
-                kernel(q + (t * shape.n_head + h0) * shape.head_dim_k, per_task, q_pos[t], h0 / gqa, shape, kv, dot,
+                kernel(q + (t * shape.n_head + h0) * shape.head_dim_k, per_task, q_pos[t], h0 / gqa, shape,
+                       views[static_cast<size_t>(t) * view_step], dot,
                        out + (t * shape.n_head + h0) * shape.head_dim_v);
             }
         });
@@ -151,6 +153,7 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
             const int64_t h = task % shape.n_head;
             const int64_t g = h / gqa;  // the KV head this query head shares
             const int32_t pos = q_pos[t];
+            const KvCacheView& kv = views[static_cast<size_t>(t) * view_step];
             // Q is rounded to the cache's dot-product partner once (fp16 for
             // an F16 cache), as ggml does.
             quant::quantize_row(act_type, q + (t * shape.n_head + h) * shape.head_dim_k, q_act.data(),
@@ -204,6 +207,20 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
             }
         }
     });
+}
+
+}  // namespace
+
+void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
+               const KvCacheView& kv, float* out, ThreadPool& pool, SimdLevel level) {
+    attention_views(q, q_pos, n_tokens, shape, &kv, 0, out, pool, level);
+}
+
+void attention_per_token(const float* q, const int32_t* q_pos, const AttentionShape& shape,
+                         std::span<const KvCacheView> views, float* out, ThreadPool& pool, SimdLevel level) {
+    if (views.empty()) return;
+    for (const KvCacheView& v : views) TANDEM_CHECK(v.type == views[0].type, "attention: views of different cache types");
+    attention_views(q, q_pos, static_cast<int64_t>(views.size()), shape, views.data(), 1, out, pool, level);
 }
 
 }  // namespace tandem::cpu

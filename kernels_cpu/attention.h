@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels_cpu/matmul.h"
 #include "kernels_cpu/thread_pool.h"
@@ -47,5 +48,12 @@ struct AttentionShape {
 // (causal) inside the window.
 void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
                const KvCacheView& kv, float* out, ThreadPool& pool, SimdLevel level);
+
+// Query t (of views.size()) against views[t]: a serving step, one token
+// per stream, each against its own sequence's cells, in one hand-off to
+// the threads (one call per stream split each stream's few head groups
+// over the threads on its own). The same bits as attention() per token.
+void attention_per_token(const float* q, const int32_t* q_pos, const AttentionShape& shape,
+                         std::span<const KvCacheView> views, float* out, ThreadPool& pool, SimdLevel level);
 
 }  // namespace tandem::cpu

@@ -224,6 +224,57 @@ TEST(CpuAttention, SharedKvHeadsMatchPerHeadBitsWithTiedScores) {
     }
 }
 
+// A serving step: one query per stream, each against its own sequence's
+// cells (streams of different lengths in one cache of four regions), in
+// one call. Each output must be what attention() gives that query alone
+// against its stream's view, bit for bit, at every level, with 1 and 2
+// threads, for F16 and Q8_0 caches and GQA factors 3 (SmolLM2) and 4.
+TEST(CpuAttention, PerTokenViewsMatchOneCallPerStream) {
+    struct Case {
+        int64_t n_head, n_head_kv, head_dim;
+    };
+    const int64_t n_streams = 4, n_cells = 4 * 64;
+    for (const tq::Type cache_type : {tq::Type::F16, tq::Type::Q8_0})
+    for (const Case& c : {Case{9, 3, 64}, Case{8, 2, 32}}) {
+        const int64_t k_dim = c.n_head_kv * c.head_dim;
+        tandem::LayerKvCache cache(cache_type, n_cells, k_dim, k_dim, 0, n_streams);
+        std::vector<int32_t> pos(static_cast<size_t>(n_streams));
+        uint32_t seed = 500;
+        for (int32_t s = 0; s < n_streams; ++s) {
+            const int32_t len = 5 + 13 * s;  // 5, 18, 31, 44 cells
+            for (int32_t p = 0; p < len; ++p) {
+                const auto k = random_vector(static_cast<size_t>(k_dim), seed++);
+                const auto v = random_vector(static_cast<size_t>(k_dim), seed++, 2.0f);
+                cache.store(s, p, k.data(), v.data());
+            }
+            pos[static_cast<size_t>(s)] = len - 1;
+        }
+        std::vector<tc::KvCacheView> views;
+        for (int32_t s = 0; s < n_streams; ++s) views.push_back(cache.attention_view(s));
+        const int64_t qd = c.n_head * c.head_dim;
+        const auto q = random_vector(static_cast<size_t>(n_streams * qd), seed, 3.0f);
+        const tc::AttentionShape shape{c.n_head, c.n_head_kv, c.head_dim, c.head_dim, 0,
+                                       1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+        for (tc::SimdLevel level : {tc::SimdLevel::Scalar, tc::SimdLevel::Avx2, tc::SimdLevel::Avx512}) {
+            if (!tc::simd_level_supported(level)) continue;
+            for (int threads : {1, 2}) {
+                tc::ThreadPool pool(threads, false);
+                std::vector<float> alone(q.size()), together(q.size(), -1.0f);
+                for (int64_t s = 0; s < n_streams; ++s) {
+                    tc::attention(q.data() + s * qd, &pos[static_cast<size_t>(s)], 1, shape, views[static_cast<size_t>(s)],
+                                  alone.data() + s * qd, pool, level);
+                }
+                tc::attention_per_token(q.data(), pos.data(), shape, views, together.data(), pool, level);
+                for (size_t i = 0; i < q.size(); ++i) {
+                    ASSERT_EQ(std::bit_cast<uint32_t>(together[i]), std::bit_cast<uint32_t>(alone[i]))
+                        << tq::traits(cache_type).name << " cache, " << c.n_head << "/" << c.n_head_kv << " heads, "
+                        << tc::simd_level_name(level) << ", " << threads << " threads, output " << i;
+                }
+            }
+        }
+    }
+}
+
 TEST(CpuAttention, SharedHeadsPerTaskDividesTheGroup) {
     namespace td = tandem::cpu::detail;
     EXPECT_EQ(td::shared_heads_per_task(8, 4, 2), 8);     // 4 tasks for 2 threads

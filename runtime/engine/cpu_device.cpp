@@ -87,6 +87,7 @@ struct CpuDevice::Impl {
     std::array<std::vector<float>, kActCount> act;
     std::vector<float> q_rows, out_rows;  // one sequence's queries in a mixed batch
     std::vector<int32_t> pos_rows;
+    std::vector<cpu::KvCacheView> token_views;  // a serving step's views, one per stream
     cpu::ExpertGroups expert_groups;                // the experts' rows of one batch
     std::vector<float> expert_x, expert_y[2], slot_y;  // gathered inputs and outputs of one expert
     std::vector<cpu::WeightView> decode_views;      // a decode step's expert slices
@@ -336,6 +337,16 @@ void CpuDevice::attention(int64_t il, std::span<const int32_t> pos, std::span<co
     }
     std::map<int32_t, std::vector<int64_t>> groups;
     for (int64_t t = 0; t < n; ++t) groups[seq[static_cast<size_t>(t)]].push_back(t);
+    // A serving step (one token per stream): every stream's query in one
+    // call, each against its own cells.
+    if (groups.size() == static_cast<size_t>(n)) {
+        auto& views = impl_->token_views;
+        views.clear();
+        for (int64_t t = 0; t < n; ++t) views.push_back(c.attention_view(seq[static_cast<size_t>(t)]));
+        cpu::attention_per_token(impl_->buf(Act::Q), pos.data(), shape, views, impl_->buf(Act::Attn), impl_->pool,
+                                 impl_->level);
+        return;
+    }
     for (const auto& [s, rows] : groups) impl_->attend(c, s, pos, rows, shape);
 }
 
