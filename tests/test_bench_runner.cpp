@@ -119,6 +119,38 @@ TEST(BenchRunner, CalibrateEachMeasuresAroundEveryTest) {
     EXPECT_FALSE(contains(format_markdown(plain.rows, false), "bw now"));
 }
 
+// The hypervisor's share of the CPU time during each test's counted runs
+// (steal): read before and after them, in every row, the JSON and, once it
+// is noticeable, a markdown column.
+TEST(BenchRunner, ReportsStealAroundEveryTest) {
+    int calls = 0;
+    BenchHooks hooks;
+    // Each test: 1000 ticks pass, 50 (5%) of them stolen; the second test 0.
+    hooks.read_cpu_times = [&]() -> std::optional<CpuTimes> {
+        const int i = calls++;
+        const uint64_t test = static_cast<uint64_t>(i / 2);
+        return CpuTimes{10000 * (test + 1) + (i % 2) * 1000, 500 * (test + 1) + (i % 2 == 1 && test != 1 ? 50 : 0)};
+    };
+    const BenchResult result = run_bench(small_config(), std::nullopt, hooks);
+    ASSERT_EQ(result.rows.size(), 4u);
+    EXPECT_EQ(calls, 8);
+    for (size_t i = 0; i < result.rows.size(); ++i) {
+        ASSERT_TRUE(result.rows[i].steal_pct.has_value()) << i;
+        EXPECT_DOUBLE_EQ(*result.rows[i].steal_pct, i == 1 ? 0.0 : 5.0) << i;
+    }
+    const std::string table = format_markdown(result.rows, false);
+    EXPECT_TRUE(contains(table, "steal %")) << table;
+    EXPECT_TRUE(contains(table, " 5.0 |")) << table;
+    const auto j = nlohmann::json::parse(format_json(result.rows));
+    EXPECT_DOUBLE_EQ(j[0]["steal_pct"].get<double>(), 5.0);
+    // Unreadable counters: no value and no column.
+    hooks.read_cpu_times = [] { return std::optional<CpuTimes>{}; };
+    const BenchResult blind = run_bench(small_config(), std::nullopt, hooks);
+    EXPECT_FALSE(blind.rows[0].steal_pct.has_value());
+    EXPECT_FALSE(contains(format_markdown(blind.rows, false), "steal %"));
+    EXPECT_TRUE(nlohmann::json::parse(format_json(blind.rows))[0]["steal_pct"].is_null());
+}
+
 TEST(BenchRunner, SweepReportsSplitsThatDoNotFitWithoutRunningThem) {
     BenchArgs a;
     a.models = {tiny_model()};

@@ -70,6 +70,11 @@ std::vector<Column> markdown_columns(const std::vector<BenchRow>& rows, bool sho
                         }});
     }
     cols.push_back({"% bw", true, [](const BenchRow& r) { return optional_number(r.pct_bandwidth, "{:.1f}"); }});
+    // Shown when the hypervisor took a noticeable share during some test:
+    // those rows are slow and noisy for a reason outside Tandem.
+    if (any_row(rows, [](const BenchRow& r) { return r.steal_pct.value_or(0.0) >= kShowStealPct; })) {
+        cols.push_back({"steal %", true, [](const BenchRow& r) { return optional_number(r.steal_pct, "{:.1f}"); }});
+    }
     return cols;
 }
 
@@ -145,7 +150,7 @@ const std::vector<std::string>& bench_field_names() {
         "model",    "model_type", "model_size", "model_params", "device",   "backend",  "ngl",
         "threads",  "n_ubatch",   "cache_type", "test",         "n_prompt", "n_gen",    "n_depth",  "n_parallel",
         "fits",     "tps_mean",   "tps_sd",     "stream_tps",   "speedup",  "gbps",     "pct_bandwidth",
-        "predicted_tps", "cpu_gbps_before", "cpu_gbps_after", "samples"};
+        "predicted_tps", "cpu_gbps_before", "cpu_gbps_after", "steal_pct", "samples"};
     return names;
 }
 
@@ -176,6 +181,7 @@ nlohmann::json to_json(const BenchRow& r) {
     j["predicted_tps"] = optional_json(r.predicted_tps);
     j["cpu_gbps_before"] = optional_json(r.cpu_gbps_before);
     j["cpu_gbps_after"] = optional_json(r.cpu_gbps_after);
+    j["steal_pct"] = optional_json(r.steal_pct);
     j["samples"] = r.samples;
     return j;
 }
@@ -240,6 +246,7 @@ std::string format_csv(const std::vector<BenchRow>& rows) {
                                               csv_number(r.predicted_tps),
                                               csv_number(r.cpu_gbps_before),
                                               csv_number(r.cpu_gbps_after),
+                                              csv_number(r.steal_pct),
                                               // One field: the raw list, ';'-separated.
                                               join_samples(r.samples, ";")};
         for (size_t i = 0; i < fields.size(); ++i) out += fmt::format("{}{}", i ? "," : "", csv_field(fields[i]));

@@ -48,7 +48,15 @@ struct BenchRow {
     // before the counted runs and right after; % bw is then against their
     // mean instead of the stored calibration.
     std::optional<double> cpu_gbps_before, cpu_gbps_after;
+    // CPU time the hypervisor took ("steal", /proc/stat) during the counted
+    // runs, in % of all the machine's CPU time then: a shared host slows and
+    // scatters the runs it takes time from. nullopt where not reported.
+    std::optional<double> steal_pct;
 };
+
+// The markdown table gets a "steal %" column when a row's steal_pct is at
+// least this (the json and csv always carry the field).
+inline constexpr double kShowStealPct = 1.0;
 
 double mean_of(const std::vector<double>& v);
 // Sample standard deviation (n - 1); 0 for fewer than two values.

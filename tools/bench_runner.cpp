@@ -231,6 +231,7 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
     std::vector<int32_t> ids(static_cast<size_t>(c.n_ctx()));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((1 + 7 * i) % session.n_vocab());
     std::vector<float> logits;
+    const auto cpu_times = [&] { return hooks.read_cpu_times ? hooks.read_cpu_times() : read_cpu_times(); };
     for (size_t i = 0; i < tests.size(); ++i) {
         const BenchTest& t = tests[i];
         BenchRow& r = rows[i];
@@ -245,8 +246,12 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         };
         run_once();  // warm-up, not counted
         if (hooks.measure_cpu_gbps) r.cpu_gbps_before = hooks.measure_cpu_gbps();
+        const std::optional<CpuTimes> times_before = cpu_times();
         for (int rep = 0; rep < c.repetitions; ++rep) {
             r.samples.push_back(static_cast<double>(counted) / std::max(run_once(), 1e-9));
+        }
+        if (const std::optional<CpuTimes> times_after = cpu_times(); times_before && times_after) {
+            r.steal_pct = steal_percent(*times_before, *times_after);
         }
         if (hooks.measure_cpu_gbps) r.cpu_gbps_after = hooks.measure_cpu_gbps();
         // Which path ran: the prompt's micro-batches streamed the CPU

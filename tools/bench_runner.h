@@ -16,6 +16,7 @@
 #include "runtime/engine/session.h"
 #include "tools/bench_args.h"
 #include "tools/bench_report.h"
+#include "tools/cpu_steal.h"
 
 namespace tandem::tools {
 
@@ -29,6 +30,9 @@ struct BenchHooks {
     // GB/s; called right before and right after each test's counted runs,
     // and % bw uses the mean of the two (BenchRow::cpu_gbps_before/after).
     std::function<double()> measure_cpu_gbps;
+    // Reads the CPU time counters around each test's counted runs for
+    // BenchRow::steal_pct; unset: /proc/stat (tools/cpu_steal.h).
+    std::function<std::optional<CpuTimes>()> read_cpu_times;
 };
 
 // What the sweep chart needs to know about a model besides its rows.
