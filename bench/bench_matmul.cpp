@@ -191,9 +191,11 @@ std::string shape_name(const Shape& s) {
                 }
             }
             if (level == SimdLevel::Scalar) continue;  // batches at scalar speed take minutes
-            // A small model's FFN matrix (SmolLM2-135M: 1536x576) from L2/L3,
-            // and a 1B one's from DRAM.
-            for (const Shape& s : {Shape{1536, 576, 1}, from_dram(2048, 2048)}) {
+            // A small model's FFN matrix (SmolLM2-135M: 1536x576; 1536x768
+            // for the 256-element blocks, which 576 columns cannot hold)
+            // from L2/L3, and a 1B one's from DRAM.
+            const int64_t small_cols = 576 % tandem::quant::traits(t).block_elems == 0 ? 576 : 768;
+            for (const Shape& s : {Shape{1536, small_cols, 1}, from_dram(2048, 2048)}) {
                 for (int64_t tokens : {1, 2, 4, 8}) for (int th : thread_counts) {
                     const std::string name = "streams/" + tname + "/" + lname + "/" + shape_name(s) + "/" +
                                              std::to_string(tokens) + "tok/threads:" + std::to_string(th);
