@@ -14,6 +14,27 @@
 #include <cblas.h>
 #endif
 
+#if defined(TANDEM_HAVE_BLAS)
+// OpenBLAS starts a worker thread per core but the caller's when the
+// library loads, and each spins (sched_yield) for about 2^28 cycles,
+// ~0.1 s, before it sleeps. Tandem never gives them work (see the
+// header), yet on a 2-core machine the spinning worker took one core from
+// the pool's two for the first ~0.1 s of every process: the first pp32
+// runs of the tiny model ran ~2,000 t/s instead of ~11,000. Setting
+// OPENBLAS_NUM_THREADS from here is too late (the library reads it when
+// it loads, before this executable's initializers), so this stops the
+// workers: one thread first, then the shutdown OpenBLAS uses around
+// fork(); a later sgemm at one thread starts none again. The shutdown is
+// weak: a build of OpenBLAS without it (OpenMP) keeps its own threads.
+extern "C" __attribute__((weak)) void blas_thread_shutdown_(void);
+namespace {
+__attribute__((constructor)) void stop_openblas_workers() {
+    openblas_set_num_threads(1);
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
+}
+}  // namespace
+#endif
+
 namespace tandem::cpu::detail {
 namespace {
 
@@ -47,6 +68,14 @@ bool blas_available() {
     return true;
 #else
     return false;
+#endif
+}
+
+int blas_threads() {
+#if defined(TANDEM_HAVE_BLAS)
+    return openblas_get_num_threads();
+#else
+    return 0;
 #endif
 }
 

@@ -29,6 +29,10 @@ int64_t blas_min_tokens(quant::Type w_type);
 
 // True when this build links OpenBLAS.
 bool blas_available();
+// OpenBLAS's own thread count: 1 from the start of every Tandem process
+// (its idle workers are stopped before main, so none spins beside the
+// pool); 0 without OpenBLAS.
+int blas_threads();
 
 // True when matmul hands this product to blas_matmul: a build with BLAS,
 // F32/F16/BF16 weights, n_tokens >= blas_min_tokens(w_type).

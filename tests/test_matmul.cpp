@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels_cpu/blas_matmul.h"
@@ -717,6 +717,15 @@ TEST(SimdLevel, BestIsSupportedAndMonotonic) {
 }
 
 }  // namespace
+
+// OpenBLAS starts a worker per core at load, which spins ~0.1 s beside the
+// pool's threads; blas_matmul.cpp stops them before main. Checked before
+// anything here calls sgemm (ctest runs each test in its own process).
+TEST(Matmul, OpenBlasWorkersStopBeforeMain) {
+    if (!cpu::detail::blas_available()) GTEST_SKIP() << "built without OpenBLAS";
+    if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "one core: OpenBLAS starts no worker";
+    EXPECT_EQ(cpu::detail::blas_threads(), 1);
+}
 
 // Prompt batches of float weights go to OpenBLAS where the build links it
 // (blas_matmul.h): the products are the kernels' (activations rounded as
