@@ -53,6 +53,31 @@ std::map<quant::Type, double> rates_from_json(const nlohmann::json& j, const cha
     return m;
 }
 
+// Attention's seconds per head and position, by head dimension: {"64": s}.
+nlohmann::json attn_json(const std::map<int64_t, double>& m) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [hd, sec] : m) j[std::to_string(hd)] = sec;
+    return j;
+}
+
+std::map<int64_t, double> attn_from_json(const nlohmann::json& j, const char* key) {
+    std::map<int64_t, double> m;
+    if (!j.contains(key) || j.at(key).is_null()) return m;
+    if (!j.at(key).is_object()) throw Error(fmt::format("calibration: '{}' is not an object of head dimension: seconds", key));
+    for (const auto& [name, value] : j.at(key).items()) {
+        char* end = nullptr;
+        const long long hd = std::strtoll(name.c_str(), &end, 10);
+        if (name.empty() || *end != '\0' || hd <= 0 || hd > (1 << 20)) {
+            throw Error(fmt::format("calibration: '{}' expects head dimensions as keys, found '{}'", key, name));
+        }
+        if (!value.is_number() || !(value.get<double>() >= 0.0)) {
+            throw Error(fmt::format("calibration: '{}.{}' must be a number >= 0", key, name));
+        }
+        m[static_cast<int64_t>(hd)] = value.get<double>();
+    }
+    return m;
+}
+
 nlohmann::json kernels_json(const KernelCosts& k, int threads) {
     auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
     return {{"threads", threads},
@@ -61,11 +86,15 @@ nlohmann::json kernels_json(const KernelCosts& k, int threads) {
             {"cache_bytes", k.cache_bytes ? nlohmann::json(*k.cache_bytes) : nlohmann::json(nullptr)},
             {fmt::format("gemm{}_gflops", kGemmSmallBatch), rates_json(k.gemm_small_gflops)},
             {fmt::format("gemm{}_gflops", kGemmLargeBatch), rates_json(k.gemm_large_gflops)},
+            {"matvec_narrow_gbps", rates_json(k.matvec_narrow_gbps)},
+            {fmt::format("gemm{}_narrow_gflops", kGemmSmallBatch), rates_json(k.gemm_small_narrow_gflops)},
             {"matmul_call_s", opt(k.matmul_call_s)},
             {"batch_call_s", opt(k.batch_call_s)},
             {"pool_op_s", opt(k.pool_op_s)},
             {"inline_op_s", opt(k.inline_op_s)},
             {"batch_s", opt(k.batch_s)},
+            {"inline_op_elem_s", opt(k.inline_op_elem_s)},
+            {"attn_pos_s", attn_json(k.attn_pos_s)},
             {"crossing_s", opt(k.crossing_s)},
             {"copy_gbps", opt(k.copy_gbps)}};
 }
@@ -78,12 +107,16 @@ KernelCosts kernels_from_json(const nlohmann::json& j, int* threads) {
     k.matvec_cached_gbps = rates_from_json(j, "matvec_cached_gbps");
     k.gemm_small_gflops = rates_from_json(j, fmt::format("gemm{}_gflops", kGemmSmallBatch).c_str());
     k.gemm_large_gflops = rates_from_json(j, fmt::format("gemm{}_gflops", kGemmLargeBatch).c_str());
+    k.matvec_narrow_gbps = rates_from_json(j, "matvec_narrow_gbps");
+    k.gemm_small_narrow_gflops = rates_from_json(j, fmt::format("gemm{}_narrow_gflops", kGemmSmallBatch).c_str());
     if (const auto c = positive_number(j, "cache_bytes")) k.cache_bytes = static_cast<uint64_t>(*c);
     k.matmul_call_s = non_negative(j, "matmul_call_s");
     k.batch_call_s = non_negative(j, "batch_call_s");
     k.pool_op_s = non_negative(j, "pool_op_s");
     k.inline_op_s = non_negative(j, "inline_op_s");
     k.batch_s = non_negative(j, "batch_s");
+    k.inline_op_elem_s = non_negative(j, "inline_op_elem_s");
+    k.attn_pos_s = attn_from_json(j, "attn_pos_s");
     k.crossing_s = non_negative(j, "crossing_s");
     k.copy_gbps = positive_number(j, "copy_gbps");
     return k;

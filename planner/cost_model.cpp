@@ -11,6 +11,7 @@
 // defaults of planner.h.
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "planner/layout.h"
 
@@ -32,12 +33,27 @@ struct Rates {
     const KernelCosts* k = nullptr;
     double gbps = 0, gflops = 0;
     bool cached = false;  // a token's weights fit in the last-level cache
+    int64_t cols = kWideCols;  // the model's row width (n_embd)
+
+    // The rate at this row width as a share of the wide rate: narrow /
+    // wide at kNarrowCols, 1 at kWideCols, on log2 between, clamped.
+    double width_factor(const std::map<quant::Type, double>& narrow, const std::map<quant::Type, double>& wide,
+                        quant::Type type) const {
+        const auto n = find_rate(narrow, type), w = find_rate(wide, type);
+        if (!n || !w || cols >= kWideCols) return 1.0;
+        const double span = std::log2(static_cast<double>(kWideCols) / static_cast<double>(kNarrowCols));
+        const double x = std::min(1.0, std::log2(static_cast<double>(kWideCols) /
+                                                 static_cast<double>(std::max<int64_t>(cols, 1))) / span);
+        return 1.0 + x * (*n / *w - 1.0);
+    }
 
     std::optional<double> matvec_gbps(quant::Type type) const {
+        const double f = width_factor(k->matvec_narrow_gbps, k->matvec_cached_gbps, type);
         if (cached) {
-            if (const auto r = find_rate(k->matvec_cached_gbps, type)) return r;
+            if (const auto r = find_rate(k->matvec_cached_gbps, type)) return *r * f;
         }
-        return find_rate(k->matvec_gbps, type);
+        if (const auto r = find_rate(k->matvec_gbps, type)) return *r * f;
+        return std::nullopt;
     }
 
     // GFLOP/s of a product that multiplies each weight with n tokens.
@@ -57,7 +73,10 @@ struct Rates {
         Point pts[3];
         int count = 0;
         pts[count++] = {0.0, one};
-        if (small) pts[count++] = {std::log2(static_cast<double>(kGemmSmallBatch)), *small};
+        if (small) {
+            const double f = width_factor(k->gemm_small_narrow_gflops, k->gemm_small_gflops, type);
+            pts[count++] = {std::log2(static_cast<double>(kGemmSmallBatch)), *small * f};
+        }
         if (large) pts[count++] = {std::log2(static_cast<double>(kGemmLargeBatch)), *large};
         const double x = std::log2(std::max(n, 1.0));
         if (x >= pts[count - 1].log_n) return pts[count - 1].rate;
@@ -78,7 +97,24 @@ struct Rates {
     double call_s() const { return k->matmul_call_s.value_or(kDefaultMatmulCallS); }
     double batch_call_s() const { return k->batch_call_s.value_or(call_s()); }
     double pool_op_s() const { return k->pool_op_s.value_or(kDefaultPoolOpS); }
-    double inline_op_s() const { return k->inline_op_s.value_or(kDefaultInlineOpS); }
+    // An op over a row of `elems` on the calling thread.
+    double inline_op_s(int64_t elems) const {
+        return k->inline_op_s.value_or(kDefaultInlineOpS) +
+               k->inline_op_elem_s.value_or(0.0) * static_cast<double>(elems);
+    }
+    // Seconds per query head and attended position of the per-token
+    // attention kernel at head dimension hd, if measured.
+    std::optional<double> attn_pos_s(int64_t hd) const {
+        const auto& m = k->attn_pos_s;
+        if (m.empty() || hd <= 0) return std::nullopt;
+        const auto hi = m.lower_bound(hd);
+        if (hi != m.end() && hi->first == hd) return hi->second;
+        if (hi == m.begin()) return hi->second * static_cast<double>(hd) / static_cast<double>(hi->first);
+        const auto lo = std::prev(hi);
+        if (hi == m.end()) return lo->second * static_cast<double>(hd) / static_cast<double>(lo->first);
+        const double f = static_cast<double>(hd - lo->first) / static_cast<double>(hi->first - lo->first);
+        return lo->second + f * (hi->second - lo->second);
+    }
     // The attention's arithmetic runs at the device's F16 batch rate, if measured.
     double attn_gflops() const { return find_rate(k->gemm_small_gflops, quant::Type::F16).value_or(gflops); }
 };
@@ -118,7 +154,11 @@ double attention_s(const Tables& t, const Share& s, const Rates& r, double n, do
     const double flops = t.attn_flops_per_pos * positions * static_cast<double>(s.kv_layers);
     const double cells = std::min(pos0 + n, static_cast<double>(std::max<int64_t>(t.n_ctx, 1)));
     const double read = static_cast<double>(s.kv) * cells / static_cast<double>(std::max<int64_t>(t.n_ctx, 1));
-    return std::max(read / (r.gbps * 1e9), flops / (r.attn_gflops() * 1e9));
+    double work = flops / (r.attn_gflops() * 1e9);
+    if (const auto per_pos = r.attn_pos_s(t.head_dim); per_pos && n < static_cast<double>(kTiledAttentionMinTokens)) {
+        work = *per_pos * static_cast<double>(t.n_head) * positions * static_cast<double>(s.kv_layers);
+    }
+    return std::max(read / (r.gbps * 1e9), work);
 }
 
 }  // namespace
@@ -130,7 +170,7 @@ double batch_seconds(const Tables& t, const Layout& l, const Footprint& f, const
     const std::array<uint64_t, kDevices> reads = decode_reads(t, l);
     const double token_bytes = static_cast<double>(reads[kHostDevice] + reads[kAccelDevice]);
     const auto rates = [&](const KernelCosts& k, double gbps, double gflops) {
-        Rates r{&k, gbps, gflops, false};
+        Rates r{&k, gbps, gflops, false, t.n_embd};
         r.cached = k.cache_bytes && token_bytes <= static_cast<double>(*k.cache_bytes);
         return r;
     };
@@ -177,10 +217,10 @@ double batch_seconds(const Tables& t, const Layout& l, const Footprint& f, const
         // Attention hands over to the threads; the ops over rows do for a
         // batch, and run on the calling thread for one token.
         sec += static_cast<double>(s.kv_layers) * r.pool_op_s();
-        sec += static_cast<double>(s.row_ops) * (decode ? r.inline_op_s() : r.pool_op_s());
+        sec += static_cast<double>(s.row_ops) * (decode ? r.inline_op_s(t.n_embd) : r.pool_op_s());
         // The output: the norm and the head's product for the last token.
         if (!logits) continue;
-        if (l.norm == d) sec += decode ? r.inline_op_s() : r.pool_op_s();
+        if (l.norm == d) sec += decode ? r.inline_op_s(t.n_embd) : r.pool_op_s();
         if (l.head == d) {
             sec += r.product_s(t.types[static_cast<size_t>(t.head_slot)], static_cast<double>(t.head_params), 1.0) +
                    r.call_s();
@@ -189,7 +229,7 @@ double batch_seconds(const Tables& t, const Layout& l, const Footprint& f, const
     // The embedding lookup on the host (rows dequantized), the batch's own cost.
     const Rates& host = rate[kHostDevice];
     sec += static_cast<double>(t.embd_row_bytes) * n / (host.gbps * 1e9) +
-           (decode ? host.inline_op_s() : host.pool_op_s()) + v.host.batch_s.value_or(kDefaultBatchS);
+           (decode ? host.inline_op_s(t.n_embd) : host.pool_op_s()) + v.host.batch_s.value_or(kDefaultBatchS);
     // Hand-overs: a fixed cost each, and the bytes (a hidden row per token,
     // the last token's logits).
     const Crossings c = crossings(t, l);

@@ -219,6 +219,9 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     // cached position, at the average prompt position.
     t.attn_flops_per_token = 2.0 * static_cast<double>(hp.q_dim() + hp.out_dim()) * static_cast<double>(avg_ctx);
     t.attn_flops_per_pos = 2.0 * static_cast<double>(hp.q_dim() + hp.out_dim());
+    t.n_head = hp.n_head;
+    t.head_dim = hp.head_dim_k;
+    t.n_embd = hp.n_embd;
     t.n_expert = hp.n_expert;
     t.n_expert_used = hp.n_expert_used;
     // A slot per weight type, in the order met (the last slot takes the rest).

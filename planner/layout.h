@@ -89,6 +89,8 @@ struct Tables {
     std::vector<quant::Type> types;
     int head_slot = 0;
     double attn_flops_per_pos = 0;  // per layer and token, per cached position attended
+    int64_t n_head = 0, head_dim = 0;  // query heads and their (K) dimension
+    int64_t n_embd = 0;                // the row a decode step's ops run over
     int64_t n_expert = 0, n_expert_used = 0;
     int slot_of(quant::Type type) const;  // its slot (make_tables gave every type of the model one)
 };

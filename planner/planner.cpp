@@ -90,10 +90,18 @@ void check_costs(const KernelCosts& k, const char* device) {
     positive(k.inline_op_s, "inline_op_s");
     positive(k.batch_s, "batch_s");
     positive(k.crossing_s, "crossing_s");
+    positive(k.inline_op_elem_s, "inline_op_elem_s");
+    for (const auto& [hd, sec] : k.attn_pos_s) {
+        if (hd <= 0 || !(sec >= 0.0)) {
+            throw Error(fmt::format("{} attn_pos_s: expected a head dimension > 0 and seconds >= 0, found {}: {}",
+                                    device, hd, sec));
+        }
+    }
     if (k.copy_gbps && !(*k.copy_gbps > 0.0)) {
         throw Error(fmt::format("{} copy_gbps: expected a positive number, found {}", device, *k.copy_gbps));
     }
-    for (const auto* m : {&k.matvec_gbps, &k.matvec_cached_gbps, &k.gemm_small_gflops, &k.gemm_large_gflops}) {
+    for (const auto* m : {&k.matvec_gbps, &k.matvec_cached_gbps, &k.gemm_small_gflops, &k.gemm_large_gflops,
+                          &k.matvec_narrow_gbps, &k.gemm_small_narrow_gflops}) {
         for (const auto& [type, rate] : *m) {
             if (!(rate > 0.0)) {
                 throw Error(fmt::format("{} rate of {}: expected a positive number, found {}", device,
@@ -491,9 +499,9 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
 
 bool KernelCosts::empty() const {
     return matvec_gbps.empty() && matvec_cached_gbps.empty() && gemm_small_gflops.empty() &&
+           matvec_narrow_gbps.empty() && gemm_small_narrow_gflops.empty() &&
            gemm_large_gflops.empty() && !cache_bytes && !matmul_call_s && !batch_call_s && !pool_op_s &&
-           !inline_op_s && !batch_s &&
-           !crossing_s && !copy_gbps;
+           !inline_op_s && !batch_s && !inline_op_elem_s && attn_pos_s.empty() && !crossing_s && !copy_gbps;
 }
 
 double predict_seconds(const model::ModelSpec& spec, const PlanInputs& in, const Plan& p, const Workload& w) {

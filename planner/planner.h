@@ -46,6 +46,12 @@ inline constexpr double kDefaultBatchS = 20e-6;
 // The micro-batch sizes bench --calibrate measures the GEMM rate at; the
 // rate at other sizes is interpolated on log2 of the batch.
 inline constexpr int64_t kGemmSmallBatch = 32;
+// The row widths bench --calibrate measures the rates at.
+inline constexpr int64_t kWideCols = 4096;
+inline constexpr int64_t kNarrowCols = 256;
+// Micro-batches from this many tokens take the tiled attention kernel
+// (kernels_cpu/attention_tiled.h; the planner does not link kernels).
+inline constexpr int64_t kTiledAttentionMinTokens = 64;
 inline constexpr int64_t kGemmLargeBatch = 512;
 
 // What one device's kernels achieve on this machine, measured by bench
@@ -60,10 +66,29 @@ inline constexpr int64_t kGemmLargeBatch = 512;
 // memory; a GPU's go over PCIe). Unset: the defaults.
 struct KernelCosts {
     std::map<quant::Type, double> matvec_gbps, matvec_cached_gbps, gemm_small_gflops, gemm_large_gflops;
+    // The same one-token (from cache) and kGemmSmallBatch rates for rows of
+    // kNarrowCols instead of kWideCols: a short row pays its per-row work
+    // over fewer weights (the tiny model's Q6_K head, 256 columns, ran
+    // 25 GB/s against 40 for 4096). A model's products take the rate at its
+    // n_embd, interpolated on log2 between the two, as a factor on the
+    // type's rates. Unset: the wide rates for every width.
+    std::map<quant::Type, double> matvec_narrow_gbps, gemm_small_narrow_gflops;
     std::optional<uint64_t> cache_bytes;
     // batch_call_s: a product of a micro-batch handed over (its rows
     // quantized, the panels set up); unset: matmul_call_s.
     std::optional<double> matmul_call_s, batch_call_s, pool_op_s, inline_op_s, batch_s;
+    // inline_op_elem_s: per element of the row (the model's n_embd) of an
+    // op on the calling thread, beside inline_op_s as its fixed part (a
+    // decode step's norm sums its row in a chain, ~4 cycles an element).
+    // Unset: inline_op_s is the whole op.
+    std::optional<double> inline_op_elem_s;
+    // Attention of a decode step and of micro-batches under
+    // kTiledAttentionMinTokens tokens, by head dimension: seconds per query
+    // head and cached position it attends, over the threads (the per-token
+    // kernel; head dimensions under its 64-element step run the dot's
+    // scalar tail). Between measured dimensions the cost is interpolated,
+    // past them scaled with the dimension. Unset: the F16 GEMM rate.
+    std::map<int64_t, double> attn_pos_s;
     std::optional<double> crossing_s, copy_gbps;
     bool empty() const;
 };

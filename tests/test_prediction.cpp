@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -109,6 +110,83 @@ TEST(Prediction, DecodeRunsRowOpsInlineAndAttentionOnTheThreads) {
     // two residual adds a layer, then the embedding and the output norm.
     EXPECT_NEAR(delta(*m, in, std::nullopt, one_token, &pl::KernelCosts::inline_op_s, 1e-3),
                 static_cast<double>(7 * L + 2) * 1e-3, 1e-9);
+}
+
+// A decode step's ops on the calling thread cost a fixed part and a part
+// per element of the model's row (bench --calibrate times a norm at two
+// widths); without the second, inline_op_s is the whole op.
+TEST(Prediction, DecodeRowOpsCostAPartPerElementOfTheRow) {
+    const auto m = header_model("llama-1b");
+    const int64_t L = m->spec.hp.n_layer;
+    const auto in = zero_cost_inputs(std::nullopt);
+    const double d = delta(*m, in, std::nullopt, pl::Workload{0, 1, 0}, &pl::KernelCosts::inline_op_elem_s, 1e-9);
+    EXPECT_NEAR(d, static_cast<double>(7 * L + 2) * static_cast<double>(m->spec.hp.n_embd) * 1e-9, 1e-12);
+    // A batch runs its ops over the threads: no per-element part.
+    EXPECT_NEAR(delta(*m, in, std::nullopt, pl::Workload{40, 0, 0}, &pl::KernelCosts::inline_op_elem_s, 1e-9), 0.0,
+                1e-15);
+}
+
+// Attention under kTiledAttentionMinTokens tokens costs the measured
+// seconds per query head and position at the model's head dimension,
+// interpolated between the measured ones and scaled past them; batches
+// that take the tiled kernel keep the rate model.
+TEST(Prediction, SmallBatchAttentionCostsTheMeasuredTimePerPosition) {
+    const auto m = header_model("llama-1b");
+    const auto& hp = m->spec.hp;
+    const auto L = static_cast<double>(hp.n_layer);
+    const auto heads = static_cast<double>(hp.n_head);
+    ASSERT_EQ(hp.head_dim_k, 64);
+    const auto at = [&](std::map<int64_t, double> per_pos, const pl::Workload& w) {
+        auto in = zero_cost_inputs(std::nullopt);
+        in.host_costs.attn_pos_s = std::move(per_pos);
+        return seconds(*m, in, std::nullopt, w);
+    };
+    // 32 prompt tokens from an empty cache attend 1 + 2 + ... + 32 positions.
+    const pl::Workload prompt{32, 0, 0};
+    const double positions = 32.0 * 33.0 / 2.0;
+    const double x = 1e-6;  // large, so the work outweighs reading the cache
+    EXPECT_NEAR(at({{64, 2 * x}}, prompt) - at({{64, x}}, prompt), x * heads * positions * L, 1e-9);
+    // Between 32 and 128: a third of the way.
+    EXPECT_NEAR(at({{32, x}, {128, 4 * x}}, prompt) - at({{64, x}}, prompt), x * heads * positions * L, 1e-9);
+    // Past the last measured dimension: scaled with it (64 / 32).
+    EXPECT_NEAR(at({{32, x}}, prompt) - at({{64, x}}, prompt), x * heads * positions * L, 1e-9);
+    // A decode step at depth 99 attends 100 positions.
+    const pl::Workload step{0, 1, 99};
+    EXPECT_NEAR(at({{64, 2 * x}}, step) - at({{64, x}}, step), x * heads * 100.0 * L, 1e-9);
+    // 64 tokens take the tiled kernel: not this cost.
+    EXPECT_NEAR(at({{64, 2 * x}}, pl::Workload{64, 0, 0}) - at({{64, x}}, pl::Workload{64, 0, 0}), 0.0, 1e-12);
+}
+
+// Rates measured on rows of kNarrowCols apply to a model as narrow as
+// that; a wider one takes a share of the difference on log2 of its n_embd
+// (llama-1b, 2048: a quarter of the way from kWideCols).
+TEST(Prediction, NarrowRowsTakeTheNarrowRates) {
+    const Type types[] = {Type::F32, Type::F16, Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q8_0};
+    // Rates so low that the products are nearly all the time there is (the
+    // embedding rows and the attention still read at the bandwidth).
+    const auto ratio = [&](const Model& m, const pl::Workload& w) {
+        auto in = zero_cost_inputs(std::nullopt);
+        for (const Type t : types) {
+            in.host_costs.matvec_gbps[t] = in.host_costs.matvec_cached_gbps[t] = 1e-3;
+            in.host_costs.gemm_small_gflops[t] = in.host_costs.gemm_large_gflops[t] = 1e-3;
+            in.host_costs.matvec_narrow_gbps[t] = 1e-3;
+            in.host_costs.gemm_small_narrow_gflops[t] = 1e-3;
+        }
+        const double same = seconds(m, in, std::nullopt, w);
+        for (const Type t : types) {
+            in.host_costs.matvec_narrow_gbps[t] = 0.5e-3;
+            in.host_costs.gemm_small_narrow_gflops[t] = 0.5e-3;
+        }
+        return seconds(m, in, std::nullopt, w) / same;
+    };
+    const auto tiny = header_model("tiny");
+    ASSERT_EQ(tiny->spec.hp.n_embd, pl::kNarrowCols);
+    EXPECT_NEAR(ratio(*tiny, pl::Workload{0, 1, 0}), 2.0, 0.01);
+    EXPECT_NEAR(ratio(*tiny, pl::Workload{32, 0, 0}), 2.0, 0.02);
+    const auto llama = header_model("llama-1b");
+    ASSERT_EQ(llama->spec.hp.n_embd, 2048);
+    EXPECT_NEAR(ratio(*llama, pl::Workload{0, 1, 0}), 1.0 / 0.875, 0.01);
+    EXPECT_NEAR(ratio(*llama, pl::Workload{32, 0, 0}), 1.0 / 0.875, 0.01);
 }
 
 TEST(Prediction, PrefillPaysFixedCostsPerMicroBatchNotPerToken) {
@@ -299,6 +377,10 @@ pl::Calibration full_calibration() {
     k.batch_s = 1e-5;
     k.crossing_s = 1e-7;
     k.copy_gbps = 12.0;
+    k.inline_op_elem_s = 1.5e-9;
+    k.attn_pos_s = {{32, 4e-9}, {128, 2e-9}};
+    k.matvec_narrow_gbps = {{Type::Q4_K, 11.0}};
+    k.gemm_small_narrow_gflops = {{Type::Q4_K, 77.0}};
     c.standin_matvec_gbps = {{Type::Q4_K, 20.0}};
     return c;
 }
@@ -320,6 +402,10 @@ TEST(Prediction, CalibrationRoundTripsTheKernels) {
     EXPECT_EQ(k.batch_s, c.cpu_kernels.batch_s);
     EXPECT_EQ(k.crossing_s, c.cpu_kernels.crossing_s);
     EXPECT_EQ(k.copy_gbps, c.cpu_kernels.copy_gbps);
+    EXPECT_EQ(k.inline_op_elem_s, c.cpu_kernels.inline_op_elem_s);
+    EXPECT_EQ(k.attn_pos_s, c.cpu_kernels.attn_pos_s);
+    EXPECT_EQ(k.matvec_narrow_gbps, c.cpu_kernels.matvec_narrow_gbps);
+    EXPECT_EQ(k.gemm_small_narrow_gflops, c.cpu_kernels.gemm_small_narrow_gflops);
     EXPECT_EQ(back.standin_matvec_gbps, c.standin_matvec_gbps);
     // The stand-in: the host's kernels, its one-token products from its own memory.
     const pl::KernelCosts standin = pl::standin_costs(back);
@@ -383,6 +469,14 @@ TEST(Prediction, DamagedKernelEntriesAreOneLineErrors) {
     }
     j = pl::to_json(full_calibration());
     j["cpu_kernels"]["pool_op_s"] = -2.0;
+    EXPECT_THROW(pl::calibration_from_json(j), tandem::Error);
+    for (const char* bad : {"x", "0", "-64", "64k"}) {
+        j = pl::to_json(full_calibration());
+        j["cpu_kernels"]["attn_pos_s"][bad] = 1e-9;
+        EXPECT_THROW(pl::calibration_from_json(j), tandem::Error) << bad;
+    }
+    j = pl::to_json(full_calibration());
+    j["cpu_kernels"]["attn_pos_s"]["64"] = -1e-9;
     EXPECT_THROW(pl::calibration_from_json(j), tandem::Error);
     j = pl::to_json(full_calibration());
     j["cpu_kernels"]["gemm32_gflops"] = "fast";

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -25,6 +26,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "kernels_cpu/attention.h"
+#include "kernels_cpu/attention_tiled.h"
 #include "kernels_cpu/cpu_info.h"
 #include "kernels_cpu/elementwise.h"
 #include "kernels_cpu/matmul.h"
@@ -34,6 +37,7 @@
 #include "runtime/engine/memory_ledger.h"
 #include "runtime/engine/host_weight_arena.h"
 #include "runtime/common/error.h"
+#include "runtime/quant/fp16.h"
 #include "tools/bench_args.h"
 #include "tools/bench_report.h"
 #include "tools/bench_runner.h"
@@ -175,7 +179,7 @@ double best_seconds(int reps, const std::function<void()>& fn) {
 constexpr quant::Type kCalibratedTypes[] = {quant::Type::F32,  quant::Type::F16,  quant::Type::Q4_0,
                                             quant::Type::Q5_0, quant::Type::Q8_0, quant::Type::Q4_K,
                                             quant::Type::Q5_K, quant::Type::Q6_K};
-constexpr int64_t kCalibCols = 4096;
+constexpr int64_t kCalibCols = planner::kWideCols;
 
 // A rows x kCalibCols matrix of `type` in the host's weight memory: a few
 // rows quantized from fixed pseudo-random floats, repeated.
@@ -187,10 +191,11 @@ struct CalibMatrix {
     cpu::WeightView w;
 };
 
-std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, bool plain = false) {
+std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, bool plain = false,
+                                          int64_t cols = kCalibCols) {
     constexpr int64_t kDistinct = 16;
-    const uint64_t row = *quant::row_bytes(type, kCalibCols);
-    std::vector<float> src(static_cast<size_t>(kCalibCols));
+    const uint64_t row = *quant::row_bytes(type, cols);
+    std::vector<float> src(static_cast<size_t>(cols));
     std::vector<uint8_t> rows_q(static_cast<size_t>(row * kDistinct));
     uint64_t state = 0x9e3779b97f4a7c15ull;
     for (int64_t r = 0; r < kDistinct; ++r) {
@@ -198,7 +203,7 @@ std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, bool p
             state = state * 6364136223846793005ull + 1442695040888963407ull;
             v = static_cast<float>(static_cast<int64_t>(state >> 40) % 2001 - 1000) / 1000.0f;
         }
-        quant::quantize_row(type, src.data(), rows_q.data() + r * row, kCalibCols);
+        quant::quantize_row(type, src.data(), rows_q.data() + r * row, cols);
     }
     auto m = std::make_unique<CalibMatrix>();
     uint8_t* data = nullptr;
@@ -209,30 +214,32 @@ std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, bool p
         data = m->arena.allocate(static_cast<size_t>(row * rows));
     }
     for (int64_t r = 0; r < rows; ++r) std::memcpy(data + r * row, rows_q.data() + (r % kDistinct) * row, row);
-    m->w = {type, data, rows, kCalibCols, row};
+    m->w = {type, data, rows, cols, row};
     return m;
 }
 
 // GB/s of weights a one-token product reads, for a matrix of about `bytes`.
 double matvec_gbps(quant::Type type, uint64_t bytes, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level,
-                   bool plain = false) {
-    const uint64_t row = *quant::row_bytes(type, kCalibCols);
-    const auto m = calib_matrix(type, std::max<int64_t>(64, static_cast<int64_t>(bytes / row)), plain);
-    std::vector<float> x(static_cast<size_t>(kCalibCols), 0.5f), y(static_cast<size_t>(m->w.n_rows));
-    const auto once = [&] { cpu::matmul(m->w, x.data(), kCalibCols, 1, y.data(), m->w.n_rows, pool, level); };
+                   bool plain = false, int64_t cols = kCalibCols) {
+    const uint64_t row = *quant::row_bytes(type, cols);
+    const auto m = calib_matrix(type, std::max<int64_t>(64, static_cast<int64_t>(bytes / row)), plain, cols);
+    std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(m->w.n_rows));
+    const auto once = [&] { cpu::matmul(m->w, x.data(), cols, 1, y.data(), m->w.n_rows, pool, level); };
     once();  // warm: pages touched, the cache filled where it holds the matrix
     const double s = best_seconds(reps, once);
     return static_cast<double>(m->w.n_rows * m->w.row_stride_bytes) / s / 1e9;
 }
 
 // GFLOP/s of a product of n tokens (2 FLOPs per weight and token).
-double gemm_gflops(quant::Type type, int64_t n, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level) {
-    const auto m = calib_matrix(type, 1024);
-    std::vector<float> x(static_cast<size_t>(n * kCalibCols), 0.25f), y(static_cast<size_t>(n * m->w.n_rows));
-    const auto once = [&] { cpu::matmul(m->w, x.data(), kCalibCols, n, y.data(), m->w.n_rows, pool, level); };
+// The matrix holds 1024 x kCalibCols weights at any row width.
+double gemm_gflops(quant::Type type, int64_t n, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level,
+                   int64_t cols = kCalibCols) {
+    const auto m = calib_matrix(type, 1024 * kCalibCols / cols, false, cols);
+    std::vector<float> x(static_cast<size_t>(n * cols), 0.25f), y(static_cast<size_t>(n * m->w.n_rows));
+    const auto once = [&] { cpu::matmul(m->w, x.data(), cols, n, y.data(), m->w.n_rows, pool, level); };
     once();
     const double s = best_seconds(reps, once);
-    return 2.0 * static_cast<double>(m->w.n_rows * kCalibCols * n) / s / 1e9;
+    return 2.0 * static_cast<double>(m->w.n_rows * cols * n) / s / 1e9;
 }
 
 // The last-level cache, from sysfs (sysconf's can be a hypervisor's guess).
@@ -259,6 +266,37 @@ double per_call(int calls, const std::function<void()>& fn) {
            calls;
 }
 
+static_assert(planner::kTiledAttentionMinTokens == cpu::detail::kTiledAttentionMinTokens,
+              "the planner prices attention by the kernel that runs");
+
+// Seconds per query head and attended position of the per-token attention
+// kernel at head dimension hd: kGemmSmallBatch tokens at positions 32..63
+// of an F16 cache (8 query heads, 2 KV heads), as a short prompt's batch or
+// a few decode steps see it.
+double attention_pos_seconds(int64_t hd, cpu::ThreadPool& pool, cpu::SimdLevel level) {
+    constexpr int64_t kCells = 64, kFirst = 32, kTokens = planner::kGemmSmallBatch;
+    const cpu::AttentionShape shape{8, 2, hd, hd, 0, 1.0f / std::sqrt(static_cast<float>(hd)), 0.0f};
+    const uint64_t row = static_cast<uint64_t>(shape.n_head_kv * hd) * sizeof(uint16_t);
+    std::vector<uint16_t> k(static_cast<size_t>(kCells * shape.n_head_kv * hd)), v(k.size());
+    uint64_t state = 0x2545f4914f6cdd1dull;
+    for (size_t i = 0; i < k.size(); ++i) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        k[i] = quant::fp32_to_fp16(static_cast<float>(static_cast<int64_t>(state >> 40) % 2001 - 1000) / 1000.0f);
+        v[i] = k[(i * 7 + 3) % k.size()];
+    }
+    std::vector<int32_t> cell_pos(kCells), q_pos(kTokens);
+    for (int64_t c = 0; c < kCells; ++c) cell_pos[static_cast<size_t>(c)] = static_cast<int32_t>(c);
+    for (int64_t t = 0; t < kTokens; ++t) q_pos[static_cast<size_t>(t)] = static_cast<int32_t>(kFirst + t);
+    const cpu::KvCacheView view{quant::Type::F16, reinterpret_cast<const uint8_t*>(k.data()),
+                                reinterpret_cast<const uint8_t*>(v.data()), row, row, kCells, cell_pos.data()};
+    std::vector<float> q(static_cast<size_t>(kTokens * shape.n_head * hd), 0.25f), out(q.size());
+    const auto once = [&] { cpu::attention(q.data(), q_pos.data(), kTokens, shape, view, out.data(), pool, level); };
+    once();
+    double positions = 0;
+    for (int64_t t = 0; t < kTokens; ++t) positions += static_cast<double>(kFirst + t + 1);
+    return best_seconds(21, once) / (positions * static_cast<double>(shape.n_head));
+}
+
 planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>& standin_matvec_gbps) {
     planner::KernelCosts k;
     cpu::ThreadPool pool(threads);
@@ -273,16 +311,26 @@ planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>&
         k.matvec_cached_gbps[type] = matvec_gbps(type, small, 21, pool, level);
         k.gemm_small_gflops[type] = gemm_gflops(type, planner::kGemmSmallBatch, 5, pool, level);
         k.gemm_large_gflops[type] = gemm_gflops(type, planner::kGemmLargeBatch, 3, pool, level);
+        // Rows of kNarrowCols, as a small model's.
+        k.matvec_narrow_gbps[type] = matvec_gbps(type, small, 21, pool, level, false, planner::kNarrowCols);
+        k.gemm_small_narrow_gflops[type] =
+            gemm_gflops(type, planner::kGemmSmallBatch, 5, pool, level, planner::kNarrowCols);
     }
     // A product too small to take time: what remains is the hand-over (the
     // activations quantized, the threads met).
     {
+        // 64 rows of 256: four work items, so the threads are met, and
+        // ~9 KB of weights, so what is timed is the hand-over. (A 64 x 4096
+        // matrix, as before, added ~5 us of reading its 147 KB to every
+        // call.)
         const auto m = calib_matrix(quant::Type::Q4_K, 64);
-        std::vector<float> x(static_cast<size_t>(kCalibCols), 0.5f), y(64);
-        k.matmul_call_s = per_call(20, [&] { cpu::matmul(m->w, x.data(), kCalibCols, 1, y.data(), 64, pool, level); });
-        // The same for a micro-batch of kGemmSmallBatch tokens of a narrow
-        // matrix (16 rows of 256): its rows quantized, the panels set up.
-        const cpu::WeightView narrow{quant::Type::Q4_K, m->w.data, 16, 256, *quant::row_bytes(quant::Type::Q4_K, 256)};
+        const uint64_t row256 = *quant::row_bytes(quant::Type::Q4_K, 256);
+        const cpu::WeightView small{quant::Type::Q4_K, m->w.data, 64, 256, row256};
+        std::vector<float> x(256, 0.5f), y(64);
+        k.matmul_call_s = per_call(20, [&] { cpu::matmul(small, x.data(), 256, 1, y.data(), 64, pool, level); });
+        // The same for a micro-batch of kGemmSmallBatch tokens of 16 rows:
+        // its rows quantized, the panels set up.
+        const cpu::WeightView narrow{quant::Type::Q4_K, m->w.data, 16, 256, row256};
         std::vector<float> xb(static_cast<size_t>(planner::kGemmSmallBatch * 256), 0.5f),
             yb(static_cast<size_t>(planner::kGemmSmallBatch * 16));
         k.batch_call_s = per_call(20, [&] {
@@ -293,8 +341,16 @@ planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>&
     k.pool_op_s = per_call(20, [&] {
         pool.parallel_for(64, 4, [&](int64_t lo, int64_t hi) { cpu::add(a.data() + lo, b.data() + lo, hi - lo); });
     });
-    // A decode step's row op: a norm over a 4096-wide row on this thread.
-    k.inline_op_s = per_call(50, [&] { cpu::rms_norm_rows(a.data(), b.data(), a.data(), 4096, 1, 1e-5f, level); });
+    // A decode step's row op: a norm over a row on this thread, at 256 and
+    // 4096 elements: a fixed part and a part per element (its sum is a
+    // chain of dependent adds, in llama.cpp's order).
+    const double norm256 =
+        per_call(50, [&] { cpu::rms_norm_rows(a.data(), b.data(), a.data(), 256, 1, 1e-5f, level); });
+    const double norm4096 =
+        per_call(50, [&] { cpu::rms_norm_rows(a.data(), b.data(), a.data(), 4096, 1, 1e-5f, level); });
+    k.inline_op_elem_s = std::max(0.0, (norm4096 - norm256) / (4096 - 256));
+    k.inline_op_s = std::max(0.0, norm256 - 256 * *k.inline_op_elem_s);
+    for (const int64_t hd : {32, 64, 128, 256}) k.attn_pos_s[hd] = attention_pos_seconds(hd, pool, level);
     // The stand-in's hand-over: one hidden row copied; and bulk copies.
     std::vector<float> src(4096, 1.0f), dst(4096);
     k.crossing_s = per_call(200, [&] { std::memcpy(dst.data(), src.data(), src.size() * sizeof(float)); });
@@ -343,14 +399,20 @@ void calibrate(const BenchOptions& o) {
                "GFLOP/s at {} / {} tokens\n",
                c.kernel_threads, planner::kGemmSmallBatch, planner::kGemmLargeBatch);
     for (const quant::Type type : kCalibratedTypes) {
-        fmt::print("  {:<5} {:7.1f} / {:7.1f} GB/s  {:7.1f} / {:7.1f} GFLOP/s  (stand-in memory {:.1f} GB/s)\n",
+        fmt::print("  {:<5} {:7.1f} / {:7.1f} GB/s  {:7.1f} / {:7.1f} GFLOP/s  (stand-in memory {:.1f} GB/s; rows of "
+                   "{}: {:.1f} GB/s, {:.1f} GFLOP/s)\n",
                    quant::traits(type).name, k.matvec_gbps.at(type), k.matvec_cached_gbps.at(type),
-                   k.gemm_small_gflops.at(type), k.gemm_large_gflops.at(type), c.standin_matvec_gbps.at(type));
+                   k.gemm_small_gflops.at(type), k.gemm_large_gflops.at(type), c.standin_matvec_gbps.at(type),
+                   planner::kNarrowCols, k.matvec_narrow_gbps.at(type), k.gemm_small_narrow_gflops.at(type));
     }
     fmt::print("fixed costs: product hand-over {:.2f} us ({:.2f} us for a batch), op over the threads {:.2f} us, op on "
-               "one row {:.2f} us, hidden-row copy {:.2f} us; copies {:.1f} GB/s\n",
+               "one row {:.2f} us + {:.2f} ns an element, hidden-row copy {:.2f} us; copies {:.1f} GB/s\n",
                *k.matmul_call_s * 1e6, *k.batch_call_s * 1e6, *k.pool_op_s * 1e6, *k.inline_op_s * 1e6,
-               *k.crossing_s * 1e6, *k.copy_gbps);
+               *k.inline_op_elem_s * 1e9, *k.crossing_s * 1e6, *k.copy_gbps);
+    std::string attn;
+    for (const auto& [hd, sec] : k.attn_pos_s) attn += fmt::format(" {}: {:.2f} ns", hd, sec * 1e9);
+    fmt::print("attention (under {} tokens), per head and position, by head dimension:{}\n",
+               planner::kTiledAttentionMinTokens, attn);
     if (c.gpu_gbps) {
         fmt::print("GPU copy bandwidth: {:.1f} GB/s, host-to-device: {:.1f} GB/s ({})\n", *c.gpu_gbps, *c.pcie_gbps,
                    gpu_note);
