@@ -191,6 +191,12 @@ struct CalibMatrix {
     cpu::WeightView w;
 };
 
+// The calibration's fixed pseudo-random values in [-1, 1], in steps of 1/1000.
+float calib_value(uint64_t& state) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(state >> 40) % 2001 - 1000) / 1000.0f;
+}
+
 std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, bool plain = false,
                                           int64_t cols = kCalibCols) {
     constexpr int64_t kDistinct = 16;
@@ -199,10 +205,7 @@ std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, bool p
     std::vector<uint8_t> rows_q(static_cast<size_t>(row * kDistinct));
     uint64_t state = 0x9e3779b97f4a7c15ull;
     for (int64_t r = 0; r < kDistinct; ++r) {
-        for (float& v : src) {
-            state = state * 6364136223846793005ull + 1442695040888963407ull;
-            v = static_cast<float>(static_cast<int64_t>(state >> 40) % 2001 - 1000) / 1000.0f;
-        }
+        for (float& v : src) v = calib_value(state);
         quant::quantize_row(type, src.data(), rows_q.data() + r * row, cols);
     }
     auto m = std::make_unique<CalibMatrix>();
@@ -280,8 +283,7 @@ double attention_pos_seconds(int64_t hd, cpu::ThreadPool& pool, cpu::SimdLevel l
     std::vector<uint16_t> k(static_cast<size_t>(kCells * shape.n_head_kv * hd)), v(k.size());
     uint64_t state = 0x2545f4914f6cdd1dull;
     for (size_t i = 0; i < k.size(); ++i) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        k[i] = quant::fp32_to_fp16(static_cast<float>(static_cast<int64_t>(state >> 40) % 2001 - 1000) / 1000.0f);
+        k[i] = quant::fp32_to_fp16(calib_value(state));
         v[i] = k[(i * 7 + 3) % k.size()];
     }
     std::vector<int32_t> cell_pos(kCells), q_pos(kTokens);
