@@ -20,8 +20,9 @@ case "$mode" in
   --sanitize)
     dir=build-asan
     # -O1 -g1: line tables are all a sanitizer report needs, and they
-    # compile in half the time of -O2 -g (CI builds twice).
-    args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+    # compile in half the time of -O2 -g (CI builds twice). GCC 12 at -O1
+    # with ASan warns of maybe-uninitialized std::variant members: not ours.
+    args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG -Wno-maybe-uninitialized"
           -DTANDEM_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF
           "-DTANDEM_SANITIZE=address;undefined")
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
