@@ -172,6 +172,29 @@ TEST(BenchReport, MarkdownIsATableWithTheSameRows) {
     EXPECT_FALSE(contains(plain, "cache"));
 }
 
+// Beside the prediction: the fastest repetition (a busy host only slows
+// runs) and the prediction's error against it.
+TEST(BenchReport, PredictionIsHeldAgainstTheFastestRun) {
+    const auto rows = sample_rows();
+    ASSERT_DOUBLE_EQ(*best_tps(rows[0]), 110.25);  // not the mean (103.25), not the first sample
+    EXPECT_NEAR(*prediction_error_pct(rows[0]), (150.0 / 110.25 - 1.0) * 100.0, 1e-9);
+    EXPECT_FALSE(best_tps(rows[1]).has_value());  // did not run: no error either
+    EXPECT_FALSE(prediction_error_pct(rows[1]).has_value());
+    BenchRow slower = rows[0];
+    slower.predicted_tps = 99.225;  // 10% under the best run
+    EXPECT_NEAR(*prediction_error_pct(slower), -10.0, 1e-9);
+
+    const auto md = lines_of(format_markdown(rows, true));
+    EXPECT_TRUE(contains(md[0], "best t/s"));
+    EXPECT_TRUE(contains(md[0], "pred err"));
+    EXPECT_TRUE(contains(md[2], "110.25"));
+    EXPECT_TRUE(contains(md[2], "+36.1%"));
+    const auto json = nlohmann::json::parse(format_json(rows));
+    EXPECT_DOUBLE_EQ(json[0]["best_tps"].get<double>(), 110.25);
+    EXPECT_TRUE(json[1]["prediction_error_pct"].is_null());
+    EXPECT_FALSE(contains(format_markdown(rows, false), "best t/s"));
+}
+
 // --parallel rows: the per-stream and speed-up columns appear with them,
 // and only then; csv and json carry the fields on every row.
 TEST(BenchReport, ParallelRowsShowPerStreamSpeedAndSpeedUp) {

@@ -88,6 +88,30 @@ TEST(BenchRunner, MeasuresEveryTestAtEverySplit) {
     EXPECT_TRUE(result.models[0].fit_limit.has_value());
 }
 
+// Every layer on the stand-in, then -ot moving the FFN back to the host:
+// the backend says where the tensors are, not where -ngl put the layers,
+// and the prediction is made for the placement that ran.
+TEST(BenchRunner, OverriddenTensorsMakeASplit) {
+    BenchArgs a;
+    a.models = {tiny_model()};
+    a.n_prompt = {"0"};
+    a.n_gen = {"2"};
+    a.repetitions = 1;
+    a.threads = {"1"};
+    a.device = "cpu2";
+    a.vram = "64MiB";
+    a.n_gpu_layers = {"99"};
+    const BenchResult whole = run_bench(make_bench_config(a), std::nullopt, BenchHooks{});
+    a.placement.overrides = {"ffn_(up|down|gate)=cpu"};
+    const BenchResult ffn_host = run_bench(make_bench_config(a), std::nullopt, BenchHooks{});
+    ASSERT_EQ(whole.rows.size(), 1u);
+    ASSERT_EQ(ffn_host.rows.size(), 1u);
+    EXPECT_EQ(whole.rows[0].backend, "gpu");
+    EXPECT_EQ(ffn_host.rows[0].backend, "split");
+    ASSERT_TRUE(whole.rows[0].predicted_tps && ffn_host.rows[0].predicted_tps);
+    EXPECT_NE(*whole.rows[0].predicted_tps, *ffn_host.rows[0].predicted_tps);
+}
+
 // bench --calibrate-each: the bandwidth is measured right before and right
 // after every test, and % bw is against their mean, with or without a
 // stored calibration (here none; on cpu2 the device's roofline is the

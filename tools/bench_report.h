@@ -69,7 +69,12 @@ std::string human_count(uint64_t n);
 
 nlohmann::json to_json(const BenchRow& row);
 
-// show_prediction: add the predicted tok/s and fits columns to markdown
+// The fastest repetition's tok/s (nullopt without samples), and the
+// prediction's error against it in percent (+: predicted faster).
+std::optional<double> best_tps(const BenchRow& row);
+std::optional<double> prediction_error_pct(const BenchRow& row);
+
+// show_prediction: add the best run's, the predicted tok/s and the error to markdown
 // (csv and json always carry them).
 std::string format_markdown(const std::vector<BenchRow>& rows, bool show_prediction);
 std::string format_csv(const std::vector<BenchRow>& rows);

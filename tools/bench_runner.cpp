@@ -188,10 +188,18 @@ double time_test(Session& session, const BenchTest& t, const std::vector<int32_t
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// "cpu" or "gpu" when one side holds every layer tensor and the head;
+// "split" otherwise (-ngl short of all layers, or -ot moving some tensors).
 std::string backend_of(const Session& s, int64_t n_layer) {
-    if (s.n_device_layers() == 0 && !s.output_on_device()) return "cpu";
-    if (s.n_device_layers() == n_layer && s.output_on_device()) return "gpu";
-    return "split";
+    const Placement& p = s.placement();
+    if (p.devices.size() < 2) return "cpu";
+    bool host = p.head == kHostDevice, device = p.head != kHostDevice;
+    for (const auto& [tensor, where] : p.tensor) (where == kHostDevice ? host : device) = true;
+    for (int64_t il = 0; il < n_layer && il < static_cast<int64_t>(p.kv.size()); ++il) {
+        (p.kv[static_cast<size_t>(il)] == kHostDevice ? host : device) = true;
+    }
+    if (!device) return "cpu";
+    return host ? "split" : "gpu";
 }
 
 // Weight bytes each side reads in one run of a test. The layers (and one
@@ -208,9 +216,13 @@ struct WeightReads {
 // smaller than the stream count).
 WeightReads weight_reads(const Session& s, const model::ModelSpec& spec, const BenchTest& t, int64_t n_ubatch) {
     const double head = static_cast<double>(model::output_weight_bytes(spec));
+    // Per tensor, where it was placed: -ot can move a leading layer's FFN
+    // to the host or a later layer's onto the device.
+    const Placement& placed = s.placement();
     double device_layers = 0;
-    for (int64_t il = 0; il < s.n_device_layers(); ++il) {
-        device_layers += static_cast<double>(model::layer_decode_bytes(spec, il));
+    for (int64_t il = 0; il < spec.hp.n_layer; ++il) {
+        device_layers += static_cast<double>(model::layer_decode_bytes_if(
+            spec, il, [&](const gguf::TensorInfo& t) { return placed.of(&t) != kHostDevice; }));
     }
     const double host_layers = static_cast<double>(s.weight_bytes_per_token()) - head - device_layers;
     double layer_passes = static_cast<double>((t.n_prompt + n_ubatch - 1) / n_ubatch + t.n_gen);

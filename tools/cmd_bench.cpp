@@ -515,7 +515,10 @@ void bench(const BenchOptions& o) {
     if (bar) bar->finish();
 
     std::fflush(stderr);
-    fmt::print("{}", format_rows(result.rows, config.format, config.sweep_step.has_value()));
+    // Against a device (the stand-in or a GPU) the planner's prediction is
+    // shown beside each row, not only in a sweep: -ot and the other
+    // placements are measured against it the same way.
+    fmt::print("{}", format_rows(result.rows, config.format, config.sweep_step.has_value() || !config.device.empty()));
     std::fflush(stdout);
     if (!config.plot_path.empty()) {
         const BenchModelSummary& m = result.models.front();

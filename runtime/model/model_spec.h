@@ -58,6 +58,18 @@ uint64_t layer_active_params(const ModelSpec& spec, int64_t il);
 // token's decode uses: all of it, or of an expert tensor (a role whose rule
 // has a per-expert third dimension) expert_used_count / expert_count.
 uint64_t token_share(const ModelSpec& spec, LayerTensor role, uint64_t all);
+// layer_decode_bytes of the tensors of layer il for which keep(tensor) holds (those
+// placed on one device, say).
+template <class Keep>
+uint64_t layer_decode_bytes_if(const ModelSpec& spec, int64_t il, Keep keep) {
+    uint64_t total = 0;
+    const auto& tensors = spec.layers.at(static_cast<size_t>(il)).tensors;
+    for (size_t r = 0; r < tensors.size(); ++r) {
+        const gguf::TensorInfo* t = tensors[r];
+        if (t && keep(*t)) total += token_share(spec, static_cast<LayerTensor>(r), t->n_bytes);
+    }
+    return total;
+}
 // Bytes of the output norm and head (the head counted once even when tied).
 uint64_t output_weight_bytes(const ModelSpec& spec);
 uint64_t token_embd_bytes(const ModelSpec& spec);
