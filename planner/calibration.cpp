@@ -206,6 +206,17 @@ KernelCosts standin_costs(const Calibration& c) {
     return k;
 }
 
+Calibration at_bandwidth(const Calibration& c, double gbps) {
+    Calibration out = c;
+    if (!c.cpu_gbps || *c.cpu_gbps <= 0.0 || !(gbps > 0.0)) return out;
+    const double f = gbps / *c.cpu_gbps;
+    out.cpu_gbps = gbps;
+    for (auto& [type, rate] : out.cpu_kernels.matvec_gbps) rate *= f;
+    for (auto& [type, rate] : out.standin_matvec_gbps) rate *= f;
+    if (out.cpu_kernels.copy_gbps) *out.cpu_kernels.copy_gbps *= f;
+    return out;
+}
+
 std::vector<std::string> apply_calibration(const Calibration& c, PlanInputs& in) {
     std::vector<std::string> filled;
     auto fill = [&](std::optional<double>& dst, const std::optional<double>& v, const char* name) {

@@ -36,6 +36,14 @@ struct Calibration {
 // hand-overs that are copies between host buffers (bench --device cpu2).
 KernelCosts standin_costs(const Calibration& c);
 
+// The calibration as it would read on a host whose CPU read bandwidth is
+// now `gbps` (bench --calibrate-each measures it around each test): the
+// rates bound by memory (the bandwidth, one-token products from DRAM, the
+// stand-in's, copies) scaled by gbps / the calibrated bandwidth; rates
+// from cache and batch products (bound by the cores) kept. Unchanged
+// without a calibrated bandwidth or for gbps <= 0.
+Calibration at_bandwidth(const Calibration& c, double gbps);
+
 // Tandem's cache directory: $TANDEM_CACHE_DIR, else $XDG_CACHE_HOME/tandem,
 // else $HOME/.cache/tandem. Throws tandem::Error when none can be derived.
 std::filesystem::path cache_dir();

@@ -143,6 +143,29 @@ TEST(BenchRunner, CalibrateEachMeasuresAroundEveryTest) {
     EXPECT_FALSE(contains(format_markdown(plain.rows, false), "bw now"));
 }
 
+// --calibrate-each with a stored calibration: each row is predicted for
+// the bandwidth measured around it. The tiny model's tg4 at ngl 0 is read
+// from DRAM rates here (no cache size given), so twice the bandwidth
+// predicts a faster row; the same bandwidth as stored predicts the same.
+TEST(BenchRunner, CalibrateEachPredictsForTheBandwidthMeasuredAroundTheTest) {
+    planner::Calibration cal;
+    cal.cpu_gbps = 10.0;
+    cal.cpu_kernels.matvec_gbps[quant::Type::Q4_K] = 8.0;
+    cal.cpu_kernels.matvec_gbps[quant::Type::Q6_K] = 8.0;
+    const auto predicted = [&](double gbps_now) {
+        BenchHooks hooks;
+        if (gbps_now > 0) hooks.measure_cpu_gbps = [gbps_now] { return gbps_now; };
+        const BenchResult r = run_bench(small_config(), cal, hooks);
+        EXPECT_EQ(r.rows[1].test, "tg4");
+        EXPECT_EQ(r.rows[1].ngl, 0);
+        return r.rows[1].predicted_tps.value_or(0.0);
+    };
+    const double stored = predicted(0.0), same = predicted(10.0), doubled = predicted(20.0);
+    ASSERT_GT(stored, 0.0);
+    EXPECT_NEAR(same, stored, 1e-9 * stored);
+    EXPECT_GT(doubled, 1.2 * stored);
+}
+
 // The hypervisor's share of the CPU time during each test's counted runs
 // (steal): read before and after them, in every row, the JSON and, once it
 // is noticeable, a markdown column.

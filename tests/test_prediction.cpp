@@ -515,3 +515,33 @@ TEST(Prediction, ChartNamesTheWorstError) {
 }
 
 }  // namespace
+
+namespace tandem::planner {
+namespace {
+
+// bench --calibrate-each predicts for the bandwidth of the moment: the
+// rates memory bounds follow it, those of the cores and caches do not.
+TEST(Calibration, AtBandwidthScalesTheRatesMemoryBounds) {
+    Calibration c;
+    c.cpu_gbps = 10.0;
+    c.cpu_kernels.matvec_gbps[quant::Type::Q4_K] = 8.0;
+    c.cpu_kernels.matvec_cached_gbps[quant::Type::Q4_K] = 30.0;
+    c.cpu_kernels.gemm_small_gflops[quant::Type::Q4_K] = 200.0;
+    c.cpu_kernels.copy_gbps = 6.0;
+    c.standin_matvec_gbps[quant::Type::Q4_K] = 7.0;
+    const Calibration now = at_bandwidth(c, 15.0);
+    EXPECT_DOUBLE_EQ(*now.cpu_gbps, 15.0);
+    EXPECT_DOUBLE_EQ(now.cpu_kernels.matvec_gbps.at(quant::Type::Q4_K), 12.0);
+    EXPECT_DOUBLE_EQ(now.standin_matvec_gbps.at(quant::Type::Q4_K), 10.5);
+    EXPECT_DOUBLE_EQ(*now.cpu_kernels.copy_gbps, 9.0);
+    EXPECT_DOUBLE_EQ(now.cpu_kernels.matvec_cached_gbps.at(quant::Type::Q4_K), 30.0);
+    EXPECT_DOUBLE_EQ(now.cpu_kernels.gemm_small_gflops.at(quant::Type::Q4_K), 200.0);
+    // Nothing to scale from, or nothing measured: unchanged.
+    Calibration none = c;
+    none.cpu_gbps.reset();
+    EXPECT_DOUBLE_EQ(at_bandwidth(none, 15.0).cpu_kernels.matvec_gbps.at(quant::Type::Q4_K), 8.0);
+    EXPECT_DOUBLE_EQ(at_bandwidth(c, 0.0).cpu_kernels.matvec_gbps.at(quant::Type::Q4_K), 8.0);
+}
+
+}  // namespace
+}  // namespace tandem::planner

@@ -238,7 +238,7 @@ WeightReads weight_reads(const Session& s, const model::ModelSpec& spec, const B
 // Fills the measured fields of rows (one per test) from a live session.
 void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
                    const std::optional<planner::Calibration>& calibration, std::vector<BenchRow>& rows,
-                   const std::vector<BenchTest>& tests, const BenchHooks& hooks) {
+                   const std::vector<BenchTest>& tests, const BenchHooks& hooks, const Setup& setup) {
     const int64_t n_ubatch = std::min(rows.front().n_ubatch, session.n_ctx());  // the session caps it so
     std::vector<int32_t> ids(static_cast<size_t>(c.n_ctx()));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((1 + 7 * i) % session.n_vocab());
@@ -266,6 +266,14 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
             r.steal_pct = steal_percent(*times_before, *times_after);
         }
         if (hooks.measure_cpu_gbps) r.cpu_gbps_after = hooks.measure_cpu_gbps();
+        // --calibrate-each: predict for the host as it was around this test
+        // (its bandwidth moves by a third within minutes on a shared VM).
+        if (calibration && r.cpu_gbps_before && r.cpu_gbps_after && t.n_parallel == 0) {
+            Setup now = setup;
+            now.inputs = plan_inputs(c, now, planner::at_bandwidth(*calibration, (*r.cpu_gbps_before + *r.cpu_gbps_after) / 2.0));
+            now.inputs.ngl = setup.inputs.ngl;
+            r.predicted_tps = predicted_tps(m.spec, now, t);
+        }
         // Which path ran: the prompt's micro-batches streamed the CPU
         // layers' weights to the accelerator, or not.
         if (session.streamed_batches() > streamed_before) r.backend += "+stream";
@@ -423,7 +431,7 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                     if (hooks.on_note) hooks.on_note(fmt::format("{}: ngl {} does not fit: {}", m.name, s.ngl, e.what()));
                     for (BenchRow& r : rows) r.fits = false;
                 }
-                if (session) measure_setup(*session, m, c, calibration, rows, c.tests, hooks);
+                if (session) measure_setup(*session, m, c, calibration, rows, c.tests, hooks, s);
                 fill_speedups(rows);
             }
             for (BenchRow& r : rows) {

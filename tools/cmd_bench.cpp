@@ -598,7 +598,7 @@ void add_bench_command(CLI::App& app) {
         "bench", "Measure prompt and generation speed as llama-bench does, or calibrate the planner (--calibrate)");
     cmd->add_flag("--calibrate", opts->calibrate, "measure memory bandwidths and store them for `plan` and `run`");
     cmd->add_flag("--calibrate-each", opts->calibrate_each,
-                  "measure the CPU read bandwidth around every test and take % bw against it (not stored)");
+                  "measure the CPU read bandwidth around every test; take % bw against it and predict for it (not stored)");
     cmd->add_flag("--json", opts->json, "print as JSON (with --calibrate; otherwise the same as -o json)");
     cmd->add_option("-m,--model", a.models, "GGUF model file; repeat for several")->type_name("FILE");
     cmd->add_option("-p,--n-prompt", a.n_prompt, "prompt sizes of the ppN tests (default 512)")->type_name("LIST");
