@@ -27,16 +27,22 @@ using testing::shell_quote;
 
 std::string tiny_model() { return testing::test_data("tiny-llama-Q4_K_M.gguf").string(); }
 
-// -p 8 -n 4 -r 2 on the stand-in device with 2 MiB.
-BenchConfig small_config() {
+// The tiny model on the stand-in device, one thread, -p/-n/-r/--vram as given.
+BenchArgs stand_in_args(const char* n_prompt, const char* n_gen, int repetitions, const char* vram) {
     BenchArgs a;
     a.models = {tiny_model()};
-    a.n_prompt = {"8"};
-    a.n_gen = {"4"};
-    a.repetitions = 2;
+    a.n_prompt = {n_prompt};
+    a.n_gen = {n_gen};
+    a.repetitions = repetitions;
     a.threads = {"1"};
     a.device = "cpu2";
-    a.vram = "2MiB";
+    a.vram = vram;
+    return a;
+}
+
+// -p 8 -n 4 -r 2 on the stand-in device with 2 MiB.
+BenchConfig small_config() {
+    BenchArgs a = stand_in_args("8", "4", 2, "2MiB");
     a.n_gpu_layers = {"0,2"};
     return make_bench_config(a);
 }
@@ -92,14 +98,7 @@ TEST(BenchRunner, MeasuresEveryTestAtEverySplit) {
 // the backend says where the tensors are, not where -ngl put the layers,
 // and the prediction is made for the placement that ran.
 TEST(BenchRunner, OverriddenTensorsMakeASplit) {
-    BenchArgs a;
-    a.models = {tiny_model()};
-    a.n_prompt = {"0"};
-    a.n_gen = {"2"};
-    a.repetitions = 1;
-    a.threads = {"1"};
-    a.device = "cpu2";
-    a.vram = "64MiB";
+    BenchArgs a = stand_in_args("0", "2", 1, "64MiB");
     a.n_gpu_layers = {"99"};
     const BenchResult whole = run_bench(make_bench_config(a), std::nullopt, BenchHooks{});
     a.placement.overrides = {"ffn_(up|down|gate)=cpu"};
@@ -199,14 +198,7 @@ TEST(BenchRunner, ReportsStealAroundEveryTest) {
 }
 
 TEST(BenchRunner, SweepReportsSplitsThatDoNotFitWithoutRunningThem) {
-    BenchArgs a;
-    a.models = {tiny_model()};
-    a.n_prompt = {"8"};
-    a.n_gen = {"4"};
-    a.repetitions = 1;
-    a.threads = {"1"};
-    a.device = "cpu2";
-    a.vram = "2MiB";
+    BenchArgs a = stand_in_args("8", "4", 1, "2MiB");
     a.sweep = true;
     a.sweep_step = "2";
     const BenchResult result = run_bench(make_bench_config(a), std::nullopt);
