@@ -14,10 +14,11 @@ jobs="${FUZZ_JOBS:-1}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$root/build-fuzz"
 
+# -O1 -g1 as scripts/test.sh --sanitize (line tables are enough for a report).
 # TANDEM_FUZZ=ON instruments every library for coverage (fuzzer-no-link)
 # and links fuzz_gguf with libFuzzer.
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
   -DTANDEM_FUZZ=ON \
   -DTANDEM_SANITIZE='address;undefined' \
   -DTANDEM_CUDA=OFF \
