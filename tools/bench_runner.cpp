@@ -190,14 +190,12 @@ double time_test(Session& session, const BenchTest& t, const std::vector<int32_t
 
 // "cpu" or "gpu" when one side holds every layer tensor and the head;
 // "split" otherwise (-ngl short of all layers, or -ot moving some tensors).
-std::string backend_of(const Session& s, int64_t n_layer) {
+std::string backend_of(const Session& s) {
     const Placement& p = s.placement();
     if (p.devices.size() < 2) return "cpu";
     bool host = p.head == kHostDevice, device = p.head != kHostDevice;
     for (const auto& [tensor, where] : p.tensor) (where == kHostDevice ? host : device) = true;
-    for (int64_t il = 0; il < n_layer && il < static_cast<int64_t>(p.kv.size()); ++il) {
-        (p.kv[static_cast<size_t>(il)] == kHostDevice ? host : device) = true;
-    }
+    for (const int where : p.kv) (where == kHostDevice ? host : device) = true;
     if (!device) return "cpu";
     return host ? "split" : "gpu";
 }
@@ -247,7 +245,7 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
     for (size_t i = 0; i < tests.size(); ++i) {
         const BenchTest& t = tests[i];
         BenchRow& r = rows[i];
-        r.backend = backend_of(session, m.spec.hp.n_layer);
+        r.backend = backend_of(session);
         r.threads = session.n_threads();
         const int64_t streamed_before = session.streamed_batches();
         // Tokens a run counts, and the run itself.

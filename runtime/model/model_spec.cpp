@@ -128,25 +128,13 @@ uint64_t token_share(const ModelSpec& spec, LayerTensor role, uint64_t all) {
 }
 
 namespace {
-// Sum over layer il's tensors of token_share(amount(t)).
-template <class Amount>
-uint64_t used_by_a_token(const ModelSpec& spec, int64_t il, Amount amount) {
-    const LayerSpec& layer = spec.layers.at(static_cast<size_t>(il));
-    uint64_t total = 0;
-    for (int r = 0; r < kLayerTensorCount; ++r) {
-        const gguf::TensorInfo* t = layer.tensors[static_cast<size_t>(r)];
-        if (t) total += token_share(spec, static_cast<LayerTensor>(r), amount(*t));
-    }
-    return total;
-}
+constexpr auto kEveryTensor = [](const gguf::TensorInfo&) { return true; };
 }  // namespace
 
-uint64_t layer_decode_bytes(const ModelSpec& spec, int64_t il) {
-    return used_by_a_token(spec, il, [](const gguf::TensorInfo& t) { return t.n_bytes; });
-}
+uint64_t layer_decode_bytes(const ModelSpec& spec, int64_t il) { return layer_decode_bytes_if(spec, il, kEveryTensor); }
 
 uint64_t layer_active_params(const ModelSpec& spec, int64_t il) {
-    return used_by_a_token(spec, il, [](const gguf::TensorInfo& t) { return t.n_elements; });
+    return used_by_a_token_if(spec, il, [](const gguf::TensorInfo& t) { return t.n_elements; }, kEveryTensor);
 }
 
 uint64_t output_weight_bytes(const ModelSpec& spec) {

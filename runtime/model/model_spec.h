@@ -58,17 +58,23 @@ uint64_t layer_active_params(const ModelSpec& spec, int64_t il);
 // token's decode uses: all of it, or of an expert tensor (a role whose rule
 // has a per-expert third dimension) expert_used_count / expert_count.
 uint64_t token_share(const ModelSpec& spec, LayerTensor role, uint64_t all);
-// layer_decode_bytes of the tensors of layer il for which keep(tensor) holds (those
-// placed on one device, say).
-template <class Keep>
-uint64_t layer_decode_bytes_if(const ModelSpec& spec, int64_t il, Keep keep) {
+// Sum over layer il's tensors t for which keep(t) holds of
+// token_share(amount(t)): what one token's decode uses of them.
+template <class Amount, class Keep>
+uint64_t used_by_a_token_if(const ModelSpec& spec, int64_t il, Amount amount, Keep keep) {
     uint64_t total = 0;
     const auto& tensors = spec.layers.at(static_cast<size_t>(il)).tensors;
     for (size_t r = 0; r < tensors.size(); ++r) {
         const gguf::TensorInfo* t = tensors[r];
-        if (t && keep(*t)) total += token_share(spec, static_cast<LayerTensor>(r), t->n_bytes);
+        if (t && keep(*t)) total += token_share(spec, static_cast<LayerTensor>(r), amount(*t));
     }
     return total;
+}
+// layer_decode_bytes of the tensors of layer il for which keep(tensor)
+// holds (those placed on one device, say).
+template <class Keep>
+uint64_t layer_decode_bytes_if(const ModelSpec& spec, int64_t il, Keep keep) {
+    return used_by_a_token_if(spec, il, [](const gguf::TensorInfo& t) { return t.n_bytes; }, keep);
 }
 // Bytes of the output norm and head (the head counted once even when tied).
 uint64_t output_weight_bytes(const ModelSpec& spec);
