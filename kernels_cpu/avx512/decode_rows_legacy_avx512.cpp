@@ -21,6 +21,7 @@
 // one thread: 171 us one row, 535 two, 425 four), and parking the lanes in
 // a table to run several rows' float steps together (as the Q4_K kernel
 // does) also lost from DRAM once a row's lanes outgrew L1.
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -78,6 +79,7 @@ struct Q4_1Rows {
     static constexpr int kOffset = 0;
     static constexpr bool kMin = true;
     static constexpr bool kFlipAct = false;
+    static constexpr bool kHighBits = false;  // a fifth bit from qh
     static __m256i codes(const Block& b) { return nibbles(b.qs); }
     static quant::fp16_bits min_bits(const Block& b) { return b.m; }
 };
@@ -87,6 +89,7 @@ struct Q5_0Rows {
     static constexpr int kOffset = 16;
     static constexpr bool kMin = false;
     static constexpr bool kFlipAct = false;
+    static constexpr bool kHighBits = true;  // a fifth bit from qh
     static __m256i codes(const Block& b) { return with_high_bits(nibbles(b.qs), b.qh); }
     static quant::fp16_bits min_bits(const Block&) { return 0; }
 };
@@ -101,6 +104,7 @@ struct Q8_0Rows {
     // bytes), so the offset's lane values, -128 x the sum of the lane's
     // four weights, are made once per block for all tokens.
     static constexpr bool kFlipAct = true;
+    static constexpr bool kHighBits = false;  // a fifth bit from qh
     static __m256i codes(const Block& b) { return _mm256_xor_si256(load256(b.qs), _mm256_set1_epi8(static_cast<char>(0x80))); }
     static quant::fp16_bits min_bits(const Block&) { return 0; }
 };
@@ -110,6 +114,7 @@ struct Q5_1Rows {
     static constexpr int kOffset = 0;
     static constexpr bool kMin = true;
     static constexpr bool kFlipAct = false;
+    static constexpr bool kHighBits = true;  // a fifth bit from qh
     static __m256i codes(const Block& b) { return with_high_bits(nibbles(b.qs), b.qh); }
     static quant::fp16_bits min_bits(const Block& b) { return b.m; }
 };
@@ -171,37 +176,50 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
     }
 }
 
-// Several tokens: each block's codes and scale converted once, then per
-// token dot_row's integer lanes and float steps (NT independent chains per
-// row, two rows at a time, so the fma latency that bounds one row is
-// shared out).
+// Several tokens: each block's codes unpacked once per row, then per pair
+// of tokens one 512-bit integer dot (the codes in both halves, token 2p's
+// activation in the low half and 2p+1's in the high) and its float step:
+// NT/2 chains per row, each half the single-token order of its token (the
+// same integer lanes, the same product dw x ad_t rounded once, the same
+// fused multiply-add per block), two rows at a time.
 //
-// The kernel was bound by loads (two 256-bit loads a cycle on Zen 4): per
-// token and block the activation, its lane starts, the scale broadcast and
-// the token's row pointer spilled to the stack. So the tokens' blocks are
-// first copied together, block by block (Gathered: one pointer, fixed
-// offsets); the scale products dw x ad_t are made per row before its
-// blocks and read back as broadcast operands; Q8_0's -128 offset moves to
-// the activation side (one lane start per block for all tokens instead of
-// one load per token). The minimum terms are one fused multiply-add for
+// The lanes become floats without a conversion: the integer dot starts
+// from the bits of 1.5 x 2^23, so the sum's bits are that float plus the
+// lane (|lane| < 2^22: at most 4 x 255 x 255), and subtracting 1.5 x 2^23
+// leaves the lane exactly (a subtraction runs on two ports at 512 bits,
+// the conversion on one). The weights' scales and minimums come from a
+// table (f16_table); the tokens' blocks are gathered
+// pair by pair (Gathered), with the activation scales as [ad_2p x 8,
+// ad_2p+1 x 8]; the minimum terms are one 256-bit fused multiply-add for
 // all tokens, lane t the same operation on the same values as token t's
 // scalar one, and the tokens' final lane sums run as one transpose and
 // seven additions in dot_row's order.
-// Measured (tandem_bench_kernels streams/, one thread, Zen 4, best of 3):
-// four tokens of Q8_0 1536x576 86 -> 68 us, of the DRAM 2048x2048 matrix
-// 553 -> 395 us; Q4_1 83 -> 74 and 384 -> 358 us.
+//
+// Measured (tandem_bench_kernels streams/, one thread, Sapphire Rapids
+// VM, medians of 3, old and new builds alternating), four tokens, before
+// (one 256-bit chain per token: a conversion, a broadcast product and a
+// fused multiply-add on two ports, the weight scales converted by the
+// shuffle port) and after: Q4_1 1536x576 230-239 -> 136-138 us, DRAM
+// 2048x2048 956-1080 -> 676-702; Q8_0 209-215 -> 127-139 and 898-1030
+// -> 700-742. (Scales converted 16 at a time from a copy in memory instead
+// of the table: slower, each conversion waited on the copy's stores.)
 // How far ahead of the block being read the several-tokens kernel asks
 // for weights: without it a pass of four Q8_0 tokens from DRAM ran ~30%
 // slower than from L2.
 constexpr int64_t kPrefetchAhead = 4096;
+constexpr int32_t kMagicBits = 0x4B400000;  // 1.5 x 2^23 as a float
+constexpr float kMagic = 12582912.0f;
+static_assert(std::bit_cast<int32_t>(kMagic) == kMagicBits);
 
 template <int NT, bool kStarts>
 struct Gathered {
+    static constexpr int NP = (NT + 1) / 2;  // token pairs; an odd count's last high half is zeros
     struct Block {
-        __m256i qs[NT];
-        __m256i start[kStarts ? NT : 1];
-        alignas(32) float d[8];  // lanes [0, NT): the tokens' activation scales
-        alignas(32) float s[8];  // their sums (Q8_1)
+        __m512i qs[NP];
+        __m512i start[kStarts ? NP : 1];  // the lanes' starting values plus kMagicBits (kStarts), else unused
+        __m512 ad[NP];      // the pair's activation scales, each in eight lanes
+        alignas(32) float s[8];  // lanes [0, NT): the tokens' sums (Q8_1)
+        float pad[8];
     };
     std::vector<Block> blocks;
 };
@@ -229,59 +247,91 @@ inline void transpose8_ps(const __m256* v, int nv, __m256* c) {
     c[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-// NR rows (one or two) against the gathered tokens: NR x NT independent
-// fma chains, each row's and token's the single-token order. Two rows give
-// the fma latency that bounds one chain twice the chains to hide behind
-// (one row of four tokens waited on it).
+// A block's 32 codes in both 256-bit halves, as the unsigned bytes F::codes
+// gives (Q8_0: its codes as they are, the activation carrying the flip).
+template <class F>
+inline __m512i codes512(const typename F::Block& b) {
+    if constexpr (F::kFlipAct) {
+        return _mm512_broadcast_i64x4(load256(b.qs));
+    } else {
+        // [q, q, q, q] by 128-bit lanes; lanes 1 and 3 shifted down a nibble.
+        const __m512i q = _mm512_broadcast_i32x4(load128(b.qs));
+        __m512i c = _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0)), _mm512_set1_epi8(0x0F));
+        if constexpr (F::kHighBits) {
+            uint32_t bits;
+            std::memcpy(&bits, b.qh, sizeof(bits));
+            const __mmask64 m = _cvtu64_mask64(static_cast<uint64_t>(bits) | static_cast<uint64_t>(bits) << 32);
+            c = _mm512_mask_add_epi8(c, m, c, _mm512_set1_epi8(16));
+        }
+        return c;
+    }
+}
+
+// Every fp16 value as a float, by its bits: a weight's scale becomes two
+// loads (its bits, then the float broadcast), where the conversion
+// instructions took three uops on the shuffle port per block and row. A
+// matrix's scales share a few exponents, so the rows touch a few lines of
+// the table's 256 KiB.
+const float* f16_table() {
+    static const std::vector<float> table = [] {
+        std::vector<float> t(65536);
+        for (uint32_t i = 0; i < 65536; ++i) t[i] = f16(static_cast<quant::fp16_bits>(i));
+        return t;
+    }();
+    return table.data();
+}
+
+// NR rows (one or two) against the gathered tokens: NR x NP independent
+// fma chains of two tokens each.
 template <class F, int NT, int NR, class G>
-void row_group(int64_t nb, const uint8_t* w, size_t row_stride, const typename G::Block* blocks, float* dp, float* y,
+void row_group(int64_t nb, const uint8_t* w, size_t row_stride, const typename G::Block* blocks, const float* f16s, float* y,
                int64_t ldy) {
+    constexpr int NP = G::NP;
     constexpr bool kStarts = F::kOffset != 0 && !F::kFlipAct;
     const typename F::Block* x[NR];
-    for (int r = 0; r < NR; ++r) x[r] = reinterpret_cast<const typename F::Block*>(w + r * row_stride);
-    // The rows' scale products first, so the fmas below read each as a
-    // broadcast operand from memory written a while before (a product
-    // stored and read back at once stalls on store forwarding).
-    for (int64_t k = 0; k < nb; ++k) {
-        for (int r = 0; r < NR; ++r) {
-            _mm256_storeu_ps(dp + (k * NR + r) * 8, _mm256_mul_ps(_mm256_set1_ps(f16(x[r][k].d)), _mm256_load_ps(blocks[k].d)));
-        }
+    for (int r = 0; r < NR; ++r) {
+        x[r] = reinterpret_cast<const typename F::Block*>(w + r * row_stride);
     }
-    __m256 acc[NR][NT];
+    __m512 acc[NR][NP];
     __m256 acc_min[NR];
     for (int r = 0; r < NR; ++r) {
         acc_min[r] = _mm256_setzero_ps();
-        for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+        for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_ps();
     }
+    const __m512i magic_bits = _mm512_set1_epi32(kMagicBits);
+    const __m512 magic = _mm512_set1_ps(kMagic);
     for (int64_t k = 0; k < nb; ++k) {
         const typename G::Block& b = blocks[k];
         for (int r = 0; r < NR; ++r) {
             _mm_prefetch(reinterpret_cast<const char*>(x[r] + k) + kPrefetchAhead, _MM_HINT_T0);
-            __m256i codes, flip_start = _mm256_setzero_si256();
+            const __m512i codes = codes512<F>(x[r][k]);
+            __m512i start = magic_bits;
             if constexpr (F::kFlipAct) {
-                codes = load256(x[r][k].qs);
-                flip_start = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(static_cast<char>(0x80)), codes));
-            } else {
-                codes = F::codes(x[r][k]);
+                // -128 x (the sum of each lane's four codes), for all tokens.
+                start = _mm512_sub_epi32(magic_bits, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(static_cast<char>(0x80)), codes));
             }
             if constexpr (F::kMin) {
-                acc_min[r] = _mm256_fmadd_ps(_mm256_set1_ps(f16(F::min_bits(x[r][k]))), _mm256_load_ps(b.s), acc_min[r]);
+                acc_min[r] = _mm256_fmadd_ps(_mm256_set1_ps(f16s[F::min_bits(x[r][k])]), _mm256_load_ps(b.s), acc_min[r]);
             }
-            for (int t = 0; t < NT; ++t) {
-                __m256i start = _mm256_setzero_si256();
-                if constexpr (kStarts) start = b.start[t];
-                const __m256i dot = F::kFlipAct ? _mm256_dpbusd_epi32(flip_start, b.qs[t], codes)
-                                                : _mm256_dpbusd_epi32(start, codes, b.qs[t]);
-                const __m256 lanes = _mm256_cvtepi32_ps(dot);
-                acc[r][t] = _mm256_fmadd_ps(lanes, _mm256_set1_ps(dp[(k * NR + r) * 8 + t]), acc[r][t]);
+            const __m512 dw = _mm512_set1_ps(f16s[x[r][k].d]);
+            for (int p = 0; p < NP; ++p) {
+                if constexpr (kStarts) start = b.start[p];
+                const __m512i dot = F::kFlipAct ? _mm512_dpbusd_epi32(start, b.qs[p], codes) : _mm512_dpbusd_epi32(start, codes, b.qs[p]);
+                const __m512 lanes = _mm512_sub_ps(_mm512_castsi512_ps(dot), magic);
+                acc[r][p] = _mm512_fmadd_ps(lanes, _mm512_mul_ps(dw, b.ad[p]), acc[r][p]);
             }
         }
     }
     for (int r = 0; r < NR; ++r) {
+        __m256 per_token[2 * NP];
+        for (int p = 0; p < NP; ++p) {
+            per_token[2 * p] = _mm512_castps512_ps256(acc[r][p]);
+            per_token[2 * p + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[r][p]), 1));
+        }
         // Each token's eight lanes summed in dot_row's order, eight tokens
         // at once: transposed, lane t of column j is lane j of token t.
         __m256 c[8];
-        transpose8_ps(acc[r], NT, c);
+        transpose8_ps(per_token, NT, c);
         const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(c[0], c[4]), _mm256_add_ps(c[2], c[6])),
                                          _mm256_add_ps(_mm256_add_ps(c[1], c[5]), _mm256_add_ps(c[3], c[7])));
         alignas(32) float out[8];
@@ -300,27 +350,42 @@ void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const 
     thread_local G g;
     g.blocks.resize(static_cast<size_t>(layout.nb));
     typename G::Block* blocks = g.blocks.data();
+    const PreparedBlock* act[8];
+    const float *d[8], *sums[8];
     for (int t = 0; t < NT; ++t) {
         const auto* base = static_cast<const uint8_t*>(a) + static_cast<size_t>(t) * a_stride;
-        const auto* act = reinterpret_cast<const PreparedBlock*>(base);
-        const auto* d = reinterpret_cast<const float*>(base + layout.d_offset);
-        const auto* sums = reinterpret_cast<const float*>(base + layout.s_offset);
-        for (int64_t k = 0; k < layout.nb; ++k) {
-            blocks[k].qs[t] = F::kFlipAct ? _mm256_xor_si256(act[k].qs, _mm256_set1_epi8(static_cast<char>(0x80))) : act[k].qs;
-            if constexpr (kStarts) blocks[k].start[t] = act[k].start;
-            blocks[k].d[t] = d[k];
-            blocks[k].s[t] = sums[k];
+        act[t] = reinterpret_cast<const PreparedBlock*>(base);
+        d[t] = reinterpret_cast<const float*>(base + layout.d_offset);
+        sums[t] = reinterpret_cast<const float*>(base + layout.s_offset);
+    }
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(F::kFlipAct ? 0x80 : 0));
+    const __m256i magic = _mm256_set1_epi32(kMagicBits);
+    for (int64_t k = 0; k < layout.nb; ++k) {
+        typename G::Block& b = blocks[k];
+        for (int p = 0; p < G::NP; ++p) {
+            const int t0 = 2 * p, t1 = 2 * p + 1;
+            const bool two = t1 < NT;
+            const __m256i q0 = _mm256_xor_si256(act[t0][k].qs, flip);
+            const __m256i q1 = two ? _mm256_xor_si256(act[t1][k].qs, flip) : _mm256_setzero_si256();
+            b.qs[p] = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+            if constexpr (kStarts) {
+                const __m256i s0 = _mm256_add_epi32(act[t0][k].start, magic);
+                const __m256i s1 = two ? _mm256_add_epi32(act[t1][k].start, magic) : magic;
+                b.start[p] = _mm512_inserti64x4(_mm512_castsi256_si512(s0), s1, 1);
+            }
+            const __m256 a0 = _mm256_set1_ps(d[t0][k]), a1 = _mm256_set1_ps(two ? d[t1][k] : 0.0f);
+            b.ad[p] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a0)), _mm256_castps_pd(a1), 1));
         }
+        for (int t = 0; t < 8; ++t) b.s[t] = t < NT ? sums[t][k] : 0.0f;
     }
     TANDEM_CHECK(n_rows <= kDecodeRows, "decode rows: more rows than kDecodeRows");
-    thread_local std::vector<float> products;
-    products.resize(static_cast<size_t>(layout.nb) * 8 * 2);
+    const float* f16s = f16_table();
     const auto* wb = static_cast<const uint8_t*>(w);
     int r = 0;
     for (; r + 2 <= n_rows; r += 2) {
-        row_group<F, NT, 2, G>(layout.nb, wb + r * row_stride, row_stride, blocks, products.data(), y + r, ldy);
+        row_group<F, NT, 2, G>(layout.nb, wb + r * row_stride, row_stride, blocks, f16s, y + r, ldy);
     }
-    if (r < n_rows) row_group<F, NT, 1, G>(layout.nb, wb + r * row_stride, row_stride, blocks, products.data(), y + r, ldy);
+    if (r < n_rows) row_group<F, NT, 1, G>(layout.nb, wb + r * row_stride, row_stride, blocks, f16s, y + r, ldy);
 }
 
 template <class F>
