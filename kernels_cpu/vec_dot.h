@@ -134,6 +134,12 @@ TANDEM_DECLARE_BATCH_DOT(q6_K)
 // _kquants_: one row after another, VNNI). Null where a type has none
 // (then the single-row kernel runs).
 inline constexpr int kDecodeRows = 16;
+// Every fp16 value as a float, indexed by its bits (65536 floats, made on
+// first use): a decode kernel's weight scale becomes two loads, where the
+// conversion instructions take about three uops on the shuffle port per
+// block and row. A matrix's scales share a few exponents, so its rows touch
+// a few lines of the table's 256 KiB.
+const float* f16_table();
 using DecodeRowsFn = void (*)(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 // Several tokens of a small batch (a serving step: one token per stream),
 // nt in [1, kMaxDecodeTokens]: y[t * ldy + r] = dot(row r, activation t at

@@ -516,6 +516,28 @@ TEST(Matmul, SmallBatchesMatchSingleTokenBits) {
     }
 }
 
+// The decode kernels' fp16 table: every value by its bits, as the
+// reference conversion gives it (NaNs as NaNs), and a few values known by
+// heart: 1, -2, the largest finite value, the smallest subnormal, -0, inf.
+TEST(F16Table, EveryValueAsTheReferenceConversion) {
+    const float* t = cpu::detail::f16_table();
+    for (uint32_t i = 0; i < 65536; ++i) {
+        const auto h = static_cast<quant::fp16_bits>(i);
+        const float want = quant::fp16_to_fp32(h);
+        if (std::isnan(want)) {
+            EXPECT_TRUE(std::isnan(t[i])) << i;
+        } else {
+            EXPECT_EQ(std::memcmp(&t[i], &want, sizeof(float)), 0) << i;
+        }
+    }
+    EXPECT_EQ(t[0x3C00], 1.0f);
+    EXPECT_EQ(t[0xC000], -2.0f);
+    EXPECT_EQ(t[0x7BFF], 65504.0f);
+    EXPECT_EQ(t[0x0001], std::ldexp(1.0f, -24));
+    EXPECT_TRUE(std::signbit(t[0x8000]) && t[0x8000] == 0.0f);
+    EXPECT_TRUE(std::isinf(t[0x7C00]));
+}
+
 // The several-rows decode kernels (Q4_K four rows a pass at AVX2, eight at
 // AVX-512 as Q2_K and Q4_0, eight for Q4_1/Q5_0/Q5_1/Q8_0 at AVX2, one after another for
 // Q3_K, Q5_K and Q6_K; prepared activation,

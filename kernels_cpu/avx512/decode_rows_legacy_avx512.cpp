@@ -267,20 +267,6 @@ inline __m512i codes512(const typename F::Block& b) {
     }
 }
 
-// Every fp16 value as a float, by its bits: a weight's scale becomes two
-// loads (its bits, then the float broadcast), where the conversion
-// instructions took three uops on the shuffle port per block and row. A
-// matrix's scales share a few exponents, so the rows touch a few lines of
-// the table's 256 KiB.
-const float* f16_table() {
-    static const std::vector<float> table = [] {
-        std::vector<float> t(65536);
-        for (uint32_t i = 0; i < 65536; ++i) t[i] = f16(static_cast<quant::fp16_bits>(i));
-        return t;
-    }();
-    return table.data();
-}
-
 // NR rows (one or two) against the gathered tokens: NR x NP independent
 // fma chains of two tokens each.
 template <class F, int NT, int NR, class G>
