@@ -105,6 +105,9 @@ TEST(BenchReport, MeanAndSampleStandardDeviation) {
     EXPECT_DOUBLE_EQ(sample_sd_of({2, 4, 6}), 2.0);  // n - 1 in the denominator
     EXPECT_DOUBLE_EQ(sample_sd_of({5}), 0.0);
     EXPECT_DOUBLE_EQ(mean_of({}), 0.0);
+    EXPECT_DOUBLE_EQ(median_of({3, 1, 2}), 2.0);
+    EXPECT_DOUBLE_EQ(median_of({4, 1, 3, 2}), 2.5);
+    EXPECT_DOUBLE_EQ(median_of({}), 0.0);
 }
 
 TEST(BenchReport, JsonCsvAndJsonlAgreeFieldByField) {

@@ -4,6 +4,7 @@
 // here depends on how fast the machine is: only that speeds are positive.
 #include "tools/bench_runner.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <span>
 
@@ -284,11 +285,21 @@ TEST(BenchRunner, ParallelRowsCountEveryStreamAndCompareWithOne) {
     a.parallel = {"1,2,4"};
     a.n_prompt = {"8"};
     a.n_gen = {"4"};
-    a.repetitions = 2;
+    a.repetitions = 3;
     a.threads = {"1"};
     planner::Calibration cal;
     cal.cpu_gbps = 10.0;
-    const BenchResult result = run_bench(make_bench_config(a), cal);
+    // The runs of the three stream counts take turns: the CPU times are
+    // read once before all the rounds and once after, and every row gets
+    // that steal.
+    int calls = 0;
+    BenchHooks hooks;
+    hooks.read_cpu_times = [&]() -> std::optional<CpuTimes> {
+        const int i = calls++;
+        return CpuTimes{static_cast<uint64_t>(1000 * (i + 1)), static_cast<uint64_t>(i % 2 == 1 ? 50 * (i + 1) : 0)};
+    };
+    const BenchResult result = run_bench(make_bench_config(a), cal, hooks);
+    EXPECT_EQ(calls, 2);
     ASSERT_EQ(result.rows.size(), 3u);
     const std::vector<int64_t> streams{1, 2, 4};
     for (size_t i = 0; i < 3; ++i) {
@@ -298,11 +309,18 @@ TEST(BenchRunner, ParallelRowsCountEveryStreamAndCompareWithOne) {
         EXPECT_EQ(r.n_prompt, 8);
         EXPECT_EQ(r.n_gen, 4);
         EXPECT_EQ(r.backend, "cpu");
-        ASSERT_EQ(r.samples.size(), 2u);
+        ASSERT_EQ(r.samples.size(), 3u);
         ASSERT_TRUE(r.tps_mean && r.tps_sd && r.stream_tps && r.speedup && r.gbps && r.pct_bandwidth) << r.test;
+        EXPECT_TRUE(r.in_turn);
+        ASSERT_TRUE(r.steal_pct.has_value());
+        EXPECT_DOUBLE_EQ(*r.steal_pct, 100.0 * 100.0 / 1000.0);
         EXPECT_GT(*r.tps_mean, 0.0);
         EXPECT_DOUBLE_EQ(*r.stream_tps, *r.tps_mean / static_cast<double>(streams[i]));
-        EXPECT_DOUBLE_EQ(*r.speedup, *r.tps_mean / *result.rows[0].tps_mean);
+        // The median of the rounds' ratios to the one-stream run.
+        std::vector<double> ratios;
+        for (size_t k = 0; k < 3; ++k) ratios.push_back(r.samples[k] / result.rows[0].samples[k]);
+        std::sort(ratios.begin(), ratios.end());
+        EXPECT_DOUBLE_EQ(*r.speedup, ratios[1]);
         EXPECT_FALSE(r.predicted_tps.has_value());  // the planner does not model batched decode
         // The weights are read once per step for all streams: GB/s is the
         // step rate (t/s over the streams) times one token's bytes.
@@ -321,7 +339,7 @@ TEST(BenchRunner, ParallelRowsCountEveryStreamAndCompareWithOne) {
     const BenchResult reversed = run_bench(make_bench_config(a), std::nullopt);
     ASSERT_EQ(reversed.rows.size(), 2u);
     ASSERT_TRUE(reversed.rows[0].speedup);
-    EXPECT_DOUBLE_EQ(*reversed.rows[0].speedup, *reversed.rows[0].tps_mean / *reversed.rows[1].tps_mean);
+    EXPECT_DOUBLE_EQ(*reversed.rows[0].speedup, reversed.rows[0].samples[0] / reversed.rows[1].samples[0]);
     a.parallel = {"2"};
     const BenchResult alone = run_bench(make_bench_config(a), std::nullopt);
     ASSERT_EQ(alone.rows.size(), 1u);

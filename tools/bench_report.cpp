@@ -129,6 +129,13 @@ double mean_of(const std::vector<double>& v) {
     return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
 }
 
+double median_of(std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    const size_t h = v.size() / 2;
+    return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2.0;
+}
+
 double sample_sd_of(const std::vector<double>& v) {
     if (v.size() < 2) return 0.0;
     const double m = mean_of(v);

@@ -40,7 +40,12 @@ struct BenchRow {
     // --parallel: tok/s of each stream (tps_mean / n_parallel), and
     // tps_mean over that of the 1-stream test of the same setup, prompt and
     // length (nullopt when --parallel lists no 1).
+    // The median of each round's ratio where the runs took turns (in_turn).
     std::optional<double> stream_tps, speedup;
+    // --parallel: the counted runs of this row and the other stream counts
+    // of its setup took turns (x1 x4 x1 x4 ...), samples[k] of each from
+    // round k; their steal % and bandwidth readings are of all the rounds.
+    bool in_turn = false;
     std::optional<double> gbps;           // weights read per second, see --help
     std::optional<double> pct_bandwidth;  // of the calibrated roofline; nullopt without a calibration
     std::optional<double> predicted_tps;  // the planner's, for this test at this split
@@ -61,6 +66,9 @@ inline constexpr double kShowStealPct = 1.0;
 double mean_of(const std::vector<double>& v);
 // Sample standard deviation (n - 1); 0 for fewer than two values.
 double sample_sd_of(const std::vector<double>& v);
+// The middle value (the mean of the two middle ones for an even count); 0
+// for none.
+double median_of(std::vector<double> v);
 
 // Human sizes as llama-bench prints them: "3.56 GiB", "14.6 MiB".
 std::string human_size(uint64_t bytes);

@@ -234,6 +234,12 @@ WeightReads weight_reads(const Session& s, const model::ModelSpec& spec, const B
 }
 
 // Fills the measured fields of rows (one per test) from a live session.
+//
+// The tests of a --parallel list (1, 4, ... streams on one session) take
+// their counted runs in turn, x1 x4 x1 x4 ..., so that a shared host's slow
+// minutes fall on every stream count alike and the speed-up compares runs
+// taken side by side (fill_speedups). The other tests run one after another,
+// each with all its repetitions.
 void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
                    const std::optional<planner::Calibration>& calibration, std::vector<BenchRow>& rows,
                    const std::vector<BenchTest>& tests, const BenchHooks& hooks, const Setup& setup) {
@@ -242,28 +248,60 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((1 + 7 * i) % session.n_vocab());
     std::vector<float> logits;
     const auto cpu_times = [&] { return hooks.read_cpu_times ? hooks.read_cpu_times() : read_cpu_times(); };
+    // Tokens a run of test i counts, and one counted run's rate.
+    const auto counted = [&](size_t i) {
+        const BenchTest& t = tests[i];
+        return t.n_parallel > 0 ? t.n_parallel * t.n_gen : t.n_prompt + t.n_gen;
+    };
+    const auto run_once = [&](size_t i) {
+        const BenchTest& t = tests[i];
+        if (t.n_parallel > 0) return run_parallel_decode(session, t.n_parallel, t.n_prompt, t.n_gen).seconds;
+        return time_test(session, t, ids, logits);
+    };
+    const auto sample = [&](size_t i) { rows[i].samples.push_back(static_cast<double>(counted(i)) / std::max(run_once(i), 1e-9)); };
+    // Runs body (the counted runs of rows [first, last)) between the
+    // bandwidth and CPU-time readings, and gives each of those rows both.
+    const auto around = [&](size_t first, size_t last, const auto& body) {
+        std::optional<double> gbps_before, gbps_after, steal;
+        if (hooks.measure_cpu_gbps) gbps_before = hooks.measure_cpu_gbps();
+        const std::optional<CpuTimes> times_before = cpu_times();
+        body();
+        if (const std::optional<CpuTimes> times_after = cpu_times(); times_before && times_after) {
+            steal = steal_percent(*times_before, *times_after);
+        }
+        if (hooks.measure_cpu_gbps) gbps_after = hooks.measure_cpu_gbps();
+        for (size_t i = first; i < last; ++i) {
+            rows[i].cpu_gbps_before = gbps_before;
+            rows[i].cpu_gbps_after = gbps_after;
+            rows[i].steal_pct = steal;
+        }
+    };
+    const bool in_turn = tests.size() > 1 && std::all_of(tests.begin(), tests.end(), [](const BenchTest& t) { return t.n_parallel > 0; });
+    std::vector<int64_t> streamed_before(tests.size());
+    if (in_turn) {
+        for (size_t i = 0; i < tests.size(); ++i) {
+            streamed_before[i] = session.streamed_batches();
+            run_once(i);  // warm-up, not counted
+        }
+        around(0, tests.size(), [&] {
+            for (int rep = 0; rep < c.repetitions; ++rep) {
+                for (size_t i = 0; i < tests.size(); ++i) sample(i);
+            }
+        });
+        for (BenchRow& r : rows) r.in_turn = true;
+    }
     for (size_t i = 0; i < tests.size(); ++i) {
         const BenchTest& t = tests[i];
         BenchRow& r = rows[i];
         r.backend = backend_of(session);
         r.threads = session.n_threads();
-        const int64_t streamed_before = session.streamed_batches();
-        // Tokens a run counts, and the run itself.
-        const int64_t counted = t.n_parallel > 0 ? t.n_parallel * t.n_gen : t.n_prompt + t.n_gen;
-        const auto run_once = [&] {
-            if (t.n_parallel > 0) return run_parallel_decode(session, t.n_parallel, t.n_prompt, t.n_gen).seconds;
-            return time_test(session, t, ids, logits);
-        };
-        run_once();  // warm-up, not counted
-        if (hooks.measure_cpu_gbps) r.cpu_gbps_before = hooks.measure_cpu_gbps();
-        const std::optional<CpuTimes> times_before = cpu_times();
-        for (int rep = 0; rep < c.repetitions; ++rep) {
-            r.samples.push_back(static_cast<double>(counted) / std::max(run_once(), 1e-9));
+        if (!in_turn) {
+            streamed_before[i] = session.streamed_batches();
+            run_once(i);  // warm-up, not counted
+            around(i, i + 1, [&] {
+                for (int rep = 0; rep < c.repetitions; ++rep) sample(i);
+            });
         }
-        if (const std::optional<CpuTimes> times_after = cpu_times(); times_before && times_after) {
-            r.steal_pct = steal_percent(*times_before, *times_after);
-        }
-        if (hooks.measure_cpu_gbps) r.cpu_gbps_after = hooks.measure_cpu_gbps();
         // --calibrate-each: predict for the host as it was around this test
         // (its bandwidth moves by a third within minutes on a shared VM).
         if (calibration && r.cpu_gbps_before && r.cpu_gbps_after && t.n_parallel == 0) {
@@ -274,12 +312,12 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         }
         // Which path ran: the prompt's micro-batches streamed the CPU
         // layers' weights to the accelerator, or not.
-        if (session.streamed_batches() > streamed_before) r.backend += "+stream";
+        if (session.streamed_batches() > streamed_before[i]) r.backend += "+stream";
         r.tps_mean = mean_of(r.samples);
         r.tps_sd = sample_sd_of(r.samples);
         if (t.n_parallel > 0) r.stream_tps = *r.tps_mean / static_cast<double>(t.n_parallel);
         // The mean run's time, so GB/s and % agree with the t/s column.
-        const double seconds = static_cast<double>(counted) / *r.tps_mean;
+        const double seconds = static_cast<double>(counted(i)) / *r.tps_mean;
         const WeightReads bytes = weight_reads(session, m.spec, t, n_ubatch);
         r.gbps = (bytes.host + bytes.device) / seconds / 1e9;
         // The CPU's bandwidth for the % column: measured around this test
@@ -301,7 +339,10 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
 }
 
 // --parallel: each row's t/s over that of the 1-stream row of the same
-// setup, prompt and length, wherever the list put the 1.
+// setup, prompt and length, wherever the list put the 1. Rows whose runs
+// took turns (BenchRow::in_turn) compare round by round: the median of
+// each round's ratio, so a slow minute of the host, which slows both runs
+// of its round, cancels out.
 void fill_speedups(std::vector<BenchRow>& rows) {
     for (BenchRow& r : rows) {
         if (r.n_parallel == 0 || !r.tps_mean) continue;
@@ -309,6 +350,11 @@ void fill_speedups(std::vector<BenchRow>& rows) {
             if (one.n_parallel == 1 && one.n_prompt == r.n_prompt && one.n_gen == r.n_gen && one.tps_mean &&
                 *one.tps_mean > 0) {
                 r.speedup = *r.tps_mean / *one.tps_mean;
+                if (r.in_turn && one.in_turn && r.samples.size() == one.samples.size() && !r.samples.empty()) {
+                    std::vector<double> ratios;
+                    for (size_t k = 0; k < r.samples.size(); ++k) ratios.push_back(r.samples[k] / one.samples[k]);
+                    r.speedup = median_of(ratios);
+                }
                 break;
             }
         }

@@ -608,7 +608,9 @@ void add_bench_command(CLI::App& app) {
         ->type_name("LIST");
     cmd->add_option("--parallel", a.parallel,
                     "batched decode: for each stream count (1..64), every step evaluates one token of each stream "
-                    "in one batch, after a -p prompt per stream (default 32, not timed); replaces the pp/tg tests")
+                    "in one batch, after a -p prompt per stream (default 32, not timed); replaces the pp/tg tests. The "
+                    "stream counts' runs take turns (x1 x4 x1 x4 ...) and the speed-up is the median of each "
+                    "round's ratio to one stream")
         ->type_name("LIST");
     cmd->add_option("--prompt-gen", a.prompt_gen, "a pgP,N test, prompt then generation (-pg); may repeat")
         ->type_name("P,N");
