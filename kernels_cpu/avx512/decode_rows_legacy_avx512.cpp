@@ -219,7 +219,6 @@ struct Gathered {
         __m512i start[kStarts ? NP : 1];  // the lanes' starting values plus kMagicBits (kStarts), else unused
         __m512 ad[NP];      // the pair's activation scales, each in eight lanes
         alignas(32) float s[8];  // lanes [0, NT): the tokens' sums (Q8_1)
-        float pad[8];
     };
     std::vector<Block> blocks;
 };
