@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "tools/perplexity.h"
+
 namespace tandem::tools {
 namespace {
 
@@ -130,10 +132,8 @@ double mean_of(const std::vector<double>& v) {
 }
 
 double median_of(std::vector<double> v) {
-    if (v.empty()) return 0.0;
     std::sort(v.begin(), v.end());
-    const size_t h = v.size() / 2;
-    return v.size() % 2 == 1 ? v[h] : (v[h - 1] + v[h]) / 2.0;
+    return ppl::percentile(v, 0.5);
 }
 
 double sample_sd_of(const std::vector<double>& v) {

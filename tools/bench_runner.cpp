@@ -277,12 +277,10 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         }
     };
     const bool in_turn = tests.size() > 1 && std::all_of(tests.begin(), tests.end(), [](const BenchTest& t) { return t.n_parallel > 0; });
-    std::vector<int64_t> streamed_before(tests.size());
+    // Rows that took turns share their rounds, so one count before them all.
+    std::vector<int64_t> streamed_before(tests.size(), session.streamed_batches());
     if (in_turn) {
-        for (size_t i = 0; i < tests.size(); ++i) {
-            streamed_before[i] = session.streamed_batches();
-            run_once(i);  // warm-up, not counted
-        }
+        for (size_t i = 0; i < tests.size(); ++i) run_once(i);  // warm-ups, not counted
         around(0, tests.size(), [&] {
             for (int rep = 0; rep < c.repetitions; ++rep) {
                 for (size_t i = 0; i < tests.size(); ++i) sample(i);
