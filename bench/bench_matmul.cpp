@@ -13,7 +13,7 @@
 //       wide as Llama 3 8B's down projection (14336 columns).
 //   matmul/<type>/<level>/<tokens>tok/threads:N      prompt batches:
 //       compute-bound, GFLOP/s.
-//   streams/<type>/<level>/<rows>x<cols>/<tokens>tok/threads:N
+//   streams/<type>/<level>/<rows>x<cols>/<tokens>tok/threads:N  (512x2048: from L2)
 //                                                    a serving step: one token
 //       of each of 1..8 streams in the single-token order (MatmulOrder::
 //       SingleToken, each token's bits those of the token alone); tok/s over
@@ -193,9 +193,10 @@ std::string shape_name(const Shape& s) {
             if (level == SimdLevel::Scalar) continue;  // batches at scalar speed take minutes
             // A small model's FFN matrix (SmolLM2-135M: 1536x576; 1536x768
             // for the 256-element blocks, which 576 columns cannot hold)
-            // from L2/L3, and a 1B one's from DRAM.
+            // from L2/L3, a 1B one's K/V matrix from L2 (the kernels' compute
+            // ceiling) and its Q/O from DRAM.
             const int64_t small_cols = 576 % tandem::quant::traits(t).block_elems == 0 ? 576 : 768;
-            for (const Shape& s : {Shape{1536, small_cols, 1}, from_dram(2048, 2048)}) {
+            for (const Shape& s : {Shape{1536, small_cols, 1}, Shape{512, 2048, 1}, from_dram(2048, 2048)}) {
                 for (int64_t tokens : {1, 2, 4, 8}) for (int th : thread_counts) {
                     const std::string name = "streams/" + tname + "/" + lname + "/" + shape_name(s) + "/" +
                                              std::to_string(tokens) + "tok/threads:" + std::to_string(th);

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels_cpu/avx512/decode_rows_kquants_avx512.h"
 #include "kernels_cpu/simd_x86.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/quant/quant_blocks.h"
@@ -42,23 +43,14 @@ using quant::block_q5_K;
 using quant::block_q8_K;
 using quant::kQK_K;
 
+using kq_rows::d_offset;
+using kq_rows::high_sub_block;
+using kq_rows::low_sub_block;
+using kq_rows::prefetch_ahead;
+using kq_rows::PreparedBlock;
+
 constexpr int kGroupRows = 8;   // rows in the float lanes
 constexpr int64_t kSpan = 128;  // super-blocks per pass over a row: 18 KiB of weights
-
-// The activation as the kernel reads it: per super-block the four
-// registers of activation bytes matching the format's code registers, then
-// 16 words of activation sums matching its minimum words (Q4_K: [0 x 8,
-// sums of elements 32 s .. 32 s + 31], against [scales, minimums], so
-// lanes 4..7 give the minimum sum; Q2_K: the 16 group sums as they are);
-// then each super-block's scale as a float.
-struct PreparedBlock {
-    __m512i act[4];
-    __m256i sums;
-    __m256i pad;
-};
-static_assert(sizeof(PreparedBlock) == 320, "prepared super-block layout");
-
-size_t d_offset(int64_t nb) { return static_cast<size_t>(nb) * sizeof(PreparedBlock); }
 
 // Word index into [scales 0..7, minimums 0..7] for word i of a packed pair
 // of lane-sum registers: 128-bit lane k holds sub-blocks (k < 2 ? 0 : 2)
@@ -68,10 +60,6 @@ __m512i scale_word_index(int first) {
     for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(first + (i / 8 < 2 ? 0 : 2) + (i % 8 < 4 ? 0 : 1));
     return _mm512_load_si512(idx);
 }
-
-// Sub-blocks of Q4_K/Q5_K code register k: the low 256 bits and the high.
-constexpr int low_sub_block(int k) { return 4 * (k / 2) + k % 2; }
-constexpr int high_sub_block(int k) { return low_sub_block(k) + 2; }
 
 // Q4_K: codes [sub-blocks 0|2], [1|3], [4|6], [5|7] as nibbles of the
 // two 64-byte halves of qs; lane sums at most |4 x 15 x 128| < 2^15.
@@ -343,18 +331,6 @@ inline void transpose8(const __m256i* v, __m256i last, __m256i* c) {
 // kSpans: the batch form's order (Q4_K only): per super-block four fused
 // multiply-adds of the span totals and four of the span minimum sums, in
 // span order, instead of one of each.
-// The weights about 1 KiB ahead of block b (the rows of a pass lie one
-// after another): a pass of several tokens does more work per byte than
-// one token, and without these its reads from DRAM overlapped that work
-// poorly (Q4_K, Zen 4: 2-2.5x slower than the same pass from L1).
-template <class Block>
-inline void prefetch_ahead(const Block* b) {
-    const auto* p = reinterpret_cast<const char*>(b) + 1024;
-    _mm_prefetch(p, _MM_HINT_T0);
-    _mm_prefetch(p + 64, _MM_HINT_T0);
-    _mm_prefetch(p + 128, _MM_HINT_T0);
-}
-
 // Token t's prepared activation at a[t], its outputs at y[t].
 template <class F, int NT, bool kSpans = false>
 void decode_rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const uint8_t* const* a, float* const* y) {
@@ -455,28 +431,9 @@ void decode_rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows,
 template <class F, bool kSpans = false>
 void decode_rows_multi(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, int nt,
                        float* y, int64_t ldy) {
-    const auto* ab = static_cast<const uint8_t*>(a);
-    const uint8_t* acts[kMaxDecodeTokens + 1];
-    float* ys[kMaxDecodeTokens + 1];
-    for (int t = 0; t < nt; ++t) {
-        acts[t] = ab + static_cast<size_t>(t) * a_stride;
-        ys[t] = y + t * ldy;
-    }
-    // Passes of three tokens (a pass of two or four read from DRAM ran at
-    // half the speed of a pass of three, Q4_K 2048 columns, Zen 4; cause
-    // not found): two tokens run as three with the second repeated into a
-    // scratch output.
-    for (int t0 = 0; t0 < nt;) {
-        const int left = nt - t0;
-        const int take = std::min(left, 4);
-        switch (take) {
-        case 1: decode_rows_tokens<F, 1, kSpans>(n, w, row_stride, n_rows, acts + t0, ys + t0); break;
-        case 2: decode_rows_tokens<F, 2, kSpans>(n, w, row_stride, n_rows, acts + t0, ys + t0); break;
-        case 3: decode_rows_tokens<F, 3, kSpans>(n, w, row_stride, n_rows, acts + t0, ys + t0); break;
-        default: decode_rows_tokens<F, 4, kSpans>(n, w, row_stride, n_rows, acts + t0, ys + t0); break;
-        }
-        t0 += take;
-    }
+    kq_rows::in_passes_of_four(a, a_stride, nt, y, ldy, [&](auto nt_pass, const uint8_t* const* acts, float* const* ys) {
+        decode_rows_tokens<F, decltype(nt_pass)::value, kSpans>(n, w, row_stride, n_rows, acts, ys);
+    });
 }
 
 // Q5_K, in the order of its single-row kernel (KLanes in
@@ -572,10 +529,6 @@ size_t q4_K_rows_prepared_bytes(int64_t n) { return prepared_bytes(n); }
 void prepare_q4_K_rows(const void* a, int64_t n, void* out) { prepare<Q4KRows>(a, n, out); }
 void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     decode_rows<Q4KRows>(n, w, row_stride, n_rows, a, y);
-}
-void dot_q4_K_rows_multi_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride,
-                                int nt, float* y, int64_t ldy) {
-    decode_rows_multi<Q4KRows>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy);
 }
 void dot_q4_K_rows_batch_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride,
                                 int nt, float* y, int64_t ldy) {
