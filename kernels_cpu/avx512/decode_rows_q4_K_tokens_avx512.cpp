@@ -27,8 +27,11 @@
 // vpmaddwd of four rows' minimums against the activation's 32-element
 // sums) into one register, rows in the lanes, for one conversion and one
 // fused multiply-add of [totals | minimum sums] against [d | dmin] x da.
-// One thread, 4 tokens, 512 rows of 2048 columns from L2, Sapphire Rapids:
-// 38.6-40.4 -> 28.1-29.3 TSC cycles per row and super-block.
+// One thread, Sapphire Rapids, both kernels built alike and taking turns in
+// one process (best of 400 passes each), TSC cycles per row and
+// super-block: 4 tokens on 512 rows of 2048 columns from L2, 44-52 -> 38-46
+// (new/old 0.73-0.92 over nine rounds); 256 rows of 5632 columns 0.97-0.98;
+// from DRAM 0.94-0.96; one token 0.96-0.97.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
