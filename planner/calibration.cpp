@@ -88,6 +88,7 @@ nlohmann::json kernels_json(const KernelCosts& k, int threads) {
             {fmt::format("gemm{}_gflops", kGemmLargeBatch), rates_json(k.gemm_large_gflops)},
             {"matvec_narrow_gbps", rates_json(k.matvec_narrow_gbps)},
             {fmt::format("gemm{}_narrow_gflops", kGemmSmallBatch), rates_json(k.gemm_small_narrow_gflops)},
+            {fmt::format("gemm{}_gflops", kGemmFewBatch), rates_json(k.gemm_few_gflops)},
             {"matmul_call_s", opt(k.matmul_call_s)},
             {"batch_call_s", opt(k.batch_call_s)},
             {"pool_op_s", opt(k.pool_op_s)},
@@ -109,6 +110,7 @@ KernelCosts kernels_from_json(const nlohmann::json& j, int* threads) {
     k.gemm_large_gflops = rates_from_json(j, fmt::format("gemm{}_gflops", kGemmLargeBatch).c_str());
     k.matvec_narrow_gbps = rates_from_json(j, "matvec_narrow_gbps");
     k.gemm_small_narrow_gflops = rates_from_json(j, fmt::format("gemm{}_narrow_gflops", kGemmSmallBatch).c_str());
+    k.gemm_few_gflops = rates_from_json(j, fmt::format("gemm{}_gflops", kGemmFewBatch).c_str());
     if (const auto c = positive_number(j, "cache_bytes")) k.cache_bytes = static_cast<uint64_t>(*c);
     k.matmul_call_s = non_negative(j, "matmul_call_s");
     k.batch_call_s = non_negative(j, "batch_call_s");

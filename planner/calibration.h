@@ -40,7 +40,8 @@ KernelCosts standin_costs(const Calibration& c);
 // now `gbps` (bench --calibrate-each measures it around each test): the
 // rates bound by memory (the bandwidth, one-token products from DRAM, the
 // stand-in's, copies) scaled by gbps / the calibrated bandwidth; rates
-// from cache and batch products (bound by the cores) kept. Unchanged
+// from cache and batch products (bound by the cores; the few-token rate
+// too, though its weights come from memory) kept. Unchanged
 // without a calibrated bandwidth or for gbps <= 0.
 Calibration at_bandwidth(const Calibration& c, double gbps);
 

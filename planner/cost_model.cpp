@@ -58,8 +58,9 @@ struct Rates {
 
     // GFLOP/s of a product that multiplies each weight with n tokens.
     // Measured: on log2(n) between a one-token product (its GB/s as 2
-    // FLOPs per weight), kGemmSmallBatch and kGemmLargeBatch tokens, flat
-    // past the last point. Not measured: the roofline of GB/s and GFLOP/s.
+    // FLOPs per weight), kGemmFewBatch tokens (weights from memory only),
+    // kGemmSmallBatch and kGemmLargeBatch tokens, flat past the last
+    // point. Not measured: the roofline of GB/s and GFLOP/s.
     double gflops_at(quant::Type type, double n) const {
         const double per_weight = bytes_per_weight(type);
         const std::optional<double> mv = matvec_gbps(type);
@@ -70,9 +71,15 @@ struct Rates {
         struct Point {
             double log_n, rate;
         };
-        Point pts[3];
+        Point pts[4];
         int count = 0;
         pts[count++] = {0.0, one};
+        if (!cached) {
+            if (const auto few = find_rate(k->gemm_few_gflops, type)) {
+                const double f = width_factor(k->matvec_narrow_gbps, k->matvec_cached_gbps, type);
+                pts[count++] = {std::log2(static_cast<double>(kGemmFewBatch)), *few * f};
+            }
+        }
         if (small) {
             const double f = width_factor(k->gemm_small_narrow_gflops, k->gemm_small_gflops, type);
             pts[count++] = {std::log2(static_cast<double>(kGemmSmallBatch)), *small * f};

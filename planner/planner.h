@@ -46,6 +46,11 @@ inline constexpr double kDefaultBatchS = 20e-6;
 // The micro-batch sizes bench --calibrate measures the GEMM rate at; the
 // rate at other sizes is interpolated on log2 of the batch.
 inline constexpr int64_t kGemmSmallBatch = 32;
+// A few tokens (a serving step of four streams; a prompt's tokens spread
+// over the experts): the several-tokens decode kernels, which read the
+// weights from memory as a one-token product does but unpack each block
+// once for all the tokens; neither a one-token product nor a GEMM.
+inline constexpr int64_t kGemmFewBatch = 4;
 // The row widths bench --calibrate measures the rates at.
 inline constexpr int64_t kWideCols = 4096;
 inline constexpr int64_t kNarrowCols = 256;
@@ -73,6 +78,11 @@ struct KernelCosts {
     // n_embd, interpolated on log2 between the two, as a factor on the
     // type's rates. Unset: the wide rates for every width.
     std::map<quant::Type, double> matvec_narrow_gbps, gemm_small_narrow_gflops;
+    // GFLOP/s of a product of kGemmFewBatch tokens with weights from memory
+    // (as matvec_gbps): a third point of the rate over the batch size,
+    // used where the weights do not fit in the cache. Unset: interpolated
+    // between one token and kGemmSmallBatch.
+    std::map<quant::Type, double> gemm_few_gflops;
     std::optional<uint64_t> cache_bytes;
     // batch_call_s: a product of a micro-batch handed over (its rows
     // quantized, the panels set up); unset: matmul_call_s.

@@ -269,6 +269,41 @@ TEST(Prediction, ProductsScaleWithTheMeasuredRates) {
     EXPECT_NEAR(pp, 2 * params * pl::kGemmSmallBatch / 100e9 + head, 0.01 * pp);
 }
 
+// A batch of kGemmFewBatch tokens (weights from memory) takes the measured
+// few-token rate, and one between that and kGemmSmallBatch the rate on
+// log2 of the batch between the two.
+TEST(Prediction, FewTokenProductsTakeTheMeasuredFewTokenRate) {
+    const auto m = header_model("llama-1b");
+    auto in = zero_cost_inputs(std::nullopt);
+    in.cpu_gbps = 1e9;
+    in.cpu_gflops = 1e9;
+    const Type types[] = {Type::F32, Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::F16};
+    for (Type t : types) {
+        in.host_costs.matvec_gbps[t] = 20.0;
+        in.host_costs.gemm_small_gflops[t] = 100.0;
+        in.host_costs.gemm_few_gflops[t] = 40.0;
+    }
+    double params = 0;
+    for (const auto& layer : m->spec.layers) {
+        for (const auto* t : layer.tensors) {
+            if (t) params += static_cast<double>(t->n_elements);
+        }
+    }
+    const double head = static_cast<double>(tandem::model::output_weight_bytes(m->spec)) / 20e9;
+    for (const auto [n, rate] : {std::pair{pl::kGemmFewBatch, 40.0}, std::pair{int64_t{8}, 60.0}}) {
+        in.n_ubatch = n;
+        const double pp = seconds(*m, in, std::nullopt, pl::Workload{n, 0, 0});
+        EXPECT_NEAR(pp, 2 * params * static_cast<double>(n) / (rate * 1e9) + head, 0.01 * pp) << n << " tokens";
+    }
+    // Weights that fit in the cache: the one-token rate from cache and the
+    // GEMM rate, not the few-token rate measured from memory.
+    in.host_costs.cache_bytes = uint64_t{1} << 40;
+    for (Type t : types) in.host_costs.matvec_cached_gbps[t] = 20.0;
+    in.n_ubatch = pl::kGemmFewBatch;
+    const double cached = seconds(*m, in, std::nullopt, pl::Workload{pl::kGemmFewBatch, 0, 0});
+    EXPECT_LT(cached, 2 * params * static_cast<double>(pl::kGemmFewBatch) / 40e9 * 0.9);
+}
+
 TEST(Prediction, ABatchHandsEachExpertItUsesOverSeparately) {
     const auto m = header_model("moe-small");
     const int64_t L = m->spec.hp.n_layer;
@@ -381,6 +416,7 @@ pl::Calibration full_calibration() {
     k.attn_pos_s = {{32, 4e-9}, {128, 2e-9}};
     k.matvec_narrow_gbps = {{Type::Q4_K, 11.0}};
     k.gemm_small_narrow_gflops = {{Type::Q4_K, 77.0}};
+    k.gemm_few_gflops = {{Type::Q4_K, 150.0}, {Type::Q6_K, 120.0}};
     c.standin_matvec_gbps = {{Type::Q4_K, 20.0}};
     return c;
 }
@@ -394,6 +430,7 @@ TEST(Prediction, CalibrationRoundTripsTheKernels) {
     EXPECT_EQ(k.matvec_cached_gbps, c.cpu_kernels.matvec_cached_gbps);
     EXPECT_EQ(k.gemm_small_gflops, c.cpu_kernels.gemm_small_gflops);
     EXPECT_EQ(k.gemm_large_gflops, c.cpu_kernels.gemm_large_gflops);
+    EXPECT_EQ(k.gemm_few_gflops, c.cpu_kernels.gemm_few_gflops);
     EXPECT_EQ(k.cache_bytes, c.cpu_kernels.cache_bytes);
     EXPECT_EQ(k.matmul_call_s, c.cpu_kernels.matmul_call_s);
     EXPECT_EQ(k.batch_call_s, c.cpu_kernels.batch_call_s);
@@ -527,6 +564,7 @@ TEST(Calibration, AtBandwidthScalesTheRatesMemoryBounds) {
     c.cpu_kernels.matvec_gbps[quant::Type::Q4_K] = 8.0;
     c.cpu_kernels.matvec_cached_gbps[quant::Type::Q4_K] = 30.0;
     c.cpu_kernels.gemm_small_gflops[quant::Type::Q4_K] = 200.0;
+    c.cpu_kernels.gemm_few_gflops[quant::Type::Q4_K] = 50.0;
     c.cpu_kernels.copy_gbps = 6.0;
     c.standin_matvec_gbps[quant::Type::Q4_K] = 7.0;
     const Calibration now = at_bandwidth(c, 15.0);
@@ -536,6 +574,7 @@ TEST(Calibration, AtBandwidthScalesTheRatesMemoryBounds) {
     EXPECT_DOUBLE_EQ(*now.cpu_kernels.copy_gbps, 9.0);
     EXPECT_DOUBLE_EQ(now.cpu_kernels.matvec_cached_gbps.at(quant::Type::Q4_K), 30.0);
     EXPECT_DOUBLE_EQ(now.cpu_kernels.gemm_small_gflops.at(quant::Type::Q4_K), 200.0);
+    EXPECT_DOUBLE_EQ(now.cpu_kernels.gemm_few_gflops.at(quant::Type::Q4_K), 50.0);
     // Nothing to scale from, or nothing measured: unchanged.
     Calibration none = c;
     none.cpu_gbps.reset();

@@ -222,15 +222,26 @@ std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, bool p
 }
 
 // GB/s of weights a one-token product reads, for a matrix of about `bytes`.
-double matvec_gbps(quant::Type type, uint64_t bytes, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level,
-                   bool plain = false, int64_t cols = kCalibCols) {
+// The best of `reps` products of n tokens over a matrix of about `bytes`
+// (at least 64 rows): seconds, and the matrix's bytes and weights.
+struct TimedProduct {
+    double s, bytes, weights;
+};
+TimedProduct time_product(quant::Type type, uint64_t bytes, int64_t n, int reps, cpu::ThreadPool& pool,
+                          cpu::SimdLevel level, bool plain = false, int64_t cols = kCalibCols) {
     const uint64_t row = *quant::row_bytes(type, cols);
     const auto m = calib_matrix(type, std::max<int64_t>(64, static_cast<int64_t>(bytes / row)), plain, cols);
-    std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(m->w.n_rows));
-    const auto once = [&] { cpu::matmul(m->w, x.data(), cols, 1, y.data(), m->w.n_rows, pool, level); };
+    std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * m->w.n_rows));
+    const auto once = [&] { cpu::matmul(m->w, x.data(), cols, n, y.data(), m->w.n_rows, pool, level); };
     once();  // warm: pages touched, the cache filled where it holds the matrix
-    const double s = best_seconds(reps, once);
-    return static_cast<double>(m->w.n_rows * m->w.row_stride_bytes) / s / 1e9;
+    return {best_seconds(reps, once), static_cast<double>(m->w.n_rows * m->w.row_stride_bytes),
+            static_cast<double>(m->w.n_rows * cols)};
+}
+
+double matvec_gbps(quant::Type type, uint64_t bytes, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level,
+                   bool plain = false, int64_t cols = kCalibCols) {
+    const TimedProduct t = time_product(type, bytes, 1, reps, pool, level, plain, cols);
+    return t.bytes / t.s / 1e9;
 }
 
 // GFLOP/s of a product of n tokens (2 FLOPs per weight and token).
@@ -312,6 +323,11 @@ planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>&
         standin_matvec_gbps[type] = matvec_gbps(type, big, 3, pool, level, true);
         k.matvec_cached_gbps[type] = matvec_gbps(type, small, 21, pool, level);
         k.gemm_small_gflops[type] = gemm_gflops(type, planner::kGemmSmallBatch, 5, pool, level);
+        {
+            const auto n = planner::kGemmFewBatch;
+            const TimedProduct t = time_product(type, big, n, 3, pool, level);
+            k.gemm_few_gflops[type] = 2.0 * t.weights * static_cast<double>(n) / t.s / 1e9;
+        }
         k.gemm_large_gflops[type] = gemm_gflops(type, planner::kGemmLargeBatch, 3, pool, level);
         // Rows of kNarrowCols, as a small model's.
         k.matvec_narrow_gbps[type] = matvec_gbps(type, small, 21, pool, level, false, planner::kNarrowCols);
@@ -398,13 +414,14 @@ void calibrate(const BenchOptions& o) {
     fmt::print("CPU read bandwidth: {:.1f} GB/s\n", *c.cpu_gbps);
     const planner::KernelCosts& k = c.cpu_kernels;
     fmt::print("CPU kernels ({} threads), per weight type: one-token product GB/s from memory / from cache, "
-               "GFLOP/s at {} / {} tokens\n",
-               c.kernel_threads, planner::kGemmSmallBatch, planner::kGemmLargeBatch);
+               "GFLOP/s at {} tokens from memory / {} / {} tokens\n",
+               c.kernel_threads, planner::kGemmFewBatch, planner::kGemmSmallBatch, planner::kGemmLargeBatch);
     for (const quant::Type type : kCalibratedTypes) {
-        fmt::print("  {:<5} {:7.1f} / {:7.1f} GB/s  {:7.1f} / {:7.1f} GFLOP/s  (stand-in memory {:.1f} GB/s; rows of "
-                   "{}: {:.1f} GB/s, {:.1f} GFLOP/s)\n",
+        fmt::print("  {:<5} {:7.1f} / {:7.1f} GB/s  {:7.1f} / {:7.1f} / {:7.1f} GFLOP/s  (stand-in memory {:.1f} GB/s; "
+                   "rows of {}: {:.1f} GB/s, {:.1f} GFLOP/s)\n",
                    quant::traits(type).name, k.matvec_gbps.at(type), k.matvec_cached_gbps.at(type),
-                   k.gemm_small_gflops.at(type), k.gemm_large_gflops.at(type), c.standin_matvec_gbps.at(type),
+                   k.gemm_few_gflops.at(type), k.gemm_small_gflops.at(type), k.gemm_large_gflops.at(type),
+                   c.standin_matvec_gbps.at(type),
                    planner::kNarrowCols, k.matvec_narrow_gbps.at(type), k.gemm_small_narrow_gflops.at(type));
     }
     fmt::print("fixed costs: product hand-over {:.2f} us ({:.2f} us for a batch), op over the threads {:.2f} us, op on "
