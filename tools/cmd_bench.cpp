@@ -21,6 +21,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -244,6 +246,28 @@ double matvec_gbps(quant::Type type, uint64_t bytes, int reps, cpu::ThreadPool& 
     return t.bytes / t.s / 1e9;
 }
 
+// One-token GB/s from memory in the host's weight memory and in plain heap
+// memory (the stand-in's), their runs taking turns: on a host whose
+// bandwidth moves within seconds, rates measured one after the other
+// differed by up to 30% either way from one calibration to the next, and
+// the planner took that for a slower or faster stand-in.
+std::pair<double, double> matvec_gbps_host_and_plain(quant::Type type, uint64_t bytes, int reps, cpu::ThreadPool& pool,
+                                                     cpu::SimdLevel level) {
+    const uint64_t row = *quant::row_bytes(type, kCalibCols);
+    const int64_t rows = std::max<int64_t>(64, static_cast<int64_t>(bytes / row));
+    const std::unique_ptr<CalibMatrix> m[2] = {calib_matrix(type, rows), calib_matrix(type, rows, true)};
+    std::vector<float> x(static_cast<size_t>(kCalibCols), 0.5f), y(static_cast<size_t>(rows));
+    double best[2] = {0.0, 0.0};
+    for (int i = 0; i <= reps; ++i) {  // run 0 warms: pages touched
+        for (int which = 0; which < 2; ++which) {
+            const double s = best_seconds(1, [&] { cpu::matmul(m[which]->w, x.data(), kCalibCols, 1, y.data(), rows, pool, level); });
+            if (i > 0) best[which] = i == 1 ? s : std::min(best[which], s);
+        }
+    }
+    const double matrix_bytes = static_cast<double>(rows) * static_cast<double>(row);
+    return {matrix_bytes / best[0] / 1e9, matrix_bytes / best[1] / 1e9};
+}
+
 // GFLOP/s of a product of n tokens (2 FLOPs per weight and token).
 // The matrix holds 1024 x kCalibCols weights at any row width.
 double gemm_gflops(quant::Type type, int64_t n, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level,
@@ -319,8 +343,7 @@ planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>&
     const uint64_t cache = k.cache_bytes.value_or(32ull << 20);
     const uint64_t big = std::max<uint64_t>(64ull << 20, 3 * cache), small = std::max<uint64_t>(1ull << 20, cache / 4);
     for (const quant::Type type : kCalibratedTypes) {
-        k.matvec_gbps[type] = matvec_gbps(type, big, 3, pool, level);
-        standin_matvec_gbps[type] = matvec_gbps(type, big, 3, pool, level, true);
+        std::tie(k.matvec_gbps[type], standin_matvec_gbps[type]) = matvec_gbps_host_and_plain(type, big, 5, pool, level);
         k.matvec_cached_gbps[type] = matvec_gbps(type, small, 21, pool, level);
         k.gemm_small_gflops[type] = gemm_gflops(type, planner::kGemmSmallBatch, 5, pool, level);
         {
