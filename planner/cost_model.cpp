@@ -200,8 +200,8 @@ double batch_seconds(const Tables& t, const Layout& l, const Footprint& f, const
         share[kHostDevice].dense_params_by = (share[kHostDevice] - dense).dense_params_by;
         share[kHostDevice].batch_calls -= moved.streamed_mats;
         const double copy = v.dev.copy_gbps.value_or(v.pcie_gbps) * 1e9;
-        const double weights_s = static_cast<double>(t.weights[static_cast<size_t>(t.n_layer)] -
-                                                     t.weights[static_cast<size_t>(f.stream_first)]) /
+        const double weights_s = static_cast<double>(t.stream_weights[static_cast<size_t>(t.n_layer)] -
+                                                     t.stream_weights[static_cast<size_t>(f.stream_first)]) /
                                  copy;
         const double io_s = static_cast<double>(t.stream_io[static_cast<size_t>(t.n_layer)] -
                                                 t.stream_io[static_cast<size_t>(f.stream_first)]) *

@@ -185,6 +185,7 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     t.n_ubatch = std::min(n_ubatch, t.n_ctx);
     const auto n = static_cast<size_t>(hp.n_layer);
     t.weights.assign(n + 1, 0);
+    t.stream_weights.assign(n + 1, 0);
     t.stream_io.assign(n + 1, 0);
     // Decode reads the cache up to the current position; at the average
     // position of a full context that is half of it.
@@ -194,12 +195,14 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
         t.weights[il + 1] = t.weights[il] + model::layer_weight_bytes(spec, i);
         t.kv.push_back(model::kv_bytes_for_layer(spec, i, t.n_ctx, t.n_ubatch, cache_type));
         t.kv_read.push_back(model::kv_bytes_for_layer(spec, i, avg_ctx, t.n_ubatch, cache_type));
-        uint64_t io = 0;
+        uint64_t io = 0, streamed = 0;
         for (const LayerTensor role : model::kStreamedMatrices) {
             const auto* m = spec.layers[il].get(role);
             if (!m) continue;
             io += static_cast<uint64_t>(m->row_length() + m->n_rows()) * sizeof(float);
+            streamed += m->n_bytes;
         }
+        t.stream_weights[il + 1] = t.stream_weights[il] + streamed;
         t.stream_io[il + 1] = t.stream_io[il] + io;
     }
     for (const model::StreamShape& shape : model::stream_shapes(spec)) {

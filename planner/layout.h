@@ -65,9 +65,11 @@ struct Tables {
     int64_t n_ctx = 0;
     int64_t n_ubatch = 0;
     // Per layer, independent of placement: [il] is the sum over [0, il)
-    // of all weights (what streaming a layer moves) and, per token, the
-    // floats a streamed layer's products send to the accelerator and back.
-    std::vector<uint64_t> weights, stream_io;
+    // of all weights, of the streamed matrices' (what streaming a layer
+    // moves: not its experts, which the host multiplies, nor its norms)
+    // and, per token, of the floats a streamed layer's products send to
+    // the accelerator and back.
+    std::vector<uint64_t> weights, stream_weights, stream_io;
     std::vector<uint64_t> kv, kv_read;  // per layer (not summed): bytes held and read at the average position
     // [d]: what streaming layers [d, n_layer) reserves on the accelerator.
     std::vector<uint64_t> stream;

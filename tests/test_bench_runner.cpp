@@ -17,6 +17,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/sampler/sampler.h"
 #include "tests/run_command.h"
+#include "tests/scratch_cache.h"
 #include "tests/test_paths.h"
 
 namespace tandem::tools {
@@ -371,18 +372,11 @@ protected:
     // put back afterwards, since later tests in this process may rely on it.
     void SetUp() override {
         dir_ = testing::scratch_dir();
-        if (const char* v = std::getenv("TANDEM_CACHE_DIR")) saved_cache_dir_ = v;
-        ::setenv("TANDEM_CACHE_DIR", (dir_ / "cache").c_str(), 1);
+        cache_.emplace(dir_);
     }
-    void TearDown() override {
-        if (saved_cache_dir_) {
-            ::setenv("TANDEM_CACHE_DIR", saved_cache_dir_->c_str(), 1);
-        } else {
-            ::unsetenv("TANDEM_CACHE_DIR");
-        }
-    }
+    void TearDown() override { cache_.reset(); }
     std::filesystem::path dir_;
-    std::optional<std::string> saved_cache_dir_;
+    std::optional<testing::ScratchCache> cache_;
 };
 
 TEST_F(BenchCommand, JsonOnStdoutProgressOnStderr) {

@@ -18,6 +18,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/engine/session.h"
 #include "tests/run_command.h"
+#include "tests/scratch_cache.h"
 #include "tests/ledger_check.h"
 #include "tests/test_paths.h"
 
@@ -261,6 +262,7 @@ TEST(PlannerVsLedger, SharedTinyModels) {
 
 TEST(PlanCommand, JsonHasTheFieldsProgramsReadAndTheGridIsAnArray) {
     const auto dir = scratch_dir();
+    const tandem::testing::ScratchCache cache(dir);  // the assumptions are the defaults
     const auto path = synth(dir, "llama3-8b", "Q4_K_M", "--header-only");
     auto r = run_tandem("plan -m " + shell_quote(path.string()) + " --vram 8GiB -c 4096 --json", dir);
     ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -25,6 +25,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "tests/run_command.h"
+#include "tests/scratch_cache.h"
 #include "tests/ledger_check.h"
 #include "tests/test_paths.h"
 #include "tools/split.h"
@@ -236,27 +237,7 @@ TEST(PlannerCandidates, MoePresetsPickExpertsOverLayersAt12GiB) {
     EXPECT_GE(j["weighed"].size(), 2u);
 }
 
-// TANDEM_CACHE_DIR pointed at a scratch directory for the scope, so that
-// no stored calibration or tune entry changes what auto chooses.
-class ScratchCache {
-public:
-    explicit ScratchCache(const fs::path& dir) {
-        if (const char* v = std::getenv("TANDEM_CACHE_DIR")) saved_ = v;
-        ::setenv("TANDEM_CACHE_DIR", (dir / "cache").c_str(), 1);
-    }
-    ~ScratchCache() {
-        if (saved_) {
-            ::setenv("TANDEM_CACHE_DIR", saved_->c_str(), 1);
-        } else {
-            ::unsetenv("TANDEM_CACHE_DIR");
-        }
-    }
-    ScratchCache(const ScratchCache&) = delete;
-    ScratchCache& operator=(const ScratchCache&) = delete;
-
-private:
-    std::optional<std::string> saved_;
-};
+using tandem::testing::ScratchCache;
 
 // -ngl N evaluates that split alone; -ot, --cpu-moe, --n-cpu-moe and -nkvo
 // leave only whole layers, sized with the rules; -ngl auto without them

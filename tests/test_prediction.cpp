@@ -369,6 +369,38 @@ TEST(Prediction, StreamingOnTheStandInAddsItsCopies) {
                 1e-9);
 }
 
+// A MoE model streams its layers' dense matrices, not its experts (the host
+// multiplies those): the copies cost the dense matrices' bytes alone.
+TEST(Prediction, StreamingAMoeModelCopiesItsDenseMatricesOnly) {
+    const auto m = header_model("moe-small");
+    auto in = zero_cost_inputs(4 * kGiB);
+    in.weight_stream = true;
+    in.stream_min_batch = 32;
+    in.ngl = 0;
+    const pl::Workload prompt{64, 0, 0};
+    in.device_costs.copy_gbps = 1.0;
+    const pl::Plan p = pl::plan(m->spec, in);
+    ASSERT_TRUE(p.weight_stream);
+    const double at1 = pl::predict_seconds(m->spec, in, p, prompt);
+    in.device_costs.copy_gbps = 2.0;
+    const double at2 = pl::predict_seconds(m->spec, in, p, prompt);
+    double dense = 0, all = 0, io = 0;
+    for (int64_t il = 0; il < m->spec.hp.n_layer; ++il) {
+        all += static_cast<double>(tandem::model::layer_weight_bytes(m->spec, il));
+        for (const auto role : tandem::model::kStreamedMatrices) {
+            if (const auto* t = m->spec.layers[static_cast<size_t>(il)].get(role)) {
+                dense += static_cast<double>(t->n_bytes);
+                // Each token's input row there and output row back.
+                io += static_cast<double>(t->row_length() + t->n_rows()) * 4.0 * static_cast<double>(prompt.n_prompt);
+            }
+        }
+    }
+    ASSERT_LT(dense, all / 4);  // the experts are most of the weights
+    const double moved = dense + io;
+    EXPECT_GT(at1 - at2, moved / 1e9 - moved / 2e9);
+    EXPECT_LT(at1 - at2, 1.02 * (moved / 1e9 - moved / 2e9));
+}
+
 TEST(Prediction, PlanPrefillIsOneMicroBatchOfTheWorkloadModel) {
     const auto m = header_model("llama-1b");
     pl::PlanInputs in;
