@@ -64,7 +64,8 @@ inline constexpr int64_t kGemmLargeBatch = 512;
 // product's rate in GB/s of weights read from memory (matvec_gbps), the
 // same for weights the last-level cache holds (matvec_cached_gbps, used
 // while a token's weights fit in cache_bytes), and a micro-batch
-// product's GFLOP/s at kGemmSmallBatch and kGemmLargeBatch tokens. A type
+// product's GFLOP/s at kGemmSmallBatch (weights from memory, as a model's
+// prompt reads them) and kGemmLargeBatch tokens. A type
 // without an entry takes the device's GB/s and GFLOP/s speeds. Then the
 // fixed costs above, and the hand-overs to the other device: a fixed
 // part per crossing and the bytes at copy_gbps (the stand-in copies host
