@@ -49,7 +49,7 @@ using kq_rows::low_sub_block;
 using kq_rows::prefetch_ahead;
 using kq_rows::PreparedBlock;
 
-constexpr int kGroupRows = 8;   // rows in the float lanes
+using kq_rows::kGroupRows;
 constexpr int64_t kSpan = 128;  // super-blocks per pass over a row: 18 KiB of weights
 
 // Word index into [scales 0..7, minimums 0..7] for word i of a packed pair
@@ -78,7 +78,7 @@ struct Q4KRows {
         return _mm256_inserti128_si256(_mm256_setzero_si256(), _mm256_cvtepi32_epi16(pairs), 1);
     }
     struct Kernel {
-        __m512i low4 = _mm512_set1_epi8(0x0F), sc_lo = scale_word_index(0), sc_hi = scale_word_index(4);
+        __m512i sc_lo = scale_word_index(0), sc_hi = scale_word_index(4);
         // A super-block's codes and scale words, once for every token.
         struct Unpacked {
             __m512i code[4], sc_lo, sc_hi;
@@ -86,11 +86,7 @@ struct Q4KRows {
         };
         Unpacked unpack(const Block& b) const {
             Unpacked u;
-            const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
-            u.code[0] = _mm512_and_si512(q0, low4);
-            u.code[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4);
-            u.code[2] = _mm512_and_si512(q1, low4);
-            u.code[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4);
+            kq_rows::q4_K_code_registers(b.qs, u.code);
             // [scales, minimums] as 16 words.
             u.sm = _mm256_cvtepu8_epi16(q4_K_scales_mins_simd(b.scales));
             const __m512i sm512 = _mm512_castsi256_si512(u.sm);
@@ -196,10 +192,8 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
     const int64_t nb = n / kQK_K;
     const auto* act = static_cast<const PreparedBlock*>(a);
     const auto* act_d = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a) + d_offset(nb));
-    const int n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
-    TANDEM_CHECK(n_groups <= kDecodeRows / kGroupRows, "decode rows: more rows than kDecodeRows");
     const Block* x[kDecodeRows];
-    decode_row_pointers(w, row_stride, n_rows, n_groups * kGroupRows, x);
+    const int n_groups = kq_rows::row_groups(w, row_stride, n_rows, x);
     const typename F::Kernel kernel;
 
     // Per super-block and row: four lanes whose sum is the integer total,
@@ -337,16 +331,11 @@ void decode_rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows,
     using Block = typename F::Block;
     constexpr int64_t kSpanT = std::max<int64_t>(16, kSpan / NT);
     const int64_t nb = n / kQK_K;
-    const PreparedBlock* act[NT];
-    const float* act_d[NT];
-    for (int t = 0; t < NT; ++t) {
-        act[t] = reinterpret_cast<const PreparedBlock*>(a[t]);
-        act_d[t] = reinterpret_cast<const float*>(a[t] + d_offset(nb));
-    }
-    const int n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
-    TANDEM_CHECK(n_groups <= kDecodeRows / kGroupRows, "decode rows: more rows than kDecodeRows");
+    const kq_rows::TokenActs<NT> acts(a, nb);
+    const auto& act = acts.act;
+    const auto& act_d = acts.d;
     const Block* x[kDecodeRows];
-    decode_row_pointers(w, row_stride, n_rows, n_groups * kGroupRows, x);
+    const int n_groups = kq_rows::row_groups(w, row_stride, n_rows, x);
     const typename F::Kernel kernel;
 
     alignas(32) __m256i partial[kSpanT][NT][kGroupRows];
@@ -488,7 +477,7 @@ void decode_q5_K_rows(int64_t n, const void* w, size_t row_stride, int n_rows, c
     const int64_t nb = n / kQK_K;
     const auto* act = static_cast<const PreparedBlock*>(a);
     const auto* act_d = reinterpret_cast<const float*>(static_cast<const uint8_t*>(a) + d_offset(nb));
-    const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(0x10);
+    const __m512i sixteen = _mm512_set1_epi8(0x10);
     const __m512i fifth[4] = {fifth_bits(0), fifth_bits(1), fifth_bits(2), fifth_bits(3)};
     const __m512i scale_idx[2] = {scale_pair_index(0), scale_pair_index(1)};
     for (int r = 0; r < n_rows; ++r) {
@@ -499,10 +488,9 @@ void decode_q5_K_rows(int64_t n, const void* w, size_t row_stride, int n_rows, c
             const block_q5_K& b = row[i];
             prefetch_row_stream(&b);
             const PreparedBlock& p = act[i];
-            const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
             const __m512i qh = _mm512_broadcast_i64x4(load256(b.qh));
-            const __m512i nibbles[4] = {_mm512_and_si512(q0, low4), _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4),
-                                        _mm512_and_si512(q1, low4), _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4)};
+            __m512i nibbles[4];
+            kq_rows::q4_K_code_registers(b.qs, nibbles);
             __m512i dot[4];
             for (int k = 0; k < 4; ++k) {
                 const __m512i code = _mm512_mask_add_epi8(nibbles[k], _mm512_test_epi8_mask(qh, fifth[k]), nibbles[k], sixteen);

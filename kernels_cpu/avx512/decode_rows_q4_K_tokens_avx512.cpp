@@ -49,7 +49,7 @@ using kq_rows::PreparedBlock;
 using quant::block_q4_K;
 using quant::kQK_K;
 
-constexpr int kGroupRows = 8;  // rows in the float lanes
+using kq_rows::kGroupRows;
 
 // Dword index into [scales 0..7, minimums 0..7] for code register k:
 // lanes 0..7 its low sub-block's scale, 8..15 its high one's.
@@ -72,7 +72,6 @@ __m512i part_index(int first) {
 }
 
 struct Kernel {
-    __m512i low4 = _mm512_set1_epi8(0x0F);
     __m512i scale_idx[4] = {scale_lanes_index(0), scale_lanes_index(1), scale_lanes_index(2), scale_lanes_index(3)};
     __m512i parts02 = part_index(0), parts13 = part_index(2);
     __m256i half_idx = _mm256_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
@@ -85,11 +84,7 @@ struct Kernel {
     };
     Unpacked unpack(const block_q4_K& b) const {
         Unpacked u;
-        const __m512i q0 = _mm512_loadu_si512(b.qs), q1 = _mm512_loadu_si512(b.qs + 64);
-        u.code[0] = _mm512_and_si512(q0, low4);
-        u.code[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), low4);
-        u.code[2] = _mm512_and_si512(q1, low4);
-        u.code[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), low4);
+        kq_rows::q4_K_code_registers(b.qs, u.code);
         u.sm = q4_K_scales_mins_simd(b.scales);
         const __m512i sm32 = _mm512_cvtepu8_epi32(u.sm);
         for (int k = 0; k < 4; ++k) u.scale[k] = _mm512_permutexvar_epi32(scale_idx[k], sm32);
@@ -152,16 +147,11 @@ void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const 
     // The table of lanes: 16 KiB (at 32 KiB, 5632 columns ran 1.5x slower).
     constexpr int64_t kSpan = std::max(4, 32 / NT);
     const int64_t nb = n / kQK_K;
-    const PreparedBlock* act[NT];
-    const float* act_d[NT];
-    for (int t = 0; t < NT; ++t) {
-        act[t] = reinterpret_cast<const PreparedBlock*>(a[t]);
-        act_d[t] = reinterpret_cast<const float*>(a[t] + d_offset(nb));
-    }
-    const int n_groups = (n_rows + kGroupRows - 1) / kGroupRows;
-    TANDEM_CHECK(n_groups <= kDecodeRows / kGroupRows, "decode rows: more rows than kDecodeRows");
+    const kq_rows::TokenActs<NT> acts(a, nb);
+    const auto& act = acts.act;
+    const auto& act_d = acts.d;
     const block_q4_K* x[kDecodeRows];
-    decode_row_pointers(w, row_stride, n_rows, n_groups * kGroupRows, x);
+    const int n_groups = kq_rows::row_groups(w, row_stride, n_rows, x);
     const Kernel kernel;
 
     alignas(64) __m512i lanes[kSpan][NT][kGroupRows];  // per token, eight registers: store_halves
