@@ -166,9 +166,11 @@ TEST(Planner, SeventyBGridPlansQuickly) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     // The bound is the release build's; under AddressSanitizer everything
     // runs several times slower (it measured 110 ms there beside another
-    // test), so that build checks a looser one.
+    // test, and 523 ms on a busy two-core host, where the release build
+    // took 30-40 ms for the same grid through `tandem plan`), so that build
+    // checks a looser one.
 #if defined(__SANITIZE_ADDRESS__)
-    constexpr double kLimitMs = 500.0;
+    constexpr double kLimitMs = 2000.0;
 #else
     constexpr double kLimitMs = 100.0;
 #endif
