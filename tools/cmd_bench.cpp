@@ -223,46 +223,51 @@ std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, bool p
     return m;
 }
 
-// GB/s of weights a one-token product reads, for a matrix of about `bytes`.
-// The best of `reps` products of n tokens over a matrix of about `bytes`
-// (at least 64 rows): seconds, and the matrix's bytes and weights.
+// The best of `reps` products of n tokens over matrix m (after one warming
+// run: pages touched, the cache filled where it holds the matrix):
+// seconds, and the matrix's bytes and weights.
 struct TimedProduct {
     double s, bytes, weights;
 };
-TimedProduct time_product(quant::Type type, uint64_t bytes, int64_t n, int reps, cpu::ThreadPool& pool,
-                          cpu::SimdLevel level, bool plain = false, int64_t cols = kCalibCols) {
-    const uint64_t row = *quant::row_bytes(type, cols);
-    const auto m = calib_matrix(type, std::max<int64_t>(64, static_cast<int64_t>(bytes / row)), plain, cols);
-    std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * m->w.n_rows));
-    const auto once = [&] { cpu::matmul(m->w, x.data(), cols, n, y.data(), m->w.n_rows, pool, level); };
-    once();  // warm: pages touched, the cache filled where it holds the matrix
-    return {best_seconds(reps, once), static_cast<double>(m->w.n_rows * m->w.row_stride_bytes),
-            static_cast<double>(m->w.n_rows * cols)};
+TimedProduct time_on(const CalibMatrix& m, int64_t n, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level) {
+    const int64_t cols = m.w.n_cols;
+    std::vector<float> x(static_cast<size_t>(n * cols), 0.5f), y(static_cast<size_t>(n * m.w.n_rows));
+    const auto once = [&] { cpu::matmul(m.w, x.data(), cols, n, y.data(), m.w.n_rows, pool, level); };
+    once();
+    return {best_seconds(reps, once), static_cast<double>(m.w.n_rows * m.w.row_stride_bytes),
+            static_cast<double>(m.w.n_rows * cols)};
 }
 
+// A calibration matrix of about `bytes` (at least 64 rows).
+std::unique_ptr<CalibMatrix> calib_matrix_of(quant::Type type, uint64_t bytes, bool plain = false,
+                                             int64_t cols = kCalibCols) {
+    const uint64_t row = *quant::row_bytes(type, cols);
+    return calib_matrix(type, std::max<int64_t>(64, static_cast<int64_t>(bytes / row)), plain, cols);
+}
+
+// GB/s of weights a one-token product reads, for a matrix of about `bytes`.
 double matvec_gbps(quant::Type type, uint64_t bytes, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level,
                    bool plain = false, int64_t cols = kCalibCols) {
-    const TimedProduct t = time_product(type, bytes, 1, reps, pool, level, plain, cols);
+    const TimedProduct t = time_on(*calib_matrix_of(type, bytes, plain, cols), 1, reps, pool, level);
     return t.bytes / t.s / 1e9;
 }
 
-// GFLOP/s of a product of n tokens over about `bytes` of weights.
-double product_gflops(quant::Type type, uint64_t bytes, int64_t n, int reps, cpu::ThreadPool& pool,
-                      cpu::SimdLevel level) {
-    const TimedProduct t = time_product(type, bytes, n, reps, pool, level);
+// GFLOP/s of a product of n tokens over matrix m.
+double product_gflops(const CalibMatrix& m, int64_t n, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level) {
+    const TimedProduct t = time_on(m, n, reps, pool, level);
     return 2.0 * t.weights * static_cast<double>(n) / t.s / 1e9;
 }
 
-// One-token GB/s from memory in the host's weight memory and in plain heap
-// memory (the stand-in's), their runs taking turns: on a host whose
-// bandwidth moves within seconds, rates measured one after the other
-// differed by up to 30% either way from one calibration to the next, and
-// the planner took that for a slower or faster stand-in.
-std::pair<double, double> matvec_gbps_host_and_plain(quant::Type type, uint64_t bytes, int reps, cpu::ThreadPool& pool,
+// One-token GB/s from memory over `host` (the host's weight memory) and a
+// copy of it in plain heap memory (the stand-in's), their runs taking
+// turns: on a host whose bandwidth moves within seconds, rates measured one
+// after the other differed by up to 30% either way from one calibration to
+// the next, and the planner took that for a slower or faster stand-in.
+std::pair<double, double> matvec_gbps_host_and_plain(const CalibMatrix& host, int reps, cpu::ThreadPool& pool,
                                                      cpu::SimdLevel level) {
-    const uint64_t row = *quant::row_bytes(type, kCalibCols);
-    const int64_t rows = std::max<int64_t>(64, static_cast<int64_t>(bytes / row));
-    const std::unique_ptr<CalibMatrix> m[2] = {calib_matrix(type, rows), calib_matrix(type, rows, true)};
+    const int64_t rows = host.w.n_rows;
+    const std::unique_ptr<CalibMatrix> plain = calib_matrix(host.w.type, rows, true);
+    const CalibMatrix* m[2] = {&host, plain.get()};
     std::vector<float> x(static_cast<size_t>(kCalibCols), 0.5f), y(static_cast<size_t>(rows));
     double best[2] = {0.0, 0.0};
     for (int i = 0; i <= reps; ++i) {  // run 0 warms: pages touched
@@ -271,7 +276,7 @@ std::pair<double, double> matvec_gbps_host_and_plain(quant::Type type, uint64_t 
             if (i > 0) best[which] = i == 1 ? s : std::min(best[which], s);
         }
     }
-    const double matrix_bytes = static_cast<double>(rows) * static_cast<double>(row);
+    const double matrix_bytes = static_cast<double>(rows * host.w.row_stride_bytes);
     return {matrix_bytes / best[0] / 1e9, matrix_bytes / best[1] / 1e9};
 }
 
@@ -350,13 +355,20 @@ planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>&
     const uint64_t cache = k.cache_bytes.value_or(32ull << 20);
     const uint64_t big = std::max<uint64_t>(64ull << 20, 3 * cache), small = std::max<uint64_t>(1ull << 20, cache / 4);
     for (const quant::Type type : kCalibratedTypes) {
-        std::tie(k.matvec_gbps[type], standin_matvec_gbps[type]) = matvec_gbps_host_and_plain(type, big, 5, pool, level);
+        {
+            // One matrix from memory for the one-token, few-token and
+            // 32-token rates (made once: under the sanitizer, filling one
+            // took most of a calibration).
+            const std::unique_ptr<CalibMatrix> from_memory = calib_matrix_of(type, big);
+            std::tie(k.matvec_gbps[type], standin_matvec_gbps[type]) =
+                matvec_gbps_host_and_plain(*from_memory, 5, pool, level);
+            // A model's prompt batches read its weights from memory: at 32
+            // tokens that cost ~8% against the same product from cache (Q4_K,
+            // 4096 columns, Sapphire Rapids: 232-236 against 244-264 GFLOP/s).
+            k.gemm_few_gflops[type] = product_gflops(*from_memory, planner::kGemmFewBatch, 3, pool, level);
+            k.gemm_small_gflops[type] = product_gflops(*from_memory, planner::kGemmSmallBatch, 3, pool, level);
+        }
         k.matvec_cached_gbps[type] = matvec_gbps(type, small, 21, pool, level);
-        // A model's prompt batches read its weights from memory: at 32
-        // tokens that cost ~8% against the same product from cache (Q4_K,
-        // 4096 columns, Sapphire Rapids: 232-236 against 244-264 GFLOP/s).
-        k.gemm_few_gflops[type] = product_gflops(type, big, planner::kGemmFewBatch, 3, pool, level);
-        k.gemm_small_gflops[type] = product_gflops(type, big, planner::kGemmSmallBatch, 3, pool, level);
         k.gemm_large_gflops[type] = gemm_gflops(type, planner::kGemmLargeBatch, 3, pool, level);
         // Rows of kNarrowCols, as a small model's, from cache; the batch
         // rate as a factor on the wide rows' from cache, applied to the
