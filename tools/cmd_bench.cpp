@@ -280,16 +280,11 @@ std::pair<double, double> matvec_gbps_host_and_plain(const CalibMatrix& host, in
     return {matrix_bytes / best[0] / 1e9, matrix_bytes / best[1] / 1e9};
 }
 
-// GFLOP/s of a product of n tokens (2 FLOPs per weight and token).
+// GFLOP/s of a product of n tokens (2 FLOPs per weight and token) from cache.
 // The matrix holds 1024 x kCalibCols weights at any row width.
 double gemm_gflops(quant::Type type, int64_t n, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level,
                    int64_t cols = kCalibCols) {
-    const auto m = calib_matrix(type, 1024 * kCalibCols / cols, false, cols);
-    std::vector<float> x(static_cast<size_t>(n * cols), 0.25f), y(static_cast<size_t>(n * m->w.n_rows));
-    const auto once = [&] { cpu::matmul(m->w, x.data(), cols, n, y.data(), m->w.n_rows, pool, level); };
-    once();
-    const double s = best_seconds(reps, once);
-    return 2.0 * static_cast<double>(m->w.n_rows * cols * n) / s / 1e9;
+    return product_gflops(*calib_matrix(type, 1024 * kCalibCols / cols, false, cols), n, reps, pool, level);
 }
 
 // The last-level cache, from sysfs (sysconf's can be a hypervisor's guess).
