@@ -290,7 +290,7 @@ TEST(Prediction, FewTokenProductsTakeTheMeasuredFewTokenRate) {
         }
     }
     const double head = static_cast<double>(tandem::model::output_weight_bytes(m->spec)) / 20e9;
-    for (const auto [n, rate] : {std::pair{pl::kGemmFewBatch, 40.0}, std::pair{int64_t{8}, 60.0}}) {
+    for (const auto& [n, rate] : {std::pair{pl::kGemmFewBatch, 40.0}, std::pair{int64_t{8}, 60.0}}) {
         in.n_ubatch = n;
         const double pp = seconds(*m, in, std::nullopt, pl::Workload{n, 0, 0});
         EXPECT_NEAR(pp, 2 * params * static_cast<double>(n) / (rate * 1e9) + head, 0.01 * pp) << n << " tokens";
