@@ -104,14 +104,17 @@ inline void unroll(F&& f) {
 }
 
 // Calls f(std::integral_constant<int, nt>{}) for a runtime token count nt
-// in [1, kMaxDecodeTokens]: a several-tokens decode kernel's dispatch onto
-// its NT instantiations.
-template <class F>
-inline void with_decode_tokens(int nt, F&& f) {
-    TANDEM_CHECK(nt >= 1 && nt <= kMaxDecodeTokens, "decode rows: token count out of range");
+// in [1, N]: a several-tokens kernel's dispatch onto its NT instantiations.
+template <int N, class F>
+inline void with_token_count(int nt, F&& f) {
+    TANDEM_CHECK(nt >= 1 && nt <= N, "decode rows: token count out of range");
     [&]<int... I>(std::integer_sequence<int, I...>) {
         ((nt == I + 1 ? (f(std::integral_constant<int, I + 1>{}), 0) : 0), ...);
-    }(std::make_integer_sequence<int, kMaxDecodeTokens>{});
+    }(std::make_integer_sequence<int, N>{});
+}
+template <class F>
+inline void with_decode_tokens(int nt, F&& f) {
+    with_token_count<kMaxDecodeTokens>(nt, std::forward<F>(f));
 }
 
 // Dispatches a runtime token count onto the NT instantiations.

@@ -263,9 +263,11 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
     for (int r = 0; r < n_rows; ++r) y[r] = out[r];
 }
 
-// Several tokens (a small batch of decode steps): decode_rows for each
-// token, with each super-block of a row loaded and unpacked once for all NT
-// tokens. Per token the integers, the hadd tree over the eight rows and the
+// Several tokens (a small batch of decode steps; Q2_K, and Q4_K in its
+// batch form's order: Q4_K tokens in the one-token order take
+// decode_rows_q4_K_tokens_avx512.cpp): decode_rows for each token, with
+// each super-block of a row loaded and unpacked once for all NT tokens.
+// Per token the integers, the hadd tree over the eight rows and the
 // float steps are decode_rows' own, in its order, so each token gets the
 // bits it gets alone. Spans are shorter so the table of partial sums (now
 // per token) stays at 32 KiB.

@@ -5,11 +5,9 @@
 // AVX-512 flags.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-
-#include <algorithm>
-#include <type_traits>
 
 #include "kernels_cpu/simd_x86.h"
 #include "kernels_cpu/vec_dot.h"
@@ -99,12 +97,7 @@ void in_passes_of_four(const void* a, size_t a_stride, int nt, float* y, int64_t
     }
     for (int t0 = 0; t0 < nt;) {
         const int take = std::min(nt - t0, 4);
-        switch (take) {
-            case 1: pass(std::integral_constant<int, 1>{}, acts + t0, ys + t0); break;
-            case 2: pass(std::integral_constant<int, 2>{}, acts + t0, ys + t0); break;
-            case 3: pass(std::integral_constant<int, 3>{}, acts + t0, ys + t0); break;
-            default: pass(std::integral_constant<int, 4>{}, acts + t0, ys + t0); break;
-        }
+        with_token_count<4>(take, [&](auto n_pass) { pass(n_pass, acts + t0, ys + t0); });
         t0 += take;
     }
 }
