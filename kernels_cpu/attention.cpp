@@ -97,6 +97,20 @@ F16Accumulate f16_accumulate(SimdLevel level) {
     return {detail::f16_scale_scalar, detail::f16_mad_scalar, detail::f16_dot_ggml_scalar};
 }
 
+// A query's share of the work, for splitting the queries over the threads:
+// the cells it attends (a causal prompt's later queries attend more), the
+// scan over all of its view's cells, and a fixed part per task (its row
+// rounded, its output written), in units of one attended cell. Balances;
+// changes no result.
+double attended_cost(const int32_t* q_pos, const KvCacheView* views, size_t view_step, const AttentionShape& shape,
+                     int64_t t) {
+    const KvCacheView& kv = views[static_cast<size_t>(t) * view_step];
+    int64_t seen = std::min<int64_t>(kv.n_cells, std::max<int64_t>(0, int64_t{q_pos[t]} + 1));
+    if (shape.window > 0) seen = std::min<int64_t>(seen, shape.window);
+    constexpr double kScanPerCell = 1.0 / 16, kTaskCells = 8;
+    return static_cast<double>(seen) + kScanPerCell * static_cast<double>(kv.n_cells) + kTaskCells;
+}
+
 // Token t against views[t * view_step]: one view for all (view_step 0) or
 // one per token (1); the views of one cache share its type.
 void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
@@ -124,7 +138,8 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
         const int64_t per_task = detail::shared_heads_per_task(gqa, n_tokens * shape.n_head_kv, pool.size());
         const int64_t tasks_per_token = shape.n_head / per_task;
         const auto kernel = level == SimdLevel::Avx512 ? detail::attention_shared_kv_avx512 : detail::attention_shared_kv_avx2;
-        pool.parallel_for(n_tokens * tasks_per_token, 1, [&](int64_t begin, int64_t end) {
+        const auto cost = [&](int64_t task) { return attended_cost(q_pos, views, view_step, shape, task / tasks_per_token); };
+        pool.parallel_for_cost(n_tokens * tasks_per_token, cost, [&](int64_t begin, int64_t end) {
             for (int64_t task = begin; task < end; ++task) {
                 const int64_t t = task / tasks_per_token;
                 const int64_t h0 = task % tasks_per_token * per_task;
@@ -143,7 +158,8 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
     const float cap = shape.softcap;
     const float qk_scale = cap > 0.0f ? shape.scale / cap : shape.scale;
 
-    pool.parallel_for(n_tokens * shape.n_head, 1, [&](int64_t begin, int64_t end) {
+    const auto cost = [&](int64_t task) { return attended_cost(q_pos, views, view_step, shape, task / shape.n_head); };
+    pool.parallel_for_cost(n_tokens * shape.n_head, cost, [&](int64_t begin, int64_t end) {
         std::vector<uint8_t> q_act(*q_act_bytes);
         std::vector<uint16_t> acc16(dv);
         std::vector<float> acc32(dv);

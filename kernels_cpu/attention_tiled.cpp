@@ -102,7 +102,19 @@ void attention_tiled(const float* q, const int32_t* q_pos, int64_t n_tokens, con
     // them per query head; the values are the same either way).
     const float cap = shape.softcap;
     const float qk_scale = cap > 0.0f ? shape.scale / cap : shape.scale;
-    pool.parallel_for(shape.n_head_kv * n_qtiles, 1, [&](int64_t begin, int64_t end) {
+    // Tasks are split by the key tiles they visit (a causal prompt's later
+    // query tiles see more; an equal split of one KV head's tiles gave one
+    // thread most of the work); any split gives the same bits.
+    const auto cost = [&](int64_t task) {
+        const int64_t t0 = (task % n_qtiles) * kAttentionTile;
+        const int64_t t1 = std::min(n_tokens, t0 + kAttentionTile);
+        int32_t qmax = -1;
+        for (int64_t i = t0; i < t1; ++i) qmax = std::max(qmax, q_pos[i]);
+        int64_t seen = std::min<int64_t>(kv.n_cells, int64_t{qmax} + 1);
+        if (shape.window > 0) seen = std::min<int64_t>(seen, shape.window + (t1 - t0));
+        return static_cast<double>((seen + kAttentionTile - 1) / kAttentionTile + 1);
+    };
+    pool.parallel_for_cost(shape.n_head_kv * n_qtiles, cost, [&](int64_t begin, int64_t end) {
         std::vector<float> kt(static_cast<size_t>(dk * kAttentionTile));
         std::vector<float> vt(static_cast<size_t>(kAttentionTile * dv));
         std::vector<float> s(kQueryBlock * kAttentionTile), p(kQueryBlock * kAttentionTile);

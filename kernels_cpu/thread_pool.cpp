@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -237,6 +238,49 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
         const int64_t end = n * (i + 1) / chunks;
         fn(begin, end);
     });
+}
+
+void ThreadPool::parallel_for_cost(int64_t n, const std::function<double(int64_t)>& cost,
+                                   const std::function<void(int64_t, int64_t)>& fn) {
+    if (n <= 0) return;
+    const int parts = static_cast<int>(std::min<int64_t>(size(), n));
+    if (parts == 1) {
+        fn(0, n);
+        return;
+    }
+    std::vector<double> costs(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) costs[static_cast<size_t>(i)] = cost(i);
+    const std::vector<int64_t> bounds = split_by_cost(costs, parts);
+    run([&](int i, int) {
+        if (i >= parts || bounds[static_cast<size_t>(i)] == bounds[static_cast<size_t>(i) + 1]) return;
+        fn(bounds[static_cast<size_t>(i)], bounds[static_cast<size_t>(i) + 1]);
+    });
+}
+
+std::vector<int64_t> split_by_cost(const std::vector<double>& costs, int parts) {
+    TANDEM_CHECK(parts > 0, "split_by_cost: parts must be positive");
+    const auto n = static_cast<int64_t>(costs.size());
+    double total = 0.0;
+    for (const double c : costs) {
+        TANDEM_CHECK(std::isfinite(c) && c >= 0.0, "split_by_cost: a cost must be finite and >= 0");
+        total += c;
+    }
+    std::vector<int64_t> bounds(static_cast<size_t>(parts) + 1, n);
+    bounds[0] = 0;
+    if (total <= 0.0) {
+        for (int p = 1; p < parts; ++p) bounds[static_cast<size_t>(p)] = n * p / parts;
+        return bounds;
+    }
+    double running = 0.0;
+    int64_t i = 0;
+    for (int p = 1; p < parts; ++p) {
+        const double target = total * p / parts;
+        // The first item whose cost brings the running total to the target
+        // ends the range (ranges never go backwards).
+        while (i < n && running + costs[static_cast<size_t>(i)] * 0.5 < target) running += costs[static_cast<size_t>(i++)];
+        bounds[static_cast<size_t>(p)] = i;
+    }
+    return bounds;
 }
 
 void* ThreadPool::scratch(size_t bytes) {

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -39,6 +41,80 @@ TEST(ThreadPool, ParallelForCoversEveryIndexOnce) {
                         << "threads=" << threads << " n=" << n << " grain=" << grain << " i=" << i;
                 }
                 EXPECT_EQ(chunks_too_small.load(), 0);
+            }
+        }
+    }
+}
+
+// The cost of range p of split_by_cost's bounds.
+double range_cost(const std::vector<double>& costs, const std::vector<int64_t>& bounds, size_t p) {
+    double c = 0.0;
+    for (int64_t i = bounds[p]; i < bounds[p + 1]; ++i) c += costs[static_cast<size_t>(i)];
+    return c;
+}
+
+TEST(ThreadPool, SplitByCostGivesEachRangeItsShare) {
+    // A causal prompt's queries: query t attends t + 1 positions.
+    std::vector<double> causal(32);
+    for (size_t t = 0; t < causal.size(); ++t) causal[t] = static_cast<double>(t + 1);
+    std::vector<double> one_big(10, 1.0);
+    one_big[3] = 100.0;
+    for (const auto* costs : {&causal, &one_big}) {
+        double total = 0.0, biggest = 0.0;
+        for (const double c : *costs) total += c, biggest = std::max(biggest, c);
+        for (int parts : {1, 2, 3, 5, 40}) {
+            const std::vector<int64_t> b = tandem::cpu::split_by_cost(*costs, parts);
+            ASSERT_EQ(b.size(), static_cast<size_t>(parts) + 1);
+            EXPECT_EQ(b.front(), 0);
+            EXPECT_EQ(b.back(), static_cast<int64_t>(costs->size()));
+            for (size_t p = 0; p < static_cast<size_t>(parts); ++p) {
+                ASSERT_LE(b[p], b[p + 1]) << "parts=" << parts << " p=" << p;
+                // Off the share by at most half an item at each end.
+                EXPECT_LE(std::abs(range_cost(*costs, b, p) - total / parts), biggest + 1e-9)
+                    << "parts=" << parts << " p=" << p;
+            }
+        }
+    }
+    // An equal split of the causal prompt over two threads gives 136 and
+    // 392; by cost, 1 + ... + 22 = 253 and 23 + ... + 32 = 275 (the 23rd
+    // query's midpoint, 264.5, is past half of 528).
+    const std::vector<int64_t> two = tandem::cpu::split_by_cost(causal, 2);
+    EXPECT_EQ(two[1], 22);
+    // No cost at all: equal counts.
+    EXPECT_EQ(tandem::cpu::split_by_cost(std::vector<double>(10, 0.0), 3), (std::vector<int64_t>{0, 3, 6, 10}));
+    EXPECT_EQ(tandem::cpu::split_by_cost({}, 2), (std::vector<int64_t>{0, 0, 0}));
+}
+
+TEST(ThreadPool, SplitByCostRefusesBadCosts) {
+    EXPECT_THROW(tandem::cpu::split_by_cost({1.0, -1.0}, 2), std::exception);
+    EXPECT_THROW(tandem::cpu::split_by_cost({1.0, std::nan("")}, 2), std::exception);
+    EXPECT_THROW(tandem::cpu::split_by_cost({1.0}, 0), std::exception);
+}
+
+TEST(ThreadPool, ParallelForCostCoversEveryIndexOnceInCostShares) {
+    for (int threads : {1, 2, 3, 5}) {
+        ThreadPool pool(threads, false);
+        for (int64_t n : {0, 1, 2, 7, 1000}) {
+            std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+            std::mutex mu;
+            std::vector<std::pair<int64_t, int64_t>> ranges;
+            pool.parallel_for_cost(
+                n, [](int64_t i) { return static_cast<double>(i + 1); },
+                [&](int64_t b, int64_t e) {
+                    {
+                        std::lock_guard<std::mutex> lk(mu);
+                        ranges.emplace_back(b, e);
+                    }
+                    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
+                });
+            for (int64_t i = 0; i < n; ++i) {
+                ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "threads=" << threads << " n=" << n << " i=" << i;
+            }
+            if (n == 1000 && threads > 1) {
+                // Rising costs: the first range holds the most items.
+                std::sort(ranges.begin(), ranges.end());
+                ASSERT_EQ(ranges.size(), static_cast<size_t>(threads));
+                EXPECT_GT(ranges.front().second - ranges.front().first, ranges.back().second - ranges.back().first);
             }
         }
     }
