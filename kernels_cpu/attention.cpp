@@ -107,7 +107,7 @@ double attended_cost(const int32_t* q_pos, const KvCacheView* views, size_t view
     const KvCacheView& kv = views[static_cast<size_t>(t) * view_step];
     int64_t seen = std::min<int64_t>(kv.n_cells, std::max<int64_t>(0, int64_t{q_pos[t]} + 1));
     if (shape.window > 0) seen = std::min<int64_t>(seen, shape.window);
-    constexpr double kScanPerCell = 1.0 / 16, kTaskCells = 8;
+    constexpr double kScanPerCell = 1.0 / 16, kTaskCells = 4;
     return static_cast<double>(seen) + kScanPerCell * static_cast<double>(kv.n_cells) + kTaskCells;
 }
 
