@@ -275,8 +275,8 @@ std::vector<int64_t> split_by_cost(const std::vector<double>& costs, int parts) 
     int64_t i = 0;
     for (int p = 1; p < parts; ++p) {
         const double target = total * p / parts;
-        // The first item whose cost brings the running total to the target
-        // ends the range (ranges never go backwards).
+        // Items whose cost's midpoint comes before the target stay in this
+        // range; the next one starts the next range.
         while (i < n && running + costs[static_cast<size_t>(i)] * 0.5 < target) running += costs[static_cast<size_t>(i++)];
         bounds[static_cast<size_t>(p)] = i;
     }
