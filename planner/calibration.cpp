@@ -95,6 +95,7 @@ nlohmann::json kernels_json(const KernelCosts& k, int threads) {
             {"inline_op_s", opt(k.inline_op_s)},
             {"batch_s", opt(k.batch_s)},
             {"inline_op_elem_s", opt(k.inline_op_elem_s)},
+            {"pool_op_elem_s", opt(k.pool_op_elem_s)},
             {"attn_pos_s", attn_json(k.attn_pos_s)},
             {"crossing_s", opt(k.crossing_s)},
             {"copy_gbps", opt(k.copy_gbps)}};
@@ -118,6 +119,7 @@ KernelCosts kernels_from_json(const nlohmann::json& j, int* threads) {
     k.inline_op_s = non_negative(j, "inline_op_s");
     k.batch_s = non_negative(j, "batch_s");
     k.inline_op_elem_s = non_negative(j, "inline_op_elem_s");
+    k.pool_op_elem_s = non_negative(j, "pool_op_elem_s");
     k.attn_pos_s = attn_from_json(j, "attn_pos_s");
     k.crossing_s = non_negative(j, "crossing_s");
     k.copy_gbps = positive_number(j, "copy_gbps");

@@ -2,9 +2,11 @@
 // Each device's time is its products (per weight type, at the rate its
 // kernels reach for that many tokens), its attention, and the fixed costs
 // of handing work to the threads (a call per product group for one token,
-// per matrix and expert used for a batch; an op per norm, RoPE, add...; a
-// decode step runs the ops over one row on the calling thread); then each batch's own fixed cost and the activations
-// crossing between the devices. The devices take turns (the recipe runs
+// per matrix and expert used for a batch; an op per norm, RoPE, add...,
+// which for a batch also costs a part per element it passes over; a
+// decode step runs the ops over one row on the calling thread); then each
+// batch's own fixed cost and the activations crossing between the
+// devices. The devices take turns (the recipe runs
 // the layers in order), so the times add. Rates and fixed costs come from
 // bench --calibrate (KernelCosts); without them, products are a roofline
 // of the device's GB/s and GFLOP/s speeds and the fixed costs the
@@ -104,6 +106,7 @@ struct Rates {
     double call_s() const { return k->matmul_call_s.value_or(kDefaultMatmulCallS); }
     double batch_call_s() const { return k->batch_call_s.value_or(call_s()); }
     double pool_op_s() const { return k->pool_op_s.value_or(kDefaultPoolOpS); }
+    double pool_op_elem_s() const { return k->pool_op_elem_s.value_or(0.0); }
     // An op over a row of `elems` on the calling thread.
     double inline_op_s(int64_t elems) const {
         return k->inline_op_s.value_or(kDefaultInlineOpS) +
@@ -225,6 +228,7 @@ double batch_seconds(const Tables& t, const Layout& l, const Footprint& f, const
         // batch, and run on the calling thread for one token.
         sec += static_cast<double>(s.kv_layers) * r.pool_op_s();
         sec += static_cast<double>(s.row_ops) * (decode ? r.inline_op_s(t.n_embd) : r.pool_op_s());
+        if (!decode) sec += n * static_cast<double>(s.row_op_elems) * r.pool_op_elem_s();
         // The output: the norm and the head's product for the last token.
         if (!logits) continue;
         if (l.norm == d) sec += decode ? r.inline_op_s(t.n_embd) : r.pool_op_s();

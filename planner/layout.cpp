@@ -38,8 +38,10 @@ int64_t stream_first(const Tables& t, const Layout& l) {
 // device each runs on: a product call per group of products of one input
 // on one device, and the ops over rows (norms, biases, RoPE of Q and K,
 // the fused outputs' splits, the activation, the router's choice, the
-// residual adds). Attention is counted by the KV cache's layers.
-void count_layer_ops(const model::LayerSpec& ls, const std::function<int(LayerTensor)>& device_of,
+// residual adds), with the elements each passes over per token (its
+// tensor's output width: a matrix's rows, a vector's length). Attention
+// is counted by the KV cache's layers.
+void count_layer_ops(const model::LayerSpec& ls, int64_t n_expert_used, const std::function<int(LayerTensor)>& device_of,
                      std::array<Share, kDevices>& layer) {
     // A decode step multiplies a group's matrices on one device in one
     // call; a batch, each matrix in its own (each expert's, for experts).
@@ -53,41 +55,59 @@ void count_layer_ops(const model::LayerSpec& ls, const std::function<int(LayerTe
         }
         for (int d = 0; d < kDevices; ++d) layer[static_cast<size_t>(d)].calls += on[d] ? 1 : 0;
     };
-    const auto ops = [&](LayerTensor r, uint64_t n) {
-        if (ls.get(r)) layer[static_cast<size_t>(device_of(r))].row_ops += n;
+    const auto width = [&](LayerTensor r) -> uint64_t {
+        const gguf::TensorInfo* w = ls.get(r);
+        if (!w || w->shape.empty()) return 0;
+        return static_cast<uint64_t>(w->shape.size() >= 2 ? w->shape[1] : w->shape[0]);
+    };
+    // n ops over `elems` elements per token in all.
+    const auto ops = [&](LayerTensor r, uint64_t n, uint64_t elems) {
+        if (!ls.get(r)) return;
+        Share& s = layer[static_cast<size_t>(device_of(r))];
+        s.row_ops += n;
+        s.row_op_elems += elems;
     };
     const bool fused_qkv = ls.get(LayerTensor::AttnQkv) != nullptr;
     if (fused_qkv) {
         call({LayerTensor::AttnQkv});
-        ops(LayerTensor::AttnQkv, 3 + 2);  // the split into Q, K and V; RoPE of Q and K
+        // The split into Q, K and V; RoPE of Q and K (most of the width).
+        ops(LayerTensor::AttnQkv, 3 + 2, 2 * width(LayerTensor::AttnQkv));
     } else {
         call({LayerTensor::AttnQ, LayerTensor::AttnK, LayerTensor::AttnV});
-        ops(LayerTensor::AttnQ, 1);  // RoPE of Q
-        ops(LayerTensor::AttnK, 1);  // RoPE of K
+        ops(LayerTensor::AttnQ, 1, width(LayerTensor::AttnQ));  // RoPE of Q
+        ops(LayerTensor::AttnK, 1, width(LayerTensor::AttnK));  // RoPE of K
     }
     call({LayerTensor::AttnOutput});
     for (const LayerTensor r : {LayerTensor::AttnNorm, LayerTensor::AttnQBias, LayerTensor::AttnKBias,
-                                LayerTensor::AttnVBias, LayerTensor::AttnQNorm, LayerTensor::AttnKNorm,
-                                LayerTensor::AttnPostNorm, LayerTensor::FfnNorm, LayerTensor::FfnPostNorm}) {
-        ops(r, 1);
+                                LayerTensor::AttnVBias, LayerTensor::AttnPostNorm, LayerTensor::FfnNorm,
+                                LayerTensor::FfnPostNorm}) {
+        ops(r, 1, width(r));
     }
-    ops(LayerTensor::AttnOutput, 1);  // the residual add
+    // The per-head Q and K norms run over every head.
+    ops(LayerTensor::AttnQNorm, 1, fused_qkv ? 0 : width(LayerTensor::AttnQ));
+    ops(LayerTensor::AttnKNorm, 1, fused_qkv ? 0 : width(LayerTensor::AttnK));
+    ops(LayerTensor::AttnOutput, 1, width(LayerTensor::AttnOutput));  // the residual add
     if (ls.has_experts()) {
         call({LayerTensor::FfnGateInp});
         call({LayerTensor::FfnGateExps, LayerTensor::FfnUpExps});
         call({LayerTensor::FfnDownExps});
-        ops(LayerTensor::FfnGateExps, 2);  // the router's choice, the activation
-        ops(LayerTensor::FfnDownExps, 1);  // the residual add
+        // The router's choice over its logits, the activation of the
+        // experts each token uses.
+        ops(LayerTensor::FfnGateExps, 2,
+            width(LayerTensor::FfnGateInp) +
+                static_cast<uint64_t>(std::max<int64_t>(n_expert_used, 1)) * width(LayerTensor::FfnGateExps));
+        ops(LayerTensor::FfnDownExps, 1, width(LayerTensor::FfnDownExps));  // the residual add
     } else {
         if (ls.get(LayerTensor::FfnGateUp)) {
             call({LayerTensor::FfnGateUp});
-            ops(LayerTensor::FfnGateUp, 2 + 1);  // the split, the activation
+            // The split (both halves), the activation (one half).
+            ops(LayerTensor::FfnGateUp, 2 + 1, width(LayerTensor::FfnGateUp) * 3 / 2);
         } else {
             call({LayerTensor::FfnGate, LayerTensor::FfnUp});
-            ops(LayerTensor::FfnGate, 1);  // the activation
+            ops(LayerTensor::FfnGate, 1, width(LayerTensor::FfnGate));  // the activation
         }
         call({LayerTensor::FfnDown});
-        ops(LayerTensor::FfnDown, 1);  // the residual add
+        ops(LayerTensor::FfnDown, 1, width(LayerTensor::FfnDown));  // the residual add
     }
 }
 
@@ -109,6 +129,7 @@ Share& Share::operator+=(const Share& o) {
     batch_calls += o.batch_calls;
     expert_mats += o.expert_mats;
     row_ops += o.row_ops;
+    row_op_elems += o.row_op_elems;
     streamed_mats += o.streamed_mats;
     return *this;
 }
@@ -136,6 +157,7 @@ Share Share::operator-(const Share& o) const {
     s.batch_calls = batch_calls - o.batch_calls;
     s.expert_mats = expert_mats - o.expert_mats;
     s.row_ops = row_ops - o.row_ops;
+    s.row_op_elems = row_op_elems - o.row_op_elems;
     s.streamed_mats = streamed_mats - o.streamed_mats;
     return s;
 }
@@ -267,7 +289,7 @@ Mode make_mode(const model::ModelSpec& spec, const Tables& t,
                 static_cast<uint64_t>(w->n_elements);
             if (model::is_streamed(role)) s.streamed_mats += 1;
         }
-        count_layer_ops(ls, [&](LayerTensor role) { return device_of(il, role); }, layer);
+        count_layer_ops(ls, t.n_expert_used, [&](LayerTensor role) { return device_of(il, role); }, layer);
         const auto at = [&](LayerTensor role, int fallback) { return ls.get(role) ? device_of(il, role) : fallback; };
         LayerDevices d;
         d.attn = at(LayerTensor::AttnNorm, kHostDevice);

@@ -37,6 +37,7 @@ struct Share {
     uint64_t weights = 0, read = 0, params = 0, kv = 0, kv_read = 0, kv_layers = 0;
     std::array<uint64_t, kTypeSlots> dense_params_by{}, expert_params_by{};
     uint64_t calls = 0, batch_calls = 0, expert_mats = 0, row_ops = 0, streamed_mats = 0;
+    uint64_t row_op_elems = 0;  // per token: the elements the row ops pass over
     Share& operator+=(const Share& o);
     Share operator-(const Share& o) const;
     Share operator+(const Share& o) const;

@@ -91,6 +91,7 @@ void check_costs(const KernelCosts& k, const char* device) {
     positive(k.batch_s, "batch_s");
     positive(k.crossing_s, "crossing_s");
     positive(k.inline_op_elem_s, "inline_op_elem_s");
+    positive(k.pool_op_elem_s, "pool_op_elem_s");
     for (const auto& [hd, sec] : k.attn_pos_s) {
         if (hd <= 0 || !(sec >= 0.0)) {
             throw Error(fmt::format("{} attn_pos_s: expected a head dimension > 0 and seconds >= 0, found {}: {}",
@@ -501,7 +502,7 @@ bool KernelCosts::empty() const {
     return matvec_gbps.empty() && matvec_cached_gbps.empty() && gemm_small_gflops.empty() &&
            matvec_narrow_gbps.empty() && gemm_small_narrow_gflops.empty() && gemm_few_gflops.empty() &&
            gemm_large_gflops.empty() && !cache_bytes && !matmul_call_s && !batch_call_s && !pool_op_s &&
-           !inline_op_s && !batch_s && !inline_op_elem_s && attn_pos_s.empty() && !crossing_s && !copy_gbps;
+           !inline_op_s && !batch_s && !inline_op_elem_s && !pool_op_elem_s && attn_pos_s.empty() && !crossing_s && !copy_gbps;
 }
 
 double predict_seconds(const model::ModelSpec& spec, const PlanInputs& in, const Plan& p, const Workload& w) {

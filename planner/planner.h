@@ -93,6 +93,11 @@ struct KernelCosts {
     // decode step's norm sums its row in a chain, ~4 cycles an element).
     // Unset: inline_op_s is the whole op.
     std::optional<double> inline_op_elem_s;
+    // pool_op_elem_s: per element of a micro-batch's op over rows (norms,
+    // RoPE, residual adds, the FFN activation) handed to the threads,
+    // beside pool_op_s as its fixed part; counted over each op's own width
+    // (the activation's n_ff, RoPE's Q and K widths). Unset: none.
+    std::optional<double> pool_op_elem_s;
     // Attention of a decode step and of micro-batches under
     // kTiledAttentionMinTokens tokens, by head dimension: seconds per query
     // head and cached position it attends, over the threads (the per-token

@@ -126,6 +126,26 @@ TEST(Prediction, DecodeRowOpsCostAPartPerElementOfTheRow) {
                 1e-15);
 }
 
+// A micro-batch's ops over rows cost, past their hand-over, a part per
+// element each passes over: per token and layer, the two norms (n_embd),
+// RoPE of Q and K (their widths), the activation (n_ff) and the two
+// residual adds (n_embd); none for a decode step, whose ops run inline.
+TEST(Prediction, BatchRowOpsCostAPartPerElementOfEachOpsWidth) {
+    for (const char* shape : {"llama-1b", "tiny"}) {
+        const auto m = header_model(shape);
+        const auto& hp = m->spec.hp;
+        const auto in = zero_cost_inputs(std::nullopt);  // micro-batches of 64
+        const auto per_layer = static_cast<double>(4 * hp.n_embd + hp.q_dim() + hp.n_head_kv * hp.head_dim_k + hp.n_ff);
+        // 150 prompt tokens: every token's row ops once.
+        EXPECT_NEAR(delta(*m, in, std::nullopt, pl::Workload{150, 0, 0}, &pl::KernelCosts::pool_op_elem_s, 1e-9),
+                    150.0 * static_cast<double>(hp.n_layer) * per_layer * 1e-9, 1e-12)
+            << shape;
+        EXPECT_NEAR(delta(*m, in, std::nullopt, pl::Workload{0, 5, 0}, &pl::KernelCosts::pool_op_elem_s, 1e-9), 0.0,
+                    1e-15)
+            << shape;
+    }
+}
+
 // Attention under kTiledAttentionMinTokens tokens costs the measured
 // seconds per query head and position at the model's head dimension,
 // interpolated between the measured ones and scaled past them; batches
@@ -445,6 +465,7 @@ pl::Calibration full_calibration() {
     k.crossing_s = 1e-7;
     k.copy_gbps = 12.0;
     k.inline_op_elem_s = 1.5e-9;
+    k.pool_op_elem_s = 0.4e-9;
     k.attn_pos_s = {{32, 4e-9}, {128, 2e-9}};
     k.matvec_narrow_gbps = {{Type::Q4_K, 11.0}};
     k.gemm_small_narrow_gflops = {{Type::Q4_K, 77.0}};
@@ -472,6 +493,7 @@ TEST(Prediction, CalibrationRoundTripsTheKernels) {
     EXPECT_EQ(k.crossing_s, c.cpu_kernels.crossing_s);
     EXPECT_EQ(k.copy_gbps, c.cpu_kernels.copy_gbps);
     EXPECT_EQ(k.inline_op_elem_s, c.cpu_kernels.inline_op_elem_s);
+    EXPECT_EQ(k.pool_op_elem_s, c.cpu_kernels.pool_op_elem_s);
     EXPECT_EQ(k.attn_pos_s, c.cpu_kernels.attn_pos_s);
     EXPECT_EQ(k.matvec_narrow_gbps, c.cpu_kernels.matvec_narrow_gbps);
     EXPECT_EQ(k.gemm_small_narrow_gflops, c.cpu_kernels.gemm_small_narrow_gflops);
@@ -538,6 +560,9 @@ TEST(Prediction, DamagedKernelEntriesAreOneLineErrors) {
     }
     j = pl::to_json(full_calibration());
     j["cpu_kernels"]["pool_op_s"] = -2.0;
+    EXPECT_THROW(pl::calibration_from_json(j), tandem::Error);
+    j = pl::to_json(full_calibration());
+    j["cpu_kernels"]["pool_op_elem_s"] = -1e-9;
     EXPECT_THROW(pl::calibration_from_json(j), tandem::Error);
     for (const char* bad : {"x", "0", "-64", "64k"}) {
         j = pl::to_json(full_calibration());

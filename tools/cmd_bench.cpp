@@ -398,6 +398,31 @@ planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>&
     k.pool_op_s = per_call(20, [&] {
         pool.parallel_for(64, 4, [&](int64_t lo, int64_t hi) { cpu::add(a.data() + lo, b.data() + lo, hi - lo); });
     });
+    {
+        // A micro-batch's ops over rows, handed to the threads as the CPU
+        // device does (a norm, the SwiGLU activation, a residual add over
+        // kGemmSmallBatch rows of 4096): what they cost past the hand-over,
+        // per element.
+        constexpr int64_t kRows = planner::kGemmSmallBatch, kWidth = 4096;
+        std::vector<float> x(static_cast<size_t>(kRows * kWidth), 0.5f), g(x.size(), 0.25f), w(kWidth, 1.0f);
+        const auto rows = [&](const std::function<void(int64_t, int64_t)>& fn) { pool.parallel_for(kRows, 4, fn); };
+        const double norm = per_call(20, [&] {
+            rows([&](int64_t lo, int64_t hi) {
+                cpu::rms_norm_rows(x.data() + lo * kWidth, w.data(), g.data() + lo * kWidth, kWidth, hi - lo, 1e-5f, level);
+            });
+        });
+        const double glu = per_call(20, [&] {
+            rows([&](int64_t lo, int64_t hi) {
+                for (int64_t r = lo; r < hi; ++r) {
+                    cpu::swiglu(g.data() + r * kWidth, x.data() + r * kWidth, g.data() + r * kWidth, kWidth, level);
+                }
+            });
+        });
+        const double add = per_call(20, [&] {
+            rows([&](int64_t lo, int64_t hi) { cpu::add(x.data() + lo * kWidth, g.data() + lo * kWidth, (hi - lo) * kWidth); });
+        });
+        k.pool_op_elem_s = std::max(0.0, (norm + glu + add - 3 * *k.pool_op_s) / static_cast<double>(3 * kRows * kWidth));
+    }
     // A decode step's row op: a norm over a row on this thread, at 256 and
     // 4096 elements: a fixed part and a part per element (its sum is a
     // chain of dependent adds, in llama.cpp's order).
@@ -463,10 +488,11 @@ void calibrate(const BenchOptions& o) {
                    c.standin_matvec_gbps.at(type),
                    planner::kNarrowCols, k.matvec_narrow_gbps.at(type), k.gemm_small_narrow_gflops.at(type));
     }
-    fmt::print("fixed costs: product hand-over {:.2f} us ({:.2f} us for a batch), op over the threads {:.2f} us, op on "
-               "one row {:.2f} us + {:.2f} ns an element, hidden-row copy {:.2f} us; copies {:.1f} GB/s\n",
-               *k.matmul_call_s * 1e6, *k.batch_call_s * 1e6, *k.pool_op_s * 1e6, *k.inline_op_s * 1e6,
-               *k.inline_op_elem_s * 1e9, *k.crossing_s * 1e6, *k.copy_gbps);
+    fmt::print("fixed costs: product hand-over {:.2f} us ({:.2f} us for a batch), op over the threads {:.2f} us + {:.3f} "
+               "ns an element, op on one row {:.2f} us + {:.2f} ns an element, hidden-row copy {:.2f} us; copies {:.1f} "
+               "GB/s\n",
+               *k.matmul_call_s * 1e6, *k.batch_call_s * 1e6, *k.pool_op_s * 1e6, *k.pool_op_elem_s * 1e9,
+               *k.inline_op_s * 1e6, *k.inline_op_elem_s * 1e9, *k.crossing_s * 1e6, *k.copy_gbps);
     std::string attn;
     for (const auto& [hd, sec] : k.attn_pos_s) attn += fmt::format(" {}: {:.2f} ns", hd, sec * 1e9);
     fmt::print("attention (under {} tokens), per head and position, by head dimension:{}\n",
