@@ -680,7 +680,7 @@ void add_bench_command(CLI::App& app) {
     BenchArgs& a = opts->args;
     CLI::App* cmd = app.add_subcommand(
         "bench", "Measure prompt and generation speed as llama-bench does, or calibrate the planner (--calibrate)");
-    cmd->add_flag("--calibrate", opts->calibrate, "measure memory bandwidths and store them for `plan` and `run`");
+    cmd->add_flag("--calibrate", opts->calibrate, "measure memory bandwidths and the CPU kernels' rates and fixed costs; store them for `plan` and `run`");
     cmd->add_flag("--calibrate-each", opts->calibrate_each,
                   "measure the CPU read bandwidth around every test; take % bw against it and predict for it (not stored)");
     cmd->add_flag("--json", opts->json, "print as JSON (with --calibrate; otherwise the same as -o json)");
