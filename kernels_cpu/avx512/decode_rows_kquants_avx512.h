@@ -80,6 +80,7 @@ inline void prefetch_ahead(const Block* b) {
     _mm_prefetch(p, _MM_HINT_T0);
     _mm_prefetch(p + 64, _MM_HINT_T0);
     _mm_prefetch(p + 128, _MM_HINT_T0);
+    prefetch_stream_l2(b);
 }
 
 // nt tokens (at most kMaxDecodeTokens) in passes of up to four:
