@@ -82,14 +82,14 @@ inline constexpr size_t kRowStreamAhead = 2048;
 // The same kernels (and the several-rows ones through prefetch_ahead) also
 // ask for each block's lines kL2StreamAhead bytes ahead into L2: a serving
 // step's several tokens do 2-3x one token's arithmetic per byte, and with
-// only the L1 prefetch its reads and its arithmetic took turns instead of
-// overlapping (Zen 4, 2 threads, Q4_K four tokens over 141 MB of rows:
-// ~10.6 ns a row and super-block, about the sum of 5.8 in L2 and 4.6 for
-// one token). Same process, taking turns, without/with: 2048 columns
-// 0.81-0.90, 5632 columns 0.80-0.84 (4 KiB ahead 0.82-0.92, 8 KiB
-// 0.81-0.96, 16 KiB 0.80-0.89). llama-1b Q4_K_M, `tandem bench --parallel
-// 1,4 -t 2`, builds alternating: four streams 81-93 -> 103-114 t/s, one
-// stream unchanged within the noise (46-53 both).
+// the L1 prefetch alone their reads and their arithmetic took turns (Zen
+// 4, 2 threads, Q4_K four tokens over 47 MB of rows, past the 32 MB L3:
+// 9.9-11.0 ns a row and super-block, about the sum of the arithmetic, ~5.8
+// on two threads from L2, and one token's reads, 4.4-5.6). Old and new
+// kernels taking turns in one process, new/old: 2048 columns 0.81-0.90,
+// 5632 columns 0.80-0.84 (4 KiB ahead: 0.81-0.90 and 0.90-0.93; 8 KiB
+// 0.81-0.83 and 0.92-0.96; 16 KiB 0.80-0.89 and 0.83-0.86); the same
+// bits. The kernel's one-token pass, the same way: 0.81-0.88.
 inline constexpr size_t kL2StreamAhead = 12288;
 template <class Block>
 inline void prefetch_stream_l2(const Block* b) {
