@@ -9,12 +9,14 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels_cpu/attention.h"
+#include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
 #include "runtime/engine/kv_cache.h"
 
@@ -391,5 +393,54 @@ TEST(KvCache, AttentionViewReadsFewerCellsWithTheSameBits) {
                 }
             }
         }
+    }
+}
+
+namespace {
+
+// Marks every byte of a row, so a test can see which conversion wrote it.
+void mark_row(const float*, void* dst, int64_t n) {
+    std::memset(dst, 0x5A, static_cast<size_t>(n) * sizeof(uint16_t));
+}
+
+}  // namespace
+
+// Rows go through the conversion the cache is given (a CPU device gives
+// its SIMD fp16 conversion), the reference where none is.
+TEST(KvCache, RowsGoThroughTheGivenConversion) {
+    LayerKvCache marked(tq::Type::F16, 8, kRow, kRow, 0, 1, mark_row), plain(tq::Type::F16, 8, kRow, kRow);
+    put(marked, 0, 0);
+    put(plain, 0, 0);
+    const tandem::KvSeqRows m = marked.read_seq(0), p = plain.read_seq(0);
+    ASSERT_EQ(m.k.size(), static_cast<size_t>(kRow) * 2);
+    EXPECT_TRUE(std::all_of(m.k.begin(), m.k.end(), [](uint8_t b) { return b == 0x5A; }));
+    EXPECT_TRUE(std::all_of(m.v.begin(), m.v.end(), [](uint8_t b) { return b == 0x5A; }));
+    std::vector<uint8_t> ref(static_cast<size_t>(kRow) * 2);
+    tq::quantize_row(tq::Type::F16, row(0, 0, 0).data(), ref.data(), kRow);
+    EXPECT_EQ(p.k, ref);
+}
+
+// The CPU's SIMD fp16 conversion, as a CPU device hands it to its caches,
+// writes the reference's bytes: rounding ties, subnormals, overflow to
+// infinity, infinities and NaN payloads included.
+TEST(KvCache, SimdFp16RowsEqualTheReference) {
+    std::vector<float> specials = {0.0f, -0.0f, 1e-42f, -6.1e-5f, 5.96e-8f, 2.98e-8f, 65504.0f, 65519.0f, 65520.0f,
+                                   -70000.0f, 1.0f + 1.0f / 2048.0f, 1.0f + 3.0f / 2048.0f,
+                                   std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                                   std::bit_cast<float>(0x7fc00000u), std::bit_cast<float>(0xffa12345u),
+                                   std::bit_cast<float>(0x7f800001u)};
+    for (tc::SimdLevel level : levels()) {
+        const tq::QuantizeRowFn simd = tc::detail::activation_quantizer(tq::Type::F16, level);
+        LayerKvCache fast(tq::Type::F16, 16, kRow, kRow, 0, 1, simd), ref(tq::Type::F16, 16, kRow, kRow);
+        for (int32_t p = 0; p < 4; ++p) {
+            std::vector<float> k = row(0, p, 3), v = row(0, p, 4);
+            for (size_t i = 0; i < specials.size(); ++i) k[(i * 7 + static_cast<size_t>(p)) % k.size()] = specials[i];
+            for (size_t i = 0; i < specials.size(); ++i) v[(i * 5 + static_cast<size_t>(p) * 3) % v.size()] = -specials[i];
+            fast.store(0, p, k.data(), v.data());
+            ref.store(0, p, k.data(), v.data());
+        }
+        const tandem::KvSeqRows a = fast.read_seq(0), b = ref.read_seq(0);
+        EXPECT_EQ(a.k, b.k) << lvl(level);
+        EXPECT_EQ(a.v, b.v) << lvl(level);
     }
 }

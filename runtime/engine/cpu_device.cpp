@@ -14,6 +14,7 @@
 #include "kernels_cpu/attention.h"
 #include "kernels_cpu/elementwise.h"
 #include "kernels_cpu/moe.h"
+#include "kernels_cpu/vec_dot.h"
 #include "runtime/engine/host_weight_arena.h"
 #include "runtime/common/error.h"
 #include "runtime/engine/kv_cache.h"
@@ -240,7 +241,12 @@ void CpuDevice::load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t 
     const quant::Type type = model::cache_quant_type(impl_->config.cache_type);
     const uint64_t bytes = model::kv_bytes_for_cells(impl_->spec, n_cells, impl_->config.cache_type);
     impl_->reserve(MemoryCategory::KvCache, bytes, fmt::format("the KV cache of layer {}", il));
-    impl_->kv.try_emplace(il, type, n_cells, hp.k_dim(), hp.v_dim(), ring_span, n_regions);
+    // fp16 rows through the SIMD conversion, whose bytes are the
+    // reference's (Matmul's activation quantizer test); other cache types
+    // keep the reference (Q8_0's activation quantizer rounds otherwise).
+    const quant::QuantizeRowFn write_row =
+        type == quant::Type::F16 ? cpu::detail::activation_quantizer(type, impl_->level) : nullptr;
+    impl_->kv.try_emplace(il, type, n_cells, hp.k_dim(), hp.v_dim(), ring_span, n_regions, write_row);
 }
 
 void CpuDevice::allocate_workspace(bool with_logits) {

@@ -19,20 +19,22 @@ uint64_t row_bytes_of(quant::Type type, int64_t dim) {
 }  // namespace
 
 LayerKvCache::LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span,
-                           int64_t n_regions)
+                           int64_t n_regions, quant::QuantizeRowFn write_row)
     : type_(type),
+      write_row_(write_row != nullptr ? write_row : quant::traits(type).quantize_row),
       k_dim_(k_dim),
       v_dim_(v_dim),
       k_row_bytes_(row_bytes_of(type, k_dim)),
       v_row_bytes_(row_bytes_of(type, v_dim)),
       cells_(n_cells, ring_span, n_regions) {
+    TANDEM_CHECK(write_row_ != nullptr, "KV cache: the cache type has no row conversion");
     k_.resize(static_cast<size_t>(n_cells) * k_row_bytes_);
     v_.resize(static_cast<size_t>(n_cells) * v_row_bytes_);
 }
 
 void LayerKvCache::write_rows(int64_t cell, const float* k_row, const float* v_row) {
-    quant::quantize_row(type_, k_row, k_.data() + static_cast<uint64_t>(cell) * k_row_bytes_, k_dim_);
-    quant::quantize_row(type_, v_row, v_.data() + static_cast<uint64_t>(cell) * v_row_bytes_, v_dim_);
+    write_row_(k_row, k_.data() + static_cast<uint64_t>(cell) * k_row_bytes_, k_dim_);
+    write_row_(v_row, v_.data() + static_cast<uint64_t>(cell) * v_row_bytes_, v_dim_);
 }
 
 void LayerKvCache::store(int32_t pos, const float* k_row, const float* v_row) {

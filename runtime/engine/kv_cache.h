@@ -27,8 +27,11 @@ public:
     // (window + micro-batch): a sequence's cell ring_span or more positions
     // behind the one it stores may be reused.
     // n_regions: KvCells' parts, one per sequence (1: one shared pool).
+    // write_row: what turns a K or V row into the cache type's bytes; it
+    // must give the type's reference bytes (a CPU device passes its SIMD
+    // fp16 conversion, tested equal); null: the reference itself.
     LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span = 0,
-                 int64_t n_regions = 1);
+                 int64_t n_regions = 1, quant::QuantizeRowFn write_row = nullptr);
 
     // Sequence 0 with the single-sequence layout: position pos in cell
     // pos % n_cells, overwriting whatever the cell held.
@@ -81,6 +84,7 @@ private:
     cpu::KvCacheView make_view(const int32_t* cell_pos, int64_t begin, int64_t end) const;
 
     quant::Type type_;
+    quant::QuantizeRowFn write_row_;
     int64_t k_dim_;
     int64_t v_dim_;
     uint64_t k_row_bytes_;
