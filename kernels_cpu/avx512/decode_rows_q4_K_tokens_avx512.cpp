@@ -6,33 +6,35 @@
 // are exact in any order, so only their float steps fix the bits, and each
 // token gets the bits it gets alone.
 //
-// Why a kernel of its own: the one-token kernel folds each row's total to
-// four lanes with two extractions, packs its four dot products into words
-// and reduces eight rows with a tree of 256-bit hadds. While 512-bit uops
-// are in flight only ports 0 and 5 take vector work, and with four tokens
-// those ran full (perf: the compiler's copies of a zero register into each
-// vpdpbusd destination took a port each, too). Here, per row, token and
-// super-block:
-// - four vpdpbusd of the code registers against the activation (the
-//   one-token kernel's registers and prepared activation), each starting
-//   from a zeroing idiom, which needs no port;
-// - the four sub-block scale products as one vpmaddwd and three vpdpwssd
-//   on the dot products' 32-bit lanes against the scales as 32-bit lanes
-//   (a lane is under 2^15 in magnitude, so its low word is its value and
-//   the high word meets a zero), no packs;
-// - two stores of the 16 lanes' halves, placed so that one add of two
-//   loaded registers pairs two rows (the tree's first step).
-// Per eight rows and token, the rest of the tree (shuffles, two-source
-// permutes) takes the eight totals and the eight minimum sums (one
-// vpmaddwd of four rows' minimums against the activation's 32-element
-// sums) into one register, rows in the lanes, for one conversion and one
-// fused multiply-add of [totals | minimum sums] against [d | dmin] x da.
-// One thread, Sapphire Rapids, both kernels built alike and taking turns in
-// one process (best of 400 passes each), TSC cycles per row and
-// super-block: 4 tokens on 512 rows of 2048 columns from L2, 44-52 -> 38-46
-// (new/old 0.73-0.92 over nine rounds); 256 rows of 5632 columns 0.97-0.98;
-// from DRAM 0.94-0.96; one token 0.96-0.97.
-#include <algorithm>
+// Sixteen rows in the lanes. The 16 rows of a pass are read a dword at a
+// time and transposed in registers, so that lane i of a register holds
+// four code bytes of row kLaneRow[i]; each vpdpbusd then multiplies those
+// against one broadcast dword of a token's activation. A row's sums never
+// leave its lane, so there is no reduction tree per super-block and
+// token: the sub-block scales are one vpmulld per sub-block and token for
+// all sixteen rows, the minimum sums four vpdpwssd, and the float steps
+// one conversion and one fused multiply-add each for sixteen rows. The
+// transposes (24 shuffles per 32 code bytes of 16 rows) are shared by the
+// tokens.
+//
+// The kernel before this one kept each row's 16 lanes apart and reduced
+// eight rows per token and super-block with a tree (stores, shuffles,
+// two-source permutes), after four vpmaddwd/vpdpwssd scale products per
+// token; those scale products alone took ~31 cycles of its ~41 per row,
+// super-block and four tokens (Zen 4; a loop of just them ran 31.4 cycles,
+// just its 16 vpdpbusd 17-20).
+//
+// The 16 rows stream side by side, a super-block of each at a time, so the
+// hardware prefetchers see 16 short streams: each step asks for the same
+// super-block of the 16 rows one pass on (w + 16 rows) into L2, in the
+// order the next pass reads them. (Prefetching the next pass in address
+// order, or the current rows 1-4 super-blocks ahead into L1, was slower.)
+//
+// Zen 4, old and new kernel taking turns in one process, same bits, new/old:
+// four tokens on 512 rows of 2048 columns from L2, 0.61; from DRAM (141 MB
+// of rows) on two threads, 0.77-0.78 at 2048 columns and 0.43-0.51 at 5632;
+// two tokens 0.64 (L2), 0.93 (2048, DRAM), 0.64 (5632, DRAM); one token
+// 0.84 (L2), about 1.0 from DRAM.
 #include <cstdint>
 #include <cstring>
 
@@ -44,171 +46,182 @@
 namespace tandem::cpu::detail {
 namespace {
 
-using kq_rows::d_offset;
 using kq_rows::PreparedBlock;
 using quant::block_q4_K;
 using quant::kQK_K;
 
-using kq_rows::kGroupRows;
+static_assert(kDecodeRows == 16, "sixteen rows in the lanes");
 
-// Dword index into [scales 0..7, minimums 0..7] for code register k:
-// lanes 0..7 its low sub-block's scale, 8..15 its high one's.
-__m512i scale_lanes_index(int k) {
-    alignas(64) int32_t idx[16];
-    for (int i = 0; i < 16; ++i) idx[i] = i < 8 ? kq_rows::low_sub_block(k) : kq_rows::high_sub_block(k);
-    return _mm512_load_si512(idx);
+// Lane i of every register below holds row kLaneRow[i] of the pass: the
+// order the dword transposes leave.
+constexpr int kLaneRow[16] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+
+// A zero register made by the zeroing idiom, which the renamer handles
+// without an execution port (the compiler's copies of one zero register
+// into each destination of vpdpbusd take a vector port each).
+inline __m512i fresh_zero() {
+    __m512i z;
+    asm volatile("vpxord %0, %0, %0" : "=v"(z));
+    return z;
 }
 
-// The tree's last step takes, from two registers of four rows each (128
-// bits a row, four lanes whose sum is the row's value), lane i of every
-// row: part_index(0) gives lanes 0 (rows 0..7) then 1, part_index(2)
-// lanes 2 then 3.
-__m512i part_index(int first) {
-    alignas(64) int32_t idx[16];
+// acc + the dot products of w's bytes (unsigned) against the four signed
+// bytes at p in every lane, the dword broadcast inside the instruction
+// (GCC loads it into a register of its own first: 0.66 -> 0.61 new/old).
+inline __m512i dpbusd_broadcast(__m512i acc, __m512i w, const uint8_t* p) {
+    asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(p)));
+    return acc;
+}
+
+inline int32_t load_i32(const void* p) {
+    int32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+// The 32 code bytes of chunk c (qs[32c .. 32c + 31]) of the 16 rows' blocks
+// as eight registers, t[g] holding dword g of every row.
+inline void transpose_chunk(const block_q4_K* const* b, int c, __m512i* t) {
+    __m512i r[8];  // rows a and a + 8
+    for (int a = 0; a < 8; ++a) {
+        r[a] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(b[a]->qs + 32 * c)), load256(b[a + 8]->qs + 32 * c), 1);
+    }
+    __m512i v[8];
     for (int h = 0; h < 2; ++h) {
-        for (int r = 0; r < kGroupRows; ++r) idx[8 * h + r] = (r < 4 ? 0 : 16) + 4 * (r % 4) + first + h;
+        const __m512i* q = r + 4 * h;
+        const __m512i u0 = _mm512_unpacklo_epi32(q[0], q[1]), u1 = _mm512_unpackhi_epi32(q[0], q[1]);
+        const __m512i u2 = _mm512_unpacklo_epi32(q[2], q[3]), u3 = _mm512_unpackhi_epi32(q[2], q[3]);
+        // Per 128-bit lane, four rows' dword j | j + 4 (lanes 0, 2 | 1, 3).
+        v[4 * h + 0] = _mm512_unpacklo_epi64(u0, u2);
+        v[4 * h + 1] = _mm512_unpackhi_epi64(u0, u2);
+        v[4 * h + 2] = _mm512_unpacklo_epi64(u1, u3);
+        v[4 * h + 3] = _mm512_unpackhi_epi64(u1, u3);
+    }
+    for (int g = 0; g < 4; ++g) {
+        t[g] = _mm512_shuffle_i32x4(v[g], v[4 + g], 0x88);
+        t[g + 4] = _mm512_shuffle_i32x4(v[g], v[4 + g], 0xDD);
+    }
+}
+
+// Bytes 0..15 of the 16 rows' blocks (d, dmin, the 12 scale bytes) as four
+// registers, w[k] holding dword k of every row.
+inline void transpose_heads(const block_q4_K* const* b, __m512i* w) {
+    __m512i z[4];  // 128-bit lanes: rows a, a + 8, a + 4, a + 12
+    for (int a = 0; a < 4; ++a) {
+        z[a] = _mm512_castsi128_si512(load128(b[a]));
+        z[a] = _mm512_inserti32x4(z[a], load128(b[a + 8]), 1);
+        z[a] = _mm512_inserti32x4(z[a], load128(b[a + 4]), 2);
+        z[a] = _mm512_inserti32x4(z[a], load128(b[a + 12]), 3);
+    }
+    const __m512i a0 = _mm512_unpacklo_epi32(z[0], z[1]), a1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i a2 = _mm512_unpacklo_epi32(z[2], z[3]), a3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    w[0] = _mm512_unpacklo_epi64(a0, a2);
+    w[1] = _mm512_unpackhi_epi64(a0, a2);
+    w[2] = _mm512_unpacklo_epi64(a1, a3);
+    w[3] = _mm512_unpackhi_epi64(a1, a3);
+}
+
+// Byte shuffle taking byte `first` of every dword into its low byte (and,
+// with pair, byte first + 1 into its third byte: two words), zeros elsewhere.
+__m512i byte_pick(int first, bool pair) {
+    alignas(64) int8_t idx[64];
+    for (int i = 0; i < 16; ++i) {
+        const int8_t none = static_cast<int8_t>(0x80);
+        idx[4 * i + 0] = static_cast<int8_t>(4 * (i % 4) + first);
+        idx[4 * i + 1] = none;
+        idx[4 * i + 2] = pair ? static_cast<int8_t>(4 * (i % 4) + first + 1) : none;
+        idx[4 * i + 3] = none;
     }
     return _mm512_load_si512(idx);
 }
 
-struct Kernel {
-    __m512i scale_idx[4] = {scale_lanes_index(0), scale_lanes_index(1), scale_lanes_index(2), scale_lanes_index(3)};
-    __m512i parts02 = part_index(0), parts13 = part_index(2);
-    __m256i half_idx = _mm256_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+// Where to ask for the next pass's rows: one pass on (the rows of a matmul
+// lie one after another, and a thread takes its passes in order; past the
+// last one a prefetch is only a wasted hint).
+inline void prefetch_next_pass(const block_q4_K* b, size_t pass_bytes) {
+    const char* p = reinterpret_cast<const char*>(b) + pass_bytes;
+    for (size_t o = 0; o < sizeof(block_q4_K); o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
+}
 
-    // A super-block's codes and scales, once for every token; its eight
-    // minimums (bytes 8..15 of sm) go to the tree.
-    struct Unpacked {
-        __m512i code[4], scale[4];
-        __m128i sm;
-    };
-    Unpacked unpack(const block_q4_K& b) const {
-        Unpacked u;
-        kq_rows::q4_K_code_registers(b.qs, u.code);
-        u.sm = q4_K_scales_mins_simd(b.scales);
-        const __m512i sm32 = _mm512_cvtepu8_epi32(u.sm);
-        for (int k = 0; k < 4; ++k) u.scale[k] = _mm512_permutexvar_epi32(scale_idx[k], sm32);
-        return u;
-    }
-    // A zero register made by the zeroing idiom, which the renamer handles
-    // without an execution port (the compiler's copies of one zero register
-    // into each destination of vpdpbusd take a vector port each).
-    static __m512i fresh_zero() {
-        __m512i z;
-        asm volatile("vpxord %0, %0, %0" : "=v"(z));
-        return z;
-    }
-    // One token's 16 lanes whose sum is the row's integer total.
-    static __m512i total_lanes(const Unpacked& u, const PreparedBlock& p) {
-        __m512i d[4];
-        for (int k = 0; k < 4; ++k) d[k] = _mm512_dpbusd_epi32(fresh_zero(), u.code[k], p.act[k]);
-        __m512i z = _mm512_madd_epi16(d[0], u.scale[0]);
-        for (int k = 1; k < 4; ++k) z = _mm512_dpwssd_epi32(z, d[k], u.scale[k]);
-        return z;
-    }
-    // Stores row r's 16 lanes z as halves: the low 256 bits at v[r / 2]'s
-    // half r % 2, the high 256 bits at v[4 + r / 2]'s, so that v[p] +
-    // v[4 + p] holds rows 2p and 2p + 1, eight lanes each whose sum is the
-    // row's total (the tree's first step made by two stores and one add).
-    static void store_halves(__m512i* v, int r, __m512i z) {
-        auto* lo = reinterpret_cast<uint8_t*>(v + r / 2) + 32 * (r % 2);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(lo), _mm512_castsi512_si256(z));
-        _mm512_mask_storeu_epi32(reinterpret_cast<uint8_t*>(v + 4 + r / 2) + 32 * (r % 2) - 32, 0xFF00, z);
-    }
-    // [totals of rows 0..7 | minimum sums of rows 0..7] from the rows'
-    // stored halves and their minimums as words (mins[0]: rows 0..3, 128
-    // bits a row; mins[1]: rows 4..7).
-    __m512i rows_totals(const __m512i* v, const __m512i* mins, const PreparedBlock& p) const {
-        __m512i pairs[4];
-        for (int q = 0; q < 4; ++q) pairs[q] = _mm512_add_epi32(v[q], v[4 + q]);
-        // Quads: 128-bit lane j holds four lanes of row j whose sum is its total.
-        auto quad = [](__m512i a, __m512i b) {
-            return _mm512_add_epi32(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xDD));
-        };
-        const __m512i t0 = quad(pairs[0], pairs[1]), t1 = quad(pairs[2], pairs[3]);
-        // The activation's eight 32-element sums in each 128-bit lane.
-        const __m512i sums = _mm512_broadcast_i32x4(load128(reinterpret_cast<const uint8_t*>(&p.sums) + 16));
-        const __m512i m0 = _mm512_madd_epi16(mins[0], sums), m1 = _mm512_madd_epi16(mins[1], sums);
-        // [lanes 0 + 2 of rows 0..7 | lanes 1 + 3], totals, then minimums.
-        const __m512i pt = _mm512_add_epi32(_mm512_permutex2var_epi32(t0, parts02, t1), _mm512_permutex2var_epi32(t0, parts13, t1));
-        const __m512i pm = _mm512_add_epi32(_mm512_permutex2var_epi32(m0, parts02, m1), _mm512_permutex2var_epi32(m0, parts13, m1));
-        return _mm512_add_epi32(_mm512_shuffle_i64x2(pt, pm, 0x44), _mm512_shuffle_i64x2(pt, pm, 0xEE));
-    }
-    // [d of rows 0..7 | dmin of rows 0..7] from the rows' (d, dmin) words.
-    __m512 scales(__m256i dd) const { return _mm512_cvtph_ps(_mm256_permutexvar_epi16(half_idx, dd)); }
-};
-
-// Token t's prepared activation at a[t], its outputs at y[t]. The rows of
-// a group of eight are read one after another over a span of super-blocks
-// and leave their lanes in a table; the last row's pass runs the trees and
-// float steps, so its loads overlap them.
+// Token t's prepared activation at a[t], its outputs at y[t].
 template <int NT>
-void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const uint8_t* const* a, float* const* y) {
-    // The table of lanes: 16 KiB (at 32 KiB, 5632 columns ran 1.5x slower).
-    constexpr int64_t kSpan = std::max(4, 32 / NT);
+void rows16_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const uint8_t* const* a, float* const* y) {
     const int64_t nb = n / kQK_K;
     const kq_rows::TokenActs<NT> acts(a, nb);
-    const auto& act = acts.act;
-    const auto& act_d = acts.d;
     const block_q4_K* x[kDecodeRows];
-    const int n_groups = kq_rows::row_groups(w, row_stride, n_rows, x);
-    const Kernel kernel;
+    decode_row_pointers(w, row_stride, n_rows, kDecodeRows, x);
+    const size_t pass_bytes = kDecodeRows * row_stride;
+    const __m512i low4 = _mm512_set1_epi8(0x0F), six = _mm512_set1_epi8(0x3F), top2 = _mm512_set1_epi8(0x30);
+    const __m512i pick[4] = {byte_pick(0, false), byte_pick(1, false), byte_pick(2, false), byte_pick(3, false)};
+    const __m512i pick_pair[2] = {byte_pick(0, true), byte_pick(2, true)};
 
-    alignas(64) __m512i lanes[kSpan][NT][kGroupRows];  // per token, eight registers: store_halves
-    alignas(64) uint64_t mins[kSpan][kGroupRows];      // the eight minimum bytes of each row
-    alignas(32) uint32_t dd[kSpan][kGroupRows];        // (d, dmin) of each row
-    __m512 acc[kDecodeRows / kGroupRows][NT];          // [acc | acc_min] of eight rows
-    for (int g = 0; g < n_groups; ++g) {
-        for (int t = 0; t < NT; ++t) acc[g][t] = _mm512_setzero_ps();
-    }
+    __m512 acc[NT], acc_min[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = acc_min[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        const block_q4_K* b[kDecodeRows];
+        for (int r = 0; r < kDecodeRows; ++r) {
+            b[r] = x[r] + i;
+            prefetch_next_pass(b[r], pass_bytes);
+        }
+        __m512i head[4];
+        transpose_heads(b, head);
+        // Bytes j of [s0..s3], [m0..m3], [s4..s7], [m4..m7]: the six-bit
+        // scales and minimums (quant::ref's get_scale_min_k4, per byte).
+        const __m512i s_lo = _mm512_and_si512(head[1], six);
+        const __m512i m_lo = _mm512_and_si512(head[2], six);
+        const __m512i s_hi = _mm512_or_si512(_mm512_and_si512(head[3], low4), _mm512_and_si512(_mm512_srli_epi32(head[1], 2), top2));
+        const __m512i m_hi =
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(head[3], 4), low4), _mm512_and_si512(_mm512_srli_epi32(head[2], 2), top2));
+        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head[0]));
+        const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head[0], 16)));
 
-    for (int64_t i0 = 0; i0 < nb; i0 += kSpan) {
-        const int64_t ni = std::min(kSpan, nb - i0);
-        for (int g = 0; g < n_groups; ++g) {
-            __m512 gacc[NT];
-            for (int t = 0; t < NT; ++t) gacc[t] = acc[g][t];
-            // The float steps of super-block k, once all eight rows' lanes
-            // of it are stored.
-            auto float_steps = [&](int64_t k) {
-                const __m512 dm = kernel.scales(_mm256_load_si256(reinterpret_cast<const __m256i*>(dd[k])));
-                const __m512i min_words[2] = {
-                    _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(&mins[k][0]))),
-                    _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(&mins[k][4])))};
+        __m512i total[NT];
+        for (int t = 0; t < NT; ++t) total[t] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; ++c) {
+            __m512i tq[8];
+            transpose_chunk(b, c, tq);
+            // Chunk c's low nibbles are sub-block 2c, its high ones 2c + 1;
+            // their activation bytes in the prepared layout (the one-token
+            // kernel's code registers: low_sub_block/high_sub_block).
+            const int lo_at = 64 * (2 * (c / 2)) + 32 * (c % 2), hi_at = lo_at + 64;
+            __m512i dlo[NT], dhi[NT];
+            for (int t = 0; t < NT; ++t) dlo[t] = fresh_zero(), dhi[t] = fresh_zero();
+            for (int g = 0; g < 8; ++g) {
+                const __m512i lo = _mm512_and_si512(tq[g], low4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(tq[g], 4), low4);
                 for (int t = 0; t < NT; ++t) {
-                    const __m512 tm = _mm512_cvtepi32_ps(kernel.rows_totals(lanes[k][t], min_words, act[t][i0 + k]));
-                    gacc[t] = _mm512_fmadd_ps(tm, _mm512_mul_ps(dm, _mm512_set1_ps(act_d[t][i0 + k])), gacc[t]);
-                }
-            };
-            for (int r = 0; r < kGroupRows; ++r) {
-                const block_q4_K* row = x[g * kGroupRows + r] + i0;
-                for (int64_t k = 0; k < ni; ++k) {
-                    const block_q4_K& b = row[k];
-                    kq_rows::prefetch_ahead(&b);
-                    const auto u = kernel.unpack(b);
-                    for (int t = 0; t < NT; ++t) {
-                        Kernel::store_halves(lanes[k][t], r, Kernel::total_lanes(u, act[t][i0 + k]));
-                    }
-                    _mm_storeh_pi(reinterpret_cast<__m64*>(&mins[k][r]), _mm_castsi128_ps(u.sm));
-                    std::memcpy(&dd[k][r], &b.d, sizeof(uint32_t));  // d, dmin: adjacent fp16
-                    // The last row runs the float steps of the super-block
-                    // before, whose stores are done by now (a load of
-                    // several fresh stores waits for them to commit), so
-                    // its loads overlap them.
-                    if (r == kGroupRows - 1 && k > 0) float_steps(k - 1);
+                    const auto* p = reinterpret_cast<const uint8_t*>(acts.act[t][i].act);
+                    dlo[t] = dpbusd_broadcast(dlo[t], lo, p + lo_at + 4 * g);
+                    dhi[t] = dpbusd_broadcast(dhi[t], hi, p + hi_at + 4 * g);
                 }
             }
-            float_steps(ni - 1);
-            for (int t = 0; t < NT; ++t) acc[g][t] = gacc[t];
+            // |sub-block dot| <= 32 * 15 * 128, times a scale < 64: exact in 32 bits.
+            const __m512i s = c < 2 ? s_lo : s_hi;
+            const __m512i sc_lo = _mm512_shuffle_epi8(s, pick[(2 * c) % 4]);
+            const __m512i sc_hi = _mm512_shuffle_epi8(s, pick[(2 * c + 1) % 4]);
+            for (int t = 0; t < NT; ++t) {
+                total[t] = _mm512_add_epi32(total[t], _mm512_add_epi32(_mm512_mullo_epi32(dlo[t], sc_lo), _mm512_mullo_epi32(dhi[t], sc_hi)));
+            }
+        }
+        // Minimums as word pairs (m0, m1), (m2, m3), (m4, m5), (m6, m7),
+        // against the activation's 32-element sums (words 8..15 of sums).
+        const __m512i mw[4] = {_mm512_shuffle_epi8(m_lo, pick_pair[0]), _mm512_shuffle_epi8(m_lo, pick_pair[1]),
+                               _mm512_shuffle_epi8(m_hi, pick_pair[0]), _mm512_shuffle_epi8(m_hi, pick_pair[1])};
+        for (int t = 0; t < NT; ++t) {
+            const auto* sums = reinterpret_cast<const uint8_t*>(&acts.act[t][i].sums) + 16;
+            __m512i ms = _mm512_madd_epi16(mw[0], _mm512_set1_epi32(load_i32(sums)));
+            for (int p = 1; p < 4; ++p) ms = _mm512_dpwssd_epi32(ms, mw[p], _mm512_set1_epi32(load_i32(sums + 4 * p)));
+            const __m512 da = _mm512_set1_ps(acts.d[t][i]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[t]), _mm512_mul_ps(d, da), acc[t]);
+            acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dmin, da), acc_min[t]);
         }
     }
     for (int t = 0; t < NT; ++t) {
-        alignas(32) float out[kDecodeRows];
-        for (int g = 0; g < n_groups; ++g) {
-            const __m512 v = acc[g][t];
-            _mm256_store_ps(out + g * kGroupRows,
-                            _mm256_sub_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+        alignas(64) float out[16];
+        _mm512_store_ps(out, _mm512_sub_ps(acc[t], acc_min[t]));
+        for (int l = 0; l < 16; ++l) {
+            if (kLaneRow[l] < n_rows) y[t][kLaneRow[l]] = out[l];
         }
-        for (int r = 0; r < n_rows; ++r) y[t][r] = out[r];
     }
 }
 
@@ -217,7 +230,7 @@ void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const 
 void dot_q4_K_rows_multi_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride,
                                 int nt, float* y, int64_t ldy) {
     kq_rows::in_passes_of_four(a, a_stride, nt, y, ldy, [&](auto nt_pass, const uint8_t* const* acts, float* const* ys) {
-        rows_tokens<decltype(nt_pass)::value>(n, w, row_stride, n_rows, acts, ys);
+        rows16_tokens<decltype(nt_pass)::value>(n, w, row_stride, n_rows, acts, ys);
     });
 }
 
