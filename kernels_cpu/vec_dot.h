@@ -194,7 +194,7 @@ void dot_q2_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_row
 #define TANDEM_DECODE_MULTI_ARGS \
     int64_t n, const void *w, size_t row_stride, int n_rows, const void *a, size_t a_stride, int nt, float *y, int64_t ldy
 void dot_q4_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);  // decode_rows_q4_0_avx2.cpp
-void dot_q4_K_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);  // decode_rows_x86.h, four rows a pass
+void dot_q4_K_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);  // avx2/decode_rows_q4_K_tokens_avx2.cpp, eight rows in the lanes
 // Q4_1, Q5_0, Q5_1 and Q8_0 (vec_dot_avx2.cpp): eight rows a pass.
 void dot_q4_1_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
 void dot_q5_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);

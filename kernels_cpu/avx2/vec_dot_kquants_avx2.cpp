@@ -423,9 +423,6 @@ void dot_q4_K_avx2(TANDEM_DOT_ARGS) { tile<Q4K>(n, w, a, a_stride, nt, y, ldy); 
 void dot_q4_K_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
     decode_rows<Q4KRowSums>(n, w, row_stride, n_rows, a, y);
 }
-void dot_q4_K_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS) {
-    decode_rows_multi<Q4KRowSums>(n, w, row_stride, n_rows, a, a_stride, nt, y, ldy);
-}
 void dot_q2_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q2KBatch>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q4_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q4KBatch>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q3_K_batch_avx2(TANDEM_DOT_ARGS) { tile<Q3KBatch>(n, w, a, a_stride, nt, y, ldy); }
