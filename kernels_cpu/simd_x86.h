@@ -106,6 +106,17 @@ inline void prefetch_row_stream(const Block* b) {
 inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline __m128i load128(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
 
+// Per 128-bit lane, the 4x4 transpose of dwords: lane L of out[j] holds
+// dword j of lane L of in[0], in[1], in[2], in[3].
+inline void transpose4x4_epi32(const __m256i* in, __m256i* out) {
+    const __m256i t0 = _mm256_unpacklo_epi32(in[0], in[1]), t1 = _mm256_unpackhi_epi32(in[0], in[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(in[2], in[3]), t3 = _mm256_unpackhi_epi32(in[2], in[3]);
+    out[0] = _mm256_unpacklo_epi64(t0, t2);
+    out[1] = _mm256_unpackhi_epi64(t0, t2);
+    out[2] = _mm256_unpacklo_epi64(t1, t3);
+    out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
 inline uint32_t load_u32(const uint8_t* p) {
     uint32_t v;
     std::memcpy(&v, p, sizeof(v));

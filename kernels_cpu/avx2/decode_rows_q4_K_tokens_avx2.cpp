@@ -36,23 +36,13 @@ inline int32_t load_i32(const void* p) {
     return v;
 }
 
-// Per 128-bit lane, four rows' dword j | j + 4 (see transpose_chunk).
-inline void transpose4(const __m256i* q, __m256i* v) {
-    const __m256i u0 = _mm256_unpacklo_epi32(q[0], q[1]), u1 = _mm256_unpackhi_epi32(q[0], q[1]);
-    const __m256i u2 = _mm256_unpacklo_epi32(q[2], q[3]), u3 = _mm256_unpackhi_epi32(q[2], q[3]);
-    v[0] = _mm256_unpacklo_epi64(u0, u2);
-    v[1] = _mm256_unpackhi_epi64(u0, u2);
-    v[2] = _mm256_unpacklo_epi64(u1, u3);
-    v[3] = _mm256_unpackhi_epi64(u1, u3);
-}
-
 // The 32 code bytes of chunk c (qs[32c .. 32c + 31]) of the eight rows'
 // blocks: t[g] holds dword g of rows 0..7 in lanes 0..7.
 inline void transpose_chunk(const block_q4_K* const* b, int c, __m256i* t) {
     __m256i r[kRows], v[kRows];
     for (int a = 0; a < kRows; ++a) r[a] = load256(b[a]->qs + 32 * c);
-    transpose4(r, v);
-    transpose4(r + 4, v + 4);
+    transpose4x4_epi32(r, v);  // per 128-bit lane, rows 0..3 at dword j | j + 4
+    transpose4x4_epi32(r + 4, v + 4);
     for (int g = 0; g < 4; ++g) {
         t[g] = _mm256_permute2x128_si256(v[g], v[4 + g], 0x20);
         t[g + 4] = _mm256_permute2x128_si256(v[g], v[4 + g], 0x31);
@@ -64,7 +54,7 @@ inline void transpose_chunk(const block_q4_K* const* b, int c, __m256i* t) {
 inline void transpose_heads(const block_q4_K* const* b, __m256i* w) {
     __m256i z[4];  // 128-bit lanes: rows a, a + 4
     for (int a = 0; a < 4; ++a) z[a] = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(b[a])), load128(b[a + 4]), 1);
-    transpose4(z, w);
+    transpose4x4_epi32(z, w);
 }
 
 // Byte shuffle putting byte `pick` of each dword into both of its words'

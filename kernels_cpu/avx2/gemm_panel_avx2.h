@@ -54,12 +54,7 @@ struct HalfRows {
         for (int q = 0; q < 4; ++q) {
             a[q] = _mm256_inserti128_si256(_mm256_castsi128_si256(load128(at(q, i, offset))), load128(at(q + 4, i, offset)), 1);
         }
-        const __m256i t0 = _mm256_unpacklo_epi32(a[0], a[1]), t1 = _mm256_unpackhi_epi32(a[0], a[1]);
-        const __m256i t2 = _mm256_unpacklo_epi32(a[2], a[3]), t3 = _mm256_unpackhi_epi32(a[2], a[3]);
-        out[0] = _mm256_unpacklo_epi64(t0, t2);
-        out[1] = _mm256_unpackhi_epi64(t0, t2);
-        out[2] = _mm256_unpacklo_epi64(t1, t3);
-        out[3] = _mm256_unpackhi_epi64(t1, t3);
+        transpose4x4_epi32(a, out);
     }
     // The fp16 at `offset` of block i of every row, as floats.
     __m256 halves(int64_t i, size_t offset) const {
