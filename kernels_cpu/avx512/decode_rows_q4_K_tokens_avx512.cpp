@@ -243,15 +243,9 @@ void dot_q4_K_rows_multi_avx512(int64_t n, const void* w, size_t row_stride, int
     // All nt tokens in one pass, transposed once: 5-7 tokens took 0.75-0.94
     // of the time of a pass of four and one of the rest; eight tokens the
     // same as two passes of four (their sums no longer fit the registers).
-    TANDEM_CHECK(nt >= 1 && nt <= kMaxDecodeTokens, "decode rows: token count out of range");
-    const auto* ab = static_cast<const uint8_t*>(a);
-    const uint8_t* acts[kMaxDecodeTokens];
-    float* ys[kMaxDecodeTokens];
-    for (int t = 0; t < nt; ++t) {
-        acts[t] = ab + static_cast<size_t>(t) * a_stride;
-        ys[t] = y + t * ldy;
-    }
-    with_decode_tokens(nt, [&](auto n_pass) { rows16_tokens<decltype(n_pass)::value>(n, w, row_stride, n_rows, acts, ys); });
+    kq_rows::in_passes<kMaxDecodeTokens>(a, a_stride, nt, y, ldy, [&](auto nt_pass, const uint8_t* const* acts, float* const* ys) {
+        rows16_tokens<decltype(nt_pass)::value>(n, w, row_stride, n_rows, acts, ys);
+    });
 }
 
 }  // namespace tandem::cpu::detail
