@@ -1,6 +1,6 @@
-// Decode (one token, or a few: one per stream of a serving step) over rows
-// of a K-quant with a minimum term, in llama.cpp's single-row order (KSpans with one span of eight
-// chunks): per row and super-block the integer total and the integer
+// Decode (one token) over rows of a K-quant with a minimum term, in
+// llama.cpp's single-row order (KSpans with one span of eight chunks): per
+// row and super-block the integer total and the integer
 // minimum sum, each converted once and fused into the row's accumulators.
 // The rows are read one after another, each as one sequential stream
 // (interleaving four rows' super-blocks halves the speed from DRAM: the
@@ -35,7 +35,8 @@ inline __m128i row_totals4(const __m256i* v) {
 
 constexpr int kRowsPerPass = 4;  // row_totals4 reduces four rows
 
-// NT tokens (one, or a serving step's one per stream; token t's activation
+// NT tokens (only NT = 1 is in use: the AVX2 several-tokens Q4_K kernel is
+// avx2/decode_rows_q4_K_tokens_avx2.cpp; token t's activation
 // row at a + t * a_stride, its outputs at y + t * ldy): each super-block of
 // a row is loaded and unpacked once (Sums::sums_tokens) for all NT tokens,
 // and each token's integers and float steps are the one-token pass's own,
@@ -99,18 +100,6 @@ void decode_rows(int64_t n, const void* w, size_t row_stride, int n_rows, const 
         decode_rows4_tokens<Sums, 1>(n, static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_stride, row_stride,
                                      std::min(kRowsPerPass, n_rows - r), a, 0, y + r, 0);
     }
-}
-
-// The same for nt tokens (DecodeRowsMultiFn).
-template <class Sums>
-void decode_rows_multi(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, int nt,
-                       float* y, int64_t ldy) {
-    with_decode_tokens(nt, [&](auto NT) {
-        for (int r = 0; r < n_rows; r += kRowsPerPass) {
-            decode_rows4_tokens<Sums, NT()>(n, static_cast<const uint8_t*>(w) + static_cast<size_t>(r) * row_stride,
-                                            row_stride, std::min(kRowsPerPass, n_rows - r), a, a_stride, y + r, ldy);
-        }
-    });
 }
 
 }  // namespace

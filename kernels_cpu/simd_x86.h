@@ -117,7 +117,7 @@ inline void transpose4x4_epi32(const __m256i* in, __m256i* out) {
     out[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
-inline uint32_t load_u32(const uint8_t* p) {
+inline uint32_t load_u32(const void* p) {
     uint32_t v;
     std::memcpy(&v, p, sizeof(v));
     return v;
@@ -144,6 +144,26 @@ inline void with_token_count(int nt, F&& f) {
 template <class F>
 inline void with_decode_tokens(int nt, F&& f) {
     with_token_count<kMaxDecodeTokens>(nt, std::forward<F>(f));
+}
+
+// nt tokens (at most kMaxDecodeTokens) in passes of up to kPass:
+// pass(std::integral_constant<int, NT>{}, acts, ys) with the NT tokens'
+// activations (token t at a + t * a_stride) and outputs (y + t * ldy).
+template <int kPass, class Pass>
+void in_passes(const void* a, size_t a_stride, int nt, float* y, int64_t ldy, Pass&& pass) {
+    TANDEM_CHECK(nt >= 1 && nt <= kMaxDecodeTokens, "decode rows: token count out of range");
+    const auto* ab = static_cast<const uint8_t*>(a);
+    const uint8_t* acts[kMaxDecodeTokens];
+    float* ys[kMaxDecodeTokens];
+    for (int t = 0; t < nt; ++t) {
+        acts[t] = ab + static_cast<size_t>(t) * a_stride;
+        ys[t] = y + t * ldy;
+    }
+    for (int t0 = 0; t0 < nt;) {
+        const int take = nt - t0 < kPass ? nt - t0 : kPass;
+        with_token_count<kPass>(take, [&](auto n_pass) { pass(n_pass, acts + t0, ys + t0); });
+        t0 += take;
+    }
 }
 
 // Dispatches a runtime token count onto the NT instantiations.

@@ -15,7 +15,6 @@
 // row, token and super-block, where the kernel before (each row's own
 // registers) took 16: a vpmaddwd per vpmaddubsw.
 #include <cstdint>
-#include <cstring>
 
 #include "kernels_cpu/simd_x86.h"
 #include "kernels_cpu/vec_dot.h"
@@ -29,12 +28,6 @@ using quant::block_q8_K;
 using quant::kQK_K;
 
 constexpr int kRows = 8;  // rows in the lanes
-
-inline int32_t load_i32(const void* p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-}
 
 // The 32 code bytes of chunk c (qs[32c .. 32c + 31]) of the eight rows'
 // blocks: t[g] holds dword g of rows 0..7 in lanes 0..7.
@@ -120,8 +113,8 @@ void rows8_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const
                 const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(tq[g], 4), low4);
                 for (int t = 0; t < NT; ++t) {
                     const int8_t* q8 = ya[t][i].qs + 64 * c + 4 * g;
-                    wlo[t] = _mm256_add_epi16(wlo[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(load_i32(q8))));
-                    whi[t] = _mm256_add_epi16(whi[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(load_i32(q8 + 32))));
+                    wlo[t] = _mm256_add_epi16(wlo[t], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(static_cast<int>(load_u32(q8)))));
+                    whi[t] = _mm256_add_epi16(whi[t], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(static_cast<int>(load_u32(q8 + 32)))));
                 }
             }
             const __m256i s = c < 2 ? s_lo : s_hi;
@@ -139,8 +132,8 @@ void rows8_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const
                                _mm256_shuffle_epi8(m_hi, pair[2]), _mm256_shuffle_epi8(m_hi, pair[3])};
         for (int t = 0; t < NT; ++t) {
             const int16_t* bs = ya[t][i].bsums;
-            __m256i ms = _mm256_madd_epi16(mw[0], _mm256_set1_epi32(load_i32(bs)));
-            for (int j = 1; j < 8; ++j) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mw[j], _mm256_set1_epi32(load_i32(bs + 2 * j))));
+            __m256i ms = _mm256_madd_epi16(mw[0], _mm256_set1_epi32(static_cast<int>(load_u32(bs))));
+            for (int j = 1; j < 8; ++j) ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mw[j], _mm256_set1_epi32(static_cast<int>(load_u32(bs + 2 * j)))));
             const __m256 da = _mm256_set1_ps(ya[t][i].d);
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total[t]), _mm256_mul_ps(d, da), acc[t]);
             acc_min[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(dmin, da), acc_min[t]);
@@ -157,24 +150,17 @@ void rows8_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const
 
 void dot_q4_K_rows_multi_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, int nt,
                               float* y, int64_t ldy) {
-    TANDEM_CHECK(nt >= 1 && nt <= kMaxDecodeTokens, "decode rows: token count out of range");
-    const block_q8_K* ya[kMaxDecodeTokens];
-    float* ys[kMaxDecodeTokens];
-    for (int t = 0; t < nt; ++t) {
-        ya[t] = reinterpret_cast<const block_q8_K*>(static_cast<const uint8_t*>(a) + static_cast<size_t>(t) * a_stride);
-        ys[t] = y + t * ldy;
-    }
-    for (int r0 = 0; r0 < n_rows; r0 += kRows) {
-        const void* wr = static_cast<const uint8_t*>(w) + static_cast<size_t>(r0) * row_stride;
-        const int rows = n_rows - r0 < kRows ? n_rows - r0 : kRows;
-        for (int t0 = 0; t0 < nt;) {
-            const int take = nt - t0 < 4 ? nt - t0 : 4;
-            float* yt[4];
-            for (int t = 0; t < take; ++t) yt[t] = ys[t0 + t] + r0;
-            with_token_count<4>(take, [&](auto n_pass) { rows8_tokens<decltype(n_pass)::value>(n, wr, row_stride, rows, ya + t0, yt); });
-            t0 += take;
+    in_passes<4>(a, a_stride, nt, y, ldy, [&](auto nt_pass, const uint8_t* const* acts, float* const* ys) {
+        constexpr int NT = decltype(nt_pass)::value;
+        const block_q8_K* ya[NT];
+        for (int t = 0; t < NT; ++t) ya[t] = reinterpret_cast<const block_q8_K*>(acts[t]);
+        for (int r0 = 0; r0 < n_rows; r0 += kRows) {
+            float* yr[NT];
+            for (int t = 0; t < NT; ++t) yr[t] = ys[t] + r0;
+            rows8_tokens<NT>(n, static_cast<const uint8_t*>(w) + static_cast<size_t>(r0) * row_stride, row_stride,
+                             n_rows - r0 < kRows ? n_rows - r0 : kRows, ya, yr);
         }
-    }
+    });
 }
 
 }  // namespace tandem::cpu::detail

@@ -422,7 +422,7 @@ void decode_rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows,
 template <class F, bool kSpans = false>
 void decode_rows_multi(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, size_t a_stride, int nt,
                        float* y, int64_t ldy) {
-    kq_rows::in_passes<4>(a, a_stride, nt, y, ldy, [&](auto nt_pass, const uint8_t* const* acts, float* const* ys) {
+    in_passes<4>(a, a_stride, nt, y, ldy, [&](auto nt_pass, const uint8_t* const* acts, float* const* ys) {
         decode_rows_tokens<F, decltype(nt_pass)::value, kSpans>(n, w, row_stride, n_rows, acts, ys);
     });
 }

@@ -83,24 +83,4 @@ inline void prefetch_ahead(const Block* b) {
     prefetch_stream_l2(b);
 }
 
-// nt tokens (at most kMaxDecodeTokens) in passes of up to kPass:
-// pass(std::integral_constant<int, NT>{}, acts, ys) with the NT tokens'
-// activations (token t at a + t * a_stride) and outputs (y + t * ldy).
-template <int kPass, class Pass>
-void in_passes(const void* a, size_t a_stride, int nt, float* y, int64_t ldy, Pass&& pass) {
-    TANDEM_CHECK(nt >= 1 && nt <= kMaxDecodeTokens, "decode rows: token count out of range");
-    const auto* ab = static_cast<const uint8_t*>(a);
-    const uint8_t* acts[kMaxDecodeTokens];
-    float* ys[kMaxDecodeTokens];
-    for (int t = 0; t < nt; ++t) {
-        acts[t] = ab + static_cast<size_t>(t) * a_stride;
-        ys[t] = y + t * ldy;
-    }
-    for (int t0 = 0; t0 < nt;) {
-        const int take = std::min(nt - t0, kPass);
-        with_token_count<kPass>(take, [&](auto n_pass) { pass(n_pass, acts + t0, ys + t0); });
-        t0 += take;
-    }
-}
-
 }  // namespace tandem::cpu::detail::kq_rows

@@ -36,7 +36,6 @@
 // two tokens 0.64 (L2), 0.93 (2048, DRAM), 0.64 (5632, DRAM); one token
 // 0.84 (L2), about 1.0 from DRAM.
 #include <cstdint>
-#include <cstring>
 
 #include "kernels_cpu/avx512/decode_rows_kquants_avx512.h"
 #include "kernels_cpu/simd_x86.h"
@@ -71,12 +70,6 @@ inline __m512i fresh_zero() {
 inline __m512i dpbusd_broadcast(__m512i acc, __m512i w, const uint8_t* p) {
     asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(p)));
     return acc;
-}
-
-inline int32_t load_i32(const void* p) {
-    int32_t v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
 }
 
 // The 32 code bytes of chunk c (qs[32c .. 32c + 31]) of the 16 rows' blocks
@@ -220,8 +213,8 @@ void rows16_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, cons
                                _mm512_shuffle_epi8(m_hi, pick_pair[0]), _mm512_shuffle_epi8(m_hi, pick_pair[1])};
         for (int t = 0; t < NT; ++t) {
             const auto* sums = reinterpret_cast<const uint8_t*>(&acts.act[t][i].sums) + 16;
-            __m512i ms = _mm512_madd_epi16(mw[0], _mm512_set1_epi32(load_i32(sums)));
-            for (int p = 1; p < 4; ++p) ms = _mm512_dpwssd_epi32(ms, mw[p], _mm512_set1_epi32(load_i32(sums + 4 * p)));
+            __m512i ms = _mm512_madd_epi16(mw[0], _mm512_set1_epi32(static_cast<int>(load_u32(sums))));
+            for (int p = 1; p < 4; ++p) ms = _mm512_dpwssd_epi32(ms, mw[p], _mm512_set1_epi32(static_cast<int>(load_u32(sums + 4 * p))));
             const __m512 da = _mm512_set1_ps(acts.d[t][i]);
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[t]), _mm512_mul_ps(d, da), acc[t]);
             acc_min[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ms), _mm512_mul_ps(dmin, da), acc_min[t]);
@@ -243,7 +236,7 @@ void dot_q4_K_rows_multi_avx512(int64_t n, const void* w, size_t row_stride, int
     // All nt tokens in one pass, transposed once: 5-7 tokens took 0.75-0.94
     // of the time of a pass of four and one of the rest; eight tokens the
     // same as two passes of four (their sums no longer fit the registers).
-    kq_rows::in_passes<kMaxDecodeTokens>(a, a_stride, nt, y, ldy, [&](auto nt_pass, const uint8_t* const* acts, float* const* ys) {
+    in_passes<kMaxDecodeTokens>(a, a_stride, nt, y, ldy, [&](auto nt_pass, const uint8_t* const* acts, float* const* ys) {
         rows16_tokens<decltype(nt_pass)::value>(n, w, row_stride, n_rows, acts, ys);
     });
 }
