@@ -78,6 +78,44 @@ std::map<int64_t, double> attn_from_json(const nlohmann::json& j, const char* ke
     return m;
 }
 
+// Rates by row width per type: {"Q4_K": {"2048": GFLOP/s}}.
+nlohmann::json rates_by_cols_json(const std::map<quant::Type, std::map<int64_t, double>>& m) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [type, by] : m) {
+        nlohmann::json row = nlohmann::json::object();
+        for (const auto& [cols, rate] : by) row[std::to_string(cols)] = rate;
+        j[std::string(quant::traits(type).name)] = row;
+    }
+    return j;
+}
+
+std::map<quant::Type, std::map<int64_t, double>> rates_by_cols_from_json(const nlohmann::json& j, const char* key) {
+    std::map<quant::Type, std::map<int64_t, double>> m;
+    if (!j.contains(key) || j.at(key).is_null()) return m;
+    if (!j.at(key).is_object()) {
+        throw Error(fmt::format("calibration: '{}' is not an object of type: {{columns: rate}}", key));
+    }
+    for (const auto& [name, row] : j.at(key).items()) {
+        const auto type = quant::type_from_name(name);
+        if (!type) throw Error(fmt::format("calibration: '{}' names an unknown weight type '{}'", key, name));
+        if (!row.is_object()) throw Error(fmt::format("calibration: '{}.{}' is not an object of columns: rate", key, name));
+        for (const auto& [width, value] : row.items()) {
+            char* end = nullptr;
+            const long long cols = std::strtoll(width.c_str(), &end, 10);
+            if (width.empty() || *end != '\0' || cols <= 0 || cols > (1 << 24)) {
+                throw Error(fmt::format("calibration: '{}.{}' expects row widths as keys, found '{}'", key, name, width));
+            }
+            if (!value.is_number() || !(value.get<double>() > 0.0)) {
+                throw Error(fmt::format("calibration: '{}.{}.{}' must be a positive number", key, name, width));
+            }
+            m[*type][static_cast<int64_t>(cols)] = value.get<double>();
+        }
+    }
+    return m;
+}
+
+std::string by_cols_key() { return fmt::format("gemm{}_gflops_by_cols", kGemmSmallBatch); }
+
 nlohmann::json kernels_json(const KernelCosts& k, int threads) {
     auto opt = [](const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
     return {{"threads", threads},
@@ -89,6 +127,7 @@ nlohmann::json kernels_json(const KernelCosts& k, int threads) {
             {"matvec_narrow_gbps", rates_json(k.matvec_narrow_gbps)},
             {fmt::format("gemm{}_narrow_gflops", kGemmSmallBatch), rates_json(k.gemm_small_narrow_gflops)},
             {fmt::format("gemm{}_gflops", kGemmFewBatch), rates_json(k.gemm_few_gflops)},
+            {by_cols_key(), rates_by_cols_json(k.gemm_small_by_cols)},
             {"matmul_call_s", opt(k.matmul_call_s)},
             {"batch_call_s", opt(k.batch_call_s)},
             {"pool_op_s", opt(k.pool_op_s)},
@@ -112,6 +151,7 @@ KernelCosts kernels_from_json(const nlohmann::json& j, int* threads) {
     k.matvec_narrow_gbps = rates_from_json(j, "matvec_narrow_gbps");
     k.gemm_small_narrow_gflops = rates_from_json(j, fmt::format("gemm{}_narrow_gflops", kGemmSmallBatch).c_str());
     k.gemm_few_gflops = rates_from_json(j, fmt::format("gemm{}_gflops", kGemmFewBatch).c_str());
+    k.gemm_small_by_cols = rates_by_cols_from_json(j, by_cols_key().c_str());
     if (const auto c = positive_number(j, "cache_bytes")) k.cache_bytes = static_cast<uint64_t>(*c);
     k.matmul_call_s = non_negative(j, "matmul_call_s");
     k.batch_call_s = non_negative(j, "batch_call_s");

@@ -35,12 +35,11 @@ struct Rates {
     const KernelCosts* k = nullptr;
     double gbps = 0, gflops = 0;
     bool cached = false;  // a token's weights fit in the last-level cache
-    int64_t cols = kWideCols;  // the model's row width (n_embd)
 
-    // The rate at this row width as a share of the wide rate: narrow /
+    // The rate at row width `cols` as a share of the wide rate: narrow /
     // wide at kNarrowCols, 1 at kWideCols, on log2 between, clamped.
     double width_factor(const std::map<quant::Type, double>& narrow, const std::map<quant::Type, double>& wide,
-                        quant::Type type) const {
+                        quant::Type type, int64_t cols) const {
         const auto n = find_rate(narrow, type), w = find_rate(wide, type);
         if (!n || !w || cols >= kWideCols) return 1.0;
         const double span = std::log2(static_cast<double>(kWideCols) / static_cast<double>(kNarrowCols));
@@ -49,8 +48,8 @@ struct Rates {
         return 1.0 + x * (*n / *w - 1.0);
     }
 
-    std::optional<double> matvec_gbps(quant::Type type) const {
-        const double f = width_factor(k->matvec_narrow_gbps, k->matvec_cached_gbps, type);
+    std::optional<double> matvec_gbps(quant::Type type, int64_t cols) const {
+        const double f = width_factor(k->matvec_narrow_gbps, k->matvec_cached_gbps, type, cols);
         if (cached) {
             if (const auto r = find_rate(k->matvec_cached_gbps, type)) return *r * f;
         }
@@ -58,16 +57,47 @@ struct Rates {
         return std::nullopt;
     }
 
-    // GFLOP/s of a product that multiplies each weight with n tokens.
-    // Measured: on log2(n) between a one-token product (its GB/s as 2
-    // FLOPs per weight), kGemmFewBatch tokens (weights from memory only),
-    // kGemmSmallBatch and kGemmLargeBatch tokens, flat past the last
-    // point. Not measured: the roofline of GB/s and GFLOP/s.
-    double gflops_at(quant::Type type, double n) const {
+    // The kGemmSmallBatch rate at row width `cols`: from the rates by width
+    // where measured (on log2 of the width between them, flat past the
+    // widest, toward the narrow rate below the narrowest), else the
+    // narrow/wide factor on the wide rate.
+    std::optional<double> small_gflops(quant::Type type, int64_t cols) const {
+        const auto by = k->gemm_small_by_cols.find(type);
+        if (by == k->gemm_small_by_cols.end() || by->second.empty()) {
+            const auto small = find_rate(k->gemm_small_gflops, type);
+            if (!small) return std::nullopt;
+            return *small * width_factor(k->gemm_small_narrow_gflops, k->gemm_small_gflops, type, cols);
+        }
+        const std::map<int64_t, double>& m = by->second;
+        const auto lerp = [](double x0, double r0, double x1, double r1, double x) {
+            return x1 > x0 ? r0 + (x - x0) / (x1 - x0) * (r1 - r0) : r0;
+        };
+        const double x = std::log2(static_cast<double>(std::max<int64_t>(cols, 1)));
+        const auto hi = m.lower_bound(cols);
+        if (hi == m.end()) return std::prev(hi)->second;
+        if (hi->first == cols) return hi->second;
+        if (hi == m.begin()) {
+            const auto narrow = find_rate(k->gemm_small_narrow_gflops, type);
+            if (!narrow || hi->first <= kNarrowCols) return hi->second;
+            if (cols <= kNarrowCols) return *narrow;
+            return lerp(std::log2(static_cast<double>(kNarrowCols)), *narrow, std::log2(static_cast<double>(hi->first)),
+                        hi->second, x);
+        }
+        const auto lo = std::prev(hi);
+        return lerp(std::log2(static_cast<double>(lo->first)), lo->second, std::log2(static_cast<double>(hi->first)),
+                    hi->second, x);
+    }
+
+    // GFLOP/s of a product that multiplies each weight with n tokens, over
+    // rows of `cols`. Measured: on log2(n) between a one-token product
+    // (its GB/s as 2 FLOPs per weight), kGemmFewBatch tokens (weights from
+    // memory only), kGemmSmallBatch and kGemmLargeBatch tokens, flat past
+    // the last point. Not measured: the roofline of GB/s and GFLOP/s.
+    double gflops_at(quant::Type type, double n, int64_t cols) const {
         const double per_weight = bytes_per_weight(type);
-        const std::optional<double> mv = matvec_gbps(type);
+        const std::optional<double> mv = matvec_gbps(type, cols);
         const double one = 2.0 * mv.value_or(gbps) / per_weight;
-        const std::optional<double> small = find_rate(k->gemm_small_gflops, type);
+        const std::optional<double> small = small_gflops(type, cols);
         const std::optional<double> large = find_rate(k->gemm_large_gflops, type);
         if (!small && !large) return std::min(gflops, one * n);
         struct Point {
@@ -78,14 +108,11 @@ struct Rates {
         pts[count++] = {0.0, one};
         if (!cached) {
             if (const auto few = find_rate(k->gemm_few_gflops, type)) {
-                const double f = width_factor(k->matvec_narrow_gbps, k->matvec_cached_gbps, type);
+                const double f = width_factor(k->matvec_narrow_gbps, k->matvec_cached_gbps, type, cols);
                 pts[count++] = {std::log2(static_cast<double>(kGemmFewBatch)), *few * f};
             }
         }
-        if (small) {
-            const double f = width_factor(k->gemm_small_narrow_gflops, k->gemm_small_gflops, type);
-            pts[count++] = {std::log2(static_cast<double>(kGemmSmallBatch)), *small * f};
-        }
+        if (small) pts[count++] = {std::log2(static_cast<double>(kGemmSmallBatch)), *small};
         if (large) pts[count++] = {std::log2(static_cast<double>(kGemmLargeBatch)), *large};
         const double x = std::log2(std::max(n, 1.0));
         if (x >= pts[count - 1].log_n) return pts[count - 1].rate;
@@ -97,10 +124,11 @@ struct Rates {
         return pts[count - 1].rate;
     }
 
-    // Seconds to multiply `weights` weights of `type` with n tokens each.
-    double product_s(quant::Type type, double weights, double n) const {
+    // Seconds to multiply `weights` weights of `type`, in rows of `cols`,
+    // with n tokens each.
+    double product_s(quant::Type type, double weights, double n, int64_t cols) const {
         if (weights <= 0) return 0.0;
-        return 2.0 * weights * n / (gflops_at(type, n) * 1e9);
+        return 2.0 * weights * n / (gflops_at(type, n, cols) * 1e9);
     }
 
     double call_s() const { return k->matmul_call_s.value_or(kDefaultMatmulCallS); }
@@ -148,9 +176,9 @@ double products_s(const Tables& t, const Share& s, const Rates& r, double n) {
     const double per_expert = n * u / std::max(met, 1.0);  // tokens each of them takes
     for (size_t i = 0; i < t.types.size(); ++i) {
         const quant::Type type = t.types[i];
-        sec += r.product_s(type, static_cast<double>(s.dense_params_by[i]), n);
+        sec += r.product_s(type, static_cast<double>(s.dense_params_by[i]), n, t.cols[i]);
         const double experts = static_cast<double>(s.expert_params_by[i]) * met / e;
-        sec += r.product_s(type, experts, per_expert);
+        sec += r.product_s(type, experts, per_expert, t.cols[i]);
     }
     return sec;
 }
@@ -180,7 +208,7 @@ double batch_seconds(const Tables& t, const Layout& l, const Footprint& f, const
     const std::array<uint64_t, kDevices> reads = decode_reads(t, l);
     const double token_bytes = static_cast<double>(reads[kHostDevice] + reads[kAccelDevice]);
     const auto rates = [&](const KernelCosts& k, double gbps, double gflops) {
-        Rates r{&k, gbps, gflops, false, t.n_embd};
+        Rates r{&k, gbps, gflops, false};
         r.cached = k.cache_bytes && token_bytes <= static_cast<double>(*k.cache_bytes);
         return r;
     };
@@ -233,7 +261,8 @@ double batch_seconds(const Tables& t, const Layout& l, const Footprint& f, const
         if (!logits) continue;
         if (l.norm == d) sec += decode ? r.inline_op_s(t.n_embd) : r.pool_op_s();
         if (l.head == d) {
-            sec += r.product_s(t.types[static_cast<size_t>(t.head_slot)], static_cast<double>(t.head_params), 1.0) +
+            const auto head = static_cast<size_t>(t.head_slot);
+            sec += r.product_s(t.types[head], static_cast<double>(t.head_params), 1.0, t.cols[head]) +
                    r.call_s();
         }
     }

@@ -171,9 +171,11 @@ namespace {
 Share layout_share(const Tables& t, const Layout& l, int d) { return range_share(l, d, 0, t.n_layer); }
 }  // namespace
 
-int Tables::slot_of(quant::Type type) const {
-    const auto it = std::find(types.begin(), types.end(), type);
-    return it == types.end() ? kTypeSlots - 1 : static_cast<int>(it - types.begin());
+int Tables::slot_of(quant::Type type, int64_t row_cols) const {
+    for (size_t i = 0; i < types.size(); ++i) {
+        if (types[i] == type && cols[i] == row_cols) return static_cast<int>(i);
+    }
+    return kTypeSlots - 1;
 }
 
 Share Mode::sum(int d, int64_t from, int64_t to) const {
@@ -249,18 +251,19 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     t.n_embd = hp.n_embd;
     t.n_expert = hp.n_expert;
     t.n_expert_used = hp.n_expert_used;
-    // A slot per weight type, in the order met (the last slot takes the rest).
-    const auto add_type = [&](quant::Type type) {
-        if (std::find(t.types.begin(), t.types.end(), type) == t.types.end() &&
-            t.types.size() < static_cast<size_t>(kTypeSlots)) {
-            t.types.push_back(type);
+    // A slot per weight type and row width, in the order met (the last
+    // slot takes the rest).
+    const auto add_slot = [&](const gguf::TensorInfo& w) {
+        if (t.slot_of(w.type, w.row_length()) == kTypeSlots - 1 && t.types.size() < static_cast<size_t>(kTypeSlots)) {
+            t.types.push_back(w.type);
+            t.cols.push_back(w.row_length());
         }
     };
-    add_type(spec.output_head().type);
-    t.head_slot = t.slot_of(spec.output_head().type);
+    add_slot(spec.output_head());
+    t.head_slot = t.slot_of(spec.output_head().type, spec.output_head().row_length());
     for (const model::LayerSpec& ls : spec.layers) {
         for (const gguf::TensorInfo* w : ls.tensors) {
-            if (w) add_type(w->type);
+            if (w) add_slot(*w);
         }
     }
     t.hidden_bytes = static_cast<uint64_t>(hp.n_embd) * sizeof(float);
@@ -284,7 +287,7 @@ Mode make_mode(const model::ModelSpec& spec, const Tables& t,
             s.weights += w->n_bytes;
             s.read += model::token_share(spec, role, w->n_bytes);
             s.params += model::token_share(spec, role, static_cast<uint64_t>(w->n_elements));
-            const auto slot = static_cast<size_t>(t.slot_of(w->type));
+            const auto slot = static_cast<size_t>(t.slot_of(w->type, w->row_length()));
             (is_expert_role(role) ? s.expert_params_by : s.dense_params_by)[slot] +=
                 static_cast<uint64_t>(w->n_elements);
             if (model::is_streamed(role)) s.streamed_mats += 1;

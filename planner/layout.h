@@ -19,9 +19,10 @@
 namespace tandem::planner::detail {
 
 inline constexpr int kDevices = 2;  // kHostDevice, kAccelDevice
-// Weight types a model's tables tell apart (Tables::types); a model with
-// more shares the last slot, at the rate of the type that slot was given.
-inline constexpr int kTypeSlots = 8;
+// Weight types and row widths a model's tables tell apart (Tables::types
+// and cols: a product's rate depends on both); a model with more pairs
+// shares the last slot, at the rate of the pair that slot was given.
+inline constexpr int kTypeSlots = 12;
 
 // What layers put on one device: bytes held, bytes one token's decode reads
 // (of experts only the used share), weights multiplied per token, and their
@@ -87,15 +88,19 @@ struct Tables {
     uint64_t logits_bytes = 0;        // one token's logits as floats
     uint64_t router_bytes = 0;        // one token's router logits as floats
     uint64_t output_bytes() const { return norm_bytes + head_bytes; }
-    // The cost model's: the weight type of each slot, the head's slot and
-    // the numbers attention and the experts' batches need.
+    // The cost model's: the weight type and row width (columns) of each
+    // slot, the head's slot and the numbers attention and the experts'
+    // batches need.
     std::vector<quant::Type> types;
+    std::vector<int64_t> cols;
     int head_slot = 0;
     double attn_flops_per_pos = 0;  // per layer and token, per cached position attended
     int64_t n_head = 0, head_dim = 0;  // query heads and their (K) dimension
     int64_t n_embd = 0;                // the row a decode step's ops run over
     int64_t n_expert = 0, n_expert_used = 0;
-    int slot_of(quant::Type type) const;  // its slot (make_tables gave every type of the model one)
+    // The slot of a matrix of this type and row width (make_tables gave
+    // every pair of the model one, up to kTypeSlots).
+    int slot_of(quant::Type type, int64_t row_cols) const;
 };
 
 Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx, int64_t n_ubatch, model::CacheType cache_type);

@@ -101,6 +101,14 @@ void check_costs(const KernelCosts& k, const char* device) {
     if (k.copy_gbps && !(*k.copy_gbps > 0.0)) {
         throw Error(fmt::format("{} copy_gbps: expected a positive number, found {}", device, *k.copy_gbps));
     }
+    for (const auto& [type, by] : k.gemm_small_by_cols) {
+        for (const auto& [cols, rate] : by) {
+            if (cols <= 0 || !(rate > 0.0)) {
+                throw Error(fmt::format("{} rate of {} at {} columns: expected columns > 0 and a positive number, found {}",
+                                        device, quant::traits(type).name, cols, rate));
+            }
+        }
+    }
     for (const auto* m : {&k.matvec_gbps, &k.matvec_cached_gbps, &k.gemm_small_gflops, &k.gemm_large_gflops,
                           &k.matvec_narrow_gbps, &k.gemm_small_narrow_gflops, &k.gemm_few_gflops}) {
         for (const auto& [type, rate] : *m) {
@@ -501,6 +509,7 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
 bool KernelCosts::empty() const {
     return matvec_gbps.empty() && matvec_cached_gbps.empty() && gemm_small_gflops.empty() &&
            matvec_narrow_gbps.empty() && gemm_small_narrow_gflops.empty() && gemm_few_gflops.empty() &&
+           gemm_small_by_cols.empty() &&
            gemm_large_gflops.empty() && !cache_bytes && !matmul_call_s && !batch_call_s && !pool_op_s &&
            !inline_op_s && !batch_s && !inline_op_elem_s && !pool_op_elem_s && attn_pos_s.empty() && !crossing_s && !copy_gbps;
 }

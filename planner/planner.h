@@ -8,6 +8,7 @@
 // ledgers.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -54,6 +55,12 @@ inline constexpr int64_t kGemmFewBatch = 4;
 // The row widths bench --calibrate measures the rates at.
 inline constexpr int64_t kWideCols = 4096;
 inline constexpr int64_t kNarrowCols = 256;
+// The row widths bench --calibrate also measures the kGemmSmallBatch rate
+// at, from memory over matrices of kGemmByColsRows rows each: the rate
+// moves with the width (Q4_K on Zen 4: ~365 GFLOP/s at 1024 columns, ~410
+// at 2048, ~465 at 4096), more than the narrow/wide factor says.
+inline constexpr std::array<int64_t, 4> kGemmByCols = {1024, 2048, 4096, 8192};
+inline constexpr int64_t kGemmByColsRows = 4096;
 // Micro-batches from this many tokens take the tiled attention kernel
 // (kernels_cpu/attention_tiled.h; the planner does not link kernels).
 inline constexpr int64_t kTiledAttentionMinTokens = 64;
@@ -84,6 +91,12 @@ struct KernelCosts {
     // used where the weights do not fit in the cache. Unset: interpolated
     // between one token and kGemmSmallBatch.
     std::map<quant::Type, double> gemm_few_gflops;
+    // GFLOP/s of a kGemmSmallBatch product with weights from memory, by row
+    // width (kGemmByCols): a product of another width takes the rate
+    // interpolated on log2 of the width, flat past the last, and toward
+    // the narrow rate below the first. Unset: the narrow/wide factor on
+    // gemm_small_gflops.
+    std::map<quant::Type, std::map<int64_t, double>> gemm_small_by_cols;
     std::optional<uint64_t> cache_bytes;
     // batch_call_s: a product of a micro-batch handed over (its rows
     // quantized, the panels set up); unset: matmul_call_s.

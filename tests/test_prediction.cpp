@@ -7,6 +7,7 @@
 // set by the test: nothing depends on this machine's speed.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -42,10 +43,13 @@ struct Model {
     tandem::model::ModelSpec spec;
 };
 
-std::unique_ptr<Model> header_model(const std::string& shape) {
+// flags: more synth flags (they change the shape, so the file is named by them too).
+std::unique_ptr<Model> header_model(const std::string& shape, const std::string& flags = "") {
     const fs::path dir = scratch_dir();
-    const fs::path out = dir / (shape + ".gguf");
-    const auto r = run_tandem("synth --shape " + shape + " --header-only -o " + shell_quote(out.string()), dir);
+    std::string tag;
+    for (const char c : flags) tag += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+    const fs::path out = dir / (shape + tag + ".gguf");
+    const auto r = run_tandem("synth --shape " + shape + " " + flags + " --header-only -o " + shell_quote(out.string()), dir);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     auto file = tandem::gguf::File::open(out);
     auto spec = tandem::model::load_model_spec(file);
@@ -199,14 +203,77 @@ TEST(Prediction, NarrowRowsTakeTheNarrowRates) {
         }
         return seconds(m, in, std::nullopt, w) / same;
     };
-    const auto tiny = header_model("tiny");
+    // Every matrix as wide as n_embd (the FFN too): each product takes the
+    // rate at its own row width.
+    const auto tiny = header_model("tiny", "--ff 256");
     ASSERT_EQ(tiny->spec.hp.n_embd, pl::kNarrowCols);
     EXPECT_NEAR(ratio(*tiny, pl::Workload{0, 1, 0}), 2.0, 0.01);
     EXPECT_NEAR(ratio(*tiny, pl::Workload{32, 0, 0}), 2.0, 0.02);
-    const auto llama = header_model("llama-1b");
+    const auto llama = header_model("llama-1b", "--ff 2048");
     ASSERT_EQ(llama->spec.hp.n_embd, 2048);
     EXPECT_NEAR(ratio(*llama, pl::Workload{0, 1, 0}), 1.0 / 0.875, 0.01);
     EXPECT_NEAR(ratio(*llama, pl::Workload{32, 0, 0}), 1.0 / 0.875, 0.01);
+}
+
+// bench --calibrate's micro-batch rates by row width: a product takes the
+// rate at its own width (interpolated on log2 of the width between the
+// measured ones), so a change at 2048 columns moves llama-1b's matrices of
+// 2048 columns (all but the FFN's down, 5632) by their weights exactly.
+TEST(Prediction, EachMatrixTakesTheBatchRateAtItsOwnWidth) {
+    const auto m = header_model("llama-1b");
+    ASSERT_EQ(m->spec.hp.n_embd, 2048);
+    ASSERT_EQ(m->spec.hp.n_ff, 5632);
+    // The layers' tensors of 2048 columns (the model counts the norms'
+    // vectors as weights too: 2 x 2048 of ~50M a layer).
+    double narrow_weights = 0.0;
+    for (const auto& ls : m->spec.layers) {
+        for (const auto* t : ls.tensors) {
+            if (t && t->row_length() == 2048) narrow_weights += static_cast<double>(t->n_elements);
+        }
+    }
+    ASSERT_GT(narrow_weights, 0.0);
+    const auto with_rate_at_2048 = [&](double rate) {
+        auto in = zero_cost_inputs(std::nullopt);
+        for (const Type t : {Type::F32, Type::Q4_K, Type::Q6_K}) {
+            in.host_costs.matvec_gbps[t] = in.host_costs.matvec_cached_gbps[t] = 1.0;
+            in.host_costs.gemm_small_gflops[t] = in.host_costs.gemm_large_gflops[t] = 100.0;
+            in.host_costs.gemm_small_by_cols[t] = {{1024, 100.0}, {2048, rate}, {4096, 100.0}, {8192, 100.0}};
+        }
+        return seconds(*m, in, std::nullopt, pl::Workload{32, 0, 0});
+    };
+    const double expected = 2.0 * 32.0 * narrow_weights * (1.0 / 50e9 - 1.0 / 100e9);
+    EXPECT_NEAR(with_rate_at_2048(50.0) - with_rate_at_2048(100.0), expected, expected * 1e-9);
+    // Between the measured widths, on log2: 5632 columns lie 0.46 of the
+    // way from 4096 to 8192.
+    const auto with_rate_at_8192 = [&](double rate) {
+        auto in = zero_cost_inputs(std::nullopt);
+        for (const Type t : {Type::F32, Type::Q4_K, Type::Q6_K}) {
+            in.host_costs.matvec_gbps[t] = in.host_costs.matvec_cached_gbps[t] = 1.0;
+            in.host_costs.gemm_small_gflops[t] = in.host_costs.gemm_large_gflops[t] = 100.0;
+            in.host_costs.gemm_small_by_cols[t] = {{1024, 100.0}, {2048, 100.0}, {4096, 100.0}, {8192, rate}};
+        }
+        return seconds(*m, in, std::nullopt, pl::Workload{32, 0, 0});
+    };
+    const double f = std::log2(5632.0 / 4096.0);
+    const double down_weights = static_cast<double>(m->spec.hp.n_layer) * 5632.0 * 2048.0;
+    const double expected_down = 2.0 * 32.0 * down_weights * (1.0 / ((100.0 - 50.0 * f) * 1e9) - 1.0 / 100e9);
+    EXPECT_NEAR(with_rate_at_8192(50.0) - with_rate_at_8192(100.0), expected_down, expected_down * 1e-9);
+    // Past the widest measured width the rate stays flat: llama3-8b's down
+    // (14336 columns) takes the rate at 8192; its other matrices (4096) do not.
+    const auto big = header_model("llama3-8b");
+    ASSERT_EQ(big->spec.hp.n_ff, 14336);
+    const auto big_at_8192 = [&](double rate) {
+        auto in = zero_cost_inputs(std::nullopt);
+        for (const Type t : {Type::F32, Type::Q4_K, Type::Q6_K}) {
+            in.host_costs.matvec_gbps[t] = in.host_costs.matvec_cached_gbps[t] = 1.0;
+            in.host_costs.gemm_small_gflops[t] = in.host_costs.gemm_large_gflops[t] = 100.0;
+            in.host_costs.gemm_small_by_cols[t] = {{1024, 100.0}, {2048, 100.0}, {4096, 100.0}, {8192, rate}};
+        }
+        return seconds(*big, in, std::nullopt, pl::Workload{32, 0, 0});
+    };
+    const double big_down = static_cast<double>(big->spec.hp.n_layer) * 14336.0 * 4096.0;
+    const double expected_big = 2.0 * 32.0 * big_down * (1.0 / 50e9 - 1.0 / 100e9);
+    EXPECT_NEAR(big_at_8192(50.0) - big_at_8192(100.0), expected_big, expected_big * 1e-9);
 }
 
 TEST(Prediction, PrefillPaysFixedCostsPerMicroBatchNotPerToken) {
@@ -470,6 +537,7 @@ pl::Calibration full_calibration() {
     k.matvec_narrow_gbps = {{Type::Q4_K, 11.0}};
     k.gemm_small_narrow_gflops = {{Type::Q4_K, 77.0}};
     k.gemm_few_gflops = {{Type::Q4_K, 150.0}, {Type::Q6_K, 120.0}};
+    k.gemm_small_by_cols = {{Type::Q4_K, {{1024, 180.0}, {4096, 240.0}}}, {Type::Q6_K, {{2048, 190.0}}}};
     c.standin_matvec_gbps = {{Type::Q4_K, 20.0}};
     return c;
 }
@@ -497,6 +565,7 @@ TEST(Prediction, CalibrationRoundTripsTheKernels) {
     EXPECT_EQ(k.attn_pos_s, c.cpu_kernels.attn_pos_s);
     EXPECT_EQ(k.matvec_narrow_gbps, c.cpu_kernels.matvec_narrow_gbps);
     EXPECT_EQ(k.gemm_small_narrow_gflops, c.cpu_kernels.gemm_small_narrow_gflops);
+    EXPECT_EQ(k.gemm_small_by_cols, c.cpu_kernels.gemm_small_by_cols);
     EXPECT_EQ(back.standin_matvec_gbps, c.standin_matvec_gbps);
     // The stand-in: the host's kernels, its one-token products from its own memory.
     const pl::KernelCosts standin = pl::standin_costs(back);
@@ -571,6 +640,21 @@ TEST(Prediction, DamagedKernelEntriesAreOneLineErrors) {
     }
     j = pl::to_json(full_calibration());
     j["cpu_kernels"]["attn_pos_s"]["64"] = -1e-9;
+    EXPECT_THROW(pl::calibration_from_json(j), tandem::Error);
+    // Rates by row width: widths as keys, positive rates, known types.
+    for (const char* bad : {"x", "0", "-1024", "2k"}) {
+        j = pl::to_json(full_calibration());
+        j["cpu_kernels"]["gemm32_gflops_by_cols"]["Q4_K"][bad] = 100.0;
+        EXPECT_THROW(pl::calibration_from_json(j), tandem::Error) << bad;
+    }
+    j = pl::to_json(full_calibration());
+    j["cpu_kernels"]["gemm32_gflops_by_cols"]["Q4_K"]["2048"] = 0.0;
+    EXPECT_THROW(pl::calibration_from_json(j), tandem::Error);
+    j = pl::to_json(full_calibration());
+    j["cpu_kernels"]["gemm32_gflops_by_cols"]["Q9_Z"] = {{"2048", 100.0}};
+    EXPECT_THROW(pl::calibration_from_json(j), tandem::Error);
+    j = pl::to_json(full_calibration());
+    j["cpu_kernels"]["gemm32_gflops_by_cols"]["Q4_K"] = 100.0;
     EXPECT_THROW(pl::calibration_from_json(j), tandem::Error);
     j = pl::to_json(full_calibration());
     j["cpu_kernels"]["gemm32_gflops"] = "fast";
