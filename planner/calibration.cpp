@@ -5,8 +5,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <system_error>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -186,7 +189,6 @@ nlohmann::json to_json(const Calibration& c) {
                         {"gpu_gbps", opt(c.gpu_gbps)},
                         {"pcie_gbps", opt(c.pcie_gbps)}};
     if (!c.cpu_kernels.empty()) j["cpu_kernels"] = kernels_json(c.cpu_kernels, c.kernel_threads);
-    if (!c.standin_matvec_gbps.empty()) j["standin_matvec_gbps"] = rates_json(c.standin_matvec_gbps);
     return j;
 }
 
@@ -204,7 +206,6 @@ Calibration calibration_from_json(const nlohmann::json& j) {
     if (j.contains("cpu_kernels") && !j.at("cpu_kernels").is_null()) {
         c.cpu_kernels = kernels_from_json(j.at("cpu_kernels"), &c.kernel_threads);
     }
-    c.standin_matvec_gbps = rates_from_json(j, "standin_matvec_gbps");
     return c;
 }
 
@@ -244,11 +245,7 @@ std::optional<Calibration> load_calibration(const std::filesystem::path& path, s
     }
 }
 
-KernelCosts standin_costs(const Calibration& c) {
-    KernelCosts k = c.cpu_kernels;
-    for (const auto& [type, rate] : c.standin_matvec_gbps) k.matvec_gbps[type] = rate;
-    return k;
-}
+KernelCosts standin_costs(const Calibration& c) { return c.cpu_kernels; }
 
 Calibration at_bandwidth(const Calibration& c, double gbps) {
     Calibration out = c;
@@ -256,8 +253,59 @@ Calibration at_bandwidth(const Calibration& c, double gbps) {
     const double f = gbps / *c.cpu_gbps;
     out.cpu_gbps = gbps;
     for (auto& [type, rate] : out.cpu_kernels.matvec_gbps) rate *= f;
-    for (auto& [type, rate] : out.standin_matvec_gbps) rate *= f;
     if (out.cpu_kernels.copy_gbps) *out.cpu_kernels.copy_gbps *= f;
+    return out;
+}
+
+namespace {
+
+void keep_higher(std::optional<double>& a, const std::optional<double>& b) {
+    if (b && (!a || *b > *a)) a = b;
+}
+void keep_lower(std::optional<double>& a, const std::optional<double>& b) {
+    if (b && (!a || *b < *a)) a = b;
+}
+template <typename Key>
+void keep_higher(std::map<Key, double>& a, const std::map<Key, double>& b) {
+    for (const auto& [key, v] : b) {
+        const auto it = a.find(key);
+        if (it == a.end() || v > it->second) a[key] = v;
+    }
+}
+template <typename Key>
+void keep_lower(std::map<Key, double>& a, const std::map<Key, double>& b) {
+    for (const auto& [key, v] : b) {
+        const auto it = a.find(key);
+        if (it == a.end() || v < it->second) a[key] = v;
+    }
+}
+
+}  // namespace
+
+Calibration best_of(const Calibration& a, const Calibration& b) {
+    Calibration out = a;
+    keep_higher(out.cpu_gbps, b.cpu_gbps);
+    keep_higher(out.gpu_gbps, b.gpu_gbps);
+    keep_higher(out.pcie_gbps, b.pcie_gbps);
+    KernelCosts& k = out.cpu_kernels;
+    const KernelCosts& o = b.cpu_kernels;
+    for (auto [dst, src] : {std::pair{&k.matvec_gbps, &o.matvec_gbps}, {&k.matvec_cached_gbps, &o.matvec_cached_gbps},
+                            {&k.gemm_small_gflops, &o.gemm_small_gflops}, {&k.gemm_large_gflops, &o.gemm_large_gflops},
+                            {&k.matvec_narrow_gbps, &o.matvec_narrow_gbps},
+                            {&k.gemm_small_narrow_gflops, &o.gemm_small_narrow_gflops},
+                            {&k.gemm_few_gflops, &o.gemm_few_gflops}}) {
+        keep_higher(*dst, *src);
+    }
+    for (const auto& [type, by] : o.gemm_small_by_cols) keep_higher(k.gemm_small_by_cols[type], by);
+    keep_higher(k.copy_gbps, o.copy_gbps);
+    for (auto [dst, src] : {std::pair{&k.matmul_call_s, &o.matmul_call_s}, {&k.batch_call_s, &o.batch_call_s},
+                            {&k.pool_op_s, &o.pool_op_s}, {&k.inline_op_s, &o.inline_op_s}, {&k.batch_s, &o.batch_s},
+                            {&k.inline_op_elem_s, &o.inline_op_elem_s}, {&k.pool_op_elem_s, &o.pool_op_elem_s},
+                            {&k.crossing_s, &o.crossing_s}}) {
+        keep_lower(*dst, *src);
+    }
+    keep_lower(k.attn_pos_s, o.attn_pos_s);
+    if (!k.cache_bytes) k.cache_bytes = o.cache_bytes;
     return out;
 }
 

@@ -27,23 +27,31 @@ struct Calibration {
     // with the defaults.
     KernelCosts cpu_kernels;
     int kernel_threads = 0;
-    // One-token products from ordinary heap memory, where the stand-in
-    // device (cpu2) keeps its copies (the host's weights sit in huge pages).
-    std::map<quant::Type, double> standin_matvec_gbps;
 };
 
-// The stand-in device's kernels: the host's, from its memory, with
-// hand-overs that are copies between host buffers (bench --device cpu2).
+// The stand-in device's kernels: the host's (it holds its copies of the
+// weights in the host's weight memory), with hand-overs that are copies
+// between host buffers (bench --device cpu2). Files from before that
+// recorded its one-token rates from heap memory (standin_matvec_gbps);
+// they load, and those entries are not read.
 KernelCosts standin_costs(const Calibration& c);
 
 // The calibration as it would read on a host whose CPU read bandwidth is
 // now `gbps` (bench --calibrate-each measures it around each test): the
-// rates bound by memory (the bandwidth, one-token products from DRAM, the
-// stand-in's, copies) scaled by gbps / the calibrated bandwidth; rates
+// rates bound by memory (the bandwidth, one-token products from DRAM,
+// copies) scaled by gbps / the calibrated bandwidth; rates
 // from cache and batch products (bound by the cores; the few-token rate
 // too, though its weights come from memory) kept. Unchanged
 // without a calibrated bandwidth or for gbps <= 0.
 Calibration at_bandwidth(const Calibration& c, double gbps);
+
+// The quieter of two calibrations of one machine, measure by measure: the
+// higher of each rate and bandwidth, the lower of each fixed cost. A
+// shared host only ever slows a measurement down, so bench --calibrate
+// measures in rounds and keeps the best, as bench keeps the fastest run.
+// A measure one side lacks is the other's; the cache size, the CPU and
+// the thread count are a's.
+Calibration best_of(const Calibration& a, const Calibration& b);
 
 // Tandem's cache directory: $TANDEM_CACHE_DIR, else $XDG_CACHE_HOME/tandem,
 // else $HOME/.cache/tandem. Throws tandem::Error when none can be derived.

@@ -56,10 +56,11 @@ inline constexpr int64_t kGemmFewBatch = 4;
 inline constexpr int64_t kWideCols = 4096;
 inline constexpr int64_t kNarrowCols = 256;
 // The row widths bench --calibrate also measures the kGemmSmallBatch rate
-// at, from memory over matrices of kGemmByColsRows rows each: the rate
-// moves with the width (Q4_K on Zen 4: ~365 GFLOP/s at 1024 columns, ~410
-// at 2048, ~465 at 4096), more than the narrow/wide factor says.
-inline constexpr std::array<int64_t, 4> kGemmByCols = {1024, 2048, 4096, 8192};
+// at, from memory over matrices of kGemmByColsRows rows each, each
+// product's hand-over taken out: the rate moves with the width (Q4_K on
+// Zen 4: ~300 GFLOP/s at 256 columns, ~365 at 1024, ~410 at 2048, ~465 at
+// 4096), more than the narrow/wide factor (one matrix from cache) says.
+inline constexpr std::array<int64_t, 6> kGemmByCols = {256, 512, 1024, 2048, 4096, 8192};
 inline constexpr int64_t kGemmByColsRows = 4096;
 // Micro-batches from this many tokens take the tiled attention kernel
 // (kernels_cpu/attention_tiled.h; the planner does not link kernels).

@@ -60,8 +60,11 @@ protected:
 };
 
 TEST_F(TuneTest, CalibrateStoresCpuBandwidthAndPlanReportsItMeasured) {
-    const auto r = run_tandem("bench --calibrate --json", dir_);
+    // Two rounds: the default three take half a minute (best_of is
+    // checked in test_prediction).
+    const auto r = run_tandem("bench --calibrate --calibrate-rounds 2 --json", dir_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("calibration round 2 of 2"), std::string::npos) << r.err;
     const auto file = cache_ / "calibration.json";
     ASSERT_TRUE(std::filesystem::exists(file));
     const auto j = nlohmann::json::parse(testing::slurp(file));
@@ -87,6 +90,14 @@ TEST_F(TuneTest, CalibrateStoresCpuBandwidthAndPlanReportsItMeasured) {
 
 TEST_F(TuneTest, BenchWithoutCalibrateIsAOneLineError) {
     testing::expect_one_line_error(run_tandem("bench", dir_), "--calibrate");
+}
+
+TEST_F(TuneTest, CalibrateRoundsOutOfRangeAreRefusedBeforeMeasuring) {
+    for (const char* n : {"0", "-1", "21"}) {
+        testing::expect_one_line_error(run_tandem(std::string("bench --calibrate --calibrate-rounds ") + n, dir_),
+                                       "--calibrate-rounds");
+        EXPECT_FALSE(std::filesystem::exists(cache_ / "calibration.json")) << n;
+    }
 }
 
 TEST_F(TuneTest, DamagedCalibrationWarnsAndUsesDefaults) {

@@ -164,11 +164,9 @@ constexpr int64_t kCalibCols = planner::kWideCols;
 
 // A rows x kCalibCols matrix of `type` in the host's weight memory: a few
 // rows quantized from fixed pseudo-random floats, repeated.
-// plain: in ordinary heap memory, as the stand-in device holds the copies
-// it uploads, instead of the host's (huge-page) weight memory.
+// (The stand-in device holds its copies in the same memory.)
 struct CalibMatrix {
     HostWeightArena arena;
-    std::vector<uint8_t> heap;
     cpu::WeightView w;
 };
 
@@ -178,8 +176,7 @@ float calib_value(uint64_t& state) {
     return static_cast<float>(static_cast<int64_t>(state >> 40) % 2001 - 1000) / 1000.0f;
 }
 
-std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, bool plain = false,
-                                          int64_t cols = kCalibCols) {
+std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, int64_t cols = kCalibCols) {
     constexpr int64_t kDistinct = 16;
     const uint64_t row = *quant::row_bytes(type, cols);
     std::vector<float> src(static_cast<size_t>(cols));
@@ -190,13 +187,7 @@ std::unique_ptr<CalibMatrix> calib_matrix(quant::Type type, int64_t rows, bool p
         quant::quantize_row(type, src.data(), rows_q.data() + r * row, cols);
     }
     auto m = std::make_unique<CalibMatrix>();
-    uint8_t* data = nullptr;
-    if (plain) {
-        m->heap.resize(static_cast<size_t>(row * rows));
-        data = m->heap.data();
-    } else {
-        data = m->arena.allocate(static_cast<size_t>(row * rows));
-    }
+    uint8_t* data = m->arena.allocate(static_cast<size_t>(row * rows));
     for (int64_t r = 0; r < rows; ++r) std::memcpy(data + r * row, rows_q.data() + (r % kDistinct) * row, row);
     m->w = {type, data, rows, cols, row};
     return m;
@@ -218,19 +209,23 @@ TimedProduct time_on(const CalibMatrix& m, int64_t n, int reps, cpu::ThreadPool&
 }
 
 // A calibration matrix of about `bytes` (at least 64 rows).
-std::unique_ptr<CalibMatrix> calib_matrix_of(quant::Type type, uint64_t bytes, bool plain = false,
-                                             int64_t cols = kCalibCols) {
+std::unique_ptr<CalibMatrix> calib_matrix_of(quant::Type type, uint64_t bytes, int64_t cols = kCalibCols) {
     const uint64_t row = *quant::row_bytes(type, cols);
-    return calib_matrix(type, std::max<int64_t>(64, static_cast<int64_t>(bytes / row)), plain, cols);
+    return calib_matrix(type, std::max<int64_t>(64, static_cast<int64_t>(bytes / row)), cols);
 }
 
-// GFLOP/s of kGemmSmallBatch-token products over the bytes of m seen as
-// matrices of kGemmByColsRows rows of `cols` one after the other, as a
-// model's matrices of that width follow each other from memory (the blocks
-// stay whole: cols is a multiple of the type's block). The best of `reps`
-// passes after a warming one.
-double gemm_gflops_by_cols(const CalibMatrix& m, int64_t cols, int reps, cpu::ThreadPool& pool,
-                           cpu::SimdLevel level) {
+// kGemmSmallBatch-token products over the bytes of m seen as matrices of
+// kGemmByColsRows rows of `cols` one after the other, as a model's
+// matrices of that width follow each other from memory (the blocks stay
+// whole: cols is a multiple of the type's block): the best of `reps`
+// passes after a warming one, the products in it and their FLOPs.
+struct ByColsPass {
+    double s = 0, products = 0, flops = 0;
+    // GFLOP/s with each product's hand-over (measured apart, and charged
+    // apart by the planner) taken out.
+    double gflops(double call_s) const { return flops / std::max(s - products * call_s, s * 0.05) / 1e9; }
+};
+ByColsPass time_by_cols(const CalibMatrix& m, int64_t cols, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level) {
     constexpr int64_t n = planner::kGemmSmallBatch;
     const quant::Type type = m.w.type;
     const uint64_t row = *quant::row_bytes(type, cols);
@@ -247,14 +242,33 @@ double gemm_gflops_by_cols(const CalibMatrix& m, int64_t cols, int reps, cpu::Th
     };
     pass();
     const double weights = static_cast<double>(count * rows) * static_cast<double>(cols);
-    return 2.0 * weights * static_cast<double>(n) / best_seconds(reps, pass) / 1e9;
+    return {best_seconds(reps, pass), static_cast<double>(count), 2.0 * weights * static_cast<double>(n)};
 }
 
 // GB/s of weights a one-token product reads, for a matrix of about `bytes`.
 double matvec_gbps(quant::Type type, uint64_t bytes, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level,
-                   bool plain = false, int64_t cols = kCalibCols) {
-    const TimedProduct t = time_on(*calib_matrix_of(type, bytes, plain, cols), 1, reps, pool, level);
+                   int64_t cols = kCalibCols) {
+    const TimedProduct t = time_on(*calib_matrix_of(type, bytes, cols), 1, reps, pool, level);
     return t.bytes / t.s / 1e9;
+}
+
+// One-token GB/s from memory over m, its runs taking turns with runs over
+// a second matrix as large, so that each reads from DRAM: back to back,
+// one matrix of 3x the last-level cache partly stays there (Q4_K on Zen 4
+// read 55 GB/s that way, against 30-35 for a model's decode step).
+double matvec_gbps_from_memory(const CalibMatrix& m, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level) {
+    const int64_t rows = m.w.n_rows, cols = m.w.n_cols;
+    const std::unique_ptr<CalibMatrix> other = calib_matrix(m.w.type, rows, cols);
+    std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(rows));
+    double best = 0.0;
+    for (int i = 0; i <= reps; ++i) {  // run 0 warms: pages touched
+        const CalibMatrix* pair[2] = {&m, other.get()};
+        for (const CalibMatrix* w : pair) {
+            const double s = best_seconds(1, [&] { cpu::matmul(w->w, x.data(), cols, 1, y.data(), rows, pool, level); });
+            if (i > 0) best = best == 0.0 ? s : std::min(best, s);
+        }
+    }
+    return static_cast<double>(rows * m.w.row_stride_bytes) / best / 1e9;
 }
 
 // GFLOP/s of a product of n tokens over matrix m.
@@ -263,33 +277,12 @@ double product_gflops(const CalibMatrix& m, int64_t n, int reps, cpu::ThreadPool
     return 2.0 * t.weights * static_cast<double>(n) / t.s / 1e9;
 }
 
-// One-token GB/s from memory over `host` (the host's weight memory) and a
-// copy of it in plain heap memory (the stand-in's), their runs taking
-// turns: on a host whose bandwidth moves within seconds, rates measured one
-// after the other differed by up to 30% either way from one calibration to
-// the next, and the planner took that for a slower or faster stand-in.
-std::pair<double, double> matvec_gbps_host_and_plain(const CalibMatrix& host, int reps, cpu::ThreadPool& pool,
-                                                     cpu::SimdLevel level) {
-    const int64_t rows = host.w.n_rows;
-    const std::unique_ptr<CalibMatrix> plain = calib_matrix(host.w.type, rows, true);
-    const CalibMatrix* m[2] = {&host, plain.get()};
-    std::vector<float> x(static_cast<size_t>(kCalibCols), 0.5f), y(static_cast<size_t>(rows));
-    double best[2] = {0.0, 0.0};
-    for (int i = 0; i <= reps; ++i) {  // run 0 warms: pages touched
-        for (int which = 0; which < 2; ++which) {
-            const double s = best_seconds(1, [&] { cpu::matmul(m[which]->w, x.data(), kCalibCols, 1, y.data(), rows, pool, level); });
-            if (i > 0) best[which] = i == 1 ? s : std::min(best[which], s);
-        }
-    }
-    const double matrix_bytes = static_cast<double>(rows * host.w.row_stride_bytes);
-    return {matrix_bytes / best[0] / 1e9, matrix_bytes / best[1] / 1e9};
-}
 
 // GFLOP/s of a product of n tokens (2 FLOPs per weight and token) from cache.
 // The matrix holds 1024 x kCalibCols weights at any row width.
 double gemm_gflops(quant::Type type, int64_t n, int reps, cpu::ThreadPool& pool, cpu::SimdLevel level,
                    int64_t cols = kCalibCols) {
-    return product_gflops(*calib_matrix(type, 1024 * kCalibCols / cols, false, cols), n, reps, pool, level);
+    return product_gflops(*calib_matrix(type, 1024 * kCalibCols / cols, cols), n, reps, pool, level);
 }
 
 // The last-level cache, from sysfs (sysconf's can be a hypervisor's guess).
@@ -346,11 +339,12 @@ double attention_pos_seconds(int64_t hd, cpu::ThreadPool& pool, cpu::SimdLevel l
     return best_seconds(21, once) / (positions * static_cast<double>(shape.n_head));
 }
 
-planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>& standin_matvec_gbps) {
+planner::KernelCosts measure_kernels(int threads) {
     planner::KernelCosts k;
     cpu::ThreadPool pool(threads);
     const cpu::SimdLevel level = cpu::simd_level_from_env();
     k.cache_bytes = last_level_cache_bytes();
+    std::map<quant::Type, std::map<int64_t, ByColsPass>> by_cols;  // rates once the hand-over is measured
     // From memory: 3x the cache (at least 64 MiB); cached: a quarter of it.
     const uint64_t cache = k.cache_bytes.value_or(32ull << 20);
     const uint64_t big = std::max<uint64_t>(64ull << 20, 3 * cache), small = std::max<uint64_t>(1ull << 20, cache / 4);
@@ -360,15 +354,14 @@ planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>&
             // 32-token rates (made once: under the sanitizer, filling one
             // took most of a calibration).
             const std::unique_ptr<CalibMatrix> from_memory = calib_matrix_of(type, big);
-            std::tie(k.matvec_gbps[type], standin_matvec_gbps[type]) =
-                matvec_gbps_host_and_plain(*from_memory, 5, pool, level);
+            k.matvec_gbps[type] = matvec_gbps_from_memory(*from_memory, 5, pool, level);
             // A model's prompt batches read its weights from memory: at 32
             // tokens that cost ~8% against the same product from cache (Q4_K,
             // 4096 columns, Sapphire Rapids: 232-236 against 244-264 GFLOP/s).
             k.gemm_few_gflops[type] = product_gflops(*from_memory, planner::kGemmFewBatch, 3, pool, level);
             k.gemm_small_gflops[type] = product_gflops(*from_memory, planner::kGemmSmallBatch, 3, pool, level);
             for (const int64_t cols : planner::kGemmByCols) {
-                k.gemm_small_by_cols[type][cols] = gemm_gflops_by_cols(*from_memory, cols, 3, pool, level);
+                by_cols[type][cols] = time_by_cols(*from_memory, cols, 3, pool, level);
             }
         }
         k.matvec_cached_gbps[type] = matvec_gbps(type, small, 21, pool, level);
@@ -376,7 +369,7 @@ planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>&
         // Rows of kNarrowCols, as a small model's, from cache; the batch
         // rate as a factor on the wide rows' from cache, applied to the
         // rate from memory (the planner takes narrow / wide as the factor).
-        k.matvec_narrow_gbps[type] = matvec_gbps(type, small, 21, pool, level, false, planner::kNarrowCols);
+        k.matvec_narrow_gbps[type] = matvec_gbps(type, small, 21, pool, level, planner::kNarrowCols);
         k.gemm_small_narrow_gflops[type] =
             gemm_gflops(type, planner::kGemmSmallBatch, 5, pool, level, planner::kNarrowCols) /
             gemm_gflops(type, planner::kGemmSmallBatch, 5, pool, level) * k.gemm_small_gflops[type];
@@ -452,18 +445,29 @@ planner::KernelCosts measure_kernels(int threads, std::map<quant::Type, double>&
         const double s = best_seconds(5, [&] { std::memcpy(to.data(), from.data(), bytes); });
         k.copy_gbps = static_cast<double>(bytes) / s / 1e9;
     }
+    for (const auto& [type, passes] : by_cols) {
+        for (const auto& [cols, pass] : passes) k.gemm_small_by_cols[type][cols] = pass.gflops(*k.batch_call_s);
+    }
     return k;
 }
 
 }  // namespace
 
-void calibrate(bool json) {
+void calibrate(bool json, int rounds) {
+    if (rounds < 1 || rounds > kMaxCalibrationRounds) {
+        throw Error(fmt::format("--calibrate-rounds: expected 1 to {}, found {}", kMaxCalibrationRounds, rounds));
+    }
     planner::Calibration c;
-    c.cpu_model = cpu_model_name();
-    c.physical_cores = cpu::physical_core_count();
-    c.cpu_gbps = measure_cpu_read_gbps(c.physical_cores);
-    c.kernel_threads = c.physical_cores;
-    c.cpu_kernels = measure_kernels(c.kernel_threads, c.standin_matvec_gbps);
+    for (int round = 0; round < rounds; ++round) {
+        if (rounds > 1) fmt::print(stderr, "calibration round {} of {}\n", round + 1, rounds);
+        planner::Calibration m;
+        m.cpu_model = cpu_model_name();
+        m.physical_cores = cpu::physical_core_count();
+        m.cpu_gbps = measure_cpu_read_gbps(m.physical_cores);
+        m.kernel_threads = m.physical_cores;
+        m.cpu_kernels = measure_kernels(m.kernel_threads);
+        c = round == 0 ? m : planner::best_of(c, m);
+    }
     std::string why;
     const auto devices = cuda::list_devices(&why);
     std::string gpu_note;
@@ -493,11 +497,10 @@ void calibrate(bool json) {
                "GFLOP/s at {} tokens from memory / {} / {} tokens\n",
                c.kernel_threads, planner::kGemmFewBatch, planner::kGemmSmallBatch, planner::kGemmLargeBatch);
     for (const quant::Type type : kCalibratedTypes) {
-        fmt::print("  {:<5} {:7.1f} / {:7.1f} GB/s  {:7.1f} / {:7.1f} / {:7.1f} GFLOP/s  (stand-in memory {:.1f} GB/s; "
-                   "rows of {}: {:.1f} GB/s, {:.1f} GFLOP/s)\n",
+        fmt::print("  {:<5} {:7.1f} / {:7.1f} GB/s  {:7.1f} / {:7.1f} / {:7.1f} GFLOP/s  (rows of {}: {:.1f} GB/s, "
+                   "{:.1f} GFLOP/s)\n",
                    quant::traits(type).name, k.matvec_gbps.at(type), k.matvec_cached_gbps.at(type),
                    k.gemm_few_gflops.at(type), k.gemm_small_gflops.at(type), k.gemm_large_gflops.at(type),
-                   c.standin_matvec_gbps.at(type),
                    planner::kNarrowCols, k.matvec_narrow_gbps.at(type), k.gemm_small_narrow_gflops.at(type));
     }
     fmt::print("GFLOP/s at {} tokens from memory by row width (matrices of {} rows):", planner::kGemmSmallBatch,

@@ -12,7 +12,11 @@ namespace tandem::tools {
 double measure_cpu_read_gbps(int threads);
 
 // Measures, stores in planner::calibration_path() and prints (json: as
-// one JSON object) this machine's calibration.
-void calibrate(bool json);
+// one JSON object) this machine's calibration: the CPU's in `rounds`
+// rounds, keeping the best of each measure (planner::best_of). Throws
+// tandem::Error for rounds outside [1, kMaxCalibrationRounds].
+inline constexpr int kDefaultCalibrationRounds = 3;
+inline constexpr int kMaxCalibrationRounds = 20;
+void calibrate(bool json, int rounds = kDefaultCalibrationRounds);
 
 }  // namespace tandem::tools

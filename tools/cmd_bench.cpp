@@ -56,6 +56,7 @@ namespace {
 struct BenchOptions {
     bool calibrate = false;
     bool calibrate_each = false;
+    int calibrate_rounds = kDefaultCalibrationRounds;
     bool json = false;
     BenchArgs args;
     SpecFlags spec;           // --spec-ngram, -md, --draft-*: the speculative test
@@ -237,6 +238,11 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--calibrate", opts->calibrate, "measure memory bandwidths and the CPU kernels' rates and fixed costs; store them for `plan` and `run`");
     cmd->add_flag("--calibrate-each", opts->calibrate_each,
                   "measure the CPU read bandwidth around every test; take % bw against it and predict for it (not stored)");
+    cmd->add_option("--calibrate-rounds", opts->calibrate_rounds,
+                    "with --calibrate: measure this many times and keep the best of each measure (a busy host only "
+                    "slows measurements down)")
+        ->type_name("N")
+        ->capture_default_str();
     cmd->add_flag("--json", opts->json, "print as JSON (with --calibrate; otherwise the same as -o json)");
     cmd->add_option("-m,--model", a.models, "GGUF model file; repeat for several")->type_name("FILE");
     cmd->add_option("-p,--n-prompt", a.n_prompt, "prompt sizes of the ppN tests (default 512)")->type_name("LIST");
@@ -287,7 +293,7 @@ void add_bench_command(CLI::App& app) {
     cmd->footer(std::string(kBenchFooter) + "\n\n" + llama_spellings_help(*cmd));
     cmd->callback([opts, cmd] {
         if (opts->calibrate) {
-            calibrate(opts->json);
+            calibrate(opts->json, opts->calibrate_rounds);
             return;
         }
         opts->args.sweep = cmd->count("--sweep-ngl") > 0;

@@ -78,7 +78,9 @@ struct CpuDevice::Impl {
     cpu::ThreadPool& pool;
     cpu::SimdLevel level;
     cpu::MatmulOrder order = cpu::MatmulOrder::Fastest;  // set_single_token_order
-    std::vector<std::vector<uint8_t>> uploads;  // weight bytes copied to this device
+    // The stand-in's copies of its weights, in the host's weight memory
+    // (huge pages), so that bench --calibrate's host rates are its rates.
+    HostWeightArena uploads;
     HostWeightArena host_copies;                // the host's matrices, when config.copy_host_weights
     std::vector<LedgerReservation> reservations;
     std::unordered_map<const gguf::TensorInfo*, cpu::WeightView> matrices;
@@ -134,10 +136,9 @@ struct CpuDevice::Impl {
             matrices[&t] = view_of(t, host_bytes(t));
             return;
         }
-        const auto bytes = file.tensor_data(t);
-        uploads.emplace_back(bytes.begin(), bytes.end());
+        const uint8_t* data = uploads.copy(file.tensor_data(t), &pool);
         if (config.on_upload) config.on_upload(t.n_bytes);
-        matrices[&t] = view_of(t, uploads.back().data());
+        matrices[&t] = view_of(t, data);
     }
 
     // Norm weights and RoPE factors are small; a float copy frees the
