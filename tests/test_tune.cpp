@@ -69,6 +69,10 @@ TEST_F(TuneTest, CalibrateStoresCpuBandwidthAndPlanReportsItMeasured) {
     ASSERT_TRUE(std::filesystem::exists(file));
     const auto j = nlohmann::json::parse(testing::slurp(file));
     EXPECT_GT(j.at("cpu_gbps").get<double>(), 0.0);
+    // The batch's own cost: measured end to end (a decode step of a
+    // one-layer model less its predicted kernels), never below zero.
+    ASSERT_TRUE(j.at("cpu_kernels").at("batch_s").is_number()) << j.at("cpu_kernels").dump();
+    EXPECT_GE(j.at("cpu_kernels").at("batch_s").get<double>(), 0.0);
     EXPECT_GE(j.at("physical_cores").get<int>(), 1);
     EXPECT_FALSE(j.at("cpu_model").get<std::string>().empty());
 

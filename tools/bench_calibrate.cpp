@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -32,7 +33,14 @@
 #include "runtime/common/error.h"
 #include "runtime/engine/host_weight_arena.h"
 #include "runtime/engine/memory_ledger.h"
+#include "runtime/model/model_shapes.h"
+#include "runtime/model/synth_vocab.h"
 #include "runtime/quant/fp16.h"
+#include "runtime/quant/quant_mix.h"
+#include "tools/bench_args.h"
+#include "tools/bench_report.h"
+#include "tools/bench_runner.h"
+#include "tools/synth_model.h"
 
 namespace tandem::tools {
 namespace {
@@ -161,6 +169,8 @@ constexpr quant::Type kCalibratedTypes[] = {quant::Type::F32,  quant::Type::F16,
                                             quant::Type::Q5_0, quant::Type::Q8_0, quant::Type::Q4_K,
                                             quant::Type::Q5_K, quant::Type::Q6_K};
 constexpr int64_t kCalibCols = planner::kWideCols;
+// Decode steps a run of the batch-cost measurement times.
+constexpr int64_t kBatchCostTokens = 16;
 
 // A rows x kCalibCols matrix of `type` in the host's weight memory: a few
 // rows quantized from fixed pseudo-random floats, repeated.
@@ -451,6 +461,46 @@ planner::KernelCosts measure_kernels(int threads) {
     return k;
 }
 
+// The engine's own cost of an evaluated batch (KernelCosts::batch_s: the
+// embedding, the logits handed out, the session's bookkeeping): a decode
+// step of a minimal model (the tiny shape with one layer and a 512-token
+// vocabulary, on the stand-in's host side) less what the planner predicts
+// for it from the kernels of `c` with that cost at zero. nullopt when the
+// run gave no prediction.
+std::optional<double> measure_batch_seconds(const planner::Calibration& c, int threads) {
+    model::ModelShape shape = *model::find_preset("tiny");
+    shape.name = "calibration";
+    shape.n_layer = 1;
+    shape.n_vocab = 512;
+    namespace fs = std::filesystem;
+    const fs::path path = fs::temp_directory_path() / fmt::format("tandem-calibration-{}.gguf", ::getpid());
+    struct Remove {
+        fs::path p;
+        ~Remove() {
+            std::error_code ec;
+            fs::remove(p, ec);
+        }
+    } remove{path};
+    write_synth_model(shape, quant::FileType::Q4_K_M, model::synthetic_llama_vocab(shape.n_vocab),
+                      path.string(), 42, false, static_cast<unsigned>(threads), false);
+    BenchConfig config;
+    config.models = {path.string()};
+    config.tests = {BenchTest{0, kBatchCostTokens, 0}};
+    config.n_gpu_layers = {0};
+    config.threads = {threads};
+    config.n_ubatch = {512};
+    config.cache_types = {model::CacheType::F16};
+    config.repetitions = 40;
+    config.device = "cpu2";  // a device to predict against; nothing goes there at -ngl 0
+    planner::Calibration zero = c;
+    zero.cpu_kernels.batch_s = 0.0;
+    const BenchResult r = run_bench(config, zero);
+    if (r.rows.empty() || !r.rows.front().predicted_tps) return std::nullopt;
+    const std::optional<double> best = best_tps(r.rows.front());
+    if (!best || !(*best > 0.0) || !(*r.rows.front().predicted_tps > 0.0)) return std::nullopt;
+    return std::max(0.0, 1.0 / *best - 1.0 / *r.rows.front().predicted_tps);
+}
+
 }  // namespace
 
 void calibrate(bool json, int rounds) {
@@ -467,6 +517,12 @@ void calibrate(bool json, int rounds) {
         m.kernel_threads = m.physical_cores;
         m.cpu_kernels = measure_kernels(m.kernel_threads);
         c = round == 0 ? m : planner::best_of(c, m);
+    }
+    // With the kernels known: the per-step cost the kernels do not explain,
+    // the best of the rounds too.
+    for (int round = 0; round < rounds; ++round) {
+        const std::optional<double> s = measure_batch_seconds(c, c.kernel_threads);
+        if (s && (!c.cpu_kernels.batch_s || *s < *c.cpu_kernels.batch_s)) c.cpu_kernels.batch_s = s;
     }
     std::string why;
     const auto devices = cuda::list_devices(&why);
@@ -517,6 +573,12 @@ void calibrate(bool json, int rounds) {
                "GB/s\n",
                *k.matmul_call_s * 1e6, *k.batch_call_s * 1e6, *k.pool_op_s * 1e6, *k.pool_op_elem_s * 1e9,
                *k.inline_op_s * 1e6, *k.inline_op_elem_s * 1e9, *k.crossing_s * 1e6, *k.copy_gbps);
+    if (k.batch_s) {
+        fmt::print("a batch's own cost (a decode step of a one-layer model less its predicted kernels): {:.2f} us\n",
+                   *k.batch_s * 1e6);
+    } else {
+        fmt::print("a batch's own cost: not measured (the planner assumes {:.0f} us)\n", planner::kDefaultBatchS * 1e6);
+    }
     std::string attn;
     for (const auto& [hd, sec] : k.attn_pos_s) attn += fmt::format(" {}: {:.2f} ns", hd, sec * 1e9);
     fmt::print("attention (under {} tokens), per head and position, by head dimension:{}\n",

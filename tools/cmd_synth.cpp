@@ -17,6 +17,7 @@
 #include <exception>
 #include <memory>
 #include <numbers>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +35,7 @@
 #include "runtime/quant/quant_types.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
+#include "tools/synth_model.h"
 
 namespace tandem::tools {
 namespace {
@@ -211,7 +213,7 @@ void generate_rows(const TensorPlan& t, uint64_t seed, int64_t first, int64_t co
 }
 
 void write_tensor(gguf::Writer& writer, const TensorPlan& t, uint64_t seed, unsigned n_threads,
-                  ProgressBar& progress) {
+                  ProgressBar* progress) {
     // Generated and written one chunk of rows at a time: memory stays at
     // one chunk of quantized bytes plus one row of floats per thread,
     // whatever the tensor's size.
@@ -222,29 +224,16 @@ void write_tensor(gguf::Writer& writer, const TensorPlan& t, uint64_t seed, unsi
         const size_t n_bytes = static_cast<size_t>(static_cast<uint64_t>(count) * t.row_bytes);
         generate_rows(t, seed, r0, count, bytes.data(), n_threads);
         writer.write_tensor_chunk(std::span<const uint8_t>(bytes.data(), n_bytes));
-        progress.advance(n_bytes, writer.tensors()[t.index].name);
+        if (progress) progress->advance(n_bytes, writer.tensors()[t.index].name);
     }
 }
 
-void run_synth(const SynthOptions& o) {
-    const auto start = std::chrono::steady_clock::now();
-    const quant::FileType file_type = parse_file_type(o.type);
+}  // namespace
 
-    std::vector<gguf::KeyValue> vocab_keys;
-    int64_t vocab_from_file = 0;
-    if (!o.vocab.empty()) {
-        const gguf::File vf = gguf::File::open(o.vocab);
-        model::CopiedVocab copied = model::copy_vocab(vf);
-        vocab_keys = std::move(copied.keys);
-        vocab_from_file = copied.n_vocab;
-    }
-    // The vocabulary's file stays an input until the output is written: the
-    // output may not replace it.
-    const InputFile vocab_input = o.vocab.empty() ? InputFile() : InputFile(o.vocab);
-    const model::ModelShape shape = resolve_shape(o, vocab_from_file);
-    if (o.vocab.empty()) vocab_keys = model::synthetic_llama_vocab(shape.n_vocab);
-
-    gguf::Writer writer(o.out);
+SynthStats write_synth_model(const model::ModelShape& shape, quant::FileType file_type,
+                             std::vector<gguf::KeyValue> vocab_keys, const std::string& out, uint64_t seed,
+                             bool header_only, unsigned threads, bool progress) {
+    gguf::Writer writer(out);
     for (auto& kv : model::model_hparams(shape)) {
         writer.set(kv.key, std::move(kv.value));
         if (kv.key == "general.architecture") writer.set("general.name", gguf::Value::str("synth-" + shape.name));
@@ -253,8 +242,8 @@ void run_synth(const SynthOptions& o) {
     for (auto& kv : vocab_keys) writer.set(kv.key, std::move(kv.value));
     writer.set("general.quantization_version", gguf::Value::u32(2));
     writer.set("tandem.synth.shape", gguf::Value::str(shape.name));
-    writer.set("tandem.synth.seed", gguf::Value::u64(o.seed));
-    if (o.header_only) writer.set(std::string(gguf::kHeaderOnlyKey), gguf::Value::boolean(true));
+    writer.set("tandem.synth.seed", gguf::Value::u64(seed));
+    if (header_only) writer.set(std::string(gguf::kHeaderOnlyKey), gguf::Value::boolean(true));
 
     const quant::MixModelInfo mix{shape.n_layer, shape.n_head, shape.n_head_kv, shape.n_expert,
                                   !shape.tied_embeddings};
@@ -281,13 +270,38 @@ void run_synth(const SynthOptions& o) {
     }
 
     writer.write_header();
-    if (!o.header_only) {
-        const unsigned n_threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-        ProgressBar progress("synth", total_bytes, true);
-        for (const auto& p : plans) write_tensor(writer, p, o.seed, n_threads, progress);
-        progress.finish();
+    if (!header_only) {
+        const unsigned n_threads = threads > 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+        std::optional<ProgressBar> bar;
+        if (progress) bar.emplace("synth", total_bytes, true);
+        for (const auto& p : plans) write_tensor(writer, p, seed, n_threads, bar ? &*bar : nullptr);
+        if (bar) bar->finish();
     }
     writer.finish();
+    return {plans.size(), n_params, total_bytes};
+}
+
+namespace {
+
+void run_synth(const SynthOptions& o) {
+    const auto start = std::chrono::steady_clock::now();
+    const quant::FileType file_type = parse_file_type(o.type);
+
+    std::vector<gguf::KeyValue> vocab_keys;
+    int64_t vocab_from_file = 0;
+    if (!o.vocab.empty()) {
+        const gguf::File vf = gguf::File::open(o.vocab);
+        model::CopiedVocab copied = model::copy_vocab(vf);
+        vocab_keys = std::move(copied.keys);
+        vocab_from_file = copied.n_vocab;
+    }
+    // The vocabulary's file stays an input until the output is written: the
+    // output may not replace it.
+    const InputFile vocab_input = o.vocab.empty() ? InputFile() : InputFile(o.vocab);
+    const model::ModelShape shape = resolve_shape(o, vocab_from_file);
+    if (o.vocab.empty()) vocab_keys = model::synthetic_llama_vocab(shape.n_vocab);
+    const SynthStats st = write_synth_model(shape, file_type, std::move(vocab_keys), o.out, o.seed, o.header_only,
+                                            o.threads, true);
 
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("wrote {} ({}, {}{})\n", o.out, shape.name, quant::find_mix(file_type)->name,
@@ -298,10 +312,10 @@ void run_synth(const SynthOptions& o) {
     if (shape.n_expert > 0) {
         fmt::print("  experts {} ({} used), expert n_ff {}\n", shape.n_expert, shape.n_expert_used, shape.expert_ff());
     }
-    fmt::print("  tensors {}, params {:.3f} B\n", plans.size(), static_cast<double>(n_params) / 1e9);
-    fmt::print("  tensor bytes {} ({:.2f} GB, {:.2f} GiB), {:.3f} bits/weight\n", total_bytes,
-               static_cast<double>(total_bytes) / 1e9, static_cast<double>(total_bytes) / (1ull << 30),
-               static_cast<double>(total_bytes) * 8.0 / static_cast<double>(n_params));
+    fmt::print("  tensors {}, params {:.3f} B\n", st.n_tensors, static_cast<double>(st.n_params) / 1e9);
+    fmt::print("  tensor bytes {} ({:.2f} GB, {:.2f} GiB), {:.3f} bits/weight\n", st.total_bytes,
+               static_cast<double>(st.total_bytes) / 1e9, static_cast<double>(st.total_bytes) / (1ull << 30),
+               static_cast<double>(st.total_bytes) * 8.0 / static_cast<double>(st.n_params));
     fmt::print("  time {:.2f} s\n", secs);
 }
 
