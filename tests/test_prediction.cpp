@@ -232,48 +232,33 @@ TEST(Prediction, EachMatrixTakesTheBatchRateAtItsOwnWidth) {
         }
     }
     ASSERT_GT(narrow_weights, 0.0);
-    const auto with_rate_at_2048 = [&](double rate) {
+    // A 32-token prompt's seconds with every width's rate 100 GFLOP/s but
+    // `width`'s, which is `rate`.
+    const auto with_rate_at = [](const Model& model, int64_t width, double rate) {
         auto in = zero_cost_inputs(std::nullopt);
         for (const Type t : {Type::F32, Type::Q4_K, Type::Q6_K}) {
             in.host_costs.matvec_gbps[t] = in.host_costs.matvec_cached_gbps[t] = 1.0;
             in.host_costs.gemm_small_gflops[t] = in.host_costs.gemm_large_gflops[t] = 100.0;
-            in.host_costs.gemm_small_by_cols[t] = {{1024, 100.0}, {2048, rate}, {4096, 100.0}, {8192, 100.0}};
+            in.host_costs.gemm_small_by_cols[t] = {{1024, 100.0}, {2048, 100.0}, {4096, 100.0}, {8192, 100.0}};
+            in.host_costs.gemm_small_by_cols[t][width] = rate;
         }
-        return seconds(*m, in, std::nullopt, pl::Workload{32, 0, 0});
+        return seconds(model, in, std::nullopt, pl::Workload{32, 0, 0});
     };
     const double expected = 2.0 * 32.0 * narrow_weights * (1.0 / 50e9 - 1.0 / 100e9);
-    EXPECT_NEAR(with_rate_at_2048(50.0) - with_rate_at_2048(100.0), expected, expected * 1e-9);
+    EXPECT_NEAR(with_rate_at(*m, 2048, 50.0) - with_rate_at(*m, 2048, 100.0), expected, expected * 1e-9);
     // Between the measured widths, on log2: 5632 columns lie 0.46 of the
     // way from 4096 to 8192.
-    const auto with_rate_at_8192 = [&](double rate) {
-        auto in = zero_cost_inputs(std::nullopt);
-        for (const Type t : {Type::F32, Type::Q4_K, Type::Q6_K}) {
-            in.host_costs.matvec_gbps[t] = in.host_costs.matvec_cached_gbps[t] = 1.0;
-            in.host_costs.gemm_small_gflops[t] = in.host_costs.gemm_large_gflops[t] = 100.0;
-            in.host_costs.gemm_small_by_cols[t] = {{1024, 100.0}, {2048, 100.0}, {4096, 100.0}, {8192, rate}};
-        }
-        return seconds(*m, in, std::nullopt, pl::Workload{32, 0, 0});
-    };
     const double f = std::log2(5632.0 / 4096.0);
     const double down_weights = static_cast<double>(m->spec.hp.n_layer) * 5632.0 * 2048.0;
     const double expected_down = 2.0 * 32.0 * down_weights * (1.0 / ((100.0 - 50.0 * f) * 1e9) - 1.0 / 100e9);
-    EXPECT_NEAR(with_rate_at_8192(50.0) - with_rate_at_8192(100.0), expected_down, expected_down * 1e-9);
+    EXPECT_NEAR(with_rate_at(*m, 8192, 50.0) - with_rate_at(*m, 8192, 100.0), expected_down, expected_down * 1e-9);
     // Past the widest measured width the rate stays flat: llama3-8b's down
     // (14336 columns) takes the rate at 8192; its other matrices (4096) do not.
     const auto big = header_model("llama3-8b");
     ASSERT_EQ(big->spec.hp.n_ff, 14336);
-    const auto big_at_8192 = [&](double rate) {
-        auto in = zero_cost_inputs(std::nullopt);
-        for (const Type t : {Type::F32, Type::Q4_K, Type::Q6_K}) {
-            in.host_costs.matvec_gbps[t] = in.host_costs.matvec_cached_gbps[t] = 1.0;
-            in.host_costs.gemm_small_gflops[t] = in.host_costs.gemm_large_gflops[t] = 100.0;
-            in.host_costs.gemm_small_by_cols[t] = {{1024, 100.0}, {2048, 100.0}, {4096, 100.0}, {8192, rate}};
-        }
-        return seconds(*big, in, std::nullopt, pl::Workload{32, 0, 0});
-    };
     const double big_down = static_cast<double>(big->spec.hp.n_layer) * 14336.0 * 4096.0;
     const double expected_big = 2.0 * 32.0 * big_down * (1.0 / 50e9 - 1.0 / 100e9);
-    EXPECT_NEAR(big_at_8192(50.0) - big_at_8192(100.0), expected_big, expected_big * 1e-9);
+    EXPECT_NEAR(with_rate_at(*big, 8192, 50.0) - with_rate_at(*big, 8192, 100.0), expected_big, expected_big * 1e-9);
 }
 
 TEST(Prediction, PrefillPaysFixedCostsPerMicroBatchNotPerToken) {
