@@ -58,9 +58,8 @@ struct Rates {
     }
 
     // The kGemmSmallBatch rate at row width `cols`: from the rates by width
-    // where measured (on log2 of the width between them, flat past the
-    // widest, toward the narrow rate below the narrowest), else the
-    // narrow/wide factor on the wide rate.
+    // where measured (on log2 of the width between them, flat past either
+    // end), else the narrow/wide factor on the wide rate.
     std::optional<double> small_gflops(quant::Type type, int64_t cols) const {
         const auto by = k->gemm_small_by_cols.find(type);
         if (by == k->gemm_small_by_cols.end() || by->second.empty()) {
@@ -76,13 +75,7 @@ struct Rates {
         const auto hi = m.lower_bound(cols);
         if (hi == m.end()) return std::prev(hi)->second;
         if (hi->first == cols) return hi->second;
-        if (hi == m.begin()) {
-            const auto narrow = find_rate(k->gemm_small_narrow_gflops, type);
-            if (!narrow || hi->first <= kNarrowCols) return hi->second;
-            if (cols <= kNarrowCols) return *narrow;
-            return lerp(std::log2(static_cast<double>(kNarrowCols)), *narrow, std::log2(static_cast<double>(hi->first)),
-                        hi->second, x);
-        }
+        if (hi == m.begin()) return hi->second;
         const auto lo = std::prev(hi);
         return lerp(std::log2(static_cast<double>(lo->first)), lo->second, std::log2(static_cast<double>(hi->first)),
                     hi->second, x);

@@ -93,9 +93,9 @@ struct KernelCosts {
     // between one token and kGemmSmallBatch.
     std::map<quant::Type, double> gemm_few_gflops;
     // GFLOP/s of a kGemmSmallBatch product with weights from memory, by row
-    // width (kGemmByCols): a product of another width takes the rate
-    // interpolated on log2 of the width, flat past the last, and toward
-    // the narrow rate below the first. Unset: the narrow/wide factor on
+    // width (kGemmByCols), each product's hand-over taken out: a product
+    // of another width takes the rate interpolated on log2 of the width,
+    // flat past either end. Unset: the narrow/wide factor on
     // gemm_small_gflops.
     std::map<quant::Type, std::map<int64_t, double>> gemm_small_by_cols;
     std::optional<uint64_t> cache_bytes;
