@@ -60,11 +60,10 @@ protected:
 };
 
 TEST_F(TuneTest, CalibrateStoresCpuBandwidthAndPlanReportsItMeasured) {
-    // Two rounds: the default three take half a minute (best_of is
-    // checked in test_prediction).
-    const auto r = run_tandem("bench --calibrate --calibrate-rounds 2 --json", dir_);
+    // One round: the default three take half a minute here and minutes
+    // under the sanitizer (best_of is checked in test_prediction).
+    const auto r = run_tandem("bench --calibrate --calibrate-rounds 1 --json", dir_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.err.find("calibration round 2 of 2"), std::string::npos) << r.err;
     const auto file = cache_ / "calibration.json";
     ASSERT_TRUE(std::filesystem::exists(file));
     const auto j = nlohmann::json::parse(testing::slurp(file));
