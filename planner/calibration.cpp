@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -306,6 +307,34 @@ Calibration best_of(const Calibration& a, const Calibration& b) {
     }
     keep_lower(k.attn_pos_s, o.attn_pos_s);
     if (!k.cache_bytes) k.cache_bytes = o.cache_bytes;
+    return out;
+}
+
+Calibration combine_rounds(const std::vector<Calibration>& rounds) {
+    if (rounds.empty()) throw Error("calibration: no rounds to combine");
+    Calibration out = rounds.front();
+    for (size_t i = 1; i < rounds.size(); ++i) out = best_of(out, rounds[i]);
+    // The lower middle of the values the rounds have.
+    const auto middle = [](std::vector<double> v) -> std::optional<double> {
+        if (v.empty()) return std::nullopt;
+        std::sort(v.begin(), v.end());
+        return v[(v.size() - 1) / 2];
+    };
+    const auto middle_of = [&](const auto& get) {
+        std::vector<double> v;
+        for (const Calibration& c : rounds) {
+            if (const std::optional<double> x = get(c)) v.push_back(*x);
+        }
+        return middle(std::move(v));
+    };
+    out.cpu_gbps = middle_of([](const Calibration& c) { return c.cpu_gbps; });
+    out.cpu_kernels.copy_gbps = middle_of([](const Calibration& c) { return c.cpu_kernels.copy_gbps; });
+    for (auto& [type, rate] : out.cpu_kernels.matvec_gbps) {
+        rate = *middle_of([&, t = type](const Calibration& c) -> std::optional<double> {
+            const auto it = c.cpu_kernels.matvec_gbps.find(t);
+            return it == c.cpu_kernels.matvec_gbps.end() ? std::nullopt : std::optional<double>(it->second);
+        });
+    }
     return out;
 }
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -52,6 +53,15 @@ Calibration at_bandwidth(const Calibration& c, double gbps);
 // A measure one side lacks is the other's; the cache size, the CPU and
 // the thread count are a's.
 Calibration best_of(const Calibration& a, const Calibration& b);
+
+// bench --calibrate's rounds combined: the best of each measure (best_of),
+// but for the measures memory bandwidth bounds (the CPU's read bandwidth,
+// one-token products from memory, copies) the middle round's value (the
+// lower middle for an even count). This VM's bandwidth moves between
+// states (28 to 64 GB/s within minutes) that the cores do not see, so the
+// fastest round is a state, not an undisturbed run. Throws tandem::Error
+// for no rounds.
+Calibration combine_rounds(const std::vector<Calibration>& rounds);
 
 // Tandem's cache directory: $TANDEM_CACHE_DIR, else $XDG_CACHE_HOME/tandem,
 // else $HOME/.cache/tandem. Throws tandem::Error when none can be derived.

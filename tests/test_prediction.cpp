@@ -605,6 +605,33 @@ TEST(Prediction, BestOfTwoCalibrationsKeepsTheFasterOfEachMeasure) {
     }
 }
 
+// The rounds combined: the memory-bound measures take the middle round
+// (the host's bandwidth moves between states), the rest the best.
+TEST(Prediction, CalibrationRoundsTakeTheMiddleBandwidthAndTheBestOfTheRest) {
+    std::vector<pl::Calibration> rounds(3, full_calibration());
+    const double gbps[] = {30.0, 60.0, 35.0}, matvec[] = {30.0, 55.0, 33.0}, copy[] = {10.0, 14.0, 12.0},
+                 gemm[] = {400.0, 380.0, 450.0}, call[] = {3e-6, 2e-6, 4e-6};
+    for (size_t i = 0; i < 3; ++i) {
+        rounds[i].cpu_gbps = gbps[i];
+        rounds[i].cpu_kernels.matvec_gbps[Type::Q4_K] = matvec[i];
+        rounds[i].cpu_kernels.copy_gbps = copy[i];
+        rounds[i].cpu_kernels.gemm_small_gflops[Type::Q4_K] = gemm[i];
+        rounds[i].cpu_kernels.matmul_call_s = call[i];
+    }
+    const pl::Calibration c = pl::combine_rounds(rounds);
+    EXPECT_EQ(c.cpu_gbps, 35.0);
+    EXPECT_EQ(c.cpu_kernels.matvec_gbps.at(Type::Q4_K), 33.0);
+    EXPECT_EQ(c.cpu_kernels.copy_gbps, 12.0);
+    EXPECT_EQ(c.cpu_kernels.gemm_small_gflops.at(Type::Q4_K), 450.0);
+    EXPECT_EQ(c.cpu_kernels.matmul_call_s, 2e-6);
+    // Two rounds: the lower of the two; one round: itself.
+    rounds.pop_back();
+    EXPECT_EQ(pl::combine_rounds(rounds).cpu_gbps, 30.0);
+    rounds.pop_back();
+    EXPECT_EQ(pl::to_json(pl::combine_rounds(rounds)), pl::to_json(rounds.front()));
+    EXPECT_THROW(pl::combine_rounds({}), tandem::Error);
+}
+
 TEST(Prediction, VersionOneCalibrationStillLoadsWithDefaultCosts) {
     const nlohmann::json v1 = {{"version", 1},        {"cpu_model", "Old CPU"}, {"physical_cores", 4},
                                {"cpu_gbps", 25.0},    {"gpu_gbps", nullptr},    {"pcie_gbps", nullptr}};

@@ -507,7 +507,7 @@ void calibrate(bool json, int rounds) {
     if (rounds < 1 || rounds > kMaxCalibrationRounds) {
         throw Error(fmt::format("--calibrate-rounds: expected 1 to {}, found {}", kMaxCalibrationRounds, rounds));
     }
-    planner::Calibration c;
+    std::vector<planner::Calibration> measured;
     for (int round = 0; round < rounds; ++round) {
         if (rounds > 1) fmt::print(stderr, "calibration round {} of {}\n", round + 1, rounds);
         planner::Calibration m;
@@ -516,8 +516,9 @@ void calibrate(bool json, int rounds) {
         m.cpu_gbps = measure_cpu_read_gbps(m.physical_cores);
         m.kernel_threads = m.physical_cores;
         m.cpu_kernels = measure_kernels(m.kernel_threads);
-        c = round == 0 ? m : planner::best_of(c, m);
+        measured.push_back(std::move(m));
     }
+    planner::Calibration c = planner::combine_rounds(measured);
     // With the kernels known: the per-step cost the kernels do not explain,
     // the best of the rounds too.
     for (int round = 0; round < rounds; ++round) {

@@ -239,8 +239,8 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--calibrate-each", opts->calibrate_each,
                   "measure the CPU read bandwidth around every test; take % bw against it and predict for it (not stored)");
     cmd->add_option("--calibrate-rounds", opts->calibrate_rounds,
-                    "with --calibrate: measure this many times and keep the best of each measure (a busy host only "
-                    "slows measurements down)")
+                    "with --calibrate: measure this many times; keep the best of each measure (a busy host only "
+                    "slows measurements down), and the middle round of those memory bandwidth bounds")
         ->type_name("N")
         ->capture_default_str();
     cmd->add_flag("--json", opts->json, "print as JSON (with --calibrate; otherwise the same as -o json)");
