@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -64,20 +65,27 @@ nlohmann::json attn_json(const std::map<int64_t, double>& m) {
     return j;
 }
 
+// A key that names a size: digits only, in (0, max]. `where` and `what`
+// name the object and what its keys are, for the error.
+int64_t size_key(const std::string& name, const std::string& where, const char* what, long long max) {
+    char* end = nullptr;
+    const long long v = std::strtoll(name.c_str(), &end, 10);
+    if (name.empty() || *end != '\0' || v <= 0 || v > max) {
+        throw Error(fmt::format("calibration: '{}' expects {} as keys, found '{}'", where, what, name));
+    }
+    return static_cast<int64_t>(v);
+}
+
 std::map<int64_t, double> attn_from_json(const nlohmann::json& j, const char* key) {
     std::map<int64_t, double> m;
     if (!j.contains(key) || j.at(key).is_null()) return m;
     if (!j.at(key).is_object()) throw Error(fmt::format("calibration: '{}' is not an object of head dimension: seconds", key));
     for (const auto& [name, value] : j.at(key).items()) {
-        char* end = nullptr;
-        const long long hd = std::strtoll(name.c_str(), &end, 10);
-        if (name.empty() || *end != '\0' || hd <= 0 || hd > (1 << 20)) {
-            throw Error(fmt::format("calibration: '{}' expects head dimensions as keys, found '{}'", key, name));
-        }
+        const int64_t hd = size_key(name, key, "head dimensions", 1 << 20);
         if (!value.is_number() || !(value.get<double>() >= 0.0)) {
             throw Error(fmt::format("calibration: '{}.{}' must be a number >= 0", key, name));
         }
-        m[static_cast<int64_t>(hd)] = value.get<double>();
+        m[hd] = value.get<double>();
     }
     return m;
 }
@@ -104,15 +112,11 @@ std::map<quant::Type, std::map<int64_t, double>> rates_by_cols_from_json(const n
         if (!type) throw Error(fmt::format("calibration: '{}' names an unknown weight type '{}'", key, name));
         if (!row.is_object()) throw Error(fmt::format("calibration: '{}.{}' is not an object of columns: rate", key, name));
         for (const auto& [width, value] : row.items()) {
-            char* end = nullptr;
-            const long long cols = std::strtoll(width.c_str(), &end, 10);
-            if (width.empty() || *end != '\0' || cols <= 0 || cols > (1 << 24)) {
-                throw Error(fmt::format("calibration: '{}.{}' expects row widths as keys, found '{}'", key, name, width));
-            }
+            const int64_t cols = size_key(width, fmt::format("{}.{}", key, name), "row widths", 1 << 24);
             if (!value.is_number() || !(value.get<double>() > 0.0)) {
                 throw Error(fmt::format("calibration: '{}.{}.{}' must be a positive number", key, name, width));
             }
-            m[*type][static_cast<int64_t>(cols)] = value.get<double>();
+            m[*type][cols] = value.get<double>();
         }
     }
     return m;
@@ -260,34 +264,28 @@ Calibration at_bandwidth(const Calibration& c, double gbps) {
 
 namespace {
 
-void keep_higher(std::optional<double>& a, const std::optional<double>& b) {
-    if (b && (!a || *b > *a)) a = b;
+// a takes b's value where a has none or b's is better.
+template <class Better>
+void keep(std::optional<double>& a, const std::optional<double>& b, Better better) {
+    if (b && (!a || better(*b, *a))) a = b;
 }
-void keep_lower(std::optional<double>& a, const std::optional<double>& b) {
-    if (b && (!a || *b < *a)) a = b;
-}
-template <typename Key>
-void keep_higher(std::map<Key, double>& a, const std::map<Key, double>& b) {
+template <typename Key, class Better>
+void keep(std::map<Key, double>& a, const std::map<Key, double>& b, Better better) {
     for (const auto& [key, v] : b) {
         const auto it = a.find(key);
-        if (it == a.end() || v > it->second) a[key] = v;
+        if (it == a.end() || better(v, it->second)) a[key] = v;
     }
 }
-template <typename Key>
-void keep_lower(std::map<Key, double>& a, const std::map<Key, double>& b) {
-    for (const auto& [key, v] : b) {
-        const auto it = a.find(key);
-        if (it == a.end() || v < it->second) a[key] = v;
-    }
-}
+constexpr std::greater<double> kHigher;
+constexpr std::less<double> kLower;
 
 }  // namespace
 
 Calibration best_of(const Calibration& a, const Calibration& b) {
     Calibration out = a;
-    keep_higher(out.cpu_gbps, b.cpu_gbps);
-    keep_higher(out.gpu_gbps, b.gpu_gbps);
-    keep_higher(out.pcie_gbps, b.pcie_gbps);
+    keep(out.cpu_gbps, b.cpu_gbps, kHigher);
+    keep(out.gpu_gbps, b.gpu_gbps, kHigher);
+    keep(out.pcie_gbps, b.pcie_gbps, kHigher);
     KernelCosts& k = out.cpu_kernels;
     const KernelCosts& o = b.cpu_kernels;
     for (auto [dst, src] : {std::pair{&k.matvec_gbps, &o.matvec_gbps}, {&k.matvec_cached_gbps, &o.matvec_cached_gbps},
@@ -295,17 +293,17 @@ Calibration best_of(const Calibration& a, const Calibration& b) {
                             {&k.matvec_narrow_gbps, &o.matvec_narrow_gbps},
                             {&k.gemm_small_narrow_gflops, &o.gemm_small_narrow_gflops},
                             {&k.gemm_few_gflops, &o.gemm_few_gflops}}) {
-        keep_higher(*dst, *src);
+        keep(*dst, *src, kHigher);
     }
-    for (const auto& [type, by] : o.gemm_small_by_cols) keep_higher(k.gemm_small_by_cols[type], by);
-    keep_higher(k.copy_gbps, o.copy_gbps);
+    for (const auto& [type, by] : o.gemm_small_by_cols) keep(k.gemm_small_by_cols[type], by, kHigher);
+    keep(k.copy_gbps, o.copy_gbps, kHigher);
     for (auto [dst, src] : {std::pair{&k.matmul_call_s, &o.matmul_call_s}, {&k.batch_call_s, &o.batch_call_s},
                             {&k.pool_op_s, &o.pool_op_s}, {&k.inline_op_s, &o.inline_op_s}, {&k.batch_s, &o.batch_s},
                             {&k.inline_op_elem_s, &o.inline_op_elem_s}, {&k.pool_op_elem_s, &o.pool_op_elem_s},
                             {&k.crossing_s, &o.crossing_s}}) {
-        keep_lower(*dst, *src);
+        keep(*dst, *src, kLower);
     }
-    keep_lower(k.attn_pos_s, o.attn_pos_s);
+    keep(k.attn_pos_s, o.attn_pos_s, kLower);
     if (!k.cache_bytes) k.cache_bytes = o.cache_bytes;
     return out;
 }

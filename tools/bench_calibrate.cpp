@@ -465,9 +465,11 @@ planner::KernelCosts measure_kernels(int threads) {
 // embedding, the logits handed out, the session's bookkeeping): a decode
 // step of a minimal model (the tiny shape with one layer and a 512-token
 // vocabulary, on the stand-in's host side) less what the planner predicts
-// for it from the kernels of `c` with that cost at zero. nullopt when the
-// run gave no prediction.
-std::optional<double> measure_batch_seconds(const planner::Calibration& c, int threads) {
+// for it from the kernels of `c` with that cost at zero; the lowest of
+// `rounds` runs (each the fastest of its repetitions). The model is
+// written once to the temp directory and removed after. nullopt when no
+// run gave a prediction.
+std::optional<double> measure_batch_seconds(const planner::Calibration& c, int threads, int rounds) {
     model::ModelShape shape = *model::find_preset("tiny");
     shape.name = "calibration";
     shape.n_layer = 1;
@@ -494,11 +496,16 @@ std::optional<double> measure_batch_seconds(const planner::Calibration& c, int t
     config.device = "cpu2";  // a device to predict against; nothing goes there at -ngl 0
     planner::Calibration zero = c;
     zero.cpu_kernels.batch_s = 0.0;
-    const BenchResult r = run_bench(config, zero);
-    if (r.rows.empty() || !r.rows.front().predicted_tps) return std::nullopt;
-    const std::optional<double> best = best_tps(r.rows.front());
-    if (!best || !(*best > 0.0) || !(*r.rows.front().predicted_tps > 0.0)) return std::nullopt;
-    return std::max(0.0, 1.0 / *best - 1.0 / *r.rows.front().predicted_tps);
+    std::optional<double> lowest;
+    for (int round = 0; round < rounds; ++round) {
+        const BenchResult r = run_bench(config, zero);
+        if (r.rows.empty() || !r.rows.front().predicted_tps) continue;
+        const std::optional<double> best = best_tps(r.rows.front());
+        if (!best || !(*best > 0.0) || !(*r.rows.front().predicted_tps > 0.0)) continue;
+        const double s = std::max(0.0, 1.0 / *best - 1.0 / *r.rows.front().predicted_tps);
+        if (!lowest || s < *lowest) lowest = s;
+    }
+    return lowest;
 }
 
 }  // namespace
@@ -507,24 +514,21 @@ void calibrate(bool json, int rounds) {
     if (rounds < 1 || rounds > kMaxCalibrationRounds) {
         throw Error(fmt::format("--calibrate-rounds: expected 1 to {}, found {}", kMaxCalibrationRounds, rounds));
     }
+    planner::Calibration machine;
+    machine.cpu_model = cpu_model_name();
+    machine.physical_cores = cpu::physical_core_count();
+    machine.kernel_threads = machine.physical_cores;
     std::vector<planner::Calibration> measured;
     for (int round = 0; round < rounds; ++round) {
         if (rounds > 1) fmt::print(stderr, "calibration round {} of {}\n", round + 1, rounds);
-        planner::Calibration m;
-        m.cpu_model = cpu_model_name();
-        m.physical_cores = cpu::physical_core_count();
+        planner::Calibration m = machine;
         m.cpu_gbps = measure_cpu_read_gbps(m.physical_cores);
-        m.kernel_threads = m.physical_cores;
         m.cpu_kernels = measure_kernels(m.kernel_threads);
         measured.push_back(std::move(m));
     }
     planner::Calibration c = planner::combine_rounds(measured);
-    // With the kernels known: the per-step cost the kernels do not explain,
-    // the best of the rounds too.
-    for (int round = 0; round < rounds; ++round) {
-        const std::optional<double> s = measure_batch_seconds(c, c.kernel_threads);
-        if (s && (!c.cpu_kernels.batch_s || *s < *c.cpu_kernels.batch_s)) c.cpu_kernels.batch_s = s;
-    }
+    // With the kernels known: the per-step cost the kernels do not explain.
+    c.cpu_kernels.batch_s = measure_batch_seconds(c, c.kernel_threads, rounds);
     std::string why;
     const auto devices = cuda::list_devices(&why);
     std::string gpu_note;

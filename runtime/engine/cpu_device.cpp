@@ -78,10 +78,10 @@ struct CpuDevice::Impl {
     cpu::ThreadPool& pool;
     cpu::SimdLevel level;
     cpu::MatmulOrder order = cpu::MatmulOrder::Fastest;  // set_single_token_order
-    // The stand-in's copies of its weights, in the host's weight memory
-    // (huge pages), so that bench --calibrate's host rates are its rates.
-    HostWeightArena uploads;
-    HostWeightArena host_copies;                // the host's matrices, when config.copy_host_weights
+    // Copies of the weight matrices in huge-page memory: the host's, when
+    // config.copy_host_weights; the stand-in's uploads always, so that
+    // bench --calibrate's host rates are its rates.
+    HostWeightArena copies;
     std::vector<LedgerReservation> reservations;
     std::unordered_map<const gguf::TensorInfo*, cpu::WeightView> matrices;
     std::unordered_map<const gguf::TensorInfo*, std::vector<float>> vectors;
@@ -120,7 +120,7 @@ struct CpuDevice::Impl {
     const uint8_t* host_bytes(const gguf::TensorInfo& t) {
         const auto bytes = file.tensor_data(t);
         if (!config.copy_host_weights) return bytes.data();
-        const uint8_t* data = host_copies.copy(bytes, &pool);
+        const uint8_t* data = copies.copy(bytes, &pool);
         if (config.on_upload) config.on_upload(t.n_bytes);
         return data;
     }
@@ -136,7 +136,7 @@ struct CpuDevice::Impl {
             matrices[&t] = view_of(t, host_bytes(t));
             return;
         }
-        const uint8_t* data = uploads.copy(file.tensor_data(t), &pool);
+        const uint8_t* data = copies.copy(file.tensor_data(t), &pool);
         if (config.on_upload) config.on_upload(t.n_bytes);
         matrices[&t] = view_of(t, data);
     }
