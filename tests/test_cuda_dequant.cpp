@@ -8,6 +8,7 @@
 
 #include "kernels_cuda/cuda_api.h"
 #include "runtime/quant/quant_types.h"
+#include "tests/test_cuda_inputs.h"
 
 namespace tq = tandem::quant;
 
@@ -25,7 +26,7 @@ TEST(CudaDevices, ListingNeverThrowsWithoutAGpu) {
 TEST(CudaDequantize, MatchesCpuReferenceForEveryType) {
     std::string why;
     const auto devices = tandem::cuda::list_devices(&why);
-    if (devices.empty()) GTEST_SKIP() << "no GPU: " << why;
+    if (devices.empty()) TANDEM_CUDA_SKIP("no GPU: " << why);
     constexpr int64_t kN = 64 * 256;
     std::mt19937 rng(42);
     std::normal_distribution<float> dist(0.0f, 1.0f);

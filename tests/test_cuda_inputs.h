@@ -4,6 +4,9 @@
 // folder inside the checkout travels with it; scripts/device-check.md says
 // how to fill it), then the build's ../shared/models, then tests/data.
 // A test whose model is in none of them skips and names it: never a pass.
+// Where a GPU is required (the emulated build sets TANDEM_CUDA_EMULATE=1;
+// scripts/device-check.sh sets TANDEM_EXPECT_GPU=1), a CUDA test that would
+// skip for want of a GPU or a model fails instead.
 #pragma once
 
 #include <cstdlib>
@@ -61,10 +64,34 @@ inline std::string searched_model_dirs() {
     return s;
 }
 
+// Whether a missing GPU or model fails a CUDA test instead of skipping it.
+inline bool gpu_required() {
+    for (const char* name : {"TANDEM_CUDA_EMULATE", "TANDEM_EXPECT_GPU"}) {
+        const char* v = std::getenv(name);
+        if (v && std::string(v) == "1") return true;
+    }
+    return false;
+}
+
 }  // namespace tandem::testing
 
+// Skips the test with the reason, or fails it where a GPU is required.
+#define TANDEM_CUDA_SKIP(why)                                                                            \
+    do {                                                                                                  \
+        if (tandem::testing::gpu_required()) FAIL() << why << " (a GPU and its inputs are required here)"; \
+        GTEST_SKIP() << why;                                                                              \
+    } while (0)
+
 // Binds `var` to the model's path or skips the test, naming the places searched.
-#define TANDEM_REQUIRE_MODEL(var, name)                                                                   \
-    const auto var##_found_ = tandem::testing::find_model(name);                                          \
-    if (!var##_found_) GTEST_SKIP() << "model " << (name) << " not found in " << tandem::testing::searched_model_dirs(); \
+#define TANDEM_REQUIRE_MODEL(var, name)                                                                       \
+    const auto var##_found_ = tandem::testing::find_model(name);                                              \
+    if (!var##_found_) TANDEM_CUDA_SKIP("model " << (name) << " not found in " << tandem::testing::searched_model_dirs()); \
     const std::filesystem::path var = *var##_found_
+
+// Binds `var` to the first GPU's index or skips the test (fails where a GPU
+// is required).
+#define TANDEM_REQUIRE_GPU(var)                                          \
+    std::string why_no_gpu_;                                             \
+    const auto devices_ = tandem::cuda::list_devices(&why_no_gpu_);      \
+    if (devices_.empty()) TANDEM_CUDA_SKIP("no GPU: " << why_no_gpu_);   \
+    const int var = devices_[0].index

@@ -1,6 +1,7 @@
 // CUDA kernels and the CUDA backend against their CPU twins. Every test
 // skips cleanly where no GPU is usable (no driver, no device, a CPU-only
-// build); scripts/device-check.sh runs them on a GPU machine.
+// build), and fails instead where one is required (the emulated build,
+// scripts/device-check.sh on a GPU machine: tests/test_cuda_inputs.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,12 +31,6 @@ namespace tc = tandem::cpu;
 namespace cm = tandem::cuda::math;
 
 namespace {
-
-#define TANDEM_REQUIRE_GPU(var)                                         \
-    std::string why_no_gpu_;                                            \
-    const auto devices_ = tandem::cuda::list_devices(&why_no_gpu_);     \
-    if (devices_.empty()) GTEST_SKIP() << "no GPU: " << why_no_gpu_;    \
-    const int var = devices_[0].index
 
 using tandem::testing::random_floats;
 
@@ -448,3 +443,31 @@ INSTANTIATE_TEST_SUITE_P(CudaBackend, StreamedPrefill,
                          ::testing::Values("tiny-llama-Q4_K_M.gguf", "tiny-llama-Q8_0.gguf", "tiny-llama-Q6_K.gguf",
                                            "tiny-llama-b-Q4_K_M.gguf"),
                          model_test_name);
+
+#ifdef TANDEM_CUDA_EMULATED
+// cuBLAS failing to start while streaming is turned on (the emulator's
+// TANDEM_CUDA_EMULATE_FAIL_CUBLAS) turns streaming off: the session runs
+// on the CPU and says why, instead of ending.
+TEST(CudaBackend, CublasFailureTurnsStreamingOff) {
+    const auto file = tandem::gguf::File::open(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"));
+    const auto spec = tandem::model::load_model_spec(file);
+    const auto tok = tandem::Tokenizer::from_gguf(file);
+    const auto tokens = tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
+    tandem::SessionOptions opt;
+    opt.n_ctx = 64;
+    opt.n_ubatch = 32;
+    std::vector<float> reference, logits;
+    tandem::Session(file, spec, opt).eval(tokens, true, reference);
+    opt.device = "cuda0";
+    opt.n_gpu_layers = 0;
+    opt.stream_min_batch = 8;
+    setenv("TANDEM_CUDA_EMULATE_FAIL_CUBLAS", "1", 1);
+    std::unique_ptr<tandem::Session> session;
+    ASSERT_NO_THROW(session = std::make_unique<tandem::Session>(file, spec, opt));
+    unsetenv("TANDEM_CUDA_EMULATE_FAIL_CUBLAS");
+    EXPECT_FALSE(session->weight_stream_active());
+    EXPECT_NE(session->weight_stream_note().find("cuBLAS"), std::string::npos) << session->weight_stream_note();
+    session->eval(tokens, true, logits);
+    EXPECT_EQ(logits, reference) << "the CPU ran every layer";
+}
+#endif

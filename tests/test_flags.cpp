@@ -178,6 +178,7 @@ TEST(RunFlags, ADrawnSeedIsPrinted) {
 // Without a usable GPU, -ngl N and --device cuda0 cost one warning naming
 // the reason, never a CUDA call or a source path, and the CPU runs.
 TEST(RunFlags, NoGpuIsOneWarningAndTheCpu) {
+    setenv("TANDEM_CUDA_EMULATE", "0", 1);  // in the emulated build: the real plugin, which finds no GPU here
     std::string why;
     if (!cuda::list_devices(&why).empty()) GTEST_SKIP() << "a GPU is present here";
     const auto dir = testing::scratch_dir();

@@ -27,6 +27,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/run_command.h"
+#include "tests/test_cuda_inputs.h"
 #include "tests/test_paths.h"
 
 namespace {
@@ -586,7 +587,7 @@ TEST(SequenceState, RoundTripAcrossTheStandInSplit) {
 TEST(SequenceState, CudaRoundTrip) {
     std::string why;
     const auto devices = tandem::cuda::list_devices(&why);
-    if (devices.empty()) GTEST_SKIP() << "no GPU: " << why;
+    if (devices.empty()) TANDEM_CUDA_SKIP("no GPU: " << why);
     const Model m(tiny());
     const auto prompt = m.tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
     for (const auto type : {tandem::model::CacheType::F16, tandem::model::CacheType::Q8_0}) {

@@ -128,7 +128,9 @@ struct Session::Impl {
             try {
                 stream = accel->enable_weight_stream(stream_first);
                 if (!stream) stream_note = fmt::format("weight streaming off: {} cannot stream", accel->name());
-            } catch (const OutOfDeviceMemory& e) {
+            } catch (const Error& e) {
+                // Too little memory for the slots, or a library the stream
+                // needs (cuBLAS) failing to start: the CPU runs those layers.
                 stream_note = fmt::format("weight streaming off: {}", e.what());
             }
             if (!stream && !holds) accel.reset();  // a device with nothing to do costs nothing

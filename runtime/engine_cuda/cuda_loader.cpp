@@ -2,9 +2,10 @@
 // cuda_device.h's factory, answered by the plugin (cuda_plugin.h) opened
 // with dlopen at the first call, once the NVIDIA driver's library is found.
 // Searched, in order: $TANDEM_CUDA_PLUGIN (a file), the folder of the
-// running binary, and the build's own folder. No driver, no plugin, a
-// plugin that cannot load (no libcudart, an undefined symbol) or one from
-// another build is a reason, never a crash: the CPU runs.
+// running binary, and the build's own folder; the first that loads and has
+// this build's id wins. No driver, no plugin, a plugin that cannot load (no
+// libcudart, an undefined symbol) or one from another build is a reason,
+// never a crash: the CPU runs.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -30,17 +31,52 @@ struct Loaded {
     std::string why;  // when plugin is null
 };
 
+// TANDEM_CUDA_EMULATE=1: the emulated build of the plugin (the CUDA sources
+// on the host, kernels_cuda/emulator), which needs no driver.
+bool emulated() {
+    const char* e = std::getenv("TANDEM_CUDA_EMULATE");
+    return e && std::string(e) == "1";
+}
+
 std::vector<std::filesystem::path> candidates() {
+    const char* file = emulated() ? kCudaEmulatedPluginFile : kCudaPluginFile;
     std::vector<std::filesystem::path> out;
     if (const char* env = std::getenv("TANDEM_CUDA_PLUGIN"); env && *env) out.emplace_back(env);
     std::array<char, 4096> exe{};
     const ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
-    if (n > 0) out.push_back(std::filesystem::path(std::string(exe.data(), static_cast<size_t>(n))).parent_path() /
-                             kCudaPluginFile);
+    if (n > 0) out.push_back(std::filesystem::path(std::string(exe.data(), static_cast<size_t>(n))).parent_path() / file);
 #ifdef TANDEM_CUDA_PLUGIN_DIR
-    out.push_back(std::filesystem::path(TANDEM_CUDA_PLUGIN_DIR) / kCudaPluginFile);
+    out.push_back(std::filesystem::path(TANDEM_CUDA_PLUGIN_DIR) / file);
 #endif
     return out;
+}
+
+// Opens one candidate: the plugin, or why not (a dlopen failure, no entry,
+// another build's id).
+const CudaPlugin* try_open(const std::filesystem::path& path, std::string& why) {
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        why = fmt::format("{} cannot be loaded: {}", path.string(), dlerror());
+        return nullptr;
+    }
+    using Entry = const CudaPlugin* (*)();
+    auto entry = reinterpret_cast<Entry>(dlsym(handle, kCudaPluginEntry));
+    const CudaPlugin* p = entry ? entry() : nullptr;
+    // The handle stays open in every case: unloading code that may have run
+    // (static constructors) is not safe.
+    if (!p) {
+        why = fmt::format("{} has no entry {}", path.string(), kCudaPluginEntry);
+        return nullptr;
+    }
+#ifdef TANDEM_CUDA_BUILD_ID
+    const std::string id = p->build_id ? p->build_id : "none";
+    if (id != TANDEM_CUDA_BUILD_ID) {
+        why = fmt::format("{} is from another build of Tandem (build id {}, expected {})", path.string(), id,
+                          TANDEM_CUDA_BUILD_ID);
+        return nullptr;
+    }
+#endif
+    return p;
 }
 
 Loaded open_plugin() {
@@ -49,38 +85,30 @@ Loaded open_plugin() {
     // No driver, no GPU: then the plugin (and the ~200 MB of cuBLAS behind
     // it) is not worth mapping. CUDA's runtime opens this same library.
     // TANDEM_CUDA_SKIP_DRIVER_CHECK=1 loads the plugin anyway (a check that
-    // it loads into this binary, on a machine without a GPU).
+    // it loads into this binary, on a machine without a GPU); the emulated
+    // plugin needs no driver.
     const char* skip = std::getenv("TANDEM_CUDA_SKIP_DRIVER_CHECK");
-    if (!(skip && std::string(skip) == "1") && !dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+    if (!emulated() && !(skip && std::string(skip) == "1") && !dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
         l.why = fmt::format("no NVIDIA driver ({})", dlerror());
         return l;
     }
 #endif
+    // Each candidate in turn: one that is missing or fails to load leaves
+    // the next its chance, and the reasons of all are kept.
     std::string tried;
     for (const auto& path : candidates()) {
         std::error_code ec;
+        std::string why;
         if (!std::filesystem::exists(path, ec)) {
-            tried += (tried.empty() ? "" : ", ") + path.string();
-            continue;
-        }
-        void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (!handle) {
-            l.why = fmt::format("the CUDA plugin {} cannot be loaded: {}", path.string(), dlerror());
+            why = fmt::format("{} not found", path.string());
+        } else if (const CudaPlugin* p = try_open(path, why)) {
+            l.plugin = p;
             return l;
         }
-        using Entry = const CudaPlugin* (*)();
-        auto entry = reinterpret_cast<Entry>(dlsym(handle, kCudaPluginEntry));
-        const CudaPlugin* p = entry ? entry() : nullptr;
-        if (!p || p->abi != kCudaPluginAbi) {
-            l.why = fmt::format("the CUDA plugin {} is from another build of Tandem (ABI {}, expected {})",
-                                path.string(), p ? p->abi : -1, kCudaPluginAbi);
-            return l;  // the handle stays open: unloading code that may have run is not safe
-        }
-        l.plugin = p;
-        return l;
+        tried += (tried.empty() ? "" : "; ") + why;
     }
 #ifdef TANDEM_CUDA_PLUGIN_DIR
-    l.why = fmt::format("the CUDA plugin {} was not found (looked in {})", kCudaPluginFile, tried);
+    l.why = fmt::format("no usable CUDA plugin {}: {}", emulated() ? kCudaEmulatedPluginFile : kCudaPluginFile, tried);
 #else
     l.why = "this build of Tandem has no CUDA support (TANDEM_CUDA=OFF)";
 #endif

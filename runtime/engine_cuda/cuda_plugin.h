@@ -19,13 +19,17 @@
 
 namespace tandem::cuda {
 
-// Bumped whenever the table or a type it passes changes.
-inline constexpr int kCudaPluginAbi = 1;
 inline constexpr const char* kCudaPluginFile = "libtandem_cuda.so";
+// Built with TANDEM_CUDA_EMULATE=ON: the same sources on the host emulator
+// (kernels_cuda/emulator), loaded instead when TANDEM_CUDA_EMULATE=1.
+inline constexpr const char* kCudaEmulatedPluginFile = "libtandem_cuda_emu.so";
 inline constexpr const char* kCudaPluginEntry = "tandem_cuda_plugin";
 
 struct CudaPlugin {
-    int abi = kCudaPluginAbi;
+    // The build's id (runtime/engine_cuda/CMakeLists.txt: a hash of the
+    // headers whose types cross this table, the compiler and the flags),
+    // first so that a plugin of any other layout still reads it.
+    const char* build_id = nullptr;
     std::vector<DeviceInfo> (*list_devices)(std::string* why_none) = nullptr;
     BandwidthMeasurement (*measure_bandwidth)(int device, size_t bytes) = nullptr;
     std::unique_ptr<Device> (*make_device)(int device, std::optional<uint64_t> capacity, const gguf::File& file,

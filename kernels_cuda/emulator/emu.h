@@ -1,0 +1,213 @@
+// The CUDA emulator: what kernels_cuda/*.cu and the CUDA device need of
+// CUDA, for host C++ (TANDEM_CUDA_EMULATE=ON). The sources compile
+// unchanged against include/cuda_runtime.h and include/cublas_v2.h; only
+// the launch syntax `k<<<g, b, s, st>>>(args)` is rewritten at build time to
+// `k % ::tandem::emu::launch(g, b, s, st)(args)` (rewrite_launch.cmake).
+//
+// Execution model, stated once:
+// - A block's threads are fibers on one OS thread (fiber.h). A fiber runs
+//   until it waits at a barrier (__syncthreads, __syncwarp) or a warp
+//   collective (shuffle, vote), or ends; the block's scheduler then runs the
+//   next ready fiber, in order of thread index.
+// - __syncthreads completes when every thread of the block has arrived at
+//   the same call; a thread that ends while others wait, or threads waiting
+//   at different calls, are launch errors (checks.md: what a hardware tool
+//   reports). A warp collective completes when every lane of its mask has
+//   arrived at the same call with the same mask; a calling lane outside its
+//   mask, a mask lane that ends or waits elsewhere, or a source lane outside
+//   the mask is a launch error.
+// - A launch error is sticky for the process, as on a GPU: it is printed
+//   once, and every later runtime call returns cudaErrorLaunchFailure.
+// - Each stream is a worker thread that runs its work in order. Work is
+//   deferred: a stream runs only when something waits for it (a synchronize,
+//   an event wait, a blocking copy, another stream's dependency), so a
+//   missing synchronisation gives a wrong result every time, not by luck.
+//   TANDEM_CUDA_EMULATE_EAGER=1 runs work as soon as it is queued.
+// - Device memory is one heap allocation per cudaMalloc (AddressSanitizer
+//   sees every out-of-bounds access), counted against the device's
+//   capacity: TANDEM_CUDA_EMULATE_VRAM (bytes, or with KiB/MiB/GiB),
+//   default 8 GiB, or set_capacity (the plugin passes --vram).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace tandem::emu {
+
+struct uint3 {
+    unsigned x = 0, y = 0, z = 0;
+};
+
+struct dim3 {
+    unsigned x = 1, y = 1, z = 1;
+    constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+};
+
+using StreamHandle = struct Stream*;
+
+// ---- what a running thread sees
+struct ThreadState;
+struct BlockState;
+// The running GPU thread and its block, read by every use of threadIdx and
+// friends.
+struct Running {
+    const uint3* thread_idx = nullptr;
+    const uint3* block_idx = nullptr;
+    const dim3* block_dim = nullptr;
+    const dim3* grid_dim = nullptr;
+};
+namespace detail {
+extern thread_local ThreadState* tl_thread;
+extern thread_local BlockState* tl_block;
+extern thread_local Running tl_running;
+[[noreturn]] void outside_kernel(const char* what);
+inline const uint3& thread_idx() {
+    if (!tl_running.thread_idx) outside_kernel("threadIdx");
+    return *tl_running.thread_idx;
+}
+inline const uint3& block_idx() {
+    if (!tl_running.block_idx) outside_kernel("blockIdx");
+    return *tl_running.block_idx;
+}
+inline const dim3& block_dim() {
+    if (!tl_running.block_dim) outside_kernel("blockDim");
+    return *tl_running.block_dim;
+}
+inline const dim3& grid_dim() {
+    if (!tl_running.grid_dim) outside_kernel("gridDim");
+    return *tl_running.grid_dim;
+}
+}  // namespace detail
+
+// ---- launching
+// The type-erased kernel call of one launch: `invoke` runs the kernel for
+// the current thread (its indices are set by the scheduler).
+struct KernelCall {
+    virtual ~KernelCall() = default;
+    virtual void invoke() = 0;
+    // Pointer arguments (for the check that they point into device memory).
+    virtual int pointer_count() const = 0;
+    virtual const void* pointer(int i) const = 0;
+};
+
+struct Config {
+    dim3 grid, block;
+    size_t shared = 0;
+    StreamHandle stream = nullptr;
+    const char* file = "";  // the launch site
+    int line = 0;
+};
+
+// Queues `call` on the config's stream (deferred) after checking the
+// configuration and the pointer arguments; a bad configuration is the
+// launch's error (cudaGetLastError), nothing runs.
+void submit(const Config& c, KernelCall* call);
+
+template <class... A>
+struct Pending {
+    Config config;
+    std::tuple<A...> args;
+};
+
+struct LaunchConfig {
+    Config config;
+    template <class... A>
+    Pending<std::decay_t<A>...> operator()(A&&... a) const {
+        return {config, std::tuple<std::decay_t<A>...>(std::forward<A>(a)...)};
+    }
+};
+
+template <class G, class B>
+LaunchConfig launch(const char* file, int line, G grid, B block, size_t shared = 0, void* stream = nullptr) {
+    return {Config{dim3(grid), dim3(block), shared, static_cast<StreamHandle>(stream), file, line}};
+}
+
+template <class... P>
+class Call final : public KernelCall {
+public:
+    template <class... A>
+    Call(void (*k)(P...), std::tuple<A...>&& a)
+        : kernel_(k), args_(std::apply([](auto&&... v) { return std::tuple<P...>(std::move(v)...); }, a)) {
+        collect(std::index_sequence_for<P...>{});
+    }
+    void invoke() override { std::apply(kernel_, args_); }
+    int pointer_count() const override { return n_ptr_; }
+    const void* pointer(int i) const override { return ptrs_[i]; }
+
+private:
+    template <size_t... I>
+    void collect(std::index_sequence<I...>) {
+        (add_pointer(std::get<I>(args_)), ...);
+    }
+    template <class T>
+    void add_pointer(const T& v) {
+        if constexpr (std::is_pointer_v<T>) {
+            if (n_ptr_ < kMaxPtr) ptrs_[n_ptr_++] = static_cast<const void*>(v);
+        }
+    }
+    static constexpr int kMaxPtr = 16;
+    void (*kernel_)(P...);
+    std::tuple<P...> args_;
+    const void* ptrs_[kMaxPtr] = {};
+    int n_ptr_ = 0;
+};
+
+template <class... P, class... A>
+void operator%(void (*kernel)(P...), Pending<A...>&& p) {
+    static_assert(sizeof...(P) == sizeof...(A), "kernel launched with the wrong number of arguments");
+    submit(p.config, new Call<P...>(kernel, std::move(p.args)));
+}
+
+// ---- inside a kernel
+void syncthreads(const char* file, int line);
+void syncwarp(unsigned mask, const char* file, int line);
+// A warp collective: every lane of `mask` contributes `value`; lane `lane`
+// receives the value of lane src_of(lane) (shuffles) or a ballot.
+enum class WarpOp : uint8_t { Shfl, ShflUp, ShflDown, ShflXor, Ballot, All, Any, Sync };
+unsigned active_mask();
+uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line);
+
+template <class T>
+uint64_t to_bits(T v) {
+    static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffles move values of up to 8 bytes");
+    uint64_t b = 0;
+    std::memcpy(&b, &v, sizeof(T));
+    return b;
+}
+template <class T>
+T from_bits(uint64_t b) {
+    T v;
+    std::memcpy(&v, &b, sizeof(T));
+    return v;
+}
+
+// ---- the emulator's own controls (tests, the plugin)
+// Device count (TANDEM_CUDA_EMULATE_DEVICES, default 1) and capacity.
+int device_count();
+void set_capacity(int device, size_t bytes);
+size_t capacity(int device);
+// Bytes allocated now and at most since the process started (or since
+// reset_peak), on `device`.
+size_t used_bytes(int device);
+size_t peak_bytes(int device);
+void reset_peak(int device);
+// The sticky launch error's description ("" when none); clear_error forgets
+// it (for the emulator's own tests of its checks).
+std::string last_error_message();
+void clear_error();
+// Counters of what the host asked for: runtime calls that wait for the
+// device (synchronize, blocking copies, cudaFree) and kernel launches.
+struct Counters {
+    uint64_t synchronizing_calls = 0;
+    uint64_t launches = 0;
+    uint64_t blocking_copies = 0;
+};
+Counters counters();
+
+}  // namespace tandem::emu
