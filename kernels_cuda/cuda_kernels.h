@@ -18,7 +18,7 @@ bool launch_dequantize(quant::Type type, const void* src, float* dst, int64_t n,
 
 // Bytes of activation scratch a product of n_tokens rows of n_cols needs
 // (0 if the weight type has no CUDA matmul): launch_matmul's quantized
-// rows, or from kCublasMinTokens tokens on the floats of
+// rows, or on the cuBLAS path (device_matmul.h: uses_cublas) the floats of
 // launch_act_roundtrip, whichever is larger.
 uint64_t matmul_scratch_bytes(quant::Type w_type, int64_t n_cols, int64_t n_tokens);
 

@@ -52,7 +52,7 @@ namespace {
 
 // One weight matrix and one batch of activations on the device, multiplied
 // through the backend's dispatch (device_matmul.h): the element kernel
-// below kCublasMinTokens tokens, the dequantized tile and cuBLAS from there.
+// the element kernel, or for float weights in batches the tile and cuBLAS.
 class DeviceProduct {
 public:
     DeviceProduct(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,

@@ -1,16 +1,17 @@
 // Every weight product on a GPU goes through here, which picks the kernel
-// by batch size: below kCublasMinTokens the integer/element kernel of
-// matmul.cu (decode reads each weight once per four tokens, fine for 1-8
-// tokens); from there on, rows are dequantized to fp32 in a fixed tile and
-// multiplied by a cuBLAS fp32 GEMM (each dequantized row then serves every
-// token of the micro-batch). The activations are first quantized to the
-// weight type's partner as the CPU quantizes them and read back as floats
-// (math::act_roundtrip), and the GEMM runs without TF32: unquantized
-// activations or TF32's 10-bit operands each move the tiny models' logits
-// past the golden KL bound of 1e-3 (emulated on the host in
-// tests/test_cuda_batch_host.cpp). fp32 tiles, not fp16: activations of
-// Gemma-like models exceed fp16's range. The weights themselves stay in
-// their GGUF blocks; only the tile is float.
+// (uses_cublas): quantized weights always take the element kernel of
+// matmul.cu over activations quantized as the CPU quantizes them (decode
+// reads each weight once per four tokens); float weights (F32, F16, BF16)
+// take it below kCublasMinTokens and from there on are read into a fixed
+// fp32 tile and multiplied by a cuBLAS fp32 GEMM. Quantized batches left
+// cuBLAS when the emulator ran the real kernels: a float GEMM over
+// dequantized tiles moved synth-qwen3's logits to KL 1.3e-3 to 1.8e-3
+// against the CPU (the bound is 1e-3), where the element kernel stays
+// within it (issue 46 replaces both with integer block sums). The GEMM's
+// activations are the partner type's values read back as floats
+// (math::act_roundtrip), without TF32, whose 10-bit operands alone move
+// the tiny models' logits past the bound. fp32 tiles, not fp16:
+// activations of Gemma-like models exceed fp16's range.
 // Internal to kernels_cuda (no CUDA type in this header).
 #pragma once
 
@@ -22,7 +23,11 @@
 namespace tandem::cuda {
 
 inline constexpr int64_t kCublasMinTokens = 16;
-// The batch path's two choices, read by the host emulation of it.
+// Whether a product of n_tokens rows takes the cuBLAS path.
+constexpr bool uses_cublas(quant::Type w, int64_t n_tokens) {
+    return n_tokens >= kCublasMinTokens && (w == quant::Type::F32 || w == quant::Type::F16 || w == quant::Type::BF16);
+}
+// The cuBLAS path's two choices.
 inline constexpr bool kBatchRoundTripsActivations = true;  // x -> partner type -> floats
 inline constexpr bool kBatchUsesTf32 = false;              // CUBLAS_COMPUTE_32F, default math
 

@@ -107,7 +107,7 @@ uint64_t matmul_scratch_bytes(quant::Type w_type, int64_t n_cols, int64_t n_toke
     const uint64_t quantized = *bytes * static_cast<uint64_t>(n_tokens);
     // The batch path reads its activations back as floats (4 bytes an
     // element, what model::compute_bytes and stream_bytes allow).
-    if (n_tokens >= kCublasMinTokens && a != quant::Type::F32) {
+    if (uses_cublas(w_type, n_tokens) && a != quant::Type::F32) {
         return std::max(quantized, static_cast<uint64_t>(n_cols) * static_cast<uint64_t>(n_tokens) * sizeof(float));
     }
     return quantized;

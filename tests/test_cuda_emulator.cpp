@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -19,6 +20,12 @@
 #define LAUNCH(...) % ::tandem::emu::launch(__FILE__, __LINE__, __VA_ARGS__)
 
 namespace {
+
+// The emulated build's tests all see the emulated GPU, and so do the
+// `tandem` processes they start; a test may still say otherwise first
+// (TANDEM_CUDA_EMULATE=0 for the no-GPU paths). With it set, a CUDA test
+// that finds no GPU or model fails (tests/test_cuda_inputs.h).
+const bool kEmulated = [] { return setenv("TANDEM_CUDA_EMULATE", "1", 0) == 0; }();
 
 // Each check's failure is sticky, as on a GPU; these tests forget it at
 // the end so that one process can run several (ctest runs each alone).

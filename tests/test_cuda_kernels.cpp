@@ -45,9 +45,14 @@ int misses(const std::vector<float>& got, const std::vector<float>& ref, Tol tol
 
 }  // namespace
 
-TEST(CudaMatmul, EveryWeightTypeMatchesCpu) {
+// A decode-sized batch and one past kCublasMinTokens (quantized weights
+// stay on the element kernel there, float weights take cuBLAS).
+class CudaMatmulTokens : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(CudaMatmulTokens, EveryWeightTypeMatchesCpu) {
     TANDEM_REQUIRE_GPU(dev);
-    constexpr int64_t kRows = 37, kCols = 512, kTokens = 7;
+    constexpr int64_t kRows = 37, kCols = 512;
+    const int64_t kTokens = GetParam();
     const auto wf = random_floats(kRows * kCols, 1);
     const auto x = random_floats(kTokens * kCols, 2);
     tc::ThreadPool pool(2, false);
@@ -69,19 +74,21 @@ TEST(CudaMatmul, EveryWeightTypeMatchesCpu) {
 #undef CHECK_TYPE
 }
 
-// Batches of kCublasMinTokens or more: rows dequantized into the tile and
-// multiplied by a cuBLAS fp32 GEMM (no TF32) with the activations quantized
-// to the partner type and read back (math::act_roundtrip), so the
-// reference is the dequantized weights times those activations in double,
-// within fp32 sums over the row's |w||x|. More rows than one tile holds
-// at this width, so the tiling is exercised.
+INSTANTIATE_TEST_SUITE_P(CudaMatmul, CudaMatmulTokens, ::testing::Values(7, 19));
+
+// Batches of kCublasMinTokens or more of float weights: rows read into the
+// tile and multiplied by a cuBLAS fp32 GEMM (no TF32) with the activations
+// quantized to the partner type and read back (math::act_roundtrip), so
+// the reference is the weights times those activations in double, within
+// fp32 sums over the row's |w||x|. More rows than one tile holds at this
+// width, so the tiling is exercised.
 TEST(CudaMatmul, BatchesThroughCublasMatchDequantizedReference) {
     TANDEM_REQUIRE_GPU(dev);
     constexpr int64_t kCols = 4096, kTokens = 64;
     const int64_t kRows = static_cast<int64_t>(tandem::model::kMaxGemmTileBytes / (kCols * 4)) + 37;
     const auto wf = random_floats(kRows * kCols, 11);
     const auto x = random_floats(kTokens * kCols, 12);
-    for (const tq::Type t : {tq::Type::Q4_K, tq::Type::Q6_K, tq::Type::Q8_0, tq::Type::Q4_1, tq::Type::F16}) {
+    for (const tq::Type t : {tq::Type::F16, tq::Type::BF16, tq::Type::F32}) {
         SCOPED_TRACE(tq::traits(t).name);
         const uint64_t rb = *tq::row_bytes(t, kCols);
         std::vector<uint8_t> w(rb * kRows);
@@ -102,8 +109,12 @@ TEST(CudaMatmul, BatchesThroughCublasMatchDequantizedReference) {
                 for (int64_t b = 0; b < kCols / 32; ++b) cm::act_roundtrip<tq::Type::Q8_1>(src + b * 32, dst + b * 32);
             } else if (a == tq::Type::Q8_K) {
                 for (int64_t b = 0; b < kCols / 256; ++b) cm::act_roundtrip<tq::Type::Q8_K>(src + b * 256, dst + b * 256);
-            } else {
+            } else if (a == tq::Type::F16) {
                 for (int64_t i = 0; i < kCols; ++i) cm::act_roundtrip<tq::Type::F16>(src + i, dst + i);
+            } else if (a == tq::Type::BF16) {
+                for (int64_t i = 0; i < kCols; ++i) cm::act_roundtrip<tq::Type::BF16>(src + i, dst + i);
+            } else {
+                std::copy(src, src + kCols, dst);
             }
         }
         std::vector<float> gpu(kTokens * kRows);

@@ -11,18 +11,11 @@
 namespace tandem::emu {
 
 namespace detail {
-thread_local ThreadState* tl_thread = nullptr;
-thread_local BlockState* tl_block = nullptr;
-thread_local Running tl_running;
-
 void outside_kernel(const char* what) {
     std::fprintf(stderr, "CUDA emulator: %s used outside a kernel\n", what);
     std::abort();
 }
 }  // namespace detail
-
-using detail::tl_block;
-using detail::tl_thread;
 
 namespace {
 
@@ -33,7 +26,7 @@ struct Worker {
     BlockState block;
     std::unique_ptr<ThreadState[]> threads{new ThreadState[kMaxThreads]};
     std::unique_ptr<WarpWait[]> warps{new WarpWait[kMaxThreads / 32]};
-    StackPool stacks{fiber_stack_bytes()};
+    StackPool stacks;
     bool adopted = false;
 };
 
@@ -50,23 +43,44 @@ std::string block_name(const BlockState& b) {
 
 // Ends the running thread's part in the block: it never runs again.
 [[noreturn]] void fail(std::string msg) {
-    BlockState* b = tl_block;
-    ThreadState* t = tl_thread;
+    StackHeader& h = detail::here();
+    BlockState* b = h.block;
+    ThreadState* t = h.thread;
     if (b->error.empty()) b->error = std::move(msg);
     Fiber::switch_to(t->fiber, b->scheduler, true);
     std::abort();  // not reached: the scheduler never resumes a failed thread
 }
 
-// Suspends the running thread until the scheduler resumes it.
-void yield() {
-    ThreadState* t = tl_thread;
-    BlockState* b = tl_block;
+void thread_entry(void* arg);
+
+// Makes `t` ready to run: a new thread gets a stack, whose header names
+// the thread and its block.
+void enter(BlockState& b, ThreadState& t) {
+    if (t.started) return;
+    FiberStack* stack = b.stacks->take();
+    *stack->header() = StackHeader{kStackMagic, &t, &b, &t.idx, &b.block_idx, &b.block_dim, &b.grid_dim};
+    t.fiber.start(stack, &thread_entry, &t);
+    t.started = true;
+}
+
+// Suspends the running thread until it is resumed: straight to the next
+// ready thread after it in the block, or back to the scheduler (which
+// starts the next pass) when there is none. A collective of a warp then
+// costs one switch per lane, not two.
+void yield(ThreadState* t, BlockState* b) {
+    for (int i = t->linear + 1; i < b->n; ++i) {
+        ThreadState& next = b->threads[i];
+        if (next.state != RunState::Ready) continue;
+        enter(*b, next);
+        Fiber::switch_to(t->fiber, next.fiber);
+        return;
+    }
     Fiber::switch_to(t->fiber, b->scheduler);
 }
 
 void thread_entry(void* arg) {
     auto* t = static_cast<ThreadState*>(arg);
-    BlockState* b = tl_block;
+    BlockState* b = detail::here().block;
     tsan::acquire(&b->sync_token[0]);  // after everything before the launch
     b->call->invoke();
     tsan::release(&b->sync_token[1]);  // before everything after the block
@@ -74,6 +88,7 @@ void thread_entry(void* arg) {
         tsan::IgnoreScope quiet;
         t->state = RunState::Done;
         ++b->done;
+        b->finished = t;  // the scheduler gives its stack back
     }
     Fiber::switch_to(t->fiber, b->scheduler, true);
 }
@@ -150,9 +165,9 @@ bool same_site(const char* f1, int l1, const char* f2, int l2) {
 std::string site(const char* file, int line) { return fmt::format("{}:{}", file ? file : "?", line); }
 
 void syncthreads(const char* file, int line) {
-    ThreadState* t = tl_thread;
-    BlockState* b = tl_block;
-    if (!t) detail::outside_kernel("__syncthreads");
+    StackHeader& h = detail::in_kernel("__syncthreads");
+    ThreadState* t = h.thread;
+    BlockState* b = h.block;
     tsan::IgnoreScope quiet;
     if (b->at_barrier == 0) {
         b->barrier_file = file;
@@ -175,15 +190,15 @@ void syncthreads(const char* file, int line) {
         }
     } else {
         t->state = RunState::AtBarrier;
-        yield();
+        yield(t, b);
     }
     tsan::acquire(token);
 }
 
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line) {
-    ThreadState* t = tl_thread;
-    BlockState* b = tl_block;
-    if (!t) detail::outside_kernel(op_name(op));
+    StackHeader& h = detail::in_kernel(op_name(op));
+    ThreadState* t = h.thread;
+    BlockState* b = h.block;
     tsan::IgnoreScope quiet;
     const int lane = t->linear % 32, warp = t->linear / 32;
     if (!(mask >> lane & 1u)) {
@@ -226,16 +241,16 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
         if (!b->error.empty()) fail(b->error);
     } else {
         t->state = RunState::AtWarp;
-        yield();
+        yield(t, b);
     }
     if (op == WarpOp::Sync) tsan::acquire(token);
     return t->result;
 }
 
 unsigned active_mask() {
-    ThreadState* t = tl_thread;
-    BlockState* b = tl_block;
-    if (!t) detail::outside_kernel("__activemask");
+    StackHeader& h = detail::in_kernel("__activemask");
+    ThreadState* t = h.thread;
+    BlockState* b = h.block;
     const int warp = t->linear / 32;
     unsigned m = 0;
     for (int l = 0; l < 32 && warp * 32 + l < b->n; ++l) {
@@ -300,6 +315,7 @@ std::string run_block(KernelCall* call, const dim3& grid, const dim3& block, con
     b.n = static_cast<int>(block.x * block.y * block.z);
     b.threads = wk.threads.get();
     b.warps = wk.warps.get();
+    b.stacks = &wk.stacks;
     b.done = 0;
     b.at_barrier = 0;
     b.barrier_gen = 0;
@@ -316,27 +332,18 @@ std::string run_block(KernelCall* call, const dim3& grid, const dim3& block, con
         t.state = RunState::Ready;
         t.started = false;
     }
-    BlockState* outer_block = tl_block;
-    ThreadState* outer_thread = tl_thread;
-    const Running outer_running = detail::tl_running;
-    tl_block = &b;
-    detail::tl_running = Running{nullptr, &b.block_idx, &b.block_dim, &b.grid_dim};
     tsan::release(&b.sync_token[0]);
     for (;;) {
         bool progress = false;
         for (int i = 0; i < b.n && b.error.empty(); ++i) {
             ThreadState& t = b.threads[i];
             if (t.state != RunState::Ready) continue;
-            if (!t.started) {
-                t.fiber.start(wk.stacks.take(), &thread_entry, &t);
-                t.started = true;
-            }
-            tl_thread = &t;
-            detail::tl_running.thread_idx = &t.idx;
+            enter(b, t);
+            b.finished = nullptr;
+            // Back here when a thread ends, or when one that waits finds no
+            // ready thread after it (yield).
             Fiber::switch_to(b.scheduler, t.fiber);
-            tl_thread = nullptr;
-            detail::tl_running.thread_idx = nullptr;
-            if (t.state == RunState::Done) wk.stacks.give(t.fiber.stack());
+            if (b.finished) wk.stacks.give(b.finished->fiber.stack());
             progress = true;
         }
         if (!b.error.empty() || b.done == b.n || !progress) break;
@@ -351,9 +358,6 @@ std::string run_block(KernelCall* call, const dim3& grid, const dim3& block, con
         }
     }
     tsan::acquire(&b.sync_token[1]);
-    tl_block = outer_block;
-    tl_thread = outer_thread;
-    detail::tl_running = outer_running;
     return error;
 }
 

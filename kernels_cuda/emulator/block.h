@@ -53,6 +53,8 @@ struct BlockState {
     const char* barrier_file = nullptr;
     int barrier_line = 0;
     std::string error;  // the first check that failed; the block stops there
+    ThreadState* finished = nullptr;  // the thread that just ended, if any
+    StackPool* stacks = nullptr;      // the OS thread's
     Fiber scheduler;
     // Addresses ThreadSanitizer orders threads on: the block's start and end,
     // __syncthreads by generation.

@@ -54,35 +54,51 @@ using StreamHandle = struct Stream*;
 // ---- what a running thread sees
 struct ThreadState;
 struct BlockState;
-// The running GPU thread and its block, read by every use of threadIdx and
-// friends.
-struct Running {
+// Each GPU thread runs on a fiber stack of kFiberStackBytes aligned to its
+// size, whose first bytes hold a StackHeader: the running thread finds its
+// indices and block from its stack pointer, with no thread-local lookup
+// (every threadIdx, every shuffle).
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr size_t kFiberStackBytes = size_t{512} << 10;  // AddressSanitizer's redzones
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr size_t kFiberStackBytes = size_t{512} << 10;
+#else
+inline constexpr size_t kFiberStackBytes = size_t{64} << 10;
+#endif
+#else
+inline constexpr size_t kFiberStackBytes = size_t{64} << 10;
+#endif
+inline constexpr uint64_t kStackMagic = 0x54616e64656d4755ull;
+
+struct StackHeader {
+    uint64_t magic = 0;
+    ThreadState* thread = nullptr;
+    BlockState* block = nullptr;
     const uint3* thread_idx = nullptr;
     const uint3* block_idx = nullptr;
     const dim3* block_dim = nullptr;
     const dim3* grid_dim = nullptr;
 };
+
 namespace detail {
-extern thread_local ThreadState* tl_thread;
-extern thread_local BlockState* tl_block;
-extern thread_local Running tl_running;
 [[noreturn]] void outside_kernel(const char* what);
-inline const uint3& thread_idx() {
-    if (!tl_running.thread_idx) outside_kernel("threadIdx");
-    return *tl_running.thread_idx;
+// The header of the stack the caller runs on (valid only on a fiber: check
+// the magic).
+inline StackHeader& here() {
+    uintptr_t sp;
+    asm volatile("mov %%rsp, %0" : "=r"(sp));
+    return *reinterpret_cast<StackHeader*>(sp & ~static_cast<uintptr_t>(kFiberStackBytes - 1));
 }
-inline const uint3& block_idx() {
-    if (!tl_running.block_idx) outside_kernel("blockIdx");
-    return *tl_running.block_idx;
+inline StackHeader& in_kernel(const char* what) {
+    StackHeader& h = here();
+    if (h.magic != kStackMagic) outside_kernel(what);
+    return h;
 }
-inline const dim3& block_dim() {
-    if (!tl_running.block_dim) outside_kernel("blockDim");
-    return *tl_running.block_dim;
-}
-inline const dim3& grid_dim() {
-    if (!tl_running.grid_dim) outside_kernel("gridDim");
-    return *tl_running.grid_dim;
-}
+inline const uint3& thread_idx() { return *in_kernel("threadIdx").thread_idx; }
+inline const uint3& block_idx() { return *in_kernel("blockIdx").block_idx; }
+inline const dim3& block_dim() { return *in_kernel("blockDim").block_dim; }
+inline const dim3& grid_dim() { return *in_kernel("gridDim").grid_dim; }
 }  // namespace detail
 
 // ---- launching

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <atomic>
 #include <new>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -80,31 +81,28 @@ extern "C" void tandem_emu_trampoline();
 
 namespace tandem::emu {
 
-size_t fiber_stack_bytes() {
-    if (const char* e = std::getenv("TANDEM_CUDA_EMULATE_STACK"); e && *e) {
-        const long kib = std::strtol(e, nullptr, 10);
-        if (kib >= 16) return static_cast<size_t>(kib) << 10;
-    }
-#ifdef TANDEM_EMU_ASAN
-    return size_t{512} << 10;
-#else
-    return size_t{64} << 10;
-#endif
-}
-
-FiberStack::FiberStack(size_t bytes) {
+FiberStack::FiberStack() {
     const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    size_ = (bytes + page - 1) / page * page;
-    map_bytes_ = size_ + page;
-    void* p = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    const size_t bytes = kFiberStackBytes;
+    // Twice the size, trimmed to the aligned part.
+    void* p = mmap(nullptr, 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
-    map_ = static_cast<char*>(p);
-    mprotect(map_, page, PROT_NONE);  // an overflow faults instead of writing into the next stack
-    base_ = map_ + page;
+    const auto start = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t aligned = (start + bytes - 1) & ~static_cast<uintptr_t>(bytes - 1);
+    if (aligned > start) munmap(p, aligned - start);
+    if (aligned + bytes < start + 2 * bytes) munmap(reinterpret_cast<void*>(aligned + bytes), start + 2 * bytes - aligned - bytes);
+    region_ = reinterpret_cast<char*>(aligned);
+    new (region_) StackHeader{};
+    // An overflow faults on the guard page instead of writing the header.
+    mprotect(region_ + page, page, PROT_NONE);
+    base_ = region_ + 2 * page;
+    size_ = bytes - 2 * page;
+    static std::atomic<unsigned> next_colour{0};
+    colour = (next_colour.fetch_add(1) * 7 % 64) * 64;
 }
 
 FiberStack::~FiberStack() {
-    if (map_) munmap(map_, map_bytes_);
+    if (region_) munmap(region_, kFiberStackBytes);
 }
 
 Fiber::~Fiber() {
@@ -146,7 +144,10 @@ void Fiber::start(FiberStack* stack, Entry entry, void* arg) {
 #endif
     // Top of the stack, 16-byte aligned; the return address sits so that the
     // trampoline starts with rsp % 16 == 0 (its call then pushes to 8 mod 16).
-    auto top = reinterpret_cast<uintptr_t>(stack->bottom() + stack->size()) & ~uintptr_t{15};
+    // Each stack's frames start at a different offset within 4 KiB (the
+    // stacks are a whole number of pages apart, so their tops would share
+    // one L1 set and evict each other at every switch).
+    auto top = reinterpret_cast<uintptr_t>(stack->bottom() + stack->size() - stack->colour) & ~uintptr_t{15};
     auto* slot = reinterpret_cast<uint64_t*>(top - 24);
     slot[0] = reinterpret_cast<uint64_t>(&tandem_emu_trampoline);  // ret
     slot[-1] = 0;                                                  // rbp
@@ -202,7 +203,7 @@ FiberStack* StackPool::take() {
         free_.pop_back();
         return s;
     }
-    all_.push_back(new FiberStack(bytes_));
+    all_.push_back(new FiberStack());
     return all_.back();
 }
 

@@ -9,23 +9,28 @@
 #include <cstddef>
 #include <vector>
 
+#include "kernels_cuda/emulator/emu.h"
+
 namespace tandem::emu {
 
+// kFiberStackBytes (emu.h), aligned to its size: a page for the
+// StackHeader, a guard page, then the stack.
 class FiberStack {
 public:
-    explicit FiberStack(size_t bytes);  // plus a guard page below
+    FiberStack();
     ~FiberStack();
     FiberStack(const FiberStack&) = delete;
     FiberStack& operator=(const FiberStack&) = delete;
     char* bottom() const { return base_; }
     size_t size() const { return size_; }
+    StackHeader* header() const { return reinterpret_cast<StackHeader*>(region_); }
     // A fiber left this stack without returning through its frames (an
     // error ended it): AddressSanitizer's marks of those frames remain.
     bool abandoned = false;
+    size_t colour = 0;  // bytes left unused at the top (fiber.cpp)
 
 private:
-    char* map_ = nullptr;
-    size_t map_bytes_ = 0;
+    char* region_ = nullptr;  // kFiberStackBytes, aligned to it
     char* base_ = nullptr;
     size_t size_ = 0;
 };
@@ -69,18 +74,12 @@ private:
 // Stacks of one OS thread, reused from block to block.
 class StackPool {
 public:
-    explicit StackPool(size_t stack_bytes) : bytes_(stack_bytes) {}
     FiberStack* take();
     void give(FiberStack* s);
     ~StackPool();
 
 private:
-    size_t bytes_;
     std::vector<FiberStack*> free_, all_;
 };
-
-// Bytes of one GPU thread's stack: 64 KiB, 512 KiB under AddressSanitizer
-// (its redzones), TANDEM_CUDA_EMULATE_STACK to override.
-size_t fiber_stack_bytes();
 
 }  // namespace tandem::emu
