@@ -72,6 +72,14 @@ void glu_on_device(int device, bool gelu, const float* gate, const float* up, fl
 void attention_on_device(int device, const float* q, const int32_t* pos, int64_t n_tokens,
                          const kernels::AttentionArgs& args, quant::Type cache_type, const void* k, const void* v,
                          const int32_t* cell_pos, int64_t n_cells, int64_t k_dim, int64_t v_dim, float* out);
+// Stores n_tokens rows of K (k_dim floats) and V (v_dim floats) into cells
+// cells[t] of a device cache of n_cells in cache_type (F16 or Q8_0), as the
+// CUDA device stores them (launch_kv_store), and copies back the stored
+// bytes of those cells: k_out and v_out get n_tokens rows of the cache's
+// row size.
+void kv_store_on_device(int device, quant::Type cache_type, const float* k, const float* v, int64_t n_tokens,
+                        const int32_t* cells, int64_t n_cells, int64_t k_dim, int64_t v_dim, uint8_t* k_out,
+                        uint8_t* v_out);
 // x (n_rows rows of len) += v (len floats) in place, the bias add.
 void add_rows_on_device(int device, float* x, const float* v, int64_t len, int64_t n_rows);
 // dst (n_rows rows of width) = columns [col0, col0 + width) of src's rows

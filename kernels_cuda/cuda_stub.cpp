@@ -23,6 +23,10 @@ void attention_on_device(int, const float*, const int32_t*, int64_t, const kerne
                          const void*, const void*, const int32_t*, int64_t, int64_t, int64_t, float*) {
     no_cuda();
 }
+void kv_store_on_device(int, quant::Type, const float*, const float*, int64_t, const int32_t*, int64_t, int64_t,
+                        int64_t, uint8_t*, uint8_t*) {
+    no_cuda();
+}
 void add_rows_on_device(int, float*, const float*, int64_t, int64_t) { no_cuda(); }
 void copy_cols_on_device(int, const float*, int64_t, int64_t, float*, int64_t, int64_t) { no_cuda(); }
 void matmul_experts_on_device(int, quant::Type, const void*, int64_t, int64_t, int64_t, const float*, const float*,

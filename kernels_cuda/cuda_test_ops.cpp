@@ -192,6 +192,33 @@ void attention_on_device(int device, const float* q, const int32_t* pos, int64_t
     dout.to_host(out, floats(n_tokens * args.n_head * args.head_dim_v));
 }
 
+void kv_store_on_device(int device, quant::Type cache_type, const float* k, const float* v, int64_t n_tokens,
+                        const int32_t* cells, int64_t n_cells, int64_t k_dim, int64_t v_dim, uint8_t* k_out,
+                        uint8_t* v_out) {
+    TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    if (cache_type != quant::Type::F16 && cache_type != quant::Type::Q8_0) {
+        throw Error(fmt::format("kv store on device: no {} cache", quant::traits(cache_type).name));
+    }
+    kernels::KvCache kv;
+    kv.q8_0 = cache_type == quant::Type::Q8_0;
+    kv.n_cells = n_cells;
+    kv.k_dim = k_dim;
+    kv.v_dim = v_dim;
+    const auto kb = static_cast<size_t>(kv.k_row_bytes()), vb = static_cast<size_t>(kv.v_row_bytes());
+    Buf dk(kb * static_cast<size_t>(n_cells)), dv(vb * static_cast<size_t>(n_cells));
+    Buf dkin(k, floats(n_tokens * k_dim)), dvin(v, floats(n_tokens * v_dim));
+    Buf dcells(cells, static_cast<size_t>(n_tokens) * sizeof(int32_t));
+    kv.k = dk.as<uint8_t>();
+    kv.v = dv.as<uint8_t>();
+    kernels::launch_kv_store(dkin.as<float>(), dvin.as<float>(), n_tokens, dcells.as<int32_t>(), kv, nullptr);
+    finish();
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const auto c = static_cast<size_t>(cells[t]);
+        TANDEM_CUDA_CHECK(cudaMemcpy(k_out + t * kb, kv.k + c * kb, kb, cudaMemcpyDeviceToHost));
+        TANDEM_CUDA_CHECK(cudaMemcpy(v_out + t * vb, kv.v + c * vb, vb, cudaMemcpyDeviceToHost));
+    }
+}
+
 void add_rows_on_device(int device, float* x, const float* v, int64_t len, int64_t n_rows) {
     TANDEM_CUDA_CHECK(cudaSetDevice(device));
     Buf dx(x, floats(len * n_rows));

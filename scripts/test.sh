@@ -2,7 +2,9 @@
 # Builds Tandem and runs every test with ctest. This is the README's test
 # command and what CI runs.
 #   scripts/test.sh              release build in build/, CUDA compiled when nvcc exists
-#   scripts/test.sh --sanitize   AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/ (CPU only)
+#   scripts/test.sh --sanitize   AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/, with the
+#                                CUDA sources on the host emulator (TANDEM_CUDA_EMULATE): every CUDA test runs
+#                                there, and one that skips fails the run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +25,7 @@ case "$mode" in
     # compile in half the time of -O2 -g (CI builds twice). GCC 12 at -O1
     # with ASan warns of maybe-uninitialized std::variant members: not ours.
     args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG -Wno-maybe-uninitialized"
-          -DTANDEM_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF
+          -DTANDEM_CUDA_EMULATE=ON -DTANDEM_BUILD_BENCH=OFF
           "-DTANDEM_SANITIZE=address;undefined")
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
@@ -33,4 +35,22 @@ esac
 
 cmake -S . -B "$dir" -G Ninja "${args[@]}"
 cmake --build "$dir" -j "$jobs"
-ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+if [ "$mode" != "--sanitize" ]; then
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+  exit 0
+fi
+
+# The emulated build: tests/emulated_known_failures.txt names the CUDA tests
+# that fail on today's kernels (each with its issue); they are left out and
+# listed, every other test runs, and a CUDA test that skips fails the run.
+known=$(grep -v '^#' tests/emulated_known_failures.txt | awk 'NF {print $1}' || true)
+exclude=()
+if [ -n "$known" ]; then
+  echo "== known failures on the emulator, not run (tests/emulated_known_failures.txt):"
+  grep -v '^#' tests/emulated_known_failures.txt | awk 'NF' | sed 's/^/   /'
+  exclude=(-E "^($(echo "$known" | sed 's/[].[*^$()+?{}|\\]/\\&/g' | paste -sd'|'))( |$)")
+fi
+status=0
+ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${exclude[@]}" --output-junit junit.xml || status=$?
+python3 scripts/cuda_test_summary.py "$dir/junit.xml" || status=1
+exit $status

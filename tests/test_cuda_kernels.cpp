@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "kernels_cuda/matmul_math.h"
 #include "kernels_cuda/matmul_types.h"
 #include "runtime/gguf/gguf_file.h"
+#include "runtime/quant/fp16.h"
 #include "runtime/engine/kv_cache.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/engine/session.h"
@@ -218,6 +220,34 @@ TEST(CudaAttention, MatchesCpuF16AndQ8Caches) {
 // Gemma 2's soft-capped scores (cap * tanh(qk * scale / cap)) against the
 // CPU's scalar path, with a cap small enough to bend most scores; tanhf on
 // the device may differ from glibc's by an ulp.
+// K/V rows stored past 2 GiB into the cache: the cell's byte offset must
+// be computed in 64 bits (a cell of 8 KiB rows at index 2^18 is 2^31 bytes
+// in). The rows read back are the fp16 of what was stored.
+TEST(CudaAttention, KvStoreReachesCellsPastTwoGiB) {
+    TANDEM_REQUIRE_GPU(dev);
+    constexpr int64_t kKDim = 4096, kVDim = 32;  // K rows of 8 KiB
+    const int32_t far = static_cast<int32_t>((int64_t{1} << 31) / (kKDim * 2) + 3);
+    const int64_t n_cells = far + 1;
+    const std::vector<int32_t> cells = {5, far};
+    const auto k = random_floats(2 * kKDim, 31);
+    const auto v = random_floats(2 * kVDim, 32);
+    std::vector<uint8_t> k_out(2 * kKDim * 2), v_out(2 * kVDim * 2);
+    tandem::cuda::kv_store_on_device(dev, tq::Type::F16, k.data(), v.data(), 2, cells.data(), n_cells, kKDim, kVDim,
+                                     k_out.data(), v_out.data());
+    int bad = 0;
+    for (size_t i = 0; i < k.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, k_out.data() + 2 * i, 2);
+        bad += h == tq::fp32_to_fp16(k[i]) ? 0 : 1;
+    }
+    for (size_t i = 0; i < v.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, v_out.data() + 2 * i, 2);
+        bad += h == tq::fp32_to_fp16(v[i]) ? 0 : 1;
+    }
+    EXPECT_EQ(bad, 0);
+}
+
 TEST(CudaAttention, SoftcapMatchesCpu) {
     TANDEM_REQUIRE_GPU(dev);
     constexpr int64_t kHead = 4, kHeadKv = 2, kDim = 64, kCells = 24, kTokens = 5;
