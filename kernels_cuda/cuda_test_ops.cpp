@@ -46,6 +46,19 @@ void finish() {
 
 size_t floats(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 
+// A cache of n_cells in cache_type (F16 or Q8_0), its arrays not yet set.
+kernels::KvCache cache_shape(const char* what, quant::Type cache_type, int64_t n_cells, int64_t k_dim, int64_t v_dim) {
+    if (cache_type != quant::Type::F16 && cache_type != quant::Type::Q8_0) {
+        throw Error(fmt::format("{}: no {} cache", what, quant::traits(cache_type).name));
+    }
+    kernels::KvCache kv;
+    kv.q8_0 = cache_type == quant::Type::Q8_0;
+    kv.n_cells = n_cells;
+    kv.k_dim = k_dim;
+    kv.v_dim = v_dim;
+    return kv;
+}
+
 }  // namespace
 
 namespace {
@@ -170,14 +183,7 @@ void attention_on_device(int device, const float* q, const int32_t* pos, int64_t
     if (!kernels::attention_head_supported(args.head_dim_k) || !kernels::attention_head_supported(args.head_dim_v)) {
         throw Error(fmt::format("attention on device: heads of {} not supported", args.head_dim_k));
     }
-    if (cache_type != quant::Type::F16 && cache_type != quant::Type::Q8_0) {
-        throw Error(fmt::format("attention on device: no {} cache", quant::traits(cache_type).name));
-    }
-    kernels::KvCache kv;
-    kv.q8_0 = cache_type == quant::Type::Q8_0;
-    kv.n_cells = n_cells;
-    kv.k_dim = k_dim;
-    kv.v_dim = v_dim;
+    kernels::KvCache kv = cache_shape("attention on device", cache_type, n_cells, k_dim, v_dim);
     Buf dq(q, floats(n_tokens * args.n_head * args.head_dim_k));
     Buf dpos(pos, static_cast<size_t>(n_tokens) * sizeof(int32_t));
     Buf dk(k, static_cast<size_t>(n_cells * kv.k_row_bytes()));
@@ -196,14 +202,7 @@ void kv_store_on_device(int device, quant::Type cache_type, const float* k, cons
                         const int32_t* cells, int64_t n_cells, int64_t k_dim, int64_t v_dim, uint8_t* k_out,
                         uint8_t* v_out) {
     TANDEM_CUDA_CHECK(cudaSetDevice(device));
-    if (cache_type != quant::Type::F16 && cache_type != quant::Type::Q8_0) {
-        throw Error(fmt::format("kv store on device: no {} cache", quant::traits(cache_type).name));
-    }
-    kernels::KvCache kv;
-    kv.q8_0 = cache_type == quant::Type::Q8_0;
-    kv.n_cells = n_cells;
-    kv.k_dim = k_dim;
-    kv.v_dim = v_dim;
+    kernels::KvCache kv = cache_shape("kv store on device", cache_type, n_cells, k_dim, v_dim);
     const auto kb = static_cast<size_t>(kv.k_row_bytes()), vb = static_cast<size_t>(kv.v_row_bytes());
     Buf dk(kb * static_cast<size_t>(n_cells)), dv(vb * static_cast<size_t>(n_cells));
     Buf dkin(k, floats(n_tokens * k_dim)), dvin(v, floats(n_tokens * v_dim));

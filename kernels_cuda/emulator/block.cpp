@@ -331,6 +331,7 @@ std::string run_block(KernelCall* call, const dim3& grid, const dim3& block, con
         t.linear = i;
         t.state = RunState::Ready;
         t.started = false;
+        t.fiber.prepare();
     }
     tsan::release(&b.sync_token[0]);
     for (;;) {

@@ -59,13 +59,14 @@ struct BlockState;
 // indices and block from its stack pointer, with no thread-local lookup
 // (every threadIdx, every shuffle).
 #if defined(__SANITIZE_ADDRESS__)
-inline constexpr size_t kFiberStackBytes = size_t{512} << 10;  // AddressSanitizer's redzones
+#define TANDEM_EMU_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-inline constexpr size_t kFiberStackBytes = size_t{512} << 10;
-#else
-inline constexpr size_t kFiberStackBytes = size_t{64} << 10;
+#define TANDEM_EMU_ASAN 1
 #endif
+#endif
+#ifdef TANDEM_EMU_ASAN
+inline constexpr size_t kFiberStackBytes = size_t{512} << 10;  // AddressSanitizer's redzones
 #else
 inline constexpr size_t kFiberStackBytes = size_t{64} << 10;
 #endif

@@ -9,27 +9,20 @@
 #include <atomic>
 #include <new>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TANDEM_EMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TANDEM_EMU_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define TANDEM_EMU_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TANDEM_EMU_TSAN 1
-#endif
-#endif
+#include "kernels_cuda/emulator/tsan.h"  // TANDEM_EMU_TSAN; emu.h (through fiber.h) has TANDEM_EMU_ASAN
 
 #ifdef TANDEM_EMU_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 #ifdef TANDEM_EMU_TSAN
-#include <sanitizer/tsan_interface.h>
+extern "C" {
+void* __tsan_get_current_fiber();
+void* __tsan_create_fiber(unsigned flags);
+void __tsan_destroy_fiber(void* fiber);
+void __tsan_switch_to_fiber(void* fiber, unsigned flags);
+}
+constexpr unsigned __tsan_switch_to_fiber_no_sync = 1;
 #endif
 
 #if !defined(__x86_64__)
@@ -119,6 +112,15 @@ void Fiber::adopt_current() {
 #endif
 }
 
+void Fiber::prepare() {
+#ifdef TANDEM_EMU_TSAN
+    if (!tsan_fiber_ || !owns_tsan_) {
+        tsan_fiber_ = __tsan_create_fiber(0);
+        owns_tsan_ = true;
+    }
+#endif
+}
+
 void Fiber::start(FiberStack* stack, Entry entry, void* arg) {
     stack_ = stack;
     stack_bottom_ = stack->bottom();
@@ -137,10 +139,7 @@ void Fiber::start(FiberStack* stack, Entry entry, void* arg) {
     }
 #endif
 #ifdef TANDEM_EMU_TSAN
-    if (!tsan_fiber_ || !owns_tsan_) {
-        tsan_fiber_ = __tsan_create_fiber(0);
-        owns_tsan_ = true;
-    }
+    prepare();
 #endif
     // Top of the stack, 16-byte aligned; the return address sits so that the
     // trampoline starts with rsp % 16 == 0 (its call then pushes to 8 mod 16).
@@ -165,6 +164,13 @@ void Fiber::start(FiberStack* stack, Entry entry, void* arg) {
 // A fiber's first instructions: finish the switch that started it (the
 // bounds of the stack it came from are learned here the first time).
 void Fiber::main(Fiber* self) {
+#ifdef TANDEM_EMU_TSAN
+    // A TSan fiber reused from a thread that ended ignoring accesses (below).
+    if (self->ends_ignoring_) {
+        self->ends_ignoring_ = false;
+        __tsan_ignore_thread_end();
+    }
+#endif
 #ifdef TANDEM_EMU_ASAN
     const void* old_bottom = nullptr;
     size_t old_size = 0;
@@ -180,8 +186,16 @@ void Fiber::main(Fiber* self) {
 }
 
 void Fiber::switch_to(Fiber& from, Fiber& to, bool from_ends) {
-    to.came_from_ = &from;
+#ifdef TANDEM_EMU_TSAN
+    // The emulator's own reads of `to` are not the kernel's: a thread that
+    // ends leaves ignoring them, and its fiber's next start stops (main).
+    if (from_ends) {
+        __tsan_ignore_thread_begin();
+        from.ends_ignoring_ = true;
+    }
+#endif
 #ifdef TANDEM_EMU_ASAN
+    to.came_from_ = &from;  // for Fiber::main (only ASan wants it: under TSan this write would be a race of ours)
     __sanitizer_start_switch_fiber(from_ends ? nullptr : &from.asan_fake_, to.stack_bottom_, to.stack_size_);
 #else
     (void)from_ends;

@@ -45,6 +45,10 @@ public:
     Fiber(const Fiber&) = delete;
     Fiber& operator=(const Fiber&) = delete;
 
+    // Makes the fiber's ThreadSanitizer state, if not yet made: call it
+    // from the scheduler, so that the fiber starts after what the scheduler
+    // has seen and after no GPU thread (start() calls it too, late).
+    void prepare();
     // Prepares this fiber to run entry(arg) on `stack` (not yet running).
     void start(FiberStack* stack, Entry entry, void* arg);
     // Makes this object stand for the calling thread's own context.
@@ -69,6 +73,7 @@ private:
     size_t stack_size_ = 0;
     void* tsan_fiber_ = nullptr;
     bool owns_tsan_ = false;
+    bool ends_ignoring_ = false;
 };
 
 // Stacks of one OS thread, reused from block to block.
