@@ -76,7 +76,8 @@ TEST_P(CudaMatmulTokens, EveryWeightTypeMatchesCpu) {
 #undef CHECK_TYPE
 }
 
-INSTANTIATE_TEST_SUITE_P(CudaMatmul, CudaMatmulTokens, ::testing::Values(7, 19));
+INSTANTIATE_TEST_SUITE_P(CudaMatmul, CudaMatmulTokens, ::testing::Values(7, 19),
+                         [](const ::testing::TestParamInfo<int64_t>& i) { return std::to_string(i.param) + "_tokens"; });
 
 // Batches of kCublasMinTokens or more of float weights: rows read into the
 // tile and multiplied by a cuBLAS fp32 GEMM (no TF32) with the activations

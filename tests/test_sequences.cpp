@@ -14,6 +14,8 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "kernels_cuda/cuda_api.h"
+#include "tests/test_cuda_inputs.h"
 #include "tests/test_paths.h"
 
 namespace {
@@ -127,6 +129,32 @@ TEST(Sequences, TwoSequencesAcrossTheStandInSplit) {
     auto kv_home = options("cpu2", 5);
     kv_home.kv_offload = false;
     check_mixed_batch(f, interleaved_batch(f), kv_home, 1e-4f);
+}
+
+// Two sequences in one batch on the CUDA device (its KV caches with cells
+// of several sequences): each sequence's logits are those the same device
+// gives it alone, within the product-shape rounding the CPU sees; reading
+// the other's cells would move them by O(1).
+TEST(Sequences, CudaTwoSequencesInOneBatch) {
+    std::string why;
+    if (tandem::cuda::list_devices(&why).empty()) TANDEM_CUDA_SKIP("no GPU: " << why);
+    const Fixture f;
+    for (const int64_t ngl : {int64_t{2}, f.spec.hp.n_layer + 1}) {
+        SCOPED_TRACE("ngl " + std::to_string(ngl));
+        const auto opt = options("cuda0", ngl);
+        tandem::Session s(f.file, f.spec, opt);
+        std::vector<float> logits;
+        const auto batch = interleaved_batch(f);
+        s.eval_batch(batch, logits);
+        const auto ref_a = alone(f, f.a, opt), ref_b = alone(f, f.b, opt);
+        const size_t V = static_cast<size_t>(f.spec.hp.n_vocab);
+        ASSERT_EQ(logits.size(), batch.size() * V);
+        for (size_t i = 0; i < batch.size(); ++i) {
+            const auto& ref = batch[i].seq == 0 ? ref_a : ref_b;
+            const float d = max_abs_diff(logits.data() + i * V, ref.data() + static_cast<size_t>(batch[i].pos) * V, V);
+            EXPECT_LE(d, 1e-4f) << "batch row " << i << " (sequence " << batch[i].seq << ")";
+        }
+    }
 }
 
 // What speculative decoding needs: drafted positions removed, then other

@@ -21,6 +21,8 @@
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/run_command.h"
 #include "tests/spec_helpers.h"
+#include "kernels_cuda/cuda_api.h"
+#include "tests/test_cuda_inputs.h"
 #include "tests/test_paths.h"
 #include "tools/speculative/draft_model.h"
 #include "tools/speculative/speculative.h"
@@ -327,6 +329,29 @@ TEST(SpecGreedy, NgramGivesThePlainTokens) {
             EXPECT_EQ(b.n_past(), static_cast<int64_t>(prompt.size() + got.size() - 1));
         }
     }
+}
+
+// Speculative verification on the CUDA device: a pass of a draft's up to
+// 17 tokens runs every layer there (the output head stays on the CPU: its
+// 32000 rows are most of an emulated step), and greedy output is the plain
+// decoding's on the same device, token for token.
+TEST(SpecGreedy, CudaNgramGivesThePlainTokens) {
+    std::string why;
+    if (tandem::cuda::list_devices(&why).empty()) TANDEM_CUDA_SKIP("no GPU: " << why);
+    if (exact_model().empty()) TANDEM_CUDA_SKIP("../shared/models/tiny-llama-Q8_0.gguf not found");
+    const Model m(exact_model());
+    const auto prompt = m.tok.encode(kRepetitive, true);
+    tandem::SessionOptions so = session_options();
+    so.device = "cuda0";
+    so.n_gpu_layers = m.spec.hp.n_layer;
+    tandem::Session a(m.file, m.spec, so);
+    const auto want = plain(a, prompt, greedy(), 32);
+    tandem::Session b(m.file, m.spec, so);
+    spec::NgramProposer ngram(3);
+    spec::Stats st;
+    const auto got = speculative(b, prompt, greedy(), 32, ngram, &st);
+    EXPECT_EQ(got, want);
+    EXPECT_GT(st.accepted, 0) << "no draft was accepted: the verification passes were not tested";
 }
 
 // A draft that is the model itself agrees always: many tokens per pass,
