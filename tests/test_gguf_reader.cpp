@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "runtime/common/error.h"
@@ -276,7 +277,15 @@ TEST(GgufReader, SharedAssetsAllOpen) {
         for (const auto& entry : std::filesystem::directory_iterator(shared(folder))) {
             if (entry.path().extension() != ".gguf") continue;
             SCOPED_TRACE(entry.path().string());
-            const File f = File::open(entry.path());
+            std::optional<File> opened_file;
+            try {
+                opened_file.emplace(File::open(entry.path()));
+            } catch (const std::exception& e) {
+                // A file of an open issue (i-quants, MXFP4): refused in the words for it.
+                EXPECT_TRUE(tandem::testing::refused_as_unsupported(e)) << e.what();
+                continue;
+            }
+            const File& f = *opened_file;
             EXPECT_FALSE(f.architecture().empty());
             EXPECT_TRUE(f.find("tokenizer.ggml.tokens") != nullptr);
             expect_tensors_inside_file(f);

@@ -172,6 +172,13 @@ TEST(PlannerCandidatesVsLedger, SharedTinyModels) {
         const std::string name = e.path().filename().string();
         if (e.path().extension() != ".gguf") continue;
         SCOPED_TRACE(name);
+        try {
+            tandem::model::load_model_spec(tandem::gguf::File::open(e.path()));
+        } catch (const std::exception& ex) {
+            // A file of an open issue (a type or architecture not taken yet).
+            EXPECT_TRUE(tandem::testing::refused_as_unsupported(ex)) << ex.what();
+            continue;
+        }
         check_candidates_against_ledger(e.path(), checked);
         ++n;
     }

@@ -41,13 +41,17 @@ std::string block_name(const BlockState& b) {
     return fmt::format("block ({},{},{})", b.block_idx.x, b.block_idx.y, b.block_idx.z);
 }
 
-// Ends the running thread's part in the block: it never runs again.
-[[noreturn]] void fail(std::string msg) {
-    StackHeader& h = detail::here();
-    BlockState* b = h.block;
-    ThreadState* t = h.thread;
+// The block's first error (a later one is dropped).
+void record(BlockState* b, std::string msg) {
     if (b->error.empty()) b->error = std::move(msg);
-    Fiber::switch_to(t->fiber, b->scheduler, true);
+}
+
+// Ends the running thread's part in the block after record(): it never
+// runs again. Called in a statement of its own, so that no temporary (the
+// message's parts) is left alive on the abandoned stack.
+[[noreturn]] void leave() {
+    StackHeader& h = detail::here();
+    Fiber::switch_to(h.thread->fiber, h.block->scheduler, true);
     std::abort();  // not reached: the scheduler never resumes a failed thread
 }
 
@@ -173,8 +177,9 @@ void syncthreads(const char* file, int line) {
         b->barrier_file = file;
         b->barrier_line = line;
     } else if (!same_site(b->barrier_file, b->barrier_line, file, line)) {
-        fail(fmt::format("__syncthreads: threads of {} wait at different calls: {} at {}, others at {}", block_name(*b),
+        record(b, fmt::format("__syncthreads: threads of {} wait at different calls: {} at {}, others at {}", block_name(*b),
                          where(*t), site(file, line), site(b->barrier_file, b->barrier_line)));
+        leave();
     }
     // Alternating tokens: a thread already past this barrier and at the next
     // one does not order the threads still leaving this one.
@@ -202,17 +207,20 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
     tsan::IgnoreScope quiet;
     const int lane = t->linear % 32, warp = t->linear / 32;
     if (!(mask >> lane & 1u)) {
-        fail(fmt::format("{} at {}: lane {} of warp {} calls it with mask {:#010x}, which omits the lane ({}, {})",
+        record(b, fmt::format("{} at {}: lane {} of warp {} calls it with mask {:#010x}, which omits the lane ({}, {})",
                          op_name(op), site(file, line), lane, warp, mask, where(*t), block_name(*b)));
+        leave();
     }
     if (width <= 0 || width > 32 || (width & (width - 1)) != 0) {
-        fail(fmt::format("{} at {}: width {} is not a power of two up to 32", op_name(op), site(file, line), width));
+        record(b, fmt::format("{} at {}: width {} is not a power of two up to 32", op_name(op), site(file, line), width));
+        leave();
     }
     const int warp_lanes = std::min(32, b->n - warp * 32);
     const unsigned existing = warp_lanes == 32 ? 0xffffffffu : (1u << warp_lanes) - 1u;
     if (mask & ~existing) {
-        fail(fmt::format("{} at {}: mask {:#010x} names lanes that warp {} of {} does not have ({} threads)",
+        record(b, fmt::format("{} at {}: mask {:#010x} names lanes that warp {} of {} does not have ({} threads)",
                          op_name(op), site(file, line), mask, warp, block_name(*b), warp_lanes));
+        leave();
     }
     WarpWait& w = b->warps[warp];
     if (!w.open) {
@@ -224,10 +232,11 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
         w.line = line;
         w.arrived = 0;
     } else if (w.op != op || w.mask != mask || !same_site(w.file, w.line, file, line)) {
-        fail(fmt::format("{}: lanes of warp {} in {} disagree: lane {} calls {} at {} with mask {:#010x}, lanes "
+        record(b, fmt::format("{}: lanes of warp {} in {} disagree: lane {} calls {} at {} with mask {:#010x}, lanes "
                          "{:#010x} wait in {} at {} with mask {:#010x}",
                          op_name(op), warp, block_name(*b), lane, op_name(op), site(file, line), mask, w.arrived,
                          op_name(w.op), site(w.file, w.line), w.mask));
+        leave();
     }
     w.value[lane] = value;
     w.arg[lane] = arg;
@@ -238,7 +247,7 @@ uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int 
     if (op == WarpOp::Sync) tsan::release(token);
     if (w.arrived == w.mask) {
         complete(*b, warp, w);
-        if (!b->error.empty()) fail(b->error);
+        if (!b->error.empty()) leave();
     } else {
         t->state = RunState::AtWarp;
         yield(t, b);

@@ -205,8 +205,10 @@ T from_bits(uint64_t b) {
 }
 
 // ---- the emulator's own controls (tests, the plugin)
-// Device count (TANDEM_CUDA_EMULATE_DEVICES, default 1) and capacity.
+// Device count (TANDEM_CUDA_EMULATE_DEVICES, default 1) and capacity
+// (TANDEM_CUDA_EMULATE_VRAM, default 8 GiB, until set_capacity).
 int device_count();
+size_t default_capacity();
 void set_capacity(int device, size_t bytes);
 size_t capacity(int device);
 // Bytes allocated now and at most since the process started (or since

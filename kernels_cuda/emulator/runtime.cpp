@@ -64,8 +64,7 @@ struct State {
         if (const char* e = std::getenv("TANDEM_CUDA_EMULATE_DEVICES"); e && *e) {
             n_devices = std::clamp(std::atoi(e), 1, 16);
         }
-        const size_t cap = parse_bytes(std::getenv("TANDEM_CUDA_EMULATE_VRAM"), size_t{8} << 30);
-        capacity.assign(static_cast<size_t>(n_devices), cap);
+        capacity.assign(static_cast<size_t>(n_devices), default_capacity());
         used.assign(static_cast<size_t>(n_devices), 0);
         peak.assign(static_cast<size_t>(n_devices), 0);
     }
@@ -235,6 +234,8 @@ BlockPool& pool() {
 }  // namespace
 
 // ---- emu.h
+size_t default_capacity() { return parse_bytes(std::getenv("TANDEM_CUDA_EMULATE_VRAM"), size_t{8} << 30); }
+
 int device_count() { return st().n_devices; }
 
 void set_capacity(int device, size_t bytes) {

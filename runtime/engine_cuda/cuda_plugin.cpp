@@ -6,12 +6,14 @@
 #include "kernels_cuda/emulator/emu.h"
 
 namespace {
-// The emulated GPU's memory is what --vram gives it, so that cudaMalloc
-// fails where a card of that size would.
+// The emulated GPU's memory is what --vram gives it (else the emulator's
+// default), so that cudaMalloc fails where a card of that size would.
 std::unique_ptr<tandem::Device> make_emulated(int device, std::optional<uint64_t> capacity,
                                               const tandem::gguf::File& file, const tandem::model::ModelSpec& spec,
                                               const tandem::DeviceConfig& config) {
-    if (capacity && device >= 0 && device < tandem::emu::device_count()) tandem::emu::set_capacity(device, *capacity);
+    if (device >= 0 && device < tandem::emu::device_count()) {
+        tandem::emu::set_capacity(device, capacity.value_or(tandem::emu::default_capacity()));
+    }
     return tandem::cuda::direct::make_cuda_device(device, capacity, file, spec, config);
 }
 }  // namespace
