@@ -139,7 +139,7 @@ TEST(Sequences, CudaTwoSequencesInOneBatch) {
     std::string why;
     if (tandem::cuda::list_devices(&why).empty()) TANDEM_CUDA_SKIP("no GPU: " << why);
     const Fixture f;
-    for (const int64_t ngl : {int64_t{2}, f.spec.hp.n_layer + 1}) {
+    for (const int64_t ngl : {int64_t{2}, f.spec.hp.n_layer}) {  // the head stays on the CPU: most of an emulated step
         SCOPED_TRACE("ngl " + std::to_string(ngl));
         const auto opt = options("cuda0", ngl);
         tandem::Session s(f.file, f.spec, opt);

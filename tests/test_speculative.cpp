@@ -345,11 +345,11 @@ TEST(SpecGreedy, CudaNgramGivesThePlainTokens) {
     so.device = "cuda0";
     so.n_gpu_layers = m.spec.hp.n_layer;
     tandem::Session a(m.file, m.spec, so);
-    const auto want = plain(a, prompt, greedy(), 32);
+    const auto want = plain(a, prompt, greedy(), 20);
     tandem::Session b(m.file, m.spec, so);
     spec::NgramProposer ngram(3);
     spec::Stats st;
-    const auto got = speculative(b, prompt, greedy(), 32, ngram, &st);
+    const auto got = speculative(b, prompt, greedy(), 20, ngram, &st);
     EXPECT_EQ(got, want);
     EXPECT_GT(st.accepted, 0) << "no draft was accepted: the verification passes were not tested";
 }
