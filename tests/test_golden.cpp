@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,8 +76,19 @@ TEST_P(GoldenLogits, PromptTokensAndKlMatchLlamaCpp) {
     const auto golden_logits = read_floats(shared("golden/" + c.model + "." + c.prompt + ".logits"));
     const std::string prompt = read_text(shared("golden/" + c.prompt + ".txt"));
 
-    const auto file = tandem::gguf::File::open(model_path);
-    const auto spec = tandem::model::load_model_spec(file);
+    std::optional<tandem::gguf::File> opened;
+    std::optional<tandem::model::ModelSpec> loaded;
+    try {
+        opened.emplace(tandem::gguf::File::open(model_path));
+        loaded.emplace(tandem::model::load_model_spec(*opened));
+    } catch (const std::exception& e) {
+        // ../shared holds the golden data of open issues (i-quants, MXFP4,
+        // deepseek2, glm4moe): refused in the words for it, they wait.
+        if (!tandem::testing::refused_as_unsupported(e)) throw;
+        GTEST_SKIP() << c.model << " is not taken yet: " << e.what();
+    }
+    const auto& file = *opened;
+    const auto& spec = *loaded;
     const auto tokenizer = tandem::Tokenizer::from_gguf(file);
     const auto tokens = tokenizer.encode(prompt, true);
     ASSERT_EQ(tokens, golden.prompt);
