@@ -64,7 +64,12 @@ TEST_F(TuneTest, CalibrateStoresCpuBandwidthAndPlanReportsItMeasured) {
     // too: the emulated GPU's copies would be timed, and said measured).
     setenv("TANDEM_CUDA_EMULATE", "0", 1);
     // One round: the default three take half a minute here and minutes
-    // under the sanitizer (best_of is checked in test_prediction).
+    // under the sanitizer (best_of is checked in test_prediction). On a
+    // Xeon whose AVX-512 F32 products run ~30x slower under AddressSanitizer
+    // one round passed 10 minutes: the release run measures it.
+#if defined(__SANITIZE_ADDRESS__)
+    GTEST_SKIP() << "bench --calibrate under AddressSanitizer takes over 10 minutes on some CPUs; the release run checks it";
+#endif
     const auto r = run_tandem("bench --calibrate --calibrate-rounds 1 --json", dir_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto file = cache_ / "calibration.json";
