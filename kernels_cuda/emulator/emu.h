@@ -58,7 +58,7 @@ struct BlockState;
 // size, whose first bytes hold a StackHeader: the running thread finds its
 // indices and block from its stack pointer, with no thread-local lookup
 // (every threadIdx, every shuffle).
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(TANDEM_CUDA_EMULATE_ASAN)
 #define TANDEM_EMU_ASAN 1
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
