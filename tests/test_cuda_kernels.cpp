@@ -405,16 +405,22 @@ INSTANTIATE_TEST_SUITE_P(CudaBackend, EveryNgl,
                                            "synth-mixtral-Q8_0.gguf"),
                          model_test_name);
 
+// The committed tiny model and a prompt of it.
+struct TinyLlama {
+    tandem::gguf::File file = tandem::gguf::File::open(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"));
+    tandem::model::ModelSpec spec = tandem::model::load_model_spec(file);
+    tandem::Tokenizer tok = tandem::Tokenizer::from_gguf(file);
+    std::vector<int32_t> tokens = tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
+};
+
 // A Q8_0 KV cache on the device gives the CPU's Q8_0-cache logits at every
 // split (prompt and a decode step that reads the device cache); a device
 // too small is a clean out-of-memory.
 TEST(CudaBackend, Q8CacheMatchesCpuAndTooSmallVramIsOutOfMemory) {
     TANDEM_REQUIRE_GPU(dev);
     (void)dev;
-    const auto file = tandem::gguf::File::open(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"));
-    const auto spec = tandem::model::load_model_spec(file);
-    const auto tok = tandem::Tokenizer::from_gguf(file);
-    const auto tokens = tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
+    const TinyLlama m;
+    const auto& [file, spec, tok, tokens] = m;
     tandem::SessionOptions opt;
     opt.n_ctx = 64;
     opt.n_ubatch = 16;
@@ -491,10 +497,8 @@ INSTANTIATE_TEST_SUITE_P(CudaBackend, StreamedPrefill,
 // TANDEM_CUDA_EMULATE_FAIL_CUBLAS) turns streaming off: the session runs
 // on the CPU and says why, instead of ending.
 TEST(CudaBackend, CublasFailureTurnsStreamingOff) {
-    const auto file = tandem::gguf::File::open(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"));
-    const auto spec = tandem::model::load_model_spec(file);
-    const auto tok = tandem::Tokenizer::from_gguf(file);
-    const auto tokens = tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
+    const TinyLlama m;
+    const auto& [file, spec, tok, tokens] = m;
     tandem::SessionOptions opt;
     opt.n_ctx = 64;
     opt.n_ubatch = 32;

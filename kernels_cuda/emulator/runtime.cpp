@@ -586,6 +586,17 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t str
 cudaError_t cudaMemset(void* ptr, int value, size_t bytes) { return cudaMemsetAsync(ptr, value, bytes, nullptr); }
 
 // ---- streams
+namespace {
+// Where the event was last recorded: its stream and the work's number
+// there; false if it never was.
+bool recorded_at(cudaEvent_t event, Stream*& s, uint64_t& seq) {
+    std::lock_guard<std::mutex> g(event->m);
+    s = event->stream;
+    seq = event->seq;
+    return event->recorded;
+}
+}  // namespace
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
     TANDEM_EMU_STICKY();
     *stream = create_stream((flags & cudaStreamNonBlocking) == 0);
@@ -622,12 +633,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     if (!event) return fail_call(cudaErrorInvalidResourceHandle);
     Stream* src = nullptr;
     uint64_t seq = 0;
-    {
-        std::lock_guard<std::mutex> g(event->m);
-        if (!event->recorded) return cudaSuccess;  // CUDA: waiting for an unrecorded event waits for nothing
-        src = event->stream;
-        seq = event->seq;
-    }
+    if (!recorded_at(event, src, seq)) return cudaSuccess;  // CUDA: an unrecorded event is waited for at once
     enqueue(stream, [src, seq] { src->wait(seq); });
     return cudaSuccess;
 }
@@ -645,12 +651,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
     if (!event) return fail_call(cudaErrorInvalidResourceHandle);
     Stream* s = nullptr;
     uint64_t seq = 0;
-    {
-        std::lock_guard<std::mutex> g(event->m);
-        s = event->recorded ? event->stream : nullptr;
-        seq = event->seq;
-    }
-    if (s) s->wait(seq);  // its record task writes into it
+    if (recorded_at(event, s, seq)) s->wait(seq);  // its record task writes into it
     delete event;
     return cudaSuccess;
 }
@@ -677,12 +678,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     }
     Stream* s = nullptr;
     uint64_t seq = 0;
-    {
-        std::lock_guard<std::mutex> g(event->m);
-        if (!event->recorded) return cudaSuccess;
-        s = event->stream;
-        seq = event->seq;
-    }
+    if (!recorded_at(event, s, seq)) return cudaSuccess;
     s->wait(seq);
     TANDEM_EMU_STICKY();
     return cudaSuccess;
@@ -693,12 +689,7 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
     if (!event) return fail_call(cudaErrorInvalidResourceHandle);
     Stream* s = nullptr;
     uint64_t seq = 0;
-    {
-        std::lock_guard<std::mutex> g(event->m);
-        if (!event->recorded) return cudaSuccess;
-        s = event->stream;
-        seq = event->seq;
-    }
+    if (!recorded_at(event, s, seq)) return cudaSuccess;
     return s->done(seq) ? cudaSuccess : cudaErrorNotReady;
 }
 
