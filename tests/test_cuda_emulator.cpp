@@ -48,6 +48,17 @@ std::vector<T> host_copy(const T* d, size_t n) {
     return h;
 }
 
+// A launch of `kernel` as one block of `threads` over a fresh buffer of
+// as many elements, which must fail: the check's message.
+template <class T>
+std::string failure_of(void (*kernel)(T*), unsigned threads) {
+    T* d = nullptr;
+    EXPECT_EQ(cudaMalloc(&d, threads * sizeof(T)), cudaSuccess);
+    kernel LAUNCH(1, threads)(d);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
+    return tandem::emu::last_error_message();
+}
+
 // A tree reduction over a block of 256 through shared memory.
 __global__ void block_sum(const float* x, float* out) {
     __shared__ float part[256];
@@ -162,24 +173,17 @@ TEST(CudaEmulator, BarriersOrderSharedMemory) {
 
 TEST(CudaEmulator, SyncthreadsNotReachedByEveryThreadIsAnError) {
     ForgetErrors forget;
-    float* d = nullptr;
-    ASSERT_EQ(cudaMalloc(&d, 32 * sizeof(float)), cudaSuccess);
-    early_exit_barrier LAUNCH(1, 32)(d);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
-    const std::string msg = tandem::emu::last_error_message();
+    const std::string msg = failure_of(early_exit_barrier, 32);
     EXPECT_NE(msg.find("__syncthreads"), std::string::npos) << msg;
     EXPECT_NE(msg.find("not reached by every thread"), std::string::npos) << msg;
     EXPECT_NE(msg.find("16 of 32"), std::string::npos) << msg;
+    void* d = nullptr;
     EXPECT_EQ(cudaMalloc(&d, 4), cudaErrorLaunchFailure) << "the error is sticky, as on a GPU";
 }
 
 TEST(CudaEmulator, ThreadsAtDifferentSyncthreadsAreAnError) {
     ForgetErrors forget;
-    float* d = nullptr;
-    ASSERT_EQ(cudaMalloc(&d, 64 * sizeof(float)), cudaSuccess);
-    split_barriers LAUNCH(1, 64)(d);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
-    const std::string msg = tandem::emu::last_error_message();
+    const std::string msg = failure_of(split_barriers, 64);
     EXPECT_NE(msg.find("different calls"), std::string::npos) << msg;
 }
 
@@ -213,31 +217,19 @@ TEST(CudaEmulator, ShufflesAndVotesFollowTheirLaneRules) {
 
 TEST(CudaEmulator, ShuffleMaskOmittingTheCallerIsAnError) {
     ForgetErrors forget;
-    int* d = nullptr;
-    ASSERT_EQ(cudaMalloc(&d, 32 * sizeof(int)), cudaSuccess);
-    mask_omits_caller LAUNCH(1, 32)(d);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
-    const std::string msg = tandem::emu::last_error_message();
+    const std::string msg = failure_of(mask_omits_caller, 32);
     EXPECT_NE(msg.find("omits the lane"), std::string::npos) << msg;
 }
 
 TEST(CudaEmulator, ShuffleReadingALaneOutsideTheMaskIsAnError) {
     ForgetErrors forget;
-    int* d = nullptr;
-    ASSERT_EQ(cudaMalloc(&d, 32 * sizeof(int)), cudaSuccess);
-    reads_outside_mask LAUNCH(1, 32)(d);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
-    const std::string msg = tandem::emu::last_error_message();
+    const std::string msg = failure_of(reads_outside_mask, 32);
     EXPECT_NE(msg.find("not in the mask"), std::string::npos) << msg;
 }
 
 TEST(CudaEmulator, ShuffleWhoseMaskLanesExitedIsAnError) {
     ForgetErrors forget;
-    int* d = nullptr;
-    ASSERT_EQ(cudaMalloc(&d, 32 * sizeof(int)), cudaSuccess);
-    mask_lane_exited LAUNCH(1, 32)(d);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
-    const std::string msg = tandem::emu::last_error_message();
+    const std::string msg = failure_of(mask_lane_exited, 32);
     EXPECT_NE(msg.find("never arrive"), std::string::npos) << msg;
     EXPECT_NE(msg.find("ended"), std::string::npos) << msg;
 }

@@ -211,22 +211,12 @@ int device_count();
 size_t default_capacity();
 void set_capacity(int device, size_t bytes);
 size_t capacity(int device);
-// Bytes allocated now and at most since the process started (or since
-// reset_peak), on `device`.
+// Bytes allocated on `device` now, and at most since the process started.
 size_t used_bytes(int device);
 size_t peak_bytes(int device);
-void reset_peak(int device);
 // The sticky launch error's description ("" when none); clear_error forgets
 // it (for the emulator's own tests of its checks).
 std::string last_error_message();
 void clear_error();
-// Counters of what the host asked for: runtime calls that wait for the
-// device (synchronize, blocking copies, cudaFree) and kernel launches.
-struct Counters {
-    uint64_t synchronizing_calls = 0;
-    uint64_t launches = 0;
-    uint64_t blocking_copies = 0;
-};
-Counters counters();
 
 }  // namespace tandem::emu

@@ -59,7 +59,6 @@ struct State {
     std::vector<size_t> capacity, used, peak;
     std::atomic<bool> failed{false};
     std::string failure;
-    Counters counters;
     State() {
         if (const char* e = std::getenv("TANDEM_CUDA_EMULATE_DEVICES"); e && *e) {
             n_devices = std::clamp(std::atoi(e), 1, 16);
@@ -258,10 +257,6 @@ size_t peak_bytes(int device) {
     return st().peak.at(static_cast<size_t>(device));
 }
 
-void reset_peak(int device) {
-    std::lock_guard<std::mutex> g(st().m);
-    st().peak.at(static_cast<size_t>(device)) = st().used.at(static_cast<size_t>(device));
-}
 
 std::string last_error_message() {
     std::lock_guard<std::mutex> g(st().m);
@@ -276,10 +271,6 @@ void clear_error() {
     tl_last = cudaSuccess;
 }
 
-Counters counters() {
-    std::lock_guard<std::mutex> g(st().m);
-    return st().counters;
-}
 
 void submit(const Config& c, KernelCall* call) {
     std::unique_ptr<KernelCall> owned(call);
@@ -294,10 +285,6 @@ void submit(const Config& c, KernelCall* call) {
                      site(c.file, c.line).c_str(), c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y, c.block.z);
         tl_last = cudaErrorInvalidConfiguration;
         return;
-    }
-    {
-        std::lock_guard<std::mutex> g(st().m);
-        ++st().counters.launches;
     }
     std::shared_ptr<KernelCall> shared(std::move(owned));
     enqueue(c.stream, [c, shared] {
@@ -359,10 +346,6 @@ cudaError_t cudaGetDevice(int* device) {
 }
 
 cudaError_t cudaDeviceSynchronize() {
-    {
-        std::lock_guard<std::mutex> g(st().m);
-        ++st().counters.synchronizing_calls;
-    }
     synchronize_all();
     TANDEM_EMU_STICKY();
     return cudaSuccess;
@@ -447,10 +430,6 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 
 cudaError_t cudaFree(void* ptr) {
     if (!ptr) return cudaSuccess;
-    {
-        std::lock_guard<std::mutex> g(st().m);
-        ++st().counters.synchronizing_calls;
-    }
     synchronize_all();  // cudaFree waits for the device, as CUDA's does
     State& s = st();
     std::lock_guard<std::mutex> g(s.m);
@@ -530,11 +509,6 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
     TANDEM_EMU_STICKY();
     if (bytes == 0) return cudaSuccess;
     if (const std::string why = copy_problem(dst, src, bytes, kind); !why.empty()) return bad_copy(why);
-    {
-        std::lock_guard<std::mutex> g(st().m);
-        ++st().counters.blocking_copies;
-        ++st().counters.synchronizing_calls;
-    }
     const uint64_t seq = enqueue(nullptr, [=] {
         if (!failed()) std::memmove(dst, src, bytes);
     });
@@ -563,11 +537,6 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     });
     if (d == Side::PageableHost) {
         // To pageable memory CUDA returns only once the copy is done.
-        {
-            std::lock_guard<std::mutex> g(st().m);
-            ++st().counters.blocking_copies;
-            ++st().counters.synchronizing_calls;
-        }
         resolve(stream).wait(seq);
     }
     return cudaSuccess;
@@ -612,10 +581,6 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-    {
-        std::lock_guard<std::mutex> g(st().m);
-        ++st().counters.synchronizing_calls;
-    }
     Stream& s = resolve(stream);
     s.wait(s.submitted());
     TANDEM_EMU_STICKY();
@@ -672,10 +637,6 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     if (!event) return fail_call(cudaErrorInvalidResourceHandle);
-    {
-        std::lock_guard<std::mutex> g(st().m);
-        ++st().counters.synchronizing_calls;
-    }
     Stream* s = nullptr;
     uint64_t seq = 0;
     if (!recorded_at(event, s, seq)) return cudaSuccess;
