@@ -116,18 +116,15 @@ const Alloc* find_locked(const void* p, size_t bytes, uintptr_t* base_out = null
     return &it->second;
 }
 
-enum class Side { Device, PinnedHost, PageableHost };
+// Where a range lies: wholly in one device allocation, starting in one and
+// running past its end, in pinned host memory, or in other host memory.
+enum class Side { Device, DeviceOverrun, PinnedHost, PageableHost };
 
 Side side_of(const void* p, size_t bytes) {
     std::lock_guard<std::mutex> g(st().m);
-    const Alloc* a = find_locked(p, bytes);
-    if (!a) {
-        // A pointer into device memory past its end is not host memory.
-        const Alloc* start = find_locked(p, 0);
-        if (start && !start->pinned) return Side::Device;
-        return Side::PageableHost;
-    }
-    return a->pinned ? Side::PinnedHost : Side::Device;
+    if (const Alloc* a = find_locked(p, bytes)) return a->pinned ? Side::PinnedHost : Side::Device;
+    const Alloc* start = find_locked(p, 0);
+    return start && !start->pinned ? Side::DeviceOverrun : Side::PageableHost;
 }
 
 }  // namespace
@@ -475,27 +472,36 @@ cudaError_t cudaFreeHost(void* ptr) {
 
 namespace {
 
-// Checks a copy's two ranges against its kind; "" when they fit.
-std::string copy_problem(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-    const Side d = side_of(dst, bytes), s = side_of(src, bytes);
-    auto dev = [](Side x) { return x == Side::Device; };
+// A copy's two ranges, and what is wrong with them for its kind ("" when
+// nothing is).
+struct CopyCheck {
+    Side dst, src;
+    std::string problem;
+};
+
+CopyCheck check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    CopyCheck c{side_of(dst, bytes), side_of(src, bytes), ""};
+    auto dev = [](Side x) { return x == Side::Device || x == Side::DeviceOverrun; };
     auto name = [](Side x) {
-        return x == Side::Device ? "device memory" : x == Side::PinnedHost ? "pinned host memory" : "host memory";
+        return x == Side::Device          ? "device memory"
+               : x == Side::DeviceOverrun ? "device memory, past its allocation"
+               : x == Side::PinnedHost    ? "pinned host memory"
+                                          : "host memory";
     };
     bool ok = true;
     switch (kind) {
-        case cudaMemcpyHostToDevice: ok = dev(d) && !dev(s); break;
-        case cudaMemcpyDeviceToHost: ok = !dev(d) && dev(s); break;
-        case cudaMemcpyDeviceToDevice: ok = dev(d) && dev(s); break;
-        case cudaMemcpyHostToHost: ok = !dev(d) && !dev(s); break;
+        case cudaMemcpyHostToDevice: ok = dev(c.dst) && !dev(c.src); break;
+        case cudaMemcpyDeviceToHost: ok = !dev(c.dst) && dev(c.src); break;
+        case cudaMemcpyDeviceToDevice: ok = dev(c.dst) && dev(c.src); break;
+        case cudaMemcpyHostToHost: ok = !dev(c.dst) && !dev(c.src); break;
         case cudaMemcpyDefault: ok = true; break;
     }
     // A device side must hold the whole range.
-    if (ok && dev(d) && !is_device_range(dst, bytes)) ok = false;
-    if (ok && dev(s) && !is_device_range(src, bytes)) ok = false;
-    if (ok) return "";
-    return fmt::format("copy of {} bytes ({}) from {} ({}) to {} ({}): a range is not wholly in the memory its kind names",
-                       bytes, static_cast<int>(kind), src, name(s), dst, name(d));
+    if (ok && c.dst != Side::DeviceOverrun && c.src != Side::DeviceOverrun) return c;
+    c.problem = fmt::format(
+        "copy of {} bytes ({}) from {} ({}) to {} ({}): a range is not wholly in the memory its kind names", bytes,
+        static_cast<int>(kind), src, name(c.src), dst, name(c.dst));
+    return c;
 }
 
 cudaError_t bad_copy(const std::string& why) {
@@ -508,7 +514,7 @@ cudaError_t bad_copy(const std::string& why) {
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     TANDEM_EMU_STICKY();
     if (bytes == 0) return cudaSuccess;
-    if (const std::string why = copy_problem(dst, src, bytes, kind); !why.empty()) return bad_copy(why);
+    if (const CopyCheck c = check_copy(dst, src, bytes, kind); !c.problem.empty()) return bad_copy(c.problem);
     const uint64_t seq = enqueue(nullptr, [=] {
         if (!failed()) std::memmove(dst, src, bytes);
     });
@@ -520,9 +526,9 @@ cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
     TANDEM_EMU_STICKY();
     if (bytes == 0) return cudaSuccess;
-    if (const std::string why = copy_problem(dst, src, bytes, kind); !why.empty()) return bad_copy(why);
-    const Side s = side_of(src, bytes), d = side_of(dst, bytes);
-    if (s == Side::PageableHost) {
+    const CopyCheck c = check_copy(dst, src, bytes, kind);
+    if (!c.problem.empty()) return bad_copy(c.problem);
+    if (c.src == Side::PageableHost) {
         // CUDA stages pageable memory before returning: the source may be
         // reused at once, the copy itself is still queued.
         auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
@@ -535,7 +541,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     const uint64_t seq = enqueue(stream, [=] {
         if (!failed()) std::memmove(dst, src, bytes);
     });
-    if (d == Side::PageableHost) {
+    if (c.dst == Side::PageableHost) {
         // To pageable memory CUDA returns only once the copy is done.
         resolve(stream).wait(seq);
     }
