@@ -4,7 +4,7 @@
 // of the 16 rows, so a vpdpbusd against four broadcast activation bytes
 // adds four products into each row's own lane. Every lane is one output,
 // so the per-span totals that llama.cpp's float order needs (see
-// dot_k_spans in vec_dot_scalar.cpp, Span 2) come without horizontal sums:
+// KSpansOrder in runtime/quant/dot_order.h, Span 2) come without horizontal sums:
 // the bits equal the reference's, and the integer work is about a third of
 // the row-at-a-time kernel's. Internal to kernels_cpu.
 #pragma once
@@ -78,7 +78,7 @@ void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 
 // Q8_0, Q5_0 (against Q8_0) and Q4_1, Q5_1 (against Q8_1) in the order of
-// their single-row kernels (dot_legacy_lanes: eight lanes of four elements
+// their single-row kernels (LegacyLanesOrder: eight lanes of four elements
 // per row, each with its own fused multiply-add chain). Q8_0 and Q5_0 read
 // the lane starts their prepare appends (a_type Q8_0).
 size_t legacy_panel_bytes(int64_t n_cols);

@@ -5,6 +5,7 @@
 
 #include "kernels_cpu/gemm_panel.h"
 #include "runtime/common/error.h"
+#include "runtime/quant/dot_order.h"
 
 namespace tandem::cpu::detail {
 namespace {
@@ -88,8 +89,6 @@ constexpr std::array kTable = {
     WeightKernels{.type = Type::Q2_K,
                   .dot = TANDEM_LEVELS(dot_q2_K),
                   .batch = TANDEM_LEVELS(dot_q2_K_batch),
-                  .batch_min_tokens = 4,
-                  .batch_group = 4,
                   .rows_avx512 = TANDEM_ROWS_MULTI(q2_K, prepare_q2_K_rows, q2_K_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q2_K, q2_K_panel_bytes, nullptr, 0),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q2_K, nullptr, 0),
@@ -97,7 +96,6 @@ constexpr std::array kTable = {
     WeightKernels{.type = Type::Q3_K,
                   .dot = TANDEM_LEVELS(dot_q3_K),
                   .batch = TANDEM_LEVELS(dot_q3_K_batch),
-                  .batch_min_tokens = 8,
                   .rows_avx512 = TANDEM_ROWS(q3_K, prepare_q3_K_rows, q3_K_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q3_K, q3_K_panel_bytes, q3_K_panel_prepare, kGroupStartsExtraBytes),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q3_K, nullptr, 0),
@@ -105,8 +103,6 @@ constexpr std::array kTable = {
     WeightKernels{.type = Type::Q4_K,
                   .dot = TANDEM_LEVELS(dot_q4_K),
                   .batch = TANDEM_LEVELS(dot_q4_K_batch),
-                  .batch_min_tokens = 4,
-                  .batch_group = 4,
                   .rows_avx2 = TANDEM_ROWS_AVX2_MULTI(q4_K),
                   .rows_avx512 = DecodeRows{TANDEM_X86(dot_q4_K_rows_avx512), TANDEM_X86(prepare_q4_K_rows),
                                             TANDEM_X86(q4_K_rows_prepared_bytes), TANDEM_X86(dot_q4_K_rows_multi_avx512),
@@ -118,7 +114,6 @@ constexpr std::array kTable = {
     WeightKernels{.type = Type::Q5_K,
                   .dot = TANDEM_LEVELS(dot_q5_K),
                   .batch = TANDEM_LEVELS(dot_q5_K_batch),
-                  .batch_min_tokens = 8,
                   .rows_avx512 = TANDEM_ROWS(q5_K, prepare_q4_K_rows, q4_K_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q5_K, q5_K_panel_bytes, k4_panel_prepare, kK4PanelExtraBytes),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q5_K, k4_panel_prepare_avx2, kK4PanelExtraBytes),
@@ -127,7 +122,6 @@ constexpr std::array kTable = {
     WeightKernels{.type = Type::Q6_K,
                   .dot = TANDEM_LEVELS(dot_q6_K),
                   .batch = TANDEM_LEVELS(dot_q6_K_batch),
-                  .batch_min_tokens = 8,
                   .rows_avx512 = DecodeRows{TANDEM_X86(dot_q6_K_rows_avx512), nullptr, nullptr, TANDEM_X86(dot_q6_K_rows_multi_avx512)},
                   .panel = TANDEM_PANEL(q6_K, q6_K_panel_bytes, q6_K_panel_prepare, kGroupStartsExtraBytes),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q6_K, nullptr, 0),
@@ -188,7 +182,8 @@ BatchForm batch_form(quant::Type w_type, SimdLevel level) {
     TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
     const WeightKernels* k = weight_kernels(w_type);
     if (k == nullptr || k->batch.scalar == nullptr) return {};
-    return {pick(k->batch, level, k->avx2_at_avx512), k->batch_min_tokens, k->batch_group};
+    const quant::dot::BatchRule rule = quant::dot::batch_rule(w_type);
+    return {pick(k->batch, level, k->avx2_at_avx512), rule.min_tokens, rule.group};
 }
 
 DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level, bool several_tokens) {

@@ -33,11 +33,9 @@ struct WeightKernels {
     quant::Type type;
     // One weight row against up to kMaxTileTokens activation rows.
     LevelKernels dot;
-    // llama.cpp's batch kernels (K-quants), for batches of batch_min_tokens
-    // or more, tokens [0, n - n % batch_group).
+    // llama.cpp's batch kernels (K-quants), for the tokens
+    // quant::dot::batch_rule gives them.
     LevelKernels batch{};
-    int64_t batch_min_tokens = 0;
-    int64_t batch_group = 1;
     // Several weight rows against one token (decode): AVX2, AVX-512 VNNI.
     DecodeRows rows_avx2{};
     DecodeRows rows_avx512{};
@@ -51,7 +49,7 @@ struct WeightKernels {
     // F16/BF16 batches: activations rounded once, kept as f32.
     quant::QuantizeRowFn wide_round = nullptr;
     LevelKernels wide{};
-    // Sums in llama.cpp's float order (vec_dot_scalar.cpp).
+    // Sums in llama.cpp's float order (runtime/quant/dot_order.h).
     bool llama_order = false;
     // Its AVX-512 kernels pair blocks and lanes in another order than
     // llama.cpp's, so the AVX-512 level runs the AVX2 kernels.

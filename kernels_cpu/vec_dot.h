@@ -81,8 +81,8 @@ TANDEM_DOT_TYPES(TANDEM_DECLARE_DOT)
 #undef TANDEM_DECLARE_DOT
 
 // How llama.cpp's single-row K-quant kernel (its AVX2 vec_dot) spreads the
-// offset or minimum term over its eight integer lanes (see dot_k_lanes in
-// vec_dot_scalar.cpp); the SIMD kernels follow it per format.
+// offset or minimum term over its eight integer lanes (see KLanesOrder in
+// runtime/quant/dot_order.h); the SIMD kernels follow it per format.
 enum class LaneTerm {
     MinLanes,      // minimum term in lane l (groups 2l, 2l+1), its own multiply-add per lane
     MinScalar,     // minimum term summed to one integer, in a scalar accumulator
@@ -91,7 +91,7 @@ enum class LaneTerm {
 };
 
 // llama.cpp computes some types in a float order of its own (see
-// vec_dot_scalar.cpp); for those the AVX2 kernel follows it and serves the
+// runtime/quant/dot_order.h); for those the AVX2 kernel follows it and serves the
 // AVX-512 level too, so every level gives the bits llama.cpp gives.
 bool follows_llama_order(quant::Type w_type);
 // Whether w_type's AVX-512 kernel sums in another order than llama.cpp's

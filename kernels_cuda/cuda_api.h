@@ -53,8 +53,9 @@ void dequantize_row_on_device(int device, quant::Type type, const void* host_src
 // w: n_rows rows of n_cols in w_type; x: n_tokens rows of n_cols; y: n_tokens
 // rows of n_rows. Matmuls go through the backend's dispatch (device_matmul.h):
 // the element kernel for few tokens, a dequantized tile and cuBLAS for many.
+// single_token_order: DeviceMatmul::set_single_token_order.
 void matmul_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
-                      const float* host_x, int64_t n_tokens, float* host_y);
+                      const float* host_x, int64_t n_tokens, float* host_y, bool single_token_order = false);
 void rms_norm_on_device(int device, const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps);
 // For benchmarks: uploads once, runs the matmul `iterations` times on the
 // device and returns the mean seconds of one run (CUDA events, no copies).

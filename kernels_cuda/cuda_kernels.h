@@ -24,11 +24,14 @@ uint64_t matmul_scratch_bytes(quant::Type w_type, int64_t n_cols, int64_t n_toke
 
 // y[t * ldy + r] = sum_i w(r, i) * a(t, i) for r < n_rows, t < n_tokens,
 // where a is x quantized to the weight type's activation partner (the codes
-// and scales the CPU makes) in `scratch` (matmul_scratch_bytes). Returns
-// false if the weight type has no kernel.
+// and scales the CPU makes) in `scratch` (matmul_scratch_bytes), summed as
+// the CPU sums (runtime/quant/dot_order.h): the CPU's bits. Tokens the CPU
+// multiplies in a type's batch form take it here too, unless single_order
+// (every token then in the single-row order, as MatmulOrder::SingleToken).
+// Returns false if the weight type has no kernel.
 bool launch_matmul(quant::Type w_type, const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols,
                    const float* x, int64_t ldx, int64_t n_tokens, void* scratch, float* y, int64_t ldy,
-                   void* stream);
+                   bool single_order, void* stream);
 
 // out (n_tokens rows of n_cols, packed) = x (rows ldx apart) quantized to
 // the weight type's activation partner as launch_matmul quantizes it, then

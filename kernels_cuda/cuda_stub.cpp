@@ -11,7 +11,7 @@ namespace {
 }  // namespace
 
 void dequantize_row_on_device(int, quant::Type, const void*, float*, int64_t) { no_cuda(); }
-void matmul_on_device(int, quant::Type, const void*, int64_t, int64_t, const float*, int64_t, float*) { no_cuda(); }
+void matmul_on_device(int, quant::Type, const void*, int64_t, int64_t, const float*, int64_t, float*, bool) { no_cuda(); }
 double time_matmul_on_device(int, quant::Type, const void*, int64_t, int64_t, const float*, int64_t, int) {
     no_cuda();
     return 0.0;

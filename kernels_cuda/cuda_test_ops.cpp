@@ -64,8 +64,8 @@ kernels::KvCache cache_shape(const char* what, quant::Type cache_type, int64_t n
 namespace {
 
 // One weight matrix and one batch of activations on the device, multiplied
-// through the backend's dispatch (device_matmul.h): the element kernel
-// the element kernel, or for float weights in batches the tile and cuBLAS.
+// through the backend's dispatch (device_matmul.h): the block-sum kernels,
+// or for float weights in batches the tile and cuBLAS.
 class DeviceProduct {
 public:
     DeviceProduct(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
@@ -86,6 +86,7 @@ public:
         mm_.run(type_, w_.as<void>(), row_bytes_, rows_, cols_, x_.as<float>(), tokens_, scratch_.as<void>(),
                 y_.as<float>(), rows_);
     }
+    void set_single_token_order(bool on) { mm_.set_single_token_order(on); }
     void result(float* host_y) const { y_.to_host(host_y, floats(tokens_ * rows_)); }
 
 private:
@@ -109,8 +110,9 @@ private:
 }  // namespace
 
 void matmul_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
-                      const float* host_x, int64_t n_tokens, float* host_y) {
+                      const float* host_x, int64_t n_tokens, float* host_y, bool single_token_order) {
     DeviceProduct product(device, w_type, host_w, n_rows, n_cols, host_x, n_tokens, "matmul on device");
+    product.set_single_token_order(single_token_order);
     product.launch();
     finish();
     product.result(host_y);

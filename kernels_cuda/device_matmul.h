@@ -48,11 +48,15 @@ public:
     // Throws Error for a type without a kernel or a failed launch.
     void run(quant::Type type, const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols, const float* x,
              int64_t n_tokens, void* scratch, float* y, int64_t ldy);
+    // Every token in the single-row order (no batch forms, no cuBLAS): a
+    // batch then gives each token the bits it gets alone.
+    void set_single_token_order(bool on) { single_order_ = on; }
 
 private:
     float* tile_;
     uint64_t tile_bytes_;
     void* handle_ = nullptr;  // cublasHandle_t
+    bool single_order_ = false;
 };
 
 }  // namespace tandem::cuda

@@ -1,12 +1,10 @@
-// Matrix products on the GPU, correct by construction rather than fast:
-// activations are quantized on the device to the weight type's partner with
-// the host's own functions (act_element.h), so the codes and scales are the
-// CPU's, and both sides are read element by element through quant_element.h
-// (the indexing the CPU tests check). One warp per (weight row, up to
-// kMatmulTokens tokens), float products summed per lane (matmul_math.h)
-// and reduced by shuffles: only the summation order differs from the CPU's
-// integer block sums. Q4_1/Q5_1 add m * s once per block, as the CPU does.
-// The batch path's activations (act_roundtrip_kernel) live here too.
+// Matrix products on the GPU with the CPU's bits: activations are quantized
+// on the device to the weight type's partner with the host's own functions
+// (act_element.h), so the codes and scales are the CPU's, and every block's
+// integer sum and float step is runtime/quant/dot_order.h, the function the
+// CPU's scalar reference runs (block_dot_kernel below says how a warp
+// spreads it). Float weights take dot_order.h's sixteen-lane order. The
+// cuBLAS path's activations (act_roundtrip_kernel) live here too.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,13 +13,14 @@
 #include "kernels_cuda/matmul_types.h"
 #include "kernels_cuda/device_matmul.h"
 #include "kernels_cuda/matmul_math.h"
+#include "runtime/quant/dot_order.h"
 
 namespace tandem::cuda::kernels {
 namespace {
 
 using math::Elem;
-using math::kMatmulTokens;
 namespace el = quant::element;
+namespace dot = quant::dot;
 
 // One thread per activation block.
 template <quant::Type A>
@@ -43,28 +42,112 @@ __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t ldx, in
     }
 }
 
-constexpr int kWarpsPerBlock = 4;
+// ---- Quantized weights: integer block sums in the CPU's order (dot_order.h)
+// A warp takes kRows rows and up to kTokens tokens. The row's blocks go in
+// chunks of 8: thread (r, j) computes O::part of block j of row r for every
+// token (exact integers, dp4a) into shared memory; then thread (r, l) steps
+// float lane l of row r through the chunk's 8 blocks in order (one fused
+// multiply-add a block and token, as the CPU). Lanes, rows and tokens are
+// independent chains, so the float work spreads over the warp while each
+// chain keeps the CPU's order; finish then sums the lanes as the CPU does.
+constexpr int kRows = 4;    // rows a warp
+constexpr int kChunk = 8;   // blocks a chunk
+constexpr int kTokens = 8;  // tokens a warp (a decode step of up to 8 streams reads each weight once)
+constexpr int kWarps = 2;   // warps a CUDA block
+static_assert(kRows * kChunk == 32, "a thread per (row, block of the chunk)");
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
+template <class O>
+__global__ void __launch_bounds__(32 * kWarps)
+    block_dot_kernel(const void* __restrict__ w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_blocks,
+                     const void* __restrict__ a, uint64_t a_row_bytes, int64_t n_tokens, float* __restrict__ y,
+                     int64_t ldy) {
+    using Part = typename O::Part;
+    using WBlock = typename O::WBlock;
+    using ABlock = typename O::ABlock;
+    __shared__ Part parts[kWarps][kRows][kChunk][kTokens];
+    __shared__ float lanes[kWarps][kRows][kTokens][8];
+    const int warp = static_cast<int>(threadIdx.y);
+    const int r = static_cast<int>(threadIdx.x) / kChunk;
+    const int j = static_cast<int>(threadIdx.x) % kChunk;  // block of the chunk, then float lane
+    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kRows;
+    if (row0 >= n_rows) return;  // whole warps leave together
+    // Rows past the end repeat the last row: computed, never stored.
+    const int64_t row = row0 + r < n_rows ? row0 + r : n_rows - 1;
+    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+    const int nt = static_cast<int>(n_tokens - t0 < kTokens ? n_tokens - t0 : kTokens);
+    const auto* wrow = reinterpret_cast<const WBlock*>(static_cast<const char*>(w) + row * w_row_bytes);
+    const char* act = static_cast<const char*>(a) + t0 * a_row_bytes;
+    float acc[kTokens] = {}, acc2[kTokens] = {};
+    for (int64_t c = 0; c < n_blocks; c += kChunk) {
+        const int nb = static_cast<int>(n_blocks - c < kChunk ? n_blocks - c : kChunk);
+        if (j < nb) {
+            const WBlock wb = wrow[c + j];
+            for (int t = 0; t < kTokens; ++t) {
+                if (t < nt) {
+                    const auto* arow = reinterpret_cast<const ABlock*>(act + t * a_row_bytes);
+                    parts[warp][r][j][t] = O::part(wb, arow[c + j]);
+                }
+            }
+        }
+        __syncwarp();
+        if (j < O::kLanes) {
+            for (int b = 0; b < nb; ++b) {
+                for (int t = 0; t < kTokens; ++t) {
+                    if (t < nt) O::step(acc[t], acc2[t], parts[warp][r][b][t], j);
+                }
+            }
+        }
+        __syncwarp();
+    }
+    if constexpr (O::kLanes == 8) {
+        for (int t = 0; t < kTokens; ++t) lanes[warp][r][t][j] = acc[t];
+        __syncwarp();
+    }
+    if (j != 0 || row0 + r >= n_rows) return;
+    for (int t = 0; t < kTokens; ++t) {
+        if (t < nt) {
+            const float v = O::kLanes == 8 ? O::finish(lanes[warp][r][t], acc2[t]) : O::finish(&acc[t], acc2[t]);
+            y[(t0 + t) * ldy + row0 + r] = v;
+        }
+    }
 }
 
-template <quant::Type W, quant::Type A>
-__global__ void matmul_kernel(const void* __restrict__ w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols,
-                              const void* __restrict__ a, uint64_t a_row_bytes, int64_t n_tokens,
-                              float* __restrict__ y, int64_t ldy) {
-    const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.y;
-    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kMatmulTokens;
-    if (r >= n_rows) return;  // whole warps leave together
-    const int nt = static_cast<int>(n_tokens - t0 < kMatmulTokens ? n_tokens - t0 : kMatmulTokens);
-    const void* wrow = static_cast<const char*>(w) + r * w_row_bytes;
-    float acc[kMatmulTokens] = {0.0f, 0.0f, 0.0f, 0.0f};
-    math::matmul_lane<W, A>(wrow, static_cast<const char*>(a) + t0 * a_row_bytes, a_row_bytes, nt, n_cols,
-                            static_cast<int>(threadIdx.x), acc);
-    for (int t = 0; t < kMatmulTokens; ++t) {
-        const float s = warp_sum(acc[t]);
-        if (t < nt && threadIdx.x == 0) y[(t0 + t) * ldy + r] = s;
+// ---- Float weights (F32, F16, BF16 against the same type): dot::float_dot's
+// sixteen lanes, thread (r, l) of kFloatRows rows running lane l.
+constexpr int kFloatRows = 2;
+
+template <class T>
+__global__ void __launch_bounds__(32 * kWarps)
+    float_dot_kernel(const void* __restrict__ w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols,
+                     const void* __restrict__ a, uint64_t a_row_bytes, int64_t n_tokens, float* __restrict__ y,
+                     int64_t ldy) {
+    __shared__ float lanes[kWarps][kFloatRows][kTokens][16];
+    const int warp = static_cast<int>(threadIdx.y);
+    const int r = static_cast<int>(threadIdx.x) / 16;
+    const int l = static_cast<int>(threadIdx.x) % 16;
+    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * kFloatRows;
+    if (row0 >= n_rows) return;
+    const int64_t row = row0 + r < n_rows ? row0 + r : n_rows - 1;
+    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+    const int nt = static_cast<int>(n_tokens - t0 < kTokens ? n_tokens - t0 : kTokens);
+    const T* x = reinterpret_cast<const T*>(static_cast<const char*>(w) + row * w_row_bytes);
+    const char* act = static_cast<const char*>(a) + t0 * a_row_bytes;
+    float acc[kTokens] = {};
+    int64_t i = 0;
+    auto step = [&](int64_t e) {
+        const float wv = dot::widen(x[e]);
+        for (int t = 0; t < kTokens; ++t) {
+            if (t < nt) acc[t] = dot::fma_f(wv, dot::widen(reinterpret_cast<const T*>(act + t * a_row_bytes)[e]), acc[t]);
+        }
+    };
+    for (; i + 16 <= n_cols; i += 16) step(i + l);
+    if (l < 8 && i + 8 <= n_cols) step(i + l);
+    for (int t = 0; t < kTokens; ++t) lanes[warp][r][t][l] = acc[t];
+    __syncwarp();
+    if (l != 0 || row0 + r >= n_rows) return;
+    for (int t = 0; t < nt; ++t) {
+        y[(t0 + t) * ldy + row0 + r] =
+            dot::float_finish(n_cols, x, reinterpret_cast<const T*>(act + t * a_row_bytes), lanes[warp][r][t]);
     }
 }
 
@@ -82,19 +165,51 @@ __global__ void act_roundtrip_kernel(const float* __restrict__ x, int64_t ldx, i
     math::act_roundtrip<A>(x + t * ldx + b * qk, out + t * n_cols + b * qk);
 }
 
-template <quant::Type W, quant::Type A>
-void launch_pair(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols, const float* x, int64_t ldx,
-                 int64_t n_tokens, void* scratch, float* y, int64_t ldy, cudaStream_t stream) {
-    const uint64_t a_row_bytes = *quant::row_bytes(A, n_cols);
+template <quant::Type A>
+void launch_quantize(const float* x, int64_t ldx, int64_t n_cols, int64_t n_tokens, void* scratch,
+                     cudaStream_t stream) {
     const int64_t n_blocks = n_cols / Elem<A>::qk() * n_tokens;
     constexpr int kThreads = 256;
     quantize_act_kernel<A><<<static_cast<unsigned>((n_blocks + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-        x, ldx, n_cols, n_tokens, scratch, a_row_bytes);
-    const dim3 block(32, kWarpsPerBlock);
-    const dim3 grid(static_cast<unsigned>((n_rows + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                    static_cast<unsigned>((n_tokens + kMatmulTokens - 1) / kMatmulTokens));
-    matmul_kernel<W, A><<<grid, block, 0, stream>>>(w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, n_tokens,
-                                                    y, ldy);
+        x, ldx, n_cols, n_tokens, scratch, *quant::row_bytes(A, n_cols));
+}
+
+dim3 grid_for(int64_t n_rows, int64_t rows_a_warp, int64_t n_tokens) {
+    return dim3(static_cast<unsigned>((n_rows + kWarps * rows_a_warp - 1) / (kWarps * rows_a_warp)),
+                static_cast<unsigned>((n_tokens + kTokens - 1) / kTokens));
+}
+
+// Tokens [t_begin, t_end) of the quantized activations in order O.
+template <class O>
+void launch_block_dot(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols, const void* a,
+                      uint64_t a_row_bytes, int64_t t_begin, int64_t t_end, float* y, int64_t ldy,
+                      cudaStream_t stream) {
+    if (t_end <= t_begin) return;
+    block_dot_kernel<O><<<grid_for(n_rows, kRows, t_end - t_begin), dim3(32, kWarps), 0, stream>>>(
+        w, w_row_bytes, n_rows, n_cols / O::kElems, static_cast<const char*>(a) + t_begin * a_row_bytes, a_row_bytes,
+        t_end - t_begin, y + t_begin * ldy, ldy);
+}
+
+template <quant::Type W>
+void launch_pair(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols, const float* x, int64_t ldx,
+                 int64_t n_tokens, void* scratch, float* y, int64_t ldy, bool single_order, cudaStream_t stream) {
+    constexpr quant::Type A = quant::dot_type(W);
+    launch_quantize<A>(x, ldx, n_cols, n_tokens, scratch, stream);
+    const uint64_t a_row_bytes = *quant::row_bytes(A, n_cols);
+    if constexpr (W == quant::Type::F32 || W == quant::Type::F16 || W == quant::Type::BF16) {
+        using T = std::conditional_t<W == quant::Type::F32, float,
+                                     std::conditional_t<W == quant::Type::F16, quant::fp16_bits, dot::Bf16>>;
+        float_dot_kernel<T><<<grid_for(n_rows, kFloatRows, n_tokens), dim3(32, kWarps), 0, stream>>>(
+            w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, n_tokens, y, ldy);
+    } else {
+        // Tokens [0, batch_end) in the batch form, as the CPU multiplies them.
+        const int64_t batch_end = single_order ? 0 : dot::batch_end(W, n_tokens);
+        using Batch = typename dot::OrderOf<W, dot::Form::Batch>::type;
+        using Single = typename dot::OrderOf<W, dot::Form::Single>::type;
+        launch_block_dot<Batch>(w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, 0, batch_end, y, ldy, stream);
+        launch_block_dot<Single>(w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, batch_end, n_tokens, y, ldy,
+                                 stream);
+    }
 }
 
 }  // namespace
@@ -139,15 +254,15 @@ bool launch_act_roundtrip(quant::Type w_type, const float* x, int64_t ldx, int64
 
 bool launch_matmul(quant::Type w_type, const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols,
                    const float* x, int64_t ldx, int64_t n_tokens, void* scratch, float* y, int64_t ldy,
-                   void* stream) {
+                   bool single_order, void* stream) {
     quant::Type a = quant::Type::F32;
     if (!matmul_activation_type(w_type, a) || !quant::row_bytes(a, n_cols)) return false;
     if (n_rows <= 0 || n_tokens <= 0) return true;
     const auto s = static_cast<cudaStream_t>(stream);
 #define TANDEM_MATMUL_CASE(Wt)                                                                                  \
     if (w_type == quant::Type::Wt) {                                                                            \
-        launch_pair<quant::Type::Wt, quant::dot_type(quant::Type::Wt)>(w, w_row_bytes, n_rows, n_cols, x, ldx,   \
-                                                                        n_tokens, scratch, y, ldy, s);          \
+        launch_pair<quant::Type::Wt>(w, w_row_bytes, n_rows, n_cols, x, ldx, n_tokens, scratch, y, ldy,         \
+                                     single_order, s);                                                       \
         return true;                                                                                            \
     }
     TANDEM_CUDA_MATMUL_TYPES(TANDEM_MATMUL_CASE)

@@ -16,6 +16,7 @@
 #include "kernels_cpu/matmul.h"
 #include "kernels_cpu/moe.h"
 #include "kernels_cuda/cuda_api.h"
+#include "kernels_cuda/device_matmul.h"
 #include "kernels_cuda/matmul_math.h"
 #include "kernels_cuda/matmul_types.h"
 #include "runtime/gguf/gguf_file.h"
@@ -47,36 +48,45 @@ int misses(const std::vector<float>& got, const std::vector<float>& ref, Tol tol
 
 }  // namespace
 
-// A decode-sized batch and one past kCublasMinTokens (quantized weights
-// stay on the element kernel there, float weights take cuBLAS).
+// Every weight type against the CPU's matmul, bit for bit: one token,
+// small batches on both sides of the batch forms' thresholds (Q2_K/Q4_K
+// from 4 tokens in groups of 4, Q3_K/Q5_K/Q6_K from 8), and 19 tokens,
+// past kCublasMinTokens (float weights then take cuBLAS, within rounding).
+// The single-token order gives every token of a batch its one-token bits
+// on both sides. Before the block-sum kernels, 7 tokens missed the bits in
+// every quantized type.
 class CudaMatmulTokens : public ::testing::TestWithParam<int64_t> {};
 
-TEST_P(CudaMatmulTokens, EveryWeightTypeMatchesCpu) {
+TEST_P(CudaMatmulTokens, EveryWeightTypeGivesTheCpuBits) {
     TANDEM_REQUIRE_GPU(dev);
     constexpr int64_t kRows = 37, kCols = 512;
     const int64_t kTokens = GetParam();
     const auto wf = random_floats(kRows * kCols, 1);
     const auto x = random_floats(kTokens * kCols, 2);
     tc::ThreadPool pool(2, false);
+    for (const bool single : {false, true}) {
 #define CHECK_TYPE(W)                                                                                           \
     {                                                                                                           \
-        SCOPED_TRACE(#W);                                                                                       \
+        SCOPED_TRACE(std::string(#W) + (single ? " single-token order" : ""));                                  \
         const tq::Type t = tq::Type::W;                                                                         \
         const uint64_t rb = *tq::row_bytes(t, kCols);                                                           \
         std::vector<uint8_t> w(rb * kRows);                                                                     \
         for (int64_t r = 0; r < kRows; ++r) tq::quantize_row(t, wf.data() + r * kCols, w.data() + r * rb, kCols); \
         tc::WeightView view{t, w.data(), kRows, kCols, rb};                                                     \
         std::vector<float> ref(kTokens * kRows), gpu(ref.size());                                               \
-        tc::matmul(view, x.data(), kCols, kTokens, ref.data(), kRows, pool, tc::SimdLevel::Scalar);             \
-        tandem::cuda::matmul_on_device(dev, t, w.data(), kRows, kCols, x.data(), kTokens, gpu.data());          \
-        EXPECT_EQ(misses(gpu, ref, [&](float) { return 1e-5f * std::max(1.0f, std::sqrt(float{kCols}) * 4.0f); }), \
-                  0) << "of " << ref.size() << " outputs";                                                      \
+        tc::matmul(view, x.data(), kCols, kTokens, ref.data(), kRows, pool, tc::SimdLevel::Scalar,               \
+                   single ? tc::MatmulOrder::SingleToken : tc::MatmulOrder::Fastest);                           \
+        tandem::cuda::matmul_on_device(dev, t, w.data(), kRows, kCols, x.data(), kTokens, gpu.data(), single);  \
+        const bool cublas = !single && tandem::cuda::uses_cublas(t, kTokens);                                   \
+        const float tol = cublas ? 1e-5f * std::sqrt(float{kCols}) * 4.0f : 0.0f;                              \
+        EXPECT_EQ(misses(gpu, ref, [&](float) { return tol; }), 0) << "of " << ref.size() << " outputs";        \
     }
-    TANDEM_CUDA_MATMUL_TYPES(CHECK_TYPE)
+        TANDEM_CUDA_MATMUL_TYPES(CHECK_TYPE)
 #undef CHECK_TYPE
+    }
 }
 
-INSTANTIATE_TEST_SUITE_P(CudaMatmul, CudaMatmulTokens, ::testing::Values(7, 19),
+INSTANTIATE_TEST_SUITE_P(CudaMatmul, CudaMatmulTokens, ::testing::Values(1, 3, 7, 8, 19),
                          [](const ::testing::TestParamInfo<int64_t>& i) { return std::to_string(i.param) + "_tokens"; });
 
 // Batches of kCublasMinTokens or more of float weights: rows read into the

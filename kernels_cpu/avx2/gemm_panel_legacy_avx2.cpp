@@ -8,7 +8,7 @@
 // AVX-512 q4_0_panel_prepare writes): the same exact integer as subtracting
 // 8 from every code.
 //
-// Q4_1, Q5_1 in the order of their single-row kernels (dot_legacy_lanes:
+// Q4_1, Q5_1 in the order of their single-row kernels (LegacyLanesOrder:
 // eight lanes of four elements per row, each with its own fused
 // multiply-add chain, added as ((0+4)+(2+6)) + ((1+5)+(3+7)), then the
 // minimum chain). With the 8 rows of a half panel in the dword lanes, lane l

@@ -1,5 +1,5 @@
 // Panel GEMMs for Q8_0 and Q5_0 on AVX2 (scheme in avx2/gemm_panel_avx2.h),
-// in the order of their single-row kernels (dot_legacy_lanes: eight lanes
+// in the order of their single-row kernels (LegacyLanesOrder: eight lanes
 // of four elements per row, each with its own fused multiply-add chain,
 // lane = the exact integer sum of its four products, d = d_w * d_a per
 // block, the lanes added as ((0+4)+(2+6)) + ((1+5)+(3+7)), then + 0.0f).

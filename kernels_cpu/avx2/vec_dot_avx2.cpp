@@ -114,7 +114,7 @@ struct UQ4_0 {
     using A = block_q8_0;
     static constexpr bool kSigned = true;
     // llama.cpp repacks Q4_0 and adds each block's integer total with one
-    // fused multiply-add (dot_q4_0 in vec_dot_scalar.cpp).
+    // fused multiply-add (Q4_0Order in dot_order.h).
     static constexpr bool kBlockTotal = true;
     static __m256i unpack(const W& b) { return _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8)); }
 };

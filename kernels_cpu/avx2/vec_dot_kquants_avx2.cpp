@@ -247,7 +247,7 @@ struct KDot {
 
 
 // Q3_K, Q5_K and Q6_K rows of a batch of 8 or more in llama.cpp's float
-// order (dot_k_tiled in vec_dot_scalar.cpp): the integer lanes of KDot
+// order (KTiledOrder in runtime/quant/dot_order.h): the integer lanes of KDot
 // summed to super-block totals, then the same float steps as the scalar
 // reference.
 template <class U>
@@ -296,8 +296,8 @@ struct KExact {
     };
 };
 
-// Q2_K and Q4_K in llama.cpp's float order (dot_k_spans in
-// vec_dot_scalar.cpp): integer totals over Span 32-element chunks, one fused
+// Q2_K and Q4_K in llama.cpp's float order (KSpansOrder in
+// runtime/quant/dot_order.h): integer totals over Span 32-element chunks, one fused
 // multiply-add each for the scale and the minimum terms.
 template <class U, int Span>
 struct KSpans {

@@ -1,6 +1,6 @@
 // Decode (one token) over rows of Q4_K and Q2_K with AVX-512 VNNI (and of
 // Q5_K, in its own order: at the end of the file), in the
-// order of their single-row kernels (dot_k_spans with whole super-blocks,
+// order of their single-row kernels (KSpansOrder with whole super-blocks,
 // llama.cpp's: per row and super-block the integer total and the integer
 // minimum sum, each converted once and fused into the row's accumulators;
 // the result is acc - acc_min). Described for Q4_K; Q2_K's policy below
@@ -283,7 +283,7 @@ struct Part {
         const __m128i t4 = _mm_add_epi32(_mm256_castsi256_si128(t8), _mm256_extracti128_si256(t8, 1));
         return _mm256_blend_epi32(_mm256_castsi128_si256(t4), F::upper_mins(mins), 0xF0);
     }
-    // Q4_K's batch form (dot_k_spans with spans of two sub-blocks): the
+    // Q4_K's batch form (KSpansOrder with spans of two sub-blocks): the
     // integer total of each 64-element span (lanes 0..3) and its minimum
     // sum (4..7). The two scale products are kept apart: the first gives
     // spans 0 and 1 in its low and high 256 bits, the second spans 2, 3.

@@ -1,6 +1,6 @@
 // Decode (one token) over rows of Q4_1, Q5_0, Q5_1 and Q8_0 with AVX-512 VNNI,
-// in the order of their single-row kernel (dot_legacy_lanes in
-// vec_dot_scalar.cpp, llama.cpp's on x86): per row and block eight lanes of
+// in the order of their single-row kernel (LegacyLanesOrder in
+// runtime/quant/dot_order.h, llama.cpp's on x86): per row and block eight lanes of
 // four consecutive elements, acc[l] = fma(dw * da, float(lane l), acc[l]),
 // the minimum terms acc_min = fma(m, s, acc_min), and at the end
 // ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)) + acc_min.

@@ -1,5 +1,5 @@
 // Decode (one token) over rows of Q4_0 with AVX-512 VNNI, in the order of
-// the single-row kernel (dot_q4_0 in vec_dot_scalar.cpp, llama.cpp's order
+// the single-row kernel (Q4_0Order in dot_order.h, llama.cpp's order
 // for Q4_0): per row, block after block, acc = fma(float(block total),
 // dw * da, acc).
 //

@@ -1,6 +1,6 @@
 // Panel GEMMs for the 32-element formats whose llama.cpp order is eight
-// lanes per row (Q8_0, Q5_0, Q4_1, Q5_1: dot_legacy_lanes in
-// vec_dot_scalar.cpp): per block, lane l is the integer sum of elements
+// lanes per row (Q8_0, Q5_0, Q4_1, Q5_1: LegacyLanesOrder in
+// runtime/quant/dot_order.h): per block, lane l is the integer sum of elements
 // 4l..4l+3, fused into its own float accumulator with d = d_w * d_a; the
 // eight accumulators are added as ((0+4)+(2+6)) + ((1+5)+(3+7)) at the end,
 // then the minimum chain of Q4_1/Q5_1. Here the 16 rows of a panel sit in

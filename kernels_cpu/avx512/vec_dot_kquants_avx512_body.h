@@ -234,7 +234,7 @@ struct KLanes {
 
 // Q2_K and Q4_K (spans of Span 32-element chunks, one fused multiply-add
 // per span for the scale and the minimum terms) and, with Span 0, the
-// batch rows of Q3_K, Q5_K, Q6_K (dot_k_tiled: per super-block d * total,
+// batch rows of Q3_K, Q5_K, Q6_K (KTiledOrder: per super-block d * total,
 // minus dmin * the minimum term fused, then one fused multiply-add with the
 // activation scale). Only integer totals reach the float steps, which are
 // the scalar reference's.

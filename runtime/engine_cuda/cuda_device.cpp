@@ -218,6 +218,11 @@ public:
     // Grouped by expert on the host from the route's host copy; the rows
     // gathered, multiplied by each chosen expert's slice and put back on
     // the device (kernels_cuda/expert_matmul.h).
+    void set_single_token_order(bool on) override {
+        single_order_ = on;
+        if (matmul_) matmul_->set_single_token_order(on);
+    }
+
     void matmul_experts(std::span<const MatmulOut> outs, Act in, const ExpertOp& op, int64_t n) override {
         select();
         const int64_t n_expert = hp_.n_expert, k = op.n_used;
@@ -461,6 +466,7 @@ private:
             const uint64_t bytes = model::gemm_tile_bytes(spec_);
             auto* tile = alloc(MemoryCategory::Compute, bytes, "the GEMM dequantization tile");
             matmul_ = std::make_unique<DeviceMatmul>(tile->get(), bytes);
+            matmul_->set_single_token_order(single_order_);
         }
         return *matmul_;
     }
@@ -474,6 +480,7 @@ private:
     std::vector<std::unique_ptr<DeviceAlloc>> allocs_;
     std::unique_ptr<StagingUploader> uploader_;
     std::unique_ptr<DeviceMatmul> matmul_;
+    bool single_order_ = false;  // set_single_token_order
     std::unique_ptr<CudaWeightStream> stream_;  // after uploader_ and matmul_: destroyed before them
     std::vector<quant::Type> weight_types_;
     std::unordered_map<const gguf::TensorInfo*, DeviceWeights> matrices_;

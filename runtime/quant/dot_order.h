@@ -1,0 +1,491 @@
+// The integer block sums of every quantized dot product, and the float
+// order that combines them, written once for the host and the device. The
+// CPU's scalar reference (kernels_cpu/vec_dot_scalar.cpp) is these
+// functions run in a loop, every SIMD kernel is tested bit for bit against
+// that reference, and the CUDA kernels (kernels_cuda/block_dot.cu) run the
+// same functions spread over a warp: so a GPU product gives the CPU's bits.
+//
+// The math, per weight row w and activation row a (the weight type's
+// partner: Q8_0, Q8_1 or Q8_K), over the row's blocks i in order:
+//   part(w_i, a_i)         exact integers (sums of code products, 4 at a
+//                          time: dot4) and the block's float scales;
+//   step(acc_l, acc2, p, l) for each float lane l < kLanes: one fused
+//                          multiply-add into lane l's accumulator; lane 0
+//                          also steps the second chain acc2 (minimum terms);
+//   finish(acc, acc2)      the lanes summed as ((0+4)+(2+6)) + ((1+5)+(3+7))
+//                          (or the one lane), then acc2 added or subtracted.
+// The integers may be summed in any order; the float steps may not. Each
+// lane is a chain of its own, so lanes (and rows, and tokens) run in
+// parallel while each chain runs its blocks in order.
+//
+// The orders are llama.cpp's CPU backend's on x86 (vec_dot_scalar.cpp
+// names them): Q4_0 one total per block; the other 32-element formats
+// eight lanes of four consecutive elements; Q3_K/Q5_K/Q6_K eight lanes of
+// elements 4l..4l+3 of each 32-element chunk; Q2_K/Q4_K spans of whole
+// chunks. A batch (Form::Batch, see cpu BatchForm) multiplies some K types
+// in another order: spans of 4 (Q2_K) or 2 (Q4_K) chunks, or one
+// multiply-add per super-block (Q3_K, Q5_K, Q6_K: "tiled").
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "runtime/quant/quant_blocks.h"
+#include "runtime/quant/quant_element.h"
+#include "runtime/quant/quant_types.h"
+
+#if !defined(__CUDA_ARCH__)
+#include <cmath>
+#endif
+
+namespace tandem::quant::dot {
+
+TANDEM_HOST_DEVICE float fma_f(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+    return fmaf(a, b, c);
+#else
+    return std::fma(a, b, c);
+#endif
+}
+
+// Sum of the products of four signed bytes packed in a and b.
+TANDEM_HOST_DEVICE int dot4(uint32_t a, uint32_t b, int acc) {
+#if defined(__CUDA_ARCH__)
+    return __dp4a(static_cast<int>(a), static_cast<int>(b), acc);
+#else
+    for (int e = 0; e < 4; ++e) {
+        acc += static_cast<int8_t>(a >> (8 * e)) * static_cast<int8_t>(b >> (8 * e));
+    }
+    return acc;
+#endif
+}
+
+// Four bytes, each minus `off` (wrapping per byte: codes 0..63 minus an
+// offset up to 32 stay in int8).
+TANDEM_HOST_DEVICE uint32_t sub4(uint32_t v, uint32_t off) {
+#if defined(__CUDA_ARCH__)
+    return __vsub4(v, off * 0x01010101u);
+#else
+    uint32_t r = 0;
+    for (int e = 0; e < 4; ++e) r |= ((((v >> (8 * e)) & 0xFFu) - off) & 0xFFu) << (8 * e);
+    return r;
+#endif
+}
+
+TANDEM_HOST_DEVICE uint32_t load4(const void* p) { return element::load_u32(static_cast<const uint8_t*>(p)); }
+
+// Lanes summed as llama.cpp's x86 horizontal sum does.
+TANDEM_HOST_DEVICE float tree8(const float* v) {
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+enum class Form { Single, Batch };
+
+// Which tokens of an n-token product llama.cpp's CPU backend multiplies in
+// the batch form: Q2_K and Q4_K through kernels that take rows four at a
+// time (batches of 4 or more, tokens [0, n - n % 4)), Q3_K, Q5_K and Q6_K
+// through tiled kernels (batches of 8 or more, every token). The other
+// types have one order.
+struct BatchRule {
+    bool has = false;
+    int64_t min_tokens = 0;
+    int64_t group = 1;
+};
+constexpr BatchRule batch_rule(Type w) {
+    if (w == Type::Q2_K || w == Type::Q4_K) return {true, 4, 4};
+    if (w == Type::Q3_K || w == Type::Q5_K || w == Type::Q6_K) return {true, 8, 1};
+    return {};
+}
+// Tokens [0, batch_end) of an n-token product take Form::Batch.
+constexpr int64_t batch_end(Type w, int64_t n_tokens) {
+    const BatchRule r = batch_rule(w);
+    return r.has && n_tokens >= r.min_tokens ? n_tokens - n_tokens % r.group : 0;
+}
+
+// ---- 32-element formats ------------------------------------------------------------------
+// Weight codes of elements 4l..4l+3 (l < 8) of a block, as signed bytes:
+// the offset subtracted (Q4_0, Q5_0), the unsigned code for Q4_1/Q5_1.
+TANDEM_HOST_DEVICE uint32_t nibbles4(const uint8_t* qs, int l) {
+    return (l < 4 ? load4(qs + 4 * l) : load4(qs + 4 * (l - 4)) >> 4) & 0x0F0F0F0Fu;
+}
+TANDEM_HOST_DEVICE uint32_t fifth_bits4(const uint8_t* qh, int l) {
+    const uint32_t h = (load4(qh) >> (4 * l)) & 0xFu;
+    return ((h & 1u) | (h & 2u) << 7 | (h & 4u) << 14 | (h & 8u) << 21) << 4;
+}
+TANDEM_HOST_DEVICE uint32_t codes4(const block_q4_0& b, int l) { return sub4(nibbles4(b.qs, l), 8); }
+TANDEM_HOST_DEVICE uint32_t codes4(const block_q4_1& b, int l) { return nibbles4(b.qs, l); }
+TANDEM_HOST_DEVICE uint32_t codes4(const block_q5_0& b, int l) {
+    return sub4(nibbles4(b.qs, l) | fifth_bits4(b.qh, l), 16);
+}
+TANDEM_HOST_DEVICE uint32_t codes4(const block_q5_1& b, int l) { return nibbles4(b.qs, l) | fifth_bits4(b.qh, l); }
+TANDEM_HOST_DEVICE uint32_t codes4(const block_q8_0& b, int l) { return load4(b.qs + 4 * l); }
+
+TANDEM_HOST_DEVICE float min_of(const block_q4_1& b) { return element::half_to_float(b.m); }
+TANDEM_HOST_DEVICE float min_of(const block_q5_1& b) { return element::half_to_float(b.m); }
+template <class B>
+TANDEM_HOST_DEVICE float min_of(const B&) {
+    return 0.0f;
+}
+
+// Q4_0 (against Q8_0): one total per block, acc = fma(total, d_w * d_a, acc).
+struct Q4_0Order {
+    using WBlock = block_q4_0;
+    using ABlock = block_q8_0;
+    static constexpr int kElems = 32;
+    static constexpr int kLanes = 1;
+    struct Part {
+        int total;
+        float d;
+    };
+    TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
+        int total = 0;
+        for (int l = 0; l < 8; ++l) total = dot4(codes4(w, l), load4(a.qs + 4 * l), total);
+        return {total, element::half_to_float(w.d) * element::half_to_float(a.d)};
+    }
+    TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) {
+        acc = fma_f(static_cast<float>(p.total), p.d, acc);
+    }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, float) { return acc[0]; }
+};
+
+// Q4_1, Q5_0, Q5_1, Q8_0: eight lanes of four elements, acc[l] = fma(d_w *
+// d_a, lane, acc[l]); Q4_1/Q5_1 (against Q8_1) add m * s in a chain of
+// their own, added last.
+template <class W, class A>
+struct LegacyLanesOrder {
+    using WBlock = W;
+    using ABlock = A;
+    static constexpr int kElems = 32;
+    static constexpr int kLanes = 8;
+    static constexpr bool kMin = sizeof(A) == sizeof(block_q8_1);
+    struct Part {
+        int lane[8];
+        float d;
+        float m;  // weight minimum (kMin)
+        float s;  // activation block's fp16 sum (kMin)
+    };
+    TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
+        Part p;
+        for (int l = 0; l < 8; ++l) p.lane[l] = dot4(codes4(w, l), load4(a.qs + 4 * l), 0);
+        p.d = element::half_to_float(w.d) * element::half_to_float(a.d);
+        p.m = min_of(w);
+        p.s = 0.0f;
+        if constexpr (kMin) p.s = element::half_to_float(a.s);
+        return p;
+    }
+    TANDEM_HOST_DEVICE static void step(float& acc, float& acc2, const Part& p, int l) {
+        acc = fma_f(p.d, static_cast<float>(p.lane[l]), acc);
+        if constexpr (kMin) {
+            if (l == 0) acc2 = fma_f(p.m, p.s, acc2);
+        }
+    }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, float acc2) { return tree8(acc) + acc2; }
+};
+
+// ---- K-quants (against Q8_K) ---------------------------------------------------------------
+// Per type: codes4(b, k) the unsigned codes of elements k..k+3 (k a
+// multiple of 4; the four share one 16-element group), scale(b, g) the
+// signed scale of group g, coef(b, g) the coefficient of the activation's
+// group sum bsums[g] (the minimum for Q2_K/Q4_K/Q5_K, offset * scale for
+// Q3_K/Q6_K), and kOffset, subtracted from each code inside the lanes
+// (Q3_K, llama.cpp's order) or not at all.
+struct KQ2 {
+    using Block = block_q2_K;
+    static constexpr int kOffset = 0;
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        const element::KLowBitIndex ix = element::k_low_bit_index(k);
+        return (load4(b.qs + ix.byte) >> ix.shift) & 0x03030303u;
+    }
+    TANDEM_HOST_DEVICE static int scale(const Block& b, int g) { return b.scales[g] & 0xF; }
+    TANDEM_HOST_DEVICE static int coef(const Block& b, int g) { return b.scales[g] >> 4; }
+    TANDEM_HOST_DEVICE static float dmin(const Block& b) { return element::half_to_float(b.dmin); }
+};
+struct KQ3 {
+    using Block = block_q3_K;
+    static constexpr int kOffset = 4;
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        const element::KLowBitIndex ix = element::k_low_bit_index(k);
+        const uint32_t low = (load4(b.qs + ix.byte) >> ix.shift) & 0x03030303u;
+        const uint32_t high = (load4(b.hmask + ix.hbyte) >> ix.hbit) & 0x01010101u;
+        return low | high << 2;
+    }
+    TANDEM_HOST_DEVICE static int scale(const Block& b, int g) { return element::q3_K_scale(b.scales, g); }
+    TANDEM_HOST_DEVICE static int coef(const Block& b, int g) { return 4 * element::q3_K_scale(b.scales, g); }
+    TANDEM_HOST_DEVICE static float dmin(const Block&) { return 0.0f; }
+};
+template <bool kFive>
+struct KQ45 {
+    using Block = std::conditional_t<kFive, block_q5_K, block_q4_K>;
+    static constexpr int kOffset = 0;
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        const int sb = k / 32, e = k % 32;
+        uint32_t q = (load4(b.qs + 32 * (sb / 2) + e) >> (4 * (sb % 2))) & 0x0F0F0F0Fu;
+        if constexpr (kFive) q |= ((load4(b.qh + e) >> sb) & 0x01010101u) << 4;
+        return q;
+    }
+    TANDEM_HOST_DEVICE static int scale(const Block& b, int g) {
+        int sc = 0, m = 0;
+        element::q4_K_scale_min(b.scales, g / 2, sc, m);
+        return sc;
+    }
+    TANDEM_HOST_DEVICE static int coef(const Block& b, int g) {
+        int sc = 0, m = 0;
+        element::q4_K_scale_min(b.scales, g / 2, sc, m);
+        return m;
+    }
+    TANDEM_HOST_DEVICE static float dmin(const Block& b) { return element::half_to_float(b.dmin); }
+};
+struct KQ6 {
+    using Block = block_q6_K;
+    static constexpr int kOffset = 0;
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        const int half = k / 128, r = k % 128, quarter = r / 32, e = r % 32;
+        const uint32_t low = (load4(b.ql + half * 64 + e + (quarter & 1) * 32) >> (4 * (quarter / 2))) & 0x0F0F0F0Fu;
+        const uint32_t high = (load4(b.qh + half * 32 + e) >> (2 * quarter)) & 0x03030303u;
+        return low | high << 4;
+    }
+    TANDEM_HOST_DEVICE static int scale(const Block& b, int g) { return b.scales[g]; }
+    TANDEM_HOST_DEVICE static int coef(const Block& b, int g) { return 32 * b.scales[g]; }
+    TANDEM_HOST_DEVICE static float dmin(const Block&) { return 0.0f; }
+};
+
+// sum over k in [k0, k1) step 4 of scale * (code - kOffset) * y, by fours.
+template <class K>
+TANDEM_HOST_DEVICE int k_code_sum4(const typename K::Block& b, const block_q8_K& a, int k) {
+    return K::scale(b, k / 16) * dot4(sub4(K::codes4(b, k), K::kOffset), load4(a.qs + k), 0);
+}
+template <class K>
+TANDEM_HOST_DEVICE int k_code_sum(const typename K::Block& b, const block_q8_K& a, int k0, int k1) {
+    int s = 0;
+    for (int k = k0; k < k1; k += 4) s += k_code_sum4<K>(b, a, k);
+    return s;
+}
+template <class K>
+TANDEM_HOST_DEVICE int k_coef_sum(const typename K::Block& b, const block_q8_K& a, int k0, int k1) {
+    int s = 0;
+    for (int g = k0 / 16; g < k1 / 16; ++g) s += K::coef(b, g) * a.bsums[g];
+    return s;
+}
+
+// Q3_K (offset inside the lanes), Q5_K (minimum summed to one integer in
+// a scalar chain) and Q6_K (offset through the bsums of groups 2l, 2l+1,
+// inside lane l), single rows: lane l holds elements 4l..4l+3 of every
+// 32-element chunk; acc[l] = fma(d_w * d_a, lane, acc[l]).
+template <class K>
+struct KLanesOrder {
+    using WBlock = typename K::Block;
+    using ABlock = block_q8_K;
+    static constexpr int kElems = kQK_K;
+    static constexpr int kLanes = 8;
+    static constexpr bool kMinScalar = K::kOffset == 0 && !std::is_same_v<K, KQ6>;
+    struct Part {
+        int lane[8];
+        int coef;  // kMinScalar: the whole block's minimum term
+        float d, dmin;
+    };
+    TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
+        Part p;
+        for (int l = 0; l < 8; ++l) {
+            int s = 0;
+            if constexpr (std::is_same_v<K, KQ6>) s = -k_coef_sum<K>(w, a, 32 * l, 32 * l + 32);
+            for (int c = 0; c < 8; ++c) s += k_code_sum4<K>(w, a, 32 * c + 4 * l);
+            p.lane[l] = s;
+        }
+        p.coef = kMinScalar ? k_coef_sum<K>(w, a, 0, kQK_K) : 0;
+        p.d = element::half_to_float(w.d) * a.d;
+        p.dmin = K::dmin(w) * a.d;
+        return p;
+    }
+    TANDEM_HOST_DEVICE static void step(float& acc, float& acc2, const Part& p, int l) {
+        if constexpr (kMinScalar) {
+            if (l == 0) acc2 = fma_f(-p.dmin, static_cast<float>(p.coef), acc2);
+        }
+        acc = fma_f(p.d, static_cast<float>(p.lane[l]), acc);
+    }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, float acc2) { return tree8(acc) + acc2; }
+};
+
+// Q2_K, Q4_K: integer totals over spans of Span chunks, one multiply-add
+// each for the scale and the minimum terms, in two chains subtracted at
+// the end. Span 8 for single rows; 4 (Q2_K) or 2 (Q4_K) in batches.
+template <class K, int Span>
+struct KSpansOrder {
+    using WBlock = typename K::Block;
+    using ABlock = block_q8_K;
+    static constexpr int kElems = kQK_K;
+    static constexpr int kLanes = 1;
+    static constexpr int kSpans = 8 / Span;
+    struct Part {
+        int code[kSpans];
+        int coef[kSpans];
+        float d, dmin;
+    };
+    TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
+        Part p;
+        for (int s = 0; s < kSpans; ++s) {
+            p.code[s] = k_code_sum<K>(w, a, 32 * Span * s, 32 * Span * (s + 1));
+            p.coef[s] = k_coef_sum<K>(w, a, 32 * Span * s, 32 * Span * (s + 1));
+        }
+        p.d = element::half_to_float(w.d) * a.d;
+        p.dmin = K::dmin(w) * a.d;
+        return p;
+    }
+    TANDEM_HOST_DEVICE static void step(float& acc, float& acc2, const Part& p, int) {
+        for (int s = 0; s < kSpans; ++s) {
+            acc = fma_f(static_cast<float>(p.code[s]), p.d, acc);
+            acc2 = fma_f(static_cast<float>(p.coef[s]), p.dmin, acc2);
+        }
+    }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, float acc2) { return acc[0] - acc2; }
+};
+
+// Q3_K, Q5_K, Q6_K in batches: v = d_w * total (minus dmin * the minimum
+// term with one multiply-add, Q5_K), then acc = fma(d_a, v, acc).
+template <class K>
+struct KTiledOrder {
+    using WBlock = typename K::Block;
+    using ABlock = block_q8_K;
+    static constexpr int kElems = kQK_K;
+    static constexpr int kLanes = 1;
+    static constexpr bool kMin = K::kOffset == 0 && !std::is_same_v<K, KQ6>;
+    struct Part {
+        int code, coef;
+        float dw, dmin, da;
+    };
+    TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
+        int code = 0;
+        for (int k = 0; k < kQK_K; k += 4) code += K::scale(w, k / 16) * dot4(K::codes4(w, k), load4(a.qs + k), 0);
+        return {code, k_coef_sum<K>(w, a, 0, kQK_K), element::half_to_float(w.d), K::dmin(w), a.d};
+    }
+    TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) {
+        float v = 0.0f;
+        if constexpr (kMin) {
+            v = fma_f(-p.dmin, static_cast<float>(p.coef), static_cast<float>(p.code) * p.dw);
+        } else {
+            v = static_cast<float>(p.code - p.coef) * p.dw;
+        }
+        acc = fma_f(p.da, v, acc);
+    }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, float) { return acc[0]; }
+};
+
+// The order of weight type W in form F. X-macro users name the weight
+// types through TANDEM_BLOCK_DOT_TYPES.
+template <Type W, Form F>
+struct OrderOf;
+template <Form F>
+struct OrderOf<Type::Q4_0, F> {
+    using type = Q4_0Order;
+};
+template <Form F>
+struct OrderOf<Type::Q4_1, F> {
+    using type = LegacyLanesOrder<block_q4_1, block_q8_1>;
+};
+template <Form F>
+struct OrderOf<Type::Q5_0, F> {
+    using type = LegacyLanesOrder<block_q5_0, block_q8_0>;
+};
+template <Form F>
+struct OrderOf<Type::Q5_1, F> {
+    using type = LegacyLanesOrder<block_q5_1, block_q8_1>;
+};
+template <Form F>
+struct OrderOf<Type::Q8_0, F> {
+    using type = LegacyLanesOrder<block_q8_0, block_q8_0>;
+};
+template <Form F>
+struct OrderOf<Type::Q2_K, F> {
+    using type = KSpansOrder<KQ2, F == Form::Batch ? 4 : 8>;
+};
+template <Form F>
+struct OrderOf<Type::Q4_K, F> {
+    using type = KSpansOrder<KQ45<false>, F == Form::Batch ? 2 : 8>;
+};
+template <Form F>
+struct OrderOf<Type::Q3_K, F> {
+    using type = std::conditional_t<F == Form::Batch, KTiledOrder<KQ3>, KLanesOrder<KQ3>>;
+};
+template <Form F>
+struct OrderOf<Type::Q5_K, F> {
+    using type = std::conditional_t<F == Form::Batch, KTiledOrder<KQ45<true>>, KLanesOrder<KQ45<true>>>;
+};
+template <Form F>
+struct OrderOf<Type::Q6_K, F> {
+    using type = std::conditional_t<F == Form::Batch, KTiledOrder<KQ6>, KLanesOrder<KQ6>>;
+};
+
+#define TANDEM_BLOCK_DOT_TYPES(X) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K)
+
+// One row's dot product in order O, as one thread runs it (the CPU's
+// scalar reference); n a multiple of O::kElems.
+template <class O>
+TANDEM_HOST_DEVICE float row_dot(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const typename O::WBlock*>(w);
+    const auto* y = static_cast<const typename O::ABlock*>(a);
+    float acc[O::kLanes] = {};
+    float acc2 = 0.0f;
+    for (int64_t i = 0; i < n / O::kElems; ++i) {
+        const typename O::Part p = O::part(x[i], y[i]);
+        for (int l = 0; l < O::kLanes; ++l) O::step(acc[l], acc2, p, l);
+    }
+    return O::finish(acc, acc2);
+}
+
+// ---- Float formats -------------------------------------------------------------------------
+// F32/F16/BF16 against the same type: sixteen lanes, lane l < 8 holding
+// elements i + l and lane 8 + l elements i + 8 + l of each 16-element step,
+// one fused multiply-add per element; a last step of 8 into lanes 0-7; the
+// two sets added lane by lane and summed by tree8; then the remaining
+// elements one by one (a product, then a sum: not fused).
+TANDEM_HOST_DEVICE float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+template <class T>
+TANDEM_HOST_DEVICE float widen(T v);
+template <>
+TANDEM_HOST_DEVICE float widen<float>(float v) {
+    return v;
+}
+template <>
+TANDEM_HOST_DEVICE float widen<uint16_t>(uint16_t v) {
+    return element::half_to_float(v);
+}
+struct Bf16 {
+    bf16_bits bits;
+};
+template <>
+TANDEM_HOST_DEVICE float widen<Bf16>(Bf16 v) {
+    return element::bf16_to_float(v.bits);
+}
+// Lane l (< 16) of the row: its chain over the 16-element steps (and the
+// last 8-element step for l < 8).
+template <class T>
+TANDEM_HOST_DEVICE float float_lane(int64_t n, const T* x, const T* y, int l) {
+    float acc = 0.0f;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) acc = fma_f(widen(x[i + l]), widen(y[i + l]), acc);
+    if (l < 8 && i + 8 <= n) acc = fma_f(widen(x[i + l]), widen(y[i + l]), acc);
+    return acc;
+}
+template <class T>
+TANDEM_HOST_DEVICE float float_finish(int64_t n, const T* x, const T* y, const float* lanes) {
+    float v[8];
+    for (int l = 0; l < 8; ++l) v[l] = lanes[l] + lanes[8 + l];
+    float sum = tree8(v);
+    for (int64_t i = n - n % 8; i < n; ++i) sum += mul_rn(widen(x[i]), widen(y[i]));
+    return sum;
+}
+template <class T>
+TANDEM_HOST_DEVICE float float_dot(int64_t n, const void* w, const void* a) {
+    const auto* x = static_cast<const T*>(w);
+    const auto* y = static_cast<const T*>(a);
+    float lanes[16];
+    for (int l = 0; l < 16; ++l) lanes[l] = float_lane(n, x, y, l);
+    return float_finish(n, x, y, lanes);
+}
+
+}  // namespace tandem::quant::dot
