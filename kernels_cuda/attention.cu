@@ -111,7 +111,8 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
     float running_max = -INFINITY;
     float running_sum = 0.0f;
 
-    for (int64_t c = 0; c < kv.n_cells; ++c) {
+    const int64_t c_end = args.cell_end < 0 ? kv.n_cells : args.cell_end;
+    for (int64_t c = args.cell_begin; c < c_end; ++c) {
         if (!visible(kv.cell_pos[c], p, args.window)) continue;
         const auto* kh = reinterpret_cast<const uint16_t*>(kv.k + c * kv.k_row_bytes()) + g * args.head_dim_k;
         double part = 0.0;
@@ -162,7 +163,8 @@ __global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t
     float running_max = -INFINITY;
     float running_sum = 0.0f;
 
-    for (int64_t c = 0; c < kv.n_cells; ++c) {
+    const int64_t c_end = args.cell_end < 0 ? kv.n_cells : args.cell_end;
+    for (int64_t c = args.cell_begin; c < c_end; ++c) {
         if (!visible(kv.cell_pos[c], p, args.window)) continue;
         const auto* kh = reinterpret_cast<const quant::block_q8_0*>(kv.k + c * kv.k_row_bytes()) + g * nk;
         float qk = 0.0f;

@@ -116,6 +116,10 @@ struct AttentionArgs {
     int64_t window = 0;
     float scale = 1.0f;
     float softcap = 0.0f;  // scores through math::attention_score; 0: off
+    // The cells read, [cell_begin, cell_end) (KvCells::cell_span: the
+    // sequence holds none outside it); cell_end < 0: every cell.
+    int64_t cell_begin = 0;
+    int64_t cell_end = -1;
 };
 
 // cpu::attention: q n_tokens rows of n_head * head_dim_k, out n_tokens rows

@@ -459,6 +459,48 @@ TEST(CudaBackend, Q8CacheMatchesCpuAndTooSmallVramIsOutOfMemory) {
     EXPECT_THROW(tandem::Session(file, spec, opt), tandem::OutOfDeviceMemory);
 }
 
+// A decode step on the GPU makes the host wait once: for its logits. The
+// step's positions, token cells, changed cell positions and input row go
+// up from pinned memory with async copies (runtime/engine_cuda/
+// cuda_uploads.h). An MoE step waits once more per MoE layer, for the
+// router's logits, which the CPU's function routes (as llama.cpp reads its
+// expert ids back); the route and the experts' indices go up async. Counted
+// by the emulator (emu::host_waits): with the synchronous copies of before,
+// a step of tiny-llama's 4 layers waited 21 times (5 a layer: positions
+// for two RoPEs and the attention, token cells, cell positions).
+class HostWaits : public CudaBackendModel {};
+
+TEST_P(HostWaits, ADecodeStepWaitsForItsLogitsAndItsRoutes) {
+    TANDEM_REQUIRE_GPU(dev);
+    (void)dev;
+    TANDEM_REQUIRE_MODEL(path, GetParam());
+    const auto file = tandem::gguf::File::open(path);
+    const auto spec = tandem::model::load_model_spec(file);
+    const auto tok = tandem::Tokenizer::from_gguf(file);
+    const auto tokens = tok.encode("Once upon a time, there was a little robot", true);
+    tandem::SessionOptions opt;
+    opt.n_ctx = 64;
+    opt.n_ubatch = 16;
+    opt.device = "cuda0";
+    opt.n_gpu_layers = spec.hp.n_layer + 1;  // the head too
+    tandem::Session session(file, spec, opt);
+    if (!session.accelerator_host_waits()) TANDEM_CUDA_SKIP("the device cannot count its waits (not the emulator)");
+    int64_t moe_layers = 0;
+    for (const auto& layer : spec.layers) moe_layers += layer.has_experts() ? 1 : 0;
+    std::vector<float> logits;
+    session.eval(tokens, false, logits);
+    for (int step = 0; step < 3; ++step) {
+        SCOPED_TRACE("decode step " + std::to_string(step));
+        const uint64_t before = *session.accelerator_host_waits();
+        session.eval(std::vector<int32_t>{tokens[static_cast<size_t>(step) + 1]}, false, logits);
+        EXPECT_EQ(*session.accelerator_host_waits() - before, static_cast<uint64_t>(1 + moe_layers))
+            << moe_layers << " MoE layers of " << spec.hp.n_layer;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(CudaBackend, HostWaits,
+                         ::testing::Values("tiny-llama-Q4_K_M.gguf", "synth-qwen3moe-Q8_0.gguf"), model_test_name);
+
 // Weight streaming on the GPU: a prompt long enough streams the CPU layers'
 // matrices to the device (one at a time, double-buffered); the logits stay
 // those of the CPU within the kernels' rounding, at every split that

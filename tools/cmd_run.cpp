@@ -69,7 +69,6 @@ std::string read_prompt(const RunOptions& o) {
 
 void write_logits(AtomicFile& out, const std::vector<float>& logits) {
     out.write(logits.data(), logits.size() * sizeof(float));
-    out.commit();
 }
 
 // The bytes of a prompt-cache file; nullopt when there is none. A file
@@ -283,8 +282,10 @@ void run(const RunOptions& o) {
             }
             const int32_t one[1] = {next};
             session.eval(one, false, logits);
+            if (dump) write_logits(*dump_file, logits);
         }
     }
+    if (dump) dump_file->commit();
     if (context_full) fmt::print(stderr, "\n[context of {} tokens is full; stopping]\n", session.n_ctx());
     const double gen_s = std::chrono::duration<double>(clock::now() - t1).count();
     fmt::print("{}\n", pending);
@@ -326,7 +327,8 @@ void add_run_command(CLI::App& app) {
     cmd->add_option("-b,--batch-size", opts->n_batch, "logical batch size (accepted; the micro-batch decides)");
     add_cache_type_flags(*cmd, opts->cache);
     cmd->add_option("--dump-logits", opts->dump_logits,
-                    "write float32 logits of every prompt position to FILE (the prompt is one batch)");
+                    "write float32 logits of every prompt position to FILE (the prompt is one batch), then those of "
+                    "each generated token's decode step (not with a draft model or --spec-ngram)");
     cmd->add_flag("--no-bos", opts->no_bos, "do not add the BOS token");
     cmd->add_flag("--no-mmap", opts->no_mmap, "read the model into memory instead of mapping it");
     cmd->add_flag("--mlock", opts->mlock, "lock the model in RAM");

@@ -214,6 +214,12 @@ size_t capacity(int device);
 // Bytes allocated on `device` now, and at most since the process started.
 size_t used_bytes(int device);
 size_t peak_bytes(int device);
+// Calls so far that make the host wait for the device, or copy through
+// pageable host memory (which CUDA stages or waits for): cudaMemcpy,
+// cudaMemcpyAsync with a pageable side, cudaDeviceSynchronize,
+// cudaStreamSynchronize, cudaEventSynchronize. Tests count a decode step's.
+uint64_t host_waits();
+void host_waited();  // the cudart subset counts a wait
 // The sticky launch error's description ("" when none); clear_error forgets
 // it (for the emulator's own tests of its checks).
 std::string last_error_message();

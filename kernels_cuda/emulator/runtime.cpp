@@ -155,6 +155,7 @@ public:
     std::string run(KernelCall* call, const dim3& grid, const dim3& block) {
         std::lock_guard<std::mutex> one(job_mutex_);  // one grid at a time
         const uint64_t total = static_cast<uint64_t>(grid.x) * grid.y * grid.z;
+        uint64_t gen = 0;
         {
             std::lock_guard<std::mutex> g(m_);
             call_ = call;
@@ -163,11 +164,10 @@ public:
             total_ = total;
             next_.store(0);
             error_.clear();
-            active_ = 0;
-            ++generation_;
+            gen = ++generation_;
         }
         cv_.notify_all();
-        work();
+        work(gen);
         std::unique_lock<std::mutex> g(m_);
         done_cv_.wait(g, [&] { return active_ == 0; });
         call_ = nullptr;
@@ -176,9 +176,14 @@ public:
     }
 
 private:
-    void work() {
+    // Runs blocks of job `gen` until none is left. A helper that wakes
+    // after its job ended finds another generation and counts for nothing
+    // (it once counted itself into the next job's active_ after run() had
+    // reset it: -1, and that job waited forever).
+    void work(uint64_t gen) {
         {
             std::lock_guard<std::mutex> g(m_);
+            if (gen != generation_ || call_ == nullptr) return;
             ++active_;
         }
         for (;;) {
@@ -205,7 +210,7 @@ private:
             cv_.wait(g, [&] { return generation_ != seen && call_ != nullptr; });
             seen = generation_;
             g.unlock();
-            work();
+            work(seen);
             g.lock();
         }
     }
@@ -248,6 +253,14 @@ size_t used_bytes(int device) {
     std::lock_guard<std::mutex> g(st().m);
     return st().used.at(static_cast<size_t>(device));
 }
+
+namespace {
+std::atomic<uint64_t> g_host_waits{0};
+}  // namespace
+
+void host_waited() { g_host_waits.fetch_add(1, std::memory_order_relaxed); }
+
+uint64_t host_waits() { return g_host_waits.load(std::memory_order_relaxed); }
 
 size_t peak_bytes(int device) {
     std::lock_guard<std::mutex> g(st().m);
@@ -302,6 +315,8 @@ void submit(const Config& c, KernelCall* call) {
 
 }  // namespace tandem::emu
 
+using tandem::emu::host_waited;
+
 using namespace tandem::emu;
 
 // ---- devices and errors
@@ -343,6 +358,7 @@ cudaError_t cudaGetDevice(int* device) {
 }
 
 cudaError_t cudaDeviceSynchronize() {
+    host_waited();
     synchronize_all();
     TANDEM_EMU_STICKY();
     return cudaSuccess;
@@ -513,6 +529,7 @@ cudaError_t bad_copy(const std::string& why) {
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     TANDEM_EMU_STICKY();
+    host_waited();
     if (bytes == 0) return cudaSuccess;
     if (const CopyCheck c = check_copy(dst, src, bytes, kind); !c.problem.empty()) return bad_copy(c.problem);
     const uint64_t seq = enqueue(nullptr, [=] {
@@ -528,6 +545,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
     if (bytes == 0) return cudaSuccess;
     const CopyCheck c = check_copy(dst, src, bytes, kind);
     if (!c.problem.empty()) return bad_copy(c.problem);
+    if (c.src == Side::PageableHost || c.dst == Side::PageableHost) host_waited();
     if (c.src == Side::PageableHost) {
         // CUDA stages pageable memory before returning: the source may be
         // reused at once, the copy itself is still queued.
@@ -587,6 +605,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    host_waited();
     Stream& s = resolve(stream);
     s.wait(s.submitted());
     TANDEM_EMU_STICKY();
@@ -642,6 +661,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    host_waited();
     if (!event) return fail_call(cudaErrorInvalidResourceHandle);
     Stream* s = nullptr;
     uint64_t seq = 0;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -113,6 +114,10 @@ public:
     virtual const std::string& name() const = 0;
     virtual bool is_accelerator() const = 0;
     virtual const MemoryLedger& ledger() const = 0;
+    // Calls so far that made the host wait for this device (or copied
+    // through pageable memory), where the device can count them: the CUDA
+    // emulator does (emu::host_waits), other devices do not.
+    virtual std::optional<uint64_t> host_waits() const { return std::nullopt; }
 
     // ---- loading (each throws OutOfDeviceMemory when the device is full)
     // A weight matrix, kept in its GGUF blocks.

@@ -182,6 +182,9 @@ public:
     int64_t streamed_batches() const;
     // The memory ledgers: host first, then the accelerator if any.
     std::vector<const MemoryLedger*> ledgers() const;
+    // The accelerator's Device::host_waits (nullopt: none, or it cannot
+    // count them).
+    std::optional<uint64_t> accelerator_host_waits() const;
 
 private:
     struct Impl;

@@ -26,10 +26,15 @@
 #include "kernels_cuda/cuda_kernels.h"
 #include "runtime/engine_cuda/cuda_kv_cache.h"
 #include "runtime/engine_cuda/cuda_staging.h"
+#include "runtime/engine_cuda/cuda_uploads.h"
 #include "runtime/engine_cuda/cuda_weight_stream.h"
 #include "kernels_cuda/device_matmul.h"
 #include "kernels_cuda/expert_matmul.h"
 #include "kernels_cuda/matmul_types.h"
+
+#ifdef TANDEM_CUDA_EMULATED
+#include "kernels_cuda/emulator/emu.h"
+#endif
 
 namespace tandem::cuda {
 namespace {
@@ -68,6 +73,9 @@ public:
     }
 
     const std::string& name() const override { return ledger_.device(); }
+#ifdef TANDEM_CUDA_EMULATED
+    std::optional<uint64_t> host_waits() const override { return emu::host_waits(); }
+#endif
     bool is_accelerator() const override { return true; }
     const MemoryLedger& ledger() const override { return ledger_; }
 
@@ -89,7 +97,7 @@ public:
         TANDEM_CHECK(!caches_.count(il), "load_kv: layer loaded twice");
         select();
         const uint64_t planned = model::kv_bytes_for_cells(spec_, n_cells, config_.cache_type);
-        auto cache = std::make_unique<CudaKvCache>(ledger_, fmt::format("the KV cache of layer {}", il), planned,
+        auto cache = std::make_unique<CudaKvCache>(ledger_, uploads(), fmt::format("the KV cache of layer {}", il), planned,
                                                    config_.cache_type == model::CacheType::Q8_0, hp_.k_dim(),
                                                    hp_.v_dim(), n_cells, ring_span, config_.n_ubatch, n_regions);
         kv_bytes_ += cache->bytes();
@@ -118,6 +126,7 @@ public:
             act_[a] = width > 0 ? p : nullptr;
         }
         pos_ = reinterpret_cast<int32_t*>(take(1));
+        shown_pos_.clear();
         // Quantized activations of the widest matmul input: compute_bytes
         // allows 4 bytes an element, more than any activation format needs.
         // An expert's product has at most one row per token (a token
@@ -146,7 +155,7 @@ public:
     // ---- activations
     void write_act(Act a, const float* host, int64_t n_floats) override {
         select();
-        TANDEM_CUDA_CHECK(cudaMemcpy(buf(a), host, static_cast<size_t>(n_floats) * sizeof(float), cudaMemcpyHostToDevice));
+        uploads().upload(buf(a), host, static_cast<size_t>(n_floats) * sizeof(float));
         // A route chosen on another device: matmul_experts groups by it here.
         if (a == Act::Route) route_host_.assign(host, host + n_floats);
     }
@@ -211,8 +220,7 @@ public:
         TANDEM_CUDA_CHECK(cudaMemcpy(router_host_.data(), buf(Act::Router), router_host_.size() * sizeof(float),
                                      cudaMemcpyDeviceToHost));
         cpu::moe_route(router_host_.data(), op.n_expert, op.n_used, op.normalize, route_host_.data(), n);
-        TANDEM_CUDA_CHECK(cudaMemcpy(buf(Act::Route), route_host_.data(), route_host_.size() * sizeof(float),
-                                     cudaMemcpyHostToDevice));
+        uploads().upload(buf(Act::Route), route_host_.data(), route_host_.size() * sizeof(float));
     }
 
     // Grouped by expert on the host from the route's host copy; the rows
@@ -250,8 +258,7 @@ public:
         TANDEM_CHECK(plan_.total * (cols + widest_rows) <= expert_floats_ &&
                          static_cast<int64_t>(plan_.indices.size()) <= expert_indices_,
                      "matmul_experts: products larger than the experts' room in model::compute_bytes");
-        TANDEM_CUDA_CHECK(cudaMemcpy(expert_idx_, plan_.indices.data(), plan_.indices.size() * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice));
+        uploads().upload(expert_idx_, plan_.indices.data(), plan_.indices.size() * sizeof(int32_t));
         ExpertCall call;
         call.plan = &plan_;
         call.indices = expert_idx_;
@@ -454,9 +461,19 @@ private:
         return p;
     }
 
+    // A micro-batch's positions go up once: every layer's RoPE and
+    // attention pass the same ones.
     void upload_positions(std::span<const int32_t> pos) {
         TANDEM_CHECK(pos_ != nullptr, "positions used before allocate_workspace");
-        TANDEM_CUDA_CHECK(cudaMemcpy(pos_, pos.data(), pos.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+        if (std::equal(pos.begin(), pos.end(), shown_pos_.begin(), shown_pos_.end())) return;
+        uploads().upload(pos_, pos.data(), pos.size() * sizeof(int32_t));
+        shown_pos_.assign(pos.begin(), pos.end());
+    }
+
+    // Made before the KV caches, which keep it.
+    AsyncUploads& uploads() {
+        if (!uploads_) uploads_ = std::make_unique<AsyncUploads>(config_.host_ledger);
+        return *uploads_;
     }
 
     // One per device, made with the first workspace or stream: the GEMM
@@ -479,6 +496,7 @@ private:
     DeviceConfig config_;
     std::vector<std::unique_ptr<DeviceAlloc>> allocs_;
     std::unique_ptr<StagingUploader> uploader_;
+    std::unique_ptr<AsyncUploads> uploads_;  // before caches_: they hold it
     std::unique_ptr<DeviceMatmul> matmul_;
     bool single_order_ = false;  // set_single_token_order
     std::unique_ptr<CudaWeightStream> stream_;  // after uploader_ and matmul_: destroyed before them
@@ -490,6 +508,7 @@ private:
     uint64_t kv_bytes_ = 0;
     float* act_[kActCount] = {};
     int32_t* pos_ = nullptr;
+    std::vector<int32_t> shown_pos_;  // what pos_ holds
     void* scratch_ = nullptr;
     // Experts: the route's host copy, the grouping made from it, and the
     // device room of matmul_experts (carve_experts).

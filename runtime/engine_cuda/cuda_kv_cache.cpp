@@ -12,9 +12,10 @@
 
 namespace tandem::cuda {
 
-CudaKvCache::CudaKvCache(MemoryLedger& ledger, const std::string& what, uint64_t planned, bool q8_0, int64_t k_dim,
-                         int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch, int64_t n_regions)
-    : cells_(n_cells, ring_span, n_regions) {
+CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, uint64_t planned,
+                         bool q8_0, int64_t k_dim, int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch,
+                         int64_t n_regions)
+    : uploads_(&uploads), cells_(n_cells, ring_span, n_regions), shown_(static_cast<size_t>(n_cells), -1) {
     kv_.q8_0 = q8_0;
     kv_.k_dim = k_dim;
     kv_.v_dim = v_dim;
@@ -39,8 +40,7 @@ void CudaKvCache::store_and_attend(const float* k, const float* v, const float* 
     // Cells chosen on the host, as LayerKvCache::store chooses them.
     host_cells_.resize(pos.size());
     for (size_t t = 0; t < pos.size(); ++t) host_cells_[t] = static_cast<int32_t>(cells_.place(seq[t], pos[t]));
-    TANDEM_CUDA_CHECK(cudaMemcpy(token_cells_, host_cells_.data(), host_cells_.size() * sizeof(int32_t),
-                                 cudaMemcpyHostToDevice));
+    uploads_->upload(token_cells_, host_cells_.data(), host_cells_.size() * sizeof(int32_t));
     kernels::launch_kv_store(k, v, n, token_cells_, kv_, nullptr);
     TANDEM_CUDA_CHECK(cudaGetLastError());
 
@@ -53,17 +53,20 @@ void CudaKvCache::store_and_attend(const float* k, const float* v, const float* 
     args.scale = op.scale;
     args.softcap = op.softcap;
     const int64_t qd = op.n_head * op.head_dim_k, od = op.n_head * op.head_dim_v;
-    // Each sequence attends to its own cells: the device's cell_pos is set
-    // to the sequence's positions (the other cells at -1) before its tokens
-    // run; the copy waits for the launches before it (legacy default
-    // stream). The kernel computes each (token, head) alone, so a run of
-    // consecutive rows is one launch on the rows in place: the result of
-    // gathering the sequence's rows, without the copies.
+    // Each sequence attends to its own cells: the device's cell_pos shows
+    // the sequence's positions (the other cells at -1) before its tokens
+    // run, in stream order with the launches around it; the kernel reads
+    // only the span of cells the sequence holds. It computes each (token,
+    // head) alone, so a run of consecutive rows is one launch on the rows
+    // in place: the result of gathering the sequence's rows, without the
+    // copies.
     std::map<int32_t, std::vector<int64_t>> groups;
     for (int64_t t = 0; t < n; ++t) groups[seq[static_cast<size_t>(t)]].push_back(t);
     for (const auto& [s, rows] : groups) {
-        TANDEM_CUDA_CHECK(cudaMemcpy(kv_.cell_pos, cells_.cell_pos(s), static_cast<size_t>(kv_.n_cells) * sizeof(int32_t),
-                                     cudaMemcpyHostToDevice));
+        show(s);
+        const KvCells::Span span = cells_.cell_span(s);
+        args.cell_begin = span.begin;
+        args.cell_end = span.end;
         for (size_t b = 0; b < rows.size();) {
             size_t e = b + 1;
             while (e < rows.size() && rows[e] == rows[e - 1] + 1) ++e;
@@ -124,6 +127,23 @@ void CudaKvCache::clear() {
     cells_.clear();
     kernels::launch_kv_clear(kv_, nullptr);
     TANDEM_CUDA_CHECK(cudaGetLastError());
+    std::fill(shown_.begin(), shown_.end(), -1);
+}
+
+void CudaKvCache::show(int32_t seq) {
+    const int32_t* want = cells_.cell_pos(seq);
+    const auto n = static_cast<int64_t>(shown_.size());
+    for (int64_t b = 0; b < n;) {
+        if (shown_[static_cast<size_t>(b)] == want[b]) {
+            ++b;
+            continue;
+        }
+        int64_t e = b + 1;
+        while (e < n && shown_[static_cast<size_t>(e)] != want[e]) ++e;
+        std::copy(want + b, want + e, shown_.begin() + b);
+        uploads_->upload(kv_.cell_pos + b, want + b, static_cast<size_t>(e - b) * sizeof(int32_t));
+        b = e;
+    }
 }
 
 }  // namespace tandem::cuda

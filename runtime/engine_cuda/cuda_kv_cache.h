@@ -15,6 +15,7 @@
 #include "kernels_cuda/cuda_kernels.h"
 #include "runtime/engine/device.h"
 #include "runtime/engine/kv_cells.h"
+#include "runtime/engine_cuda/cuda_uploads.h"
 
 namespace tandem::cuda {
 
@@ -23,8 +24,11 @@ public:
     // Allocates n_cells cells and room for the cell index of each of
     // n_ubatch tokens on the current device; reserves `planned` (the
     // planner's figure) or the real size, whichever is larger, as `what`.
-    CudaKvCache(MemoryLedger& ledger, const std::string& what, uint64_t planned, bool q8_0, int64_t k_dim,
-                int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch, int64_t n_regions = 1);
+    // Token cells and cell positions go up through `uploads` (which must
+    // outlive the cache).
+    CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, uint64_t planned, bool q8_0,
+                int64_t k_dim, int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch,
+                int64_t n_regions = 1);
 
     // Stores the K and V rows of each token (sequence seq[t], position
     // pos[t]) in the cell KvCells::place chooses, then out = attention of
@@ -48,11 +52,17 @@ public:
     uint64_t bytes() const { return bytes_; }
 
 private:
+    // Makes the device's cell positions seq's view (cells_.cell_pos(seq)),
+    // uploading only the runs of cells that differ from what it shows.
+    void show(int32_t seq);
+
+    AsyncUploads* uploads_;
     std::unique_ptr<DeviceAlloc> memory_;
     kernels::KvCache kv_;
     KvCells cells_;
     int32_t* token_cells_ = nullptr;   // device: the cell of each token being stored
     std::vector<int32_t> host_cells_;  // the same, chosen on the host
+    std::vector<int32_t> shown_;       // what the device's cell_pos holds
     uint64_t bytes_ = 0;
 };
 
