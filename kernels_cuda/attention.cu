@@ -3,21 +3,21 @@
 // the cells with the online softmax of op_math.h. Lane l owns dimensions
 // l, l + 32, ... of the head, so for a Q8_0 cache lane l reads element l of
 // each 32-element block.
-// - F16 cache: Q rounded to fp16 once, Q.K summed in double (products of
-//   two halves are exact) and reduced with an xor butterfly, V accumulated
-//   in fp16 with one fused multiply-add and one rounding per update.
+// - F16 cache: Q rounded to fp16 once, Q.K in the CPU's lane order
+//   (f16_qk), V accumulated in fp16 with one fused multiply-add and one
+//   rounding per update.
 // - Q8_0 cache: Q quantized to Q8_0 blocks with the host's block function,
-//   Q.K as per-block integer sums times both scales (ggml's vec_dot order
-//   over blocks), V dequantized and accumulated in fp32 with fma.
+//   Q.K as the CPU's Q8_0 dot product (q8_0_qk: integer lanes, its float
+//   order), V dequantized and accumulated in fp32 with fma.
 // Scores are soft-capped when args.softcap > 0 (math::attention_score).
-// The butterfly leaves the bitwise same score in every lane, so all lanes
-// take the same branches. The CPU sums Q.K in ggml's SIMD lane order (and
-// uses llama.cpp's tiled kernel for 64+ queries), so scores can differ from
-// the CPU's in the last bit; the GPU path is held to the golden KL bound.
+// Every lane gets lane 0's score, so all lanes take the same branches. The
+// scores are the CPU's bits where the CPU runs its per-query loop (fewer
+// than 64 queries; from 64 it takes llama.cpp's tiled kernel).
 #include <cuda_runtime.h>
 
 #include "kernels_cuda/cuda_kernels.h"
 #include "kernels_cuda/op_math.h"
+#include "runtime/quant/dot_order.h"
 
 namespace tandem::cuda::kernels {
 namespace {
@@ -26,11 +26,6 @@ namespace el = quant::element;
 
 constexpr int kMaxPerLane = 16;  // head sizes up to 512
 
-template <class T>
-__device__ __forceinline__ T warp_sum(T v) {
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
 
 __global__ void kv_store_f16_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t n_tokens,
                                     const int32_t* __restrict__ cells, KvCache kv) {
@@ -72,6 +67,60 @@ __global__ void kv_clear_kernel(int32_t* cell_pos, int64_t n) {
     if (i < n) cell_pos[i] = -1;
 }
 
+// Q.K of an F16 cache in the CPU's order (kernels_cpu/attention.cpp,
+// f16_dot_ggml: ggml's): 64 fma chains over steps of 64 elements, chain
+// (j, l) taking elements i + 16 j + l, held four to a lane by lanes 0-15;
+// the chains added as acc0 + acc2, acc1 + acc3, then those two; the 16
+// lanes reduced as GCC's _mm512_reduce_add_ps (halves of 8, 4, then 0+2,
+// 1+3, then the two); the last n % 64 elements added in double by lane 0.
+// q: the query rounded to fp16, as floats. Every lane gets the score.
+__device__ __forceinline__ float f16_qk(const float* q, const uint16_t* kh, int64_t n, int lane) {
+    constexpr int64_t kStep = 64;
+    const int64_t np = n - n % kStep;
+    float v = 0.0f;
+    if (lane < 16) {
+        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t i = 0; i < np; i += kStep) {
+            for (int j = 0; j < 4; ++j) {
+                const int64_t k = i + 16 * j + lane;
+                a[j] = quant::dot::fma_f(q[k], el::half_to_float(kh[k]), a[j]);
+            }
+        }
+        a[0] += a[2];
+        a[1] += a[3];
+        v = a[0] + a[1];
+    }
+    v = __shfl_down_sync(0xffffffffu, v, 8) + v;
+    v = __shfl_down_sync(0xffffffffu, v, 4) + v;
+    v = v + __shfl_down_sync(0xffffffffu, v, 2);
+    v = v + __shfl_down_sync(0xffffffffu, v, 1);
+    float s = 0.0f;
+    if (lane == 0) {
+        double sum = np > 0 ? static_cast<double>(v) : 0.0;
+        for (int64_t k = np; k < n; ++k) sum += static_cast<double>(quant::dot::mul_rn(q[k], el::half_to_float(kh[k])));
+        s = static_cast<float>(sum);
+    }
+    return __shfl_sync(0xffffffffu, s, 0);
+}
+
+// Q.K of a Q8_0 cache in the CPU's order (the Q8_0 x Q8_0 dot product,
+// dot::LegacyLanesOrder): lane l < 8 runs float lane l, elements 4l..4l+3
+// of each block, over the blocks; the lanes summed as tree8.
+__device__ __forceinline__ float q8_0_qk(const quant::block_q8_0* q, const quant::block_q8_0* kh, int nk, int lane) {
+    float acc = 0.0f;
+    if (lane < 8) {
+        for (int j = 0; j < nk; ++j) {
+            const int isum = quant::dot::dot4(quant::dot::load4(kh[j].qs + 4 * lane), quant::dot::load4(q[j].qs + 4 * lane), 0);
+            const float d = el::half_to_float(kh[j].d) * el::half_to_float(q[j].d);
+            acc = quant::dot::fma_f(d, static_cast<float>(isum), acc);
+        }
+    }
+    float v = acc + __shfl_down_sync(0xffffffffu, acc, 4);   // lanes 0-3: 0+4, 1+5, 2+6, 3+7
+    v = v + __shfl_down_sync(0xffffffffu, v, 2);             // lane 0: (0+4)+(2+6); lane 1: (1+5)+(3+7)
+    v = v + __shfl_down_sync(0xffffffffu, v, 1);
+    return __shfl_sync(0xffffffffu, v + 0.0f, 0);
+}
+
 __device__ __forceinline__ bool visible(int32_t kp, int32_t p, int64_t window) {
     return kp >= 0 && kp <= p && !(window > 0 && p - kp >= window);
 }
@@ -100,12 +149,13 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
     const int nv = static_cast<int>((args.head_dim_v + 31) / 32);
 
     // Q rounded to fp16 once, as the CPU rounds it to the F16 cache's partner.
-    float qh[kMaxPerLane];
+    __shared__ float qh[32 * kMaxPerLane];
     const float* qrow = q + (t * args.n_head + h) * args.head_dim_k;
     for (int j = 0; j < nk; ++j) {
         const int64_t d = lane + 32 * j;
-        qh[j] = d < args.head_dim_k ? el::half_to_float(el::float_to_half(qrow[d])) : 0.0f;
+        if (d < args.head_dim_k) qh[d] = el::half_to_float(el::float_to_half(qrow[d]));
     }
+    __syncwarp();
     quant::fp16_bits acc[kMaxPerLane];
     for (int j = 0; j < nv; ++j) acc[j] = 0;
     float running_max = -INFINITY;
@@ -115,12 +165,7 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
     for (int64_t c = args.cell_begin; c < c_end; ++c) {
         if (!visible(kv.cell_pos[c], p, args.window)) continue;
         const auto* kh = reinterpret_cast<const uint16_t*>(kv.k + c * kv.k_row_bytes()) + g * args.head_dim_k;
-        double part = 0.0;
-        for (int j = 0; j < nk; ++j) {
-            const int64_t d = lane + 32 * j;
-            if (d < args.head_dim_k) part += static_cast<double>(qh[j]) * static_cast<double>(el::half_to_float(kh[d]));
-        }
-        const float s = math::attention_score(static_cast<float>(warp_sum(part)), args.scale, args.softcap);
+        const float s = math::attention_score(f16_qk(qh, kh, args.head_dim_k, lane), args.scale, args.softcap);
         const bool rescale = s > running_max;
         const math::SoftmaxStep st = math::softmax_step(s, running_max, running_sum);
         const auto* vh = reinterpret_cast<const uint16_t*>(kv.v + c * kv.v_row_bytes()) + g * args.head_dim_v;
@@ -152,12 +197,6 @@ __global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t
     const float* qrow = q + (t * args.n_head + h) * args.head_dim_k;
     if (lane < nk) el::act_block(qrow + 32 * lane, qb[lane]);
     __syncwarp();
-    int qq[kMaxPerLane];
-    float qd[kMaxPerLane];
-    for (int j = 0; j < nk; ++j) {
-        qq[j] = qb[j].qs[lane];
-        qd[j] = el::half_to_float(qb[j].d);
-    }
     float acc[kMaxPerLane];
     for (int j = 0; j < nv; ++j) acc[j] = 0.0f;
     float running_max = -INFINITY;
@@ -167,12 +206,7 @@ __global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t
     for (int64_t c = args.cell_begin; c < c_end; ++c) {
         if (!visible(kv.cell_pos[c], p, args.window)) continue;
         const auto* kh = reinterpret_cast<const quant::block_q8_0*>(kv.k + c * kv.k_row_bytes()) + g * nk;
-        float qk = 0.0f;
-        for (int j = 0; j < nk; ++j) {
-            const int isum = warp_sum(qq[j] * static_cast<int>(kh[j].qs[lane]));
-            qk += static_cast<float>(isum) * (el::half_to_float(kh[j].d) * qd[j]);
-        }
-        const float s = math::attention_score(qk, args.scale, args.softcap);
+        const float s = math::attention_score(q8_0_qk(qb, kh, nk, lane), args.scale, args.softcap);
         const bool rescale = s > running_max;
         const math::SoftmaxStep st = math::softmax_step(s, running_max, running_sum);
         const auto* vh = reinterpret_cast<const quant::block_q8_0*>(kv.v + c * kv.v_row_bytes()) + g * nv;

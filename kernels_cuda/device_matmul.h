@@ -33,10 +33,12 @@ inline constexpr bool kBatchUsesTf32 = false;              // CUBLAS_COMPUTE_32F
 
 class DeviceMatmul {
 public:
-    // `tile`: device memory of tile_bytes (the caller's allocation, so
-    // that it is accounted where the caller accounts); creates a cuBLAS
-    // handle on the current device. Throws Error.
-    DeviceMatmul(void* tile, uint64_t tile_bytes);
+    // `tile`: device memory of tile_bytes, and `workspace` of
+    // workspace_bytes that cuBLAS uses instead of its own (null: cuBLAS's
+    // default); the caller's allocations, so that they are accounted where
+    // the caller accounts. Creates a cuBLAS handle on the current device.
+    // Throws Error.
+    DeviceMatmul(void* tile, uint64_t tile_bytes, void* workspace = nullptr, uint64_t workspace_bytes = 0);
     ~DeviceMatmul();
     DeviceMatmul(const DeviceMatmul&) = delete;
     DeviceMatmul& operator=(const DeviceMatmul&) = delete;

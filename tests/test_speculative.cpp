@@ -638,8 +638,9 @@ namespace {
 
 // The premise of greedy equality: a batch's logits are one-by-one logits,
 // bit for bit. Checked for every batch length a draft can give.
-void expect_batch_logits_equal_one_by_one(const fs::path& path) {
-    SCOPED_TRACE(path.string());
+// device: "" for the CPU, else every layer and the head there.
+void expect_batch_logits_equal_one_by_one(const fs::path& path, const std::string& device = "") {
+    SCOPED_TRACE(path.string() + (device.empty() ? "" : " on " + device));
     const Model m(path);
     const auto prompt = m.tok.encode(kRepetitive, true);
     const std::vector<int32_t> cont = m.tok.encode(" the mat. The dog sat on the log. The cat sat on the mat.", false);
@@ -647,6 +648,10 @@ void expect_batch_logits_equal_one_by_one(const fs::path& path) {
     for (const auto cache : {tandem::model::CacheType::F16, tandem::model::CacheType::Q8_0}) {
         tandem::SessionOptions so = session_options();
         so.cache_type = cache;
+        if (!device.empty()) {
+            so.device = device;
+            so.n_gpu_layers = m.spec.hp.n_layer + 1;
+        }
         tandem::Session one(m.file, m.spec, so), many(m.file, m.spec, so);
         std::vector<float> a, b, row;
         one.eval(prompt, false, a);
@@ -678,6 +683,19 @@ void expect_batch_logits_equal_one_by_one(const fs::path& path) {
             many.remove_positions(0, p0, -1);
         }
     }
+}
+
+// The same on the GPU (CudaDevice::set_single_token_order): Q4_K's batch
+// form from 4 tokens, and F16's cuBLAS from 16, are left for the
+// one-token order. Before, the 17-token batch of the F16 model went
+// through cuBLAS and missed the bits.
+TEST(SpecPremise, CudaSingleOrderBatchLogitsEqualOneByOne) {
+    std::string why;
+    if (tandem::cuda::list_devices(&why).empty()) TANDEM_CUDA_SKIP("no GPU: " << why);
+    const fs::path f16 = tandem::testing::shared("models/tiny-llama-F16.gguf");
+    if (!fs::exists(f16)) TANDEM_CUDA_SKIP(f16.string() << " not found");
+    expect_batch_logits_equal_one_by_one(tiny_path(), "cuda0");
+    expect_batch_logits_equal_one_by_one(f16, "cuda0");
 }
 
 TEST(SpecPremise, SingleOrderBatchLogitsEqualOneByOne) {
