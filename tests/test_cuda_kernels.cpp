@@ -352,7 +352,7 @@ TEST(CudaExperts, MatmulExpertsMatchCpu) {
             std::vector<float> gpu(ref.size());
             tandem::cuda::matmul_experts_on_device(dev, t, w.data(), kExperts, kRows, kCols, x.data(), route.data(),
                                                    kUsed, tokens, per_slot, per_slot, gpu.data());
-            EXPECT_EQ(misses(gpu, ref, [&](float) { return 1e-5f * std::sqrt(float{kCols}) * 4.0f; }), 0)
+            EXPECT_EQ(misses(gpu, ref, [&](float) { return 0.0f; }), 0)
                 << "of " << ref.size() << " outputs";
         }
     }
@@ -384,6 +384,12 @@ TEST_P(EveryNgl, MatchesCpu) {
     tandem::SessionOptions opt;
     opt.n_ctx = 128;
     opt.n_ubatch = 16;  // several micro-batches: the KV cache must carry over
+    bool exact = true;
+    for (const auto& layer : spec.layers) {
+        const auto* wq = layer.get(tandem::model::LayerTensor::AttnQ);
+        const tandem::quant::Type q = (wq ? wq : layer.get(tandem::model::LayerTensor::AttnQkv))->type;
+        exact = exact && !layer.has_experts() && q != tandem::quant::Type::F16 && q != tandem::quant::Type::F32;
+    }
     std::vector<float> reference;
     tandem::Session(file, spec, opt).eval(tokens, true, reference);
     for (int64_t ngl = 0; ngl <= spec.hp.n_layer + 1; ++ngl) {
@@ -394,7 +400,13 @@ TEST_P(EveryNgl, MatchesCpu) {
         std::vector<float> logits;
         session.eval(tokens, true, logits);
         ASSERT_EQ(logits.size(), reference.size());
-        EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-3);  // the issue's golden bound
+        // Issue 46's bound for batches (the golden bound is 1e-3). Dense
+        // quantized models give the CPU's bits (their products, attention
+        // scores and element ops are the CPU's); float weights not (the
+        // CPU's batches go through OpenBLAS), nor MoE ones, at 1e-5 to 2e-5
+        // (not yet located: the expert products and slot sums are exact).
+        EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-4);
+        if (exact) EXPECT_EQ(logits, reference);
         // A decode step after the prompt uses the device KV cache.
         std::vector<float> next_ref, next;
         tandem::SessionOptions cpu_opt;
@@ -404,7 +416,8 @@ TEST_P(EveryNgl, MatchesCpu) {
         cpu.eval(tokens, false, next_ref);
         cpu.eval(std::vector<int32_t>{tokens[1]}, false, next_ref);
         session.eval(std::vector<int32_t>{tokens[1]}, false, next);
-        EXPECT_LE(mean_kl(next_ref, next, spec.hp.n_vocab), 1e-3);
+        EXPECT_LE(mean_kl(next_ref, next, spec.hp.n_vocab), 1e-4);
+        if (exact) EXPECT_EQ(next, next_ref);
     }
 }
 
