@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "runtime/quant/act_element.h"
+#include "runtime/quant/dot_order.h"
 
 namespace tandem::cuda::math {
 
@@ -29,13 +30,7 @@ TANDEM_HOST_DEVICE float tanh_f(float v) {
 #endif
 }
 
-TANDEM_HOST_DEVICE float fma_f(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-    return fmaf(a, b, c);
-#else
-    return std::fma(a, b, c);
-#endif
-}
+using quant::dot::fma_f;  // one definition, with the products' (dot_order.h)
 
 // RoPE angle of pair i at position pos: theta starts at pos and is
 // multiplied by theta_scale once per pair, in float, as the CPU loop does
