@@ -412,11 +412,14 @@ TEST_P(EveryNgl, MatchesCpu) {
         ASSERT_EQ(logits.size(), reference.size());
         // Issue 46's bound for batches (the golden bound is 1e-3). Dense
         // quantized models give the CPU's bits (their products, attention
-        // scores and element ops are the CPU's); float weights not (the
-        // CPU's batches go through OpenBLAS), nor MoE ones, at 1e-5 to 2e-5
-        // (not yet located: the expert products and slot sums are exact).
+        // scores and element ops are the CPU's). Float matrices in a batch
+        // of 16 or more go through cuBLAS (the F16 models, the MoE synths'
+        // F16 routers), where the CPU keeps its own order up to 256 tokens:
+        // KL 1e-7 to 2e-5, through the prompt's logits and KV cache.
         EXPECT_LE(mean_kl(reference, logits, spec.hp.n_vocab), 1e-4);
-        if (exact) EXPECT_EQ(logits, reference);
+        if (exact) {
+            EXPECT_EQ(logits, reference);
+        }
         // A decode step after the prompt uses the device KV cache.
         std::vector<float> next_ref, next;
         tandem::SessionOptions cpu_opt;
@@ -427,7 +430,9 @@ TEST_P(EveryNgl, MatchesCpu) {
         cpu.eval(std::vector<int32_t>{tokens[1]}, false, next_ref);
         session.eval(std::vector<int32_t>{tokens[1]}, false, next);
         EXPECT_LE(mean_kl(next_ref, next, spec.hp.n_vocab), 1e-4);
-        if (exact) EXPECT_EQ(next, next_ref);
+        if (exact) {
+            EXPECT_EQ(next, next_ref);
+        }
     }
 }
 
