@@ -23,12 +23,13 @@ void check_cublas(cublasStatus_t st, const char* what) {
 
 }  // namespace
 
-DeviceMatmul::DeviceMatmul(void* tile, uint64_t tile_bytes, void* workspace, uint64_t workspace_bytes)
-    : tile_(static_cast<float*>(tile)), tile_bytes_(tile_bytes) {
+DeviceMatmul::DeviceMatmul(void* room, uint64_t room_bytes)
+    : tile_(reinterpret_cast<float*>(static_cast<uint8_t*>(room) + workspace_bytes_for(room_bytes))),
+      tile_bytes_(room_bytes - workspace_bytes_for(room_bytes)) {
     cublasHandle_t h = nullptr;
     check_cublas(cublasCreate(&h), "cublasCreate");
     handle_ = h;
-    if (workspace != nullptr) check_cublas(cublasSetWorkspace(h, workspace, workspace_bytes), "cublasSetWorkspace");
+    check_cublas(cublasSetWorkspace(h, room, workspace_bytes_for(room_bytes)), "cublasSetWorkspace");
     // Plain fp32 products unless kBatchUsesTf32: TF32's 10-bit operands
     // alone move the tiny models' logits by KL 1.4e-3 to 2.5e-3.
     check_cublas(cublasSetMathMode(h, kBatchUsesTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),

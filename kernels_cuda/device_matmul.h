@@ -33,12 +33,19 @@ inline constexpr bool kBatchUsesTf32 = false;              // CUBLAS_COMPUTE_32F
 
 class DeviceMatmul {
 public:
-    // `tile`: device memory of tile_bytes, and `workspace` of
-    // workspace_bytes that cuBLAS uses instead of its own (null: cuBLAS's
-    // default); the caller's allocations, so that they are accounted where
-    // the caller accounts. Creates a cuBLAS handle on the current device.
-    // Throws Error.
-    DeviceMatmul(void* tile, uint64_t tile_bytes, void* workspace = nullptr, uint64_t workspace_bytes = 0);
+    // `room`: device memory of room_bytes (model::gemm_tile_bytes, the
+    // caller's allocation, so that it is accounted where the caller
+    // accounts): cuBLAS's workspace first (workspace_bytes_for, whole 256
+    // bytes), then the tile; the workspace given with cublasSetWorkspace so that cuBLAS
+    // allocates none of its own. Creates a cuBLAS handle on the current
+    // device. Throws Error.
+    DeviceMatmul(void* room, uint64_t room_bytes);
+    // cuBLAS's share of a room: 4 MiB (its own default before Hopper), at
+    // most a quarter of the room, in whole 256 bytes.
+    static constexpr uint64_t workspace_bytes_for(uint64_t room_bytes) {
+        const uint64_t quarter = room_bytes / 4 / 256 * 256;
+        return quarter < (uint64_t{4} << 20) ? quarter : uint64_t{4} << 20;
+    }
     ~DeviceMatmul();
     DeviceMatmul(const DeviceMatmul&) = delete;
     DeviceMatmul& operator=(const DeviceMatmul&) = delete;

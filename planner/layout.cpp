@@ -232,7 +232,7 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     for (const model::StreamShape& shape : model::stream_shapes(spec)) {
         t.stream.push_back(model::stream_bytes(shape, t.n_ubatch));
     }
-    t.gemm_tile = model::accelerator_gemm_bytes(spec);
+    t.gemm_tile = model::gemm_tile_bytes(spec);
     t.head_bytes = spec.output_head().n_bytes;
     if (const auto* norm = spec.get(GlobalTensor::OutputNorm)) t.norm_bytes = norm->n_bytes;
     t.tied = spec.tied_output();

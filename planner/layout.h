@@ -75,7 +75,7 @@ struct Tables {
     std::vector<uint64_t> kv, kv_read;  // per layer (not summed): bytes held and read at the average position
     // [d]: what streaming layers [d, n_layer) reserves on the accelerator.
     std::vector<uint64_t> stream;
-    uint64_t gemm_tile = 0;       // the accelerator's GEMM tile and workspace (model::accelerator_gemm_bytes), once it is used
+    uint64_t gemm_tile = 0;       // the accelerator's GEMM tile, once it is used
     uint64_t norm_bytes = 0;      // the output norm
     uint64_t head_bytes = 0;      // the head (token_embd when tied)
     bool tied = false;            // the head is the embedding, already on the host

@@ -133,7 +133,7 @@ void check_streaming_matches_cpu(const std::filesystem::path& model) {
         ASSERT_EQ(ledgers.size(), 2u);
         const uint64_t own = ngl > 0 ? tandem::model::compute_bytes(spec, opt.n_ubatch, ngl > spec.hp.n_layer) : 0;
         const uint64_t slots = host_layers ? tandem::model::stream_bytes(spec, ngl, opt.n_ubatch) : 0;
-        EXPECT_EQ(ledgers[1]->used(MemoryCategory::Compute), own + slots + tandem::model::accelerator_gemm_bytes(spec));
+        EXPECT_EQ(ledgers[1]->used(MemoryCategory::Compute), own + slots + tandem::model::gemm_tile_bytes(spec));
     }
 }
 
@@ -204,7 +204,7 @@ TEST(WeightStream, SlotsThatDoNotFitAreDroppedNotFatal) {
                       tandem::model::kv_bytes_for_layer(spec, il, opt.n_ctx, opt.n_ubatch, opt.cache_type);
         }
         if (ngl > 0) layers += tandem::model::compute_bytes(spec, opt.n_ubatch, false);
-        opt.device_capacity = layers + tandem::model::accelerator_gemm_bytes(spec) + (64u << 10) + need / 2;
+        opt.device_capacity = layers + tandem::model::gemm_tile_bytes(spec) + (64u << 10) + need / 2;
         tandem::Session session(file, spec, opt);
         EXPECT_FALSE(session.weight_stream_active());
         const std::string& note = session.weight_stream_note();

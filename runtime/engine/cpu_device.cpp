@@ -175,7 +175,7 @@ struct CpuDevice::Impl {
     // does, once however it is used, so its ledger is a GPU's.
     void reserve_gemm_tile() {
         if (!accelerator || gemm_tile_reserved) return;
-        reserve(MemoryCategory::Compute, model::accelerator_gemm_bytes(spec), "the GEMM tile and workspace");
+        reserve(MemoryCategory::Compute, model::gemm_tile_bytes(spec), "the GEMM dequantization tile");
         gemm_tile_reserved = true;
     }
 

@@ -480,12 +480,9 @@ private:
     // tile is reserved once however the device is used.
     DeviceMatmul& device_matmul() {
         if (!matmul_) {
-            // The tile, then cuBLAS's workspace (model::accelerator_gemm_bytes).
-            const uint64_t bytes = model::accelerator_gemm_bytes(spec_);
+            const uint64_t bytes = model::gemm_tile_bytes(spec_);
             auto* room = alloc(MemoryCategory::Compute, bytes, "the GEMM tile and workspace");
-            const uint64_t tile = bytes - model::kGemmWorkspaceBytes;
-            matmul_ = std::make_unique<DeviceMatmul>(room->get(), tile, static_cast<uint8_t*>(room->get()) + tile,
-                                                     model::kGemmWorkspaceBytes);
+            matmul_ = std::make_unique<DeviceMatmul>(room->get(), bytes);
             matmul_->set_single_token_order(single_order_);
         }
         return *matmul_;

@@ -209,10 +209,6 @@ uint64_t gemm_tile_bytes(const ModelSpec& spec) {
     return std::max(std::min(largest, kMaxGemmTileBytes), head_row);
 }
 
-uint64_t accelerator_gemm_bytes(const ModelSpec& spec) {
-    return (gemm_tile_bytes(spec) + 255) / 256 * 256 + kGemmWorkspaceBytes;
-}
-
 std::vector<StreamShape> stream_shapes(const ModelSpec& spec) {
     std::vector<StreamShape> shapes(static_cast<size_t>(spec.hp.n_layer) + 1);
     for (int64_t il = spec.hp.n_layer - 1; il >= 0; --il) {

@@ -106,13 +106,6 @@ uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits
 // a tiny model's tile stays tiny.
 inline constexpr uint64_t kMaxGemmTileBytes = uint64_t{32} << 20;
 uint64_t gemm_tile_bytes(const ModelSpec& spec);
-// The GEMM library's workspace (cublasSetWorkspace: cuBLAS's own default
-// before Hopper), given to it from the ledger rather than left to
-// cublasCreate outside it.
-inline constexpr uint64_t kGemmWorkspaceBytes = uint64_t{4} << 20;
-// What an accelerator reserves for its batched products: the tile, rounded
-// up to 256 bytes, then the workspace.
-uint64_t accelerator_gemm_bytes(const ModelSpec& spec);
 
 // ---- weight streaming (long prompts: CPU-resident layers' matrices are
 // multiplied on the accelerator, copied there one matrix at a time) --------
