@@ -15,6 +15,8 @@
 // than 64 queries; from 64 it takes llama.cpp's tiled kernel).
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "kernels_cuda/cuda_kernels.h"
 #include "kernels_cuda/op_math.h"
 #include "runtime/quant/dot_order.h"
@@ -142,6 +144,24 @@ __device__ __forceinline__ WarpTask warp_task(const AttentionArgs& args, const i
     return w;
 }
 
+// The cells block (blockIdx.y) of gridDim.y reads: the span cut into
+// equal runs.
+struct CellRange {
+    int64_t begin, end;
+};
+__device__ __forceinline__ CellRange cell_range(const AttentionArgs& args, const KvCache& kv) {
+    const int64_t b = args.cell_begin, e = args.cell_end < 0 ? kv.n_cells : args.cell_end;
+    const int64_t per = (e - b + gridDim.y - 1) / gridDim.y;
+    const int64_t c0 = b + per * blockIdx.y;
+    return {c0 < e ? c0 : e, c0 + per < e ? c0 + per : e};
+}
+
+// A head's result: out = acc / sum, or with the cells split over blocks,
+// this block's (max, sum, acc) in args.partials for merge_kernel.
+__device__ __forceinline__ float* partial_of(const AttentionArgs& args, int64_t t, int64_t h) {
+    return args.partials + ((t * args.n_head + h) * gridDim.y + blockIdx.y) * (args.head_dim_v + 2);
+}
+
 __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos,
                                      AttentionArgs args, KvCache kv, float* __restrict__ out) {
     const auto [t, h, g, lane, p] = warp_task(args, q_pos);
@@ -161,8 +181,8 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
     float running_max = -INFINITY;
     float running_sum = 0.0f;
 
-    const int64_t c_end = args.cell_end < 0 ? kv.n_cells : args.cell_end;
-    for (int64_t c = args.cell_begin; c < c_end; ++c) {
+    const CellRange cr = cell_range(args, kv);
+    for (int64_t c = cr.begin; c < cr.end; ++c) {
         if (!visible(kv.cell_pos[c], p, args.window)) continue;
         const auto* kh = reinterpret_cast<const uint16_t*>(kv.k + c * kv.k_row_bytes()) + g * args.head_dim_k;
         const float s = math::attention_score(f16_qk(qh, kh, args.head_dim_k, lane), args.scale, args.softcap);
@@ -175,6 +195,18 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
             if (rescale) acc[j] = math::f16_scale(acc[j], st.ms);
             acc[j] = math::f16_mad(acc[j], vh[d], st.vs);
         }
+    }
+    if (gridDim.y > 1) {
+        float* part = partial_of(args, t, h);
+        if (lane == 0) {
+            part[0] = running_max;
+            part[1] = running_sum;
+        }
+        for (int j = 0; j < nv; ++j) {
+            const int64_t d = lane + 32 * j;
+            if (d < args.head_dim_v) part[2 + d] = el::half_to_float(acc[j]);
+        }
+        return;
     }
     float* oh = out + (t * args.n_head + h) * args.head_dim_v;
     const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
@@ -202,8 +234,8 @@ __global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t
     float running_max = -INFINITY;
     float running_sum = 0.0f;
 
-    const int64_t c_end = args.cell_end < 0 ? kv.n_cells : args.cell_end;
-    for (int64_t c = args.cell_begin; c < c_end; ++c) {
+    const CellRange cr = cell_range(args, kv);
+    for (int64_t c = cr.begin; c < cr.end; ++c) {
         if (!visible(kv.cell_pos[c], p, args.window)) continue;
         const auto* kh = reinterpret_cast<const quant::block_q8_0*>(kv.k + c * kv.k_row_bytes()) + g * nk;
         const float s = math::attention_score(q8_0_qk(qb, kh, nk, lane), args.scale, args.softcap);
@@ -216,9 +248,43 @@ __global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t
             acc[j] = math::fma_f(vd, st.vs, acc[j]);
         }
     }
+    if (gridDim.y > 1) {
+        float* part = partial_of(args, t, h);
+        if (lane == 0) {
+            part[0] = running_max;
+            part[1] = running_sum;
+        }
+        for (int j = 0; j < nv; ++j) part[2 + lane + 32 * j] = acc[j];
+        return;
+    }
     float* oh = out + (t * args.n_head + h) * args.head_dim_v;
     const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
     for (int j = 0; j < nv; ++j) oh[lane + 32 * j] = acc[j] * inv;
+}
+
+// The split blocks of a (token, head) merged by log-sum-exp: with M the
+// largest block maximum, out = sum_i acc_i e^(m_i - M) / sum_i s_i
+// e^(m_i - M) (a block that saw no visible cell has s_i = 0 and adds
+// nothing). One thread per output value.
+__global__ void merge_kernel(AttentionArgs args, int64_t n_split, int64_t n, float* __restrict__ out) {
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    const int64_t th = idx / args.head_dim_v, d = idx % args.head_dim_v;
+    const float* part = args.partials + th * n_split * (args.head_dim_v + 2);
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n_split; ++i) {
+        const float* p = part + i * (args.head_dim_v + 2);
+        if (p[1] > 0.0f && p[0] > m) m = p[0];
+    }
+    float sum = 0.0f, acc = 0.0f;
+    for (int64_t i = 0; i < n_split; ++i) {
+        const float* p = part + i * (args.head_dim_v + 2);
+        if (!(p[1] > 0.0f)) continue;
+        const float w = math::exp_f(p[0] - m);
+        sum = math::fma_f(p[1], w, sum);
+        acc = math::fma_f(p[2 + d], w, acc);
+    }
+    out[idx] = sum > 0.0f ? acc / sum : 0.0f;
 }
 
 }  // namespace
@@ -248,13 +314,28 @@ void launch_attention(const float* q, const int32_t* pos, int64_t n_tokens, cons
     // Head sizes beyond 32 * kMaxPerLane are rejected by the device before
     // any launch (attention_head_supported).
     if (n_tokens <= 0) return;
-    const auto grid = static_cast<unsigned>(n_tokens * args.n_head);
+    const int64_t n_split = attention_splits(args, kv, n_tokens);
+    const dim3 grid(static_cast<unsigned>(n_tokens * args.n_head), static_cast<unsigned>(n_split));
     const auto s = static_cast<cudaStream_t>(stream);
     if (kv.q8_0) {
         attention_q8_0_kernel<<<grid, 32, 0, s>>>(q, pos, args, kv, out);
     } else {
         attention_f16_kernel<<<grid, 32, 0, s>>>(q, pos, args, kv, out);
     }
+    if (n_split > 1) {
+        const int64_t n = n_tokens * args.n_head * args.head_dim_v;
+        constexpr int kThreads = 128;
+        merge_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(args, n_split, n, out);
+    }
+}
+
+int64_t attention_splits(const AttentionArgs& args, const KvCache& kv, int64_t n_tokens) {
+    const int64_t cells = (args.cell_end < 0 ? kv.n_cells : args.cell_end) - args.cell_begin;
+    if (args.partials == nullptr || cells < 2 * kSplitCells || n_tokens <= 0) return 1;
+    const int64_t per_split = n_tokens * args.n_head * (args.head_dim_v + 2);
+    int64_t n = std::min<int64_t>(cells / kSplitCells, kMaxSplits);
+    n = std::min<int64_t>(n, args.partial_floats / per_split);
+    return n >= 2 ? n : 1;
 }
 
 bool attention_head_supported(int64_t head_dim) { return head_dim > 0 && head_dim <= 32 * kMaxPerLane; }

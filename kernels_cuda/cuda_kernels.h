@@ -120,12 +120,24 @@ struct AttentionArgs {
     // sequence holds none outside it); cell_end < 0: every cell.
     int64_t cell_begin = 0;
     int64_t cell_end = -1;
+    // Device room for split partials (partial_floats floats), or null. With
+    // room and a span of 2 * kSplitCells cells or more, the cells are split
+    // over up to kMaxSplits blocks per (token, head) and merged by
+    // log-sum-exp (flash-decoding: a decode step has only n_head warps
+    // otherwise); the merge's rounding then differs from the CPU's one
+    // pass. Shorter spans run in one pass, the CPU's order.
+    float* partials = nullptr;
+    int64_t partial_floats = 0;
 };
+inline constexpr int64_t kSplitCells = 256;
+inline constexpr int64_t kMaxSplits = 32;
 
 // cpu::attention: q n_tokens rows of n_head * head_dim_k, out n_tokens rows
 // of n_head * head_dim_v, pos on the device.
 void launch_attention(const float* q, const int32_t* pos, int64_t n_tokens, const AttentionArgs& args,
                       const KvCache& kv, float* out, void* stream);
+// How many blocks launch_attention splits each (token, head)'s cells over.
+int64_t attention_splits(const AttentionArgs& args, const KvCache& kv, int64_t n_tokens);
 // Whether launch_attention handles heads of this size (a warp keeps a
 // bounded number of dimensions per lane in registers).
 bool attention_head_supported(int64_t head_dim);

@@ -192,10 +192,16 @@ void attention_on_device(int device, const float* q, const int32_t* pos, int64_t
     Buf dv(v, static_cast<size_t>(n_cells * kv.v_row_bytes()));
     Buf dcell(cell_pos, static_cast<size_t>(n_cells) * sizeof(int32_t));
     Buf dout(floats(n_tokens * args.n_head * args.head_dim_v));
+    // Room for every split the launcher may choose.
+    const int64_t room = n_tokens * args.n_head * kernels::kMaxSplits * (args.head_dim_v + 2);
+    Buf dpart(floats(room));
     kv.k = dk.as<uint8_t>();
     kv.v = dv.as<uint8_t>();
     kv.cell_pos = dcell.as<int32_t>();
-    kernels::launch_attention(dq.as<float>(), dpos.as<int32_t>(), n_tokens, args, kv, dout.as<float>(), nullptr);
+    kernels::AttentionArgs a = args;
+    a.partials = dpart.as<float>();
+    a.partial_floats = room;
+    kernels::launch_attention(dq.as<float>(), dpos.as<int32_t>(), n_tokens, a, kv, dout.as<float>(), nullptr);
     finish();
     dout.to_host(out, floats(n_tokens * args.n_head * args.head_dim_v));
 }

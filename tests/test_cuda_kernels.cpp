@@ -201,20 +201,33 @@ TEST(CudaElementwise, RmsNormRopeGluMatchCpu) {
 // may move a value by a couple of fp16 steps) and Q8_0 (integer block dot
 // products; the CPU sums its blocks in SIMD lanes, so scores differ in the
 // last bits).
+// A span of 1100 cells is split over blocks and merged by log-sum-exp
+// (kernels::attention_splits), within the same bound.
 TEST(CudaAttention, MatchesCpuF16AndQ8Caches) {
     TANDEM_REQUIRE_GPU(dev);
-    constexpr int64_t kHead = 8, kHeadKv = 2, kDim = 128, kCells = 40, kTokens = 6;
+    constexpr int64_t kHead = 8, kHeadKv = 2, kDim = 128, kTokens = 6;
+    for (const int64_t kCells : {int64_t{40}, int64_t{1100}}) {
+    const auto stored = static_cast<int32_t>(kCells - 4);
+    tandem::cuda::kernels::KvCache shape_kv;
+    shape_kv.n_cells = kCells;
+    tandem::cuda::kernels::AttentionArgs with_room{kHead, kHeadKv, kDim, kDim};
+    std::vector<float> room(1);
+    with_room.partials = room.data();
+    with_room.partial_floats = int64_t{1} << 40;
+    EXPECT_EQ(tandem::cuda::kernels::attention_splits(with_room, shape_kv, kTokens) > 1, kCells > 512) << kCells;
     for (const tq::Type type : {tq::Type::F16, tq::Type::Q8_0}) {
         for (const int64_t window : {int64_t{0}, int64_t{10}}) {
-            SCOPED_TRACE(std::string(tq::traits(type).name) + " window " + std::to_string(window));
+            SCOPED_TRACE(std::string(tq::traits(type).name) + " window " + std::to_string(window) + ", " +
+                         std::to_string(kCells) + " cells");
             tandem::LayerKvCache cache(type, kCells, kHeadKv * kDim, kHeadKv * kDim);
-            for (int32_t p = 0; p < 36; ++p) {
+            for (int32_t p = 0; p < stored; ++p) {
                 const auto k = random_floats(kHeadKv * kDim, 100 + static_cast<uint32_t>(p));
                 const auto v = random_floats(kHeadKv * kDim, 200 + static_cast<uint32_t>(p));
                 cache.store(p, k.data(), v.data());
             }
             const auto q = random_floats(kTokens * kHead * kDim, 9);
-            const int32_t pos[kTokens] = {30, 31, 32, 33, 34, 35};
+            int32_t pos[kTokens];
+            for (int64_t t = 0; t < kTokens; ++t) pos[t] = stored - static_cast<int32_t>(kTokens) + static_cast<int32_t>(t);
             tc::AttentionShape shape{kHead, kHeadKv, kDim, kDim, window, 1.0f / std::sqrt(128.0f)};
             std::vector<float> ref(kTokens * kHead * kDim), gpu(ref.size());
             tc::ThreadPool pool(2, false);
@@ -225,6 +238,7 @@ TEST(CudaAttention, MatchesCpuF16AndQ8Caches) {
                                               kHeadKv * kDim, kHeadKv * kDim, gpu.data());
             EXPECT_EQ(misses(gpu, ref, [](float r) { return 2e-3f * std::max(1.0f, std::fabs(r)); }), 0);
         }
+    }
     }
 }
 

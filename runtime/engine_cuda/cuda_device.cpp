@@ -141,6 +141,7 @@ public:
         TANDEM_CHECK(scratch <= static_cast<uint64_t>(ub * widest) * sizeof(float),
                      "matmul scratch larger than model::compute_bytes allows");
         scratch_ = take(widest);
+        scratch_floats_ = ub * widest;
         if (hp_.n_expert > 0) carve_experts(take);
         if (with_logits) act_[static_cast<int>(Act::Logits)] = take(hp_.n_vocab);
         TANDEM_CHECK(static_cast<uint64_t>(next - as_floats(block)) * sizeof(float) == bytes,
@@ -203,7 +204,9 @@ public:
         CudaKvCache& c = cache(il);
         select();
         upload_positions(pos);
-        c.store_and_attend(buf(Act::K), buf(Act::V), buf(Act::Q), pos_, pos, seq, op, buf(Act::Attn));
+        // The matmul scratch is free between products: the split partials.
+        c.store_and_attend(buf(Act::K), buf(Act::V), buf(Act::Q), pos_, pos, seq, op, buf(Act::Attn),
+                           static_cast<float*>(scratch_), scratch_floats_);
     }
 
     // The router's few logits read back and routed by the CPU's function
@@ -510,6 +513,7 @@ private:
     int32_t* pos_ = nullptr;
     std::vector<int32_t> shown_pos_;  // what pos_ holds
     void* scratch_ = nullptr;
+    int64_t scratch_floats_ = 0;
     // Experts: the route's host copy, the grouping made from it, and the
     // device room of matmul_experts (carve_experts).
     std::vector<float> router_host_, route_host_;

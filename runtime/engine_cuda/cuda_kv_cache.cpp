@@ -35,7 +35,7 @@ CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std:
 
 void CudaKvCache::store_and_attend(const float* k, const float* v, const float* q, const int32_t* dev_pos,
                                    std::span<const int32_t> pos, std::span<const int32_t> seq, const AttentionOp& op,
-                                   float* out) {
+                                   float* out, float* room, int64_t room_floats) {
     const auto n = static_cast<int64_t>(pos.size());
     // Cells chosen on the host, as LayerKvCache::store chooses them.
     host_cells_.resize(pos.size());
@@ -52,6 +52,8 @@ void CudaKvCache::store_and_attend(const float* k, const float* v, const float* 
     args.window = op.window;
     args.scale = op.scale;
     args.softcap = op.softcap;
+    args.partials = room;
+    args.partial_floats = room_floats;
     const int64_t qd = op.n_head * op.head_dim_k, od = op.n_head * op.head_dim_v;
     // Each sequence attends to its own cells: the device's cell_pos shows
     // the sequence's positions (the other cells at -1) before its tokens

@@ -33,10 +33,12 @@ public:
     // Stores the K and V rows of each token (sequence seq[t], position
     // pos[t]) in the cell KvCells::place chooses, then out = attention of
     // each token's Q over its own sequence's cells. k, v, q, out: device
-    // rows of the micro-batch; dev_pos: pos on the device.
+    // rows of the micro-batch; dev_pos: pos on the device. room: device
+    // floats free during the call (room_floats), where long spans keep
+    // their split partials (kernels::AttentionArgs::partials).
     void store_and_attend(const float* k, const float* v, const float* q, const int32_t* dev_pos,
                           std::span<const int32_t> pos, std::span<const int32_t> seq, const AttentionOp& op,
-                          float* out);
+                          float* out, float* room, int64_t room_floats);
 
     KvCells& cells() { return cells_; }
     const KvCells& cells() const { return cells_; }
