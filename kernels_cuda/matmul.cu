@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     for (int64_t c = 0; c < n_blocks; c += kChunk) {
         const int nb = static_cast<int>(n_blocks - c < kChunk ? n_blocks - c : kChunk);
         if (j < nb) {
-            const WBlock wb = wrow[c + j];
+            const WBlock& wb = wrow[c + j];  // read in place: a copy would sit in local memory
             for (int t = 0; t < kTokens; ++t) {
                 if (t < nt) {
                     const auto* arow = reinterpret_cast<const ABlock*>(act + t * a_row_bytes);
