@@ -369,52 +369,34 @@ struct KTiledOrder {
     TANDEM_HOST_DEVICE static float finish(const float* acc, float) { return acc[0]; }
 };
 
-// The order of weight type W in form F. X-macro users name the weight
-// types through TANDEM_BLOCK_DOT_TYPES.
+// The order of weight type W in form F: one row per type, its single-row
+// order and its batch form's.
 template <Type W, Form F>
 struct OrderOf;
-template <Form F>
-struct OrderOf<Type::Q4_0, F> {
-    using type = Q4_0Order;
-};
-template <Form F>
-struct OrderOf<Type::Q4_1, F> {
-    using type = LegacyLanesOrder<block_q4_1, block_q8_1>;
-};
-template <Form F>
-struct OrderOf<Type::Q5_0, F> {
-    using type = LegacyLanesOrder<block_q5_0, block_q8_0>;
-};
-template <Form F>
-struct OrderOf<Type::Q5_1, F> {
-    using type = LegacyLanesOrder<block_q5_1, block_q8_1>;
-};
-template <Form F>
-struct OrderOf<Type::Q8_0, F> {
-    using type = LegacyLanesOrder<block_q8_0, block_q8_0>;
-};
-template <Form F>
-struct OrderOf<Type::Q2_K, F> {
-    using type = KSpansOrder<KQ2, F == Form::Batch ? 4 : 8>;
-};
-template <Form F>
-struct OrderOf<Type::Q4_K, F> {
-    using type = KSpansOrder<KQ45<false>, F == Form::Batch ? 2 : 8>;
-};
-template <Form F>
-struct OrderOf<Type::Q3_K, F> {
-    using type = std::conditional_t<F == Form::Batch, KTiledOrder<KQ3>, KLanesOrder<KQ3>>;
-};
-template <Form F>
-struct OrderOf<Type::Q5_K, F> {
-    using type = std::conditional_t<F == Form::Batch, KTiledOrder<KQ45<true>>, KLanesOrder<KQ45<true>>>;
-};
-template <Form F>
-struct OrderOf<Type::Q6_K, F> {
-    using type = std::conditional_t<F == Form::Batch, KTiledOrder<KQ6>, KLanesOrder<KQ6>>;
-};
-
-#define TANDEM_BLOCK_DOT_TYPES(X) X(Q4_0) X(Q4_1) X(Q5_0) X(Q5_1) X(Q8_0) X(Q2_K) X(Q3_K) X(Q4_K) X(Q5_K) X(Q6_K)
+#define TANDEM_ORDER_OF(T, SingleO, BatchO)                                  \
+    template <Form F>                                                       \
+    struct OrderOf<Type::T, F> {                                            \
+        using type = std::conditional_t<F == Form::Batch, BatchO, SingleO>; \
+    };
+using Q4_1Order = LegacyLanesOrder<block_q4_1, block_q8_1>;
+using Q5_0Order = LegacyLanesOrder<block_q5_0, block_q8_0>;
+using Q5_1Order = LegacyLanesOrder<block_q5_1, block_q8_1>;
+using Q8_0Order = LegacyLanesOrder<block_q8_0, block_q8_0>;
+using Q2_KSpans8 = KSpansOrder<KQ2, 8>;
+using Q2_KSpans4 = KSpansOrder<KQ2, 4>;
+using Q4_KSpans8 = KSpansOrder<KQ45<false>, 8>;
+using Q4_KSpans2 = KSpansOrder<KQ45<false>, 2>;
+TANDEM_ORDER_OF(Q4_0, Q4_0Order, Q4_0Order)
+TANDEM_ORDER_OF(Q4_1, Q4_1Order, Q4_1Order)
+TANDEM_ORDER_OF(Q5_0, Q5_0Order, Q5_0Order)
+TANDEM_ORDER_OF(Q5_1, Q5_1Order, Q5_1Order)
+TANDEM_ORDER_OF(Q8_0, Q8_0Order, Q8_0Order)
+TANDEM_ORDER_OF(Q2_K, Q2_KSpans8, Q2_KSpans4)
+TANDEM_ORDER_OF(Q4_K, Q4_KSpans8, Q4_KSpans2)
+TANDEM_ORDER_OF(Q3_K, KLanesOrder<KQ3>, KTiledOrder<KQ3>)
+TANDEM_ORDER_OF(Q5_K, KLanesOrder<KQ45<true>>, KTiledOrder<KQ45<true>>)
+TANDEM_ORDER_OF(Q6_K, KLanesOrder<KQ6>, KTiledOrder<KQ6>)
+#undef TANDEM_ORDER_OF
 
 // One row's dot product in order O, as one thread runs it (the CPU's
 // scalar reference); n a multiple of O::kElems.
