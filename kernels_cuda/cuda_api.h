@@ -52,7 +52,7 @@ void dequantize_row_on_device(int device, quant::Type type, const void* host_src
 // of cuda_kernels.h; every function throws tandem::Error on a CUDA failure.
 // w: n_rows rows of n_cols in w_type; x: n_tokens rows of n_cols; y: n_tokens
 // rows of n_rows. Matmuls go through the backend's dispatch (device_matmul.h):
-// the element kernel for few tokens, a dequantized tile and cuBLAS for many.
+// the block-sum kernels, and for float weights in batches a tile and cuBLAS.
 // single_token_order: DeviceMatmul::set_single_token_order.
 void matmul_on_device(int device, quant::Type w_type, const void* host_w, int64_t n_rows, int64_t n_cols,
                       const float* host_x, int64_t n_tokens, float* host_y, bool single_token_order = false);

@@ -1,17 +1,14 @@
 // Every weight product on a GPU goes through here, which picks the kernel
-// (uses_cublas): quantized weights always take the element kernel of
-// matmul.cu over activations quantized as the CPU quantizes them (decode
-// reads each weight once per four tokens); float weights (F32, F16, BF16)
-// take it below kCublasMinTokens and from there on are read into a fixed
-// fp32 tile and multiplied by a cuBLAS fp32 GEMM. Quantized batches left
-// cuBLAS when the emulator ran the real kernels: a float GEMM over
-// dequantized tiles moved synth-qwen3's logits to KL 1.3e-3 to 1.8e-3
-// against the CPU (the bound is 1e-3), where the element kernel stays
-// within it (issue 46 replaces both with integer block sums). The GEMM's
-// activations are the partner type's values read back as floats
-// (math::act_roundtrip), without TF32, whose 10-bit operands alone move
-// the tiny models' logits past the bound. fp32 tiles, not fp16:
-// activations of Gemma-like models exceed fp16's range.
+// (uses_cublas): quantized weights always take matmul.cu's block-sum
+// kernels (the CPU's integer block sums in its float order, so its bits;
+// decode reads each weight once per eight tokens); float weights (F32,
+// F16, BF16) take them below kCublasMinTokens and from there on are read
+// into a fixed fp32 tile and multiplied by a cuBLAS fp32 GEMM (within
+// rounding of the CPU, not its bits). The GEMM's activations are the
+// partner type's values read back as floats (math::act_roundtrip), without
+// TF32, whose 10-bit operands alone move the tiny models' logits past the
+// bound. fp32 tiles, not fp16: activations of Gemma-like models exceed
+// fp16's range.
 // Internal to kernels_cuda (no CUDA type in this header).
 #pragma once
 

@@ -325,8 +325,8 @@ TEST(CudaElementwise, AddRowsAndCopyColsMatchCpu) {
 // gathered, each expert's slice through the matmul dispatch, put back or
 // summed over slots) against the CPU device's definition: each (token,
 // slot) row times its expert's slice, then w_0 * y_0 + w_1 * y_1 + ... in
-// slot order. Few tokens take the element kernel; 48 tokens over 4
-// experts give each expert a batch for the cuBLAS path.
+// slot order, bit for bit. Few tokens take the single-row orders; 48
+// tokens over 4 experts give each expert a batch (the batch forms).
 TEST(CudaExperts, MatmulExpertsMatchCpu) {
     TANDEM_REQUIRE_GPU(dev);
     constexpr int64_t kExperts = 4, kUsed = 2, kRows = 96, kCols = 256;
