@@ -187,11 +187,13 @@ struct LegacyLanesOrder {
 // multiple of 4; the four share one 16-element group), scale(b, g) the
 // signed scale of group g, coef(b, g) the coefficient of the activation's
 // group sum bsums[g] (the minimum for Q2_K/Q4_K/Q5_K, offset * scale for
-// Q3_K/Q6_K), and kOffset, subtracted from each code inside the lanes
-// (Q3_K, llama.cpp's order) or not at all.
+// Q3_K/Q6_K), kOffset, subtracted from each code inside the lanes (Q3_K,
+// llama.cpp's order) or not at all, and kHasMin: whether coef is a
+// minimum, subtracted with dmin.
 struct KQ2 {
     using Block = block_q2_K;
     static constexpr int kOffset = 0;
+    static constexpr bool kHasMin = true;
     TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
         const element::KLowBitIndex ix = element::k_low_bit_index(k);
         return (load4(b.qs + ix.byte) >> ix.shift) & 0x03030303u;
@@ -203,6 +205,7 @@ struct KQ2 {
 struct KQ3 {
     using Block = block_q3_K;
     static constexpr int kOffset = 4;
+    static constexpr bool kHasMin = false;
     TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
         const element::KLowBitIndex ix = element::k_low_bit_index(k);
         const uint32_t low = (load4(b.qs + ix.byte) >> ix.shift) & 0x03030303u;
@@ -217,6 +220,7 @@ template <bool kFive>
 struct KQ45 {
     using Block = std::conditional_t<kFive, block_q5_K, block_q4_K>;
     static constexpr int kOffset = 0;
+    static constexpr bool kHasMin = true;
     TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
         const int sb = k / 32, e = k % 32;
         uint32_t q = (load4(b.qs + 32 * (sb / 2) + e) >> (4 * (sb % 2))) & 0x0F0F0F0Fu;
@@ -238,6 +242,7 @@ struct KQ45 {
 struct KQ6 {
     using Block = block_q6_K;
     static constexpr int kOffset = 0;
+    static constexpr bool kHasMin = false;
     TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
         const int half = k / 128, r = k % 128, quarter = r / 32, e = r % 32;
         const uint32_t low = (load4(b.ql + half * 64 + e + (quarter & 1) * 32) >> (4 * (quarter / 2))) & 0x0F0F0F0Fu;
@@ -277,7 +282,7 @@ struct KLanesOrder {
     using ABlock = block_q8_K;
     static constexpr int kElems = kQK_K;
     static constexpr int kLanes = 8;
-    static constexpr bool kMinScalar = K::kOffset == 0 && !std::is_same_v<K, KQ6>;
+    static constexpr bool kMinScalar = K::kHasMin;
     struct Part {
         int lane[8];
         int coef;  // kMinScalar: the whole block's minimum term
@@ -347,7 +352,7 @@ struct KTiledOrder {
     using ABlock = block_q8_K;
     static constexpr int kElems = kQK_K;
     static constexpr int kLanes = 1;
-    static constexpr bool kMin = K::kOffset == 0 && !std::is_same_v<K, KQ6>;
+    static constexpr bool kMin = K::kHasMin;
     struct Part {
         int code, coef;
         float dw, dmin, da;
