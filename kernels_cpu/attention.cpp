@@ -14,6 +14,7 @@
 #include "kernels_cpu/f16_accumulate.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
+#include "runtime/quant/dot_order.h"
 #include "runtime/quant/fp16.h"
 
 namespace tandem::cpu {
@@ -29,42 +30,13 @@ void f16_mad_scalar(uint16_t* y, const uint16_t* x, float s, int64_t n) {
     }
 }
 
-// The 16-lane reduction order of GCC's _mm512_reduce_add_ps: halves of
-// 8, then 4, then pairs (0+2, 1+3), then the last two.
-float reduce16_ggml(const float* lanes) {
-    float t8[8], t4[4];
-    for (int i = 0; i < 8; ++i) t8[i] = lanes[i + 8] + lanes[i];
-    for (int i = 0; i < 4; ++i) t4[i] = t8[i + 4] + t8[i];
-    const float a = t4[0] + t4[2];
-    const float b = t4[1] + t4[3];
-    return a + b;
-}
+// ggml's F16 dot order, written once for both devices (dot_order.h).
+float reduce16_ggml(const float* lanes) { return quant::dot::ggml16_reduce(lanes); }
 
 float f16_dot_ggml_scalar(const uint16_t* x, const uint16_t* y, int64_t n) {
-    constexpr int64_t kStep = 64, kLanes = 16;
-    const int64_t np = n - n % kStep;
-    double sum = 0.0;
-    if (np > 0) {
-        float acc[4][kLanes] = {};
-        for (int64_t i = 0; i < np; i += kStep) {
-            for (int j = 0; j < 4; ++j) {
-                for (int l = 0; l < kLanes; ++l) {
-                    const int64_t k = i + j * kLanes + l;
-                    acc[j][l] = std::fma(quant::fp16_to_fp32(x[k]), quant::fp16_to_fp32(y[k]), acc[j][l]);
-                }
-            }
-        }
-        for (int l = 0; l < kLanes; ++l) {
-            acc[0][l] += acc[2][l];
-            acc[1][l] += acc[3][l];
-        }
-        for (int l = 0; l < kLanes; ++l) acc[0][l] += acc[1][l];
-        sum = reduce16_ggml(acc[0]);
-    }
-    for (int64_t k = np; k < n; ++k) {
-        sum += static_cast<double>(quant::fp16_to_fp32(x[k]) * quant::fp16_to_fp32(y[k]));
-    }
-    return static_cast<float>(sum);
+    float lanes[16];
+    for (int l = 0; l < 16; ++l) lanes[l] = quant::dot::ggml16_lane(x, y, n, l);
+    return quant::dot::ggml16_finish(x, y, n, lanes);
 }
 
 int64_t shared_heads_per_task(int64_t gqa, int64_t n_groups, int n_threads) {

@@ -38,8 +38,6 @@ __attribute__((constructor)) void stop_openblas_workers() {
 namespace tandem::cpu::detail {
 namespace {
 
-bool float_weights(quant::Type t) { return t == quant::Type::F32 || t == quant::Type::F16 || t == quant::Type::BF16; }
-
 #if defined(TANDEM_HAVE_BLAS)
 // f32 bytes of one widened tile (per thread). Each sgemm call packs the
 // whole batch of activations again, so tiles must be large: on a 2-core
@@ -82,12 +80,12 @@ int blas_threads() {
 int64_t blas_min_tokens(quant::Type w_type) { return w_type == quant::Type::F32 ? 64 : 256; }
 
 bool blas_wanted(quant::Type w_type, int64_t n_tokens) {
-    return blas_available() && float_weights(w_type) && n_tokens >= blas_min_tokens(w_type);
+    return blas_available() && quant::is_float_weight(w_type) && n_tokens >= blas_min_tokens(w_type);
 }
 
 void blas_matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
                  ThreadPool& pool, SimdLevel level) {
-    TANDEM_CHECK(float_weights(w.type), "blas_matmul: only F32, F16 and BF16 weights");
+    TANDEM_CHECK(quant::is_float_weight(w.type), "blas_matmul: only F32, F16 and BF16 weights");
     TANDEM_CHECK(n_tokens >= 0 && w.n_rows >= 0 && w.n_cols > 0, "blas_matmul: bad size");
     TANDEM_CHECK(ldx >= w.n_cols && ldy >= w.n_rows, "blas_matmul: ldx/ldy shorter than a row");
     TANDEM_CHECK(w.row_stride_bytes >= *quant::row_bytes(w.type, w.n_cols), "blas_matmul: weight row stride shorter than a row");

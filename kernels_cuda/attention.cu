@@ -69,58 +69,34 @@ __global__ void kv_clear_kernel(int32_t* cell_pos, int64_t n) {
     if (i < n) cell_pos[i] = -1;
 }
 
-// Q.K of an F16 cache in the CPU's order (kernels_cpu/attention.cpp,
-// f16_dot_ggml: ggml's): 64 fma chains over steps of 64 elements, chain
-// (j, l) taking elements i + 16 j + l, held four to a lane by lanes 0-15;
-// the chains added as acc0 + acc2, acc1 + acc3, then those two; the 16
-// lanes reduced as GCC's _mm512_reduce_add_ps (halves of 8, 4, then 0+2,
-// 1+3, then the two); the last n % 64 elements added in double by lane 0.
-// q: the query rounded to fp16, as floats. Every lane gets the score.
+// Q.K of an F16 cache in the CPU's order (dot::ggml16_*, which the CPU's
+// f16_dot_ggml runs): lanes 0-15 each run one lane's four chains, then
+// every lane reduces the sixteen in the CPU's order. q: the query rounded
+// to fp16, as floats. Every lane gets the score.
 __device__ __forceinline__ float f16_qk(const float* q, const uint16_t* kh, int64_t n, int lane) {
-    constexpr int64_t kStep = 64;
-    const int64_t np = n - n % kStep;
-    float v = 0.0f;
-    if (lane < 16) {
-        float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int64_t i = 0; i < np; i += kStep) {
-            for (int j = 0; j < 4; ++j) {
-                const int64_t k = i + 16 * j + lane;
-                a[j] = quant::dot::fma_f(q[k], el::half_to_float(kh[k]), a[j]);
-            }
-        }
-        a[0] += a[2];
-        a[1] += a[3];
-        v = a[0] + a[1];
-    }
-    v = __shfl_down_sync(0xffffffffu, v, 8) + v;
-    v = __shfl_down_sync(0xffffffffu, v, 4) + v;
-    v = v + __shfl_down_sync(0xffffffffu, v, 2);
-    v = v + __shfl_down_sync(0xffffffffu, v, 1);
-    float s = 0.0f;
-    if (lane == 0) {
-        double sum = np > 0 ? static_cast<double>(v) : 0.0;
-        for (int64_t k = np; k < n; ++k) sum += static_cast<double>(quant::dot::mul_rn(q[k], el::half_to_float(kh[k])));
-        s = static_cast<float>(sum);
-    }
-    return __shfl_sync(0xffffffffu, s, 0);
+    __shared__ float lanes[16];
+    if (lane < 16) lanes[lane] = quant::dot::ggml16_lane(q, kh, n, lane);
+    __syncwarp();
+    const float s = quant::dot::ggml16_finish(q, kh, n, lanes);
+    __syncwarp();  // read before the next cell writes
+    return s;
 }
 
 // Q.K of a Q8_0 cache in the CPU's order (the Q8_0 x Q8_0 dot product,
-// dot::LegacyLanesOrder): lane l < 8 runs float lane l, elements 4l..4l+3
-// of each block, over the blocks; the lanes summed as tree8.
+// dot::Q8_0Order): lane l < 8 steps float lane l over the blocks, then
+// every lane finishes the eight as the CPU does.
 __device__ __forceinline__ float q8_0_qk(const quant::block_q8_0* q, const quant::block_q8_0* kh, int nk, int lane) {
-    float acc = 0.0f;
+    using O = quant::dot::Q8_0Order;
+    __shared__ float lanes[8];
     if (lane < 8) {
-        for (int j = 0; j < nk; ++j) {
-            const int isum = quant::dot::dot4(quant::dot::load4(kh[j].qs + 4 * lane), quant::dot::load4(q[j].qs + 4 * lane), 0);
-            const float d = el::half_to_float(kh[j].d) * el::half_to_float(q[j].d);
-            acc = quant::dot::fma_f(d, static_cast<float>(isum), acc);
-        }
+        float acc = 0.0f;
+        for (int j = 0; j < nk; ++j) O::step_lane(acc, O::scale(kh[j], q[j]), O::lane(kh[j], q[j], lane));
+        lanes[lane] = acc;
     }
-    float v = acc + __shfl_down_sync(0xffffffffu, acc, 4);   // lanes 0-3: 0+4, 1+5, 2+6, 3+7
-    v = v + __shfl_down_sync(0xffffffffu, v, 2);             // lane 0: (0+4)+(2+6); lane 1: (1+5)+(3+7)
-    v = v + __shfl_down_sync(0xffffffffu, v, 1);
-    return __shfl_sync(0xffffffffu, v + 0.0f, 0);
+    __syncwarp();
+    const float s = O::finish(lanes, 0.0f);
+    __syncwarp();  // read before the next cell writes
+    return s;
 }
 
 __device__ __forceinline__ bool visible(int32_t kp, int32_t p, int64_t window) {

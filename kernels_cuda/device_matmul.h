@@ -22,7 +22,7 @@ namespace tandem::cuda {
 inline constexpr int64_t kCublasMinTokens = 16;
 // Whether a product of n_tokens rows takes the cuBLAS path.
 constexpr bool uses_cublas(quant::Type w, int64_t n_tokens) {
-    return n_tokens >= kCublasMinTokens && (w == quant::Type::F32 || w == quant::Type::F16 || w == quant::Type::BF16);
+    return n_tokens >= kCublasMinTokens && quant::is_float_weight(w);
 }
 // The cuBLAS path's two choices.
 inline constexpr bool kBatchRoundTripsActivations = true;  // x -> partner type -> floats

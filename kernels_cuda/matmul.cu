@@ -133,15 +133,12 @@ __global__ void __launch_bounds__(32 * kWarps)
     const T* x = reinterpret_cast<const T*>(static_cast<const char*>(w) + row * w_row_bytes);
     const char* act = static_cast<const char*>(a) + t0 * a_row_bytes;
     float acc[kTokens] = {};
-    int64_t i = 0;
-    auto step = [&](int64_t e) {
+    dot::for_lane_elements(n_cols, l, [&](int64_t e) {
         const float wv = dot::widen(x[e]);
         for (int t = 0; t < kTokens; ++t) {
             if (t < nt) acc[t] = dot::fma_f(wv, dot::widen(reinterpret_cast<const T*>(act + t * a_row_bytes)[e]), acc[t]);
         }
-    };
-    for (; i + 16 <= n_cols; i += 16) step(i + l);
-    if (l < 8 && i + 8 <= n_cols) step(i + l);
+    });
     for (int t = 0; t < kTokens; ++t) lanes[warp][r][t][l] = acc[t];
     __syncwarp();
     if (l != 0 || row0 + r >= n_rows) return;
@@ -196,7 +193,7 @@ void launch_pair(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_
     constexpr quant::Type A = quant::dot_type(W);
     launch_quantize<A>(x, ldx, n_cols, n_tokens, scratch, stream);
     const uint64_t a_row_bytes = *quant::row_bytes(A, n_cols);
-    if constexpr (W == quant::Type::F32 || W == quant::Type::F16 || W == quant::Type::BF16) {
+    if constexpr (quant::is_float_weight(W)) {
         using T = std::conditional_t<W == quant::Type::F32, float,
                                      std::conditional_t<W == quant::Type::F16, quant::fp16_bits, dot::Bf16>>;
         float_dot_kernel<T><<<grid_for(n_rows, kFloatRows, n_tokens), dim3(32, kWarps), 0, stream>>>(

@@ -2,8 +2,9 @@
 // order that combines them, written once for the host and the device. The
 // CPU's scalar reference (kernels_cpu/vec_dot_scalar.cpp) is these
 // functions run in a loop, every SIMD kernel is tested bit for bit against
-// that reference, and the CUDA kernels (kernels_cuda/block_dot.cu) run the
-// same functions spread over a warp: so a GPU product gives the CPU's bits.
+// that reference, and the CUDA kernels (block_dot_kernel in
+// kernels_cuda/matmul.cu) run the same functions spread over a warp: so a
+// GPU product gives the CPU's bits.
 //
 // The math, per weight row w and activation row a (the weight type's
 // partner: Q8_0, Q8_1 or Q8_K), over the row's blocks i in order:
@@ -18,8 +19,7 @@
 // lane is a chain of its own, so lanes (and rows, and tokens) run in
 // parallel while each chain runs its blocks in order.
 //
-// The orders are llama.cpp's CPU backend's on x86 (vec_dot_scalar.cpp
-// names them): Q4_0 one total per block; the other 32-element formats
+// The orders are llama.cpp's CPU backend's on x86: Q4_0 one total per block; the other 32-element formats
 // eight lanes of four consecutive elements; Q3_K/Q5_K/Q6_K eight lanes of
 // elements 4l..4l+3 of each 32-element chunk; Q2_K/Q4_K spans of whole
 // chunks. A batch (Form::Batch, see cpu BatchForm) multiplies some K types
@@ -157,24 +157,35 @@ struct LegacyLanesOrder {
     using ABlock = A;
     static constexpr int kElems = 32;
     static constexpr int kLanes = 8;
-    static constexpr bool kMin = sizeof(A) == sizeof(block_q8_1);
+    static constexpr bool kMin = std::is_same_v<A, block_q8_1>;
     struct Part {
         int lane[8];
         float d;
         float m;  // weight minimum (kMin)
         float s;  // activation block's fp16 sum (kMin)
     };
+    // Lane l's integer, the block's scale, and lane l's step (attention's
+    // Q8_0 cache runs these one lane a thread).
+    TANDEM_HOST_DEVICE static int lane(const WBlock& w, const ABlock& a, int l) {
+        return dot4(codes4(w, l), load4(a.qs + 4 * l), 0);
+    }
+    TANDEM_HOST_DEVICE static float scale(const WBlock& w, const ABlock& a) {
+        return element::half_to_float(w.d) * element::half_to_float(a.d);
+    }
+    TANDEM_HOST_DEVICE static void step_lane(float& acc, float d, int lane_sum) {
+        acc = fma_f(d, static_cast<float>(lane_sum), acc);
+    }
     TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
         Part p;
-        for (int l = 0; l < 8; ++l) p.lane[l] = dot4(codes4(w, l), load4(a.qs + 4 * l), 0);
-        p.d = element::half_to_float(w.d) * element::half_to_float(a.d);
+        for (int l = 0; l < 8; ++l) p.lane[l] = lane(w, a, l);
+        p.d = scale(w, a);
         p.m = min_of(w);
         p.s = 0.0f;
         if constexpr (kMin) p.s = element::half_to_float(a.s);
         return p;
     }
     TANDEM_HOST_DEVICE static void step(float& acc, float& acc2, const Part& p, int l) {
-        acc = fma_f(p.d, static_cast<float>(p.lane[l]), acc);
+        step_lane(acc, p.d, p.lane[l]);
         if constexpr (kMin) {
             if (l == 0) acc2 = fma_f(p.m, p.s, acc2);
         }
@@ -254,15 +265,17 @@ struct KQ6 {
     TANDEM_HOST_DEVICE static float dmin(const Block&) { return 0.0f; }
 };
 
-// sum over k in [k0, k1) step 4 of scale * (code - kOffset) * y, by fours.
-template <class K>
+// scale * (code - kOffset) * y over elements k..k+3, and over [k0, k1) by
+// fours; kInline false: the unsigned codes (the tiled order takes the
+// offset through the bsums instead).
+template <class K, bool kInline = true>
 TANDEM_HOST_DEVICE int k_code_sum4(const typename K::Block& b, const block_q8_K& a, int k) {
-    return K::scale(b, k / 16) * dot4(sub4(K::codes4(b, k), K::kOffset), load4(a.qs + k), 0);
+    return K::scale(b, k / 16) * dot4(sub4(K::codes4(b, k), kInline ? K::kOffset : 0), load4(a.qs + k), 0);
 }
-template <class K>
+template <class K, bool kInline = true>
 TANDEM_HOST_DEVICE int k_code_sum(const typename K::Block& b, const block_q8_K& a, int k0, int k1) {
     int s = 0;
-    for (int k = k0; k < k1; k += 4) s += k_code_sum4<K>(b, a, k);
+    for (int k = k0; k < k1; k += 4) s += k_code_sum4<K, kInline>(b, a, k);
     return s;
 }
 template <class K>
@@ -358,9 +371,8 @@ struct KTiledOrder {
         float dw, dmin, da;
     };
     TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
-        int code = 0;
-        for (int k = 0; k < kQK_K; k += 4) code += K::scale(w, k / 16) * dot4(K::codes4(w, k), load4(a.qs + k), 0);
-        return {code, k_coef_sum<K>(w, a, 0, kQK_K), element::half_to_float(w.d), K::dmin(w), a.d};
+        return {k_code_sum<K, false>(w, a, 0, kQK_K), k_coef_sum<K>(w, a, 0, kQK_K), element::half_to_float(w.d),
+                K::dmin(w), a.d};
     }
     TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) {
         float v = 0.0f;
@@ -448,16 +460,46 @@ template <>
 TANDEM_HOST_DEVICE float widen<Bf16>(Bf16 v) {
     return element::bf16_to_float(v.bits);
 }
-// Lane l (< 16) of the row: its chain over the 16-element steps (and the
-// last 8-element step for l < 8).
-template <class T>
-TANDEM_HOST_DEVICE float float_lane(int64_t n, const T* x, const T* y, int l) {
-    float acc = 0.0f;
+// The elements of lane l (< 16), in its chain's order: one per 16-element
+// step, then the last 8-element step's for l < 8; step(e) is called for
+// each (the CUDA kernel steps several tokens at once).
+template <class Step>
+TANDEM_HOST_DEVICE void for_lane_elements(int64_t n, int l, Step&& step) {
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) acc = fma_f(widen(x[i + l]), widen(y[i + l]), acc);
-    if (l < 8 && i + 8 <= n) acc = fma_f(widen(x[i + l]), widen(y[i + l]), acc);
-    return acc;
+    for (; i + 16 <= n; i += 16) step(i + l);
+    if (l < 8 && i + 8 <= n) step(i + l);
 }
+// ---- ggml's F16 dot (attention's Q.K over an F16 cache) ----------------------------------
+// 64 fma chains over steps of 64 elements, chain (j, l) taking elements
+// i + 16 j + l, held four to a lane l < 16 and combined as (0+2) + (1+3);
+// the 16 lanes reduced as GCC's _mm512_reduce_add_ps (halves of 8, then 4,
+// then 0+2 and 1+3, then the two); the last n % 64 elements added in
+// double, each a rounded product. x, y: float or fp16 bits.
+template <class X, class Y>
+TANDEM_HOST_DEVICE float ggml16_lane(const X* x, const Y* y, int64_t n, int l) {
+    const int64_t np = n - n % 64;
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < np; i += 64) {
+        for (int j = 0; j < 4; ++j) a[j] = fma_f(widen(x[i + 16 * j + l]), widen(y[i + 16 * j + l]), a[j]);
+    }
+    a[0] += a[2];
+    a[1] += a[3];
+    return a[0] + a[1];
+}
+TANDEM_HOST_DEVICE float ggml16_reduce(const float* lanes) {
+    float t8[8], t4[4];
+    for (int i = 0; i < 8; ++i) t8[i] = lanes[i + 8] + lanes[i];
+    for (int i = 0; i < 4; ++i) t4[i] = t8[i + 4] + t8[i];
+    return (t4[0] + t4[2]) + (t4[1] + t4[3]);
+}
+template <class X, class Y>
+TANDEM_HOST_DEVICE float ggml16_finish(const X* x, const Y* y, int64_t n, const float* lanes) {
+    const int64_t np = n - n % 64;
+    double sum = np > 0 ? static_cast<double>(ggml16_reduce(lanes)) : 0.0;
+    for (int64_t k = np; k < n; ++k) sum += static_cast<double>(mul_rn(widen(x[k]), widen(y[k])));
+    return static_cast<float>(sum);
+}
+
 template <class T>
 TANDEM_HOST_DEVICE float float_finish(int64_t n, const T* x, const T* y, const float* lanes) {
     float v[8];
@@ -471,7 +513,11 @@ TANDEM_HOST_DEVICE float float_dot(int64_t n, const void* w, const void* a) {
     const auto* x = static_cast<const T*>(w);
     const auto* y = static_cast<const T*>(a);
     float lanes[16];
-    for (int l = 0; l < 16; ++l) lanes[l] = float_lane(n, x, y, l);
+    for (int l = 0; l < 16; ++l) {
+        float acc = 0.0f;
+        for_lane_elements(n, l, [&](int64_t e) { acc = fma_f(widen(x[e]), widen(y[e]), acc); });
+        lanes[l] = acc;
+    }
     return float_finish(n, x, y, lanes);
 }
 

@@ -52,6 +52,9 @@ struct TypeTraits {
 // Q8_1 for Q4_1 and Q5_1, Q8_K for the K-quants, t itself for the float
 // types and the activation types. The one place this pairing is written:
 // the CPU kernel table and the CUDA kernels (at compile time) read it.
+// The float weight types (multiplied as they are, or by a BLAS).
+constexpr bool is_float_weight(Type t) { return t == Type::F32 || t == Type::F16 || t == Type::BF16; }
+
 constexpr Type dot_type(Type t) {
     switch (t) {
         case Type::Q4_0:
