@@ -17,18 +17,18 @@ namespace tandem::cuda {
 
 class DeviceAlloc {
 public:
+    // Reserves `bytes` (the planner's figure) and allocates them; 0 bytes
+    // allocates nothing (get() is null).
     DeviceAlloc(MemoryLedger& ledger, MemoryCategory c, uint64_t bytes, const std::string& what)
-        : DeviceAlloc(ledger, c, bytes, bytes, what) {}
-    // Reserves `reserved` (the planner's figure) and allocates `allocated`.
-    DeviceAlloc(MemoryLedger& ledger, MemoryCategory c, uint64_t reserved, uint64_t allocated, const std::string& what)
-        : reservation_(ledger, c, reserved, what) {
-        const cudaError_t err = cudaMalloc(&ptr_, allocated == 0 ? 1 : allocated);
+        : reservation_(ledger, c, bytes, what) {
+        if (bytes == 0) return;
+        const cudaError_t err = cudaMalloc(&ptr_, bytes);
         if (err == cudaErrorMemoryAllocation) {
             (void)cudaGetLastError();
             size_t free_b = 0, total_b = 0;
             (void)cudaMemGetInfo(&free_b, &total_b);
             throw OutOfDeviceMemory(fmt::format("{}: cannot allocate {}: {} asked, {} available on the device",
-                                                ledger.device(), what, format_bytes(allocated),
+                                                ledger.device(), what, format_bytes(bytes),
                                                 format_bytes(free_b)));
         }
         TANDEM_CUDA_CHECK(err);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
+#include "runtime/model/device_layout.h"
 #include "runtime/quant/quant_types.h"
 
 namespace tandem::planner::detail {
@@ -345,7 +346,8 @@ Mode mode_of(const model::ModelSpec& spec, const Tables& t, const Placement& p) 
 // the host to stream, and in any case the GEMM tile its batched products
 // dequantize into. The host holds the embeddings (the lookup runs there),
 // its RoPE factors, the rest, and the head when it stays (a tied head is
-// the embedding itself, counted once).
+// the embedding itself, counted once), and for an accelerator in use its
+// pinned upload buffers.
 Footprint footprint(const model::ModelSpec& spec, const Tables& t, const Layout& l, bool want_stream) {
     const Share dev = layout_share(t, l, kAccelDevice);
     const Share host = layout_share(t, l, kHostDevice);
@@ -360,6 +362,7 @@ Footprint footprint(const model::ModelSpec& spec, const Tables& t, const Layout&
         f.vram.kv = dev.kv;
         f.vram.compute = (holds ? model::compute_bytes(spec, t.n_ubatch, l.head == kAccelDevice) : 0) +
                          f.stream_bytes + t.gemm_tile;
+        f.ram.staging = model::kAcceleratorStagingBytes;
     }
     f.ram.weights = t.host_fixed + host.weights + (l.norm == kHostDevice ? t.norm_bytes : 0) +
                     (l.head == kHostDevice && !t.tied ? t.head_bytes : 0);

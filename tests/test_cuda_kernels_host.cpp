@@ -1,5 +1,5 @@
 // The CUDA kernels' own arithmetic run on the host (matmul_math.h,
-// op_math.h, cuda_kv_layout.h) against the CPU kernels, for what a reading
+// op_math.h, model/device_layout.h) against the CPU kernels, for what a reading
 // of the never-run CUDA path found: the cuBLAS path's activations, the Q8_0
 // KV cache's quantizer, the cache arrays' alignment, SwiGLU by rows. (The
 // products' arithmetic is the CPU's own, dot_order.h: the emulated
@@ -21,7 +21,7 @@
 #include "kernels_cuda/matmul_math.h"
 #include "kernels_cuda/matmul_types.h"
 #include "kernels_cuda/op_math.h"
-#include "runtime/engine_cuda/cuda_kv_layout.h"
+#include "runtime/model/device_layout.h"
 #include "runtime/quant/quant_types.h"
 #include "tests/test_cuda_inputs.h"
 
@@ -120,7 +120,8 @@ TEST(CudaKernelsHost, KvCacheArraysAreAlignedAndDisjoint) {
                 kv.k_dim = dim;
                 kv.v_dim = dim + (q8 ? 32 : 2);
                 kv.n_cells = cells;
-                const auto l = tandem::cuda::kv_layout(kv, 17);
+                const auto l = tandem::model::kv_layout(static_cast<uint64_t>(kv.k_row_bytes()),
+                                                        static_cast<uint64_t>(kv.v_row_bytes()), cells, 17);
                 for (const uint64_t off : {l.k, l.v, l.cell_pos, l.token_cells}) EXPECT_EQ(off % 256, 0u) << off;
                 EXPECT_GE(l.v, l.k + static_cast<uint64_t>(cells * kv.k_row_bytes()));
                 EXPECT_GE(l.cell_pos, l.v + static_cast<uint64_t>(cells * kv.v_row_bytes()));

@@ -214,6 +214,7 @@ size_t capacity(int device);
 // Bytes allocated on `device` now, and at most since the process started.
 size_t used_bytes(int device);
 size_t peak_bytes(int device);
+void reset_peak(int device);  // the peak starts again from the bytes held now
 // Calls so far that make the host wait for the device, or copy through
 // pageable host memory (which CUDA stages or waits for): cudaMemcpy,
 // cudaMemcpyAsync with a pageable side, cudaDeviceSynchronize,

@@ -267,6 +267,12 @@ size_t peak_bytes(int device) {
     return st().peak.at(static_cast<size_t>(device));
 }
 
+void reset_peak(int device) {
+    std::lock_guard<std::mutex> g(st().m);
+    const auto d = static_cast<size_t>(device);
+    st().peak.at(d) = st().used.at(d);
+}
+
 
 std::string last_error_message() {
     std::lock_guard<std::mutex> g(st().m);

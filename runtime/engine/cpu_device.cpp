@@ -18,6 +18,7 @@
 #include "runtime/engine/host_weight_arena.h"
 #include "runtime/common/error.h"
 #include "runtime/engine/kv_cache.h"
+#include "runtime/model/device_layout.h"
 
 namespace tandem {
 namespace {
@@ -97,11 +98,19 @@ struct CpuDevice::Impl {
     std::vector<cpu::MatmulTarget> decode_targets;  // and their products
     std::unique_ptr<StandInStream> stream;
     bool gemm_tile_reserved = false;
+    LedgerReservation host_staging;  // the stand-in's: as a GPU's pinned upload buffers
 
     Impl(std::string name, bool accel, std::optional<uint64_t> capacity, const gguf::File& f,
          const model::ModelSpec& s, const DeviceConfig& c, cpu::ThreadPool& p, cpu::SimdLevel l)
         : ledger(std::move(name), capacity), accelerator(accel), file(f), spec(s), hp(s.hp), config(c), pool(p),
           level(l) {
+        // An accelerator keeps pinned upload buffers in the host's RAM
+        // (model::kAcceleratorStagingBytes); the stand-in reserves them as a
+        // GPU does, so that the host's ledger is the one a GPU leaves.
+        if (accelerator && config.host_ledger) {
+            host_staging = LedgerReservation(*config.host_ledger, MemoryCategory::Staging,
+                                             model::kAcceleratorStagingBytes, "pinned upload buffers");
+        }
         // RoPE factors (a few hundred floats) are read by every layer; each
         // device keeps its own.
         if (const gguf::TensorInfo* t = spec.get(GlobalTensor::RopeFreqs)) rope_freqs = floats(*t);
@@ -240,7 +249,7 @@ void CpuDevice::load_vector(const gguf::TensorInfo& t) {
 void CpuDevice::load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) {
     const auto& hp = impl_->hp;
     const quant::Type type = model::cache_quant_type(impl_->config.cache_type);
-    const uint64_t bytes = model::kv_bytes_for_cells(impl_->spec, n_cells, impl_->config.cache_type);
+    const uint64_t bytes = model::kv_bytes_for_cells(impl_->spec, n_cells, impl_->config.n_ubatch, impl_->config.cache_type);
     impl_->reserve(MemoryCategory::KvCache, bytes, fmt::format("the KV cache of layer {}", il));
     // fp16 rows through the SIMD conversion, whose bytes are the
     // reference's (Matmul's activation quantizer test); other cache types

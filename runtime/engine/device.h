@@ -118,6 +118,10 @@ public:
     // through pageable memory), where the device can count them: the CUDA
     // emulator does (emu::host_waits), other devices do not.
     virtual std::optional<uint64_t> host_waits() const { return std::nullopt; }
+    // The most device memory this device's allocations held at once since
+    // it opened, where the allocator can tell (the CUDA emulator); a test
+    // holds it against the planner's bytes.
+    virtual std::optional<uint64_t> peak_bytes() const { return std::nullopt; }
 
     // ---- loading (each throws OutOfDeviceMemory when the device is full)
     // A weight matrix, kept in its GGUF blocks.

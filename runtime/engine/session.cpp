@@ -552,6 +552,10 @@ std::optional<uint64_t> Session::accelerator_host_waits() const {
     return impl_->accel ? impl_->accel->host_waits() : std::nullopt;
 }
 
+std::optional<uint64_t> Session::accelerator_peak_bytes() const {
+    return impl_->accel ? impl_->accel->peak_bytes() : std::nullopt;
+}
+
 uint64_t Session::weight_bytes_per_token() const {
     const auto& spec = impl_->spec;
     uint64_t total = model::output_weight_bytes(spec);

@@ -185,6 +185,9 @@ public:
     // The accelerator's Device::host_waits (nullopt: none, or it cannot
     // count them).
     std::optional<uint64_t> accelerator_host_waits() const;
+    // The accelerator's Device::peak_bytes (nullopt: none, or it cannot
+    // tell).
+    std::optional<uint64_t> accelerator_peak_bytes() const;
 
 private:
     struct Impl;

@@ -63,10 +63,19 @@ public:
           spec_(s),
           hp_(s.hp),
           config_(c) {
+#ifdef TANDEM_CUDA_EMULATED
+        emu::reset_peak(device_);
+        emu_base_ = emu::used_bytes(device_);
+#endif
         if (!kernels::attention_head_supported(hp_.head_dim_k) || !kernels::attention_head_supported(hp_.head_dim_v)) {
             throw Error(fmt::format("{}: attention heads of {} not supported on CUDA yet", ledger_.device(),
                                     hp_.head_dim_k));
         }
+        // The pinned buffers the planner counts for every accelerator in use
+        // (model::kAcceleratorStagingBytes), kept for the device's life.
+        select();
+        uploader_ = std::make_unique<StagingUploader>(config_.host_ledger);
+        uploads_ = std::make_unique<AsyncUploads>(config_.host_ledger);
         // RoPE factors (a few hundred floats) are read by every layer; each
         // device keeps its own.
         if (const gguf::TensorInfo* t = spec_.get(GlobalTensor::RopeFreqs)) rope_freqs_ = floats(*t);
@@ -75,6 +84,7 @@ public:
     const std::string& name() const override { return ledger_.device(); }
 #ifdef TANDEM_CUDA_EMULATED
     std::optional<uint64_t> host_waits() const override { return emu::host_waits(); }
+    std::optional<uint64_t> peak_bytes() const override { return emu::peak_bytes(device_) - emu_base_; }
 #endif
     bool is_accelerator() const override { return true; }
     const MemoryLedger& ledger() const override { return ledger_; }
@@ -96,8 +106,7 @@ public:
     void load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) override {
         TANDEM_CHECK(!caches_.count(il), "load_kv: layer loaded twice");
         select();
-        const uint64_t planned = model::kv_bytes_for_cells(spec_, n_cells, config_.cache_type);
-        auto cache = std::make_unique<CudaKvCache>(ledger_, uploads(), fmt::format("the KV cache of layer {}", il), planned,
+        auto cache = std::make_unique<CudaKvCache>(ledger_, uploads(), fmt::format("the KV cache of layer {}", il),
                                                    config_.cache_type == model::CacheType::Q8_0, hp_.k_dim(),
                                                    hp_.v_dim(), n_cells, ring_span, config_.n_ubatch, n_regions);
         kv_bytes_ += cache->bytes();
@@ -401,12 +410,7 @@ private:
         expert_indices_ = ub * hp_.n_embd;
     }
 
-    // Made on the first upload (so a device that never loads weights pins
-    // nothing), kept for the device's life.
-    StagingUploader& uploader() {
-        if (!uploader_) uploader_ = std::make_unique<StagingUploader>(config_.host_ledger);
-        return *uploader_;
-    }
+    StagingUploader& uploader() { return *uploader_; }
 
     DeviceAlloc* alloc(MemoryCategory c, uint64_t bytes, const std::string& what) {
         allocs_.push_back(std::make_unique<DeviceAlloc>(ledger_, c, bytes, what));
@@ -473,11 +477,7 @@ private:
         shown_pos_.assign(pos.begin(), pos.end());
     }
 
-    // Made before the KV caches, which keep it.
-    AsyncUploads& uploads() {
-        if (!uploads_) uploads_ = std::make_unique<AsyncUploads>(config_.host_ledger);
-        return *uploads_;
-    }
+    AsyncUploads& uploads() { return *uploads_; }
 
     // One per device, made with the first workspace or stream: the GEMM
     // tile is reserved once however the device is used.
@@ -509,6 +509,9 @@ private:
     std::map<int64_t, std::unique_ptr<CudaKvCache>> caches_;
     const float* rope_freqs_ = nullptr;
     uint64_t kv_bytes_ = 0;
+#ifdef TANDEM_CUDA_EMULATED
+    uint64_t emu_base_ = 0;  // the emulator's bytes held when this device opened
+#endif
     float* act_[kActCount] = {};
     int32_t* pos_ = nullptr;
     std::vector<int32_t> shown_pos_;  // what pos_ holds

@@ -8,22 +8,23 @@
 #include <fmt/format.h>
 
 #include "kernels_cuda/cuda_check.h"
-#include "runtime/engine_cuda/cuda_kv_layout.h"
+#include "runtime/model/device_layout.h"
 
 namespace tandem::cuda {
 
-CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, uint64_t planned,
-                         bool q8_0, int64_t k_dim, int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch,
+CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, bool q8_0, int64_t k_dim, int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch,
                          int64_t n_regions)
     : uploads_(&uploads), cells_(n_cells, ring_span, n_regions), shown_(static_cast<size_t>(n_cells), -1) {
     kv_.q8_0 = q8_0;
     kv_.k_dim = k_dim;
     kv_.v_dim = v_dim;
     kv_.n_cells = n_cells;
-    // Each array on a 256-byte boundary (cuda_kv_layout.h).
-    const KvLayout layout = kv_layout(kv_, n_ubatch);
+    // The planner's layout (model/device_layout.h): each array on a 256-byte
+    // boundary, the allocation its bytes exactly.
+    const model::KvLayout layout = model::kv_layout(static_cast<uint64_t>(kv_.k_row_bytes()),
+                                                    static_cast<uint64_t>(kv_.v_row_bytes()), n_cells, n_ubatch);
     bytes_ = layout.bytes;
-    memory_ = std::make_unique<DeviceAlloc>(ledger, MemoryCategory::KvCache, std::max(planned, bytes_), what);
+    memory_ = std::make_unique<DeviceAlloc>(ledger, MemoryCategory::KvCache, bytes_, what);
     auto* base = static_cast<uint8_t*>(memory_->get());
     kv_.k = base + layout.k;
     kv_.v = base + layout.v;

@@ -22,11 +22,11 @@ namespace tandem::cuda {
 class CudaKvCache {
 public:
     // Allocates n_cells cells and room for the cell index of each of
-    // n_ubatch tokens on the current device; reserves `planned` (the
-    // planner's figure) or the real size, whichever is larger, as `what`.
+    // n_ubatch tokens on the current device, laid out and sized as the
+    // planner counts them (model::kv_layout), reserved as `what`.
     // Token cells and cell positions go up through `uploads` (which must
     // outlive the cache).
-    CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, uint64_t planned, bool q8_0,
+    CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, bool q8_0,
                 int64_t k_dim, int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch,
                 int64_t n_regions = 1);
 

@@ -11,12 +11,13 @@
 #include <cstdint>
 
 #include "runtime/engine/memory_ledger.h"
+#include "runtime/model/device_layout.h"
 
 namespace tandem::cuda {
 
 class StagingUploader {
 public:
-    static constexpr size_t kChunkBytes = size_t{16} << 20;
+    static constexpr size_t kChunkBytes = model::kUploadChunkBytes;
 
     // host_ledger: where the pinned bytes are recorded (Staging); may be
     // null. If pinned memory cannot be had, uploads fall back to plain

@@ -17,12 +17,13 @@
 #include <cstddef>
 
 #include "runtime/engine/memory_ledger.h"
+#include "runtime/model/device_layout.h"
 
 namespace tandem::cuda {
 
 class AsyncUploads {
 public:
-    static constexpr size_t kHalfBytes = size_t{256} << 10;
+    static constexpr size_t kHalfBytes = model::kStepUploadHalfBytes;
 
     // host_ledger: where the pinned bytes are recorded (Staging); may be null.
     explicit AsyncUploads(MemoryLedger* host_ledger);

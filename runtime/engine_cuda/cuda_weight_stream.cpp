@@ -9,13 +9,6 @@
 #include "runtime/common/error.h"
 
 namespace tandem::cuda {
-namespace {
-
-constexpr uint64_t kAlign = 256;  // every buffer starts on a 256-byte line
-uint64_t aligned(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-}  // namespace
-
 CudaWeightStream::CudaWeightStream(int device, MemoryLedger& ledger, StagingUploader& uploader, DeviceMatmul& matmul,
                                    const gguf::File& file, const model::ModelSpec& spec, int64_t first_layer,
                                    int64_t n_ubatch)
@@ -35,24 +28,17 @@ CudaWeightStream::CudaWeightStream(int device, MemoryLedger& ledger, StagingUplo
             scratch = std::max(scratch, kernels::matmul_scratch_bytes(t->type, t->row_length(), n_ubatch));
         }
     }
-    const model::StreamShape shape = model::stream_shape(spec, first_layer);
-    const auto ub = static_cast<uint64_t>(n_ubatch);
-    const uint64_t slot = aligned(shape.slot_bytes);
-    const uint64_t x_bytes = aligned(ub * static_cast<uint64_t>(shape.max_cols) * sizeof(float));
-    const uint64_t y_bytes = aligned(ub * static_cast<uint64_t>(shape.max_rows) * sizeof(float));
-    TANDEM_CHECK(scratch <= ub * static_cast<uint64_t>(shape.max_cols) * sizeof(float),
-                 "stream scratch larger than model::stream_bytes allows");
+    // Laid out and sized as the planner counts it (model::stream_layout).
+    const model::StreamLayout l = model::stream_layout(model::stream_shape(spec, first_layer), n_ubatch);
+    TANDEM_CHECK(scratch <= l.scratch_bytes, "stream scratch larger than model::stream_bytes allows");
     TANDEM_CUDA_CHECK(cudaSetDevice(device_));
-    memory_ = std::make_unique<DeviceAlloc>(ledger, MemoryCategory::Compute,
-                                            model::stream_bytes(shape, n_ubatch),
-                                            2 * slot + x_bytes + y_bytes + aligned(scratch),
-                                            "weight stream slots and buffers");
+    memory_ = std::make_unique<DeviceAlloc>(ledger, MemoryCategory::Compute, l.bytes, "weight stream slots and buffers");
     auto* base = static_cast<uint8_t*>(memory_->get());
     slots_[0] = base;
-    slots_[1] = base + slot;
-    x_ = reinterpret_cast<float*>(base + 2 * slot);
-    y_ = reinterpret_cast<float*>(base + 2 * slot + x_bytes);
-    scratch_ = base + 2 * slot + x_bytes + y_bytes;
+    slots_[1] = base + l.slot1;
+    x_ = reinterpret_cast<float*>(base + l.x);
+    y_ = reinterpret_cast<float*>(base + l.y);
+    scratch_ = base + l.scratch;
 }
 
 CudaWeightStream::~CudaWeightStream() {

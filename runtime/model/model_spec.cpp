@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
+#include "runtime/model/device_layout.h"
 
 namespace tandem::model {
 namespace {
@@ -159,17 +160,17 @@ int64_t kv_ring_span(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n
     return std::min(n_ctx, spec.hp.sliding_window + n_ubatch);
 }
 
-uint64_t kv_bytes_for_cells(const ModelSpec& spec, int64_t n_cells, CacheType type) {
+uint64_t kv_bytes_for_cells(const ModelSpec& spec, int64_t n_cells, int64_t n_ubatch, CacheType type) {
     const quant::Type qt = cache_quant_type(type);
     const auto k_row = quant::row_bytes(qt, spec.hp.k_dim());
     const auto v_row = quant::row_bytes(qt, spec.hp.v_dim());
     TANDEM_CHECK(k_row && v_row, "KV row not a multiple of the cache type's block");
-    return static_cast<uint64_t>(n_cells) * (*k_row + *v_row);
+    return kv_layout(*k_row, *v_row, n_cells, n_ubatch).bytes;
 }
 
 uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, CacheType type,
                             int64_t n_seq) {
-    return kv_bytes_for_cells(spec, kv_cells_for_layer(spec, il, n_ctx, n_ubatch, n_seq), type);
+    return kv_bytes_for_cells(spec, kv_cells_for_layer(spec, il, n_ctx, n_ubatch, n_seq), n_ubatch, type);
 }
 
 uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits) {
@@ -230,10 +231,21 @@ StreamShape stream_shape(const ModelSpec& spec, int64_t first_layer) {
     return stream_shapes(spec)[static_cast<size_t>(il)];
 }
 
-uint64_t stream_bytes(const StreamShape& shape, int64_t n_ubatch) {
+StreamLayout stream_layout(const StreamShape& shape, int64_t n_ubatch) {
     const auto ub = static_cast<uint64_t>(n_ubatch);
-    return 2 * shape.slot_bytes + ub * static_cast<uint64_t>(2 * shape.max_cols + shape.max_rows) * sizeof(float);
+    const uint64_t in = ub * static_cast<uint64_t>(shape.max_cols) * sizeof(float);
+    const uint64_t out = ub * static_cast<uint64_t>(shape.max_rows) * sizeof(float);
+    StreamLayout l;
+    l.slot1 = device_aligned(shape.slot_bytes);
+    l.x = 2 * l.slot1;
+    l.y = l.x + device_aligned(in);
+    l.scratch = l.y + device_aligned(out);
+    l.scratch_bytes = in;
+    l.bytes = l.scratch + in;
+    return l;
 }
+
+uint64_t stream_bytes(const StreamShape& shape, int64_t n_ubatch) { return stream_layout(shape, n_ubatch).bytes; }
 
 uint64_t stream_bytes(const ModelSpec& spec, int64_t first_layer, int64_t n_ubatch) {
     return stream_bytes(stream_shape(spec, first_layer), n_ubatch);

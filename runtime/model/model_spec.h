@@ -90,8 +90,9 @@ int64_t kv_ring_span(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n
 // Bytes of layer il's K and V caches.
 uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n_ubatch, CacheType type,
                             int64_t n_seq = 1);
-// Bytes of a K/V cache of n_cells cells.
-uint64_t kv_bytes_for_cells(const ModelSpec& spec, int64_t n_cells, CacheType type);
+// Bytes of a K/V cache of n_cells cells, with its cells' positions and a
+// micro-batch's cells, as kv_layout lays them out.
+uint64_t kv_bytes_for_cells(const ModelSpec& spec, int64_t n_cells, int64_t n_ubatch, CacheType type);
 // Activation buffers of one micro-batch on one device: the hidden state,
 // Q/K/V, the attention output and the two FFN halves, the positions, room
 // for the widest matmul input in the kernels' activation format (at most 4
@@ -140,6 +141,13 @@ std::vector<StreamShape> stream_shapes(const ModelSpec& spec);
 // for the input in the kernel's own activation format (at most 4 bytes an
 // element). 0 when no layer is left to stream (an empty shape).
 uint64_t stream_bytes(const StreamShape& shape, int64_t n_ubatch);
+// Where those start in the one allocation (byte offsets, each on a
+// device_aligned boundary): the second slot, the input, the output and the
+// input's room in the kernel's format; bytes is stream_bytes.
+struct StreamLayout {
+    uint64_t slot1 = 0, x = 0, y = 0, scratch = 0, scratch_bytes = 0, bytes = 0;
+};
+StreamLayout stream_layout(const StreamShape& shape, int64_t n_ubatch);
 uint64_t stream_bytes(const ModelSpec& spec, int64_t first_layer, int64_t n_ubatch);
 
 }  // namespace tandem::model
