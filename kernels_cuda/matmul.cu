@@ -13,6 +13,7 @@
 #include "kernels_cuda/matmul_types.h"
 #include "kernels_cuda/device_matmul.h"
 #include "kernels_cuda/matmul_math.h"
+#include "kernels_cuda/mma.h"
 #include "runtime/quant/dot_order.h"
 
 namespace tandem::cuda::kernels {
@@ -112,6 +113,72 @@ __global__ void __launch_bounds__(32 * kWarps)
     }
 }
 
+// ---- Batches on the int8 tensor cores, for the orders whose integers are
+// sums of 16-element groups (dot::HasGroupSums: Q4_0, and the K orders of
+// one chain). A warp takes 16 rows and kMmaTiles tiles of 8 tokens. For
+// each block in order it loads the 16 rows' codes of every group once as
+// A fragments (mma.h), and for each tile of tokens one mma a group gives
+// each lane the raw group sums of its four (row, token) pairs: rows g and
+// g + 8, tokens 2t and 2t + 1. The lane then builds each pair's part from
+// them (part_of_groups, the integers part() would give) and steps the
+// pair's chain, so every chain runs its blocks in the CPU's order: the
+// products are the CPU's bits, as block_dot_kernel's.
+constexpr int kMmaWarps = 4;
+constexpr int kMmaTiles = 4;
+constexpr int kMmaTokens = 8 * kMmaTiles;
+
+template <class O>
+__global__ void __launch_bounds__(32 * kMmaWarps)
+    mma_dot_kernel(const void* __restrict__ w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_blocks,
+                   const void* __restrict__ a, uint64_t a_row_bytes, int64_t n_tokens, float* __restrict__ y,
+                   int64_t ldy) {
+    using WBlock = typename O::WBlock;
+    using ABlock = typename O::ABlock;
+    constexpr int kGroups = O::kGroups;
+    const int g = static_cast<int>(threadIdx.x) / 4, t = static_cast<int>(threadIdx.x) % 4;
+    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kMmaWarps + threadIdx.y) * 16;
+    if (row0 >= n_rows) return;  // whole warps leave together
+    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kMmaTokens;
+    const int nt = static_cast<int>(n_tokens - t0 < kMmaTokens ? n_tokens - t0 : kMmaTokens);
+    // Rows and tokens past the end repeat the last: computed, never stored.
+    const WBlock* rows[2];
+    for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + g + 8 * h < n_rows ? row0 + g + 8 * h : n_rows - 1;
+        rows[h] = reinterpret_cast<const WBlock*>(static_cast<const char*>(w) + row * w_row_bytes);
+    }
+    const char* act = static_cast<const char*>(a) + t0 * a_row_bytes;
+    const auto token = [&](int tok) {
+        return reinterpret_cast<const ABlock*>(act + (tok < nt ? tok : nt - 1) * a_row_bytes);
+    };
+    float acc[kMmaTiles][4] = {}, acc2[kMmaTiles][4] = {};
+    for (int64_t i = 0; i < n_blocks; ++i) {
+        uint32_t codes[2][kGroups];
+        for (int gr = 0; gr < kGroups; ++gr) {
+            for (int h = 0; h < 2; ++h) codes[h][gr] = O::group_codes4(rows[h][i], 16 * gr + 4 * t);
+        }
+        for (int j = 0; j < kMmaTiles && 8 * j < nt; ++j) {
+            const ABlock& b = token(8 * j + g)[i];
+            int sums[4][kGroups];
+            for (int gr = 0; gr < kGroups; ++gr) {
+                int32_t c[4] = {0, 0, 0, 0};
+                mma_s8_16x8x16(c, codes[0][gr], codes[1][gr], dot::load4(b.qs + 16 * gr + 4 * t));
+                for (int q = 0; q < 4; ++q) sums[q][gr] = c[q];
+            }
+            for (int q = 0; q < 4; ++q) {
+                const auto p = O::part_of_groups(rows[q / 2][i], token(8 * j + 2 * t + q % 2)[i], sums[q]);
+                O::step(acc[j][q], acc2[j][q], p, 0);
+            }
+        }
+    }
+    for (int j = 0; j < kMmaTiles; ++j) {
+        for (int q = 0; q < 4; ++q) {
+            const int64_t row = row0 + g + 8 * (q / 2);
+            const int tok = 8 * j + 2 * t + q % 2;
+            if (row < n_rows && tok < nt) y[(t0 + tok) * ldy + row] = O::finish(&acc[j][q], acc2[j][q]);
+        }
+    }
+}
+
 // ---- Float weights (F32, F16, BF16 against the same type): dot::float_dot's
 // sixteen lanes, thread (r, l) of kFloatRows rows running lane l.
 constexpr int kFloatRows = 2;
@@ -176,15 +243,28 @@ dim3 grid_for(int64_t n_rows, int64_t rows_a_warp, int64_t n_tokens) {
                 static_cast<unsigned>((n_tokens + kTokens - 1) / kTokens));
 }
 
-// Tokens [t_begin, t_end) of the quantized activations in order O.
+// Tokens [t_begin, t_end) of the quantized activations in order O: on the
+// tensor cores when the order's integers are group sums and there are more
+// tokens than one block_dot warp takes (which reads each weight once for
+// up to kTokens); the kernel changes no bit.
 template <class O>
 void launch_block_dot(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols, const void* a,
                       uint64_t a_row_bytes, int64_t t_begin, int64_t t_end, float* y, int64_t ldy,
                       cudaStream_t stream) {
-    if (t_end <= t_begin) return;
-    block_dot_kernel<O><<<grid_for(n_rows, kRows, t_end - t_begin), dim3(32, kWarps), 0, stream>>>(
-        w, w_row_bytes, n_rows, n_cols / O::kElems, static_cast<const char*>(a) + t_begin * a_row_bytes, a_row_bytes,
-        t_end - t_begin, y + t_begin * ldy, ldy);
+    const int64_t n = t_end - t_begin;
+    if (n <= 0) return;
+    const char* act = static_cast<const char*>(a) + t_begin * a_row_bytes;
+    if constexpr (dot::HasGroupSums<O>::value) {
+        if (n > kTokens) {
+            const dim3 grid(static_cast<unsigned>((n_rows + 16 * kMmaWarps - 1) / (16 * kMmaWarps)),
+                            static_cast<unsigned>((n + kMmaTokens - 1) / kMmaTokens));
+            mma_dot_kernel<O><<<grid, dim3(32, kMmaWarps), 0, stream>>>(
+                w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y + t_begin * ldy, ldy);
+            return;
+        }
+    }
+    block_dot_kernel<O><<<grid_for(n_rows, kRows, n), dim3(32, kWarps), 0, stream>>>(
+        w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y + t_begin * ldy, ldy);
 }
 
 template <quant::Type W>

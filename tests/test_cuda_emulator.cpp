@@ -10,6 +10,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "kernels_cuda/mma.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <numeric>
@@ -120,6 +122,33 @@ __global__ void mask_lane_exited(int* out) {
 }
 
 __global__ void dot4(const int* a, const int* b, int* out) { out[threadIdx.x] = __dp4a(a[threadIdx.x], b[threadIdx.x], 7); }
+
+// One m16n8k16 s8 product a warp, fragments gathered from row-major A
+// (16 x 16 bytes) and B stored by column (8 columns of 16 bytes), per
+// PTX's layout (kernels_cuda/mma.h), onto C (16 x 8, row-major) as it was.
+__global__ void mma_tile(const int8_t* a, const int8_t* b_cols, int32_t* c) {
+    const int g = static_cast<int>(threadIdx.x) / 4, t = static_cast<int>(threadIdx.x) % 4;
+    const auto word = [](const int8_t* p) {
+        uint32_t v;
+        std::memcpy(&v, p, 4);
+        return v;
+    };
+    int32_t frag[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+    tandem::cuda::mma_s8_16x8x16(frag, word(a + g * 16 + 4 * t), word(a + (g + 8) * 16 + 4 * t),
+                                 word(b_cols + g * 16 + 4 * t));
+    c[g * 8 + 2 * t] = frag[0];
+    c[g * 8 + 2 * t + 1] = frag[1];
+    c[(g + 8) * 8 + 2 * t] = frag[2];
+    c[(g + 8) * 8 + 2 * t + 1] = frag[3];
+}
+
+// Half the warp reaches the product.
+__global__ void mma_half_warp(int32_t* c) {
+    if (threadIdx.x >= 16) return;
+    int32_t frag[4] = {};
+    tandem::cuda::mma_s8_16x8x16(frag, 1u, 1u, 1u);
+    c[threadIdx.x] = frag[0];
+}
 
 __global__ void add_one(float* x, int n) {
     const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
@@ -253,6 +282,32 @@ TEST(CudaEmulator, Dp4aIsFourSignedByteProducts) {
         }
         EXPECT_EQ(out[static_cast<size_t>(i)], want);
     }
+}
+
+TEST(CudaEmulator, MmaIsTheMatrixProductOfPtxFragments) {
+    std::mt19937 rng(5);
+    std::vector<int8_t> a(16 * 16), b(8 * 16);
+    for (auto& v : a) v = static_cast<int8_t>(rng());
+    for (auto& v : b) v = static_cast<int8_t>(rng());
+    std::vector<int32_t> c(16 * 8);
+    for (auto& v : c) v = static_cast<int32_t>(rng() % 1000);
+    int8_t *da = device_copy(a), *db = device_copy(b);
+    int32_t* dc = device_copy(c);
+    mma_tile LAUNCH(1, 32)(da, db, dc);
+    const auto got = host_copy(dc, c.size());
+    for (int i = 0; i < 16; ++i) {
+        for (int j = 0; j < 8; ++j) {
+            int32_t want = c[static_cast<size_t>(i * 8 + j)];
+            for (int k = 0; k < 16; ++k) want += a[static_cast<size_t>(i * 16 + k)] * b[static_cast<size_t>(j * 16 + k)];
+            EXPECT_EQ(got[static_cast<size_t>(i * 8 + j)], want) << "C[" << i << "][" << j << "]";
+        }
+    }
+}
+
+TEST(CudaEmulator, MmaOfPartOfAWarpIsAnError) {
+    ForgetErrors forget;
+    const std::string msg = failure_of(mma_half_warp, 32);
+    EXPECT_NE(msg.find("mma.sync"), std::string::npos) << msg;
 }
 
 TEST(CudaEmulator, HostPointerArgumentAndBadConfigurationAreErrors) {

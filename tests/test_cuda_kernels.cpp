@@ -50,8 +50,11 @@ int misses(const std::vector<float>& got, const std::vector<float>& ref, Tol tol
 
 // Every weight type against the CPU's matmul, bit for bit: one token,
 // small batches on both sides of the batch forms' thresholds (Q2_K/Q4_K
-// from 4 tokens in groups of 4, Q3_K/Q5_K/Q6_K from 8), and 19 tokens,
-// past kCublasMinTokens (float weights then take cuBLAS, within rounding).
+// from 4 tokens in groups of 4, Q3_K/Q5_K/Q6_K from 8), and 19, 40 and 67
+// tokens, past kCublasMinTokens (float weights then take cuBLAS, within
+// rounding) and on the int8 tensor cores for Q4_0 and the K types (more
+// tokens than a block_dot warp takes: 67 leaves Q2_K/Q4_K 3 tokens in the
+// single order, and 37 rows end inside a 16-row tile).
 // The single-token order gives every token of a batch its one-token bits
 // on both sides. (The element kernel of before summed float products: its
 // logits left the CPU's on every quantized model, scripts/emulated_kl.py.)
@@ -86,7 +89,7 @@ TEST_P(CudaMatmulTokens, EveryWeightTypeGivesTheCpuBits) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(CudaMatmul, CudaMatmulTokens, ::testing::Values(1, 3, 7, 8, 19),
+INSTANTIATE_TEST_SUITE_P(CudaMatmul, CudaMatmulTokens, ::testing::Values(1, 3, 7, 8, 19, 40, 67),
                          [](const ::testing::TestParamInfo<int64_t>& i) { return std::to_string(i.param) + "_tokens"; });
 
 // Batches of kCublasMinTokens or more of float weights: rows read into the

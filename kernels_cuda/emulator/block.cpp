@@ -122,12 +122,46 @@ const char* op_name(WarpOp op) {
         case WarpOp::All: return "__all_sync";
         case WarpOp::Any: return "__any_sync";
         case WarpOp::Sync: return "__syncwarp";
+        case WarpOp::MmaS8: return "mma.sync m16n8k16 s8";
     }
     return "?";
 }
 
+// The product of a whole warp's m16n8k16 s8 fragments (emu.h), into each
+// lane's c.
+void complete_mma(const WarpWait& w) {
+    const auto frag = [&](int lane) -> MmaS8Fragments& {
+        return *reinterpret_cast<MmaS8Fragments*>(static_cast<uintptr_t>(w.value[lane]));
+    };
+    const auto byte = [](uint32_t v, int e) { return static_cast<int32_t>(static_cast<int8_t>(v >> (8 * e))); };
+    int32_t a[16][16], b[16][8];
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        const MmaS8Fragments& f = frag(lane);
+        for (int e = 0; e < 4; ++e) {
+            a[g][4 * t + e] = byte(f.a[0], e);
+            a[g + 8][4 * t + e] = byte(f.a[1], e);
+            b[4 * t + e][g] = byte(f.b, e);
+        }
+    }
+    int32_t d[32][4];
+    for (int lane = 0; lane < 32; ++lane) {
+        const int g = lane / 4, t = lane % 4;
+        for (int i = 0; i < 4; ++i) {
+            const int row = g + (i / 2) * 8, col = 2 * t + i % 2;
+            int32_t s = frag(lane).c[i];
+            for (int k = 0; k < 16; ++k) s += a[row][k] * b[k][col];
+            d[lane][i] = s;
+        }
+    }
+    for (int lane = 0; lane < 32; ++lane) {
+        for (int i = 0; i < 4; ++i) frag(lane).c[i] = d[lane][i];
+    }
+}
+
 // Every lane of the mask has arrived: each gets its result and is ready.
 void complete(BlockState& b, int warp, WarpWait& w) {
+    if (w.op == WarpOp::MmaS8) complete_mma(w);
     unsigned ballot = 0;
     if (w.op == WarpOp::Ballot || w.op == WarpOp::All || w.op == WarpOp::Any) {
         for (int l = 0; l < 32; ++l) {
@@ -141,7 +175,8 @@ void complete(BlockState& b, int warp, WarpWait& w) {
             case WarpOp::Ballot: t.result = ballot; break;
             case WarpOp::All: t.result = ballot == w.mask; break;
             case WarpOp::Any: t.result = ballot != 0; break;
-            case WarpOp::Sync: t.result = 0; break;
+            case WarpOp::Sync:
+            case WarpOp::MmaS8: t.result = 0; break;
             default: {
                 const int src = source_lane(w.op, l, w.arg[l], w.width);
                 if (src >= 0 && !(w.mask >> src & 1u)) {
@@ -369,6 +404,12 @@ std::string run_block(KernelCall* call, const dim3& grid, const dim3& block, con
     }
     tsan::acquire(&b.sync_token[1]);
     return error;
+}
+
+void mma_s8_m16n8k16(MmaS8Fragments& f, const char* file, int line) {
+    // .aligned: every lane of the warp, at the same instruction.
+    warp_collective(WarpOp::MmaS8, 0xffffffffu, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(&f)), 0, 32, file,
+                    line);
 }
 
 }  // namespace tandem::emu

@@ -186,9 +186,21 @@ void syncthreads(const char* file, int line);
 void syncwarp(unsigned mask, const char* file, int line);
 // A warp collective: every lane of `mask` contributes `value`; lane `lane`
 // receives the value of lane src_of(lane) (shuffles) or a ballot.
-enum class WarpOp : uint8_t { Shfl, ShflUp, ShflDown, ShflXor, Ballot, All, Any, Sync };
+enum class WarpOp : uint8_t { Shfl, ShflUp, ShflDown, ShflXor, Ballot, All, Any, Sync, MmaS8 };
 unsigned active_mask();
 uint64_t warp_collective(WarpOp op, unsigned mask, uint64_t value, int arg, int width, const char* file, int line);
+
+// mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32, D = A B + C, as one warp
+// collective of all 32 lanes (PTX's fragments: lane = 4 g + t; a[0] holds
+// A[g][4t..4t+3], a[1] A[g+8][4t..4t+3], b B[4t..4t+3][g] as signed bytes;
+// c[0], c[1] are C[g][2t], C[g][2t+1] and c[2], c[3] rows g+8). Each lane
+// passes its fragments' address; the last to arrive computes every lane's.
+struct MmaS8Fragments {
+    int32_t* c;
+    uint32_t a[2];
+    uint32_t b;
+};
+void mma_s8_m16n8k16(MmaS8Fragments& f, const char* file, int line);
 
 template <class T>
 uint64_t to_bits(T v) {

@@ -127,20 +127,47 @@ TANDEM_HOST_DEVICE float min_of(const B&) {
     return 0.0f;
 }
 
+// ---- Integer sums by 16-element groups (the tensor-core kernels)
+// The orders whose integers are weighted sums of whole 16-element groups
+// (Q4_0, and the K orders with one chain: spans and tiled) say so with
+// kGroups: their part is part_of_groups(w, a, R) over the raw group sums
+// R[g] = sum over elements 16g..16g+15 of group_codes4 (four codes as
+// signed bytes) times the activation's codes, which group_sums computes
+// four at a time and matmul.cu's mma kernel a warp's 16 x 16 tile at a
+// time: the same integers either way.
+template <class O, class = void>
+struct HasGroupSums : std::false_type {};
+template <class O>
+struct HasGroupSums<O, std::void_t<decltype(O::kGroups)>> : std::true_type {};
+
+template <class O>
+TANDEM_HOST_DEVICE void group_sums(const typename O::WBlock& w, const typename O::ABlock& a, int* r) {
+    for (int g = 0; g < O::kGroups; ++g) {
+        int s = 0;
+        for (int k = 16 * g; k < 16 * g + 16; k += 4) s = dot4(O::group_codes4(w, k), load4(a.qs + k), s);
+        r[g] = s;
+    }
+}
+
 // Q4_0 (against Q8_0): one total per block, acc = fma(total, d_w * d_a, acc).
 struct Q4_0Order {
     using WBlock = block_q4_0;
     using ABlock = block_q8_0;
     static constexpr int kElems = 32;
     static constexpr int kLanes = 1;
+    static constexpr int kGroups = 2;
     struct Part {
         int total;
         float d;
     };
+    TANDEM_HOST_DEVICE static uint32_t group_codes4(const WBlock& w, int k) { return codes4(w, k / 4); }
+    TANDEM_HOST_DEVICE static Part part_of_groups(const WBlock& w, const ABlock& a, const int* r) {
+        return {r[0] + r[1], element::half_to_float(w.d) * element::half_to_float(a.d)};
+    }
     TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
-        int total = 0;
-        for (int l = 0; l < 8; ++l) total = dot4(codes4(w, l), load4(a.qs + 4 * l), total);
-        return {total, element::half_to_float(w.d) * element::half_to_float(a.d)};
+        int r[kGroups];
+        group_sums<Q4_0Order>(w, a, r);
+        return part_of_groups(w, a, r);
     }
     TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) {
         acc = fma_f(static_cast<float>(p.total), p.d, acc);
@@ -265,18 +292,12 @@ struct KQ6 {
     TANDEM_HOST_DEVICE static float dmin(const Block&) { return 0.0f; }
 };
 
-// scale * (code - kOffset) * y over elements k..k+3, and over [k0, k1) by
-// fours; kInline false: the unsigned codes (the tiled order takes the
-// offset through the bsums instead).
-template <class K, bool kInline = true>
+// scale * (code - kOffset) * y over elements k..k+3 (the lanes orders;
+// the others sum whole groups: group_sums), and coef * bsums over the
+// groups of [k0, k1).
+template <class K>
 TANDEM_HOST_DEVICE int k_code_sum4(const typename K::Block& b, const block_q8_K& a, int k) {
-    return K::scale(b, k / 16) * dot4(sub4(K::codes4(b, k), kInline ? K::kOffset : 0), load4(a.qs + k), 0);
-}
-template <class K, bool kInline = true>
-TANDEM_HOST_DEVICE int k_code_sum(const typename K::Block& b, const block_q8_K& a, int k0, int k1) {
-    int s = 0;
-    for (int k = k0; k < k1; k += 4) s += k_code_sum4<K, kInline>(b, a, k);
-    return s;
+    return K::scale(b, k / 16) * dot4(sub4(K::codes4(b, k), K::kOffset), load4(a.qs + k), 0);
 }
 template <class K>
 TANDEM_HOST_DEVICE int k_coef_sum(const typename K::Block& b, const block_q8_K& a, int k0, int k1) {
@@ -333,20 +354,31 @@ struct KSpansOrder {
     static constexpr int kElems = kQK_K;
     static constexpr int kLanes = 1;
     static constexpr int kSpans = 8 / Span;
+    static constexpr int kGroups = kQK_K / 16;
+    static_assert(K::kOffset == 0, "a span's codes are the unsigned codes");
     struct Part {
         int code[kSpans];
         int coef[kSpans];
         float d, dmin;
     };
-    TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
+    TANDEM_HOST_DEVICE static uint32_t group_codes4(const WBlock& w, int k) { return K::codes4(w, k); }
+    TANDEM_HOST_DEVICE static Part part_of_groups(const WBlock& w, const ABlock& a, const int* r) {
         Part p;
+        constexpr int kSpanGroups = 2 * Span;
         for (int s = 0; s < kSpans; ++s) {
-            p.code[s] = k_code_sum<K>(w, a, 32 * Span * s, 32 * Span * (s + 1));
+            int code = 0;
+            for (int g = kSpanGroups * s; g < kSpanGroups * (s + 1); ++g) code += K::scale(w, g) * r[g];
+            p.code[s] = code;
             p.coef[s] = k_coef_sum<K>(w, a, 32 * Span * s, 32 * Span * (s + 1));
         }
         p.d = element::half_to_float(w.d) * a.d;
         p.dmin = K::dmin(w) * a.d;
         return p;
+    }
+    TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
+        int r[kGroups];
+        group_sums<KSpansOrder>(w, a, r);
+        return part_of_groups(w, a, r);
     }
     TANDEM_HOST_DEVICE static void step(float& acc, float& acc2, const Part& p, int) {
         for (int s = 0; s < kSpans; ++s) {
@@ -366,13 +398,22 @@ struct KTiledOrder {
     static constexpr int kElems = kQK_K;
     static constexpr int kLanes = 1;
     static constexpr bool kMin = K::kHasMin;
+    static constexpr int kGroups = kQK_K / 16;
     struct Part {
         int code, coef;
         float dw, dmin, da;
     };
+    // The unsigned codes: the offset goes through the bsums (coef).
+    TANDEM_HOST_DEVICE static uint32_t group_codes4(const WBlock& w, int k) { return K::codes4(w, k); }
+    TANDEM_HOST_DEVICE static Part part_of_groups(const WBlock& w, const ABlock& a, const int* r) {
+        int code = 0;
+        for (int g = 0; g < kGroups; ++g) code += K::scale(w, g) * r[g];
+        return {code, k_coef_sum<K>(w, a, 0, kQK_K), element::half_to_float(w.d), K::dmin(w), a.d};
+    }
     TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
-        return {k_code_sum<K, false>(w, a, 0, kQK_K), k_coef_sum<K>(w, a, 0, kQK_K), element::half_to_float(w.d),
-                K::dmin(w), a.d};
+        int r[kGroups];
+        group_sums<KTiledOrder>(w, a, r);
+        return part_of_groups(w, a, r);
     }
     TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) {
         float v = 0.0f;
