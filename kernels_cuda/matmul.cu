@@ -179,6 +179,84 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     }
 }
 
+// ---- Batches of the eight-lane orders (Q4_1, Q5_0, Q5_1, Q8_0: LegacyLanesOrder)
+// on the tensor cores. The CPU keeps eight chains per (row, token), lane l
+// summing elements 4l..4l+3 of each block, so the mma must keep each
+// lane's four products apart: column n of B is token n / 4 holding only
+// the four elements of lane n % 4 of the 16-element half (zeros
+// elsewhere). One m16n8k16 then gives 16 rows x 2 tokens x 4 lanes, and
+// the block's two halves its 8 lanes. Lane (g, t) receives rows g and
+// g + 8, token t / 2 of the pair, and lanes 2 (t % 2) + {0, 1} of each
+// half; it steps those four chains of its two (row, token) pairs (and
+// t % 2 == 0 the minimum's chain), and finish gathers the partner t ^ 1's
+// four lanes by shuffle. Four times the group kernel's mmas for the same
+// weight reads: the tensor cores have them to spare, and the bits are the
+// CPU's.
+constexpr int kLanePairs = 8;  // pairs of tokens a warp
+
+template <class O>
+__global__ void __launch_bounds__(32 * kMmaWarps)
+    mma_lanes_kernel(const void* __restrict__ w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_blocks,
+                     const void* __restrict__ a, uint64_t a_row_bytes, int64_t n_tokens, float* __restrict__ y,
+                     int64_t ldy) {
+    using WBlock = typename O::WBlock;
+    using ABlock = typename O::ABlock;
+    const int g = static_cast<int>(threadIdx.x) / 4, t = static_cast<int>(threadIdx.x) % 4;
+    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kMmaWarps + threadIdx.y) * 16;
+    if (row0 >= n_rows) return;  // whole warps leave together
+    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * 2 * kLanePairs;
+    const int nt = static_cast<int>(n_tokens - t0 < 2 * kLanePairs ? n_tokens - t0 : 2 * kLanePairs);
+    const WBlock* rows[2];
+    for (int h = 0; h < 2; ++h) {
+        const int64_t row = row0 + g + 8 * h < n_rows ? row0 + g + 8 * h : n_rows - 1;
+        rows[h] = reinterpret_cast<const WBlock*>(static_cast<const char*>(w) + row * w_row_bytes);
+    }
+    const char* act = static_cast<const char*>(a) + t0 * a_row_bytes;
+    const auto token = [&](int tok) {
+        return reinterpret_cast<const ABlock*>(act + (tok < nt ? tok : nt - 1) * a_row_bytes);
+    };
+    const int mine = t / 2;  // this lane's token of each pair
+    float acc[kLanePairs][2][4] = {};  // [pair][row g, g + 8][half * 2 + e]: lane 4 half + 2 (t % 2) + e
+    float acc2[kLanePairs][2] = {};
+    for (int64_t i = 0; i < n_blocks; ++i) {
+        uint32_t codes[2][2];  // [half][row]
+        for (int half = 0; half < 2; ++half) {
+            for (int h = 0; h < 2; ++h) codes[half][h] = O::lane_codes4(rows[h][i], 4 * half + t);
+        }
+        for (int p = 0; p < kLanePairs && 2 * p < nt; ++p) {
+            const ABlock& column = token(2 * p + g / 4)[i];
+            const ABlock& own = token(2 * p + mine)[i];
+            int32_t c[2][4] = {};
+            for (int half = 0; half < 2; ++half) {
+                const uint32_t b = t == g % 4 ? dot::load4(column.qs + 16 * half + 4 * t) : 0u;
+                mma_s8_16x8x16(c[half], codes[half][0], codes[half][1], b);
+            }
+            for (int h = 0; h < 2; ++h) {
+                const float d = O::scale(rows[h][i], own);
+                for (int half = 0; half < 2; ++half) {
+                    for (int e = 0; e < 2; ++e) O::step_lane(acc[p][h][2 * half + e], d, c[half][2 * h + e]);
+                }
+                if (t % 2 == 0) O::step_min(acc2[p][h], dot::min_of(rows[h][i]), O::act_sum(own));
+            }
+        }
+    }
+    for (int p = 0; p < kLanePairs; ++p) {
+        for (int h = 0; h < 2; ++h) {
+            float lanes[8];
+            for (int half = 0; half < 2; ++half) {
+                for (int e = 0; e < 2; ++e) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc[p][h][2 * half + e], 1);
+                    lanes[4 * half + e] = acc[p][h][2 * half + e];
+                    lanes[4 * half + 2 + e] = other;
+                }
+            }
+            const int64_t row = row0 + g + 8 * h;
+            const int tok = 2 * p + mine;
+            if (t % 2 == 0 && row < n_rows && tok < nt) y[(t0 + tok) * ldy + row] = O::finish(lanes, acc2[p][h]);
+        }
+    }
+}
+
 // ---- Float weights (F32, F16, BF16 against the same type): dot::float_dot's
 // sixteen lanes, thread (r, l) of kFloatRows rows running lane l.
 constexpr int kFloatRows = 2;
@@ -244,9 +322,10 @@ dim3 grid_for(int64_t n_rows, int64_t rows_a_warp, int64_t n_tokens) {
 }
 
 // Tokens [t_begin, t_end) of the quantized activations in order O: on the
-// tensor cores when the order's integers are group sums and there are more
-// tokens than one block_dot warp takes (which reads each weight once for
-// up to kTokens); the kernel changes no bit.
+// tensor cores (group sums or eight lanes) when there are more tokens than
+// one block_dot warp takes (which reads each weight once for up to
+// kTokens); the KLanesOrder types' single form stays on dp4a. The kernel
+// changes no bit.
 template <class O>
 void launch_block_dot(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols, const void* a,
                       uint64_t a_row_bytes, int64_t t_begin, int64_t t_end, float* y, int64_t ldy,
@@ -259,6 +338,14 @@ void launch_block_dot(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64
             const dim3 grid(static_cast<unsigned>((n_rows + 16 * kMmaWarps - 1) / (16 * kMmaWarps)),
                             static_cast<unsigned>((n + kMmaTokens - 1) / kMmaTokens));
             mma_dot_kernel<O><<<grid, dim3(32, kMmaWarps), 0, stream>>>(
+                w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y + t_begin * ldy, ldy);
+            return;
+        }
+    } else if constexpr (dot::HasLaneSums<O>::value) {
+        if (n > kTokens) {
+            const dim3 grid(static_cast<unsigned>((n_rows + 16 * kMmaWarps - 1) / (16 * kMmaWarps)),
+                            static_cast<unsigned>((n + 2 * kLanePairs - 1) / (2 * kLanePairs)));
+            mma_lanes_kernel<O><<<grid, dim3(32, kMmaWarps), 0, stream>>>(
                 w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y + t_begin * ldy, ldy);
             return;
         }

@@ -140,6 +140,14 @@ struct HasGroupSums : std::false_type {};
 template <class O>
 struct HasGroupSums<O, std::void_t<decltype(O::kGroups)>> : std::true_type {};
 
+// The orders of eight lanes of four elements of a 32-element block
+// (LegacyLanesOrder), whose lanes' integers mma_lanes_kernel takes from
+// the tensor cores.
+template <class O, class = void>
+struct HasLaneSums : std::false_type {};
+template <class O>
+struct HasLaneSums<O, std::void_t<decltype(&O::lane_codes4)>> : std::true_type {};
+
 template <class O>
 TANDEM_HOST_DEVICE void group_sums(const typename O::WBlock& w, const typename O::ABlock& a, int* r) {
     for (int g = 0; g < O::kGroups; ++g) {
@@ -191,10 +199,12 @@ struct LegacyLanesOrder {
         float m;  // weight minimum (kMin)
         float s;  // activation block's fp16 sum (kMin)
     };
-    // Lane l's integer, the block's scale, and lane l's step (attention's
-    // Q8_0 cache runs these one lane a thread).
+    // Lane l's integer, the block's scale, lane l's step and the minimum's
+    // (attention's Q8_0 cache runs these one lane a thread; matmul.cu's
+    // mma_lanes_kernel takes the lanes' integers from the tensor cores).
+    TANDEM_HOST_DEVICE static uint32_t lane_codes4(const WBlock& w, int l) { return codes4(w, l); }
     TANDEM_HOST_DEVICE static int lane(const WBlock& w, const ABlock& a, int l) {
-        return dot4(codes4(w, l), load4(a.qs + 4 * l), 0);
+        return dot4(lane_codes4(w, l), load4(a.qs + 4 * l), 0);
     }
     TANDEM_HOST_DEVICE static float scale(const WBlock& w, const ABlock& a) {
         return element::half_to_float(w.d) * element::half_to_float(a.d);
@@ -202,20 +212,27 @@ struct LegacyLanesOrder {
     TANDEM_HOST_DEVICE static void step_lane(float& acc, float d, int lane_sum) {
         acc = fma_f(d, static_cast<float>(lane_sum), acc);
     }
+    TANDEM_HOST_DEVICE static void step_min(float& acc2, float m, float s) {
+        if constexpr (kMin) acc2 = fma_f(m, s, acc2);
+    }
+    TANDEM_HOST_DEVICE static float act_sum(const ABlock& a) {
+        if constexpr (kMin) {
+            return element::half_to_float(a.s);
+        } else {
+            return 0.0f;
+        }
+    }
     TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
         Part p;
         for (int l = 0; l < 8; ++l) p.lane[l] = lane(w, a, l);
         p.d = scale(w, a);
         p.m = min_of(w);
-        p.s = 0.0f;
-        if constexpr (kMin) p.s = element::half_to_float(a.s);
+        p.s = act_sum(a);
         return p;
     }
     TANDEM_HOST_DEVICE static void step(float& acc, float& acc2, const Part& p, int l) {
         step_lane(acc, p.d, p.lane[l]);
-        if constexpr (kMin) {
-            if (l == 0) acc2 = fma_f(p.m, p.s, acc2);
-        }
+        if (l == 0) step_min(acc2, p.m, p.s);
     }
     TANDEM_HOST_DEVICE static float finish(const float* acc, float acc2) { return tree8(acc) + acc2; }
 };
