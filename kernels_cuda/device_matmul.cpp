@@ -43,7 +43,7 @@ DeviceMatmul::~DeviceMatmul() {
 void DeviceMatmul::run(quant::Type type, const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols,
                        const float* x, int64_t n_tokens, void* scratch, float* y, int64_t ldy) {
     if (n_rows <= 0 || n_tokens <= 0) return;
-    if (single_order_ || !uses_cublas(type, n_tokens)) {
+    if (single_order_ || !uses_cublas(type, n_rows, n_tokens)) {
         const bool ok = kernels::launch_matmul(type, w, w_row_bytes, n_rows, n_cols, x, n_cols, n_tokens, scratch, y,
                                                ldy, single_order_, nullptr);
         if (!ok) throw Error(fmt::format("no CUDA matmul for type {}", quant::traits(type).name));

@@ -1,10 +1,13 @@
 // Every weight product on a GPU goes through here, which picks the kernel
 // (uses_cublas): quantized weights always take matmul.cu's block-sum
 // kernels (the CPU's integer block sums in its float order, so its bits;
-// decode reads each weight once per eight tokens); float weights (F32,
-// F16, BF16) take them below kCublasMinTokens and from there on are read
-// into a fixed fp32 tile and multiplied by a cuBLAS fp32 GEMM (within
-// rounding of the CPU, not its bits). The GEMM's activations are the
+// decode reads each weight once per eight tokens; batches on the int8
+// tensor cores); float weights (F32, F16, BF16) take them below
+// kCublasMinTokens or kCublasMinRows and from there on are read into a
+// fixed fp32 tile and multiplied by a cuBLAS fp32 GEMM (within rounding of
+// the CPU, not its bits). A matrix of few rows is a router, whose logits
+// choose the experts (a drift there changes which run): it keeps the CPU's
+// order, at no cost worth a GEMM. The GEMM's activations are the
 // partner type's values read back as floats (math::act_roundtrip), without
 // TF32, whose 10-bit operands alone move the tiny models' logits past the
 // bound. fp32 tiles, not fp16: activations of Gemma-like models exceed
@@ -20,9 +23,11 @@
 namespace tandem::cuda {
 
 inline constexpr int64_t kCublasMinTokens = 16;
-// Whether a product of n_tokens rows takes the cuBLAS path.
-constexpr bool uses_cublas(quant::Type w, int64_t n_tokens) {
-    return n_tokens >= kCublasMinTokens && quant::is_float_weight(w);
+inline constexpr int64_t kCublasMinRows = 1024;
+// Whether a product of an n_rows matrix and n_tokens rows takes the cuBLAS
+// path.
+constexpr bool uses_cublas(quant::Type w, int64_t n_rows, int64_t n_tokens) {
+    return n_tokens >= kCublasMinTokens && n_rows >= kCublasMinRows && quant::is_float_weight(w);
 }
 // The cuBLAS path's two choices.
 inline constexpr bool kBatchRoundTripsActivations = true;  // x -> partner type -> floats

@@ -385,8 +385,9 @@ uint64_t matmul_scratch_bytes(quant::Type w_type, int64_t n_cols, int64_t n_toke
     if (!bytes) return 0;
     const uint64_t quantized = *bytes * static_cast<uint64_t>(n_tokens);
     // The batch path reads its activations back as floats (4 bytes an
-    // element, what model::compute_bytes and stream_bytes allow).
-    if (uses_cublas(w_type, n_tokens) && a != quant::Type::F32) {
+    // element, what model::compute_bytes and stream_bytes allow), for any
+    // matrix of kCublasMinRows or more.
+    if (uses_cublas(w_type, kCublasMinRows, n_tokens) && a != quant::Type::F32) {
         return std::max(quantized, static_cast<uint64_t>(n_cols) * static_cast<uint64_t>(n_tokens) * sizeof(float));
     }
     return quantized;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels_cpu/attention.h"
+#include "kernels_cpu/blas_matmul.h"
 #include "kernels_cpu/elementwise.h"
 #include "kernels_cpu/matmul.h"
 #include "kernels_cpu/moe.h"
@@ -51,8 +52,8 @@ int misses(const std::vector<float>& got, const std::vector<float>& ref, Tol tol
 // Every weight type against the CPU's matmul, bit for bit: one token,
 // small batches on both sides of the batch forms' thresholds (Q2_K/Q4_K
 // from 4 tokens in groups of 4, Q3_K/Q5_K/Q6_K from 8), and 19, 40 and 67
-// tokens, past kCublasMinTokens (float weights then take cuBLAS, within
-// rounding) and on the int8 tensor cores for Q4_0 and the K types (more
+// tokens, past kCublasMinTokens (float weights of kCublasMinRows rows or
+// more would take cuBLAS; these 37 keep the CPU's bits) and on the int8 tensor cores for Q4_0 and the K types (more
 // tokens than a block_dot warp takes: 67 leaves Q2_K/Q4_K 3 tokens in the
 // single order, and 37 rows end inside a 16-row tile).
 // The single-token order gives every token of a batch its one-token bits
@@ -80,8 +81,9 @@ TEST_P(CudaMatmulTokens, EveryWeightTypeGivesTheCpuBits) {
         tc::matmul(view, x.data(), kCols, kTokens, ref.data(), kRows, pool, tc::SimdLevel::Scalar,               \
                    single ? tc::MatmulOrder::SingleToken : tc::MatmulOrder::Fastest);                           \
         tandem::cuda::matmul_on_device(dev, t, w.data(), kRows, kCols, x.data(), kTokens, gpu.data(), single);  \
-        const bool cublas = !single && tandem::cuda::uses_cublas(t, kTokens);                                   \
-        const float tol = cublas ? 1e-5f * std::sqrt(float{kCols}) * 4.0f : 0.0f;                              \
+        const bool cublas = !single && tandem::cuda::uses_cublas(t, kRows, kTokens);                           \
+        const bool blas = !single && tc::detail::blas_wanted(t, kTokens); /* the CPU's OpenBLAS: its own order */ \
+        const float tol = cublas || blas ? 1e-5f * std::sqrt(float{kCols}) * 4.0f : 0.0f;                      \
         EXPECT_EQ(misses(gpu, ref, [&](float) { return tol; }), 0) << "of " << ref.size() << " outputs";        \
     }
         TANDEM_CUDA_MATMUL_TYPES(CHECK_TYPE)
