@@ -44,7 +44,8 @@ __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t ldx, in
 }
 
 // ---- Quantized weights: integer block sums in the CPU's order (dot_order.h)
-// A warp takes kRows rows and up to kTokens tokens. The row's blocks go in
+// A warp takes kRows rows and up to kT tokens (1, 2, 4 or 8: a decode
+// step of one sequence keeps one token's state, not eight). The row's blocks go in
 // chunks of 8: thread (r, j) computes O::part of block j of row r for every
 // token (exact integers, dp4a) into shared memory; then thread (r, l) steps
 // float lane l of row r through the chunk's 8 blocks in order (one fused
@@ -53,11 +54,11 @@ __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t ldx, in
 // chain keeps the CPU's order; finish then sums the lanes as the CPU does.
 constexpr int kRows = 4;    // rows a warp
 constexpr int kChunk = 8;   // blocks a chunk
-constexpr int kTokens = 8;  // tokens a warp (a decode step of up to 8 streams reads each weight once)
+constexpr int kTokens = 8;  // tokens a warp at most (a decode step of up to 8 streams reads each weight once)
 constexpr int kWarps = 2;   // warps a CUDA block
 static_assert(kRows * kChunk == 32, "a thread per (row, block of the chunk)");
 
-template <class O>
+template <class O, int kT>
 __global__ void __launch_bounds__(32 * kWarps)
     block_dot_kernel(const void* __restrict__ w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_blocks,
                      const void* __restrict__ a, uint64_t a_row_bytes, int64_t n_tokens, float* __restrict__ y,
@@ -65,8 +66,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     using Part = typename O::Part;
     using WBlock = typename O::WBlock;
     using ABlock = typename O::ABlock;
-    __shared__ Part parts[kWarps][kRows][kChunk][kTokens];
-    __shared__ float lanes[kWarps][kRows][kTokens][8];
+    __shared__ Part parts[kWarps][kRows][kChunk][kT];
+    __shared__ float lanes[kWarps][kRows][kT][8];
     const int warp = static_cast<int>(threadIdx.y);
     const int r = static_cast<int>(threadIdx.x) / kChunk;
     const int j = static_cast<int>(threadIdx.x) % kChunk;  // block of the chunk, then float lane
@@ -74,16 +75,16 @@ __global__ void __launch_bounds__(32 * kWarps)
     if (row0 >= n_rows) return;  // whole warps leave together
     // Rows past the end repeat the last row: computed, never stored.
     const int64_t row = row0 + r < n_rows ? row0 + r : n_rows - 1;
-    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
-    const int nt = static_cast<int>(n_tokens - t0 < kTokens ? n_tokens - t0 : kTokens);
+    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kT;
+    const int nt = static_cast<int>(n_tokens - t0 < kT ? n_tokens - t0 : kT);
     const auto* wrow = reinterpret_cast<const WBlock*>(static_cast<const char*>(w) + row * w_row_bytes);
     const char* act = static_cast<const char*>(a) + t0 * a_row_bytes;
-    float acc[kTokens] = {}, acc2[kTokens] = {};
+    float acc[kT] = {}, acc2[kT] = {};
     for (int64_t c = 0; c < n_blocks; c += kChunk) {
         const int nb = static_cast<int>(n_blocks - c < kChunk ? n_blocks - c : kChunk);
         if (j < nb) {
             const WBlock& wb = wrow[c + j];  // read in place: a copy would sit in local memory
-            for (int t = 0; t < kTokens; ++t) {
+            for (int t = 0; t < kT; ++t) {
                 if (t < nt) {
                     const auto* arow = reinterpret_cast<const ABlock*>(act + t * a_row_bytes);
                     parts[warp][r][j][t] = O::part(wb, arow[c + j]);
@@ -93,7 +94,7 @@ __global__ void __launch_bounds__(32 * kWarps)
         __syncwarp();
         if (j < O::kLanes) {
             for (int b = 0; b < nb; ++b) {
-                for (int t = 0; t < kTokens; ++t) {
+                for (int t = 0; t < kT; ++t) {
                     if (t < nt) O::step(acc[t], acc2[t], parts[warp][r][b][t], j);
                 }
             }
@@ -101,11 +102,11 @@ __global__ void __launch_bounds__(32 * kWarps)
         __syncwarp();
     }
     if constexpr (O::kLanes == 8) {
-        for (int t = 0; t < kTokens; ++t) lanes[warp][r][t][j] = acc[t];
+        for (int t = 0; t < kT; ++t) lanes[warp][r][t][j] = acc[t];
         __syncwarp();
     }
     if (j != 0 || row0 + r >= n_rows) return;
-    for (int t = 0; t < kTokens; ++t) {
+    for (int t = 0; t < kT; ++t) {
         if (t < nt) {
             const float v = O::kLanes == 8 ? O::finish(lanes[warp][r][t], acc2[t]) : O::finish(&acc[t], acc2[t]);
             y[(t0 + t) * ldy + row0 + r] = v;
@@ -316,9 +317,16 @@ void launch_quantize(const float* x, int64_t ldx, int64_t n_cols, int64_t n_toke
         x, ldx, n_cols, n_tokens, scratch, *quant::row_bytes(A, n_cols));
 }
 
-dim3 grid_for(int64_t n_rows, int64_t rows_a_warp, int64_t n_tokens) {
+dim3 grid_for(int64_t n_rows, int64_t rows_a_warp, int64_t n_tokens, int64_t tokens_a_warp = kTokens) {
     return dim3(static_cast<unsigned>((n_rows + kWarps * rows_a_warp - 1) / (kWarps * rows_a_warp)),
-                static_cast<unsigned>((n_tokens + kTokens - 1) / kTokens));
+                static_cast<unsigned>((n_tokens + tokens_a_warp - 1) / tokens_a_warp));
+}
+
+template <class O, int kT>
+void launch_block_dot_kernel(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_blocks, const char* act,
+                             uint64_t a_row_bytes, int64_t n, float* y, int64_t ldy, cudaStream_t stream) {
+    block_dot_kernel<O, kT><<<grid_for(n_rows, kRows, n, kT), dim3(32, kWarps), 0, stream>>>(
+        w, w_row_bytes, n_rows, n_blocks, act, a_row_bytes, n, y, ldy);
 }
 
 // Tokens [t_begin, t_end) of the quantized activations in order O: on the
@@ -350,8 +358,13 @@ void launch_block_dot(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64
             return;
         }
     }
-    block_dot_kernel<O><<<grid_for(n_rows, kRows, n), dim3(32, kWarps), 0, stream>>>(
-        w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y + t_begin * ldy, ldy);
+    // The fewest tokens a warp that cover the step: per-token state is
+    // registers and shared memory, so a single sequence's decode keeps one.
+    const auto run = n == 1   ? launch_block_dot_kernel<O, 1>
+                     : n == 2 ? launch_block_dot_kernel<O, 2>
+                     : n <= 4 ? launch_block_dot_kernel<O, 4>
+                              : launch_block_dot_kernel<O, kTokens>;
+    run(w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y + t_begin * ldy, ldy, stream);
 }
 
 template <quant::Type W>

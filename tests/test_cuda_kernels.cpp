@@ -91,7 +91,7 @@ TEST_P(CudaMatmulTokens, EveryWeightTypeGivesTheCpuBits) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(CudaMatmul, CudaMatmulTokens, ::testing::Values(1, 3, 7, 8, 19, 40, 67),
+INSTANTIATE_TEST_SUITE_P(CudaMatmul, CudaMatmulTokens, ::testing::Values(1, 2, 3, 7, 8, 19, 40, 67),
                          [](const ::testing::TestParamInfo<int64_t>& i) { return std::to_string(i.param) + "_tokens"; });
 
 // Batches of kCublasMinTokens or more of float weights: rows read into the
