@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "kernels_cuda/cuda_api.h"
-#include "runtime/engine_cuda/cuda_plugin.h"
+#include "kernels_cuda/cuda_direct.h"
 #include "kernels_cuda/cuda_check.h"
 
 namespace tandem::cuda {

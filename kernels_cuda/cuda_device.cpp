@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "kernels_cuda/cuda_api.h"
-#include "runtime/engine_cuda/cuda_plugin.h"
+#include "kernels_cuda/cuda_direct.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/cuda_kernels.h"
 

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 
 #include "kernels_cuda/cuda_check.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 
 namespace tandem::cuda {
 

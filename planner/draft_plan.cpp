@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 
 namespace tandem::planner {
 

@@ -7,7 +7,7 @@
 
 #include "planner/layout.h"
 #include "runtime/common/error.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 
 namespace tandem::planner {
 namespace {

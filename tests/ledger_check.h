@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "planner/planner.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/engine/session.h"
 
 namespace tandem::testing {

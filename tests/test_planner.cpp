@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/planner.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/engine/session.h"

@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/planner.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/engine/session.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"

@@ -31,7 +31,7 @@
 #include "tests/test_paths.h"
 #include "tools/serve/scheduler.h"
 #include "tools/speculative/draft_model.h"
-#include "tools/speculative/spec_flags.h"
+#include "tools/spec_flags.h"
 
 namespace {
 

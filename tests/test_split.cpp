@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/engine/session.h"

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/engine/weight_stream.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"

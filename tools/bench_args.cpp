@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "planner/planner.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/common/error.h"
 #include "runtime/engine/session.h"
 #include "tools/llama_flags.h"

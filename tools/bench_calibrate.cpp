@@ -32,7 +32,7 @@
 #include "planner/calibration.h"
 #include "runtime/common/error.h"
 #include "runtime/engine/host_weight_arena.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/model/model_shapes.h"
 #include "runtime/model/synth_vocab.h"
 #include "runtime/quant/fp16.h"

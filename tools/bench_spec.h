@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "tools/bench_args.h"
-#include "tools/speculative/spec_flags.h"
+#include "tools/spec_flags.h"
 
 namespace tandem::tools {
 

@@ -35,7 +35,7 @@
 #include "kernels_cpu/thread_pool.h"
 #include "kernels_cuda/cuda_api.h"
 #include "planner/calibration.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/engine/host_weight_arena.h"
 #include "runtime/common/error.h"
 #include "runtime/quant/fp16.h"

@@ -27,7 +27,7 @@
 #include "tools/session_open.h"
 #include "tools/sampling_flags.h"
 #include "tools/serve/text_stream.h"
-#include "tools/speculative/spec_flags.h"
+#include "tools/spec_flags.h"
 #include "tools/split.h"
 #include "tools/text_input.h"
 #include "tools/stream_flags.h"

@@ -22,7 +22,7 @@
 #include "tools/serve/scheduler.h"
 #include "tools/serve/server_state.h"
 #include "tools/speculative/draft_model.h"
-#include "tools/speculative/spec_flags.h"
+#include "tools/spec_flags.h"
 #include "tools/split.h"
 
 namespace tandem::tools {

@@ -16,7 +16,7 @@
 #include "kernels_cpu/cpu_info.h"
 #include "planner/planner.h"
 #include "planner/tune_cache.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"

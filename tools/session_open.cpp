@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "tools/progress.h"
 
 namespace tandem::tools {

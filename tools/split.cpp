@@ -11,7 +11,7 @@
 #include "planner/draft_plan.h"
 #include "planner/tune_cache.h"
 #include "runtime/common/error.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/engine_cuda/cuda_device.h"
 #include "tools/llama_flags.h"
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "runtime/engine/kv_cells.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/engine/sequence_state.h"
 #include "runtime/engine/weight_stream.h"
 #include "runtime/common/error.h"

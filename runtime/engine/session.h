@@ -14,7 +14,7 @@
 
 #include "kernels_cpu/matmul.h"
 #include "runtime/gguf/gguf_file.h"
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/placement/placement.h"
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels_cuda/cuda_api.h"
+#include "kernels_cuda/cuda_direct.h"
 #include "runtime/engine/device.h"
 
 namespace tandem::cuda {
@@ -37,10 +38,9 @@ struct CudaPlugin {
 };
 
 // The implementations inside the plugin (and in the static kernel library
-// the tests link): what the table points at.
+// the tests link): what the table points at (kernels_cuda/cuda_direct.h
+// has the other two).
 namespace direct {
-std::vector<DeviceInfo> list_devices(std::string* why_none);
-BandwidthMeasurement measure_bandwidth(int device, size_t bytes);
 std::unique_ptr<Device> make_cuda_device(int device, std::optional<uint64_t> capacity, const gguf::File& file,
                                          const model::ModelSpec& spec, const DeviceConfig& config);
 }  // namespace direct

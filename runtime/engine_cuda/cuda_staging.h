@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/model/device_layout.h"
 
 namespace tandem::cuda {

@@ -16,7 +16,7 @@
 
 #include <cstddef>
 
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/model/device_layout.h"
 
 namespace tandem::cuda {

@@ -1,4 +1,4 @@
-#include "runtime/engine/memory_ledger.h"
+#include "runtime/common/memory_ledger.h"
 
 #include <cctype>
 #include <charconv>

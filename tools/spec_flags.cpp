@@ -1,4 +1,4 @@
-#include "tools/speculative/spec_flags.h"
+#include "tools/spec_flags.h"
 
 #include <charconv>
 
