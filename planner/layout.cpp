@@ -196,9 +196,11 @@ bool is_expert_role(LayerTensor r) {
     return r == LayerTensor::FfnGateExps || r == LayerTensor::FfnUpExps || r == LayerTensor::FfnDownExps;
 }
 
-Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_ubatch, model::CacheType cache_type) {
+Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_ubatch, model::CacheType cache_type,
+                   int64_t n_seq) {
     const model::HParams& hp = spec.hp;
     if (n_ubatch <= 0) throw Error(fmt::format("micro-batch size: expected a positive value, found {}", n_ubatch));
+    if (n_seq <= 0) throw Error(fmt::format("sequences: expected a positive count, found {}", n_seq));
     const quant::Type qt = model::cache_quant_type(cache_type);
     if (!quant::row_bytes(qt, hp.head_dim_k) || !quant::row_bytes(qt, hp.head_dim_v)) {
         throw Error(fmt::format("cache type {} needs head sizes that are multiples of {}, the model has {}",
@@ -218,7 +220,7 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     for (size_t il = 0; il < n; ++il) {
         const auto i = static_cast<int64_t>(il);
         t.weights[il + 1] = t.weights[il] + model::layer_weight_bytes(spec, i);
-        t.kv.push_back(model::kv_bytes_for_layer(spec, i, t.n_ctx, t.n_ubatch, cache_type));
+        t.kv.push_back(model::kv_bytes_for_layer(spec, i, t.n_ctx, t.n_ubatch, cache_type, n_seq));
         t.kv_read.push_back(model::kv_bytes_for_layer(spec, i, avg_ctx, t.n_ubatch, cache_type));
         uint64_t io = 0, streamed = 0;
         for (const LayerTensor role : model::kStreamedMatrices) {

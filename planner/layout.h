@@ -103,7 +103,9 @@ struct Tables {
     int slot_of(quant::Type type, int64_t row_cols) const;
 };
 
-Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx, int64_t n_ubatch, model::CacheType cache_type);
+// n_seq: sequences side by side (each keeps a window in a sliding-window layer).
+Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx, int64_t n_ubatch, model::CacheType cache_type,
+                   int64_t n_seq = 1);
 
 // A mode from the device of each layer tensor; the KV cache lives with
 // attn_k (as place_tensors puts it).

@@ -424,21 +424,21 @@ uint64_t default_margin(uint64_t capacity) {
 }
 
 DeviceBytes device_bytes(const model::ModelSpec& spec, int64_t ngl, int64_t n_ctx, int64_t n_ubatch,
-                         model::CacheType cache_type, bool weight_stream) {
-    const Tables t = detail::make_tables(spec, n_ctx, n_ubatch, cache_type);
+                         model::CacheType cache_type, bool weight_stream, int64_t n_seq) {
+    const Tables t = detail::make_tables(spec, n_ctx, n_ubatch, cache_type, n_seq);
     const LayerModes m = plain_layer_modes(spec, t);
     return detail::footprint(spec, t, m.at(t, ngl), weight_stream).vram;
 }
 
 DeviceBytes host_bytes(const model::ModelSpec& spec, int64_t ngl, bool has_device, int64_t n_ctx, int64_t n_ubatch,
-                       model::CacheType cache_type) {
-    const Tables t = detail::make_tables(spec, n_ctx, n_ubatch, cache_type);
+                       model::CacheType cache_type, int64_t n_seq) {
+    const Tables t = detail::make_tables(spec, n_ctx, n_ubatch, cache_type, n_seq);
     const LayerModes m = plain_layer_modes(spec, t);
     return detail::footprint(spec, t, m.at(t, has_device ? ngl : 0), false).ram;
 }
 
 Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
-    const Tables t = detail::make_tables(spec, in.n_ctx, in.n_ubatch, in.cache_type);
+    const Tables t = detail::make_tables(spec, in.n_ctx, in.n_ubatch, in.cache_type, in.n_seq);
     Plan p;
     p.n_layer = t.n_layer;
     p.n_ctx = t.n_ctx;
@@ -519,7 +519,7 @@ double predict_seconds(const model::ModelSpec& spec, const PlanInputs& in, const
         throw Error(fmt::format("predict: expected token counts >= 0, found prompt {}, generated {}, depth {}",
                                 w.n_prompt, w.n_gen, w.n_depth));
     }
-    const Tables t = detail::make_tables(spec, in.n_ctx, in.n_ubatch, in.cache_type);
+    const Tables t = detail::make_tables(spec, in.n_ctx, in.n_ubatch, in.cache_type, in.n_seq);
     if (w.n_depth + w.n_prompt + w.n_gen > t.n_ctx) {
         throw Error(fmt::format("predict: {} tokens do not fit the context of {}", w.n_depth + w.n_prompt + w.n_gen,
                                 t.n_ctx));

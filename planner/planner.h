@@ -167,6 +167,9 @@ struct PlanInputs {
     std::optional<uint64_t> host_ram;         // bytes of host RAM; nullopt: not checked
     int64_t n_ctx = 0;                        // 0: the model's training context, capped at 4096 (as Session)
     int64_t n_ubatch = 512;
+    // Sequences decoded side by side (serve -np, chat, bench --parallel):
+    // a sliding-window layer keeps a window for each (Session's n_seq_max).
+    int64_t n_seq = 1;
     model::CacheType cache_type = model::CacheType::F16;
     std::optional<uint64_t> margin;  // nullopt: default_margin(capacity)
     std::optional<int64_t> ngl;      // evaluate this split instead of choosing one
@@ -287,9 +290,9 @@ uint64_t default_margin(uint64_t capacity);
 // layer is left on the host). Throws tandem::Error when the cache type does
 // not fit the head size.
 DeviceBytes device_bytes(const model::ModelSpec& spec, int64_t ngl, int64_t n_ctx, int64_t n_ubatch,
-                         model::CacheType cache_type, bool weight_stream = false);
+                         model::CacheType cache_type, bool weight_stream = false, int64_t n_seq = 1);
 DeviceBytes host_bytes(const model::ModelSpec& spec, int64_t ngl, bool has_device, int64_t n_ctx, int64_t n_ubatch,
-                       model::CacheType cache_type);
+                       model::CacheType cache_type, int64_t n_seq = 1);
 
 // Chooses (or, with inputs.ngl, evaluates) a placement: of the candidates
 // weighed, the one with the best predicted decode rate among those whose

@@ -2,7 +2,8 @@
 // byte: a session on the device, loaded at a split and run through a
 // prompt of two micro-batches (the batch products, cuBLAS and its
 // workspace, weight streaming where layers stay on the host) and a few
-// decode steps, holds in its ledgers exactly the plan's bytes per
+// decode steps (one sequence, or three side by side, each with its own
+// window in gemma2's sliding-window layers), holds in its ledgers exactly the plan's bytes per
 // category, and the most the device's allocator held at once (the
 // emulator's count) is the plan's total. Nothing allocated outside the
 // ledger, and no KV layout larger than the planner's figure.
@@ -28,11 +29,12 @@ struct LedgerCase {
     std::string model;
     tandem::model::CacheType cache_type;
     int64_t n_ctx;
+    int64_t n_seq = 1;  // sequences side by side (a window each in a sliding-window layer)
 };
 
 std::string case_name(const ::testing::TestParamInfo<LedgerCase>& info) {
     std::string s = info.param.model + "_" + tandem::planner::cache_type_name(info.param.cache_type) + "_ctx" +
-                    std::to_string(info.param.n_ctx);
+                    std::to_string(info.param.n_ctx) + "_seq" + std::to_string(info.param.n_seq);
     for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
     return s;
 }
@@ -61,6 +63,8 @@ TEST_P(CudaLedger, PeakDeviceBytesArePlannedBytes) {
         so.n_ubatch = 32;
         so.n_threads = 1;
         so.cache_type = c.cache_type;
+        so.n_seq_max = c.n_seq;
+        so.kv_per_sequence = c.n_seq > 1;
         so.device = "cuda0";
         so.n_gpu_layers = ngl;
         tandem::Session s(file, spec, so);
@@ -69,8 +73,9 @@ TEST_P(CudaLedger, PeakDeviceBytesArePlannedBytes) {
         for (int i = 0; i < 3; ++i) s.eval(std::vector<int32_t>{prompt[static_cast<size_t>(i)]}, false, logits);
         const bool streams = s.weight_stream_active();
         EXPECT_EQ(streams, ngl <= n_layer) << s.weight_stream_note();
-        const auto vram = tandem::planner::device_bytes(spec, ngl, c.n_ctx, so.n_ubatch, c.cache_type, streams);
-        const auto ram = tandem::planner::host_bytes(spec, ngl, true, c.n_ctx, so.n_ubatch, c.cache_type);
+        const auto vram =
+            tandem::planner::device_bytes(spec, ngl, c.n_ctx, so.n_ubatch, c.cache_type, streams, c.n_seq);
+        const auto ram = tandem::planner::host_bytes(spec, ngl, true, c.n_ctx, so.n_ubatch, c.cache_type, c.n_seq);
         tandem::testing::expect_ledgers_equal_plan(s, ram, vram);
         ASSERT_GT(vram.kv, 0u);
         ASSERT_GT(ram.staging, 0u);
@@ -86,7 +91,8 @@ INSTANTIATE_TEST_SUITE_P(
                       LedgerCase{"tiny-llama-Q4_K_M.gguf", tandem::model::CacheType::Q8_0, 200},
                       LedgerCase{"tiny-llama-F16.gguf", tandem::model::CacheType::F16, 96},
                       LedgerCase{"synth-qwen3moe-Q8_0.gguf", tandem::model::CacheType::Q8_0, 160},
-                      LedgerCase{"synth-gemma2-Q8_0.gguf", tandem::model::CacheType::F16, 256}),
+                      LedgerCase{"synth-gemma2-Q8_0.gguf", tandem::model::CacheType::F16, 256},
+                      LedgerCase{"synth-gemma2-Q8_0.gguf", tandem::model::CacheType::Q8_0, 512, 3}),
     case_name);
 
 }  // namespace

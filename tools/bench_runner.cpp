@@ -80,6 +80,7 @@ planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
     if (!c.device.empty()) req.vram = c.vram.value_or(std::numeric_limits<uint64_t>::max());
     req.n_ctx = c.n_ctx();
     req.n_ubatch = s.n_ubatch;
+    req.n_seq = c.n_seq_max();
     req.cache_type = s.cache_type;
     req.stream.no_stream = !c.weight_stream;
     req.stream.min_batch = c.stream_min_batch;

@@ -91,6 +91,7 @@ std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_se
         n_ctx = std::min<int64_t>(m->spec.hp.n_ctx_train > 0 ? m->spec.hp.n_ctx_train : 4096, 4096) * n_seq;
     }
     SplitRequest req = split_request(f, n_ctx, f.n_ubatch);
+    req.n_seq = n_seq;
     if (adjust) adjust(req);
     Split split = resolve_split(req, m->file, m->spec);
     m->draft_placement = split.draft;

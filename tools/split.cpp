@@ -147,6 +147,7 @@ planner::PlanInputs split_plan_inputs(const SplitRequest& r) {
     in.rules = placement_rules(r.placement);
     in.n_ctx = r.n_ctx;
     in.n_ubatch = r.n_ubatch;
+    in.n_seq = r.n_seq;
     in.cache_type = r.cache_type;
     apply_stream_flags(r.stream, in);
     if (r.margin) in.margin = r.margin;

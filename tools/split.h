@@ -29,6 +29,7 @@ struct SplitRequest {
     std::optional<int64_t> ngl;    // -ngl N; nullopt: auto
     int64_t n_ctx = 0;
     int64_t n_ubatch = 512;
+    int64_t n_seq = 1;  // sequences side by side (-np): the session's n_seq_max
     model::CacheType cache_type = model::CacheType::F16;
     StreamFlags stream;
     PlacementFlags placement;
