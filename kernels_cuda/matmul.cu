@@ -128,29 +128,53 @@ constexpr int kMmaWarps = 4;
 constexpr int kMmaTiles = 4;
 constexpr int kMmaTokens = 8 * kMmaTiles;
 
+// A warp's share of an mma kernel: 16 rows from blockIdx.x and threadIdx.y,
+// up to kTileTokens tokens from blockIdx.y. Lane (g, t) of the fragments
+// (mma.h) reads rows g and g + 8; rows and tokens past the end repeat the
+// last, computed and never stored. `done`: the warp has no row (whole
+// warps leave together).
+template <class O, int kTileTokens>
+struct MmaTile {
+    using WBlock = typename O::WBlock;
+    using ABlock = typename O::ABlock;
+    int g, t;
+    int64_t row0, t0;
+    int nt;
+    bool done;
+    const WBlock* rows[2];
+    const char* act;
+    uint64_t a_row_bytes;
+    __device__ MmaTile(const void* w, uint64_t w_row_bytes, int64_t n_rows, const void* a, uint64_t a_bytes,
+                       int64_t n_tokens)
+        : g(static_cast<int>(threadIdx.x) / 4),
+          t(static_cast<int>(threadIdx.x) % 4),
+          row0((static_cast<int64_t>(blockIdx.x) * kMmaWarps + threadIdx.y) * 16),
+          t0(static_cast<int64_t>(blockIdx.y) * kTileTokens),
+          nt(static_cast<int>(n_tokens - t0 < kTileTokens ? n_tokens - t0 : kTileTokens)),
+          done(row0 >= n_rows),
+          act(static_cast<const char*>(a) + t0 * a_bytes),
+          a_row_bytes(a_bytes) {
+        for (int h = 0; h < 2; ++h) {
+            const int64_t row = row0 + g + 8 * h < n_rows ? row0 + g + 8 * h : n_rows - 1;
+            rows[h] = reinterpret_cast<const WBlock*>(static_cast<const char*>(w) + row * w_row_bytes);
+        }
+    }
+    __device__ const ABlock* token(int tok) const {
+        return reinterpret_cast<const ABlock*>(act + (tok < nt ? tok : nt - 1) * a_row_bytes);
+    }
+};
+
 template <class O>
 __global__ void __launch_bounds__(32 * kMmaWarps)
     mma_dot_kernel(const void* __restrict__ w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_blocks,
                    const void* __restrict__ a, uint64_t a_row_bytes, int64_t n_tokens, float* __restrict__ y,
                    int64_t ldy) {
-    using WBlock = typename O::WBlock;
     using ABlock = typename O::ABlock;
     constexpr int kGroups = O::kGroups;
-    const int g = static_cast<int>(threadIdx.x) / 4, t = static_cast<int>(threadIdx.x) % 4;
-    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kMmaWarps + threadIdx.y) * 16;
-    if (row0 >= n_rows) return;  // whole warps leave together
-    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kMmaTokens;
-    const int nt = static_cast<int>(n_tokens - t0 < kMmaTokens ? n_tokens - t0 : kMmaTokens);
-    // Rows and tokens past the end repeat the last: computed, never stored.
-    const WBlock* rows[2];
-    for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + g + 8 * h < n_rows ? row0 + g + 8 * h : n_rows - 1;
-        rows[h] = reinterpret_cast<const WBlock*>(static_cast<const char*>(w) + row * w_row_bytes);
-    }
-    const char* act = static_cast<const char*>(a) + t0 * a_row_bytes;
-    const auto token = [&](int tok) {
-        return reinterpret_cast<const ABlock*>(act + (tok < nt ? tok : nt - 1) * a_row_bytes);
-    };
+    const MmaTile<O, kMmaTokens> tile(w, w_row_bytes, n_rows, a, a_row_bytes, n_tokens);
+    if (tile.done) return;
+    const auto& [g, t, row0, t0, nt, done, rows, act, a_bytes] = tile;
+    const auto token = [&](int tok) { return tile.token(tok); };
     float acc[kMmaTiles][4] = {}, acc2[kMmaTiles][4] = {};
     for (int64_t i = 0; i < n_blocks; ++i) {
         uint32_t codes[2][kGroups];
@@ -200,22 +224,11 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     mma_lanes_kernel(const void* __restrict__ w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_blocks,
                      const void* __restrict__ a, uint64_t a_row_bytes, int64_t n_tokens, float* __restrict__ y,
                      int64_t ldy) {
-    using WBlock = typename O::WBlock;
     using ABlock = typename O::ABlock;
-    const int g = static_cast<int>(threadIdx.x) / 4, t = static_cast<int>(threadIdx.x) % 4;
-    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kMmaWarps + threadIdx.y) * 16;
-    if (row0 >= n_rows) return;  // whole warps leave together
-    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * 2 * kLanePairs;
-    const int nt = static_cast<int>(n_tokens - t0 < 2 * kLanePairs ? n_tokens - t0 : 2 * kLanePairs);
-    const WBlock* rows[2];
-    for (int h = 0; h < 2; ++h) {
-        const int64_t row = row0 + g + 8 * h < n_rows ? row0 + g + 8 * h : n_rows - 1;
-        rows[h] = reinterpret_cast<const WBlock*>(static_cast<const char*>(w) + row * w_row_bytes);
-    }
-    const char* act = static_cast<const char*>(a) + t0 * a_row_bytes;
-    const auto token = [&](int tok) {
-        return reinterpret_cast<const ABlock*>(act + (tok < nt ? tok : nt - 1) * a_row_bytes);
-    };
+    const MmaTile<O, 2 * kLanePairs> tile(w, w_row_bytes, n_rows, a, a_row_bytes, n_tokens);
+    if (tile.done) return;
+    const auto& [g, t, row0, t0, nt, done, rows, act, a_bytes] = tile;
+    const auto token = [&](int tok) { return tile.token(tok); };
     const int mine = t / 2;  // this lane's token of each pair
     float acc[kLanePairs][2][4] = {};  // [pair][row g, g + 8][half * 2 + e]: lane 4 half + 2 (t % 2) + e
     float acc2[kLanePairs][2] = {};
