@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels_cuda/cuda_api.h"
+#include "tests/cuda_ops/cuda_test_ops.h"
 #include "runtime/quant/quant_types.h"
 
 namespace {

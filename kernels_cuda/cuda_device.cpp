@@ -1,6 +1,6 @@
-// Host side of the CUDA backend: device discovery and the memory traffic
-// around kernel launches. Compiled by the host compiler; kernels live in .cu
-// files behind cuda_kernels.h.
+// Host side of the CUDA backend: device discovery and CUDA errors.
+// Compiled by the host compiler; kernels live in .cu files behind
+// cuda_kernels.h.
 #include <cuda_runtime.h>
 
 #include <fmt/format.h>
@@ -11,23 +11,6 @@
 #include "kernels_cuda/cuda_kernels.h"
 
 namespace tandem::cuda {
-namespace {
-
-// Frees device memory on every exit path, including a thrown CUDA error.
-class DeviceBuffer {
-public:
-    explicit DeviceBuffer(size_t bytes) { TANDEM_CUDA_CHECK(cudaMalloc(&ptr_, bytes)); }
-    ~DeviceBuffer() { cudaFree(ptr_); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-    void* get() const { return ptr_; }
-
-private:
-    void* ptr_ = nullptr;
-};
-
-}  // namespace
-
 void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
     throw Error(fmt::format("CUDA call {} failed at {}:{}: {} ({})", call, file, line, cudaGetErrorString(err),
                             cudaGetErrorName(err)));
@@ -61,24 +44,6 @@ std::vector<DeviceInfo> direct::list_devices(std::string* why_none) {
     }
     if (devices.empty() && why_none) *why_none = "CUDA found no devices";
     return devices;
-}
-
-void dequantize_row_on_device(int device, quant::Type type, const void* host_src, float* host_dst, int64_t n) {
-    const quant::TypeTraits& tr = quant::traits(type);
-    const auto bytes = quant::row_bytes(type, n);
-    if (!bytes) {
-        throw Error(fmt::format("dequantize on device: {} elements is not a multiple of {}'s block of {}", n, tr.name,
-                                tr.block_elems));
-    }
-    TANDEM_CUDA_CHECK(cudaSetDevice(device));
-    DeviceBuffer src(*bytes);
-    DeviceBuffer dst(static_cast<size_t>(n) * sizeof(float));
-    TANDEM_CUDA_CHECK(cudaMemcpy(src.get(), host_src, *bytes, cudaMemcpyHostToDevice));
-    if (!kernels::launch_dequantize(type, src.get(), static_cast<float*>(dst.get()), n, nullptr)) {
-        throw Error(fmt::format("dequantize on device: no CUDA kernel for type {}", tr.name));
-    }
-    TANDEM_CUDA_CHECK(cudaGetLastError());
-    TANDEM_CUDA_CHECK(cudaMemcpy(host_dst, dst.get(), static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToHost));
 }
 
 }  // namespace tandem::cuda

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels_cuda/cuda_api.h"
+#include "tests/cuda_ops/cuda_test_ops.h"
 #include "runtime/quant/quant_types.h"
 #include "tests/test_cuda_inputs.h"
 

@@ -17,6 +17,7 @@
 #include "kernels_cpu/matmul.h"
 #include "kernels_cpu/moe.h"
 #include "kernels_cuda/cuda_api.h"
+#include "tests/cuda_ops/cuda_test_ops.h"
 #include "kernels_cuda/device_matmul.h"
 #include "kernels_cuda/matmul_math.h"
 #include "kernels_cuda/matmul_types.h"

@@ -1,13 +1,14 @@
-// Host-data wrappers around single kernels (cuda_api.h), so tests compiled
-// by g++ compare each CUDA kernel with its CPU twin without seeing a CUDA
-// type. Slow by design: every call copies its inputs in and its output out.
+// Host-data wrappers around single kernels (cuda_test_ops.h), so tests
+// compiled by g++ compare each CUDA kernel with its CPU twin without seeing
+// a CUDA type. Slow by design: every call copies its inputs in and its
+// output out.
 #include <cuda_runtime.h>
 
 #include <vector>
 
 #include <fmt/format.h>
 
-#include "kernels_cuda/cuda_api.h"
+#include "tests/cuda_ops/cuda_test_ops.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/cuda_kernels.h"
 #include "kernels_cpu/moe.h"
@@ -60,6 +61,23 @@ kernels::KvCache cache_shape(const char* what, quant::Type cache_type, int64_t n
 }
 
 }  // namespace
+
+void dequantize_row_on_device(int device, quant::Type type, const void* host_src, float* host_dst, int64_t n) {
+    const quant::TypeTraits& tr = quant::traits(type);
+    const auto bytes = quant::row_bytes(type, n);
+    if (!bytes) {
+        throw Error(fmt::format("dequantize on device: {} elements is not a multiple of {}'s block of {}", n, tr.name,
+                                tr.block_elems));
+    }
+    TANDEM_CUDA_CHECK(cudaSetDevice(device));
+    const Buf src(host_src, *bytes);
+    const Buf dst(static_cast<size_t>(n) * sizeof(float));
+    if (!kernels::launch_dequantize(type, src.as<void>(), dst.as<float>(), n, nullptr)) {
+        throw Error(fmt::format("dequantize on device: no CUDA kernel for type {}", tr.name));
+    }
+    TANDEM_CUDA_CHECK(cudaGetLastError());
+    dst.to_host(host_dst, static_cast<size_t>(n) * sizeof(float));
+}
 
 namespace {
 

@@ -1,7 +1,7 @@
-// Built when TANDEM_CUDA is OFF or no nvcc was found: the kernel functions
-// tests and benches call, always answering "no GPU", so callers need no
-// #ifdefs (device queries go through cuda_loader.cpp in every build).
-#include "kernels_cuda/cuda_api.h"
+// Built when TANDEM_CUDA is OFF or no nvcc was found: the single-kernel
+// functions tests and benches call, always answering "no CUDA", so callers
+// need no #ifdefs (device queries go through cuda_loader.cpp in every build).
+#include "tests/cuda_ops/cuda_test_ops.h"
 #include "runtime/common/error.h"
 
 namespace tandem::cuda {
