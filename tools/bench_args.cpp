@@ -10,6 +10,7 @@
 #include "planner/planner.h"
 #include "runtime/common/memory_ledger.h"
 #include "runtime/common/error.h"
+#include "runtime/engine/device_registry.h"
 #include "runtime/engine/session.h"
 #include "tools/llama_flags.h"
 
@@ -291,10 +292,7 @@ BenchConfig make_bench_config(const BenchArgs& a) {
     c.mmap = parse_switch("-mmp", std::string(mmaps.front()));
 
     c.device = a.device;
-    if (!c.device.empty() && c.device != "cpu2" && c.device.rfind("cuda", 0) != 0) {
-        throw Error(fmt::format("--device: expected cuda, cudaN or cpu2 (the stand-in accelerator), found '{}'",
-                                c.device));
-    }
+    (void)parse_accelerator(c.device);  // throws, naming the flag and what it found
     c.weight_stream = !a.no_stream;
     c.copy_host_weights = !a.no_host_copy;
     c.placement = a.placement;

@@ -16,6 +16,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/quant/quant_mix.h"
+#include "runtime/engine/device_registry.h"
 #include "runtime/engine/session.h"
 #include "runtime/sampler/sampler.h"
 #include "tools/split.h"
@@ -93,7 +94,7 @@ planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
     // there. Only the predictions change; the fit does not depend on speed.
     // The same goes for its kernels and fixed costs: the host's, and its
     // hand-overs are copies between host buffers.
-    if (c.device == "cpu2") {
+    if (parse_accelerator(c.device).kind == AcceleratorKind::StandIn) {
         in.gpu_gbps = in.cpu_gbps.value_or(planner::kDefaultCpuGBps);
         in.gpu_gflops = in.cpu_gflops.value_or(planner::kDefaultCpuGflops);
         in.device_costs = calibration ? planner::standin_costs(*calibration) : in.host_costs;
@@ -325,7 +326,7 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         if (r.cpu_gbps_before && r.cpu_gbps_after) cpu_gbps = (*r.cpu_gbps_before + *r.cpu_gbps_after) / 2.0;
         // The stand-in device is host memory, so host bandwidth is its roofline.
         std::optional<double> dev_gbps;
-        if (c.device == "cpu2") {
+        if (parse_accelerator(c.device).kind == AcceleratorKind::StandIn) {
             dev_gbps = cpu_gbps;
         } else if (calibration) {
             dev_gbps = calibration->gpu_gbps;

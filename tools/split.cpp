@@ -12,7 +12,7 @@
 #include "planner/tune_cache.h"
 #include "runtime/common/error.h"
 #include "runtime/common/memory_ledger.h"
-#include "runtime/engine_cuda/cuda_device.h"
+#include "runtime/engine/device_registry.h"
 #include "tools/llama_flags.h"
 
 namespace tandem::tools {
@@ -113,10 +113,7 @@ std::optional<int64_t> parse_ngl(const std::string& text, std::string_view flag)
 SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch) {
     SplitRequest r;
     r.device = f.device;
-    if (!r.device.empty() && r.device != "cpu2" && cuda::device_index(r.device) < 0) {
-        throw Error(fmt::format("--device: expected cuda, cudaN (a GPU) or cpu2 (the stand-in device), found '{}'",
-                                r.device));
-    }
+    (void)parse_accelerator(r.device);  // throws, naming the flag and what it found
     if (!f.vram.empty()) r.vram = parse_size_flag("--vram", f.vram);
     r.ngl = parse_ngl(f.n_gpu_layers);
     r.n_ctx = n_ctx;
@@ -151,7 +148,7 @@ planner::PlanInputs split_plan_inputs(const SplitRequest& r) {
     in.cache_type = r.cache_type;
     apply_stream_flags(r.stream, in);
     if (r.margin) in.margin = r.margin;
-    if (r.device == "cpu2") in.margin = 0;
+    if (parse_accelerator(r.device).kind == AcceleratorKind::StandIn) in.margin = 0;
     return in;
 }
 
@@ -170,8 +167,9 @@ std::vector<std::string> apply_stored_calibration(planner::PlanInputs& in) {
 }
 
 std::optional<cuda::DeviceInfo> usable_gpu_or_cpu(std::string& device, const std::string& asked_by) {
-    const int index = cuda::device_index(device);
-    if (index < 0) return std::nullopt;
+    const AcceleratorName a = parse_accelerator(device);
+    if (a.kind != AcceleratorKind::Cuda) return std::nullopt;
+    const int index = a.cuda_index;
     std::string why;
     const auto gpus = cuda::list_devices(&why);
     const auto it = std::find_if(gpus.begin(), gpus.end(), [&](const cuda::DeviceInfo& d) { return d.index == index; });

@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 
 #include "kernels_cpu/thread_pool.h"
-#include "runtime/engine_cuda/cuda_device.h"
 #include "runtime/engine/host_weight_arena.h"
 #include "runtime/engine/cpu_device.h"
+#include "runtime/engine/device_registry.h"
 #include "runtime/engine/recipe.h"
 #include "runtime/engine/sequence_state.h"
 #include "runtime/common/error.h"
@@ -47,7 +47,6 @@ struct Session::Impl {
     int64_t streamed_batches = 0;
     int64_t n_device_layers = 0;
     std::vector<int32_t> tokens, pos, seq;  // one micro-batch
-    int cuda_index = -1;  // the GPU of --device cuda/cudaN, -1 otherwise
 
     Impl(const gguf::File& f, const model::ModelSpec& s, const SessionOptions& o)
         : file(f),
@@ -109,12 +108,7 @@ struct Session::Impl {
                 accel_config.on_upload = cumulative(opt.upload_progress, placement.weight_bytes(kAccelDevice));
             }
             try {
-                if (cuda_index >= 0) {
-                    accel = cuda::make_cuda_device(cuda_index, opt.device_capacity, file, spec, accel_config);
-                } else {
-                    accel = std::make_unique<CpuDevice>(opt.device, true, opt.device_capacity, file, spec,
-                                                        accel_config, pool, level);
-                }
+                accel = open_accelerator(opt.device, opt.device_capacity, file, spec, accel_config, pool, level);
             } catch (const Error& e) {
                 if (holds) throw;
                 // Only streaming wanted the device: without it the CPU runs all.
@@ -142,13 +136,7 @@ struct Session::Impl {
     }
 
     void place() {
-        if (!opt.device.empty()) {
-            cuda_index = cuda::device_index(opt.device);
-            if (opt.device != "cpu2" && cuda_index < 0) {
-                throw Error(fmt::format("--device: expected cuda, cudaN or cpu2 (the stand-in accelerator), found '{}'",
-                                        opt.device));
-            }
-        }
+        (void)parse_accelerator(opt.device);  // a bad name fails before anything loads
         PlacementRequest req;
         req.device = opt.device;
         // Without a device a negative count means nothing; a positive one is an error there.
