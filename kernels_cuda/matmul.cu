@@ -164,6 +164,13 @@ struct MmaTile {
     }
 };
 
+// The grid of an mma kernel: kMmaWarps warps of 16 rows a CUDA block, and
+// tiles of tile_tokens tokens.
+dim3 mma_grid(int64_t n_rows, int64_t n_tokens, int64_t tile_tokens) {
+    return dim3(static_cast<unsigned>((n_rows + 16 * kMmaWarps - 1) / (16 * kMmaWarps)),
+                static_cast<unsigned>((n_tokens + tile_tokens - 1) / tile_tokens));
+}
+
 template <class O>
 __global__ void __launch_bounds__(32 * kMmaWarps)
     mma_dot_kernel(const void* __restrict__ w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_blocks,
@@ -173,8 +180,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     constexpr int kGroups = O::kGroups;
     const MmaTile<O, kMmaTokens> tile(w, w_row_bytes, n_rows, a, a_row_bytes, n_tokens);
     if (tile.done) return;
-    const auto& [g, t, row0, t0, nt, done, rows, act, a_bytes] = tile;
-    const auto token = [&](int tok) { return tile.token(tok); };
+    const int g = tile.g, t = tile.t, nt = tile.nt;
+    const auto& rows = tile.rows;
     float acc[kMmaTiles][4] = {}, acc2[kMmaTiles][4] = {};
     for (int64_t i = 0; i < n_blocks; ++i) {
         uint32_t codes[2][kGroups];
@@ -182,7 +189,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
             for (int h = 0; h < 2; ++h) codes[h][gr] = O::group_codes4(rows[h][i], 16 * gr + 4 * t);
         }
         for (int j = 0; j < kMmaTiles && 8 * j < nt; ++j) {
-            const ABlock& b = token(8 * j + g)[i];
+            const ABlock& b = tile.token(8 * j + g)[i];
             int sums[4][kGroups];
             for (int gr = 0; gr < kGroups; ++gr) {
                 int32_t c[4] = {0, 0, 0, 0};
@@ -190,16 +197,16 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
                 for (int q = 0; q < 4; ++q) sums[q][gr] = c[q];
             }
             for (int q = 0; q < 4; ++q) {
-                const auto p = O::part_of_groups(rows[q / 2][i], token(8 * j + 2 * t + q % 2)[i], sums[q]);
+                const auto p = O::part_of_groups(rows[q / 2][i], tile.token(8 * j + 2 * t + q % 2)[i], sums[q]);
                 O::step(acc[j][q], acc2[j][q], p, 0);
             }
         }
     }
     for (int j = 0; j < kMmaTiles; ++j) {
         for (int q = 0; q < 4; ++q) {
-            const int64_t row = row0 + g + 8 * (q / 2);
+            const int64_t row = tile.row0 + g + 8 * (q / 2);
             const int tok = 8 * j + 2 * t + q % 2;
-            if (row < n_rows && tok < nt) y[(t0 + tok) * ldy + row] = O::finish(&acc[j][q], acc2[j][q]);
+            if (row < n_rows && tok < nt) y[(tile.t0 + tok) * ldy + row] = O::finish(&acc[j][q], acc2[j][q]);
         }
     }
 }
@@ -227,8 +234,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
     using ABlock = typename O::ABlock;
     const MmaTile<O, 2 * kLanePairs> tile(w, w_row_bytes, n_rows, a, a_row_bytes, n_tokens);
     if (tile.done) return;
-    const auto& [g, t, row0, t0, nt, done, rows, act, a_bytes] = tile;
-    const auto token = [&](int tok) { return tile.token(tok); };
+    const int g = tile.g, t = tile.t, nt = tile.nt;
+    const auto& rows = tile.rows;
     const int mine = t / 2;  // this lane's token of each pair
     float acc[kLanePairs][2][4] = {};  // [pair][row g, g + 8][half * 2 + e]: lane 4 half + 2 (t % 2) + e
     float acc2[kLanePairs][2] = {};
@@ -238,8 +245,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
             for (int h = 0; h < 2; ++h) codes[half][h] = O::lane_codes4(rows[h][i], 4 * half + t);
         }
         for (int p = 0; p < kLanePairs && 2 * p < nt; ++p) {
-            const ABlock& column = token(2 * p + g / 4)[i];
-            const ABlock& own = token(2 * p + mine)[i];
+            const ABlock& column = tile.token(2 * p + g / 4)[i];
+            const ABlock& own = tile.token(2 * p + mine)[i];
             int32_t c[2][4] = {};
             for (int half = 0; half < 2; ++half) {
                 const uint32_t b = t == g % 4 ? dot::load4(column.qs + 16 * half + 4 * t) : 0u;
@@ -264,9 +271,9 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
                     lanes[4 * half + 2 + e] = other;
                 }
             }
-            const int64_t row = row0 + g + 8 * h;
+            const int64_t row = tile.row0 + g + 8 * h;
             const int tok = 2 * p + mine;
-            if (t % 2 == 0 && row < n_rows && tok < nt) y[(t0 + tok) * ldy + row] = O::finish(lanes, acc2[p][h]);
+            if (t % 2 == 0 && row < n_rows && tok < nt) y[(tile.t0 + tok) * ldy + row] = O::finish(lanes, acc2[p][h]);
         }
     }
 }
@@ -356,17 +363,13 @@ void launch_block_dot(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64
     const char* act = static_cast<const char*>(a) + t_begin * a_row_bytes;
     if constexpr (dot::HasGroupSums<O>::value) {
         if (n > kTokens) {
-            const dim3 grid(static_cast<unsigned>((n_rows + 16 * kMmaWarps - 1) / (16 * kMmaWarps)),
-                            static_cast<unsigned>((n + kMmaTokens - 1) / kMmaTokens));
-            mma_dot_kernel<O><<<grid, dim3(32, kMmaWarps), 0, stream>>>(
+            mma_dot_kernel<O><<<mma_grid(n_rows, n, kMmaTokens), dim3(32, kMmaWarps), 0, stream>>>(
                 w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y + t_begin * ldy, ldy);
             return;
         }
     } else if constexpr (dot::HasLaneSums<O>::value) {
         if (n > kTokens) {
-            const dim3 grid(static_cast<unsigned>((n_rows + 16 * kMmaWarps - 1) / (16 * kMmaWarps)),
-                            static_cast<unsigned>((n + 2 * kLanePairs - 1) / (2 * kLanePairs)));
-            mma_lanes_kernel<O><<<grid, dim3(32, kMmaWarps), 0, stream>>>(
+            mma_lanes_kernel<O><<<mma_grid(n_rows, n, 2 * kLanePairs), dim3(32, kMmaWarps), 0, stream>>>(
                 w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y + t_begin * ldy, ldy);
             return;
         }

@@ -249,7 +249,8 @@ void CpuDevice::load_vector(const gguf::TensorInfo& t) {
 void CpuDevice::load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) {
     const auto& hp = impl_->hp;
     const quant::Type type = model::cache_quant_type(impl_->config.cache_type);
-    const uint64_t bytes = model::kv_bytes_for_cells(impl_->spec, n_cells, impl_->config.n_ubatch, impl_->config.cache_type);
+    const uint64_t bytes =
+        model::kv_bytes_for_cells(impl_->spec, n_cells, impl_->config.n_ubatch, impl_->config.cache_type);
     impl_->reserve(MemoryCategory::KvCache, bytes, fmt::format("the KV cache of layer {}", il));
     // fp16 rows through the SIMD conversion, whose bytes are the
     // reference's (Matmul's activation quantizer test); other cache types

@@ -12,7 +12,8 @@
 
 namespace tandem::cuda {
 
-CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, bool q8_0, int64_t k_dim, int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch,
+CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, bool q8_0,
+                         int64_t k_dim, int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch,
                          int64_t n_regions)
     : uploads_(&uploads), cells_(n_cells, ring_span, n_regions), shown_(static_cast<size_t>(n_cells), -1) {
     kv_.q8_0 = q8_0;

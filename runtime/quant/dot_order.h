@@ -19,8 +19,9 @@
 // lane is a chain of its own, so lanes (and rows, and tokens) run in
 // parallel while each chain runs its blocks in order.
 //
-// The orders are llama.cpp's CPU backend's on x86: Q4_0 one total per block; the other 32-element formats
-// eight lanes of four consecutive elements; Q3_K/Q5_K/Q6_K eight lanes of
+// The orders are llama.cpp's CPU backend's on x86: Q4_0 one total per
+// block; the other 32-element formats eight lanes of four consecutive
+// elements; Q3_K/Q5_K/Q6_K eight lanes of
 // elements 4l..4l+3 of each 32-element chunk; Q2_K/Q4_K spans of whole
 // chunks. A batch (Form::Batch, see cpu BatchForm) multiplies some K types
 // in another order: spans of 4 (Q2_K) or 2 (Q4_K) chunks, or one
