@@ -13,8 +13,7 @@ set(_layers
   "kernels_cpu=kernels"
   "kernels_cuda=kernels"
   "planner=engine"
-  "tools/serve=serving"
-  "tools/speculative=serving"
+  "runtime/serving=serving"
   "tools=tools"
   "bench=tools")
 set(_order format kernels engine serving tools)

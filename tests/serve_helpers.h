@@ -17,7 +17,7 @@
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/test_paths.h"
-#include "tools/serve/scheduler.h"
+#include "runtime/serving/scheduler.h"
 
 namespace tandem::testing {
 

@@ -22,8 +22,8 @@
 #include "tests/serve_helpers.h"
 #include "tests/test_paths.h"
 #include "tools/serve/openai_api.h"
-#include "tools/serve/scheduler.h"
-#include "tools/serve/text_stream.h"
+#include "runtime/serving/scheduler.h"
+#include "runtime/serving/text_stream.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // Speculative decoding in `tandem serve` (tools/serve/scheduler.cpp over
-// tools/speculative/): a draft model with a sequence per slot gives every
+// runtime/serving/): a draft model with a sequence per slot gives every
 // greedy request the plain text, several at once; sampling requests, with
 // n-gram or draft-model proposals, keep the distribution plain sampling
 // draws from (chi-square); a draft with another vocabulary is refused at
@@ -29,8 +29,8 @@
 #include "tests/serve_helpers.h"
 #include "tests/spec_helpers.h"
 #include "tests/test_paths.h"
-#include "tools/serve/scheduler.h"
-#include "tools/speculative/draft_model.h"
+#include "runtime/serving/scheduler.h"
+#include "runtime/serving/draft_model.h"
 #include "tools/spec_flags.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// Speculative decoding (tools/speculative/): greedy output equal to plain
+// Speculative decoding (runtime/serving/): greedy output equal to plain
 // decoding token for token, with n-gram lookup and with a draft model;
 // under sampling, the accept/reject rule keeps the Sampler's distribution
 // (an exact check of the distribution, chi-square checks of the rule and of
@@ -24,8 +24,8 @@
 #include "kernels_cuda/cuda_api.h"
 #include "tests/test_cuda_inputs.h"
 #include "tests/test_paths.h"
-#include "tools/speculative/draft_model.h"
-#include "tools/speculative/speculative.h"
+#include "runtime/serving/draft_model.h"
+#include "runtime/serving/speculative.h"
 
 namespace {
 

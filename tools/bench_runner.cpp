@@ -11,6 +11,7 @@
 
 #include "kernels_cpu/cpu_info.h"
 #include "planner/planner.h"
+#include "runtime/serving/scheduler.h"
 #include "runtime/common/memory_ledger.h"
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
@@ -364,9 +365,7 @@ void fill_speedups(std::vector<BenchRow>& rows) {
 }  // namespace
 
 ParallelDecode run_parallel_decode(Session& session, int64_t n_parallel, int64_t n_prompt, int64_t n_gen) {
-    if (n_parallel < 1 || n_parallel > kMaxSequences) {
-        throw Error(fmt::format("--parallel: expected 1 to {} streams, found {}", kMaxSequences, n_parallel));
-    }
+    serve::check_slot_count(n_parallel);
     const int64_t n_vocab = session.n_vocab();
     const auto V = static_cast<size_t>(n_vocab);
     const auto P = static_cast<size_t>(n_parallel);

@@ -14,6 +14,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/sampler/sampler.h"
+#include "runtime/serving/generate.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/bench_report.h"
 
@@ -47,25 +48,16 @@ Run generate(Session& s, const std::vector<int32_t>& prompt, int64_t n, spec::Pr
     Run r;
     r.tokens.reserve(static_cast<size_t>(n));
     const auto t0 = std::chrono::steady_clock::now();
-    if (proposer) {
-        r.stats = spec::generate(s, prompt, logits, sp, *proposer, cfg, n, n_ubatch, [&](int32_t t) {
-            r.tokens.push_back(t);
-            return static_cast<int64_t>(r.tokens.size()) < n;
-        });
-    } else {
-        Sampler sampler(sp);
-        for (int32_t t : prompt) sampler.accept(t);
-        while (true) {
-            const int32_t next = sampler.sample(logits);
-            sampler.accept(next);
-            r.tokens.push_back(next);
-            ++r.stats.target_passes;
-            if (static_cast<int64_t>(r.tokens.size()) >= n) break;
-            const int32_t one[1] = {next};
-            s.eval(one, false, logits);
-        }
-        r.stats.generated = static_cast<int64_t>(r.tokens.size());
-    }
+    serving::GenerateOptions go;
+    go.sampling = sp;
+    go.max_tokens = n;
+    go.proposer = proposer;
+    go.spec = cfg;
+    go.n_ubatch = n_ubatch;
+    r.stats = serving::generate(s, prompt, std::move(logits), go, [&](int32_t t) {
+        r.tokens.push_back(t);
+        return true;
+    });
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
 }
@@ -106,10 +98,7 @@ std::vector<SpecBenchRow> run_spec_bench(const BenchConfig& c, const SpecFlags& 
     const int threads = c.threads.empty() || c.threads.front() <= 0 ? cpu::physical_core_count() : c.threads.front();
     const int64_t n_ubatch = c.n_ubatch.empty() ? 512 : c.n_ubatch.front();
     const spec::Config cfg = spec_config(f);
-    if (cfg.draft_max + 1 > n_ubatch) {
-        throw Error(fmt::format("--draft-max {} needs a micro-batch (-ub) of at least {} tokens, found {}",
-                                cfg.draft_max, cfg.draft_max + 1, n_ubatch));
-    }
+    cfg.check_fits(n_ubatch);
     check_spec_flags(f);
     const std::unique_ptr<DraftHeader> draft_header = read_draft_header(f);
     std::vector<SpecBenchRow> rows;

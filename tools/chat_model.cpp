@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/serving/scheduler.h"
 #include "runtime/common/error.h"
 #include "tools/session_open.h"
 #include "tools/stream_flags.h"
@@ -83,9 +84,7 @@ std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_se
         if (id >= 0) m->end_of_turn_tokens.push_back(id);
     }
 
-    if (n_seq < 1 || n_seq > kMaxSequences) {
-        throw Error(fmt::format("--parallel: expected 1..{} slots, found {}", kMaxSequences, n_seq));
-    }
+    serve::check_slot_count(n_seq);
     int64_t n_ctx = f.n_ctx;
     if (n_ctx == 0) {
         n_ctx = std::min<int64_t>(m->spec.hp.n_ctx_train > 0 ? m->spec.hp.n_ctx_train : 4096, 4096) * n_seq;

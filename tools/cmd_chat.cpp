@@ -22,7 +22,7 @@
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
 #include "tools/sampling_flags.h"
-#include "tools/serve/scheduler.h"
+#include "runtime/serving/scheduler.h"
 
 namespace tandem::tools {
 namespace {

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include <fmt/format.h>
@@ -20,13 +21,14 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/sampler/sampler.h"
+#include "runtime/serving/generate.h"
+#include "runtime/serving/text_stream.h"
 #include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
 #include "tools/session_open.h"
 #include "tools/sampling_flags.h"
-#include "tools/serve/text_stream.h"
 #include "tools/spec_flags.h"
 #include "tools/split.h"
 #include "tools/text_input.h"
@@ -67,7 +69,7 @@ std::string read_prompt(const RunOptions& o) {
     return read_text_input(*o.prompt_file, "prompt file");  // "-": standard input, as llama.cpp
 }
 
-void write_logits(AtomicFile& out, const std::vector<float>& logits) {
+void write_logits(AtomicFile& out, std::span<const float> logits) {
     out.write(logits.data(), logits.size() * sizeof(float));
 }
 
@@ -262,29 +264,16 @@ void run(const RunOptions& o) {
         pending.erase(0, ready);
         return generated != o.n_predict;
     };
-    bool context_full = false;
-    std::optional<spec::Stats> spec_stats;
+    serving::GenerateOptions go;
+    go.sampling = sp;
+    go.max_tokens = o.n_predict;
+    go.proposer = proposer.get();
+    go.spec = spec_cfg;
+    go.n_ubatch = so.n_ubatch;
+    if (dump) go.on_step_logits = [&](std::span<const float> row) { write_logits(*dump_file, row); };
     const auto t1 = clock::now();
-    if (proposer) {
-        spec_stats = spec::generate(session, tokens, std::move(logits), sp, *proposer, spec_cfg, o.n_predict,
-                                    so.n_ubatch, emit);
-        context_full = spec_stats->context_full;
-    } else {
-        Sampler sampler(sp);
-        for (int32_t t : tokens) sampler.accept(t);
-        while (o.n_predict < 0 || generated < o.n_predict) {
-            const int32_t next = sampler.sample(logits);
-            if (!emit(next)) break;
-            sampler.accept(next);
-            if (session.n_past() >= session.n_ctx()) {
-                context_full = true;
-                break;
-            }
-            const int32_t one[1] = {next};
-            session.eval(one, false, logits);
-            if (dump) write_logits(*dump_file, logits);
-        }
-    }
+    const spec::Stats stats = serving::generate(session, tokens, std::move(logits), go, emit);
+    const bool context_full = stats.context_full;
     if (dump) dump_file->commit();
     if (context_full) fmt::print(stderr, "\n[context of {} tokens is full; stopping]\n", session.n_ctx());
     const double gen_s = std::chrono::duration<double>(clock::now() - t1).count();
@@ -300,7 +289,7 @@ void run(const RunOptions& o) {
                session.streamed_batches() > 0 ? " (CPU layers' weights streamed to " + so.device + ")" : "");
     fmt::print(stderr, "generation: {} tokens in {:.3f} s, {:.2f} tok/s, {:.2f} GB/s of weights read{}\n", generated,
                gen_s, tg_tps, tg_tps * bytes / 1e9, stopped_at_eog ? ", stopped at end-of-generation token" : "");
-    if (spec_stats) fmt::print(stderr, "{}\n", spec_stats_line(*proposer, *spec_stats));
+    if (proposer) fmt::print(stderr, "{}\n", spec_stats_line(*proposer, stats));
     if (o.verbose && session.activation_crossings() > 0) {
         fmt::print(stderr, "activations moved between devices: {} crossings, {:.2f} MiB\n",
                    session.activation_crossings(), static_cast<double>(session.activation_bytes_moved()) / (1 << 20));

@@ -19,9 +19,9 @@
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
 #include "tools/serve/http_server.h"
-#include "tools/serve/scheduler.h"
+#include "runtime/serving/scheduler.h"
 #include "tools/serve/server_state.h"
-#include "tools/speculative/draft_model.h"
+#include "runtime/serving/draft_model.h"
 #include "tools/spec_flags.h"
 #include "tools/split.h"
 
@@ -73,9 +73,7 @@ private:
 };
 
 void serve_model(const ServeOptions& o) {
-    if (o.n_parallel < 1 || o.n_parallel > kMaxSequences) {
-        throw Error(fmt::format("--parallel: expected 1..{} slots, found {}", kMaxSequences, o.n_parallel));
-    }
+    serve::check_slot_count(o.n_parallel);
     if (o.http.port < 0 || o.http.port > 65535) {
         throw Error(fmt::format("--port: expected 0..65535, found {}", o.http.port));
     }

@@ -18,6 +18,7 @@
 
 #include "runtime/common/error.h"
 #include "tools/commands.h"
+#include "tools/field_flags.h"
 #include "tools/llama_flags.h"
 
 namespace {
@@ -81,6 +82,9 @@ int run_command(CLI::App& app, const std::vector<std::string>& typed) {
                                               }).empty();
         const std::string command = known ? typed.front() : "";
         report("tandem: error: ", tandem::tools::parse_error_line(e, command, typed));
+        return kUserError;
+    } catch (const tandem::FieldError& e) {
+        report("tandem: error: ", tandem::tools::in_flags(e));
         return kUserError;
     } catch (const tandem::Error& e) {
         report("tandem: error: ", e.what());

@@ -58,20 +58,16 @@ void add_spec_flags(CLI::App& cmd, SpecFlags& f) {
 }
 
 spec::Config spec_config(const SpecFlags& f) {
-    if (f.draft_max < 0) throw Error(fmt::format("--draft-max: expected a value >= 0, found {}", f.draft_max));
-    if (f.draft_min < 0) throw Error(fmt::format("--draft-min: expected a value >= 0, found {}", f.draft_min));
-    if (f.draft_min > f.draft_max) {
-        throw Error(fmt::format("--draft-min {} is more than --draft-max {}", f.draft_min, f.draft_max));
-    }
     spec::Config c;
     c.draft_max = f.draft_max;
     c.draft_min = f.draft_min;
     c.adaptive = !f.fixed_length;
+    c.validate();
     return c;
 }
 
 void check_spec_flags(const SpecFlags& f) {
-    if (f.ngram && !f.model_draft.empty()) throw Error("give --spec-ngram or --model-draft (-md), not both");
+    spec::check_one_proposer(f.ngram.value_or(0), !f.model_draft.empty());
     (void)spec_config(f);
     (void)draft_ngl(f.model_draft, f.ngl_draft);
     if (!f.model_draft.empty() && !(f.p_min >= 0.0f && f.p_min <= 1.0f)) {

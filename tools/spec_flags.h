@@ -15,8 +15,8 @@
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/split.h"
-#include "tools/speculative/draft_model.h"
-#include "tools/speculative/speculative.h"
+#include "runtime/serving/draft_model.h"
+#include "runtime/serving/speculative.h"
 
 namespace tandem::tools {
 

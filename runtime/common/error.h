@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace tandem {
 
@@ -13,6 +14,24 @@ namespace tandem {
 class Error : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
+};
+
+// A bad value in a request a library takes (serving's loader, scheduler,
+// generation): the message names the request's fields in braces, as in
+// "{draft_min} 5 is more than {draft_max} 2". what() spells each field by
+// its own name ("draft_min 5 is more than draft_max 2"); a front-end says
+// them in its own words with render() (the CLI: its flags, "--draft-min").
+class FieldError : public Error {
+public:
+    FieldError(std::string field, std::string message);
+    // The field at fault (the first one the message names, usually).
+    const std::string& field() const { return field_; }
+    // The message with each {name} replaced by spell(name).
+    std::string render(std::string (*spell)(std::string_view field)) const;
+
+private:
+    std::string field_;
+    std::string message_;
 };
 
 // A bug in Tandem itself: an invariant that should hold did not.

@@ -14,7 +14,7 @@
 
 #include "runtime/chat/chat_template.h"
 #include "runtime/sampler/sampler.h"
-#include "tools/serve/scheduler.h"
+#include "runtime/serving/scheduler.h"
 
 namespace tandem::serve {
 

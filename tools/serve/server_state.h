@@ -11,7 +11,7 @@
 
 #include "runtime/chat/chat_template.h"
 #include "runtime/tokenizer/tokenizer.h"
-#include "tools/serve/scheduler.h"
+#include "runtime/serving/scheduler.h"
 
 namespace httplib {
 class Server;

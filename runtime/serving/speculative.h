@@ -1,6 +1,6 @@
 // Speculative decoding for `tandem run` (generate() below) and for the
 // slots of `tandem serve` (TargetChooser, verify() and the proposers, used by
-// tools/serve/scheduler.cpp): a proposer guesses the next few
+// runtime/serving/scheduler.cpp): a proposer guesses the next few
 // tokens, the target model checks them all in one batch (one pass over its
 // weights, which is what a CPU decode step costs), and the longest prefix
 // the target agrees with is kept, plus the target's own next token.
@@ -210,7 +210,18 @@ struct Config {
     int draft_max = 16;
     int draft_min = 0;
     bool adaptive = true;
+    // Throws FieldError for {draft_max} or {draft_min} below 0, or
+    // {draft_min} above {draft_max}.
+    void validate() const;
+    // Throws FieldError when a step's token and draft_max drafts do not
+    // fit one micro-batch of n_ubatch tokens ({n_ubatch}): a sliding-window
+    // cache drops refused drafts exactly only within one.
+    void check_fits(int64_t n_ubatch) const;
 };
+
+// Throws FieldError for a prompt-lookup n-gram length ({spec_ngram})
+// below 0, or for both it and a draft model ({model_draft}): one proposer.
+void check_one_proposer(int spec_ngram, bool draft_model);
 
 struct Stats {
     int64_t proposed = 0;       // draft tokens sent to the target

@@ -1,4 +1,4 @@
-#include "tools/speculative/draft_model.h"
+#include "runtime/serving/draft_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -14,7 +14,7 @@
 // evaluates them after its token in the one-token order, and the tokens
 // are settled as plain decoding would settle them: greedy, those the
 // model agrees with (the same text); sampling, by the standard
-// accept/reject rule (the same distribution; tools/speculative/).
+// accept/reject rule (the same distribution; runtime/serving/).
 //
 // Only the scheduler's thread touches the Session. Other threads submit
 // requests and read their events from the Job each submit() returns.
@@ -36,6 +36,8 @@
 #include "runtime/engine/session.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
+
+#include "runtime/serving/speculative.h"
 
 namespace tandem::spec {
 class DraftModel;
@@ -106,7 +108,20 @@ struct SchedulerOptions {
     int draft_min = 0;  // shorter drafts are not checked
     bool draft_adaptive = true;  // false (--draft-fixed): always up to draft_max
     spec::DraftModel* draft = nullptr;
+
+    // Throws FieldError naming the field at fault, for a session of n_ctx
+    // positions in micro-batches of n_ubatch tokens: the slot count, the
+    // context each slot gets, and speculation (check_one_proposer,
+    // spec::Config::validate and check_fits; a draft model holding a
+    // sequence per slot).
+    void validate(int64_t n_ctx, int64_t n_ubatch) const;
+    spec::Config spec_config() const { return {draft_max, draft_min, draft_adaptive}; }
 };
+
+// Throws FieldError ({n_slots}) unless 1 <= n_slots <= kMaxSequences: the
+// sequences one session can hold side by side (serve's slots, chat's,
+// bench's parallel streams).
+void check_slot_count(int64_t n_slots);
 
 struct SlotInfo {
     int32_t id = 0;

@@ -1,4 +1,4 @@
-#include "tools/speculative/speculative.h"
+#include "runtime/serving/speculative.h"
 
 #include <algorithm>
 #include <cmath>
@@ -208,16 +208,35 @@ void DraftLength::update(int proposed, int accepted) {
     }
 }
 
+void Config::validate() const {
+    if (draft_max < 0) throw FieldError("draft_max", fmt::format("{{draft_max}}: expected a value >= 0, found {}", draft_max));
+    if (draft_min < 0) throw FieldError("draft_min", fmt::format("{{draft_min}}: expected a value >= 0, found {}", draft_min));
+    if (draft_min > draft_max) {
+        throw FieldError("draft_min", fmt::format("{{draft_min}} {} is more than {{draft_max}} {}", draft_min, draft_max));
+    }
+}
+
+void Config::check_fits(int64_t n_ubatch) const {
+    if (draft_max + 1 > n_ubatch) {
+        throw FieldError("draft_max", fmt::format("{{draft_max}} {} needs a micro-batch ({{n_ubatch}}) of at least {} "
+                                                  "tokens, found {}",
+                                                  draft_max, draft_max + 1, n_ubatch));
+    }
+}
+
+void check_one_proposer(int spec_ngram, bool draft_model) {
+    if (spec_ngram < 0) {
+        throw FieldError("spec_ngram", fmt::format("{{spec_ngram}}: expected an n-gram length >= 0, found {}", spec_ngram));
+    }
+    if (spec_ngram > 0 && draft_model) throw FieldError("spec_ngram", "give {spec_ngram} or {model_draft}, not both");
+}
+
 Stats generate(Session& target, std::span<const int32_t> prompt, std::vector<float> logits,
                const SamplerParams& sp, Proposer& proposer, const Config& cfg, int64_t max_tokens,
                int64_t n_ubatch, const Emit& emit) {
     Stats st;
     if (max_tokens == 0) return st;
-    if (cfg.draft_max < 0) throw Error(fmt::format("--draft-max: expected a value >= 0, found {}", cfg.draft_max));
-    if (cfg.draft_min < 0) throw Error(fmt::format("--draft-min: expected a value >= 0, found {}", cfg.draft_min));
-    if (cfg.draft_min > cfg.draft_max) {
-        throw Error(fmt::format("--draft-min {} is more than --draft-max {}", cfg.draft_min, cfg.draft_max));
-    }
+    cfg.validate();
     const int64_t n_vocab = target.n_vocab();
     const int64_t n_ctx = target.n_ctx();
     TargetChooser chooser(sp);

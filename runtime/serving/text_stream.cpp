@@ -1,4 +1,4 @@
-#include "tools/serve/text_stream.h"
+#include "runtime/serving/text_stream.h"
 
 #include <algorithm>
 

@@ -1,13 +1,13 @@
-#include "tools/serve/scheduler.h"
+#include "runtime/serving/scheduler.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
-#include "tools/serve/text_stream.h"
-#include "tools/speculative/draft_model.h"
-#include "tools/speculative/speculative.h"
+#include "runtime/serving/text_stream.h"
+#include "runtime/serving/draft_model.h"
+#include "runtime/serving/speculative.h"
 
 namespace tandem::serve {
 
@@ -78,37 +78,35 @@ struct Scheduler::Slot {
     bool busy() const { return job != nullptr; }
 };
 
+void check_slot_count(int64_t n_slots) {
+    if (n_slots < 1 || n_slots > kMaxSequences) {
+        throw FieldError("n_slots", fmt::format("{{n_slots}}: expected 1..{} slots, found {}", kMaxSequences, n_slots));
+    }
+}
+
+void SchedulerOptions::validate(int64_t n_ctx, int64_t n_ubatch) const {
+    check_slot_count(n_slots);
+    const int64_t per_slot = n_ctx_slot > 0 ? n_ctx_slot : n_ctx / n_slots;
+    if (per_slot < 2) {
+        throw FieldError("n_ctx", fmt::format("a context ({{n_ctx}}) of {} split over {} slots leaves {} positions "
+                                              "each; give a larger one",
+                                              n_ctx, n_slots, per_slot));
+    }
+    spec::check_one_proposer(spec_ngram, draft != nullptr);
+    const spec::Config c = spec_config();
+    c.validate();
+    if (draft != nullptr && draft->n_seq() < n_slots) {
+        throw FieldError("draft", fmt::format("the draft model holds {} sequences, expected one per slot ({})",
+                                              draft->n_seq(), n_slots));
+    }
+    if (spec_ngram > 0 || draft != nullptr) c.check_fits(n_ubatch);
+}
+
 Scheduler::Scheduler(Session& session, const Tokenizer& tokenizer, SchedulerOptions options)
     : session_(session), tokenizer_(tokenizer), options_(options) {
-    if (options_.n_slots < 1 || options_.n_slots > kMaxSequences) {
-        throw Error(fmt::format("--parallel: expected 1..{} slots, found {}", kMaxSequences, options_.n_slots));
-    }
+    options_.validate(session_.n_ctx(), session_.n_ubatch());
     if (options_.n_ctx_slot <= 0) options_.n_ctx_slot = session_.n_ctx() / options_.n_slots;
-    if (options_.n_ctx_slot < 2) {
-        throw Error(fmt::format("a context of {} split over {} slots leaves {} positions each; use a larger -c",
-                                session_.n_ctx(), options_.n_slots, options_.n_ctx_slot));
-    }
     options_.step_tokens = std::max<int64_t>(options_.step_tokens, options_.n_slots);
-    if (options_.spec_ngram < 0 || options_.draft_max < 0 || options_.draft_min < 0) {
-        throw Error(fmt::format("--spec-ngram, --draft-max and --draft-min: expected values >= 0, found {}, {} and {}",
-                                options_.spec_ngram, options_.draft_max, options_.draft_min));
-    }
-    if (options_.spec_ngram > 0 && options_.draft != nullptr) {
-        throw Error("give --spec-ngram or --model-draft (-md), not both");
-    }
-    if (options_.draft_min > options_.draft_max) {
-        throw Error(fmt::format("--draft-min {} is more than --draft-max {}", options_.draft_min, options_.draft_max));
-    }
-    if (options_.draft != nullptr && options_.draft->n_seq() < options_.n_slots) {
-        throw Error(fmt::format("the draft model holds {} sequences, expected one per slot ({})",
-                                options_.draft->n_seq(), options_.n_slots));
-    }
-    // A slot's token and drafts must fit one micro-batch (a sliding-window
-    // cache then drops refused drafts exactly).
-    if (speculating() && options_.draft_max + 1 > session_.n_ubatch()) {
-        throw Error(fmt::format("--draft-max {} needs a micro-batch (-ub) of at least {} tokens, found {}",
-                                options_.draft_max, options_.draft_max + 1, session_.n_ubatch()));
-    }
     for (int32_t i = 0; i < options_.n_slots; ++i) {
         auto s = std::make_unique<Slot>();
         s->id = i;

@@ -18,7 +18,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/tokenizer/tokenizer.h"
-#include "tools/speculative/speculative.h"
+#include "runtime/serving/speculative.h"
 
 namespace tandem::spec {
 
