@@ -294,12 +294,12 @@ TEST(PlannerCandidates, ExplicitFlagsOverrideTheChoice) {
     // resolve_split: auto places (b) through -ot, (c) through --n-cpu-moe,
     // and the session loads it within the capacity; the user's --cpu-moe
     // stays the user's, with the count sized for it.
-    tandem::tools::SplitRequest req;
+    tandem::serving::SplitRequest req;
     req.device = "cpu2";
     req.vram = cap;
     req.n_ctx = 256;
     req.n_ubatch = 128;
-    tandem::tools::Split s = tandem::tools::resolve_split(req, file, spec);
+    tandem::serving::Split s = tandem::serving::resolve_split(req, file, spec, [](const std::string&) {});
     EXPECT_EQ(s.so.n_gpu_layers, chosen.ngl);
     EXPECT_EQ(s.so.n_cpu_moe, chosen.rules.n_cpu_moe);
     ASSERT_EQ(s.so.overrides.size(), chosen.rules.overrides.size());
@@ -308,19 +308,19 @@ TEST(PlannerCandidates, ExplicitFlagsOverrideTheChoice) {
         EXPECT_EQ(s.so.overrides[i].device, "cpu");
     }
     EXPECT_FALSE(s.so.cpu_moe);
-    EXPECT_NE(s.why.find("-ngl auto chose " + tandem::planner::candidate_letter(chosen.candidate)), std::string::npos)
+    EXPECT_NE(s.why.find("{n_gpu_layers} auto chose " + tandem::planner::candidate_letter(chosen.candidate)), std::string::npos)
         << s.why;
     s.so.n_threads = 1;
     const tandem::Session placed(file, spec, s.so);
     expect_ledgers(placed, chosen.weighed.front());
     req.placement.cpu_moe = true;
-    s = tandem::tools::resolve_split(req, file, spec);
+    s = tandem::serving::resolve_split(req, file, spec, [](const std::string&) {});
     EXPECT_EQ(s.so.n_gpu_layers, spec.hp.n_layer + 1);
     EXPECT_TRUE(s.so.cpu_moe);
     EXPECT_EQ(s.so.n_cpu_moe, 0);
     req.placement.cpu_moe = false;
     req.ngl = 1;
-    s = tandem::tools::resolve_split(req, file, spec);
+    s = tandem::serving::resolve_split(req, file, spec, [](const std::string&) {});
     EXPECT_EQ(s.so.n_gpu_layers, 1);
     EXPECT_EQ(s.so.n_cpu_moe, 0);
     EXPECT_TRUE(s.so.overrides.empty());

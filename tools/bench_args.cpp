@@ -297,7 +297,7 @@ BenchConfig make_bench_config(const BenchArgs& a) {
     c.copy_host_weights = !a.no_host_copy;
     c.placement = a.placement;
     SessionOptions check;
-    apply_placement_flags(c.placement, check);  // a bad -ot fails before any model loads
+    serving::apply_placement(placement_options(c.placement), check);  // a bad -ot fails before any model loads
     if (a.stream_min_batch <= 0) {
         throw Error(fmt::format("--stream-min-batch: expected a positive value, found {}", a.stream_min_batch));
     }

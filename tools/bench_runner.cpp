@@ -84,9 +84,9 @@ planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
     req.n_ubatch = s.n_ubatch;
     req.n_seq = c.n_seq_max();
     req.cache_type = s.cache_type;
-    req.stream.no_stream = !c.weight_stream;
+    req.stream.weight_stream = c.weight_stream;
     req.stream.min_batch = c.stream_min_batch;
-    req.placement = c.placement;  // -ot, --cpu-moe, --n-cpu-moe, -nkvo: sized and predicted with them
+    req.placement = placement_options(c.placement);  // -ot, --cpu-moe, --n-cpu-moe, -nkvo: sized and predicted with them
     planner::PlanInputs in = split_plan_inputs(req);
     if (!c.device.empty() && !c.vram) in.margin = 0;
     if (calibration) planner::apply_calibration(*calibration, in);
@@ -464,7 +464,7 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                 so.weight_stream = c.weight_stream;
                 so.stream_min_batch = c.stream_min_batch;
                 so.copy_host_weights = c.copy_host_weights;
-                apply_placement_flags(c.placement, so);
+                serving::apply_placement(placement_options(c.placement), so);
                 std::unique_ptr<Session> session;
                 try {
                     session = std::make_unique<Session>(*m.file, m.spec, so);

@@ -16,6 +16,7 @@
 #include "runtime/sampler/sampler.h"
 #include "runtime/serving/generate.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tools/field_flags.h"
 #include "tools/bench_report.h"
 
 namespace tandem::tools {
@@ -117,9 +118,9 @@ std::vector<SpecBenchRow> run_spec_bench(const BenchConfig& c, const SpecFlags& 
         req.n_ctx = static_cast<int64_t>(prompt.size()) + n_gen + cfg.draft_max + 8;
         req.n_ubatch = n_ubatch;
         req.cache_type = c.cache_types.empty() ? model::CacheType::F16 : c.cache_types.front();
-        req.placement = c.placement;
+        req.placement = placement_options(c.placement);
         request_draft(f, draft_header.get(), req);
-        Split split = resolve_split(req, file, spec);
+        Split split = resolve_split(req, file, spec, warn_on_stderr);
         SessionOptions& so = split.so;
         so.n_threads = threads;
         Session session(file, spec, so);

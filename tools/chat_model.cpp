@@ -6,6 +6,7 @@
 
 #include "runtime/serving/scheduler.h"
 #include "runtime/common/error.h"
+#include "tools/field_flags.h"
 #include "tools/session_open.h"
 #include "tools/stream_flags.h"
 #include "tools/text_input.h"
@@ -92,15 +93,15 @@ std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_se
     SplitRequest req = split_request(f, n_ctx, f.n_ubatch);
     req.n_seq = n_seq;
     if (adjust) adjust(req);
-    Split split = resolve_split(req, m->file, m->spec);
+    Split split = resolve_split(req, m->file, m->spec, warn_on_stderr);
     m->draft_placement = split.draft;
-    m->draft_why = split.draft_why;
+    m->draft_why = in_flags(split.draft_why);
     SessionOptions& so = split.so;
     so.n_threads = f.n_threads;
     if (f.n_threads == 0 && split.threads) so.n_threads = *split.threads;
     so.n_seq_max = n_seq;
     so.kv_per_sequence = true;  // a slot's logits do not depend on the others'
-    m->split_why = split.why;
+    m->split_why = in_flags(split.why);
     m->session = open_session_stepping_down(m->file, m->spec, so, f.check_tensors);
     return m;
 }

@@ -39,6 +39,7 @@
 #include "runtime/engine/host_weight_arena.h"
 #include "runtime/common/error.h"
 #include "runtime/quant/fp16.h"
+#include "tools/field_flags.h"
 #include "tools/bench_args.h"
 #include "tools/bench_calibrate.h"
 #include "tools/bench_report.h"
@@ -97,7 +98,8 @@ void resolve_bench_device(BenchArgs& args) {
     const bool implied = args.device.empty() && !layers.empty();
     if (implied) args.device = "cuda0";
     const bool asked = !args.device.empty();
-    const auto gpu = usable_gpu_or_cpu(args.device, implied ? "-ngl " + layers : "--device " + args.device);
+    const auto gpu = usable_gpu_or_cpu(args.device, implied ? "{n_gpu_layers} " + layers : "{device} " + args.device,
+                                       warn_on_stderr);
     if (asked && args.device.empty()) {
         args.vram.clear();
         if (!args.n_gpu_layers.empty()) args.n_gpu_layers = {"0"};

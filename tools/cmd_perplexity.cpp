@@ -25,6 +25,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tools/field_flags.h"
 #include "tools/commands.h"
 #include "tools/session_open.h"
 #include "tools/split.h"
@@ -89,7 +90,7 @@ void perplexity(const PerplexityOptions& o) {
     // As `run`, without the tune cache: its entries are measured for
     // generation, and perplexity is all prompt processing at one context.
     SplitRequest req = split_request(o, w.n_ctx, o.n_ubatch);
-    SessionOptions so = resolve_split(req, file, spec).so;
+    SessionOptions so = resolve_split(req, file, spec, warn_on_stderr).so;
     so.n_threads = o.n_threads;
     const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so, o.check_tensors);
     Session& session = *session_ptr;

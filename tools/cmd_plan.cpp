@@ -23,6 +23,7 @@
 #include "runtime/common/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
+#include "tools/field_flags.h"
 #include "tools/commands.h"
 #include "tools/spec_flags.h"
 #include "tools/split.h"
@@ -179,8 +180,8 @@ void plan_command(const PlanOptions& o) {
     SplitRequest req;
     req.n_ubatch = o.n_ubatch;
     req.cache_type = planner::parse_cache_type(cache_type_text(o.cache));
-    req.stream = o.stream;
-    req.placement = o.placement;
+    req.stream = stream_options(o.stream);
+    req.placement = placement_options(o.placement);
     planner::PlanInputs in = split_plan_inputs(req);
     in.candidates.assign(std::begin(planner::kAllCandidates), std::end(planner::kAllCandidates));
     in.ngl = o.ngl;
@@ -193,7 +194,7 @@ void plan_command(const PlanOptions& o) {
     in.cpu_gflops = o.cpu_gflops;
     in.gpu_gflops = o.gpu_gflops;
     // Measured speeds fill what the flags left unset.
-    const std::vector<std::string> measured = apply_stored_calibration(in);
+    const std::vector<std::string> measured = apply_stored_calibration(in, warn_on_stderr);
 
     struct Cell {
         const Capacity* cap;

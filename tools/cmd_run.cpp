@@ -25,6 +25,7 @@
 #include "runtime/serving/text_stream.h"
 #include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tools/field_flags.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
 #include "tools/session_open.h"
@@ -157,7 +158,7 @@ void run(const RunOptions& o) {
     check_spec_flags(o.spec);
     const std::unique_ptr<DraftHeader> draft_header = read_draft_header(o.spec);
     request_draft(o.spec, draft_header.get(), req);
-    Split split = resolve_split(req, file, spec);
+    Split split = resolve_split(req, file, spec, warn_on_stderr);
     SessionOptions& so = split.so;
     so.n_threads = o.n_threads;
     if (o.n_threads == 0 && split.threads) so.n_threads = *split.threads;  // an explicit -t wins
@@ -177,9 +178,9 @@ void run(const RunOptions& o) {
         fmt::print(stderr, "model: {} ({}, {} layers, n_embd {}), context {}, {} threads, SIMD {}, KV cache {:.1f} MiB\n",
                    o.model, spec.hp.arch, spec.hp.n_layer, spec.hp.n_embd, session.n_ctx(), session.n_threads(),
                    cpu::simd_level_name(session.simd_level()), static_cast<double>(session.kv_cache_bytes()) / (1 << 20));
-        fmt::print(stderr, "{}\n", split.why);
+        fmt::print(stderr, "{}\n", in_flags(split.why));
         if (auto* d = dynamic_cast<spec::DraftModelProposer*>(proposer.get())) {
-            fmt::print(stderr, "{}\ndraft placement: {}\n", split.draft_why, d->session().placement_summary());
+            fmt::print(stderr, "{}\ndraft placement: {}\n", in_flags(split.draft_why), d->session().placement_summary());
         }
         fmt::print(stderr, "split: layers [0, {}) on {}, [{}, {}) on the CPU, output head on {}\n",
                    session.n_device_layers(), so.device.empty() ? "-" : so.device, session.n_device_layers(),

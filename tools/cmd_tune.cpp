@@ -21,6 +21,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/engine/session.h"
+#include "tools/field_flags.h"
 #include "tools/commands.h"
 #include "tools/progress.h"
 #include "tools/split.h"
@@ -98,7 +99,7 @@ double measure(const gguf::File& file, const model::ModelSpec& spec, SessionOpti
 void tune(const TuneOptions& given) {
     // A GPU that cannot be used here costs one warning; then the CPU is tuned.
     TuneOptions o = given;
-    usable_gpu_or_cpu(o.device, "--device " + o.device);
+    usable_gpu_or_cpu(o.device, "{device} " + o.device, warn_on_stderr);
     if (o.device.empty()) o.vram.clear();
     if (o.repeats < 1 || o.n_gen < 1 || o.n_prompt < 1) throw Error("tune: --prompt, --gen and --repeats must be >= 1");
     const gguf::File file = gguf::File::open(o.model);
@@ -112,7 +113,7 @@ void tune(const TuneOptions& given) {
     req.n_ctx = o.n_ctx;
     req.n_ubatch = o.n_ubatch;
     req.cache_type = planner::parse_cache_type(cache_type_text(o.cache));
-    req.stream = o.stream;
+    req.stream = stream_options(o.stream);
     const planner::PlanInputs in = split_plan_inputs(req);
     const planner::Plan plan = planner::plan(spec, in);
     const int cores = cpu::physical_core_count();
@@ -148,7 +149,7 @@ void tune(const TuneOptions& given) {
         ProgressBar bar("tune", cands.size());
         for (Candidate& c : cands) {
             req.ngl = c.ngl;
-            SessionOptions so = resolve_split(req, file, spec).so;
+            SessionOptions so = resolve_split(req, file, spec, warn_on_stderr).so;
             so.n_threads = c.threads;
             c.tg_tps = measure(file, spec, so, o);
             bar.advance(1, fmt::format("ngl {} threads {}: {:.1f} tok/s", c.ngl, c.threads, c.tg_tps));

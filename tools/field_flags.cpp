@@ -3,10 +3,12 @@
 #include <array>
 #include <utility>
 
+#include <fmt/format.h>
+
 namespace tandem::tools {
 
 std::string flag_for_field(std::string_view field) {
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 14> kFlags{{
+    static constexpr std::array<std::pair<std::string_view, std::string_view>, 15> kFlags{{
         {"n_slots", "--parallel"},
         {"n_ctx", "-c"},
         {"n_ubatch", "-ub"},
@@ -20,6 +22,7 @@ std::string flag_for_field(std::string_view field) {
         {"device", "--device"},
         {"vram", "--vram"},
         {"n_gpu_layers", "-ngl"},
+        {"draft_ngl", "-ngld"},
         {"model_path", "-m"},
     }};
     for (const auto& [name, flag] : kFlags) {
@@ -29,5 +32,9 @@ std::string flag_for_field(std::string_view field) {
 }
 
 std::string in_flags(const FieldError& e) { return e.render(flag_for_field); }
+
+std::string in_flags(std::string_view message) { return spell_fields(message, flag_for_field); }
+
+void warn_on_stderr(const std::string& message) { fmt::print(stderr, "tandem: warning: {}\n", in_flags(message)); }
 
 }  // namespace tandem::tools

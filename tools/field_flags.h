@@ -16,5 +16,10 @@ std::string flag_for_field(std::string_view field);
 
 // e's message in flags.
 std::string in_flags(const FieldError& e);
+// A serving message naming fields as {field} (a warning, Split::why), in flags.
+std::string in_flags(std::string_view message);
+
+// Prints a serving warning on stderr, in flags: the tools' serving::Warn.
+void warn_on_stderr(const std::string& message);
 
 }  // namespace tandem::tools

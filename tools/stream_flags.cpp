@@ -17,12 +17,6 @@ void add_stream_flags(CLI::App& cmd, StreamFlags& flags) {
                  "(saves that RAM; decode reads the mapping more slowly)");
 }
 
-void apply_stream_flags(const StreamFlags& flags, SessionOptions& so) {
-    so.weight_stream = !flags.no_stream;
-    so.stream_min_batch = flags.min_batch;
-    so.copy_host_weights = !flags.no_host_copy;
-}
-
 void add_placement_flags(CLI::App& cmd, PlacementFlags& flags) {
     cmd.add_option("--override-tensor", flags.overrides,
                    "-ot REGEX=DEVICE[,...]: tensors whose name matches REGEX go to DEVICE (cpu, or the --device), "
@@ -41,19 +35,21 @@ void add_placement_flags(CLI::App& cmd, PlacementFlags& flags) {
         ->type_name("[0|1]");
 }
 
-void apply_placement_flags(const PlacementFlags& flags, SessionOptions& so) {
-    so.overrides.clear();
-    for (const std::string& text : flags.overrides) {
-        for (TensorOverride& o : parse_tensor_overrides(text)) so.overrides.push_back(std::move(o));
-    }
-    so.cpu_moe = flags.cpu_moe;
-    so.n_cpu_moe = flags.n_cpu_moe;
-    so.kv_offload = !flags.no_kv_offload;
+serving::StreamOptions stream_options(const StreamFlags& f) {
+    serving::StreamOptions s;
+    s.weight_stream = !f.no_stream;
+    s.min_batch = f.min_batch;
+    s.copy_host_weights = !f.no_host_copy;
+    return s;
 }
 
-void apply_stream_flags(const StreamFlags& flags, planner::PlanInputs& in) {
-    in.weight_stream = !flags.no_stream;
-    in.stream_min_batch = flags.min_batch;
+serving::PlacementOptions placement_options(const PlacementFlags& f) {
+    serving::PlacementOptions p;
+    p.overrides = f.overrides;
+    p.cpu_moe = f.cpu_moe;
+    p.n_cpu_moe = f.n_cpu_moe;
+    p.kv_offload = !f.no_kv_offload;
+    return p;
 }
 
 }  // namespace tandem::tools

@@ -12,8 +12,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "planner/planner.h"
-#include "runtime/engine/session.h"
+#include "runtime/serving/split.h"
 
 namespace tandem::tools {
 
@@ -33,9 +32,8 @@ struct PlacementFlags {
 };
 
 void add_placement_flags(CLI::App& cmd, PlacementFlags& flags);
-// Throws tandem::Error for an -ot value that is not REGEX=DEVICE.
-void apply_placement_flags(const PlacementFlags& flags, SessionOptions& so);
-void apply_stream_flags(const StreamFlags& flags, SessionOptions& so);
-void apply_stream_flags(const StreamFlags& flags, planner::PlanInputs& in);
+// The serving library's words for the flags' choices (runtime/serving/split.h).
+serving::StreamOptions stream_options(const StreamFlags& f);
+serving::PlacementOptions placement_options(const PlacementFlags& f);
 
 }  // namespace tandem::tools

@@ -9,8 +9,8 @@ namespace {
 
 bool field_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; }
 
-// `message` with each {name} (lower-case letters, digits, '_') replaced by
-// spell(name); other braces are left as they are.
+}  // namespace
+
 std::string spell_fields(std::string_view message, std::string (*spell)(std::string_view)) {
     std::string out;
     size_t i = 0;
@@ -31,6 +31,8 @@ std::string spell_fields(std::string_view message, std::string (*spell)(std::str
     out.append(message.substr(std::min(i, message.size())));
     return out;
 }
+
+namespace {
 
 std::string own_name(std::string_view field) { return std::string(field); }
 

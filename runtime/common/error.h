@@ -34,6 +34,11 @@ private:
     std::string message_;
 };
 
+// `message` with each {name} (lower-case letters, digits, '_') replaced by
+// spell(name); other braces are left as they are. For warnings worded as
+// FieldError's messages are.
+std::string spell_fields(std::string_view message, std::string (*spell)(std::string_view field));
+
 // A bug in Tandem itself: an invariant that should hold did not.
 class InternalError : public std::logic_error {
 public:
