@@ -68,14 +68,17 @@ std::string special_text(const Tokenizer& t, int32_t id) {
 
 std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_seq,
                                            const std::function<void(SplitRequest&)>& adjust) {
-    gguf::OpenOptions open;
-    open.mode = f.no_mmap ? gguf::LoadMode::ReadIntoMemory : gguf::LoadMode::Mmap;
-    open.mlock = f.mlock;
-    gguf::File file = gguf::File::open(f.model, open);
-    model::ModelSpec spec = model::load_model_spec(file);
-    Tokenizer tokenizer = Tokenizer::from_gguf(file);
-    auto m = std::unique_ptr<ChatModel>(new ChatModel{std::move(file), std::move(spec), std::move(tokenizer),
-                                                      chat::ChatTemplate::chatml(), {}, nullptr, {}, {}, {}, {}, {}, {}, {}});
+    serving::LoadRequest req;
+    req.model_path = f.model;
+    req.mmap = !f.no_mmap;
+    req.mlock = f.mlock;
+    req.split = split_request(f, f.n_ctx, f.n_ubatch);
+    req.split.n_seq = n_seq;
+    req.cache_per_sequence = true;  // a slot's logits do not depend on the others'
+    req.n_threads = f.n_threads;
+    req.check_every_row = f.check_tensors;
+    if (adjust) adjust(req.split);
+    auto m = std::make_unique<ChatModel>(req);
     choose_template(f, *m);
     m->bos_text = special_text(m->tokenizer, m->tokenizer.bos());
     m->eos_text = special_text(m->tokenizer, m->tokenizer.eos());
@@ -84,25 +87,9 @@ std::unique_ptr<ChatModel> open_chat_model(const ChatModelFlags& f, int64_t n_se
         const int32_t id = m->tokenizer.find_token(marker);
         if (id >= 0) m->end_of_turn_tokens.push_back(id);
     }
-
-    serve::check_slot_count(n_seq);
-    int64_t n_ctx = f.n_ctx;
-    if (n_ctx == 0) {
-        n_ctx = std::min<int64_t>(m->spec.hp.n_ctx_train > 0 ? m->spec.hp.n_ctx_train : 4096, 4096) * n_seq;
-    }
-    SplitRequest req = split_request(f, n_ctx, f.n_ubatch);
-    req.n_seq = n_seq;
-    if (adjust) adjust(req);
-    Split split = resolve_split(req, m->file, m->spec, warn_on_stderr);
-    m->draft_placement = split.draft;
-    m->draft_why = in_flags(split.draft_why);
-    SessionOptions& so = split.so;
-    so.n_threads = f.n_threads;
-    if (f.n_threads == 0 && split.threads) so.n_threads = *split.threads;
-    so.n_seq_max = n_seq;
-    so.kv_per_sequence = true;  // a slot's logits do not depend on the others'
-    m->split_why = in_flags(split.why);
-    m->session = open_session_stepping_down(m->file, m->spec, so, f.check_tensors);
+    m->open_session(req, warn_on_stderr, progress_bars());
+    m->split_why = in_flags(m->split_why);
+    m->draft_why = in_flags(m->draft_why);
     return m;
 }
 

@@ -15,6 +15,7 @@
 #include "runtime/engine/session.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
+#include "runtime/serving/loader.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "tools/split.h"
 
@@ -36,19 +37,15 @@ struct ChatModelFlags : SplitFlags {
 // and the split flags (--device, --vram, -ngl, cache type, streaming, -ot...).
 void add_chat_model_flags(CLI::App& cmd, ChatModelFlags& f);
 
-struct ChatModel {
-    gguf::File file;
-    model::ModelSpec spec;
-    Tokenizer tokenizer;
-    chat::ChatTemplate chat_template;
+// The model (serving::LoadedModel: file, spec, tokenizer, session, where
+// it is placed and why, in flags) and its chat template.
+struct ChatModel : serving::LoadedModel {
+    using serving::LoadedModel::LoadedModel;
+    chat::ChatTemplate chat_template = chat::ChatTemplate::chatml();
     std::string template_origin;  // "the model file", "ChatML (the model has no template)", "--chat-template FILE"
-    std::unique_ptr<Session> session;
     std::string bos_text, eos_text;
     std::vector<std::string> end_of_turn_text;
     std::vector<int32_t> end_of_turn_tokens;
-    std::string split_why;
-    std::optional<SessionOptions> draft_placement;  // Split::draft: where a draft model goes (serve -md)
-    std::string draft_why;
 };
 
 // Opens the model for n_seq sequences; adjust (if any) may change the

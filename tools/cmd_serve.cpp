@@ -19,6 +19,7 @@
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
 #include "tools/serve/http_server.h"
+#include "runtime/serving/loader.h"
 #include "runtime/serving/scheduler.h"
 #include "tools/serve/server_state.h"
 #include "runtime/serving/draft_model.h"
@@ -73,7 +74,6 @@ private:
 };
 
 void serve_model(const ServeOptions& o) {
-    serve::check_slot_count(o.n_parallel);
     if (o.http.port < 0 || o.http.port > 65535) {
         throw Error(fmt::format("--port: expected 0..65535, found {}", o.http.port));
     }
@@ -82,10 +82,10 @@ void serve_model(const ServeOptions& o) {
     }
     // What can be checked at once is, before the address is taken: a
     // missing model is one line, not a server that starts and then dies.
-    if (!std::filesystem::is_regular_file(o.model)) {
-        throw Error(fmt::format("{}: expected a GGUF model file, found {}", o.model,
-                                std::filesystem::exists(o.model) ? "something else" : "nothing there"));
-    }
+    serving::LoadRequest model_request;
+    model_request.model_path = o.model;
+    model_request.split.n_seq = o.n_parallel;
+    model_request.validate();
     if (!o.chat_template.empty() && o.chat_template != "chatml" && !std::filesystem::is_regular_file(o.chat_template)) {
         throw Error(fmt::format("--chat-template: expected chatml or a file of Jinja text, found '{}' (no such file)",
                                 o.chat_template));

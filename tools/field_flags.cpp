@@ -8,7 +8,7 @@
 namespace tandem::tools {
 
 std::string flag_for_field(std::string_view field) {
-    static constexpr std::array<std::pair<std::string_view, std::string_view>, 15> kFlags{{
+    static constexpr std::array<std::pair<std::string_view, std::string_view>, 21> kFlags{{
         {"n_slots", "--parallel"},
         {"n_ctx", "-c"},
         {"n_ubatch", "-ub"},
@@ -24,6 +24,12 @@ std::string flag_for_field(std::string_view field) {
         {"n_gpu_layers", "-ngl"},
         {"draft_ngl", "-ngld"},
         {"model_path", "-m"},
+        {"temperature", "--temp"},
+        {"top_k", "--top-k"},
+        {"top_p", "--top-p"},
+        {"min_p", "--min-p"},
+        {"repeat_penalty", "--repeat-penalty"},
+        {"repeat_last_n", "--repeat-last-n"},
     }};
     for (const auto& [name, flag] : kFlags) {
         if (name == field) return std::string(flag);

@@ -13,16 +13,21 @@ namespace tandem {
 
 void validate(const SamplerParams& p) {
     if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
-        throw Error(fmt::format("--temp: expected a value >= 0, found {}", p.temperature));
+        throw FieldError("temperature", fmt::format("{{temperature}}: expected a value >= 0, found {}", p.temperature));
     }
-    if (p.top_k < 0) throw Error(fmt::format("--top-k: expected a value >= 0, found {}", p.top_k));
-    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw Error(fmt::format("--top-p: expected (0, 1], found {}", p.top_p));
-    if (!(p.min_p >= 0.0f && p.min_p < 1.0f)) throw Error(fmt::format("--min-p: expected [0, 1), found {}", p.min_p));
+    if (p.top_k < 0) throw FieldError("top_k", fmt::format("{{top_k}}: expected a value >= 0, found {}", p.top_k));
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+        throw FieldError("top_p", fmt::format("{{top_p}}: expected (0, 1], found {}", p.top_p));
+    }
+    if (!(p.min_p >= 0.0f && p.min_p < 1.0f)) {
+        throw FieldError("min_p", fmt::format("{{min_p}}: expected [0, 1), found {}", p.min_p));
+    }
     if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty)) {
-        throw Error(fmt::format("--repeat-penalty: expected a value > 0, found {}", p.repeat_penalty));
+        throw FieldError("repeat_penalty",
+                         fmt::format("{{repeat_penalty}}: expected a value > 0, found {}", p.repeat_penalty));
     }
     if (p.repeat_last_n < 0) {
-        throw Error(fmt::format("--repeat-last-n: expected a value >= 0, found {}", p.repeat_last_n));
+        throw FieldError("repeat_last_n", fmt::format("{{repeat_last_n}}: expected a value >= 0, found {}", p.repeat_last_n));
     }
 }
 

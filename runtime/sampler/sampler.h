@@ -21,7 +21,8 @@ struct SamplerParams {
     uint64_t seed = 0;
 };
 
-// Throws tandem::Error for parameters outside their ranges.
+// Throws FieldError, naming the field ({temperature}, {top_p}...), for a
+// parameter outside its range.
 void validate(const SamplerParams& p);
 
 class Sampler {

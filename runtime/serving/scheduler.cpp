@@ -187,6 +187,27 @@ std::string Scheduler::with_idle_slot(int32_t slot, const SlotTask& fn) {
     return task.result;
 }
 
+std::string Scheduler::save_slot(int32_t slot, std::vector<uint8_t>& state, size_t& n_tokens) {
+    return with_idle_slot(slot, [&](Session& session, int32_t seq, std::vector<int32_t>& cached) {
+        state = session.save_sequence(seq, cached);
+        n_tokens = cached.size();
+    });
+}
+
+std::string Scheduler::restore_slot(int32_t slot, std::span<const uint8_t> state, size_t& n_tokens) {
+    return with_idle_slot(slot, [&](Session& session, int32_t seq, std::vector<int32_t>& cached) {
+        std::vector<int32_t> tokens = session.restore_sequence(seq, state);  // a bad state changes nothing
+        if (static_cast<int64_t>(tokens.size()) > options_.n_ctx_slot) {
+            session.remove_positions(seq, 0, -1);
+            cached.clear();
+            throw Error(fmt::format("the state holds {} tokens; a slot's context holds {}", tokens.size(),
+                                    options_.n_ctx_slot));
+        }
+        cached = std::move(tokens);
+        n_tokens = cached.size();
+    });
+}
+
 SchedulerStats Scheduler::stats() const {
     std::lock_guard lock(mu_);
     return stats_;

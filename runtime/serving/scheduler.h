@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -167,6 +168,15 @@ public:
     using SlotTask = std::function<void(Session& session, int32_t seq, std::vector<int32_t>& cached_tokens)>;
     // Returns "" on success, else why not (busy, no such slot, or fn's Error).
     std::string with_idle_slot(int32_t slot, const SlotTask& fn);
+
+    // A free slot's state (Session::save_sequence of its cache and the
+    // tokens it holds) into `state`, their count into n_tokens. Returns ""
+    // or why not (busy, no such slot).
+    std::string save_slot(int32_t slot, std::vector<uint8_t>& state, size_t& n_tokens);
+    // Replaces a free slot's state with one save_slot gave. Returns "" or
+    // why not: a state the session refuses changes nothing; one holding
+    // more tokens than a slot's context leaves the slot empty.
+    std::string restore_slot(int32_t slot, std::span<const uint8_t> state, size_t& n_tokens);
 
     SchedulerStats stats() const;
     int64_t n_ctx_slot() const { return options_.n_ctx_slot; }

@@ -148,40 +148,37 @@ void slot_action(ServerState& state, const httplib::Request& req, httplib::Respo
     const std::filesystem::path path = slot_file(state, body);
     size_t n_tokens = 0;
     uint64_t n_bytes = 0;
-    const std::string why = state.model.scheduler->with_idle_slot(
-        id, [&](Session& session, int32_t seq, std::vector<int32_t>& cached) {
-            if (action == "save") {
-                const std::vector<uint8_t> blob = session.save_sequence(seq, cached);
-                AtomicFile out(path);
-                out.write(blob.data(), blob.size());
-                out.commit();
-                n_tokens = cached.size();
-                n_bytes = blob.size();
-                return;
-            }
-            std::error_code ec;
-            const uintmax_t size = std::filesystem::file_size(path, ec);
-            if (ec) throw Error(fmt::format("cannot read slot file '{}': {}", path.filename().string(), ec.message()));
-            if (size > state.model.max_slot_file_bytes) {
-                throw Error(fmt::format("slot file '{}' has {} bytes; a slot's state takes at most {}",
-                                        path.filename().string(), size, state.model.max_slot_file_bytes));
-            }
-            std::vector<uint8_t> blob(size);
-            std::ifstream in(path, std::ios::binary);
-            if (!in.read(reinterpret_cast<char*>(blob.data()), static_cast<std::streamsize>(size))) {
-                throw Error(fmt::format("cannot read slot file '{}'", path.filename().string()));
-            }
-            std::vector<int32_t> tokens = session.restore_sequence(seq, blob);
-            if (static_cast<int64_t>(tokens.size()) > state.model.scheduler->n_ctx_slot()) {
-                session.remove_positions(seq, 0, -1);
-                cached.clear();
-                throw Error(fmt::format("slot file '{}' holds {} tokens; a slot's context holds {}",
-                                        path.filename().string(), tokens.size(), state.model.scheduler->n_ctx_slot()));
-            }
-            cached = std::move(tokens);
-            n_tokens = cached.size();
-            n_bytes = size;
-        });
+    std::string why;
+    if (action == "save") {
+        std::vector<uint8_t> blob;
+        why = state.model.scheduler->save_slot(id, blob, n_tokens);
+        if (why.empty()) {
+            AtomicFile out(path);
+            out.write(blob.data(), blob.size());
+            out.commit();
+            n_bytes = blob.size();
+        }
+    } else {
+        std::error_code ec;
+        const uintmax_t size = std::filesystem::file_size(path, ec);
+        if (ec) {
+            throw ApiError(400, fmt::format("cannot read slot file '{}': {}", path.filename().string(), ec.message()),
+                           "filename");
+        }
+        if (size > state.model.max_slot_file_bytes) {
+            throw ApiError(400, fmt::format("slot file '{}' has {} bytes; a slot's state takes at most {}",
+                                            path.filename().string(), size, state.model.max_slot_file_bytes),
+                           "filename");
+        }
+        std::vector<uint8_t> blob(size);
+        std::ifstream in(path, std::ios::binary);
+        if (!in.read(reinterpret_cast<char*>(blob.data()), static_cast<std::streamsize>(size))) {
+            throw ApiError(400, fmt::format("cannot read slot file '{}'", path.filename().string()), "filename");
+        }
+        why = state.model.scheduler->restore_slot(id, blob, n_tokens);
+        if (!why.empty()) why = fmt::format("slot file '{}': {}", path.filename().string(), why);
+        n_bytes = size;
+    }
     if (!why.empty()) {
         const bool busy = why.find("busy") != std::string::npos;
         throw ApiError(busy ? 409 : 400, why, "filename");
