@@ -133,7 +133,7 @@ void BM_blas(benchmark::State& state, Type t, SimdLevel level, Problem p, Impl i
     const Problem problems[] = {{512, 2048, 2048}, {512, 8192, 2048}, {512, 2048, 8192}, {256, 2048, 2048},
                                 {256, 8192, 2048}, {64, 2048, 2048},  {64, 8192, 2048}};
     for (Type t : {Type::F32, Type::F16, Type::BF16}) {
-        for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+        for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx2Vnni, SimdLevel::Avx512, SimdLevel::Avx512Vnni}) {
             if (!tandem::cpu::simd_level_supported(level)) continue;
             for (const Problem& p : problems) {
                 for (Impl impl : {Impl::Tandem, Impl::Tiles, Impl::Sgemm}) {

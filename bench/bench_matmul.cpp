@@ -168,7 +168,7 @@ std::string shape_name(const Shape& s) {
             const uint64_t mat_bytes = *tandem::quant::row_bytes(t, cols) * static_cast<uint64_t>(rows);
             return Shape{rows, cols, static_cast<int>((128ull << 20) / mat_bytes + 1)};
         };
-        for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+        for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx2Vnni, SimdLevel::Avx512, SimdLevel::Avx512Vnni}) {
             if (!tandem::cpu::simd_level_supported(level)) continue;
             const std::string lname(tandem::cpu::simd_level_name(level));
             std::vector<Shape> shapes{Shape{128, 4096, 1}, Shape{4096, 4096, 1}, Shape{2048, 5632, 1}, from_dram(4096, 4096)};

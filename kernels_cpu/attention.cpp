@@ -109,7 +109,7 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
     if (level != SimdLevel::Scalar && shape.softcap == 0.0f && (f16_cache || kv.type == quant::Type::Q8_0)) {
         const int64_t per_task = detail::shared_heads_per_task(gqa, n_tokens * shape.n_head_kv, pool.size());
         const int64_t tasks_per_token = shape.n_head / per_task;
-        const auto kernel = level == SimdLevel::Avx512 ? detail::attention_shared_kv_avx512 : detail::attention_shared_kv_avx2;
+        const auto kernel = is_avx512(level) ? detail::attention_shared_kv_avx512 : detail::attention_shared_kv_avx2;
         const auto cost = [&](int64_t task) { return attended_cost(q_pos, views, view_step, shape, task / tasks_per_token); };
         pool.parallel_for_cost(n_tokens * tasks_per_token, cost, [&](int64_t begin, int64_t end) {
             for (int64_t task = begin; task < end; ++task) {

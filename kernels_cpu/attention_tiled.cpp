@@ -77,7 +77,7 @@ void widen_f16_scalar(const uint16_t* src, float* dst, int64_t n) {
 
 TiledAttentionKernels tiled_attention_kernels(SimdLevel level) {
 #if defined(__x86_64__)
-    if (level == SimdLevel::Avx512) {
+    if (is_avx512(level)) {
         return {tiled_scores_avx512, tiled_mask_avx2,  tiled_softmax_avx512,
                 tiled_accumulate_avx512, widen_keys_avx2, widen_f16_avx2};
     }

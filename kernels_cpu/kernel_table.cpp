@@ -145,8 +145,8 @@ const WeightKernels& require(quant::Type w_type) {
 // CPU has) unless the type runs its AVX2 kernels there, else AVX2, else
 // scalar; each only where present.
 DotFn pick(const LevelKernels& k, SimdLevel level, bool avx2_at_avx512) {
-    if (level == SimdLevel::Avx512 && !avx2_at_avx512) {
-        const DotFn f = avx512_vnni_available() ? k.avx512 : k.avx512nv;
+    if (is_avx512(level) && !avx2_at_avx512) {
+        const DotFn f = level == SimdLevel::Avx512Vnni ? k.avx512 : k.avx512nv;
         if (f != nullptr) return f;
     }
     if (level >= SimdLevel::Avx2 && k.avx2 != nullptr) return k.avx2;
@@ -193,7 +193,7 @@ DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level, bool several_
     TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
     const WeightKernels* k = weight_kernels(w_type);
     if (k == nullptr) return {};
-    if (level == SimdLevel::Avx512 && avx512_vnni_available() && k->rows_avx512.fn != nullptr) {
+    if (level == SimdLevel::Avx512Vnni && k->rows_avx512.fn != nullptr) {
         // A type in llama.cpp's order has the same bits at every level, so
         // a small batch may take AVX2's several-tokens kernel where AVX-512
         // has none (Q4_0: 4 streams of llama-1b 1.02x -> 2.1x one stream).

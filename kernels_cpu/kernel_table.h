@@ -44,7 +44,7 @@ struct WeightKernels {
     // level, and at AVX-512 on CPUs without VNNI.
     PanelKernel panel_avx2{};
     // Where AVX-VNNI makes a panel faster (Q8_0, Q5_0): the AVX2 panel built
-    // with it, taken instead of panel_avx2 when avx_vnni_available().
+    // with it, taken instead of panel_avx2 at the Avx2Vnni level.
     PanelKernel panel_avxvnni{};
     // F16/BF16 batches: activations rounded once, kept as f32.
     quant::QuantizeRowFn wide_round = nullptr;

@@ -29,6 +29,7 @@
 #include "kernels_cpu/blas_matmul.h"
 #include "kernels_cpu/gemm_panel.h"
 #include "kernels_cpu/kernel_table.h"
+#include "kernels_cpu/matmul_path.h"
 #include "kernels_cpu/range_stealer.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
@@ -157,17 +158,6 @@ namespace {
 using detail::PanelGemm;
 using detail::PanelKernel;
 
-// AVX-512 VNNI's panel where the level and the CPU have it, else AVX2's
-// (at AVX-512 without VNNI too; its AVX-VNNI build where there is one and
-// the CPU has it); none at Scalar.
-const PanelKernel* find_panel_kernel(quant::Type type, SimdLevel level) {
-    const detail::WeightKernels* k = detail::weight_kernels(type);
-    if (k == nullptr || level == SimdLevel::Scalar) return nullptr;
-    if (level == SimdLevel::Avx512 && detail::avx512_vnni_available()) return k->panel.gemm != nullptr ? &k->panel : nullptr;
-    if (k->panel_avxvnni.gemm != nullptr && detail::avx_vnni_available()) return &k->panel_avxvnni;
-    return k->panel_avx2.gemm != nullptr ? &k->panel_avx2 : nullptr;
-}
-
 void run_panels(const WeightView& w, PanelGemm gemm, size_t buf_bytes, const void* act, size_t a_stride,
                 int64_t n_tokens, float* y, int64_t ldy, ThreadPool& pool) {
     const int64_t n_panels = (w.n_rows + detail::kPanelRows - 1) / detail::kPanelRows;
@@ -198,184 +188,88 @@ void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, 
     detail::native_matmul(w, x, ldx, n_tokens, y, ldy, pool, level, order);
 }
 
-void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
-                           ThreadPool& pool, SimdLevel level, MatmulOrder order) {
-    const quant::Type a_type = activation_type(w.type);  // throws for a type without CPU kernels
-    const auto w_row_bytes = quant::row_bytes(w.type, w.n_cols);
-    TANDEM_CHECK(w_row_bytes.has_value() && w.n_cols > 0, "matmul: n_cols not a positive multiple of the block size");
-    TANDEM_CHECK(w.row_stride_bytes >= *w_row_bytes, "matmul: weight row stride shorter than a row");
-    TANDEM_CHECK(n_tokens >= 0 && w.n_rows >= 0, "matmul: negative size");
-    TANDEM_CHECK(ldx >= w.n_cols && ldy >= w.n_rows, "matmul: ldx/ldy shorter than a row");
-    if (n_tokens == 0 || w.n_rows == 0) return;
-    TANDEM_CHECK(w.data != nullptr && x != nullptr && y != nullptr, "matmul: null pointer");
-    const int64_t n = w.n_cols;
-    detail::DotFn fn = detail::dot_kernel(w.type, level);
-    // Tokens [0, batch_end) of a batch go through the batch form where a
-    // type has one (llama.cpp's rows taken four at a time).
-    // (None in the single-token order: every token takes the one-row kernel's.)
-    const detail::BatchForm batch =
-        order == MatmulOrder::Fastest ? detail::batch_form(w.type, level) : detail::BatchForm{};
-    const detail::DotFn batch_fn = batch.fn;
-    const int64_t batch_end = batch_fn != nullptr && n_tokens >= batch.min_tokens ? n_tokens - n_tokens % batch.group : 0;
-    // Activations in the kernel's format, quantized once per token row.
-    quant::QuantizeRowFn quantize = nullptr;  // null: F32 weights read X as it is
-    size_t a_row_bytes = 0;
-    if (a_type != quant::Type::F32) {
-        const auto bytes = quant::row_bytes(a_type, n);
-        TANDEM_CHECK(bytes.has_value(), "matmul: activation row not a whole number of blocks");
-        a_row_bytes = *bytes;
-        quantize = detail::activation_quantizer(a_type, level);
-    }
-    if (n_tokens > 1 && order == MatmulOrder::Fastest) {
-        if (const detail::WideDot wide = detail::wide_dot_kernel(w.type, level); wide.fn != nullptr) {
-            fn = wide.fn;
-            quantize = wide.round_row;
-            a_row_bytes = static_cast<size_t>(n) * sizeof(float);
-        }
-    }
+namespace {
 
-    // Batch rows on AVX-512 VNNI or AVX2 as panel GEMMs (gemm_panel.h): same bits as
-    // the row kernels they replace (batch_fn, or fn for Q4_0, whose single-row
-    // and batch orders are one), a fraction of the integer work. They take
-    // tokens [0, panel_end), four at a time. Unpacking a panel costs about
-    // what 16 tokens of its work do, so short batches stay on the row kernels.
-    // AVX2's row kernels are slower against a similar unpacking cost: its
-    // panels were faster from 8 tokens for every type (Zen 4 at the AVX2
-    // level, 4096x4096, 8-24 tokens).
-    constexpr int64_t kPanelMinTokens = 32, kPanelMinTokensAvx2 = 8;
-    const PanelKernel* panel = find_panel_kernel(w.type, level);
-    const int64_t panel_min_tokens =
-        level == SimdLevel::Avx512 && detail::avx512_vnni_available() ? kPanelMinTokens : kPanelMinTokensAvx2;
-    // Types without a batch form keep their single-row order for every
-    // token, so every token can go through the panel; those with one only
-    // for the tokens their batch form takes (none in the single-token order).
-    const bool has_batch_form = detail::weight_kernels(w.type)->batch.scalar != nullptr;
-    const int64_t panel_tokens = panel == nullptr ? 0 : has_batch_form ? batch_end : n_tokens;
-    int64_t panel_end = 0;
-    if (panel_tokens >= panel_min_tokens) {
-        panel_end = panel_tokens - panel_tokens % 4;
-    }
-    const size_t panel_row_extra =
-        panel_end > 0 ? panel->extra_bytes * static_cast<size_t>(n / quant::traits(a_type).block_elems) : 0;
-
-    // Single tokens, and small batches (a serving step: one token per
-    // stream), of types with a several-rows decode kernel, which gives each
-    // token the bits of the path it replaces: the single-row kernel's, or
-    // for tokens [0, batch_end) the batch form's (the batch kernels took
-    // them before).
-    // Up to three kernel calls' worth of tokens: a speculative verification
-    // (16 drafts and the last token) included.
-    constexpr int64_t kMaxSmallBatch = 3 * detail::kMaxDecodeTokens;
-    const bool small_batch = n_tokens >= 2 && n_tokens <= kMaxSmallBatch && panel_end == 0;
-    // Small batches only where the type has a several-tokens kernel
-    // (calling the single-token kernel once per token measured slower than
-    // the token tiles for Q4_1).
-    detail::DecodeRows rows = (n_tokens == 1 || small_batch) && quantize != nullptr
-                                  ? detail::decode_rows_kernel(w.type, level, n_tokens > 1)
-                                  : detail::DecodeRows{};
-    if (n_tokens > 1 && rows.multi == nullptr) rows = {};
-    const size_t prepared_bytes = rows.prepare != nullptr ? rows.prepared_bytes(n) : 0;
-    // Small batches: token t's prepared row at rows_act + t * rows_stride.
-    // Tokens [rows_first, n_tokens) go through the decode-rows kernels:
-    // those the single-row kernel takes, and the batch form's too where the
-    // type has a several-tokens kernel in its order.
-    const int64_t rows_first = n_tokens > 1 && rows.multi_batch != nullptr ? 0 : batch_end;
-    const size_t prepared_stride = (prepared_bytes + 63) / 64 * 64;
-    const unsigned char* rows_act = nullptr;
+// Quantized activations: where each token's row is and, for the decode
+// rows' small batches, its prepared row.
+struct Activations {
+    const unsigned char* act = nullptr;  // token t's row at act + t * a_stride
+    size_t a_stride = 0;
+    const unsigned char* rows_act = nullptr;  // decode rows: token t's at rows_act + t * rows_stride
     size_t rows_stride = 0;
+};
 
-    const void* act = x;
-    size_t a_stride = static_cast<size_t>(ldx) * sizeof(float);
-    if (quantize != nullptr) {
-        // Rows padded to 64 bytes so each token starts on its own line.
-        a_stride = (a_row_bytes + panel_row_extra + 63) / 64 * 64;
-        auto* buf = static_cast<unsigned char*>(
-            pool.scratch(a_stride * static_cast<size_t>(n_tokens) + prepared_stride * static_cast<size_t>(n_tokens)));
-        unsigned char* prepared = buf + a_stride * static_cast<size_t>(n_tokens);
-        rows_act = rows.prepare != nullptr ? prepared : buf;
-        rows_stride = rows.prepare != nullptr ? prepared_stride : a_stride;
-        auto quantize_rows = [&](int64_t begin, int64_t end) {
-            for (int64_t t = begin; t < end; ++t) {
-                unsigned char* row = buf + static_cast<size_t>(t) * a_stride;
-                quantize(x + t * ldx, row, n);
-                // The panel's preparation while the row is in cache.
-                if (t < panel_end && panel->prepare != nullptr) panel->prepare(a_type, row, n);
-                // Likewise a small batch's decode-rows preparation.
-                if (n_tokens > 1 && t >= rows_first && rows.prepare != nullptr) {
-                    rows.prepare(row, n, prepared + static_cast<size_t>(t) * prepared_stride);
-                }
+// The activations as the path's kernels read them: X itself for float
+// weights, else each row quantized (and prepared for the panel or the
+// decode rows while it is in cache) into the pool's scratch.
+Activations prepare_activations(const detail::MatmulPath& path, const float* x, int64_t ldx, int64_t n_tokens,
+                                int64_t n, ThreadPool& pool) {
+    Activations a;
+    a.act = reinterpret_cast<const unsigned char*>(x);
+    a.a_stride = static_cast<size_t>(ldx) * sizeof(float);
+    if (path.quantize == nullptr) return a;
+    const detail::DecodeRows& rows = path.rows;
+    const size_t prepared_bytes = rows.prepare != nullptr ? rows.prepared_bytes(n) : 0;
+    const size_t prepared_stride = (prepared_bytes + 63) / 64 * 64;
+    // Rows padded to 64 bytes so each token starts on its own line.
+    const size_t a_stride = (path.a_row_bytes + path.panel_row_extra + 63) / 64 * 64;
+    auto* buf = static_cast<unsigned char*>(
+        pool.scratch(a_stride * static_cast<size_t>(n_tokens) + prepared_stride * static_cast<size_t>(n_tokens)));
+    unsigned char* prepared = buf + a_stride * static_cast<size_t>(n_tokens);
+    a.a_stride = a_stride;
+    a.rows_act = rows.prepare != nullptr ? prepared : buf;
+    a.rows_stride = rows.prepare != nullptr ? prepared_stride : a_stride;
+    auto quantize_rows = [&](int64_t begin, int64_t end) {
+        for (int64_t t = begin; t < end; ++t) {
+            unsigned char* row = buf + static_cast<size_t>(t) * a_stride;
+            path.quantize(x + t * ldx, row, n);
+            // The panel's preparation while the row is in cache.
+            if (t < path.panel_end && path.panel->prepare != nullptr) path.panel->prepare(path.a_type, row, n);
+            // Likewise a small batch's decode-rows preparation.
+            if (n_tokens > 1 && t >= path.rows_first && rows.prepare != nullptr) {
+                rows.prepare(row, n, prepared + static_cast<size_t>(t) * prepared_stride);
             }
-        };
-        // A single row is a few microseconds of work: cheaper inline than
-        // a second hand-off to the pool.
-        if (n_tokens == 1) {
-            quantize_rows(0, 1);
-            if (rows.prepare != nullptr) {
-                // After the row, at a 64-byte boundary (a_stride is one).
-                rows.prepare(buf, n, buf + a_stride);
-                buf += a_stride;
-            }
-        } else if (n_tokens * n <= kInlineQuantizeElems) {
-            // A serving step's few rows likewise: a hand-off per matmul
-            // (six a layer) cost more than the rows.
-            quantize_rows(0, n_tokens);
-        } else {
-            pool.parallel_for(n_tokens, 1, quantize_rows);
         }
-        act = buf;
+    };
+    // A single row is a few microseconds of work: cheaper inline than a
+    // second hand-off to the pool.
+    if (n_tokens == 1) {
+        quantize_rows(0, 1);
+        if (rows.prepare != nullptr) {
+            // After the row, at a 64-byte boundary (a_stride is one).
+            rows.prepare(buf, n, buf + a_stride);
+            buf += a_stride;
+        }
+    } else if (n_tokens * n <= kInlineQuantizeElems) {
+        // A serving step's few rows likewise: a hand-off per matmul (six a
+        // layer) cost more than the rows.
+        quantize_rows(0, n_tokens);
+    } else {
+        pool.parallel_for(n_tokens, 1, quantize_rows);
     }
+    a.act = buf;
+    return a;
+}
 
-    // The panel tokens, then the row kernels below take the rest.
-    int64_t first_token = 0;
-    if (panel_end > 0) {
-        run_panels(w, panel->gemm, panel->bytes(w.n_cols), act, a_stride, panel_end, y, ldy, pool);
-        first_token = panel_end;
-        if (first_token == n_tokens) return;
-    }
-
-    // Every token through the decode-rows kernels: items and their split as
-    // for a single token.
-    const bool decode_all = rows.fn != nullptr && rows_first == 0;
+// Tokens [first_token, n_tokens) through the row kernels and the decode
+// rows, in items of (rows) x (tokens) spread over the pool.
+void run_row_items(const detail::MatmulPath& path, const WeightView& w, const Activations& a, int64_t first_token,
+                   int64_t n_tokens, float* y, int64_t ldy, ThreadPool& pool) {
+    const int64_t n = w.n_cols;
+    const detail::DecodeRows& rows = path.rows;
+    const int64_t k_chunk = path.k_chunk;
+    const size_t w_row_bytes = *quant::row_bytes(w.type, n);
+    const quant::TypeTraits& wt = quant::traits(w.type);
+    const double a_bytes_per_elem =
+        static_cast<double>(path.quantize != nullptr ? path.a_row_bytes : n * sizeof(float)) / static_cast<double>(n);
+    // Every token through the decode rows: items and their split as for a
+    // single token.
+    const bool decode_all = path.decode_all();
     const int64_t rows_item = rows_per_item(w.n_rows, n_tokens - first_token, pool.size(), decode_all);
     const int64_t row_items = (w.n_rows + rows_item - 1) / rows_item;
     const int64_t tok_items = (n_tokens - first_token + kTokensPerItem - 1) / kTokensPerItem;
     const int64_t n_items = row_items * tok_items;
     const auto* wbase = static_cast<const unsigned char*>(w.data);
-    const auto* abase = static_cast<const unsigned char*>(act);
-
-    // Column blocking for batches: when the activation rows of one token
-    // group are too big for L1 (f32 activations of float weights, very wide
-    // rows), the dot products are split into column chunks that keep the
-    // group's activations in L1 while the item's rows pass over them; the
-    // partial sums are added in a fixed order, so results do not depend on
-    // the thread count.
-    const quant::TypeTraits& wt = quant::traits(w.type);
-    const double a_bytes_per_elem = static_cast<double>(quantize ? a_row_bytes : n * sizeof(float)) / static_cast<double>(n);
-    int64_t k_chunk = n;
-    // Measured on Zen 4 (32 KiB L1D): a token group that fits L1 (Q8_K rows
-    // of 4096 columns, 19 KiB) runs best unsplit; f32 rows (64 KiB per group
-    // at 4096 columns) best in chunks of about 16 KiB.
-    constexpr double kL1Bytes = 32 * 1024;
-    constexpr double kChunkBytes = 16 * 1024;
-    const double group_bytes = detail::kMaxTileTokens * a_bytes_per_elem * static_cast<double>(n);
-    // Types in llama.cpp's float order keep one accumulation chain per
-    // output, which column chunks would split.
-    if (n_tokens > 1 && group_bytes > kL1Bytes && !detail::follows_llama_order(w.type)) {
-        const auto fit = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / (detail::kMaxTileTokens * a_bytes_per_elem)));
-        const int64_t step = std::max<int64_t>(wt.block_elems, 64);  // whole blocks, whole SIMD vectors
-        // Equal chunks rather than full ones plus a sliver.
-        const int64_t chunks = (n + fit - 1) / fit;
-        k_chunk = std::min(n, ((n + chunks - 1) / chunks + step - 1) / step * step);
-    }
-
-    // A few tokens through the row kernels read each row once, one row at
-    // a time, which the out-of-order window cannot cover from DRAM: each
-    // row is prefetched into L2 kPrefetchRowsAhead rows ahead. 2048x2048
-    // from DRAM at the AVX2 level, one thread: Q6_K one token (no rows
-    // kernel there) 363-391 -> 230-268 us, four tokens 553-601 -> 417-445;
-    // Q4_K four tokens 610-653 -> 403-426 (4, 16 rows ahead and T0 about
-    // the same or slower).
-    const bool prefetch_rows = n_tokens - first_token <= detail::kMaxTileTokens && k_chunk == n;
     auto do_item = [&](int64_t item) {
         // Consecutive items share a token block, so its activations are
         // reused (from L2/L3) by whichever threads take them.
@@ -391,30 +285,30 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
                 const int nt = static_cast<int>(std::min<int64_t>(detail::kMaxTileTokens, t1 - t));
                 // Tiles are 4 tokens from a multiple of 4 and batch_end is one
                 // too, so no tile straddles it.
-                const detail::DotFn tile_fn = t < batch_end ? batch_fn : fn;
-                const unsigned char* a_t = abase + static_cast<size_t>(t) * a_stride + a_off;
+                const detail::DotFn tile_fn = t < path.batch_end ? path.batch_fn : path.fn;
+                const unsigned char* a_t = a.act + static_cast<size_t>(t) * a.a_stride + a_off;
                 if (nt == 1 && n_tokens == 1 && rows.fn != nullptr && kn == n) {
                     decode_rows_range(w, rows, r0, r1, a_t, y + t * ldy);
                     continue;
                 }
-                if (n_tokens > 1 && t >= rows_first && rows.fn != nullptr && kn == n) {
+                if (n_tokens > 1 && t >= path.rows_first && rows.fn != nullptr && kn == n) {
                     // The rest of the item's tokens at once (t1 - t <= kMaxSmallBatch).
-                    decode_rows_tokens(w, rows, r0, r1, rows_act + static_cast<size_t>(t) * rows_stride, rows_stride,
-                                       static_cast<int>(t1 - t), static_cast<int>(std::max<int64_t>(0, batch_end - t)),
-                                       y + t * ldy, ldy);
+                    decode_rows_tokens(w, rows, r0, r1, a.rows_act + static_cast<size_t>(t) * a.rows_stride,
+                                       a.rows_stride, static_cast<int>(t1 - t),
+                                       static_cast<int>(std::max<int64_t>(0, path.batch_end - t)), y + t * ldy, ldy);
                     break;
                 }
                 for (int64_t r = r0; r < r1; ++r) {
                     const unsigned char* w_r = wbase + static_cast<size_t>(r) * w.row_stride_bytes + w_off;
-                    if (prefetch_rows && r + kPrefetchRowsAhead < w.n_rows) {
-                        prefetch_l2(w_r + kPrefetchRowsAhead * w.row_stride_bytes, *w_row_bytes);
+                    if (path.prefetch_rows && r + kPrefetchRowsAhead < w.n_rows) {
+                        prefetch_l2(w_r + kPrefetchRowsAhead * w.row_stride_bytes, w_row_bytes);
                     }
                     float* y_tr = y + t * ldy + r;
                     if (k0 == 0) {
-                        tile_fn(kn, w_r, a_t, a_stride, nt, y_tr, ldy);
+                        tile_fn(kn, w_r, a_t, a.a_stride, nt, y_tr, ldy);
                     } else {
                         float part[detail::kMaxTileTokens];
-                        tile_fn(kn, w_r, a_t, a_stride, nt, part, 1);
+                        tile_fn(kn, w_r, a_t, a.a_stride, nt, part, 1);
                         for (int i = 0; i < nt; ++i) y_tr[i * ldy] += part[i];
                     }
                 }
@@ -443,6 +337,28 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
             do_item(i);
         }
     });
+}
+
+}  // namespace
+
+void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
+                           ThreadPool& pool, SimdLevel level, MatmulOrder order) {
+    (void)activation_type(w.type);  // throws for a type without CPU kernels
+    const auto w_row_bytes = quant::row_bytes(w.type, w.n_cols);
+    TANDEM_CHECK(w_row_bytes.has_value() && w.n_cols > 0, "matmul: n_cols not a positive multiple of the block size");
+    TANDEM_CHECK(w.row_stride_bytes >= *w_row_bytes, "matmul: weight row stride shorter than a row");
+    TANDEM_CHECK(n_tokens >= 0 && w.n_rows >= 0, "matmul: negative size");
+    TANDEM_CHECK(ldx >= w.n_cols && ldy >= w.n_rows, "matmul: ldx/ldy shorter than a row");
+    if (n_tokens == 0 || w.n_rows == 0) return;
+    TANDEM_CHECK(w.data != nullptr && x != nullptr && y != nullptr, "matmul: null pointer");
+    const detail::MatmulPath path = detail::choose_matmul_path({w.type, w.n_cols, n_tokens, level, order});
+    const Activations a = prepare_activations(path, x, ldx, n_tokens, w.n_cols, pool);
+    // The panel tokens, then the row kernels and decode rows the rest.
+    if (path.panel_end > 0) {
+        run_panels(w, path.panel->gemm, path.panel->bytes(w.n_cols), a.act, a.a_stride, path.panel_end, y, ldy, pool);
+        if (path.panel_end == n_tokens) return;
+    }
+    run_row_items(path, w, a, path.panel_end, n_tokens, y, ldy, pool);
 }
 
 void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,

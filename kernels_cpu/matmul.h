@@ -15,9 +15,17 @@
 
 namespace tandem::cpu {
 
-// Which implementation the kernels use. Chosen once from CPUID, overridable
-// with TANDEM_CPU=scalar|avx2|avx512 (an unsupported request is an Error).
-enum class SimdLevel { Scalar, Avx2, Avx512 };
+// The instruction set a session's kernels use: the vector width and
+// whether the integer products may use VNNI (vpdpbusd). Resolved once, from
+// CPUID or TANDEM_CPU=scalar|avx2|avxvnni|avx512|avx512vnni (an unsupported
+// request is an Error), and passed down to every kernel lookup: nothing
+// below reads the CPU's features again, so a level pins its kernels (and
+// every level gives the same bits). Ordered by what they include.
+enum class SimdLevel { Scalar, Avx2, Avx2Vnni, Avx512, Avx512Vnni };
+
+// The 512-bit levels, and the levels whose integer products use VNNI.
+constexpr bool is_avx512(SimdLevel level) { return level == SimdLevel::Avx512 || level == SimdLevel::Avx512Vnni; }
+constexpr bool has_vnni(SimdLevel level) { return level == SimdLevel::Avx2Vnni || level == SimdLevel::Avx512Vnni; }
 
 std::string_view simd_level_name(SimdLevel level);
 SimdLevel best_simd_level();          // highest the CPU and OS support

@@ -13,7 +13,9 @@ std::string_view simd_level_name(SimdLevel level) {
     switch (level) {
         case SimdLevel::Scalar: return "scalar";
         case SimdLevel::Avx2: return "avx2";
+        case SimdLevel::Avx2Vnni: return "avxvnni";
         case SimdLevel::Avx512: return "avx512";
+        case SimdLevel::Avx512Vnni: return "avx512vnni";
     }
     return "unknown";
 }
@@ -28,16 +30,6 @@ const CpuFeatures& features() {
 
 }  // namespace
 
-bool detail::avx512_vnni_available() { return features().avx512_vnni; }
-
-bool detail::avx_vnni_available() {
-    static const bool on = [] {
-        const char* env = std::getenv("TANDEM_CPU");
-        return features().avx_vnni && !(env != nullptr && std::string_view(env) == "avx2");
-    }();
-    return on;
-}
-
 bool simd_level_supported(SimdLevel level) {
 #if defined(__x86_64__)
     const CpuFeatures& f = features();
@@ -47,9 +39,10 @@ bool simd_level_supported(SimdLevel level) {
         case SimdLevel::Avx2: return f.avx2 && f.fma && f.f16c;
         // The AVX-512 kernels also use AVX2/F16C instructions on 256-bit
         // halves, and byte/word ops (BW) on 128/256-bit registers (VL).
-        // VNNI is not required: the kernels are built twice, with and
-        // without it, and dot_kernel() picks by avx512_vnni_available().
+        // The kernels are built twice, with and without VNNI.
         case SimdLevel::Avx512: return f.avx512f && f.avx512bw && f.avx512vl && f.avx2 && f.fma && f.f16c;
+        case SimdLevel::Avx2Vnni: return simd_level_supported(SimdLevel::Avx2) && f.avx_vnni;
+        case SimdLevel::Avx512Vnni: return simd_level_supported(SimdLevel::Avx512) && f.avx512_vnni;
     }
     return false;
 #else
@@ -58,8 +51,9 @@ bool simd_level_supported(SimdLevel level) {
 }
 
 SimdLevel best_simd_level() {
-    if (simd_level_supported(SimdLevel::Avx512)) return SimdLevel::Avx512;
-    if (simd_level_supported(SimdLevel::Avx2)) return SimdLevel::Avx2;
+    for (SimdLevel level : {SimdLevel::Avx512Vnni, SimdLevel::Avx512, SimdLevel::Avx2Vnni, SimdLevel::Avx2}) {
+        if (simd_level_supported(level)) return level;
+    }
     return SimdLevel::Scalar;
 }
 
@@ -67,15 +61,8 @@ SimdLevel simd_level_from_env() {
     const char* env = std::getenv("TANDEM_CPU");
     if (env == nullptr || *env == '\0') return best_simd_level();
     const std::string_view want(env);
-    // AVX2 with AVX-VNNI is the AVX2 level with avx_vnni_available().
-    if (want == "avxvnni") {
-        if (!simd_level_supported(SimdLevel::Avx2) || !features().avx_vnni) {
-            throw Error("TANDEM_CPU=avxvnni: this CPU does not support avxvnni (best available: " +
-                        std::string(simd_level_name(best_simd_level())) + ")");
-        }
-        return SimdLevel::Avx2;
-    }
-    for (SimdLevel level : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+    for (SimdLevel level :
+         {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx2Vnni, SimdLevel::Avx512, SimdLevel::Avx512Vnni}) {
         if (want != simd_level_name(level)) continue;
         if (!simd_level_supported(level)) {
             throw Error("TANDEM_CPU=" + std::string(want) + ": this CPU does not support " + std::string(want) +
@@ -83,7 +70,7 @@ SimdLevel simd_level_from_env() {
         }
         return level;
     }
-    throw Error("TANDEM_CPU=" + std::string(want) + ": expected one of scalar, avx2, avxvnni, avx512");
+    throw Error("TANDEM_CPU=" + std::string(want) + ": expected one of scalar, avx2, avxvnni, avx512, avx512vnni");
 }
 
 }  // namespace tandem::cpu

@@ -39,16 +39,9 @@ using DotFn = void (*)(int64_t n, const void* w, const void* a, size_t a_stride,
 struct LevelKernels {
     DotFn scalar = nullptr;
     DotFn avx2 = nullptr;
-    DotFn avx512 = nullptr;    // built with VNNI
-    DotFn avx512nv = nullptr;  // the same source built without VNNI
+    DotFn avx512 = nullptr;    // built with VNNI: the Avx512Vnni level's
+    DotFn avx512nv = nullptr;  // the same source built without VNNI: the Avx512 level's
 };
-
-// Whether the CPU has AVX512_VNNI (selects avx512 over avx512nv).
-bool avx512_vnni_available();
-// Whether the AVX2 level may use AVX-VNNI (vpdpbusd on 256-bit registers):
-// the CPU has it and TANDEM_CPU is not avx2 (which means AVX2 alone, as on
-// Zen 3; TANDEM_CPU=avxvnni asks for it).
-bool avx_vnni_available();
 
 // The kernel for w_type at `level` (or the best available below it);
 // throws tandem::Error for a type without CPU kernels.

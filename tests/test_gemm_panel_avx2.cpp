@@ -273,9 +273,14 @@ TEST(GemmPanelAvx2, MatmulAtAvx2MatchesScalarBits) {
                 cpu::ThreadPool pool(2, false);
                 std::vector<float> ref(static_cast<size_t>(n_tokens * n_rows)), y(ref.size());
                 cpu::matmul(view, x.data(), n, n_tokens, ref.data(), n_rows, pool, SimdLevel::Scalar);
-                cpu::matmul(view, x.data(), n, n_tokens, y.data(), n_rows, pool, SimdLevel::Avx2);
-                EXPECT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0)
-                    << quant::traits(t).name << " rows=" << n_rows << " n=" << n << " tokens=" << n_tokens;
+                // AVX2's panels, and AVX-VNNI's where the CPU has it.
+                for (SimdLevel level : {SimdLevel::Avx2, SimdLevel::Avx2Vnni}) {
+                    if (!cpu::simd_level_supported(level)) continue;
+                    cpu::matmul(view, x.data(), n, n_tokens, y.data(), n_rows, pool, level);
+                    EXPECT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0)
+                        << quant::traits(t).name << " rows=" << n_rows << " n=" << n << " tokens=" << n_tokens
+                        << " level=" << cpu::simd_level_name(level);
+                }
             }
         }
     }

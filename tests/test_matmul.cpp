@@ -34,7 +34,8 @@ const std::vector<Type> kWeightTypes = {TANDEM_DOT_TYPES(TANDEM_TEST_TYPE)};
 
 std::vector<SimdLevel> supported_levels() {
     std::vector<SimdLevel> out;
-    for (SimdLevel l : {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx512}) {
+    for (SimdLevel l :
+         {SimdLevel::Scalar, SimdLevel::Avx2, SimdLevel::Avx2Vnni, SimdLevel::Avx512, SimdLevel::Avx512Vnni}) {
         if (cpu::simd_level_supported(l)) out.push_back(l);
     }
     return out;
@@ -102,7 +103,7 @@ std::vector<Variant> simd_variants(Type t) {
     if (cpu::simd_level_supported(SimdLevel::Avx2) && k->avx2) out.push_back({"avx2", k->avx2});
     if (cpu::simd_level_supported(SimdLevel::Avx512)) {
         if (k->avx512nv) out.push_back({"avx512-novnni", k->avx512nv});
-        if (k->avx512 && cpu::detail::avx512_vnni_available()) out.push_back({"avx512", k->avx512});
+        if (k->avx512 && cpu::simd_level_supported(SimdLevel::Avx512Vnni)) out.push_back({"avx512", k->avx512});
     }
     return out;
 }
@@ -713,15 +714,15 @@ TEST(SimdLevel, EnvironmentOverride) {
         EXPECT_THROW(cpu::simd_level_from_env(), Error);
     }
     {
-        // AVX2 with AVX-VNNI: the AVX2 level, where the CPU has it.
+        // AVX2 with AVX-VNNI, where the CPU has it.
         EnvGuard g("avxvnni");
         if (cpu::detect_cpu_features().avx_vnni && cpu::simd_level_supported(SimdLevel::Avx2)) {
-            EXPECT_EQ(cpu::simd_level_from_env(), SimdLevel::Avx2);
+            EXPECT_EQ(cpu::simd_level_from_env(), SimdLevel::Avx2Vnni);
         } else {
             EXPECT_THROW(cpu::simd_level_from_env(), Error);
         }
     }
-    for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx512}) {
+    for (SimdLevel l : {SimdLevel::Avx2, SimdLevel::Avx2Vnni, SimdLevel::Avx512, SimdLevel::Avx512Vnni}) {
         EnvGuard g(std::string(cpu::simd_level_name(l)).c_str());
         if (cpu::simd_level_supported(l)) {
             EXPECT_EQ(cpu::simd_level_from_env(), l);
@@ -736,6 +737,17 @@ TEST(SimdLevel, BestIsSupportedAndMonotonic) {
     EXPECT_TRUE(cpu::simd_level_supported(cpu::best_simd_level()));
     if (cpu::simd_level_supported(SimdLevel::Avx512)) {
         EXPECT_TRUE(cpu::simd_level_supported(SimdLevel::Avx2));
+    }
+    // A VNNI level is its vector level plus VNNI; the best level takes VNNI
+    // where the CPU has it.
+    EXPECT_EQ(cpu::simd_level_supported(SimdLevel::Avx512Vnni),
+              cpu::simd_level_supported(SimdLevel::Avx512) && cpu::detect_cpu_features().avx512_vnni);
+    EXPECT_EQ(cpu::simd_level_supported(SimdLevel::Avx2Vnni),
+              cpu::simd_level_supported(SimdLevel::Avx2) && cpu::detect_cpu_features().avx_vnni);
+    for (SimdLevel l : {SimdLevel::Avx512Vnni, SimdLevel::Avx512, SimdLevel::Avx2Vnni, SimdLevel::Avx2}) {
+        if (!cpu::simd_level_supported(l)) continue;
+        EXPECT_EQ(cpu::best_simd_level(), l) << cpu::simd_level_name(l);
+        break;
     }
 }
 
