@@ -147,7 +147,7 @@ TEST(CudaExpertsHost, GroupedProductsGiveTheCpuDevicesBits) {
     tandem::DeviceConfig config;
     config.n_ctx = 64;
     config.n_ubatch = kTokens;
-    tandem::CpuDevice cpu("cpu", false, std::nullopt, file, spec, config, pool, tc::SimdLevel::Scalar);
+    tandem::CpuDevice cpu("cpu", std::nullopt, file, spec, config, pool, tc::SimdLevel::Scalar);
     const auto& layer = spec.layers.at(0);
     const auto* gate = layer.get(tandem::model::LayerTensor::FfnGateExps);
     const auto* up = layer.get(tandem::model::LayerTensor::FfnUpExps);

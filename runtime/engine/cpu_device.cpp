@@ -25,53 +25,11 @@ namespace {
 
 using model::GlobalTensor;
 
-// The stand-in's weight stream: two slots it owns, filled from the mapping
-// as a GPU's would be over PCIe, and its own copies of each product's input
-// and output, all reserved as the CUDA device reserves them, so the
-// accounting and the prefetch order run for real. The product is the host's
-// kernel, so streaming changes no bit.
-class StandInStream final : public DoubleBufferedStream {
-public:
-    StandInStream(const gguf::File& file, const model::ModelSpec& spec, int64_t first_layer, int64_t n_ubatch,
-                  MemoryLedger& ledger, cpu::ThreadPool& pool, cpu::SimdLevel level)
-        : DoubleBufferedStream(spec, first_layer),
-          file_(file),
-          reservation_(ledger, MemoryCategory::Compute, model::stream_bytes(spec, first_layer, n_ubatch),
-                       "weight stream slots and buffers"),
-          pool_(pool),
-          level_(level) {
-        for (auto& slot : slots_) slot.resize(model::stream_shape(spec, first_layer).slot_bytes);
-    }
-
-protected:
-    void begin_upload(int slot, const gguf::TensorInfo& t) override {
-        const auto bytes = file_.tensor_data(t);
-        std::memcpy(slots_[slot].data(), bytes.data(), bytes.size());
-    }
-
-    void multiply(int slot, const gguf::TensorInfo& t, const float* x, int64_t n_tokens, float* y) override {
-        const int64_t cols = t.row_length(), rows = t.n_rows();
-        x_.assign(x, x + n_tokens * cols);
-        y_.resize(static_cast<size_t>(n_tokens * rows));
-        const cpu::WeightView w{t.type, slots_[slot].data(), rows, cols, *quant::row_bytes(t.type, cols)};
-        cpu::matmul(w, x_.data(), cols, n_tokens, y_.data(), rows, pool_, level_);
-        std::memcpy(y, y_.data(), y_.size() * sizeof(float));
-    }
-
-private:
-    const gguf::File& file_;
-    LedgerReservation reservation_;
-    cpu::ThreadPool& pool_;
-    cpu::SimdLevel level_;
-    std::vector<uint8_t> slots_[2];
-    std::vector<float> x_, y_;
-};
-
 }  // namespace
 
 struct CpuDevice::Impl {
+    CpuDevice& self;  // its hooks (matrix_bytes, vector_read)
     MemoryLedger ledger;
-    bool accelerator;
     const gguf::File& file;
     const model::ModelSpec& spec;
     const model::HParams& hp;
@@ -80,8 +38,8 @@ struct CpuDevice::Impl {
     cpu::SimdLevel level;
     cpu::MatmulOrder order = cpu::MatmulOrder::Fastest;  // set_single_token_order
     // Copies of the weight matrices in huge-page memory: the host's, when
-    // config.copy_host_weights; the stand-in's uploads always, so that
-    // bench --calibrate's host rates are its rates.
+    // config.copy_host_weights; the stand-in's uploads always (so that
+    // bench --calibrate's host rates are its rates).
     HostWeightArena copies;
     std::vector<LedgerReservation> reservations;
     std::unordered_map<const gguf::TensorInfo*, cpu::WeightView> matrices;
@@ -96,25 +54,11 @@ struct CpuDevice::Impl {
     std::vector<float> expert_x, expert_y[2], slot_y;  // gathered inputs and outputs of one expert
     std::vector<cpu::WeightView> decode_views;      // a decode step's expert slices
     std::vector<cpu::MatmulTarget> decode_targets;  // and their products
-    std::unique_ptr<StandInStream> stream;
-    bool gemm_tile_reserved = false;
-    LedgerReservation host_staging;  // the stand-in's: as a GPU's pinned upload buffers
+    bool workspace = false;  // allocate_workspace ran
 
-    Impl(std::string name, bool accel, std::optional<uint64_t> capacity, const gguf::File& f,
+    Impl(CpuDevice& owner, std::string name, std::optional<uint64_t> capacity, const gguf::File& f,
          const model::ModelSpec& s, const DeviceConfig& c, cpu::ThreadPool& p, cpu::SimdLevel l)
-        : ledger(std::move(name), capacity), accelerator(accel), file(f), spec(s), hp(s.hp), config(c), pool(p),
-          level(l) {
-        // An accelerator keeps pinned upload buffers in the host's RAM
-        // (model::kAcceleratorStagingBytes); the stand-in reserves them as a
-        // GPU does, so that the host's ledger is the one a GPU leaves.
-        if (accelerator && config.host_ledger) {
-            host_staging = LedgerReservation(*config.host_ledger, MemoryCategory::Staging,
-                                             model::kAcceleratorStagingBytes, "pinned upload buffers");
-        }
-        // RoPE factors (a few hundred floats) are read by every layer; each
-        // device keeps its own.
-        if (const gguf::TensorInfo* t = spec.get(GlobalTensor::RopeFreqs)) rope_freqs = floats(*t);
-    }
+        : self(owner), ledger(std::move(name), capacity), file(f), spec(s), hp(s.hp), config(c), pool(p), level(l) {}
 
     void reserve(MemoryCategory c, uint64_t bytes, const std::string& what) {
         reservations.emplace_back(ledger, c, bytes, what);
@@ -124,30 +68,14 @@ struct CpuDevice::Impl {
         return cpu::WeightView{t.type, data, t.n_rows(), t.row_length(), *quant::row_bytes(t.type, t.row_length())};
     }
 
-    // The host's bytes of t: a copy in its arena when it copies its
-    // matrices (reported to on_upload), else the mapping itself.
-    const uint8_t* host_bytes(const gguf::TensorInfo& t) {
-        const auto bytes = file.tensor_data(t);
-        if (!config.copy_host_weights) return bytes.data();
-        const uint8_t* data = copies.copy(bytes, &pool);
-        if (config.on_upload) config.on_upload(t.n_bytes);
-        return data;
-    }
-
     void load_matrix(const gguf::TensorInfo& t) {
         TANDEM_CHECK(!matrices.count(&t), "load_matrix: tensor loaded twice");
         // The tied head on the host is the embedding table the host
         // already counts (a copy when the host copies its matrices: every
         // decode step streams all of it).
-        const bool counted = !accelerator && &t == spec.get(GlobalTensor::TokenEmbd);
+        const bool counted = self.counts_token_embd() && &t == spec.get(GlobalTensor::TokenEmbd);
         if (!counted) reserve(MemoryCategory::Weights, t.n_bytes, fmt::format("tensor '{}'", t.name));
-        if (!accelerator) {
-            matrices[&t] = view_of(t, host_bytes(t));
-            return;
-        }
-        const uint8_t* data = copies.copy(file.tensor_data(t), &pool);
-        if (config.on_upload) config.on_upload(t.n_bytes);
-        matrices[&t] = view_of(t, data);
+        matrices[&t] = view_of(t, self.matrix_bytes(t));
     }
 
     // Norm weights and RoPE factors are small; a float copy frees the
@@ -155,7 +83,7 @@ struct CpuDevice::Impl {
     std::vector<float> floats(const gguf::TensorInfo& t) {
         reserve(MemoryCategory::Weights, t.n_bytes, fmt::format("tensor '{}'", t.name));
         std::vector<float> v = tensor_floats(file, t);
-        if (accelerator && config.on_upload) config.on_upload(t.n_bytes);
+        self.vector_read(t);
         return v;
     }
 
@@ -177,15 +105,6 @@ struct CpuDevice::Impl {
         auto& v = act[static_cast<size_t>(a)];
         TANDEM_CHECK(!v.empty(), "activation buffer used before allocate_workspace");
         return v.data();
-    }
-
-    // An accelerator's batched products dequantize into a GEMM tile
-    // (kernels_cuda/device_matmul.h); the stand-in reserves it as a GPU
-    // does, once however it is used, so its ledger is a GPU's.
-    void reserve_gemm_tile() {
-        if (!accelerator || gemm_tile_reserved) return;
-        reserve(MemoryCategory::Compute, model::gemm_tile_bytes(spec), "the GEMM dequantization tile");
-        gemm_tile_reserved = true;
     }
 
     // fn(begin, end) over rows [0, n_rows) of a per-row operation (norms,
@@ -227,17 +146,35 @@ struct CpuDevice::Impl {
     }
 };
 
-CpuDevice::CpuDevice(std::string name, bool accelerator, std::optional<uint64_t> capacity, const gguf::File& file,
+CpuDevice::CpuDevice(std::string name, std::optional<uint64_t> capacity, const gguf::File& file,
                      const model::ModelSpec& spec, const DeviceConfig& config, cpu::ThreadPool& pool,
                      cpu::SimdLevel level)
-    : impl_(std::make_unique<Impl>(std::move(name), accelerator, capacity, file, spec, config, pool, level)) {}
+    : impl_(std::make_unique<Impl>(*this, std::move(name), capacity, file, spec, config, pool, level)) {}
 
 CpuDevice::~CpuDevice() = default;
 
 const std::string& CpuDevice::name() const { return impl_->ledger.device(); }
-bool CpuDevice::is_accelerator() const { return impl_->accelerator; }
+bool CpuDevice::is_accelerator() const { return false; }
 const MemoryLedger& CpuDevice::ledger() const { return impl_->ledger; }
 MemoryLedger& CpuDevice::mutable_ledger() { return impl_->ledger; }
+
+const uint8_t* CpuDevice::matrix_bytes(const gguf::TensorInfo& t) {
+    // A copy in the arena when the host copies its matrices (reported to
+    // on_upload), else the mapping itself.
+    const auto bytes = impl_->file.tensor_data(t);
+    if (!impl_->config.copy_host_weights) return bytes.data();
+    const uint8_t* data = impl_->copies.copy(bytes, &impl_->pool);
+    if (impl_->config.on_upload) impl_->config.on_upload(t.n_bytes);
+    return data;
+}
+
+const gguf::File& CpuDevice::file() const { return impl_->file; }
+const model::ModelSpec& CpuDevice::spec() const { return impl_->spec; }
+const DeviceConfig& CpuDevice::config() const { return impl_->config; }
+cpu::ThreadPool& CpuDevice::pool() const { return impl_->pool; }
+cpu::SimdLevel CpuDevice::level() const { return impl_->level; }
+HostWeightArena& CpuDevice::arena() { return impl_->copies; }
+void CpuDevice::reserve(MemoryCategory c, uint64_t bytes, const std::string& what) { impl_->reserve(c, bytes, what); }
 
 void CpuDevice::load_matrix(const gguf::TensorInfo& t) { impl_->load_matrix(t); }
 
@@ -261,7 +198,13 @@ void CpuDevice::load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t 
 }
 
 void CpuDevice::allocate_workspace(bool with_logits) {
-    impl_->reserve_gemm_tile();
+    reserve_product_buffers();
+    // RoPE factors (a few hundred floats) are read by every layer; each
+    // device keeps its own.
+    if (!impl_->workspace) {
+        if (const gguf::TensorInfo* t = impl_->spec.get(GlobalTensor::RopeFreqs)) impl_->rope_freqs = impl_->floats(*t);
+        impl_->workspace = true;
+    }
     const auto& hp = impl_->hp;
     const int64_t ub = impl_->config.n_ubatch;
     impl_->reserve(MemoryCategory::Compute, model::compute_bytes(impl_->spec, ub, with_logits),
@@ -535,17 +478,7 @@ void CpuDevice::kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) {
     impl_->cache(il).write_seq(seq, rows);
 }
 
-WeightStream* CpuDevice::enable_weight_stream(int64_t first_layer) {
-    if (!impl_->accelerator) return nullptr;  // the host multiplies what it holds
-    if (!impl_->stream) {
-        impl_->reserve_gemm_tile();
-        impl_->stream = std::make_unique<StandInStream>(impl_->file, impl_->spec, first_layer, impl_->config.n_ubatch,
-                                                        impl_->ledger, impl_->pool, impl_->level);
-    }
-    return impl_->stream.get();
-}
-
-uint64_t CpuDevice::streamed_uploads() const { return impl_->stream ? impl_->stream->uploads() : 0; }
+WeightStream* CpuDevice::enable_weight_stream(int64_t) { return nullptr; }  // the host multiplies what it holds
 
 void CpuDevice::embed(std::span<const int32_t> tokens) {
     const auto& hp = impl_->hp;

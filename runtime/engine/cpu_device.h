@@ -1,8 +1,8 @@
-// The CPU implementation of Device. As the host it reads weights from the
-// mapped file (or its own copies of them); as the stand-in accelerator
-// ("cpu2") it uploads its own copy of every tensor it holds and refuses
-// allocations past its capacity, so the split, the hand-over and the
-// accounting run for real on machines without a GPU.
+// The CPU implementation of Device: the host, which multiplies its weights
+// where they are, in the mapped file or its own copies of them. The
+// stand-in accelerator (stand_in_device.h) is the same device with its own
+// way to its weights (uploaded copies) and a GPU's buffers; the hooks it
+// overrides are the protected section below.
 #pragma once
 
 #include <memory>
@@ -15,11 +15,13 @@
 
 namespace tandem {
 
-class CpuDevice final : public Device {
+class HostWeightArena;
+
+class CpuDevice : public Device {
 public:
-    // `pool` and `file`/`spec` must outlive the device. accelerator: own
-    // copies of weights (the stand-in device); capacity: nullopt = no limit.
-    CpuDevice(std::string name, bool accelerator, std::optional<uint64_t> capacity, const gguf::File& file,
+    // `pool` and `file`/`spec` must outlive the device; capacity: nullopt =
+    // no limit.
+    CpuDevice(std::string name, std::optional<uint64_t> capacity, const gguf::File& file,
               const model::ModelSpec& spec, const DeviceConfig& config, cpu::ThreadPool& pool, cpu::SimdLevel level);
     ~CpuDevice() override;
 
@@ -64,16 +66,33 @@ public:
     KvSeqRows kv_read_seq(int64_t il, int32_t seq) const override;
     void kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) override;
 
-    // The stand-in streams (StandInStream in cpu_device.cpp); the host
-    // does not (nullptr).
+    // The host does not stream (nullptr): it multiplies what it holds.
     WeightStream* enable_weight_stream(int64_t first_layer) override;
-    // Matrices the stand-in's stream has copied so far (0 if none).
-    uint64_t streamed_uploads() const;
 
     // The host embeds tokens into X (the embedding table stays in the mapping).
     void embed(std::span<const int32_t> tokens);
     // Records the token embedding as host weights without copying it.
     void account_token_embd();
+
+protected:
+    // The bytes a matrix is multiplied from, once its Weights are reserved:
+    // the host's mapping, or its copy when config.copy_host_weights.
+    virtual const uint8_t* matrix_bytes(const gguf::TensorInfo& t);
+    // Whether the tied output head is the token embedding this device
+    // already counts (the host's, whose embedding table it is).
+    virtual bool counts_token_embd() const { return true; }
+    // A norm, bias or RoPE factor table read from the file into the device.
+    virtual void vector_read(const gguf::TensorInfo& /*t*/) {}
+    // What its products need besides the activations, reserved with them.
+    virtual void reserve_product_buffers() {}
+
+    const gguf::File& file() const;
+    const model::ModelSpec& spec() const;
+    const DeviceConfig& config() const;
+    cpu::ThreadPool& pool() const;
+    cpu::SimdLevel level() const;
+    HostWeightArena& arena();
+    void reserve(MemoryCategory c, uint64_t bytes, const std::string& what);
 
 private:
     struct Impl;

@@ -5,9 +5,10 @@
 // op runs, on which weight, from which buffer into which. Every byte it
 // allocates is reserved in its ledger first.
 //
-// Implementations: CpuDevice (the host, and the "cpu2" stand-in
-// accelerator that owns uploaded copies and has a capacity), and the CUDA
-// device (kernels_cuda, behind the same calls).
+// Implementations: CpuDevice (the host, cpu_device.h), StandInDevice (the
+// "cpu2" stand-in accelerator, which owns uploaded copies and has a
+// capacity, stand_in_device.h), and the CUDA device (runtime/engine_cuda,
+// behind the same calls).
 #pragma once
 
 #include <cstdint>

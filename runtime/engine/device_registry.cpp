@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
-#include "runtime/engine/cpu_device.h"
+#include "runtime/engine/stand_in_device.h"
 #include "runtime/engine_cuda/cuda_device.h"
 
 namespace tandem {
@@ -24,7 +24,7 @@ std::unique_ptr<Device> open_accelerator(const std::string& name, std::optional<
     switch (a.kind) {
         case AcceleratorKind::Cuda: return cuda::make_cuda_device(a.cuda_index, capacity, file, spec, config);
         case AcceleratorKind::StandIn:
-            return std::make_unique<CpuDevice>(name, true, capacity, file, spec, config, pool, level);
+            return std::make_unique<StandInDevice>(name, capacity, file, spec, config, pool, level);
         case AcceleratorKind::None: break;
     }
     throw Error("open_accelerator: no device named");

@@ -95,7 +95,7 @@ struct Session::Impl {
         host_copied = config.copy_host_weights;
         DeviceConfig host_config = config;
         if (host_copied && opt.host_copy_progress) host_config.on_upload = cumulative(opt.host_copy_progress, host_matrices);
-        host = std::make_unique<CpuDevice>("cpu", false, std::nullopt, file, spec, host_config, pool, level);
+        host = std::make_unique<CpuDevice>("cpu", std::nullopt, file, spec, host_config, pool, level);
         const bool holds = placement.devices.size() > 1 && placement.uses(kAccelDevice);
         stream_first = first_streamable_layer();
         const bool wants_stream = !opt.device.empty() && opt.weight_stream && stream_first < hp.n_layer &&
