@@ -11,6 +11,7 @@
 #include "runtime/engine/device_registry.h"
 #include "runtime/engine/recipe.h"
 #include "runtime/engine/sequence_state.h"
+#include "runtime/engine/session_plan.h"
 #include "runtime/common/error.h"
 
 namespace tandem {
@@ -32,74 +33,48 @@ struct Session::Impl {
     const gguf::File& file;
     const model::ModelSpec& spec;
     const model::HParams& hp;
-    SessionOptions opt;
+    SessionPlan plan;  // placement, memory and streaming, decided before anything loads
+    SessionOptions& opt = plan.opt;
+    Placement& placement = plan.placement;
     cpu::SimdLevel level;
     cpu::ThreadPool pool;
-    Placement placement;
     std::unique_ptr<CpuDevice> host;
     std::unique_ptr<Device> accel;   // present only when it holds something or streams
     std::unique_ptr<LayerRecipe> recipe;
     WeightStream* stream = nullptr;  // owned by accel
-    int64_t stream_first = 0;        // layers >= this have every matrix on the host
     std::string stream_note;
-    std::string host_copy_note;
-    bool host_copied = false;
     int64_t streamed_batches = 0;
-    int64_t n_device_layers = 0;
     std::vector<int32_t> tokens, pos, seq;  // one micro-batch
+
+    static SessionPlan plan_for(const gguf::File& f, const model::ModelSpec& s, const SessionOptions& o) {
+        if (f.header_only()) {
+            throw Error(fmt::format("{}: this file was written by `tandem synth --header-only` and holds no weights; "
+                                    "it can be planned but not run",
+                                    f.name()));
+        }
+        const bool mapped = f.mapped() && !f.locked();
+        return plan_session(s, o, mapped, mapped && o.copy_host_weights ? available_ram() : std::nullopt);
+    }
 
     Impl(const gguf::File& f, const model::ModelSpec& s, const SessionOptions& o)
         : file(f),
           spec(s),
           hp(s.hp),
-          opt(o),
+          plan(plan_for(f, s, o)),
           level(o.simd_level ? *o.simd_level : o.simd_from_env ? cpu::simd_level_from_env() : cpu::best_simd_level()),
           pool(o.n_threads) {
-        if (file.header_only()) {
-            throw Error(fmt::format("{}: this file was written by `tandem synth --header-only` and holds no weights; "
-                                    "it can be planned but not run",
-                                    file.name()));
-        }
-        if (opt.n_ctx <= 0) opt.n_ctx = std::min<int64_t>(hp.n_ctx_train, 4096);
-        if (opt.n_ubatch <= 0) throw Error(fmt::format("micro-batch size must be positive, found {}", opt.n_ubatch));
-        opt.n_ubatch = std::min(opt.n_ubatch, opt.n_ctx);
-        if (opt.n_seq_max < 1 || opt.n_seq_max > kMaxSequences) {
-            throw Error(fmt::format("parallel sequences: expected a value in [1, {}], found {}", kMaxSequences,
-                                    opt.n_seq_max));
-        }
-        const quant::Type cache_type = model::cache_quant_type(opt.cache_type);
-        if (!quant::row_bytes(cache_type, hp.head_dim_k) || !quant::row_bytes(cache_type, hp.head_dim_v)) {
-            throw Error(fmt::format("cache type {} needs head sizes that are multiples of {}, the model has {}",
-                                    quant::traits(cache_type).name, quant::traits(cache_type).block_elems,
-                                    hp.head_dim_k));
-        }
-        place();
         DeviceConfig config;
         config.n_ctx = opt.n_ctx;
         config.n_ubatch = opt.n_ubatch;
         config.cache_type = opt.cache_type;
-        config.copy_host_weights = opt.copy_host_weights && file.mapped() && !file.locked();
-        // What the host would copy: its matrices (norms are float copies either way).
-        uint64_t host_matrices = placement.head == kHostDevice ? spec.output_head().n_bytes : 0;
-        for (const auto& [t, d] : placement.tensor) host_matrices += d == kHostDevice && t->n_rows() > 1 ? t->n_bytes : 0;
-        if (config.copy_host_weights) {
-            const std::optional<uint64_t> free_ram = available_ram();
-            if (free_ram && static_cast<double>(host_matrices) > 0.9 * static_cast<double>(*free_ram)) {
-                config.copy_host_weights = false;
-                host_copy_note = fmt::format("CPU weights multiplied from the mapped file: a copy ({:.2f} GiB) would "
-                                             "not fit in the free RAM ({:.2f} GiB)",
-                                             static_cast<double>(host_matrices) / (1 << 30),
-                                             static_cast<double>(*free_ram) / (1 << 30));
-            }
-        }
-        host_copied = config.copy_host_weights;
+        config.copy_host_weights = plan.copy_host_weights;
         DeviceConfig host_config = config;
-        if (host_copied && opt.host_copy_progress) host_config.on_upload = cumulative(opt.host_copy_progress, host_matrices);
+        if (plan.copy_host_weights && opt.host_copy_progress) {
+            host_config.on_upload = cumulative(opt.host_copy_progress, plan.host_matrix_bytes);
+        }
         host = std::make_unique<CpuDevice>("cpu", std::nullopt, file, spec, host_config, pool, level);
-        const bool holds = placement.devices.size() > 1 && placement.uses(kAccelDevice);
-        stream_first = first_streamable_layer();
-        const bool wants_stream = !opt.device.empty() && opt.weight_stream && stream_first < hp.n_layer &&
-                                  opt.n_ubatch >= opt.stream_min_batch;
+        const bool holds = plan.accel_holds;
+        const bool wants_stream = plan.wants_stream;
         if (holds || wants_stream) {
             DeviceConfig accel_config = config;
             accel_config.copy_host_weights = false;
@@ -120,7 +95,7 @@ struct Session::Impl {
         // tensor it can and only loses the streaming.
         if (accel && wants_stream) {
             try {
-                stream = accel->enable_weight_stream(stream_first);
+                stream = accel->enable_weight_stream(plan.stream_first);
                 if (!stream) stream_note = fmt::format("weight streaming off: {} cannot stream", accel->name());
             } catch (const Error& e) {
                 // Too little memory for the slots, or a library the stream
@@ -133,34 +108,6 @@ struct Session::Impl {
         if (placement.devices.size() > 1) devices.push_back(accel ? accel.get() : host.get());
         recipe = std::make_unique<LayerRecipe>(spec, placement, std::move(devices));
         for (auto* v : {&tokens, &pos, &seq}) v->resize(static_cast<size_t>(opt.n_ubatch));
-    }
-
-    void place() {
-        (void)parse_accelerator(opt.device);  // a bad name fails before anything loads
-        PlacementRequest req;
-        req.device = opt.device;
-        // Without a device a negative count means nothing; a positive one is an error there.
-        req.n_gpu_layers = opt.device.empty() ? std::max<int64_t>(opt.n_gpu_layers, 0) : opt.n_gpu_layers;
-        req.overrides = opt.overrides;
-        req.cpu_moe = opt.cpu_moe;
-        req.n_cpu_moe = opt.n_cpu_moe;
-        req.kv_offload = opt.kv_offload;
-        placement = place_tensors(spec, req);
-        n_device_layers = opt.device.empty() ? 0 : std::min(opt.n_gpu_layers, hp.n_layer);
-    }
-
-    // The first layer from which every layer's streamed matrices are on
-    // the host (n_layer when none): those can stream to the accelerator.
-    int64_t first_streamable_layer() const {
-        int64_t first = hp.n_layer;
-        for (int64_t il = hp.n_layer - 1; il >= 0; --il) {
-            const auto& ls = spec.layers[static_cast<size_t>(il)];
-            const bool all_host = std::all_of(std::begin(model::kStreamedMatrices), std::end(model::kStreamedMatrices),
-                                              [&](model::LayerTensor r) { return !ls.get(r) || placement.of(ls.get(r)) == kHostDevice; });
-            if (!all_host) break;
-            first = il;
-        }
-        return first;
     }
 
     Device& device(int d) { return d == kHostDevice ? static_cast<Device&>(*host) : *accel; }
@@ -229,7 +176,7 @@ struct Session::Impl {
             // on the accelerator (the hidden state itself stays here).
             if (stream != nullptr && n >= opt.stream_min_batch) {
                 rb.stream = stream;
-                rb.stream_first = stream_first;
+                rb.stream_first = plan.stream_first;
                 ++streamed_batches;
             }
             host->embed(std::span<const int32_t>(tokens.data(), static_cast<size_t>(n)));
@@ -512,7 +459,7 @@ int64_t Session::n_ubatch() const { return impl_->opt.n_ubatch; }
 int64_t Session::n_vocab() const { return impl_->hp.n_vocab; }
 int Session::n_threads() const { return impl_->pool.size(); }
 cpu::SimdLevel Session::simd_level() const { return impl_->level; }
-int64_t Session::n_device_layers() const { return impl_->n_device_layers; }
+int64_t Session::n_device_layers() const { return impl_->plan.n_device_layers; }
 bool Session::output_on_device() const { return impl_->placement.head == kAccelDevice; }
 const Placement& Session::placement() const { return impl_->placement; }
 std::string Session::placement_summary() const { return describe_placement(impl_->spec, impl_->placement); }
@@ -526,8 +473,8 @@ const std::string& Session::layer_device(int64_t il) const {
 
 bool Session::weight_stream_active() const { return impl_->stream != nullptr; }
 const std::string& Session::weight_stream_note() const { return impl_->stream_note; }
-bool Session::host_weights_copied() const { return impl_->host_copied; }
-const std::string& Session::host_copy_note() const { return impl_->host_copy_note; }
+bool Session::host_weights_copied() const { return impl_->plan.copy_host_weights; }
+const std::string& Session::host_copy_note() const { return impl_->plan.host_copy_note; }
 int64_t Session::streamed_batches() const { return impl_->streamed_batches; }
 
 std::vector<const MemoryLedger*> Session::ledgers() const {

@@ -1,0 +1,90 @@
+#include "runtime/engine/session_plan.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "runtime/common/error.h"
+#include "runtime/engine/device_registry.h"
+#include "runtime/model/device_layout.h"
+
+namespace tandem {
+namespace {
+
+void check_sizes(const model::ModelSpec& spec, SessionOptions& opt) {
+    const model::HParams& hp = spec.hp;
+    if (opt.n_ctx <= 0) opt.n_ctx = std::min<int64_t>(hp.n_ctx_train, 4096);
+    if (opt.n_ubatch <= 0) throw Error(fmt::format("micro-batch size must be positive, found {}", opt.n_ubatch));
+    opt.n_ubatch = std::min(opt.n_ubatch, opt.n_ctx);
+    if (opt.n_seq_max < 1 || opt.n_seq_max > kMaxSequences) {
+        throw Error(fmt::format("parallel sequences: expected a value in [1, {}], found {}", kMaxSequences,
+                                opt.n_seq_max));
+    }
+    const quant::Type cache_type = model::cache_quant_type(opt.cache_type);
+    if (!quant::row_bytes(cache_type, hp.head_dim_k) || !quant::row_bytes(cache_type, hp.head_dim_v)) {
+        throw Error(fmt::format("cache type {} needs head sizes that are multiples of {}, the model has {}",
+                                quant::traits(cache_type).name, quant::traits(cache_type).block_elems, hp.head_dim_k));
+    }
+}
+
+Placement place(const model::ModelSpec& spec, const SessionOptions& opt) {
+    (void)parse_accelerator(opt.device);  // a bad name fails before anything loads
+    PlacementRequest req;
+    req.device = opt.device;
+    // Without a device a negative count means nothing; a positive one is an error there.
+    req.n_gpu_layers = opt.device.empty() ? std::max<int64_t>(opt.n_gpu_layers, 0) : opt.n_gpu_layers;
+    req.overrides = opt.overrides;
+    req.cpu_moe = opt.cpu_moe;
+    req.n_cpu_moe = opt.n_cpu_moe;
+    req.kv_offload = opt.kv_offload;
+    return place_tensors(spec, req);
+}
+
+// The first layer from which every layer's streamed matrices are on the
+// host (n_layer when none).
+int64_t first_streamable_layer(const model::ModelSpec& spec, const Placement& placement) {
+    int64_t first = spec.hp.n_layer;
+    for (int64_t il = spec.hp.n_layer - 1; il >= 0; --il) {
+        const auto& ls = spec.layers[static_cast<size_t>(il)];
+        const bool all_host = std::all_of(std::begin(model::kStreamedMatrices), std::end(model::kStreamedMatrices),
+                                          [&](model::LayerTensor r) {
+                                              return !ls.get(r) || placement.of(ls.get(r)) == kHostDevice;
+                                          });
+        if (!all_host) break;
+        first = il;
+    }
+    return first;
+}
+
+}  // namespace
+
+SessionPlan plan_session(const model::ModelSpec& spec, const SessionOptions& options, bool mapped,
+                         std::optional<uint64_t> free_ram) {
+    SessionPlan p;
+    p.opt = options;
+    check_sizes(spec, p.opt);
+    const SessionOptions& opt = p.opt;
+    p.placement = place(spec, opt);
+    p.n_device_layers = opt.device.empty() ? 0 : std::min(opt.n_gpu_layers, spec.hp.n_layer);
+    p.accel_holds = p.placement.devices.size() > 1 && p.placement.uses(kAccelDevice);
+    p.stream_first = first_streamable_layer(spec, p.placement);
+    p.wants_stream = !opt.device.empty() && opt.weight_stream && p.stream_first < spec.hp.n_layer &&
+                     opt.n_ubatch >= opt.stream_min_batch;
+    // What the host would copy: its matrices (norms are float copies either way).
+    p.host_matrix_bytes = p.placement.head == kHostDevice ? spec.output_head().n_bytes : 0;
+    for (const auto& [t, d] : p.placement.tensor) {
+        p.host_matrix_bytes += d == kHostDevice && t->n_rows() > 1 ? t->n_bytes : 0;
+    }
+    p.copy_host_weights = opt.copy_host_weights && mapped;
+    if (p.copy_host_weights && free_ram &&
+        static_cast<double>(p.host_matrix_bytes) > 0.9 * static_cast<double>(*free_ram)) {
+        p.copy_host_weights = false;
+        p.host_copy_note = fmt::format("CPU weights multiplied from the mapped file: a copy ({:.2f} GiB) would not "
+                                       "fit in the free RAM ({:.2f} GiB)",
+                                       static_cast<double>(p.host_matrix_bytes) / (1 << 30),
+                                       static_cast<double>(*free_ram) / (1 << 30));
+    }
+    return p;
+}
+
+}  // namespace tandem
