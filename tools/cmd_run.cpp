@@ -22,6 +22,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/serving/generate.h"
+#include "runtime/serving/loader.h"
 #include "runtime/serving/text_stream.h"
 #include "runtime/engine/session.h"
 #include "runtime/tokenizer/tokenizer.h"
@@ -130,16 +131,21 @@ size_t reuse_prompt_cache(const std::string& path, const std::vector<uint8_t>& b
 
 void run(const RunOptions& o) {
     const std::string prompt = read_prompt(o);
-    gguf::OpenOptions open;
-    open.mode = o.no_mmap ? gguf::LoadMode::ReadIntoMemory : gguf::LoadMode::Mmap;
-    open.mlock = o.mlock;
-    const gguf::File file = gguf::File::open(o.model, open);
+    serving::LoadRequest load;
+    load.model_path = o.model;
+    load.mmap = !o.no_mmap;
+    load.mlock = o.mlock;
+    load.split = split_request(o, o.n_ctx, o.n_ubatch);
+    load.split.tuned_model = o.model;  // -ngl auto may take what `tandem tune` measured
+    load.n_threads = o.n_threads;      // an explicit -t wins over the tune entry's
+    load.check_every_row = o.check_tensors;
+    serving::LoadedModel m(load);
     // The logits file is opened now: an output that is the model, or a
     // folder that cannot be written, fails before the run, not after.
     std::optional<AtomicFile> dump_file;
     if (!o.dump_logits.empty()) dump_file.emplace(o.dump_logits);
-    const model::ModelSpec spec = model::load_model_spec(file);
-    const Tokenizer tokenizer = Tokenizer::from_gguf(file);
+    const model::ModelSpec& spec = m.spec;
+    const Tokenizer& tokenizer = m.tokenizer;
 
     const SamplerParams sp = resolved_sampling(o.sampling);
     if (o.n_predict < -1) {
@@ -150,26 +156,23 @@ void run(const RunOptions& o) {
     const std::vector<int32_t> tokens =
         tokenizer.encode(prompt, !o.no_bos && tokenizer.add_bos_by_default(), o.parse_special);
     if (tokens.empty()) throw Error("the prompt gives no tokens");
-    SplitRequest req = split_request(o, o.n_ctx, o.n_ubatch);
     // --dump-logits promises the prompt as one batch, as llama.cpp's golden
     // files were made.
-    if (!o.dump_logits.empty()) req.n_ubatch = std::max<int64_t>(req.n_ubatch, static_cast<int64_t>(tokens.size()));
-    req.tuned_model = o.model;
+    if (!o.dump_logits.empty()) {
+        load.split.n_ubatch = std::max<int64_t>(load.split.n_ubatch, static_cast<int64_t>(tokens.size()));
+    }
     check_spec_flags(o.spec);
     const std::unique_ptr<DraftHeader> draft_header = read_draft_header(o.spec);
-    request_draft(o.spec, draft_header.get(), req);
-    Split split = resolve_split(req, file, spec, warn_on_stderr);
-    SessionOptions& so = split.so;
-    so.n_threads = o.n_threads;
-    if (o.n_threads == 0 && split.threads) so.n_threads = *split.threads;  // an explicit -t wins
-    const std::unique_ptr<Session> session_ptr = open_session_stepping_down(file, spec, so, o.check_tensors);
-    Session& session = *session_ptr;
+    request_draft(o.spec, draft_header.get(), load.split);
+    m.open_session(load, warn_on_stderr, progress_bars());
+    const SessionOptions& so = m.session_options;
+    Session& session = *m.session;
     if (static_cast<int64_t>(tokens.size()) > session.n_ctx()) {
         throw Error(fmt::format("the prompt has {} tokens but the context holds {}; use a larger -c", tokens.size(),
                                 session.n_ctx()));
     }
     const std::unique_ptr<spec::Proposer> proposer =
-        make_proposer(o.spec, tokenizer, session, so.n_ubatch, so.cache_type, sp, split.draft);
+        make_proposer(o.spec, tokenizer, session, so.n_ubatch, so.cache_type, sp, m.draft_placement);
     const spec::Config spec_cfg = spec_config(o.spec);
     // As llama.cpp logs it (once the input is known good): a drawn seed can
     // be given back with --seed.
@@ -178,9 +181,9 @@ void run(const RunOptions& o) {
         fmt::print(stderr, "model: {} ({}, {} layers, n_embd {}), context {}, {} threads, SIMD {}, KV cache {:.1f} MiB\n",
                    o.model, spec.hp.arch, spec.hp.n_layer, spec.hp.n_embd, session.n_ctx(), session.n_threads(),
                    cpu::simd_level_name(session.simd_level()), static_cast<double>(session.kv_cache_bytes()) / (1 << 20));
-        fmt::print(stderr, "{}\n", in_flags(split.why));
+        fmt::print(stderr, "{}\n", in_flags(m.split_why));
         if (auto* d = dynamic_cast<spec::DraftModelProposer*>(proposer.get())) {
-            fmt::print(stderr, "{}\ndraft placement: {}\n", in_flags(split.draft_why), d->session().placement_summary());
+            fmt::print(stderr, "{}\ndraft placement: {}\n", in_flags(m.draft_why), d->session().placement_summary());
         }
         fmt::print(stderr, "split: layers [0, {}) on {}, [{}, {}) on the CPU, output head on {}\n",
                    session.n_device_layers(), so.device.empty() ? "-" : so.device, session.n_device_layers(),

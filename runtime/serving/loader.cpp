@@ -32,7 +32,6 @@ void LoadRequest::validate() const {
     if (split.n_ubatch < 1) {
         throw FieldError("n_ubatch", fmt::format("{{n_ubatch}}: expected 1 or more tokens, found {}", split.n_ubatch));
     }
-    if (n_threads < 0) throw FieldError("n_threads", fmt::format("{{n_threads}}: expected 0 or more, found {}", n_threads));
 }
 
 LoadedModel::LoadedModel(const LoadRequest& r)
@@ -54,6 +53,7 @@ void LoadedModel::open_session(const LoadRequest& r, const Warn& warn, const Pro
     draft_placement = split.draft;
     draft_why = split.draft_why;
     session = serving::open_session(file, spec, so, warn, progress, r.check_every_row);
+    session_options = so;
 }
 
 std::unique_ptr<LoadedModel> load_model(const LoadRequest& request, const Warn& warn, const ProgressFactory& progress) {

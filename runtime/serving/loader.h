@@ -32,11 +32,11 @@ struct LoadRequest {
     // depend on the others' (the scheduler's slots need it; always so with
     // more than one sequence).
     bool cache_per_sequence = false;
-    int n_threads = 0;  // 0: the tune entry's, else the physical cores
+    int n_threads = 0;  // 0 (or -1): the tune entry's, else the physical cores; the pool checks the range
     bool check_every_row = false;  // NaN/Inf check of every weight row, not the first and last
 
     // Throws FieldError: {model_path} not a file, {n_slots} (split.n_seq)
-    // out of range, {n_ctx} or {n_threads} below 0, {n_ubatch} below 1.
+    // out of range, {n_ctx} below 0, {n_ubatch} below 1.
     void validate() const;
 };
 
@@ -56,6 +56,7 @@ struct LoadedModel {
     model::ModelSpec spec;  // points into file
     Tokenizer tokenizer;
     std::unique_ptr<Session> session;  // after open_session
+    SessionOptions session_options;    // what it was opened with (the layer count as finally loaded)
     std::string split_why;             // why it is placed so, naming fields
     std::optional<SessionOptions> draft_placement;  // with split.draft: where the draft goes
     std::string draft_why;
