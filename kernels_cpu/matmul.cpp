@@ -253,15 +253,12 @@ Activations prepare_activations(const detail::MatmulPath& path, const float* x, 
 
 // Tokens [first_token, n_tokens) through the row kernels and the decode
 // rows, in items of (rows) x (tokens) spread over the pool.
-void run_row_items(const detail::MatmulPath& path, const WeightView& w, const Activations& a, int64_t first_token,
-                   int64_t n_tokens, float* y, int64_t ldy, ThreadPool& pool) {
+void run_row_items(const detail::MatmulPath& path, const WeightView& w, size_t w_row_bytes, const Activations& a,
+                   int64_t first_token, int64_t n_tokens, float* y, int64_t ldy, ThreadPool& pool) {
     const int64_t n = w.n_cols;
     const detail::DecodeRows& rows = path.rows;
     const int64_t k_chunk = path.k_chunk;
-    const size_t w_row_bytes = *quant::row_bytes(w.type, n);
     const quant::TypeTraits& wt = quant::traits(w.type);
-    const double a_bytes_per_elem =
-        static_cast<double>(path.quantize != nullptr ? path.a_row_bytes : n * sizeof(float)) / static_cast<double>(n);
     // Every token through the decode rows: items and their split as for a
     // single token.
     const bool decode_all = path.decode_all();
@@ -280,7 +277,7 @@ void run_row_items(const detail::MatmulPath& path, const WeightView& w, const Ac
         for (int64_t k0 = 0; k0 < n; k0 += k_chunk) {
             const int64_t kn = std::min(k_chunk, n - k0);
             const size_t w_off = static_cast<size_t>(k0 / wt.block_elems) * wt.block_bytes;
-            const auto a_off = static_cast<size_t>(static_cast<double>(k0) * a_bytes_per_elem);
+            const auto a_off = static_cast<size_t>(static_cast<double>(k0) * path.a_bytes_per_elem);
             for (int64_t t = t0; t < t1; t += detail::kMaxTileTokens) {
                 const int nt = static_cast<int>(std::min<int64_t>(detail::kMaxTileTokens, t1 - t));
                 // Tiles are 4 tokens from a multiple of 4 and batch_end is one
@@ -358,7 +355,7 @@ void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int
         run_panels(w, path.panel->gemm, path.panel->bytes(w.n_cols), a.act, a.a_stride, path.panel_end, y, ldy, pool);
         if (path.panel_end == n_tokens) return;
     }
-    run_row_items(path, w, a, path.panel_end, n_tokens, y, ldy, pool);
+    run_row_items(path, w, *w_row_bytes, a, path.panel_end, n_tokens, y, ldy, pool);
 }
 
 void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,

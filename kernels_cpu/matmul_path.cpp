@@ -94,12 +94,13 @@ MatmulPath choose_matmul_path(const MatmulQuery& q) {
     // float weights, very wide rows). Partial sums are added in a fixed
     // order, so results do not depend on the thread count; types in
     // llama.cpp's float order keep one accumulation chain per output.
-    const double a_bytes_per_elem =
+    p.a_bytes_per_elem =
         static_cast<double>(p.quantize != nullptr ? p.a_row_bytes : n * sizeof(float)) / static_cast<double>(n);
     p.k_chunk = n;
-    const double group_bytes = kMaxTileTokens * a_bytes_per_elem * static_cast<double>(n);
+    const double group_bytes = kMaxTileTokens * p.a_bytes_per_elem * static_cast<double>(n);
     if (n_tokens > 1 && group_bytes > kL1Bytes && !follows_llama_order(q.type)) {
-        const auto fit = std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / (kMaxTileTokens * a_bytes_per_elem)));
+        const auto fit =
+            std::max<int64_t>(1, static_cast<int64_t>(kChunkBytes / (kMaxTileTokens * p.a_bytes_per_elem)));
         const int64_t step = std::max<int64_t>(quant::traits(q.type).block_elems, 64);  // whole blocks and vectors
         const int64_t chunks = (n + fit - 1) / fit;  // equal chunks rather than full ones plus a sliver
         p.k_chunk = std::min(n, ((n + chunks - 1) / chunks + step - 1) / step * step);

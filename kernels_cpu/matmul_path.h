@@ -41,6 +41,7 @@ struct MatmulPath {
     quant::Type a_type = quant::Type::F32;
     quant::QuantizeRowFn quantize = nullptr;
     size_t a_row_bytes = 0;
+    double a_bytes_per_elem = 0;  // of an activation row as the kernels read it (column chunks' offsets)
     size_t panel_row_extra = 0;
     // Panels: tokens [0, panel_end).
     const PanelKernel* panel = nullptr;

@@ -10,15 +10,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include <CLI/CLI.hpp>
 
-#include "kernels_cuda/cuda_api.h"
-#include "planner/planner.h"
-#include "runtime/gguf/gguf_file.h"
-#include "runtime/model/model_spec.h"
-#include "runtime/engine/session.h"
 #include "runtime/serving/split.h"
 #include "tools/stream_flags.h"
 

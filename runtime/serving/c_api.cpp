@@ -95,6 +95,8 @@ tandem_model* tandem_open(const tandem_open_params* params) {
         req.split.device = params->device != nullptr ? params->device : "";
         if (params->vram_bytes > 0) req.split.vram = params->vram_bytes;
         if (params->n_gpu_layers >= 0) req.split.ngl = params->n_gpu_layers;
+        // n_ctx is per sequence here and in total in the request: checked
+        // before the product, so the message shows the value given.
         if (params->n_ctx < 0) {
             throw FieldError("n_ctx", fmt::format("{{n_ctx}}: expected 0 or more positions, found {}", params->n_ctx));
         }
