@@ -35,81 +35,65 @@ int64_t stream_first(const Tables& t, const Layout& l) {
     return first;
 }
 
-// The hand-overs of one layer as LayerRecipe::layer makes them, on the
-// device each runs on: a product call per group of products of one input
-// on one device, and the ops over rows (norms, biases, RoPE of Q and K,
-// the fused outputs' splits, the activation, the router's choice, the
-// residual adds), with the elements each passes over per token (its
-// tensor's output width: a matrix's rows, a vector's length). Attention
-// is counted by the KV cache's layers.
-void count_layer_ops(const model::LayerSpec& ls, int64_t n_expert_used, const std::function<int(LayerTensor)>& device_of,
+// The hand-overs of one layer as the executor runs its op list, on the
+// device each op runs on: a product call per group of products of one
+// input on one device (a batch: one per dense matrix, one per expert
+// matrix and expert), and the ops over rows with the elements each passes
+// over per token. Attention is counted by the KV cache's layers.
+void count_layer_ops(const model::LayerSpec& ls, const std::function<int(const model::LayerOp&, LayerTensor)>& device_of,
                      std::array<Share, kDevices>& layer) {
-    // A decode step multiplies a group's matrices on one device in one
-    // call; a batch, each matrix in its own (each expert's, for experts).
-    const auto call = [&](std::initializer_list<LayerTensor> group) {
-        bool on[kDevices] = {false, false};
-        for (const LayerTensor r : group) {
-            if (!ls.get(r)) continue;
-            Share& s = layer[static_cast<size_t>(device_of(r))];
-            on[device_of(r)] = true;
-            (is_expert_role(r) ? s.expert_mats : s.batch_calls) += 1;
+    for (const model::LayerOp& op : ls.ops) {
+        if (op.is_product()) {
+            bool on[kDevices] = {false, false};
+            for (const LayerTensor r : op.weights()) {
+                const int d = device_of(op, r);
+                on[d] = true;
+                Share& s = layer[static_cast<size_t>(d)];
+                (op.kind == model::OpKind::ExpertMatmul ? s.expert_mats : s.batch_calls) += 1;
+            }
+            for (int d = 0; d < kDevices; ++d) layer[static_cast<size_t>(d)].calls += on[d] ? 1 : 0;
+        } else if (op.kind != model::OpKind::Attention) {
+            Share& s = layer[static_cast<size_t>(device_of(op, op.at))];
+            s.row_ops += 1;
+            s.row_op_elems += static_cast<uint64_t>(op.elems());
         }
-        for (int d = 0; d < kDevices; ++d) layer[static_cast<size_t>(d)].calls += on[d] ? 1 : 0;
-    };
-    const auto width = [&](LayerTensor r) -> uint64_t {
-        const gguf::TensorInfo* w = ls.get(r);
-        if (!w || w->shape.empty()) return 0;
-        return static_cast<uint64_t>(w->shape.size() >= 2 ? w->shape[1] : w->shape[0]);
-    };
-    // n ops over `elems` elements per token in all.
-    const auto ops = [&](LayerTensor r, uint64_t n, uint64_t elems) {
-        if (!ls.get(r)) return;
-        Share& s = layer[static_cast<size_t>(device_of(r))];
-        s.row_ops += n;
-        s.row_op_elems += elems;
-    };
-    const bool fused_qkv = ls.get(LayerTensor::AttnQkv) != nullptr;
-    if (fused_qkv) {
-        call({LayerTensor::AttnQkv});
-        // The split into Q, K and V; RoPE of Q and K (most of the width).
-        ops(LayerTensor::AttnQkv, 3 + 2, 2 * width(LayerTensor::AttnQkv));
-    } else {
-        call({LayerTensor::AttnQ, LayerTensor::AttnK, LayerTensor::AttnV});
-        ops(LayerTensor::AttnQ, 1, width(LayerTensor::AttnQ));  // RoPE of Q
-        ops(LayerTensor::AttnK, 1, width(LayerTensor::AttnK));  // RoPE of K
     }
-    call({LayerTensor::AttnOutput});
-    for (const LayerTensor r : {LayerTensor::AttnNorm, LayerTensor::AttnQBias, LayerTensor::AttnKBias,
-                                LayerTensor::AttnVBias, LayerTensor::AttnPostNorm, LayerTensor::FfnNorm,
-                                LayerTensor::FfnPostNorm}) {
-        ops(r, 1, width(r));
-    }
-    // The per-head Q and K norms run over every head.
-    ops(LayerTensor::AttnQNorm, 1, fused_qkv ? 0 : width(LayerTensor::AttnQ));
-    ops(LayerTensor::AttnKNorm, 1, fused_qkv ? 0 : width(LayerTensor::AttnK));
-    ops(LayerTensor::AttnOutput, 1, width(LayerTensor::AttnOutput));  // the residual add
-    if (ls.has_experts()) {
-        call({LayerTensor::FfnGateInp});
-        call({LayerTensor::FfnGateExps, LayerTensor::FfnUpExps});
-        call({LayerTensor::FfnDownExps});
-        // The router's choice over its logits, the activation of the
-        // experts each token uses.
-        ops(LayerTensor::FfnGateExps, 2,
-            width(LayerTensor::FfnGateInp) +
-                static_cast<uint64_t>(std::max<int64_t>(n_expert_used, 1)) * width(LayerTensor::FfnGateExps));
-        ops(LayerTensor::FfnDownExps, 1, width(LayerTensor::FfnDownExps));  // the residual add
-    } else {
-        if (ls.get(LayerTensor::FfnGateUp)) {
-            call({LayerTensor::FfnGateUp});
-            // The split (both halves), the activation (one half).
-            ops(LayerTensor::FfnGateUp, 2 + 1, width(LayerTensor::FfnGateUp) * 3 / 2);
+}
+
+// The executor's moves over one layer with the hidden state entering on
+// `entry`: every buffer a layer reads but X is written in it first.
+LayerMoves layer_moves(const model::ModelSpec& spec, const model::LayerSpec& ls,
+                       const std::function<int(const model::LayerOp&, LayerTensor)>& device_of, int entry) {
+    const model::WorkspaceWidths w = model::workspace_widths(spec.hp);
+    model::Residency where(entry);
+    LayerMoves m;
+    const auto run_on = [&](const model::LayerOp& op, int d) {
+        std::array<model::Act, 3> room;
+        for (const model::Act a : op.inputs(room)) {
+            if (where.need(a, d) < 0) continue;
+            m.count += 1;
+            m.bytes += static_cast<uint64_t>(w.act[static_cast<size_t>(a)]) * sizeof(float);
+        }
+    };
+    for (const model::LayerOp& op : ls.ops) {
+        if (op.is_product()) {
+            for (int d = 0; d < kDevices; ++d) {
+                bool here = false;
+                for (size_t i = 0; i < op.weights().size(); ++i) {
+                    if (device_of(op, op.weight[i]) != d) continue;
+                    if (!here) run_on(op, d);
+                    here = true;
+                    where.wrote(op.out[i], d);
+                }
+            }
         } else {
-            call({LayerTensor::FfnGate, LayerTensor::FfnUp});
-            ops(LayerTensor::FfnGate, 1, width(LayerTensor::FfnGate));  // the activation
+            const int d = device_of(op, op.at);
+            run_on(op, d);
+            for (const model::Act a : op.outs()) where.wrote(a, d);
         }
-        call({LayerTensor::FfnDown});
-        ops(LayerTensor::FfnDown, 1, width(LayerTensor::FfnDown));  // the residual add
     }
+    m.exit = where.holds(model::Act::X, kHostDevice) ? kHostDevice : kAccelDevice;
+    return m;
 }
 
 }  // namespace
@@ -271,12 +255,12 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     }
     t.hidden_bytes = static_cast<uint64_t>(hp.n_embd) * sizeof(float);
     t.logits_bytes = static_cast<uint64_t>(hp.n_vocab) * sizeof(float);
-    t.router_bytes = static_cast<uint64_t>(hp.n_expert) * sizeof(float);
     return t;
 }
 
 Mode make_mode(const model::ModelSpec& spec, const Tables& t,
-               const std::function<int(int64_t il, LayerTensor role)>& device_of) {
+               const std::function<int(int64_t il, LayerTensor role)>& device_of,
+               const std::function<int(int64_t il)>& kv_of) {
     Mode m;
     m.prefix.assign(static_cast<size_t>(t.n_layer) + 1, {});
     for (int64_t il = 0; il < t.n_layer; ++il) {
@@ -295,20 +279,20 @@ Mode make_mode(const model::ModelSpec& spec, const Tables& t,
                 static_cast<uint64_t>(w->n_elements);
             if (model::is_streamed(role)) s.streamed_mats += 1;
         }
-        count_layer_ops(ls, t.n_expert_used, [&](LayerTensor role) { return device_of(il, role); }, layer);
+        // The cache with K's product, as place_tensors puts it, unless kv_of says.
         const auto at = [&](LayerTensor role, int fallback) { return ls.get(role) ? device_of(il, role) : fallback; };
-        LayerDevices d;
-        d.attn = at(LayerTensor::AttnNorm, kHostDevice);
-        d.ffn_norm = at(LayerTensor::FfnNorm, d.attn);
-        d.experts = ls.has_experts();
-        d.router = d.experts ? at(LayerTensor::FfnGateInp, d.ffn_norm) : d.ffn_norm;
-        d.ffn = d.experts ? at(LayerTensor::FfnDownExps, d.router) : at(LayerTensor::FfnDown, d.ffn_norm);
-        // The cache lives with K's product, as place_tensors puts it.
-        Share& kv = layer[static_cast<size_t>(at(LayerTensor::AttnK, at(LayerTensor::AttnQkv, d.attn)))];
+        const int kv_device =
+            kv_of ? kv_of(il)
+                  : at(LayerTensor::AttnK, at(LayerTensor::AttnQkv, at(LayerTensor::AttnNorm, kHostDevice)));
+        const auto op_device = [&](const model::LayerOp&, LayerTensor role) {
+            return role == model::kWithCache ? kv_device : device_of(il, role);
+        };
+        count_layer_ops(ls, op_device, layer);
+        Share& kv = layer[static_cast<size_t>(kv_device)];
         kv.kv += t.kv[static_cast<size_t>(il)];
         kv.kv_read += t.kv_read[static_cast<size_t>(il)];
         kv.kv_layers += 1;
-        m.devices.push_back(d);
+        m.moves.push_back({layer_moves(spec, ls, op_device, kHostDevice), layer_moves(spec, ls, op_device, kAccelDevice)});
         m.host_streamable.push_back(std::all_of(
             std::begin(model::kStreamedMatrices), std::end(model::kStreamedMatrices),
             [&](LayerTensor r) { return !ls.get(r) || device_of(il, r) == kHostDevice; }));
@@ -321,24 +305,9 @@ Mode make_mode(const model::ModelSpec& spec, const Tables& t,
 }
 
 Mode mode_of(const model::ModelSpec& spec, const Tables& t, const Placement& p) {
-    Mode m = make_mode(spec, t, [&](int64_t il, LayerTensor role) {
-        return p.of(spec.layers[static_cast<size_t>(il)].get(role));
-    });
-    // The KV caches where the placement says (-nkvo moves them to the host).
-    for (int64_t il = 0; il < t.n_layer; ++il) {
-        const int from = p.of(spec.layers[static_cast<size_t>(il)].get(LayerTensor::AttnK));
-        const int to = p.kv[static_cast<size_t>(il)];
-        if (from == to) continue;
-        Share moved;
-        moved.kv = t.kv[static_cast<size_t>(il)];
-        moved.kv_read = t.kv_read[static_cast<size_t>(il)];
-        moved.kv_layers = 1;
-        for (size_t j = static_cast<size_t>(il) + 1; j < m.prefix.size(); ++j) {
-            m.prefix[j][static_cast<size_t>(from)] = m.prefix[j][static_cast<size_t>(from)] - moved;
-            m.prefix[j][static_cast<size_t>(to)] += moved;
-        }
-    }
-    return m;
+    return make_mode(
+        spec, t, [&](int64_t il, LayerTensor role) { return p.of(spec.layers[static_cast<size_t>(il)].get(role)); },
+        [&](int64_t il) { return p.kv.at(static_cast<size_t>(il)); });
 }
 
 // As Session: an accelerator is used only when it holds something or
@@ -374,11 +343,9 @@ Footprint footprint(const model::ModelSpec& spec, const Tables& t, const Layout&
 }
 
 // The hidden state starts on the host (the embedding lookup) and goes
-// where each part of each layer runs, as LayerRecipe::need moves it: to the
-// attention norm's device, to the FFN norm's, the normed input to the
-// router's and the experts' (with the router's logits), and back to where
-// the FFN's last product is for the residual add; then to the output
-// norm's device, the head's, and the logits to the host.
+// through each layer's moves (layer_moves: the executor's, from the op
+// list); then to the output norm's device, the head's, and the logits to
+// the host.
 Crossings crossings(const Tables& t, const Layout& l) {
     Crossings c;
     int x = kHostDevice;
@@ -389,15 +356,10 @@ Crossings crossings(const Tables& t, const Layout& l) {
         x = to;
     };
     for (int64_t il = 0; il < t.n_layer; ++il) {
-        const LayerDevices& d = mode_at(l, il).devices[static_cast<size_t>(il)];
-        move_x(d.attn);
-        move_x(d.ffn_norm);
-        if (d.router != x) c.count += 1, c.bytes += t.hidden_bytes;
-        if (d.ffn != d.router) {
-            c.count += 1, c.bytes += d.experts ? t.router_bytes : 0;
-            if (d.ffn != x) c.count += 1, c.bytes += t.hidden_bytes;
-        }
-        move_x(d.ffn);
+        const LayerMoves& m = mode_at(l, il).moves[static_cast<size_t>(il)][static_cast<size_t>(x)];
+        c.count += m.count;
+        c.bytes += m.bytes;
+        x = m.exit;
     }
     move_x(l.norm);
     move_x(l.head);

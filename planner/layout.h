@@ -44,19 +44,19 @@ struct Share {
     Share operator+(const Share& o) const;
 };
 
-// Where the parts of one layer run, for counting activation crossings.
-struct LayerDevices {
-    int attn = kHostDevice;      // attention norm (the hidden state goes there)
-    int ffn_norm = kHostDevice;  // FFN norm
-    int router = kHostDevice;    // the router's product (MoE), else the FFN norm's device
-    int ffn = kHostDevice;       // the FFN's last product: the residual add runs there
-    bool experts = false;        // a mixture of experts: the router's logits cross when router != ffn
+// The activation moves of one layer (the executor's, counted by walking
+// its op list) when the hidden state enters on a given device: how many,
+// their bytes per token, and the device the hidden state leaves on.
+struct LayerMoves {
+    int64_t count = 0;
+    uint64_t bytes = 0;
+    int exit = kHostDevice;
 };
 
 // One way to place every layer.
 struct Mode {
     std::vector<std::array<Share, kDevices>> prefix;  // [il][d]: layers [0, il) on device d
-    std::vector<LayerDevices> devices;
+    std::vector<std::array<LayerMoves, kDevices>> moves;  // [il][entry device]
     std::vector<uint8_t> host_streamable;  // every streamed matrix of the layer is on the host
     Share sum(int d, int64_t from, int64_t to) const;
 };
@@ -86,7 +86,6 @@ struct Tables {
     double attn_flops_per_token = 0;  // per layer, at the average prompt position
     uint64_t hidden_bytes = 0;        // one token's hidden state as floats
     uint64_t logits_bytes = 0;        // one token's logits as floats
-    uint64_t router_bytes = 0;        // one token's router logits as floats
     uint64_t output_bytes() const { return norm_bytes + head_bytes; }
     // The cost model's: the weight type and row width (columns) of each
     // slot, the head's slot and the numbers attention and the experts'
@@ -107,10 +106,11 @@ struct Tables {
 Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx, int64_t n_ubatch, model::CacheType cache_type,
                    int64_t n_seq = 1);
 
-// A mode from the device of each layer tensor; the KV cache lives with
-// attn_k (as place_tensors puts it).
+// A mode from the device of each layer tensor and of each layer's KV
+// cache (kv_of; by default with attn_k, as place_tensors puts it).
 Mode make_mode(const model::ModelSpec& spec, const Tables& t,
-               const std::function<int(int64_t il, model::LayerTensor role)>& device_of);
+               const std::function<int(int64_t il, model::LayerTensor role)>& device_of,
+               const std::function<int(int64_t il)>& kv_of = {});
 // A mode from a resolved placement (its KV devices as it says).
 Mode mode_of(const model::ModelSpec& spec, const Tables& t, const Placement& p);
 

@@ -1,4 +1,4 @@
-// What a device does for the layer recipe (runtime/engine/recipe.h): it
+// What a device does for the layer executor (runtime/engine/executor.h): it
 // holds the tensors placed on it, the K/V caches of the layers placed on
 // it and one micro-batch of named activation buffers, and it runs ops on
 // them. A device knows no layer and no architecture: the recipe says which
@@ -29,16 +29,12 @@
 
 namespace tandem {
 
-// The activation buffers of one micro-batch, the same on every device.
-// Rows are tokens; a row's width is act_width.
-// Fused: the output of a fused product (Q|K|V, gate|up) before it is split.
-// Router: one logit per expert. Route: per token, the chosen experts and
-// their weights, (expert id, weight) pairs as floats. With experts, Gate
-// and Up hold each used expert's hidden rows side by side.
-enum class Act : int { X, Cur, Q, K, V, Attn, Gate, Up, Fused, Router, Route, Logits, Count };
-inline constexpr int kActCount = static_cast<int>(Act::Count);
-std::string_view act_name(Act a);
-int64_t act_width(const model::HParams& hp, Act a);
+// The activation buffers of one micro-batch (model::Act, with their one
+// width table), the same on every device. Rows are tokens.
+using model::Act;
+using model::act_name;
+using model::act_width;
+using model::kActCount;
 
 // A tensor's values as floats, whatever the file stores (norm weights and
 // RoPE factors: small, read by every layer, kept as floats on each device).

@@ -9,7 +9,7 @@
 #include "runtime/engine/host_weight_arena.h"
 #include "runtime/engine/cpu_device.h"
 #include "runtime/engine/device_registry.h"
-#include "runtime/engine/recipe.h"
+#include "runtime/engine/executor.h"
 #include "runtime/engine/sequence_state.h"
 #include "runtime/engine/session_plan.h"
 #include "runtime/common/error.h"
@@ -40,7 +40,7 @@ struct Session::Impl {
     cpu::ThreadPool pool;
     std::unique_ptr<CpuDevice> host;
     std::unique_ptr<Device> accel;   // present only when it holds something or streams
-    std::unique_ptr<LayerRecipe> recipe;
+    std::unique_ptr<LayerExecutor> recipe;
     WeightStream* stream = nullptr;  // owned by accel
     std::string stream_note;
     int64_t streamed_batches = 0;
@@ -106,7 +106,7 @@ struct Session::Impl {
         }
         std::vector<Device*> devices{host.get()};
         if (placement.devices.size() > 1) devices.push_back(accel ? accel.get() : host.get());
-        recipe = std::make_unique<LayerRecipe>(spec, placement, std::move(devices));
+        recipe = std::make_unique<LayerExecutor>(spec, placement, std::move(devices));
         for (auto* v : {&tokens, &pos, &seq}) v->resize(static_cast<size_t>(opt.n_ubatch));
     }
 

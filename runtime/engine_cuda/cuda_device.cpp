@@ -115,11 +115,13 @@ public:
 
     void allocate_workspace(bool with_logits) override {
         select();
-        // One block of model::compute_bytes, carved in its order: one buffer
-        // per Act but Logits (none for a width of 0: an Act the model does
-        // not use), the positions, the matmul scratch, the experts' room,
-        // then the logits. The planner's figure is the allocation.
+        // One block of model::compute_bytes, carved in the order of its
+        // width table (model::workspace_widths): one buffer per Act but
+        // Logits (none for a width of 0: an Act the model does not use),
+        // the positions, the matmul scratch, the experts' room, then the
+        // logits. The planner's figure is the allocation.
         const int64_t ub = config_.n_ubatch;
+        const model::WorkspaceWidths w = model::workspace_widths(hp_);
         const uint64_t bytes = model::compute_bytes(spec_, ub, with_logits);
         auto* block = alloc(MemoryCategory::Compute, bytes, "activations of one micro-batch");
         float* next = as_floats(block);
@@ -130,29 +132,34 @@ public:
         };
         for (int a = 0; a < kActCount; ++a) {
             if (static_cast<Act>(a) == Act::Logits) continue;
-            const int64_t width = act_width(hp_, static_cast<Act>(a));
+            const int64_t width = w.act[static_cast<size_t>(a)];
             float* p = take(width);
             act_[a] = width > 0 ? p : nullptr;
         }
-        pos_ = reinterpret_cast<int32_t*>(take(1));
+        pos_ = reinterpret_cast<int32_t*>(take(w.positions));
         shown_pos_.clear();
-        // Quantized activations of the widest matmul input: compute_bytes
+        // Quantized activations of the widest matmul input: the table
         // allows 4 bytes an element, more than any activation format needs.
         // An expert's product has at most one row per token (a token
         // chooses an expert once), so ub rows cover it too.
-        const int64_t widest = std::max({hp_.n_embd, hp_.out_dim(), hp_.n_ff, hp_.n_ff_exp});
         uint64_t scratch = 0;
         for (const int64_t cols : {hp_.n_embd, hp_.out_dim(), hp_.n_ff, hp_.n_ff_exp}) {
             for (const quant::Type t : weight_types_) {
                 scratch = std::max(scratch, kernels::matmul_scratch_bytes(t, cols, ub));
             }
         }
-        TANDEM_CHECK(scratch <= static_cast<uint64_t>(ub * widest) * sizeof(float),
-                     "matmul scratch larger than model::compute_bytes allows");
-        scratch_ = take(widest);
-        scratch_floats_ = ub * widest;
-        if (hp_.n_expert > 0) carve_experts(take);
-        if (with_logits) act_[static_cast<int>(Act::Logits)] = take(hp_.n_vocab);
+        TANDEM_CHECK(scratch <= static_cast<uint64_t>(ub * w.matmul_input) * sizeof(float),
+                     "matmul scratch larger than the workspace's matmul_input allows");
+        scratch_ = take(w.matmul_input);
+        scratch_floats_ = ub * w.matmul_input;
+        // The experts' room: a call's gathered inputs and its products side
+        // by side, and its two row index lists (2 * n_used int32s).
+        TANDEM_CHECK(2 * hp_.n_expert_used <= w.expert_index, "more experts used per token than the experts' room indexes");
+        expert_floats_ = ub * w.expert_rows;
+        expert_ = w.expert_rows > 0 ? take(w.expert_rows) : nullptr;
+        expert_indices_ = ub * w.expert_index;
+        expert_idx_ = w.expert_index > 0 ? reinterpret_cast<int32_t*>(take(w.expert_index)) : nullptr;
+        if (with_logits) act_[static_cast<int>(Act::Logits)] = take(w.act[static_cast<size_t>(Act::Logits)]);
         TANDEM_CHECK(static_cast<uint64_t>(next - as_floats(block)) * sizeof(float) == bytes,
                      "workspace carved differently from model::compute_bytes");
         (void)device_matmul();
@@ -394,21 +401,6 @@ private:
     }
 
     void select() const { TANDEM_CUDA_CHECK(cudaSetDevice(device_)); }
-
-    // model::compute_bytes' experts' room, per token: n_used * (n_ff_exp +
-    // max(n_ff_exp, n_embd)) floats hold a call's gathered inputs and its
-    // products side by side (n_embd + n_ff_exp wide per (token, slot),
-    // either way round), and n_embd floats the call's two row index lists
-    // (2 * n_used int32s).
-    template <class Take>
-    void carve_experts(Take& take) {
-        const int64_t ub = config_.n_ubatch, k = hp_.n_expert_used;
-        TANDEM_CHECK(2 * k <= hp_.n_embd, "more experts used per token than the experts' room indexes");
-        expert_floats_ = ub * k * (hp_.n_ff_exp + std::max(hp_.n_ff_exp, hp_.n_embd));
-        expert_ = take(k * (hp_.n_ff_exp + std::max(hp_.n_ff_exp, hp_.n_embd)));
-        expert_idx_ = reinterpret_cast<int32_t*>(take(hp_.n_embd));
-        expert_indices_ = ub * hp_.n_embd;
-    }
 
     StagingUploader& uploader() { return *uploader_; }
 

@@ -110,6 +110,7 @@ ModelSpec load_model_spec(const gguf::File& file) {
         layer.sliding_window = arch->swa_period > 0 && (il + 1) % arch->swa_period != 0;
         layer.rope_base = layer.sliding_window ? hp.rope_base_swa : hp.rope_base;
     }
+    for (int64_t il = 0; il < hp.n_layer; ++il) spec.layers[static_cast<size_t>(il)].ops = layer_ops(spec, il);
     return spec;
 }
 
@@ -174,19 +175,8 @@ uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, in
 }
 
 uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits) {
-    const model::HParams& hp = spec.hp;
-    const auto ub = static_cast<uint64_t>(n_ubatch);
-    const int64_t widest_input = std::max({hp.n_embd, hp.out_dim(), hp.n_ff, hp.n_ff_exp});
-    // Experts: the router's logits, the chosen experts and weights, and
-    // the gathered inputs and outputs of the expert products.
-    const int64_t experts = hp.n_expert > 0 ? hp.n_expert + 2 * hp.n_expert_used +
-                                                  hp.n_expert_used * (hp.n_ff_exp + std::max(hp.n_ff_exp, hp.n_embd)) +
-                                                  hp.n_embd
-                                            : 0;
-    const auto per_token = static_cast<uint64_t>(2 * hp.n_embd + hp.qkv_dim() + std::max(hp.out_dim(), hp.n_embd) +
-                                                 2 * hp.ffn_width() + hp.fused_width + experts + widest_input + 1 +
-                                                 (with_logits ? hp.n_vocab : 0));
-    return ub * per_token * sizeof(float);
+    return static_cast<uint64_t>(n_ubatch) * static_cast<uint64_t>(workspace_widths(spec.hp).per_token(with_logits)) *
+           sizeof(float);
 }
 
 uint64_t gemm_tile_bytes(const ModelSpec& spec) {

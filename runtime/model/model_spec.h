@@ -12,6 +12,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/arch.h"
 #include "runtime/model/hparams.h"
+#include "runtime/model/layer_ops.h"
 #include "runtime/quant/quant_types.h"
 
 namespace tandem::model {
@@ -20,6 +21,7 @@ struct LayerSpec {
     std::array<const gguf::TensorInfo*, kLayerTensorCount> tensors{};  // nullptr: absent
     bool sliding_window = false;  // sees only the last hp.sliding_window positions
     double rope_base = 10000.0;
+    std::vector<LayerOp> ops;  // the layer's forward pass (layer_ops.h), written once at load
 
     const gguf::TensorInfo* get(LayerTensor t) const { return tensors[static_cast<size_t>(t)]; }
     bool has_experts() const { return get(LayerTensor::FfnGateInp) != nullptr; }
@@ -93,10 +95,9 @@ uint64_t kv_bytes_for_layer(const ModelSpec& spec, int64_t il, int64_t n_ctx, in
 // Bytes of a K/V cache of n_cells cells, with its cells' positions and a
 // micro-batch's cells, as kv_layout lays them out.
 uint64_t kv_bytes_for_cells(const ModelSpec& spec, int64_t n_cells, int64_t n_ubatch, CacheType type);
-// Activation buffers of one micro-batch on one device: the hidden state,
-// Q/K/V, the attention output and the two FFN halves, the positions, room
-// for the widest matmul input in the kernels' activation format (at most 4
-// bytes an element), plus the logits when that device runs the output head.
+// Activation buffers of one micro-batch on one device: the sum of
+// workspace_widths (layer_ops.h), with the logits when that device runs
+// the output head.
 uint64_t compute_bytes(const ModelSpec& spec, int64_t n_ubatch, bool with_logits);
 
 // An accelerator dequantizes weight rows for batched products into an fp32

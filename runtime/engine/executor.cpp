@@ -1,0 +1,160 @@
+#include "runtime/engine/executor.h"
+
+#include <cmath>
+
+#include "runtime/common/error.h"
+
+namespace tandem {
+
+using model::LayerTensor;
+using model::OpKind;
+
+LayerExecutor::LayerExecutor(const model::ModelSpec& spec, const Placement& placement, std::vector<Device*> devices)
+    : spec_(spec), hp_(spec.hp), placement_(placement), devices_(std::move(devices)),
+      widths_(model::workspace_widths(spec.hp)) {
+    TANDEM_CHECK(!devices_.empty() && devices_[kHostDevice]->host_act(Act::X), "the executor needs the host first");
+}
+
+void LayerExecutor::x_written_on(int device) { where_.wrote(Act::X, device); }
+
+void LayerExecutor::layers(const RecipeBatch& b) {
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+        for (const Op& op : spec_.layers[static_cast<size_t>(il)].ops) run(il, op, b);
+    }
+}
+
+int LayerExecutor::device_of(int64_t il, const Op& op) const {
+    if (op.at == model::kWithCache) return placement_.kv.at(static_cast<size_t>(il));
+    return placement_.of(spec_.layers[static_cast<size_t>(il)].get(op.at));
+}
+
+// ---- one op ------------------------------------------------------------------
+void LayerExecutor::run(int64_t il, const Op& op, const RecipeBatch& b) {
+    if (op.is_product()) return matmul(il, op, b);
+    const model::LayerSpec& L = spec_.layers[static_cast<size_t>(il)];
+    const int d = device_of(il, op);
+    const int64_t n = b.n;
+    std::array<Act, 3> room;
+    for (const Act a : op.inputs(room)) need(a, d, n);
+    Device& dev = on(d);
+    switch (op.kind) {
+        case OpKind::Norm: norm(il, op, d, n); break;
+        case OpKind::Route:
+            dev.moe_route(MoeRouteOp{hp_.n_expert, hp_.n_expert_used, spec_.arch->moe_normalize_weights}, n);
+            break;
+        case OpKind::Split: dev.copy_cols(op.in, op.src_width, op.col0, op.out[0], op.len, n); break;
+        case OpKind::AddBias: dev.add_vector(op.out[0], *L.get(op.weight[0]), op.len, n); break;
+        case OpKind::Rope: rope(il, op, d, b); break;
+        case OpKind::Attention: attention(il, d, b); break;
+        case OpKind::Glu: dev.glu(spec_.arch->ffn_activation, op.len, n * op.rows); break;
+        case OpKind::Add: dev.add(op.out[0], op.in, op.len, n); break;
+        case OpKind::Matmul:
+        case OpKind::ExpertMatmul:
+        case OpKind::Count: TANDEM_CHECK(false, "the executor has no op " + std::string(model::op_name(op.kind)));
+    }
+    for (const Act a : op.outs()) where_.wrote(a, d);
+}
+
+void LayerExecutor::norm(int64_t il, const Op& op, int d, int64_t n) {
+    const gguf::TensorInfo* w = spec_.layers[static_cast<size_t>(il)].get(op.weight[0]);
+    on(d).rms_norm(op.in, 0, *w, op.out[0], op.len, n * op.rows, static_cast<float>(hp_.rms_eps));
+}
+
+// Products of one input grouped by device: one call per device.
+void LayerExecutor::matmul(int64_t il, const Op& op, const RecipeBatch& b) {
+    const model::LayerSpec& L = spec_.layers[static_cast<size_t>(il)];
+    const auto roles = op.weights();
+    const auto outs = op.outs();
+    for (int d = 0; d < static_cast<int>(devices_.size()); ++d) {
+        MatmulOut group[3];
+        size_t count = 0;
+        for (size_t i = 0; i < roles.size(); ++i) {
+            const gguf::TensorInfo* w = L.get(roles[i]);
+            if (placement_.of(w) == d) group[count++] = {w, outs[i]};
+        }
+        if (count == 0) continue;
+        std::array<Act, 3> room;
+        for (const Act a : op.inputs(room)) need(a, d, b.n);
+        const std::span<const MatmulOut> products(group, count);
+        if (op.kind == OpKind::ExpertMatmul) {
+            on(d).matmul_experts(products, op.in, ExpertOp{hp_.n_expert_used, op.in_per_slot, op.sum_slots}, b.n);
+        } else if (d == kHostDevice && b.stream && il >= b.stream_first && model::is_streamed(roles[0])) {
+            Device& host = on(kHostDevice);
+            for (size_t i = 0; i < roles.size(); ++i) {
+                if (placement_.of(L.get(roles[i])) != d) continue;
+                b.stream->matmul(il, roles[i], host.host_act(op.in), b.n, host.host_act(outs[i]));
+            }
+        } else {
+            on(d).matmul(products, op.in, b.n);
+        }
+        for (const MatmulOut& p : products) where_.wrote(p.out, d);
+    }
+}
+
+void LayerExecutor::rope(int64_t il, const Op& op, int d, const RecipeBatch& b) {
+    RopeOp rope;
+    rope.neox = spec_.arch->rope_style == model::RopeStyle::Neox;
+    rope.n_rot = hp_.n_rot;
+    rope.freq_base = static_cast<float>(spec_.layers[static_cast<size_t>(il)].rope_base);
+    rope.freq_scale = static_cast<float>(hp_.rope_freq_scale);
+    on(d).rope(op.out[0], op.rows, op.len, b.pos, rope);
+}
+
+void LayerExecutor::attention(int64_t il, int d, const RecipeBatch& b) {
+    AttentionOp op;
+    op.n_head = hp_.n_head;
+    op.n_head_kv = hp_.n_head_kv;
+    op.head_dim_k = hp_.head_dim_k;
+    op.head_dim_v = hp_.head_dim_v;
+    op.window = spec_.layers.at(static_cast<size_t>(il)).sliding_window ? hp_.sliding_window : 0;
+    op.softcap = static_cast<float>(hp_.attn_logit_softcap);
+    op.scale = 1.0f / std::sqrt(static_cast<float>(spec_.arch->query_scale_by_embd_per_head ? hp_.n_embd / hp_.n_head
+                                                                                           : hp_.head_dim_k));
+    // Gemma scales Q before attention, as llama.cpp's graph (see arch.h).
+    if (spec_.arch->scale_query_before_attention) {
+        on(d).scale(Act::Q, b.n * hp_.q_dim(), op.scale);
+        op.scale = 1.0f;
+    }
+    on(d).attention(il, b.pos, b.seq, op);
+}
+
+// ---- the head ----------------------------------------------------------------
+void LayerExecutor::output(int64_t first, int64_t count, float* logits) {
+    const gguf::TensorInfo* norm = spec_.get(model::GlobalTensor::OutputNorm);
+    TANDEM_CHECK(norm != nullptr, "output norm without a weight");
+    const int nd = placement_.of(norm);
+    need(Act::X, nd, first + count);
+    on(nd).rms_norm(Act::X, first, *norm, Act::Cur, hp_.n_embd, count, static_cast<float>(hp_.rms_eps));
+    where_.wrote(Act::Cur, nd);
+    const int d = placement_.head;
+    need(Act::Cur, d, count);
+    const MatmulOut head{&spec_.output_head(), Act::Logits};
+    on(d).matmul(std::span(&head, 1), Act::Cur, count);
+    const int64_t n_floats = count * hp_.n_vocab;
+    if (hp_.final_logit_softcap > 0.0) on(d).softcap(Act::Logits, n_floats, static_cast<float>(hp_.final_logit_softcap));
+    where_.wrote(Act::Logits, d);
+    if (d != kHostDevice) {
+        bytes_moved_ += static_cast<uint64_t>(n_floats) * sizeof(float);
+        ++crossings_;
+    }
+    on(d).read_act(Act::Logits, logits, n_floats);
+}
+
+void LayerExecutor::need(Act a, int d, int64_t rows) {
+    const int src = where_.need(a, d);
+    if (src < 0) return;
+    const int64_t n_floats = rows * widths_.act[static_cast<size_t>(a)];
+    if (float* from = on(src).host_act(a)) {
+        on(d).write_act(a, from, n_floats);
+    } else if (float* to = on(d).host_act(a)) {
+        on(src).read_act(a, to, n_floats);
+    } else {
+        staging_.resize(static_cast<size_t>(n_floats));
+        on(src).read_act(a, staging_.data(), n_floats);
+        on(d).write_act(a, staging_.data(), n_floats);
+    }
+    bytes_moved_ += static_cast<uint64_t>(n_floats) * sizeof(float);
+    ++crossings_;
+}
+
+}  // namespace tandem

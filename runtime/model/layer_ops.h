@@ -1,0 +1,119 @@
+// The layer, described once. The recipe (layer_ops.cpp) writes each
+// layer's forward pass as a list of op records, once per model, from the
+// architecture row and the tensors the file has. Three readers walk the
+// same list:
+//   - the engine's executor (runtime/engine/recipe.h) runs each op on the
+//     device of its tensor, moving activations between devices;
+//   - the planner (planner/layout.cpp) counts each op's products, row
+//     passes and activation crossings, and prices them;
+//   - the workspace widths below size every device's activation buffers.
+//
+// An op reads and writes named activation buffers (Act), each a row per
+// token of a fixed width. It runs on the device holding its `at` tensor
+// (a weighted op's own weight; an op without weight runs where its input
+// was last written, which the recipe works out as it writes the list), or
+// on the device of the layer's K/V cache (attention).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "runtime/model/arch.h"
+#include "runtime/model/hparams.h"
+
+namespace tandem::model {
+
+struct ModelSpec;
+struct LayerSpec;
+
+// The activation buffers of one micro-batch, the same on every device.
+// Fused: the output of a fused product (Q|K|V, gate|up) before it is split.
+// Router: one logit per expert. Route: per token, the chosen experts and
+// their weights, (expert id, weight) pairs as floats. With experts, Gate
+// and Up hold each used expert's hidden rows side by side.
+enum class Act : int { X, Cur, Q, K, V, Attn, Gate, Up, Fused, Router, Route, Logits, Count };
+inline constexpr int kActCount = static_cast<int>(Act::Count);
+std::string_view act_name(Act a);
+
+// ---- the one width table ---------------------------------------------------
+// Floats per token of every buffer of one micro-batch, in the order a
+// device carves them from one block: the Acts but Logits, then the
+// scratch, then Logits (only with_logits). model::compute_bytes is this
+// sum; the CPU device sizes its buffers and the CUDA device carves its
+// block from it.
+struct WorkspaceWidths {
+    std::array<int64_t, kActCount> act{};
+    int64_t positions = 1;     // a token's position (an int32 in a float's room)
+    int64_t matmul_input = 0;  // a product's input as quantized (4 bytes an element bounds every format)
+    int64_t expert_rows = 0;   // an expert call's gathered inputs and products side by side
+    int64_t expert_index = 0;  // an expert call's two row index lists (int32s)
+    int64_t per_token(bool with_logits) const;
+};
+WorkspaceWidths workspace_widths(const HParams& hp);
+int64_t act_width(const HParams& hp, Act a);
+
+// ---- the op records ---------------------------------------------------------
+enum class OpKind : uint8_t {
+    Norm,          // out = RMSNorm(in) * weight over `rows` rows of len per token (in may be out)
+    Matmul,        // out[i] = in x weight[i], one call per device for products of one input
+    ExpertMatmul,  // the same with the experts Route chose (in_per_slot, sum_slots)
+    Route,         // Route = the router's choice from Router (MoeRoute in the device)
+    Split,         // out = columns [col0, col0 + len) of in's rows of src_width floats
+    AddBias,       // out's rows of len += weight
+    Rope,          // out's `rows` heads of len rotated by the token's position
+    Attention,     // stores K and V in the layer's cache; Attn = attention of Q over it
+    Glu,           // Gate = act(Gate) * Up over `rows` rows of len
+    Add,           // out += in over rows of len (the residual)
+    Count,
+};
+std::string_view op_name(OpKind k);
+
+// `at` for an op that runs with the layer's K/V cache.
+inline constexpr LayerTensor kWithCache = LayerTensor::Count;
+
+struct LayerOp {
+    OpKind kind = OpKind::Norm;
+    Act in = Act::Cur;
+    std::array<Act, 3> out{};
+    std::array<LayerTensor, 3> weight{};  // the products' weights (one per out); Norm/AddBias: [0]
+    int n_out = 1;
+    LayerTensor at = kWithCache;  // the tensor whose device runs the op (products: each weight's)
+    int64_t len = 0;              // floats of a row the op passes over
+    int64_t rows = 1;             // rows per token
+    int64_t col0 = 0, src_width = 0;        // Split
+    bool in_per_slot = false, sum_slots = false;  // ExpertMatmul
+
+    std::span<const Act> outs() const { return {out.data(), static_cast<size_t>(n_out)}; }
+    std::span<const LayerTensor> weights() const { return {weight.data(), static_cast<size_t>(n_out)}; }
+    bool is_product() const { return kind == OpKind::Matmul || kind == OpKind::ExpertMatmul; }
+    // Elements per token the op passes over (row ops; 0 for products and attention).
+    int64_t elems() const { return is_product() || kind == OpKind::Attention ? 0 : len * rows; }
+    // The buffers it reads, which must be on its device first (at most 3).
+    std::span<const Act> inputs(std::array<Act, 3>& room) const;
+};
+
+// Layer il's ops in order: the whole forward pass of the layer.
+std::vector<LayerOp> layer_ops(const ModelSpec& spec, int64_t il);
+
+// ---- where each buffer's current value is ---------------------------------
+// Which devices hold each buffer's current value, as the executor moves
+// them and the planner counts the moves: an op on a device without one of
+// its inputs has it copied there once; a write leaves the one copy.
+class Residency {
+public:
+    // Every buffer on device d.
+    explicit Residency(int d = 0) { valid_.fill(1u << d); }
+    // Device d needs a: returns the device to copy it from, or -1 when d
+    // holds it already; d holds it after.
+    int need(Act a, int d);
+    void wrote(Act a, int d) { valid_[static_cast<size_t>(a)] = 1u << d; }
+    bool holds(Act a, int d) const { return (valid_[static_cast<size_t>(a)] >> d) & 1u; }
+
+private:
+    std::array<unsigned, kActCount> valid_{};
+};
+
+}  // namespace tandem::model
