@@ -8,24 +8,33 @@
 
 namespace tandem::cpu {
 
-void moe_route(const float* logits, int64_t n_expert, int64_t n_used, bool normalize, float* route,
-               int64_t n_tokens) {
+void moe_route(const float* logits, const RouteParams& rp, float* route, int64_t n_tokens) {
+    const int64_t n_expert = rp.n_expert, n_used = rp.n_used;
     TANDEM_CHECK(n_used >= 1 && n_used <= n_expert, "moe_route: expert_used_count outside [1, expert_count]");
-    std::vector<float> p(static_cast<size_t>(n_expert));
+    std::vector<float> p(static_cast<size_t>(n_expert)), choose(static_cast<size_t>(n_expert));
     std::vector<int32_t> order(static_cast<size_t>(n_expert));
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float* x = logits + t * n_expert;
-        const float mx = *std::max_element(x, x + n_expert);
-        double sum = 0.0;
-        for (int64_t e = 0; e < n_expert; ++e) {
-            p[static_cast<size_t>(e)] = std::exp(x[e] - mx);
-            sum += p[static_cast<size_t>(e)];
+        if (rp.sigmoid) {
+            for (int64_t e = 0; e < n_expert; ++e) p[static_cast<size_t>(e)] = 1.0f / (1.0f + std::exp(-x[e]));
+        } else {
+            const float mx = *std::max_element(x, x + n_expert);
+            double sum = 0.0;
+            for (int64_t e = 0; e < n_expert; ++e) {
+                p[static_cast<size_t>(e)] = std::exp(x[e] - mx);
+                sum += p[static_cast<size_t>(e)];
+            }
+            const auto inv = static_cast<float>(1.0 / sum);
+            for (float& v : p) v *= inv;
         }
-        const auto inv = static_cast<float>(1.0 / sum);
-        for (float& v : p) v *= inv;
+        for (int64_t e = 0; e < n_expert; ++e) {
+            const auto i = static_cast<size_t>(e);
+            choose[i] = rp.selection_bias ? p[i] + rp.selection_bias[e] : p[i];
+        }
         std::iota(order.begin(), order.end(), 0);
-        std::stable_sort(order.begin(), order.end(),
-                         [&](int32_t a, int32_t b) { return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)]; });
+        std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+            return choose[static_cast<size_t>(a)] > choose[static_cast<size_t>(b)];
+        });
         double kept = 0.0;
         for (int64_t j = 0; j < n_used; ++j) kept += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
         // llama.cpp clamps the sum away from 0 before dividing.
@@ -33,8 +42,10 @@ void moe_route(const float* logits, int64_t n_expert, int64_t n_used, bool norma
         float* r = route + t * 2 * n_used;
         for (int64_t j = 0; j < n_used; ++j) {
             const int32_t e = order[static_cast<size_t>(j)];
+            float w = rp.normalize ? p[static_cast<size_t>(e)] / div : p[static_cast<size_t>(e)];
+            if (rp.scale != 1.0f) w *= rp.scale;
             r[2 * j] = static_cast<float>(e);
-            r[2 * j + 1] = normalize ? p[static_cast<size_t>(e)] / div : p[static_cast<size_t>(e)];
+            r[2 * j + 1] = w;
         }
     }
 }

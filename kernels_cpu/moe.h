@@ -11,13 +11,24 @@
 
 namespace tandem::cpu {
 
-// route (n_tokens rows of 2 * n_used floats) = for each token, the n_used
-// experts with the largest softmax(logits) (largest first; ties to the
-// lower id), as (expert id, weight) pairs; the weights divided by their
-// sum when normalize. The float order is ggml's: exp(x - max) summed in
-// double, probabilities scaled by 1 / sum, the kept ones summed in double.
-void moe_route(const float* logits, int64_t n_expert, int64_t n_used, bool normalize, float* route,
-               int64_t n_tokens);
+// How the router chooses: gate values = softmax(logits) over the experts,
+// or sigmoid(logit) of each; the n_used largest of gate + selection_bias
+// kept (largest first; ties to the lower id), weighted by their gate
+// values without the bias; the weights divided by their sum (clamped away
+// from 0, as llama.cpp) when normalize, then multiplied by scale.
+struct RouteParams {
+    int64_t n_expert = 0, n_used = 0;
+    bool normalize = true;
+    bool sigmoid = false;
+    const float* selection_bias = nullptr;  // n_expert floats; null: none
+    float scale = 1.0f;
+};
+
+// route (n_tokens rows of 2 * n_used floats) = for each token the chosen
+// (expert id, weight) pairs. The float order is ggml's: exp(x - max)
+// summed in double, probabilities scaled by 1 / sum, the kept ones summed
+// in double; sigmoid as 1 / (1 + exp(-x)) in float.
+void moe_route(const float* logits, const RouteParams& p, float* route, int64_t n_tokens);
 
 // The rows of a batch each expert serves: rows[offsets[e] .. offsets[e+1])
 // are token * n_used + slot indices, in increasing order.

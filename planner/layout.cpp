@@ -172,7 +172,8 @@ bool is_ffn_role(LayerTensor r) {
     constexpr LayerTensor kFfn[] = {LayerTensor::FfnNorm,     LayerTensor::FfnGate,     LayerTensor::FfnUp,
                                     LayerTensor::FfnGateUp,   LayerTensor::FfnDown,     LayerTensor::FfnGateInp,
                                     LayerTensor::FfnGateExps, LayerTensor::FfnUpExps,   LayerTensor::FfnDownExps,
-                                    LayerTensor::FfnPostNorm};
+                                    LayerTensor::FfnExpProbsB, LayerTensor::FfnGateShexp, LayerTensor::FfnUpShexp,
+                                    LayerTensor::FfnDownShexp, LayerTensor::FfnPostNorm};
     return std::find(std::begin(kFfn), std::end(kFfn), r) != std::end(kFfn);
 }
 

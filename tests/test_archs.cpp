@@ -26,7 +26,8 @@ namespace fs = std::filesystem;
 using tandem::testing::shared;
 
 const std::vector<std::string> kArchModels = {"synth-qwen2-Q8_0", "synth-qwen3-Q8_0",  "synth-qwen3moe-Q8_0",
-                                              "synth-phi3-Q8_0",  "synth-gemma2-Q8_0", "synth-mixtral-Q8_0"};
+                                              "synth-phi3-Q8_0",  "synth-gemma2-Q8_0", "synth-mixtral-Q8_0",
+                                              "synth-glm4moe-Q8_0"};
 
 struct Model {
     tandem::gguf::File file;
@@ -123,15 +124,20 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
         bool cpu_moe;
         int64_t n_cpu_moe;
         const char* ot;
+        tandem::model::LayerTensor needs = tandem::model::LayerTensor::FfnGateExps;  // the model has it
     };
+    using LT = tandem::model::LayerTensor;
     const Case cases[] = {
         {"--cpu-moe", true, 0, ""},
         {"--n-cpu-moe 2", false, 2, ""},
         {"down experts on the host, router and gate/up on cpu2", false, 0, "ffn_down_exps=cpu"},
         {"router on the host, experts on cpu2", false, 0, "ffn_gate_inp=cpu"},
+        {"the choice's bias on the host, the rest on cpu2", false, 0, "exp_probs_b=cpu", LT::FfnExpProbsB},
+        {"the shared expert on the host, the rest on cpu2", false, 0, "shexp=cpu", LT::FfnGateShexp},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
+        if (!m.spec.layers.back().get(c.needs)) continue;
         auto opt = base_options();
         opt.device = "cpu2";
         opt.n_gpu_layers = m.spec.hp.n_layer + 1;
@@ -156,7 +162,8 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shared, MoeSplit, ::testing::Values("synth-qwen3moe-Q8_0", "synth-mixtral-Q8_0"),
+INSTANTIATE_TEST_SUITE_P(Shared, MoeSplit,
+                         ::testing::Values("synth-qwen3moe-Q8_0", "synth-mixtral-Q8_0", "synth-glm4moe-Q8_0"),
                          [](const auto& info) {
                              std::string n = info.param;
                              for (auto& ch : n) {

@@ -35,7 +35,7 @@ using tandem::testing::random_floats;
 std::vector<float> random_route(int64_t n_expert, int64_t n_used, int64_t n_tokens, uint32_t seed) {
     const auto logits = random_floats(static_cast<size_t>(n_expert * n_tokens), seed, 2.0f);
     std::vector<float> route(static_cast<size_t>(2 * n_used * n_tokens));
-    tc::moe_route(logits.data(), n_expert, n_used, true, route.data(), n_tokens);
+    tc::moe_route(logits.data(), tc::RouteParams{n_expert, n_used}, route.data(), n_tokens);
     return route;
 }
 

@@ -345,7 +345,7 @@ TEST(CudaExperts, MatmulExpertsMatchCpu) {
     for (const int64_t tokens : {int64_t{5}, int64_t{48}}) {
         const auto logits = random_floats(kExperts * tokens, 31, 2.0f);
         std::vector<float> route(2 * kUsed * tokens);
-        tc::moe_route(logits.data(), kExperts, kUsed, true, route.data(), tokens);
+        tc::moe_route(logits.data(), tc::RouteParams{kExperts, kUsed}, route.data(), tokens);
         for (const bool per_slot : {false, true}) {
             SCOPED_TRACE(std::to_string(tokens) + (per_slot ? " tokens, per slot, summed" : " tokens, shared input"));
             const auto x = random_floats((per_slot ? tokens * kUsed : tokens) * kCols, 32);
@@ -460,7 +460,7 @@ INSTANTIATE_TEST_SUITE_P(CudaBackend, EveryNgl,
                          ::testing::Values("tiny-llama-Q4_K_M.gguf", "tiny-llama-F16.gguf", "tiny-llama-Q8_0.gguf",
                                            "tiny-llama-b-Q4_K_M.gguf", "synth-qwen2-Q8_0.gguf", "synth-qwen3-Q8_0.gguf",
                                            "synth-qwen3moe-Q8_0.gguf", "synth-phi3-Q8_0.gguf", "synth-gemma2-Q8_0.gguf",
-                                           "synth-mixtral-Q8_0.gguf"),
+                                           "synth-mixtral-Q8_0.gguf", "synth-glm4moe-Q8_0.gguf"),
                          model_test_name);
 
 // The committed tiny model and a prompt of it.

@@ -403,7 +403,8 @@ void CpuDevice::matmul_experts(std::span<const MatmulOut> outs, Act in, const Ex
 }
 
 void CpuDevice::moe_route(const MoeRouteOp& op, int64_t n) {
-    cpu::moe_route(impl_->buf(Act::Router), op.n_expert, op.n_used, op.normalize, impl_->buf(Act::Route), n);
+    const float* bias = op.bias ? impl_->vector(*op.bias) : nullptr;
+    cpu::moe_route(impl_->buf(Act::Router), route_params(op, bias), impl_->buf(Act::Route), n);
 }
 
 void CpuDevice::add_vector(Act a, const gguf::TensorInfo& b, int64_t len, int64_t rows) {

@@ -4,6 +4,18 @@
 
 namespace tandem {
 
+cpu::RouteParams route_params(const MoeRouteOp& op, const float* bias) {
+    TANDEM_CHECK((op.bias != nullptr) == (bias != nullptr), "moe_route: the choice's bias is not on this device");
+    cpu::RouteParams p;
+    p.n_expert = op.n_expert;
+    p.n_used = op.n_used;
+    p.normalize = op.normalize;
+    p.sigmoid = op.sigmoid;
+    p.selection_bias = bias;
+    p.scale = op.scale;
+    return p;
+}
+
 std::vector<float> tensor_floats(const gguf::File& file, const gguf::TensorInfo& t) {
     std::vector<float> v(static_cast<size_t>(t.n_elements));
     const auto bytes = file.tensor_data(t);

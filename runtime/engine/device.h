@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels_cpu/moe.h"
 #include "runtime/engine/kv_cells.h"
 #include "runtime/common/memory_ledger.h"
 #include "runtime/engine/sequence_state.h"
@@ -80,13 +81,20 @@ struct AttentionOp {
     float softcap = 0.0f;  // scores become softcap * tanh(score / softcap); 0: off
 };
 
-// The router's choice: softmax over the n_expert logits of Router, the
-// n_used largest kept (largest first), their weights renormalized to sum
-// to 1 when normalize.
+// The router's choice from Router: softmax over the n_expert logits, or a
+// sigmoid of each; the n_used largest kept (largest first), chosen after
+// adding `bias` (a weight this device holds; null: none) but weighted
+// without it; the weights divided by their sum when normalize, then times
+// scale (kernels_cpu/moe.h).
 struct MoeRouteOp {
     int64_t n_expert = 0, n_used = 0;
     bool normalize = true;
+    bool sigmoid = false;
+    const gguf::TensorInfo* bias = nullptr;
+    float scale = 1.0f;
 };
+// The kernels' parameters for op, with the bias as the device holds it.
+cpu::RouteParams route_params(const MoeRouteOp& op, const float* bias);
 
 // Products with the experts Route chose. in_per_slot: `in` holds a row per
 // (token, slot) (the experts' hidden rows); else a row per token shared by

@@ -39,9 +39,7 @@ void LayerExecutor::run(int64_t il, const Op& op, const RecipeBatch& b) {
     Device& dev = on(d);
     switch (op.kind) {
         case OpKind::Norm: norm(il, op, d, n); break;
-        case OpKind::Route:
-            dev.moe_route(MoeRouteOp{hp_.n_expert, hp_.n_expert_used, spec_.arch->moe_normalize_weights}, n);
-            break;
+        case OpKind::Route: dev.moe_route(route_op(L, op), n); break;
         case OpKind::Split: dev.copy_cols(op.in, op.src_width, op.col0, op.out[0], op.len, n); break;
         case OpKind::AddBias: dev.add_vector(op.out[0], *L.get(op.weight[0]), op.len, n); break;
         case OpKind::Rope: rope(il, op, d, b); break;
@@ -53,6 +51,17 @@ void LayerExecutor::run(int64_t il, const Op& op, const RecipeBatch& b) {
         case OpKind::Count: TANDEM_CHECK(false, "the executor has no op " + std::string(model::op_name(op.kind)));
     }
     for (const Act a : op.outs()) where_.wrote(a, d);
+}
+
+MoeRouteOp LayerExecutor::route_op(const model::LayerSpec& L, const Op& op) const {
+    MoeRouteOp r;
+    r.n_expert = hp_.n_expert;
+    r.n_used = hp_.n_expert_used;
+    r.normalize = hp_.expert_weights_norm;
+    r.sigmoid = hp_.sigmoid_gating();
+    r.bias = op.weight[0] != model::kNoTensor ? L.get(op.weight[0]) : nullptr;
+    r.scale = static_cast<float>(hp_.expert_weights_scale);
+    return r;
 }
 
 void LayerExecutor::norm(int64_t il, const Op& op, int d, int64_t n) {

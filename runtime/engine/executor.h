@@ -58,6 +58,7 @@ private:
     void matmul(int64_t il, const Op& op, const RecipeBatch& b);
     void rope(int64_t il, const Op& op, int d, const RecipeBatch& b);
     void attention(int64_t il, int d, const RecipeBatch& b);
+    MoeRouteOp route_op(const model::LayerSpec& L, const Op& op) const;
 
     Device& on(int d) { return *devices_[static_cast<size_t>(d)]; }
     // Makes device d hold a's first `rows` rows (tokens) as well.

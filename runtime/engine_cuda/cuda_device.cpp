@@ -225,7 +225,7 @@ public:
                            static_cast<float*>(scratch_), scratch_floats_);
     }
 
-    // The router's few logits read back and routed by the CPU's function
+    // The router's few logits (and the choice's bias) read back and routed by the CPU's function
     // (one implementation of the choice, as llama.cpp reads its expert ids
     // back); the route goes to the device and stays on the host for
     // matmul_experts' grouping.
@@ -238,7 +238,13 @@ public:
         route_host_.resize(static_cast<size_t>(n * 2 * op.n_used));
         TANDEM_CUDA_CHECK(cudaMemcpy(router_host_.data(), buf(Act::Router), router_host_.size() * sizeof(float),
                                      cudaMemcpyDeviceToHost));
-        cpu::moe_route(router_host_.data(), op.n_expert, op.n_used, op.normalize, route_host_.data(), n);
+        if (op.bias) {
+            bias_host_.resize(static_cast<size_t>(op.n_expert));
+            TANDEM_CUDA_CHECK(cudaMemcpy(bias_host_.data(), vector(*op.bias), bias_host_.size() * sizeof(float),
+                                         cudaMemcpyDeviceToHost));
+        }
+        cpu::moe_route(router_host_.data(), route_params(op, op.bias ? bias_host_.data() : nullptr),
+                       route_host_.data(), n);
         uploads().upload(buf(Act::Route), route_host_.data(), route_host_.size() * sizeof(float));
     }
 
@@ -511,6 +517,7 @@ private:
     int64_t scratch_floats_ = 0;
     // Experts: the route's host copy, the grouping made from it, and the
     // device room of matmul_experts (carve_experts).
+    std::vector<float> bias_host_;
     std::vector<float> router_host_, route_host_;
     cpu::ExpertGroups groups_;
     ExpertRows plan_;

@@ -44,6 +44,10 @@ enum class LayerTensor : int {
     FfnGateExps,   // the experts' matrices, one 2-D slice per expert (3-D tensors)
     FfnUpExps,
     FfnDownExps,
+    FfnExpProbsB,  // added to the router's gate values to choose the experts, not to weight them (GLM-4.5, DeepSeek-V3)
+    FfnGateShexp,  // the shared expert every token also runs, beside the routed ones (GLM-4.5, DeepSeek-V3)
+    FfnUpShexp,
+    FfnDownShexp,
     FfnPostNorm,   // RMSNorm of the FFN output before the residual add (Gemma)
     Count,
 };
@@ -58,10 +62,11 @@ enum class GlobalTensor : int {
 };
 inline constexpr int kGlobalTensorCount = static_cast<int>(GlobalTensor::Count);
 
-// Dense and Expert resolve against the file: a model with experts
-// ({arch}.expert_count > 0) has the Expert tensors and not the Dense ones,
-// a model without has the Dense ones (Mixtral is the llama architecture
-// with experts).
+// Dense and Expert resolve against the file, layer by layer: a layer with
+// experts ({arch}.expert_count > 0, past the leading_dense_block_count
+// dense layers) has the Expert tensors and not the Dense ones, a layer
+// without has the Dense ones (Mixtral is the llama architecture with
+// experts).
 enum class Presence : uint8_t { Absent, Optional, Required, Dense, Expert };
 // Dense and Expert for a model with or without experts: Required or Absent;
 // the others stay as they are.
@@ -81,6 +86,7 @@ enum class Dim : uint8_t {
     QkvDim,    // q_dim + k_dim + v_dim (fused Q, K, V)
     FFExp,     // n_ff_exp: one expert's hidden size
     NExpert,   // n_expert
+    FFShexp,   // n_ff_exp * n_expert_shared: the shared experts' hidden size
     Vocab,     // n_vocab
     RopeHalf,  // n_rot / 2
 };
@@ -97,6 +103,9 @@ struct TensorRule {
 const TensorRule& layer_tensor_rule(LayerTensor t);
 const TensorRule& global_tensor_rule(GlobalTensor t);
 std::string layer_tensor_name(int64_t layer, LayerTensor t);  // "blk.3.attn_q.weight", "blk.3.attn_q.bias"
+struct ArchSpec;
+// The name an architecture stores the role under (layer_tensor_name, or its rename).
+std::string layer_tensor_name(int64_t layer, LayerTensor t, const ArchSpec& arch);
 std::string global_tensor_name(GlobalTensor t);                // "token_embd.weight"
 
 // A row names only what differs from Llama's defaults below.
@@ -121,7 +130,10 @@ struct ArchSpec {
     bool scale_query_before_attention = false;
     // Mixture of experts: the router's softmax over all experts, the top
     // expert_used_count kept; their weights renormalized to sum to 1.
+    // ({arch}.expert_weights_norm overrides it.)
     bool moe_normalize_weights = true;
+    // The pre-FFN norm is stored as post_attention_norm (GLM-4.5, gpt-oss).
+    bool ffn_norm_named_post_attention = false;
     std::array<Presence, kLayerTensorCount> layer{};
     //                                            embd, output_norm, output, rope_freqs
     std::array<Presence, kGlobalTensorCount> global{Presence::Required, Presence::Required, Presence::Optional,

@@ -33,6 +33,10 @@ constexpr std::array<TensorRule, kLayerTensorCount> kLayerRules = {{
     {"ffn_gate_exps", Dim::Embd, Dim::FFExp, Dim::NExpert},
     {"ffn_up_exps", Dim::Embd, Dim::FFExp, Dim::NExpert},
     {"ffn_down_exps", Dim::FFExp, Dim::Embd, Dim::NExpert},
+    {"exp_probs_b", Dim::NExpert, Dim::One, Dim::One, true},
+    {"ffn_gate_shexp", Dim::Embd, Dim::FFShexp},
+    {"ffn_up_shexp", Dim::Embd, Dim::FFShexp},
+    {"ffn_down_shexp", Dim::FFShexp, Dim::Embd},
     {"post_ffw_norm", Dim::Embd, Dim::One},
 }};
 
@@ -141,6 +145,25 @@ constexpr std::array kArchs = {
         .rope_style = RopeStyle::Neox,
         .layer = merge({kPlainAttn, kQkNorm, kMoeFfn}),
     },
+    // GLM-4.5 (glm4moe): Qwen2's biases and Qwen3's Q/K norms, NEOX RoPE
+    // over the first rope.dimension_count dims of each head; the leading
+    // dense layers a SwiGLU FFN, the rest sigmoid-gated experts chosen with
+    // exp_probs_b (the file says the gating, the normalization and the
+    // scale) plus a shared expert. The pre-FFN norm is post_attention_norm.
+    // NextN (multi-token prediction) blocks follow the layers; they are not
+    // run.
+    ArchSpec{
+        .name = "glm4moe",
+        .rope_style = RopeStyle::Neox,
+        .ffn_norm_named_post_attention = true,
+        .layer = merge({kPlainAttn, has({{L::AttnQBias, R}, {L::AttnKBias, R}, {L::AttnVBias, R}, {L::AttnQNorm, O},
+                                         {L::AttnKNorm, O}, {L::FfnNorm, R}, {L::FfnGate, Presence::Dense},
+                                         {L::FfnUp, Presence::Dense}, {L::FfnDown, Presence::Dense},
+                                         {L::FfnGateInp, Presence::Expert}, {L::FfnGateExps, Presence::Expert},
+                                         {L::FfnUpExps, Presence::Expert}, {L::FfnDownExps, Presence::Expert},
+                                         {L::FfnExpProbsB, Presence::Expert}, {L::FfnGateShexp, Presence::Expert},
+                                         {L::FfnUpShexp, Presence::Expert}, {L::FfnDownShexp, Presence::Expert}})}),
+    },
     // Phi-3: Q, K and V fused in attn_qkv, gate and up fused in ffn_up,
     // NEOX RoPE, Q scaled before attention.
     ArchSpec{
@@ -176,6 +199,13 @@ const TensorRule& global_tensor_rule(GlobalTensor t) {
 std::string layer_tensor_name(int64_t layer, LayerTensor t) {
     const TensorRule& rule = layer_tensor_rule(t);
     return fmt::format("blk.{}.{}.{}", layer, rule.suffix, rule.bias ? "bias" : "weight");
+}
+
+std::string layer_tensor_name(int64_t layer, LayerTensor t, const ArchSpec& arch) {
+    if (t == LayerTensor::FfnNorm && arch.ffn_norm_named_post_attention) {
+        return layer_tensor_name(layer, LayerTensor::AttnPostNorm);
+    }
+    return layer_tensor_name(layer, t);
 }
 
 std::string global_tensor_name(GlobalTensor t) { return fmt::format("{}.weight", global_tensor_rule(t).suffix); }

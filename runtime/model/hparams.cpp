@@ -38,6 +38,10 @@ constexpr std::array kIntKeys = {
     IntKey{"expert_count", &HParams::n_expert, false},
     IntKey{"expert_used_count", &HParams::n_expert_used, false},
     IntKey{"expert_feed_forward_length", &HParams::n_ff_exp, false},
+    IntKey{"expert_shared_count", &HParams::n_expert_shared, false},
+    IntKey{"leading_dense_block_count", &HParams::n_layer_dense_lead, false},
+    IntKey{"nextn_predict_layers", &HParams::n_nextn, false},
+    IntKey{"expert_gating_func", &HParams::expert_gating, false},
 };
 
 constexpr std::array kFloatKeys = {
@@ -46,6 +50,7 @@ constexpr std::array kFloatKeys = {
     FloatKey{"attention.layer_norm_rms_epsilon", &HParams::rms_eps, false},
     FloatKey{"final_logit_softcapping", &HParams::final_logit_softcap, false},
     FloatKey{"attn_logit_softcapping", &HParams::attn_logit_softcap, false},
+    FloatKey{"expert_weights_scale", &HParams::expert_weights_scale, false},
 };
 
 
@@ -71,6 +76,7 @@ int64_t dim_value(const HParams& hp, Dim d) {
         case Dim::QkvDim: return hp.qkv_dim();
         case Dim::FFExp: return hp.n_ff_exp;
         case Dim::NExpert: return hp.n_expert;
+        case Dim::FFShexp: return hp.n_ff_shexp();
         case Dim::Vocab: return hp.n_vocab;
         case Dim::RopeHalf: return hp.n_rot / 2;
     }
@@ -123,11 +129,22 @@ HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
         hp.rope_base_swa = arch.default_rope_base_swa > 0.0 ? arch.default_rope_base_swa : hp.rope_base;
     }
     require_range(prefix + "block_count", hp.n_layer, 1, kMaxLayers);
+    // NextN blocks come after the layers the forward pass runs.
+    require_range(prefix + "nextn_predict_layers", hp.n_nextn, 0, hp.n_layer - 1);
+    hp.n_layer -= hp.n_nextn;
+    hp.expert_weights_norm = file.find_bool(prefix + "expert_weights_norm").value_or(arch.moe_normalize_weights);
     if (hp.n_expert > 0) {
         require_range(prefix + "expert_count", hp.n_expert, 1, 4096);
         require_range(prefix + "expert_used_count", hp.n_expert_used, 1, hp.n_expert);
         if (hp.n_ff_exp == 0) hp.n_ff_exp = hp.n_ff;
         require_range(prefix + "expert_feed_forward_length", hp.n_ff_exp, 1, kMaxDim);
+        require_range(prefix + "expert_shared_count", hp.n_expert_shared, 0, 64);
+        require_range(prefix + "leading_dense_block_count", hp.n_layer_dense_lead, 0, hp.n_layer);
+        require_range(prefix + "expert_gating_func", hp.expert_gating, 0, 2);
+        if (!(hp.expert_weights_scale > 0.0 && hp.expert_weights_scale < 1e6)) {
+            throw Error(fmt::format("model: {}expert_weights_scale: expected a positive value, found {}", prefix,
+                                    hp.expert_weights_scale));
+        }
     }
     for (const auto& [key, cap] : {std::pair{"final_logit_softcapping", hp.final_logit_softcap},
                                    std::pair{"attn_logit_softcapping", hp.attn_logit_softcap}}) {

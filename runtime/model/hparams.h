@@ -3,6 +3,7 @@
 // hostile or inconsistent file into an Error before anything is allocated.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -43,6 +44,15 @@ struct HParams {
     int64_t n_expert = 0;
     int64_t n_expert_used = 0;
     int64_t n_ff_exp = 0;  // one expert's hidden size (n_ff when the file does not say)
+    int64_t n_expert_shared = 0;     // shared experts every token runs (their hidden size n_ff_exp each)
+    int64_t n_layer_dense_lead = 0;  // the first layers have a dense FFN instead of experts
+    int64_t n_nextn = 0;             // NextN blocks stored after the n_layer layers, not run
+    // The router: expert_gating_func 2 is a sigmoid of each logit (else a
+    // softmax over all); the kept weights divided by their sum when
+    // expert_weights_norm, then multiplied by expert_weights_scale.
+    int64_t expert_gating = 0;
+    bool expert_weights_norm = true;
+    double expert_weights_scale = 1.0;
     // Widest fused product (Q|K|V or gate|up) the architecture has; 0: none.
     // Set by load_model_spec, which knows the tensors.
     int64_t fused_width = 0;
@@ -55,7 +65,13 @@ struct HParams {
     int64_t qkv_dim() const { return q_dim() + k_dim() + v_dim(); }
     // The FFN's hidden activations of one token: n_ff, or every used
     // expert's hidden rows side by side.
-    int64_t ffn_width() const { return n_expert > 0 ? n_expert_used * n_ff_exp : n_ff; }
+    int64_t ffn_width() const {
+        const int64_t experts = n_expert > 0 ? std::max(n_expert_used * n_ff_exp, n_ff_shexp()) : 0;
+        return n_expert == 0 || n_layer_dense_lead > 0 ? std::max(n_ff, experts) : experts;
+    }
+    int64_t n_ff_shexp() const { return n_ff_exp * n_expert_shared; }
+    bool layer_has_experts(int64_t il) const { return n_expert > 0 && il >= n_layer_dense_lead; }
+    bool sigmoid_gating() const { return expert_gating == 2; }
 };
 
 // Reads and validates. n_vocab comes from the token embedding's shape when

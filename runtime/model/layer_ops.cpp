@@ -74,14 +74,17 @@ public:
         LayerOp op = make(OpKind::Attention, Act::Q, {Act::Attn}, kWithCache);
         push(op);
     }
+    // Where its bias is (the choice needs it), else with the gate experts.
     void route() {
-        LayerOp op = make(OpKind::Route, Act::Router, {Act::Route}, T::FfnGateExps);
+        const T bias = has(T::FfnExpProbsB) ? T::FfnExpProbsB : kNoTensor;
+        LayerOp op = make(OpKind::Route, Act::Router, {Act::Route}, bias != kNoTensor ? bias : T::FfnGateExps);
+        op.weight[0] = bias;
         op.len = hp_.n_expert;
         push(op);
     }
     void glu(int64_t len, int64_t rows) { push(row_op(OpKind::Glu, Act::Up, Act::Gate, len, rows)); }
     // y += x: where x was written.
-    void residual(Act y, Act x) {
+    void add(Act y, Act x) {
         LayerOp op = row_op(OpKind::Add, x, y, hp_.n_embd, 1);
         push(op);
     }
@@ -157,21 +160,29 @@ std::vector<LayerOp> layer_ops(const ModelSpec& spec, int64_t il) {
     r.attention();
     r.matmul({T::AttnOutput}, {Act::Cur}, Act::Attn);
     r.norm_if(T::AttnPostNorm, Act::Cur, Act::Cur, E);
-    r.residual(Act::X, Act::Cur);
+    r.add(Act::X, Act::Cur);
 
     // FFN block: x += post_norm(down(act(gate) * up)), or the same summed
     // over the experts the router chose, weighted.
     r.norm(T::FfnNorm, Act::X, Act::Cur, E);
     if (L.has_experts()) {
-        // The router's logits where the router is, the choice where the
-        // gate experts are, then each product on its weight's device; the
-        // activation row by row per (token, slot), as llama.cpp applies it
-        // to each expert's rows.
+        // The shared expert first, while Cur holds the FFN's input.
+        const bool shared = r.has(T::FfnGateShexp);
+        if (shared) {
+            r.matmul({T::FfnGateShexp, T::FfnUpShexp}, {Act::Gate, Act::Up}, Act::Cur);
+            r.glu(hp.n_ff_shexp(), 1);
+            r.matmul({T::FfnDownShexp}, {Act::Shared}, Act::Gate);
+        }
+        // The router's logits where the router is, the choice where its
+        // bias or the gate experts are, then each product on its weight's
+        // device; the activation row by row per (token, slot), as llama.cpp
+        // applies it to each expert's rows.
         r.matmul({T::FfnGateInp}, {Act::Router}, Act::Cur);
         r.route();
         r.matmul_experts({T::FfnGateExps, T::FfnUpExps}, {Act::Gate, Act::Up}, Act::Cur, false, false);
         r.glu(hp.n_ff_exp, hp.n_expert_used);
         r.matmul_experts({T::FfnDownExps}, {Act::Cur}, Act::Gate, true, true);
+        if (shared) r.add(Act::Cur, Act::Shared);
     } else {
         if (r.has(T::FfnGateUp)) {
             r.matmul({T::FfnGateUp}, {Act::Fused}, Act::Cur);
@@ -183,7 +194,7 @@ std::vector<LayerOp> layer_ops(const ModelSpec& spec, int64_t il) {
         r.matmul({T::FfnDown}, {Act::Cur}, Act::Gate);
     }
     r.norm_if(T::FfnPostNorm, Act::Cur, Act::Cur, E);
-    r.residual(Act::X, Act::Cur);
+    r.add(Act::X, Act::Cur);
     return r.take();
 }
 
@@ -211,8 +222,8 @@ std::span<const Act> LayerOp::inputs(std::array<Act, 3>& room) const {
 
 // ---- buffers -------------------------------------------------------------------
 std::string_view act_name(Act a) {
-    static constexpr std::string_view names[] = {"x",     "cur",  "q",      "k",     "v",     "attn",
-                                                 "gate",  "up",   "fused",  "router", "route", "logits"};
+    static constexpr std::string_view names[] = {"x",     "cur", "q",     "k",      "v",      "attn",  "gate",
+                                                 "up",    "fused", "router", "route", "shared", "logits"};
     static_assert(std::size(names) == static_cast<size_t>(kActCount));
     return names[static_cast<size_t>(a)];
 }
@@ -231,8 +242,9 @@ WorkspaceWidths workspace_widths(const HParams& hp) {
     set(Act::Fused, hp.fused_width);
     set(Act::Router, hp.n_expert);
     set(Act::Route, 2 * hp.n_expert_used);
+    set(Act::Shared, hp.n_expert_shared > 0 ? hp.n_embd : 0);
     set(Act::Logits, hp.n_vocab);
-    w.matmul_input = std::max({hp.n_embd, hp.out_dim(), hp.n_ff, hp.n_ff_exp});
+    w.matmul_input = std::max({hp.n_embd, hp.out_dim(), hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp()});
     if (hp.n_expert > 0) {
         // Per (token, slot) an input of n_embd and a product of n_ff_exp,
         // or the other way round; the index lists are 2 * n_used int32s,

@@ -33,8 +33,9 @@ struct LayerSpec;
 // Fused: the output of a fused product (Q|K|V, gate|up) before it is split.
 // Router: one logit per expert. Route: per token, the chosen experts and
 // their weights, (expert id, weight) pairs as floats. With experts, Gate
-// and Up hold each used expert's hidden rows side by side.
-enum class Act : int { X, Cur, Q, K, V, Attn, Gate, Up, Fused, Router, Route, Logits, Count };
+// and Up hold each used expert's hidden rows side by side. Shared: the
+// shared experts' output, added to the routed experts' sum.
+enum class Act : int { X, Cur, Q, K, V, Attn, Gate, Up, Fused, Router, Route, Shared, Logits, Count };
 inline constexpr int kActCount = static_cast<int>(Act::Count);
 std::string_view act_name(Act a);
 
@@ -60,7 +61,7 @@ enum class OpKind : uint8_t {
     Norm,          // out = RMSNorm(in) * weight over `rows` rows of len per token (in may be out)
     Matmul,        // out[i] = in x weight[i], one call per device for products of one input
     ExpertMatmul,  // the same with the experts Route chose (in_per_slot, sum_slots)
-    Route,         // Route = the router's choice from Router (MoeRoute in the device)
+    Route,         // Route = the router's choice from Router (weight: the choice's bias, if any)
     Split,         // out = columns [col0, col0 + len) of in's rows of src_width floats
     AddBias,       // out's rows of len += weight
     Rope,          // out's `rows` heads of len rotated by the token's position
@@ -73,12 +74,14 @@ std::string_view op_name(OpKind k);
 
 // `at` for an op that runs with the layer's K/V cache.
 inline constexpr LayerTensor kWithCache = LayerTensor::Count;
+// A weight slot an op leaves empty.
+inline constexpr LayerTensor kNoTensor = LayerTensor::Count;
 
 struct LayerOp {
     OpKind kind = OpKind::Norm;
     Act in = Act::Cur;
     std::array<Act, 3> out{};
-    std::array<LayerTensor, 3> weight{};  // the products' weights (one per out); Norm/AddBias: [0]
+    std::array<LayerTensor, 3> weight{kNoTensor, kNoTensor, kNoTensor};  // products: one per out; Norm, AddBias, Route: [0]
     int n_out = 1;
     LayerTensor at = kWithCache;  // the tensor whose device runs the op (products: each weight's)
     int64_t len = 0;              // floats of a row the op passes over

@@ -38,8 +38,8 @@ void check_shape(const gguf::TensorInfo& t, const TensorRule& rule, const HParam
 }
 
 const gguf::TensorInfo* bind(const gguf::File& file, const std::string& name, Presence presence,
-                             const TensorRule& rule, const HParams& hp, const ArchSpec& arch) {
-    presence = resolve_presence(presence, hp.n_expert > 0);
+                             const TensorRule& rule, const HParams& hp, const ArchSpec& arch, bool has_experts) {
+    presence = resolve_presence(presence, has_experts);
     if (presence == Presence::Absent) return nullptr;
     const gguf::TensorInfo* t = file.find_tensor(name);
     if (!t) {
@@ -83,7 +83,7 @@ ModelSpec load_model_spec(const gguf::File& file) {
     for (int g = 0; g < kGlobalTensorCount; ++g) {
         const auto role = static_cast<GlobalTensor>(g);
         spec.globals[static_cast<size_t>(g)] =
-            bind(file, global_tensor_name(role), arch->global[g], global_tensor_rule(role), hp, *arch);
+            bind(file, global_tensor_name(role), arch->global[g], global_tensor_rule(role), hp, *arch, hp.n_expert > 0);
     }
     // Expert tensors in a file whose header says no experts: say that, not
     // which dense tensor is then missing.
@@ -103,8 +103,8 @@ ModelSpec load_model_spec(const gguf::File& file) {
         LayerSpec& layer = spec.layers[static_cast<size_t>(il)];
         for (int r = 0; r < kLayerTensorCount; ++r) {
             const auto role = static_cast<LayerTensor>(r);
-            layer.tensors[static_cast<size_t>(r)] =
-                bind(file, layer_tensor_name(il, role), arch->layer[r], layer_tensor_rule(role), hp, *arch);
+            layer.tensors[static_cast<size_t>(r)] = bind(file, layer_tensor_name(il, role, *arch), arch->layer[r],
+                                                         layer_tensor_rule(role), hp, *arch, hp.layer_has_experts(il));
         }
         // The last layer of each period is global; the others slide.
         layer.sliding_window = arch->swa_period > 0 && (il + 1) % arch->swa_period != 0;

@@ -1,0 +1,54 @@
+// The router's choice (kernels_cpu/moe.h), against its definition worked
+// out by hand: softmax or sigmoid gate values, a bias that changes which
+// experts are chosen but not their weights, normalization and the scale.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels_cpu/moe.h"
+
+namespace {
+
+using tandem::cpu::moe_route;
+using tandem::cpu::RouteParams;
+
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+TEST(MoeRoute, SoftmaxKeepsTheLargestAndRenormalizes) {
+    const std::vector<float> logits = {0.0f, 2.0f, 1.0f, -1.0f};
+    std::vector<float> route(4);
+    moe_route(logits.data(), RouteParams{4, 2}, route.data(), 1);
+    EXPECT_EQ(route[0], 1.0f);  // expert 1 first, then 2
+    EXPECT_EQ(route[2], 2.0f);
+    // Renormalized over the two kept: e^2 / (e^2 + e^1) and e^1 / (e^2 + e^1).
+    EXPECT_NEAR(route[1], std::exp(2.0) / (std::exp(2.0) + std::exp(1.0)), 1e-6);
+    EXPECT_NEAR(route[3], std::exp(1.0) / (std::exp(2.0) + std::exp(1.0)), 1e-6);
+}
+
+TEST(MoeRoute, SigmoidWithBiasChoosesByTheBiasAndWeighsWithout) {
+    const std::vector<float> logits = {0.5f, 2.0f, 1.0f, -1.0f, /* token 2 */ 3.0f, 0.0f, 0.0f, 0.0f};
+    // Expert 3's bias lifts it above the others in the choice only.
+    const std::vector<float> bias = {0.0f, 0.0f, 0.0f, 5.0f};
+    RouteParams p{4, 2};
+    p.sigmoid = true;
+    p.selection_bias = bias.data();
+    p.scale = 2.5f;
+    std::vector<float> route(8);
+    moe_route(logits.data(), p, route.data(), 2);
+    const float s3 = sigmoid(-1.0f), s1 = sigmoid(2.0f);
+    EXPECT_EQ(route[0], 3.0f);  // chosen by the bias
+    EXPECT_EQ(route[2], 1.0f);
+    EXPECT_NEAR(route[1], s3 / (s3 + s1) * 2.5f, 1e-6);  // weighted by the sigmoid alone
+    EXPECT_NEAR(route[3], s1 / (s3 + s1) * 2.5f, 1e-6);
+    // Token 2: expert 3 again by its bias, then expert 0.
+    EXPECT_EQ(route[4], 3.0f);
+    EXPECT_EQ(route[6], 0.0f);
+    // Without normalization the weights are the scaled sigmoids.
+    p.normalize = false;
+    moe_route(logits.data(), p, route.data(), 1);
+    EXPECT_NEAR(route[1], s3 * 2.5f, 1e-6);
+    EXPECT_NEAR(route[3], s1 * 2.5f, 1e-6);
+}
+
+}  // namespace
