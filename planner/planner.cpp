@@ -65,8 +65,14 @@ struct SplitModes {
     Mode lo, hi;
 };
 
+// (b) moves what its -ot rule (ffn_override) matches: the FFN roles stored
+// under their own names (not glm4moe's pre-FFN norm, post_attention_norm).
 SplitModes split_modes(const model::ModelSpec& spec, const Tables& t, Candidate c) {
-    const auto moved = c == Candidate::Ffn ? detail::is_ffn_role : detail::is_expert_role;
+    const model::ArchSpec& arch = *spec.arch;
+    const auto moved = [c, &arch](LayerTensor r) {
+        if (c == Candidate::Experts) return detail::is_expert_role(r);
+        return detail::is_ffn_role(r) && model::layer_tensor_name(0, r, arch) == model::layer_tensor_name(0, r);
+    };
     return {c,
             detail::make_mode(spec, t,
                               [moved](int64_t, LayerTensor r) { return moved(r) ? kHostDevice : kAccelDevice; }),

@@ -89,7 +89,7 @@ tandem::SessionOptions session_for(const Option& o, const PlanInputs& in) {
 bool moved_by(Candidate c, const std::string& name) {
     const std::string role = name.substr(name.find('.', 4) + 1);
     if (c == Candidate::Experts) return role.find("_exps.") != std::string::npos;
-    return role.rfind("ffn_", 0) == 0 || role.rfind("post_ffw_norm", 0) == 0;
+    return role.rfind("ffn_", 0) == 0 || role.rfind("post_ffw_norm", 0) == 0 || role.rfind("exp_probs_b", 0) == 0;
 }
 
 // Where the session put every layer tensor, against what the option says.

@@ -1,7 +1,7 @@
 // What a device does for the layer executor (runtime/engine/executor.h): it
 // holds the tensors placed on it, the K/V caches of the layers placed on
 // it and one micro-batch of named activation buffers, and it runs ops on
-// them. A device knows no layer and no architecture: the recipe says which
+// them. A device knows no layer and no architecture: the op list says which
 // op runs, on which weight, from which buffer into which. Every byte it
 // allocates is reserved in its ledger first.
 //

@@ -2,7 +2,7 @@
 // layer's forward pass as a list of op records, once per model, from the
 // architecture row and the tensors the file has. Three readers walk the
 // same list:
-//   - the engine's executor (runtime/engine/recipe.h) runs each op on the
+//   - the engine's executor (runtime/engine/executor.h) runs each op on the
 //     device of its tensor, moving activations between devices;
 //   - the planner (planner/layout.cpp) counts each op's products, row
 //     passes and activation crossings, and prices them;
