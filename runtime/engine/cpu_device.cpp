@@ -183,18 +183,18 @@ void CpuDevice::load_vector(const gguf::TensorInfo& t) {
     impl_->vectors[&t] = impl_->floats(t);
 }
 
-void CpuDevice::load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) {
+void CpuDevice::load_kv(int64_t il, KvCells& cells) {
     const auto& hp = impl_->hp;
     const quant::Type type = model::cache_quant_type(impl_->config.cache_type);
     const uint64_t bytes =
-        model::kv_bytes_for_cells(impl_->spec, n_cells, impl_->config.n_ubatch, impl_->config.cache_type);
+        model::kv_bytes_for_cells(impl_->spec, cells.n_cells(), impl_->config.n_ubatch, impl_->config.cache_type);
     impl_->reserve(MemoryCategory::KvCache, bytes, fmt::format("the KV cache of layer {}", il));
     // fp16 rows through the SIMD conversion, whose bytes are the
     // reference's (Matmul's activation quantizer test); other cache types
     // keep the reference (Q8_0's activation quantizer rounds otherwise).
     const quant::QuantizeRowFn write_row =
         type == quant::Type::F16 ? cpu::detail::activation_quantizer(type, impl_->level) : nullptr;
-    impl_->kv.try_emplace(il, type, n_cells, hp.k_dim(), hp.v_dim(), ring_span, n_regions, write_row);
+    impl_->kv.try_emplace(il, type, cells, hp.k_dim(), hp.v_dim(), write_row);
 }
 
 void CpuDevice::allocate_workspace(bool with_logits) {
@@ -449,29 +449,11 @@ void CpuDevice::add(Act y, Act x, int64_t len, int64_t rows) {
 void CpuDevice::scale(Act a, int64_t n_floats, float s) { cpu::scale(impl_->buf(a), n_floats, s); }
 void CpuDevice::softcap(Act a, int64_t n_floats, float cap) { cpu::softcap(impl_->buf(a), n_floats, cap); }
 
-void CpuDevice::kv_remove(int32_t seq, int32_t p0, int32_t p1) {
-    for (auto& [il, c] : impl_->kv) c.remove(seq, p0, p1);
-}
-
-void CpuDevice::kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
-    for (auto& [il, c] : impl_->kv) c.copy_seq(src, dst, p0, p1);
-}
-
-void CpuDevice::kv_clear() {
-    for (auto& [il, c] : impl_->kv) c.clear();
-}
-
 uint64_t CpuDevice::kv_bytes() const {
     uint64_t total = 0;
     for (const auto& [il, c] : impl_->kv) total += c.bytes();
     return total;
 }
-
-int32_t CpuDevice::kv_pos_max(int32_t seq) const {
-    return impl_->kv.empty() ? -1 : impl_->kv.begin()->second.cells().seq_pos_max(seq);
-}
-
-const KvCells& CpuDevice::kv_cells(int64_t il) const { return impl_->cache(il).cells(); }
 
 KvSeqRows CpuDevice::kv_read_seq(int64_t il, int32_t seq) const { return impl_->cache(il).read_seq(seq); }
 

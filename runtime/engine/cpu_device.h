@@ -34,7 +34,7 @@ public:
 
     void load_matrix(const gguf::TensorInfo& t) override;
     void load_vector(const gguf::TensorInfo& t) override;
-    void load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) override;
+    void load_kv(int64_t il, KvCells& cells) override;
     void allocate_workspace(bool with_logits) override;
 
     void write_act(Act a, const float* host, int64_t n_floats) override;
@@ -56,13 +56,8 @@ public:
     void scale(Act a, int64_t n_floats, float s) override;
     void softcap(Act a, int64_t n_floats, float cap) override;
 
-    void kv_remove(int32_t seq, int32_t p0, int32_t p1) override;
-    void kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) override;
-    void kv_clear() override;
     void set_single_token_order(bool on) override;
     uint64_t kv_bytes() const override;
-    int32_t kv_pos_max(int32_t seq) const override;
-    const KvCells& kv_cells(int64_t il) const override;
     KvSeqRows kv_read_seq(int64_t il, int32_t seq) const override;
     void kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) override;
 

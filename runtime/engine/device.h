@@ -1,9 +1,12 @@
-// What a device does for the layer executor (runtime/engine/executor.h): it
-// holds the tensors placed on it, the K/V caches of the layers placed on
-// it and one micro-batch of named activation buffers, and it runs ops on
-// them. A device knows no layer and no architecture: the op list says which
-// op runs, on which weight, from which buffer into which. Every byte it
-// allocates is reserved in its ledger first.
+// What a device does for the session and the layer executor
+// (runtime/engine/executor.h), in three interfaces: it stores the tensors
+// placed on it and one micro-batch of named activation buffers
+// (DeviceStorage), holds the K/V rows of the layers placed on it (DeviceKv;
+// the cells' bookkeeping is the engine's), and runs ops on them
+// (DeviceOps). A device knows no layer
+// and no architecture: the op list says which op runs, on which weight,
+// from which buffer into which. Every byte it allocates is reserved in its
+// ledger first.
 //
 // Implementations: CpuDevice (the host, cpu_device.h), StandInDevice (the
 // "cpu2" stand-in accelerator, which owns uploaded copies and has a
@@ -112,9 +115,12 @@ struct MatmulOut {
     Act out = Act::Cur;
 };
 
-class Device {
+// What a device stores: the weights placed on it, its K/V caches' rows and
+// one micro-batch of activation buffers, each reserved in its ledger
+// before it is allocated. The session loads through this half.
+class DeviceStorage {
 public:
-    virtual ~Device() = default;
+    virtual ~DeviceStorage() = default;
 
     virtual const std::string& name() const = 0;
     virtual bool is_accelerator() const = 0;
@@ -133,14 +139,46 @@ public:
     virtual void load_matrix(const gguf::TensorInfo& t) = 0;
     // A norm vector, kept as floats whatever the file stored.
     virtual void load_vector(const gguf::TensorInfo& t) = 0;
-    // Layer il's K/V cache of n_cells cells; ring_span > 0: a sliding-window
-    // ring in which a sequence keeps its last ring_span positions.
-    // n_regions > 1: the cells split into one part per sequence (KvCells).
-    virtual void load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) = 0;
+    // Layer il's K/V rows, one per cell of `cells`: the engine's
+    // bookkeeping of the layer's cache (which position and sequences each
+    // cell holds), which the session owns and changes (forgetting and
+    // sharing positions); the device places the positions it stores in it
+    // and reads it to attend. It must outlive the device.
+    virtual void load_kv(int64_t il, KvCells& cells) = 0;
     // The activation buffers of one micro-batch (Logits only with_logits).
     virtual void allocate_workspace(bool with_logits) = 0;
     // Returns once every upload started so far has landed.
     virtual void finish_loading() {}
+
+    // An accelerator that can multiply matrices it does not hold reserves
+    // what streaming layers [first_layer, n_layer) costs it
+    // (model::stream_bytes) and returns the stream, owned by the device;
+    // nullptr when it cannot stream. Throws OutOfDeviceMemory (then nothing
+    // stays reserved).
+    virtual WeightStream* enable_weight_stream(int64_t /*first_layer*/) { return nullptr; }
+};
+
+// The K/V rows a device holds, per layer (the cells are the engine's, see
+// load_kv): what saving and restoring a sequence copies.
+class DeviceKv {
+public:
+    virtual ~DeviceKv() = default;
+    virtual uint64_t kv_bytes() const = 0;
+    // Sequence seq's cells of layer il: positions, cells and the K and V
+    // rows as stored (copied to the host).
+    virtual KvSeqRows kv_read_seq(int64_t il, int32_t seq) const = 0;
+    // Replaces seq's cells of layer il with `rows` (copied to the device),
+    // in the cells KvCells::restore_seq chooses. Throws Error for rows of
+    // another size or too few free cells (seq then holds none in il).
+    virtual void kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) = 0;
+};
+
+// What a device runs: activations in and out through host floats, and the
+// ops over its buffers and the weights it holds. The executor
+// (executor.h) sees a device only through this half.
+class DeviceOps {
+public:
+    virtual ~DeviceOps() = default;
 
     // ---- activations, through host floats: the first n_floats of buffer a.
     virtual void write_act(Act a, const float* host, int64_t n_floats) = 0;
@@ -186,35 +224,10 @@ public:
     // (Session::eval_batch_single_order); devices without batch-dependent
     // orders ignore it.
     virtual void set_single_token_order(bool /*on*/) {}
-
-    // ---- the K/V caches this device holds
-    // Removes sequence seq's positions [p0, p1) (p1 < 0: to the end; seq < 0: every sequence).
-    virtual void kv_remove(int32_t seq, int32_t p0, int32_t p1) = 0;
-    // Sequence dst also sees src's cells of positions [p0, p1).
-    virtual void kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) = 0;
-    virtual void kv_clear() = 0;
-    virtual uint64_t kv_bytes() const = 0;
-    // The largest position sequence seq holds in this device's caches (every
-    // cache holds the same positions, so the first one answers); -1 when it
-    // holds none or the device has no cache.
-    virtual int32_t kv_pos_max(int32_t seq) const = 0;
-    // Layer il's cell bookkeeping (which positions each sequence holds);
-    // throws Error when the layer's cache is not on this device.
-    virtual const KvCells& kv_cells(int64_t il) const = 0;
-    // Sequence seq's cells of layer il: positions, cells and the K and V
-    // rows as stored (copied to the host).
-    virtual KvSeqRows kv_read_seq(int64_t il, int32_t seq) const = 0;
-    // Replaces seq's cells of layer il with `rows` (copied to the device),
-    // in the cells KvCells::restore_seq chooses. Throws Error for rows of
-    // another size or too few free cells (seq then holds none in il).
-    virtual void kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) = 0;
-
-    // An accelerator that can multiply matrices it does not hold reserves
-    // what streaming layers [first_layer, n_layer) costs it
-    // (model::stream_bytes) and returns the stream, owned by the device;
-    // nullptr when it cannot stream. Throws OutOfDeviceMemory (then nothing
-    // stays reserved).
-    virtual WeightStream* enable_weight_stream(int64_t /*first_layer*/) { return nullptr; }
 };
+
+// A device is the three: CpuDevice, StandInDevice and the CUDA device
+// implement them together.
+class Device : public DeviceStorage, public DeviceKv, public DeviceOps {};
 
 }  // namespace tandem

@@ -9,7 +9,7 @@ namespace tandem {
 using model::LayerTensor;
 using model::OpKind;
 
-LayerExecutor::LayerExecutor(const model::ModelSpec& spec, const Placement& placement, std::vector<Device*> devices)
+LayerExecutor::LayerExecutor(const model::ModelSpec& spec, const Placement& placement, std::vector<DeviceOps*> devices)
     : spec_(spec), hp_(spec.hp), placement_(placement), devices_(std::move(devices)),
       widths_(model::workspace_widths(spec.hp)) {
     TANDEM_CHECK(!devices_.empty() && devices_[kHostDevice]->host_act(Act::X), "the executor needs the host first");
@@ -36,7 +36,7 @@ void LayerExecutor::run(int64_t il, const Op& op, const RecipeBatch& b) {
     const int64_t n = b.n;
     std::array<Act, 3> room;
     for (const Act a : op.inputs(room)) need(a, d, n);
-    Device& dev = on(d);
+    DeviceOps& dev = on(d);
     switch (op.kind) {
         case OpKind::Norm: norm(il, op, d, n); break;
         case OpKind::Route: dev.moe_route(route_op(L, op), n); break;
@@ -88,7 +88,7 @@ void LayerExecutor::matmul(int64_t il, const Op& op, const RecipeBatch& b) {
         if (op.kind == OpKind::ExpertMatmul) {
             on(d).matmul_experts(products, op.in, ExpertOp{hp_.n_expert_used, op.in_per_slot, op.sum_slots}, b.n);
         } else if (d == kHostDevice && b.stream && il >= b.stream_first && model::is_streamed(roles[0])) {
-            Device& host = on(kHostDevice);
+            DeviceOps& host = on(kHostDevice);
             for (size_t i = 0; i < roles.size(); ++i) {
                 if (placement_.of(L.get(roles[i])) != d) continue;
                 b.stream->matmul(il, roles[i], host.host_act(op.in), b.n, host.host_act(outs[i]));

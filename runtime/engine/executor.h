@@ -35,7 +35,7 @@ class LayerExecutor {
 public:
     // devices[d] runs what the placement puts on device d; all must outlive
     // the executor. devices[kHostDevice] must keep its buffers in host memory.
-    LayerExecutor(const model::ModelSpec& spec, const Placement& placement, std::vector<Device*> devices);
+    LayerExecutor(const model::ModelSpec& spec, const Placement& placement, std::vector<DeviceOps*> devices);
 
     // The hidden state X has just been written on `device` (the embedding).
     void x_written_on(int device);
@@ -60,14 +60,14 @@ private:
     void attention(int64_t il, int d, const RecipeBatch& b);
     MoeRouteOp route_op(const model::LayerSpec& L, const Op& op) const;
 
-    Device& on(int d) { return *devices_[static_cast<size_t>(d)]; }
+    DeviceOps& on(int d) { return *devices_[static_cast<size_t>(d)]; }
     // Makes device d hold a's first `rows` rows (tokens) as well.
     void need(Act a, int d, int64_t rows);
 
     const model::ModelSpec& spec_;
     const model::HParams& hp_;
     const Placement& placement_;
-    std::vector<Device*> devices_;
+    std::vector<DeviceOps*> devices_;
     model::WorkspaceWidths widths_;
     model::Residency where_{kHostDevice};
     std::vector<float> staging_;  // host floats of a move between two devices

@@ -20,16 +20,25 @@ uint64_t row_bytes_of(quant::Type type, int64_t dim) {
 
 LayerKvCache::LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span,
                            int64_t n_regions, quant::QuantizeRowFn write_row)
+    : LayerKvCache(type, std::make_unique<KvCells>(n_cells, ring_span, n_regions), nullptr, k_dim, v_dim, write_row) {}
+
+LayerKvCache::LayerKvCache(quant::Type type, KvCells& cells, int64_t k_dim, int64_t v_dim,
+                           quant::QuantizeRowFn write_row)
+    : LayerKvCache(type, nullptr, &cells, k_dim, v_dim, write_row) {}
+
+LayerKvCache::LayerKvCache(quant::Type type, std::unique_ptr<KvCells> owned, KvCells* cells, int64_t k_dim,
+                           int64_t v_dim, quant::QuantizeRowFn write_row)
     : type_(type),
       write_row_(write_row != nullptr ? write_row : quant::traits(type).quantize_row),
       k_dim_(k_dim),
       v_dim_(v_dim),
       k_row_bytes_(row_bytes_of(type, k_dim)),
       v_row_bytes_(row_bytes_of(type, v_dim)),
-      cells_(n_cells, ring_span, n_regions) {
+      owned_(std::move(owned)),
+      cells_(owned_ ? owned_.get() : cells) {
     TANDEM_CHECK(write_row_ != nullptr, "KV cache: the cache type has no row conversion");
-    k_.resize(static_cast<size_t>(n_cells) * k_row_bytes_);
-    v_.resize(static_cast<size_t>(n_cells) * v_row_bytes_);
+    k_.resize(static_cast<size_t>(cells_->n_cells()) * k_row_bytes_);
+    v_.resize(static_cast<size_t>(cells_->n_cells()) * v_row_bytes_);
 }
 
 void LayerKvCache::write_rows(int64_t cell, const float* k_row, const float* v_row) {
@@ -38,23 +47,23 @@ void LayerKvCache::write_rows(int64_t cell, const float* k_row, const float* v_r
 }
 
 void LayerKvCache::store(int32_t pos, const float* k_row, const float* v_row) {
-    write_rows(cells_.place_single(pos), k_row, v_row);
+    write_rows(cells_->place_single(pos), k_row, v_row);
 }
 
 void LayerKvCache::store(int32_t seq, int32_t pos, const float* k_row, const float* v_row) {
-    write_rows(cells_.place(seq, pos), k_row, v_row);
+    write_rows(cells_->place(seq, pos), k_row, v_row);
 }
 
 KvSeqRows LayerKvCache::read_seq(int32_t seq) const {
     KvSeqRows r;
     r.k_row_bytes = static_cast<uint32_t>(k_row_bytes_);
     r.v_row_bytes = static_cast<uint32_t>(v_row_bytes_);
-    const std::vector<int64_t> cells = cells_.cells_of(seq);
+    const std::vector<int64_t> cells = cells_->cells_of(seq);
     r.k.resize(cells.size() * k_row_bytes_);
     r.v.resize(cells.size() * v_row_bytes_);
     for (size_t i = 0; i < cells.size(); ++i) {
         const auto c = static_cast<uint64_t>(cells[i]);
-        r.pos.push_back(cells_.cell_pos()[c]);
+        r.pos.push_back(cells_->cell_pos()[c]);
         r.cell.push_back(static_cast<int32_t>(c));
         std::memcpy(r.k.data() + i * k_row_bytes_, k_.data() + c * k_row_bytes_, k_row_bytes_);
         std::memcpy(r.v.data() + i * v_row_bytes_, v_.data() + c * v_row_bytes_, v_row_bytes_);
@@ -69,7 +78,7 @@ void LayerKvCache::write_seq(int32_t seq, const KvSeqRows& rows) {
     }
     TANDEM_CHECK(rows.k.size() == rows.n_rows() * k_row_bytes_ && rows.v.size() == rows.n_rows() * v_row_bytes_,
                  "KV cache restore: rows and positions disagree");
-    const std::vector<int64_t> cells = cells_.restore_seq(seq, rows.pos, rows.cell);
+    const std::vector<int64_t> cells = cells_->restore_seq(seq, rows.pos, rows.cell);
     for (size_t i = 0; i < cells.size(); ++i) {
         const auto c = static_cast<uint64_t>(cells[i]);
         std::memcpy(k_.data() + c * k_row_bytes_, rows.k.data() + i * k_row_bytes_, k_row_bytes_);
@@ -89,14 +98,14 @@ cpu::KvCacheView LayerKvCache::make_view(const int32_t* cell_pos, int64_t begin,
     return v;
 }
 
-cpu::KvCacheView LayerKvCache::view() const { return make_view(cells_.cell_pos(), 0, cells_.n_cells()); }
+cpu::KvCacheView LayerKvCache::view() const { return make_view(cells_->cell_pos(), 0, cells_->n_cells()); }
 
-cpu::KvCacheView LayerKvCache::view(int32_t seq) const { return make_view(cells_.cell_pos(seq), 0, cells_.n_cells()); }
+cpu::KvCacheView LayerKvCache::view(int32_t seq) const { return make_view(cells_->cell_pos(seq), 0, cells_->n_cells()); }
 
 cpu::KvCacheView LayerKvCache::attention_view(int32_t seq) const {
-    const KvCells::Span span = cells_.cell_span(seq);
+    const KvCells::Span span = cells_->cell_span(seq);
     const int64_t begin = span.begin / cpu::kViewCellAlign * cpu::kViewCellAlign;
-    return make_view(cells_.cell_pos(seq), begin, std::max(begin, span.end));
+    return make_view(cells_->cell_pos(seq), begin, std::max(begin, span.end));
 }
 
 }  // namespace tandem

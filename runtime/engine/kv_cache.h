@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels_cpu/attention.h"
@@ -32,6 +33,10 @@ public:
     // fp16 conversion, tested equal); null: the reference itself.
     LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span = 0,
                  int64_t n_regions = 1, quant::QuantizeRowFn write_row = nullptr);
+    // The rows of `cells`, which someone else owns (the session) and which
+    // must outlive the cache.
+    LayerKvCache(quant::Type type, KvCells& cells, int64_t k_dim, int64_t v_dim,
+                 quant::QuantizeRowFn write_row = nullptr);
 
     // Sequence 0 with the single-sequence layout: position pos in cell
     // pos % n_cells, overwriting whatever the cell held.
@@ -45,17 +50,17 @@ public:
     // Takes seq (every sequence when seq < 0) off the cells with p0 <= pos <
     // p1 (p1 < 0: no upper bound). Cells left without a sequence are freed,
     // and the next store starts at the freed cell of the smallest position.
-    void remove(int32_t seq, int32_t p0, int32_t p1) { cells_.remove(seq, p0, p1); }
+    void remove(int32_t seq, int32_t p0, int32_t p1) { cells_->remove(seq, p0, p1); }
 
     // Adds dst to src's cells with p0 <= pos < p1 (p1 < 0: no upper bound);
     // no rows are copied.
-    void copy_seq(int32_t src, int32_t dst, int32_t p0, int32_t p1) { cells_.copy_seq(src, dst, p0, p1); }
+    void copy_seq(int32_t src, int32_t dst, int32_t p0, int32_t p1) { cells_->copy_seq(src, dst, p0, p1); }
 
     // -1 when seq holds no cell.
-    int32_t seq_pos_min(int32_t seq) const { return cells_.seq_pos_min(seq); }
-    int32_t seq_pos_max(int32_t seq) const { return cells_.seq_pos_max(seq); }
+    int32_t seq_pos_min(int32_t seq) const { return cells_->seq_pos_min(seq); }
+    int32_t seq_pos_max(int32_t seq) const { return cells_->seq_pos_max(seq); }
 
-    void clear() { cells_.clear(); }
+    void clear() { cells_->clear(); }
 
     // Sequence seq's cells: positions, cells and rows as stored.
     KvSeqRows read_seq(int32_t seq) const;
@@ -74,12 +79,14 @@ public:
     // cache, or a context not yet full).
     cpu::KvCacheView attention_view(int32_t seq) const;
 
-    int64_t n_cells() const { return cells_.n_cells(); }
-    int64_t ring_span() const { return cells_.ring_span(); }
-    const KvCells& cells() const { return cells_; }
+    int64_t n_cells() const { return cells_->n_cells(); }
+    int64_t ring_span() const { return cells_->ring_span(); }
+    const KvCells& cells() const { return *cells_; }
     uint64_t bytes() const { return k_.size() + v_.size(); }
 
 private:
+    LayerKvCache(quant::Type type, std::unique_ptr<KvCells> owned, KvCells* cells, int64_t k_dim, int64_t v_dim,
+                 quant::QuantizeRowFn write_row);
     void write_rows(int64_t cell, const float* k_row, const float* v_row);
     cpu::KvCacheView make_view(const int32_t* cell_pos, int64_t begin, int64_t end) const;
 
@@ -89,7 +96,8 @@ private:
     int64_t v_dim_;
     uint64_t k_row_bytes_;
     uint64_t v_row_bytes_;
-    KvCells cells_;
+    std::unique_ptr<KvCells> owned_;  // when constructed with a cell count
+    KvCells* cells_;
     std::vector<uint8_t> k_;
     std::vector<uint8_t> v_;
 };

@@ -38,6 +38,11 @@ struct Session::Impl {
     Placement& placement = plan.placement;
     cpu::SimdLevel level;
     cpu::ThreadPool pool;
+    // Each layer's KV cells: which position and sequences each cell holds.
+    // The session owns them (the devices hold the rows and read these), so
+    // forgetting, sharing and clearing positions happen here once. Before
+    // the devices: they are destroyed after them.
+    std::vector<std::unique_ptr<KvCells>> cells;
     std::unique_ptr<CpuDevice> host;
     std::unique_ptr<Device> accel;   // present only when it holds something or streams
     std::unique_ptr<LayerExecutor> recipe;
@@ -104,7 +109,7 @@ struct Session::Impl {
             }
             if (!stream && !holds) accel.reset();  // a device with nothing to do costs nothing
         }
-        std::vector<Device*> devices{host.get()};
+        std::vector<DeviceOps*> devices{host.get()};
         if (placement.devices.size() > 1) devices.push_back(accel ? accel.get() : host.get());
         recipe = std::make_unique<LayerExecutor>(spec, placement, std::move(devices));
         for (auto* v : {&tokens, &pos, &seq}) v->resize(static_cast<size_t>(opt.n_ubatch));
@@ -120,17 +125,17 @@ struct Session::Impl {
             const auto& ls = spec.layers[static_cast<size_t>(il)];
             for (const gguf::TensorInfo* t : ls.tensors) {
                 if (!t) continue;
-                Device& d = device(placement.of(t));
+                DeviceStorage& d = device(placement.of(t));
                 if (t->n_rows() > 1) {
                     d.load_matrix(*t);
                 } else {
                     d.load_vector(*t);
                 }
             }
-            const int64_t cells = model::kv_cells_for_layer(spec, il, opt.n_ctx, opt.n_ubatch, opt.n_seq_max);
-            device(placement.kv[static_cast<size_t>(il)])
-                .load_kv(il, cells, model::kv_ring_span(spec, il, opt.n_ctx, opt.n_ubatch),
-                         opt.kv_per_sequence ? opt.n_seq_max : 1);
+            cells.push_back(std::make_unique<KvCells>(
+                model::kv_cells_for_layer(spec, il, opt.n_ctx, opt.n_ubatch, opt.n_seq_max),
+                model::kv_ring_span(spec, il, opt.n_ctx, opt.n_ubatch), opt.kv_per_sequence ? opt.n_seq_max : 1));
+            device(placement.kv[static_cast<size_t>(il)]).load_kv(il, *cells.back());
         }
         const gguf::TensorInfo* norm = spec.get(model::GlobalTensor::OutputNorm);
         device(placement.of(norm)).load_vector(*norm);
@@ -217,7 +222,9 @@ struct Session::Impl {
     // What the caches hold: the KV cells are the one record of positions.
     int32_t seq_pos_max(int32_t s) const {
         if (s < 0 || s >= kMaxSequences) return -1;
-        return std::max(host->kv_pos_max(s), accel ? accel->kv_pos_max(s) : -1);
+        // Every layer holds the same positions (a window's layer drops old
+        // ones, never the newest).
+        return cells.empty() ? -1 : cells.front()->seq_pos_max(s);
     }
 
     int64_t n_past() const { return seq_pos_max(0) + 1; }
@@ -225,16 +232,14 @@ struct Session::Impl {
 
     void remove_positions(int32_t s, int32_t p0, int32_t p1) {
         if (s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
-        host->kv_remove(s, p0, p1);
-        if (accel) accel->kv_remove(s, p0, p1);
+        for (auto& c : cells) c->remove(s, p0, p1);
     }
 
     void copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
         for (const int32_t s : {src, dst}) {
             if (s < 0 || s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
         }
-        host->kv_copy(src, dst, p0, p1);
-        if (accel) accel->kv_copy(src, dst, p0, p1);
+        for (auto& c : cells) c->copy_seq(src, dst, p0, p1);
     }
 
     // ---- one sequence's state (save_sequence, restore_sequence, held_prefix)
@@ -245,11 +250,11 @@ struct Session::Impl {
         return *fingerprint_;
     }
 
-    const Device& kv_device(int64_t il) const {
+    const DeviceKv& kv_device(int64_t il) const {
         const int d = placement.kv[static_cast<size_t>(il)];
-        return d == kHostDevice ? static_cast<const Device&>(*host) : *accel;
+        return d == kHostDevice ? static_cast<const DeviceKv&>(*host) : *accel;
     }
-    Device& kv_device(int64_t il) { return device(placement.kv[static_cast<size_t>(il)]); }
+    DeviceKv& kv_device(int64_t il) { return device(placement.kv[static_cast<size_t>(il)]); }
 
     static void check_seq_id(int32_t s) {
         if (s < 0 || s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
@@ -264,7 +269,7 @@ struct Session::Impl {
         std::vector<std::vector<int32_t>> counts;
         std::vector<int64_t> windows;
         for (int64_t il = 0; il < hp.n_layer; ++il) {
-            const KvCells& cells = kv_device(il).kv_cells(il);
+            const KvCells& cells = *this->cells[static_cast<size_t>(il)];
             std::vector<uint8_t> held(static_cast<size_t>(n), 0);
             const int32_t* cp = cells.cell_pos(s);
             for (int64_t c = 0; c < cells.n_cells(); ++c) {
@@ -362,7 +367,7 @@ struct Session::Impl {
         // Everything is checked before the first cell changes.
         for (int64_t il = 0; il < hp.n_layer; ++il) {
             KvSeqRows& l = st.layers[static_cast<size_t>(il)];
-            const KvCells& cells = kv_device(il).kv_cells(il);
+            const KvCells& cells = *this->cells[static_cast<size_t>(il)];
             for (const int32_t p : l.pos) {
                 if (p >= opt.n_ctx) {
                     throw Error(fmt::format("sequence state holds position {}, past this context of {}; use a larger -c",
@@ -409,8 +414,7 @@ struct Session::Impl {
     }
 
     void reset() {
-        host->kv_clear();
-        if (accel) accel->kv_clear();
+        for (auto& c : cells) c->clear();
     }
 };
 
@@ -427,9 +431,9 @@ void Session::eval_batch_single_order(std::span<const BatchToken> batch, std::ve
     // Every device back to its fastest order whatever eval_batch throws.
     struct Restore {
         Impl& m;
-        ~Restore() { m.for_each_device([](Device& d) { d.set_single_token_order(false); }); }
+        ~Restore() { m.for_each_device([](DeviceOps& d) { d.set_single_token_order(false); }); }
     } restore{*impl_};
-    impl_->for_each_device([](Device& d) { d.set_single_token_order(true); });
+    impl_->for_each_device([](DeviceOps& d) { d.set_single_token_order(true); });
     impl_->eval_batch(batch, logits);
 }
 

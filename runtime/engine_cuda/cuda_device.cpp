@@ -103,12 +103,12 @@ public:
         vectors_[&t] = floats(t);
     }
 
-    void load_kv(int64_t il, int64_t n_cells, int64_t ring_span, int64_t n_regions) override {
+    void load_kv(int64_t il, KvCells& cells) override {
         TANDEM_CHECK(!caches_.count(il), "load_kv: layer loaded twice");
         select();
         auto cache = std::make_unique<CudaKvCache>(ledger_, uploads(), fmt::format("the KV cache of layer {}", il),
                                                    config_.cache_type == model::CacheType::Q8_0, hp_.k_dim(),
-                                                   hp_.v_dim(), n_cells, ring_span, config_.n_ubatch, n_regions);
+                                                   hp_.v_dim(), cells, config_.n_ubatch);
         kv_bytes_ += cache->bytes();
         caches_.emplace(il, std::move(cache));
     }
@@ -349,18 +349,7 @@ public:
         check_launch();
     }
 
-    // ---- the K/V caches: bookkeeping only (attention uploads the cells'
-    // positions it reads), but clear also empties the device's cells.
-    void kv_remove(int32_t seq, int32_t p0, int32_t p1) override {
-        for (auto& [il, c] : caches_) c->cells().remove(seq, p0, p1);
-    }
-
-    int32_t kv_pos_max(int32_t seq) const override {
-        return caches_.empty() ? -1 : caches_.begin()->second->cells().seq_pos_max(seq);
-    }
-
-    const KvCells& kv_cells(int64_t il) const override { return held_cache(il).cells(); }
-
+    // ---- the K/V rows (the cells are the session's)
     KvSeqRows kv_read_seq(int64_t il, int32_t seq) const override {
         select();
         return held_cache(il).read_seq(seq);
@@ -369,16 +358,6 @@ public:
     void kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) override {
         select();
         cache(il).write_seq(seq, rows);
-    }
-
-    void kv_copy(int32_t src, int32_t dst, int32_t p0, int32_t p1) override {
-        for (auto& [il, c] : caches_) c->cells().copy_seq(src, dst, p0, p1);
-    }
-
-    void kv_clear() override {
-        select();
-        for (auto& [il, c] : caches_) c->clear();
-        TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
     }
 
     uint64_t kv_bytes() const override { return kv_bytes_; }

@@ -13,9 +13,9 @@
 namespace tandem::cuda {
 
 CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, bool q8_0,
-                         int64_t k_dim, int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch,
-                         int64_t n_regions)
-    : uploads_(&uploads), cells_(n_cells, ring_span, n_regions), shown_(static_cast<size_t>(n_cells), -1) {
+                         int64_t k_dim, int64_t v_dim, KvCells& cells, int64_t n_ubatch)
+    : uploads_(&uploads), cells_(&cells), shown_(static_cast<size_t>(cells.n_cells()), -1) {
+    const int64_t n_cells = cells.n_cells();
     kv_.q8_0 = q8_0;
     kv_.k_dim = k_dim;
     kv_.v_dim = v_dim;
@@ -41,7 +41,7 @@ void CudaKvCache::store_and_attend(const float* k, const float* v, const float* 
     const auto n = static_cast<int64_t>(pos.size());
     // Cells chosen on the host, as LayerKvCache::store chooses them.
     host_cells_.resize(pos.size());
-    for (size_t t = 0; t < pos.size(); ++t) host_cells_[t] = static_cast<int32_t>(cells_.place(seq[t], pos[t]));
+    for (size_t t = 0; t < pos.size(); ++t) host_cells_[t] = static_cast<int32_t>(cells_->place(seq[t], pos[t]));
     uploads_->upload(token_cells_, host_cells_.data(), host_cells_.size() * sizeof(int32_t));
     kernels::launch_kv_store(k, v, n, token_cells_, kv_, nullptr);
     TANDEM_CUDA_CHECK(cudaGetLastError());
@@ -68,7 +68,7 @@ void CudaKvCache::store_and_attend(const float* k, const float* v, const float* 
     for (int64_t t = 0; t < n; ++t) groups[seq[static_cast<size_t>(t)]].push_back(t);
     for (const auto& [s, rows] : groups) {
         show(s);
-        const KvCells::Span span = cells_.cell_span(s);
+        const KvCells::Span span = cells_->cell_span(s);
         args.cell_begin = span.begin;
         args.cell_end = span.end;
         for (size_t b = 0; b < rows.size();) {
@@ -88,7 +88,7 @@ KvSeqRows CudaKvCache::read_seq(int32_t seq) const {
     const auto kb = static_cast<size_t>(kv_.k_row_bytes()), vb = static_cast<size_t>(kv_.v_row_bytes());
     r.k_row_bytes = static_cast<uint32_t>(kb);
     r.v_row_bytes = static_cast<uint32_t>(vb);
-    const std::vector<int64_t> cells = cells_.cells_of(seq);
+    const std::vector<int64_t> cells = cells_->cells_of(seq);
     r.k.resize(cells.size() * kb);
     r.v.resize(cells.size() * vb);
     // One copy per run of consecutive cells (the default stream: after
@@ -102,7 +102,7 @@ KvSeqRows CudaKvCache::read_seq(int32_t seq) const {
         b = e;
     }
     for (const int64_t c : cells) {
-        r.pos.push_back(cells_.cell_pos()[c]);
+        r.pos.push_back(cells_->cell_pos()[c]);
         r.cell.push_back(static_cast<int32_t>(c));
     }
     return r;
@@ -116,7 +116,7 @@ void CudaKvCache::write_seq(int32_t seq, const KvSeqRows& rows) {
     }
     TANDEM_CHECK(rows.k.size() == rows.n_rows() * kb && rows.v.size() == rows.n_rows() * vb,
                  "KV cache restore: rows and positions disagree");
-    const std::vector<int64_t> cells = cells_.restore_seq(seq, rows.pos, rows.cell);
+    const std::vector<int64_t> cells = cells_->restore_seq(seq, rows.pos, rows.cell);
     for (size_t b = 0; b < cells.size();) {
         size_t e = b + 1;
         while (e < cells.size() && cells[e] == cells[e - 1] + 1) ++e;
@@ -127,15 +127,8 @@ void CudaKvCache::write_seq(int32_t seq, const KvSeqRows& rows) {
     }
 }
 
-void CudaKvCache::clear() {
-    cells_.clear();
-    kernels::launch_kv_clear(kv_, nullptr);
-    TANDEM_CUDA_CHECK(cudaGetLastError());
-    std::fill(shown_.begin(), shown_.end(), -1);
-}
-
 void CudaKvCache::show(int32_t seq) {
-    const int32_t* want = cells_.cell_pos(seq);
+    const int32_t* want = cells_->cell_pos(seq);
     const auto n = static_cast<int64_t>(shown_.size());
     for (int64_t b = 0; b < n;) {
         if (shown_[static_cast<size_t>(b)] == want[b]) {

@@ -21,14 +21,15 @@ namespace tandem::cuda {
 
 class CudaKvCache {
 public:
-    // Allocates n_cells cells and room for the cell index of each of
-    // n_ubatch tokens on the current device, laid out and sized as the
-    // planner counts them (model::kv_layout), reserved as `what`.
-    // Token cells and cell positions go up through `uploads` (which must
-    // outlive the cache).
+    // Allocates the rows of the cells of `cells` (the session's
+    // bookkeeping, which must outlive the cache) and room for the cell
+    // index of each of n_ubatch tokens on the current device, laid out and
+    // sized as the planner counts them (model::kv_layout), reserved as
+    // `what`. Token cells and cell positions go up through `uploads` (which
+    // must outlive the cache). What the cells forget needs no call here:
+    // attention uploads the positions that changed since it last looked.
     CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, bool q8_0,
-                int64_t k_dim, int64_t v_dim, int64_t n_cells, int64_t ring_span, int64_t n_ubatch,
-                int64_t n_regions = 1);
+                int64_t k_dim, int64_t v_dim, KvCells& cells, int64_t n_ubatch);
 
     // Stores the K and V rows of each token (sequence seq[t], position
     // pos[t]) in the cell KvCells::place chooses, then out = attention of
@@ -40,10 +41,7 @@ public:
                           std::span<const int32_t> pos, std::span<const int32_t> seq, const AttentionOp& op,
                           float* out, float* room, int64_t room_floats);
 
-    KvCells& cells() { return cells_; }
-    const KvCells& cells() const { return cells_; }
-    // Empties the cells, here and on the device.
-    void clear();
+    const KvCells& cells() const { return *cells_; }
     // Sequence seq's cells: positions, cells and the rows copied to the host.
     KvSeqRows read_seq(int32_t seq) const;
     // Replaces seq's cells with `rows`, copied to the device in the cells
@@ -61,7 +59,7 @@ private:
     AsyncUploads* uploads_;
     std::unique_ptr<DeviceAlloc> memory_;
     kernels::KvCache kv_;
-    KvCells cells_;
+    KvCells* cells_;
     int32_t* token_cells_ = nullptr;   // device: the cell of each token being stored
     std::vector<int32_t> host_cells_;  // the same, chosen on the host
     std::vector<int32_t> shown_;       // what the device's cell_pos holds
