@@ -238,3 +238,29 @@ TEST(Sequences, LargestPositionIsWhatTheCellsHold) {
     EXPECT_EQ(s.seq_pos_max(3), 1);
     EXPECT_EQ(s.seq_pos_max(5), -1);
 }
+
+// The session places every layer's cells before a micro-batch runs: a
+// batch that does not fit in some layer leaves no position behind in any
+// layer, so the same sequence can then store what does fit.
+TEST(Sequences, ABatchThatDoesNotFitLeavesNoCellTaken) {
+    const Fixture f;
+    tandem::SessionOptions opt;
+    opt.n_ctx = 16;
+    opt.n_ubatch = 16;
+    opt.n_seq_max = 2;
+    tandem::Session s(f.file, f.spec, opt);
+    std::vector<float> logits;
+    const auto batch = [](int32_t seq, int n) {
+        std::vector<tandem::BatchToken> b;
+        for (int i = 0; i < n; ++i) b.push_back({100 + i, i, seq, i == n - 1});
+        return b;
+    };
+    s.eval_batch(batch(0, 10), logits);
+    // 6 cells are free: 10 more positions fail in the first layer already.
+    EXPECT_THROW(s.eval_batch(batch(1, 10), logits), tandem::Error);
+    EXPECT_EQ(s.seq_pos_max(1), -1);
+    EXPECT_EQ(s.seq_pos_max(0), 9);
+    s.eval_batch(batch(1, 6), logits);  // exactly the free cells, in every layer
+    EXPECT_EQ(s.seq_pos_max(1), 5);
+    EXPECT_THROW(s.eval_batch(batch(1, 1), logits), tandem::Error);  // position 0 again: no cell free
+}

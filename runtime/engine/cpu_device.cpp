@@ -183,7 +183,7 @@ void CpuDevice::load_vector(const gguf::TensorInfo& t) {
     impl_->vectors[&t] = impl_->floats(t);
 }
 
-void CpuDevice::load_kv(int64_t il, KvCells& cells) {
+void CpuDevice::load_kv(int64_t il, const KvCells& cells) {
     const auto& hp = impl_->hp;
     const quant::Type type = model::cache_quant_type(impl_->config.cache_type);
     const uint64_t bytes =
@@ -271,14 +271,15 @@ void CpuDevice::rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const i
     });
 }
 
-void CpuDevice::attention(int64_t il, std::span<const int32_t> pos, std::span<const int32_t> seq,
-                          const AttentionOp& op) {
+void CpuDevice::attention(int64_t il, std::span<const int32_t> cells, std::span<const int32_t> pos,
+                          std::span<const int32_t> seq, const AttentionOp& op) {
     LayerKvCache& c = impl_->cache(il);
     const auto& hp = impl_->hp;
     const auto n = static_cast<int64_t>(pos.size());
+    TANDEM_CHECK(cells.size() == pos.size() && seq.size() == pos.size(), "attention: a cell per token");
     for (int64_t t = 0; t < n; ++t) {
-        c.store(seq[static_cast<size_t>(t)], pos[static_cast<size_t>(t)], impl_->buf(Act::K) + t * hp.k_dim(),
-                impl_->buf(Act::V) + t * hp.v_dim());
+        c.store_at(cells[static_cast<size_t>(t)], impl_->buf(Act::K) + t * hp.k_dim(),
+                   impl_->buf(Act::V) + t * hp.v_dim());
     }
     cpu::AttentionShape shape;
     shape.n_head = op.n_head;
@@ -455,10 +456,12 @@ uint64_t CpuDevice::kv_bytes() const {
     return total;
 }
 
-KvSeqRows CpuDevice::kv_read_seq(int64_t il, int32_t seq) const { return impl_->cache(il).read_seq(seq); }
+KvSeqRows CpuDevice::kv_read_rows(int64_t il, std::span<const int64_t> cells) const {
+    return impl_->cache(il).read_rows(cells);
+}
 
-void CpuDevice::kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) {
-    impl_->cache(il).write_seq(seq, rows);
+void CpuDevice::kv_write_rows(int64_t il, std::span<const int64_t> cells, const KvSeqRows& rows) {
+    impl_->cache(il).write_rows(cells, rows);
 }
 
 WeightStream* CpuDevice::enable_weight_stream(int64_t) { return nullptr; }  // the host multiplies what it holds

@@ -34,7 +34,7 @@ public:
 
     void load_matrix(const gguf::TensorInfo& t) override;
     void load_vector(const gguf::TensorInfo& t) override;
-    void load_kv(int64_t il, KvCells& cells) override;
+    void load_kv(int64_t il, const KvCells& cells) override;
     void allocate_workspace(bool with_logits) override;
 
     void write_act(Act a, const float* host, int64_t n_floats) override;
@@ -45,7 +45,7 @@ public:
                   float eps) override;
     void matmul(std::span<const MatmulOut> outs, Act in, int64_t n) override;
     void rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const int32_t> pos, const RopeOp& op) override;
-    void attention(int64_t il, std::span<const int32_t> pos, std::span<const int32_t> seq,
+    void attention(int64_t il, std::span<const int32_t> cells, std::span<const int32_t> pos, std::span<const int32_t> seq,
                    const AttentionOp& op) override;
     void matmul_experts(std::span<const MatmulOut> outs, Act in, const ExpertOp& op, int64_t n) override;
     void moe_route(const MoeRouteOp& op, int64_t n) override;
@@ -58,8 +58,8 @@ public:
 
     void set_single_token_order(bool on) override;
     uint64_t kv_bytes() const override;
-    KvSeqRows kv_read_seq(int64_t il, int32_t seq) const override;
-    void kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) override;
+    KvSeqRows kv_read_rows(int64_t il, std::span<const int64_t> cells) const override;
+    void kv_write_rows(int64_t il, std::span<const int64_t> cells, const KvSeqRows& rows) override;
 
     // The host does not stream (nullptr): it multiplies what it holds.
     WeightStream* enable_weight_stream(int64_t first_layer) override;

@@ -139,12 +139,11 @@ public:
     virtual void load_matrix(const gguf::TensorInfo& t) = 0;
     // A norm vector, kept as floats whatever the file stored.
     virtual void load_vector(const gguf::TensorInfo& t) = 0;
-    // Layer il's K/V rows, one per cell of `cells`: the engine's
+    // Layer il's K/V rows, one per cell of `cells`: the session's
     // bookkeeping of the layer's cache (which position and sequences each
-    // cell holds), which the session owns and changes (forgetting and
-    // sharing positions); the device places the positions it stores in it
-    // and reads it to attend. It must outlive the device.
-    virtual void load_kv(int64_t il, KvCells& cells) = 0;
+    // cell holds), which it alone changes; the device reads it to attend.
+    // It must outlive the device.
+    virtual void load_kv(int64_t il, const KvCells& cells) = 0;
     // The activation buffers of one micro-batch (Logits only with_logits).
     virtual void allocate_workspace(bool with_logits) = 0;
     // Returns once every upload started so far has landed.
@@ -164,13 +163,12 @@ class DeviceKv {
 public:
     virtual ~DeviceKv() = default;
     virtual uint64_t kv_bytes() const = 0;
-    // Sequence seq's cells of layer il: positions, cells and the K and V
-    // rows as stored (copied to the host).
-    virtual KvSeqRows kv_read_seq(int64_t il, int32_t seq) const = 0;
-    // Replaces seq's cells of layer il with `rows` (copied to the device),
-    // in the cells KvCells::restore_seq chooses. Throws Error for rows of
-    // another size or too few free cells (seq then holds none in il).
-    virtual void kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) = 0;
+    // Layer il's rows of `cells`, in that order, as stored (copied to the
+    // host), with their positions and cells.
+    virtual KvSeqRows kv_read_rows(int64_t il, std::span<const int64_t> cells) const = 0;
+    // Row i of `rows` into layer il's cells[i] (copied to the device).
+    // Throws Error for rows of another size.
+    virtual void kv_write_rows(int64_t il, std::span<const int64_t> cells, const KvSeqRows& rows) = 0;
 };
 
 // What a device runs: activations in and out through host floats, and the
@@ -197,11 +195,12 @@ public:
     // Rotates the n_heads heads of each row of a (head size head_dim) by
     // the row's position.
     virtual void rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const int32_t> pos, const RopeOp& op) = 0;
-    // Stores K and V of each token (sequence seq[t], position pos[t]) in
-    // layer il's cache, then Attn = attention of Q over the cells of the
-    // token's own sequence (causal, within the window).
-    virtual void attention(int64_t il, std::span<const int32_t> pos, std::span<const int32_t> seq,
-                           const AttentionOp& op) = 0;
+    // Stores K and V of each token in layer il's cell cells[t] (where the
+    // session placed its position pos[t] of sequence seq[t]), then Attn =
+    // attention of Q over the cells of the token's own sequence (causal,
+    // within the window).
+    virtual void attention(int64_t il, std::span<const int32_t> cells, std::span<const int32_t> pos,
+                           std::span<const int32_t> seq, const AttentionOp& op) = 0;
     // The experts' products: each token's rows times the 3-D weights'
     // slices Route names for it (a weight's expert e is rows [e * r, (e+1)
     // * r) of its 3-D tensor, r = rows per expert). Tokens are grouped by

@@ -124,7 +124,7 @@ void LayerExecutor::attention(int64_t il, int d, const RecipeBatch& b) {
         on(d).scale(Act::Q, b.n * hp_.q_dim(), op.scale);
         op.scale = 1.0f;
     }
-    on(d).attention(il, b.pos, b.seq, op);
+    on(d).attention(il, b.cells[static_cast<size_t>(il)], b.pos, b.seq, op);
 }
 
 // ---- the head ----------------------------------------------------------------

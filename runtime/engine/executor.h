@@ -25,6 +25,8 @@ struct RecipeBatch {
     int64_t n = 0;                      // tokens in the micro-batch
     std::span<const int32_t> pos;       // position of each token
     std::span<const int32_t> seq;       // sequence of each token
+    // Per layer, the KV cell the session placed each token's position in.
+    std::span<const std::vector<int32_t>> cells;
     // Weight streaming: the host's matrices of layers >= stream_first are
     // multiplied through `stream` (on the accelerator) instead of here.
     WeightStream* stream = nullptr;

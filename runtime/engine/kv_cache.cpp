@@ -22,11 +22,11 @@ LayerKvCache::LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int
                            int64_t n_regions, quant::QuantizeRowFn write_row)
     : LayerKvCache(type, std::make_unique<KvCells>(n_cells, ring_span, n_regions), nullptr, k_dim, v_dim, write_row) {}
 
-LayerKvCache::LayerKvCache(quant::Type type, KvCells& cells, int64_t k_dim, int64_t v_dim,
+LayerKvCache::LayerKvCache(quant::Type type, const KvCells& cells, int64_t k_dim, int64_t v_dim,
                            quant::QuantizeRowFn write_row)
     : LayerKvCache(type, nullptr, &cells, k_dim, v_dim, write_row) {}
 
-LayerKvCache::LayerKvCache(quant::Type type, std::unique_ptr<KvCells> owned, KvCells* cells, int64_t k_dim,
+LayerKvCache::LayerKvCache(quant::Type type, std::unique_ptr<KvCells> owned, const KvCells* cells, int64_t k_dim,
                            int64_t v_dim, quant::QuantizeRowFn write_row)
     : type_(type),
       write_row_(write_row != nullptr ? write_row : quant::traits(type).quantize_row),
@@ -41,24 +41,29 @@ LayerKvCache::LayerKvCache(quant::Type type, std::unique_ptr<KvCells> owned, KvC
     v_.resize(static_cast<size_t>(cells_->n_cells()) * v_row_bytes_);
 }
 
-void LayerKvCache::write_rows(int64_t cell, const float* k_row, const float* v_row) {
+KvCells& LayerKvCache::own() {
+    TANDEM_CHECK(owned_ != nullptr, "KV cache: its cells are the session's, changed there");
+    return *owned_;
+}
+
+void LayerKvCache::store_at(int64_t cell, const float* k_row, const float* v_row) {
+    TANDEM_CHECK(cell >= 0 && cell < cells_->n_cells(), "KV cache: cell out of range");
     write_row_(k_row, k_.data() + static_cast<uint64_t>(cell) * k_row_bytes_, k_dim_);
     write_row_(v_row, v_.data() + static_cast<uint64_t>(cell) * v_row_bytes_, v_dim_);
 }
 
 void LayerKvCache::store(int32_t pos, const float* k_row, const float* v_row) {
-    write_rows(cells_->place_single(pos), k_row, v_row);
+    store_at(own().place_single(pos), k_row, v_row);
 }
 
 void LayerKvCache::store(int32_t seq, int32_t pos, const float* k_row, const float* v_row) {
-    write_rows(cells_->place(seq, pos), k_row, v_row);
+    store_at(own().place(seq, pos), k_row, v_row);
 }
 
-KvSeqRows LayerKvCache::read_seq(int32_t seq) const {
+KvSeqRows LayerKvCache::read_rows(std::span<const int64_t> cells) const {
     KvSeqRows r;
     r.k_row_bytes = static_cast<uint32_t>(k_row_bytes_);
     r.v_row_bytes = static_cast<uint32_t>(v_row_bytes_);
-    const std::vector<int64_t> cells = cells_->cells_of(seq);
     r.k.resize(cells.size() * k_row_bytes_);
     r.v.resize(cells.size() * v_row_bytes_);
     for (size_t i = 0; i < cells.size(); ++i) {
@@ -71,19 +76,30 @@ KvSeqRows LayerKvCache::read_seq(int32_t seq) const {
     return r;
 }
 
-void LayerKvCache::write_seq(int32_t seq, const KvSeqRows& rows) {
+void LayerKvCache::check_row_bytes(const KvSeqRows& rows) const {
     if (rows.k_row_bytes != k_row_bytes_ || rows.v_row_bytes != v_row_bytes_) {
         throw Error(fmt::format("KV cache restore: rows of {} (K) and {} (V) bytes expected, found {} and {}",
                                 k_row_bytes_, v_row_bytes_, rows.k_row_bytes, rows.v_row_bytes));
     }
-    TANDEM_CHECK(rows.k.size() == rows.n_rows() * k_row_bytes_ && rows.v.size() == rows.n_rows() * v_row_bytes_,
-                 "KV cache restore: rows and positions disagree");
-    const std::vector<int64_t> cells = cells_->restore_seq(seq, rows.pos, rows.cell);
+}
+
+void LayerKvCache::write_rows(std::span<const int64_t> cells, const KvSeqRows& rows) {
+    check_row_bytes(rows);
+    TANDEM_CHECK(cells.size() == rows.n_rows() && rows.k.size() == rows.n_rows() * k_row_bytes_ &&
+                     rows.v.size() == rows.n_rows() * v_row_bytes_,
+                 "KV cache restore: rows, cells and positions disagree");
     for (size_t i = 0; i < cells.size(); ++i) {
         const auto c = static_cast<uint64_t>(cells[i]);
         std::memcpy(k_.data() + c * k_row_bytes_, rows.k.data() + i * k_row_bytes_, k_row_bytes_);
         std::memcpy(v_.data() + c * v_row_bytes_, rows.v.data() + i * v_row_bytes_, v_row_bytes_);
     }
+}
+
+KvSeqRows LayerKvCache::read_seq(int32_t seq) const { return read_rows(cells_->cells_of(seq)); }
+
+void LayerKvCache::write_seq(int32_t seq, const KvSeqRows& rows) {
+    check_row_bytes(rows);
+    write_rows(own().restore_seq(seq, rows.pos, rows.cell), rows);
 }
 
 cpu::KvCacheView LayerKvCache::make_view(const int32_t* cell_pos, int64_t begin, int64_t end) const {

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kernels_cpu/attention.h"
@@ -33,40 +34,52 @@ public:
     // fp16 conversion, tested equal); null: the reference itself.
     LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span = 0,
                  int64_t n_regions = 1, quant::QuantizeRowFn write_row = nullptr);
-    // The rows of `cells`, which someone else owns (the session) and which
-    // must outlive the cache.
-    LayerKvCache(quant::Type type, KvCells& cells, int64_t k_dim, int64_t v_dim,
+    // The rows of `cells`, which the session owns and changes (it must
+    // outlive the cache): a device's cache. The calls that change cells
+    // (store by position, remove, copy_seq, clear, write_seq) are then the
+    // session's, on its cells, and throw here.
+    LayerKvCache(quant::Type type, const KvCells& cells, int64_t k_dim, int64_t v_dim,
                  quant::QuantizeRowFn write_row = nullptr);
 
-    // Sequence 0 with the single-sequence layout: position pos in cell
-    // pos % n_cells, overwriting whatever the cell held.
+    // Quantizes and stores K and V rows in cell `cell` (the one the cells'
+    // owner placed the position in).
+    void store_at(int64_t cell, const float* k_row, const float* v_row);
+
+    // With cells of its own: sequence 0 with the single-sequence layout:
+    // position pos in cell pos % n_cells, overwriting whatever the cell held.
     void store(int32_t pos, const float* k_row, const float* v_row);
 
-    // Quantizes and stores the K and V rows of position pos of sequence seq
-    // in the cell KvCells::place chooses (see there; throws Error when the
-    // cache is full). seq must not hold pos already (remove it first).
+    // With cells of its own: stores the K and V rows of position pos of
+    // sequence seq in the cell KvCells::place chooses (see there; throws
+    // Error when the cache is full). seq must not hold pos already.
     void store(int32_t seq, int32_t pos, const float* k_row, const float* v_row);
 
-    // Takes seq (every sequence when seq < 0) off the cells with p0 <= pos <
-    // p1 (p1 < 0: no upper bound). Cells left without a sequence are freed,
-    // and the next store starts at the freed cell of the smallest position.
-    void remove(int32_t seq, int32_t p0, int32_t p1) { cells_->remove(seq, p0, p1); }
+    // With cells of its own: takes seq (every sequence when seq < 0) off
+    // the cells with p0 <= pos < p1 (p1 < 0: no upper bound).
+    void remove(int32_t seq, int32_t p0, int32_t p1) { own().remove(seq, p0, p1); }
 
-    // Adds dst to src's cells with p0 <= pos < p1 (p1 < 0: no upper bound);
-    // no rows are copied.
-    void copy_seq(int32_t src, int32_t dst, int32_t p0, int32_t p1) { cells_->copy_seq(src, dst, p0, p1); }
+    // With cells of its own: adds dst to src's cells with p0 <= pos < p1
+    // (p1 < 0: no upper bound); no rows are copied.
+    void copy_seq(int32_t src, int32_t dst, int32_t p0, int32_t p1) { own().copy_seq(src, dst, p0, p1); }
 
     // -1 when seq holds no cell.
     int32_t seq_pos_min(int32_t seq) const { return cells_->seq_pos_min(seq); }
     int32_t seq_pos_max(int32_t seq) const { return cells_->seq_pos_max(seq); }
 
-    void clear() { cells_->clear(); }
+    void clear() { own().clear(); }
 
+    // The rows of `cells` in that order as stored, with their positions and
+    // cells.
+    KvSeqRows read_rows(std::span<const int64_t> cells) const;
+    // Row i of `rows` into cells[i]. Throws Error when the row sizes differ
+    // from this cache's.
+    void write_rows(std::span<const int64_t> cells, const KvSeqRows& rows);
     // Sequence seq's cells: positions, cells and rows as stored.
     KvSeqRows read_seq(int32_t seq) const;
-    // Replaces seq's cells with `rows` (KvCells::restore_seq chooses the
-    // cells). Throws Error when the row sizes differ from this cache's or
-    // too few cells are free (seq then holds none).
+    // With cells of its own: replaces seq's cells with `rows`
+    // (KvCells::restore_seq chooses the cells). Throws Error when the row
+    // sizes differ from this cache's or too few cells are free (seq then
+    // holds none).
     void write_seq(int32_t seq, const KvSeqRows& rows);
 
     // Every occupied cell's position, whatever its sequences.
@@ -85,9 +98,10 @@ public:
     uint64_t bytes() const { return k_.size() + v_.size(); }
 
 private:
-    LayerKvCache(quant::Type type, std::unique_ptr<KvCells> owned, KvCells* cells, int64_t k_dim, int64_t v_dim,
-                 quant::QuantizeRowFn write_row);
-    void write_rows(int64_t cell, const float* k_row, const float* v_row);
+    LayerKvCache(quant::Type type, std::unique_ptr<KvCells> owned, const KvCells* cells, int64_t k_dim,
+                 int64_t v_dim, quant::QuantizeRowFn write_row);
+    KvCells& own();
+    void check_row_bytes(const KvSeqRows& rows) const;
     cpu::KvCacheView make_view(const int32_t* cell_pos, int64_t begin, int64_t end) const;
 
     quant::Type type_;
@@ -97,7 +111,7 @@ private:
     uint64_t k_row_bytes_;
     uint64_t v_row_bytes_;
     std::unique_ptr<KvCells> owned_;  // when constructed with a cell count
-    KvCells* cells_;
+    const KvCells* cells_;
     std::vector<uint8_t> k_;
     std::vector<uint8_t> v_;
 };

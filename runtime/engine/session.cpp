@@ -1,6 +1,7 @@
 #include "runtime/engine/session.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 
 #include <fmt/format.h>
@@ -43,6 +44,7 @@ struct Session::Impl {
     // forgetting, sharing and clearing positions happen here once. Before
     // the devices: they are destroyed after them.
     std::vector<std::unique_ptr<KvCells>> cells;
+    std::vector<std::vector<int32_t>> token_cells;  // [il][t]: the micro-batch's cells
     std::unique_ptr<CpuDevice> host;
     std::unique_ptr<Device> accel;   // present only when it holds something or streams
     std::unique_ptr<LayerExecutor> recipe;
@@ -186,7 +188,14 @@ struct Session::Impl {
             }
             host->embed(std::span<const int32_t>(tokens.data(), static_cast<size_t>(n)));
             recipe->x_written_on(kHostDevice);
-            recipe->layers(rb);
+            place_cells(n);
+            rb.cells = token_cells;
+            try {
+                recipe->layers(rb);
+            } catch (...) {
+                forget_cells(n);
+                throw;
+            }
             // The head over each run of consecutive tokens that want logits.
             for (int64_t t = 0; t < n;) {
                 if (!batch[static_cast<size_t>(start + t)].logits) {
@@ -217,6 +226,35 @@ struct Session::Impl {
                                              all_logits || t == n_tokens - 1};
         }
         eval_batch(batch, logits);
+    }
+
+    // Each layer's cell for each token of the micro-batch (KvCells::place:
+    // throws when a layer has none free; then nothing stays placed).
+    void place_cells(int64_t n) {
+        token_cells.resize(cells.size());
+        for (size_t il = 0; il < cells.size(); ++il) {
+            token_cells[il].resize(static_cast<size_t>(n));
+            for (int64_t t = 0; t < n; ++t) {
+                try {
+                    token_cells[il][static_cast<size_t>(t)] =
+                        static_cast<int32_t>(cells[il]->place(seq[static_cast<size_t>(t)], pos[static_cast<size_t>(t)]));
+                } catch (...) {
+                    forget_cells(n, il, t);
+                    throw;
+                }
+            }
+        }
+    }
+    // Takes the micro-batch's positions off the cells placed so far: every
+    // layer before `il`, and the first `t` tokens of il.
+    void forget_cells(int64_t n, size_t il = SIZE_MAX, int64_t t = 0) {
+        for (size_t l = 0; l < cells.size() && l <= il; ++l) {
+            const int64_t placed = l < il ? n : t;
+            for (int64_t i = 0; i < placed; ++i) {
+                const int32_t p = pos[static_cast<size_t>(i)];
+                cells[l]->remove(seq[static_cast<size_t>(i)], p, p + 1);
+            }
+        }
     }
 
     // What the caches hold: the KV cells are the one record of positions.
@@ -304,7 +342,9 @@ struct Session::Impl {
         }
         st.tokens.assign(ids.begin(), ids.end());
         st.layers.reserve(static_cast<size_t>(hp.n_layer));
-        for (int64_t il = 0; il < hp.n_layer; ++il) st.layers.push_back(kv_device(il).kv_read_seq(il, s));
+        for (int64_t il = 0; il < hp.n_layer; ++il) {
+            st.layers.push_back(kv_device(il).kv_read_rows(il, cells[static_cast<size_t>(il)]->cells_of(s)));
+        }
         return encode_sequence_state(st);
     }
 
@@ -399,7 +439,11 @@ struct Session::Impl {
             }
         }
         try {
-            for (int64_t il = 0; il < hp.n_layer; ++il) kv_device(il).kv_write_seq(il, s, st.layers[static_cast<size_t>(il)]);
+            for (int64_t il = 0; il < hp.n_layer; ++il) {
+                const KvSeqRows& rows = st.layers[static_cast<size_t>(il)];
+                kv_device(il).kv_write_rows(il, cells[static_cast<size_t>(il)]->restore_seq(s, rows.pos, rows.cell),
+                                            rows);
+            }
         } catch (...) {
             remove_positions(s, 0, -1);
             throw;

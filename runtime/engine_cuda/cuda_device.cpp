@@ -103,7 +103,7 @@ public:
         vectors_[&t] = floats(t);
     }
 
-    void load_kv(int64_t il, KvCells& cells) override {
+    void load_kv(int64_t il, const KvCells& cells) override {
         TANDEM_CHECK(!caches_.count(il), "load_kv: layer loaded twice");
         select();
         auto cache = std::make_unique<CudaKvCache>(ledger_, uploads(), fmt::format("the KV cache of layer {}", il),
@@ -215,13 +215,13 @@ public:
         check_launch();
     }
 
-    void attention(int64_t il, std::span<const int32_t> pos, std::span<const int32_t> seq,
-                   const AttentionOp& op) override {
+    void attention(int64_t il, std::span<const int32_t> cells, std::span<const int32_t> pos,
+                   std::span<const int32_t> seq, const AttentionOp& op) override {
         CudaKvCache& c = cache(il);
         select();
         upload_positions(pos);
         // The matmul scratch is free between products: the split partials.
-        c.store_and_attend(buf(Act::K), buf(Act::V), buf(Act::Q), pos_, pos, seq, op, buf(Act::Attn),
+        c.store_and_attend(buf(Act::K), buf(Act::V), buf(Act::Q), pos_, cells, pos, seq, op, buf(Act::Attn),
                            static_cast<float*>(scratch_), scratch_floats_);
     }
 
@@ -350,14 +350,14 @@ public:
     }
 
     // ---- the K/V rows (the cells are the session's)
-    KvSeqRows kv_read_seq(int64_t il, int32_t seq) const override {
+    KvSeqRows kv_read_rows(int64_t il, std::span<const int64_t> cells) const override {
         select();
-        return held_cache(il).read_seq(seq);
+        return held_cache(il).read_rows(cells);
     }
 
-    void kv_write_seq(int64_t il, int32_t seq, const KvSeqRows& rows) override {
+    void kv_write_rows(int64_t il, std::span<const int64_t> cells, const KvSeqRows& rows) override {
         select();
-        cache(il).write_seq(seq, rows);
+        cache(il).write_rows(cells, rows);
     }
 
     uint64_t kv_bytes() const override { return kv_bytes_; }

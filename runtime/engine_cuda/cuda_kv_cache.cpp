@@ -13,7 +13,7 @@
 namespace tandem::cuda {
 
 CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, bool q8_0,
-                         int64_t k_dim, int64_t v_dim, KvCells& cells, int64_t n_ubatch)
+                         int64_t k_dim, int64_t v_dim, const KvCells& cells, int64_t n_ubatch)
     : uploads_(&uploads), cells_(&cells), shown_(static_cast<size_t>(cells.n_cells()), -1) {
     const int64_t n_cells = cells.n_cells();
     kv_.q8_0 = q8_0;
@@ -36,12 +36,14 @@ CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std:
 }
 
 void CudaKvCache::store_and_attend(const float* k, const float* v, const float* q, const int32_t* dev_pos,
-                                   std::span<const int32_t> pos, std::span<const int32_t> seq, const AttentionOp& op,
-                                   float* out, float* room, int64_t room_floats) {
+                                   std::span<const int32_t> cells, std::span<const int32_t> pos,
+                                   std::span<const int32_t> seq, const AttentionOp& op, float* out, float* room,
+                                   int64_t room_floats) {
     const auto n = static_cast<int64_t>(pos.size());
-    // Cells chosen on the host, as LayerKvCache::store chooses them.
-    host_cells_.resize(pos.size());
-    for (size_t t = 0; t < pos.size(); ++t) host_cells_[t] = static_cast<int32_t>(cells_->place(seq[t], pos[t]));
+    TANDEM_CHECK(cells.size() == pos.size() && seq.size() == pos.size(), "attention: a cell per token");
+    // The cells the session placed the positions in (kept here while the
+    // upload is in flight).
+    host_cells_.assign(cells.begin(), cells.end());
     uploads_->upload(token_cells_, host_cells_.data(), host_cells_.size() * sizeof(int32_t));
     kernels::launch_kv_store(k, v, n, token_cells_, kv_, nullptr);
     TANDEM_CUDA_CHECK(cudaGetLastError());
@@ -83,12 +85,11 @@ void CudaKvCache::store_and_attend(const float* k, const float* v, const float* 
     }
 }
 
-KvSeqRows CudaKvCache::read_seq(int32_t seq) const {
+KvSeqRows CudaKvCache::read_rows(std::span<const int64_t> cells) const {
     KvSeqRows r;
     const auto kb = static_cast<size_t>(kv_.k_row_bytes()), vb = static_cast<size_t>(kv_.v_row_bytes());
     r.k_row_bytes = static_cast<uint32_t>(kb);
     r.v_row_bytes = static_cast<uint32_t>(vb);
-    const std::vector<int64_t> cells = cells_->cells_of(seq);
     r.k.resize(cells.size() * kb);
     r.v.resize(cells.size() * vb);
     // One copy per run of consecutive cells (the default stream: after
@@ -108,15 +109,14 @@ KvSeqRows CudaKvCache::read_seq(int32_t seq) const {
     return r;
 }
 
-void CudaKvCache::write_seq(int32_t seq, const KvSeqRows& rows) {
+void CudaKvCache::write_rows(std::span<const int64_t> cells, const KvSeqRows& rows) {
     const auto kb = static_cast<size_t>(kv_.k_row_bytes()), vb = static_cast<size_t>(kv_.v_row_bytes());
     if (rows.k_row_bytes != kb || rows.v_row_bytes != vb) {
         throw Error(fmt::format("KV cache restore: rows of {} (K) and {} (V) bytes expected, found {} and {}", kb, vb,
                                 rows.k_row_bytes, rows.v_row_bytes));
     }
-    TANDEM_CHECK(rows.k.size() == rows.n_rows() * kb && rows.v.size() == rows.n_rows() * vb,
-                 "KV cache restore: rows and positions disagree");
-    const std::vector<int64_t> cells = cells_->restore_seq(seq, rows.pos, rows.cell);
+    TANDEM_CHECK(cells.size() == rows.n_rows() && rows.k.size() == rows.n_rows() * kb && rows.v.size() == rows.n_rows() * vb,
+                 "KV cache restore: rows, cells and positions disagree");
     for (size_t b = 0; b < cells.size();) {
         size_t e = b + 1;
         while (e < cells.size() && cells[e] == cells[e - 1] + 1) ++e;

@@ -29,25 +29,24 @@ public:
     // must outlive the cache). What the cells forget needs no call here:
     // attention uploads the positions that changed since it last looked.
     CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, bool q8_0,
-                int64_t k_dim, int64_t v_dim, KvCells& cells, int64_t n_ubatch);
+                int64_t k_dim, int64_t v_dim, const KvCells& cells, int64_t n_ubatch);
 
     // Stores the K and V rows of each token (sequence seq[t], position
-    // pos[t]) in the cell KvCells::place chooses, then out = attention of
+    // pos[t]) in cell cells[t] (where the session placed it), then out = attention of
     // each token's Q over its own sequence's cells. k, v, q, out: device
     // rows of the micro-batch; dev_pos: pos on the device. room: device
     // floats free during the call (room_floats), where long spans keep
     // their split partials (kernels::AttentionArgs::partials).
     void store_and_attend(const float* k, const float* v, const float* q, const int32_t* dev_pos,
-                          std::span<const int32_t> pos, std::span<const int32_t> seq, const AttentionOp& op,
-                          float* out, float* room, int64_t room_floats);
+                          std::span<const int32_t> cells, std::span<const int32_t> pos, std::span<const int32_t> seq,
+                          const AttentionOp& op, float* out, float* room, int64_t room_floats);
 
     const KvCells& cells() const { return *cells_; }
-    // Sequence seq's cells: positions, cells and the rows copied to the host.
-    KvSeqRows read_seq(int32_t seq) const;
-    // Replaces seq's cells with `rows`, copied to the device in the cells
-    // KvCells::restore_seq chooses. Throws Error for rows of another size
-    // or too few free cells (seq then holds none).
-    void write_seq(int32_t seq, const KvSeqRows& rows);
+    // The rows of `cells` copied to the host, with their positions and cells.
+    KvSeqRows read_rows(std::span<const int64_t> cells) const;
+    // Row i of `rows` into cells[i], copied to the device. Throws Error for
+    // rows of another size.
+    void write_rows(std::span<const int64_t> cells, const KvSeqRows& rows);
     // Bytes allocated (the real size).
     uint64_t bytes() const { return bytes_; }
 
@@ -59,7 +58,7 @@ private:
     AsyncUploads* uploads_;
     std::unique_ptr<DeviceAlloc> memory_;
     kernels::KvCache kv_;
-    KvCells* cells_;
+    const KvCells* cells_;
     int32_t* token_cells_ = nullptr;   // device: the cell of each token being stored
     std::vector<int32_t> host_cells_;  // the same, chosen on the host
     std::vector<int32_t> shown_;       // what the device's cell_pos holds
