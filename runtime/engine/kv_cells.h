@@ -1,8 +1,9 @@
 // The bookkeeping of one layer's KV cache, without the K/V rows: which
 // position and which sequences each cell holds, and which cell a new
-// position goes to. LayerKvCache (kv_cache.h) adds the rows in host memory;
-// an accelerator keeps its rows on the device and the same cells on the
-// host, so every device chooses cells by the same rules.
+// position goes to. The session owns one per layer and alone changes it;
+// the device holding the layer's rows (LayerKvCache in host memory,
+// kv_cache.h; the CUDA cache on the GPU) stores into the cells it is given
+// and reads these to attend.
 //
 // Each cell holds a position and the set of sequence ids (0..63, a bitmask)
 // that see it, so a prompt prefix stored once can serve several sequences
