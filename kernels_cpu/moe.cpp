@@ -11,7 +11,8 @@ namespace tandem::cpu {
 void moe_route(const float* logits, const RouteParams& rp, float* route, int64_t n_tokens) {
     const int64_t n_expert = rp.n_expert, n_used = rp.n_used;
     TANDEM_CHECK(n_used >= 1 && n_used <= n_expert, "moe_route: expert_used_count outside [1, expert_count]");
-    std::vector<float> p(static_cast<size_t>(n_expert)), choose(static_cast<size_t>(n_expert));
+    std::vector<float> p(static_cast<size_t>(n_expert));
+    std::vector<float> choose(rp.selection_bias ? static_cast<size_t>(n_expert) : 0);
     std::vector<int32_t> order(static_cast<size_t>(n_expert));
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float* x = logits + t * n_expert;
@@ -27,13 +28,16 @@ void moe_route(const float* logits, const RouteParams& rp, float* route, int64_t
             const auto inv = static_cast<float>(1.0 / sum);
             for (float& v : p) v *= inv;
         }
-        for (int64_t e = 0; e < n_expert; ++e) {
-            const auto i = static_cast<size_t>(e);
-            choose[i] = rp.selection_bias ? p[i] + rp.selection_bias[e] : p[i];
+        // The choice ranks gate values plus the bias, when there is one.
+        if (rp.selection_bias) {
+            for (int64_t e = 0; e < n_expert; ++e) {
+                choose[static_cast<size_t>(e)] = p[static_cast<size_t>(e)] + rp.selection_bias[e];
+            }
         }
+        const std::vector<float>& key = rp.selection_bias ? choose : p;
         std::iota(order.begin(), order.end(), 0);
         std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-            return choose[static_cast<size_t>(a)] > choose[static_cast<size_t>(b)];
+            return key[static_cast<size_t>(a)] > key[static_cast<size_t>(b)];
         });
         double kept = 0.0;
         for (int64_t j = 0; j < n_used; ++j) kept += p[static_cast<size_t>(order[static_cast<size_t>(j)])];

@@ -40,20 +40,20 @@ int64_t stream_first(const Tables& t, const Layout& l) {
 // input on one device (a batch: one per dense matrix, one per expert
 // matrix and expert), and the ops over rows with the elements each passes
 // over per token. Attention is counted by the KV cache's layers.
-void count_layer_ops(const model::LayerSpec& ls, const std::function<int(const model::LayerOp&, LayerTensor)>& device_of,
+void count_layer_ops(const model::LayerSpec& ls, const std::function<int(LayerTensor)>& device_of,
                      std::array<Share, kDevices>& layer) {
     for (const model::LayerOp& op : ls.ops) {
         if (op.is_product()) {
             bool on[kDevices] = {false, false};
             for (const LayerTensor r : op.weights()) {
-                const int d = device_of(op, r);
+                const int d = device_of(r);
                 on[d] = true;
                 Share& s = layer[static_cast<size_t>(d)];
                 (op.kind == model::OpKind::ExpertMatmul ? s.expert_mats : s.batch_calls) += 1;
             }
             for (int d = 0; d < kDevices; ++d) layer[static_cast<size_t>(d)].calls += on[d] ? 1 : 0;
         } else if (op.kind != model::OpKind::Attention) {
-            Share& s = layer[static_cast<size_t>(device_of(op, op.at))];
+            Share& s = layer[static_cast<size_t>(device_of(op.at))];
             s.row_ops += 1;
             s.row_op_elems += static_cast<uint64_t>(op.elems());
         }
@@ -62,9 +62,8 @@ void count_layer_ops(const model::LayerSpec& ls, const std::function<int(const m
 
 // The executor's moves over one layer with the hidden state entering on
 // `entry`: every buffer a layer reads but X is written in it first.
-LayerMoves layer_moves(const model::ModelSpec& spec, const model::LayerSpec& ls,
-                       const std::function<int(const model::LayerOp&, LayerTensor)>& device_of, int entry) {
-    const model::WorkspaceWidths w = model::workspace_widths(spec.hp);
+LayerMoves layer_moves(const model::WorkspaceWidths& w, const model::LayerSpec& ls,
+                       const std::function<int(LayerTensor)>& device_of, int entry) {
     model::Residency where(entry);
     LayerMoves m;
     const auto run_on = [&](const model::LayerOp& op, int d) {
@@ -80,14 +79,14 @@ LayerMoves layer_moves(const model::ModelSpec& spec, const model::LayerSpec& ls,
             for (int d = 0; d < kDevices; ++d) {
                 bool here = false;
                 for (size_t i = 0; i < op.weights().size(); ++i) {
-                    if (device_of(op, op.weight[i]) != d) continue;
+                    if (device_of(op.weight[i]) != d) continue;
                     if (!here) run_on(op, d);
                     here = true;
                     where.wrote(op.out[i], d);
                 }
             }
         } else {
-            const int d = device_of(op, op.at);
+            const int d = device_of(op.at);
             run_on(op, d);
             for (const model::Act a : op.outs()) where.wrote(a, d);
         }
@@ -264,6 +263,7 @@ Mode make_mode(const model::ModelSpec& spec, const Tables& t,
                const std::function<int(int64_t il)>& kv_of) {
     Mode m;
     m.prefix.assign(static_cast<size_t>(t.n_layer) + 1, {});
+    const model::WorkspaceWidths widths = model::workspace_widths(spec.hp);
     for (int64_t il = 0; il < t.n_layer; ++il) {
         const model::LayerSpec& ls = spec.layers[static_cast<size_t>(il)];
         std::array<Share, kDevices> layer{};
@@ -285,7 +285,7 @@ Mode make_mode(const model::ModelSpec& spec, const Tables& t,
         const int kv_device =
             kv_of ? kv_of(il)
                   : at(LayerTensor::AttnK, at(LayerTensor::AttnQkv, at(LayerTensor::AttnNorm, kHostDevice)));
-        const auto op_device = [&](const model::LayerOp&, LayerTensor role) {
+        const auto op_device = [&](LayerTensor role) {
             return role == model::kWithCache ? kv_device : device_of(il, role);
         };
         count_layer_ops(ls, op_device, layer);
@@ -293,7 +293,8 @@ Mode make_mode(const model::ModelSpec& spec, const Tables& t,
         kv.kv += t.kv[static_cast<size_t>(il)];
         kv.kv_read += t.kv_read[static_cast<size_t>(il)];
         kv.kv_layers += 1;
-        m.moves.push_back({layer_moves(spec, ls, op_device, kHostDevice), layer_moves(spec, ls, op_device, kAccelDevice)});
+        m.moves.push_back(
+            {layer_moves(widths, ls, op_device, kHostDevice), layer_moves(widths, ls, op_device, kAccelDevice)});
         m.host_streamable.push_back(std::all_of(
             std::begin(model::kStreamedMatrices), std::end(model::kStreamedMatrices),
             [&](LayerTensor r) { return !ls.get(r) || device_of(il, r) == kHostDevice; }));

@@ -71,7 +71,7 @@ SplitModes split_modes(const model::ModelSpec& spec, const Tables& t, Candidate 
     const model::ArchSpec& arch = *spec.arch;
     const auto moved = [c, &arch](LayerTensor r) {
         if (c == Candidate::Experts) return detail::is_expert_role(r);
-        return detail::is_ffn_role(r) && model::layer_tensor_name(0, r, arch) == model::layer_tensor_name(0, r);
+        return detail::is_ffn_role(r) && model::stored_as(r, arch) == r;
     };
     return {c,
             detail::make_mode(spec, t,

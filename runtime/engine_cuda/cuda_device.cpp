@@ -154,7 +154,8 @@ public:
         scratch_floats_ = ub * w.matmul_input;
         // The experts' room: a call's gathered inputs and its products side
         // by side, and its two row index lists (2 * n_used int32s).
-        TANDEM_CHECK(2 * hp_.n_expert_used <= w.expert_index, "more experts used per token than the experts' room indexes");
+        TANDEM_CHECK(2 * hp_.n_expert_used <= w.expert_index,
+                     "more experts used per token than the experts' room indexes");
         expert_floats_ = ub * w.expert_rows;
         expert_ = w.expert_rows > 0 ? take(w.expert_rows) : nullptr;
         expert_indices_ = ub * w.expert_index;
@@ -225,7 +226,7 @@ public:
                            static_cast<float*>(scratch_), scratch_floats_);
     }
 
-    // The router's few logits (and the choice's bias) read back and routed by the CPU's function
+    // The router's few logits read back and routed by the CPU's function
     // (one implementation of the choice, as llama.cpp reads its expert ids
     // back); the route goes to the device and stays on the host for
     // matmul_experts' grouping.
@@ -238,14 +239,21 @@ public:
         route_host_.resize(static_cast<size_t>(n * 2 * op.n_used));
         TANDEM_CUDA_CHECK(cudaMemcpy(router_host_.data(), buf(Act::Router), router_host_.size() * sizeof(float),
                                      cudaMemcpyDeviceToHost));
-        if (op.bias) {
-            bias_host_.resize(static_cast<size_t>(op.n_expert));
-            TANDEM_CUDA_CHECK(cudaMemcpy(bias_host_.data(), vector(*op.bias), bias_host_.size() * sizeof(float),
-                                         cudaMemcpyDeviceToHost));
-        }
-        cpu::moe_route(router_host_.data(), route_params(op, op.bias ? bias_host_.data() : nullptr),
+        cpu::moe_route(router_host_.data(), route_params(op, op.bias ? route_bias(*op.bias, op.n_expert) : nullptr),
                        route_host_.data(), n);
         uploads().upload(buf(Act::Route), route_host_.data(), route_host_.size() * sizeof(float));
+    }
+
+    // The selection bias t (n_expert floats) on the host: read back from
+    // the device the first time a router uses it.
+    const float* route_bias(const gguf::TensorInfo& t, int64_t n_expert) {
+        auto [it, fresh] = route_bias_host_.try_emplace(&t);
+        if (fresh) {
+            it->second.resize(static_cast<size_t>(n_expert));
+            TANDEM_CUDA_CHECK(cudaMemcpy(it->second.data(), vector(t), it->second.size() * sizeof(float),
+                                         cudaMemcpyDeviceToHost));
+        }
+        return it->second.data();
     }
 
     // Grouped by expert on the host from the route's host copy; the rows
@@ -496,7 +504,8 @@ private:
     int64_t scratch_floats_ = 0;
     // Experts: the route's host copy, the grouping made from it, and the
     // device room of matmul_experts (carve_experts).
-    std::vector<float> bias_host_;
+    // Host copies of the routers' selection biases (read back once each).
+    std::unordered_map<const gguf::TensorInfo*, std::vector<float>> route_bias_host_;
     std::vector<float> router_host_, route_host_;
     cpu::ExpertGroups groups_;
     ExpertRows plan_;

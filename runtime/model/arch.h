@@ -104,7 +104,10 @@ const TensorRule& layer_tensor_rule(LayerTensor t);
 const TensorRule& global_tensor_rule(GlobalTensor t);
 std::string layer_tensor_name(int64_t layer, LayerTensor t);  // "blk.3.attn_q.weight", "blk.3.attn_q.bias"
 struct ArchSpec;
-// The name an architecture stores the role under (layer_tensor_name, or its rename).
+// The role whose name an architecture stores role t under: t itself, or
+// AttnPostNorm for the pre-FFN norm of ArchSpec::ffn_norm_named_post_attention.
+LayerTensor stored_as(LayerTensor t, const ArchSpec& arch);
+// layer_tensor_name of stored_as(t, arch).
 std::string layer_tensor_name(int64_t layer, LayerTensor t, const ArchSpec& arch);
 std::string global_tensor_name(GlobalTensor t);                // "token_embd.weight"
 

@@ -201,11 +201,12 @@ std::string layer_tensor_name(int64_t layer, LayerTensor t) {
     return fmt::format("blk.{}.{}.{}", layer, rule.suffix, rule.bias ? "bias" : "weight");
 }
 
+LayerTensor stored_as(LayerTensor t, const ArchSpec& arch) {
+    return t == LayerTensor::FfnNorm && arch.ffn_norm_named_post_attention ? LayerTensor::AttnPostNorm : t;
+}
+
 std::string layer_tensor_name(int64_t layer, LayerTensor t, const ArchSpec& arch) {
-    if (t == LayerTensor::FfnNorm && arch.ffn_norm_named_post_attention) {
-        return layer_tensor_name(layer, LayerTensor::AttnPostNorm);
-    }
-    return layer_tensor_name(layer, t);
+    return layer_tensor_name(layer, stored_as(t, arch));
 }
 
 std::string global_tensor_name(GlobalTensor t) { return fmt::format("{}.weight", global_tensor_rule(t).suffix); }

@@ -63,8 +63,9 @@ struct HParams {
     int64_t out_dim() const { return n_head * head_dim_v; }
     int64_t gqa_ratio() const { return n_head / n_head_kv; }
     int64_t qkv_dim() const { return q_dim() + k_dim() + v_dim(); }
-    // The FFN's hidden activations of one token: n_ff, or every used
-    // expert's hidden rows side by side.
+    // The FFN's hidden activations of one token, the widest any layer
+    // needs: n_ff (a dense layer), every used expert's hidden rows side by
+    // side, or the shared experts' hidden rows.
     int64_t ffn_width() const {
         const int64_t experts = n_expert > 0 ? std::max(n_expert_used * n_ff_exp, n_ff_shexp()) : 0;
         return n_expert == 0 || n_layer_dense_lead > 0 ? std::max(n_ff, experts) : experts;

@@ -38,7 +38,6 @@ public:
         std::copy(roles.begin(), roles.end(), op.weight.begin());
         std::copy(outs.begin(), outs.end(), op.out.begin());
         op.n_out = static_cast<int>(roles.size());
-        for (int i = 0; i < op.n_out; ++i) op.len += act_width(hp_, op.out[static_cast<size_t>(i)]);
         push(op);
     }
     void matmul_experts(std::initializer_list<T> roles, std::initializer_list<Act> outs, Act in, bool in_per_slot,
@@ -111,7 +110,7 @@ private:
     }
     T writer(Act a) const {
         const T t = writer_[static_cast<size_t>(a)];
-        TANDEM_CHECK(t != T::Count || a == Act::Attn, "recipe: a buffer read before any op wrote it");
+        TANDEM_CHECK(t != T::Count, "recipe: a buffer read before any op wrote it");
         return t;
     }
     void push(const LayerOp& op) {
