@@ -30,6 +30,12 @@ using quant::Type;
 #define TANDEM_PANEL_AVXVNNI(name) \
     PanelKernel{TANDEM_X86(name##_panel_gemm_avxvnni), TANDEM_X86(name##_panel_bytes_avxvnni), nullptr, 0}
 
+#define TANDEM_IQ_ROW(T, name)                                                          \
+    WeightKernels {                                                                     \
+        .type = Type::T, .dot = LevelKernels{dot_##name##_scalar}, .llama_order = true, \
+        .avx2_at_avx512 = true                                                          \
+    }
+
 // Off x86 only the scalar kernels exist: the rest are null there.
 constexpr std::array kTable = {
     WeightKernels{.type = Type::F32, .dot = TANDEM_LEVELS(dot_f32)},
@@ -126,6 +132,19 @@ constexpr std::array kTable = {
                   .panel = TANDEM_PANEL(q6_K, q6_K_panel_bytes, q6_K_panel_prepare, kGroupStartsExtraBytes),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q6_K, nullptr, 0),
                   .llama_order = true},
+    // The i-quants and MXFP4: one order for single rows and batches (llama.cpp
+    // multiplies them with its single-row kernels, IQ4_NL and MXFP4 repacked
+    // as Q4_0), so the AVX2 kernels serve the AVX-512 levels too.
+    TANDEM_IQ_ROW(IQ2_XXS, iq2_xxs),
+    TANDEM_IQ_ROW(IQ2_XS, iq2_xs),
+    TANDEM_IQ_ROW(IQ2_S, iq2_s),
+    TANDEM_IQ_ROW(IQ3_XXS, iq3_xxs),
+    TANDEM_IQ_ROW(IQ3_S, iq3_s),
+    TANDEM_IQ_ROW(IQ1_S, iq1_s),
+    TANDEM_IQ_ROW(IQ1_M, iq1_m),
+    TANDEM_IQ_ROW(IQ4_NL, iq4_nl),
+    TANDEM_IQ_ROW(IQ4_XS, iq4_xs),
+    TANDEM_IQ_ROW(MXFP4, mxfp4),
 };
 
 #undef TANDEM_LEVELS
@@ -134,6 +153,7 @@ constexpr std::array kTable = {
 #undef TANDEM_ROWS_MULTI
 #undef TANDEM_PANEL
 #undef TANDEM_PANEL_AVX2
+#undef TANDEM_IQ_ROW
 
 const WeightKernels& require(quant::Type w_type) {
     const WeightKernels* k = weight_kernels(w_type);

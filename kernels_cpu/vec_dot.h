@@ -62,7 +62,17 @@ DotFn dot_kernel(quant::Type w_type, SimdLevel level);
     X(Q3_K, q3_K)           \
     X(Q4_K, q4_K)           \
     X(Q5_K, q5_K)           \
-    X(Q6_K, q6_K)
+    X(Q6_K, q6_K)           \
+    X(IQ2_XXS, iq2_xxs)     \
+    X(IQ2_XS, iq2_xs)       \
+    X(IQ2_S, iq2_s)         \
+    X(IQ3_XXS, iq3_xxs)     \
+    X(IQ3_S, iq3_s)         \
+    X(IQ1_S, iq1_s)         \
+    X(IQ1_M, iq1_m)         \
+    X(IQ4_NL, iq4_nl)       \
+    X(IQ4_XS, iq4_xs)       \
+    X(MXFP4, mxfp4)
 
 #define TANDEM_DOT_ARGS int64_t n, const void *w, const void *a, size_t a_stride, int nt, float *y, int64_t ldy
 #define TANDEM_DECLARE_DOT(T, name)             \

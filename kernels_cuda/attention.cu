@@ -94,7 +94,8 @@ __device__ __forceinline__ float q8_0_qk(const quant::block_q8_0* q, const quant
         lanes[lane] = acc;
     }
     __syncwarp();
-    const float s = O::finish(lanes, 0.0f);
+    const float no_min = 0.0f;
+    const float s = O::finish(lanes, &no_min);
     __syncwarp();  // read before the next cell writes
     return s;
 }

@@ -68,6 +68,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     using ABlock = typename O::ABlock;
     __shared__ Part parts[kWarps][kRows][kChunk][kT];
     __shared__ float lanes[kWarps][kRows][kT][8];
+    __shared__ float lanes2[kWarps][kRows][kT][8];  // the second chains (lane 0's, or IQ1_M's eight)
     const int warp = static_cast<int>(threadIdx.y);
     const int r = static_cast<int>(threadIdx.x) / kChunk;
     const int j = static_cast<int>(threadIdx.x) % kChunk;  // block of the chunk, then float lane
@@ -102,13 +103,16 @@ __global__ void __launch_bounds__(32 * kWarps)
         __syncwarp();
     }
     if constexpr (O::kLanes == 8) {
-        for (int t = 0; t < kT; ++t) lanes[warp][r][t][j] = acc[t];
+        for (int t = 0; t < kT; ++t) {
+            lanes[warp][r][t][j] = acc[t];
+            lanes2[warp][r][t][j] = acc2[t];
+        }
         __syncwarp();
     }
     if (j != 0 || row0 + r >= n_rows) return;
     for (int t = 0; t < kT; ++t) {
         if (t < nt) {
-            const float v = O::kLanes == 8 ? O::finish(lanes[warp][r][t], acc2[t]) : O::finish(&acc[t], acc2[t]);
+            const float v = O::kLanes == 8 ? O::finish(lanes[warp][r][t], lanes2[warp][r][t]) : O::finish(&acc[t], &acc2[t]);
             y[(t0 + t) * ldy + row0 + r] = v;
         }
     }
@@ -206,7 +210,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
         for (int q = 0; q < 4; ++q) {
             const int64_t row = tile.row0 + g + 8 * (q / 2);
             const int tok = 8 * j + 2 * t + q % 2;
-            if (row < n_rows && tok < nt) y[(tile.t0 + tok) * ldy + row] = O::finish(&acc[j][q], acc2[j][q]);
+            if (row < n_rows && tok < nt) y[(tile.t0 + tok) * ldy + row] = O::finish(&acc[j][q], &acc2[j][q]);
         }
     }
 }
@@ -273,7 +277,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps)
             }
             const int64_t row = tile.row0 + g + 8 * h;
             const int tok = 2 * p + mine;
-            if (t % 2 == 0 && row < n_rows && tok < nt) y[(tile.t0 + tok) * ldy + row] = O::finish(lanes, acc2[p][h]);
+            if (t % 2 == 0 && row < n_rows && tok < nt) y[(tile.t0 + tok) * ldy + row] = O::finish(lanes, &acc2[p][h]);
         }
     }
 }

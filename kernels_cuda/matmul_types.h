@@ -21,7 +21,17 @@
     X(Q3_K)                         \
     X(Q4_K)                         \
     X(Q5_K)                         \
-    X(Q6_K)
+    X(Q6_K)                         \
+    X(IQ2_XXS)                      \
+    X(IQ2_XS)                       \
+    X(IQ2_S)                        \
+    X(IQ3_XXS)                      \
+    X(IQ3_S)                        \
+    X(IQ1_S)                        \
+    X(IQ1_M)                        \
+    X(IQ4_NL)                       \
+    X(IQ4_XS)                       \
+    X(MXFP4)
 
 namespace tandem::cuda {
 

@@ -21,6 +21,7 @@
 #include "runtime/quant/fp16.h"
 #include "runtime/quant/quant_blocks.h"
 #include "runtime/quant/quant_types.h"
+#include "tests/random_blocks.h"
 
 namespace {
 
@@ -71,8 +72,18 @@ std::vector<float> random_floats(std::mt19937& rng, size_t n, float scale = 1.0f
     return v;
 }
 
+// The types Tandem only reads (i-quants, MXFP4) get random codes with sane
+// scales instead (random_blocks.h), one seed a row from x's first value.
 std::vector<uint8_t> quantize(Type t, const std::vector<float>& x, int64_t n_rows, int64_t n) {
     std::vector<uint8_t> out(row_size(t, n) * static_cast<size_t>(n_rows));
+    if (quant::traits(t).quantize_row == nullptr) {
+        uint32_t seed = 0;
+        std::memcpy(&seed, x.data(), sizeof seed);
+        for (int64_t r = 0; r < n_rows; ++r) {
+            tandem::testing::fill_random_blocks(t, n, seed + static_cast<uint32_t>(r), out.data() + r * row_size(t, n));
+        }
+        return out;
+    }
     for (int64_t r = 0; r < n_rows; ++r) {
         quant::quantize_row(t, x.data() + r * n, out.data() + r * row_size(t, n), n);
     }
@@ -142,7 +153,11 @@ void unit_weight_scales(Type t, void* row, int64_t n) {
         case Type::Q4_K: set_fields<block_q4_K>(row, nb, [one](block_q4_K& b) { b.d = b.dmin = one; }); break;
         case Type::Q5_K: set_fields<block_q5_K>(row, nb, [one](block_q5_K& b) { b.d = b.dmin = one; }); break;
         case Type::Q6_K: set_fields<block_q6_K>(row, nb, [one](block_q6_K& b) { b.d = one; }); break;
-        default: FAIL() << "no unit-scale rule for " << quant::traits(t).name;
+        default:
+            if (quant::traits(t).quantize_row != nullptr) FAIL() << "no unit-scale rule for " << quant::traits(t).name;
+            for (int64_t b = 0; b < nb; ++b) {
+                tandem::testing::set_block_scale(t, static_cast<uint8_t*>(row) + b * quant::traits(t).block_bytes, 1.0f);
+            }
     }
 }
 

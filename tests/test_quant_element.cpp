@@ -10,6 +10,7 @@
 
 #include "runtime/quant/quant_element.h"
 #include "runtime/quant/quant_types.h"
+#include "tests/random_blocks.h"
 
 namespace tq = tandem::quant;
 
@@ -28,18 +29,9 @@ const ElementCase kCases[] = {TANDEM_FOR_EACH_ELEMENT_TYPE(TANDEM_ELEMENT_CASE)}
 #undef TANDEM_ELEMENT_CASE
 
 // Random bytes would make NaN/inf scales for the fp16 fields; quantizing
-// random floats gives realistic blocks, and scrambling the quant bits
-// afterwards (keeping the scales) reaches bit patterns quantizers rarely
-// produce.
-std::vector<uint8_t> random_blocks(tq::Type type, int64_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(n));
-    for (auto& v : x) v = dist(rng);
-    std::vector<uint8_t> bytes(*tq::row_bytes(type, n));
-    tq::quantize_row(type, x.data(), bytes.data(), n);
-    return bytes;
-}
+// random floats gives realistic blocks (random codes with sane scales for
+// the types Tandem only reads: random_blocks.h).
+using tandem::testing::random_blocks;
 
 }  // namespace
 

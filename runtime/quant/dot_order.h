@@ -10,9 +10,10 @@
 // partner: Q8_0, Q8_1 or Q8_K), over the row's blocks i in order:
 //   part(w_i, a_i)         exact integers (sums of code products, 4 at a
 //                          time: dot4) and the block's float scales;
-//   step(acc_l, acc2, p, l) for each float lane l < kLanes: one fused
+//   step(acc_l, acc2_l, p, l) for each float lane l < kLanes: one fused
 //                          multiply-add into lane l's accumulator; lane 0
-//                          also steps the second chain acc2 (minimum terms);
+//                          also steps the second chain acc2_0 (minimum
+//                          terms; IQ1_M steps a second set of lanes);
 //   finish(acc, acc2)      the lanes summed as ((0+4)+(2+6)) + ((1+5)+(3+7))
 //                          (or the one lane), then acc2 added or subtracted.
 // The integers may be summed in any order; the float steps may not. Each
@@ -181,7 +182,7 @@ struct Q4_0Order {
     TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) {
         acc = fma_f(static_cast<float>(p.total), p.d, acc);
     }
-    TANDEM_HOST_DEVICE static float finish(const float* acc, float) { return acc[0]; }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, const float*) { return acc[0]; }
 };
 
 // Q4_1, Q5_0, Q5_1, Q8_0: eight lanes of four elements, acc[l] = fma(d_w *
@@ -235,7 +236,7 @@ struct LegacyLanesOrder {
         step_lane(acc, p.d, p.lane[l]);
         if (l == 0) step_min(acc2, p.m, p.s);
     }
-    TANDEM_HOST_DEVICE static float finish(const float* acc, float acc2) { return tree8(acc) + acc2; }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, const float* acc2) { return tree8(acc) + acc2[0]; }
 };
 
 // ---- K-quants (against Q8_K) ---------------------------------------------------------------
@@ -359,7 +360,7 @@ struct KLanesOrder {
         }
         acc = fma_f(p.d, static_cast<float>(p.lane[l]), acc);
     }
-    TANDEM_HOST_DEVICE static float finish(const float* acc, float acc2) { return tree8(acc) + acc2; }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, const float* acc2) { return tree8(acc) + acc2[0]; }
 };
 
 // Q2_K, Q4_K: integer totals over spans of Span chunks, one multiply-add
@@ -404,7 +405,7 @@ struct KSpansOrder {
             acc2 = fma_f(static_cast<float>(p.coef[s]), p.dmin, acc2);
         }
     }
-    TANDEM_HOST_DEVICE static float finish(const float* acc, float acc2) { return acc[0] - acc2; }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, const float* acc2) { return acc[0] - acc2[0]; }
 };
 
 // Q3_K, Q5_K, Q6_K in batches: v = d_w * total (minus dmin * the minimum
@@ -442,7 +443,7 @@ struct KTiledOrder {
         }
         acc = fma_f(p.da, v, acc);
     }
-    TANDEM_HOST_DEVICE static float finish(const float* acc, float) { return acc[0]; }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, const float*) { return acc[0]; }
 };
 
 // The order of weight type W in form F: one row per type, its single-row
@@ -481,10 +482,10 @@ TANDEM_HOST_DEVICE float row_dot(int64_t n, const void* w, const void* a) {
     const auto* x = static_cast<const typename O::WBlock*>(w);
     const auto* y = static_cast<const typename O::ABlock*>(a);
     float acc[O::kLanes] = {};
-    float acc2 = 0.0f;
+    float acc2[O::kLanes] = {};
     for (int64_t i = 0; i < n / O::kElems; ++i) {
         const typename O::Part p = O::part(x[i], y[i]);
-        for (int l = 0; l < O::kLanes; ++l) O::step(acc[l], acc2, p, l);
+        for (int l = 0; l < O::kLanes; ++l) O::step(acc[l], acc2[l], p, l);
     }
     return O::finish(acc, acc2);
 }
@@ -581,3 +582,6 @@ TANDEM_HOST_DEVICE float float_dot(int64_t n, const void* w, const void* a) {
 }
 
 }  // namespace tandem::quant::dot
+
+// The i-quants and MXFP4.
+#include "runtime/quant/dot_order_iq.h"

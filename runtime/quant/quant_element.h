@@ -9,11 +9,10 @@
 
 #include "runtime/quant/quant_blocks.h"
 
+#include "runtime/quant/host_device.h"
+
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
-#define TANDEM_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define TANDEM_HOST_DEVICE inline
 #endif
 
 #if !defined(__CUDA_ARCH__)
@@ -214,4 +213,17 @@ TANDEM_HOST_DEVICE float row_element(const void* row, int64_t i) {
     X(Q4_K, ::tandem::quant::block_q4_K, q4_K, ::tandem::quant::kQK_K)  \
     X(Q5_K, ::tandem::quant::block_q5_K, q5_K, ::tandem::quant::kQK_K)  \
     X(Q6_K, ::tandem::quant::block_q6_K, q6_K, ::tandem::quant::kQK_K)  \
-    X(Q8_K, ::tandem::quant::block_q8_K, q8_K, ::tandem::quant::kQK_K)
+    X(Q8_K, ::tandem::quant::block_q8_K, q8_K, ::tandem::quant::kQK_K)  \
+    X(IQ2_XXS, ::tandem::quant::block_iq2_xxs, iq2_xxs, ::tandem::quant::kQK_K) \
+    X(IQ2_XS, ::tandem::quant::block_iq2_xs, iq2_xs, ::tandem::quant::kQK_K) \
+    X(IQ2_S, ::tandem::quant::block_iq2_s, iq2_s, ::tandem::quant::kQK_K) \
+    X(IQ3_XXS, ::tandem::quant::block_iq3_xxs, iq3_xxs, ::tandem::quant::kQK_K) \
+    X(IQ3_S, ::tandem::quant::block_iq3_s, iq3_s, ::tandem::quant::kQK_K) \
+    X(IQ1_S, ::tandem::quant::block_iq1_s, iq1_s, ::tandem::quant::kQK_K) \
+    X(IQ1_M, ::tandem::quant::block_iq1_m, iq1_m, ::tandem::quant::kQK_K) \
+    X(IQ4_NL, ::tandem::quant::block_iq4_nl, iq4_nl, ::tandem::quant::kQK4_NL) \
+    X(IQ4_XS, ::tandem::quant::block_iq4_xs, iq4_xs, ::tandem::quant::kQK_K) \
+    X(MXFP4, ::tandem::quant::block_mxfp4, mxfp4, ::tandem::quant::kQK_MXFP4)
+
+// The i-quants' and MXFP4's element functions, named in the table above.
+#include "runtime/quant/quant_element_iq.h"

@@ -44,4 +44,17 @@ void dequantize_row_q6_K(const void* src, float* dst, int64_t n);
 void quantize_row_q8_K(const float* src, void* dst, int64_t n);
 void dequantize_row_q8_K(const void* src, float* dst, int64_t n);
 
+// i-quants and MXFP4 (quant_ref_iq.cpp): read only, each element as
+// quant_element_iq.h computes it.
+void dequantize_row_iq2_xxs(const void* src, float* dst, int64_t n);
+void dequantize_row_iq2_xs(const void* src, float* dst, int64_t n);
+void dequantize_row_iq2_s(const void* src, float* dst, int64_t n);
+void dequantize_row_iq3_xxs(const void* src, float* dst, int64_t n);
+void dequantize_row_iq3_s(const void* src, float* dst, int64_t n);
+void dequantize_row_iq1_s(const void* src, float* dst, int64_t n);
+void dequantize_row_iq1_m(const void* src, float* dst, int64_t n);
+void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n);
+void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
+void dequantize_row_mxfp4(const void* src, float* dst, int64_t n);
+
 }  // namespace tandem::quant::ref

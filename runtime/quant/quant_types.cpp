@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <string>
 
 #include "runtime/common/error.h"
 #include "runtime/quant/quant_blocks.h"
@@ -29,6 +30,17 @@ constexpr std::array kTraits = {
     TypeTraits{Type::Q5_K, "Q5_K", kQK_K, sizeof(block_q5_K), true, false, ref::quantize_row_q5_K, ref::dequantize_row_q5_K},
     TypeTraits{Type::Q6_K, "Q6_K", kQK_K, sizeof(block_q6_K), true, false, ref::quantize_row_q6_K, ref::dequantize_row_q6_K},
     TypeTraits{Type::Q8_K, "Q8_K", kQK_K, sizeof(block_q8_K), true, true, ref::quantize_row_q8_K, ref::dequantize_row_q8_K},
+    // Read and multiplied; not made yet (no quantize_row).
+    TypeTraits{Type::IQ2_XXS, "IQ2_XXS", kQK_K, sizeof(block_iq2_xxs), true, false, nullptr, ref::dequantize_row_iq2_xxs},
+    TypeTraits{Type::IQ2_XS, "IQ2_XS", kQK_K, sizeof(block_iq2_xs), true, false, nullptr, ref::dequantize_row_iq2_xs},
+    TypeTraits{Type::IQ2_S, "IQ2_S", kQK_K, sizeof(block_iq2_s), true, false, nullptr, ref::dequantize_row_iq2_s},
+    TypeTraits{Type::IQ3_XXS, "IQ3_XXS", kQK_K, sizeof(block_iq3_xxs), true, false, nullptr, ref::dequantize_row_iq3_xxs},
+    TypeTraits{Type::IQ3_S, "IQ3_S", kQK_K, sizeof(block_iq3_s), true, false, nullptr, ref::dequantize_row_iq3_s},
+    TypeTraits{Type::IQ1_S, "IQ1_S", kQK_K, sizeof(block_iq1_s), true, false, nullptr, ref::dequantize_row_iq1_s},
+    TypeTraits{Type::IQ1_M, "IQ1_M", kQK_K, sizeof(block_iq1_m), true, false, nullptr, ref::dequantize_row_iq1_m},
+    TypeTraits{Type::IQ4_NL, "IQ4_NL", kQK4_NL, sizeof(block_iq4_nl), true, false, nullptr, ref::dequantize_row_iq4_nl},
+    TypeTraits{Type::IQ4_XS, "IQ4_XS", kQK_K, sizeof(block_iq4_xs), true, false, nullptr, ref::dequantize_row_iq4_xs},
+    TypeTraits{Type::MXFP4, "MXFP4", kQK_MXFP4, sizeof(block_mxfp4), true, false, nullptr, ref::dequantize_row_mxfp4},
 };
 
 bool iequals(std::string_view a, std::string_view b) {
@@ -70,6 +82,9 @@ std::optional<uint64_t> row_bytes(Type t, int64_t n) {
 void quantize_row(Type t, const float* src, void* dst, int64_t n) {
     const TypeTraits& tr = traits(t);
     TANDEM_CHECK(n % tr.block_elems == 0, "quantize_row: length not a multiple of the block size");
+    if (tr.quantize_row == nullptr) {
+        throw Error("Tandem reads " + std::string(tr.name) + " but cannot quantize to it yet");
+    }
     tr.quantize_row(src, dst, n);
 }
 

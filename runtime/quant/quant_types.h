@@ -27,7 +27,17 @@ enum class Type : uint32_t {
     Q5_K = 13,
     Q6_K = 14,
     Q8_K = 15,
+    IQ2_XXS = 16,
+    IQ2_XS = 17,
+    IQ3_XXS = 18,
+    IQ1_S = 19,
+    IQ4_NL = 20,
+    IQ3_S = 21,
+    IQ2_S = 22,
+    IQ4_XS = 23,
+    IQ1_M = 29,
     BF16 = 30,
+    MXFP4 = 39,
 };
 
 // Converts n floats into n / block_elems blocks. n is a multiple of
@@ -43,13 +53,14 @@ struct TypeTraits {
     size_t block_bytes;     // bytes per block, == sizeof(block_*)
     bool is_quantized;
     bool is_activation_only;  // Q8_K, Q8_1: dot-product partners, never stored weights
-    QuantizeRowFn quantize_row;
+    QuantizeRowFn quantize_row;  // null: Tandem reads the type but does not make it
     DequantizeRowFn dequantize_row;
 };
 
 // What activations are quantized to before a dot product with rows of type
 // t, on every device (ggml's vec_dot_type): Q8_0 for Q4_0, Q5_0 and Q8_0,
-// Q8_1 for Q4_1 and Q5_1, Q8_K for the K-quants, t itself for the float
+// Q8_1 for Q4_1 and Q5_1, Q8_K for the K-quants and the 256-element
+// i-quants, Q8_0 for IQ4_NL and MXFP4, t itself for the float
 // types and the activation types. The one place this pairing is written:
 // the CPU kernel table and the CUDA kernels (at compile time) read it.
 // The float weight types (multiplied as they are, or by a BLAS).
@@ -60,6 +71,8 @@ constexpr Type dot_type(Type t) {
         case Type::Q4_0:
         case Type::Q5_0:
         case Type::Q8_0:
+        case Type::IQ4_NL:
+        case Type::MXFP4:
             return Type::Q8_0;
         case Type::Q4_1:
         case Type::Q5_1:
@@ -69,13 +82,21 @@ constexpr Type dot_type(Type t) {
         case Type::Q4_K:
         case Type::Q5_K:
         case Type::Q6_K:
+        case Type::IQ2_XXS:
+        case Type::IQ2_XS:
+        case Type::IQ2_S:
+        case Type::IQ3_XXS:
+        case Type::IQ3_S:
+        case Type::IQ1_S:
+        case Type::IQ1_M:
+        case Type::IQ4_XS:
             return Type::Q8_K;
         default:
             return t;
     }
 }
 
-// nullptr for ids Tandem does not know (retired, IQ*, future types): the
+// nullptr for ids Tandem does not know (retired, TQ*, future types): the
 // GGUF reader turns that into an error naming the id.
 const TypeTraits* find_traits(uint32_t type_id);
 // For a Type value, which is always known.
@@ -87,6 +108,7 @@ std::span<const TypeTraits> all_traits();
 // size (a malformed tensor shape).
 std::optional<uint64_t> row_bytes(Type t, int64_t n);
 
+// Throws tandem::Error for a type Tandem does not make (quantize_row null).
 void quantize_row(Type t, const float* src, void* dst, int64_t n);
 void dequantize_row(Type t, const void* src, float* dst, int64_t n);
 

@@ -1,0 +1,158 @@
+// The dot orders of the i-quants and MXFP4 (the rest of dot_order.h, which
+// includes this file at its end): the integers and float steps llama.cpp's
+// CPU backend gives them on x86, so that Tandem's products are its bits.
+//
+// The 256-element i-quants against Q8_K (IqLanesOrder): llama.cpp's AVX2
+// kernels (used by its AVX-512 builds too) keep eight 32-bit integer
+// lanes per block, lane l holding elements 4l..4l+3 of every 32-element
+// chunk, each four-element sum times its sub-block's integer multiplier
+// (2s + 1, 1 + 2s or s - 32). Per block, d = d_w * d_a and
+//   acc[l] = fma(d, lane[l], acc[l]),
+// and at the end a constant factor times the lanes summed by tree8
+// (1/8 for IQ2_*, 1/4 for IQ3_XXS, 1 for IQ3_S and IQ4_XS). IQ1_S and
+// IQ1_M add their +-1/8 shifts through the activation sums: IQ1_S as one
+// integer a block in a scalar chain, acc2 = fma(d, shift, acc2), IQ1_M in
+// eight lanes of their own; then tree8(acc) + 1/8 * (acc2, or tree8 of its
+// lanes).
+//
+// IQ4_NL and MXFP4 against Q8_0 (BlockTotalOrder): llama.cpp repacks
+// these (rows a multiple of 8, as every model's are) and multiplies them
+// as Q4_0: one integer total a block, acc = fma(total, d_w * d_a, acc).
+#pragma once
+
+#include "runtime/quant/dot_order.h"
+#include "runtime/quant/quant_element_iq.h"
+
+namespace tandem::quant::dot {
+
+enum class IqShift { None, Chain, Lanes };
+
+template <class Decoder, IqShift kShiftKind = IqShift::None>
+struct IqDot {
+    using D = Decoder;
+    static constexpr IqShift kShift = kShiftKind;
+};
+
+template <class T>
+struct IqLanesOrder {
+    using D = typename T::D;
+    using WBlock = typename D::Block;
+    using ABlock = block_q8_K;
+    static constexpr int kElems = kQK_K;
+    static constexpr int kLanes = 8;
+    struct Part {
+        int lane[8];
+        int shift[8];  // IqShift::Chain: shift[0] the block's; Lanes: lane l's
+        float d;
+    };
+    TANDEM_HOST_DEVICE static float weight_scale(const WBlock& w) {
+        if constexpr (std::is_same_v<D, iq::Iq1m>) {
+            return D::block_scale(w);
+        } else {
+            return element::half_to_float(w.d);
+        }
+    }
+    // The factor of the lanes' sum.
+    TANDEM_HOST_DEVICE static float lanes_factor() {
+        if constexpr (std::is_same_v<D, iq::Iq3xxs>) return 0.25f;
+        if constexpr (std::is_same_v<D, iq::Iq2xxs> || std::is_same_v<D, iq::Iq2xs> || std::is_same_v<D, iq::Iq2s>) {
+            return 0.125f;
+        }
+        return 1.0f;
+    }
+    TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
+        Part p;
+        for (int l = 0; l < 8; ++l) {
+            int s = 0, shift = 0;
+            for (int c = 0; c < 8; ++c) {
+                const int k = 32 * c + 4 * l;
+                const int m = D::mult(w, k);
+                s += m * dot4(iq::codes4<D>(w, k), load4(a.qs + k), 0);
+                if constexpr (T::kShift == IqShift::Lanes) {
+                    const int sum = a.qs[k] + a.qs[k + 1] + a.qs[k + 2] + a.qs[k + 3];
+                    shift += m * (D::shift_negative(w, k) ? -sum : sum);
+                }
+            }
+            p.lane[l] = s;
+            p.shift[l] = shift;
+        }
+        if constexpr (T::kShift == IqShift::Chain) {
+            int shift = 0;
+            for (int c = 0; c < 8; ++c) {
+                const int sum = a.bsums[2 * c] + a.bsums[2 * c + 1];
+                shift += D::mult(w, 32 * c) * (D::shift_negative(w, 32 * c) ? -sum : sum);
+            }
+            p.shift[0] = shift;
+        }
+        p.d = weight_scale(w) * a.d;
+        return p;
+    }
+    TANDEM_HOST_DEVICE static void step(float& acc, float& acc2, const Part& p, int l) {
+        acc = fma_f(p.d, static_cast<float>(p.lane[l]), acc);
+        if constexpr (T::kShift == IqShift::Chain) {
+            if (l == 0) acc2 = fma_f(p.d, static_cast<float>(p.shift[0]), acc2);
+        } else if constexpr (T::kShift == IqShift::Lanes) {
+            acc2 = fma_f(p.d, static_cast<float>(p.shift[l]), acc2);
+        }
+    }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, const float* acc2) {
+        if constexpr (T::kShift == IqShift::Chain) return tree8(acc) + iq::kIq1Delta * acc2[0];
+        if constexpr (T::kShift == IqShift::Lanes) return tree8(acc) + iq::kIq1Delta * tree8(acc2);
+        return lanes_factor() * tree8(acc);
+    }
+};
+
+// IQ4_NL, MXFP4 (against Q8_0): one total a block, as Q4_0Order.
+template <class D>
+struct BlockTotalOrder {
+    using WBlock = typename D::Block;
+    using ABlock = block_q8_0;
+    static constexpr int kElems = 32;
+    static constexpr int kLanes = 1;
+    static constexpr int kGroups = 2;
+    struct Part {
+        int total;
+        float d;
+    };
+    TANDEM_HOST_DEVICE static float weight_scale(const WBlock& w) {
+        if constexpr (std::is_same_v<D, iq::Mxfp4>) {
+            return D::scale(w);
+        } else {
+            return element::half_to_float(w.d);
+        }
+    }
+    TANDEM_HOST_DEVICE static uint32_t group_codes4(const WBlock& w, int k) { return iq::codes4<D>(w, k); }
+    TANDEM_HOST_DEVICE static Part part_of_groups(const WBlock& w, const ABlock& a, const int* r) {
+        return {r[0] + r[1], weight_scale(w) * element::half_to_float(a.d)};
+    }
+    TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
+        int r[kGroups];
+        group_sums<BlockTotalOrder>(w, a, r);
+        return part_of_groups(w, a, r);
+    }
+    TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) {
+        acc = fma_f(static_cast<float>(p.total), p.d, acc);
+    }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, const float*) { return acc[0]; }
+};
+
+#define TANDEM_IQ_ORDER_OF(T, O)  \
+    template <Form F>             \
+    struct OrderOf<Type::T, F> {  \
+        using type = O;           \
+    };
+using Iq1sDot = IqDot<iq::Iq1s, IqShift::Chain>;
+using Iq1mDot = IqDot<iq::Iq1m, IqShift::Lanes>;
+TANDEM_IQ_ORDER_OF(IQ2_XXS, IqLanesOrder<IqDot<iq::Iq2xxs>>)
+TANDEM_IQ_ORDER_OF(IQ2_XS, IqLanesOrder<IqDot<iq::Iq2xs>>)
+TANDEM_IQ_ORDER_OF(IQ2_S, IqLanesOrder<IqDot<iq::Iq2s>>)
+TANDEM_IQ_ORDER_OF(IQ3_XXS, IqLanesOrder<IqDot<iq::Iq3xxs>>)
+TANDEM_IQ_ORDER_OF(IQ3_S, IqLanesOrder<IqDot<iq::Iq3s>>)
+TANDEM_IQ_ORDER_OF(IQ1_S, IqLanesOrder<Iq1sDot>)
+TANDEM_IQ_ORDER_OF(IQ1_M, IqLanesOrder<Iq1mDot>)
+TANDEM_IQ_ORDER_OF(IQ4_XS, IqLanesOrder<IqDot<iq::Iq4xs>>)
+TANDEM_IQ_ORDER_OF(IQ4_NL, BlockTotalOrder<iq::Iq4nl>)
+TANDEM_IQ_ORDER_OF(MXFP4, BlockTotalOrder<iq::Mxfp4>)
+#undef TANDEM_IQ_ORDER_OF
+
+}  // namespace tandem::quant::dot

@@ -1,0 +1,234 @@
+// The i-quants and MXFP4, one element at a time, for the host and the
+// device: each type's decoder gives element k's integer code (grid value
+// times sign, or table value), the integer multiplier of its sub-block
+// scale as the dot products apply it, and its float value as the format
+// defines it (ggml's dequantize_row_*: the same float operations in the
+// same order, so the same bits). The scalar dequantize_row of each type
+// (quant_ref_iq.cpp), the CUDA dequantize kernel and the dot orders
+// (dot_order_iq.h) all read these.
+//
+// Layout words: a 256-element block is 8 chunks of 32 (c = k / 32), each
+// 4 groups of 8 (g = k % 32 / 8), j = k % 8 the weight in its group.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/quant/iq_tables.h"
+#include "runtime/quant/quant_blocks.h"
+#include "runtime/quant/quant_element.h"
+
+namespace tandem::quant::iq {
+
+TANDEM_HOST_DEVICE int signed_if(bool negative, int v) { return negative ? -v : v; }
+TANDEM_HOST_DEVICE float signed_if(bool negative, float v) { return negative ? -v : v; }
+TANDEM_HOST_DEVICE uint32_t load16(const uint8_t* p) { return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8; }
+
+// x = d * (0.5 + s) / 4 * grid * sign; dot multiplier 2 s + 1 (the 1/8 at the end).
+struct Iq2xxs {
+    using Block = block_iq2_xxs;
+    TANDEM_HOST_DEVICE static uint32_t word(const Block& b, int c, int w) {
+        return static_cast<uint32_t>(b.qs[4 * c + 2 * w]) | static_cast<uint32_t>(b.qs[4 * c + 2 * w + 1]) << 16;
+    }
+    TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return static_cast<int>(word(b, k / 32, 1) >> 28); }
+    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) {
+        const int idx = static_cast<int>((word(b, k / 32, 0) >> (8 * (k % 32 / 8))) & 0xFFu);
+        return grid_byte(iq2xxs_row(idx), k % 8);
+    }
+    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) {
+        return (signs_of7((word(b, k / 32, 1) >> (7 * (k % 32 / 8))) & 127u) >> (k % 8)) & 1u;
+    }
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
+    TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
+    TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
+        const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.25f;
+        return signed_if(negative(b, k), db * static_cast<float>(magnitude(b, k)));
+    }
+};
+
+// qs[k / 8]: 9-bit index and 7 sign bits; a 4-bit scale per 16.
+struct Iq2xs {
+    using Block = block_iq2_xs;
+    TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return (b.scales[k / 32] >> (4 * (k % 32 / 16))) & 0xF; }
+    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) { return grid_byte(iq2xs_row(b.qs[k / 8] & 511), k % 8); }
+    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return (signs_of7(b.qs[k / 8] >> 9) >> (k % 8)) & 1u; }
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
+    TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
+    TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
+        const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.25f;
+        return signed_if(negative(b, k), db * static_cast<float>(magnitude(b, k)));
+    }
+};
+
+// 10-bit index (top 2 bits in qh), 8 stored sign bits, a 4-bit scale per 16.
+struct Iq2s {
+    using Block = block_iq2_s;
+    TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return (b.scales[k / 32] >> (4 * (k % 32 / 16))) & 0xF; }
+    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) {
+        const int g = k % 32 / 8;
+        const int idx = b.qs[k / 8] | ((b.qh[k / 32] << (8 - 2 * g)) & 0x300);
+        return grid_byte(iq2s_row(idx), k % 8);
+    }
+    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return (b.qs[kQK_K / 8 + k / 8] >> (k % 8)) & 1; }
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
+    TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
+    TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
+        const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.25f;
+        return signed_if(negative(b, k), db * static_cast<float>(magnitude(b, k)));
+    }
+};
+
+// Two 4-weight grid rows a group; per chunk a word of four 7-bit sign sets
+// and the 4-bit scale: x = d * (0.5 + s) / 2 * grid * sign (1/4 at the end of a dot).
+struct Iq3xxs {
+    using Block = block_iq3_xxs;
+    TANDEM_HOST_DEVICE static uint32_t word(const Block& b, int k) {
+        return element::load_u32(b.qs + kQK_K / 4 + 4 * (k / 32));
+    }
+    TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return static_cast<int>(word(b, k) >> 28); }
+    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) {
+        return grid_byte(iq3xxs_row(b.qs[k / 4]), k % 4);  // row k / 4: group g's rows 2g, 2g + 1
+    }
+    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) {
+        return (signs_of7((word(b, k) >> (7 * (k % 32 / 8))) & 127u) >> (k % 8)) & 1u;
+    }
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
+    TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
+    TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
+        const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.5f;
+        return signed_if(negative(b, k), db * static_cast<float>(magnitude(b, k)));
+    }
+};
+
+// 9-bit index per 4 weights (bit 8 in qh), 8 sign bits a group, a 4-bit
+// scale per chunk: x = d * (1 + 2 s) * grid * sign.
+struct Iq3s {
+    using Block = block_iq3_s;
+    TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return (b.scales[k / 64] >> (4 * (k / 32 % 2))) & 0xF; }
+    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) {
+        const int q = k / 4;  // the 4-weight row of the block, 8 a chunk
+        const int idx = b.qs[q] | (((b.qh[k / 32] >> (q % 8)) & 1) << 8);
+        return grid_byte(iq3s_row(idx), k % 4);
+    }
+    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return (b.signs[k / 8] >> (k % 8)) & 1; }
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
+    TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 1 + 2 * scale_bits(b, k); }
+    TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
+        const float db = element::half_to_float(b.d) * static_cast<float>(mult(b, k));
+        return signed_if(negative(b, k), db * static_cast<float>(magnitude(b, k)));
+    }
+};
+
+// 11-bit index into the -1/0/1 grid; qh[c]: 3 index bits a group, the
+// chunk's 3-bit scale (bits 12-14) and its shift's sign (bit 15):
+// x = d * (2 s + 1) * (grid +- 1/8).
+struct Iq1s {
+    using Block = block_iq1_s;
+    TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return (b.qh[k / 32] >> 12) & 7; }
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) {
+        const int g = k % 32 / 8;
+        const int idx = b.qs[k / 8] | (((b.qh[k / 32] >> (3 * g)) & 7) << 8);
+        return static_cast<int8_t>(grid_byte(iq1s_row(idx), k % 8));
+    }
+    TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
+    TANDEM_HOST_DEVICE static bool shift_negative(const Block& b, int k) { return (b.qh[k / 32] & 0x8000) != 0; }
+    TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
+        const float dl = element::half_to_float(b.d) * static_cast<float>(mult(b, k));
+        const float delta = shift_negative(b, k) ? -kIq1Delta : kIq1Delta;
+        return dl * (static_cast<float>(code(b, k)) + delta);
+    }
+};
+
+// As IQ1_S with a shift sign per group (bit 3 of the group's nibble of
+// qh), a 3-bit scale per 16, and the fp16 block scale in the top nibbles
+// of the four 16-bit scale words.
+struct Iq1m {
+    using Block = block_iq1_m;
+    TANDEM_HOST_DEVICE static uint32_t nibble(const Block& b, int k) {
+        const int g = k % 32 / 8;
+        return (b.qh[k / 16] >> (4 * (g % 2))) & 0xFu;
+    }
+    TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) {
+        const int c = k / 32;
+        return static_cast<int>((load16(b.scales + 2 * (c / 2)) >> (6 * (c % 2) + 3 * (k % 32 / 16))) & 7u);
+    }
+    TANDEM_HOST_DEVICE static float block_scale(const Block& b) {
+        const uint32_t s0 = load16(b.scales), s1 = load16(b.scales + 2), s2 = load16(b.scales + 4),
+                       s3 = load16(b.scales + 6);
+        const uint32_t bits = (s0 >> 12) | ((s1 >> 8) & 0x00F0u) | ((s2 >> 4) & 0x0F00u) | (s3 & 0xF000u);
+        return element::half_to_float(static_cast<fp16_bits>(bits));
+    }
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) {
+        const int idx = b.qs[k / 8] | static_cast<int>((nibble(b, k) & 7u) << 8);
+        return static_cast<int8_t>(grid_byte(iq1s_row(idx), k % 8));
+    }
+    TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
+    TANDEM_HOST_DEVICE static bool shift_negative(const Block& b, int k) { return (nibble(b, k) & 8u) != 0; }
+    TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
+        const float dl = block_scale(b) * static_cast<float>(mult(b, k));
+        const float delta = shift_negative(b, k) ? -kIq1Delta : kIq1Delta;
+        return dl * (static_cast<float>(code(b, k)) + delta);
+    }
+};
+
+// x = d * table[q], nibbles as in Q4_0.
+struct Iq4nl {
+    using Block = block_iq4_nl;
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return iq4nl_value(element::nibble32(b.qs, k)); }
+    TANDEM_HOST_DEVICE static int mult(const Block&, int) { return 1; }
+    TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
+        return element::half_to_float(b.d) * static_cast<float>(code(b, k));
+    }
+};
+
+// A 6-bit scale per chunk, minus 32: x = d * (s - 32) * table[q].
+struct Iq4xs {
+    using Block = block_iq4_xs;
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) {
+        return iq4nl_value(element::nibble32(b.qs + 16 * (k / 32), k % 32));
+    }
+    TANDEM_HOST_DEVICE static int mult(const Block& b, int k) {
+        const int c = k / 32;
+        const int low = (b.scales_l[c / 2] >> (4 * (c % 2))) & 0xF;
+        const int high = (b.scales_h >> (2 * c)) & 3;
+        return (low | high << 4) - 32;
+    }
+    TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
+        const float dl = element::half_to_float(b.d) * static_cast<float>(mult(b, k));
+        return dl * static_cast<float>(code(b, k));
+    }
+};
+
+// x = 2^(e - 128) * table[q] (the table is twice E2M1), nibbles as in Q4_0.
+struct Mxfp4 {
+    using Block = block_mxfp4;
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return mxfp4_value(element::nibble32(b.qs, k)); }
+    TANDEM_HOST_DEVICE static int mult(const Block&, int) { return 1; }
+    TANDEM_HOST_DEVICE static float scale(const Block& b) { return e8m0_half(b.e); }
+    TANDEM_HOST_DEVICE static float value(const Block& b, int k) { return static_cast<float>(code(b, k)) * scale(b); }
+};
+
+// Four codes k..k+3 (k a multiple of 4) as signed bytes, for dot4.
+template <class D>
+TANDEM_HOST_DEVICE uint32_t codes4(const typename D::Block& b, int k) {
+    uint32_t r = 0;
+    for (int e = 0; e < 4; ++e) r |= (static_cast<uint32_t>(D::code(b, k + e)) & 0xFFu) << (8 * e);
+    return r;
+}
+
+}  // namespace tandem::quant::iq
+
+namespace tandem::quant::element {
+
+// The element functions of TANDEM_FOR_EACH_ELEMENT_TYPE (quant_element.h).
+TANDEM_HOST_DEVICE float iq2_xxs(const block_iq2_xxs& b, int k) { return iq::Iq2xxs::value(b, k); }
+TANDEM_HOST_DEVICE float iq2_xs(const block_iq2_xs& b, int k) { return iq::Iq2xs::value(b, k); }
+TANDEM_HOST_DEVICE float iq2_s(const block_iq2_s& b, int k) { return iq::Iq2s::value(b, k); }
+TANDEM_HOST_DEVICE float iq3_xxs(const block_iq3_xxs& b, int k) { return iq::Iq3xxs::value(b, k); }
+TANDEM_HOST_DEVICE float iq3_s(const block_iq3_s& b, int k) { return iq::Iq3s::value(b, k); }
+TANDEM_HOST_DEVICE float iq1_s(const block_iq1_s& b, int k) { return iq::Iq1s::value(b, k); }
+TANDEM_HOST_DEVICE float iq1_m(const block_iq1_m& b, int k) { return iq::Iq1m::value(b, k); }
+TANDEM_HOST_DEVICE float iq4_nl(const block_iq4_nl& b, int k) { return iq::Iq4nl::value(b, k); }
+TANDEM_HOST_DEVICE float iq4_xs(const block_iq4_xs& b, int k) { return iq::Iq4xs::value(b, k); }
+TANDEM_HOST_DEVICE float mxfp4(const block_mxfp4& b, int k) { return iq::Mxfp4::value(b, k); }
+
+}  // namespace tandem::quant::element
