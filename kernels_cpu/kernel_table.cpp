@@ -35,6 +35,12 @@ using quant::Type;
         .type = Type::T, .dot = LevelKernels{dot_##name##_scalar}, .llama_order = true, \
         .avx2_at_avx512 = true                                                          \
     }
+// The 256-element i-quants: batches of 8 or more in llama.cpp's tiled order.
+#define TANDEM_IQ_TILED_ROW(T, name)                                                          \
+    WeightKernels {                                                                           \
+        .type = Type::T, .dot = LevelKernels{dot_##name##_scalar},                            \
+        .batch = LevelKernels{dot_##name##_batch_scalar}, .llama_order = true, .avx2_at_avx512 = true \
+    }
 
 // Off x86 only the scalar kernels exist: the rest are null there.
 constexpr std::array kTable = {
@@ -132,18 +138,19 @@ constexpr std::array kTable = {
                   .panel = TANDEM_PANEL(q6_K, q6_K_panel_bytes, q6_K_panel_prepare, kGroupStartsExtraBytes),
                   .panel_avx2 = TANDEM_PANEL_AVX2(q6_K, nullptr, 0),
                   .llama_order = true},
-    // The i-quants and MXFP4: one order for single rows and batches (llama.cpp
-    // multiplies them with its single-row kernels, IQ4_NL and MXFP4 repacked
-    // as Q4_0), so the AVX2 kernels serve the AVX-512 levels too.
-    TANDEM_IQ_ROW(IQ2_XXS, iq2_xxs),
-    TANDEM_IQ_ROW(IQ2_XS, iq2_xs),
-    TANDEM_IQ_ROW(IQ2_S, iq2_s),
-    TANDEM_IQ_ROW(IQ3_XXS, iq3_xxs),
-    TANDEM_IQ_ROW(IQ3_S, iq3_s),
-    TANDEM_IQ_ROW(IQ1_S, iq1_s),
-    TANDEM_IQ_ROW(IQ1_M, iq1_m),
+    // The i-quants and MXFP4 in llama.cpp's order (the AVX2 kernels serve
+    // the AVX-512 levels too): single rows as its AVX2 vec_dot, batches of 8
+    // or more as its tiled kernels; IQ4_NL and MXFP4 repacked as Q4_0, one
+    // order for both.
+    TANDEM_IQ_TILED_ROW(IQ2_XXS, iq2_xxs),
+    TANDEM_IQ_TILED_ROW(IQ2_XS, iq2_xs),
+    TANDEM_IQ_TILED_ROW(IQ2_S, iq2_s),
+    TANDEM_IQ_TILED_ROW(IQ3_XXS, iq3_xxs),
+    TANDEM_IQ_TILED_ROW(IQ3_S, iq3_s),
+    TANDEM_IQ_TILED_ROW(IQ1_S, iq1_s),
+    TANDEM_IQ_TILED_ROW(IQ1_M, iq1_m),
     TANDEM_IQ_ROW(IQ4_NL, iq4_nl),
-    TANDEM_IQ_ROW(IQ4_XS, iq4_xs),
+    TANDEM_IQ_TILED_ROW(IQ4_XS, iq4_xs),
     TANDEM_IQ_ROW(MXFP4, mxfp4),
 };
 
@@ -154,6 +161,7 @@ constexpr std::array kTable = {
 #undef TANDEM_PANEL
 #undef TANDEM_PANEL_AVX2
 #undef TANDEM_IQ_ROW
+#undef TANDEM_IQ_TILED_ROW
 
 const WeightKernels& require(quant::Type w_type) {
     const WeightKernels* k = weight_kernels(w_type);

@@ -29,6 +29,7 @@
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/golden_io.h"
 #include "tests/test_cuda_inputs.h"
+#include "tests/random_blocks.h"
 #include "tests/test_paths.h"
 
 namespace tq = tandem::quant;
@@ -60,6 +61,19 @@ int misses(const std::vector<float>& got, const std::vector<float>& ref, Tol tol
 // The single-token order gives every token of a batch its one-token bits
 // on both sides. (The element kernel of before summed float products: its
 // logits left the CPU's on every quantized model, scripts/emulated_kl.py.)
+// Rows of type t: wf quantized, or for the types Tandem only reads
+// (i-quants, MXFP4) random codes with realistic scales.
+static void weight_rows(tq::Type t, const std::vector<float>& wf, int64_t rows, int64_t cols, uint8_t* w) {
+    const uint64_t rb = *tq::row_bytes(t, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+        if (tq::traits(t).quantize_row != nullptr) {
+            tq::quantize_row(t, wf.data() + r * cols, w + r * rb, cols);
+        } else {
+            tandem::testing::fill_random_blocks(t, cols, static_cast<uint32_t>(100 + r), w + r * rb);
+        }
+    }
+}
+
 class CudaMatmulTokens : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(CudaMatmulTokens, EveryWeightTypeGivesTheCpuBits) {
@@ -76,7 +90,7 @@ TEST_P(CudaMatmulTokens, EveryWeightTypeGivesTheCpuBits) {
         const tq::Type t = tq::Type::W;                                                                         \
         const uint64_t rb = *tq::row_bytes(t, kCols);                                                           \
         std::vector<uint8_t> w(rb * kRows);                                                                     \
-        for (int64_t r = 0; r < kRows; ++r) tq::quantize_row(t, wf.data() + r * kCols, w.data() + r * rb, kCols); \
+        weight_rows(t, wf, kRows, kCols, w.data());                                                             \
         tc::WeightView view{t, w.data(), kRows, kCols, rb};                                                     \
         std::vector<float> ref(kTokens * kRows), gpu(ref.size());                                               \
         tc::matmul(view, x.data(), kCols, kTokens, ref.data(), kRows, pool, tc::SimdLevel::Scalar,               \
@@ -460,7 +474,11 @@ INSTANTIATE_TEST_SUITE_P(CudaBackend, EveryNgl,
                          ::testing::Values("tiny-llama-Q4_K_M.gguf", "tiny-llama-F16.gguf", "tiny-llama-Q8_0.gguf",
                                            "tiny-llama-b-Q4_K_M.gguf", "synth-qwen2-Q8_0.gguf", "synth-qwen3-Q8_0.gguf",
                                            "synth-qwen3moe-Q8_0.gguf", "synth-phi3-Q8_0.gguf", "synth-gemma2-Q8_0.gguf",
-                                           "synth-mixtral-Q8_0.gguf", "synth-glm4moe-Q8_0.gguf"),
+                                           "synth-mixtral-Q8_0.gguf", "synth-glm4moe-Q8_0.gguf",
+                                           // every i-quant block type, as weights and as token embeddings
+                                           "synth-llama-IQ1_S.gguf", "synth-llama-IQ1_M.gguf", "synth-llama-IQ2_XS.gguf",
+                                           "synth-llama-IQ2_M.gguf", "synth-llama-IQ3_XXS.gguf",
+                                           "synth-llama-IQ4_NL.gguf", "synth-llama-IQ4_XS.gguf"),
                          model_test_name);
 
 // The committed tiny model and a prompt of it.

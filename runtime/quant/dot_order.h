@@ -85,8 +85,9 @@ enum class Form { Single, Batch };
 
 // Which tokens of an n-token product llama.cpp's CPU backend multiplies in
 // the batch form: Q2_K and Q4_K through kernels that take rows four at a
-// time (batches of 4 or more, tokens [0, n - n % 4)), Q3_K, Q5_K and Q6_K
-// through tiled kernels (batches of 8 or more, every token). The other
+// time (batches of 4 or more, tokens [0, n - n % 4)), Q3_K, Q5_K, Q6_K and
+// the 256-element i-quants through tiled kernels (batches of 8 or more,
+// every token). The other
 // types have one order.
 struct BatchRule {
     bool has = false;
@@ -96,6 +97,11 @@ struct BatchRule {
 constexpr BatchRule batch_rule(Type w) {
     if (w == Type::Q2_K || w == Type::Q4_K) return {true, 4, 4};
     if (w == Type::Q3_K || w == Type::Q5_K || w == Type::Q6_K) return {true, 8, 1};
+    // The 256-element i-quants: llama.cpp's tiled kernels too (dot_order_iq.h).
+    if (w == Type::IQ2_XXS || w == Type::IQ2_XS || w == Type::IQ2_S || w == Type::IQ3_XXS || w == Type::IQ3_S ||
+        w == Type::IQ1_S || w == Type::IQ1_M || w == Type::IQ4_XS) {
+        return {true, 8, 1};
+    }
     return {};
 }
 // Tokens [0, batch_end) of an n-token product take Form::Batch.

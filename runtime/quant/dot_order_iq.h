@@ -15,6 +15,14 @@
 // eight lanes of their own; then tree8(acc) + 1/8 * (acc2, or tree8 of its
 // lanes).
 //
+// Batches of 8 tokens or more (IqTiledOrder): llama.cpp multiplies the
+// 256-element i-quants with its tiled kernels, as it does Q3_K/Q5_K/Q6_K
+// (KTiledOrder): per block one integer total, the sub-block multipliers
+// applied to the integer sums, then v = total * d_w', acc = fma(d_a, v, acc),
+// where d_w' is the fp16 scale times the type's factor (1/8 for IQ2_* and
+// IQ1_*, 1/4 for IQ3_XXS, 1 for IQ3_S and IQ4_XS); IQ1_S/IQ1_M enter as
+// 8 * grid +- 1, their shift in the integers.
+//
 // IQ4_NL and MXFP4 against Q8_0 (BlockTotalOrder): llama.cpp repacks
 // these (rows a multiple of 8, as every model's are) and multiplies them
 // as Q4_0: one integer total a block, acc = fma(total, d_w * d_a, acc).
@@ -102,6 +110,49 @@ struct IqLanesOrder {
     }
 };
 
+template <class T>
+struct IqTiledOrder {
+    using D = typename T::D;
+    using WBlock = typename D::Block;
+    using ABlock = block_q8_K;
+    static constexpr int kElems = kQK_K;
+    static constexpr int kLanes = 1;
+    static constexpr int kGroups = kQK_K / 16;
+    struct Part {
+        int total;
+        float dw, da;
+    };
+    // Four codes as the integers carry them (IQ1: with the shift, times 8).
+    TANDEM_HOST_DEVICE static uint32_t group_codes4(const WBlock& w, int k) {
+        if constexpr (T::kShift == IqShift::None) {
+            return iq::codes4<D>(w, k);
+        } else {
+            uint32_t r = 0;
+            for (int e = 0; e < 4; ++e) r |= (static_cast<uint32_t>(D::shifted_code(w, k + e)) & 0xFFu) << (8 * e);
+            return r;
+        }
+    }
+    TANDEM_HOST_DEVICE static float factor() {
+        if constexpr (std::is_same_v<D, iq::Iq3s> || std::is_same_v<D, iq::Iq4xs>) return 1.0f;
+        if constexpr (std::is_same_v<D, iq::Iq3xxs>) return 0.25f;
+        return 0.125f;
+    }
+    TANDEM_HOST_DEVICE static Part part_of_groups(const WBlock& w, const ABlock& a, const int* r) {
+        int total = 0;
+        for (int g = 0; g < kGroups; ++g) total += D::mult(w, 16 * g) * r[g];
+        return {total, IqLanesOrder<T>::weight_scale(w) * factor(), a.d};
+    }
+    TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
+        int r[kGroups];
+        group_sums<IqTiledOrder>(w, a, r);
+        return part_of_groups(w, a, r);
+    }
+    TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) {
+        acc = fma_f(p.da, static_cast<float>(p.total) * p.dw, acc);
+    }
+    TANDEM_HOST_DEVICE static float finish(const float* acc, const float*) { return acc[0]; }
+};
+
 // IQ4_NL, MXFP4 (against Q8_0): one total a block, as Q4_0Order.
 template <class D>
 struct BlockTotalOrder {
@@ -141,18 +192,25 @@ struct BlockTotalOrder {
     struct OrderOf<Type::T, F> {  \
         using type = O;           \
     };
+// The 256-element types: lanes for single rows, tiled in batches.
+#define TANDEM_IQ_ORDERS_OF(T, Dot)                                                                   \
+    template <Form F>                                                                                 \
+    struct OrderOf<Type::T, F> {                                                                      \
+        using type = std::conditional_t<F == Form::Batch, IqTiledOrder<Dot>, IqLanesOrder<Dot>>;     \
+    };
 using Iq1sDot = IqDot<iq::Iq1s, IqShift::Chain>;
 using Iq1mDot = IqDot<iq::Iq1m, IqShift::Lanes>;
-TANDEM_IQ_ORDER_OF(IQ2_XXS, IqLanesOrder<IqDot<iq::Iq2xxs>>)
-TANDEM_IQ_ORDER_OF(IQ2_XS, IqLanesOrder<IqDot<iq::Iq2xs>>)
-TANDEM_IQ_ORDER_OF(IQ2_S, IqLanesOrder<IqDot<iq::Iq2s>>)
-TANDEM_IQ_ORDER_OF(IQ3_XXS, IqLanesOrder<IqDot<iq::Iq3xxs>>)
-TANDEM_IQ_ORDER_OF(IQ3_S, IqLanesOrder<IqDot<iq::Iq3s>>)
-TANDEM_IQ_ORDER_OF(IQ1_S, IqLanesOrder<Iq1sDot>)
-TANDEM_IQ_ORDER_OF(IQ1_M, IqLanesOrder<Iq1mDot>)
-TANDEM_IQ_ORDER_OF(IQ4_XS, IqLanesOrder<IqDot<iq::Iq4xs>>)
+TANDEM_IQ_ORDERS_OF(IQ2_XXS, IqDot<iq::Iq2xxs>)
+TANDEM_IQ_ORDERS_OF(IQ2_XS, IqDot<iq::Iq2xs>)
+TANDEM_IQ_ORDERS_OF(IQ2_S, IqDot<iq::Iq2s>)
+TANDEM_IQ_ORDERS_OF(IQ3_XXS, IqDot<iq::Iq3xxs>)
+TANDEM_IQ_ORDERS_OF(IQ3_S, IqDot<iq::Iq3s>)
+TANDEM_IQ_ORDERS_OF(IQ1_S, Iq1sDot)
+TANDEM_IQ_ORDERS_OF(IQ1_M, Iq1mDot)
+TANDEM_IQ_ORDERS_OF(IQ4_XS, IqDot<iq::Iq4xs>)
 TANDEM_IQ_ORDER_OF(IQ4_NL, BlockTotalOrder<iq::Iq4nl>)
 TANDEM_IQ_ORDER_OF(MXFP4, BlockTotalOrder<iq::Mxfp4>)
 #undef TANDEM_IQ_ORDER_OF
+#undef TANDEM_IQ_ORDERS_OF
 
 }  // namespace tandem::quant::dot

@@ -131,6 +131,8 @@ struct Iq1s {
     }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static bool shift_negative(const Block& b, int k) { return (b.qh[k / 32] & 0x8000) != 0; }
+    // The code with its shift as an integer: 8 * grid +- 1 (the value times 8).
+    TANDEM_HOST_DEVICE static int shifted_code(const Block& b, int k) { return 8 * code(b, k) + (shift_negative(b, k) ? -1 : 1); }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float dl = element::half_to_float(b.d) * static_cast<float>(mult(b, k));
         const float delta = shift_negative(b, k) ? -kIq1Delta : kIq1Delta;
@@ -163,6 +165,7 @@ struct Iq1m {
     }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static bool shift_negative(const Block& b, int k) { return (nibble(b, k) & 8u) != 0; }
+    TANDEM_HOST_DEVICE static int shifted_code(const Block& b, int k) { return 8 * code(b, k) + (shift_negative(b, k) ? -1 : 1); }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float dl = block_scale(b) * static_cast<float>(mult(b, k));
         const float delta = shift_negative(b, k) ? -kIq1Delta : kIq1Delta;
