@@ -15,6 +15,7 @@
 
 #include "runtime/quant/iq_tables.h"
 #include "runtime/quant/quant_element_iq.h"
+#include "tests/random_blocks.h"
 
 namespace {
 
@@ -111,6 +112,38 @@ TEST(IqTables, HandBuiltBlocksDecode) {
         EXPECT_EQ(iq::Iq4xs::value(b, 0), -127.0f);
         EXPECT_EQ(iq::Iq4xs::value(b, 16), 113.0f);
     }
+}
+
+// Each decoder's four-at-a-time codes (one grid row, four sign bits) are
+// its codes one at a time, on random blocks (every index and sign pattern
+// is a valid code).
+template <class D>
+void expect_codes4_by_element(tandem::quant::Type t) {
+    SCOPED_TRACE(std::string(tandem::quant::traits(t).name));
+    constexpr int64_t kN = 64 * 256;
+    const auto bytes = tandem::testing::random_blocks(t, kN, 7);
+    const auto* blocks = reinterpret_cast<const typename D::Block*>(bytes.data());
+    const int per_block = static_cast<int>(tandem::quant::traits(t).block_elems);
+    int bad = 0;
+    for (int64_t i = 0; i < kN / per_block; ++i) {
+        for (int k = 0; k < per_block; k += 4) {
+            if (iq::codes4<D>(blocks[i], k) != iq::codes4_by_element<D>(blocks[i], k) && ++bad < 4) {
+                ADD_FAILURE() << "block " << i << " element " << k;
+            }
+        }
+    }
+    EXPECT_EQ(bad, 0);
+}
+
+TEST(IqTables, FourCodesAtOnceAreTheCodesOneAtATime) {
+    using tandem::quant::Type;
+    expect_codes4_by_element<iq::Iq2xxs>(Type::IQ2_XXS);
+    expect_codes4_by_element<iq::Iq2xs>(Type::IQ2_XS);
+    expect_codes4_by_element<iq::Iq2s>(Type::IQ2_S);
+    expect_codes4_by_element<iq::Iq3xxs>(Type::IQ3_XXS);
+    expect_codes4_by_element<iq::Iq3s>(Type::IQ3_S);
+    expect_codes4_by_element<iq::Iq1s>(Type::IQ1_S);
+    expect_codes4_by_element<iq::Iq1m>(Type::IQ1_M);
 }
 
 }  // namespace

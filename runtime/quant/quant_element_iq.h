@@ -23,6 +23,14 @@ TANDEM_HOST_DEVICE int signed_if(bool negative, int v) { return negative ? -v : 
 TANDEM_HOST_DEVICE float signed_if(bool negative, float v) { return negative ? -v : v; }
 TANDEM_HOST_DEVICE uint32_t load16(const uint8_t* p) { return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8; }
 
+// Four magnitudes (bytes of mag, each 1..255) negated where the matching
+// bit of neg4 is set, as signed bytes: ~m + 1 per byte, which never
+// carries into the next byte because no magnitude is 0.
+TANDEM_HOST_DEVICE uint32_t apply_signs4(uint32_t mag, uint32_t neg4) {
+    const uint32_t ones = (neg4 * 0x00204081u) & 0x01010101u;  // bit j -> byte j
+    return (mag ^ (ones * 0xFFu)) + ones;
+}
+
 // x = d * (0.5 + s) / 4 * grid * sign; dot multiplier 2 s + 1 (the 1/8 at the end).
 struct Iq2xxs {
     using Block = block_iq2_xxs;
@@ -38,6 +46,12 @@ struct Iq2xxs {
         return (signs_of7((word(b, k / 32, 1) >> (7 * (k % 32 / 8))) & 127u) >> (k % 8)) & 1u;
     }
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        const int g = k % 32 / 8;
+        const uint64_t row = iq2xxs_row(static_cast<int>((word(b, k / 32, 0) >> (8 * g)) & 0xFFu));
+        const uint32_t signs = signs_of7((word(b, k / 32, 1) >> (7 * g)) & 127u);
+        return apply_signs4(static_cast<uint32_t>(row >> (8 * (k % 8))), (signs >> (k % 8)) & 0xFu);
+    }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.25f;
@@ -52,6 +66,10 @@ struct Iq2xs {
     TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) { return grid_byte(iq2xs_row(b.qs[k / 8] & 511), k % 8); }
     TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return (signs_of7(b.qs[k / 8] >> 9) >> (k % 8)) & 1u; }
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        const uint64_t row = iq2xs_row(b.qs[k / 8] & 511);
+        return apply_signs4(static_cast<uint32_t>(row >> (8 * (k % 8))), (signs_of7(b.qs[k / 8] >> 9) >> (k % 8)) & 0xFu);
+    }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.25f;
@@ -70,6 +88,11 @@ struct Iq2s {
     }
     TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return (b.qs[kQK_K / 8 + k / 8] >> (k % 8)) & 1; }
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        const int g = k % 32 / 8;
+        const uint64_t row = iq2s_row(b.qs[k / 8] | ((b.qh[k / 32] << (8 - 2 * g)) & 0x300));
+        return apply_signs4(static_cast<uint32_t>(row >> (8 * (k % 8))), (b.qs[kQK_K / 8 + k / 8] >> (k % 8)) & 0xFu);
+    }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.25f;
@@ -92,6 +115,10 @@ struct Iq3xxs {
         return (signs_of7((word(b, k) >> (7 * (k % 32 / 8))) & 127u) >> (k % 8)) & 1u;
     }
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        const uint32_t signs = signs_of7((word(b, k) >> (7 * (k % 32 / 8))) & 127u);
+        return apply_signs4(iq3xxs_row(b.qs[k / 4]), (signs >> (k % 8)) & 0xFu);
+    }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.5f;
@@ -111,6 +138,11 @@ struct Iq3s {
     }
     TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return (b.signs[k / 8] >> (k % 8)) & 1; }
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        const int q = k / 4;
+        const uint32_t row = iq3s_row(b.qs[q] | (((b.qh[k / 32] >> (q % 8)) & 1) << 8));
+        return apply_signs4(row, (b.signs[k / 8] >> (k % 8)) & 0xFu);
+    }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 1 + 2 * scale_bits(b, k); }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float db = element::half_to_float(b.d) * static_cast<float>(mult(b, k));
@@ -128,6 +160,11 @@ struct Iq1s {
         const int g = k % 32 / 8;
         const int idx = b.qs[k / 8] | (((b.qh[k / 32] >> (3 * g)) & 7) << 8);
         return static_cast<int8_t>(grid_byte(iq1s_row(idx), k % 8));
+    }
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        const int g = k % 32 / 8;
+        const int idx = b.qs[k / 8] | (((b.qh[k / 32] >> (3 * g)) & 7) << 8);
+        return static_cast<uint32_t>(iq1s_row(idx) >> (8 * (k % 8)));
     }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static bool shift_negative(const Block& b, int k) { return (b.qh[k / 32] & 0x8000) != 0; }
@@ -162,6 +199,10 @@ struct Iq1m {
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) {
         const int idx = b.qs[k / 8] | static_cast<int>((nibble(b, k) & 7u) << 8);
         return static_cast<int8_t>(grid_byte(iq1s_row(idx), k % 8));
+    }
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        const int idx = b.qs[k / 8] | static_cast<int>((nibble(b, k) & 7u) << 8);
+        return static_cast<uint32_t>(iq1s_row(idx) >> (8 * (k % 8)));
     }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static bool shift_negative(const Block& b, int k) { return (nibble(b, k) & 8u) != 0; }
@@ -210,12 +251,23 @@ struct Mxfp4 {
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) { return static_cast<float>(code(b, k)) * scale(b); }
 };
 
-// Four codes k..k+3 (k a multiple of 4) as signed bytes, for dot4.
+// Four codes k..k+3 (k a multiple of 4) as signed bytes, one code at a
+// time (tests check each decoder's own codes4 against it).
 template <class D>
-TANDEM_HOST_DEVICE uint32_t codes4(const typename D::Block& b, int k) {
+TANDEM_HOST_DEVICE uint32_t codes4_by_element(const typename D::Block& b, int k) {
     uint32_t r = 0;
     for (int e = 0; e < 4; ++e) r |= (static_cast<uint32_t>(D::code(b, k + e)) & 0xFFu) << (8 * e);
     return r;
+}
+// The same for dot4: the decoder's own (one grid row and four sign bits)
+// where it has one.
+template <class D>
+TANDEM_HOST_DEVICE uint32_t codes4(const typename D::Block& b, int k) {
+    if constexpr (requires { D::codes4(b, k); }) {
+        return D::codes4(b, k);
+    } else {
+        return codes4_by_element<D>(b, k);
+    }
 }
 
 }  // namespace tandem::quant::iq
