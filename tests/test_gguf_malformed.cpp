@@ -240,7 +240,7 @@ TEST(GgufMalformed, InvalidValueTypes) {
 
 TEST(GgufMalformed, UnknownTensorTypes) {
     const Sample s = make_sample();
-    for (const uint32_t id : {4u, 5u, 16u, 29u, 31u, 99u, 0xffffffffu}) {
+    for (const uint32_t id : {4u, 5u, 24u, 31u, 34u, 40u, 99u, 0xffffffffu}) {
         GgufBytes b = s.b;
         b.patch_u32(s.tensor_info + 8 + 1 + 4 + 8, id);
         SCOPED_TRACE(id);
