@@ -32,13 +32,13 @@ using quant::Type;
 
 #define TANDEM_IQ_ROW(T, name)                                                          \
     WeightKernels {                                                                     \
-        .type = Type::T, .dot = LevelKernels{dot_##name##_scalar}, .llama_order = true, \
-        .avx2_at_avx512 = true                                                          \
+        .type = Type::T, .dot = LevelKernels{dot_##name##_scalar, TANDEM_X86(dot_##name##_avx2)}, \
+        .llama_order = true, .avx2_at_avx512 = true                                     \
     }
 // The 256-element i-quants: batches of 8 or more in llama.cpp's tiled order.
 #define TANDEM_IQ_TILED_ROW(T, name)                                                          \
     WeightKernels {                                                                           \
-        .type = Type::T, .dot = LevelKernels{dot_##name##_scalar},                            \
+        .type = Type::T, .dot = LevelKernels{dot_##name##_scalar, TANDEM_X86(dot_##name##_avx2)}, \
         .batch = LevelKernels{dot_##name##_batch_scalar}, .llama_order = true, .avx2_at_avx512 = true \
     }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels_cpu/simd_x86.h"
+#include "runtime/quant/iq_tables.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/quant/fp16.h"
 
@@ -117,6 +118,29 @@ struct UQ4_0 {
     // fused multiply-add (Q4_0Order in dot_order.h).
     static constexpr bool kBlockTotal = true;
     static __m256i unpack(const W& b) { return _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8)); }
+    static float weight_scale(const W& b) { return f16(b.d); }
+};
+// IQ4_NL and MXFP4: llama.cpp repacks them as Q4_0 (BlockTotalOrder), the
+// codes a 16-entry table of the nibbles.
+template <class Block, const int8_t* kTable>
+inline __m256i table_codes(const Block& b) {
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load128(kTable)), nibbles32(b.qs));
+}
+struct UIQ4_NL {
+    using W = block_iq4_nl;
+    using A = block_q8_0;
+    static constexpr bool kSigned = true;
+    static constexpr bool kBlockTotal = true;
+    static __m256i unpack(const W& b) { return table_codes<W, iq::kIq4nlValues>(b); }
+    static float weight_scale(const W& b) { return f16(b.d); }
+};
+struct UMXFP4 {
+    using W = block_mxfp4;
+    using A = block_q8_0;
+    static constexpr bool kSigned = true;
+    static constexpr bool kBlockTotal = true;
+    static __m256i unpack(const W& b) { return table_codes<W, iq::kMxfp4Values>(b); }
+    static float weight_scale(const W& b) { return iq::e8m0_half(b.e); }
 };
 struct UQ4_1 {
     static constexpr bool kBlockTotal = false;
@@ -296,16 +320,12 @@ struct LegacyDot {
                 acc0[t] = _mm256_setzero_ps();
                 accm[t] = _mm_setzero_ps();
             }
-            auto step = [&](int64_t i, __m256* acc) {
-                const __m256i q = U::unpack(x[i]);
-                for (int t = 0; t < NT; ++t) block(x[i], q, ya[t][i], acc[t], accm[t]);
-            };
             if constexpr (U::kBlockTotal) {
                 float total_acc[NT] = {};
                 for (int64_t i = 0; i < n / 32; ++i) {
                     const __m256i q = U::unpack(x[i]);
                     const __m256i qu = _mm256_sign_epi8(q, q);
-                    const float dw = f16(x[i].d);
+                    const float dw = U::weight_scale(x[i]);
                     for (int t = 0; t < NT; ++t) {
                         const A& yb = ya[t][i];
                         const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(qu, _mm256_sign_epi8(load256(yb.qs), q)), ones);
@@ -313,15 +333,18 @@ struct LegacyDot {
                     }
                 }
                 for (int t = 0; t < NT; ++t) y[t * ldy] = total_acc[t];
-                return;
+            } else {
+                // One accumulator chain per token, block after block, as
+                // llama.cpp's kernels keep it: the float rounding then matches
+                // theirs bit for bit. (With one token a block is about as long
+                // as the FMA latency; decode is bound by memory anyway.)
+                const int64_t nb = n / 32;
+                for (int64_t i = 0; i < nb; ++i) {
+                    const __m256i q = U::unpack(x[i]);
+                    for (int t = 0; t < NT; ++t) block(x[i], q, ya[t][i], acc0[t], accm[t]);
+                }
+                for (int t = 0; t < NT; ++t) y[t * ldy] = hsum(acc0[t]) + _mm_cvtss_f32(accm[t]);
             }
-            // One accumulator chain per token, block after block, as
-            // llama.cpp's kernels keep it: the float rounding then matches
-            // theirs bit for bit. (With one token a block is about as long
-            // as the FMA latency; decode is bound by memory anyway.)
-            const int64_t nb = n / 32;
-            for (int64_t i = 0; i < nb; ++i) step(i, acc0);
-            for (int t = 0; t < NT; ++t) y[t * ldy] = hsum(acc0[t]) + _mm_cvtss_f32(accm[t]);
         }
     };
 };
@@ -336,6 +359,10 @@ template <int NT>
 using Q5_1K = LegacyDot<UQ5_1>::K<NT>;
 template <int NT>
 using Q8_0K = LegacyDot<UQ8_0>::K<NT>;
+template <int NT>
+using IQ4_NLK = LegacyDot<UIQ4_NL>::K<NT>;
+template <int NT>
+using MXFP4K = LegacyDot<UMXFP4>::K<NT>;
 
 }  // namespace
 
@@ -349,6 +376,8 @@ void dot_q4_1_avx2(TANDEM_DOT_ARGS) { tile<Q4_1K>(n, w, a, a_stride, nt, y, ldy)
 void dot_q5_0_avx2(TANDEM_DOT_ARGS) { tile<Q5_0K>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q5_1_avx2(TANDEM_DOT_ARGS) { tile<Q5_1K>(n, w, a, a_stride, nt, y, ldy); }
 void dot_q8_0_avx2(TANDEM_DOT_ARGS) { tile<Q8_0K>(n, w, a, a_stride, nt, y, ldy); }
+void dot_iq4_nl_avx2(TANDEM_DOT_ARGS) { tile<IQ4_NLK>(n, w, a, a_stride, nt, y, ldy); }
+void dot_mxfp4_avx2(TANDEM_DOT_ARGS) { tile<MXFP4K>(n, w, a, a_stride, nt, y, ldy); }
 
 #define TANDEM_LEGACY_ROWS(name, U)                                                                            \
     void dot_##name##_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) { \

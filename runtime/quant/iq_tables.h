@@ -64,7 +64,7 @@ TANDEM_HOST_DEVICE int mxfp4_value(int q) { return TANDEM_IQ_TABLE(kMxfp4Values)
 
 // A 7-bit sign set of IQ2_XXS/IQ2_XS/IQ3_XXS as 8 sign bits (bit j set:
 // weight j negative): the eighth bit makes the count of set bits even.
-TANDEM_HOST_DEVICE uint32_t signs_of7(uint32_t s7) {
+TANDEM_HOST_DEVICE constexpr uint32_t signs_of7(uint32_t s7) {
     uint32_t p = s7 ^ (s7 >> 4);
     p ^= p >> 2;
     p ^= p >> 1;
