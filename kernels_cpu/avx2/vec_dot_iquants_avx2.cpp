@@ -175,29 +175,31 @@ struct IqDotAvx2 {
             }
             const __m256i ones8 = _mm256_set1_epi8(1);
             for (int64_t i = 0; i < n / kQK_K; ++i) {
-                Chunk ch[8];
-                __m256i shift[8];
+                // Chunk after chunk, each decoded once and used by every
+                // token while in registers.
+                __m256i s[NT], s2[NT];
+                for (int t = 0; t < NT; ++t) s[t] = s2[t] = _mm256_setzero_si256();
                 for (int c = 0; c < 8; ++c) {
-                    ch[c] = D::chunk(x[i], c);
-                    if constexpr (kShift == dot::IqShift::Lanes) shift[c] = D::shifts(x[i], c);
+                    const Chunk ch = D::chunk(x[i], c);
+                    __m256i shift = _mm256_setzero_si256();
+                    if constexpr (kShift == dot::IqShift::Lanes) shift = D::shifts(x[i], c);
+                    for (int t = 0; t < NT; ++t) {
+                        const __m256i act = load256(ya[t][i].qs + 32 * c);
+                        const __m256i p = _mm256_maddubs_epi16(ch.mag, _mm256_sign_epi8(act, ch.sgn));
+                        s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(p, ch.mult));
+                        if constexpr (kShift == dot::IqShift::Lanes) {
+                            const __m256i q = _mm256_maddubs_epi16(ones8, _mm256_sign_epi8(act, shift));
+                            s2[t] = _mm256_add_epi32(s2[t], _mm256_madd_epi16(q, ch.mult));
+                        }
+                    }
                 }
                 const float dw = dot::IqLanesOrder<Order>::weight_scale(x[i]);
                 for (int t = 0; t < NT; ++t) {
                     const block_q8_K& yb = ya[t][i];
-                    __m256i s = _mm256_setzero_si256(), s2 = _mm256_setzero_si256();
-                    for (int c = 0; c < 8; ++c) {
-                        const __m256i act = load256(yb.qs + 32 * c);
-                        const __m256i p = _mm256_maddubs_epi16(ch[c].mag, _mm256_sign_epi8(act, ch[c].sgn));
-                        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, ch[c].mult));
-                        if constexpr (kShift == dot::IqShift::Lanes) {
-                            const __m256i q = _mm256_maddubs_epi16(ones8, _mm256_sign_epi8(act, shift[c]));
-                            s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(q, ch[c].mult));
-                        }
-                    }
                     const float d = dw * yb.d;
-                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s), acc[t]);
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s[t]), acc[t]);
                     if constexpr (kShift == dot::IqShift::Lanes) {
-                        acc2[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s2), acc2[t]);
+                        acc2[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s2[t]), acc2[t]);
                     } else if constexpr (kShift == dot::IqShift::Chain) {
                         int sh = 0;
                         for (int c = 0; c < 8; ++c) {
