@@ -1,6 +1,6 @@
 // AVX2 dot products of the 256-element i-quants against Q8_K, single rows
-// (IqLanesOrder in runtime/quant/dot_order_iq.h), the bits of the scalar
-// reference. Per 256-element block and chunk c of 32 elements, the chunk
+// (IqLanesOrder in runtime/quant/dot_order_iq.h) and batches (IqTiledOrder,
+// whose integer total is the lanes' sum), the bits of the scalar reference. Per 256-element block and chunk c of 32 elements, the chunk
 // is decoded once for all tokens into
 //   mag:  32 unsigned magnitudes (grid bytes, |table value| or |grid|),
 //   sgn:  32 signs as bytes (+1 or -1; 0 where the code is 0),
@@ -156,7 +156,7 @@ struct DIq4xs {
 
 // The decoder D of the order's type: the per-block float scale and the
 // final factor come from the order itself (dot_order_iq.h).
-template <class D, class Order>
+template <class D, class Order, dot::Form kForm = dot::Form::Single>
 struct IqDotAvx2 {
     using B = typename D::B;
     static constexpr dot::IqShift kShift = Order::kShift;
@@ -196,23 +196,37 @@ struct IqDotAvx2 {
                 const float dw = dot::IqLanesOrder<Order>::weight_scale(x[i]);
                 for (int t = 0; t < NT; ++t) {
                     const block_q8_K& yb = ya[t][i];
-                    const float d = dw * yb.d;
-                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s[t]), acc[t]);
-                    if constexpr (kShift == dot::IqShift::Lanes) {
-                        acc2[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s2[t]), acc2[t]);
-                    } else if constexpr (kShift == dot::IqShift::Chain) {
-                        int sh = 0;
+                    int sh = 0;  // IQ1_S: the block's shift term
+                    if constexpr (kShift == dot::IqShift::Chain) {
                         for (int c = 0; c < 8; ++c) {
                             const int sum = yb.bsums[2 * c] + yb.bsums[2 * c + 1];
                             const int m = 2 * ((x[i].qh[c] >> 12) & 7) + 1;
                             sh += (x[i].qh[c] & 0x8000) ? -m * sum : m * sum;
                         }
+                    }
+                    if constexpr (kForm == dot::Form::Batch) {
+                        // IqTiledOrder: the lanes' exact total (IQ1: times 8,
+                        // plus the shifts), times d_w', one fma with d_a.
+                        int total = hsum_i32(s[t]);
+                        if constexpr (kShift == dot::IqShift::Chain) total = 8 * total + sh;
+                        if constexpr (kShift == dot::IqShift::Lanes) total = 8 * total + hsum_i32(s2[t]);
+                        const float v = static_cast<float>(total) * (dw * dot::IqTiledOrder<Order>::factor());
+                        chain[t] = std::fma(yb.d, v, chain[t]);
+                        continue;
+                    }
+                    const float d = dw * yb.d;
+                    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s[t]), acc[t]);
+                    if constexpr (kShift == dot::IqShift::Lanes) {
+                        acc2[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(s2[t]), acc2[t]);
+                    } else if constexpr (kShift == dot::IqShift::Chain) {
                         chain[t] = std::fma(d, static_cast<float>(sh), chain[t]);
                     }
                 }
             }
             for (int t = 0; t < NT; ++t) {
-                if constexpr (kShift == dot::IqShift::Chain) {
+                if constexpr (kForm == dot::Form::Batch) {
+                    y[t * ldy] = chain[t];
+                } else if constexpr (kShift == dot::IqShift::Chain) {
                     y[t * ldy] = hsum(acc[t]) + iq::kIq1Delta * chain[t];
                 } else if constexpr (kShift == dot::IqShift::Lanes) {
                     y[t * ldy] = hsum(acc[t]) + iq::kIq1Delta * hsum(acc2[t]);
@@ -241,6 +255,22 @@ using Iq1mK = IqDotAvx2<DIq1m, dot::Iq1mDot>::K<NT>;
 template <int NT>
 using Iq4xsK = IqDotAvx2<DIq4xs, dot::IqDot<iq::Iq4xs>>::K<NT>;
 
+template <int NT>
+using Iq2xxsBatchK = IqDotAvx2<DIq2xxs, dot::IqDot<iq::Iq2xxs>, dot::Form::Batch>::K<NT>;
+template <int NT>
+using Iq2xsBatchK = IqDotAvx2<DIq2xs, dot::IqDot<iq::Iq2xs>, dot::Form::Batch>::K<NT>;
+template <int NT>
+using Iq2sBatchK = IqDotAvx2<DIq2s, dot::IqDot<iq::Iq2s>, dot::Form::Batch>::K<NT>;
+template <int NT>
+using Iq3xxsBatchK = IqDotAvx2<DIq3xxs, dot::IqDot<iq::Iq3xxs>, dot::Form::Batch>::K<NT>;
+template <int NT>
+using Iq3sBatchK = IqDotAvx2<DIq3s, dot::IqDot<iq::Iq3s>, dot::Form::Batch>::K<NT>;
+template <int NT>
+using Iq1sBatchK = IqDotAvx2<DIq1s, dot::Iq1sDot, dot::Form::Batch>::K<NT>;
+template <int NT>
+using Iq1mBatchK = IqDotAvx2<DIq1m, dot::Iq1mDot, dot::Form::Batch>::K<NT>;
+template <int NT>
+using Iq4xsBatchK = IqDotAvx2<DIq4xs, dot::IqDot<iq::Iq4xs>, dot::Form::Batch>::K<NT>;
 }  // namespace
 
 void dot_iq2_xxs_avx2(TANDEM_DOT_ARGS) { tile<Iq2xxsK>(n, w, a, a_stride, nt, y, ldy); }
@@ -251,5 +281,14 @@ void dot_iq3_s_avx2(TANDEM_DOT_ARGS) { tile<Iq3sK>(n, w, a, a_stride, nt, y, ldy
 void dot_iq1_s_avx2(TANDEM_DOT_ARGS) { tile<Iq1sK>(n, w, a, a_stride, nt, y, ldy); }
 void dot_iq1_m_avx2(TANDEM_DOT_ARGS) { tile<Iq1mK>(n, w, a, a_stride, nt, y, ldy); }
 void dot_iq4_xs_avx2(TANDEM_DOT_ARGS) { tile<Iq4xsK>(n, w, a, a_stride, nt, y, ldy); }
+// Batches of 8 or more (IqTiledOrder).
+void dot_iq2_xxs_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq2xxsBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void dot_iq2_xs_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq2xsBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void dot_iq2_s_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq2sBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void dot_iq3_xxs_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq3xxsBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void dot_iq3_s_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq3sBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void dot_iq1_s_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq1sBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void dot_iq1_m_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq1mBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void dot_iq4_xs_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq4xsBatchK>(n, w, a, a_stride, nt, y, ldy); }
 
 }  // namespace tandem::cpu::detail
