@@ -1,6 +1,7 @@
 // Quantization mixes: per-tensor type choice against files made by
-// llama.cpp's quantizer, the rules pinned on real model shapes, and the
-// `tandem quantize` command end to end.
+// llama.cpp's quantizer (the i-quant ones with an importance matrix), the
+// rules pinned on real model shapes, and the `tandem quantize` and
+// `tandem synth` commands end to end.
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -54,8 +55,9 @@ std::map<std::string, Type> types_of(const gguf::File& f) {
 }
 
 // What choose_tensor_type gives for every tensor of `shapes_from`.
-std::map<std::string, Type> chosen_types(FileType ft, const gguf::File& shapes_from) {
-    const MixModelInfo m = info_of(shapes_from);
+std::map<std::string, Type> chosen_types(FileType ft, const gguf::File& shapes_from, bool imatrix = false) {
+    MixModelInfo m = info_of(shapes_from);
+    m.imatrix = imatrix;
     std::map<std::string, Type> out;
     for (const auto& t : shapes_from.tensors()) out[t.name] = choose_tensor_type(ft, m, t.name, t.shape);
     return out;
@@ -81,11 +83,11 @@ constexpr Shape kLlama3_8B{4096, 14336, 32, 32, 8, 128256, false};
 constexpr Shape kLlama3_70B{8192, 28672, 80, 64, 8, 128256, false};
 constexpr Shape kLlama2_13B{5120, 13824, 40, 40, 40, 32000, false};
 
-MixModelInfo info_of(const Shape& s) {
-    return {s.n_layer, s.n_head, s.n_head_kv, 0, !s.tied};
+MixModelInfo info_of(const Shape& s, bool imatrix = false) {
+    return {s.n_layer, s.n_head, s.n_head_kv, 0, !s.tied, imatrix};
 }
 
-Type pick(FileType ft, const Shape& s, const std::string& name) {
+Type pick(FileType ft, const Shape& s, const std::string& name, bool imatrix = false) {
     const int64_t kv = s.n_embd / s.n_head * s.n_head_kv;
     std::vector<int64_t> shape;
     if (name == "token_embd.weight" || name == "output.weight") shape = {s.n_embd, s.n_vocab};
@@ -94,16 +96,16 @@ Type pick(FileType ft, const Shape& s, const std::string& name) {
     else if (name.ends_with("ffn_up.weight") || name.ends_with("ffn_gate.weight")) shape = {s.n_embd, s.n_ff};
     else if (name.ends_with("norm.weight")) shape = {s.n_embd};
     else shape = {s.n_embd, s.n_embd};
-    return choose_tensor_type(ft, info_of(s), name, shape);
+    return choose_tensor_type(ft, info_of(s, imatrix), name, shape);
 }
 
 std::string blk(int64_t i, const char* what) { return "blk." + std::to_string(i) + "." + what + ".weight"; }
 
 // Layers of `s` whose tensor `what` gets type `t` under mix `ft`.
-std::set<int64_t> layers_with(FileType ft, const Shape& s, const char* what, Type t) {
+std::set<int64_t> layers_with(FileType ft, const Shape& s, const char* what, Type t, bool imatrix = false) {
     std::set<int64_t> out;
     for (int64_t i = 0; i < s.n_layer; ++i) {
-        if (pick(ft, s, blk(i, what)) == t) out.insert(i);
+        if (pick(ft, s, blk(i, what), imatrix) == t) out.insert(i);
     }
     return out;
 }
@@ -116,12 +118,21 @@ std::set<int64_t> all_layers_but(const Shape& s, const std::set<int64_t>& except
     return out;
 }
 
+// Layers [first, last).
+std::set<int64_t> layer_range(int64_t first, int64_t last) {
+    std::set<int64_t> out;
+    for (int64_t i = first; i < last; ++i) out.insert(i);
+    return out;
+}
+
 // ---- The mixes table -------------------------------------------------------------
 
 TEST(QuantMixTable, NamesRoundTripCaseInsensitively) {
-    const std::set<std::string> expected = {"Q8_0", "Q6_K", "Q5_K_M", "Q5_K_S", "Q4_K_M", "Q4_K_S",
-                                            "Q3_K_L", "Q3_K_M", "Q3_K_S", "Q2_K", "Q4_0", "Q4_1",
-                                            "Q5_0", "Q5_1", "F16", "BF16", "F32"};
+    const std::set<std::string> expected = {"Q8_0",  "Q6_K",   "Q5_K_M",  "Q5_K_S", "Q4_K_M", "Q4_K_S", "Q3_K_L",
+                                            "Q3_K_M", "Q3_K_S", "Q2_K",    "Q4_0",   "Q4_1",   "Q5_0",   "Q5_1",
+                                            "F16",   "BF16",   "F32",     "IQ4_XS", "IQ4_NL", "IQ3_M",  "IQ3_S",
+                                            "IQ3_XS", "IQ3_XXS", "IQ2_M",  "IQ2_S",  "IQ2_XS", "IQ2_XXS", "IQ1_M",
+                                            "IQ1_S"};
     std::set<std::string> names;
     for (const auto& m : all_mixes()) {
         names.insert(std::string(m.name));
@@ -131,10 +142,32 @@ TEST(QuantMixTable, NamesRoundTripCaseInsensitively) {
     EXPECT_EQ(names, expected);
     EXPECT_EQ(file_type_from_name("q4_k_m"), FileType::Q4_K_M);
     EXPECT_EQ(file_type_from_name("Q4_K"), std::nullopt);
-    EXPECT_EQ(file_type_from_name("IQ4_NL"), std::nullopt);
+    EXPECT_EQ(file_type_from_name("Q2_K_S"), std::nullopt);  // a mix Tandem does not offer
     EXPECT_EQ(find_mix(FileType::Q4_K_M)->base_type, Type::Q4_K);
     EXPECT_EQ(find_mix(FileType::Q2_K)->base_type, Type::Q2_K);
     EXPECT_EQ(find_mix(FileType::MOSTLY_BF16)->base_type, Type::BF16);
+}
+
+TEST(QuantMixTable, IQuantMixesHaveLlamaCppNumbersAndBaseTypes) {
+    // llama.h's LLAMA_FTYPE_MOSTLY_IQ* and llama_ftype_get_default_type.
+    const struct {
+        const char* name;
+        uint32_t number;
+        Type base;
+    } want[] = {
+        {"IQ2_XXS", 19, Type::IQ2_XXS}, {"IQ2_XS", 20, Type::IQ2_XS}, {"IQ3_XS", 22, Type::IQ3_S},
+        {"IQ3_XXS", 23, Type::IQ3_XXS}, {"IQ1_S", 24, Type::IQ1_S},   {"IQ4_NL", 25, Type::IQ4_NL},
+        {"IQ3_S", 26, Type::IQ3_S},     {"IQ3_M", 27, Type::IQ3_S},   {"IQ2_S", 28, Type::IQ2_XS},
+        {"IQ2_M", 29, Type::IQ2_S},     {"IQ4_XS", 30, Type::IQ4_XS}, {"IQ1_M", 31, Type::IQ1_M},
+    };
+    for (const auto& w : want) {
+        const auto ft = file_type_from_name(w.name);
+        ASSERT_TRUE(ft.has_value()) << w.name;
+        EXPECT_EQ(static_cast<uint32_t>(*ft), w.number) << w.name;
+        EXPECT_EQ(type_name(find_mix(*ft)->base_type), type_name(w.base)) << w.name;
+        EXPECT_NE(find_mix(*ft)->description.find("bpw"), std::string_view::npos) << w.name;
+    }
+    EXPECT_EQ(file_type_from_name("iq2_xs"), FileType::IQ2_XS);
 }
 
 // ---- Against files made by llama.cpp ----------------------------------------------
@@ -184,6 +217,46 @@ TEST(QuantMixReference, UntiedTinyModelBMatches) {
     TANDEM_REQUIRE_SHARED(path);
     const auto file = gguf::File::open(path);
     expect_same_types(chosen_types(FileType::Q4_K_M, file), types_of(file));
+}
+
+// ../shared/models/synth-llama-TYPE.gguf: `llama-quantize --imatrix
+// synth-llama.imatrix synth-llama-F16.gguf OUT TYPE`. The importance matrix
+// has no entry for token_embd and output; llama.cpp's has_imatrix is still
+// true for them (it is one flag for the run: only the data those two are
+// quantized from lacks importance weights), so every tensor is checked
+// with imatrix = true. 4 layers, GQA 2: the first-eighth and GQA >= 4 rows
+// never fire, the imatrix and head/embedding rows do.
+class QuantMixIQuantFiles : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(QuantMixIQuantFiles, SameTypesAsLlamaQuantizeWithImatrix) {
+    const auto path = shared(std::string("models/synth-llama-") + GetParam() + ".gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const auto file = gguf::File::open(path);
+    const auto number = file.find_uint("general.file_type");
+    ASSERT_TRUE(number.has_value()) << path;
+    const auto ft = static_cast<FileType>(*number);
+    const MixInfo* mix = find_mix(ft);
+    ASSERT_NE(mix, nullptr) << "general.file_type " << *number;
+    EXPECT_EQ(mix->name, GetParam());
+    expect_same_types(chosen_types(ft, file, /*imatrix=*/true), types_of(file));
+}
+
+INSTANTIATE_TEST_SUITE_P(QuantMixSynthLlama, QuantMixIQuantFiles,
+                         ::testing::Values("IQ4_NL", "IQ4_XS", "IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_M",
+                                           "IQ1_S", "IQ1_M"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// Without an importance matrix the IQ3_XXS file would differ: attn_v IQ3_S
+// and ffn_down Q3_K (Q4_K in the first eighth, none of 4 layers).
+TEST(QuantMixReference, IQ3_XXSWithoutImatrixDiffers) {
+    const auto path = shared("models/synth-llama-IQ3_XXS.gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const auto file = gguf::File::open(path);
+    const auto plain = chosen_types(FileType::IQ3_XXS, file, /*imatrix=*/false);
+    EXPECT_EQ(type_name(plain.at("blk.1.attn_v.weight")), "IQ3_S");
+    EXPECT_EQ(type_name(plain.at("blk.1.ffn_down.weight")), "Q3_K");
+    EXPECT_EQ(type_name(file.find_tensor("blk.1.attn_v.weight")->type), "IQ3_XXS");
+    EXPECT_EQ(type_name(file.find_tensor("blk.1.ffn_down.weight")->type), "IQ3_XXS");
 }
 
 // ---- The rules on real model shapes ------------------------------------------------
@@ -467,6 +540,204 @@ TEST(QuantMixRules, ExpertTensorsNeedALayerInRange) {
     EXPECT_NO_THROW(choose_tensor_type(FileType::Q4_K_M, dense, "ffn_down.weight", dense_down));
 }
 
+// ---- The i-quant rules on real model shapes -------------------------------------------
+
+TEST(QuantMixIQuantRules, Llama3_70B_IQ2_XS_And_IQ2_XXS) {
+    const auto& s = kLlama3_70B;
+    for (const auto& [ft, base] : {std::pair{FileType::IQ2_XS, Type::IQ2_XS}, std::pair{FileType::IQ2_XXS, Type::IQ2_XXS}}) {
+        SCOPED_TRACE(type_name(base));
+        // attn_v: Q4_K for GQA 8, and the very-low-bit branch has no 70B raise.
+        EXPECT_EQ(layers_with(ft, s, "attn_v", Type::Q4_K, true).size(), 80u);
+        // ffn_down: Q2_K in the first eighth (10 layers), the base type after.
+        EXPECT_EQ(layers_with(ft, s, "ffn_down", Type::Q2_K, true), layer_range(0, 10));
+        EXPECT_EQ(layers_with(ft, s, "ffn_down", base, true), layer_range(10, 80));
+        for (const char* t : {"attn_q", "attn_k", "attn_output", "ffn_gate", "ffn_up"}) {
+            EXPECT_EQ(layers_with(ft, s, t, base, true).size(), 80u) << t;
+        }
+        EXPECT_EQ(pick(ft, s, "output.weight", true), Type::Q5_K);
+        EXPECT_EQ(pick(ft, s, "token_embd.weight", true), Type::Q2_K);
+    }
+}
+
+TEST(QuantMixIQuantRules, IQ2_S_IQ2_M_IQ1_S_IQ1_M) {
+    const auto& s = kLlama2_13B;  // no GQA, 40 layers
+    // IQ2_S (IQ2_XS blocks) and IQ2_M (IQ2_S blocks): IQ3_S attn_v,
+    // attn_output, first-eighth ffn_down and token_embd.
+    for (const auto& [ft, base] : {std::pair{FileType::IQ2_S, Type::IQ2_XS}, std::pair{FileType::IQ2_M, Type::IQ2_S}}) {
+        SCOPED_TRACE(type_name(base));
+        EXPECT_EQ(layers_with(ft, s, "attn_v", Type::IQ3_S, true).size(), 40u);
+        EXPECT_EQ(layers_with(ft, s, "attn_output", Type::IQ3_S, true).size(), 40u);
+        EXPECT_EQ(layers_with(ft, s, "ffn_down", Type::IQ3_S, true), layer_range(0, 5));
+        EXPECT_EQ(layers_with(ft, s, "ffn_down", base, true), layer_range(5, 40));
+        EXPECT_EQ(layers_with(ft, s, "attn_q", base, true).size(), 40u);
+        EXPECT_EQ(pick(ft, s, "token_embd.weight", true), Type::IQ3_S);
+        EXPECT_EQ(pick(ft, s, "output.weight", true), Type::Q5_K);
+    }
+    // IQ1_S/IQ1_M: IQ2_XXS attn_output, Q2_K attn_v (no GQA).
+    for (const auto& [ft, base] : {std::pair{FileType::IQ1_S, Type::IQ1_S}, std::pair{FileType::IQ1_M, Type::IQ1_M}}) {
+        SCOPED_TRACE(type_name(base));
+        EXPECT_EQ(layers_with(ft, s, "attn_output", Type::IQ2_XXS, true).size(), 40u);
+        EXPECT_EQ(layers_with(ft, s, "attn_v", Type::Q2_K, true).size(), 40u);
+        EXPECT_EQ(layers_with(ft, s, "ffn_up", base, true).size(), 40u);
+        EXPECT_EQ(pick(ft, s, "token_embd.weight", true), Type::Q2_K);
+        EXPECT_EQ(pick(ft, s, "output.weight", true), Type::Q5_K);
+    }
+    // A tied embedding is the head: Q5_K.
+    Shape tied = kLlama3_8B;
+    tied.tied = true;
+    EXPECT_EQ(pick(FileType::IQ2_XS, tied, "token_embd.weight", true), Type::Q5_K);
+}
+
+TEST(QuantMixIQuantRules, IQ3_XXS_DependsOnImatrix) {
+    const auto& s = kLlama2_13B;  // no GQA: attn_v is not raised to Q4_K
+    // With an imatrix attn_v and ffn_down keep IQ3_XXS.
+    EXPECT_EQ(layers_with(FileType::IQ3_XXS, s, "attn_v", Type::IQ3_XXS, true).size(), 40u);
+    EXPECT_EQ(layers_with(FileType::IQ3_XXS, s, "ffn_down", Type::IQ3_XXS, true).size(), 40u);
+    // Without: attn_v IQ3_S, ffn_down Q4_K in the first eighth and Q3_K after.
+    EXPECT_EQ(layers_with(FileType::IQ3_XXS, s, "attn_v", Type::IQ3_S, false).size(), 40u);
+    EXPECT_EQ(layers_with(FileType::IQ3_XXS, s, "ffn_down", Type::Q4_K, false), layer_range(0, 5));
+    EXPECT_EQ(layers_with(FileType::IQ3_XXS, s, "ffn_down", Type::Q3_K, false), layer_range(5, 40));
+    for (const bool im : {false, true}) {
+        SCOPED_TRACE(im);
+        EXPECT_EQ(layers_with(FileType::IQ3_XXS, s, "attn_q", Type::IQ2_S, im).size(), 40u);
+        EXPECT_EQ(layers_with(FileType::IQ3_XXS, s, "attn_k", Type::IQ2_S, im).size(), 40u);
+        EXPECT_EQ(layers_with(FileType::IQ3_XXS, s, "attn_output", Type::IQ3_S, im).size(), 40u);
+        EXPECT_EQ(layers_with(FileType::IQ3_XXS, s, "ffn_up", Type::IQ3_XXS, im).size(), 40u);
+        EXPECT_EQ(pick(FileType::IQ3_XXS, s, "token_embd.weight", im), Type::IQ3_S);
+        EXPECT_EQ(pick(FileType::IQ3_XXS, s, "output.weight", im), Type::Q5_K);
+        // 70B: Q4_K by GQA 8, then the 70B raise to Q5_K.
+        EXPECT_EQ(layers_with(FileType::IQ3_XXS, kLlama3_70B, "attn_v", Type::Q5_K, im).size(), 80u);
+    }
+}
+
+TEST(QuantMixIQuantRules, IQ3_XS_IQ3_S_IQ3_M) {
+    const auto& s = kLlama3_8B;  // GQA 4, 32 layers
+    // IQ3_XS: IQ3_S blocks; IQ3_XXS attn_q/attn_k and the middle ffn_gate/ffn_up.
+    EXPECT_EQ(layers_with(FileType::IQ3_XS, s, "attn_q", Type::IQ3_XXS).size(), 32u);
+    EXPECT_EQ(layers_with(FileType::IQ3_XS, s, "attn_k", Type::IQ3_XXS).size(), 32u);
+    for (const char* t : {"ffn_gate", "ffn_up"}) {
+        EXPECT_EQ(layers_with(FileType::IQ3_XS, s, t, Type::IQ3_XXS), layer_range(4, 28)) << t;
+        EXPECT_EQ(layers_with(FileType::IQ3_XS, s, t, Type::IQ3_S), all_layers_but(s, layer_range(4, 28))) << t;
+    }
+    EXPECT_EQ(layers_with(FileType::IQ3_XS, s, "attn_v", Type::Q4_K).size(), 32u);
+    EXPECT_EQ(layers_with(FileType::IQ3_XS, s, "ffn_down", Type::IQ3_S).size(), 32u);
+    EXPECT_EQ(pick(FileType::IQ3_XS, s, "output.weight"), Type::Q6_K);
+    // IQ3_S: Q4_K attn_v only with GQA >= 4.
+    EXPECT_EQ(layers_with(FileType::IQ3_S, s, "attn_v", Type::Q4_K).size(), 32u);
+    EXPECT_EQ(layers_with(FileType::IQ3_S, kLlama2_13B, "attn_v", Type::IQ3_S).size(), 40u);
+    EXPECT_EQ(layers_with(FileType::IQ3_S, s, "attn_output", Type::IQ3_S).size(), 32u);
+    // IQ3_M: Q4_K attn_v and attn_output, ffn_down Q4_K in the first eighth.
+    EXPECT_EQ(layers_with(FileType::IQ3_M, kLlama2_13B, "attn_v", Type::Q4_K).size(), 40u);
+    EXPECT_EQ(layers_with(FileType::IQ3_M, s, "attn_output", Type::Q4_K).size(), 32u);
+    EXPECT_EQ(layers_with(FileType::IQ3_M, s, "ffn_down", Type::Q4_K), layer_range(0, 4));
+    EXPECT_EQ(layers_with(FileType::IQ3_M, s, "ffn_up", Type::IQ3_S).size(), 32u);
+}
+
+TEST(QuantMixIQuantRules, IQ4_NL_IQ4_XS) {
+    const auto& s = kLlama3_8B;
+    for (const auto& [ft, base] : {std::pair{FileType::IQ4_NL, Type::IQ4_NL}, std::pair{FileType::IQ4_XS, Type::IQ4_XS}}) {
+        SCOPED_TRACE(type_name(base));
+        EXPECT_EQ(layers_with(ft, s, "attn_v", Type::Q5_K).size(), 32u);  // GQA 4
+        EXPECT_EQ(layers_with(ft, kLlama2_13B, "attn_v", base).size(), 40u);
+        // ffn_down: Q5_K in the first eighth without an imatrix only.
+        EXPECT_EQ(layers_with(ft, s, "ffn_down", Type::Q5_K, false), layer_range(0, 4));
+        EXPECT_EQ(layers_with(ft, s, "ffn_down", base, true).size(), 32u);
+        EXPECT_EQ(pick(ft, s, "output.weight"), Type::Q6_K);
+        EXPECT_EQ(pick(ft, s, "token_embd.weight"), base);
+    }
+}
+
+TEST(QuantMixIQuantRules, LegacyMixesWithImatrixGuardTheFirstFfnDown) {
+    const auto& s = kLlama3_8B;
+    EXPECT_EQ(layers_with(FileType::Q4_0, s, "ffn_down", Type::Q4_1, true), layer_range(0, 4));
+    EXPECT_EQ(layers_with(FileType::Q5_0, s, "ffn_down", Type::Q5_1, true), layer_range(0, 4));
+    EXPECT_EQ(layers_with(FileType::Q4_0, s, "ffn_down", Type::Q4_0, false).size(), 32u);
+    // The K-quant mixes have no imatrix rows.
+    for (const auto ft : {FileType::Q2_K, FileType::Q3_K_M, FileType::Q4_K_M, FileType::Q5_K_M}) {
+        for (const char* t : {"attn_v", "ffn_down", "attn_output"}) {
+            for (int64_t i = 0; i < s.n_layer; ++i) {
+                EXPECT_EQ(pick(ft, s, blk(i, t), true), pick(ft, s, blk(i, t), false)) << t << " " << i;
+            }
+        }
+    }
+}
+
+TEST(QuantMixIQuantRules, ExpertModels) {
+    const std::vector<int64_t> v = {4096, 1024};
+    const std::vector<int64_t> sq = {4096, 4096};
+    const std::vector<int64_t> down = {14336, 4096, 8};
+    // Mixtral (8 experts, GQA 4): the very-low-bit branch gives attn_v and
+    // attn_k Q4_K (not Q8_0) and attn_output Q5_K.
+    MixModelInfo mixtral{32, 32, 8, 8, true};
+    mixtral.imatrix = true;
+    EXPECT_EQ(choose_tensor_type(FileType::IQ2_XXS, mixtral, "blk.3.attn_v.weight", v), Type::Q4_K);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ2_XXS, mixtral, "blk.3.attn_k.weight", v), Type::Q4_K);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ2_XXS, mixtral, "blk.3.attn_output.weight", sq), Type::Q5_K);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ1_S, mixtral, "blk.3.attn_output.weight", sq), Type::Q5_K);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ2_XXS, mixtral, "blk.3.ffn_down_exps.weight", down), Type::Q2_K);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ2_XXS, mixtral, "blk.4.ffn_down_exps.weight", down), Type::IQ2_XXS);
+    // The other i-quant mixes take the 8-expert Q8_0 attn_v/attn_k and Q5_K attn_output.
+    EXPECT_EQ(choose_tensor_type(FileType::IQ3_XXS, mixtral, "blk.3.attn_v.weight", v), Type::Q8_0);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ3_XS, mixtral, "blk.3.attn_k.weight", v), Type::Q8_0);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ4_XS, mixtral, "blk.3.attn_output.weight", sq), Type::Q5_K);
+    // IQ3_M: ffn_down Q4_K in the first eighth and, with 8 experts, the use_more_bits layers.
+    EXPECT_EQ(choose_tensor_type(FileType::IQ3_M, mixtral, "blk.6.ffn_down_exps.weight", down), Type::Q4_K);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ3_M, mixtral, "blk.7.ffn_down_exps.weight", down), Type::IQ3_S);
+    // Without GQA, 4 or more experts still give the very-low-bit attn_v Q4_K.
+    const MixModelInfo moe16{24, 16, 16, 16, true, true};
+    EXPECT_EQ(choose_tensor_type(FileType::IQ2_XS, moe16, "blk.3.attn_v.weight", sq), Type::Q4_K);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ2_M, moe16, "blk.3.attn_k.weight", sq), Type::IQ2_S);
+}
+
+TEST(QuantMixIQuantRules, FallbackOnShortRows) {
+    // Rows of 320: the 256-weight i-quants fall back to IQ4_NL (32-weight blocks).
+    const MixModelInfo m{32, 32, 8, 0, true, true};
+    const std::vector<int64_t> row320 = {320, 1024};
+    EXPECT_EQ(choose_tensor_type(FileType::IQ2_XS, m, "blk.5.attn_q.weight", row320), Type::IQ4_NL);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ1_M, m, "blk.5.ffn_up.weight", row320), Type::IQ4_NL);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ3_XXS, m, "blk.5.attn_q.weight", row320), Type::IQ4_NL);  // IQ2_S
+    EXPECT_EQ(choose_tensor_type(FileType::IQ4_XS, m, "blk.5.attn_q.weight", row320), Type::IQ4_NL);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ4_NL, m, "blk.5.attn_q.weight", row320), Type::IQ4_NL);
+    // K-quant results of an i-quant mix still take the K-quant fallbacks.
+    EXPECT_EQ(choose_tensor_type(FileType::IQ2_XS, m, "blk.5.attn_v.weight", row320), Type::Q5_0);  // Q4_K
+    // The head: Q8_0 when the base type does not fit, or when its Q6_K does not.
+    EXPECT_EQ(choose_tensor_type(FileType::IQ2_XS, m, "output.weight", row320), Type::Q8_0);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ4_NL, m, "output.weight", row320), Type::Q8_0);
+    // Not even a multiple of 32: F16.
+    const std::vector<int64_t> row100 = {100, 64};
+    EXPECT_EQ(choose_tensor_type(FileType::IQ2_XS, m, "blk.5.attn_q.weight", row100), Type::F16);
+    EXPECT_EQ(choose_tensor_type(FileType::IQ4_NL, m, "blk.5.attn_q.weight", row100), Type::F16);
+}
+
+// ---- `tandem synth` of the i-quant mixes -------------------------------------------------
+
+TEST(QuantMixSynth, IQuantHeaderOnlyHasTheMixTypes) {
+    const auto dir = scratch_dir();
+    const auto out = dir / "l70-iq2xs.gguf";
+    const auto r = run_tandem("synth --shape llama3-70b --type IQ2_XS --header-only -o " + shell_quote(out.string()), dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto file = gguf::File::open(out);
+    EXPECT_TRUE(file.header_only());
+    EXPECT_EQ(file.find_uint("general.file_type"), 20u);
+    // synth's i-quant headers are the types of an imatrix run.
+    expect_same_types(chosen_types(FileType::IQ2_XS, file, /*imatrix=*/true), types_of(file));
+    EXPECT_EQ(type_name(file.find_tensor("blk.0.ffn_down.weight")->type), "Q2_K");
+    EXPECT_EQ(type_name(file.find_tensor("blk.40.ffn_down.weight")->type), "IQ2_XS");
+    EXPECT_EQ(type_name(file.find_tensor("blk.40.attn_v.weight")->type), "Q4_K");
+    EXPECT_EQ(type_name(file.find_tensor("output.weight")->type), "Q5_K");
+}
+
+TEST(QuantMixSynth, IQuantWeightsAreRefusedAndNothingIsWritten) {
+    const auto dir = scratch_dir();
+    const auto out = dir / "tiny-iq2xs.gguf";
+    const auto r = run_tandem("synth --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --vocab-size 1000 "
+                              "--ctx 512 --type IQ2_XS -o " + shell_quote(out.string()),
+                              dir);
+    expect_one_line_error(r, "cannot quantize to it yet");
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_TRUE(tandem::testing::temp_files_of(out).empty());
+}
+
 // ---- `tandem quantize` end to end --------------------------------------------------
 
 std::vector<float> dequantized(const gguf::File& f, const std::string& name) {
@@ -639,6 +910,25 @@ TEST(QuantizeCommand, UnknownTypeListsValidMixes) {
     expect_one_line_error(r, "unknown quantization type 'Q4_K_X'");
     EXPECT_NE(r.err.find("Q4_K_M"), std::string::npos);
     EXPECT_NE(r.err.find("Q2_K"), std::string::npos);
+}
+
+TEST(QuantizeCommand, IQuantMixIsRefusedCleanly) {
+    const auto in = test_data("tiny-llama-Q4_K_M.gguf");
+    const auto dir = scratch_dir();
+    const auto out = dir / "o.gguf";
+    auto r = run_tandem("quantize " + shell_quote(in.string()) + " " + shell_quote(out.string()) +
+                            " IQ4_XS --allow-requantize",
+                        dir);
+    expect_one_line_error(r, "Tandem reads IQ4_XS but cannot quantize to it yet");
+    EXPECT_FALSE(fs::exists(out));
+    EXPECT_TRUE(tandem::testing::temp_files_of(out).empty());
+    // --dry-run shows the types all the same.
+    r = run_tandem("quantize " + shell_quote(in.string()) + " " + shell_quote(out.string()) +
+                       " IQ4_XS --allow-requantize --dry-run --json",
+                   dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out).at("file_type"), 30);
+    EXPECT_FALSE(fs::exists(out));
 }
 
 TEST(QuantizeCommand, MissingInput) {

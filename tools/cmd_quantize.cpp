@@ -153,6 +153,19 @@ void check_requantize(const gguf::File& file, const std::vector<TensorPlan>& pla
     }
 }
 
+// The i-quant mixes choose block types Tandem reads but cannot make yet:
+// refused before the output is opened (--dry-run still shows the types).
+// A tensor already stored in its chosen type is copied, so it is no obstacle.
+void check_quantizable(quant::FileType ft, const std::vector<TensorPlan>& plan) {
+    for (const auto& p : plan) {
+        if (p.info->type != p.type && quant::traits(p.type).quantize_row == nullptr) {
+            throw Error(fmt::format("{}: Tandem reads {} but cannot quantize to it yet (tensor '{}'; --dry-run "
+                                    "shows the types)",
+                                    quant::find_mix(ft)->name, quant::traits(p.type).name, p.info->name));
+        }
+    }
+}
+
 // Converts a tensor row by row into `out` (resized to the output size).
 // Rows are independent, so threads take work items of kRowsPerItem rows.
 void convert_tensor(std::span<const uint8_t> src, const TensorPlan& p, unsigned threads, std::vector<uint8_t>& out) {
@@ -332,6 +345,7 @@ void run_quantize(const Options& opt) {
     check_requantize(file, plan, opt.allow_requantize);
 
     if (!opt.dry_run) {
+        check_quantizable(ft, plan);
         const unsigned threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
         write_model(file, opt, ft, plan, threads);
     }

@@ -245,13 +245,28 @@ SynthStats write_synth_model(const model::ModelShape& shape, quant::FileType fil
     writer.set("tandem.synth.seed", gguf::Value::u64(seed));
     if (header_only) writer.set(std::string(gguf::kHeaderOnlyKey), gguf::Value::boolean(true));
 
-    const quant::MixModelInfo mix{shape.n_layer, shape.n_head, shape.n_head_kv, shape.n_expert,
-                                  !shape.tied_embeddings};
+    const quant::MixInfo& mix_info = *quant::find_mix(file_type);
+    quant::MixModelInfo mix;
+    mix.n_layer = shape.n_layer;
+    mix.n_head = shape.n_head;
+    mix.n_head_kv = shape.n_head_kv;
+    mix.n_expert = shape.n_expert;
+    mix.has_output_tensor = !shape.tied_embeddings;
+    // i-quant files are made with an importance matrix (llama-quantize
+    // refuses the lowest ones without), so the header gets the types such
+    // a file has; the K-quant and legacy mixes are the plain ones.
+    mix.imatrix = mix_info.name.starts_with("IQ");
     std::vector<TensorPlan> plans;
     uint64_t n_params = 0;
     uint64_t total_bytes = 0;
     for (auto& ts : model::model_tensors(shape)) {
         const quant::Type type = quant::choose_tensor_type(file_type, mix, ts.name, ts.shape);
+        if (!header_only && quant::traits(type).quantize_row == nullptr) {
+            // Refused before the output is opened: nothing is written.
+            throw Error(fmt::format("--type {}: Tandem reads {} but cannot quantize to it yet (--header-only "
+                                    "writes a header to plan with)",
+                                    mix_info.name, quant::traits(type).name));
+        }
         TensorPlan p{};
         p.index = plans.size();
         p.type = type;
@@ -342,7 +357,7 @@ void add_synth_command(CLI::App& app) {
     cmd->add_option("--shape", opts->shape, "Preset (listed below); the size flags override its fields");
     cmd->footer(preset_help());
     cmd->add_option("-o,--output", opts->out, "Output GGUF path")->required();
-    cmd->add_option("--type", opts->type, "Quantization mix (Q4_K_M, Q8_0, F16, ...)")->capture_default_str();
+    cmd->add_option("--type", opts->type, "Quantization mix (Q4_K_M, Q8_0, F16, ...; IQ* mixes with --header-only)")->capture_default_str();
     cmd->add_option("--vocab", opts->vocab, "Copy tokenizer.* keys from this GGUF (n_vocab = its token count)");
     cmd->add_option("--seed", opts->seed, "Random seed")->capture_default_str();
     cmd->add_flag("--header-only", opts->header_only, "Metadata and tensor infos only: plannable, not runnable");

@@ -1,8 +1,11 @@
-// Quantization mixes: the whole-file types users ask for (Q4_K_M, Q3_K_S...)
-// and the per-tensor choice each makes, as llama.cpp's quantizer does it:
-// norms stay F32, the output head gets Q6_K, attention V and FFN down get
-// more bits in some layers, K-quants fall back to legacy types on rows that
-// are not a multiple of 256.
+// Quantization mixes: the whole-file types users ask for (Q4_K_M, Q3_K_S,
+// IQ2_XS...) and the per-tensor choice each makes, as llama.cpp's quantizer
+// does it: norms stay F32, the output head gets Q6_K (Q5_K for the lowest
+// i-quant mixes), attention V and FFN down get more bits in some layers,
+// K-quants fall back to legacy types and i-quants to IQ4_NL on rows that are
+// not a multiple of 256. Tandem reads every type the i-quant mixes choose
+// but cannot quantize to the i-quant block types yet: choosing their types
+// serves planning (header-only files) and checking files made elsewhere.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +35,18 @@ enum class FileType : uint32_t {
     Q5_K_S = 16,
     Q5_K_M = 17,
     Q6_K = 18,
+    IQ2_XXS = 19,
+    IQ2_XS = 20,
+    IQ3_XS = 22,
+    IQ3_XXS = 23,
+    IQ1_S = 24,
+    IQ4_NL = 25,
+    IQ3_S = 26,
+    IQ3_M = 27,
+    IQ2_S = 28,
+    IQ2_M = 29,
+    IQ4_XS = 30,
+    IQ1_M = 31,
     MOSTLY_BF16 = 32,
 };
 
@@ -53,6 +68,14 @@ struct MixModelInfo {
     int64_t n_head_kv = 0;
     int64_t n_expert = 0;  // {arch}.expert_count; 0: dense. 8 (Mixtral) bumps attention; > 1 needs blk.N. FFN names
     bool has_output_tensor = false;  // false: tied embeddings, token_embd doubles as the head
+    // Whether the weights are quantized with an importance matrix
+    // (llama-quantize --imatrix). Like llama.cpp's has_imatrix it is a fact
+    // about the whole run, not each tensor: tensors the matrix has no entry
+    // for (token_embd, output) still count as quantized with one. It changes
+    // IQ3_XXS (attn_v stays IQ3_XXS instead of IQ3_S, ffn_down stays IQ3_XXS
+    // instead of Q4_K/Q3_K), IQ4_NL and IQ4_XS (no Q5_K ffn_down in the first
+    // eighth of the layers) and Q4_0/Q5_0 (Q4_1/Q5_1 ffn_down there).
+    bool imatrix = false;
 };
 
 // Type for one tensor of the model. `shape` is GGUF order (ne[0] first).
