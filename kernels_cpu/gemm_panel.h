@@ -122,4 +122,33 @@ TANDEM_PANEL_ISA_DECL(q5_0, avxvnni)
 void k4_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 void q4_0_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 
+// The 256-element i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
+// IQ1_M, IQ4_XS: gemm_panel_iq_x86.h) in the order of their batch kernels
+// (dot_<name>_batch: llama.cpp's tiled kernels, IqTiledOrder), the same
+// contract as above. The AVX-512 panels read the starts iq_panel_prepare
+// appends (a_type Q8_K): -128 x each 16-element activation sum, then -128 x
+// each 32-element one; the AVX2 panels read only the activation blocks,
+// but for IQ4_XS's, which reads the magnitudes |a| that
+// iq4_xs_panel_prepare_avx2 appends.
+inline constexpr size_t kIqPanelExtraBytes = (16 + 8) * sizeof(int32_t);
+inline constexpr size_t kIq4xsPanelExtraBytesAvx2 = 256;
+size_t iq_panel_bytes(int64_t n_cols);
+size_t iq_panel_bytes_avx2(int64_t n_cols);
+void iq_panel_prepare(quant::Type a_type, void* row, int64_t n_cols);
+void iq4_xs_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
+#define TANDEM_IQ_PANEL_DECL(name)                                                                                     \
+    void name##_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,     \
+                                  size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);                \
+    void name##_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,       \
+                                size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+TANDEM_IQ_PANEL_DECL(iq2_xxs)
+TANDEM_IQ_PANEL_DECL(iq2_xs)
+TANDEM_IQ_PANEL_DECL(iq2_s)
+TANDEM_IQ_PANEL_DECL(iq3_xxs)
+TANDEM_IQ_PANEL_DECL(iq3_s)
+TANDEM_IQ_PANEL_DECL(iq1_s)
+TANDEM_IQ_PANEL_DECL(iq1_m)
+TANDEM_IQ_PANEL_DECL(iq4_xs)
+#undef TANDEM_IQ_PANEL_DECL
+
 }  // namespace tandem::cpu::detail

@@ -35,11 +35,21 @@ using quant::Type;
         .type = Type::T, .dot = LevelKernels{dot_##name##_scalar, TANDEM_X86(dot_##name##_avx2)}, \
         .llama_order = true, .avx2_at_avx512 = true                                     \
     }
-// The 256-element i-quants: batches of 8 or more in llama.cpp's tiled order.
+// The 256-element i-quants: batches of 8 or more in llama.cpp's tiled order,
+// on the panels (gemm_panel_iq_x86.h) where a level has them; IQ4_XS's AVX2
+// panel reads the activations' magnitudes its preparation appends.
+constexpr PanelKernel iq_panel_avx2(Type t, PanelGemm gemm) {
+    const bool iq4_xs = t == Type::IQ4_XS;
+    return PanelKernel{gemm, TANDEM_X86(iq_panel_bytes_avx2), iq4_xs ? TANDEM_X86(iq4_xs_panel_prepare_avx2) : nullptr,
+                       iq4_xs ? kIq4xsPanelExtraBytesAvx2 : 0};
+}
 #define TANDEM_IQ_TILED_ROW(T, name)                                                          \
     WeightKernels {                                                                           \
         .type = Type::T, .dot = LevelKernels{dot_##name##_scalar, TANDEM_X86(dot_##name##_avx2)}, \
-        .batch = LevelKernels{dot_##name##_batch_scalar}, .llama_order = true, .avx2_at_avx512 = true \
+        .batch = LevelKernels{dot_##name##_batch_scalar},                                     \
+        .panel = TANDEM_PANEL(name, iq_panel_bytes, iq_panel_prepare, kIqPanelExtraBytes),    \
+        .panel_avx2 = iq_panel_avx2(Type::T, TANDEM_X86(name##_panel_gemm_avx2)),             \
+        .llama_order = true, .avx2_at_avx512 = true                                           \
     }
 
 // Off x86 only the scalar kernels exist: the rest are null there.

@@ -67,9 +67,15 @@ MatmulPath choose_matmul_path(const MatmulQuery& q) {
     // batch form keeps its one-row order for every token, so all of them;
     // one with a batch form only those it takes (none in the single-token
     // order).
+    // A batch form that runs its AVX2 kernel at AVX-512 (the i-quants') is
+    // slower than the AVX-512 panels from 8 tokens (2048x2048, 8 tokens, one
+    // thread: 1.5-2.2x), so those panels start there as AVX2's do.
+    const WeightKernels& kernels = *weight_kernels(q.type);
     const PanelKernel* panel = find_panel_kernel(q.type, q.level);
-    const int64_t panel_min = q.level == SimdLevel::Avx512Vnni ? kPanelMinTokens : kPanelMinTokensAvx2;
-    const bool has_batch_form = weight_kernels(q.type)->batch.scalar != nullptr;
+    const bool has_batch_form = kernels.batch.scalar != nullptr;
+    const bool avx2_batch_form = has_batch_form && kernels.avx2_at_avx512;
+    const int64_t panel_min =
+        q.level == SimdLevel::Avx512Vnni && !avx2_batch_form ? kPanelMinTokens : kPanelMinTokensAvx2;
     const int64_t panel_tokens = panel == nullptr ? 0 : has_batch_form ? p.batch_end : n_tokens;
     if (panel_tokens >= panel_min) {
         p.panel = panel;

@@ -6,9 +6,10 @@
 //
 // The paths, and the tokens each takes:
 //   - panels (gemm_panel.h): 16-row panel GEMMs over tokens [0, panel_end),
-//     a multiple of 4: at Avx512Vnni from 32 tokens, at the AVX2 levels from
-//     8; only tokens whose order the panel reproduces (those of the type's
-//     batch form, or every token of a type without one);
+//     a multiple of 4: at Avx512Vnni from 32 tokens (from 8 where the batch
+//     form runs its AVX2 kernel there: the i-quants), at the AVX2 levels
+//     from 8; only tokens whose order the panel reproduces (those of the
+//     type's batch form, or every token of a type without one);
 //   - decode rows (vec_dot.h DecodeRows): one token, or a small batch of up
 //     to 3 * kMaxDecodeTokens without panels, several weight rows a pass;
 //     tokens [rows_first, n_tokens);

@@ -2,7 +2,9 @@
 // called directly against the scalar row kernel it stands in for (bit for
 // bit, on model-like data and on extreme codes and activations that reach
 // the int16 limits the kernels rely on), and matmul() at the AVX2 level
-// against Scalar on batches large enough to take the panels.
+// against Scalar on batches large enough to take the panels. The AVX-512
+// VNNI panels of the i-quants (avx512/gemm_panel_iq_avx512.cpp) get the
+// same direct checks.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -20,6 +22,7 @@
 #include "runtime/quant/fp16.h"
 #include "runtime/quant/quant_blocks.h"
 #include "runtime/quant/quant_types.h"
+#include "tests/random_blocks.h"
 
 namespace {
 
@@ -43,6 +46,9 @@ std::vector<Type> avx2_panel_types() {
     }
     return out;
 }
+
+// The types Tandem only reads (i-quants, MXFP4): no quantizer.
+bool read_only(Type t) { return quant::traits(t).quantize_row == nullptr; }
 
 std::vector<float> random_floats(std::mt19937& rng, size_t n, float scale) {
     std::normal_distribution<float> dist(0.0f, scale);
@@ -80,12 +86,29 @@ std::vector<uint8_t> raw_weights(std::mt19937& rng, Type t, int64_t n_rows, int6
         case Type::Q4_K: set_fields<block_q4_K>(w.data(), w.size(), [&](block_q4_K& b) { b.d = h(), b.dmin = h(); }); break;
         case Type::Q5_K: set_fields<block_q5_K>(w.data(), w.size(), [&](block_q5_K& b) { b.d = h(), b.dmin = h(); }); break;
         case Type::Q6_K: set_fields<block_q6_K>(w.data(), w.size(), [&](block_q6_K& b) { b.d = h(); }); break;
-        default: ADD_FAILURE() << "no raw-weight rule for " << quant::traits(t).name;
+        default:
+            if (!read_only(t)) {
+                ADD_FAILURE() << "no raw-weight rule for " << quant::traits(t).name;
+                break;
+            }
+            // Every byte pattern is a valid block but for the scale.
+            for (size_t at = 0; at < w.size(); at += quant::traits(t).block_bytes) {
+                tandem::testing::set_block_scale(t, w.data() + at, scale(rng));
+            }
     }
     return w;
 }
 
+// Model-like weights: quantized floats, or for the read-only types random
+// codes with sane scales (random_blocks.h).
 std::vector<uint8_t> quantized_weights(std::mt19937& rng, Type t, int64_t n_rows, int64_t n) {
+    if (read_only(t)) {
+        std::vector<uint8_t> w(row_size(t, n) * static_cast<size_t>(n_rows));
+        for (int64_t r = 0; r < n_rows; ++r) {
+            tandem::testing::fill_random_blocks(t, n, static_cast<uint32_t>(rng()), w.data() + r * row_size(t, n));
+        }
+        return w;
+    }
     const std::vector<float> f = random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f);
     std::vector<uint8_t> w(row_size(t, n) * static_cast<size_t>(n_rows));
     for (int64_t r = 0; r < n_rows; ++r) quant::quantize_row(t, f.data() + r * n, w.data() + r * row_size(t, n), n);
@@ -153,12 +176,18 @@ cpu::detail::DotFn reference_kernel(const cpu::detail::WeightKernels& k) {
     return k.batch.scalar != nullptr ? k.batch.scalar : k.dot.scalar;
 }
 
+// Which build of a type's panel check_panel calls.
+enum class PanelIsa { Avx2, AvxVnni, Avx512Vnni };
+const cpu::detail::PanelKernel& panel_of(const cpu::detail::WeightKernels& k, PanelIsa isa) {
+    return isa == PanelIsa::AvxVnni ? k.panel_avxvnni : isa == PanelIsa::Avx512Vnni ? k.panel : k.panel_avx2;
+}
+
 // One panel call of n_rows (<= 16) rows against n_tokens activation rows,
 // each output compared with the reference's bits.
 void check_panel(Type t, const std::vector<uint8_t>& w, int64_t n_rows, int64_t n, Acts acts, int64_t n_tokens,
-                 const std::string& what, bool avx_vnni = false) {
+                 const std::string& what, PanelIsa isa = PanelIsa::Avx2) {
     const cpu::detail::WeightKernels& k = *cpu::detail::weight_kernels(t);
-    const cpu::detail::PanelKernel& p = avx_vnni ? k.panel_avxvnni : k.panel_avx2;
+    const cpu::detail::PanelKernel& p = panel_of(k, isa);
     ASSERT_NE(p.gemm, nullptr);
     const Type a_type = quant::dot_type(t);
     for (int64_t tok = 0; tok < n_tokens; ++tok) {
@@ -213,6 +242,32 @@ TEST(GemmPanelAvx2, MatchesReferenceRowKernelBits) {
     }
 }
 
+// The AVX-512 VNNI panels of the i-quants (avx512/gemm_panel_iq_avx512.cpp),
+// called directly as the AVX2 panels above: random codes with sane scales,
+// and every byte pattern against activations mostly at -128 and 127.
+TEST(GemmPanelAvx512, IquantPanelsMatchReferenceRowKernelBits) {
+    if (!cpu::simd_level_supported(SimdLevel::Avx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+    std::mt19937 rng(33);
+    int checked = 0;
+    for (Type t : kWeightTypes) {
+        const cpu::detail::WeightKernels* k = cpu::detail::weight_kernels(t);
+        if (!read_only(t) || k->panel.gemm == nullptr) continue;
+        for (int64_t n : panel_widths(t)) {
+            for (int64_t n_rows : {16, 13, 3}) {
+                const int64_t n_tokens = 12;
+                check_panel(t, quantized_weights(rng, t, n_rows, n), n_rows, n,
+                            make_acts(rng, quant::dot_type(t), n_tokens, n, k->panel.extra_bytes, false), n_tokens, "random",
+                            PanelIsa::Avx512Vnni);
+                check_panel(t, raw_weights(rng, t, n_rows, n), n_rows, n,
+                            make_acts(rng, quant::dot_type(t), n_tokens, n, k->panel.extra_bytes, true), n_tokens, "extreme",
+                            PanelIsa::Avx512Vnni);
+            }
+        }
+        ++checked;
+    }
+    EXPECT_EQ(checked, 8) << "the eight 256-element i-quants have AVX-512 panels";
+}
+
 // The Q8_0 and Q5_0 panels (avx2/gemm_panel_signed_avx2.cpp) walk tiles of
 // 8 tokens (then 4) over chunks of 8 blocks: token counts of one and
 // several tiles, widths on and past a chunk boundary, and activations at
@@ -246,9 +301,9 @@ TEST(GemmPanelAvxVnni, SignedPanelsMatchReferenceBits) {
             for (int64_t n_tokens : {4, 12, 20}) {
                 for (int64_t n_rows : {16, 9, 5}) {
                     check_panel(t, raw_weights(rng, t, n_rows, n), n_rows, n,
-                                make_acts(rng, Type::Q8_0, n_tokens, n, 0, true, true), n_tokens, "full range", true);
+                                make_acts(rng, Type::Q8_0, n_tokens, n, 0, true, true), n_tokens, "full range", PanelIsa::AvxVnni);
                     check_panel(t, quantized_weights(rng, t, n_rows, n), n_rows, n,
-                                make_acts(rng, Type::Q8_0, n_tokens, n, 0, false), n_tokens, "quantized", true);
+                                make_acts(rng, Type::Q8_0, n_tokens, n, 0, false), n_tokens, "quantized", PanelIsa::AvxVnni);
                 }
             }
         }

@@ -56,6 +56,17 @@ const Row kRows[] = {
     // its batches off the panels; a type without one (Q8_0) may use them.
     {Type::Q4_K, SimdLevel::Avx512Vnni, 40, S, 0, 0, false, 0, true, N},
     {Type::Q8_0, SimdLevel::Avx512Vnni, 40, S, 40, 0, false, 0, true, N},
+    // The 256-element i-quants' batch form (from 8 tokens) runs its AVX2
+    // kernel at AVX-512 too: their panels take its tokens from 8 at every
+    // SIMD level, a multiple of 4 (the batch form the rest); fewer tokens,
+    // and the single-token order, take the one-row kernel.
+    {Type::IQ4_XS, SimdLevel::Avx512Vnni, 8, F, 8, 8, false, 8, true, N},
+    {Type::IQ1_M, SimdLevel::Avx512Vnni, 37, F, 36, 37, false, 37, true, N},
+    {Type::IQ2_XXS, SimdLevel::Avx2, 8, F, 8, 8, false, 8, true, N},
+    {Type::IQ3_S, SimdLevel::Avx512, 21, F, 20, 21, false, 21, true, N},
+    {Type::IQ2_S, SimdLevel::Avx512Vnni, 7, F, 0, 0, false, 0, true, N},
+    {Type::IQ3_XXS, SimdLevel::Avx512Vnni, 40, S, 0, 0, false, 0, true, N},
+    {Type::IQ4_XS, SimdLevel::Scalar, 64, F, 0, 64, false, 64, true, N},
     // Float weights: F32 read as they are; BF16 and F16 batches rounded to
     // 16 bits but kept as f32 (the wide dot). A token group of four such
     // rows is too wide for L1: column chunks of 16 KiB (1024 f32), but for
@@ -106,6 +117,22 @@ TEST(MatmulPath, VnniOnlyAtVnniLevels) {
     if (tandem::cpu::simd_level_supported(SimdLevel::Avx2Vnni) && q8->panel_avxvnni.gemm != nullptr) {
         EXPECT_EQ(choose_matmul_path({Type::Q8_0, N, 64, SimdLevel::Avx2Vnni, F}).panel, &q8->panel_avxvnni);
         EXPECT_EQ(choose_matmul_path({Type::Q8_0, N, 64, SimdLevel::Avx2, F}).panel, &q8->panel_avx2);
+    }
+}
+
+// The i-quants' panels: AVX-512 VNNI's at that level, AVX2's at the AVX2
+// levels and at AVX-512 without VNNI.
+TEST(MatmulPath, IquantPanelsByLevel) {
+    for (Type t : {Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::IQ1_S, Type::IQ1_M, Type::IQ4_XS}) {
+        const auto* k = tandem::cpu::detail::weight_kernels(t);
+        ASSERT_NE(k, nullptr);
+        for (SimdLevel level : {SimdLevel::Avx2, SimdLevel::Avx2Vnni, SimdLevel::Avx512, SimdLevel::Avx512Vnni}) {
+            if (!tandem::cpu::simd_level_supported(level)) continue;
+            const auto* want = level == SimdLevel::Avx512Vnni ? &k->panel : &k->panel_avx2;
+            ASSERT_NE(want->gemm, nullptr) << tandem::quant::traits(t).name;
+            EXPECT_EQ(choose_matmul_path({t, N, 64, level, F}).panel, want)
+                << tandem::quant::traits(t).name << " " << tandem::cpu::simd_level_name(level);
+        }
     }
 }
 
