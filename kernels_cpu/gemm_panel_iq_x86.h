@@ -55,20 +55,8 @@ constexpr int table_max(const int8_t (&t)[16]) {
 }
 
 // ---- signs -------------------------------------------------------------------------------
-// The 8 sign bits (bit j: weight j negative) of each 7-bit sign set.
-constexpr auto kSigns7 = [] {
-    struct {
-        uint8_t v[128];
-    } t{};
-    for (uint32_t s = 0; s < 128; ++s) t.v[s] = static_cast<uint8_t>(iq::signs_of7(s));
-    return t;
-}();
-// Four 7-bit sets (bits 0..27 of word) as 32 sign bits.
-inline uint32_t signs_7x4(uint32_t word) {
-    return static_cast<uint32_t>(kSigns7.v[word & 127]) | static_cast<uint32_t>(kSigns7.v[(word >> 7) & 127]) << 8 |
-           static_cast<uint32_t>(kSigns7.v[(word >> 14) & 127]) << 16 |
-           static_cast<uint32_t>(kSigns7.v[(word >> 21) & 127]) << 24;
-}
+// The 8 sign bits of four 7-bit sign sets: iq::signs_7x4 (iq_tables.h).
+using iq::signs_7x4;
 
 // Byte j of the result: 0xFF where bit j of bits is set, else 0 (byte j
 // takes byte j / 8 of bits, tests its bit j % 8).
@@ -129,8 +117,8 @@ struct Iq2xsDec {
         const uint16_t* q = b.qs + 4 * c;  // 9-bit index, 7 sign bits
         mult[2 * c] = 2 * (b.scales[c] & 15) + 1;
         mult[2 * c + 1] = 2 * (b.scales[c] >> 4) + 1;
-        const uint32_t neg = static_cast<uint32_t>(kSigns7.v[q[0] >> 9]) | static_cast<uint32_t>(kSigns7.v[q[1] >> 9]) << 8 |
-                             static_cast<uint32_t>(kSigns7.v[q[2] >> 9]) << 16 | static_cast<uint32_t>(kSigns7.v[q[3] >> 9]) << 24;
+        const uint32_t neg = static_cast<uint32_t>(iq::kSigns8.v[q[0] >> 9]) | static_cast<uint32_t>(iq::kSigns8.v[q[1] >> 9]) << 8 |
+                             static_cast<uint32_t>(iq::kSigns8.v[q[2] >> 9]) << 16 | static_cast<uint32_t>(iq::kSigns8.v[q[3] >> 9]) << 24;
         return with_signs(rows64(iq::kIq2xsGrid, q[0] & 511u, q[1] & 511u, q[2] & 511u, q[3] & 511u), neg);
     }
 };

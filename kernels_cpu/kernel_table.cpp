@@ -46,7 +46,7 @@ constexpr PanelKernel iq_panel_avx2(Type t, PanelGemm gemm) {
 #define TANDEM_IQ_TILED_ROW(T, name)                                                          \
     WeightKernels {                                                                           \
         .type = Type::T, .dot = LevelKernels{dot_##name##_scalar, TANDEM_X86(dot_##name##_avx2)}, \
-        .batch = LevelKernels{dot_##name##_batch_scalar},                                     \
+        .batch = LevelKernels{dot_##name##_batch_scalar, TANDEM_X86(dot_##name##_batch_avx2)}, \
         .panel = TANDEM_PANEL(name, iq_panel_bytes, iq_panel_prepare, kIqPanelExtraBytes),    \
         .panel_avx2 = iq_panel_avx2(Type::T, TANDEM_X86(name##_panel_gemm_avx2)),             \
         .llama_order = true, .avx2_at_avx512 = true                                           \

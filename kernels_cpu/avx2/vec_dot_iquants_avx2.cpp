@@ -22,15 +22,6 @@ namespace {
 
 using namespace tandem::quant;
 
-// The 8 sign bits of each 7-bit sign set (the parity bit added).
-constexpr auto kSigns7 = [] {
-    struct {
-        uint8_t v[128];
-    } t{};
-    for (uint32_t s = 0; s < 128; ++s) t.v[s] = static_cast<uint8_t>(iq::signs_of7(s));
-    return t;
-}();
-
 // Byte j of the result: -1 where bit j of the 32 sign bits is set, else +1.
 inline __m256i signs32(uint32_t bits) {
     const __m256i spread = _mm256_shuffle_epi8(
@@ -38,10 +29,6 @@ inline __m256i signs32(uint32_t bits) {
         _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
     const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
     return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(1));
-}
-inline uint32_t signs7x4(uint32_t word) {  // four 7-bit sets in bits 0..27
-    return kSigns7.v[word & 127] | kSigns7.v[(word >> 7) & 127] << 8 | kSigns7.v[(word >> 14) & 127] << 16 |
-           static_cast<uint32_t>(kSigns7.v[(word >> 21) & 127]) << 24;
 }
 inline __m256i grid64x4(const uint64_t* grid, int i0, int i1, int i2, int i3) {
     return _mm256_set_epi64x(static_cast<int64_t>(grid[i3]), static_cast<int64_t>(grid[i2]),
@@ -65,7 +52,7 @@ struct DIq2xxs {
     static Chunk chunk(const B& b, int c) {
         const auto* q = reinterpret_cast<const uint8_t*>(b.qs) + 8 * c;
         const uint32_t aux1 = load_u32(q + 4);
-        return {grid64x4(iq::kIq2xxsGrid, q[0], q[1], q[2], q[3]), signs32(signs7x4(aux1)),
+        return {grid64x4(iq::kIq2xxsGrid, q[0], q[1], q[2], q[3]), signs32(iq::signs_7x4(aux1)),
                 mult_per32(2 * static_cast<int>(aux1 >> 28) + 1)};
     }
 };
@@ -73,8 +60,9 @@ struct DIq2xs {
     using B = block_iq2_xs;
     static Chunk chunk(const B& b, int c) {
         const uint16_t* q = b.qs + 4 * c;
-        const uint32_t s = static_cast<uint32_t>(kSigns7.v[q[0] >> 9]) | kSigns7.v[q[1] >> 9] << 8 |
-                           kSigns7.v[q[2] >> 9] << 16 | static_cast<uint32_t>(kSigns7.v[q[3] >> 9]) << 24;
+        const auto& t = iq::kSigns8.v;
+        const uint32_t s = static_cast<uint32_t>(t[q[0] >> 9]) | static_cast<uint32_t>(t[q[1] >> 9]) << 8 |
+                           static_cast<uint32_t>(t[q[2] >> 9]) << 16 | static_cast<uint32_t>(t[q[3] >> 9]) << 24;
         return {grid64x4(iq::kIq2xsGrid, q[0] & 511, q[1] & 511, q[2] & 511, q[3] & 511), signs32(s),
                 mult_per16(2 * (b.scales[c] & 15) + 1, 2 * (b.scales[c] >> 4) + 1)};
     }
@@ -99,7 +87,7 @@ struct DIq3xxs {
         const __m256i mag = _mm256_set_epi32(static_cast<int>(g[q[7]]), static_cast<int>(g[q[6]]), static_cast<int>(g[q[5]]),
                                              static_cast<int>(g[q[4]]), static_cast<int>(g[q[3]]), static_cast<int>(g[q[2]]),
                                              static_cast<int>(g[q[1]]), static_cast<int>(g[q[0]]));
-        return {mag, signs32(signs7x4(aux)), mult_per32(2 * static_cast<int>(aux >> 28) + 1)};
+        return {mag, signs32(iq::signs_7x4(aux)), mult_per32(2 * static_cast<int>(aux >> 28) + 1)};
     }
 };
 struct DIq3s {

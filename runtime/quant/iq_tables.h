@@ -71,6 +71,25 @@ TANDEM_HOST_DEVICE constexpr uint32_t signs_of7(uint32_t s7) {
     return s7 | ((p & 1u) << 7);
 }
 
+#if !defined(__CUDA_ARCH__)
+// The 8 sign bits of every 7-bit set, for the host's SIMD kernels, which
+// look four sets up at once: signs_7x4 turns bits 0..27 of a word (four
+// sets) into 32 sign bits.
+struct Signs8Table {
+    uint8_t v[128];
+};
+inline constexpr Signs8Table kSigns8 = [] {
+    Signs8Table t{};
+    for (uint32_t s = 0; s < 128; ++s) t.v[s] = static_cast<uint8_t>(signs_of7(s));
+    return t;
+}();
+inline uint32_t signs_7x4(uint32_t word) {
+    return static_cast<uint32_t>(kSigns8.v[word & 127]) | static_cast<uint32_t>(kSigns8.v[(word >> 7) & 127]) << 8 |
+           static_cast<uint32_t>(kSigns8.v[(word >> 14) & 127]) << 16 |
+           static_cast<uint32_t>(kSigns8.v[(word >> 21) & 127]) << 24;
+}
+#endif
+
 // MXFP4's E8M0 exponent as half its power of two, 2^(e - 128), exactly.
 TANDEM_HOST_DEVICE float e8m0_half(uint8_t e) {
     const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e) - 1u) << 23;
