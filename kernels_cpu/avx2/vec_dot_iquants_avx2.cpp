@@ -110,6 +110,16 @@ struct DIq1s {
                                    q[2] | (((h >> 6) & 7) << 8), q[3] | (((h >> 9) & 7) << 8));
         return signed_chunk(w, mult_per32(2 * ((h >> 12) & 7) + 1));
     }
+    // The block's shift multipliers as int16 pairs, +-(2 s + 1) of chunk c
+    // in pair c (twice: one for each 16-element activation sum): the
+    // shift term is madd(bsums, this), summed (no branch on the signs).
+    static __m256i shift_mults(const B& b) {
+        const __m128i qh = load128(b.qh);
+        const __m128i m = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(qh, 11), _mm_set1_epi16(14)), _mm_set1_epi16(1));
+        const __m128i neg = _mm_srai_epi16(qh, 15);
+        const __m128i sm = _mm_sub_epi16(_mm_xor_si128(m, neg), neg);
+        return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(sm, sm)), _mm_unpackhi_epi16(sm, sm), 1);
+    }
 };
 struct DIq1m {
     using B = block_iq1_m;
@@ -122,10 +132,13 @@ struct DIq1m {
         return signed_chunk(w, mult_per16(2 * (sc & 7) + 1, 2 * ((sc >> 3) & 7) + 1));
     }
     // The shifts' signs of chunk c, +1 or -1 for each of its 32 weights.
+    // Group g's sign is bit 4 g + 3 of the chunk's 16 qh bits: a compare
+    // per 16-bit word of the group's 8 bytes (-1 bytes), or'ed with 1.
     static __m256i shifts(const B& b, int c) {
-        const int h0 = b.qh[2 * c], h1 = b.qh[2 * c + 1];
-        auto s = [](int bit) { return bit ? int64_t{-1} : int64_t{0x0101010101010101}; };
-        return _mm256_set_epi64x(s(h1 & 0x80), s(h1 & 0x08), s(h0 & 0x80), s(h0 & 0x08));
+        const __m256i bit = _mm256_set_epi64x(static_cast<int64_t>(0x8000800080008000ull), 0x0800080008000800, 0x0080008000800080,
+                                              0x0008000800080008);
+        const __m256i h = _mm256_set1_epi16(static_cast<int16_t>(iq::load16(b.qh + 2 * c)));
+        return _mm256_or_si256(_mm256_cmpeq_epi16(_mm256_and_si256(h, bit), bit), _mm256_set1_epi8(1));
     }
 };
 struct DIq4xs {
@@ -182,16 +195,12 @@ struct IqDotAvx2 {
                     }
                 }
                 const float dw = dot::IqLanesOrder<Order>::weight_scale(x[i]);
+                __m256i shm = _mm256_setzero_si256();
+                if constexpr (kShift == dot::IqShift::Chain) shm = D::shift_mults(x[i]);
                 for (int t = 0; t < NT; ++t) {
                     const block_q8_K& yb = ya[t][i];
                     int sh = 0;  // IQ1_S: the block's shift term
-                    if constexpr (kShift == dot::IqShift::Chain) {
-                        for (int c = 0; c < 8; ++c) {
-                            const int sum = yb.bsums[2 * c] + yb.bsums[2 * c + 1];
-                            const int m = 2 * ((x[i].qh[c] >> 12) & 7) + 1;
-                            sh += (x[i].qh[c] & 0x8000) ? -m * sum : m * sum;
-                        }
-                    }
+                    if constexpr (kShift == dot::IqShift::Chain) sh = hsum_i32(_mm256_madd_epi16(load256(yb.bsums), shm));
                     if constexpr (kForm == dot::Form::Batch) {
                         // IqTiledOrder: the lanes' exact total (IQ1: times 8,
                         // plus the shifts), times d_w', one fma with d_a.
