@@ -57,4 +57,32 @@ void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n);
 void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
 void dequantize_row_mxfp4(const void* src, float* dst, int64_t n);
 
+// Importance-weighted quantizers: what ggml's quantize_<type>(src, dst, 1,
+// n, qw) writes for one row, byte for byte. qw holds one importance weight
+// per column (llama-imatrix's mean squared activation), or is nullptr.
+// With qw == nullptr each does what ggml's does without a matrix (said at
+// each definition). i-quants and MXFP4 (quant_make_iq*.cpp):
+void quantize_row_iq2_xxs_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_iq2_xs_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_iq2_s_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_iq1_s_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_iq1_m_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_iq3_xxs_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_iq3_s_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_iq4_nl_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_iq4_xs_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_mxfp4(const float* src, void* dst, int64_t n);
+// The K-quants and legacy types with importance weights
+// (quant_make_weighted.cpp); with qw == nullptr ggml uses the plain
+// reference quantizers above, and so do the callers here.
+void quantize_row_q2_K_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_q3_K_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_q4_K_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_q5_K_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_q6_K_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_q4_0_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_q4_1_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_q5_0_w(const float* src, void* dst, int64_t n, const float* qw);
+void quantize_row_q5_1_w(const float* src, void* dst, int64_t n, const float* qw);
+
 }  // namespace tandem::quant::ref
