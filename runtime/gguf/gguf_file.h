@@ -80,7 +80,8 @@ public:
     // that point at the key).
     const KeyValue* find_key_value(std::string_view key) const;
 
-    // general.architecture, required by the reader.
+    // general.architecture, required by the reader except in an importance
+    // matrix (general.type "imatrix"), where it is empty.
     const std::string& architecture() const;
 
     // Typed look-ups. find_* return nullopt when the key is absent and throw

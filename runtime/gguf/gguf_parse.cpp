@@ -337,6 +337,9 @@ private:
         }
 
         const auto arch = out_.key_index.find("general.architecture");
+        // An importance matrix (llama-imatrix's GGUF: general.type "imatrix")
+        // describes no model and names no architecture.
+        if (arch == out_.key_index.end() && is_imatrix()) return check_header_only_key();
         if (arch == out_.key_index.end()) {
             fail_expected(metadata_at_, "metadata",
                           "the required key general.architecture (a string such as \"llama\")",
@@ -349,7 +352,17 @@ private:
                           short_display(arch_kv.value));
         }
         out_.architecture = *arch_name;
+        check_header_only_key();
+    }
 
+    bool is_imatrix() const {
+        const auto it = out_.key_index.find("general.type");
+        if (it == out_.key_index.end()) return false;
+        const std::string* type = out_.metadata[it->second].value.as_string();
+        return type != nullptr && *type == "imatrix";
+    }
+
+    void check_header_only_key() {
         if (const auto it = out_.key_index.find(kHeaderOnlyKey); it != out_.key_index.end()) {
             const KeyValue& kv = out_.metadata[it->second];
             if (kv.value.type != ValueType::BOOL) {

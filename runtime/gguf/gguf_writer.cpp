@@ -189,16 +189,19 @@ bool Writer::header_only_requested() const {
 void Writer::write_header() {
     check_not_frozen("write_header()");
     const KeyValue* arch = nullptr;
+    bool imatrix = false;  // an importance matrix names no architecture (the reader agrees)
     uint64_t array_elements = 0;
     for (const KeyValue& kv : metadata_) {
         if (kv.key == "general.architecture") arch = &kv;
+        if (kv.key == "general.type" && kv.value.as_string() && *kv.value.as_string() == "imatrix") imatrix = true;
         if (kv.key == kHeaderOnlyKey && kv.value.type != ValueType::BOOL) {
             throw Error(fmt::format("gguf::Writer: {}: key '{}': expected a bool, found {}", path_.string(),
                                     kHeaderOnlyKey, value_type_name(kv.value.type)));
         }
         check_value(kv.value, kv.key, 0, array_elements);
     }
-    if (arch == nullptr || arch->value.as_string() == nullptr || arch->value.as_string()->empty()) {
+    if (!(imatrix && arch == nullptr) &&
+        (arch == nullptr || arch->value.as_string() == nullptr || arch->value.as_string()->empty())) {
         throw Error(fmt::format("gguf::Writer: {}: expected general.architecture set to a non-empty string before "
                                 "write_header() (readers require it), found {}",
                                 path_.string(), arch == nullptr ? "no such key" : value_type_name(arch->value.type)));

@@ -47,7 +47,7 @@ public:
 
     // Writes magic, counts, metadata and tensor infos. Afterwards the
     // declarations are frozen. general.architecture must have been set (the
-    // reader requires it).
+    // reader requires it), unless general.type is "imatrix".
     void write_header();
     // The next tensor's bytes, in declaration order; size must equal the
     // tensor's byte size. Pads to the alignment.

@@ -64,6 +64,10 @@ const gguf::TensorInfo& ModelSpec::output_head() const {
 
 ModelSpec load_model_spec(const gguf::File& file) {
     const std::string& arch_name = file.architecture();
+    if (arch_name.empty()) {
+        throw Error(fmt::format("{}: an importance matrix (general.type imatrix), not a model; pass it with --imatrix",
+                                file.name()));
+    }
     const ArchSpec* arch = find_arch(arch_name);
     if (!arch) {
         throw Error(fmt::format("model: architecture '{}' is not supported; supported: {}", arch_name,
