@@ -61,12 +61,12 @@ int misses(const std::vector<float>& got, const std::vector<float>& ref, Tol tol
 // The single-token order gives every token of a batch its one-token bits
 // on both sides. (The element kernel of before summed float products: its
 // logits left the CPU's on every quantized model, scripts/emulated_kl.py.)
-// Rows of type t: wf quantized, or for the types Tandem only reads
-// (i-quants, MXFP4) random codes with realistic scales.
+// Rows of type t: wf quantized, or for the grid types (i-quants, MXFP4)
+// random codes with realistic scales.
 static void weight_rows(tq::Type t, const std::vector<float>& wf, int64_t rows, int64_t cols, uint8_t* w) {
     const uint64_t rb = *tq::row_bytes(t, cols);
     for (int64_t r = 0; r < rows; ++r) {
-        if (tq::traits(t).quantize_row != nullptr) {
+        if (!tandem::testing::tested_on_random_codes(t)) {
             tq::quantize_row(t, wf.data() + r * cols, w + r * rb, cols);
         } else {
             tandem::testing::fill_random_blocks(t, cols, static_cast<uint32_t>(100 + r), w + r * rb);

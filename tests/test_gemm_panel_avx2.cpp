@@ -47,8 +47,8 @@ std::vector<Type> avx2_panel_types() {
     return out;
 }
 
-// The types Tandem only reads (i-quants, MXFP4): no quantizer.
-bool read_only(Type t) { return quant::traits(t).quantize_row == nullptr; }
+// The grid types (i-quants, MXFP4): random codes (random_blocks.h).
+bool random_codes(Type t) { return tandem::testing::tested_on_random_codes(t); }
 
 std::vector<float> random_floats(std::mt19937& rng, size_t n, float scale) {
     std::normal_distribution<float> dist(0.0f, scale);
@@ -87,7 +87,7 @@ std::vector<uint8_t> raw_weights(std::mt19937& rng, Type t, int64_t n_rows, int6
         case Type::Q5_K: set_fields<block_q5_K>(w.data(), w.size(), [&](block_q5_K& b) { b.d = h(), b.dmin = h(); }); break;
         case Type::Q6_K: set_fields<block_q6_K>(w.data(), w.size(), [&](block_q6_K& b) { b.d = h(); }); break;
         default:
-            if (!read_only(t)) {
+            if (!random_codes(t)) {
                 ADD_FAILURE() << "no raw-weight rule for " << quant::traits(t).name;
                 break;
             }
@@ -99,10 +99,10 @@ std::vector<uint8_t> raw_weights(std::mt19937& rng, Type t, int64_t n_rows, int6
     return w;
 }
 
-// Model-like weights: quantized floats, or for the read-only types random
+// Model-like weights: quantized floats, or for the grid types random
 // codes with sane scales (random_blocks.h).
 std::vector<uint8_t> quantized_weights(std::mt19937& rng, Type t, int64_t n_rows, int64_t n) {
-    if (read_only(t)) {
+    if (random_codes(t)) {
         std::vector<uint8_t> w(row_size(t, n) * static_cast<size_t>(n_rows));
         for (int64_t r = 0; r < n_rows; ++r) {
             tandem::testing::fill_random_blocks(t, n, static_cast<uint32_t>(rng()), w.data() + r * row_size(t, n));
@@ -251,7 +251,7 @@ TEST(GemmPanelAvx512, IquantPanelsMatchReferenceRowKernelBits) {
     int checked = 0;
     for (Type t : kWeightTypes) {
         const cpu::detail::WeightKernels* k = cpu::detail::weight_kernels(t);
-        if (!read_only(t) || k->panel.gemm == nullptr) continue;
+        if (!random_codes(t) || k->panel.gemm == nullptr) continue;
         for (int64_t n : panel_widths(t)) {
             for (int64_t n_rows : {16, 13, 3}) {
                 const int64_t n_tokens = 12;

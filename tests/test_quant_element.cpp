@@ -30,7 +30,7 @@ const ElementCase kCases[] = {TANDEM_FOR_EACH_ELEMENT_TYPE(TANDEM_ELEMENT_CASE)}
 
 // Random bytes would make NaN/inf scales for the fp16 fields; quantizing
 // random floats gives realistic blocks (random codes with sane scales for
-// the types Tandem only reads: random_blocks.h).
+// the grid types: random_blocks.h).
 using tandem::testing::random_blocks;
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "runtime/quant/fp16.h"
 #include "runtime/quant/quant_blocks.h"
 #include "runtime/quant/quant_types.h"
+#include "tests/random_blocks.h"
 
 namespace tq = tandem::quant;
 using tq::Type;
@@ -195,30 +196,47 @@ TEST(QuantTraits, RowBytesRejectsPartialBlocks) {
     }
 }
 
-// The i-quants and MXFP4 are read, not made: quantize_row says so instead
-// of writing anything.
-TEST(QuantTraits, ReadOnlyTypesRefuseToQuantize) {
-    int read_only = 0;
+// IQ2_XXS, IQ2_XS and IQ1_S are made only with importance weights (as in
+// ggml): quantize_row says so, naming the type, instead of writing
+// anything; with weights they are made.
+TEST(QuantTraits, TypesThatNeedImportanceWeightsRefuseWithoutThem) {
+    int needs = 0;
     for (const auto& tr : tq::all_traits()) {
-        if (tr.quantize_row != nullptr) continue;
-        ++read_only;
+        if (!tr.needs_weights) continue;
+        ++needs;
         SCOPED_TRACE(std::string(tr.name));
+        EXPECT_NE(tr.quantize_weighted, nullptr);
         std::vector<float> x(256, 1.0f);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
         std::vector<uint8_t> q(*tq::row_bytes(tr.type, 256), 0xa5);
-        try {
-            tq::quantize_row(tr.type, x.data(), q.data(), 256);
-            ADD_FAILURE() << "quantize_row wrote " << tr.name;
-        } catch (const tandem::Error& e) {
-            EXPECT_NE(std::string(e.what()).find(std::string(tr.name)), std::string::npos) << e.what();
+        for (int weighted_call = 0; weighted_call < 2; ++weighted_call) {
+            try {
+                if (weighted_call) {
+                    tq::quantize_row_weighted(tr.type, x.data(), q.data(), 256, nullptr);
+                } else {
+                    tq::quantize_row(tr.type, x.data(), q.data(), 256);
+                }
+                ADD_FAILURE() << "quantize wrote " << tr.name << " without weights";
+            } catch (const tandem::Error& e) {
+                EXPECT_NE(std::string(e.what()).find(std::string(tr.name)), std::string::npos) << e.what();
+            }
+            for (uint8_t b : q) ASSERT_EQ(b, 0xa5);
         }
-        for (uint8_t b : q) ASSERT_EQ(b, 0xa5);
+        const std::vector<float> qw(256, 1.0f);
+        tq::quantize_row_weighted(tr.type, x.data(), q.data(), 256, qw.data());
+        std::vector<float> y(256);
+        tq::dequantize_row(tr.type, q.data(), y.data(), 256);
+        EXPECT_LT(rel_rmse(x, y), 0.7) << "weighted quantization of a sine";
     }
-    EXPECT_EQ(read_only, 10);
+    EXPECT_EQ(needs, 3);
 }
 
+// Every type Tandem makes on a uniform grid has a bound here; the grid
+// types (i-quants, MXFP4) have theirs beside their quantizers
+// (test_quant_make_*.cpp).
 TEST(QuantTraits, EveryQuantizedTypeHasAnErrorBound) {
     for (const auto& tr : tq::all_traits()) {
-        if (!tr.is_quantized || tr.quantize_row == nullptr) continue;  // read only
+        if (!tr.is_quantized || tandem::testing::tested_on_random_codes(tr.type)) continue;
         const bool found =
             std::any_of(std::begin(kModels), std::end(kModels), [&](const ErrorModel& m) { return m.type == tr.type; });
         EXPECT_TRUE(found) << tr.name << " has no round-trip bound";
@@ -340,12 +358,12 @@ TEST(QuantRoundTrip, QuantizeWritesExactlyRowBytesAndDequantizeExactlyN) {
     constexpr uint8_t kCanary = 0xa5;
     for (const auto& tr : tq::all_traits()) {
         SCOPED_TRACE(std::string(tr.name));
-        if (tr.quantize_row == nullptr) continue;  // read only: QuantTraits.ReadOnlyTypesRefuseToQuantize
         const int64_t n = 2 * 256;
         const auto x = make_data(Dist::Gaussian, n, 4);
+        const std::vector<float> qw(static_cast<size_t>(n), 1.0f);
         const uint64_t rb = *tq::row_bytes(tr.type, n);
         std::vector<uint8_t> q(rb + 64, kCanary);
-        tq::quantize_row(tr.type, x.data(), q.data(), n);
+        tq::quantize_row_weighted(tr.type, x.data(), q.data(), n, tr.needs_weights ? qw.data() : nullptr);
         for (uint64_t i = rb; i < q.size(); ++i) ASSERT_EQ(q[i], kCanary) << "byte " << i;
         std::vector<float> y(static_cast<size_t>(n) + 16, 123.0f);
         tq::dequantize_row(tr.type, q.data(), y.data(), n);

@@ -44,7 +44,7 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
             const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
             const float w = x[i] * x[i];
             slx += w * x[i] * static_cast<float>(l);
-            sl2 += w * static_cast<float>(l * l);
+            sl2 += w * static_cast<float>(l) * static_cast<float>(l);
         }
         *sumlx = slx;
         *suml2 = sl2;
@@ -91,7 +91,7 @@ float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
         L[i] = static_cast<int8_t>(l);
         const float w = x[i] * x[i];
         sumlx += w * x[i] * static_cast<float>(l);
-        suml2 += w * static_cast<float>(l * l);
+        suml2 += w * static_cast<float>(l) * static_cast<float>(l);
     }
     // With only 8 levels the rounding of the naive scale is often not the
     // optimum; move one code at a time to the value that the least-squares

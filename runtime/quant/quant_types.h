@@ -45,6 +45,9 @@ enum class Type : uint32_t {
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 // The inverse: n / block_elems blocks into n floats.
 using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
+// quantize with importance weights qw (n of them, one per column; may be
+// null): the searches llama-quantize runs when given an importance matrix.
+using QuantizeRowWeightedFn = void (*)(const float* src, void* dst, int64_t n, const float* qw);
 
 struct TypeTraits {
     Type type;
@@ -55,6 +58,8 @@ struct TypeTraits {
     bool is_activation_only;  // Q8_K, Q8_1: dot-product partners, never stored weights
     QuantizeRowFn quantize_row;  // null: Tandem reads the type but does not make it
     DequantizeRowFn dequantize_row;
+    QuantizeRowWeightedFn quantize_weighted = nullptr;  // null: importance weights change nothing
+    bool needs_weights = false;  // quantize_row refuses: made only with importance weights
 };
 
 // What activations are quantized to before a dot product with rows of type
@@ -108,8 +113,13 @@ std::span<const TypeTraits> all_traits();
 // size (a malformed tensor shape).
 std::optional<uint64_t> row_bytes(Type t, int64_t n);
 
-// Throws tandem::Error for a type Tandem does not make (quantize_row null).
+// Throws tandem::Error for a type Tandem does not make (quantize_row null)
+// or makes only with importance weights (needs_weights).
 void quantize_row(Type t, const float* src, void* dst, int64_t n);
 void dequantize_row(Type t, const void* src, float* dst, int64_t n);
+// With importance weights (qw: n values, or null): the type's weighted
+// search where it has one, quantize_row otherwise (so qw null on a
+// needs_weights type throws as quantize_row does).
+void quantize_row_weighted(Type t, const float* src, void* dst, int64_t n, const float* qw);
 
 }  // namespace tandem::quant
