@@ -55,8 +55,10 @@ quant::Type activation_type(quant::Type weight_type);
 // order: Fastest lets a batch take the batch kernels (llama.cpp's batch
 // order for K-quants), the wide F16 kernels and BLAS, so a token's bits
 // depend on the batch it is in; SingleToken gives every token exactly the
-// bits of a one-token call (a speculative step's verification batch).
-enum class MatmulOrder { Fastest, SingleToken };
+// bits of a one-token call (a speculative step's verification batch);
+// LlamaCpu is Fastest without BLAS, so every batch gets the bits of
+// llama.cpp's CPU backend (tandem imatrix, compared with llama-imatrix's).
+enum class MatmulOrder { Fastest, SingleToken, LlamaCpu };
 void matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
             ThreadPool& pool, SimdLevel level, MatmulOrder order = MatmulOrder::Fastest);
 

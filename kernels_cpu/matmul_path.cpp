@@ -40,7 +40,7 @@ MatmulPath choose_matmul_path(const MatmulQuery& q) {
     MatmulPath p;
     const int64_t n = q.n_cols;
     const int64_t n_tokens = q.n_tokens;
-    const bool fastest = q.order == MatmulOrder::Fastest;
+    const bool fastest = q.order != MatmulOrder::SingleToken;  // LlamaCpu: Fastest's kernels
     p.a_type = activation_type(q.type);  // throws for a type without CPU kernels
     p.fn = dot_kernel(q.type, q.level);
     // Tokens [0, batch_end) through the batch form where a type has one

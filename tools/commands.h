@@ -16,6 +16,7 @@ void add_tokenize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_tune_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
+void add_imatrix_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 

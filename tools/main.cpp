@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
     tandem::tools::add_bench_command(app);
     tandem::tools::add_tune_command(app);
     tandem::tools::add_perplexity_command(app);
+    tandem::tools::add_imatrix_command(app);
     tandem::tools::add_serve_command(app);
     tandem::tools::add_chat_command(app);
     const int status = run_command(app, std::vector<std::string>(argv + 1, argv + argc));

@@ -36,7 +36,9 @@ struct CpuDevice::Impl {
     DeviceConfig config;
     cpu::ThreadPool& pool;
     cpu::SimdLevel level;
-    cpu::MatmulOrder order = cpu::MatmulOrder::Fastest;  // set_single_token_order
+    // Products' order: batch_order, or SingleToken while set_single_token_order.
+    cpu::MatmulOrder batch_order = config.cpu_blas ? cpu::MatmulOrder::Fastest : cpu::MatmulOrder::LlamaCpu;
+    cpu::MatmulOrder order = batch_order;
     // Copies of the weight matrices in huge-page memory: the host's, when
     // config.copy_host_weights; the stand-in's uploads always (so that
     // bench --calibrate's host rates are its rates).
@@ -239,7 +241,7 @@ void CpuDevice::rms_norm(Act x, int64_t x_row0, const gguf::TensorInfo& w, Act y
 }
 
 void CpuDevice::set_single_token_order(bool on) {
-    impl_->order = on ? cpu::MatmulOrder::SingleToken : cpu::MatmulOrder::Fastest;
+    impl_->order = on ? cpu::MatmulOrder::SingleToken : impl_->batch_order;
 }
 
 void CpuDevice::matmul(std::span<const MatmulOut> outs, Act in, int64_t n) {

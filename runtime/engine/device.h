@@ -68,6 +68,10 @@ struct DeviceConfig {
     // memory it owns (runtime/engine/host_weight_arena.h: faster to
     // stream); false multiplies them from the mapping.
     bool copy_host_weights = false;
+    // The host multiplies prompt batches of float weights through OpenBLAS
+    // where the build links it; false keeps llama.cpp's CPU-backend bits at
+    // every batch size (SessionOptions::cpu_blas).
+    bool cpu_blas = true;
 };
 
 struct RopeOp {

@@ -85,6 +85,7 @@ void LayerExecutor::matmul(int64_t il, const Op& op, const RecipeBatch& b) {
         std::array<Act, 3> room;
         for (const Act a : op.inputs(room)) need(a, d, b.n);
         const std::span<const MatmulOut> products(group, count);
+        if (b.observer != nullptr) observe(op, products, d, b);
         if (op.kind == OpKind::ExpertMatmul) {
             on(d).matmul_experts(products, op.in, ExpertOp{hp_.n_expert_used, op.in_per_slot, op.sum_slots}, b.n);
         } else if (d == kHostDevice && b.stream && il >= b.stream_first && model::is_streamed(roles[0])) {
@@ -98,6 +99,38 @@ void LayerExecutor::matmul(int64_t il, const Op& op, const RecipeBatch& b) {
         }
         for (const MatmulOut& p : products) where_.wrote(p.out, d);
     }
+}
+
+// Dense: each weight sees the n input rows. Experts: each (token, slot)
+// row is shown with the expert Route chose for it, slot-major as llama.cpp's
+// MUL_MAT_ID walks its ids (a row per token shared by its slots unless
+// in_per_slot).
+void LayerExecutor::observe(const Op& op, std::span<const MatmulOut> products, int d, const RecipeBatch& b) {
+    const int64_t n_in = products[0].w->row_length();
+    const int64_t rows_in = op.kind == OpKind::ExpertMatmul && op.in_per_slot ? b.n * hp_.n_expert_used : b.n;
+    const float* x = host_floats(op.in, d, rows_in * n_in, observed_x_);
+    if (op.kind != OpKind::ExpertMatmul) {
+        for (const MatmulOut& p : products) b.observer->on_matmul(*p.w, -1, x, b.n, n_in);
+        return;
+    }
+    const int64_t k = hp_.n_expert_used;
+    const float* route = host_floats(Act::Route, d, b.n * k * 2, observed_route_);
+    for (const MatmulOut& p : products) {
+        for (int64_t slot = 0; slot < k; ++slot) {
+            for (int64_t t = 0; t < b.n; ++t) {
+                const int64_t r = t * k + slot;
+                const auto expert = static_cast<int64_t>(route[2 * r]);
+                b.observer->on_matmul(*p.w, expert, x + (op.in_per_slot ? r : t) * n_in, 1, n_in);
+            }
+        }
+    }
+}
+
+const float* LayerExecutor::host_floats(Act a, int d, int64_t n_floats, std::vector<float>& room) {
+    if (const float* p = on(d).host_act(a)) return p;
+    room.resize(static_cast<size_t>(n_floats));
+    on(d).read_act(a, room.data(), n_floats);
+    return room.data();
 }
 
 void LayerExecutor::rope(int64_t il, const Op& op, int d, const RecipeBatch& b) {

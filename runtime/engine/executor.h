@@ -15,6 +15,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/engine/activation_observer.h"
 #include "runtime/engine/device.h"
 #include "runtime/model/layer_ops.h"
 #include "runtime/placement/placement.h"
@@ -31,6 +32,8 @@ struct RecipeBatch {
     // multiplied through `stream` (on the accelerator) instead of here.
     WeightStream* stream = nullptr;
     int64_t stream_first = 0;
+    // Shown the input of every product of a layer's weight first; null: none.
+    ActivationObserver* observer = nullptr;
 };
 
 class LayerExecutor {
@@ -61,6 +64,11 @@ private:
     void rope(int64_t il, const Op& op, int d, const RecipeBatch& b);
     void attention(int64_t il, int d, const RecipeBatch& b);
     MoeRouteOp route_op(const model::LayerSpec& L, const Op& op) const;
+    // Shows b.observer the input rows of op's products on device d.
+    void observe(const Op& op, std::span<const MatmulOut> products, int d, const RecipeBatch& b);
+    // The first n_floats of buffer a on device d as host floats (the
+    // buffer itself on the host, else a copy in room).
+    const float* host_floats(Act a, int d, int64_t n_floats, std::vector<float>& room);
 
     DeviceOps& on(int d) { return *devices_[static_cast<size_t>(d)]; }
     // Makes device d hold a's first `rows` rows (tokens) as well.
@@ -73,6 +81,7 @@ private:
     model::WorkspaceWidths widths_;
     model::Residency where_{kHostDevice};
     std::vector<float> staging_;  // host floats of a move between two devices
+    std::vector<float> observed_x_, observed_route_;  // an accelerator's buffers read back for the observer
     uint64_t bytes_moved_ = 0;
     int64_t crossings_ = 0;
 };

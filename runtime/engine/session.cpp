@@ -51,6 +51,7 @@ struct Session::Impl {
     WeightStream* stream = nullptr;  // owned by accel
     std::string stream_note;
     int64_t streamed_batches = 0;
+    ActivationObserver* observer = nullptr;  // set_activation_observer
     std::vector<int32_t> tokens, pos, seq;  // one micro-batch
 
     static SessionPlan plan_for(const gguf::File& f, const model::ModelSpec& s, const SessionOptions& o) {
@@ -75,6 +76,7 @@ struct Session::Impl {
         config.n_ubatch = opt.n_ubatch;
         config.cache_type = opt.cache_type;
         config.copy_host_weights = plan.copy_host_weights;
+        config.cpu_blas = opt.cpu_blas;
         DeviceConfig host_config = config;
         if (plan.copy_host_weights && opt.host_copy_progress) {
             host_config.on_upload = cumulative(opt.host_copy_progress, plan.host_matrix_bytes);
@@ -179,6 +181,7 @@ struct Session::Impl {
             rb.n = n;
             rb.pos = std::span<const int32_t>(pos.data(), static_cast<size_t>(n));
             rb.seq = std::span<const int32_t>(seq.data(), static_cast<size_t>(n));
+            rb.observer = observer;
             // A long enough micro-batch multiplies the host layers' matrices
             // on the accelerator (the hidden state itself stays here).
             if (stream != nullptr && n >= opt.stream_min_batch) {
@@ -466,6 +469,8 @@ Session::Session(const gguf::File& file, const model::ModelSpec& spec, const Ses
     : impl_(std::make_unique<Impl>(file, spec, options)) {}
 
 Session::~Session() = default;
+
+void Session::set_activation_observer(ActivationObserver* observer) { impl_->observer = observer; }
 
 void Session::eval(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
     impl_->eval(tokens, all_logits, logits);

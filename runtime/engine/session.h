@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels_cpu/matmul.h"
+#include "runtime/engine/activation_observer.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/common/memory_ledger.h"
 #include "runtime/model/model_spec.h"
@@ -66,6 +67,11 @@ struct SessionOptions {
     // Not done for a file read into memory or locked in RAM, nor when the
     // copy would take more than 90% of the RAM the system reports free.
     bool copy_host_weights = true;
+    // Prompt batches of F32/F16/BF16 weights on the CPU go through OpenBLAS
+    // where the build links it (faster; within float rounding of llama.cpp's
+    // CPU backend, kernels_cpu/blas_matmul.h). false: Tandem's own kernels
+    // at every batch size, the same bits as llama.cpp's CPU backend.
+    bool cpu_blas = true;
     // Called while the CPU's weights are copied out of the mapping at load
     // (copy_host_weights), with the bytes copied so far and the total.
     std::function<void(uint64_t done, uint64_t total)> host_copy_progress;
@@ -143,6 +149,11 @@ public:
     // unchanged. (Should a device copy fail half-way, the sequence is left
     // empty, never half-restored.)
     std::vector<int32_t> restore_sequence(int32_t seq, std::span<const uint8_t> blob);
+
+    // From now on, every product of a layer's weight shows its input to
+    // `observer` first (activation_observer.h), until set to null. The
+    // observer must outlive its use.
+    void set_activation_observer(ActivationObserver* observer);
 
     void reset();
     int64_t n_past() const;
