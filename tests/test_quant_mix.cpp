@@ -727,13 +727,15 @@ TEST(QuantMixSynth, IQuantHeaderOnlyHasTheMixTypes) {
     EXPECT_EQ(type_name(file.find_tensor("output.weight")->type), "Q5_K");
 }
 
-TEST(QuantMixSynth, IQuantWeightsAreRefusedAndNothingIsWritten) {
+// synth has no importance matrix; the types llama-quantize refuses without
+// one are refused too.
+TEST(QuantMixSynth, VeryLowBitWeightsAreRefusedAndNothingIsWritten) {
     const auto dir = scratch_dir();
     const auto out = dir / "tiny-iq2xs.gguf";
     const auto r = run_tandem("synth --layers 2 --embd 256 --ff 512 --heads 4 --kv-heads 2 --vocab-size 1000 "
                               "--ctx 512 --type IQ2_XS -o " + shell_quote(out.string()),
                               dir);
-    expect_one_line_error(r, "cannot quantize to it yet");
+    expect_one_line_error(r, "importance matrix");
     EXPECT_FALSE(fs::exists(out));
     EXPECT_TRUE(tandem::testing::temp_files_of(out).empty());
 }
@@ -912,22 +914,22 @@ TEST(QuantizeCommand, UnknownTypeListsValidMixes) {
     EXPECT_NE(r.err.find("Q2_K"), std::string::npos);
 }
 
-TEST(QuantizeCommand, IQuantMixIsRefusedCleanly) {
+TEST(QuantizeCommand, VeryLowBitMixWithoutImatrixIsRefusedCleanly) {
     const auto in = test_data("tiny-llama-Q4_K_M.gguf");
     const auto dir = scratch_dir();
     const auto out = dir / "o.gguf";
     auto r = run_tandem("quantize " + shell_quote(in.string()) + " " + shell_quote(out.string()) +
-                            " IQ4_XS --allow-requantize",
+                            " IQ2_XXS --allow-requantize",
                         dir);
-    expect_one_line_error(r, "Tandem reads IQ4_XS but cannot quantize to it yet");
+    expect_one_line_error(r, "IQ2_XXS needs an importance matrix");
     EXPECT_FALSE(fs::exists(out));
     EXPECT_TRUE(tandem::testing::temp_files_of(out).empty());
     // --dry-run shows the types all the same.
     r = run_tandem("quantize " + shell_quote(in.string()) + " " + shell_quote(out.string()) +
-                       " IQ4_XS --allow-requantize --dry-run --json",
+                       " IQ2_XXS --allow-requantize --dry-run --json",
                    dir);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(nlohmann::json::parse(r.out).at("file_type"), 30);
+    EXPECT_EQ(nlohmann::json::parse(r.out).at("file_type"), 19);
     EXPECT_FALSE(fs::exists(out));
 }
 

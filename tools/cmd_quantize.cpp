@@ -32,6 +32,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/gguf/gguf_writer.h"
 #include "runtime/model/model_shapes.h"
+#include "runtime/quant/imatrix_file.h"
 #include "runtime/quant/quant_mix.h"
 #include "runtime/quant/quant_types.h"
 #include "tools/commands.h"
@@ -61,6 +62,7 @@ struct Options {
     std::string input;
     std::string output;
     std::string type;
+    std::string imatrix;  // llama-imatrix's file; empty: none
     unsigned threads = 0;
     bool allow_requantize = false;
     bool dry_run = false;
@@ -71,6 +73,10 @@ struct TensorPlan {
     const gguf::TensorInfo* info = nullptr;
     Type type = Type::F32;
     uint64_t bytes = 0;  // output size
+    // Importance weights, n_per_row for each 2-D matrix of the tensor (one
+    // per expert); null: quantized without.
+    const std::vector<float>* weights = nullptr;
+    bool converted() const { return info->type != type; }
 };
 
 std::string mix_names() {
@@ -153,16 +159,40 @@ void check_requantize(const gguf::File& file, const std::vector<TensorPlan>& pla
     }
 }
 
-// The i-quant mixes choose block types Tandem reads but cannot make yet:
-// refused before the output is opened (--dry-run still shows the types).
-// A tensor already stored in its chosen type is copied, so it is no obstacle.
-void check_quantizable(quant::FileType ft, const std::vector<TensorPlan>& plan) {
-    for (const auto& p : plan) {
-        if (p.info->type != p.type && quant::traits(p.type).quantize_row == nullptr) {
-            throw Error(fmt::format("{}: Tandem reads {} but cannot quantize to it yet (tensor '{}'; --dry-run "
-                                    "shows the types)",
-                                    quant::find_mix(ft)->name, quant::traits(p.type).name, p.info->name));
+// Gives each converted tensor its importance weights, as llama-quantize
+// does: by name; a tensor without an entry goes without (token_embd and
+// output never have one); an entry of the wrong size is an error, except for
+// token_embd (old matrices of other shapes name it too).
+void attach_imatrix(const quant::ImportanceMatrix& imatrix, const std::string& path, std::vector<TensorPlan>& plan) {
+    for (auto& p : plan) {
+        const std::vector<float>* w = imatrix.find(p.info->name);
+        if (!p.converted() || w == nullptr) continue;
+        const uint64_t expected = static_cast<uint64_t>(p.info->n_elements) / static_cast<uint64_t>(
+                                      p.info->shape.size() > 1 ? p.info->shape[1] : 1);
+        if (w->size() != expected) {
+            if (p.info->name == "token_embd.weight") continue;
+            throw Error(fmt::format("{}: weight '{}': expected {} importance values (one a column of each matrix), "
+                                    "found {}; was the matrix made for another model?",
+                                    path, p.info->name, expected, w->size()));
         }
+        p.weights = w;
+    }
+}
+
+// The very low-bit i-quants are refused without importance weights, as
+// llama-quantize refuses them: the result would be unusable.
+void check_importance(quant::FileType ft, const std::vector<TensorPlan>& plan, bool have_imatrix) {
+    for (const auto& p : plan) {
+        if (!p.converted() || p.weights != nullptr || !quant::requires_imatrix(p.info->name, p.type)) continue;
+        const std::string_view type = quant::traits(p.type).name;
+        if (have_imatrix) {
+            throw Error(fmt::format("{}: the importance matrix has no entry for '{}', which would be {}; make the "
+                                    "matrix on this model",
+                                    quant::find_mix(ft)->name, p.info->name, type));
+        }
+        throw Error(fmt::format("{} needs an importance matrix ('{}' would be {}): make one with `tandem imatrix -m "
+                                "MODEL -f TEXT -o FILE` and pass --imatrix FILE",
+                                quant::find_mix(ft)->name, p.info->name, type));
     }
 }
 
@@ -174,6 +204,7 @@ void convert_tensor(std::span<const uint8_t> src, const TensorPlan& p, unsigned 
     const int64_t n_rows = t.n_rows();
     const uint64_t src_row = *quant::row_bytes(t.type, row);
     const uint64_t dst_row = *quant::row_bytes(p.type, row);
+    const int64_t rows_per_matrix = t.shape.size() > 1 ? t.shape[1] : 1;
     out.resize(p.bytes);
 
     std::atomic<int64_t> next{0};
@@ -186,7 +217,8 @@ void convert_tensor(std::span<const uint8_t> src, const TensorPlan& p, unsigned 
             for (int64_t r = first; r < last; ++r) {
                 const auto ur = static_cast<uint64_t>(r);
                 quant::dequantize_row(t.type, src.data() + ur * src_row, buf.data(), row);
-                quant::quantize_row(p.type, buf.data(), out.data() + ur * dst_row, row);
+                const float* qw = p.weights ? p.weights->data() + (r / rows_per_matrix) * row : nullptr;
+                quant::quantize_row_weighted(p.type, buf.data(), out.data() + ur * dst_row, row, qw);
             }
         }
     };
@@ -220,7 +252,7 @@ void convert_tensor(std::span<const uint8_t> src, const TensorPlan& p, unsigned 
 }
 
 void write_model(const gguf::File& file, const Options& opt, quant::FileType ft, const std::vector<TensorPlan>& plan,
-                 unsigned threads) {
+                 const quant::ImportanceMatrix* imatrix, unsigned threads) {
     gguf::Writer writer(opt.output, file.alignment());
     for (const auto& kv : file.metadata()) {
         const bool dropped = std::find(std::begin(kDroppedKeys), std::end(kDroppedKeys), kv.key) != std::end(kDroppedKeys);
@@ -228,6 +260,12 @@ void write_model(const gguf::File& file, const Options& opt, quant::FileType ft,
     }
     writer.set("general.file_type", gguf::Value::u32(static_cast<uint32_t>(ft)));
     writer.set("general.quantization_version", gguf::Value::u32(kQuantizationVersion));
+    if (imatrix != nullptr) {  // the keys llama-quantize records
+        writer.set("quantize.imatrix.file", gguf::Value::str(opt.imatrix));
+        if (!imatrix->datasets.empty()) writer.set("quantize.imatrix.dataset", gguf::Value::str(imatrix->datasets[0]));
+        writer.set("quantize.imatrix.entries_count", gguf::Value::i32(static_cast<int32_t>(imatrix->weights.size())));
+        writer.set("quantize.imatrix.chunks_count", gguf::Value::i32(static_cast<int32_t>(imatrix->chunk_count)));
+    }
     for (const auto& p : plan) writer.add_tensor({p.info->name, p.info->shape, p.type});
     writer.write_header();
 
@@ -235,7 +273,7 @@ void write_model(const gguf::File& file, const Options& opt, quant::FileType ft,
     std::vector<uint8_t> buffer;
     for (const auto& p : plan) {
         const auto src = file.tensor_data(*p.info);
-        if (p.info->type == p.type) {
+        if (!p.converted()) {
             writer.write_tensor_data(src);  // nothing to convert: copy from the mapping
         } else {
             convert_tensor(src, p, threads, buffer);
@@ -258,13 +296,14 @@ constexpr double kMiB = 1024.0 * 1024.0;
 void print_summary(const gguf::File& file, const Options& opt, quant::FileType ft, const std::vector<TensorPlan>& plan,
                    double seconds) {
     uint64_t before = 0, after = 0, elements = 0;
-    size_t converted = 0;
+    size_t converted = 0, weighted = 0;
     std::map<std::string_view, size_t> type_counts;
     for (const auto& p : plan) {
         before += p.info->n_bytes;
         after += p.bytes;
         elements += p.info->n_elements;
-        converted += p.info->type != p.type ? 1 : 0;
+        converted += p.converted() ? 1 : 0;
+        weighted += p.weights != nullptr ? 1 : 0;
         ++type_counts[quant::traits(p.type).name];
     }
     const double weights = std::max<double>(1.0, static_cast<double>(elements));
@@ -279,12 +318,14 @@ void print_summary(const gguf::File& file, const Options& opt, quant::FileType f
                                {"shape", p.info->shape},
                                {"from", quant::traits(p.info->type).name},
                                {"to", quant::traits(p.type).name},
+                               {"imatrix", p.weights != nullptr},
                                {"bytes_before", p.info->n_bytes},
                                {"bytes_after", p.bytes}});
         }
         nlohmann::json j = {{"input", opt.input},         {"output", opt.output},
                             {"type", mix},                {"file_type", static_cast<uint32_t>(ft)},
                             {"dry_run", opt.dry_run},     {"n_tensors", plan.size()},
+                            {"imatrix", opt.imatrix},     {"n_weighted", weighted},
                             {"n_converted", converted},   {"bytes_before", before},
                             {"bytes_after", after},       {"bpw_before", bpw_before},
                             {"bpw_after", bpw_after},     {"seconds", seconds},
@@ -305,6 +346,7 @@ void print_summary(const gguf::File& file, const Options& opt, quant::FileType f
     fmt::print("{} {} -> {} as {}\n", opt.dry_run ? "would quantize" : "quantized", file.name(), opt.output, mix);
     fmt::print("  tensors: {} ({} converted, {} copied)\n", plan.size(), converted, plan.size() - converted);
     fmt::print("  types:   {}\n", types);
+    if (!opt.imatrix.empty()) fmt::print("  imatrix: {} ({} tensors weighted)\n", opt.imatrix, weighted);
     fmt::print("  size:    {:.2f} MiB -> {:.2f} MiB ({:.2f} -> {:.2f} bits per weight)\n",
                static_cast<double>(before) / kMiB, static_cast<double>(after) / kMiB, bpw_before, bpw_after);
     fmt::print("  time:    {:.2f} s\n", seconds);
@@ -340,14 +382,22 @@ void run_quantize(const Options& opt) {
         throw Error(fmt::format("{}: one shard of a {}-file split model; merge the shards first", file.name(), *splits));
     }
 
-    const quant::MixModelInfo model = model_info(file);
-    const std::vector<TensorPlan> plan = plan_tensors(file, ft, model);
+    if (file.architecture().empty()) {
+        throw Error(fmt::format("{}: an importance matrix, not a model; pass it with --imatrix", file.name()));
+    }
+
+    std::optional<quant::ImportanceMatrix> imatrix;
+    if (!opt.imatrix.empty()) imatrix = quant::load_importance_matrix(opt.imatrix);
+    quant::MixModelInfo model = model_info(file);
+    model.imatrix = imatrix.has_value();
+    std::vector<TensorPlan> plan = plan_tensors(file, ft, model);
     check_requantize(file, plan, opt.allow_requantize);
+    if (imatrix) attach_imatrix(*imatrix, opt.imatrix, plan);
 
     if (!opt.dry_run) {
-        check_quantizable(ft, plan);
+        check_importance(ft, plan, imatrix.has_value());
         const unsigned threads = opt.threads > 0 ? opt.threads : std::max(1u, std::thread::hardware_concurrency());
-        write_model(file, opt, ft, plan, threads);
+        write_model(file, opt, ft, plan, imatrix ? &*imatrix : nullptr, threads);
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     print_summary(file, opt, ft, plan, seconds);
@@ -362,6 +412,10 @@ void add_quantize_command(CLI::App& app) {
     cmd->add_option("input", opt->input, "Input GGUF model (F32/F16/BF16)")->required();
     cmd->add_option("output", opt->output, "Output GGUF path (written atomically)")->required();
     cmd->add_option("type", opt->type, "Mix: " + mix_names())->required();
+    cmd->add_option("--imatrix", opt->imatrix,
+                    "Importance matrix (llama-imatrix or `tandem imatrix` output) for the weighted searches; "
+                    "required by IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ2_M and IQ3_XXS")
+        ->check(CLI::ExistingFile);
     cmd->add_option("--threads,-t", opt->threads, "Worker threads (default: all hardware threads)");
     cmd->add_flag("--allow-requantize", opt->allow_requantize, "Allow an already quantized input (loses quality)");
     cmd->add_flag("--dry-run", opt->dry_run, "Show the per-tensor types and sizes; write nothing");

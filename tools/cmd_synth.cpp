@@ -261,10 +261,11 @@ SynthStats write_synth_model(const model::ModelShape& shape, quant::FileType fil
     uint64_t total_bytes = 0;
     for (auto& ts : model::model_tensors(shape)) {
         const quant::Type type = quant::choose_tensor_type(file_type, mix, ts.name, ts.shape);
-        if (!header_only && quant::traits(type).quantize_row == nullptr) {
+        if (!header_only && quant::requires_imatrix(ts.name, type)) {
             // Refused before the output is opened: nothing is written.
-            throw Error(fmt::format("--type {}: Tandem reads {} but cannot quantize to it yet (--header-only "
-                                    "writes a header to plan with)",
+            throw Error(fmt::format("--type {}: {} needs an importance matrix, which random weights do not have "
+                                    "(--header-only writes a header to plan with; or synth F16, then `tandem "
+                                    "imatrix` and `tandem quantize --imatrix`)",
                                     mix_info.name, quant::traits(type).name));
         }
         TensorPlan p{};

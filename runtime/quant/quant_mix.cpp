@@ -63,8 +63,8 @@ constexpr std::array kMixes = {
     MixInfo{FileType::Q3_K_M, "Q3_K_M", Type::Q3_K, "~3.9 bpw, Q3_K with Q4_K/Q5_K attn_v, attn_output, ffn_down"},
     MixInfo{FileType::Q3_K_S, "Q3_K_S", Type::Q3_K, "~3.5 bpw, Q3_K throughout, high quality loss"},
     MixInfo{FileType::Q2_K, "Q2_K", Type::Q2_K, "~3.0 bpw, Q2_K with Q3_K/Q4_K attn_v, attn_output, ffn_down"},
-    // The i-quants: importance-weighted codebooks; Tandem reads them but
-    // does not make them yet. bpw as llama-quantize states them.
+    // The i-quants: importance-weighted codebooks. bpw as llama-quantize
+    // states them.
     MixInfo{FileType::IQ4_XS, "IQ4_XS", Type::IQ4_XS, "4.25 bpw non-linear, IQ4_XS throughout"},
     MixInfo{FileType::IQ4_NL, "IQ4_NL", Type::IQ4_NL, "4.50 bpw non-linear, IQ4_NL throughout (32-weight blocks)"},
     MixInfo{FileType::IQ3_M, "IQ3_M", Type::IQ3_S, "~3.66 bpw, IQ3_S with Q4_K attn_v, attn_output, first ffn_down"},
@@ -402,6 +402,13 @@ Type choose_tensor_type(FileType ft, const MixModelInfo& model, std::string_view
         }
     }
     return fit_to_row(t, row);
+}
+
+bool requires_imatrix(std::string_view tensor_name, Type t) {
+    const Role role = role_of(tensor_name);
+    if (role == Role::Output || role == Role::TokenEmbd) return false;
+    constexpr Type kNeedWeights[] = {Type::IQ3_XXS, Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ1_S, Type::IQ1_M};
+    return std::find(std::begin(kNeedWeights), std::end(kNeedWeights), t) != std::end(kNeedWeights);
 }
 
 }  // namespace tandem::quant

@@ -3,9 +3,9 @@
 // does it: norms stay F32, the output head gets Q6_K (Q5_K for the lowest
 // i-quant mixes), attention V and FFN down get more bits in some layers,
 // K-quants fall back to legacy types and i-quants to IQ4_NL on rows that are
-// not a multiple of 256. Tandem reads every type the i-quant mixes choose
-// but cannot quantize to the i-quant block types yet: choosing their types
-// serves planning (header-only files) and checking files made elsewhere.
+// not a multiple of 256. The i-quant mixes depend on whether an importance
+// matrix is given (MixModelInfo::imatrix), and the lowest need one
+// (requires_imatrix).
 #pragma once
 
 #include <cstdint>
@@ -82,5 +82,11 @@ struct MixModelInfo {
 // 1-D tensors (norms, biases) keep F32.
 Type choose_tensor_type(FileType ft, const MixModelInfo& model, std::string_view tensor_name,
                         std::span<const int64_t> shape);
+
+// Whether llama-quantize refuses to make this tensor of type t without an
+// importance matrix: the i-quants below 3 bits and IQ3_XXS ("the result
+// will be garbage"), except for the token embedding and the output head,
+// which a matrix never covers.
+bool requires_imatrix(std::string_view tensor_name, Type t);
 
 }  // namespace tandem::quant
