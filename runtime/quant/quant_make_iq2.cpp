@@ -50,75 +50,6 @@ constexpr int kMaxChunk = 32;
 float max_of(float a, float b) { return a > b ? a : b; }
 int clamp_level(int l) { return l < 0 ? 0 : (l > kMaxQ - 1 ? kMaxQ - 1 : l); }
 
-// ggml's make_qp_quants: codes L in 0..nmax for x >= 0 with weights w, the
-// scale from a max-based start, 8 nearby trial scales and up to 5 rounds of
-// per-element coordinate descent; returns the least-squares scale. Codes
-// are kept as uint8_t as ggml keeps them (a negative x wraps, and the
-// wrapped code enters the sums as ggml's does).
-float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* w) {
-    float max = 0;
-    for (int i = 0; i < n; ++i) max = max_of(max, x[i]);
-    if (max < kGroupMaxEps) {
-        std::memset(L, 0, n);
-        return 0.f;
-    }
-    float iscale = nmax / max;
-    for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(nearest_int(iscale * x[i]));
-    const float scale = 1 / iscale;
-    float best_mse = 0;
-    for (int i = 0; i < n; ++i) {
-        const float diff = x[i] - scale * L[i];
-        best_mse += w[i] * diff * diff;
-    }
-    for (int is = -4; is <= 4; ++is) {
-        if (is == 0) continue;
-        const float iscale_is = (0.1f * is + nmax) / max;
-        const float scale_is = 1 / iscale_is;
-        float mse = 0;
-        for (int i = 0; i < n; ++i) {
-            int l = nearest_int(iscale_is * x[i]);
-            l = l < nmax ? l : nmax;
-            const float diff = x[i] - scale_is * l;
-            mse += w[i] * diff * diff;
-        }
-        if (mse < best_mse) {
-            best_mse = mse;
-            iscale = iscale_is;
-        }
-    }
-    float sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; ++i) {
-        int l = nearest_int(iscale * x[i]);
-        l = l < nmax ? l : nmax;
-        L[i] = static_cast<uint8_t>(l);
-        sumlx += w[i] * x[i] * l;
-        suml2 += w[i] * l * l;
-    }
-    for (int itry = 0; itry < 5; ++itry) {
-        int n_changed = 0;
-        for (int i = 0; i < n; ++i) {
-            float slx = sumlx - w[i] * x[i] * L[i];
-            float sl2 = suml2 - w[i] * L[i] * L[i];
-            if (slx > 0 && sl2 > 0) {
-                int new_l = nearest_int(x[i] * sl2 / slx);
-                new_l = new_l < nmax ? new_l : nmax;
-                if (new_l != L[i]) {
-                    slx += w[i] * x[i] * new_l;
-                    sl2 += w[i] * new_l * new_l;
-                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
-                        L[i] = static_cast<uint8_t>(new_l);
-                        sumlx = slx;
-                        suml2 = sl2;
-                        ++n_changed;
-                    }
-                }
-            }
-        }
-        if (!n_changed) break;
-    }
-    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
-}
-
 // Key of the levels of one group L[0..7] (coordinate k at bits 2k).
 int key_of(const int8_t* L) {
     int u = 0;
@@ -311,7 +242,7 @@ ChunkResult quantize_chunk_xxs(const iq::Iq2Search& s, const float* x, const flo
     for (int i = 1; i < 32; ++i) max = max_of(max, c.xval[i]);
     if (max < kGroupMaxEps) return r;
     int8_t L[32];
-    float scale = make_qp_quants(32, kMaxQ + 1, c.xval, reinterpret_cast<uint8_t*>(L), c.w);
+    float scale = detail::make_qp_quants(32, kMaxQ + 1, c.xval, reinterpret_cast<uint8_t*>(L), c.w);
     const float eff_max = scale * kMaxQ;
     if (eff_max <= 0) return r;
     bool on_grid[4];

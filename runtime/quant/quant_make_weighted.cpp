@@ -48,7 +48,9 @@ namespace {
 using detail::get_scale_min_k4;
 using detail::get_scale_q3_K;
 using detail::kGroupMaxEps;
+using detail::make_qp_quants;
 using detail::nearest_int;
+using detail::pack_2bit;
 
 void check_multiple(int64_t n, int qk) { TANDEM_CHECK(n % qk == 0, "row length not a multiple of the block size"); }
 
@@ -69,215 +71,11 @@ float importance(int n, const float* x, const float* qw, float sigma2, float* w)
     return sum;
 }
 
-// Symmetric search with explicit weights (ggml's make_qx_quants, rmse_type
-// 1, weights given). L[i] = l + nmax. Returns the scale d (x ~ d l).
-float make_qx_quants_w(int n, int nmax, const float* x, int8_t* L, const float* w) {
-    float max = 0.0f;
-    float amax = 0.0f;
-    for (int i = 0; i < n; ++i) {
-        const float ax = std::fabs(x[i]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[i];
-        }
-    }
-    if (amax < kGroupMaxEps) {
-        std::fill(L, L + n, static_cast<int8_t>(0));
-        return 0.0f;
-    }
-    auto code = [&](float iscale, int i) { return std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1); };
-    auto sums = [&](float iscale, float* sumlx, float* suml2) {
-        float slx = 0.0f;
-        float sl2 = 0.0f;
-        for (int i = 0; i < n; ++i) {
-            const float l = static_cast<float>(code(iscale, i));
-            slx += w[i] * x[i] * l;
-            sl2 += w[i] * l * l;
-        }
-        *sumlx = slx;
-        *suml2 = sl2;
-    };
-    auto assign = [&](float iscale) {
-        for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(code(iscale, i) + nmax);
-    };
-    float iscale = static_cast<float>(-nmax) / max;
-    float sumlx = 0.0f;
-    float suml2 = 0.0f;
-    sums(iscale, &sumlx, &suml2);
-    assign(iscale);
-    float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
-    float best = scale * sumlx;
-    for (int is = -9; is <= 9; ++is) {
-        if (is == 0) continue;
-        iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
-        sums(iscale, &sumlx, &suml2);
-        if (suml2 > 0.0f && sumlx * sumlx > best * suml2) {
-            assign(iscale);
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
-    }
-    return scale;
-}
-
-// Asymmetric search (ggml's make_qkx3_quants with weights, squared error,
-// rmin = -0.9, rdelta = 0.05, 36 steps: the settings every weighted caller
-// uses). x ~ scale * L - *the_min. `aux` is scratch for n codes.
+// Asymmetric search with importance weights: ggml's make_qkx3_quants with
+// the settings every weighted caller uses (squared error, rmin = -0.9,
+// rdelta = 0.05, 36 steps), which given weights is make_qkx2_quants.
 float make_qkx3_quants(int n, int nmax, const float* x, const float* w, uint8_t* L, float* the_min, uint8_t* aux) {
-    constexpr float kRmin = -0.9f;
-    constexpr float kRdelta = 0.05f;
-    constexpr int kSteps = 36;
-    float min = x[0];
-    float max = x[0];
-    float sum_w = w[0];
-    float sum_x = sum_w * x[0];
-    for (int i = 1; i < n; ++i) {
-        if (x[i] < min) min = x[i];
-        if (x[i] > max) max = x[i];
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
-    }
-    if (min > 0.0f) min = 0.0f;
-    if (max <= min) {
-        std::memset(L, 0, static_cast<size_t>(n));
-        *the_min = -min;
-        return 0.0f;
-    }
-    auto error_of = [&](float scale, float mn, const uint8_t* codes) {
-        float err = 0.0f;
-        for (int i = 0; i < n; ++i) {
-            const float diff = scale * static_cast<float>(codes[i]) + mn - x[i];
-            err += w[i] * (diff * diff);
-        }
-        return err;
-    };
-    const float fnmax = static_cast<float>(nmax);
-    float iscale = fnmax / (max - min);
-    float scale = 1.0f / iscale;
-    for (int i = 0; i < n; ++i) {
-        L[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax));
-    }
-    float best_error = error_of(scale, min, L);
-    for (int is = 0; is <= kSteps; ++is) {
-        iscale = (kRmin + kRdelta * static_cast<float>(is) + fnmax) / (max - min);
-        float sum_l = 0.0f;
-        float sum_l2 = 0.0f;
-        float sum_xl = 0.0f;
-        for (int i = 0; i < n; ++i) {
-            const int l = std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax);
-            aux[i] = static_cast<uint8_t>(l);
-            const float fl = static_cast<float>(l);
-            sum_l += w[i] * fl;
-            sum_l2 += w[i] * fl * fl;
-            sum_xl += w[i] * fl * x[i];
-        }
-        // Weighted least squares for (scale, min) with these codes; a
-        // positive min is not representable, so refit the scale alone.
-        const float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (D > 0.0f) {
-            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-            float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-            if (this_min > 0.0f) {
-                this_min = 0.0f;
-                this_scale = sum_xl / sum_l2;
-            }
-            const float err = error_of(this_scale, this_min, aux);
-            if (err < best_error) {
-                std::copy(aux, aux + n, L);
-                best_error = err;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    *the_min = -min;
-    return scale;
-}
-
-// Positive search (ggml's make_qp_quants): x_i >= 0 (group scales or mins)
-// ~ D L_i, L_i in [0, nmax], weights w. Returns D.
-float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* w) {
-    float max = 0.0f;
-    for (int i = 0; i < n; ++i) max = std::max(max, x[i]);
-    if (max < kGroupMaxEps) {
-        std::fill(L, L + n, static_cast<uint8_t>(0));
-        return 0.0f;
-    }
-    const float fnmax = static_cast<float>(nmax);
-    // Coarse pass: the inverse scale (nmax + 0.1 t) / max, t = -4..4, with
-    // the least weighted squared error (t = 0 unclamped, as ggml).
-    float iscale = fnmax / max;
-    for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(nearest_int(iscale * x[i]));
-    float best_mse = 0.0f;
-    {
-        const float scale = 1.0f / iscale;
-        for (int i = 0; i < n; ++i) {
-            const float diff = x[i] - scale * static_cast<float>(L[i]);
-            best_mse += w[i] * diff * diff;
-        }
-    }
-    for (int is = -4; is <= 4; ++is) {
-        if (is == 0) continue;
-        const float iscale_is = (0.1f * static_cast<float>(is) + fnmax) / max;
-        const float scale_is = 1.0f / iscale_is;
-        float mse = 0.0f;
-        for (int i = 0; i < n; ++i) {
-            const int l = std::min(nmax, nearest_int(iscale_is * x[i]));
-            const float diff = x[i] - scale_is * static_cast<float>(l);
-            mse += w[i] * diff * diff;
-        }
-        if (mse < best_mse) {
-            best_mse = mse;
-            iscale = iscale_is;
-        }
-    }
-    float sumlx = 0.0f;
-    float suml2 = 0.0f;
-    for (int i = 0; i < n; ++i) {
-        const int l = std::min(nmax, nearest_int(iscale * x[i]));
-        L[i] = static_cast<uint8_t>(l);
-        sumlx += w[i] * x[i] * static_cast<float>(l);
-        suml2 += w[i] * static_cast<float>(l) * static_cast<float>(l);
-    }
-    // Refinement: move one code to round(x_i * sl2 / slx), the value the
-    // least-squares scale of the others suggests, when sumlx^2 / suml2
-    // improves; at most 5 sweeps.
-    for (int itry = 0; itry < 5; ++itry) {
-        int n_changed = 0;
-        for (int i = 0; i < n; ++i) {
-            const float li = static_cast<float>(L[i]);
-            float slx = sumlx - w[i] * x[i] * li;
-            float sl2 = suml2 - w[i] * li * li;
-            if (slx > 0.0f && sl2 > 0.0f) {
-                const int new_l = std::min(nmax, nearest_int(x[i] * sl2 / slx));
-                if (new_l != L[i]) {
-                    const float nl = static_cast<float>(new_l);
-                    slx += w[i] * x[i] * nl;
-                    sl2 += w[i] * nl * nl;
-                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
-                        L[i] = static_cast<uint8_t>(new_l);
-                        sumlx = slx;
-                        suml2 = sl2;
-                        ++n_changed;
-                    }
-                }
-            }
-        }
-        if (n_changed == 0) break;
-    }
-    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
-}
-
-// 256 2-bit codes, per 128-element half: byte l holds elements l, l+32,
-// l+64, l+96 at bits 0, 2, 4, 6 (the layout of Q2_K qs and Q3_K's low
-// bits; the same as quant_ref_kquants.cpp's private pack_2bit).
-void pack_2bit(const uint8_t* L, uint8_t* qs) {
-    for (int j = 0; j < kQK_K; j += 128) {
-        for (int l = 0; l < 32; ++l) {
-            qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
-                                                 (L[j + l + 96] << 6));
-        }
-    }
+    return detail::make_qkx2_quants(n, nmax, x, w, L, the_min, aux, -0.9f, 0.05f, 36, false);
 }
 
 // ---- Q2_K -------------------------------------------------------------------------
@@ -324,12 +122,12 @@ void quantize_block_q3_K(const float* x, const float* qw, block_q3_K* y) {
     const float sigma2 = 2.0f * sum_of_squares(x, kQK_K) / static_cast<float>(kQK_K);
     for (int j = 0; j < 16; ++j) {
         sw[j] = importance(16, x + 16 * j, qw + 16 * j, sigma2, weight);
-        scales[j] = make_qx_quants_w(16, 4, x + 16 * j, L + 16 * j, weight);
+        scales[j] = detail::make_qx_quants(16, 4, x + 16 * j, L + 16 * j, weight);
     }
     // The 16 signed group scales against one super-scale: 6-bit codes
     // stored with +32 (low nibble in bytes 0-7, top 2 bits in bytes 8-11).
     int8_t Ls[16];
-    const float d_block = make_qx_quants_w(16, 32, scales, Ls, sw);
+    const float d_block = detail::make_qx_quants(16, 32, scales, Ls, sw);
     std::memset(y->scales, 0, sizeof(y->scales));
     for (int j = 0; j < 16; ++j) {
         const int l = Ls[j];
@@ -390,19 +188,7 @@ void quantize_k4_weighted(const float* x, const float* qw, int nmax, bool clamp6
     detail::set_scale_mins_k4(Ls, Lm, scales_out);
     *d_out = fp32_to_fp16(d_block);
     *dmin_out = fp32_to_fp16(m_block);
-    const float d_all = fp16_to_fp32(*d_out);
-    const float dmin_all = fp16_to_fp32(*dmin_out);
-    for (int j = 0; j < 8; ++j) {
-        uint8_t sc = 0;
-        uint8_t m = 0;
-        get_scale_min_k4(j, scales_out, &sc, &m);
-        const float d = d_all * static_cast<float>(sc);
-        if (d == 0.0f) continue;
-        const float dm = dmin_all * static_cast<float>(m);
-        for (int ii = 0; ii < 32; ++ii) {
-            L[32 * j + ii] = static_cast<uint8_t>(std::clamp(nearest_int((x[32 * j + ii] + dm) / d), 0, nmax));
-        }
-    }
+    detail::requantize_k4(x, scales_out, fp16_to_fp32(*d_out), fp16_to_fp32(*dmin_out), nmax, L);
 }
 
 void quantize_block_q4_K(const float* x, const float* qw, block_q4_K* y) {
@@ -439,7 +225,7 @@ void quantize_block_q6_K(const float* x, const float* qw, block_q6_K* y) {
     float max_scale = 0.0f;
     float max_abs_scale = 0.0f;
     for (int ib = 0; ib < 16; ++ib) {
-        scales[ib] = make_qx_quants_w(16, 32, x + 16 * ib, L + 16 * ib, qw + 16 * ib);
+        scales[ib] = detail::make_qx_quants(16, 32, x + 16 * ib, L + 16 * ib, qw + 16 * ib);
         const float a = std::fabs(scales[ib]);
         if (a > max_abs_scale) {
             max_abs_scale = a;
@@ -522,7 +308,7 @@ void for_each_legacy_block(const float* src, void* dst, int64_t n, const float* 
 // Symmetric legacy block (Q4_0: nmax 8, Q5_0: nmax 16): codes l + nmax.
 float symmetric_block(const float* x, const float* weight, int nmax, uint8_t* codes) {
     int8_t L[32];
-    const float d = make_qx_quants_w(32, nmax, x, L, weight);
+    const float d = detail::make_qx_quants(32, nmax, x, L, weight);
     for (int j = 0; j < 32; ++j) codes[j] = static_cast<uint8_t>(L[j]);
     return d;
 }

@@ -35,17 +35,6 @@ namespace {
 
 void check_multiple(int64_t n) { TANDEM_CHECK(n % kQK_K == 0, "row length not a multiple of 256 (K-quant block)"); }
 
-// Packs 256 2-bit codes: within each 128-element half, byte l gets
-// elements l, l+32, l+64, l+96 in bits 0-1, 2-3, 4-5, 6-7.
-void pack_2bit(const uint8_t* L, uint8_t* qs) {
-    for (int j = 0; j < kQK_K; j += 128) {
-        for (int l = 0; l < 32; ++l) {
-            qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
-                                                 (L[j + l + 96] << 6));
-        }
-    }
-}
-
 // Shared by Q4_K and Q5_K: per-group asymmetric search with ggml's weights
 // (rms of the super-block's group plus |x|: large weights count more, but
 // no weight is zero), then the 6-bit quantization of scales and mins.
@@ -80,21 +69,7 @@ void quantize_k4_scales(const float* x, int nmax, float rmin, float rdelta, int 
     detail::set_scale_mins_k4(ls, lm, scales_out);
     *d_out = fp32_to_fp16(max_scale / 63.0f);
     *dmin_out = fp32_to_fp16(max_min / 63.0f);
-    // Re-derive the codes against the scales as they will be decoded (6-bit
-    // and fp16 rounded), so the rounding of the scales is absorbed.
-    const float d = fp16_to_fp32(*d_out);
-    const float dmin = fp16_to_fp32(*dmin_out);
-    for (int j = 0; j < 8; ++j) {
-        uint8_t sc = 0;
-        uint8_t m = 0;
-        get_scale_min_k4(j, scales_out, &sc, &m);
-        const float dl = d * static_cast<float>(sc);
-        if (dl == 0.0f) continue;
-        const float dm = dmin * static_cast<float>(m);
-        for (int ii = 0; ii < 32; ++ii) {
-            L[32 * j + ii] = static_cast<uint8_t>(std::clamp(nearest_int((x[32 * j + ii] + dm) / dl), 0, nmax));
-        }
-    }
+    detail::requantize_k4(x, scales_out, fp16_to_fp32(*d_out), fp16_to_fp32(*dmin_out), nmax, L);
 }
 
 }  // namespace
@@ -150,7 +125,7 @@ void quantize_row_q2_K(const float* src, void* dst, int64_t n) {
                 L[16 * j + ii] = static_cast<uint8_t>(std::clamp(nearest_int((x[16 * j + ii] + dm) / dl), 0, 3));
             }
         }
-        pack_2bit(L, y[i].qs);
+        detail::pack_2bit(L, y[i].qs);
     }
 }
 
@@ -232,7 +207,7 @@ void quantize_row_q3_K(const float* src, void* dst, int64_t n) {
             if (L[j] > 3) y[i].hmask[j % 32] |= static_cast<uint8_t>(1u << (j / 32));
             low[j] = static_cast<uint8_t>(L[j] & 3);
         }
-        pack_2bit(low, y[i].qs);
+        detail::pack_2bit(low, y[i].qs);
     }
 }
 

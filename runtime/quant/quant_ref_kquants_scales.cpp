@@ -5,7 +5,11 @@
 #include "runtime/quant/quant_ref_kquants_scales.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+
+#include "runtime/common/error.h"
+#include "runtime/quant/quant_blocks.h"
 
 namespace tandem::quant::ref::detail {
 namespace {
@@ -28,45 +32,46 @@ float signed_absmax(int n, const float* x, float* amax_out) {
 
 }  // namespace
 
-float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
+float make_qx_quants(int n, int nmax, const float* x, int8_t* L, const float* w) {
+    float max = 0.0f;
     float amax = 0.0f;
-    const float max = signed_absmax(n, x, &amax);
+    for (int i = 0; i < n; ++i) {
+        const float ax = std::fabs(x[i]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[i];
+        }
+    }
     if (amax < kGroupMaxEps) {
         std::fill(L, L + n, static_cast<int8_t>(0));
         return 0.0f;
     }
-    // Weighted least squares with w = x^2: large weights matter most in a
-    // dot product, and the optimum scale for fixed codes is sum(wxl)/sum(wll).
-    auto evaluate = [&](float iscale, float* sumlx, float* suml2) {
+    auto code = [&](float iscale, int i) { return std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1); };
+    auto sums = [&](float iscale, float* sumlx, float* suml2) {
         float slx = 0.0f;
         float sl2 = 0.0f;
         for (int i = 0; i < n; ++i) {
-            const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            const float w = x[i] * x[i];
-            slx += w * x[i] * static_cast<float>(l);
-            sl2 += w * static_cast<float>(l) * static_cast<float>(l);
+            const float l = static_cast<float>(code(iscale, i));
+            slx += w[i] * x[i] * l;
+            sl2 += w[i] * l * l;
         }
         *sumlx = slx;
         *suml2 = sl2;
     };
     auto assign = [&](float iscale) {
-        for (int i = 0; i < n; ++i) {
-            const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            L[i] = static_cast<int8_t>(l + nmax);
-        }
+        for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(code(iscale, i) + nmax);
     };
-    float iscale = -static_cast<float>(nmax) / max;
+    float iscale = static_cast<float>(-nmax) / max;
     float sumlx = 0.0f;
     float suml2 = 0.0f;
-    evaluate(iscale, &sumlx, &suml2);
+    sums(iscale, &sumlx, &suml2);
     assign(iscale);
-    float scale = suml2 > 0.0f ? sumlx / suml2 : 0.0f;
-    // Minimising the error for fixed codes equals maximising sumlx^2/suml2.
+    float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
     float best = scale * sumlx;
     for (int is = -9; is <= 9; ++is) {
         if (is == 0) continue;
         iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is)) / max;
-        evaluate(iscale, &sumlx, &suml2);
+        sums(iscale, &sumlx, &suml2);
         if (suml2 > 0.0f && sumlx * sumlx > best * suml2) {
             assign(iscale);
             scale = sumlx / suml2;
@@ -74,6 +79,13 @@ float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
         }
     }
     return scale;
+}
+
+float make_qx_quants(int n, int nmax, const float* x, int8_t* L) {
+    std::array<float, kMaxGroup> w{};
+    TANDEM_CHECK(n <= kMaxGroup, "make_qx_quants: group larger than a super-block");
+    for (int i = 0; i < n; ++i) w[static_cast<size_t>(i)] = x[i] * x[i];
+    return make_qx_quants(n, nmax, x, L, w.data());
 }
 
 float make_q3_quants(int n, int nmax, const float* x, int8_t* L) {
@@ -209,5 +221,102 @@ void set_scale_mins_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* q) {
         }
     }
 }
+
+float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* w) {
+    float max = 0.0f;
+    for (int i = 0; i < n; ++i) max = std::max(max, x[i]);
+    if (max < kGroupMaxEps) {
+        std::fill(L, L + n, static_cast<uint8_t>(0));
+        return 0.0f;
+    }
+    const float fnmax = static_cast<float>(nmax);
+    // Coarse pass: the inverse scale (nmax + 0.1 t) / max, t = -4..4, with
+    // the least weighted squared error (t = 0 unclamped, as ggml).
+    float iscale = fnmax / max;
+    for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(nearest_int(iscale * x[i]));
+    float best_mse = 0.0f;
+    {
+        const float scale = 1.0f / iscale;
+        for (int i = 0; i < n; ++i) {
+            const float diff = x[i] - scale * static_cast<float>(L[i]);
+            best_mse += w[i] * diff * diff;
+        }
+    }
+    for (int is = -4; is <= 4; ++is) {
+        if (is == 0) continue;
+        const float iscale_is = (0.1f * static_cast<float>(is) + fnmax) / max;
+        const float scale_is = 1.0f / iscale_is;
+        float mse = 0.0f;
+        for (int i = 0; i < n; ++i) {
+            const int l = std::min(nmax, nearest_int(iscale_is * x[i]));
+            const float diff = x[i] - scale_is * static_cast<float>(l);
+            mse += w[i] * diff * diff;
+        }
+        if (mse < best_mse) {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    float sumlx = 0.0f;
+    float suml2 = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        const int l = std::min(nmax, nearest_int(iscale * x[i]));
+        L[i] = static_cast<uint8_t>(l);
+        sumlx += w[i] * x[i] * static_cast<float>(l);
+        suml2 += w[i] * static_cast<float>(l) * static_cast<float>(l);
+    }
+    // Refinement: move one code to round(x_i * sl2 / slx), the value the
+    // least-squares scale of the others suggests, when sumlx^2 / suml2
+    // improves; at most 5 sweeps.
+    for (int itry = 0; itry < 5; ++itry) {
+        int n_changed = 0;
+        for (int i = 0; i < n; ++i) {
+            const float li = static_cast<float>(L[i]);
+            float slx = sumlx - w[i] * x[i] * li;
+            float sl2 = suml2 - w[i] * li * li;
+            if (slx > 0.0f && sl2 > 0.0f) {
+                const int new_l = std::min(nmax, nearest_int(x[i] * sl2 / slx));
+                if (new_l != L[i]) {
+                    const float nl = static_cast<float>(new_l);
+                    slx += w[i] * x[i] * nl;
+                    sl2 += w[i] * nl * nl;
+                    if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = static_cast<uint8_t>(new_l);
+                        sumlx = slx;
+                        suml2 = sl2;
+                        ++n_changed;
+                    }
+                }
+            }
+        }
+        if (n_changed == 0) break;
+    }
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+
+void requantize_k4(const float* x, const uint8_t* scales, float d, float dmin, int nmax, uint8_t* L) {
+    for (int j = 0; j < 8; ++j) {
+        uint8_t sc = 0;
+        uint8_t m = 0;
+        get_scale_min_k4(j, scales, &sc, &m);
+        const float dl = d * static_cast<float>(sc);
+        if (dl == 0.0f) continue;
+        const float dm = dmin * static_cast<float>(m);
+        for (int i = 32 * j; i < 32 * j + 32; ++i) {
+            L[i] = static_cast<uint8_t>(std::clamp(nearest_int((x[i] + dm) / dl), 0, nmax));
+        }
+    }
+}
+
+void pack_2bit(const uint8_t* L, uint8_t* qs) {
+    for (int j = 0; j < kQK_K; j += 128) {
+        for (int l = 0; l < 32; ++l) {
+            qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) |
+                                                 (L[j + l + 96] << 6));
+        }
+    }
+}
+
 
 }  // namespace tandem::quant::ref::detail

@@ -28,9 +28,15 @@ inline int nearest_int(float v) {
     return (bits & 0x007fffff) - 0x00400000;
 }
 
-// Symmetric codes in [-nmax, nmax-1], stored in L as l + nmax.
-// Weights are x^2 (rmse_type 1, what Q6_K uses). Returns the scale d so
-// that x ~ d * (L - nmax); 0 for an all-zero group.
+// The largest group a search takes (a super-block).
+inline constexpr int kMaxGroup = 256;
+
+// Symmetric codes in [-nmax, nmax-1], stored in L as l + nmax, minimising
+// sum w_i (x_i - d l_i)^2: the codes of the 19 inverse scales
+// -(nmax + 0.1 t) / max (max the signed extreme, t = -9..9) with the
+// largest sumlx^2 / suml2, d = sumlx / suml2. Returns d (0 for an all-zero
+// group). Without w the weights are x^2 (rmse_type 1, what Q6_K uses).
+float make_qx_quants(int n, int nmax, const float* x, int8_t* L, const float* w);
 float make_qx_quants(int n, int nmax, const float* x, int8_t* L);
 
 // Symmetric 3-bit-style codes in [-nmax, nmax-1] (stored as l + nmax), with
@@ -44,6 +50,17 @@ float make_q3_quants(int n, int nmax, const float* x, int8_t* L);
 // err^2. `aux` is scratch of n codes. Returns scale, writes *the_min.
 float make_qkx2_quants(int n, int nmax, const float* x, const float* weights, uint8_t* L, float* the_min,
                        uint8_t* aux, float rmin, float rdelta, int nstep, bool use_mad);
+
+// Positive codes (ggml's make_qp_quants): x_i >= 0 (group scales or mins)
+// ~ D L_i with L_i in [0, nmax], weights w; nine trial scales
+// (nmax + 0.1 t) / max, then up to five sweeps moving single codes while
+// sumlx^2 / suml2 improves. Codes are kept as uint8_t as ggml keeps them.
+// Returns D.
+float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* w);
+
+// 256 2-bit codes, per 128-element half: byte l holds elements l, l+32,
+// l+64, l+96 at bits 0, 2, 4, 6 (Q2_K's qs, Q3_K's low bits).
+void pack_2bit(const uint8_t* L, uint8_t* qs);
 
 // Q4_K / Q5_K pack eight 6-bit scales and eight 6-bit mins in 12 bytes:
 // bytes 0-3 hold scales 0-3 (low 6 bits) and the top 2 bits of scales 4-7;
@@ -61,6 +78,12 @@ inline void get_scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
 
 // The inverse of get_scale_min_k4 for all eight pairs; ls, lm in [0, 63].
 void set_scale_mins_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* q);
+
+// Q4_K / Q5_K: the codes of a super-block x against its scales as they
+// will be decoded (the fp16 d and dmin, as floats, times each 32-group's
+// 6-bit scale and min), so the scales' rounding is absorbed; a group whose
+// scale decodes to 0 keeps its codes. L in [0, nmax].
+void requantize_k4(const float* x, const uint8_t* scales, float d, float dmin, int nmax, uint8_t* L);
 
 // Q3_K: sixteen 6-bit scales (stored with +32 offset) in 12 bytes. Scale j
 // has its low nibble in byte j (j < 8, low half) or byte j-8 (high half),
