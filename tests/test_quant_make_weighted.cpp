@@ -274,33 +274,57 @@ TEST(QuantMakeWeighted, KQuantSuperBlocksIndependent) {
 }
 
 // FNV-1a hashes of what ggml (llama.cpp 0.3.36, quantize_<type>(x, dst, 1,
-// 512, w)) writes for four rows from Lcg{2024}: make_row(scale 0.05) then
-// make_weights, row after row. Any deviation from ggml's bytes shows here.
+// 512, qw)) writes for rows from Lcg{2024}: make_row(scale 0.05) then
+// make_weights, row after row; with the weights (qw = w, 4 rows) and
+// without them (qw = null, 256 rows: ggml's reference quantizers, Tandem's
+// quantize_row). Any
+// deviation from ggml's bytes shows here.
+struct Pin {
+    const char* name;
+    uint64_t hash;
+};
+
+template <class Quantize>
+void expect_pinned(const Pin (&pins)[9], int n_rows, Quantize quantize) {
+    for (const WType& t : all_types()) {
+        Lcg rng{2024};
+        const int64_t n = 512;
+        uint64_t h = 14695981039346656037ull;
+        for (int r = 0; r < n_rows; ++r) {
+            const auto x = make_row(rng, n, 0.05f);
+            const auto w = make_weights(rng, n);
+            std::vector<uint8_t> q(row_bytes(t, n));
+            quantize(t, x.data(), q.data(), n, w.data());
+            h = fnv1a(q, h);
+        }
+        int found = 0;
+        for (const Pin& p : pins) {
+            if (std::string(p.name) != t.name) continue;
+            ++found;
+            EXPECT_EQ(h, p.hash) << t.name << std::hex << " got 0x" << h;
+        }
+        EXPECT_EQ(found, 1) << t.name;
+    }
+}
+
 TEST(QuantMakeWeighted, MatchesGgmlPinnedHashes) {
-    struct Pin {
-        const char* name;
-        uint64_t hash;
-    };
     const Pin pins[] = {
         {"Q2_K", 0xfde9396624629c4dull}, {"Q3_K", 0xba11e7b428a945e3ull}, {"Q4_K", 0x42046b8c92986bc1ull},
         {"Q5_K", 0xc4c608e14a5ac387ull}, {"Q6_K", 0xf9e209a7ceb4e9a2ull}, {"Q4_0", 0xf76c6daed01feb2cull},
         {"Q4_1", 0xf3c829c2265fc301ull}, {"Q5_0", 0x629269177364ccf7ull}, {"Q5_1", 0x4aeabe3e6285bd52ull},
     };
-    for (const WType& t : all_types()) {
-        Lcg rng{2024};
-        const int64_t n = 512;
-        uint64_t h = 14695981039346656037ull;
-        for (int r = 0; r < 4; ++r) {
-            const auto x = make_row(rng, n, 0.05f);
-            const auto w = make_weights(rng, n);
-            std::vector<uint8_t> q(row_bytes(t, n));
-            t.quantize_w(x.data(), q.data(), n, w.data());
-            h = fnv1a(q, h);
-        }
-        for (const Pin& p : pins) {
-            if (std::string(p.name) == t.name) {
-                EXPECT_EQ(h, p.hash) << t.name << std::hex << " got 0x" << h;
-            }
-        }
-    }
+    expect_pinned(pins, 4, [](const WType& t, const float* x, void* q, int64_t n, const float* w) {
+        t.quantize_w(x, q, n, w);
+    });
+}
+
+// ggml's reference quantizers sum w*l*l as (w*l)*l; w*(l*l) rounds
+// differently and changed some Q3_K/Q6_K blocks.
+TEST(QuantMakeWeighted, ReferenceQuantizersMatchGgmlPinnedHashes) {
+    const Pin pins[] = {
+        {"Q2_K", 0x9b0ba1a7150e1d56ull}, {"Q3_K", 0xa846af848dba76f5ull}, {"Q4_K", 0xef76cb88eb03cdbbull},
+        {"Q5_K", 0x0284e1d73801c2ecull}, {"Q6_K", 0x0607c44910fabff4ull}, {"Q4_0", 0x9df070bc18a98bebull},
+        {"Q4_1", 0xf052d37be17a4322ull}, {"Q5_0", 0x6dfc8f631a300e86ull}, {"Q5_1", 0x630475bf9beeca34ull},
+    };
+    expect_pinned(pins, 256, [](const WType& t, const float* x, void* q, int64_t n, const float*) { t.quantize(x, q, n); });
 }
