@@ -147,14 +147,7 @@ void quantize_block_q3_K(const float* x, const float* qw, block_q3_K* y) {
             L[16 * j + ii] = static_cast<int8_t>(std::clamp(nearest_int(x[16 * j + ii] / d), -4, 3) + 4);
         }
     }
-    // Bit 2 of element j goes to hmask[j % 32] at bit j / 32.
-    std::memset(y->hmask, 0, sizeof(y->hmask));
-    uint8_t low[kQK_K];
-    for (int j = 0; j < kQK_K; ++j) {
-        if (L[j] > 3) y->hmask[j % 32] |= static_cast<uint8_t>(1u << (j / 32));
-        low[j] = static_cast<uint8_t>(L[j] & 3);
-    }
-    pack_2bit(low, y->qs);
+    detail::pack_q3_K(L, *y);
 }
 
 // ---- Q4_K / Q5_K ------------------------------------------------------------------
@@ -194,27 +187,13 @@ void quantize_k4_weighted(const float* x, const float* qw, int nmax, bool clamp6
 void quantize_block_q4_K(const float* x, const float* qw, block_q4_K* y) {
     uint8_t L[kQK_K];
     quantize_k4_weighted(x, qw, 15, false, &y->d, &y->dmin, y->scales, L);
-    // Byte l of each 32-byte chunk: element l (low nibble) and l+32 (high)
-    // of a 64-element pair of groups.
-    for (int j = 0; j < kQK_K; j += 64) {
-        for (int l = 0; l < 32; ++l) y->qs[j / 2 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
-    }
+    detail::pack_q4_K(L, *y);
 }
 
 void quantize_block_q5_K(const float* x, const float* qw, block_q5_K* y) {
     uint8_t L[kQK_K];
     quantize_k4_weighted(x, qw, 31, true, &y->d, &y->dmin, y->scales, L);
-    // As Q4_K for the low nibbles; bit 4 of element 64p+l goes to qh[l]
-    // bit 2p, of element 64p+32+l to qh[l] bit 2p+1.
-    std::memset(y->qh, 0, sizeof(y->qh));
-    for (int p = 0; p < 4; ++p) {
-        for (int l = 0; l < 32; ++l) {
-            const int l1 = L[64 * p + l];
-            const int l2 = L[64 * p + 32 + l];
-            y->qh[l] |= static_cast<uint8_t>(((l1 >> 4) << (2 * p)) | ((l2 >> 4) << (2 * p + 1)));
-            y->qs[32 * p + l] = static_cast<uint8_t>((l1 & 0x0f) | ((l2 & 0x0f) << 4));
-        }
-    }
+    detail::pack_q5_K(L, *y);
 }
 
 // ---- Q6_K -------------------------------------------------------------------------
@@ -250,23 +229,7 @@ void quantize_block_q6_K(const float* x, const float* qw, block_q6_K* y) {
             L[16 * j + ii] = static_cast<int8_t>(std::clamp(nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
         }
     }
-    // Per 128-half: ql[l] = low nibbles of elements l (lo) and l+64 (hi),
-    // ql[l+32] = of l+32 and l+96; qh[l] = top 2 bits of l, l+32, l+64,
-    // l+96 at bits 0, 2, 4, 6.
-    for (int h = 0; h < 2; ++h) {
-        const int8_t* Lh = L + 128 * h;
-        uint8_t* ql = y->ql + 64 * h;
-        uint8_t* qh = y->qh + 32 * h;
-        for (int l = 0; l < 32; ++l) {
-            const int q1 = Lh[l];
-            const int q2 = Lh[l + 32];
-            const int q3 = Lh[l + 64];
-            const int q4 = Lh[l + 96];
-            ql[l] = static_cast<uint8_t>((q1 & 0x0f) | ((q3 & 0x0f) << 4));
-            ql[l + 32] = static_cast<uint8_t>((q2 & 0x0f) | ((q4 & 0x0f) << 4));
-            qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
-        }
-    }
+    detail::pack_q6_K(L, *y);
 }
 
 // Runs a per-super-block quantizer over a row.

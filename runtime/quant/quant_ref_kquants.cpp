@@ -200,14 +200,7 @@ void quantize_row_q3_K(const float* src, void* dst, int64_t n) {
                 L[16 * j + ii] = static_cast<int8_t>(std::clamp(nearest_int(x[16 * j + ii] / dl), -4, 3) + 4);
             }
         }
-        // Bit 2 of element j goes to hmask[j % 32] at bit j / 32.
-        std::memset(y[i].hmask, 0, sizeof(y[i].hmask));
-        uint8_t low[kQK_K];
-        for (int j = 0; j < kQK_K; ++j) {
-            if (L[j] > 3) y[i].hmask[j % 32] |= static_cast<uint8_t>(1u << (j / 32));
-            low[j] = static_cast<uint8_t>(L[j] & 3);
-        }
-        detail::pack_2bit(low, y[i].qs);
+        detail::pack_q3_K(L, y[i]);
     }
 }
 
@@ -247,11 +240,7 @@ void quantize_row_q4_K(const float* src, void* dst, int64_t n) {
         const float* x = src + i * kQK_K;
         uint8_t L[kQK_K];
         quantize_k4_scales(x, 15, -1.0f, 0.1f, 20, &y[i].d, &y[i].dmin, y[i].scales, L);
-        for (int j = 0; j < kQK_K; j += 64) {
-            for (int l = 0; l < 32; ++l) {
-                y[i].qs[j / 2 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
-            }
-        }
+        detail::pack_q4_K(L, y[i]);
     }
 }
 
@@ -288,17 +277,7 @@ void quantize_row_q5_K(const float* src, void* dst, int64_t n) {
         const float* x = src + i * kQK_K;
         uint8_t L[kQK_K];
         quantize_k4_scales(x, 31, -0.5f, 0.1f, 15, &y[i].d, &y[i].dmin, y[i].scales, L);
-        // Group pair p (elements 64p .. 64p+63): bit 4 of element 64p+l goes
-        // to qh[l] bit 2p, of element 64p+32+l to qh[l] bit 2p+1.
-        std::memset(y[i].qh, 0, sizeof(y[i].qh));
-        for (int p = 0; p < 4; ++p) {
-            for (int l = 0; l < 32; ++l) {
-                const int l1 = L[64 * p + l];
-                const int l2 = L[64 * p + 32 + l];
-                y[i].qh[l] |= static_cast<uint8_t>(((l1 >> 4) << (2 * p)) | ((l2 >> 4) << (2 * p + 1)));
-                y[i].qs[32 * p + l] = static_cast<uint8_t>((l1 & 0x0f) | ((l2 & 0x0f) << 4));
-            }
-        }
+        detail::pack_q5_K(L, y[i]);
     }
 }
 
@@ -372,23 +351,7 @@ void quantize_row_q6_K(const float* src, void* dst, int64_t n) {
                 L[16 * j + ii] = static_cast<int8_t>(std::clamp(nearest_int(x[16 * j + ii] / dl), -32, 31) + 32);
             }
         }
-        // Per 128-half: ql[l] = low nibbles of elements l (lo) and l+64 (hi),
-        // ql[l+32] = of l+32 and l+96; qh[l] = top 2 bits of l, l+32, l+64,
-        // l+96 at bits 0, 2, 4, 6.
-        for (int h = 0; h < 2; ++h) {
-            const int8_t* Lh = L + 128 * h;
-            uint8_t* ql = y[i].ql + 64 * h;
-            uint8_t* qh = y[i].qh + 32 * h;
-            for (int l = 0; l < 32; ++l) {
-                const int q1 = Lh[l];
-                const int q2 = Lh[l + 32];
-                const int q3 = Lh[l + 64];
-                const int q4 = Lh[l + 96];
-                ql[l] = static_cast<uint8_t>((q1 & 0x0f) | ((q3 & 0x0f) << 4));
-                ql[l + 32] = static_cast<uint8_t>((q2 & 0x0f) | ((q4 & 0x0f) << 4));
-                qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
-            }
-        }
+        detail::pack_q6_K(L, y[i]);
     }
 }
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "runtime/common/error.h"
 #include "runtime/quant/quant_blocks.h"
@@ -305,6 +306,51 @@ void requantize_k4(const float* x, const uint8_t* scales, float d, float dmin, i
         const float dm = dmin * static_cast<float>(m);
         for (int i = 32 * j; i < 32 * j + 32; ++i) {
             L[i] = static_cast<uint8_t>(std::clamp(nearest_int((x[i] + dm) / dl), 0, nmax));
+        }
+    }
+}
+
+void pack_q3_K(const int8_t* L, block_q3_K& y) {
+    std::memset(y.hmask, 0, sizeof(y.hmask));
+    uint8_t low[kQK_K];
+    for (int j = 0; j < kQK_K; ++j) {
+        if (L[j] > 3) y.hmask[j % 32] |= static_cast<uint8_t>(1u << (j / 32));
+        low[j] = static_cast<uint8_t>(L[j] & 3);
+    }
+    pack_2bit(low, y.qs);
+}
+
+void pack_q4_K(const uint8_t* L, block_q4_K& y) {
+    for (int j = 0; j < kQK_K; j += 64) {
+        for (int l = 0; l < 32; ++l) y.qs[j / 2 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+    }
+}
+
+void pack_q5_K(const uint8_t* L, block_q5_K& y) {
+    std::memset(y.qh, 0, sizeof(y.qh));
+    for (int p = 0; p < 4; ++p) {
+        for (int l = 0; l < 32; ++l) {
+            const int l1 = L[64 * p + l];
+            const int l2 = L[64 * p + 32 + l];
+            y.qh[l] |= static_cast<uint8_t>(((l1 >> 4) << (2 * p)) | ((l2 >> 4) << (2 * p + 1)));
+            y.qs[32 * p + l] = static_cast<uint8_t>((l1 & 0x0f) | ((l2 & 0x0f) << 4));
+        }
+    }
+}
+
+void pack_q6_K(const int8_t* L, block_q6_K& y) {
+    for (int h = 0; h < 2; ++h) {
+        const int8_t* Lh = L + 128 * h;
+        uint8_t* ql = y.ql + 64 * h;
+        uint8_t* qh = y.qh + 32 * h;
+        for (int l = 0; l < 32; ++l) {
+            const int q1 = Lh[l];
+            const int q2 = Lh[l + 32];
+            const int q3 = Lh[l + 64];
+            const int q4 = Lh[l + 96];
+            ql[l] = static_cast<uint8_t>((q1 & 0x0f) | ((q3 & 0x0f) << 4));
+            ql[l + 32] = static_cast<uint8_t>((q2 & 0x0f) | ((q4 & 0x0f) << 4));
+            qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
         }
     }
 }

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "runtime/quant/quant_blocks.h"
+
 namespace tandem::quant::ref::detail {
 
 // Groups whose largest magnitude is below this are stored as all zeros:
@@ -61,6 +63,21 @@ float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* w
 // 256 2-bit codes, per 128-element half: byte l holds elements l, l+32,
 // l+64, l+96 at bits 0, 2, 4, 6 (Q2_K's qs, Q3_K's low bits).
 void pack_2bit(const uint8_t* L, uint8_t* qs);
+
+// A super-block's codes into its block (ggml's layouts):
+//  Q3_K: L in [0, 7]; bit 2 of element j to hmask[j % 32] bit j / 32, the
+//        low 2 bits through pack_2bit.
+//  Q4_K: L in [0, 15]; byte l of each 32-byte chunk holds element l (low
+//        nibble) and l+32 (high) of a 64-element pair of groups.
+//  Q5_K: L in [0, 31]; low nibbles as Q4_K; bit 4 of element 64p+l to qh[l]
+//        bit 2p, of element 64p+32+l to qh[l] bit 2p+1.
+//  Q6_K: L in [0, 63]; per 128-half, ql[l] the low nibbles of elements l
+//        and l+64, ql[l+32] of l+32 and l+96; qh[l] the top 2 bits of l,
+//        l+32, l+64, l+96 at bits 0, 2, 4, 6.
+void pack_q3_K(const int8_t* L, block_q3_K& y);
+void pack_q4_K(const uint8_t* L, block_q4_K& y);
+void pack_q5_K(const uint8_t* L, block_q5_K& y);
+void pack_q6_K(const int8_t* L, block_q6_K& y);
 
 // Q4_K / Q5_K pack eight 6-bit scales and eight 6-bit mins in 12 bytes:
 // bytes 0-3 hold scales 0-3 (low 6 bits) and the top 2 bits of scales 4-7;
