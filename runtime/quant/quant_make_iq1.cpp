@@ -76,9 +76,7 @@ inline int grid_level(const Iq2Search& s, int g, int k) {
 
 // 2 * mean(x^2) over the block of 256.
 float block_sigma2(const float* xbl) {
-    float sumx2 = 0;
-    for (int i = 0; i < kQK_K; ++i) sumx2 += xbl[i] * xbl[i];
-    return 2 * sumx2 / kQK_K;
+    return 2 * detail::sum_of_squares(xbl, kQK_K) / kQK_K;
 }
 
 // The importance of each of the n weights of a group (qw: the group's

@@ -198,12 +198,6 @@ void chunk_weights(const float* x, const float* qw, float sigma2, Chunk& c) {
     for (int i = 0; i < n; ++i) c.sw[i] = sqrtf(c.w[i]);
 }
 
-float block_sumx2(const float* x) {
-    float sumx2 = 0;
-    for (int i = 0; i < kQK_K; ++i) sumx2 += x[i] * x[i];
-    return sumx2;
-}
-
 // A chunk's result: grid index and sign bits per group, and its scale. A
 // chunk below the format's epsilon is all zeros.
 struct ChunkResult {
@@ -275,15 +269,9 @@ ChunkResult quantize_chunk_16(const iq::Iq2Search& s, const float* x, const floa
     return r;
 }
 
-// The 4-bit code of a chunk scale against d (1/d = id).
-int scale_code(float id, float scale) {
-    const int l = nearest_int(0.5f * (id * scale - 1));
-    return l < 0 ? 0 : (l > 15 ? 15 : l);
-}
-
 void quantize_block_iq2_xxs(const float* x, const float* qw, block_iq2_xxs* y) {
     const iq::Iq2Search& s = iq::iq2_search(Type::IQ2_XXS);
-    const float sigma2 = block_sumx2(x) / kQK_K;
+    const float sigma2 = detail::sum_of_squares(x, kQK_K) / kQK_K;
     uint32_t q2[kQK_K / 16] = {};
     float scales[kQK_K / 32];
     float max_scale = 0;
@@ -301,13 +289,13 @@ void quantize_block_iq2_xxs(const float* x, const float* qw, block_iq2_xxs* y) {
     const float d = max_scale / 31;
     y->d = fp32_to_fp16(d);
     const float id = 1 / d;
-    for (int ib = 0; ib < kQK_K / 32; ++ib) q2[2 * ib + 1] |= static_cast<uint32_t>(scale_code(id, scales[ib])) << 28;
+    for (int ib = 0; ib < kQK_K / 32; ++ib) q2[2 * ib + 1] |= static_cast<uint32_t>(detail::iq_scale_code(id, scales[ib])) << 28;
     std::memcpy(y->qs, q2, sizeof q2);
 }
 
 void quantize_block_iq2_xs(const float* x, const float* qw, block_iq2_xs* y) {
     const iq::Iq2Search& s = iq::iq2_search(Type::IQ2_XS);
-    const float sigma2 = block_sumx2(x) / kQK_K;
+    const float sigma2 = detail::sum_of_squares(x, kQK_K) / kQK_K;
     uint16_t q2[kQK_K / 8] = {};
     float scales[kQK_K / 16];
     float max_scale = 0;
@@ -323,14 +311,14 @@ void quantize_block_iq2_xs(const float* x, const float* qw, block_iq2_xs* y) {
     y->d = fp32_to_fp16(d);
     const float id = 1 / d;
     for (int ib = 0; ib < kQK_K / 16; ++ib) {
-        y->scales[ib / 2] |= static_cast<uint8_t>(scale_code(id, scales[ib]) << (4 * (ib % 2)));
+        y->scales[ib / 2] |= static_cast<uint8_t>(detail::iq_scale_code(id, scales[ib]) << (4 * (ib % 2)));
     }
     std::memcpy(y->qs, q2, sizeof q2);
 }
 
 void quantize_block_iq2_s(const float* x, const float* qw, block_iq2_s* y) {
     const iq::Iq2Search& s = iq::iq2_search(Type::IQ2_S);
-    const float sigma2 = 2 * block_sumx2(x) / kQK_K;
+    const float sigma2 = 2 * detail::sum_of_squares(x, kQK_K) / kQK_K;
     std::memset(y, 0, sizeof *y);
     float scales[kQK_K / 16];
     float max_scale = 0;
@@ -351,7 +339,7 @@ void quantize_block_iq2_s(const float* x, const float* qw, block_iq2_s* y) {
     y->d = fp32_to_fp16(d * 0.9875f);
     const float id = 1 / d;
     for (int ib = 0; ib < kQK_K / 16; ++ib) {
-        y->scales[ib / 2] |= static_cast<uint8_t>(scale_code(id, scales[ib]) << (4 * (ib % 2)));
+        y->scales[ib / 2] |= static_cast<uint8_t>(detail::iq_scale_code(id, scales[ib]) << (4 * (ib % 2)));
     }
 }
 

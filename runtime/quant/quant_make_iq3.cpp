@@ -166,9 +166,7 @@ int grid_index(const iq::Iq3Search& t, const int8_t* L) {
 
 // sigma2 = 2 sum(x^2) / 256 of a super-block.
 float super_block_sigma2(const float* xbl) {
-    float sumx2 = 0;
-    for (int i = 0; i < kQK_K; ++i) sumx2 += xbl[i] * xbl[i];
-    return 2 * sumx2 / kQK_K;
+    return 2 * detail::sum_of_squares(xbl, kQK_K) / kQK_K;
 }
 
 // Weights of a chunk and their square roots.
@@ -216,10 +214,7 @@ uint8_t xxs_signs(const float* xb, const float* weight, float* xval) {
 }
 
 // The 4-bit code of a chunk scale against d (1/d = id).
-uint32_t scale_code(float id, float scale) {
-    const int l = nearest_int(0.5f * (id * scale - 1));
-    return static_cast<uint32_t>(l < 0 ? 0 : (l > 15 ? 15 : l));
-}
+uint32_t scale_code(float id, float scale) { return static_cast<uint32_t>(detail::iq_scale_code(id, scale)); }
 
 void quantize_block_iq3_xxs(const float* xbl, const float* qw, block_iq3_xxs* y) {
     const SearchPlan plan{iq::iq3_search(Type::IQ3_XXS), 15, false};

@@ -51,17 +51,11 @@ using detail::kGroupMaxEps;
 using detail::make_qp_quants;
 using detail::nearest_int;
 using detail::pack_2bit;
+using detail::sum_of_squares;
 
 void check_multiple(int64_t n, int qk) { TANDEM_CHECK(n % qk == 0, "row length not a multiple of the block size"); }
 
 // ---- shared pieces ------------------------------------------------------------
-
-// sum x_i^2, added left to right (the order fixes the rounding).
-float sum_of_squares(const float* x, int64_t n) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; ++i) s += x[i] * x[i];
-    return s;
-}
 
 // w_i = qw_i * sqrt(sigma2 + x_i^2) for n columns; returns sum w_i.
 float importance(int n, const float* x, const float* qw, float sigma2, float* w) {

@@ -30,6 +30,20 @@ inline int nearest_int(float v) {
     return (bits & 0x007fffff) - 0x00400000;
 }
 
+// sum x_i^2, added left to right (the order fixes the rounding).
+inline float sum_of_squares(const float* x, int64_t n) {
+    float s = 0.0f;
+    for (int64_t i = 0; i < n; ++i) s += x[i] * x[i];
+    return s;
+}
+
+// The 4-bit chunk-scale code of IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S: the
+// l in [0, 15] nearest to (scale / d - 1) / 2, given id = 1 / d.
+inline int iq_scale_code(float id, float scale) {
+    const int l = nearest_int(0.5f * (id * scale - 1));
+    return l < 0 ? 0 : (l > 15 ? 15 : l);
+}
+
 // The largest group a search takes (a super-block).
 inline constexpr int kMaxGroup = 256;
 
