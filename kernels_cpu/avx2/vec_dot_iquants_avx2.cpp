@@ -64,12 +64,14 @@ inline __m256i mults_per16x8(const uint8_t* scales) {
     const __m256i hi = _mm256_or_si256(_mm256_srli_epi32(s, 3), one);
     return _mm256_or_si256(lo, _mm256_slli_epi32(hi, 16));
 }
-// Dword c of m as sixteen 16-bit multipliers: its low half in the low
-// 128 bits, its high half in the high 128 bits.
-inline __m256i mult_per16_of(__m256i m, int c) {
-    return _mm256_shuffle_epi8(dword_all(m, c), _mm256_set_epi64x(0x0302030203020302, 0x0302030203020302,
-                                                                  0x0100010001000100, 0x0100010001000100));
+// A dword (in every dword of d) as sixteen 16-bit multipliers: its low
+// half in the low 128 bits, its high half in the high 128 bits.
+inline __m256i mult_pairs(__m256i d) {
+    return _mm256_shuffle_epi8(d, _mm256_set_epi64x(0x0302030203020302, 0x0302030203020302, 0x0100010001000100,
+                                                    0x0100010001000100));
 }
+// Dword c of m as mult_pairs.
+inline __m256i mult_per16_of(__m256i m, int c) { return mult_pairs(dword_all(m, c)); }
 inline uint64_t load_u64(const void* p) {
     uint64_t v;
     std::memcpy(&v, p, sizeof(v));
@@ -80,10 +82,6 @@ inline __m256i grid64x4(const uint64_t* grid, int i0, int i1, int i2, int i3) {
                              static_cast<int64_t>(grid[i1]), static_cast<int64_t>(grid[i0]));
 }
 inline __m256i mult_per32(int m) { return _mm256_set1_epi16(static_cast<int16_t>(m)); }
-inline __m256i mult_per16(int m0, int m1) {
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(static_cast<int16_t>(m0))),
-                                   _mm_set1_epi16(static_cast<int16_t>(m1)), 1);
-}
 
 // One decoded chunk.
 struct Chunk {
@@ -297,9 +295,7 @@ struct DIq1m {
     static Chunk chunk(const B&, const Prep& p, int c) {
         const uint16_t* i = p.idx + 4 * c;
         return signed_chunk(grid64x4(iq::kIq1sGrid, i[0], i[1], i[2], i[3]),
-                            _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(p.mult[c])),
-                                                _mm256_set_epi64x(0x0302030203020302, 0x0302030203020302, 0x0100010001000100,
-                                                                  0x0100010001000100)));
+                            mult_pairs(_mm256_set1_epi32(static_cast<int>(p.mult[c]))));
     }
     // The shifts' signs of chunk c, +1 or -1 for each of its 32 weights
     // (0x81: negative): group g's byte in its 8 bytes, or'ed with 1.
