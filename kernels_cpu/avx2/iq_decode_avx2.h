@@ -8,7 +8,7 @@
 // (its shifts' signs per element). The vectorized prep took one token from
 // 2.3-3.0 to 2.7-4.8 GB/s (IQ2_XXS..IQ1_M, 8192x2048, Zen 4). Shared by the single-row and batch dots
 // (vec_dot_iquants_avx2.cpp) and the several-rows kernels; only files built
-// with AVX2 include it.
+// with AVX2 flags include it.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,9 @@
 #include "kernels_cpu/simd_x86.h"
 #include "runtime/quant/quant_element_iq.h"
 
+// Internal linkage, as simd_x86.h's helpers (whose rule this follows).
 namespace tandem::cpu::detail::iq_avx2 {
+namespace {
 
 using namespace tandem::quant;
 
@@ -315,4 +317,5 @@ struct DIq4xs {
     }
 };
 
+}  // namespace
 }  // namespace tandem::cpu::detail::iq_avx2
