@@ -68,6 +68,11 @@ inline __m256i mult_pairs(__m256i d) {
 }
 // Dword c of m as mult_pairs.
 inline __m256i mult_per16_of(__m256i m, int c) { return mult_pairs(dword_all(m, c)); }
+inline uint32_t load_u16(const void* p) {
+    uint16_t v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+}
 inline uint64_t load_u64(const void* p) {
     uint64_t v;
     std::memcpy(&v, p, sizeof(v));
@@ -86,6 +91,15 @@ struct Chunk {
 // Signed codes w as a chunk: |w| and sign(w).
 inline Chunk signed_chunk(__m256i w, __m256i mult) { return {_mm256_sign_epi8(w, w), w, mult}; }
 struct NoPrep {};
+
+// A block's weight scale, IqLanesOrder::weight_scale's value converted by
+// F16C: the portable conversion is about 25 instructions a block (IQ1_S,
+// one token: 3.0 -> 3.1 GB/s).
+template <class B>
+inline float weight_scale(const B& b) {
+    return f16(b.d);
+}
+inline float weight_scale(const block_iq1_m& b) { return f16(iq::Iq1m::block_scale_bits(b)); }
 
 // Each decoder D: D::prep(block) once per block (the block's signs,
 // multipliers or grid indices, vectorized), then D::chunk(block, prep, c).
@@ -128,27 +142,17 @@ struct DIq2s {
     using B = block_iq2_s;
     struct Prep {
         __m256i mult;
-        alignas(32) uint16_t idx[32];
     };
-    static Prep prep(const B& b) {
-        Prep p;
-        // Index k: qs[k] | bits 2 (k % 4) .. +1 of qh[k / 4] as bits 8, 9.
-        const __m128i qh = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.qh));
-        const __m256i mul = _mm256_set1_epi64x(0x0004001000400100);  // 1 << (8 - 2 (k % 4))
-        const __m256i m = _mm256_set1_epi16(0x300);
-        for (int h = 0; h < 2; ++h) {
-            const __m256i lo = _mm256_cvtepu8_epi16(load128(b.qs + 16 * h));
-            const __m256i top = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
-                qh, h == 0 ? _mm_set_epi64x(0x0303030302020202, 0x0101010100000000) : _mm_set_epi64x(0x0707070706060606, 0x0505050504040404)));
-            const __m256i idx = _mm256_or_si256(lo, _mm256_and_si256(_mm256_mullo_epi16(top, mul), m));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(p.idx + 16 * h), idx);
-        }
-        p.mult = mults_per16x8(b.scales);
-        return p;
-    }
+    static Prep prep(const B& b) { return {mults_per16x8(b.scales)}; }
+    // Index k: qs[k] | bits 2 (k % 4) .. +1 of qh[k / 4] as bits 8, 9, in
+    // scalar registers: 4.1-4.5 -> 5.1-5.2 GB/s (one token, 8192x2048,
+    // Zen 4) over a vectorized index pass read back from memory.
     static Chunk chunk(const B& b, const Prep& p, int c) {
-        const uint16_t* i = p.idx + 4 * c;
-        return {grid64x4(iq::kIq2sGrid, i[0], i[1], i[2], i[3]), signs32(load_u32(b.qs + kQK_K / 8 + 4 * c)), mult_per16_of(p.mult, c)};
+        const uint8_t* q = b.qs + 4 * c;
+        const uint32_t h = b.qh[c];
+        return {grid64x4(iq::kIq2sGrid, q[0] | ((h << 8) & 0x300), q[1] | ((h << 6) & 0x300), q[2] | ((h << 4) & 0x300),
+                         q[3] | ((h << 2) & 0x300)),
+                signs32(load_u32(b.qs + kQK_K / 8 + 4 * c)), mult_per16_of(p.mult, c)};
     }
 };
 struct DIq3xxs {
@@ -205,37 +209,24 @@ struct DIq3s {
 };
 struct DIq1s {
     using B = block_iq1_s;
-    struct Prep {
-        __m256i mult;
-        alignas(32) uint16_t idx[32];
-    };
-    static Prep prep(const B& b) {
-        Prep p;
-        // Index k: qs[k] | bits 3 (k % 4) .. +2 of qh[k / 4] as bits 8..10
-        // (moved to bits 9..11 by a multiply, then down one).
-        const __m128i qh = load128(b.qh);
-        const __m256i mul = _mm256_set1_epi64x(0x0001000800400200);
-        for (int h = 0; h < 2; ++h) {
-            const __m256i lo = _mm256_cvtepu8_epi16(load128(b.qs + 16 * h));
-            const __m256i hw = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_shuffle_epi8(qh, h == 0 ? _mm_set_epi64x(0x0302030203020302, 0x0100010001000100)
-                                                                   : _mm_set_epi64x(0x0B0A0B0A0B0A0B0A, 0x0908090809080908))),
-                _mm_shuffle_epi8(qh, h == 0 ? _mm_set_epi64x(0x0706070607060706, 0x0504050405040504)
-                                            : _mm_set_epi64x(0x0F0E0F0E0F0E0F0E, 0x0D0C0D0C0D0C0D0C)),
-                1);
-            const __m256i t = _mm256_and_si256(_mm256_mullo_epi16(hw, mul), _mm256_set1_epi16(0xE00));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(p.idx + 16 * h), _mm256_or_si256(lo, _mm256_srli_epi16(t, 1)));
-        }
-
-        // 2 ((h >> 12) & 7) + 1 per chunk, twice per dword.
-        const __m256i h32 = _mm256_cvtepu16_epi32(qh);
-        const __m256i m = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(h32, 11), _mm256_set1_epi32(14)), _mm256_set1_epi32(1));
-        p.mult = _mm256_or_si256(m, _mm256_slli_epi32(m, 16));
-        return p;
-    }
-    static Chunk chunk(const B&, const Prep& p, int c) {
-        const uint16_t* i = p.idx + 4 * c;
-        return signed_chunk(grid64x4(iq::kIq1sGrid, i[0], i[1], i[2], i[3]), dword_all(p.mult, c));
+    using Prep = NoPrep;
+    static Prep prep(const B&) { return {}; }
+    // Chunk c: index k = qs[4c + k] | bits 3k .. 3k + 2 of qh[c] as bits
+    // 8..10, in scalar registers (BMI2's pdep where the build has it), its
+    // multiplier 2 ((qh[c] >> 12) & 7) + 1. One token, 8192x2048, Zen 4:
+    // a vectorized index pass read back from memory 2.6-2.8 GB/s, scalar
+    // 3.0-3.1, pdep 3.7 (llama.cpp's pdep kernel: 3.0).
+    static Chunk chunk(const B& b, const Prep&, int c) {
+        const uint32_t h = b.qh[c];
+#if defined(__BMI2__)
+        const uint64_t idx = _pdep_u64(load_u32(b.qs + 4 * c), 0x00FF00FF00FF00FFull) | _pdep_u64(h, 0x0700070007000700ull);
+        const __m256i mag = grid64x4(iq::kIq1sGrid, idx & 0xFFFF, (idx >> 16) & 0xFFFF, (idx >> 32) & 0xFFFF, idx >> 48);
+#else
+        const uint8_t* q = b.qs + 4 * c;
+        const __m256i mag = grid64x4(iq::kIq1sGrid, q[0] | ((h << 8) & 0x700), q[1] | ((h << 5) & 0x700),
+                                     q[2] | ((h << 2) & 0x700), q[3] | ((h >> 1) & 0x700));
+#endif
+        return signed_chunk(mag, _mm256_set1_epi16(static_cast<int16_t>(2 * ((h >> 12) & 7) + 1)));
     }
     // The block's shift multipliers as int16 pairs, +-(2 s + 1) of chunk c
     // in pair c (twice: one for each 16-element activation sum): the
@@ -250,29 +241,18 @@ struct DIq1s {
 };
 struct DIq1m {
     using B = block_iq1_m;
-    // Prep lives in memory (see IqDotAvx2): a chunk's indices, multipliers
-    // and shift signs are plain and broadcast loads, not lane extracts and
-    // vpermd (one token 2.4 -> 2.6 GB/s).
+    // Prep lives in memory (see IqDotAvx2): a chunk's multipliers and shift
+    // signs are broadcast loads, not lane extracts and vpermd.
     static constexpr bool kMemPrep = true;
     struct Prep {
         // dword c: chunk c's multipliers (as IQ2_XS), its groups' shift signs (0x80 or 0)
         alignas(32) uint32_t mult[8];
         alignas(32) uint32_t shift[8];
-        alignas(32) uint16_t idx[32];
     };
     static Prep prep(const B& b) {
         Prep p;
-        // Index k: qs[k] | the low 3 bits of nibble k % 2 of qh[k / 2] as bits 8..10.
-        const __m128i qh = load128(b.qh);
-        const __m256i mul = _mm256_set1_epi32(0x00100100);  // 1 << 8, 1 << 4
-        for (int h = 0; h < 2; ++h) {
-            const __m256i lo = _mm256_cvtepu8_epi16(load128(b.qs + 16 * h));
-            const __m256i top = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(
-                qh, h == 0 ? _mm_set_epi64x(0x0707060605050404, 0x0303020201010000) : _mm_set_epi64x(0x0F0F0E0E0D0D0C0C, 0x0B0B0A0A09090808)));
-            const __m256i idx = _mm256_or_si256(lo, _mm256_and_si256(_mm256_mullo_epi16(top, mul), _mm256_set1_epi16(0x700)));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(p.idx + 16 * h), idx);
-        }
         // Group g of chunk c: bit 3 of nibble g % 2 of qh[2 c + g / 2], as bit 7 of byte 4 c + g.
+        const __m128i qh = load128(b.qh);
         const __m128i m80 = _mm_set1_epi8(static_cast<char>(0x80));
         const __m128i lo = _mm_and_si128(_mm_slli_epi16(qh, 4), m80), hi = _mm_and_si128(qh, m80);
         _mm256_store_si256(reinterpret_cast<__m256i*>(p.shift),
@@ -288,10 +268,21 @@ struct DIq1m {
         _mm256_store_si256(reinterpret_cast<__m256i*>(p.mult), _mm256_or_si256(m0, _mm256_slli_epi32(m1, 16)));
         return p;
     }
-    static Chunk chunk(const B&, const Prep& p, int c) {
-        const uint16_t* i = p.idx + 4 * c;
-        return signed_chunk(grid64x4(iq::kIq1sGrid, i[0], i[1], i[2], i[3]),
-                            mult_pairs(_mm256_set1_epi32(static_cast<int>(p.mult[c]))));
+    // Index k: qs[k] | the low 3 bits of nibble k % 2 of qh[k / 2] as bits
+    // 8..10, in scalar registers (pdep where the build has BMI2). One token,
+    // 8192x2048, Zen 4: 2.6 GB/s with a vectorized index pass read back from
+    // memory, 3.0 scalar, 3.2 pdep (llama.cpp: 3.5).
+    static Chunk chunk(const B& b, const Prep& p, int c) {
+        const uint32_t h = load_u16(b.qh + 2 * c);
+#if defined(__BMI2__)
+        const uint64_t idx = _pdep_u64(load_u32(b.qs + 4 * c), 0x00FF00FF00FF00FFull) | _pdep_u64(h & 0x7777, 0x0F000F000F000F00ull);
+        const __m256i mag = grid64x4(iq::kIq1sGrid, idx & 0xFFFF, (idx >> 16) & 0xFFFF, (idx >> 32) & 0xFFFF, idx >> 48);
+#else
+        const uint8_t* q = b.qs + 4 * c;
+        const __m256i mag = grid64x4(iq::kIq1sGrid, q[0] | ((h << 8) & 0x700), q[1] | ((h << 4) & 0x700),
+                                     q[2] | (h & 0x700), q[3] | ((h >> 4) & 0x700));
+#endif
+        return signed_chunk(mag, mult_pairs(_mm256_set1_epi32(static_cast<int>(p.mult[c]))));
     }
     // The shifts' signs of chunk c, +1 or -1 for each of its 32 weights
     // (0x81: negative): group g's byte in its 8 bytes, or'ed with 1.

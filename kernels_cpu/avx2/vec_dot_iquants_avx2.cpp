@@ -51,6 +51,7 @@ struct IqDotAvx2 {
                 // A memory-resident prep (D::kMemPrep) stays in memory: its
                 // fields are then read with scalar and broadcast loads.
                 if constexpr (requires { D::kMemPrep; }) asm volatile("" : "+m"(pr));
+#pragma GCC unroll 8
                 for (int c = 0; c < 8; ++c) {
                     const Chunk ch = D::chunk(x[i], pr, c);
                     __m256i shift = _mm256_setzero_si256();
@@ -65,7 +66,7 @@ struct IqDotAvx2 {
                         }
                     }
                 }
-                const float dw = dot::IqLanesOrder<Order>::weight_scale(x[i]);
+                const float dw = weight_scale(x[i]);
                 __m256i shm = _mm256_setzero_si256();
                 if constexpr (kShift == dot::IqShift::Chain) shm = D::shift_mults(x[i]);
                 for (int t = 0; t < NT; ++t) {

@@ -190,12 +190,13 @@ struct Iq1m {
         const int c = k / 32;
         return static_cast<int>((load16(b.scales + 2 * (c / 2)) >> (6 * (c % 2) + 3 * (k % 32 / 16))) & 7u);
     }
-    TANDEM_HOST_DEVICE static float block_scale(const Block& b) {
+    // The block's fp16 scale: the top nibbles of the four scale words.
+    TANDEM_HOST_DEVICE static fp16_bits block_scale_bits(const Block& b) {
         const uint32_t s0 = load16(b.scales), s1 = load16(b.scales + 2), s2 = load16(b.scales + 4),
                        s3 = load16(b.scales + 6);
-        const uint32_t bits = (s0 >> 12) | ((s1 >> 8) & 0x00F0u) | ((s2 >> 4) & 0x0F00u) | (s3 & 0xF000u);
-        return element::half_to_float(static_cast<fp16_bits>(bits));
+        return static_cast<fp16_bits>((s0 >> 12) | ((s1 >> 8) & 0x00F0u) | ((s2 >> 4) & 0x0F00u) | (s3 & 0xF000u));
     }
+    TANDEM_HOST_DEVICE static float block_scale(const Block& b) { return element::half_to_float(block_scale_bits(b)); }
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) {
         const int idx = b.qs[k / 8] | static_cast<int>((nibble(b, k) & 7u) << 8);
         return static_cast<int8_t>(grid_byte(iq1s_row(idx), k % 8));
