@@ -63,7 +63,7 @@ struct Avx2Ops {
     static void dequantize_q8_0(const uint8_t* src, float* dst, int64_t n) {
         const auto* b = reinterpret_cast<const quant::block_q8_0*>(src);
         for (int64_t i = 0; i < n / quant::kQK8_0; ++i) {
-            const __m256 d = _mm256_set1_ps(quant::fp16_to_fp32(b[i].d));
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(b[i].d));  // F16C: the portable conversion is ~25 instructions a block
             for (int j = 0; j < quant::kQK8_0; j += 8) {
                 const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b[i].qs + j)));
                 _mm256_storeu_ps(dst + i * quant::kQK8_0 + j, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
