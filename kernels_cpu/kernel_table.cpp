@@ -45,8 +45,11 @@ constexpr PanelKernel iq_panel_avx2(Type t, PanelGemm gemm) {
 }
 #define TANDEM_IQ_TILED_ROW(T, name)                                                          \
     WeightKernels {                                                                           \
-        .type = Type::T, .dot = LevelKernels{dot_##name##_scalar, TANDEM_X86(dot_##name##_avx2)}, \
-        .batch = LevelKernels{dot_##name##_batch_scalar, TANDEM_X86(dot_##name##_batch_avx2)}, \
+        .type = Type::T,                                                                      \
+        .dot = LevelKernels{.scalar = dot_##name##_scalar, .avx2 = TANDEM_X86(dot_##name##_avx2),         \
+                            .avx2w = TANDEM_X86(dot_##name##_avx2w)},                                 \
+        .batch = LevelKernels{.scalar = dot_##name##_batch_scalar, .avx2 = TANDEM_X86(dot_##name##_batch_avx2), \
+                              .avx2w = TANDEM_X86(dot_##name##_batch_avx2w)},                         \
         .panel = TANDEM_PANEL(name, iq_panel_bytes, iq_panel_prepare, kIqPanelExtraBytes),    \
         .panel_avx2 = iq_panel_avx2(Type::T, TANDEM_X86(name##_panel_gemm_avx2)),             \
         .llama_order = true, .avx2_at_avx512 = true                                           \
@@ -180,11 +183,11 @@ const WeightKernels& require(quant::Type w_type) {
 }
 
 // The kernel of `k` for `level`: the AVX-512 build (VNNI or not, as the
-// CPU has) unless the type runs its AVX2 kernels there, else AVX2, else
-// scalar; each only where present.
+// CPU has), or for a type that runs its AVX2 kernels there their AVX-512
+// build (avx2w), else AVX2, else scalar; each only where present.
 DotFn pick(const LevelKernels& k, SimdLevel level, bool avx2_at_avx512) {
-    if (is_avx512(level) && !avx2_at_avx512) {
-        const DotFn f = level == SimdLevel::Avx512Vnni ? k.avx512 : k.avx512nv;
+    if (is_avx512(level)) {
+        const DotFn f = avx2_at_avx512 ? k.avx2w : level == SimdLevel::Avx512Vnni ? k.avx512 : k.avx512nv;
         if (f != nullptr) return f;
     }
     if (level >= SimdLevel::Avx2 && k.avx2 != nullptr) return k.avx2;
@@ -203,11 +206,6 @@ const WeightKernels* weight_kernels(quant::Type w_type) {
 bool follows_llama_order(quant::Type w_type) {
     const WeightKernels* k = weight_kernels(w_type);
     return k != nullptr && k->llama_order;
-}
-
-bool avx512_kernel_reorders(quant::Type w_type) {
-    const WeightKernels* k = weight_kernels(w_type);
-    return k != nullptr && k->avx2_at_avx512;
 }
 
 DotFn dot_kernel(quant::Type w_type, SimdLevel level) {

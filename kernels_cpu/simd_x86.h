@@ -28,6 +28,15 @@
 #include "runtime/common/error.h"
 #include "runtime/quant/quant_blocks.h"
 
+// A kernel's name in an AVX2 source: name_avx2, or name_avx2w in the second
+// build CMake makes of some AVX2 sources for the AVX-512 levels
+// (LevelKernels::avx2w; kernels_cpu/CMakeLists.txt).
+#if defined(TANDEM_AVX2_WIDE)
+#define TANDEM_AVX2_FN(name) name##_avx2w
+#else
+#define TANDEM_AVX2_FN(name) name##_avx2
+#endif
+
 namespace tandem::cpu::detail {
 namespace {
 

@@ -41,6 +41,11 @@ struct LevelKernels {
     DotFn avx2 = nullptr;
     DotFn avx512 = nullptr;    // built with VNNI: the Avx512Vnni level's
     DotFn avx512nv = nullptr;  // the same source built without VNNI: the Avx512 level's
+    // The AVX2 source built again with AVX-512VL and BMI2 (TANDEM_AVX2_FN in
+    // simd_x86.h): the AVX-512 levels' kernel of a type that runs its AVX2
+    // kernels there (WeightKernels::avx2_at_avx512). The same integers and
+    // float steps; 32 vector registers, so nothing spills, and pdep.
+    DotFn avx2w = nullptr;
 };
 
 // The kernel for w_type at `level` (or the best available below it);
@@ -97,9 +102,6 @@ enum class LaneTerm {
 // runtime/quant/dot_order.h); for those the AVX2 kernel follows it and serves the
 // AVX-512 level too, so every level gives the bits llama.cpp gives.
 bool follows_llama_order(quant::Type w_type);
-// Whether w_type's AVX-512 kernel sums in another order than llama.cpp's
-// (then the AVX-512 level uses the AVX2 kernel for it).
-bool avx512_kernel_reorders(quant::Type w_type);
 
 // Rows of a batch: llama.cpp's CPU backend multiplies them with other
 // kernels than single rows, in another float order: Q2_K and Q4_K through
@@ -132,6 +134,19 @@ TANDEM_DECLARE_BATCH_DOT(iq1_s)
 TANDEM_DECLARE_BATCH_DOT(iq1_m)
 TANDEM_DECLARE_BATCH_DOT(iq4_xs)
 #undef TANDEM_DECLARE_BATCH_DOT
+// The i-quants' AVX2 kernels built for the AVX-512 levels (LevelKernels::avx2w).
+#define TANDEM_DECLARE_AVX2W(name)               \
+    void dot_##name##_avx2w(TANDEM_DOT_ARGS); \
+    void dot_##name##_batch_avx2w(TANDEM_DOT_ARGS);
+TANDEM_DECLARE_AVX2W(iq2_xxs)
+TANDEM_DECLARE_AVX2W(iq2_xs)
+TANDEM_DECLARE_AVX2W(iq2_s)
+TANDEM_DECLARE_AVX2W(iq3_xxs)
+TANDEM_DECLARE_AVX2W(iq3_s)
+TANDEM_DECLARE_AVX2W(iq1_s)
+TANDEM_DECLARE_AVX2W(iq1_m)
+TANDEM_DECLARE_AVX2W(iq4_xs)
+#undef TANDEM_DECLARE_AVX2W
 
 // Decode (one token) over several rows at once: y[r] = dot(row r, a) for
 // r < n_rows (<= kDecodeRows), row r at w + r * row_stride bytes. The same

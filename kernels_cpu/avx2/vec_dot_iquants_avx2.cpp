@@ -142,22 +142,22 @@ template <int NT>
 using Iq4xsBatchK = IqDotAvx2<DIq4xs, dot::IqDot<iq::Iq4xs>, dot::Form::Batch>::K<NT>;
 }  // namespace
 
-void dot_iq2_xxs_avx2(TANDEM_DOT_ARGS) { tile<Iq2xxsK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq2_xs_avx2(TANDEM_DOT_ARGS) { tile<Iq2xsK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq2_s_avx2(TANDEM_DOT_ARGS) { tile<Iq2sK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq3_xxs_avx2(TANDEM_DOT_ARGS) { tile<Iq3xxsK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq3_s_avx2(TANDEM_DOT_ARGS) { tile<Iq3sK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq1_s_avx2(TANDEM_DOT_ARGS) { tile<Iq1sK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq1_m_avx2(TANDEM_DOT_ARGS) { tile<Iq1mK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq4_xs_avx2(TANDEM_DOT_ARGS) { tile<Iq4xsK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq2_xxs)(TANDEM_DOT_ARGS) { tile<Iq2xxsK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq2_xs)(TANDEM_DOT_ARGS) { tile<Iq2xsK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq2_s)(TANDEM_DOT_ARGS) { tile<Iq2sK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq3_xxs)(TANDEM_DOT_ARGS) { tile<Iq3xxsK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq3_s)(TANDEM_DOT_ARGS) { tile<Iq3sK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq1_s)(TANDEM_DOT_ARGS) { tile<Iq1sK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq1_m)(TANDEM_DOT_ARGS) { tile<Iq1mK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq4_xs)(TANDEM_DOT_ARGS) { tile<Iq4xsK>(n, w, a, a_stride, nt, y, ldy); }
 // Batches of 8 or more (IqTiledOrder).
-void dot_iq2_xxs_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq2xxsBatchK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq2_xs_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq2xsBatchK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq2_s_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq2sBatchK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq3_xxs_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq3xxsBatchK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq3_s_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq3sBatchK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq1_s_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq1sBatchK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq1_m_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq1mBatchK>(n, w, a, a_stride, nt, y, ldy); }
-void dot_iq4_xs_batch_avx2(TANDEM_DOT_ARGS) { tile<Iq4xsBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq2_xxs_batch)(TANDEM_DOT_ARGS) { tile<Iq2xxsBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq2_xs_batch)(TANDEM_DOT_ARGS) { tile<Iq2xsBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq2_s_batch)(TANDEM_DOT_ARGS) { tile<Iq2sBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq3_xxs_batch)(TANDEM_DOT_ARGS) { tile<Iq3xxsBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq3_s_batch)(TANDEM_DOT_ARGS) { tile<Iq3sBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq1_s_batch)(TANDEM_DOT_ARGS) { tile<Iq1sBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq1_m_batch)(TANDEM_DOT_ARGS) { tile<Iq1mBatchK>(n, w, a, a_stride, nt, y, ldy); }
+void TANDEM_AVX2_FN(dot_iq4_xs_batch)(TANDEM_DOT_ARGS) { tile<Iq4xsBatchK>(n, w, a, a_stride, nt, y, ldy); }
 
 }  // namespace tandem::cpu::detail
