@@ -284,12 +284,11 @@ struct DIq1m {
 #endif
         return signed_chunk(mag, mult_pairs(_mm256_set1_epi32(static_cast<int>(p.mult[c]))));
     }
-    // The shifts' signs of chunk c, +1 or -1 for each of its 32 weights
-    // (0x81: negative): group g's byte in its 8 bytes, or'ed with 1.
+    // The shifts' signs of chunk c, +1 or -1 for each of its 32 weights:
+    // group g's byte sign-extended over its 8 bytes (0xFF..80 or 0), or'ed
+    // with 1.
     static __m256i shifts(const B&, const Prep& p, int c) {
-        const __m256i spread = _mm256_shuffle_epi8(
-            _mm256_set1_epi32(static_cast<int>(p.shift[c])), _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
-        return _mm256_or_si256(spread, _mm256_set1_epi8(1));
+        return _mm256_or_si256(_mm256_cvtepi8_epi64(_mm_cvtsi32_si128(static_cast<int>(p.shift[c]))), _mm256_set1_epi8(1));
     }
 };
 struct DIq4xs {
