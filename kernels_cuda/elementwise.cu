@@ -25,7 +25,7 @@ __global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, flo
     partial[threadIdx.x] = sum;
     __syncthreads();
     for (int stride = kThreads / 2; stride > 0; stride >>= 1) {
-        if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+        if (static_cast<int>(threadIdx.x) < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
         __syncthreads();
     }
     const float mean = static_cast<float>(partial[0] / static_cast<double>(n));
