@@ -55,10 +55,17 @@ public:
         sigaction(SIGINT, &sa, &old_int_);
         sigaction(SIGTERM, &sa, &old_term_);
         std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-answer is a failed write, not a dead server
+        // SIGHUP (the terminal closed, a supervisor's "reload") changes
+        // nothing: the server carries on, as llama-server does.
+        struct sigaction ignore {};
+        ignore.sa_handler = SIG_IGN;
+        sigemptyset(&ignore.sa_mask);
+        sigaction(SIGHUP, &ignore, &old_hup_);
     }
     ~SignalWaiter() {
         sigaction(SIGINT, &old_int_, nullptr);
         sigaction(SIGTERM, &old_term_, nullptr);
+        sigaction(SIGHUP, &old_hup_, nullptr);
     }
     // Waits for a signal (its number), or until `give_up` turns true (0).
     static int wait(const std::atomic<bool>& give_up) {
@@ -70,7 +77,7 @@ public:
     }
 
 private:
-    struct sigaction old_int_ {}, old_term_ {};
+    struct sigaction old_int_ {}, old_term_ {}, old_hup_ {};
 };
 
 void serve_model(const ServeOptions& o) {
@@ -194,7 +201,7 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--host", opts->http.host, "address to listen on")->capture_default_str();
     cmd->add_option("--port", opts->http.port, "port to listen on (0: any free port)")->capture_default_str();
     cmd->add_option("--parallel", opts->n_parallel, "slots: requests decoded together (-np)")->capture_default_str();
-    cmd->add_option("--api-key", opts->http.api_key, "require 'Authorization: Bearer KEY' on the /v1 routes");
+    cmd->add_option("--api-key", opts->http.api_key, "require 'Authorization: Bearer KEY' on every route but /health");
     cmd->add_option("--slot-save-path", opts->http.slot_save_path,
                     "folder for POST /slots/ID?action=save|restore files (off without it)");
     cmd->add_option("--threads-http", opts->http.http_threads, "HTTP worker threads")->capture_default_str();

@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -119,6 +120,13 @@ def main():
     server = Server(model, "-np", "4", "-c", "8192", "--slot-save-path", slot_dir, "-t", "2")
     try:
         run_suite(server, model, openai, slot_dir)
+        # SIGHUP (a closed terminal, a supervisor's reload) leaves it serving.
+        server.proc.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        check(server.proc.poll() is None, "the server lives through SIGHUP")
+        if server.proc.poll() is None:
+            st, _ = server.request("GET", "/health")
+            check(st == 200, f"/health after SIGHUP: 200 (got {st})")
     finally:
         rc = server.stop()
         check(rc == 0, f"the server exits 0 on SIGTERM (got {rc})")
@@ -133,6 +141,17 @@ def main():
         check(len(client.models.list().data) == 1, "the right key lists the model")
         st, _ = keyed.request("GET", "/health")
         check(st == 200, "/health needs no key")
+        # The admin routes too: /slots writes files, /metrics and /tokenize
+        # read the server's state.
+        for method, path, body in [("GET", "/slots", None), ("POST", "/slots/0?action=save", {"filename": "x1"}),
+                                   ("POST", "/slots/0?action=restore", {"filename": "x1"}), ("GET", "/metrics", None),
+                                   ("POST", "/tokenize", {"content": "hi"}), ("POST", "/detokenize", {"tokens": [1]}),
+                                   ("POST", "/apply-template", {"messages": [{"role": "user", "content": "hi"}]}),
+                                   ("GET", "/models", None), ("POST", "/completions", {"prompt": "hi"})]:
+            st, _ = keyed.request(method, path, body=body)
+            check(st == 401, f"{method} {path} without the key: 401 (got {st})")
+        st, _ = keyed.request("POST", "/tokenize", body={"content": "hi"}, headers={"Authorization": "Bearer sesame"})
+        check(st == 200, f"POST /tokenize with the key: 200 (got {st})")
     finally:
         keyed.stop()
     print(f"{checks - len(failures)} passed, {len(failures)} failed")

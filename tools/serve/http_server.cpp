@@ -12,9 +12,10 @@ namespace tandem::serve {
 
 namespace {
 
-bool is_api_route(const std::string& path) {
-    return path.rfind("/v1/", 0) == 0 || path == "/completions" || path == "/chat/completions" || path == "/models";
-}
+// With --api-key, every route asks for the key but /health (for load
+// balancers and supervisors): the admin routes too (/slots writes files,
+// /metrics and /tokenize read the server's state), as llama-server does.
+bool needs_key(const std::string& path) { return path != "/health"; }
 
 // Compares without stopping at the first difference.
 bool same_secret(const std::string& a, const std::string& b) {
@@ -39,7 +40,7 @@ HttpServer::HttpServer(ServerState& state) : state_(state), server_(std::make_un
             set_json(res, 503, error_body("Loading model", "unavailable_error", "", 503));
             return httplib::Server::HandlerResponse::Handled;
         }
-        if (!state_.config.api_key.empty() && is_api_route(req.path)) {
+        if (!state_.config.api_key.empty() && needs_key(req.path)) {
             const std::string auth = req.get_header_value("Authorization");
             const std::string prefix = "Bearer ";
             const bool ok = auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), state_.config.api_key);
