@@ -194,6 +194,7 @@ def run_suite(server, model, openai, slot_dir):
     load_test(server, client)
     reuse_test(server, client)
     bad_input_suite(server)
+    framing_test(server)
     disconnect_test(server)
     slot_test(server, slot_dir)
 
@@ -324,6 +325,41 @@ def bad_input_suite(server):
     check(bad == 0, f"every malformed request gets a 4xx JSON error ({bad} did not)")
     st, _ = server.request("GET", "/health")
     check(st == 200, "the server still serves after the malformed requests")
+
+
+def raw_answer(server, head, body=b"", wait=5.0):
+    """Sends a hand-written request; returns (status, seconds to the answer)."""
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=wait)
+    t0 = time.time()
+    try:
+        s.sendall(head.encode() + body)
+        got = b""
+        while b"\r\n" not in got:
+            part = s.recv(4096)
+            if not part:
+                break
+            got += part
+    except socket.timeout:
+        return None, time.time() - t0
+    finally:
+        s.close()
+    m = re.match(rb"HTTP/1\.[01] (\d+)", got)
+    return (int(m.group(1)) if m else None), time.time() - t0
+
+
+def framing_test(server):
+    post = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    body = b'{"prompt": "hi", "max_tokens": 1}'
+    cases = [
+        ("Transfer-Encoding and Content-Length", f"Transfer-Encoding: chunked\r\nContent-Length: {len(body)}\r\n\r\n",
+         b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n", (400,)),
+        ("a negative Content-Length", "Content-Length: -1\r\n\r\n", body, (400,)),
+        ("Content-Length 2^64-1", "Content-Length: 18446744073709551615\r\n\r\n", body, (400, 413)),
+        ("a gzip body", f"Content-Encoding: gzip\r\nContent-Length: {len(body)}\r\n\r\n", body, (415,)),
+    ]
+    for name, headers, payload, want in cases:
+        st, secs = raw_answer(server, post + headers, payload)
+        check(st in want and secs < 2.0, f"{name}: {want} at once (got {st} after {secs:.1f} s)")
 
 
 def disconnect_test(server):

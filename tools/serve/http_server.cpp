@@ -17,6 +17,41 @@ namespace {
 // /metrics and /tokenize read the server's state), as llama-server does.
 bool needs_key(const std::string& path) { return path != "/health"; }
 
+// The request's framing, checked before its body is read (httplib's
+// pre-routing handler runs first): 0 if it may be read, else the status to
+// answer at once with `why`. Both Transfer-Encoding and Content-Length is
+// how requests get smuggled past proxies (RFC 9112 6.3: 400); a
+// Content-Length that is not a plain decimal number was read for 35 s and
+// then refused; a compressed body inflates past the body limit while it is
+// read (1.5 MB of gzip became 1.5 GiB), so it is refused as llama-server
+// does (415).
+int framing_error(const httplib::Request& req, size_t max_body, std::string& why) {
+    const bool chunked = req.has_header("Transfer-Encoding");
+    if (req.has_header("Content-Length")) {
+        if (chunked) {
+            why = "a request with both Transfer-Encoding and Content-Length";
+            return 400;
+        }
+        const std::string len = req.get_header_value("Content-Length");
+        const bool digits = !len.empty() && len.size() <= 19 &&
+                            std::all_of(len.begin(), len.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (!digits) {
+            why = fmt::format("Content-Length '{}' is not a byte count", len.substr(0, 40));
+            return 400;
+        }
+        if (std::stoull(len) > max_body) {
+            why = fmt::format("the request body ({} bytes) is over the limit of {} bytes", len, max_body);
+            return 413;
+        }
+    }
+    const std::string enc = req.get_header_value("Content-Encoding");
+    if (!enc.empty() && enc != "identity") {
+        why = fmt::format("Content-Encoding '{}' is not accepted: send the body uncompressed", enc.substr(0, 40));
+        return 415;
+    }
+    return 0;
+}
+
 // Compares without stopping at the first difference.
 bool same_secret(const std::string& a, const std::string& b) {
     if (a.size() != b.size()) return false;
@@ -35,6 +70,13 @@ HttpServer::HttpServer(ServerState& state) : state_(state), server_(std::make_un
     s.set_read_timeout(30, 0);
     s.set_write_timeout(30, 0);
     s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        std::string why;
+        if (const int status = framing_error(req, state_.config.max_body_bytes, why); status != 0) {
+            state_.requests_rejected.fetch_add(1);
+            set_json(res, status, error_body(why, "invalid_request_error", "", status));
+            res.set_header("Connection", "close");  // its body, if any, is never read
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
         if (!state_.ready.load()) {
             set_json(res, 503, error_body("Loading model", "unavailable_error", "", 503));
