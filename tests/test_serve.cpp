@@ -238,6 +238,28 @@ TEST(ServeScheduler, CancelledJobFreesItsSlotAndTheNextOneRuns) {
     EXPECT_EQ(l.last.finish_reason, "cancelled");
 }
 
+// SIGTERM's path: a running job ends with its text as a reply cut by its
+// limit, so a stream gets its last chunk; a waiting one is cancelled.
+TEST(ServeScheduler, StopEndsRunningJobsWithWhatTheyHaveAndCancelsWaitingOnes) {
+    Model m;
+    auto s = m.session(1);
+    Scheduler sched(*s, m.tok, SchedulerOptions{1, 0, 64});
+    sched.start();
+    auto running = sched.submit(greedy(m.tok.encode("Once upon a time", true), 100000));
+    auto waiting = sched.submit(greedy(m.tok.encode("Hello", true), 4));
+    std::string seen;
+    while (seen.empty()) {
+        auto e = running->next(std::chrono::milliseconds(1000));
+        ASSERT_TRUE(e.has_value());
+        seen += e->text;
+    }
+    sched.stop();
+    const Result r = collect(running);
+    EXPECT_EQ(r.last.finish_reason, "length");
+    EXPECT_GT(r.last.usage.completion_tokens, 0);
+    EXPECT_EQ(collect(waiting).last.finish_reason, "cancelled");
+}
+
 TEST(ServeScheduler, StopsAtTheSlotContextAndRefusesAPromptThatFillsIt) {
     Model m;
     auto s = m.session(2, 128);  // 64 positions a slot

@@ -176,9 +176,20 @@ void serve_model(const ServeOptions& o) {
     }
     fmt::print(stderr, "tandem serve: ready on http://{}:{}  (Ctrl-C stops)\n", o.http.host, http.port());
     waiter.join();
+    // New requests get 503; running ones end with what they have
+    // ("length"), and their answers are written out, chunked terminator
+    // included, before the listener closes (it cuts any response still
+    // being written). A client too slow to take its answer is waited for
+    // kStopDrain at most.
     fmt::print(stderr, "tandem serve: stopping\n");
-    http.stop();
+    state.stopping.store(true);
     scheduler.stop();
+    constexpr auto kStopDrain = std::chrono::seconds(5);
+    const auto drain_end = std::chrono::steady_clock::now() + kStopDrain;
+    while (state.answering.load() > 0 && std::chrono::steady_clock::now() < drain_end) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    http.stop();
 }
 
 constexpr const char* kServeFooter = R"(Speculative decoding: each slot checks up to --draft-max tokens guessed

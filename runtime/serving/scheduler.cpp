@@ -225,9 +225,10 @@ void Scheduler::loop() {
         assign_pending();
         step();
     }
-    // Jobs still running end here.
+    // Jobs still running end here, with what they generated so far, as a
+    // reply cut by its token limit ("length"; the client sees a whole reply).
     for (auto& s : slots_) {
-        if (s->busy()) finish(*s, "cancelled");
+        if (s->busy()) finish(*s, "length");
     }
 }
 

@@ -152,8 +152,8 @@ public:
     Scheduler(const Scheduler&) = delete;
     Scheduler& operator=(const Scheduler&) = delete;
 
-    // Starts the loop on its own thread / stops it (jobs still waiting get a
-    // "cancelled" event).
+    // Starts the loop on its own thread / stops it: running jobs end with
+    // what they generated ("length"), jobs still waiting get "cancelled".
     void start();
     void stop();
 

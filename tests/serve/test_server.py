@@ -130,6 +130,7 @@ def main():
     finally:
         rc = server.stop()
         check(rc == 0, f"the server exits 0 on SIGTERM (got {rc})")
+    sigterm_test(model, openai)
     keyed = Server(model, "-np", "1", "-c", "1024", "--api-key", "sesame")
     try:
         base = f"http://127.0.0.1:{keyed.port}/v1"
@@ -325,6 +326,49 @@ def bad_input_suite(server):
     check(bad == 0, f"every malformed request gets a 4xx JSON error ({bad} did not)")
     st, _ = server.request("GET", "/health")
     check(st == 200, "the server still serves after the malformed requests")
+
+
+def sigterm_test(model, openai):
+    """SIGTERM with two streams running: each gets its last chunk (finish_reason), [DONE] and the chunked
+    terminator (the openai client raises otherwise), and the server exits 0 soon after."""
+    server = Server(model, "-np", "2", "-c", "2048", "-t", "2")
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0)
+    started = [0, 0]
+
+    def stream(i):
+        finish, text = None, ""
+        for chunk in client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": f"Count to a thousand, {i}."}], stream=True,
+                max_tokens=1500, extra_body={"ignore_eos": True}):
+            if chunk.choices and chunk.choices[0].delta.content:
+                text += chunk.choices[0].delta.content
+                started[i] += 1
+            if chunk.choices and chunk.choices[0].finish_reason:
+                finish = chunk.choices[0].finish_reason
+        return finish, text
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(stream, i) for i in range(2)]
+            deadline = time.time() + 60
+            while min(started) < 2 and time.time() < deadline:
+                time.sleep(0.05)
+            t0 = time.time()
+            server.proc.send_signal(signal.SIGTERM)
+            for i, fut in enumerate(futures):
+                try:
+                    finish, text = fut.result(timeout=30)
+                    check(finish == "length" and text, f"stream {i} ends with finish_reason 'length' on SIGTERM "
+                                                       f"(got {finish!r}, {len(text)} characters)")
+                except Exception as e:  # noqa: BLE001 - the client's error is the finding
+                    check(False, f"stream {i} ends cleanly on SIGTERM (the client raised {type(e).__name__}: {e})")
+        rc = server.proc.wait(timeout=30)
+        secs = time.time() - t0
+        print(f"SIGTERM: both streams finished, exit {rc} after {secs:.2f} s")
+        check(rc == 0 and secs < 10, f"the server exits 0 within 10 s of SIGTERM (got {rc} after {secs:.1f} s)")
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
 
 
 def raw_answer(server, head, body=b"", wait=5.0):

@@ -97,6 +97,7 @@ void answer_whole(const ServerState& state, Kind kind, const ResponseIds& ids, c
 
 // A stream's state between calls of the content provider.
 struct StreamState {
+    std::shared_ptr<void> answering;  // ServerState::answer_token, released once the response is written
     std::shared_ptr<Job> job;
     ResponseIds ids;
     Kind kind = Kind::Chat;
@@ -157,12 +158,14 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
                     std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count()};
+    std::shared_ptr<void> answering = state.answer_token();
     std::shared_ptr<Job> job = m.scheduler->submit(std::move(g));
     if (!params.stream) {
         answer_whole(state, kind, ids, job, res);
         return;
     }
     auto st = std::make_shared<StreamState>();
+    st->answering = std::move(answering);
     st->job = job;
     st->ids = std::move(ids);
     st->kind = kind;

@@ -78,6 +78,10 @@ HttpServer::HttpServer(ServerState& state) : state_(state), server_(std::make_un
             return httplib::Server::HandlerResponse::Handled;
         }
         if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+        if (state_.stopping.load()) {
+            set_json(res, 503, error_body("the server is stopping", "unavailable_error", "", 503));
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (!state_.ready.load()) {
             set_json(res, 503, error_body("Loading model", "unavailable_error", "", 503));
             return httplib::Server::HandlerResponse::Handled;

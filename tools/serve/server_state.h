@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -45,10 +46,23 @@ struct ServerState {
     ServeConfig config;
     LoadedModel model;
     std::atomic<bool> ready{false};
+    // Set by SIGINT/SIGTERM: new requests get 503 while the running ones
+    // finish (cmd_serve.cpp stops the scheduler, then waits for `answering`
+    // to reach 0 before it closes the listener).
+    std::atomic<bool> stopping{false};
+    // Generation answers being written: a streamed one until its last chunk
+    // and the chunked terminator are out (answer_token()).
+    std::atomic<int64_t> answering{0};
     std::atomic<int64_t> requests_total{0};
     std::atomic<int64_t> requests_rejected{0};  // 4xx answers
     std::mutex rng_mu;
     std::mt19937_64 rng{std::random_device{}()};
+
+    // Held by a generation answer for as long as it is being written.
+    std::shared_ptr<void> answer_token() {
+        answering.fetch_add(1);
+        return std::shared_ptr<void>(nullptr, [this](void*) { answering.fetch_sub(1); });
+    }
 
     // A seed for a request that gives none.
     uint64_t draw_seed() {
