@@ -52,11 +52,14 @@ int framing_error(const httplib::Request& req, size_t max_body, std::string& why
     return 0;
 }
 
-// Compares without stopping at the first difference.
-bool same_secret(const std::string& a, const std::string& b) {
-    if (a.size() != b.size()) return false;
-    unsigned diff = 0;
-    for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+// Compares in a time that depends on the key's length only: no early exit
+// at the first difference, nor at a length that differs.
+bool same_secret(const std::string& given, const std::string& key) {
+    unsigned diff = given.size() == key.size() ? 0u : 1u;
+    for (size_t i = 0; i < key.size(); ++i) {
+        const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+        diff |= static_cast<unsigned>(g ^ static_cast<unsigned char>(key[i]));
+    }
     return diff == 0;
 }
 
