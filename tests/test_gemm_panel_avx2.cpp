@@ -3,8 +3,7 @@
 // bit, on model-like data and on extreme codes and activations that reach
 // the int16 limits the kernels rely on), and matmul() at the AVX2 level
 // against Scalar on batches large enough to take the panels. The AVX-512
-// VNNI panels of the i-quants (avx512/gemm_panel_iq_avx512.cpp) get the
-// same direct checks.
+// VNNI panels of the i-quants, IQ4_NL and MXFP4 get the same direct checks.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -242,9 +241,10 @@ TEST(GemmPanelAvx2, MatchesReferenceRowKernelBits) {
     }
 }
 
-// The AVX-512 VNNI panels of the i-quants (avx512/gemm_panel_iq_avx512.cpp),
-// called directly as the AVX2 panels above: random codes with sane scales,
-// and every byte pattern against activations mostly at -128 and 127.
+// The AVX-512 VNNI panels of the i-quants (avx512/gemm_panel_iq_avx512.cpp)
+// and of IQ4_NL and MXFP4 (avx512/gemm_panel_kq_avx512.cpp), called directly
+// as the AVX2 panels above: random codes with sane scales, and every byte
+// pattern against activations mostly at -128 (Q8_K) or -127 and 127.
 TEST(GemmPanelAvx512, IquantPanelsMatchReferenceRowKernelBits) {
     if (!cpu::simd_level_supported(SimdLevel::Avx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
     std::mt19937 rng(33);
@@ -265,7 +265,7 @@ TEST(GemmPanelAvx512, IquantPanelsMatchReferenceRowKernelBits) {
         }
         ++checked;
     }
-    EXPECT_EQ(checked, 8) << "the eight 256-element i-quants have AVX-512 panels";
+    EXPECT_EQ(checked, 10) << "the eight 256-element i-quants, IQ4_NL and MXFP4 have AVX-512 panels";
 }
 
 // The Q8_0 and Q5_0 panels (avx2/gemm_panel_signed_avx2.cpp) walk tiles of
