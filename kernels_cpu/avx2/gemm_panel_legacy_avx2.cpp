@@ -167,6 +167,10 @@ void nibble_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_col
             for (int t = 0; t < NT; ++t) total[t] = panel_avx2::bcast4(start[t] + kQ4_0PanelExtraBytes * static_cast<size_t>(i));
             for (int g0 = 0; g0 < 8; g0 += kRun) {
                 __m256i dot[Half::kPlanes][NT];
+                // Unrolled: the loop with its first-group test measured 6-7%
+                // slower (2048x2048 x 256 tokens, one thread: IQ4_NL 16.7-16.9
+                // -> 15.7-15.9 ms, Q4_0 10.8 -> 10.0).
+#pragma GCC unroll 8
                 for (int g = g0; g < g0 + kRun; ++g) {
                     __m256i wv[Half::kPlanes];
                     for (int pl = 0; pl < Half::kPlanes; ++pl) wv[pl] = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.codes[pl][g]));
