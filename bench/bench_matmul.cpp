@@ -47,8 +47,9 @@ namespace {
 using tandem::cpu::SimdLevel;
 using tandem::quant::Type;
 
-constexpr Type kTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1,
-                           Type::Q8_0, Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K, Type::Q6_K};
+constexpr Type kTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1,   Type::Q5_0,  Type::Q5_1,
+                           Type::Q8_0, Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K,   Type::Q6_K,  Type::IQ4_NL,
+                           Type::MXFP4, Type::IQ4_XS};
 
 // The bytes live in a HostWeightArena, the memory the engine copies CPU
 // weights to (2 MiB pages where the kernel gives them): from ordinary 4 KiB

@@ -28,7 +28,7 @@ size_t q4_K_panel_bytes(int64_t n_cols);
 // needs. These are the bytes each appends per activation block.
 inline constexpr size_t kK4PanelExtraBytes = 8 * sizeof(int16_t);     // Q4_K, Q5_K: eight 32-element sums
 inline constexpr size_t kGroupStartsExtraBytes = 16 * sizeof(int32_t);  // Q6_K, Q3_K: -offset x 16 group sums
-inline constexpr size_t kQ4_0PanelExtraBytes = sizeof(int32_t);        // Q4_0: -8 x the block's sum
+inline constexpr size_t kQ4_0PanelExtraBytes = sizeof(int32_t);        // Q4_0, IQ4_NL, MXFP4: -offset x the block's sum
 inline constexpr size_t kLaneStartsExtraBytes = 8 * sizeof(int32_t);  // Q8_0, Q5_0: -offset x 8 four-byte sums
 
 // The Q4_K and Q5_K panels read the 32-element sums k4_panel_prepare
@@ -69,13 +69,20 @@ size_t q2_K_panel_bytes(int64_t n_cols);
 void q2_K_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
 
-// Q4_0 against Q8_0 activations (dot_q4_0: llama.cpp's repacked kernel, one
-// fused multiply-add of each block's integer total), reading the block
-// starts q4_0_panel_prepare appends (a_type Q8_0).
+// Q4_0, IQ4_NL and MXFP4 against Q8_0 activations (dot_q4_0, dot_iq4_nl,
+// dot_mxfp4: llama.cpp's repacked kernel, one fused multiply-add of each
+// block's integer total), reading the block starts their prepare appends
+// (a_type Q8_0: -offset x each block's sum, kernels_cpu/nibble_formats.h).
+// One buffer layout for the three (q4_0_panel_bytes).
 size_t q4_0_panel_bytes(int64_t n_cols);
-void q4_0_panel_prepare(quant::Type a_type, void* row, int64_t n_cols);
-void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
-                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+#define TANDEM_NIBBLE_PANEL_DECL(name)                                                                            \
+    void name##_panel_prepare(quant::Type a_type, void* row, int64_t n_cols);                                    \
+    void name##_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, \
+                                  size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);
+TANDEM_NIBBLE_PANEL_DECL(q4_0)
+TANDEM_NIBBLE_PANEL_DECL(iq4_nl)
+TANDEM_NIBBLE_PANEL_DECL(mxfp4)
+#undef TANDEM_NIBBLE_PANEL_DECL
 
 // Q8_0, Q5_0 (against Q8_0) and Q4_1, Q5_1 (against Q8_1) in the order of
 // their single-row kernels (LegacyLanesOrder: eight lanes of four elements
@@ -96,8 +103,9 @@ void q5_1_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 // The same panels on AVX2 (avx2/gemm_panel_avx2.h: two halves of 8 rows,
 // vpmaddubsw/vpmaddwd), same contract and the same bits; their buffers are
 // laid out differently (*_bytes_avx2). Q4_K and Q5_K read the 32-element
-// sums k4_panel_prepare_avx2 appends (k4_panel_prepare's bytes), Q4_0 the
-// block starts of q4_0_panel_prepare_avx2 (q4_0_panel_prepare's); the
+// sums k4_panel_prepare_avx2 appends (k4_panel_prepare's bytes), Q4_0,
+// IQ4_NL and MXFP4 the block starts of <name>_panel_prepare_avx2
+// (<name>_panel_prepare's); the
 // others read only the activation blocks (Q8_0 and Q5_0 need them in
 // [-127, 127], as the Q8_0 quantizers make them).
 #define TANDEM_PANEL_ISA_DECL(name, isa)                                                                         \
@@ -110,6 +118,8 @@ TANDEM_PANEL_ISA_DECL(q6_K, avx2)
 TANDEM_PANEL_ISA_DECL(q3_K, avx2)
 TANDEM_PANEL_ISA_DECL(q2_K, avx2)
 TANDEM_PANEL_ISA_DECL(q4_0, avx2)
+TANDEM_PANEL_ISA_DECL(iq4_nl, avx2)
+TANDEM_PANEL_ISA_DECL(mxfp4, avx2)
 TANDEM_PANEL_ISA_DECL(q8_0, avx2)
 TANDEM_PANEL_ISA_DECL(q5_0, avx2)
 TANDEM_PANEL_ISA_DECL(q4_1, avx2)
@@ -121,6 +131,8 @@ TANDEM_PANEL_ISA_DECL(q5_0, avxvnni)
 #undef TANDEM_PANEL_ISA_DECL
 void k4_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 void q4_0_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
+void iq4_nl_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
+void mxfp4_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 
 // The 256-element i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S,
 // IQ1_M, IQ4_XS: gemm_panel_iq_x86.h) in the order of their batch kernels

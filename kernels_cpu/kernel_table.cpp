@@ -30,10 +30,20 @@ using quant::Type;
 #define TANDEM_PANEL_AVXVNNI(name) \
     PanelKernel{TANDEM_X86(name##_panel_gemm_avxvnni), TANDEM_X86(name##_panel_bytes_avxvnni), nullptr, 0}
 
-#define TANDEM_IQ_ROW(T, name)                                                          \
-    WeightKernels {                                                                     \
-        .type = Type::T, .dot = LevelKernels{dot_##name##_scalar, TANDEM_X86(dot_##name##_avx2)}, \
-        .llama_order = true, .avx2_at_avx512 = true                                     \
+// IQ4_NL and MXFP4: Q4_0's decode rows (AVX2; with VNNI at AVX-512) and
+// panels, their values through a table (kernels_cpu/nibble_formats.h).
+#define TANDEM_NIBBLE_ROWS(name, isa)                                                                           \
+    DecodeRows {                                                                                                \
+        TANDEM_X86(dot_##name##_rows_##isa), TANDEM_X86(prepare_##name##_rows_##isa),                           \
+            TANDEM_X86(name##_rows_##isa##_prepared_bytes), TANDEM_X86(dot_##name##_rows_multi_##isa)           \
+    }
+#define TANDEM_NIBBLE_ROW(T, name)                                                                                  \
+    WeightKernels {                                                                                                 \
+        .type = Type::T, .dot = LevelKernels{dot_##name##_scalar, TANDEM_X86(dot_##name##_avx2)},                   \
+        .rows_avx2 = TANDEM_NIBBLE_ROWS(name, avx2), .rows_avx512 = TANDEM_NIBBLE_ROWS(name, avx512),                 \
+        .panel = TANDEM_PANEL(name, q4_0_panel_bytes, name##_panel_prepare, kQ4_0PanelExtraBytes),                   \
+        .panel_avx2 = TANDEM_PANEL_AVX2(name, name##_panel_prepare_avx2, kQ4_0PanelExtraBytes), .llama_order = true, \
+        .avx2_at_avx512 = true                                                                                      \
     }
 // The 256-element i-quants: batches of 8 or more in llama.cpp's tiled order,
 // on the panels (gemm_panel_iq_x86.h) where a level has them; IQ4_XS's AVX2
@@ -162,9 +172,9 @@ constexpr std::array kTable = {
     TANDEM_IQ_TILED_ROW(IQ3_S, iq3_s),
     TANDEM_IQ_TILED_ROW(IQ1_S, iq1_s),
     TANDEM_IQ_TILED_ROW(IQ1_M, iq1_m),
-    TANDEM_IQ_ROW(IQ4_NL, iq4_nl),
+    TANDEM_NIBBLE_ROW(IQ4_NL, iq4_nl),
     TANDEM_IQ_TILED_ROW(IQ4_XS, iq4_xs),
-    TANDEM_IQ_ROW(MXFP4, mxfp4),
+    TANDEM_NIBBLE_ROW(MXFP4, mxfp4),
 };
 
 #undef TANDEM_LEVELS
@@ -173,7 +183,8 @@ constexpr std::array kTable = {
 #undef TANDEM_ROWS_MULTI
 #undef TANDEM_PANEL
 #undef TANDEM_PANEL_AVX2
-#undef TANDEM_IQ_ROW
+#undef TANDEM_NIBBLE_ROW
+#undef TANDEM_NIBBLE_ROWS
 #undef TANDEM_IQ_TILED_ROW
 
 const WeightKernels& require(quant::Type w_type) {

@@ -213,13 +213,28 @@ void dot_q5_1_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows,
 void dot_q8_0_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void prepare_q4_0_rows_avx2(const void* a, int64_t n, void* out);
 size_t q4_0_rows_avx2_prepared_bytes(int64_t n);
+// IQ4_NL and MXFP4 in Q4_0's passes (kernels_cpu/decode_rows_nibble_x86.h)
+// at AVX2 and with AVX-512 VNNI, each its own prepared activation.
+#define TANDEM_DECLARE_NIBBLE_ROWS(name, isa)                                                                         \
+    void dot_##name##_rows_##isa(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y); \
+    void prepare_##name##_rows_##isa(const void* a, int64_t n, void* out);                                          \
+    size_t name##_rows_##isa##_prepared_bytes(int64_t n);
+TANDEM_DECLARE_NIBBLE_ROWS(iq4_nl, avx2)
+TANDEM_DECLARE_NIBBLE_ROWS(mxfp4, avx2)
+TANDEM_DECLARE_NIBBLE_ROWS(iq4_nl, avx512)
+TANDEM_DECLARE_NIBBLE_ROWS(mxfp4, avx512)
+#undef TANDEM_DECLARE_NIBBLE_ROWS
 void dot_q4_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void prepare_q4_K_rows(const void* a, int64_t n, void* out);
 size_t q4_K_rows_prepared_bytes(int64_t n);
 void dot_q2_K_rows_avx512(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 #define TANDEM_DECODE_MULTI_ARGS \
     int64_t n, const void *w, size_t row_stride, int n_rows, const void *a, size_t a_stride, int nt, float *y, int64_t ldy
-void dot_q4_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);  // decode_rows_q4_0_avx2.cpp
+void dot_q4_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);  // decode_rows_q4_0_avx2.cpp (decode_rows_nibble_x86.h)
+void dot_iq4_nl_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
+void dot_mxfp4_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
+void dot_iq4_nl_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
+void dot_mxfp4_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void dot_q4_K_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);  // avx2/decode_rows_q4_K_tokens_avx2.cpp, eight rows in the lanes
 // Q4_1, Q5_0, Q5_1 and Q8_0 (vec_dot_avx2.cpp): eight rows a pass.
 void dot_q4_1_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);

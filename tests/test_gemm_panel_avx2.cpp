@@ -3,8 +3,8 @@
 // bit, on model-like data and on extreme codes and activations that reach
 // the int16 limits the kernels rely on), and matmul() at the AVX2 level
 // against Scalar on batches large enough to take the panels. The AVX-512
-// VNNI panels of the i-quants (avx512/gemm_panel_iq_avx512.cpp) get the
-// same direct checks.
+// VNNI panels of the i-quants, IQ4_NL and MXFP4 get the same direct checks,
+// and so do the AVX2 decode-rows kernels of IQ4_NL and MXFP4.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -242,9 +242,10 @@ TEST(GemmPanelAvx2, MatchesReferenceRowKernelBits) {
     }
 }
 
-// The AVX-512 VNNI panels of the i-quants (avx512/gemm_panel_iq_avx512.cpp),
-// called directly as the AVX2 panels above: random codes with sane scales,
-// and every byte pattern against activations mostly at -128 and 127.
+// The AVX-512 VNNI panels of the i-quants (avx512/gemm_panel_iq_avx512.cpp)
+// and of IQ4_NL and MXFP4 (avx512/gemm_panel_kq_avx512.cpp), called directly
+// as the AVX2 panels above: random codes with sane scales, and every byte
+// pattern against activations mostly at -128 (Q8_K) or -127 and 127.
 TEST(GemmPanelAvx512, IquantPanelsMatchReferenceRowKernelBits) {
     if (!cpu::simd_level_supported(SimdLevel::Avx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
     std::mt19937 rng(33);
@@ -265,7 +266,7 @@ TEST(GemmPanelAvx512, IquantPanelsMatchReferenceRowKernelBits) {
         }
         ++checked;
     }
-    EXPECT_EQ(checked, 8) << "the eight 256-element i-quants have AVX-512 panels";
+    EXPECT_EQ(checked, 10) << "the eight 256-element i-quants, IQ4_NL and MXFP4 have AVX-512 panels";
 }
 
 // The Q8_0 and Q5_0 panels (avx2/gemm_panel_signed_avx2.cpp) walk tiles of
@@ -305,6 +306,47 @@ TEST(GemmPanelAvxVnni, SignedPanelsMatchReferenceBits) {
                     check_panel(t, quantized_weights(rng, t, n_rows, n), n_rows, n,
                                 make_acts(rng, Type::Q8_0, n_tokens, n, 0, false), n_tokens, "quantized", PanelIsa::AvxVnni);
                 }
+            }
+        }
+    }
+}
+
+// The decode-rows kernels of the table formats IQ4_NL and MXFP4
+// (kernels_cpu/decode_rows_nibble_x86.h: AVX2, and AVX-512 VNNI where the
+// CPU has it), called directly: every byte pattern of weights against
+// activations mostly at -128 and 127 (their int32 totals are exact over
+// the whole int8 range), rows of whole chunks of 8 blocks and of a tail,
+// one token and several, each output the scalar single-row kernel's bits.
+TEST(DecodeRowsAvx2, TableFormatsMatchSingleRowBitsAtExtremes) {
+    if (avx2_panel_types().empty()) GTEST_SKIP() << "no AVX2 on this CPU";
+    std::mt19937 rng(35);
+    const bool vnni = cpu::simd_level_supported(SimdLevel::Avx512Vnni);
+    for (Type t : {Type::IQ4_NL, Type::MXFP4}) {
+        const cpu::detail::WeightKernels& k = *cpu::detail::weight_kernels(t);
+        std::vector<const cpu::detail::DecodeRows*> builds{&k.rows_avx2};
+        if (vnni) builds.push_back(&k.rows_avx512);
+        for (const cpu::detail::DecodeRows* rows : builds) {
+            ASSERT_NE(rows->multi, nullptr);
+            const std::string what = std::string(quant::traits(t).name) + (rows == &k.rows_avx2 ? " avx2" : " avx512");
+            for (int64_t n : {256, 352, 2080}) {
+                const int n_rows = 13, nt = 3;
+                const std::vector<uint8_t> w = raw_weights(rng, t, n_rows, n);
+                const Acts acts = make_acts(rng, Type::Q8_0, nt, n, 0, true, true);
+                const size_t prepared = (rows->prepared_bytes(n) + 63) / 64 * 64;
+                std::unique_ptr<void, decltype(&std::free)> buf(std::aligned_alloc(64, prepared * nt), &std::free);
+                auto* base = static_cast<uint8_t*>(buf.get());
+                for (int tok = 0; tok < nt; ++tok) rows->prepare(acts.data.data() + tok * acts.stride, n, base + tok * prepared);
+                std::vector<float> one(n_rows), y(static_cast<size_t>(nt * n_rows)), ref(y.size());
+                rows->fn(n, w.data(), row_size(t, n), n_rows, base, one.data());
+                rows->multi(n, w.data(), row_size(t, n), n_rows, base, prepared, nt, y.data(), n_rows);
+                for (int tok = 0; tok < nt; ++tok) {
+                    for (int r = 0; r < n_rows; ++r) {
+                        k.dot.scalar(n, w.data() + r * row_size(t, n), acts.data.data() + tok * acts.stride, acts.stride, 1,
+                                     &ref[tok * n_rows + r], 1);
+                    }
+                }
+                EXPECT_EQ(std::memcmp(one.data(), ref.data(), one.size() * sizeof(float)), 0) << what << " n=" << n;
+                EXPECT_EQ(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)), 0) << what << " n=" << n;
             }
         }
     }

@@ -490,7 +490,7 @@ TEST(Matmul, LlamaOrderTypesBitIdenticalAcrossLevels) {
 TEST(Matmul, SmallBatchesMatchSingleTokenBits) {
     std::mt19937 rng(41);
     for (Type t : {Type::Q4_K, Type::Q6_K, Type::Q8_0, Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1, Type::Q2_K,
-                   Type::Q3_K, Type::Q5_K}) {
+                   Type::Q3_K, Type::Q5_K, Type::IQ4_NL, Type::MXFP4}) {
         for (int64_t n : {768, 9216, 864}) {
             if (n % block_elems(t) != 0) continue;
             for (int64_t n_rows : {5, 13, 77}) {
@@ -555,14 +555,16 @@ TEST(F16Table, EveryValueAsTheReferenceConversion) {
 }
 
 // The several-rows decode kernels (Q4_K four rows a pass at AVX2, eight at
-// AVX-512 as Q2_K and Q4_0, eight for Q4_1/Q5_0/Q5_1/Q8_0 at AVX2, one after another for
+// AVX-512 as Q2_K and Q4_0, eight for Q4_0/IQ4_NL/MXFP4 and
+// Q4_1/Q5_0/Q5_1/Q8_0 at AVX2, one after another for
 // Q3_K, Q5_K and Q6_K; prepared activation,
 // spans of 128 to 256 blocks) against the scalar single-row
 // kernels, bit for bit: rows that are not a multiple of the pass, rows made
 // of a tail only, of whole chunks and a tail, and longer than one span.
 TEST(Matmul, DecodeRowsKernelsMatchSingleRowBits) {
     std::mt19937 rng(21);
-    for (Type t : {Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1, Type::Q8_0, Type::Q4_K, Type::Q2_K, Type::Q3_K, Type::Q5_K, Type::Q6_K}) {
+    for (Type t : {Type::Q4_0, Type::Q4_1, Type::Q5_0, Type::Q5_1, Type::Q8_0, Type::Q4_K, Type::Q2_K, Type::Q3_K, Type::Q5_K, Type::Q6_K,
+                   Type::IQ4_NL, Type::MXFP4}) {
         for (int64_t n : {224, 640, 2048, 8544, 11264, 34816}) {
             if (n % quant::traits(t).block_elems != 0) continue;
             for (int64_t n_rows : {1, 5, 8, 13, 16, 40}) {

@@ -67,6 +67,14 @@ const Row kRows[] = {
     {Type::IQ2_S, SimdLevel::Avx512Vnni, 7, F, 0, 0, false, 0, true, N},
     {Type::IQ3_XXS, SimdLevel::Avx512Vnni, 40, S, 0, 0, false, 0, true, N},
     {Type::IQ4_XS, SimdLevel::Scalar, 64, F, 0, 64, false, 64, true, N},
+    // IQ4_NL and MXFP4 as Q4_0: AVX2's decode rows at every level (one
+    // token, and a few below the panels), the panels for every token of a
+    // batch (no batch form) from 32 at Avx512Vnni and from 8 at AVX2.
+    {Type::IQ4_NL, SimdLevel::Avx2, 1, F, 0, 0, true, 0, true, N},
+    {Type::IQ4_NL, SimdLevel::Avx512Vnni, 1, F, 0, 0, true, 0, true, N},
+    {Type::MXFP4, SimdLevel::Avx512Vnni, 8, F, 0, 0, true, 0, true, N},
+    {Type::IQ4_NL, SimdLevel::Avx512Vnni, 66, F, 64, 0, false, 0, true, N},
+    {Type::MXFP4, SimdLevel::Avx2, 8, F, 8, 0, false, 0, true, N},
     // Float weights: F32 read as they are; BF16 and F16 batches rounded to
     // 16 bits but kept as f32 (the wide dot). A token group of four such
     // rows is too wide for L1: column chunks of 16 KiB (1024 f32), but for

@@ -18,10 +18,17 @@
 //     block, one vpmaddwd per two groups: sum u a - B sum a = sum code a;
 //   - IQ4_XS (codes -127 .. 113, no bias fits a byte pair in int16): the
 //     signed codes against the activations' magnitudes, |a| x (code with
-//     a's sign), at most 2 x 128 x 127 a pair, one quad a run; the
-//     magnitudes |a| are appended to each activation row by
-//     iq4_xs_panel_prepare_avx2 (computing them in the loop was a fifth of
-//     its instructions).
+//     a's sign), at most 2 x 128 x 127 a pair, widened by vpmaddwd at
+//     every quad; the magnitudes |a| are appended to each activation row
+//     by iq4_xs_panel_prepare_avx2 (computing them in the loop was a fifth
+//     of its instructions). Its loop (iq4_xs_tiles) takes both half panels
+//     of a token tile at once, so each broadcast of a and |a| serves 16
+//     rows: 2048x2048 x 256 tokens, one thread, 16.1-16.4 -> 15.2-15.5 ms
+//     (vpsignb, vpmaddubsw and vpmaddwd a quad remain; two multiplies a
+//     quad in other forms measured no faster: int16 values times the
+//     multipliers against int16 activations, two vpmaddwd a quad,
+//     17.6-17.7 ms against 16.1-16.4 before; IQ4_NL's two nibble planes of
+//     u = code + 128 run 16.9-17.2 in its panel).
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
 #include <cstddef>
@@ -75,35 +82,17 @@ void unpack_iq(const panel_avx2::HalfRows& rows, int64_t i, HalfIq& p) {
     }
 }
 
-// The pair sums of four codes of each row (w) against four activation
-// bytes at a: u x a (biased, unsigned codes) or |a| x (code with a's
-// sign), |a| read from abs_a.
-template <bool kSignedCodes>
-inline __m256i quad_pairs(__m256i w, const int8_t* a, const uint8_t* abs_a) {
-    const __m256i av = panel_avx2::bcast4(a);
-    if constexpr (kSignedCodes) {
-        return _mm256_maddubs_epi16(panel_avx2::bcast4(abs_a), _mm256_sign_epi8(w, av));
-    } else {
-        return _mm256_maddubs_epi16(w, av);
-    }
-}
-
 template <class Dec, int kBias, int kRun>
 void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, size_t a_stride,
              int64_t n_tokens, float* y, int64_t ldy, void* buf) {
-    constexpr bool kSigned = kBias == 0;
-    // A run of kRun quads: 2 kRun products of at most 128 x (2 B, or 127
-    // for the signed codes, one quad a run) in an int16.
-    static_assert(kSigned ? kRun == 1 && Dec::kMaxCode <= 127 : kBias >= Dec::kMaxCode && kRun * 2 * 2 * kBias * 128 <= 32768,
-                  "int16 pair sums would saturate");
+    // A run of kRun quads: 2 kRun products of at most 128 x 2 B in an int16.
+    static_assert(kBias >= Dec::kMaxCode && kRun * 2 * 2 * kBias * 128 <= 32768, "int16 pair sums would saturate");
     static_assert(4 % kRun == 0, "runs inside a group");
     const int64_t nb = n_cols / kQK_K;
     const HalfIq* blocks =
         panel_avx2::unpack_panel<HalfIq, typename Dec::Block>(w, row_stride, n_rows, nb, buf, unpack_iq<Dec, kBias>);
     panel_avx2::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](int h, const block_q8_K* const* act, __m256* out) {
         const HalfIq* half = blocks + h * nb;
-        const uint8_t* abs_a[NT];  // IQ4_XS: the magnitudes iq4_xs_panel_prepare_avx2 appended
-        for (int t = 0; t < NT; ++t) abs_a[t] = panel_avx2::extras(act[t], nb);
         __m256 acc[NT];
         for (auto& v : acc) v = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
@@ -116,8 +105,7 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
                     for (int q = q0; q < q0 + kRun; ++q) {
                         const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.codes[4 * g + q]));
                         for (int t = 0; t < NT; ++t) {
-                            const size_t k = static_cast<size_t>(16 * g + 4 * q);
-                            const __m256i pr = quad_pairs<kSigned>(wv, act[t][i].qs + k, abs_a[t] + kQK_K * static_cast<size_t>(i) + k);
+                            const __m256i pr = _mm256_maddubs_epi16(wv, panel_avx2::bcast4(act[t][i].qs + 16 * g + 4 * q));
                             dot[t] = q == q0 ? pr : panel_avx2::add16(dot[t], pr);
                         }
                     }
@@ -127,13 +115,11 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
                     }
                 }
             }
-            if constexpr (!kSigned) {
-                // B x sum_g mult_g x bsum_g, two groups a vpmaddwd (|B mult| <= 62 x 31).
-                for (int k = 0; k < 8; ++k) {
-                    const __m256i coef = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.coef2[k]));
-                    for (int t = 0; t < NT; ++t) {
-                        total[t] = _mm256_sub_epi32(total[t], _mm256_madd_epi16(coef, panel_avx2::bcast4(act[t][i].bsums + 2 * k)));
-                    }
+            // B x sum_g mult_g x bsum_g, two groups a vpmaddwd (|B mult| <= 62 x 31).
+            for (int k = 0; k < 8; ++k) {
+                const __m256i coef = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.coef2[k]));
+                for (int t = 0; t < NT; ++t) {
+                    total[t] = _mm256_sub_epi32(total[t], _mm256_madd_epi16(coef, panel_avx2::bcast4(act[t][i].bsums + 2 * k)));
                 }
             }
             const __m256 d = _mm256_load_ps(p.d);
@@ -143,6 +129,62 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
         }
         for (int t = 0; t < NT; ++t) out[t] = acc[t];
     });
+}
+
+// IQ4_XS over token tiles, both half panels (kHalves of them, 2 where
+// there are more than 8 rows) per activation broadcast: the block totals
+// as iq_gemm's, each quad's pair sums |a| x (code with a's sign) widened
+// and scaled at once by vpmaddwd against (mult, mult).
+template <int kHalves>
+void iq4_xs_tiles(const HalfIq* blocks, int64_t nb, const void* a, size_t a_stride, int64_t n_tokens, int64_t n_rows,
+                  float* y, int64_t ldy) {
+    static_assert(Iq4xsDec::kMaxCode <= 127, "|code| x 128 x 2 within an int16 pair sum");
+    const auto* abase = static_cast<const uint8_t*>(a);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
+        const block_q8_K* act[NT];
+        const uint8_t* abs_a[NT];  // the magnitudes iq4_xs_panel_prepare_avx2 appended
+        for (int t = 0; t < NT; ++t) {
+            act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+            abs_a[t] = panel_avx2::extras(act[t], nb);
+        }
+        __m256 acc[NT][kHalves];
+        for (auto& token : acc) {
+            for (__m256& v : token) v = _mm256_setzero_ps();
+        }
+        for (int64_t i = 0; i < nb; ++i) {
+            __m256i total[NT][kHalves];
+            for (int g = 0; g < 16; ++g) {
+                __m256i sc[kHalves];
+                for (int h = 0; h < kHalves; ++h) sc[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(blocks[h * nb + i].mult2[g]));
+                for (int q = 0; q < 4; ++q) {
+                    __m256i wv[kHalves];
+                    for (int h = 0; h < kHalves; ++h) {
+                        wv[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(blocks[h * nb + i].codes[4 * g + q]));
+                    }
+                    for (int t = 0; t < NT; ++t) {
+                        const size_t k = static_cast<size_t>(16 * g + 4 * q);
+                        const __m256i av = panel_avx2::bcast4(act[t][i].qs + k);
+                        const __m256i mag = panel_avx2::bcast4(abs_a[t] + kQK_K * static_cast<size_t>(i) + k);
+                        for (int h = 0; h < kHalves; ++h) {
+                            const __m256i m = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(wv[h], av)), sc[h]);
+                            total[t][h] = g == 0 && q == 0 ? m : _mm256_add_epi32(total[t][h], m);
+                        }
+                    }
+                }
+            }
+            for (int h = 0; h < kHalves; ++h) {
+                const __m256 d = _mm256_load_ps(blocks[h * nb + i].d);
+                for (int t = 0; t < NT; ++t) {
+                    acc[t][h] = _mm256_fmadd_ps(_mm256_set1_ps(act[t][i].d), _mm256_mul_ps(_mm256_cvtepi32_ps(total[t][h]), d), acc[t][h]);
+                }
+            }
+        }
+        for (int h = 0; h < kHalves; ++h) {
+            for (int t = 0; t < NT; ++t) {
+                panel_avx2::store_rows(y + (t0 + t) * ldy + kHalf * h, acc[t][h], static_cast<int>(n_rows - kHalf * h));
+            }
+        }
+    }
 }
 
 }  // namespace
@@ -172,7 +214,16 @@ TANDEM_IQ_PANEL(iq3_xxs, Iq3xxsDec, Iq3xxsDec::kMaxCode, 1)
 TANDEM_IQ_PANEL(iq3_s, Iq3sDec, Iq3sDec::kMaxCode, 4)
 TANDEM_IQ_PANEL(iq1_s, Iq1sDec, Iq1sDec::kMaxCode, 4)
 TANDEM_IQ_PANEL(iq1_m, Iq1mDec, Iq1mDec::kMaxCode, 4)
-TANDEM_IQ_PANEL(iq4_xs, Iq4xsDec, 0, 1)
 #undef TANDEM_IQ_PANEL
+void iq4_xs_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
+                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+    const int64_t nb = n_cols / kQK_K;
+    const HalfIq* blocks = panel_avx2::unpack_panel<HalfIq, block_iq4_xs>(w, row_stride, n_rows, nb, buf, unpack_iq<Iq4xsDec, 0>);
+    if (n_rows > kHalf) {
+        iq4_xs_tiles<2>(blocks, nb, a, a_stride, n_tokens, n_rows, y, ldy);
+    } else {
+        iq4_xs_tiles<1>(blocks, nb, a, a_stride, n_tokens, n_rows, y, ldy);
+    }
+}
 
 }  // namespace tandem::cpu::detail

@@ -2,7 +2,8 @@
 // the orders dot_q2_K_batch (llama.cpp's repacked kernel: spans of 128),
 // dot_q3_K_batch and dot_q5_K_batch (its tiled kernels: super-block
 // totals) reproduce: integer totals per row in the lanes, then the float
-// steps of the scalar reference.
+// steps of the scalar reference. Also Q4_0, IQ4_NL and MXFP4 (one total
+// a block, as their single-row kernels).
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
 #include <cstddef>
@@ -10,6 +11,7 @@
 
 #include "kernels_cpu/gemm_panel.h"
 #include "kernels_cpu/avx512/gemm_panel_avx512.h"
+#include "kernels_cpu/nibble_formats.h"
 #include "runtime/quant/fp16.h"
 #include "runtime/quant/quant_blocks.h"
 #include "runtime/quant/quant_element.h"
@@ -152,55 +154,50 @@ void unpack2_rows(const panel::PanelRows& rows, int64_t i, Panel2& p) {
     _mm512_store_ps(p.dmin, rows.halves(i, offsetof(block_q2_K, dmin)));
 }
 
-// Q4_0: blocks of 32 with an fp16 scale; value = code - 8. The codes stay
-// unsigned, the vpdpbusd operand whose activation bytes come by embedded
-// broadcast (one instruction per four elements, where signed codes would
-// need the activations unsigned, in a register broadcast apart), and each
-// token's block total starts from -8 times the block's activation sum,
-// which q4_0_panel_prepare appends to the activation row: the same exact
-// integer total as subtracting 8 from every code.
+// Q4_0, IQ4_NL, MXFP4 (nibble_formats.h): blocks of 32 codes with one
+// scale; value = u - kOffset, u the nibble (Q4_0) or its table entry. The
+// u stay unsigned, the vpdpbusd operand whose activation bytes come by
+// embedded broadcast (one instruction per four elements, where signed
+// values would need the activations unsigned, in a register broadcast
+// apart), and each token's block total starts from -kOffset times the
+// block's activation sum, which the panel's prepare (write_block_starts)
+// appends to the activation row: the same exact integer total as the
+// values' (vpdpbusd sums u8 x s8 products in int32 without saturating).
 struct Panel40 {
     alignas(64) uint8_t codes[8][kPanelRows][4];
     alignas(64) float d[kPanelRows];
 };
 
 // Block i of all 16 rows (rows transposed into lanes): group g is the low
-// nibbles (g < 4) or the high ones of qs[4 (g % 4) ..].
+// nibbles (g < 4) or the high ones of qs[4 (g % 4) ..], looked up in the
+// format's table.
+template <class Block>
 void unpack40_rows(const panel::PanelRows& rows, int64_t i, Panel40& p) {
+    using F = NibbleFormat<Block>;
     __m512i q[4];
-    rows.lanes16(i, offsetof(block_q4_0, qs), q);
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
+    rows.lanes16(i, F::kQs, q);
+    const __m512i low4 = _mm512_set1_epi8(0x0F), table = _mm512_broadcast_i32x4(nibble_table<Block>());
     for (int g = 0; g < 8; ++g) {
-        const __m512i codes = _mm512_and_si512(g < 4 ? q[g] : _mm512_srli_epi32(q[g - 4], 4), low4);
+        __m512i codes = _mm512_and_si512(g < 4 ? q[g] : _mm512_srli_epi32(q[g - 4], 4), low4);
+        if constexpr (F::kLookup) codes = _mm512_shuffle_epi8(table, codes);
         _mm512_store_si512(p.codes[g], _mm512_maskz_mov_epi32(rows.live, codes));
     }
-    _mm512_store_ps(p.d, rows.halves(i, offsetof(block_q4_0, d)));
+    if constexpr (F::kHalfScale) {
+        _mm512_store_ps(p.d, rows.halves(i, 0));
+    } else {
+        for (int r = 0; r < kPanelRows; ++r) {
+            p.d[r] = ((rows.live >> r) & 1) != 0 ? F::scale(*reinterpret_cast<const Block*>(rows.at(r, i, 0))) : 0.0f;
+        }
+    }
 }
 
-}  // namespace
-
-size_t q4_0_panel_bytes(int64_t n_cols) { return sizeof(Panel40) * static_cast<size_t>(n_cols / 32); }
-
-void q4_0_panel_prepare(quant::Type a_type, void* row, int64_t n_cols) {
-    TANDEM_CHECK(a_type == quant::Type::Q8_0, "q4_0 panel: activations not Q8_0");
-    panel::for_each_row_block<block_q8_0>(row, n_cols / 32, kQ4_0PanelExtraBytes, [](const block_q8_0& b, uint8_t* out) {
-        // Sum of the 32 signed bytes: sum of (byte + 128) by vpsadbw, less 32 * 128.
-        const __m256i q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)), _mm256_set1_epi8(static_cast<char>(0x80)));
-        const __m256i s = _mm256_sad_epu8(q, _mm256_setzero_si256());
-        const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        const int32_t sum = static_cast<int32_t>(_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1)) - 32 * 128;
-        const int32_t start = -8 * sum;
-        static_assert(sizeof start == kQ4_0PanelExtraBytes, "one start per block");
-        std::memcpy(out, &start, sizeof start);
-    });
-}
-
-void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
-                            size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
+template <class Block>
+void nibble_panel_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, size_t a_stride,
+                       int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / 32;
     auto* blocks = static_cast<Panel40*>(buf);
-    const panel::PanelRows rows(w, row_stride, n_rows, sizeof(block_q4_0));
-    for (int64_t i = 0; i < nb; ++i) unpack40_rows(rows, i, blocks[i]);
+    const panel::PanelRows rows(w, row_stride, n_rows, sizeof(Block));
+    for (int64_t i = 0; i < nb; ++i) unpack40_rows<Block>(rows, i, blocks[i]);
     const size_t start_offset = panel::extras_offset<block_q8_0>(nb);
     panel::for_token_tiles<block_q8_0>(a, a_stride, n_tokens, n_rows, y, ldy, [&](const block_q8_0* const* act, __m512* out) {
         const uint8_t* start[NT];
@@ -224,6 +221,23 @@ void q4_0_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
         for (int t = 0; t < NT; ++t) out[t] = acc[t];
     });
 }
+
+}  // namespace
+
+size_t q4_0_panel_bytes(int64_t n_cols) { return sizeof(Panel40) * static_cast<size_t>(n_cols / 32); }
+
+#define TANDEM_NIBBLE_PANEL(name, Block)                                                                             \
+    void name##_panel_prepare(quant::Type a_type, void* row, int64_t n_cols) {                                        \
+        write_block_starts<Block>(a_type, row, n_cols);                                                                \
+    }                                                                                                                  \
+    void name##_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,     \
+                                  size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {                \
+        nibble_panel_gemm<Block>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);                    \
+    }
+TANDEM_NIBBLE_PANEL(q4_0, block_q4_0)
+TANDEM_NIBBLE_PANEL(iq4_nl, block_iq4_nl)
+TANDEM_NIBBLE_PANEL(mxfp4, block_mxfp4)
+#undef TANDEM_NIBBLE_PANEL
 
 size_t q2_K_panel_bytes(int64_t n_cols) { return sizeof(Panel2) * static_cast<size_t>(n_cols / kQK_K); }
 
