@@ -387,6 +387,12 @@ void launch_block_dot(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64
     run(w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y + t_begin * ldy, ldy, stream);
 }
 
+// The 256-element i-quants' single-row order: matmul_iq.cu's kernel.
+template <class O>
+struct IsIqLanes : std::false_type {};
+template <class T>
+struct IsIqLanes<dot::IqLanesOrder<T>> : std::true_type {};
+
 template <quant::Type W>
 void launch_pair(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols, const float* x, int64_t ldx,
                  int64_t n_tokens, void* scratch, float* y, int64_t ldy, bool single_order, cudaStream_t stream) {
@@ -404,8 +410,13 @@ void launch_pair(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_
         using Batch = typename dot::OrderOf<W, dot::Form::Batch>::type;
         using Single = typename dot::OrderOf<W, dot::Form::Single>::type;
         launch_block_dot<Batch>(w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, 0, batch_end, y, ldy, stream);
-        launch_block_dot<Single>(w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, batch_end, n_tokens, y, ldy,
-                                 stream);
+        if constexpr (IsIqLanes<Single>::value) {
+            launch_iq_lanes(W, w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, batch_end, n_tokens, y, ldy,
+                            stream);
+        } else {
+            launch_block_dot<Single>(w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, batch_end, n_tokens, y,
+                                     ldy, stream);
+        }
     }
 }
 

@@ -52,12 +52,14 @@ static __device__ const int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -
 // Byte j (the weight j of a group) of a grid row.
 TANDEM_HOST_DEVICE int grid_byte(uint64_t row, int j) { return static_cast<int>((row >> (8 * j)) & 0xFFu); }
 
-TANDEM_HOST_DEVICE uint64_t iq2xxs_row(int i) { return TANDEM_IQ_TABLE(kIq2xxsGrid)[i]; }
-TANDEM_HOST_DEVICE uint64_t iq2xs_row(int i) { return TANDEM_IQ_TABLE(kIq2xsGrid)[i]; }
-TANDEM_HOST_DEVICE uint64_t iq2s_row(int i) { return TANDEM_IQ_TABLE(kIq2sGrid)[i]; }
-TANDEM_HOST_DEVICE uint32_t iq3xxs_row(int i) { return TANDEM_IQ_TABLE(kIq3xxsGrid)[i]; }
-TANDEM_HOST_DEVICE uint32_t iq3s_row(int i) { return TANDEM_IQ_TABLE(kIq3sGrid)[i]; }
-TANDEM_HOST_DEVICE uint64_t iq1s_row(int i) { return TANDEM_IQ_TABLE(kIq1sGrid)[i]; }
+// Each grid as a pointer (the decoders' grid(); a CUDA kernel may pass its
+// shared-memory copy instead).
+TANDEM_HOST_DEVICE const uint64_t* iq2xxs_grid() { return TANDEM_IQ_TABLE(kIq2xxsGrid); }
+TANDEM_HOST_DEVICE const uint64_t* iq2xs_grid() { return TANDEM_IQ_TABLE(kIq2xsGrid); }
+TANDEM_HOST_DEVICE const uint64_t* iq2s_grid() { return TANDEM_IQ_TABLE(kIq2sGrid); }
+TANDEM_HOST_DEVICE const uint32_t* iq3xxs_grid() { return TANDEM_IQ_TABLE(kIq3xxsGrid); }
+TANDEM_HOST_DEVICE const uint32_t* iq3s_grid() { return TANDEM_IQ_TABLE(kIq3sGrid); }
+TANDEM_HOST_DEVICE const uint64_t* iq1s_grid() { return TANDEM_IQ_TABLE(kIq1sGrid); }
 TANDEM_HOST_DEVICE int iq4nl_value(int q) { return TANDEM_IQ_TABLE(kIq4nlValues)[q]; }
 TANDEM_HOST_DEVICE int mxfp4_value(int q) { return TANDEM_IQ_TABLE(kMxfp4Values)[q]; }
 #undef TANDEM_IQ_TABLE

@@ -1,0 +1,164 @@
+// The 256-element i-quants' single-row products (IqLanesOrder, dot_order_iq.h)
+// on the GPU, with the CPU's bits: the integers of each block and lane are
+// the CPU's (exact; summed in any order), and each (row, lane, token)
+// chain steps its blocks in the CPU's order.
+//
+// block_dot_kernel (matmul.cu) gives a whole block to one thread, which
+// runs part() for every token: 64 four-element groups of decoding (grid
+// row, signs, multiplier) per block and token, each grid row looked up
+// twice and each multiplier four times. Here a block's work is spread
+// over four threads and decoded once for every token:
+// - thread (r, g) of a warp holds row r (kIqRows a warp) and lanes 2g and
+//   2g + 1, elements 8g..8g+7 of each 32-element chunk: one grid group a
+//   chunk, so its grid row (or two), its sign set and its multiplier are
+//   read once (IqLanesOrder::group) and serve both lanes and every token;
+// - the grid is copied to shared memory once per CUDA block (kIqWarps x
+//   kIqRows rows): the lookups are random, and a shared-memory gather costs
+//   its bank conflicts, a cached global one a pass per 128-byte line;
+// - per token the thread takes two dp4a and two multiplies a chunk
+//   (add_group), then steps its two lanes' chains (step_lane) with the
+//   block scale weight_scale * a.d, as part() and step() do;
+// - IQ1_S's shift chain (a block integer from the activation sums) is
+//   summed over the four threads, two chunks each, by shuffles; IQ1_M's
+//   shift lanes come with the thread's lanes;
+// - at the end thread (r, 0) gathers the row's eight lanes by shuffles and
+//   finishes as the CPU does.
+// docs/performance.md counts the work a block against block_dot_kernel's.
+#include <cuda_runtime.h>
+
+#include "kernels_cuda/cuda_kernels.h"
+#include "runtime/quant/dot_order.h"
+
+namespace tandem::cuda::kernels {
+namespace {
+
+namespace dot = quant::dot;
+namespace iq = quant::iq;
+
+constexpr int kIqRows = 8;   // rows a warp, four threads a row
+constexpr int kIqWarps = 4;  // warps a CUDA block: the grid copy serves 32 rows
+constexpr unsigned kFull = 0xffffffffu;
+
+template <class O, int kT>
+__global__ void __launch_bounds__(32 * kIqWarps)
+    iq_lanes_kernel(const void* __restrict__ w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_blocks,
+                    const void* __restrict__ a, uint64_t a_row_bytes, int64_t n_tokens, float* __restrict__ y,
+                    int64_t ldy) {
+    using D = typename O::D;
+    using WBlock = typename O::WBlock;
+    using ABlock = typename O::ABlock;
+    using Row = iq::GridRow<D>;
+    constexpr bool kChain = O::kShift == dot::IqShift::Chain;
+    // The grid in shared memory, copied by the whole CUDA block before any
+    // warp may leave.
+    const Row* grid = nullptr;
+    if constexpr (iq::kHasGrid<D>) {
+        __shared__ Row shared_grid[D::kGridRows];
+        const Row* src = D::grid();
+        const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
+        for (int i = tid; i < D::kGridRows; i += static_cast<int>(blockDim.x * blockDim.y)) shared_grid[i] = src[i];
+        __syncthreads();
+        grid = shared_grid;
+    }
+    const int lane_id = static_cast<int>(threadIdx.x);
+    const int r = lane_id / 4;
+    const int g = lane_id % 4;  // lanes 2g, 2g + 1
+    const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kIqWarps + threadIdx.y) * kIqRows;
+    if (row0 >= n_rows) return;  // whole warps leave together
+    // Rows past the end repeat the last row: computed, never stored.
+    const int64_t row = row0 + r < n_rows ? row0 + r : n_rows - 1;
+    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kT;
+    const int nt = static_cast<int>(n_tokens - t0 < kT ? n_tokens - t0 : kT);
+    const auto* wrow = reinterpret_cast<const WBlock*>(static_cast<const char*>(w) + row * w_row_bytes);
+    const char* act = static_cast<const char*>(a) + t0 * a_row_bytes;
+    const auto token = [&](int t) { return reinterpret_cast<const ABlock*>(act + (t < nt ? t : 0) * a_row_bytes); };
+    float acc[kT][2] = {}, acc2[kT][2] = {};
+    for (int64_t i = 0; i < n_blocks; ++i) {
+        const WBlock& wb = wrow[i];  // read in place
+        int lane[kT][2] = {}, shift[kT][2] = {};
+        for (int c = 0; c < 8; ++c) {
+            const typename O::Group q = O::group(wb, c, g, grid);
+            for (int t = 0; t < kT; ++t) {
+                if (t < nt) O::add_group(q, token(t)[i], c, g, lane[t], shift[t]);
+            }
+        }
+        if constexpr (kChain) {
+            // Chunks g and g + 4 here, the other six on the row's other
+            // threads: the block's integer on all four.
+            for (int t = 0; t < kT; ++t) {
+                int s = t < nt ? O::chunk_shift(wb, token(t)[i], g) + O::chunk_shift(wb, token(t)[i], g + 4) : 0;
+                s += __shfl_xor_sync(kFull, s, 1);
+                s += __shfl_xor_sync(kFull, s, 2);
+                shift[t][0] = s;
+            }
+        }
+        const float dw = O::weight_scale(wb);
+        for (int t = 0; t < kT; ++t) {
+            if (t < nt) {
+                const float d = dw * token(t)[i].d;
+                for (int e = 0; e < 2; ++e) O::step_lane(acc[t][e], acc2[t][e], d, lane[t][e], shift[t][e], 2 * g + e);
+            }
+        }
+    }
+    for (int t = 0; t < kT; ++t) {
+        float lanes[8], lanes2[8];
+        for (int h = 0; h < 4; ++h) {
+            for (int e = 0; e < 2; ++e) {
+                lanes[2 * h + e] = __shfl_sync(kFull, acc[t][e], 4 * r + h);
+                lanes2[2 * h + e] = __shfl_sync(kFull, acc2[t][e], 4 * r + h);
+            }
+        }
+        if (g == 0 && t < nt && row0 + r < n_rows) y[(t0 + t) * ldy + row0 + r] = O::finish(lanes, lanes2);
+    }
+}
+
+template <class O, int kT>
+void launch_iq_lanes_kernel(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_blocks, const char* act,
+                            uint64_t a_row_bytes, int64_t n, float* y, int64_t ldy, cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>((n_rows + kIqWarps * kIqRows - 1) / (kIqWarps * kIqRows)),
+                    static_cast<unsigned>((n + kT - 1) / kT));
+    iq_lanes_kernel<O, kT><<<grid, dim3(32, kIqWarps), 0, stream>>>(w, w_row_bytes, n_rows, n_blocks, act,
+                                                                     a_row_bytes, n, y, ldy);
+}
+
+template <quant::Type W>
+void launch_iq_lanes_type(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols, const char* act,
+                          uint64_t a_row_bytes, int64_t n, float* y, int64_t ldy, cudaStream_t stream) {
+    using O = typename dot::OrderOf<W, dot::Form::Single>::type;
+    // The fewest tokens a warp that cover the step, as block_dot_kernel.
+    const auto run = n == 1   ? launch_iq_lanes_kernel<O, 1>
+                     : n == 2 ? launch_iq_lanes_kernel<O, 2>
+                     : n <= 4 ? launch_iq_lanes_kernel<O, 4>
+                              : launch_iq_lanes_kernel<O, 8>;
+    run(w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y, ldy, stream);
+}
+
+}  // namespace
+
+bool launch_iq_lanes(quant::Type w_type, const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols,
+                     const void* a, uint64_t a_row_bytes, int64_t t_begin, int64_t t_end, float* y, int64_t ldy,
+                     void* stream) {
+    const int64_t n = t_end - t_begin;
+    const char* act = static_cast<const char*>(a) + t_begin * a_row_bytes;
+    const auto s = static_cast<cudaStream_t>(stream);
+#define TANDEM_IQ_LANES_CASE(Wt)                                                                                 \
+    if (w_type == quant::Type::Wt) {                                                                             \
+        if (n > 0 && n_rows > 0) {                                                                               \
+            launch_iq_lanes_type<quant::Type::Wt>(w, w_row_bytes, n_rows, n_cols, act, a_row_bytes, n,           \
+                                                  y + t_begin * ldy, ldy, s);                                    \
+        }                                                                                                        \
+        return true;                                                                                             \
+    }
+    TANDEM_IQ_LANES_CASE(IQ2_XXS)
+    TANDEM_IQ_LANES_CASE(IQ2_XS)
+    TANDEM_IQ_LANES_CASE(IQ2_S)
+    TANDEM_IQ_LANES_CASE(IQ3_XXS)
+    TANDEM_IQ_LANES_CASE(IQ3_S)
+    TANDEM_IQ_LANES_CASE(IQ1_S)
+    TANDEM_IQ_LANES_CASE(IQ1_M)
+    TANDEM_IQ_LANES_CASE(IQ4_XS)
+#undef TANDEM_IQ_LANES_CASE
+    return false;
+}
+
+}  // namespace tandem::cuda::kernels
