@@ -44,6 +44,8 @@ __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t ldx, in
 }
 
 // ---- Quantized weights: integer block sums in the CPU's order (dot_order.h)
+// (The 256-element i-quants' single-row order has a kernel of its own,
+// matmul_iq.cu, which spreads a block over four threads.)
 // A warp takes kRows rows and up to kT tokens (1, 2, 4 or 8: a decode
 // step of one sequence keeps one token's state, not eight). The row's blocks go in
 // chunks of 8: thread (r, j) computes O::part of block j of row r for every

@@ -6,18 +6,23 @@
 // block_dot_kernel (matmul.cu) gives a whole block to one thread, which
 // runs part() for every token: 64 four-element groups of decoding (grid
 // row, signs, multiplier) per block and token, each grid row looked up
-// twice and each multiplier four times. Here a block's work is spread
-// over four threads and decoded once for every token:
+// twice and each multiplier four times, the activations read a byte at a
+// time and each load instruction spread over 32 blocks. Here a block's
+// work is spread over four threads and decoded once for every token:
 // - thread (r, g) of a warp holds row r (kIqRows a warp) and lanes 2g and
 //   2g + 1, elements 8g..8g+7 of each 32-element chunk: one grid group a
 //   chunk, so its grid row (or two), its sign set and its multiplier are
 //   read once (IqLanesOrder::group) and serve both lanes and every token;
+// - the warp's 8 blocks of a step are first copied to shared memory in
+//   consecutive 16-bit words (a load instruction reads 64 bytes of one or
+//   two rows), and decoded from there;
 // - the grid is copied to shared memory once per CUDA block (kIqWarps x
 //   kIqRows rows): the lookups are random, and a shared-memory gather costs
 //   its bank conflicts, a cached global one a pass per 128-byte line;
-// - per token the thread takes two dp4a and two multiplies a chunk
-//   (add_group), then steps its two lanes' chains (step_lane) with the
-//   block scale weight_scale * a.d, as part() and step() do;
+// - per token the thread takes two aligned activation words, two dp4a and
+//   two multiplies a chunk (add_group), then steps its two lanes' chains
+//   (step_lane) with the block scale weight_scale * a.d, as part() and
+//   step() do;
 // - IQ1_S's shift chain (a block integer from the activation sums) is
 //   summed over the four threads, two chunks each, by shuffles; IQ1_M's
 //   shift lanes come with the thread's lanes;
@@ -39,6 +44,17 @@ constexpr int kIqRows = 8;   // rows a warp, four threads a row
 constexpr int kIqWarps = 4;  // warps a CUDA block: the grid copy serves 32 rows
 constexpr unsigned kFull = 0xffffffffu;
 
+// Four activation codes: on the device one aligned word (Q8_K rows are
+// 292-byte blocks with their codes at offset 4, from a cudaMalloc'd
+// scratch), on the host the portable load.
+__device__ __forceinline__ uint32_t act_word(const int8_t* p) {
+#if defined(__CUDA_ARCH__)
+    return *reinterpret_cast<const uint32_t*>(p);
+#else
+    return dot::load4(p);
+#endif
+}
+
 template <class O, int kT>
 __global__ void __launch_bounds__(32 * kIqWarps)
     iq_lanes_kernel(const void* __restrict__ w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_blocks,
@@ -49,53 +65,91 @@ __global__ void __launch_bounds__(32 * kIqWarps)
     using ABlock = typename O::ABlock;
     using Row = iq::GridRow<D>;
     constexpr bool kChain = O::kShift == dot::IqShift::Chain;
+    // Chunks unrolled: all eight for one token; fewer with more tokens,
+    // whose loads the compiler would hoist into too many registers.
+    constexpr int kUnroll = kT == 1 ? 8 : kT == 2 ? 4 : 2;
     // The grid in shared memory, copied by the whole CUDA block before any
     // warp may leave.
     const Row* grid = nullptr;
     if constexpr (iq::kHasGrid<D>) {
         __shared__ Row shared_grid[D::kGridRows];
-        const Row* src = D::grid();
+        const Row* table = D::grid();
         const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
-        for (int i = tid; i < D::kGridRows; i += static_cast<int>(blockDim.x * blockDim.y)) shared_grid[i] = src[i];
+        for (int i = tid; i < D::kGridRows; i += static_cast<int>(blockDim.x * blockDim.y)) shared_grid[i] = table[i];
         __syncthreads();
         grid = shared_grid;
     }
     const int lane_id = static_cast<int>(threadIdx.x);
-    const int r = lane_id / 4;
-    const int g = lane_id % 4;  // lanes 2g, 2g + 1
+    const int r = lane_id >> 2;
+    const int g = lane_id & 3;  // lanes 2g, 2g + 1
     const int64_t row0 = (static_cast<int64_t>(blockIdx.x) * kIqWarps + threadIdx.y) * kIqRows;
     if (row0 >= n_rows) return;  // whole warps leave together
-    // Rows past the end repeat the last row: computed, never stored.
-    const int64_t row = row0 + r < n_rows ? row0 + r : n_rows - 1;
     const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kT;
     const int nt = static_cast<int>(n_tokens - t0 < kT ? n_tokens - t0 : kT);
-    const auto* wrow = reinterpret_cast<const WBlock*>(static_cast<const char*>(w) + row * w_row_bytes);
+    // The warp's 8 blocks i, staged in shared memory word by word: word e
+    // of the tile (this thread's e = lane_id + 32m) is word e % kW of row
+    // e / kW's block, so each load instruction reads 64 consecutive bytes
+    // of one or two rows, where the decoders' own reads (a few bytes of
+    // each of 8 rows an instruction) would touch 8 rows' lines.
+    static_assert(sizeof(WBlock) % 2 == 0, "blocks of 16-bit words");
+    constexpr int kW = static_cast<int>(sizeof(WBlock) / 2);
+    constexpr int kTile = kIqRows * kW;
+    constexpr int kCopies = (kTile + 31) / 32;
+    __shared__ uint16_t stage[kIqWarps][kTile];
+    uint16_t* tile = stage[threadIdx.y];
+    const char* wbase = static_cast<const char*>(w) + row0 * w_row_bytes;
+    uint32_t src[kCopies];  // byte offsets from wbase's block 0 (rows past the end repeat the last: computed, never stored)
+#pragma unroll
+    for (int m = 0; m < kCopies; ++m) {
+        const int e = lane_id + 32 * m < kTile ? lane_id + 32 * m : kTile - 1;
+        const int64_t rr = row0 + e / kW < n_rows ? e / kW : n_rows - 1 - row0;
+        src[m] = static_cast<uint32_t>(rr * static_cast<int64_t>(w_row_bytes)) + 2u * static_cast<uint32_t>(e % kW);
+    }
+    const auto& wb = *reinterpret_cast<const WBlock*>(tile + r * kW);
     const char* act = static_cast<const char*>(a) + t0 * a_row_bytes;
-    const auto token = [&](int t) { return reinterpret_cast<const ABlock*>(act + (t < nt ? t : 0) * a_row_bytes); };
+    const ABlock* arows[kT];
+#pragma unroll
+    for (int t = 0; t < kT; ++t) arows[t] = reinterpret_cast<const ABlock*>(act + (t < nt ? t : 0) * a_row_bytes);
     float acc[kT][2] = {}, acc2[kT][2] = {};
     for (int64_t i = 0; i < n_blocks; ++i) {
-        const WBlock& wb = wrow[i];  // read in place
+        const char* blocks = wbase + i * static_cast<int64_t>(sizeof(WBlock));
+        __syncwarp();  // the last block's reads are done
+#pragma unroll
+        for (int m = 0; m < kCopies; ++m) {
+            if (m + 1 < kCopies || lane_id + 32 * m < kTile) {
+                tile[lane_id + 32 * m] = *reinterpret_cast<const uint16_t*>(blocks + src[m]);
+            }
+        }
+        __syncwarp();
         int lane[kT][2] = {}, shift[kT][2] = {};
+#pragma unroll kUnroll
         for (int c = 0; c < 8; ++c) {
             const typename O::Group q = O::group(wb, c, g, grid);
+#pragma unroll
             for (int t = 0; t < kT; ++t) {
-                if (t < nt) O::add_group(q, token(t)[i], c, g, lane[t], shift[t]);
+                if (kT == 1 || t < nt) {  // one token a warp: nt is 1
+                    const int8_t* qs = arows[t][i].qs + 32 * c + 8 * g;
+                    O::add_group(q, act_word(qs), act_word(qs + 4), lane[t], shift[t]);
+                }
             }
         }
         if constexpr (kChain) {
             // Chunks g and g + 4 here, the other six on the row's other
             // threads: the block's integer on all four.
+#pragma unroll
             for (int t = 0; t < kT; ++t) {
-                int s = t < nt ? O::chunk_shift(wb, token(t)[i], g) + O::chunk_shift(wb, token(t)[i], g + 4) : 0;
+                const ABlock& ab = arows[t][i];
+                int s = kT == 1 || t < nt ? O::chunk_shift(wb, ab, g) + O::chunk_shift(wb, ab, g + 4) : 0;
                 s += __shfl_xor_sync(kFull, s, 1);
                 s += __shfl_xor_sync(kFull, s, 2);
                 shift[t][0] = s;
             }
         }
         const float dw = O::weight_scale(wb);
+#pragma unroll
         for (int t = 0; t < kT; ++t) {
-            if (t < nt) {
-                const float d = dw * token(t)[i].d;
+            if (kT == 1 || t < nt) {
+                const float d = dw * arows[t][i].d;
                 for (int e = 0; e < 2; ++e) O::step_lane(acc[t][e], acc2[t][e], d, lane[t][e], shift[t][e], 2 * g + e);
             }
         }

@@ -87,10 +87,9 @@ struct IqLanesOrder {
         if constexpr (T::kShift == IqShift::Lanes) q.shift = D::shift_negative(w, k) ? 0xFFFFFFFFu : 0x01010101u;
         return q;
     }
-    // Group (c, g)'s share of lanes 2g, 2g + 1 (and of IQ1_M's shift lanes).
-    TANDEM_HOST_DEVICE static void add_group(const Group& q, const ABlock& a, int c, int g, int* lane2, int* shift2) {
-        const int k = 32 * c + 8 * g;
-        const uint32_t a0 = load4(a.qs + k), a1 = load4(a.qs + k + 4);
+    // Group (c, g)'s share of lanes 2g, 2g + 1 (and of IQ1_M's shift
+    // lanes), a0 and a1 the activation's codes 32c + 8g.. (four each).
+    TANDEM_HOST_DEVICE static void add_group(const Group& q, uint32_t a0, uint32_t a1, int* lane2, int* shift2) {
         lane2[0] += q.mult * dot4(q.codes.lo, a0, 0);
         lane2[1] += q.mult * dot4(q.codes.hi, a1, 0);
         if constexpr (T::kShift == IqShift::Lanes) {
@@ -106,7 +105,11 @@ struct IqLanesOrder {
     TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
         Part p{};
         for (int c = 0; c < 8; ++c) {
-            for (int g = 0; g < 4; ++g) add_group(group(w, c, g, iq::grid_of<D>()), a, c, g, p.lane + 2 * g, p.shift + 2 * g);
+            for (int g = 0; g < 4; ++g) {
+                const int k = 32 * c + 8 * g;
+                add_group(group(w, c, g, iq::grid_of<D>()), load4(a.qs + k), load4(a.qs + k + 4), p.lane + 2 * g,
+                          p.shift + 2 * g);
+            }
         }
         if constexpr (T::kShift == IqShift::Chain) {
             for (int c = 0; c < 8; ++c) p.shift[0] += chunk_shift(w, a, c);

@@ -21,7 +21,18 @@ namespace tandem::quant::iq {
 
 TANDEM_HOST_DEVICE int signed_if(bool negative, int v) { return negative ? -v : v; }
 TANDEM_HOST_DEVICE float signed_if(bool negative, float v) { return negative ? -v : v; }
-TANDEM_HOST_DEVICE uint32_t load16(const uint8_t* p) { return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8; }
+// Little-endian fields at even offsets of a block. Every i-quant block is
+// an even number of bytes and device rows start aligned, so on the device
+// such a field is one 16-bit load (two for a word) instead of a load a
+// byte; the host reads bytes.
+TANDEM_HOST_DEVICE uint32_t load16(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+    return *reinterpret_cast<const uint16_t*>(p);
+#else
+    return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8;
+#endif
+}
+TANDEM_HOST_DEVICE uint32_t load32_a2(const uint8_t* p) { return load16(p) | load16(p + 2) << 16; }
 
 // Four magnitudes (bytes of mag, each 1..255) negated where the matching
 // bit of neg4 is set, as signed bytes: ~m + 1 per byte, which never
@@ -158,7 +169,7 @@ struct Iq3xxs {
     static constexpr bool kSigned = true;
     TANDEM_HOST_DEVICE static const GridRow* grid() { return iq3xxs_grid(); }
     TANDEM_HOST_DEVICE static uint32_t word(const Block& b, int k) {
-        return element::load_u32(b.qs + kQK_K / 4 + 4 * (k / 32));
+        return load32_a2(b.qs + kQK_K / 4 + 4 * (k / 32));
     }
     TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return static_cast<int>(word(b, k) >> 28); }
     TANDEM_HOST_DEVICE static int row_index(const Block& b, int k) { return b.qs[k / 4]; }  // group g: rows 2g, 2g + 1
@@ -267,6 +278,10 @@ struct Iq1m {
 struct Iq4nl {
     using Block = block_iq4_nl;
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return iq4nl_value(element::nibble32(b.qs, k)); }
+    // Elements k..k+3 (k a multiple of 4): four nibbles, one table lookup.
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        return iq4nl_codes4((load32_a2(b.qs + k % 16) >> (4 * (k / 16))) & 0x0F0F0F0Fu);
+    }
     TANDEM_HOST_DEVICE static int mult(const Block&, int) { return 1; }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         return element::half_to_float(b.d) * static_cast<float>(code(b, k));
@@ -278,6 +293,9 @@ struct Iq4xs {
     using Block = block_iq4_xs;
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) {
         return iq4nl_value(element::nibble32(b.qs + 16 * (k / 32), k % 32));
+    }
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        return iq4nl_codes4((load32_a2(b.qs + 16 * (k / 32) + k % 16) >> (4 * (k % 32 / 16))) & 0x0F0F0F0Fu);
     }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) {
         const int c = k / 32;
@@ -331,11 +349,14 @@ TANDEM_HOST_DEVICE const GridRow<D>* grid_of() {
         return nullptr;
     }
 }
-// The same for dot4: one grid row and four sign bits for a grid type.
+// The same for dot4: one grid row and four sign bits for a grid type,
+// the decoder's own where it has one (IQ4_NL, IQ4_XS: one table lookup).
 template <class D>
 TANDEM_HOST_DEVICE uint32_t codes4(const typename D::Block& b, int k) {
     if constexpr (kHasGrid<D>) {
         return grid_codes4<D>(b, k, D::grid());
+    } else if constexpr (requires { D::codes4(b, k); }) {
+        return D::codes4(b, k);
     } else {
         return codes4_by_element<D>(b, k);
     }
@@ -347,7 +368,7 @@ TANDEM_HOST_DEVICE Codes8 codes8(const typename D::Block& b, int k, const GridRo
     if constexpr (kHasGrid<D>) {
         return grid_codes8<D>(b, k, grid);
     } else {
-        return {codes4_by_element<D>(b, k), codes4_by_element<D>(b, k + 4)};
+        return {codes4<D>(b, k), codes4<D>(b, k + 4)};
     }
 }
 
