@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels_cpu/attention.h"
@@ -109,11 +110,11 @@ TEST_P(CudaMatmulTokens, EveryWeightTypeGivesTheCpuBits) {
 INSTANTIATE_TEST_SUITE_P(CudaMatmul, CudaMatmulTokens, ::testing::Values(1, 2, 3, 7, 8, 19, 40, 67),
                          [](const ::testing::TestParamInfo<int64_t>& i) { return std::to_string(i.param) + "_tokens"; });
 
-// The 256-element i-quants' single-row kernel (matmul_iq.cu) on rows of
-// many blocks: 10 blocks a row (every lane chain steps past the first
-// chunk of blocks), 77 rows (past two CUDA blocks of 32, ending inside a
-// warp's 8), and 1-7 tokens (every token count a warp takes), plus 9 in
-// the single-token order (two token tiles).
+// The 256-element i-quants' kernel (matmul_iq.cu) on rows of many blocks:
+// 10 blocks a row (every chain steps past the first chunk of blocks), 77
+// rows (past two CUDA blocks of 32, ending inside a warp's 8), 1-7 tokens
+// (every token count a warp takes), 9 in the single-token order (two token
+// tiles), and 8 in both orders (the batch form's tiled total).
 TEST(CudaMatmul, IQuantRowsOfManyBlocksGiveTheCpuBits) {
     TANDEM_REQUIRE_GPU(dev);
     constexpr int64_t kRows = 77, kCols = 2560;
@@ -125,13 +126,15 @@ TEST(CudaMatmul, IQuantRowsOfManyBlocksGiveTheCpuBits) {
         std::vector<uint8_t> w(rb * kRows);
         weight_rows(t, wf, kRows, kCols, w.data());
         tc::WeightView view{t, w.data(), kRows, kCols, rb};
-        for (const int64_t n : {1, 2, 3, 4, 5, 7, 9}) {
-            SCOPED_TRACE(std::string(tq::traits(t).name) + ", " + std::to_string(n) + " tokens");
+        for (const auto [n, single] : {std::pair<int64_t, bool>{1, true}, {2, true}, {3, true}, {4, true}, {5, true},
+                                       {7, true}, {9, true}, {8, true}, {8, false}}) {
+            SCOPED_TRACE(std::string(tq::traits(t).name) + ", " + std::to_string(n) + " tokens" +
+                         (single ? "" : ", batch form"));
             const auto x = random_floats(n * kCols, static_cast<uint32_t>(30 + n));
             std::vector<float> ref(n * kRows), gpu(ref.size());
             tc::matmul(view, x.data(), kCols, n, ref.data(), kRows, pool, tc::SimdLevel::Scalar,
-                       tc::MatmulOrder::SingleToken);
-            tandem::cuda::matmul_on_device(dev, t, w.data(), kRows, kCols, x.data(), n, gpu.data(), true);
+                       single ? tc::MatmulOrder::SingleToken : tc::MatmulOrder::Fastest);
+            tandem::cuda::matmul_on_device(dev, t, w.data(), kRows, kCols, x.data(), n, gpu.data(), single);
             EXPECT_EQ(misses(gpu, ref, [](float) { return 0.0f; }), 0) << "of " << ref.size() << " outputs";
         }
     }

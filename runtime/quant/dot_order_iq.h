@@ -142,6 +142,8 @@ struct IqTiledOrder {
     using D = typename T::D;
     using WBlock = typename D::Block;
     using ABlock = block_q8_K;
+    using Lanes = IqLanesOrder<T>;  // the same groups (the CUDA kernel decodes them once)
+    static constexpr IqShift kShift = T::kShift;
     static constexpr int kElems = kQK_K;
     static constexpr int kLanes = 1;
     static constexpr int kGroups = kQK_K / 16;
@@ -149,6 +151,21 @@ struct IqTiledOrder {
         int total;
         float dw, da;
     };
+    // The block total from lanes' integers (Lanes::add_group): lane_sum of
+    // some lanes and shift_sum of the same shift lanes (IQ1_M). IQ1 codes
+    // enter as 8 * grid +- 1, so 8 lane + shift; IQ1_S's shift is the
+    // block's chain integer (Lanes::chunk_shift summed), added once to the
+    // whole block's.
+    TANDEM_HOST_DEVICE static int total_of(int lane_sum, int shift_sum) {
+        if constexpr (kShift == IqShift::None) {
+            return lane_sum;
+        } else if constexpr (kShift == IqShift::Lanes) {
+            return 8 * lane_sum + shift_sum;
+        } else {
+            return 8 * lane_sum;
+        }
+    }
+    TANDEM_HOST_DEVICE static float weight_scale(const WBlock& w) { return Lanes::weight_scale(w) * factor(); }
     // Four codes as the integers carry them (IQ1: with the shift, times 8).
     TANDEM_HOST_DEVICE static uint32_t group_codes4(const WBlock& w, int k) {
         if constexpr (T::kShift == IqShift::None) {
@@ -167,16 +184,17 @@ struct IqTiledOrder {
     TANDEM_HOST_DEVICE static Part part_of_groups(const WBlock& w, const ABlock& a, const int* r) {
         int total = 0;
         for (int g = 0; g < kGroups; ++g) total += D::mult(w, 16 * g) * r[g];
-        return {total, IqLanesOrder<T>::weight_scale(w) * factor(), a.d};
+        return {total, weight_scale(w), a.d};
     }
     TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
         int r[kGroups];
         group_sums<IqTiledOrder>(w, a, r);
         return part_of_groups(w, a, r);
     }
-    TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) {
-        acc = fma_f(p.da, static_cast<float>(p.total) * p.dw, acc);
+    TANDEM_HOST_DEVICE static void step_total(float& acc, float dw, float da, int total) {
+        acc = fma_f(da, static_cast<float>(total) * dw, acc);
     }
+    TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) { step_total(acc, p.dw, p.da, p.total); }
     TANDEM_HOST_DEVICE static float finish(const float* acc, const float*) { return acc[0]; }
 };
 
