@@ -118,7 +118,9 @@ __global__ void __launch_bounds__(32 * kIqWarps)
     __shared__ uint16_t stage[kIqWarps][kTile];
     uint16_t* tile = stage[threadIdx.y];
     const char* wbase = static_cast<const char*>(w) + row0 * w_row_bytes;
-    uint32_t src[kCopies];  // byte offsets from wbase's block 0 (rows past the end repeat the last: computed, never stored)
+    // This thread's byte offsets from wbase's block 0; rows past the end
+    // repeat the last (computed, never stored).
+    uint32_t src[kCopies];
     TANDEM_UNROLL(unroll)
     for (int m = 0; m < kCopies; ++m) {
         const int e = lane_id + 32 * m < kTile ? lane_id + 32 * m : kTile - 1;
