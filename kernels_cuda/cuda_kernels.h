@@ -33,6 +33,15 @@ bool launch_matmul(quant::Type w_type, const void* w, uint64_t w_row_bytes, int6
                    const float* x, int64_t ldx, int64_t n_tokens, void* scratch, float* y, int64_t ldy,
                    bool single_order, void* stream);
 
+// launch_matmul's 256-element i-quants (matmul_iq.cu) in their single-row
+// order (IqLanesOrder) or, batch_form, their batch form (IqTiledOrder, 8
+// tokens at most: more take the tensor cores), for tokens [t_begin, t_end)
+// of the Q8_K activations a (rows a_row_bytes apart), into y. Returns false
+// if w_type is not one of them (nothing is launched then).
+bool launch_iq_dot(quant::Type w_type, bool batch_form, const void* w, uint64_t w_row_bytes, int64_t n_rows,
+                   int64_t n_cols, const void* a, uint64_t a_row_bytes, int64_t t_begin, int64_t t_end, float* y,
+                   int64_t ldy, void* stream);
+
 // out (n_tokens rows of n_cols, packed) = x (rows ldx apart) quantized to
 // the weight type's activation partner as launch_matmul quantizes it, then
 // dequantized (math::act_roundtrip): the batch path multiplies these

@@ -44,6 +44,8 @@ __global__ void quantize_act_kernel(const float* __restrict__ x, int64_t ldx, in
 }
 
 // ---- Quantized weights: integer block sums in the CPU's order (dot_order.h)
+// (The 256-element i-quants' single-row order has a kernel of its own,
+// matmul_iq.cu, which spreads a block over four threads.)
 // A warp takes kRows rows and up to kT tokens (1, 2, 4 or 8: a decode
 // step of one sequence keeps one token's state, not eight). The row's blocks go in
 // chunks of 8: thread (r, j) computes O::part of block j of row r for every
@@ -353,14 +355,29 @@ void launch_block_dot_kernel(const void* w, uint64_t w_row_bytes, int64_t n_rows
         w, w_row_bytes, n_rows, n_blocks, act, a_row_bytes, n, y, ldy);
 }
 
-// Tokens [t_begin, t_end) of the quantized activations in order O: on the
-// tensor cores (group sums or eight lanes) when there are more tokens than
-// one block_dot warp takes (which reads each weight once for up to
-// kTokens); the KLanesOrder types' single form stays on dp4a. The kernel
-// changes no bit.
+// The 256-element i-quants' orders, whose dp4a form is matmul_iq.cu's.
 template <class O>
-void launch_block_dot(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols, const void* a,
-                      uint64_t a_row_bytes, int64_t t_begin, int64_t t_end, float* y, int64_t ldy,
+struct IsIq {
+    static constexpr bool kSingle = false, kBatch = false;
+};
+template <class T>
+struct IsIq<dot::IqLanesOrder<T>> {
+    static constexpr bool kSingle = true, kBatch = false;
+};
+template <class T>
+struct IsIq<dot::IqTiledOrder<T>> {
+    static constexpr bool kSingle = false, kBatch = true;
+};
+
+// Tokens [t_begin, t_end) of the quantized activations in order O (of
+// weight type w_type): on the tensor cores (group sums or eight lanes) when
+// there are more tokens than one block_dot warp takes (which reads each
+// weight once for up to kTokens); the KLanesOrder types' single form stays
+// on dp4a, and the i-quants' take matmul_iq.cu's kernel. The kernel changes
+// no bit.
+template <class O>
+void launch_block_dot(quant::Type w_type, const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols,
+                      const void* a, uint64_t a_row_bytes, int64_t t_begin, int64_t t_end, float* y, int64_t ldy,
                       cudaStream_t stream) {
     const int64_t n = t_end - t_begin;
     if (n <= 0) return;
@@ -378,13 +395,18 @@ void launch_block_dot(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64
             return;
         }
     }
-    // The fewest tokens a warp that cover the step: per-token state is
-    // registers and shared memory, so a single sequence's decode keeps one.
-    const auto run = n == 1   ? launch_block_dot_kernel<O, 1>
-                     : n == 2 ? launch_block_dot_kernel<O, 2>
-                     : n <= 4 ? launch_block_dot_kernel<O, 4>
-                              : launch_block_dot_kernel<O, kTokens>;
-    run(w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y + t_begin * ldy, ldy, stream);
+    if constexpr (IsIq<O>::kBatch || IsIq<O>::kSingle) {
+        launch_iq_dot(w_type, IsIq<O>::kBatch, w, w_row_bytes, n_rows, n_cols, a, a_row_bytes, t_begin, t_end, y, ldy,
+                      stream);
+    } else {
+        // The fewest tokens a warp that cover the step: per-token state is
+        // registers and shared memory, so a single sequence's decode keeps one.
+        const auto run = n == 1   ? launch_block_dot_kernel<O, 1>
+                         : n == 2 ? launch_block_dot_kernel<O, 2>
+                         : n <= 4 ? launch_block_dot_kernel<O, 4>
+                                  : launch_block_dot_kernel<O, kTokens>;
+        run(w, w_row_bytes, n_rows, n_cols / O::kElems, act, a_row_bytes, n, y + t_begin * ldy, ldy, stream);
+    }
 }
 
 template <quant::Type W>
@@ -403,8 +425,8 @@ void launch_pair(const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_
         const int64_t batch_end = single_order ? 0 : dot::batch_end(W, n_tokens);
         using Batch = typename dot::OrderOf<W, dot::Form::Batch>::type;
         using Single = typename dot::OrderOf<W, dot::Form::Single>::type;
-        launch_block_dot<Batch>(w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, 0, batch_end, y, ldy, stream);
-        launch_block_dot<Single>(w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, batch_end, n_tokens, y, ldy,
+        launch_block_dot<Batch>(W, w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, 0, batch_end, y, ldy, stream);
+        launch_block_dot<Single>(W, w, w_row_bytes, n_rows, n_cols, scratch, a_row_bytes, batch_end, n_tokens, y, ldy,
                                  stream);
     }
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels_cpu/attention.h"
@@ -108,6 +109,36 @@ TEST_P(CudaMatmulTokens, EveryWeightTypeGivesTheCpuBits) {
 
 INSTANTIATE_TEST_SUITE_P(CudaMatmul, CudaMatmulTokens, ::testing::Values(1, 2, 3, 7, 8, 19, 40, 67),
                          [](const ::testing::TestParamInfo<int64_t>& i) { return std::to_string(i.param) + "_tokens"; });
+
+// The 256-element i-quants' kernel (matmul_iq.cu) on rows of many blocks:
+// 10 blocks a row (every chain steps past the first chunk of blocks), 77
+// rows (past two CUDA blocks of 32, ending inside a warp's 8), 1-7 tokens
+// (every token count a warp takes), 9 in the single-token order (two token
+// tiles), and 8 in both orders (the batch form's tiled total).
+TEST(CudaMatmul, IQuantRowsOfManyBlocksGiveTheCpuBits) {
+    TANDEM_REQUIRE_GPU(dev);
+    constexpr int64_t kRows = 77, kCols = 2560;
+    tc::ThreadPool pool(2, false);
+    const auto wf = random_floats(kRows * kCols, 21);
+    for (const tq::Type t : {tq::Type::IQ2_XXS, tq::Type::IQ2_XS, tq::Type::IQ2_S, tq::Type::IQ3_XXS, tq::Type::IQ3_S,
+                             tq::Type::IQ1_S, tq::Type::IQ1_M, tq::Type::IQ4_XS}) {
+        const uint64_t rb = *tq::row_bytes(t, kCols);
+        std::vector<uint8_t> w(rb * kRows);
+        weight_rows(t, wf, kRows, kCols, w.data());
+        tc::WeightView view{t, w.data(), kRows, kCols, rb};
+        for (const auto [n, single] : {std::pair<int64_t, bool>{1, true}, {2, true}, {3, true}, {4, true}, {5, true},
+                                       {7, true}, {9, true}, {8, true}, {8, false}}) {
+            SCOPED_TRACE(std::string(tq::traits(t).name) + ", " + std::to_string(n) + " tokens" +
+                         (single ? "" : ", batch form"));
+            const auto x = random_floats(n * kCols, static_cast<uint32_t>(30 + n));
+            std::vector<float> ref(n * kRows), gpu(ref.size());
+            tc::matmul(view, x.data(), kCols, n, ref.data(), kRows, pool, tc::SimdLevel::Scalar,
+                       single ? tc::MatmulOrder::SingleToken : tc::MatmulOrder::Fastest);
+            tandem::cuda::matmul_on_device(dev, t, w.data(), kRows, kCols, x.data(), n, gpu.data(), single);
+            EXPECT_EQ(misses(gpu, ref, [](float) { return 0.0f; }), 0) << "of " << ref.size() << " outputs";
+        }
+    }
+}
 
 // Batches of kCublasMinTokens or more of float weights: rows read into the
 // tile and multiplied by a cuBLAS fp32 GEMM (no TF32) with the activations

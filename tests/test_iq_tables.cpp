@@ -130,6 +130,14 @@ void expect_codes4_by_element(tandem::quant::Type t) {
             if (iq::codes4<D>(blocks[i], k) != iq::codes4_by_element<D>(blocks[i], k) && ++bad < 4) {
                 ADD_FAILURE() << "block " << i << " element " << k;
             }
+            if (k % 8 == 0 && per_block % 8 == 0) {  // eight at once, the CUDA kernel's groups
+                const iq::Codes8 c8 = iq::codes8<D>(blocks[i], k, iq::grid_of<D>());
+                if ((c8.lo != iq::codes4_by_element<D>(blocks[i], k) ||
+                     c8.hi != iq::codes4_by_element<D>(blocks[i], k + 4)) &&
+                    ++bad < 4) {
+                    ADD_FAILURE() << "codes8: block " << i << " element " << k;
+                }
+            }
         }
     }
     EXPECT_EQ(bad, 0);
@@ -144,6 +152,8 @@ TEST(IqTables, FourCodesAtOnceAreTheCodesOneAtATime) {
     expect_codes4_by_element<iq::Iq3s>(Type::IQ3_S);
     expect_codes4_by_element<iq::Iq1s>(Type::IQ1_S);
     expect_codes4_by_element<iq::Iq1m>(Type::IQ1_M);
+    expect_codes4_by_element<iq::Iq4nl>(Type::IQ4_NL);
+    expect_codes4_by_element<iq::Iq4xs>(Type::IQ4_XS);
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // CPU's scalar reference (kernels_cpu/vec_dot_scalar.cpp) is these
 // functions run in a loop, every SIMD kernel is tested bit for bit against
 // that reference, and the CUDA kernels (block_dot_kernel in
-// kernels_cuda/matmul.cu) run the same functions spread over a warp: so a
-// GPU product gives the CPU's bits.
+// kernels_cuda/matmul.cu, the i-quants' in matmul_iq.cu) run the same
+// functions spread over a warp: so a GPU product gives the CPU's bits.
 //
 // The math, per weight row w and activation row a (the weight type's
 // partner: Q8_0, Q8_1 or Q8_K), over the row's blocks i in order:

@@ -44,6 +44,7 @@ struct IqDot {
 template <class T>
 struct IqLanesOrder {
     using D = typename T::D;
+    static constexpr IqShift kShift = T::kShift;
     using WBlock = typename D::Block;
     using ABlock = block_q8_K;
     static constexpr int kElems = kQK_K;
@@ -68,40 +69,66 @@ struct IqLanesOrder {
         }
         return 1.0f;
     }
+    // Lanes 2g and 2g + 1 of a block are elements 8g..8g+7 of each chunk c:
+    // one grid group (one row or two, one sign set) and one multiplier
+    // (the 16-element sub-blocks are lanes 0-3 and 4-7). part() sums its
+    // lanes group by group; the CUDA kernel (kernels_cuda/matmul_iq.cu)
+    // gives each group position g a thread, which decodes group (c, g) once
+    // for all its tokens, its grid rows read from `grid` (D's table, or a
+    // copy in shared memory).
+    struct Group {
+        iq::Codes8 codes;
+        int mult;
+        uint32_t shift;  // IqShift::Lanes: the shift's sign, four bytes of +1 or -1
+    };
+    TANDEM_HOST_DEVICE static Group group(const WBlock& w, int c, int g, const iq::GridRow<D>* grid) {
+        const int k = 32 * c + 8 * g;
+        Group q{iq::codes8<D>(w, k, grid), D::mult(w, k), 0u};
+        if constexpr (T::kShift == IqShift::Lanes) q.shift = D::shift_negative(w, k) ? 0xFFFFFFFFu : 0x01010101u;
+        return q;
+    }
+    // Group (c, g)'s share of lanes 2g, 2g + 1 (and of IQ1_M's shift
+    // lanes), a0 and a1 the activation's codes 32c + 8g.. (four each).
+    TANDEM_HOST_DEVICE static void add_group(const Group& q, uint32_t a0, uint32_t a1, int* lane2, int* shift2) {
+        lane2[0] += q.mult * dot4(q.codes.lo, a0, 0);
+        lane2[1] += q.mult * dot4(q.codes.hi, a1, 0);
+        if constexpr (T::kShift == IqShift::Lanes) {
+            shift2[0] += q.mult * dot4(q.shift, a0, 0);
+            shift2[1] += q.mult * dot4(q.shift, a1, 0);
+        }
+    }
+    // IqShift::Chain: chunk c's share of the block's shift integer.
+    TANDEM_HOST_DEVICE static int chunk_shift(const WBlock& w, const ABlock& a, int c) {
+        const int sum = a.bsums[2 * c] + a.bsums[2 * c + 1];
+        return D::mult(w, 32 * c) * (D::shift_negative(w, 32 * c) ? -sum : sum);
+    }
     TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
-        Part p;
-        for (int l = 0; l < 8; ++l) {
-            int s = 0, shift = 0;
-            for (int c = 0; c < 8; ++c) {
-                const int k = 32 * c + 4 * l;
-                const int m = D::mult(w, k);
-                s += m * dot4(iq::codes4<D>(w, k), load4(a.qs + k), 0);
-                if constexpr (T::kShift == IqShift::Lanes) {
-                    const int sum = a.qs[k] + a.qs[k + 1] + a.qs[k + 2] + a.qs[k + 3];
-                    shift += m * (D::shift_negative(w, k) ? -sum : sum);
-                }
+        Part p{};
+        for (int c = 0; c < 8; ++c) {
+            for (int g = 0; g < 4; ++g) {
+                const int k = 32 * c + 8 * g;
+                add_group(group(w, c, g, iq::grid_of<D>()), load4(a.qs + k), load4(a.qs + k + 4), p.lane + 2 * g,
+                          p.shift + 2 * g);
             }
-            p.lane[l] = s;
-            p.shift[l] = shift;
         }
         if constexpr (T::kShift == IqShift::Chain) {
-            int shift = 0;
-            for (int c = 0; c < 8; ++c) {
-                const int sum = a.bsums[2 * c] + a.bsums[2 * c + 1];
-                shift += D::mult(w, 32 * c) * (D::shift_negative(w, 32 * c) ? -sum : sum);
-            }
-            p.shift[0] = shift;
+            for (int c = 0; c < 8; ++c) p.shift[0] += chunk_shift(w, a, c);
         }
         p.d = weight_scale(w) * a.d;
         return p;
     }
-    TANDEM_HOST_DEVICE static void step(float& acc, float& acc2, const Part& p, int l) {
-        acc = fma_f(p.d, static_cast<float>(p.lane[l]), acc);
+    // Lane l's step with its block scale d = weight_scale * a.d, its integer
+    // and its shift's (Chain: the block's, stepped by lane 0).
+    TANDEM_HOST_DEVICE static void step_lane(float& acc, float& acc2, float d, int lane, int shift, int l) {
+        acc = fma_f(d, static_cast<float>(lane), acc);
         if constexpr (T::kShift == IqShift::Chain) {
-            if (l == 0) acc2 = fma_f(p.d, static_cast<float>(p.shift[0]), acc2);
+            if (l == 0) acc2 = fma_f(d, static_cast<float>(shift), acc2);
         } else if constexpr (T::kShift == IqShift::Lanes) {
-            acc2 = fma_f(p.d, static_cast<float>(p.shift[l]), acc2);
+            acc2 = fma_f(d, static_cast<float>(shift), acc2);
         }
+    }
+    TANDEM_HOST_DEVICE static void step(float& acc, float& acc2, const Part& p, int l) {
+        step_lane(acc, acc2, p.d, p.lane[l], T::kShift == IqShift::Chain ? p.shift[0] : p.shift[l], l);
     }
     TANDEM_HOST_DEVICE static float finish(const float* acc, const float* acc2) {
         if constexpr (T::kShift == IqShift::Chain) return tree8(acc) + iq::kIq1Delta * acc2[0];
@@ -115,6 +142,8 @@ struct IqTiledOrder {
     using D = typename T::D;
     using WBlock = typename D::Block;
     using ABlock = block_q8_K;
+    using Lanes = IqLanesOrder<T>;  // the same groups (the CUDA kernel decodes them once)
+    static constexpr IqShift kShift = T::kShift;
     static constexpr int kElems = kQK_K;
     static constexpr int kLanes = 1;
     static constexpr int kGroups = kQK_K / 16;
@@ -122,6 +151,21 @@ struct IqTiledOrder {
         int total;
         float dw, da;
     };
+    // The block total from lanes' integers (Lanes::add_group): lane_sum of
+    // some lanes and shift_sum of the same shift lanes (IQ1_M). IQ1 codes
+    // enter as 8 * grid +- 1, so 8 lane + shift; IQ1_S's shift is the
+    // block's chain integer (Lanes::chunk_shift summed), added once to the
+    // whole block's.
+    TANDEM_HOST_DEVICE static int total_of(int lane_sum, int shift_sum) {
+        if constexpr (kShift == IqShift::None) {
+            return lane_sum;
+        } else if constexpr (kShift == IqShift::Lanes) {
+            return 8 * lane_sum + shift_sum;
+        } else {
+            return 8 * lane_sum;
+        }
+    }
+    TANDEM_HOST_DEVICE static float weight_scale(const WBlock& w) { return Lanes::weight_scale(w) * factor(); }
     // Four codes as the integers carry them (IQ1: with the shift, times 8).
     TANDEM_HOST_DEVICE static uint32_t group_codes4(const WBlock& w, int k) {
         if constexpr (T::kShift == IqShift::None) {
@@ -140,16 +184,17 @@ struct IqTiledOrder {
     TANDEM_HOST_DEVICE static Part part_of_groups(const WBlock& w, const ABlock& a, const int* r) {
         int total = 0;
         for (int g = 0; g < kGroups; ++g) total += D::mult(w, 16 * g) * r[g];
-        return {total, IqLanesOrder<T>::weight_scale(w) * factor(), a.d};
+        return {total, weight_scale(w), a.d};
     }
     TANDEM_HOST_DEVICE static Part part(const WBlock& w, const ABlock& a) {
         int r[kGroups];
         group_sums<IqTiledOrder>(w, a, r);
         return part_of_groups(w, a, r);
     }
-    TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) {
-        acc = fma_f(p.da, static_cast<float>(p.total) * p.dw, acc);
+    TANDEM_HOST_DEVICE static void step_total(float& acc, float dw, float da, int total) {
+        acc = fma_f(da, static_cast<float>(total) * dw, acc);
     }
+    TANDEM_HOST_DEVICE static void step(float& acc, float&, const Part& p, int) { step_total(acc, p.dw, p.da, p.total); }
     TANDEM_HOST_DEVICE static float finish(const float* acc, const float*) { return acc[0]; }
 };
 

@@ -21,7 +21,18 @@ namespace tandem::quant::iq {
 
 TANDEM_HOST_DEVICE int signed_if(bool negative, int v) { return negative ? -v : v; }
 TANDEM_HOST_DEVICE float signed_if(bool negative, float v) { return negative ? -v : v; }
-TANDEM_HOST_DEVICE uint32_t load16(const uint8_t* p) { return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8; }
+// Little-endian fields at even offsets of a block. Every i-quant block is
+// an even number of bytes and device rows start aligned, so on the device
+// such a field is one 16-bit load (two for a word) instead of a load a
+// byte; the host reads bytes.
+TANDEM_HOST_DEVICE uint32_t load16(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+    return *reinterpret_cast<const uint16_t*>(p);
+#else
+    return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8;
+#endif
+}
+TANDEM_HOST_DEVICE uint32_t load32_a2(const uint8_t* p) { return load16(p) | load16(p + 2) << 16; }
 
 // Four magnitudes (bytes of mag, each 1..255) negated where the matching
 // bit of neg4 is set, as signed bytes: ~m + 1 per byte, which never
@@ -31,27 +42,74 @@ TANDEM_HOST_DEVICE uint32_t apply_signs4(uint32_t mag, uint32_t neg4) {
     return (mag ^ (ones * 0xFFu)) + ones;
 }
 
+// The grid types (all but IQ4_NL, IQ4_XS, MXFP4) share one shape: element
+// k lies in the grid row row_index(b, k0), k0 = k rounded down to a
+// multiple of kRowElems (8; 4 for the IQ3 types), at byte k - k0; kSigned
+// types negate it where bit k % 8 of signs8(b, k rounded down to 8) is set
+// (the IQ1 grid holds signed bytes). grid_codes4 and grid_codes8 read the
+// rows from `grid`: the decoder's grid(), or a copy of it (the CUDA
+// kernel's, in shared memory).
+template <class D>
+TANDEM_HOST_DEVICE int grid_element(const typename D::Block& b, int k) {
+    return grid_byte(D::grid()[D::row_index(b, k - k % D::kRowElems)], k % D::kRowElems);
+}
+template <class D>
+TANDEM_HOST_DEVICE bool grid_negative(const typename D::Block& b, int k) {
+    return (D::signs8(b, k - k % 8) >> (k % 8)) & 1u;
+}
+// Elements k..k+3 (k a multiple of 4) as signed bytes.
+template <class D>
+TANDEM_HOST_DEVICE uint32_t grid_codes4(const typename D::Block& b, int k, const typename D::GridRow* grid) {
+    uint32_t mag = 0;
+    if constexpr (D::kRowElems == 8) {
+        mag = static_cast<uint32_t>(grid[D::row_index(b, k - k % 8)] >> (8 * (k % 8)));
+    } else {
+        mag = grid[D::row_index(b, k)];
+    }
+    if constexpr (D::kSigned) return apply_signs4(mag, (D::signs8(b, k - k % 8) >> (k % 8)) & 0xFu);
+    return mag;
+}
+// Elements k..k+7 (k a multiple of 8): its row (or two) and its sign set
+// read once.
+struct Codes8 {
+    uint32_t lo, hi;  // elements k..k+3, k+4..k+7
+};
+template <class D>
+TANDEM_HOST_DEVICE Codes8 grid_codes8(const typename D::Block& b, int k, const typename D::GridRow* grid) {
+    Codes8 c{};
+    if constexpr (D::kRowElems == 8) {
+        const uint64_t row = grid[D::row_index(b, k)];
+        c = {static_cast<uint32_t>(row), static_cast<uint32_t>(row >> 32)};
+    } else {
+        c = {grid[D::row_index(b, k)], grid[D::row_index(b, k + 4)]};
+    }
+    if constexpr (D::kSigned) {
+        const uint32_t s = D::signs8(b, k);
+        c = {apply_signs4(c.lo, s & 0xFu), apply_signs4(c.hi, s >> 4)};
+    }
+    return c;
+}
+
 // x = d * (0.5 + s) / 4 * grid * sign; dot multiplier 2 s + 1 (the 1/8 at the end).
 struct Iq2xxs {
     using Block = block_iq2_xxs;
+    using GridRow = uint64_t;
+    static constexpr int kGridRows = 256, kRowElems = 8;
+    static constexpr bool kSigned = true;
+    TANDEM_HOST_DEVICE static const GridRow* grid() { return iq2xxs_grid(); }
     TANDEM_HOST_DEVICE static uint32_t word(const Block& b, int c, int w) {
         return static_cast<uint32_t>(b.qs[4 * c + 2 * w]) | static_cast<uint32_t>(b.qs[4 * c + 2 * w + 1]) << 16;
     }
     TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return static_cast<int>(word(b, k / 32, 1) >> 28); }
-    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) {
-        const int idx = static_cast<int>((word(b, k / 32, 0) >> (8 * (k % 32 / 8))) & 0xFFu);
-        return grid_byte(iq2xxs_row(idx), k % 8);
+    TANDEM_HOST_DEVICE static int row_index(const Block& b, int k) {
+        return static_cast<int>((word(b, k / 32, 0) >> (8 * (k % 32 / 8))) & 0xFFu);
     }
-    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) {
-        return (signs_of7((word(b, k / 32, 1) >> (7 * (k % 32 / 8))) & 127u) >> (k % 8)) & 1u;
+    TANDEM_HOST_DEVICE static uint32_t signs8(const Block& b, int k) {
+        return signs_of7((word(b, k / 32, 1) >> (7 * (k % 32 / 8))) & 127u);
     }
+    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) { return grid_element<Iq2xxs>(b, k); }
+    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return grid_negative<Iq2xxs>(b, k); }
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
-    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
-        const int g = k % 32 / 8;
-        const uint64_t row = iq2xxs_row(static_cast<int>((word(b, k / 32, 0) >> (8 * g)) & 0xFFu));
-        const uint32_t signs = signs_of7((word(b, k / 32, 1) >> (7 * g)) & 127u);
-        return apply_signs4(static_cast<uint32_t>(row >> (8 * (k % 8))), (signs >> (k % 8)) & 0xFu);
-    }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.25f;
@@ -62,14 +120,16 @@ struct Iq2xxs {
 // qs[k / 8]: 9-bit index and 7 sign bits; a 4-bit scale per 16.
 struct Iq2xs {
     using Block = block_iq2_xs;
+    using GridRow = uint64_t;
+    static constexpr int kGridRows = 512, kRowElems = 8;
+    static constexpr bool kSigned = true;
+    TANDEM_HOST_DEVICE static const GridRow* grid() { return iq2xs_grid(); }
     TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return (b.scales[k / 32] >> (4 * (k % 32 / 16))) & 0xF; }
-    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) { return grid_byte(iq2xs_row(b.qs[k / 8] & 511), k % 8); }
-    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return (signs_of7(b.qs[k / 8] >> 9) >> (k % 8)) & 1u; }
+    TANDEM_HOST_DEVICE static int row_index(const Block& b, int k) { return b.qs[k / 8] & 511; }
+    TANDEM_HOST_DEVICE static uint32_t signs8(const Block& b, int k) { return signs_of7(b.qs[k / 8] >> 9); }
+    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) { return grid_element<Iq2xs>(b, k); }
+    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return grid_negative<Iq2xs>(b, k); }
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
-    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
-        const uint64_t row = iq2xs_row(b.qs[k / 8] & 511);
-        return apply_signs4(static_cast<uint32_t>(row >> (8 * (k % 8))), (signs_of7(b.qs[k / 8] >> 9) >> (k % 8)) & 0xFu);
-    }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.25f;
@@ -80,19 +140,19 @@ struct Iq2xs {
 // 10-bit index (top 2 bits in qh), 8 stored sign bits, a 4-bit scale per 16.
 struct Iq2s {
     using Block = block_iq2_s;
+    using GridRow = uint64_t;
+    static constexpr int kGridRows = 1024, kRowElems = 8;
+    static constexpr bool kSigned = true;
+    TANDEM_HOST_DEVICE static const GridRow* grid() { return iq2s_grid(); }
     TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return (b.scales[k / 32] >> (4 * (k % 32 / 16))) & 0xF; }
-    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) {
+    TANDEM_HOST_DEVICE static int row_index(const Block& b, int k) {
         const int g = k % 32 / 8;
-        const int idx = b.qs[k / 8] | ((b.qh[k / 32] << (8 - 2 * g)) & 0x300);
-        return grid_byte(iq2s_row(idx), k % 8);
+        return b.qs[k / 8] | ((b.qh[k / 32] << (8 - 2 * g)) & 0x300);
     }
-    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return (b.qs[kQK_K / 8 + k / 8] >> (k % 8)) & 1; }
+    TANDEM_HOST_DEVICE static uint32_t signs8(const Block& b, int k) { return b.qs[kQK_K / 8 + k / 8]; }
+    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) { return grid_element<Iq2s>(b, k); }
+    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return grid_negative<Iq2s>(b, k); }
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
-    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
-        const int g = k % 32 / 8;
-        const uint64_t row = iq2s_row(b.qs[k / 8] | ((b.qh[k / 32] << (8 - 2 * g)) & 0x300));
-        return apply_signs4(static_cast<uint32_t>(row >> (8 * (k % 8))), (b.qs[kQK_K / 8 + k / 8] >> (k % 8)) & 0xFu);
-    }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.25f;
@@ -104,21 +164,21 @@ struct Iq2s {
 // and the 4-bit scale: x = d * (0.5 + s) / 2 * grid * sign (1/4 at the end of a dot).
 struct Iq3xxs {
     using Block = block_iq3_xxs;
+    using GridRow = uint32_t;
+    static constexpr int kGridRows = 256, kRowElems = 4;
+    static constexpr bool kSigned = true;
+    TANDEM_HOST_DEVICE static const GridRow* grid() { return iq3xxs_grid(); }
     TANDEM_HOST_DEVICE static uint32_t word(const Block& b, int k) {
-        return element::load_u32(b.qs + kQK_K / 4 + 4 * (k / 32));
+        return load32_a2(b.qs + kQK_K / 4 + 4 * (k / 32));
     }
     TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return static_cast<int>(word(b, k) >> 28); }
-    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) {
-        return grid_byte(iq3xxs_row(b.qs[k / 4]), k % 4);  // row k / 4: group g's rows 2g, 2g + 1
+    TANDEM_HOST_DEVICE static int row_index(const Block& b, int k) { return b.qs[k / 4]; }  // group g: rows 2g, 2g + 1
+    TANDEM_HOST_DEVICE static uint32_t signs8(const Block& b, int k) {
+        return signs_of7((word(b, k) >> (7 * (k % 32 / 8))) & 127u);
     }
-    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) {
-        return (signs_of7((word(b, k) >> (7 * (k % 32 / 8))) & 127u) >> (k % 8)) & 1u;
-    }
+    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) { return grid_element<Iq3xxs>(b, k); }
+    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return grid_negative<Iq3xxs>(b, k); }
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
-    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
-        const uint32_t signs = signs_of7((word(b, k) >> (7 * (k % 32 / 8))) & 127u);
-        return apply_signs4(iq3xxs_row(b.qs[k / 4]), (signs >> (k % 8)) & 0xFu);
-    }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float db = element::half_to_float(b.d) * (0.5f + static_cast<float>(scale_bits(b, k))) * 0.5f;
@@ -130,19 +190,19 @@ struct Iq3xxs {
 // scale per chunk: x = d * (1 + 2 s) * grid * sign.
 struct Iq3s {
     using Block = block_iq3_s;
+    using GridRow = uint32_t;
+    static constexpr int kGridRows = 512, kRowElems = 4;
+    static constexpr bool kSigned = true;
+    TANDEM_HOST_DEVICE static const GridRow* grid() { return iq3s_grid(); }
     TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return (b.scales[k / 64] >> (4 * (k / 32 % 2))) & 0xF; }
-    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) {
+    TANDEM_HOST_DEVICE static int row_index(const Block& b, int k) {
         const int q = k / 4;  // the 4-weight row of the block, 8 a chunk
-        const int idx = b.qs[q] | (((b.qh[k / 32] >> (q % 8)) & 1) << 8);
-        return grid_byte(iq3s_row(idx), k % 4);
+        return b.qs[q] | (((b.qh[k / 32] >> (q % 8)) & 1) << 8);
     }
-    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return (b.signs[k / 8] >> (k % 8)) & 1; }
+    TANDEM_HOST_DEVICE static uint32_t signs8(const Block& b, int k) { return b.signs[k / 8]; }
+    TANDEM_HOST_DEVICE static int magnitude(const Block& b, int k) { return grid_element<Iq3s>(b, k); }
+    TANDEM_HOST_DEVICE static bool negative(const Block& b, int k) { return grid_negative<Iq3s>(b, k); }
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return signed_if(negative(b, k), magnitude(b, k)); }
-    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
-        const int q = k / 4;
-        const uint32_t row = iq3s_row(b.qs[q] | (((b.qh[k / 32] >> (q % 8)) & 1) << 8));
-        return apply_signs4(row, (b.signs[k / 8] >> (k % 8)) & 0xFu);
-    }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 1 + 2 * scale_bits(b, k); }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float db = element::half_to_float(b.d) * static_cast<float>(mult(b, k));
@@ -155,17 +215,16 @@ struct Iq3s {
 // x = d * (2 s + 1) * (grid +- 1/8).
 struct Iq1s {
     using Block = block_iq1_s;
+    using GridRow = uint64_t;
+    static constexpr int kGridRows = 2048, kRowElems = 8;
+    static constexpr bool kSigned = false;
+    TANDEM_HOST_DEVICE static const GridRow* grid() { return iq1s_grid(); }
     TANDEM_HOST_DEVICE static int scale_bits(const Block& b, int k) { return (b.qh[k / 32] >> 12) & 7; }
-    TANDEM_HOST_DEVICE static int code(const Block& b, int k) {
+    TANDEM_HOST_DEVICE static int row_index(const Block& b, int k) {
         const int g = k % 32 / 8;
-        const int idx = b.qs[k / 8] | (((b.qh[k / 32] >> (3 * g)) & 7) << 8);
-        return static_cast<int8_t>(grid_byte(iq1s_row(idx), k % 8));
+        return b.qs[k / 8] | (((b.qh[k / 32] >> (3 * g)) & 7) << 8);
     }
-    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
-        const int g = k % 32 / 8;
-        const int idx = b.qs[k / 8] | (((b.qh[k / 32] >> (3 * g)) & 7) << 8);
-        return static_cast<uint32_t>(iq1s_row(idx) >> (8 * (k % 8)));
-    }
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return static_cast<int8_t>(grid_element<Iq1s>(b, k)); }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static bool shift_negative(const Block& b, int k) { return (b.qh[k / 32] & 0x8000) != 0; }
     // The code with its shift as an integer: 8 * grid +- 1 (the value times 8).
@@ -182,6 +241,10 @@ struct Iq1s {
 // of the four 16-bit scale words.
 struct Iq1m {
     using Block = block_iq1_m;
+    using GridRow = uint64_t;
+    static constexpr int kGridRows = 2048, kRowElems = 8;
+    static constexpr bool kSigned = false;
+    TANDEM_HOST_DEVICE static const GridRow* grid() { return iq1s_grid(); }
     TANDEM_HOST_DEVICE static uint32_t nibble(const Block& b, int k) {
         const int g = k % 32 / 8;
         return (b.qh[k / 16] >> (4 * (g % 2))) & 0xFu;
@@ -197,14 +260,10 @@ struct Iq1m {
         return static_cast<fp16_bits>((s0 >> 12) | ((s1 >> 8) & 0x00F0u) | ((s2 >> 4) & 0x0F00u) | (s3 & 0xF000u));
     }
     TANDEM_HOST_DEVICE static float block_scale(const Block& b) { return element::half_to_float(block_scale_bits(b)); }
-    TANDEM_HOST_DEVICE static int code(const Block& b, int k) {
-        const int idx = b.qs[k / 8] | static_cast<int>((nibble(b, k) & 7u) << 8);
-        return static_cast<int8_t>(grid_byte(iq1s_row(idx), k % 8));
+    TANDEM_HOST_DEVICE static int row_index(const Block& b, int k) {
+        return b.qs[k / 8] | static_cast<int>((nibble(b, k) & 7u) << 8);
     }
-    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
-        const int idx = b.qs[k / 8] | static_cast<int>((nibble(b, k) & 7u) << 8);
-        return static_cast<uint32_t>(iq1s_row(idx) >> (8 * (k % 8)));
-    }
+    TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return static_cast<int8_t>(grid_element<Iq1m>(b, k)); }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return 2 * scale_bits(b, k) + 1; }
     TANDEM_HOST_DEVICE static bool shift_negative(const Block& b, int k) { return (nibble(b, k) & 8u) != 0; }
     TANDEM_HOST_DEVICE static int shifted_code(const Block& b, int k) { return 8 * code(b, k) + (shift_negative(b, k) ? -1 : 1); }
@@ -219,6 +278,10 @@ struct Iq1m {
 struct Iq4nl {
     using Block = block_iq4_nl;
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) { return iq4nl_value(element::nibble32(b.qs, k)); }
+    // Elements k..k+3 (k a multiple of 4): four nibbles, one table lookup.
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        return iq4nl_codes4((load32_a2(b.qs + k % 16) >> (4 * (k / 16))) & 0x0F0F0F0Fu);
+    }
     TANDEM_HOST_DEVICE static int mult(const Block&, int) { return 1; }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         return element::half_to_float(b.d) * static_cast<float>(code(b, k));
@@ -230,6 +293,9 @@ struct Iq4xs {
     using Block = block_iq4_xs;
     TANDEM_HOST_DEVICE static int code(const Block& b, int k) {
         return iq4nl_value(element::nibble32(b.qs + 16 * (k / 32), k % 32));
+    }
+    TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
+        return iq4nl_codes4((load32_a2(b.qs + 16 * (k / 32) + k % 16) >> (4 * (k % 32 / 16))) & 0x0F0F0F0Fu);
     }
     TANDEM_HOST_DEVICE static int mult(const Block& b, int k) {
         const int c = k / 32;
@@ -260,14 +326,49 @@ TANDEM_HOST_DEVICE uint32_t codes4_by_element(const typename D::Block& b, int k)
     for (int e = 0; e < 4; ++e) r |= (static_cast<uint32_t>(D::code(b, k + e)) & 0xFFu) << (8 * e);
     return r;
 }
-// The same for dot4: the decoder's own (one grid row and four sign bits)
-// where it has one.
+// Whether D is a grid type (row_index, grid(), kRowElems), and its row
+// type (unused for the others).
+template <class D>
+inline constexpr bool kHasGrid = requires { D::kRowElems; };
+template <class D>
+struct GridRowOf {
+    using type = uint32_t;
+};
+template <class D>
+    requires kHasGrid<D>
+struct GridRowOf<D> {
+    using type = typename D::GridRow;
+};
+template <class D>
+using GridRow = typename GridRowOf<D>::type;
+template <class D>
+TANDEM_HOST_DEVICE const GridRow<D>* grid_of() {
+    if constexpr (kHasGrid<D>) {
+        return D::grid();
+    } else {
+        return nullptr;
+    }
+}
+// The same for dot4: one grid row and four sign bits for a grid type,
+// the decoder's own where it has one (IQ4_NL, IQ4_XS: one table lookup).
 template <class D>
 TANDEM_HOST_DEVICE uint32_t codes4(const typename D::Block& b, int k) {
-    if constexpr (requires { D::codes4(b, k); }) {
+    if constexpr (kHasGrid<D>) {
+        return grid_codes4<D>(b, k, D::grid());
+    } else if constexpr (requires { D::codes4(b, k); }) {
         return D::codes4(b, k);
     } else {
         return codes4_by_element<D>(b, k);
+    }
+}
+// Elements k..k+7 (k a multiple of 8), a grid type's rows read from `grid`
+// (grid_of<D>() or a copy of it).
+template <class D>
+TANDEM_HOST_DEVICE Codes8 codes8(const typename D::Block& b, int k, const GridRow<D>* grid) {
+    if constexpr (kHasGrid<D>) {
+        return grid_codes8<D>(b, k, grid);
+    } else {
+        return {codes4<D>(b, k), codes4<D>(b, k + 4)};
     }
 }
 
