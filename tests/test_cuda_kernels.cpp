@@ -126,7 +126,7 @@ TEST(CudaMatmul, IQuantRowsOfManyBlocksGiveTheCpuBits) {
         std::vector<uint8_t> w(rb * kRows);
         weight_rows(t, wf, kRows, kCols, w.data());
         tc::WeightView view{t, w.data(), kRows, kCols, rb};
-        for (const auto [n, single] : {std::pair<int64_t, bool>{1, true}, {2, true}, {3, true}, {4, true}, {5, true},
+        for (const auto& [n, single] : {std::pair<int64_t, bool>{1, true}, {2, true}, {3, true}, {4, true}, {5, true},
                                        {7, true}, {9, true}, {8, true}, {8, false}}) {
             SCOPED_TRACE(std::string(tq::traits(t).name) + ", " + std::to_string(n) + " tokens" +
                          (single ? "" : ", batch form"));
