@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(32 * kIqWarps)
     constexpr bool kChain = O::kShift == dot::IqShift::Chain;
     // Chunks unrolled: all eight for one token; fewer with more tokens,
     // whose loads the compiler would hoist into too many registers.
-    constexpr int kUnroll = kT == 1 ? 8 : kT == 2 ? 4 : 2;
+    [[maybe_unused]] constexpr int kUnroll = kT == 1 ? 8 : kT == 2 ? 4 : 2;
     // The grid in shared memory, copied by the whole CUDA block before any
     // warp may leave.
     const Row* grid = nullptr;
