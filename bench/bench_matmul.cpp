@@ -18,13 +18,18 @@
 //       of each of 1..8 streams in the single-token order (MatmulOrder::
 //       SingleToken, each token's bits those of the token alone); tok/s over
 //       the 1-token row is what several streams gain from one weight read.
+//   smallbatch/<type>/<level>/<rows>x<cols>/<tokens>tok/threads:N  the same
+//       shapes, a few tokens in the Fastest order (a speculative
+//       verification's batch: the batch form and panels where they apply).
 //   read_bandwidth/threads:N                         glibc memchr over 256 MiB:
 //       a rough DRAM yardstick (`tandem bench --calibrate` is the one the
 //       engine's % bw uses).
 //
 // Weights are a few distinct quantized rows repeated (the reference
 // quantizers are too slow to fill 128 MiB per benchmark, and the kernels
-// have no data-dependent branches, so the values do not change the speed).
+// have no data-dependent branches, so the values do not change the speed;
+// the grid types' rows are random codes, whose grid lookups hit all of
+// their tables).
 #include <benchmark/benchmark.h>
 
 #include <atomic>
@@ -41,15 +46,17 @@
 #include "kernels_cpu/matmul.h"
 #include "runtime/engine/host_weight_arena.h"
 #include "runtime/quant/quant_types.h"
+#include "tests/random_blocks.h"
 
 namespace {
 
 using tandem::cpu::SimdLevel;
 using tandem::quant::Type;
 
-constexpr Type kTypes[] = {Type::F32,  Type::F16,  Type::BF16, Type::Q4_0, Type::Q4_1,   Type::Q5_0,  Type::Q5_1,
-                           Type::Q8_0, Type::Q2_K, Type::Q3_K, Type::Q4_K, Type::Q5_K,   Type::Q6_K,  Type::IQ4_NL,
-                           Type::MXFP4, Type::IQ4_XS};
+constexpr Type kTypes[] = {Type::F32,    Type::F16,     Type::BF16,   Type::Q4_0,  Type::Q4_1,    Type::Q5_0,
+                           Type::Q5_1,   Type::Q8_0,    Type::Q2_K,   Type::Q3_K,  Type::Q4_K,    Type::Q5_K,
+                           Type::Q6_K,   Type::IQ4_NL,  Type::MXFP4,  Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S,
+                           Type::IQ3_XXS, Type::IQ3_S,  Type::IQ1_S,  Type::IQ1_M, Type::IQ4_XS};
 
 // The bytes live in a HostWeightArena, the memory the engine copies CPU
 // weights to (2 MiB pages where the kernel gives them): from ordinary 4 KiB
@@ -59,18 +66,16 @@ struct Matrix {
     uint64_t row_bytes = 0;
 };
 
-// rows x cols of `t`, built from 16 distinct random rows.
+// rows x cols of `t`, built from 16 distinct random rows (random codes
+// for the grid types, as the kernel tests use).
 Matrix make_matrix(tandem::HostWeightArena& arena, Type t, int64_t rows, int64_t cols, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, 0.05f);
     Matrix m;
     m.row_bytes = *tandem::quant::row_bytes(t, cols);
     constexpr int64_t kDistinct = 16;
     std::vector<uint8_t> seedrows(m.row_bytes * kDistinct);
-    std::vector<float> f(static_cast<size_t>(cols));
     for (int64_t r = 0; r < kDistinct; ++r) {
-        for (float& v : f) v = dist(rng);
-        tandem::quant::quantize_row(t, f.data(), seedrows.data() + r * m.row_bytes, cols);
+        tandem::testing::fill_random_blocks(t, cols, seed * kDistinct + static_cast<uint32_t>(r), seedrows.data() + r * m.row_bytes,
+                                            0.05f);
     }
     const size_t size = m.row_bytes * static_cast<size_t>(rows);
     m.bytes = {arena.allocate(size), size};
@@ -203,6 +208,13 @@ std::string shape_name(const Shape& s) {
                                              std::to_string(tokens) + "tok/threads:" + std::to_string(th);
                     benchmark::RegisterBenchmark(name.c_str(), BM_matmul_order, t, level, s, tokens, th,
                                                  tandem::cpu::MatmulOrder::SingleToken)
+                        ->UseRealTime()
+                        ->Unit(benchmark::kMicrosecond);
+                }
+                for (int64_t tokens : {8, 16, 24}) for (int th : thread_counts) {
+                    const std::string name = "smallbatch/" + tname + "/" + lname + "/" + shape_name(s) + "/" +
+                                             std::to_string(tokens) + "tok/threads:" + std::to_string(th);
+                    benchmark::RegisterBenchmark(name.c_str(), BM_matmul, t, level, s, tokens, th)
                         ->UseRealTime()
                         ->Unit(benchmark::kMicrosecond);
                 }
