@@ -47,7 +47,10 @@ using quant::Type;
     }
 // The 256-element i-quants: batches of 8 or more in llama.cpp's tiled order,
 // on the panels (gemm_panel_iq_x86.h) where a level has them; IQ4_XS's AVX2
-// panel reads the activations' magnitudes its preparation appends.
+// panel reads the activations' magnitudes its preparation appends. One
+// token and small batches in the single-row order through the decode rows
+// of avx2/decode_rows_iquants_avx2.cpp, its AVX-512VL build (avx2w) at the
+// AVX-512 levels as for the row kernels.
 constexpr PanelKernel iq_panel_avx2(Type t, PanelGemm gemm) {
     const bool iq4_xs = t == Type::IQ4_XS;
     return PanelKernel{gemm, TANDEM_X86(iq_panel_bytes_avx2), iq4_xs ? TANDEM_X86(iq4_xs_panel_prepare_avx2) : nullptr,
@@ -60,6 +63,9 @@ constexpr PanelKernel iq_panel_avx2(Type t, PanelGemm gemm) {
                             .avx2w = TANDEM_X86(dot_##name##_avx2w)},                                 \
         .batch = LevelKernels{.scalar = dot_##name##_batch_scalar, .avx2 = TANDEM_X86(dot_##name##_batch_avx2), \
                               .avx2w = TANDEM_X86(dot_##name##_batch_avx2w)},                         \
+        .rows_avx2 = TANDEM_ROWS_AVX2_MULTI(name),                                             \
+        .rows_avx2w = DecodeRows{TANDEM_X86(dot_##name##_rows_avx2w), nullptr, nullptr,       \
+                                 TANDEM_X86(dot_##name##_rows_multi_avx2w)},                  \
         .panel = TANDEM_PANEL(name, iq_panel_bytes, iq_panel_prepare, kIqPanelExtraBytes),    \
         .panel_avx2 = iq_panel_avx2(Type::T, TANDEM_X86(name##_panel_gemm_avx2)),             \
         .llama_order = true, .avx2_at_avx512 = true                                           \
@@ -240,6 +246,9 @@ DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level, bool several_
     TANDEM_CHECK(simd_level_supported(level), "kernel requested at a SIMD level this CPU lacks");
     const WeightKernels* k = weight_kernels(w_type);
     if (k == nullptr) return {};
+    // A type that runs its AVX2 kernels at the AVX-512 levels runs their
+    // AVX-512VL build there, rows included (the same bits).
+    if (is_avx512(level) && k->avx2_at_avx512 && k->rows_avx2w.fn != nullptr) return k->rows_avx2w;
     if (level == SimdLevel::Avx512Vnni && k->rows_avx512.fn != nullptr) {
         // A type in llama.cpp's order has the same bits at every level, so
         // a small batch may take AVX2's several-tokens kernel where AVX-512

@@ -39,6 +39,9 @@ struct WeightKernels {
     // Several weight rows against one token (decode): AVX2, AVX-512 VNNI.
     DecodeRows rows_avx2{};
     DecodeRows rows_avx512{};
+    // The AVX2 rows built for the AVX-512 levels (as LevelKernels::avx2w),
+    // for a type that runs its AVX2 kernels there (avx2_at_avx512).
+    DecodeRows rows_avx2w{};
     PanelKernel panel{};
     // The same panels on AVX2 (gemm_panel.h, *_avx2): batches at the AVX2
     // level, and at AVX-512 on CPUs without VNNI.

@@ -157,8 +157,10 @@ TANDEM_DECLARE_AVX2W(iq4_xs)
 // per pass, AVX2; decode_rows_kquants_avx512.cpp (Q4_K, Q2_K) and
 // decode_rows_q4_0_avx512.cpp: 8 rows, VNNI; decode_rows_legacy_avx512.cpp:
 // Q4_1, Q5_0, Q5_1, Q8_0, and decode_rows_q3_K_avx512.cpp, _q6_K_ and Q5_K in
-// _kquants_: one row after another, VNNI). Null where a type has none
-// (then the single-row kernel runs).
+// _kquants_: one row after another, VNNI; avx2/decode_rows_iquants_avx2.cpp:
+// the 256-element i-quants, one row after another, AVX2 and its AVX-512VL
+// build).
+// Null where a type has none (then the single-row kernel runs).
 inline constexpr int kDecodeRows = 16;
 // Every fp16 value as a float, indexed by its bits (65536 floats, made on
 // first use): a decode kernel's weight scale becomes two loads, where the
@@ -241,6 +243,22 @@ void dot_q4_1_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
 void dot_q5_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
 void dot_q5_1_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
 void dot_q8_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
+// The 256-element i-quants (avx2/decode_rows_iquants_avx2.cpp): one row
+// after another, all tokens at once; _avx2w: the AVX-512 levels' build.
+#define TANDEM_DECLARE_IQ_ROWS(name)                                                                           \
+    void dot_##name##_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);  \
+    void dot_##name##_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);                                               \
+    void dot_##name##_rows_avx2w(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y); \
+    void dot_##name##_rows_multi_avx2w(TANDEM_DECODE_MULTI_ARGS);
+TANDEM_DECLARE_IQ_ROWS(iq2_xxs)
+TANDEM_DECLARE_IQ_ROWS(iq2_xs)
+TANDEM_DECLARE_IQ_ROWS(iq2_s)
+TANDEM_DECLARE_IQ_ROWS(iq3_xxs)
+TANDEM_DECLARE_IQ_ROWS(iq3_s)
+TANDEM_DECLARE_IQ_ROWS(iq1_s)
+TANDEM_DECLARE_IQ_ROWS(iq1_m)
+TANDEM_DECLARE_IQ_ROWS(iq4_xs)
+#undef TANDEM_DECLARE_IQ_ROWS
 void dot_q4_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void dot_q4_K_rows_batch_avx512(TANDEM_DECODE_MULTI_ARGS);  // in the batch form's order (dot_q4_K_batch)
 void dot_q6_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);

@@ -58,15 +58,24 @@ const Row kRows[] = {
     {Type::Q8_0, SimdLevel::Avx512Vnni, 40, S, 40, 0, false, 0, true, N},
     // The 256-element i-quants' batch form (from 8 tokens) runs its AVX2
     // kernel at AVX-512 too: their panels take its tokens from 8 at every
-    // SIMD level, a multiple of 4 (the batch form the rest); fewer tokens,
-    // and the single-token order, take the one-row kernel.
+    // SIMD level, a multiple of 4 (the batch form the rest). One token and
+    // smaller batches (in the single-token order up to 24 tokens) take
+    // the decode rows (AVX2's; their AVX-512VL build at the AVX-512
+    // levels); a larger batch in the single-token order the one-row kernel.
     {Type::IQ4_XS, SimdLevel::Avx512Vnni, 8, F, 8, 8, false, 8, true, N},
     {Type::IQ1_M, SimdLevel::Avx512Vnni, 37, F, 36, 37, false, 37, true, N},
     {Type::IQ2_XXS, SimdLevel::Avx2, 8, F, 8, 8, false, 8, true, N},
     {Type::IQ3_S, SimdLevel::Avx512, 21, F, 20, 21, false, 21, true, N},
-    {Type::IQ2_S, SimdLevel::Avx512Vnni, 7, F, 0, 0, false, 0, true, N},
+    {Type::IQ3_S, SimdLevel::Avx2, 1, F, 0, 0, true, 0, true, N},
+    {Type::IQ1_M, SimdLevel::Avx512Vnni, 1, F, 0, 0, true, 0, true, N},
+    {Type::IQ1_S, SimdLevel::Avx512, 1, S, 0, 0, true, 0, true, N},
+    {Type::IQ2_S, SimdLevel::Avx512Vnni, 7, F, 0, 0, true, 0, true, N},
+    {Type::IQ2_XS, SimdLevel::Avx2Vnni, 2, F, 0, 0, true, 0, true, N},
+    {Type::IQ2_XXS, SimdLevel::Avx512Vnni, 24, S, 0, 0, true, 0, true, N},
+    {Type::IQ4_XS, SimdLevel::Avx2, 9, S, 0, 0, true, 0, true, N},
     {Type::IQ3_XXS, SimdLevel::Avx512Vnni, 40, S, 0, 0, false, 0, true, N},
     {Type::IQ4_XS, SimdLevel::Scalar, 64, F, 0, 64, false, 64, true, N},
+    {Type::IQ3_S, SimdLevel::Scalar, 1, F, 0, 0, false, 0, true, N},
     // IQ4_NL and MXFP4 as Q4_0: AVX2's decode rows at every level (one
     // token, and a few below the panels), the panels for every token of a
     // batch (no batch form) from 32 at Avx512Vnni and from 8 at AVX2.
@@ -140,6 +149,26 @@ TEST(MatmulPath, IquantPanelsByLevel) {
             ASSERT_NE(want->gemm, nullptr) << tandem::quant::traits(t).name;
             EXPECT_EQ(choose_matmul_path({t, N, 64, level, F}).panel, want)
                 << tandem::quant::traits(t).name << " " << tandem::cpu::simd_level_name(level);
+        }
+    }
+}
+
+// The i-quants' decode rows at every SIMD level: AVX2's, and at the
+// AVX-512 levels their AVX-512VL build (as the row kernels there): one
+// token, and a small batch's tokens.
+TEST(MatmulPath, IquantDecodeRowsAtEveryLevel) {
+    for (Type t : {Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::IQ1_S, Type::IQ1_M, Type::IQ4_XS}) {
+        const auto* k = tandem::cpu::detail::weight_kernels(t);
+        ASSERT_NE(k, nullptr);
+        for (SimdLevel level : {SimdLevel::Avx2, SimdLevel::Avx2Vnni, SimdLevel::Avx512, SimdLevel::Avx512Vnni}) {
+            if (!tandem::cpu::simd_level_supported(level)) continue;
+            const std::string what = std::string(tandem::quant::traits(t).name) + " " + std::string(tandem::cpu::simd_level_name(level));
+            const bool avx512 = level == SimdLevel::Avx512 || level == SimdLevel::Avx512Vnni;
+            const tandem::cpu::detail::DecodeRows& want = avx512 ? k->rows_avx2w : k->rows_avx2;
+            ASSERT_NE(want.multi, nullptr) << what;
+            EXPECT_EQ(choose_matmul_path({t, N, 1, level, F}).rows.fn, want.fn) << what;
+            EXPECT_EQ(choose_matmul_path({t, N, 5, level, F}).rows.multi, want.multi) << what;
+            EXPECT_EQ(choose_matmul_path({t, N, 24, level, S}).rows.multi, want.multi) << what;
         }
     }
 }
