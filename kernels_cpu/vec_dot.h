@@ -134,19 +134,6 @@ TANDEM_DECLARE_BATCH_DOT(iq1_s)
 TANDEM_DECLARE_BATCH_DOT(iq1_m)
 TANDEM_DECLARE_BATCH_DOT(iq4_xs)
 #undef TANDEM_DECLARE_BATCH_DOT
-// The i-quants' AVX2 kernels built for the AVX-512 levels (LevelKernels::avx2w).
-#define TANDEM_DECLARE_AVX2W(name)               \
-    void dot_##name##_avx2w(TANDEM_DOT_ARGS); \
-    void dot_##name##_batch_avx2w(TANDEM_DOT_ARGS);
-TANDEM_DECLARE_AVX2W(iq2_xxs)
-TANDEM_DECLARE_AVX2W(iq2_xs)
-TANDEM_DECLARE_AVX2W(iq2_s)
-TANDEM_DECLARE_AVX2W(iq3_xxs)
-TANDEM_DECLARE_AVX2W(iq3_s)
-TANDEM_DECLARE_AVX2W(iq1_s)
-TANDEM_DECLARE_AVX2W(iq1_m)
-TANDEM_DECLARE_AVX2W(iq4_xs)
-#undef TANDEM_DECLARE_AVX2W
 
 // Decode (one token) over several rows at once: y[r] = dot(row r, a) for
 // r < n_rows (<= kDecodeRows), row r at w + r * row_stride bytes. The same
@@ -243,22 +230,25 @@ void dot_q4_1_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
 void dot_q5_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
 void dot_q5_1_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
 void dot_q8_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
-// The 256-element i-quants (avx2/decode_rows_iquants_avx2.cpp): one row
-// after another, all tokens at once; _avx2w: the AVX-512 levels' build.
-#define TANDEM_DECLARE_IQ_ROWS(name)                                                                           \
+// The 256-element i-quants: their decode rows (avx2/decode_rows_iquants_avx2.cpp:
+// one row after another, all tokens at once), and the AVX-512 levels' build
+// (_avx2w, LevelKernels::avx2w) of those and of their row and batch kernels.
+#define TANDEM_DECLARE_IQ_AVX2(name)                                                                                 \
     void dot_##name##_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);  \
-    void dot_##name##_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);                                               \
+    void dot_##name##_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);                                                     \
     void dot_##name##_rows_avx2w(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y); \
-    void dot_##name##_rows_multi_avx2w(TANDEM_DECODE_MULTI_ARGS);
-TANDEM_DECLARE_IQ_ROWS(iq2_xxs)
-TANDEM_DECLARE_IQ_ROWS(iq2_xs)
-TANDEM_DECLARE_IQ_ROWS(iq2_s)
-TANDEM_DECLARE_IQ_ROWS(iq3_xxs)
-TANDEM_DECLARE_IQ_ROWS(iq3_s)
-TANDEM_DECLARE_IQ_ROWS(iq1_s)
-TANDEM_DECLARE_IQ_ROWS(iq1_m)
-TANDEM_DECLARE_IQ_ROWS(iq4_xs)
-#undef TANDEM_DECLARE_IQ_ROWS
+    void dot_##name##_rows_multi_avx2w(TANDEM_DECODE_MULTI_ARGS);                                                    \
+    void dot_##name##_avx2w(TANDEM_DOT_ARGS);                                                                        \
+    void dot_##name##_batch_avx2w(TANDEM_DOT_ARGS);
+TANDEM_DECLARE_IQ_AVX2(iq2_xxs)
+TANDEM_DECLARE_IQ_AVX2(iq2_xs)
+TANDEM_DECLARE_IQ_AVX2(iq2_s)
+TANDEM_DECLARE_IQ_AVX2(iq3_xxs)
+TANDEM_DECLARE_IQ_AVX2(iq3_s)
+TANDEM_DECLARE_IQ_AVX2(iq1_s)
+TANDEM_DECLARE_IQ_AVX2(iq1_m)
+TANDEM_DECLARE_IQ_AVX2(iq4_xs)
+#undef TANDEM_DECLARE_IQ_AVX2
 void dot_q4_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void dot_q4_K_rows_batch_avx512(TANDEM_DECODE_MULTI_ARGS);  // in the batch form's order (dot_q4_K_batch)
 void dot_q6_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);

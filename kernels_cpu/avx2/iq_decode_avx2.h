@@ -68,11 +68,6 @@ inline __m256i mult_pairs(__m256i d) {
 }
 // Dword c of m as mult_pairs.
 inline __m256i mult_per16_of(__m256i m, int c) { return mult_pairs(dword_all(m, c)); }
-inline uint32_t load_u16(const void* p) {
-    uint16_t v;
-    std::memcpy(&v, p, sizeof(v));
-    return v;
-}
 inline uint64_t load_u64(const void* p) {
     uint64_t v;
     std::memcpy(&v, p, sizeof(v));
@@ -81,6 +76,14 @@ inline uint64_t load_u64(const void* p) {
 inline __m256i grid64x4(const uint64_t* grid, int i0, int i1, int i2, int i3) {
     return _mm256_set_epi64x(static_cast<int64_t>(grid[i3]), static_cast<int64_t>(grid[i2]),
                              static_cast<int64_t>(grid[i1]), static_cast<int64_t>(grid[i0]));
+}
+// Eight 4-byte grid rows, row i[k] in dword k (IQ3_XXS: byte indices,
+// IQ3_S: 9-bit ones).
+template <class Index>
+inline __m256i grid32x8(const uint32_t* grid, const Index* i) {
+    return _mm256_set_epi32(static_cast<int>(grid[i[7]]), static_cast<int>(grid[i[6]]), static_cast<int>(grid[i[5]]),
+                            static_cast<int>(grid[i[4]]), static_cast<int>(grid[i[3]]), static_cast<int>(grid[i[2]]),
+                            static_cast<int>(grid[i[1]]), static_cast<int>(grid[i[0]]));
 }
 inline __m256i mult_per32(int m) { return _mm256_set1_epi16(static_cast<int16_t>(m)); }
 
@@ -164,12 +167,7 @@ struct DIq3xxs {
         return {signs_7x4x8(aux), _mm256_or_si256(m, _mm256_slli_epi32(m, 16))};
     }
     static Chunk chunk(const B& b, const Prep& p, int c) {
-        const uint8_t* q = b.qs + 8 * c;
-        const uint32_t* g = iq::kIq3xxsGrid;
-        const __m256i mag = _mm256_set_epi32(static_cast<int>(g[q[7]]), static_cast<int>(g[q[6]]), static_cast<int>(g[q[5]]),
-                                             static_cast<int>(g[q[4]]), static_cast<int>(g[q[3]]), static_cast<int>(g[q[2]]),
-                                             static_cast<int>(g[q[1]]), static_cast<int>(g[q[0]]));
-        return {mag, spread_signs(dword_all(p.sgn, c)), dword_all(p.mult, c)};
+        return {grid32x8(iq::kIq3xxsGrid, b.qs + 8 * c), spread_signs(dword_all(p.sgn, c)), dword_all(p.mult, c)};
     }
 };
 struct DIq3s {
@@ -199,12 +197,7 @@ struct DIq3s {
         return p;
     }
     static Chunk chunk(const B& b, const Prep& p, int c) {
-        const uint16_t* i = p.idx + 8 * c;
-        const uint32_t* g = iq::kIq3sGrid;
-        const __m256i mag = _mm256_set_epi32(static_cast<int>(g[i[7]]), static_cast<int>(g[i[6]]), static_cast<int>(g[i[5]]),
-                                             static_cast<int>(g[i[4]]), static_cast<int>(g[i[3]]), static_cast<int>(g[i[2]]),
-                                             static_cast<int>(g[i[1]]), static_cast<int>(g[i[0]]));
-        return {mag, signs32(load_u32(b.signs + 4 * c)), dword_all(p.mult, c)};
+        return {grid32x8(iq::kIq3sGrid, p.idx + 8 * c), signs32(load_u32(b.signs + 4 * c)), dword_all(p.mult, c)};
     }
 };
 struct DIq1s {
@@ -273,7 +266,7 @@ struct DIq1m {
     // 8192x2048, Zen 4: 2.6 GB/s with a vectorized index pass read back from
     // memory, 3.0 scalar, 3.2 pdep (llama.cpp: 3.5).
     static Chunk chunk(const B& b, const Prep& p, int c) {
-        const uint32_t h = load_u16(b.qh + 2 * c);
+        const uint32_t h = iq::load16(b.qh + 2 * c);
 #if defined(__BMI2__)
         const uint64_t idx = _pdep_u64(load_u32(b.qs + 4 * c), 0x00FF00FF00FF00FFull) | _pdep_u64(h & 0x7777, 0x0F000F000F000F00ull);
         const __m256i mag = grid64x4(iq::kIq1sGrid, idx & 0xFFFF, (idx >> 16) & 0xFFFF, (idx >> 32) & 0xFFFF, idx >> 48);
