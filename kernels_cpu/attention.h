@@ -40,6 +40,7 @@ struct AttentionShape {
     // Soft-capping (Gemma 2): a score s becomes softcap * tanh(s / softcap),
     // computed as ggml does: softcap * tanh(Q.K * (scale / softcap)). 0: off.
     float softcap = 0.0f;
+    const float* sinks = nullptr;  // n_head logits joining each softmax row's sum (gpt-oss); null: none
 };
 
 // q: n_tokens rows of n_head * head_dim_k floats (already RoPE'd).

@@ -2,6 +2,7 @@
 
 #include "runtime/quant/fp16.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -46,6 +47,25 @@ void rms_norm_rows(const float* x, const float* w, float* y, int64_t n, int64_t 
     }
 }
 
+void rope_yarn_corr_dims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                         float dims[2]) {
+    const auto corr_dim = [&](float n_rotations) {
+        return static_cast<float>(n_rot) *
+               std::log(static_cast<float>(n_ctx_orig) / (n_rotations * 2 * static_cast<float>(M_PI))) /
+               (2 * std::log(freq_base));
+    };
+    dims[0] = std::max(0.0f, std::floor(corr_dim(beta_fast)));
+    dims[1] = std::min(static_cast<float>(n_rot - 1), std::ceil(corr_dim(beta_slow)));
+}
+
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float x = std::min(gate[i], kSwigluOaiLimit);
+        const float y = std::clamp(up[i], -kSwigluOaiLimit, kSwigluOaiLimit);
+        out[i] = x / (1.0f + std::exp(kSwigluOaiAlpha * (-x))) * (y + 1.0f);
+    }
+}
+
 void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const RopeParams& p, SimdLevel level) {
     // Angles for pair i are pos * base^(-2i/n_rot); advancing theta by a
     // constant factor per pair (as ggml does) instead of calling pow for
@@ -61,11 +81,21 @@ void rope_heads(float* x, int64_t n_heads, int64_t head_dim, int64_t pos, const 
     }
     float* sin_v = cos_v + half;
     float theta = static_cast<float>(pos);
+    // ggml's rope_yarn, its compiled contractions written out as fma.
+    float mscale = p.attn_factor;
+    if (p.ext_factor != 0.0f) mscale *= std::fma(0.1f, std::log(1.0f / p.freq_scale), 1.0f);
+    const float span = std::max(0.001f, p.corr_dims[1] - p.corr_dims[0]);
     for (int64_t i = 0; i < half; ++i) {
         const float ff = p.freq_factors ? p.freq_factors[i] : 1.0f;
-        const float angle = p.freq_scale * (theta / ff);
-        cos_v[i] = std::cos(angle);
-        sin_v[i] = std::sin(angle);
+        const float extrap = theta / ff;
+        float angle = p.freq_scale * extrap;
+        if (p.ext_factor != 0.0f) {
+            const float y = (static_cast<float>(i) - p.corr_dims[0]) / span;
+            const float mix = (1.0f - std::min(1.0f, std::max(0.0f, y))) * p.ext_factor;
+            angle = std::fma(angle, 1.0f - mix, extrap * mix);
+        }
+        cos_v[i] = std::cos(angle) * mscale;
+        sin_v[i] = std::sin(angle) * mscale;
         theta *= theta_scale;
     }
 #if defined(__x86_64__)

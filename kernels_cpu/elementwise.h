@@ -25,9 +25,22 @@ struct RopeParams {
     RopeMode mode = RopeMode::Norm;
     int64_t n_rot = 0;          // rotated dimensions of each head (even, <= head_dim)
     float freq_base = 10000.0f;
-    float freq_scale = 1.0f;    // linear context scaling: 1 / factor
+    float freq_scale = 1.0f;    // context scaling (linear or YaRN): 1 / factor
     const float* freq_factors = nullptr;  // n_rot / 2 divisors of the angles, or nullptr
+    // YaRN (ext_factor != 0), as ggml's rope_yarn: pair i's angle is the
+    // interpolated freq_scale * theta mixed with the extrapolated theta by
+    // ramp(i) * ext_factor (ramp 1 up to corr_dims[0], 0 from
+    // corr_dims[1]), and cos and sin gain 1 + 0.1 ln(1 / freq_scale).
+    // attn_factor multiplies cos and sin in every case.
+    float ext_factor = 0.0f;
+    float attn_factor = 1.0f;
+    float corr_dims[2] = {0.0f, 0.0f};  // rope_yarn_corr_dims
 };
+
+// ggml_rope_yarn_corr_dims: the first and last pair YaRN blends, from the
+// positions n_ctx_orig and the rotations beta_fast and beta_slow.
+void rope_yarn_corr_dims(int64_t n_rot, int64_t n_ctx_orig, float freq_base, float beta_fast, float beta_slow,
+                         float dims[2]);
 
 // Rotates in place the n_heads heads (each head_dim floats, contiguous) of
 // one token at position pos. The AVX2 rotation (level Avx2 and above) gives
@@ -63,6 +76,12 @@ void expf_poly_shifted_avx2(const float* x, float shift, float* y, int64_t n);
 // at a lookup per element instead of a tanhf (~40% of a Gemma 3 prefill).
 // Scalar and AVX2 (level Avx2 and above) give the same bits.
 void geglu(const float* gate, const float* up, float* out, int64_t n, SimdLevel level = SimdLevel::Scalar);
+// gpt-oss's clamped SwiGLU, as ggml's swiglu_oai: x = min(gate, 7),
+// y = clamp(up, -7, 7), out = x / (1 + exp(-1.702 x)) * (y + 1). Scalar
+// expf at every level (ggml's loop is scalar). out may alias gate.
+inline constexpr float kSwigluOaiAlpha = 1.702f;
+inline constexpr float kSwigluOaiLimit = 7.0f;
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n);
 namespace detail {
 inline constexpr uint32_t kGeluTableSize = 65536;
 // fp16(gelu_tanh(h)) for an fp16-representable h: the table's formula.

@@ -7,6 +7,24 @@
 #include "runtime/common/error.h"
 
 namespace tandem::cpu {
+namespace {
+
+// p[order[0..n)] = softmax of those values: exp(x - max) summed in double,
+// scaled by 1 / sum (ggml's soft_max row).
+void softmax_in_place(std::vector<float>& p, const std::vector<int32_t>& order, int64_t n) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[static_cast<size_t>(order[static_cast<size_t>(j)])]);
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+        float& v = p[static_cast<size_t>(order[static_cast<size_t>(j)])];
+        v = std::exp(v - mx);
+        sum += v;
+    }
+    const auto inv = static_cast<float>(1.0 / sum);
+    for (int64_t j = 0; j < n; ++j) p[static_cast<size_t>(order[static_cast<size_t>(j)])] *= inv;
+}
+
+}  // namespace
 
 void moe_route(const float* logits, const RouteParams& rp, float* route, int64_t n_tokens) {
     const int64_t n_expert = rp.n_expert, n_used = rp.n_used;
@@ -16,7 +34,9 @@ void moe_route(const float* logits, const RouteParams& rp, float* route, int64_t
     std::vector<int32_t> order(static_cast<size_t>(n_expert));
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float* x = logits + t * n_expert;
-        if (rp.sigmoid) {
+        if (rp.softmax_of_chosen) {
+            std::copy(x, x + n_expert, p.begin());
+        } else if (rp.sigmoid) {
             for (int64_t e = 0; e < n_expert; ++e) p[static_cast<size_t>(e)] = 1.0f / (1.0f + std::exp(-x[e]));
         } else {
             const float mx = *std::max_element(x, x + n_expert);
@@ -39,6 +59,9 @@ void moe_route(const float* logits, const RouteParams& rp, float* route, int64_t
         std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
             return key[static_cast<size_t>(a)] > key[static_cast<size_t>(b)];
         });
+        // gpt-oss: the kept logits become a softmax over themselves (ggml's
+        // soft_max of the n_used values, in the same float order as above).
+        if (rp.softmax_of_chosen) softmax_in_place(p, order, n_used);
         double kept = 0.0;
         for (int64_t j = 0; j < n_used; ++j) kept += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
         // llama.cpp clamps the sum away from 0 before dividing.

@@ -12,14 +12,17 @@
 namespace tandem::cpu {
 
 // How the router chooses: gate values = softmax(logits) over the experts,
-// or sigmoid(logit) of each; the n_used largest of gate + selection_bias
-// kept (largest first; ties to the lower id), weighted by their gate
-// values without the bias; the weights divided by their sum (clamped away
-// from 0, as llama.cpp) when normalize, then multiplied by scale.
+// sigmoid(logit) of each, or the logits themselves (softmax_of_chosen);
+// the n_used largest of gate + selection_bias kept (largest first; ties to
+// the lower id), weighted by their gate values without the bias (with
+// softmax_of_chosen: by a softmax over the kept logits alone); the weights
+// divided by their sum (clamped away from 0, as llama.cpp) when normalize,
+// then multiplied by scale.
 struct RouteParams {
     int64_t n_expert = 0, n_used = 0;
     bool normalize = true;
     bool sigmoid = false;
+    bool softmax_of_chosen = false;
     const float* selection_bias = nullptr;  // n_expert floats; null: none
     float scale = 1.0f;
 };

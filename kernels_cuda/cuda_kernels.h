@@ -58,6 +58,10 @@ struct RopeArgs {
     float theta_scale = 1.0f;  // freq_base^(-2/n_rot), computed on the host as the CPU does
     float freq_scale = 1.0f;
     const float* freq_factors = nullptr;  // device, n_rot/2 floats, or null
+    // YaRN as cpu::RopeParams; mscale is math::rope_mscale of its fields.
+    float ext_factor = 0.0f;
+    float corr_dims[2] = {0.0f, 0.0f};
+    float mscale = 1.0f;
 };
 
 // Rotates n_heads heads of head_dim floats per token; token t's heads start
@@ -71,6 +75,7 @@ void launch_swiglu(const float* gate, const float* up, float* out, int64_t n, vo
 void launch_swiglu_rows(const float* gate, const float* up, float* out, int64_t row_len, int64_t n_rows,
                         void* stream);
 void launch_geglu(const float* gate, const float* up, float* out, int64_t n, void* stream);
+void launch_swiglu_oai(const float* gate, const float* up, float* out, int64_t n, void* stream);  // cpu::swiglu_oai
 void launch_add(float* y, const float* x, int64_t n, void* stream);  // y += x
 void launch_scale(float* x, int64_t n, float s, void* stream);
 void launch_softcap(float* x, int64_t n, float cap, void* stream);
@@ -125,6 +130,7 @@ struct AttentionArgs {
     int64_t window = 0;
     float scale = 1.0f;
     float softcap = 0.0f;  // scores through math::attention_score; 0: off
+    const float* sinks = nullptr;  // device, n_head logits joining each softmax row's sum (gpt-oss); null: none
     // The cells read, [cell_begin, cell_end) (KvCells::cell_span: the
     // sequence holds none outside it); cell_end < 0: every cell.
     int64_t cell_begin = 0;

@@ -44,9 +44,9 @@ __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t
     const int64_t i = idx % half;
     const int64_t h = (idx / half) % n_heads;
     const int64_t t = idx / (half * n_heads);
-    const float angle = math::rope_angle(pos[t], i, args.theta_scale, args.freq_scale, args.freq_factors);
-    const float c = cosf(angle);
-    const float s = sinf(angle);
+    float c = 0.0f, s = 0.0f;
+    math::rope_cos_sin(pos[t], i, args.theta_scale, args.freq_scale, args.freq_factors, args.ext_factor,
+                       args.corr_dims, args.mscale, c, s);
     float* v = x + t * row_stride + h * head_dim;
     const int64_t a = args.neox ? i : 2 * i;
     const int64_t b = args.neox ? i + half : 2 * i + 1;
@@ -62,6 +62,11 @@ __global__ void rope_kernel(float* x, int64_t n_tokens, int64_t n_heads, int64_t
 __global__ void swiglu_kernel(const float* gate, const float* up, float* out, int64_t n, int64_t row_len) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) out[i] = math::swiglu_rows_element(gate, up, i, row_len);
+}
+
+__global__ void swiglu_oai_kernel(const float* gate, const float* up, float* out, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = math::swiglu_oai(gate[i], up[i]);
 }
 
 __global__ void geglu_kernel(const float* gate, const float* up, float* out, int64_t n) {
@@ -120,6 +125,10 @@ void launch_swiglu_rows(const float* gate, const float* up, float* out, int64_t 
 
 void launch_geglu(const float* gate, const float* up, float* out, int64_t n, void* stream) {
     if (n > 0) geglu_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, out, n);
+}
+
+void launch_swiglu_oai(const float* gate, const float* up, float* out, int64_t n, void* stream) {
+    if (n > 0) swiglu_oai_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(gate, up, out, n);
 }
 
 void launch_add(float* y, const float* x, int64_t n, void* stream) {

@@ -60,6 +60,7 @@ struct ExpertWeight {
     uint64_t row_bytes = 0;
     int64_t rows = 0;       // one expert's rows: the product's width
     float* out = nullptr;   // device: (token, slot) rows of `rows`, or token rows when summing
+    const float* bias = nullptr;  // device: a row of `rows` per expert, added to its products (gpt-oss); null: none
 };
 
 // One call's inputs and workspace, all device memory but `plan`.

@@ -32,15 +32,66 @@ TANDEM_HOST_DEVICE float tanh_f(float v) {
 
 using quant::dot::fma_f;  // one definition, with the products' (dot_order.h)
 
-// RoPE angle of pair i at position pos: theta starts at pos and is
-// multiplied by theta_scale once per pair, in float, as the CPU loop does
-// (not pos * pow(base, ...)), so the angles round the same way.
-TANDEM_HOST_DEVICE float rope_angle(int64_t pos, int64_t i, float theta_scale, float freq_scale,
-                                    const float* freq_factors) {
+TANDEM_HOST_DEVICE float cos_f(float v) {
+#if defined(__CUDA_ARCH__)
+    return cosf(v);
+#else
+    return std::cos(v);
+#endif
+}
+
+TANDEM_HOST_DEVICE float sin_f(float v) {
+#if defined(__CUDA_ARCH__)
+    return sinf(v);
+#else
+    return std::sin(v);
+#endif
+}
+
+TANDEM_HOST_DEVICE float log_f(float v) {
+#if defined(__CUDA_ARCH__)
+    return logf(v);
+#else
+    return std::log(v);
+#endif
+}
+
+// What cos and sin are multiplied by (cpu::rope_heads): attn_factor, and
+// with YaRN (ext_factor != 0) its 1 + 0.1 ln(1 / freq_scale) too.
+TANDEM_HOST_DEVICE float rope_mscale(float attn_factor, float ext_factor, float freq_scale) {
+    return ext_factor != 0.0f ? attn_factor * fma_f(0.1f, log_f(1.0f / freq_scale), 1.0f) : attn_factor;
+}
+
+// Pair i's cosine and sine as ggml's rope_yarn (cpu::rope_heads). theta
+// starts at pos and is multiplied by theta_scale once per pair, in float,
+// as the CPU loop does (not pos * pow(base, ...)), so the angles round the
+// same way; the interpolated angle freq_scale * (theta / ff), with YaRN
+// mixed with the extrapolated theta / ff by ramp(i) * ext_factor.
+TANDEM_HOST_DEVICE void rope_cos_sin(int64_t pos, int64_t i, float theta_scale, float freq_scale,
+                                     const float* freq_factors, float ext_factor, const float corr_dims[2],
+                                     float mscale, float& c, float& s) {
     float theta = static_cast<float>(pos);
     for (int64_t k = 0; k < i; ++k) theta *= theta_scale;
-    const float ff = freq_factors ? freq_factors[i] : 1.0f;
-    return freq_scale * (theta / ff);
+    const float extrap = theta / (freq_factors ? freq_factors[i] : 1.0f);
+    float angle = freq_scale * extrap;
+    if (ext_factor != 0.0f) {
+        const float d = corr_dims[1] - corr_dims[0];
+        const float y = (static_cast<float>(i) - corr_dims[0]) / (0.001f < d ? d : 0.001f);
+        const float ramp = 1.0f - (y < 0.0f ? 0.0f : (1.0f < y ? 1.0f : y));
+        const float mix = ramp * ext_factor;
+        angle = fma_f(angle, 1.0f - mix, extrap * mix);
+    }
+    c = cos_f(angle) * mscale;
+    s = sin_f(angle) * mscale;
+}
+
+// gpt-oss's clamped SwiGLU of one element (cpu::swiglu_oai, with
+// std::min's and std::clamp's comparisons).
+TANDEM_HOST_DEVICE float swiglu_oai(float g, float up) {
+    constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+    const float x = kLimit < g ? kLimit : g;
+    const float y = up < -kLimit ? -kLimit : (kLimit < up ? kLimit : up);
+    return x / (1.0f + exp_f(kAlpha * (-x))) * (y + 1.0f);
 }
 
 // The RoPE rotation of one pair, with the fused multiply-adds ggml's

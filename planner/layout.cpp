@@ -167,19 +167,6 @@ Share Mode::sum(int d, int64_t from, int64_t to) const {
            prefix[static_cast<size_t>(from)][static_cast<size_t>(d)];
 }
 
-bool is_ffn_role(LayerTensor r) {
-    constexpr LayerTensor kFfn[] = {LayerTensor::FfnNorm,     LayerTensor::FfnGate,     LayerTensor::FfnUp,
-                                    LayerTensor::FfnGateUp,   LayerTensor::FfnDown,     LayerTensor::FfnGateInp,
-                                    LayerTensor::FfnGateExps, LayerTensor::FfnUpExps,   LayerTensor::FfnDownExps,
-                                    LayerTensor::FfnExpProbsB, LayerTensor::FfnGateShexp, LayerTensor::FfnUpShexp,
-                                    LayerTensor::FfnDownShexp, LayerTensor::FfnPostNorm};
-    return std::find(std::begin(kFfn), std::end(kFfn), r) != std::end(kFfn);
-}
-
-bool is_expert_role(LayerTensor r) {
-    return r == LayerTensor::FfnGateExps || r == LayerTensor::FfnUpExps || r == LayerTensor::FfnDownExps;
-}
-
 Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_ubatch, model::CacheType cache_type,
                    int64_t n_seq) {
     const model::HParams& hp = spec.hp;

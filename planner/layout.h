@@ -115,8 +115,8 @@ Mode make_mode(const model::ModelSpec& spec, const Tables& t,
 Mode mode_of(const model::ModelSpec& spec, const Tables& t, const Placement& p);
 
 // Which roles a class of the candidates moves to the host.
-bool is_ffn_role(model::LayerTensor r);
-bool is_expert_role(model::LayerTensor r);
+using model::is_expert_role;
+using model::is_ffn_role;
 
 struct Layout {
     const Mode* lo = nullptr;  // layers [0, k)

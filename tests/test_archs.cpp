@@ -27,7 +27,7 @@ using tandem::testing::shared;
 
 const std::vector<std::string> kArchModels = {"synth-qwen2-Q8_0", "synth-qwen3-Q8_0",  "synth-qwen3moe-Q8_0",
                                               "synth-phi3-Q8_0",  "synth-gemma2-Q8_0", "synth-mixtral-Q8_0",
-                                              "synth-glm4moe-Q8_0"};
+                                              "synth-glm4moe-Q8_0", "synth-gpt-oss-Q8_0"};
 
 struct Model {
     tandem::gguf::File file;
@@ -134,6 +134,12 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
         {"router on the host, experts on cpu2", false, 0, "ffn_gate_inp=cpu"},
         {"the choice's bias on the host, the rest on cpu2", false, 0, "exp_probs_b=cpu", LT::FfnExpProbsB},
         {"the shared expert on the host, the rest on cpu2", false, 0, "shexp=cpu", LT::FfnGateShexp},
+        // The expert biases and sinks go where their op runs, whatever -ot says.
+        {"the gate experts on the host, their biases asked on cpu2", false, 0,
+         "ffn_gate_exps\\.weight=cpu,exps\\.bias=cpu2", LT::FfnGateExpsBias},
+        {"the router's bias on the host", false, 0, "ffn_gate_inp\\.bias=cpu", LT::FfnGateInpBias},
+        {"the cache on the host with attn_k, the sinks asked on cpu2", false, 0, "attn_k=cpu,attn_sinks=cpu2",
+         LT::AttnSinks},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
@@ -163,7 +169,8 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shared, MoeSplit,
-                         ::testing::Values("synth-qwen3moe-Q8_0", "synth-mixtral-Q8_0", "synth-glm4moe-Q8_0"),
+                         ::testing::Values("synth-qwen3moe-Q8_0", "synth-mixtral-Q8_0", "synth-glm4moe-Q8_0",
+                                           "synth-gpt-oss-Q8_0"),
                          [](const auto& info) {
                              std::string n = info.param;
                              for (auto& ch : n) {
@@ -171,6 +178,29 @@ INSTANTIATE_TEST_SUITE_P(Shared, MoeSplit,
                              }
                              return n;
                          });
+
+// gpt-oss's YaRN as llama.cpp's context sets it up: factor 32 from 4096
+// positions, ext_factor 1, and an attention factor (1 + 0.1 ln 32) / (1 +
+// 0.1 ln 32), which float rounding leaves within an ulp of 1; the router
+// weighs the chosen by a softmax over them, unnormalized after.
+TEST(ArchHparams, GptOssYarnAndRouterAsLlamaCpp) {
+    const auto path = shared("models/synth-gpt-oss-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const Model m = open_model(path);
+    const auto& hp = m.spec.hp;
+    EXPECT_EQ(hp.rope_freq_scale, 1.0 / 32.0);
+    EXPECT_EQ(hp.rope_ext_factor, 1.0);
+    EXPECT_EQ(hp.rope_n_ctx_orig, 4096);
+    EXPECT_NEAR(hp.rope_attn_factor, 1.0, 2e-7);
+    EXPECT_EQ(hp.rope_beta_fast, 32.0);
+    EXPECT_EQ(hp.rope_beta_slow, 1.0);
+    EXPECT_TRUE(hp.softmax_of_chosen());
+    EXPECT_FALSE(hp.expert_weights_norm);
+    // Layers 0 and 2 slide over 8 positions, 1 and 3 see everything.
+    ASSERT_EQ(m.spec.layers.size(), 4u);
+    EXPECT_EQ(hp.sliding_window, 8);
+    for (size_t il = 0; il < 4; ++il) EXPECT_EQ(m.spec.layers[il].sliding_window, il % 2 == 0) << il;
+}
 
 // ---- files that break an architecture's rules --------------------------------
 
@@ -211,7 +241,9 @@ TEST(ArchErrors, EachBrokenRuleIsOneLineNamingItsKeyOrTensor) {
     const auto mixtral = shared("models/synth-mixtral-Q8_0.gguf");
     const auto phi3 = shared("models/synth-phi3-Q8_0.gguf");
     const auto gemma2 = shared("models/synth-gemma2-Q8_0.gguf");
+    const auto gpt_oss = shared("models/synth-gpt-oss-Q8_0.gguf");
     TANDEM_REQUIRE_SHARED(gemma2);
+    TANDEM_REQUIRE_SHARED(gpt_oss);
     TANDEM_REQUIRE_SHARED(moe);
     TANDEM_REQUIRE_SHARED(mixtral);
     TANDEM_REQUIRE_SHARED(phi3);
@@ -268,6 +300,23 @@ TEST(ArchErrors, EachBrokenRuleIsOneLineNamingItsKeyOrTensor) {
         {"a fused QKV of the wrong width",
          edited_copy(phi3, "qkv", [&](Keys&, Tensors& t) { tensor(t, "blk.0.attn_qkv.weight").shape = {256, 256}; }),
          {"blk.0.attn_qkv.weight", "expected shape [256, 512]"}},
+        {"an unknown RoPE scaling",
+         edited_copy(gpt_oss, "rope_type", [&](Keys& k, Tensors&) { set_key(k, "gpt-oss.rope.scaling.type", tandem::gguf::Value::str("longrope")); }),
+         {"gpt-oss.rope.scaling.type", "expected none, linear or yarn", "found longrope"}},
+        {"YaRN without a factor",
+         edited_copy(gpt_oss, "yarn_factor", [&](Keys& k, Tensors&) { drop_key(k, "gpt-oss.rope.scaling.factor"); }),
+         {"gpt-oss.rope.scaling.factor", "missing"}},
+        {"a NaN YaRN beta",
+         edited_copy(gpt_oss, "yarn_beta", [&](Keys& k, Tensors&) {
+             k.push_back({"gpt-oss.rope.scaling.yarn_beta_fast", tandem::gguf::Value::f32(std::nanf("")), 0});
+         }),
+         {"gpt-oss.rope.scaling.yarn_beta_fast", "expected values in (0, 1e6)", "nan"}},
+        {"sinks of another length than the heads",
+         edited_copy(gpt_oss, "sinks", [&](Keys&, Tensors& t) { tensor(t, "blk.3.attn_sinks.weight").shape = {4}; }),
+         {"blk.3.attn_sinks.weight", "expected shape [8, 1]"}},
+        {"an expert bias without a row per expert",
+         edited_copy(gpt_oss, "exp_bias", [&](Keys&, Tensors& t) { tensor(t, "blk.1.ffn_down_exps.bias").shape = {256}; }),
+         {"blk.1.ffn_down_exps.bias", "expected shape [256, 4]"}},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(c.what);

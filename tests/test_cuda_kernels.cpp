@@ -506,6 +506,7 @@ INSTANTIATE_TEST_SUITE_P(CudaBackend, EveryNgl,
                                            "tiny-llama-b-Q4_K_M.gguf", "synth-qwen2-Q8_0.gguf", "synth-qwen3-Q8_0.gguf",
                                            "synth-qwen3moe-Q8_0.gguf", "synth-phi3-Q8_0.gguf", "synth-gemma2-Q8_0.gguf",
                                            "synth-mixtral-Q8_0.gguf", "synth-glm4moe-Q8_0.gguf",
+                                           "synth-gpt-oss-Q8_0.gguf",
                                            // every i-quant block type, as weights and as token embeddings
                                            "synth-llama-IQ1_S.gguf", "synth-llama-IQ1_M.gguf", "synth-llama-IQ2_XS.gguf",
                                            "synth-llama-IQ2_M.gguf", "synth-llama-IQ3_XXS.gguf",

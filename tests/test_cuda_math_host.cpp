@@ -111,34 +111,62 @@ TEST(CudaMathHost, GluMatchesCpu) {
     }
 }
 
+// Plain, linearly scaled and YaRN-scaled (gpt-oss's factor 32 from 4096).
 TEST(CudaMathHost, RopeAnglesMatchCpu) {
-    for (const bool neox : {false, true}) {
-        constexpr int64_t kHeads = 3, kDim = 64, kRot = 48;
-        std::vector<float> ff(kRot / 2);
-        for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.0f + 0.1f * static_cast<float>(i);
-        for (const int64_t pos : {0, 1, 17, 4095}) {
-            auto x = random_row(kHeads * kDim, static_cast<uint32_t>(pos + 3));
-            auto ref = x;
-            tandem::cpu::RopeParams p;
-            p.mode = neox ? tandem::cpu::RopeMode::Neox : tandem::cpu::RopeMode::Norm;
-            p.n_rot = kRot;
-            p.freq_base = 10000.0f;
-            p.freq_scale = 0.5f;
-            p.freq_factors = ff.data();
-            tandem::cpu::rope_heads(ref.data(), kHeads, kDim, pos, p);
-            const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(kRot));
-            for (int64_t h = 0; h < kHeads; ++h) {
-                for (int64_t i = 0; i < kRot / 2; ++i) {
-                    const float angle = cm::rope_angle(pos, i, theta_scale, p.freq_scale, ff.data());
-                    const float c = std::cos(angle), s = std::sin(angle);
-                    float* v = x.data() + h * kDim;
-                    const int64_t a = neox ? i : 2 * i, b = neox ? i + kRot / 2 : 2 * i + 1;
-                    cm::rope_rotate(v[a], v[b], c, s);
+    for (const bool yarn : {false, true}) {
+        for (const bool neox : {false, true}) {
+            constexpr int64_t kHeads = 3, kDim = 64, kRot = 48;
+            std::vector<float> ff(kRot / 2);
+            for (size_t i = 0; i < ff.size(); ++i) ff[i] = 1.0f + 0.1f * static_cast<float>(i);
+            for (const int64_t pos : {0, 1, 17, 4095, 70000}) {
+                auto x = random_row(kHeads * kDim, static_cast<uint32_t>(pos + 3));
+                auto ref = x;
+                tandem::cpu::RopeParams p;
+                p.mode = neox ? tandem::cpu::RopeMode::Neox : tandem::cpu::RopeMode::Norm;
+                p.n_rot = kRot;
+                p.freq_base = yarn ? 150000.0f : 10000.0f;
+                p.freq_scale = yarn ? 1.0f / 32.0f : 0.5f;
+                p.freq_factors = ff.data();
+                if (yarn) {
+                    p.ext_factor = 1.0f;
+                    p.attn_factor = 0.9f;
+                    tandem::cpu::rope_yarn_corr_dims(kRot, 4096, p.freq_base, 32.0f, 1.0f, p.corr_dims);
+                    ASSERT_LT(p.corr_dims[0], p.corr_dims[1]);  // some pairs are blended
                 }
+                tandem::cpu::rope_heads(ref.data(), kHeads, kDim, pos, p);
+                const float theta_scale = std::pow(p.freq_base, -2.0f / static_cast<float>(kRot));
+                const float mscale = cm::rope_mscale(p.attn_factor, p.ext_factor, p.freq_scale);
+                for (int64_t h = 0; h < kHeads; ++h) {
+                    for (int64_t i = 0; i < kRot / 2; ++i) {
+                        float c = 0.0f, s = 0.0f;
+                        cm::rope_cos_sin(pos, i, theta_scale, p.freq_scale, ff.data(), p.ext_factor, p.corr_dims, mscale,
+                                         c, s);
+                        float* v = x.data() + h * kDim;
+                        const int64_t a = neox ? i : 2 * i, b = neox ? i + kRot / 2 : 2 * i + 1;
+                        cm::rope_rotate(v[a], v[b], c, s);
+                    }
+                }
+                for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], ref[i]) << "pos " << pos << " element " << i;
             }
-            for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], ref[i]) << "pos " << pos << " element " << i;
         }
     }
+}
+
+// gpt-oss's clamped SwiGLU, both clamps included.
+TEST(CudaMathHost, SwigluOaiMatchesCpu) {
+    std::vector<float> gate = random_row(4096, 11), up = random_row(4096, 12);
+    for (size_t i = 0; i < gate.size(); ++i) {
+        gate[i] *= 12.0f;
+        up[i] *= 12.0f;
+    }
+    std::vector<float> ref(gate.size());
+    tandem::cpu::swiglu_oai(gate.data(), up.data(), ref.data(), static_cast<int64_t>(gate.size()));
+    int clamped = 0;
+    for (size_t i = 0; i < gate.size(); ++i) {
+        ASSERT_EQ(cm::swiglu_oai(gate[i], up[i]), ref[i]) << i;
+        clamped += gate[i] > 7.0f || std::fabs(up[i]) > 7.0f;
+    }
+    EXPECT_GT(clamped, 100);
 }
 
 // The per-(token, head) loop of the CUDA attention kernel, run on the host

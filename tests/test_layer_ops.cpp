@@ -120,6 +120,9 @@ TEST(LayerOps, PlannerCrossingsAreTheExecutorsMoves) {
         {"models/synth-glm4moe-Q8_0.gguf", 99, "exp_probs_b=cpu", true},
         {"models/synth-glm4moe-Q8_0.gguf", 99, "shexp=cpu", true},
         {"models/synth-glm4moe-Q8_0.gguf", 2, "", true},
+        {"models/synth-gpt-oss-Q8_0.gguf", 99, "exps=cpu", true},
+        {"models/synth-gpt-oss-Q8_0.gguf", 99, R"(attn_output\.bias=cpu)", true},
+        {"models/synth-gpt-oss-Q8_0.gguf", 2, "attn_sinks=cpu2", false},
     };
     for (const Case& c : cases) {
         SCOPED_TRACE(std::string(c.model) + " -ngl " + std::to_string(c.ngl) + " -ot " + c.ot);

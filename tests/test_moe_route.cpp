@@ -51,4 +51,28 @@ TEST(MoeRoute, SigmoidWithBiasChoosesByTheBiasAndWeighsWithout) {
     EXPECT_NEAR(route[3], s1 * 2.5f, 1e-6);
 }
 
+// gpt-oss: the largest raw logits chosen, weighted by a softmax over them
+// alone; the experts nobody chose do not enter the sum. The weights differ
+// from a softmax over all experts renormalized only in rounding, so the
+// bits are checked against the definition in float.
+TEST(MoeRoute, SoftmaxOfTheChosenWeighsOnlyTheKept) {
+    const std::vector<float> logits = {1.5f, -0.5f, 4.0f, 3.0f, /* token 2 */ -2.0f, -1.0f, -3.0f, -1.5f};
+    RouteParams p{4, 2};
+    p.softmax_of_chosen = true;
+    p.normalize = false;
+    std::vector<float> route(8);
+    moe_route(logits.data(), p, route.data(), 2);
+    EXPECT_EQ(route[0], 2.0f);
+    EXPECT_EQ(route[2], 3.0f);
+    const float e0 = std::exp(4.0f - 4.0f), e1 = std::exp(3.0f - 4.0f);
+    const auto inv = static_cast<float>(1.0 / (static_cast<double>(e0) + e1));
+    EXPECT_EQ(route[1], e0 * inv);
+    EXPECT_EQ(route[3], e1 * inv);
+    EXPECT_NEAR(route[1], 1.0 / (1.0 + std::exp(-1.0)), 1e-6);
+    // All negative logits: the largest (least negative) still win.
+    EXPECT_EQ(route[4], 1.0f);
+    EXPECT_EQ(route[6], 3.0f);
+    EXPECT_NEAR(route[5] + route[7], 1.0f, 1e-6);
+}
+
 }  // namespace

@@ -264,6 +264,11 @@ void CpuDevice::rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const i
     p.freq_base = op.freq_base;
     p.freq_scale = op.freq_scale;
     p.freq_factors = impl_->rope_freqs.empty() ? nullptr : impl_->rope_freqs.data();
+    p.ext_factor = op.ext_factor;
+    p.attn_factor = op.attn_factor;
+    if (op.ext_factor != 0.0f) {
+        cpu::rope_yarn_corr_dims(op.n_rot, op.n_ctx_orig, op.freq_base, op.beta_fast, op.beta_slow, p.corr_dims);
+    }
     const int64_t width = act_width(impl_->hp, a);
     float* x = impl_->buf(a);
     impl_->for_rows(static_cast<int64_t>(pos.size()), [&](int64_t b, int64_t e) {
@@ -291,6 +296,7 @@ void CpuDevice::attention(int64_t il, std::span<const int32_t> cells, std::span<
     shape.window = op.window;
     shape.scale = op.scale;
     shape.softcap = op.softcap;
+    shape.sinks = op.sinks ? impl_->vector(*op.sinks) : nullptr;
     // Each sequence attends to its own cells: the batch's tokens grouped
     // by sequence, in order; one sequence (the usual case) in one call.
     if (std::all_of(seq.begin(), seq.end(), [&](int32_t s) { return s == seq[0]; })) {
@@ -388,6 +394,13 @@ void CpuDevice::matmul_experts(std::span<const MatmulOut> outs, Act in, const Ex
             }
         }
     }
+    // Each (token, slot) product + its expert's bias row (ggml's add_id).
+    for (const MatmulOut& o : outs) {
+        if (!o.bias) continue;
+        const float* bias = m.vector(*o.bias);
+        float* y = op.sum_slots ? slot_out : m.buf(o.out);
+        for (int64_t r = 0; r < n * k; ++r) cpu::add(y + r * rows, bias + static_cast<int64_t>(route[2 * r]) * rows, rows);
+    }
     if (!op.sum_slots) return;
     // out = w_0 * y_0 + w_1 * y_1 + ..., each product rounded, added in
     // slot order (llama.cpp multiplies by the weights, then adds the slots).
@@ -436,6 +449,8 @@ void CpuDevice::glu(model::FfnActivation act, int64_t n_ff, int64_t n) {
             float* g = gate + t * n_ff;
             if (act == model::FfnActivation::Silu) {
                 cpu::swiglu(g, up + t * n_ff, g, n_ff, impl_->level);
+            } else if (act == model::FfnActivation::SwigluOai) {
+                cpu::swiglu_oai(g, up + t * n_ff, g, n_ff);
             } else {
                 cpu::geglu(g, up + t * n_ff, g, n_ff, impl_->level);
             }

@@ -11,6 +11,7 @@ cpu::RouteParams route_params(const MoeRouteOp& op, const float* bias) {
     p.n_used = op.n_used;
     p.normalize = op.normalize;
     p.sigmoid = op.sigmoid;
+    p.softmax_of_chosen = op.softmax_of_chosen;
     p.selection_bias = bias;
     p.scale = op.scale;
     return p;

@@ -74,11 +74,16 @@ struct DeviceConfig {
     bool cpu_blas = true;
 };
 
+// YaRN's fields as model::HParams has them (ext_factor 0: none).
 struct RopeOp {
     bool neox = false;
     int64_t n_rot = 0;
     float freq_base = 10000.0f;
     float freq_scale = 1.0f;
+    float ext_factor = 0.0f;
+    float attn_factor = 1.0f;
+    float beta_fast = 32.0f, beta_slow = 1.0f;
+    int64_t n_ctx_orig = 0;
 };
 
 struct AttentionOp {
@@ -86,6 +91,9 @@ struct AttentionOp {
     int64_t window = 0;  // sliding window; 0: none
     float scale = 1.0f;  // applied to each Q.K (1 when Q was scaled before)
     float softcap = 0.0f;  // scores become softcap * tanh(score / softcap); 0: off
+    // One logit per query head that joins each softmax row's sum (gpt-oss),
+    // a vector this device holds; null: none.
+    const gguf::TensorInfo* sinks = nullptr;
 };
 
 // The router's choice from Router: softmax over the n_expert logits, or a
@@ -97,6 +105,7 @@ struct MoeRouteOp {
     int64_t n_expert = 0, n_used = 0;
     bool normalize = true;
     bool sigmoid = false;
+    bool softmax_of_chosen = false;  // the largest logits, weighted by a softmax over them alone (gpt-oss)
     const gguf::TensorInfo* bias = nullptr;
     float scale = 1.0f;
 };
@@ -113,10 +122,14 @@ struct ExpertOp {
     bool sum_slots = false;
 };
 
-// One product of a shared input: out = in x w.
+// One product of a shared input: out = in x w. For the experts, bias
+// (a vector this device holds, one row per expert; null: none) is added to
+// each (token, slot) product, the row of its expert, before the route's
+// weight (gpt-oss).
 struct MatmulOut {
     const gguf::TensorInfo* w = nullptr;
     Act out = Act::Cur;
+    const gguf::TensorInfo* bias = nullptr;
 };
 
 // What a device stores: the weights placed on it, its K/V caches' rows and

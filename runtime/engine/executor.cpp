@@ -43,7 +43,7 @@ void LayerExecutor::run(int64_t il, const Op& op, const RecipeBatch& b) {
         case OpKind::Split: dev.copy_cols(op.in, op.src_width, op.col0, op.out[0], op.len, n); break;
         case OpKind::AddBias: dev.add_vector(op.out[0], *L.get(op.weight[0]), op.len, n); break;
         case OpKind::Rope: rope(il, op, d, b); break;
-        case OpKind::Attention: attention(il, d, b); break;
+        case OpKind::Attention: attention(il, op, d, b); break;
         case OpKind::Glu: dev.glu(spec_.arch->ffn_activation, op.len, n * op.rows); break;
         case OpKind::Add: dev.add(op.out[0], op.in, op.len, n); break;
         case OpKind::Matmul:
@@ -59,6 +59,7 @@ MoeRouteOp LayerExecutor::route_op(const model::LayerSpec& L, const Op& op) cons
     r.n_used = hp_.n_expert_used;
     r.normalize = hp_.expert_weights_norm;
     r.sigmoid = hp_.sigmoid_gating();
+    r.softmax_of_chosen = hp_.softmax_of_chosen();
     r.bias = op.weight[0] != model::kNoTensor ? L.get(op.weight[0]) : nullptr;
     r.scale = static_cast<float>(hp_.expert_weights_scale);
     return r;
@@ -79,7 +80,8 @@ void LayerExecutor::matmul(int64_t il, const Op& op, const RecipeBatch& b) {
         size_t count = 0;
         for (size_t i = 0; i < roles.size(); ++i) {
             const gguf::TensorInfo* w = L.get(roles[i]);
-            if (placement_.of(w) == d) group[count++] = {w, outs[i]};
+            const model::LayerTensor bias = op.bias[i];
+            if (placement_.of(w) == d) group[count++] = {w, outs[i], bias != model::kNoTensor ? L.get(bias) : nullptr};
         }
         if (count == 0) continue;
         std::array<Act, 3> room;
@@ -139,11 +141,17 @@ void LayerExecutor::rope(int64_t il, const Op& op, int d, const RecipeBatch& b) 
     rope.n_rot = hp_.n_rot;
     rope.freq_base = static_cast<float>(spec_.layers[static_cast<size_t>(il)].rope_base);
     rope.freq_scale = static_cast<float>(hp_.rope_freq_scale);
+    rope.ext_factor = static_cast<float>(hp_.rope_ext_factor);
+    rope.attn_factor = static_cast<float>(hp_.rope_attn_factor);
+    rope.beta_fast = static_cast<float>(hp_.rope_beta_fast);
+    rope.beta_slow = static_cast<float>(hp_.rope_beta_slow);
+    rope.n_ctx_orig = hp_.rope_n_ctx_orig;
     on(d).rope(op.out[0], op.rows, op.len, b.pos, rope);
 }
 
-void LayerExecutor::attention(int64_t il, int d, const RecipeBatch& b) {
+void LayerExecutor::attention(int64_t il, const Op& recipe_op, int d, const RecipeBatch& b) {
     AttentionOp op;
+    if (recipe_op.weight[0] != model::kNoTensor) op.sinks = spec_.layers[static_cast<size_t>(il)].get(recipe_op.weight[0]);
     op.n_head = hp_.n_head;
     op.n_head_kv = hp_.n_head_kv;
     op.head_dim_k = hp_.head_dim_k;

@@ -62,7 +62,7 @@ private:
     void norm(int64_t il, const Op& op, int d, int64_t n);
     void matmul(int64_t il, const Op& op, const RecipeBatch& b);
     void rope(int64_t il, const Op& op, int d, const RecipeBatch& b);
-    void attention(int64_t il, int d, const RecipeBatch& b);
+    void attention(int64_t il, const Op& op, int d, const RecipeBatch& b);
     MoeRouteOp route_op(const model::LayerSpec& L, const Op& op) const;
     // Shows b.observer the input rows of op's products on device d.
     void observe(const Op& op, std::span<const MatmulOut> products, int d, const RecipeBatch& b);

@@ -127,10 +127,12 @@ struct Session::Impl {
         host->account_token_embd();
         for (int64_t il = 0; il < hp.n_layer; ++il) {
             const auto& ls = spec.layers[static_cast<size_t>(il)];
-            for (const gguf::TensorInfo* t : ls.tensors) {
+            for (size_t r = 0; r < ls.tensors.size(); ++r) {
+                const gguf::TensorInfo* t = ls.tensors[r];
                 if (!t) continue;
                 DeviceStorage& d = device(placement.of(t));
-                if (t->n_rows() > 1) {
+                // Biases stay floats, an expert's row of them included.
+                if (t->n_rows() > 1 && !model::layer_tensor_rule(static_cast<model::LayerTensor>(r)).bias) {
                     d.load_matrix(*t);
                 } else {
                     d.load_vector(*t);

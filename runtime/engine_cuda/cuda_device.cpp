@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "kernels_cpu/elementwise.h"
 #include "kernels_cpu/moe.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/cuda_device_alloc.h"
@@ -31,6 +32,7 @@
 #include "kernels_cuda/device_matmul.h"
 #include "kernels_cuda/expert_matmul.h"
 #include "kernels_cuda/matmul_types.h"
+#include "kernels_cuda/op_math.h"
 
 #ifdef TANDEM_CUDA_EMULATED
 #include "kernels_cuda/emulator/emu.h"
@@ -212,6 +214,11 @@ public:
         args.theta_scale = std::pow(op.freq_base, -2.0f / static_cast<float>(op.n_rot));
         args.freq_scale = op.freq_scale;
         args.freq_factors = rope_freqs_;
+        args.ext_factor = op.ext_factor;
+        args.mscale = math::rope_mscale(op.attn_factor, op.ext_factor, op.freq_scale);
+        if (op.ext_factor != 0.0f) {
+            cpu::rope_yarn_corr_dims(op.n_rot, op.n_ctx_orig, op.freq_base, op.beta_fast, op.beta_slow, args.corr_dims);
+        }
         kernels::launch_rope(buf(a), n, n_heads, head_dim, act_width(hp_, a), pos_, args, nullptr);
         check_launch();
     }
@@ -222,8 +229,9 @@ public:
         select();
         upload_positions(pos);
         // The matmul scratch is free between products: the split partials.
-        c.store_and_attend(buf(Act::K), buf(Act::V), buf(Act::Q), pos_, cells, pos, seq, op, buf(Act::Attn),
-                           static_cast<float*>(scratch_), scratch_floats_);
+        c.store_and_attend(buf(Act::K), buf(Act::V), buf(Act::Q), pos_, cells, pos, seq, op,
+                           op.sinks ? vector(*op.sinks) : nullptr, buf(Act::Attn), static_cast<float*>(scratch_),
+                           scratch_floats_);
     }
 
     // The router's few logits read back and routed by the CPU's function
@@ -285,7 +293,8 @@ public:
             TANDEM_CHECK(w.n_rows % n_expert == 0 && (i == 0 || w.n_cols == cols),
                          "matmul_experts: products of other shapes");
             cols = w.n_cols;
-            weights[i] = {w.type, w.data, w.row_bytes, w.n_rows / n_expert, buf(outs[i].out)};
+            weights[i] = {w.type, w.data, w.row_bytes, w.n_rows / n_expert, buf(outs[i].out),
+                          outs[i].bias ? vector(*outs[i].bias) : nullptr};
             widest_rows = std::max(widest_rows, weights[i].rows);
         }
         TANDEM_CHECK(plan_.total * (cols + widest_rows) <= expert_floats_ &&
@@ -333,6 +342,8 @@ public:
         const float* up = buf(Act::Up);
         if (act == model::FfnActivation::Silu) {
             kernels::launch_swiglu_rows(gate, up, gate, n_ff, n, nullptr);
+        } else if (act == model::FfnActivation::SwigluOai) {
+            kernels::launch_swiglu_oai(gate, up, gate, n * n_ff, nullptr);
         } else {
             kernels::launch_geglu(gate, up, gate, n * n_ff, nullptr);
         }

@@ -37,8 +37,8 @@ CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std:
 
 void CudaKvCache::store_and_attend(const float* k, const float* v, const float* q, const int32_t* dev_pos,
                                    std::span<const int32_t> cells, std::span<const int32_t> pos,
-                                   std::span<const int32_t> seq, const AttentionOp& op, float* out, float* room,
-                                   int64_t room_floats) {
+                                   std::span<const int32_t> seq, const AttentionOp& op, const float* sinks,
+                                   float* out, float* room, int64_t room_floats) {
     const auto n = static_cast<int64_t>(pos.size());
     TANDEM_CHECK(cells.size() == pos.size() && seq.size() == pos.size(), "attention: a cell per token");
     // The cells the session placed the positions in (kept here while the
@@ -56,6 +56,7 @@ void CudaKvCache::store_and_attend(const float* k, const float* v, const float* 
     args.window = op.window;
     args.scale = op.scale;
     args.softcap = op.softcap;
+    args.sinks = sinks;
     args.partials = room;
     args.partial_floats = room_floats;
     const int64_t qd = op.n_head * op.head_dim_k, od = op.n_head * op.head_dim_v;

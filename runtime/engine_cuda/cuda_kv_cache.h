@@ -36,10 +36,11 @@ public:
     // each token's Q over its own sequence's cells. k, v, q, out: device
     // rows of the micro-batch; dev_pos: pos on the device. room: device
     // floats free during the call (room_floats), where long spans keep
-    // their split partials (kernels::AttentionArgs::partials).
+    // their split partials (kernels::AttentionArgs::partials). sinks: op's
+    // sinks on the device (n_head floats), or null.
     void store_and_attend(const float* k, const float* v, const float* q, const int32_t* dev_pos,
                           std::span<const int32_t> cells, std::span<const int32_t> pos, std::span<const int32_t> seq,
-                          const AttentionOp& op, float* out, float* room, int64_t room_floats);
+                          const AttentionOp& op, const float* sinks, float* out, float* room, int64_t room_floats);
 
     const KvCells& cells() const { return *cells_; }
     // The rows of `cells` copied to the host, with their positions and cells.

@@ -19,9 +19,13 @@ enum class RopeStyle { Norm, Neox };
 enum class FfnActivation {
     Silu,      // SwiGLU: silu(gate) * up
     GeluTanh,  // GeGLU with the tanh approximation of GELU
+    // gpt-oss's clamped SwiGLU: x = min(gate, 7), y = clamp(up, -7, 7),
+    // x * sigmoid(1.702 x) * (y + 1)
+    SwigluOai,
 };
 
-// What a tensor does inside a transformer block.
+// What a tensor does inside a transformer block. The FFN block's roles
+// come last, from FfnNorm on (is_ffn_role).
 enum class LayerTensor : int {
     AttnNorm,
     AttnQkv,       // Q, K and V in one matrix (Phi-3): rows [Q | K | V]
@@ -32,6 +36,8 @@ enum class LayerTensor : int {
     AttnKBias,
     AttnVBias,
     AttnOutput,
+    AttnOutputBias,  // added to attn_output's product (gpt-oss)
+    AttnSinks,     // one learned logit per query head joining each softmax row's sum (gpt-oss)
     AttnQNorm,     // per-head RMSNorm of Q (Gemma 3, Qwen3)
     AttnKNorm,     // per-head RMSNorm of K (Gemma 3, Qwen3)
     AttnPostNorm,  // RMSNorm of the attention output before the residual add (Gemma)
@@ -41,9 +47,13 @@ enum class LayerTensor : int {
     FfnGateUp,     // gate and up in one matrix named ffn_up (Phi-3): rows [gate | up]
     FfnDown,
     FfnGateInp,    // the router of a mixture of experts: one logit per expert
+    FfnGateInpBias,  // added to the router's logits (gpt-oss)
     FfnGateExps,   // the experts' matrices, one 2-D slice per expert (3-D tensors)
     FfnUpExps,
     FfnDownExps,
+    FfnGateExpsBias,  // one bias row per expert, added to that expert's product (gpt-oss)
+    FfnUpExpsBias,
+    FfnDownExpsBias,
     FfnExpProbsB,  // added to the router's gate values to choose the experts, not to weight them (GLM-4.5, DeepSeek-V3)
     FfnGateShexp,  // the shared expert every token also runs, beside the routed ones (GLM-4.5, DeepSeek-V3)
     FfnUpShexp,
@@ -52,6 +62,20 @@ enum class LayerTensor : int {
     Count,
 };
 inline constexpr int kLayerTensorCount = static_cast<int>(LayerTensor::Count);
+constexpr bool is_ffn_role(LayerTensor r) { return r >= LayerTensor::FfnNorm && r < LayerTensor::Count; }
+// The experts' own tensors: their 3-D matrices and per-expert biases
+// (what --cpu-moe and the planner's expert candidate keep on the host).
+constexpr bool is_expert_role(LayerTensor r) {
+    switch (r) {
+        case LayerTensor::FfnGateExps:
+        case LayerTensor::FfnUpExps:
+        case LayerTensor::FfnDownExps:
+        case LayerTensor::FfnGateExpsBias:
+        case LayerTensor::FfnUpExpsBias:
+        case LayerTensor::FfnDownExpsBias: return true;
+        default: return false;
+    }
+}
 
 enum class GlobalTensor : int {
     TokenEmbd,
@@ -80,6 +104,7 @@ enum class Dim : uint8_t {
     KDim,      // n_head_kv * head_dim_k
     VDim,      // n_head_kv * head_dim_v
     OutDim,    // n_head * head_dim_v (input of attn_output)
+    NHead,     // n_head
     HeadDimK,  // head_dim_k
     FF,        // n_ff
     FF2,       // 2 * n_ff (gate and up fused)
@@ -137,6 +162,11 @@ struct ArchSpec {
     bool moe_normalize_weights = true;
     // The pre-FFN norm is stored as post_attention_norm (GLM-4.5, gpt-oss).
     bool ffn_norm_named_post_attention = false;
+    // The router's gating without an {arch}.expert_gating_func key, as
+    // llama.cpp's codes: 1 softmax over all experts, 2 sigmoid of each,
+    // 3 the largest logits chosen and weighted by a softmax over those
+    // alone (gpt-oss). 0: softmax.
+    int default_expert_gating = 0;
     std::array<Presence, kLayerTensorCount> layer{};
     //                                            embd, output_norm, output, rope_freqs
     std::array<Presence, kGlobalTensorCount> global{Presence::Required, Presence::Required, Presence::Optional,

@@ -21,6 +21,8 @@ constexpr std::array<TensorRule, kLayerTensorCount> kLayerRules = {{
     {"attn_k", Dim::KDim, Dim::One, Dim::One, true},
     {"attn_v", Dim::VDim, Dim::One, Dim::One, true},
     {"attn_output", Dim::OutDim, Dim::Embd},
+    {"attn_output", Dim::Embd, Dim::One, Dim::One, true},
+    {"attn_sinks", Dim::NHead, Dim::One},
     {"attn_q_norm", Dim::HeadDimK, Dim::One},
     {"attn_k_norm", Dim::HeadDimK, Dim::One},
     {"post_attention_norm", Dim::Embd, Dim::One},
@@ -30,9 +32,13 @@ constexpr std::array<TensorRule, kLayerTensorCount> kLayerRules = {{
     {"ffn_up", Dim::Embd, Dim::FF2},
     {"ffn_down", Dim::FF, Dim::Embd},
     {"ffn_gate_inp", Dim::Embd, Dim::NExpert},
+    {"ffn_gate_inp", Dim::NExpert, Dim::One, Dim::One, true},
     {"ffn_gate_exps", Dim::Embd, Dim::FFExp, Dim::NExpert},
     {"ffn_up_exps", Dim::Embd, Dim::FFExp, Dim::NExpert},
     {"ffn_down_exps", Dim::FFExp, Dim::Embd, Dim::NExpert},
+    {"ffn_gate_exps", Dim::FFExp, Dim::NExpert, Dim::One, true},
+    {"ffn_up_exps", Dim::FFExp, Dim::NExpert, Dim::One, true},
+    {"ffn_down_exps", Dim::Embd, Dim::NExpert, Dim::One, true},
     {"exp_probs_b", Dim::NExpert, Dim::One, Dim::One, true},
     {"ffn_gate_shexp", Dim::Embd, Dim::FFShexp},
     {"ffn_up_shexp", Dim::Embd, Dim::FFShexp},
@@ -163,6 +169,25 @@ constexpr std::array kArchs = {
                                          {L::FfnUpExps, Presence::Expert}, {L::FfnDownExps, Presence::Expert},
                                          {L::FfnExpProbsB, Presence::Expert}, {L::FfnGateShexp, Presence::Expert},
                                          {L::FfnUpShexp, Presence::Expert}, {L::FfnDownShexp, Presence::Expert}})}),
+    },
+    // gpt-oss: Qwen2's biases and one on the output, a sink logit per
+    // head, NEOX RoPE (YaRN-scaled as the file says), sliding-window
+    // attention on every other layer (the even ones); every FFN experts
+    // with biases, chosen by the router's (biased) logits and weighted by
+    // a softmax over the chosen, through the clamped SwiGLU. The pre-FFN
+    // norm is post_attention_norm.
+    ArchSpec{
+        .name = "gpt-oss",
+        .rope_style = RopeStyle::Neox,
+        .ffn_activation = FfnActivation::SwigluOai,
+        .swa_period = 2,
+        .moe_normalize_weights = false,
+        .ffn_norm_named_post_attention = true,
+        .default_expert_gating = 3,
+        .layer = merge({kPlainAttn, kMoeFfn,
+                        has({{L::AttnQBias, R}, {L::AttnKBias, R}, {L::AttnVBias, R}, {L::AttnOutputBias, R},
+                             {L::AttnSinks, R}, {L::FfnGateInpBias, R}, {L::FfnGateExpsBias, R},
+                             {L::FfnUpExpsBias, R}, {L::FfnDownExpsBias, R}})}),
     },
     // Phi-3: Q, K and V fused in attn_qkv, gate and up fused in ffn_up,
     // NEOX RoPE, Q scaled before attention.

@@ -1,6 +1,7 @@
 #include "runtime/model/hparams.h"
 
 #include <array>
+#include <cmath>
 #include <utility>
 
 #include <fmt/format.h>
@@ -42,6 +43,7 @@ constexpr std::array kIntKeys = {
     IntKey{"leading_dense_block_count", &HParams::n_layer_dense_lead, false},
     IntKey{"nextn_predict_layers", &HParams::n_nextn, false},
     IntKey{"expert_gating_func", &HParams::expert_gating, false},
+    IntKey{"rope.scaling.original_context_length", &HParams::rope_n_ctx_orig, false},
 };
 
 constexpr std::array kFloatKeys = {
@@ -51,6 +53,8 @@ constexpr std::array kFloatKeys = {
     FloatKey{"final_logit_softcapping", &HParams::final_logit_softcap, false},
     FloatKey{"attn_logit_softcapping", &HParams::attn_logit_softcap, false},
     FloatKey{"expert_weights_scale", &HParams::expert_weights_scale, false},
+    FloatKey{"rope.scaling.yarn_beta_fast", &HParams::rope_beta_fast, false},
+    FloatKey{"rope.scaling.yarn_beta_slow", &HParams::rope_beta_slow, false},
 };
 
 
@@ -58,6 +62,35 @@ void require_range(const std::string& key, int64_t v, int64_t lo, int64_t hi) {
     if (v < lo || v > hi) {
         throw Error(fmt::format("model hyperparameter {}: expected a value in [{}, {}], found {}", key, lo, hi, v));
     }
+}
+
+// llama.cpp's context for YaRN: ext_factor 1 unless the file says, and an
+// attention factor that cancels the 1 + 0.1 ln(factor) the kernels apply
+// (llama.cpp PR 17945), times the file's rope.scaling.attn_factor. With a
+// yarn_log_multiplier m, the factor is mscale(1) / mscale(m) before that
+// cancelling. All in float, as llama.cpp computes it.
+void read_yarn(const gguf::File& file, const std::string& prefix, HParams& hp) {
+    const auto f = [&](const char* key, double fallback) {
+        return static_cast<float>(file.find_float(prefix + key).value_or(fallback));
+    };
+    const float ext = f("rope.scaling.yarn_ext_factor", 1.0);
+    const float log_mul = f("rope.scaling.yarn_log_multiplier", 0.0);
+    const float file_attn = f("rope.scaling.attn_factor", 1.0);
+    if (!(ext >= 0.0f && ext <= 1.0f) || !(log_mul >= 0.0f && log_mul < 100.0f) ||
+        !(file_attn > 0.0f && file_attn < 100.0f)) {
+        throw Error(fmt::format("model: {}rope.scaling: expected yarn_ext_factor in [0, 1], yarn_log_multiplier in "
+                                "[0, 100) and attn_factor in (0, 100), found {}, {} and {}",
+                                prefix, ext, log_mul, file_attn));
+    }
+    const float factor = 1.0f / static_cast<float>(hp.rope_freq_scale);
+    const auto mscale = [&](float m) { return factor <= 1.0f ? 1.0f : 0.1f * m * std::log(factor) + 1.0f; };
+    float attn = 1.0f;
+    if (ext != 0.0f) {
+        attn = log_mul != 0.0f ? mscale(1.0f) / mscale(log_mul) : mscale(1.0f);
+        attn *= 1.0f / (1.0f + 0.1f * std::log(factor));
+    }
+    hp.rope_ext_factor = ext;
+    hp.rope_attn_factor = attn * file_attn;
 }
 
 }  // namespace
@@ -70,6 +103,7 @@ int64_t dim_value(const HParams& hp, Dim d) {
         case Dim::KDim: return hp.k_dim();
         case Dim::VDim: return hp.v_dim();
         case Dim::OutDim: return hp.out_dim();
+        case Dim::NHead: return hp.n_head;
         case Dim::HeadDimK: return hp.head_dim_k;
         case Dim::FF: return hp.n_ff;
         case Dim::FF2: return 2 * hp.n_ff;
@@ -109,19 +143,22 @@ HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
         hp.*(k.field) = *v;
     }
     if (const auto type = file.find_string(prefix + "rope.scaling.type")) {
-        if (*type == "linear") {
+        if (*type == "linear" || *type == "yarn") {
             const auto factor = file.find_float(prefix + "rope.scaling.factor");
-            if (!factor || !(*factor > 0.0)) {
-                throw Error(fmt::format("model: {}rope.scaling.type is linear but {}rope.scaling.factor is missing or "
-                                        "not positive",
-                                        prefix, prefix));
+            if (!factor || !(*factor > 0.0 && *factor < 1e6)) {
+                throw Error(fmt::format("model: {}rope.scaling.type is {} but {}rope.scaling.factor is missing or "
+                                        "not in (0, 1e6)",
+                                        prefix, *type, prefix));
             }
             hp.rope_freq_scale = 1.0 / *factor;
+            if (*type == "yarn") read_yarn(file, prefix, hp);
         } else if (*type != "none") {
-            throw Error(fmt::format("model: {}rope.scaling.type: expected none or linear, found {} (not supported)",
+            throw Error(fmt::format("model: {}rope.scaling.type: expected none, linear or yarn, found {} (not "
+                                    "supported)",
                                     prefix, *type));
         }
     }
+    if (hp.rope_n_ctx_orig == 0) hp.rope_n_ctx_orig = hp.n_ctx_train;
 
     // Without its key, the sliding layers' RoPE base is the architecture's
     // default, or when it has none the global base.
@@ -140,7 +177,8 @@ HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
         require_range(prefix + "expert_feed_forward_length", hp.n_ff_exp, 1, kMaxDim);
         require_range(prefix + "expert_shared_count", hp.n_expert_shared, 0, 64);
         require_range(prefix + "leading_dense_block_count", hp.n_layer_dense_lead, 0, hp.n_layer);
-        require_range(prefix + "expert_gating_func", hp.expert_gating, 0, 2);
+        if (!file.find_uint(prefix + "expert_gating_func")) hp.expert_gating = arch.default_expert_gating;
+        require_range(prefix + "expert_gating_func", hp.expert_gating, 0, 3);
         if (!(hp.expert_weights_scale > 0.0 && hp.expert_weights_scale < 1e6)) {
             throw Error(fmt::format("model: {}expert_weights_scale: expected a positive value, found {}", prefix,
                                     hp.expert_weights_scale));
@@ -179,6 +217,12 @@ HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
                                 hp.n_rot));
     }
     require_range(prefix + "context_length", hp.n_ctx_train, 1, kMaxDim);
+    require_range(prefix + "rope.scaling.original_context_length", hp.rope_n_ctx_orig, 1, kMaxDim);
+    if (!(hp.rope_beta_fast > 0.0 && hp.rope_beta_fast < 1e6 && hp.rope_beta_slow > 0.0 && hp.rope_beta_slow < 1e6)) {
+        throw Error(fmt::format("model: {}rope.scaling.yarn_beta_fast and yarn_beta_slow: expected values in (0, 1e6), "
+                                "found {} and {}",
+                                prefix, hp.rope_beta_fast, hp.rope_beta_slow));
+    }
     if (!(hp.rms_eps > 0.0 && hp.rms_eps < 1.0)) {
         throw Error(fmt::format("model: {}attention.layer_norm_rms_epsilon: expected a value in (0, 1), found {}",
                                 prefix, hp.rms_eps));

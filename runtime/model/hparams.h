@@ -36,7 +36,18 @@ struct HParams {
     int64_t sliding_window = 0;  // 0: none
     double rope_base = 10000.0;
     double rope_base_swa = 10000.0;
-    double rope_freq_scale = 1.0;  // 1 / linear scaling factor
+    double rope_freq_scale = 1.0;  // 1 / the scaling factor (linear or YaRN)
+    // YaRN (rope.scaling.type yarn), as llama.cpp's context sets it up:
+    // ext_factor mixes each pair's extrapolated and interpolated angle
+    // between the correction dims that beta_fast and beta_slow give over
+    // n_ctx_orig positions; attn_factor multiplies the cosines and sines
+    // (the kernels add YaRN's own 1 + 0.1 ln(factor) where ext_factor is
+    // not 0). ext_factor 0: plain (linear) scaling.
+    double rope_ext_factor = 0.0;
+    double rope_attn_factor = 1.0;
+    double rope_beta_fast = 32.0;
+    double rope_beta_slow = 1.0;
+    int64_t rope_n_ctx_orig = 0;  // 0: n_ctx_train
     double rms_eps = 1e-5;
     double final_logit_softcap = 0.0;  // 0: off
     double attn_logit_softcap = 0.0;   // 0: off (Gemma 2: cap * tanh(score / cap))
@@ -47,8 +58,9 @@ struct HParams {
     int64_t n_expert_shared = 0;     // shared experts every token runs (their hidden size n_ff_exp each)
     int64_t n_layer_dense_lead = 0;  // the first layers have a dense FFN instead of experts
     int64_t n_nextn = 0;             // NextN blocks stored after the n_layer layers, not run
-    // The router: expert_gating_func 2 is a sigmoid of each logit (else a
-    // softmax over all); the kept weights divided by their sum when
+    // The router: expert_gating_func 2 is a sigmoid of each logit, 3 the
+    // largest logits weighted by a softmax over those alone, else a
+    // softmax over all; the kept weights divided by their sum when
     // expert_weights_norm, then multiplied by expert_weights_scale.
     int64_t expert_gating = 0;
     bool expert_weights_norm = true;
@@ -73,6 +85,7 @@ struct HParams {
     int64_t n_ff_shexp() const { return n_ff_exp * n_expert_shared; }
     bool layer_has_experts(int64_t il) const { return n_expert > 0 && il >= n_layer_dense_lead; }
     bool sigmoid_gating() const { return expert_gating == 2; }
+    bool softmax_of_chosen() const { return expert_gating == 3; }
 };
 
 // Reads and validates. n_vocab comes from the token embedding's shape when

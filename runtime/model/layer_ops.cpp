@@ -40,12 +40,17 @@ public:
         op.n_out = static_cast<int>(roles.size());
         push(op);
     }
-    void matmul_experts(std::initializer_list<T> roles, std::initializer_list<Act> outs, Act in, bool in_per_slot,
-                        bool sum_slots) {
+    // biases[i]: role i's per-expert bias, used when the layer has it.
+    void matmul_experts(std::initializer_list<T> roles, std::initializer_list<T> biases, std::initializer_list<Act> outs,
+                        Act in, bool in_per_slot, bool sum_slots) {
+        TANDEM_CHECK(biases.size() == roles.size(), "recipe: a bias role per expert product");
         matmul(roles, outs, in);
-        ops_.back().kind = OpKind::ExpertMatmul;
-        ops_.back().in_per_slot = in_per_slot;
-        ops_.back().sum_slots = sum_slots;
+        LayerOp& op = ops_.back();
+        op.kind = OpKind::ExpertMatmul;
+        op.in_per_slot = in_per_slot;
+        op.sum_slots = sum_slots;
+        size_t i = 0;
+        for (const T b : biases) op.bias[i++] = has(b) ? b : kNoTensor;
     }
     // The fused product's columns into the parts, in order.
     void split(Act fused, std::initializer_list<std::pair<Act, int64_t>> parts) {
@@ -69,8 +74,10 @@ public:
         push(op);
     }
     void rope(Act a, int64_t heads) { push(row_op(OpKind::Rope, a, a, hp_.head_dim_k, heads)); }
+    // With the layer's sinks, when it has them.
     void attention() {
         LayerOp op = make(OpKind::Attention, Act::Q, {Act::Attn}, kWithCache);
+        if (has(T::AttnSinks)) op.weight[0] = T::AttnSinks;
         push(op);
     }
     // Where its bias is (the choice needs it), else with the gate experts.
@@ -158,6 +165,7 @@ std::vector<LayerOp> layer_ops(const ModelSpec& spec, int64_t il) {
     r.rope(Act::K, hp.n_head_kv);
     r.attention();
     r.matmul({T::AttnOutput}, {Act::Cur}, Act::Attn);
+    r.add_bias_if(T::AttnOutputBias, Act::Cur);
     r.norm_if(T::AttnPostNorm, Act::Cur, Act::Cur, E);
     r.add(Act::X, Act::Cur);
 
@@ -177,10 +185,12 @@ std::vector<LayerOp> layer_ops(const ModelSpec& spec, int64_t il) {
         // device; the activation row by row per (token, slot), as llama.cpp
         // applies it to each expert's rows.
         r.matmul({T::FfnGateInp}, {Act::Router}, Act::Cur);
+        r.add_bias_if(T::FfnGateInpBias, Act::Router);
         r.route();
-        r.matmul_experts({T::FfnGateExps, T::FfnUpExps}, {Act::Gate, Act::Up}, Act::Cur, false, false);
+        r.matmul_experts({T::FfnGateExps, T::FfnUpExps}, {T::FfnGateExpsBias, T::FfnUpExpsBias}, {Act::Gate, Act::Up},
+                         Act::Cur, false, false);
         r.glu(hp.n_ff_exp, hp.n_expert_used);
-        r.matmul_experts({T::FfnDownExps}, {Act::Cur}, Act::Gate, true, true);
+        r.matmul_experts({T::FfnDownExps}, {T::FfnDownExpsBias}, {Act::Cur}, Act::Gate, true, true);
         if (shared) r.add(Act::Cur, Act::Shared);
     } else {
         if (r.has(T::FfnGateUp)) {

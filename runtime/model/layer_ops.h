@@ -65,7 +65,7 @@ enum class OpKind : uint8_t {
     Split,         // out = columns [col0, col0 + len) of in's rows of src_width floats
     AddBias,       // out's rows of len += weight
     Rope,          // out's `rows` heads of len rotated by the token's position
-    Attention,     // stores K and V in the layer's cache; Attn = attention of Q over it
+    Attention,     // stores K and V in the layer's cache; Attn = attention of Q over it (weight: the sinks, if any)
     Glu,           // Gate = act(Gate) * Up over `rows` rows of len
     Add,           // out += in over rows of len (the residual)
     Count,
@@ -81,7 +81,11 @@ struct LayerOp {
     OpKind kind = OpKind::Norm;
     Act in = Act::Cur;
     std::array<Act, 3> out{};
-    std::array<LayerTensor, 3> weight{kNoTensor, kNoTensor, kNoTensor};  // products: one per out; Norm, AddBias, Route: [0]
+    std::array<LayerTensor, 3> weight{kNoTensor, kNoTensor, kNoTensor};  // products: one per out; Norm, AddBias, Route, Attention (its sinks): [0]
+    // ExpertMatmul: each product's per-expert bias (kNoTensor: none), added
+    // to an expert's product before the route's weight; it lives with its
+    // product's weight.
+    std::array<LayerTensor, 3> bias{kNoTensor, kNoTensor, kNoTensor};
     int n_out = 1;
     LayerTensor at = kWithCache;  // the tensor whose device runs the op (products: each weight's)
     int64_t len = 0;              // floats of a row the op passes over

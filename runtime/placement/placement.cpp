@@ -46,24 +46,7 @@ struct Rule {
     int device;
 };
 
-const char* role_group(model::LayerTensor r) {
-    using model::LayerTensor;
-    switch (r) {
-        case LayerTensor::FfnNorm:
-        case LayerTensor::FfnGate:
-        case LayerTensor::FfnUp:
-        case LayerTensor::FfnGateUp:
-        case LayerTensor::FfnDown:
-        case LayerTensor::FfnGateInp:
-        case LayerTensor::FfnGateExps:
-        case LayerTensor::FfnUpExps:
-        case LayerTensor::FfnDownExps:
-        case LayerTensor::FfnPostNorm:
-            return "ffn";
-        default:
-            return "attn";
-    }
-}
+const char* role_group(model::LayerTensor r) { return model::is_ffn_role(r) ? "ffn" : "attn"; }
 
 }  // namespace
 
@@ -149,6 +132,16 @@ Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& re
         const gguf::TensorInfo* k = ls.get(model::LayerTensor::AttnK);
         const int kv_dev = p.of(k ? k : ls.get(model::LayerTensor::AttnQkv));
         p.kv.push_back(req.kv_offload ? kv_dev : kHostDevice);
+        // What an op reads beside its weight lives where the op runs: an
+        // expert product's bias with its weight, the sinks with the cache.
+        for (const model::LayerOp& op : ls.ops) {
+            if (op.kind == model::OpKind::Attention && op.weight[0] != model::kNoTensor) {
+                p.tensor[ls.get(op.weight[0])] = p.kv.back();
+            }
+            for (size_t i = 0; i < op.bias.size(); ++i) {
+                if (op.bias[i] != model::kNoTensor) p.tensor[ls.get(op.bias[i])] = p.of(ls.get(op.weight[i]));
+            }
+        }
     }
     const int out_base = req.n_gpu_layers > n_layer ? kAccelDevice : kHostDevice;
     if (const gguf::TensorInfo* norm = spec.get(model::GlobalTensor::OutputNorm)) p.tensor[norm] = decide(norm->name, out_base);
