@@ -74,6 +74,9 @@ TEST(ModelShapes, PresetsAreValidAndHaveTheExpectedParameterCounts) {
     EXPECT_NEAR(params("qwen2.5-72b"), 72.71e9, 0.05e9);
     EXPECT_NEAR(params("qwen3-30b-a3b"), 30.53e9, 0.05e9);
     EXPECT_NEAR(params("qwen3-235b-a22b"), 235.09e9, 0.2e9);
+    // gpt-oss model card: 20.9B and 116.8B parameters.
+    EXPECT_NEAR(params("gpt-oss-20b"), 20.91e9, 0.05e9);
+    EXPECT_NEAR(params("gpt-oss-120b"), 116.83e9, 0.2e9);
 }
 
 TEST(ModelShapes, TensorListFollowsLlamaCppNaming) {

@@ -22,21 +22,28 @@ namespace {
 // Qwen2.5-72B-Instruct (whose base model lists 131072 positions).
 // `tiny` is the model in ../shared; `moe-small` is made up: a Qwen3-MoE
 // small enough to write with data on a laptop (~1.6 GB at Q4_K_M) and to
-// benchmark expert placement on one.
+// benchmark expert placement on one; `gpt-oss-small` the same for gpt-oss
+// (2.7B parameters).
 const std::vector<ModelShape>& preset_table() {
     static const std::vector<ModelShape> presets = {
         // name             arch        embd  ff     layer head kv  vocab   ctx    rope       eps   tied  hdim exp used ffexp swa
         {"tiny",            "llama",    256,  768,   4,    8,   4,  32000,  2048,  10000.0,   1e-5, true},
         {"llama-1b",        "llama",    2048, 5632,  22,   32,  4,  32000,  2048,  10000.0,   1e-5, false},
         {"moe-small",       "qwen3moe", 2048, 6144,  16,   16,  4,  32000,  40960, 1000000.0, 1e-6, false, 128, 32, 4, 768},
+        {"gpt-oss-small",   "gpt-oss",  2048, 2048,  16,   32,  8,  32000,  131072, 150000.0, 1e-5, false, 64,  32, 4, 768,  128, 32.0, 4096},
         {"phi3-mini",       "phi3",     3072, 8192,  32,   32,  32, 32064,  4096,  10000.0,   1e-5, false, 0,   0,  0, 0,   2047},
         {"llama2-7b",       "llama",    4096, 11008, 32,   32,  32, 32000,  4096,  10000.0,   1e-5, false},
         {"llama3-8b",       "llama",    4096, 14336, 32,   32,  8,  128256, 8192,  500000.0,  1e-5, false},
         {"llama2-13b",      "llama",    5120, 13824, 40,   40,  40, 32000,  4096,  10000.0,   1e-5, false},
+        // openai/gpt-oss-20b and -120b config.json (hidden_size 2880,
+        // num_local_experts 32 / 128, experts_per_token 4, sliding_window
+        // 128, rope_scaling yarn 32 from 4096).
+        {"gpt-oss-20b",     "gpt-oss",  2880, 2880,  24,   64,  8,  201088, 131072, 150000.0, 1e-5, false, 64,  32, 4, 2880, 128, 32.0, 4096},
         {"qwen3-30b-a3b",   "qwen3moe", 2048, 6144,  48,   32,  4,  151936, 40960, 1000000.0, 1e-6, false, 128, 128, 8, 768},
         {"mixtral-8x7b",    "llama",    4096, 14336, 32,   32,  8,  32000,  32768, 1000000.0, 1e-5, false, 0,   8,  2},
         {"llama3-70b",      "llama",    8192, 28672, 80,   64,  8,  128256, 8192,  500000.0,  1e-5, false},
         {"qwen2.5-72b",     "qwen2",    8192, 29568, 80,   64,  8,  152064, 32768, 1000000.0, 1e-6, false},
+        {"gpt-oss-120b",    "gpt-oss",  2880, 2880,  36,   64,  8,  201088, 131072, 150000.0, 1e-5, false, 64,  128, 4, 2880, 128, 32.0, 4096},
         {"qwen3-235b-a22b", "qwen3moe", 4096, 12288, 94,   64,  4,  151936, 40960, 1000000.0, 1e-6, false, 128, 128, 8, 1536},
     };
     return presets;
@@ -206,7 +213,7 @@ std::vector<TensorShape> model_tensors(const ModelShape& s) {
         for (int r = 0; r < kLayerTensorCount; ++r) {
             const auto role = static_cast<LayerTensor>(r);
             if (!has_role(arch.layer[static_cast<size_t>(r)], experts)) continue;
-            out.push_back({layer_tensor_name(il, role), rule_shape(layer_tensor_rule(role), hp)});
+            out.push_back({layer_tensor_name(il, role, arch), rule_shape(layer_tensor_rule(role), hp)});
         }
     }
     for (int g = 0; g < kGlobalTensorCount; ++g) {
@@ -257,6 +264,11 @@ std::vector<gguf::KeyValue> model_hparams(const ModelShape& s) {
         if (s.n_ff_exp > 0) u32("expert_feed_forward_length", s.n_ff_exp);
     }
     if (s.sliding_window > 0) u32("attention.sliding_window", s.sliding_window);
+    if (s.yarn_factor > 0.0) {
+        out.push_back(kv(a + "rope.scaling.type", Value::str("yarn")));
+        out.push_back(kv(a + "rope.scaling.factor", Value::f32(static_cast<float>(s.yarn_factor))));
+        u32("rope.scaling.original_context_length", s.yarn_orig_ctx);
+    }
     if (style.vocab_size) u32("vocab_size", s.n_vocab);
     return out;
 }

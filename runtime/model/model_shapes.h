@@ -45,6 +45,10 @@ struct ModelShape {
     // attention.sliding_window when > 0 (Phi-3's config says 2047; the
     // Gemma architectures require it).
     int64_t sliding_window = 0;
+    // YaRN RoPE scaling (rope.scaling.type yarn) by this factor from
+    // yarn_orig_ctx positions (gpt-oss: 32 from 4096); 0: none.
+    double yarn_factor = 0.0;
+    int64_t yarn_orig_ctx = 0;
 
     int64_t head_dim_k() const { return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0); }
     int64_t expert_ff() const { return n_ff_exp > 0 ? n_ff_exp : n_ff; }

@@ -30,7 +30,7 @@
 //    where a shared expert sits beside the routed ones; here it is the layer.)
 //  - Falcon-specific branches are left out (Tandem runs Llama-family
 //    models), and so are the mixes Tandem does not read (Q2_K_S, TQ1_0,
-//    TQ2_0, MXFP4_MOE).
+//    TQ2_0).
 //  - Tensors that are never quantized come back as F32 (the header's
 //    contract) where llama.cpp keeps their stored type; both are lossless.
 //  - A row too short for even the fallback's block gets F16, where
@@ -77,6 +77,7 @@ constexpr std::array kMixes = {
     MixInfo{FileType::IQ2_XXS, "IQ2_XXS", Type::IQ2_XXS, "~2.06 bpw, IQ2_XXS with Q2_K attn_v and first ffn_down"},
     MixInfo{FileType::IQ1_M, "IQ1_M", Type::IQ1_M, "~1.75 bpw, IQ1_M with IQ2_XXS attn_output, Q2_K attn_v"},
     MixInfo{FileType::IQ1_S, "IQ1_S", Type::IQ1_S, "~1.56 bpw, IQ1_S with IQ2_XXS attn_output, Q2_K attn_v"},
+    MixInfo{FileType::MXFP4_MOE, "MXFP4_MOE", Type::MXFP4, "~4.25 bpw MXFP4 experts, Q8_0 for every other weight (gpt-oss)"},
     MixInfo{FileType::Q4_0, "Q4_0", Type::Q4_0, "4.50 bpw legacy format"},
     MixInfo{FileType::Q4_1, "Q4_1", Type::Q4_1, "5.00 bpw legacy format"},
     MixInfo{FileType::Q5_0, "Q5_0", Type::Q5_0, "5.50 bpw legacy format"},
@@ -386,6 +387,11 @@ Type choose_tensor_type(FileType ft, const MixModelInfo& model, std::string_view
                                 tensor_name, model.n_layer));
     }
 
+    // llama.cpp's MXFP4_MOE: the experts' 3-D tensors MXFP4, the rest Q8_0.
+    if (ft == FileType::MXFP4_MOE) {
+        const bool experts = !is_head && shape.size() > 2 && shape[2] > 1;
+        return fit_to_row(experts ? Type::MXFP4 : Type::Q8_0, row);
+    }
     Type t = base;
     if (is_head) {
         t = output_head_type(ft, base, row);

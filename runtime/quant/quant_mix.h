@@ -48,6 +48,7 @@ enum class FileType : uint32_t {
     IQ4_XS = 30,
     IQ1_M = 31,
     MOSTLY_BF16 = 32,
+    MXFP4_MOE = 38,
 };
 
 struct MixInfo {
