@@ -77,6 +77,8 @@ TEST(ModelShapes, PresetsAreValidAndHaveTheExpectedParameterCounts) {
     // gpt-oss model card: 20.9B and 116.8B parameters.
     EXPECT_NEAR(params("gpt-oss-20b"), 20.91e9, 0.05e9);
     EXPECT_NEAR(params("gpt-oss-120b"), 116.83e9, 0.2e9);
+    // GLM-4.5-Air: 106B (the model card's count, without its NextN block).
+    EXPECT_NEAR(params("glm-4.5-air"), 106e9, 0.03 * 106e9);
 }
 
 TEST(ModelShapes, TensorListFollowsLlamaCppNaming) {

@@ -24,6 +24,20 @@ namespace {
 // small enough to write with data on a laptop (~1.6 GB at Q4_K_M) and to
 // benchmark expert placement on one; `gpt-oss-small` the same for gpt-oss
 // (2.7B parameters).
+// zai-org/GLM-4.5-Air config.json: 46 layers (the NextN block left out),
+// the first dense (intermediate_size 10944), then 128 routed experts of
+// 1408 (8 used) and one shared, sigmoid router, partial_rotary_factor 0.5
+// of head_dim 128, attention biases (no Q/K norms on Air).
+ModelShape glm_4_5_air() {
+    ModelShape s{"glm-4.5-air", "glm4moe", 4096, 10944, 46, 96, 8, 151552, 131072, 1000000.0, 1e-5, false, 128, 128,
+                 8, 1408};
+    s.n_expert_shared = 1;
+    s.n_dense_lead = 1;
+    s.sigmoid_router = true;
+    s.n_rot = 64;
+    return s;
+}
+
 const std::vector<ModelShape>& preset_table() {
     static const std::vector<ModelShape> presets = {
         // name             arch        embd  ff     layer head kv  vocab   ctx    rope       eps   tied  hdim exp used ffexp swa
@@ -44,6 +58,7 @@ const std::vector<ModelShape>& preset_table() {
         {"llama3-70b",      "llama",    8192, 28672, 80,   64,  8,  128256, 8192,  500000.0,  1e-5, false},
         {"qwen2.5-72b",     "qwen2",    8192, 29568, 80,   64,  8,  152064, 32768, 1000000.0, 1e-6, false},
         {"gpt-oss-120b",    "gpt-oss",  2880, 2880,  36,   64,  8,  201088, 131072, 150000.0, 1e-5, false, 64,  128, 4, 2880, 128, 32.0, 4096},
+        glm_4_5_air(),
         {"qwen3-235b-a22b", "qwen3moe", 4096, 12288, 94,   64,  4,  151936, 40960, 1000000.0, 1e-6, false, 128, 128, 8, 1536},
     };
     return presets;
@@ -108,6 +123,9 @@ HParams to_hparams(const ModelShape& s) {
     hp.n_expert = s.n_expert;
     hp.n_expert_used = s.n_expert_used;
     hp.n_ff_exp = s.n_expert > 0 ? s.expert_ff() : 0;
+    hp.n_expert_shared = s.n_expert_shared;
+    hp.n_layer_dense_lead = s.n_dense_lead;
+    if (s.n_rot > 0) hp.n_rot = s.n_rot;
     return hp;
 }
 
@@ -212,7 +230,7 @@ std::vector<TensorShape> model_tensors(const ModelShape& s) {
     for (int64_t il = 0; il < s.n_layer; ++il) {
         for (int r = 0; r < kLayerTensorCount; ++r) {
             const auto role = static_cast<LayerTensor>(r);
-            if (!has_role(arch.layer[static_cast<size_t>(r)], experts)) continue;
+            if (!has_role(arch.layer[static_cast<size_t>(r)], hp.layer_has_experts(il))) continue;
             out.push_back({layer_tensor_name(il, role, arch), rule_shape(layer_tensor_rule(role), hp)});
         }
     }
@@ -249,7 +267,7 @@ std::vector<gguf::KeyValue> model_hparams(const ModelShape& s) {
     u32("embedding_length", s.n_embd);
     u32("block_count", s.n_layer);
     u32("feed_forward_length", s.n_ff);
-    if (style.rope_dimension_count) u32("rope.dimension_count", s.head_dim_k());
+    if (style.rope_dimension_count || s.n_rot > 0) u32("rope.dimension_count", s.n_rot > 0 ? s.n_rot : s.head_dim_k());
     u32("attention.head_count", s.n_head);
     u32("attention.head_count_kv", s.n_head_kv);
     if (s.head_dim > 0) {
@@ -262,6 +280,13 @@ std::vector<gguf::KeyValue> model_hparams(const ModelShape& s) {
         u32("expert_count", s.n_expert);
         u32("expert_used_count", s.n_expert_used);
         if (s.n_ff_exp > 0) u32("expert_feed_forward_length", s.n_ff_exp);
+        if (s.n_expert_shared > 0) u32("expert_shared_count", s.n_expert_shared);
+        if (s.n_dense_lead > 0) u32("leading_dense_block_count", s.n_dense_lead);
+        if (s.sigmoid_router) {
+            u32("expert_gating_func", 2);
+            out.push_back(kv(a + "expert_weights_norm", Value::boolean(true)));
+            out.push_back(kv(a + "expert_weights_scale", Value::f32(1.0f)));
+        }
     }
     if (s.sliding_window > 0) u32("attention.sliding_window", s.sliding_window);
     if (s.yarn_factor > 0.0) {

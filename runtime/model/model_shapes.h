@@ -49,6 +49,14 @@ struct ModelShape {
     // yarn_orig_ctx positions (gpt-oss: 32 from 4096); 0: none.
     double yarn_factor = 0.0;
     int64_t yarn_orig_ctx = 0;
+    // GLM-4.5 and DeepSeek-V3 style experts: shared experts beside the
+    // routed ones, the first n_dense_lead layers a dense FFN of n_ff, the
+    // router a sigmoid (expert_gating_func 2, weights normalized), RoPE on
+    // the first n_rot dims of each head (0: all).
+    int64_t n_expert_shared = 0;
+    int64_t n_dense_lead = 0;
+    bool sigmoid_router = false;
+    int64_t n_rot = 0;
 
     int64_t head_dim_k() const { return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0); }
     int64_t expert_ff() const { return n_ff_exp > 0 ? n_ff_exp : n_ff; }
