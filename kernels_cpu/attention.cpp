@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels_cpu/attention_decode.h"
+#include "kernels_cpu/attention_sink.h"
 #include "kernels_cpu/attention_tiled.h"
 #include "kernels_cpu/f16_accumulate.h"
 #include "kernels_cpu/vec_dot.h"
@@ -115,7 +116,7 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
             for (int64_t task = begin; task < end; ++task) {
                 const int64_t t = task / tasks_per_token;
                 const int64_t h0 = task % tasks_per_token * per_task;
-                kernel(q + (t * shape.n_head + h0) * shape.head_dim_k, per_task, q_pos[t], h0 / gqa, shape,
+                kernel(q + (t * shape.n_head + h0) * shape.head_dim_k, per_task, q_pos[t], h0, shape,
                        views[static_cast<size_t>(t) * view_step], dot,
                        out + (t * shape.n_head + h0) * shape.head_dim_v);
             }
@@ -186,12 +187,13 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
                 running_sum = std::fma(running_sum, ms, vs);
             }
             float* oh = out + (t * shape.n_head + h) * shape.head_dim_v;
+            const float ms = shape.sinks ? detail::apply_sink(shape.sinks[h], running_max, running_sum) : 1.0f;
             // No visible cell cannot happen for a causal query that stored its
             // own K and V; zeros keep a misuse harmless.
             const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
             for (size_t d = 0; d < dv; ++d) {
                 const float a = f16_cache ? quant::fp16_to_fp32(acc16[d]) : acc32[d];
-                oh[d] = a * inv;
+                oh[d] = a * ms * inv;  // ggml: scaled by the sink's ms, then by 1/S
             }
         }
     });

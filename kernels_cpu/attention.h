@@ -40,7 +40,11 @@ struct AttentionShape {
     // Soft-capping (Gemma 2): a score s becomes softcap * tanh(s / softcap),
     // computed as ggml does: softcap * tanh(Q.K * (scale / softcap)). 0: off.
     float softcap = 0.0f;
-    const float* sinks = nullptr;  // n_head logits joining each softmax row's sum (gpt-oss); null: none
+    // Attention sinks (gpt-oss): n_head logits on the host, one per query
+    // head, that join each softmax row's denominator only (no value), as
+    // ggml's flash attention applies them after the pass over the cells.
+    // Null: none.
+    const float* sinks = nullptr;
 };
 
 // q: n_tokens rows of n_head * head_dim_k floats (already RoPE'd).

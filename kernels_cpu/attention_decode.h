@@ -24,14 +24,14 @@ namespace tandem::cpu::detail {
 // Most query heads one call takes (their state lives on the stack).
 inline constexpr int64_t kMaxSharedHeads = 16;
 
-// Query heads [0, n_q) of one token (q: n_q rows of head_dim_k floats,
-// not yet rounded; n_q <= kMaxSharedHeads), all reading KV head kv_head of
-// an F16 or Q8_0 cache, at position pos: out gets n_q rows of head_dim_v
-// floats. block_dot: the K.Q kernel of a Q8_0 cache (the per-head path's,
-// dot_kernel(Q8_0, level)); unused for F16.
-void attention_shared_kv_avx2(const float* q, int64_t n_q, int32_t pos, int64_t kv_head, const AttentionShape& shape,
+// Query heads [head, head + n_q) of one token (q: n_q rows of head_dim_k
+// floats, not yet rounded; n_q <= kMaxSharedHeads), all reading the same KV
+// head of an F16 or Q8_0 cache, at position pos: out gets n_q rows of
+// head_dim_v floats. block_dot: the K.Q kernel of a Q8_0 cache (the
+// per-head path's, dot_kernel(Q8_0, level)); unused for F16.
+void attention_shared_kv_avx2(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
                               const KvCacheView& kv, DotFn block_dot, float* out);
-void attention_shared_kv_avx512(const float* q, int64_t n_q, int32_t pos, int64_t kv_head, const AttentionShape& shape,
+void attention_shared_kv_avx512(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
                                 const KvCacheView& kv, DotFn block_dot, float* out);
 
 // Query heads per call: the largest divisor of gqa up to kMaxSharedHeads,

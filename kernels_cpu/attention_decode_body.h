@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels_cpu/attention_decode.h"
+#include "kernels_cpu/attention_sink.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
 #include "runtime/quant/fp16.h"
@@ -164,7 +165,7 @@ struct Q8Cache {
 };
 
 template <class Cache>
-void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t kv_head, const AttentionShape& shape,
+void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
                          const KvCacheView& kv, DotFn block_dot, float* out) {
     TANDEM_CHECK(n_q > 0 && n_q <= kMaxSharedHeads, "attention: query heads per KV head out of range");
     const int64_t dk = shape.head_dim_k, dv = shape.head_dim_v;
@@ -181,6 +182,7 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t kv_he
         running_sum[h] = 0.0f;
     }
     SoftmaxSteps steps[kMaxSharedHeads];
+    const int64_t kv_head = head / (shape.n_head / shape.n_head_kv);
     const uint64_t k_offset = static_cast<uint64_t>(kv_head) * *k_head_bytes;
     const uint64_t v_offset = static_cast<uint64_t>(kv_head) * *v_head_bytes;
     // The group's slice of a cell is a few lines at a stride of the whole
@@ -213,20 +215,22 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t kv_he
         cache.accumulate(acc.data(), nq, vt.data(), n, steps);
     }
     for (size_t h = 0; h < nq; ++h) {
+        const float* sink = shape.sinks ? shape.sinks + head + static_cast<int64_t>(h) : nullptr;
+        const float ms = sink ? apply_sink(*sink, running_max[h], running_sum[h]) : 1.0f;
         const float inv = running_sum[h] > 0.0f ? 1.0f / running_sum[h] : 0.0f;
-        for (size_t d = 0; d < udv; ++d) out[h * udv + d] = Cache::value(acc[h * udv + d]) * inv;
+        for (size_t d = 0; d < udv; ++d) out[h * udv + d] = Cache::value(acc[h * udv + d]) * ms * inv;
     }
 }
 
 // The entry point of one ISA's file: the policy of the cache's type.
 template <class Ops>
-void shared_kv_attention_for(const float* q, int64_t n_q, int32_t pos, int64_t kv_head, const AttentionShape& shape,
+void shared_kv_attention_for(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
                              const KvCacheView& kv, DotFn block_dot, float* out) {
     if (kv.type == quant::Type::F16) {
-        shared_kv_attention<F16Cache<Ops>>(q, n_q, pos, kv_head, shape, kv, block_dot, out);
+        shared_kv_attention<F16Cache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, out);
     } else {
         TANDEM_CHECK(kv.type == quant::Type::Q8_0, "attention: shared-KV kernel for F16 and Q8_0 caches only");
-        shared_kv_attention<Q8Cache<Ops>>(q, n_q, pos, kv_head, shape, kv, block_dot, out);
+        shared_kv_attention<Q8Cache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, out);
     }
 }
 

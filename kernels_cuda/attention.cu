@@ -10,6 +10,8 @@
 //   Q.K as the CPU's Q8_0 dot product (q8_0_qk: integer lanes, its float
 //   order), V dequantized and accumulated in fp32 with fma.
 // Scores are soft-capped when args.softcap > 0 (math::attention_score).
+// Attention sinks (args.sinks, gpt-oss) join after the cells as on the CPU
+// (apply_sink).
 // Every lane gets lane 0's score, so all lanes take the same branches. The
 // scores are the CPU's bits where the CPU runs its per-query loop (fewer
 // than 64 queries; from 64 it takes llama.cpp's tiled kernel).
@@ -139,6 +141,17 @@ __device__ __forceinline__ float* partial_of(const AttentionArgs& args, int64_t 
     return args.partials + ((t * args.n_head + h) * gridDim.y + blockIdx.y) * (args.head_dim_v + 2);
 }
 
+// A head's sink (args.sinks), as kernels_cpu/attention_sink.h applies it:
+// after the cells, one more softmax step with no value; returns the factor
+// of the f32 accumulator (1 when the sink is no new maximum: no bit
+// changes). With the cells split, block 0 alone takes it (ggml: the first
+// chunk of cells), so the merge counts it once.
+__device__ __forceinline__ float apply_sink(const AttentionArgs& args, int64_t h, float& running_max,
+                                            float& running_sum) {
+    if (args.sinks == nullptr || blockIdx.y != 0) return 1.0f;
+    return math::softmax_step(args.sinks[h], running_max, running_sum).ms;
+}
+
 __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos,
                                      AttentionArgs args, KvCache kv, float* __restrict__ out) {
     const auto [t, h, g, lane, p] = warp_task(args, q_pos);
@@ -173,6 +186,7 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
             acc[j] = math::f16_mad(acc[j], vh[d], st.vs);
         }
     }
+    const float ms = apply_sink(args, h, running_max, running_sum);
     if (gridDim.y > 1) {
         float* part = partial_of(args, t, h);
         if (lane == 0) {
@@ -181,7 +195,7 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
         }
         for (int j = 0; j < nv; ++j) {
             const int64_t d = lane + 32 * j;
-            if (d < args.head_dim_v) part[2 + d] = el::half_to_float(acc[j]);
+            if (d < args.head_dim_v) part[2 + d] = el::half_to_float(acc[j]) * ms;
         }
         return;
     }
@@ -189,7 +203,7 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
     const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
     for (int j = 0; j < nv; ++j) {
         const int64_t d = lane + 32 * j;
-        if (d < args.head_dim_v) oh[d] = el::half_to_float(acc[j]) * inv;
+        if (d < args.head_dim_v) oh[d] = el::half_to_float(acc[j]) * ms * inv;
     }
 }
 
@@ -225,24 +239,26 @@ __global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t
             acc[j] = math::fma_f(vd, st.vs, acc[j]);
         }
     }
+    const float ms = apply_sink(args, h, running_max, running_sum);
     if (gridDim.y > 1) {
         float* part = partial_of(args, t, h);
         if (lane == 0) {
             part[0] = running_max;
             part[1] = running_sum;
         }
-        for (int j = 0; j < nv; ++j) part[2 + lane + 32 * j] = acc[j];
+        for (int j = 0; j < nv; ++j) part[2 + lane + 32 * j] = acc[j] * ms;
         return;
     }
     float* oh = out + (t * args.n_head + h) * args.head_dim_v;
     const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
-    for (int j = 0; j < nv; ++j) oh[lane + 32 * j] = acc[j] * inv;
+    for (int j = 0; j < nv; ++j) oh[lane + 32 * j] = acc[j] * ms * inv;
 }
 
 // The split blocks of a (token, head) merged by log-sum-exp: with M the
 // largest block maximum, out = sum_i acc_i e^(m_i - M) / sum_i s_i
 // e^(m_i - M) (a block that saw no visible cell has s_i = 0 and adds
-// nothing). One thread per output value.
+// nothing; with sinks, block 0 holds its head's sink in m_0 and s_0). One
+// thread per output value.
 __global__ void merge_kernel(AttentionArgs args, int64_t n_split, int64_t n, float* __restrict__ out) {
     const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= n) return;

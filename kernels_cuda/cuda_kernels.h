@@ -130,7 +130,8 @@ struct AttentionArgs {
     int64_t window = 0;
     float scale = 1.0f;
     float softcap = 0.0f;  // scores through math::attention_score; 0: off
-    const float* sinks = nullptr;  // device, n_head logits joining each softmax row's sum (gpt-oss); null: none
+    // Attention sinks (AttentionShape::sinks): device, n_head floats; null: none.
+    const float* sinks = nullptr;
     // The cells read, [cell_begin, cell_end) (KvCells::cell_span: the
     // sequence holds none outside it); cell_end < 0: every cell.
     int64_t cell_begin = 0;

@@ -350,6 +350,64 @@ TEST(CudaAttention, SoftcapMatchesCpu) {
     }
 }
 
+// gpt-oss's attention sinks (a logit per query head in the softmax's
+// denominator only) against the CPU's scalar path, within the bound of
+// MatchesCpuF16AndQ8Caches: a sink above every visible score (even heads:
+// the sink is the maximum) and one among them (odd heads), in one pass (40
+// cells) and split over blocks and merged (1100 cells: the sink joins once;
+// with a window of 10 the first block sees no visible cell and holds only
+// the sink).
+TEST(CudaAttention, SinksMatchCpu) {
+    TANDEM_REQUIRE_GPU(dev);
+    constexpr int64_t kHead = 8, kHeadKv = 2, kDim = 64, kTokens = 4;
+    for (const int64_t kCells : {int64_t{40}, int64_t{1100}}) {
+        const auto stored = static_cast<int32_t>(kCells - 4);
+        std::vector<std::vector<float>> keys;
+        for (int32_t p = 0; p < stored; ++p) {
+            keys.push_back(random_floats(kHeadKv * kDim, 500 + static_cast<uint32_t>(p)));
+        }
+        const auto q = random_floats(kTokens * kHead * kDim, 11);
+        int32_t pos[kTokens];
+        for (int64_t t = 0; t < kTokens; ++t) pos[t] = stored - static_cast<int32_t>(kTokens) + static_cast<int32_t>(t);
+        const float scale = 1.0f / std::sqrt(64.0f);
+        for (const tq::Type type : {tq::Type::F16, tq::Type::Q8_0}) {
+            tandem::LayerKvCache cache(type, kCells, kHeadKv * kDim, kHeadKv * kDim);
+            for (int32_t p = 0; p < stored; ++p) {
+                const auto v = random_floats(kHeadKv * kDim, 600 + static_cast<uint32_t>(p));
+                cache.store(p, keys[static_cast<size_t>(p)].data(), v.data());
+            }
+            for (const int64_t window : {int64_t{0}, int64_t{10}}) {
+                SCOPED_TRACE(std::string(tq::traits(type).name) + " window " + std::to_string(window) + ", " +
+                             std::to_string(kCells) + " cells");
+                float max_score = -INFINITY;
+                for (int64_t t = 0; t < kTokens; ++t) {
+                    for (int64_t h = 0; h < kHead; ++h) {
+                        for (int32_t p = window > 0 ? pos[t] + 1 - static_cast<int32_t>(window) : 0; p <= pos[t]; ++p) {
+                            const float* k = keys[static_cast<size_t>(p)].data() + h / (kHead / kHeadKv) * kDim;
+                            float dot = 0.0f;
+                            for (int64_t d = 0; d < kDim; ++d) dot += q[(t * kHead + h) * kDim + d] * k[d];
+                            max_score = std::max(max_score, dot * scale);
+                        }
+                    }
+                }
+                std::vector<float> sinks(kHead);
+                for (int64_t h = 0; h < kHead; ++h) sinks[h] = h % 2 == 0 ? max_score + 1.0f : 0.25f;
+                tc::AttentionShape shape{kHead, kHeadKv, kDim, kDim, window, scale};
+                shape.sinks = sinks.data();
+                std::vector<float> ref(kTokens * kHead * kDim), gpu(ref.size());
+                tc::ThreadPool pool(2, false);
+                const auto kv = cache.view();
+                tc::attention(q.data(), pos, kTokens, shape, kv, ref.data(), pool, tc::SimdLevel::Scalar);
+                tandem::cuda::kernels::AttentionArgs a{kHead, kHeadKv, kDim, kDim, window, scale};
+                a.sinks = sinks.data();  // host: attention_on_device uploads it
+                tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, type, kv.k, kv.v, kv.cell_pos, kCells,
+                                                  kHeadKv * kDim, kHeadKv * kDim, gpu.data());
+                EXPECT_EQ(misses(gpu, ref, [](float r) { return 2e-3f * std::max(1.0f, std::fabs(r)); }), 0);
+            }
+        }
+    }
+}
+
 // A bias added to every row (Qwen2's Q/K/V biases) and a column band of a
 // fused product (Phi-3's Q|K|V, gate|up): a float add and a copy, exact.
 TEST(CudaElementwise, AddRowsAndCopyColsMatchCpu) {

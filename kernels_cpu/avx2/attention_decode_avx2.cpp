@@ -86,9 +86,9 @@ struct Avx2Ops {
 
 }  // namespace
 
-void attention_shared_kv_avx2(const float* q, int64_t n_q, int32_t pos, int64_t kv_head, const AttentionShape& shape,
+void attention_shared_kv_avx2(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
                               const KvCacheView& kv, DotFn block_dot, float* out) {
-    shared_kv_attention_for<Avx2Ops>(q, n_q, pos, kv_head, shape, kv, block_dot, out);
+    shared_kv_attention_for<Avx2Ops>(q, n_q, pos, head, shape, kv, block_dot, out);
 }
 
 }  // namespace tandem::cpu::detail

@@ -216,7 +216,9 @@ void attention_on_device(int device, const float* q, const int32_t* pos, int64_t
     kv.k = dk.as<uint8_t>();
     kv.v = dv.as<uint8_t>();
     kv.cell_pos = dcell.as<int32_t>();
+    Buf dsinks(args.sinks, args.sinks ? floats(args.n_head) : 0);
     kernels::AttentionArgs a = args;
+    if (args.sinks) a.sinks = dsinks.as<float>();
     a.partials = dpart.as<float>();
     a.partial_floats = room;
     kernels::launch_attention(dq.as<float>(), dpos.as<int32_t>(), n_tokens, a, kv, dout.as<float>(), nullptr);

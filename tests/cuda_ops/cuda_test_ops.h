@@ -39,7 +39,7 @@ void rope_on_device(int device, float* x, int64_t n_tokens, int64_t n_heads, int
 void glu_on_device(int device, bool gelu, const float* gate, const float* up, float* out, int64_t n);
 // Attention of n_tokens queries over an F16 or Q8_0 cache (cache_type)
 // given as host arrays (k: n_cells rows of k_dim elements in that type, v
-// likewise, cell_pos: n_cells).
+// likewise, cell_pos: n_cells; args.sinks, if set: n_head floats).
 void attention_on_device(int device, const float* q, const int32_t* pos, int64_t n_tokens,
                          const kernels::AttentionArgs& args, quant::Type cache_type, const void* k, const void* v,
                          const int32_t* cell_pos, int64_t n_cells, int64_t k_dim, int64_t v_dim, float* out);
