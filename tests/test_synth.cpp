@@ -348,6 +348,35 @@ TEST(SynthCommand, WritesTheConvertersKeysPerArchitecture) {
     EXPECT_EQ(phi3.get_uint("phi3.rope.dimension_count"), 96u);
     EXPECT_EQ(phi3.get_uint("phi3.attention.sliding_window"), 2047u);
     EXPECT_EQ(phi3.find("phi3.vocab_size"), nullptr);
+
+    // gpt-oss-20b in llama-quantize's MXFP4_MOE: YaRN keys, the pre-FFN
+    // norm as post_attention_norm, MXFP4 experts, Q8_0 elsewhere, F32
+    // biases and sinks; 12.10 GB as the published file.
+    const gguf::File oss = gguf::File::open(synth("--shape gpt-oss-20b --type MXFP4_MOE --header-only", dir, "o.gguf"));
+    EXPECT_EQ(oss.find_string("gpt-oss.rope.scaling.type"), "yarn");
+    EXPECT_EQ(oss.find_float("gpt-oss.rope.scaling.factor"), 32.0);
+    EXPECT_EQ(oss.get_uint("gpt-oss.rope.scaling.original_context_length"), 4096u);
+    EXPECT_EQ(oss.get_uint("gpt-oss.attention.sliding_window"), 128u);
+    EXPECT_NE(oss.find_tensor("blk.0.post_attention_norm.weight"), nullptr);
+    EXPECT_EQ(oss.find_tensor("blk.0.ffn_norm.weight"), nullptr);
+    EXPECT_EQ(oss.find_tensor("blk.5.ffn_down_exps.weight")->type, quant::Type::MXFP4);
+    EXPECT_EQ(oss.find_tensor("blk.5.attn_q.weight")->type, quant::Type::Q8_0);
+    EXPECT_EQ(oss.find_tensor("output.weight")->type, quant::Type::Q8_0);
+    EXPECT_EQ(oss.find_tensor("blk.5.ffn_down_exps.bias")->type, quant::Type::F32);
+    EXPECT_EQ(oss.find_tensor("blk.5.attn_sinks.weight")->type, quant::Type::F32);
+    uint64_t bytes = 0;
+    for (const auto& t : oss.tensors()) bytes += t.n_bytes;
+    EXPECT_NEAR(static_cast<double>(bytes), 12.10e9, 0.05e9);
+
+    // GLM-4.5-Air: a dense first layer, then routed and shared experts.
+    const gguf::File glm = gguf::File::open(synth("--shape glm-4.5-air --header-only", dir, "g.gguf"));
+    EXPECT_EQ(glm.get_uint("glm4moe.leading_dense_block_count"), 1u);
+    EXPECT_EQ(glm.get_uint("glm4moe.expert_shared_count"), 1u);
+    EXPECT_EQ(glm.get_uint("glm4moe.expert_gating_func"), 2u);
+    EXPECT_EQ(glm.get_uint("glm4moe.rope.dimension_count"), 64u);
+    EXPECT_NE(glm.find_tensor("blk.0.ffn_down.weight"), nullptr);
+    EXPECT_EQ(glm.find_tensor("blk.0.ffn_down_exps.weight"), nullptr);
+    EXPECT_NE(glm.find_tensor("blk.1.ffn_down_shexp.weight"), nullptr);
 }
 
 // moe-small at Q4_K_M: the per-tensor types of llama.cpp's mix for a
