@@ -138,6 +138,7 @@ TEST(ChatTemplate, FamiliesAndEndOfTurnMarkers) {
         {"qwen3", "chatml", "<|im_end|>"},      {"llama3", "llama3", "<|eot_id|>"},   {"llama3_1", "llama3", "<|eot_id|>"},
         {"gemma2", "gemma", "<end_of_turn>"},   {"gemma3", "gemma", "<end_of_turn>"}, {"phi3", "phi3", "<|end|>"},
         {"mistral_v01", "mistral", "</s>"},     {"mistral_v03", "mistral", "</s>"},   {"llama2", "llama2", "</s>"},
+        {"gpt_oss", "harmony", "<|return|>"},
     };
     for (const auto& c : cases) {
         SCOPED_TRACE(c.file);

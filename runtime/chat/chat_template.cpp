@@ -26,6 +26,11 @@ const std::vector<Family>& families() {
         {"chatml", {"<|im_start|>"}, {"<|im_end|>"}},
         {"llama3", {"<|start_header_id|>"}, {"<|eot_id|>", "<|eom_id|>"}},
         {"gemma", {"<start_of_turn>"}, {"<end_of_turn>"}},
+        // gpt-oss's harmony format ends every message with <|end|>, so it
+        // comes before phi3: a reply's analysis message ends with <|end|>
+        // and its final message follows; the turn ends at <|return|>, or at
+        // <|call|> for a tool call.
+        {"harmony", {"<|channel|>"}, {"<|return|>", "<|call|>"}},
         {"phi3", {"<|user|>", "<|end|>"}, {"<|end|>", "<|endoftext|>"}},
         {"llama2", {"<<SYS>>"}, {"</s>"}},
         {"mistral", {"[INST]"}, {"</s>"}},

@@ -54,8 +54,8 @@ public:
     std::string render(std::span<const Message> messages, const TemplateInputs& in) const;
 
     const std::string& source() const;
-    // "chatml", "llama3", "llama2", "gemma", "phi3", "mistral", or "custom",
-    // recognised from markers in the source text.
+    // "chatml", "llama3", "llama2", "gemma", "harmony" (gpt-oss), "phi3",
+    // "mistral", or "custom", recognised from markers in the source text.
     std::string family() const;
     // The end-of-turn markers of this family whose text a generation
     // should stop at ("<|im_end|>", "<|eot_id|>", ...); may be empty.
