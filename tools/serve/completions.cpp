@@ -3,7 +3,9 @@
 // events are answered as one JSON body or as server-sent events.
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <httplib.h>
@@ -56,7 +58,28 @@ GenerationRequest generation_request(const LoadedModel& m, std::vector<int32_t> 
     }
     g.cache_prompt = p.cache_prompt;
     g.ignore_eos = p.ignore_eos;
+    g.logprobs = p.logprobs;
+    g.top_logprobs = p.top_logprobs;
     return g;
+}
+
+// ApiError(400) for a logit_bias id past the vocabulary.
+void check_bias_ids(const LoadedModel& m, const GenerationParams& p) {
+    const int32_t n_vocab = m.tokenizer->n_vocab();
+    for (const auto& [id, bias] : p.sampling.logit_bias) {
+        if (id >= n_vocab) {
+            throw ApiError(400, fmt::format("'logit_bias': token {} is past the vocabulary ({} tokens)", id, n_vocab),
+                           "logit_bias");
+        }
+    }
+}
+
+// An answer's logprobs as its kind shows them (null when not asked);
+// `offset`: completions' text_offset so far.
+json logprobs_json(const LoadedModel& m, Kind kind, bool asked, std::span<const TokenLogprobs> lps, int64_t& offset) {
+    if (!asked) return nullptr;
+    const TokenPiece piece = [&m](int32_t id) { return m.tokenizer->token_to_piece(id); };
+    return kind == Kind::Chat ? chat_logprobs(lps, piece) : completion_logprobs(lps, piece, offset);
 }
 
 std::string chat_prompt(const LoadedModel& m, const ChatRequest& r) {
@@ -72,13 +95,22 @@ std::string chat_prompt(const LoadedModel& m, const ChatRequest& r) {
     }
 }
 
+// How an answer shows logprobs: whether asked, and where completions'
+// text_offset starts (the prompt's characters).
+struct LogprobsOut {
+    bool asked = false;
+    int64_t offset = 0;
+};
+
 void answer_whole(const ServerState& state, Kind kind, const ResponseIds& ids, const std::shared_ptr<Job>& job,
-                  httplib::Response& res) {
+                  LogprobsOut lo, httplib::Response& res) {
     std::string text;
+    std::vector<TokenLogprobs> lps;
     while (true) {
         std::optional<Event> e = job->next(std::chrono::milliseconds(1000));
         if (!e) continue;
         text += e->text;
+        lps.insert(lps.end(), e->logprobs.begin(), e->logprobs.end());
         if (!e->done) continue;
         if (e->finish_reason == "error" || e->finish_reason == "cancelled") {
             const bool error = e->finish_reason == "error";
@@ -87,10 +119,10 @@ void answer_whole(const ServerState& state, Kind kind, const ResponseIds& ids, c
                                 "", error ? 500 : 503));
             return;
         }
-        const json body = kind == Kind::Chat ? chat_response(ids, text, e->finish_reason, e->usage)
-                                             : completion_response(ids, text, e->finish_reason, e->usage);
+        const json logprobs = logprobs_json(state.model, kind, lo.asked, lps, lo.offset);
+        const json body = kind == Kind::Chat ? chat_response(ids, text, e->finish_reason, e->usage, logprobs)
+                                             : completion_response(ids, text, e->finish_reason, e->usage, logprobs);
         set_json(res, 200, body);
-        (void)state;
         return;
     }
 }
@@ -98,6 +130,8 @@ void answer_whole(const ServerState& state, Kind kind, const ResponseIds& ids, c
 // A stream's state between calls of the content provider.
 struct StreamState {
     std::shared_ptr<void> answering;  // ServerState::answer_token, released once the response is written
+    const LoadedModel* model = nullptr;
+    LogprobsOut logprobs;
     std::shared_ptr<Job> job;
     ResponseIds ids;
     Kind kind = Kind::Chat;
@@ -116,9 +150,12 @@ bool stream_some(StreamState& st, httplib::DataSink& sink) {
     }
     std::optional<Event> e = st.job->next(std::chrono::milliseconds(200));
     if (!e) return true;  // httplib checks the socket and calls again
-    if (!e->text.empty()) {
-        const json chunk = st.kind == Kind::Chat ? chat_chunk(st.ids, std::nullopt, e->text, std::nullopt)
-                                                 : completion_chunk(st.ids, e->text, std::nullopt);
+    // Each chunk carries its tokens' logprobs (tokens that add no text
+    // included: then with empty text).
+    if (!e->text.empty() || !e->logprobs.empty()) {
+        const json lps = logprobs_json(*st.model, st.kind, st.logprobs.asked, e->logprobs, st.logprobs.offset);
+        const json chunk = st.kind == Kind::Chat ? chat_chunk(st.ids, std::nullopt, e->text, std::nullopt, lps)
+                                                 : completion_chunk(st.ids, e->text, std::nullopt, lps);
         if (!send(sink, sse(chunk))) return false;
     }
     if (!e->done) return true;
@@ -145,15 +182,20 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
     const json body = parse_body(req.body);
     GenerationRequest g;
     GenerationParams params;
+    LogprobsOut lo;
     if (kind == Kind::Chat) {
         const ChatRequest r = parse_chat_request(body, state.draw_seed());
         params = r.params;
+        check_bias_ids(m, params);
         g = generation_request(m, prompt_tokens(m, chat_prompt(m, r), true), params, true);
     } else {
         const CompletionRequest r = parse_completion_request(body, state.draw_seed());
         params = r.params;
+        check_bias_ids(m, params);
         g = generation_request(m, prompt_tokens(m, r.prompt, true), params, false);
+        lo.offset = utf8_chars(r.prompt);
     }
+    lo.asked = params.logprobs;
     ResponseIds ids{new_id(state, kind), m.name,
                     std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
@@ -161,12 +203,14 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
     std::shared_ptr<void> answering = state.answer_token();
     std::shared_ptr<Job> job = m.scheduler->submit(std::move(g));
     if (!params.stream) {
-        answer_whole(state, kind, ids, job, res);
+        answer_whole(state, kind, ids, job, lo, res);
         return;
     }
     auto st = std::make_shared<StreamState>();
     st->answering = std::move(answering);
     st->job = job;
+    st->model = &m;
+    st->logprobs = lo;
     st->ids = std::move(ids);
     st->kind = kind;
     st->include_usage = params.include_usage;

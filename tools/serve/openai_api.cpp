@@ -1,5 +1,6 @@
 #include "tools/serve/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -84,6 +85,47 @@ std::string content_text(const json& v, const std::string& field) {
     bad(field, "a string or an array of text parts", v);
 }
 
+// A bias: a number in [-100, 100], or llama-server's false (a ban).
+float bias_value(const json& v, const std::string& field) {
+    if (v.is_boolean() && !v.get<bool>()) return kBanBias;
+    if (!v.is_number()) bad(field, "a number in [-100, 100]", v);
+    const double b = v.get<double>();
+    if (!(b >= -100.0 && b <= 100.0)) {
+        throw ApiError(400, fmt::format("'{}': expected a number in [-100, 100], found {}", field, b), field);
+    }
+    return static_cast<float>(b);
+}
+
+// OpenAI's {"token id": bias}, or llama-server's [[id, bias], ...].
+std::vector<std::pair<int32_t, float>> logit_bias(const json& body) {
+    std::vector<std::pair<int32_t, float>> out;
+    const auto it = body.find("logit_bias");
+    if (it == body.end() || it->is_null()) return out;
+    const auto bad_id = [](const std::string& key) {
+        throw ApiError(400, fmt::format("'logit_bias': expected token ids (integers >= 0) as keys, found \"{}\"", key),
+                       "logit_bias");
+    };
+    if (it->is_object()) {
+        for (const auto& [key, v] : it->items()) {
+            if (key.empty() || key.size() > 9 || key.find_first_not_of("0123456789") != std::string::npos) bad_id(key);
+            out.emplace_back(std::stoi(key), bias_value(v, fmt::format("logit_bias.{}", key)));
+        }
+    } else if (it->is_array()) {
+        for (size_t i = 0; i < it->size(); ++i) {
+            const json& pair = (*it)[i];
+            const std::string f = fmt::format("logit_bias[{}]", i);
+            if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() || pair[0].get<int64_t>() < 0 ||
+                pair[0].get<int64_t>() > (int64_t{1} << 30)) {
+                bad(f, "a [token id, bias] pair", pair);
+            }
+            out.emplace_back(pair[0].get<int32_t>(), bias_value(pair[1], f));
+        }
+    } else {
+        bad("logit_bias", "an object mapping token ids to biases", *it);
+    }
+    return out;
+}
+
 GenerationParams generation_params(const json& body, uint64_t default_seed) {
     GenerationParams p;
     // llama-server's sampling defaults (temperature 0.8, top-k 40, top-p
@@ -128,7 +170,35 @@ GenerationParams generation_params(const json& body, uint64_t default_seed) {
     }
     p.cache_prompt = boolean(body, "cache_prompt", true);
     p.ignore_eos = boolean(body, "ignore_eos", false);
+    p.sampling.presence_penalty = static_cast<float>(number_in(body, "presence_penalty", -2.0, 2.0, 0.0));
+    p.sampling.frequency_penalty = static_cast<float>(number_in(body, "frequency_penalty", -2.0, 2.0, 0.0));
+    p.sampling.logit_bias = logit_bias(body);
     return p;
+}
+
+constexpr int64_t kMaxTopLogprobs = 20;  // OpenAI's limit for top_logprobs
+
+// Chat: logprobs true or false, top_logprobs 0..20 (only with logprobs).
+void chat_logprobs_params(const json& body, GenerationParams& p) {
+    p.logprobs = boolean(body, "logprobs", false);
+    if (auto n = integer_in(body, "top_logprobs", 0, kMaxTopLogprobs)) {
+        if (!p.logprobs) throw ApiError(400, "'top_logprobs': needs 'logprobs': true", "top_logprobs");
+        p.top_logprobs = static_cast<int32_t>(*n);
+    }
+}
+
+// Completions: logprobs, an integer 0..20 (the top count), turns them on.
+void completion_logprobs_params(const json& body, GenerationParams& p) {
+    if (auto n = integer_in(body, "logprobs", 0, kMaxTopLogprobs)) {
+        p.logprobs = true;
+        p.top_logprobs = static_cast<int32_t>(*n);
+    }
+}
+
+json logprob_entry(const TokenLogprob& t, const std::string& text) {
+    json bytes = json::array();
+    for (char c : text) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+    return json{{"token", text}, {"logprob", t.logprob}, {"bytes", std::move(bytes)}};
 }
 
 json choice_usage(const Usage& u) { return usage_json(u); }
@@ -181,6 +251,7 @@ ChatRequest parse_chat_request(const json& body, uint64_t default_seed) {
         r.messages.push_back(std::move(msg));
     }
     r.params = generation_params(body, default_seed);
+    chat_logprobs_params(body, r.params);
     return r;
 }
 
@@ -198,6 +269,7 @@ CompletionRequest parse_completion_request(const json& body, uint64_t default_se
         bad("prompt", "a string", *it);
     }
     r.params = generation_params(body, default_seed);
+    completion_logprobs_params(body, r.params);
     return r;
 }
 
@@ -208,7 +280,8 @@ json usage_json(const Usage& u) {
                 {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-json chat_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason, const Usage& u) {
+json chat_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason, const Usage& u,
+                   const json& logprobs) {
     return json{{"id", ids.id},
                 {"object", "chat.completion"},
                 {"created", ids.created},
@@ -216,14 +289,14 @@ json chat_response(const ResponseIds& ids, const std::string& text, const std::s
                 {"choices",
                  json::array({{{"index", 0},
                                {"message", {{"role", "assistant"}, {"content", text}}},
-                               {"logprobs", nullptr},
+                               {"logprobs", logprobs},
                                {"finish_reason", finish_reason}}})},
                 {"usage", choice_usage(u)},
                 {"timings", {{"prompt_ms", u.prompt_ms}, {"predicted_ms", u.generation_ms}}}};
 }
 
 json chat_chunk(const ResponseIds& ids, const std::optional<std::string>& role, const std::optional<std::string>& content,
-                const std::optional<std::string>& finish_reason) {
+                const std::optional<std::string>& finish_reason, const json& logprobs) {
     json delta = json::object();
     if (role) delta["role"] = *role;
     if (content) delta["content"] = *content;
@@ -233,29 +306,30 @@ json chat_chunk(const ResponseIds& ids, const std::optional<std::string>& role, 
                 {"model", ids.model},
                 {"choices", json::array({{{"index", 0},
                                           {"delta", delta},
-                                          {"logprobs", nullptr},
+                                          {"logprobs", logprobs},
                                           {"finish_reason", finish_reason ? json(*finish_reason) : json()}}})}};
 }
 
 json completion_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
-                         const Usage& u) {
+                         const Usage& u, const json& logprobs) {
     return json{{"id", ids.id},
                 {"object", "text_completion"},
                 {"created", ids.created},
                 {"model", ids.model},
                 {"choices",
-                 json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}})},
+                 json::array({{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})},
                 {"usage", choice_usage(u)}};
 }
 
-json completion_chunk(const ResponseIds& ids, const std::string& text, const std::optional<std::string>& finish_reason) {
+json completion_chunk(const ResponseIds& ids, const std::string& text, const std::optional<std::string>& finish_reason,
+                      const json& logprobs) {
     return json{{"id", ids.id},
                 {"object", "text_completion"},
                 {"created", ids.created},
                 {"model", ids.model},
                 {"choices", json::array({{{"index", 0},
                                           {"text", text},
-                                          {"logprobs", nullptr},
+                                          {"logprobs", logprobs},
                                           {"finish_reason", finish_reason ? json(*finish_reason) : json()}}})}};
 }
 
@@ -266,6 +340,43 @@ json usage_chunk(const ResponseIds& ids, const std::string& object, const Usage&
                 {"model", ids.model},
                 {"choices", json::array()},
                 {"usage", usage_json(u)}};
+}
+
+json chat_logprobs(std::span<const TokenLogprobs> lps, const TokenPiece& piece) {
+    json content = json::array();
+    for (const TokenLogprobs& t : lps) {
+        json entry = logprob_entry(t.chosen, piece(t.chosen.id));
+        json top = json::array();
+        for (const TokenLogprob& alt : t.top) top.push_back(logprob_entry(alt, piece(alt.id)));
+        entry["top_logprobs"] = std::move(top);
+        content.push_back(std::move(entry));
+    }
+    return json{{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+int64_t utf8_chars(std::string_view s) {
+    return std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+}
+
+json completion_logprobs(std::span<const TokenLogprobs> lps, const TokenPiece& piece, int64_t& offset) {
+    json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+    for (const TokenLogprobs& t : lps) {
+        const std::string text = piece(t.chosen.id);
+        tokens.push_back(text);
+        token_logprobs.push_back(t.chosen.logprob);
+        json alts = json::object();
+        for (const TokenLogprob& alt : t.top) {
+            const std::string a = piece(alt.id);
+            if (!alts.contains(a)) alts[a] = alt.logprob;  // two tokens of one text: the likelier
+        }
+        top.push_back(std::move(alts));
+        offsets.push_back(offset);
+        offset += utf8_chars(text);
+    }
+    return json{{"tokens", std::move(tokens)},
+                {"token_logprobs", std::move(token_logprobs)},
+                {"top_logprobs", std::move(top)},
+                {"text_offset", std::move(offsets)}};
 }
 
 std::string sse(const json& j) {
