@@ -4,7 +4,10 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/chat/harmony.h"
+#include "tools/serve/openai_api.h"
 
 namespace {
 
@@ -91,6 +94,34 @@ TEST(Harmony, AHeaderThatNeverEndsIsShownAsText) {
     const std::string junk(2000, 'x');
     const auto d = p.push("<|channel|>" + junk);
     EXPECT_EQ(d.content, "<|channel|>" + junk);
+}
+
+// What a chat answer says of a split reply: OpenAI's message shape with
+// llama-server's reasoning_content, tool calls with string arguments and
+// finish_reason tool_calls; a plain reply keeps the old shape.
+TEST(Harmony, ChatAnswersCarryReasoningAndToolCalls) {
+    using tandem::serve::ChatReply;
+    const tandem::serve::ResponseIds ids{"chatcmpl-1", "m", 0};
+    HarmonyParser p;
+    p.push("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+           "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>");
+    const ChatReply reply{p.content(), p.reasoning(), p.tool_calls()};
+    const auto body = tandem::serve::chat_response(ids, reply, "stop", {});
+    const auto& choice = body["choices"][0];
+    EXPECT_EQ(choice["finish_reason"], "tool_calls");
+    EXPECT_TRUE(choice["message"]["content"].is_null());
+    EXPECT_EQ(choice["message"]["reasoning_content"], "Need weather.");
+    ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+    EXPECT_EQ(choice["message"]["tool_calls"][0]["type"], "function");
+    EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(choice["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Oslo\"}");
+    EXPECT_FALSE(choice["message"]["tool_calls"][0]["id"].get<std::string>().empty());
+
+    const auto plain = tandem::serve::chat_response(ids, ChatReply{"Hi.", {}, {}}, "stop", {});
+    EXPECT_EQ(plain["choices"][0]["message"], (nlohmann::json{{"role", "assistant"}, {"content", "Hi."}}));
+    EXPECT_EQ(plain["choices"][0]["finish_reason"], "stop");
+    const auto chunk = tandem::serve::chat_chunk(ids, std::nullopt, std::nullopt, std::nullopt, nullptr, "hmm");
+    EXPECT_EQ(chunk["choices"][0]["delta"], (nlohmann::json{{"reasoning_content", "hmm"}}));
 }
 
 }  // namespace

@@ -102,6 +102,16 @@ struct LogprobsOut {
     int64_t offset = 0;
 };
 
+// The whole reply as a chat answer shows it (split when the model's
+// replies are harmony's).
+ChatReply chat_reply(const LoadedModel& m, const std::string& text) {
+    if (!m.harmony) return {text, {}, {}};
+    chat::HarmonyParser p;
+    p.push(text);
+    p.finish();
+    return {p.content(), p.reasoning(), p.tool_calls()};
+}
+
 void answer_whole(const ServerState& state, Kind kind, const ResponseIds& ids, const std::shared_ptr<Job>& job,
                   LogprobsOut lo, httplib::Response& res) {
     std::string text;
@@ -120,7 +130,8 @@ void answer_whole(const ServerState& state, Kind kind, const ResponseIds& ids, c
             return;
         }
         const json logprobs = logprobs_json(state.model, kind, lo.asked, lps, lo.offset);
-        const json body = kind == Kind::Chat ? chat_response(ids, text, e->finish_reason, e->usage, logprobs)
+        const json body = kind == Kind::Chat ? chat_response(ids, chat_reply(state.model, text), e->finish_reason,
+                                                             e->usage, logprobs)
                                              : completion_response(ids, text, e->finish_reason, e->usage, logprobs);
         set_json(res, 200, body);
         return;
@@ -137,6 +148,7 @@ struct StreamState {
     Kind kind = Kind::Chat;
     bool include_usage = false;
     bool sent_role = false;
+    std::optional<chat::HarmonyParser> harmony;  // a chat of a harmony model
 };
 
 bool send(httplib::DataSink& sink, const std::string& s) { return sink.write(s.data(), s.size()); }
@@ -152,20 +164,43 @@ bool stream_some(StreamState& st, httplib::DataSink& sink) {
     if (!e) return true;  // httplib checks the socket and calls again
     // Each chunk carries its tokens' logprobs (tokens that add no text
     // included: then with empty text).
-    if (!e->text.empty() || !e->logprobs.empty()) {
+    chat::HarmonyParser::Delta d;
+    if (st.harmony) {
+        d = st.harmony->push(e->text);
+        if (e->done) {
+            const auto rest = st.harmony->finish();
+            d.reasoning += rest.reasoning;
+            d.content += rest.content;
+        }
+    } else {
+        d.content = e->text;
+    }
+    if (!d.empty() || !e->logprobs.empty()) {
         const json lps = logprobs_json(*st.model, st.kind, st.logprobs.asked, e->logprobs, st.logprobs.offset);
-        const json chunk = st.kind == Kind::Chat ? chat_chunk(st.ids, std::nullopt, e->text, std::nullopt, lps)
-                                                 : completion_chunk(st.ids, e->text, std::nullopt, lps);
+        const json chunk = st.kind == Kind::Chat
+                               ? chat_chunk(st.ids, std::nullopt,
+                                            d.content.empty() && !d.reasoning.empty() ? std::nullopt
+                                                                                      : std::optional(d.content),
+                                            std::nullopt, lps, d.reasoning)
+                               : completion_chunk(st.ids, e->text, std::nullopt, lps);
         if (!send(sink, sse(chunk))) return false;
     }
     if (!e->done) return true;
+    std::string finish = e->finish_reason;
+    if (st.harmony && !st.harmony->tool_calls().empty() && finish == "stop") {
+        const ChatReply calls{{}, {}, st.harmony->tool_calls()};
+        json chunk = chat_chunk(st.ids, std::nullopt, std::nullopt, std::nullopt);
+        chunk["choices"][0]["delta"]["tool_calls"] = tool_calls_delta(calls, st.ids.id);
+        if (!send(sink, sse(chunk))) return false;
+        finish = "tool_calls";
+    }
     if (e->finish_reason == "error" || e->finish_reason == "cancelled") {
         const bool error = e->finish_reason == "error";
         send(sink, sse(error_body(error ? e->error : "the server is stopping", error ? "server_error" : "unavailable_error",
                                   "", error ? 500 : 503)));
     } else {
-        const json last = st.kind == Kind::Chat ? chat_chunk(st.ids, std::nullopt, std::nullopt, e->finish_reason)
-                                                : completion_chunk(st.ids, "", e->finish_reason);
+        const json last = st.kind == Kind::Chat ? chat_chunk(st.ids, std::nullopt, std::nullopt, finish)
+                                                : completion_chunk(st.ids, "", finish);
         if (!send(sink, sse(last))) return false;
         if (st.include_usage) {
             const char* object = st.kind == Kind::Chat ? "chat.completion.chunk" : "text_completion";
@@ -214,6 +249,7 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
     st->ids = std::move(ids);
     st->kind = kind;
     st->include_usage = params.include_usage;
+    if (kind == Kind::Chat && m.harmony) st->harmony.emplace();
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",

@@ -280,26 +280,53 @@ json usage_json(const Usage& u) {
                 {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-json chat_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason, const Usage& u,
+json tool_calls_delta(const ChatReply& reply, const std::string& call_id_prefix) {
+    json calls = json::array();
+    for (size_t i = 0; i < reply.tool_calls.size(); ++i) {
+        const auto& c = reply.tool_calls[i];
+        calls.push_back({{"index", i},
+                         {"id", fmt::format("{}-call-{}", call_id_prefix, i)},
+                         {"type", "function"},
+                         {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    return calls;
+}
+
+json chat_message(const ChatReply& reply, const std::string& call_id_prefix) {
+    json m = {{"role", "assistant"}};
+    // OpenAI's shape: content null beside tool calls with no text.
+    m["content"] = reply.content.empty() && !reply.tool_calls.empty() ? json() : json(reply.content);
+    if (!reply.reasoning.empty()) m["reasoning_content"] = reply.reasoning;
+    if (!reply.tool_calls.empty()) {
+        json calls = tool_calls_delta(reply, call_id_prefix);
+        for (auto& c : calls) c.erase("index");
+        m["tool_calls"] = std::move(calls);
+    }
+    return m;
+}
+
+json chat_response(const ResponseIds& ids, const ChatReply& reply, const std::string& finish_reason, const Usage& u,
                    const json& logprobs) {
+    const std::string finish = finish_reason == "stop" && !reply.tool_calls.empty() ? "tool_calls" : finish_reason;
     return json{{"id", ids.id},
                 {"object", "chat.completion"},
                 {"created", ids.created},
                 {"model", ids.model},
                 {"choices",
                  json::array({{{"index", 0},
-                               {"message", {{"role", "assistant"}, {"content", text}}},
+                               {"message", chat_message(reply, ids.id)},
                                {"logprobs", logprobs},
-                               {"finish_reason", finish_reason}}})},
+                               {"finish_reason", finish}}})},
                 {"usage", choice_usage(u)},
                 {"timings", {{"prompt_ms", u.prompt_ms}, {"predicted_ms", u.generation_ms}}}};
 }
 
 json chat_chunk(const ResponseIds& ids, const std::optional<std::string>& role, const std::optional<std::string>& content,
-                const std::optional<std::string>& finish_reason, const json& logprobs) {
+                const std::optional<std::string>& finish_reason, const json& logprobs, const std::string& reasoning) {
     json delta = json::object();
     if (role) delta["role"] = *role;
     if (content) delta["content"] = *content;
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     return json{{"id", ids.id},
                 {"object", "chat.completion.chunk"},
                 {"created", ids.created},

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/chat/chat_template.h"
+#include "runtime/chat/harmony.h"
 #include "runtime/sampler/logprobs.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/serving/scheduler.h"
@@ -81,14 +82,29 @@ struct ResponseIds {
 };
 
 nlohmann::json usage_json(const Usage& u);
+
+// An assistant's reply as a chat answer shows it: its text, and for a
+// model that separates them (gpt-oss's harmony) its reasoning
+// (reasoning_content, as llama-server and DeepSeek's API name it) and its
+// tool calls. A reply with tool calls finishes with "tool_calls".
+struct ChatReply {
+    std::string content;
+    std::string reasoning;
+    std::vector<chat::HarmonyParser::ToolCall> tool_calls;
+};
+// The message of a whole answer, and a streamed chunk's tool_calls delta.
+nlohmann::json chat_message(const ChatReply& reply, const std::string& call_id_prefix);
+nlohmann::json tool_calls_delta(const ChatReply& reply, const std::string& call_id_prefix);
+
 // `logprobs` is the choice's: null, or what chat_logprobs /
 // completion_logprobs give.
-nlohmann::json chat_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
+nlohmann::json chat_response(const ResponseIds& ids, const ChatReply& reply, const std::string& finish_reason,
                              const Usage& u, const nlohmann::json& logprobs = nullptr);
-// A streamed chunk: delta text (role set on the first), finish_reason on the last.
+// A streamed chunk: delta text (role set on the first), finish_reason on the
+// last; reasoning as reasoning_content, when a delta has some.
 nlohmann::json chat_chunk(const ResponseIds& ids, const std::optional<std::string>& role,
                           const std::optional<std::string>& content, const std::optional<std::string>& finish_reason,
-                          const nlohmann::json& logprobs = nullptr);
+                          const nlohmann::json& logprobs = nullptr, const std::string& reasoning = {});
 nlohmann::json completion_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
                                    const Usage& u, const nlohmann::json& logprobs = nullptr);
 nlohmann::json completion_chunk(const ResponseIds& ids, const std::string& text,
