@@ -14,47 +14,13 @@
 
 namespace tandem::cuda::math {
 
-TANDEM_HOST_DEVICE float exp_f(float v) {
-#if defined(__CUDA_ARCH__)
-    return expf(v);
-#else
-    return std::exp(v);
-#endif
-}
-
-TANDEM_HOST_DEVICE float tanh_f(float v) {
-#if defined(__CUDA_ARCH__)
-    return tanhf(v);
-#else
-    return std::tanh(v);
-#endif
-}
+TANDEM_FLOAT_FN(exp_f, expf, std::exp)
+TANDEM_FLOAT_FN(tanh_f, tanhf, std::tanh)
+TANDEM_FLOAT_FN(cos_f, cosf, std::cos)
+TANDEM_FLOAT_FN(sin_f, sinf, std::sin)
+TANDEM_FLOAT_FN(log_f, logf, std::log)
 
 using quant::dot::fma_f;  // one definition, with the products' (dot_order.h)
-
-TANDEM_HOST_DEVICE float cos_f(float v) {
-#if defined(__CUDA_ARCH__)
-    return cosf(v);
-#else
-    return std::cos(v);
-#endif
-}
-
-TANDEM_HOST_DEVICE float sin_f(float v) {
-#if defined(__CUDA_ARCH__)
-    return sinf(v);
-#else
-    return std::sin(v);
-#endif
-}
-
-TANDEM_HOST_DEVICE float log_f(float v) {
-#if defined(__CUDA_ARCH__)
-    return logf(v);
-#else
-    return std::log(v);
-#endif
-}
 
 // What cos and sin are multiplied by (cpu::rope_heads): attn_factor, and
 // with YaRN (ext_factor != 0) its 1 + 0.1 ln(1 / freq_scale) too.

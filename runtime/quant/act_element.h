@@ -19,21 +19,8 @@ namespace tandem::quant::element {
 
 // Round to nearest, ties to even (the default FP mode on the host, rintf's
 // rounding on the device).
-TANDEM_HOST_DEVICE float round_half_even(float v) {
-#if defined(__CUDA_ARCH__)
-    return rintf(v);
-#else
-    return std::nearbyint(v);
-#endif
-}
-
-TANDEM_HOST_DEVICE float abs_f(float v) {
-#if defined(__CUDA_ARCH__)
-    return fabsf(v);
-#else
-    return std::fabs(v);
-#endif
-}
+TANDEM_FLOAT_FN(round_half_even, rintf, std::nearbyint)
+TANDEM_FLOAT_FN(abs_f, fabsf, std::fabs)
 
 TANDEM_HOST_DEVICE bool finite_f(float v) {
 #if defined(__CUDA_ARCH__)
