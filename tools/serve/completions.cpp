@@ -1,6 +1,9 @@
 // POST /v1/chat/completions and /v1/completions: a request becomes tokens
 // (through the model's chat template for chat), waits for a slot, and its
-// events are answered as one JSON body or as server-sent events.
+// events are answered as one JSON body or as server-sent events. The
+// pieces the Ollama routes share are declared in completions.h.
+#include "tools/serve/completions.h"
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -15,17 +18,9 @@
 #include "tools/serve/server_state.h"
 
 namespace tandem::serve {
-namespace {
 
 using nlohmann::json;
 
-enum class Kind { Chat, Completion };
-
-std::string new_id(ServerState& state, Kind kind) {
-    return fmt::format("{}-{:016x}", kind == Kind::Chat ? "chatcmpl" : "cmpl", state.draw_seed());
-}
-
-// The prompt's tokens; ApiError(400) when they cannot fit a slot.
 std::vector<int32_t> prompt_tokens(const LoadedModel& m, const std::string& text, bool parse_special) {
     std::vector<int32_t> tokens = m.tokenizer->encode(text, m.add_bos, parse_special);
     const int64_t limit = m.scheduler->n_ctx_slot();
@@ -59,85 +54,114 @@ GenerationRequest generation_request(const LoadedModel& m, std::vector<int32_t> 
     return g;
 }
 
-std::string chat_prompt(const LoadedModel& m, const ChatRequest& r) {
+std::string chat_prompt(const LoadedModel& m, const std::vector<chat::Message>& messages) {
     chat::TemplateInputs in;
     in.bos_token = m.bos_text;
     in.eos_token = m.eos_text;
     in.add_generation_prompt = true;
     in.tokenizer_adds_bos = m.add_bos;
     try {
-        return m.chat_template->render(r.messages, in);
+        return m.chat_template->render(messages, in);
     } catch (const Error& e) {
         throw ApiError(400, fmt::format("the model's chat template refused the messages: {}", e.what()), "messages");
     }
 }
 
-void answer_whole(const ServerState& state, Kind kind, const ResponseIds& ids, const std::shared_ptr<Job>& job,
-                  httplib::Response& res) {
-    std::string text;
+WholeAnswer wait_whole(Job& job) {
+    WholeAnswer a;
     while (true) {
-        std::optional<Event> e = job->next(std::chrono::milliseconds(1000));
+        std::optional<Event> e = job.next(std::chrono::milliseconds(1000));
         if (!e) continue;
-        text += e->text;
+        a.text += e->text;
         if (!e->done) continue;
-        if (e->finish_reason == "error" || e->finish_reason == "cancelled") {
-            const bool error = e->finish_reason == "error";
-            set_json(res, error ? 500 : 503,
-                     error_body(error ? e->error : "the server is stopping", error ? "server_error" : "unavailable_error",
-                                "", error ? 500 : 503));
-            return;
-        }
-        const json body = kind == Kind::Chat ? chat_response(ids, text, e->finish_reason, e->usage)
-                                             : completion_response(ids, text, e->finish_reason, e->usage);
-        set_json(res, 200, body);
-        (void)state;
-        return;
+        a.last = std::move(*e);
+        return a;
     }
 }
+
+std::optional<ApiError> failure_of(const Event& last) {
+    if (last.finish_reason == "error") return ApiError(500, last.error, "", "server_error");
+    if (last.finish_reason == "cancelled") return ApiError(503, "the server is stopping", "", "unavailable_error");
+    return std::nullopt;
+}
+
+namespace {
 
 // A stream's state between calls of the content provider.
 struct StreamState {
     std::shared_ptr<void> answering;  // ServerState::answer_token, released once the response is written
     std::shared_ptr<Job> job;
-    ResponseIds ids;
-    Kind kind = Kind::Chat;
-    bool include_usage = false;
-    bool sent_role = false;
+    StreamFormat format;
+    bool started = false;
 };
 
-bool send(httplib::DataSink& sink, const std::string& s) { return sink.write(s.data(), s.size()); }
+bool send(httplib::DataSink& sink, const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); }
 
 // One call of httplib's chunked provider: waits briefly for events and
 // sends them. false stops the response (the client went away).
 bool stream_some(StreamState& st, httplib::DataSink& sink) {
-    if (st.kind == Kind::Chat && !st.sent_role) {
-        st.sent_role = true;
-        if (!send(sink, sse(chat_chunk(st.ids, "assistant", std::string(), std::nullopt)))) return false;
+    if (!st.started) {
+        st.started = true;
+        if (st.format.head && !send(sink, st.format.head())) return false;
     }
     std::optional<Event> e = st.job->next(std::chrono::milliseconds(200));
     if (!e) return true;  // httplib checks the socket and calls again
-    if (!e->text.empty()) {
-        const json chunk = st.kind == Kind::Chat ? chat_chunk(st.ids, std::nullopt, e->text, std::nullopt)
-                                                 : completion_chunk(st.ids, e->text, std::nullopt);
-        if (!send(sink, sse(chunk))) return false;
-    }
+    if (!e->text.empty() && !send(sink, st.format.piece(e->text))) return false;
     if (!e->done) return true;
-    if (e->finish_reason == "error" || e->finish_reason == "cancelled") {
-        const bool error = e->finish_reason == "error";
-        send(sink, sse(error_body(error ? e->error : "the server is stopping", error ? "server_error" : "unavailable_error",
-                                  "", error ? 500 : 503)));
-    } else {
-        const json last = st.kind == Kind::Chat ? chat_chunk(st.ids, std::nullopt, std::nullopt, e->finish_reason)
-                                                : completion_chunk(st.ids, "", e->finish_reason);
-        if (!send(sink, sse(last))) return false;
-        if (st.include_usage) {
-            const char* object = st.kind == Kind::Chat ? "chat.completion.chunk" : "text_completion";
-            if (!send(sink, sse(usage_chunk(st.ids, object, e->usage)))) return false;
-        }
-    }
-    if (!send(sink, "data: [DONE]\n\n")) return false;
+    if (!send(sink, st.format.tail(*e))) return false;
     sink.done();
     return true;
+}
+
+}  // namespace
+
+void answer_stream(std::shared_ptr<void> answering, std::shared_ptr<Job> job, StreamFormat format,
+                   httplib::Response& res) {
+    auto st = std::make_shared<StreamState>();
+    st->answering = std::move(answering);
+    st->job = std::move(job);
+    st->format = std::move(format);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        st->format.content_type,
+        [st](size_t, httplib::DataSink& sink) {
+            const bool ok = stream_some(*st, sink);
+            if (!ok) st->job->cancel();  // frees the slot at the next step
+            return ok;
+        },
+        [st](bool) { st->job->cancel(); });
+}
+
+namespace {
+
+enum class Kind { Chat, Completion };
+
+std::string new_id(ServerState& state, Kind kind) {
+    return fmt::format("{}-{:016x}", kind == Kind::Chat ? "chatcmpl" : "cmpl", state.draw_seed());
+}
+
+StreamFormat openai_stream(const ResponseIds& ids, Kind kind, bool include_usage) {
+    StreamFormat f;
+    f.content_type = "text/event-stream";
+    if (kind == Kind::Chat) f.head = [ids] { return sse(chat_chunk(ids, "assistant", std::string(), std::nullopt)); };
+    f.piece = [ids, kind](const std::string& text) {
+        return sse(kind == Kind::Chat ? chat_chunk(ids, std::nullopt, text, std::nullopt)
+                                      : completion_chunk(ids, text, std::nullopt));
+    };
+    f.tail = [ids, kind, include_usage](const Event& e) {
+        std::string out;
+        if (const auto failed = failure_of(e)) {
+            out = sse(error_body(failed->what(), failed->type, "", failed->status));
+        } else {
+            out = sse(kind == Kind::Chat ? chat_chunk(ids, std::nullopt, std::nullopt, e.finish_reason)
+                                         : completion_chunk(ids, "", e.finish_reason));
+            if (include_usage) {
+                out += sse(usage_chunk(ids, kind == Kind::Chat ? "chat.completion.chunk" : "text_completion", e.usage));
+            }
+        }
+        return out + "data: [DONE]\n\n";
+    };
+    return f;
 }
 
 void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib::Response& res) {
@@ -148,7 +172,7 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
     if (kind == Kind::Chat) {
         const ChatRequest r = parse_chat_request(body, state.draw_seed());
         params = r.params;
-        g = generation_request(m, prompt_tokens(m, chat_prompt(m, r), true), params, true);
+        g = generation_request(m, prompt_tokens(m, chat_prompt(m, r.messages), true), params, true);
     } else {
         const CompletionRequest r = parse_completion_request(body, state.draw_seed());
         params = r.params;
@@ -160,25 +184,15 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
                         .count()};
     std::shared_ptr<void> answering = state.answer_token();
     std::shared_ptr<Job> job = m.scheduler->submit(std::move(g));
-    if (!params.stream) {
-        answer_whole(state, kind, ids, job, res);
+    if (params.stream) {
+        answer_stream(std::move(answering), job, openai_stream(ids, kind, params.include_usage), res);
         return;
     }
-    auto st = std::make_shared<StreamState>();
-    st->answering = std::move(answering);
-    st->job = job;
-    st->ids = std::move(ids);
-    st->kind = kind;
-    st->include_usage = params.include_usage;
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [st](size_t, httplib::DataSink& sink) {
-            const bool ok = stream_some(*st, sink);
-            if (!ok) st->job->cancel();  // frees the slot at the next step
-            return ok;
-        },
-        [st](bool) { st->job->cancel(); });
+    const WholeAnswer a = wait_whole(*job);
+    if (const auto failed = failure_of(a.last)) throw *failed;
+    set_json(res, 200,
+             kind == Kind::Chat ? chat_response(ids, a.text, a.last.finish_reason, a.last.usage)
+                                : completion_response(ids, a.text, a.last.finish_reason, a.last.usage));
 }
 
 }  // namespace
@@ -187,7 +201,7 @@ void add_completion_routes(httplib::Server& server, ServerState& state) {
     // llama-server's: the prompt a chat request becomes, without running it.
     server.Post("/apply-template", guarded(state, [&state](const httplib::Request& req, httplib::Response& res) {
                     const ChatRequest r = parse_chat_request(parse_body(req.body), 0);
-                    set_json(res, 200, {{"prompt", chat_prompt(state.model, r)}});
+                    set_json(res, 200, {{"prompt", chat_prompt(state.model, r.messages)}});
                 }));
     for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
         server.Post(path, guarded(state, [&state](const httplib::Request& req, httplib::Response& res) {
