@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "runtime/common/error.h"
@@ -24,13 +25,39 @@ void softmax_in_place(std::vector<float>& p, const std::vector<int32_t>& order, 
     for (int64_t j = 0; j < n; ++j) p[static_cast<size_t>(order[static_cast<size_t>(j)])] *= inv;
 }
 
+// Keys of the experts outside the n_used groups with the best scores (the
+// sum of each group's two largest keys) become -inf.
+void keep_best_groups(std::vector<float>& key, int64_t n_groups, int64_t n_used) {
+    const int64_t per = static_cast<int64_t>(key.size()) / n_groups;
+    std::vector<float> score(static_cast<size_t>(n_groups));
+    for (int64_t g = 0; g < n_groups; ++g) {
+        const auto first = key.begin() + g * per;
+        std::vector<float> top(2);
+        std::partial_sort_copy(first, first + per, top.begin(), top.end(), std::greater<float>());
+        score[static_cast<size_t>(g)] = static_cast<float>(static_cast<double>(top[0]) + static_cast<double>(top[1]));
+    }
+    std::vector<int32_t> order(static_cast<size_t>(n_groups));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return score[static_cast<size_t>(a)] > score[static_cast<size_t>(b)];
+    });
+    for (int64_t j = n_used; j < n_groups; ++j) {
+        const auto first = key.begin() + order[static_cast<size_t>(j)] * per;
+        std::fill(first, first + per, -INFINITY);
+    }
+}
+
 }  // namespace
 
 void moe_route(const float* logits, const RouteParams& rp, float* route, int64_t n_tokens) {
     const int64_t n_expert = rp.n_expert, n_used = rp.n_used;
     TANDEM_CHECK(n_used >= 1 && n_used <= n_expert, "moe_route: expert_used_count outside [1, expert_count]");
     std::vector<float> p(static_cast<size_t>(n_expert));
-    std::vector<float> choose(rp.selection_bias ? static_cast<size_t>(n_expert) : 0);
+    const bool grouped = rp.n_groups > 1;
+    TANDEM_CHECK(!grouped || (n_expert % rp.n_groups == 0 && n_expert / rp.n_groups >= 2 && rp.n_groups_used >= 1 &&
+                              rp.n_groups_used < rp.n_groups && n_used <= rp.n_groups_used * (n_expert / rp.n_groups)),
+                 "moe_route: expert groups that do not divide the experts or leave too few");
+    std::vector<float> choose(rp.selection_bias || grouped ? static_cast<size_t>(n_expert) : 0);
     std::vector<int32_t> order(static_cast<size_t>(n_expert));
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float* x = logits + t * n_expert;
@@ -53,8 +80,11 @@ void moe_route(const float* logits, const RouteParams& rp, float* route, int64_t
             for (int64_t e = 0; e < n_expert; ++e) {
                 choose[static_cast<size_t>(e)] = p[static_cast<size_t>(e)] + rp.selection_bias[e];
             }
+        } else if (grouped) {
+            choose = p;
         }
-        const std::vector<float>& key = rp.selection_bias ? choose : p;
+        if (grouped) keep_best_groups(choose, rp.n_groups, rp.n_groups_used);
+        const std::vector<float>& key = rp.selection_bias || grouped ? choose : p;
         std::iota(order.begin(), order.end(), 0);
         std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
             return key[static_cast<size_t>(a)] > key[static_cast<size_t>(b)];

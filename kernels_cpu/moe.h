@@ -25,12 +25,18 @@ struct RouteParams {
     bool softmax_of_chosen = false;
     const float* selection_bias = nullptr;  // n_expert floats; null: none
     float scale = 1.0f;
+    // Group-limited choice (DeepSeek-V3): the experts are n_groups groups
+    // of consecutive ids; only those of the n_groups_used groups whose two
+    // largest keys (gate + bias) sum highest are chosen from. 0 or 1 group:
+    // all experts.
+    int64_t n_groups = 0, n_groups_used = 0;
 };
 
 // route (n_tokens rows of 2 * n_used floats) = for each token the chosen
 // (expert id, weight) pairs. The float order is ggml's: exp(x - max)
 // summed in double, probabilities scaled by 1 / sum, the kept ones summed
-// in double; sigmoid as 1 / (1 + exp(-x)) in float.
+// in double; sigmoid as 1 / (1 + exp(-x)) in float; a group's score its two
+// keys summed in double. Ties go to the lower id (experts and groups).
 void moe_route(const float* logits, const RouteParams& p, float* route, int64_t n_tokens);
 
 // The rows of a batch each expert serves: rows[offsets[e] .. offsets[e+1])

@@ -75,4 +75,30 @@ TEST(MoeRoute, SoftmaxOfTheChosenWeighsOnlyTheKept) {
     EXPECT_NEAR(route[5] + route[7], 1.0f, 1e-6);
 }
 
+// DeepSeek-V3's group-limited choice: 8 experts in 4 groups of 2, the best
+// 2 groups by the sum of their two keys; the single best expert can lose
+// to two good ones in another group. Weights come from the gate values of
+// the chosen, normalized.
+TEST(MoeRoute, GroupLimitedChoiceKeepsTheBestGroups) {
+    //                                 g0          g1          g2          g3
+    const std::vector<float> logits = {4.0f, -3.0f, 1.0f, 1.0f, 0.5f, 0.4f, 2.0f, 0.9f};
+    RouteParams p{8, 3};
+    p.sigmoid = true;
+    p.n_groups = 4;
+    p.n_groups_used = 2;
+    std::vector<float> route(6);
+    moe_route(logits.data(), p, route.data(), 1);
+    // Group sums of sigmoids: g0 0.98+0.05=1.03, g1 1.46, g2 1.22, g3 1.59:
+    // groups 3 and 1; expert 0 (the largest logit) is out.
+    EXPECT_EQ(route[0], 6.0f);
+    EXPECT_EQ(route[2], 2.0f);  // ties with 3: the lower id first
+    EXPECT_EQ(route[4], 3.0f);
+    const float s6 = sigmoid(2.0f), s2 = sigmoid(1.0f);
+    EXPECT_NEAR(route[1], s6 / (s6 + 2 * s2), 1e-6);
+    // Without groups expert 0 wins.
+    p.n_groups = 0;
+    moe_route(logits.data(), p, route.data(), 1);
+    EXPECT_EQ(route[0], 0.0f);
+}
+
 }  // namespace

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/common/error.h"
+#include "tools/serve/completions.h"
 #include "tools/serve/cors.h"
 #include "tools/serve/ollama_api.h"
 
@@ -46,6 +47,8 @@ TEST(ServeOllama, OptionsMapOntoTheSamplerAndUnknownOnesAreIgnored) {
                          {"stop", json::array({"a", "b"})},
                          {"repeat_penalty", 1.2},
                          {"repeat_last_n", 32},
+                         {"presence_penalty", 0.5},
+                         {"frequency_penalty", -1.5},
                          {"mirostat", 2},
                          {"num_ctx", 99},
                          {"num_gpu", 1}}}};
@@ -61,6 +64,8 @@ TEST(ServeOllama, OptionsMapOntoTheSamplerAndUnknownOnesAreIgnored) {
     EXPECT_EQ(r.params.stop, (std::vector<std::string>{"a", "b"}));
     EXPECT_FLOAT_EQ(r.params.sampling.repeat_penalty, 1.2f);
     EXPECT_EQ(r.params.sampling.repeat_last_n, 32);
+    EXPECT_FLOAT_EQ(r.params.sampling.presence_penalty, 0.5f);
+    EXPECT_FLOAT_EQ(r.params.sampling.frequency_penalty, -1.5f);
     ASSERT_EQ(r.messages.size(), 1u);
     EXPECT_EQ(r.messages[0].content, "hi");
     for (int n : {-1, -2}) {
@@ -112,6 +117,8 @@ TEST(ServeOllama, EachBadOrUnsupportedFieldIsNamed) {
         {{{"messages", kHi}, {"options", {{"num_predict", 0}}}}, true, "options.num_predict"},
         {{{"messages", kHi}, {"options", {{"num_predict", 1.5}}}}, true, "options.num_predict"},
         {{{"messages", kHi}, {"options", {{"top_p", 0}}}}, true, "options.top_p"},
+        {{{"messages", kHi}, {"options", {{"presence_penalty", 2.5}}}}, true, "options.presence_penalty"},
+        {{{"messages", kHi}, {"options", {{"frequency_penalty", "lots"}}}}, true, "options.frequency_penalty"},
         {{{"messages", kHi}, {"options", {{"stop", json::array({"a", 1})}}}}, true, "options.stop[1]"},
         {{{"prompt", 5}}, false, "prompt"},
         {{{"prompt", "x"}, {"template", "{{ .Prompt }}"}}, false, "template"},
@@ -129,6 +136,29 @@ TEST(ServeOllama, EachBadOrUnsupportedFieldIsNamed) {
     EXPECT_EQ(refused({{"messages", kHi}, {"format", ""}, {"tools", json::array()}}, true), "<accepted>");
     EXPECT_EQ(refused({{"prompt", "x"}, {"context", json::array()}, {"images", nullptr}, {"template", ""}}, false),
               "<accepted>");
+}
+
+// A harmony model's reply: the final text as the content (or response),
+// the reasoning as `thinking`, tool calls not shown; other replies as
+// they are.
+TEST(ServeOllama, HarmonyRepliesPutTheReasoningInThinking) {
+    tandem::serve::LoadedModel m;
+    m.harmony = true;
+    const std::string text =
+        "<|channel|>analysis<|message|>Think first.<|end|><|start|>assistant<|channel|>final<|message|>Paris.";
+    const auto reply = tandem::serve::chat_reply(m, text);
+    const json chat = tandem::serve::ollama_answer("m", true, reply.content, reply.reasoning);
+    EXPECT_EQ(chat["message"], (json{{"role", "assistant"}, {"content", "Paris."}, {"thinking", "Think first."}}));
+    const json gen = tandem::serve::ollama_answer("m", false, reply.content, reply.reasoning);
+    EXPECT_EQ(gen["response"], "Paris.");
+    EXPECT_EQ(gen["thinking"], "Think first.");
+    EXPECT_FALSE(gen.contains("message"));
+
+    m.harmony = false;
+    const auto plain = tandem::serve::chat_reply(m, "Paris.");
+    const json p = tandem::serve::ollama_answer("m", true, plain.content, plain.reasoning);
+    EXPECT_EQ(p["message"], (json{{"role", "assistant"}, {"content", "Paris."}}));
+    EXPECT_EQ(p["model"], "m");
 }
 
 TEST(ServeOllama, TimesAreRfc3339InUtc) {

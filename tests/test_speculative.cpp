@@ -143,13 +143,17 @@ std::vector<float> random_logits(std::mt19937& g, int n, float scale) {
 }
 
 // target_distribution + draw give exactly the Sampler's token, for every
-// filter and the repetition penalty.
+// filter, the repetition penalty, the logit bias and the presence and
+// frequency penalties.
 TEST(SpecTargetDistribution, DrawsWhatTheSamplerDraws) {
     std::mt19937 g(1234);
     const SamplerParams cases[] = {
         {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0},  {1.0f, 0, 1.0f, 0.0f, 1.0f, 64, 0},
         {1.5f, 5, 1.0f, 0.0f, 1.3f, 8, 0},      {0.5f, 0, 0.5f, 0.0f, 1.1f, 64, 0},
         {1.2f, 100, 0.9f, 0.2f, 0.9f, 3, 0},    {2.0f, 1, 0.95f, 0.05f, 1.0f, 0, 0},
+        // The logit bias (a ban included) and OpenAI's penalties.
+        {1.0f, 0, 1.0f, 0.0f, 1.1f, 8, 0, 0.5f, 1.0f, {{3, 5.0f}, {7, -100.0f}, {299, -2.5f}}},
+        {0.7f, 20, 0.9f, 0.05f, 1.0f, 64, 0, -1.0f, 2.0f, {{0, 100.0f}}},
     };
     int checked = 0;
     for (const SamplerParams& base : cases) {
@@ -160,21 +164,21 @@ TEST(SpecTargetDistribution, DrawsWhatTheSamplerDraws) {
             std::vector<int32_t> recent;
             for (int i = 0; i < 20; ++i) recent.push_back(static_cast<int32_t>(g() % 300));
             tandem::Sampler sampler(p);
-            spec::PenaltyWindow window(p.repeat_last_n);
+            tandem::TokenHistory history(p.repeat_last_n);
             for (int32_t t : recent) {
                 sampler.accept(t);
-                window.accept(t);
+                history.accept(t);
             }
             std::vector<float> a = logits, b = logits;
             const int32_t want = sampler.sample(a);
             std::mt19937_64 rng(p.seed);
-            const spec::TokenDist d = spec::target_distribution(p, window.recent(), b);
+            const spec::TokenDist d = spec::target_distribution(p, history, b);
             ASSERT_EQ(spec::draw(d, rng), want) << "case temp " << p.temperature << " trial " << trial;
             ASSERT_EQ(a, b);  // the same penalty applied
             ++checked;
         }
     }
-    EXPECT_EQ(checked, 1200);
+    EXPECT_EQ(checked, 1600);
 }
 
 // Pearson's statistic of counts against probabilities (expected >= 5 each).

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/chat/harmony.h"
 #include "runtime/common/error.h"
 #include "tools/chat_model.h"
 #include "tools/commands.h"
@@ -80,6 +81,8 @@ void chat(const ChatOptions& o) {
     std::vector<chat::Message> history;
     if (!o.system_prompt.empty()) history.push_back({"system", o.system_prompt});
     const bool tty = isatty(STDIN_FILENO) != 0;
+    const bool out_tty = isatty(STDOUT_FILENO) != 0;
+    const bool harmony_family = m->chat_template.family() == "harmony";
     uint64_t turn = 0;
     while (true) {
         if (tty) {
@@ -126,14 +129,28 @@ void chat(const ChatOptions& o) {
         g.stop_tokens = m->end_of_turn_tokens;
         std::shared_ptr<serve::Job> job = scheduler.submit(std::move(g));
         std::string reply;
+        // gpt-oss: its thinking shown dimmed on a terminal (not at all
+        // otherwise), its answer as the reply that goes back in the history.
+        std::optional<chat::HarmonyParser> harmony;
+        if (harmony_family) harmony.emplace();
+        const auto show = [&](const chat::HarmonyParser::Delta& d) {
+            if (!d.reasoning.empty() && out_tty) fmt::print("\033[2m{}\033[0m", d.reasoning);
+            fmt::print("{}", d.content);
+        };
         while (true) {
             if (g_interrupted.load()) job->cancel();
             std::optional<serve::Event> e = job->next(std::chrono::milliseconds(100));
             if (!e) continue;
-            reply += e->text;
-            fmt::print("{}", e->text);
+            if (harmony) {
+                show(harmony->push(e->text));
+                if (e->done) show(harmony->finish());
+            } else {
+                reply += e->text;
+                fmt::print("{}", e->text);
+            }
             std::fflush(stdout);
             if (!e->done) continue;
+            if (harmony) reply = harmony->content();
             fmt::print("\n");
             if (e->finish_reason == "cancelled") fmt::print(stderr, "[reply stopped]\n");
             if (e->finish_reason == "error") fmt::print(stderr, "tandem: {}\n", e->error);

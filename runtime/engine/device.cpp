@@ -14,6 +14,8 @@ cpu::RouteParams route_params(const MoeRouteOp& op, const float* bias) {
     p.softmax_of_chosen = op.softmax_of_chosen;
     p.selection_bias = bias;
     p.scale = op.scale;
+    p.n_groups = op.n_groups;
+    p.n_groups_used = op.n_groups_used;
     return p;
 }
 

@@ -108,6 +108,7 @@ struct MoeRouteOp {
     bool softmax_of_chosen = false;  // the largest logits, weighted by a softmax over them alone (gpt-oss)
     const gguf::TensorInfo* bias = nullptr;
     float scale = 1.0f;
+    int64_t n_groups = 0, n_groups_used = 0;  // group-limited choice (cpu::RouteParams)
 };
 // The kernels' parameters for op, with the bias as the device holds it.
 cpu::RouteParams route_params(const MoeRouteOp& op, const float* bias);

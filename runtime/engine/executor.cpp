@@ -62,6 +62,8 @@ MoeRouteOp LayerExecutor::route_op(const model::LayerSpec& L, const Op& op) cons
     r.softmax_of_chosen = hp_.softmax_of_chosen();
     r.bias = op.weight[0] != model::kNoTensor ? L.get(op.weight[0]) : nullptr;
     r.scale = static_cast<float>(hp_.expert_weights_scale);
+    r.n_groups = hp_.n_expert_groups;
+    r.n_groups_used = hp_.n_expert_groups_used;
     return r;
 }
 

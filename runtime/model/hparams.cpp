@@ -44,6 +44,8 @@ constexpr std::array kIntKeys = {
     IntKey{"nextn_predict_layers", &HParams::n_nextn, false},
     IntKey{"expert_gating_func", &HParams::expert_gating, false},
     IntKey{"rope.scaling.original_context_length", &HParams::rope_n_ctx_orig, false},
+    IntKey{"expert_group_count", &HParams::n_expert_groups, false},
+    IntKey{"expert_group_used_count", &HParams::n_expert_groups_used, false},
 };
 
 constexpr std::array kFloatKeys = {
@@ -179,6 +181,17 @@ HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
         require_range(prefix + "leading_dense_block_count", hp.n_layer_dense_lead, 0, hp.n_layer);
         if (!file.find_uint(prefix + "expert_gating_func")) hp.expert_gating = arch.default_expert_gating;
         require_range(prefix + "expert_gating_func", hp.expert_gating, 0, 3);
+        if (hp.n_expert_groups > 1) {
+            // As llama.cpp's loader asserts, refused here in words.
+            require_range(prefix + "expert_group_count", hp.n_expert_groups, 2, hp.n_expert / 2);
+            if (hp.n_expert % hp.n_expert_groups != 0) {
+                throw Error(fmt::format("model: {}expert_group_count ({}) must divide expert_count ({})", prefix,
+                                        hp.n_expert_groups, hp.n_expert));
+            }
+            require_range(prefix + "expert_group_used_count", hp.n_expert_groups_used, 1, hp.n_expert_groups - 1);
+            require_range(prefix + "expert_used_count", hp.n_expert_used, 1,
+                          hp.n_expert_groups_used * (hp.n_expert / hp.n_expert_groups));
+        }
         if (!(hp.expert_weights_scale > 0.0 && hp.expert_weights_scale < 1e6)) {
             throw Error(fmt::format("model: {}expert_weights_scale: expected a positive value, found {}", prefix,
                                     hp.expert_weights_scale));

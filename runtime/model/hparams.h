@@ -63,6 +63,10 @@ struct HParams {
     // softmax over all; the kept weights divided by their sum when
     // expert_weights_norm, then multiplied by expert_weights_scale.
     int64_t expert_gating = 0;
+    // Group-limited routing (DeepSeek-V3): expert_group_count groups, the
+    // choice made within the expert_group_used_count best (0 or 1: none).
+    int64_t n_expert_groups = 0;
+    int64_t n_expert_groups_used = 0;
     bool expert_weights_norm = true;
     double expert_weights_scale = 1.0;
     // Widest fused product (Q|K|V or gate|up) the architecture has; 0: none.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -29,18 +30,69 @@ void validate(const SamplerParams& p) {
     if (p.repeat_last_n < 0) {
         throw FieldError("repeat_last_n", fmt::format("{{repeat_last_n}}: expected a value >= 0, found {}", p.repeat_last_n));
     }
+    if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+        throw FieldError("presence_penalty",
+                         fmt::format("{{presence_penalty}}: expected [-2, 2], found {}", p.presence_penalty));
+    }
+    if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+        throw FieldError("frequency_penalty",
+                         fmt::format("{{frequency_penalty}}: expected [-2, 2], found {}", p.frequency_penalty));
+    }
+    for (const auto& [id, bias] : p.logit_bias) {
+        if (id < 0 || !(bias >= -100.0f && bias <= 100.0f)) {
+            throw FieldError("logit_bias", fmt::format("{{logit_bias}}: expected token ids >= 0 with biases in "
+                                                       "[-100, 100], found {} for {}",
+                                                       bias, id));
+        }
+    }
 }
 
 int32_t argmax(std::span<const float> logits) {
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
-Sampler::Sampler(const SamplerParams& params) : params_(params), rng_(params.seed) { validate(params_); }
+Sampler::Sampler(const SamplerParams& params)
+    : params_(params), rng_(params.seed), history_(params.repeat_last_n) {
+    validate(params_);
+}
 
-void Sampler::accept(int32_t token) {
-    if (params_.repeat_last_n == 0) return;
+void TokenHistory::accept_prompt(int32_t token) {
+    if (last_n_ == 0) return;
     recent_.push_back(token);
-    while (static_cast<int32_t>(recent_.size()) > params_.repeat_last_n) recent_.pop_front();
+    while (static_cast<int32_t>(recent_.size()) > last_n_) recent_.pop_front();
+}
+
+void TokenHistory::accept(int32_t token) {
+    accept_prompt(token);
+    ++generated_[token];
+}
+
+void apply_logit_bias(std::span<const std::pair<int32_t, float>> bias, std::span<float> logits) {
+    const auto n = static_cast<int64_t>(logits.size());
+    for (const auto& [id, b] : bias) {
+        if (id < 0 || id >= n) continue;
+        float& l = logits[static_cast<size_t>(id)];
+        l = b <= kBanBias ? -std::numeric_limits<float>::infinity() : l + b;
+    }
+}
+
+void apply_presence_frequency(float presence, float frequency, const std::unordered_map<int32_t, int32_t>& counts,
+                              std::span<float> logits) {
+    if (presence == 0.0f && frequency == 0.0f) return;
+    const auto n = static_cast<int64_t>(logits.size());
+    for (const auto& [id, count] : counts) {
+        if (id < 0 || id >= n || count <= 0) continue;
+        logits[static_cast<size_t>(id)] -= frequency * static_cast<float>(count) + presence;
+    }
+}
+
+void apply_penalties(const SamplerParams& p, const TokenHistory& history, std::span<float> logits) {
+    apply_logit_bias(p.logit_bias, logits);
+    if (p.repeat_penalty != 1.0f) {
+        const std::vector<int32_t> recent(history.recent().begin(), history.recent().end());
+        apply_repeat_penalty(p.repeat_penalty, recent, logits);
+    }
+    apply_presence_frequency(p.presence_penalty, p.frequency_penalty, history.generated(), logits);
 }
 
 void apply_repeat_penalty(float penalty, std::span<const int32_t> recent, std::span<float> logits) {
@@ -104,8 +156,7 @@ SamplingCandidates sampling_candidates(const SamplerParams& params, std::span<co
 
 int32_t Sampler::sample(std::span<float> logits) {
     if (logits.empty()) throw InternalError("sample: empty logits");
-    const std::vector<int32_t> recent(recent_.begin(), recent_.end());
-    apply_repeat_penalty(params_.repeat_penalty, recent, logits);
+    apply_penalties(params_, history_, logits);
     if (params_.temperature == 0.0f) return argmax(logits);
     const SamplingCandidates c = sampling_candidates(params_, logits);
     std::discrete_distribution<size_t> pick(c.weights.begin(), c.weights.end());

@@ -162,7 +162,9 @@ void DraftModel::propose(std::span<DraftRequest> reqs, int64_t catch_up) {
         if (drafts) active.push_back({&r, rows++});
     }
     if (!batch_.empty()) eval(batch_);
-    // One batch per draft position.
+    // One batch per draft position. A sampling draft's distribution takes
+    // the request's logit bias but no penalty.
+    const TokenHistory no_history(0);
     const auto n_vocab = static_cast<size_t>(session_->n_vocab());
     while (!active.empty()) {
         batch_.clear();
@@ -175,7 +177,7 @@ void DraftModel::propose(std::span<DraftRequest> reqs, int64_t catch_up) {
             if (r.sp->temperature == 0.0f) {
                 tok = argmax(row);
             } else {
-                TokenDist q = target_distribution(*r.sp, {}, row);  // no window: no penalty
+                TokenDist q = target_distribution(*r.sp, no_history, row);
                 tok = draw(q, *r.rng);
                 r.out->q.push_back(std::move(q));
             }

@@ -18,7 +18,7 @@ spec::Stats generate(Session& session, std::span<const int32_t> prompt, std::vec
     spec::Stats st;
     const auto n_vocab = static_cast<size_t>(session.n_vocab());
     Sampler sampler(o.sampling);
-    for (int32_t t : prompt) sampler.accept(t);
+    for (int32_t t : prompt) sampler.accept_prompt(t);
     while (o.max_tokens < 0 || st.generated < o.max_tokens) {
         const int32_t next = sampler.sample(std::span<float>(logits).last(n_vocab));
         ++st.generated;

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "runtime/engine/session.h"
+#include "runtime/sampler/logprobs.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -54,6 +55,11 @@ struct GenerationRequest {
     std::vector<int32_t> stop_tokens;  // besides the vocabulary's end-of-generation tokens
     bool cache_prompt = true;  // reuse a slot's cached prefix
     bool ignore_eos = false;
+    // Each generated token's log-probability (token_logprobs: the model's
+    // raw logits, before bias, penalties and temperature) and those of the
+    // top_logprobs most likely tokens, in Event::logprobs.
+    bool logprobs = false;
+    int32_t top_logprobs = 0;
 };
 
 struct Usage {
@@ -72,6 +78,11 @@ struct Event {
     std::string error;          // with finish_reason "error"
     Usage usage;                // with done
     std::vector<int32_t> tokens;  // with done: the ids generated, in order (any text a stop string cut included)
+    // With logprobs asked: those of the tokens whose text starts in this
+    // event's text (a token that adds no text goes with the next event
+    // that does); the last event has the rest, except tokens wholly inside
+    // what a stop string cut off. An end-of-generation token has none.
+    std::vector<TokenLogprobs> logprobs;
     int32_t slot = -1;
 };
 
@@ -201,9 +212,11 @@ private:
     void assign_pending();
     void run_tasks();
     void finish(Slot& s, const std::string& reason, const std::string& error = {});
-    // Hands the token the slot's request settled on to its client; false
-    // when that finished the request.
-    bool settle(Slot& s, int32_t token);
+    // Hands the token the slot's request settled on to its client, with
+    // its logprobs from `raw_row` (the row's logits before the chooser's
+    // bias and penalties; empty when not asked); false when that finished
+    // the request.
+    bool settle(Slot& s, int32_t token, std::span<const float> raw_row);
     // Each decoding slot's draft tokens to check after its next_token this
     // step (none when speculation is off, backing off, or no room is left).
     void propose(const std::vector<Slot*>& decoding);
@@ -223,6 +236,7 @@ private:
     std::thread thread_;
     std::vector<float> logits_;
     std::vector<float> chunk_logits_;
+    std::vector<float> raw_rows_;  // a slot's rows before its chooser, when it asks for logprobs
 };
 
 }  // namespace tandem::serve

@@ -19,20 +19,13 @@ double TokenDist::prob_of(int32_t id) const {
     return 0.0;
 }
 
-void PenaltyWindow::accept(int32_t token) {
-    if (last_n_ == 0) return;
-    recent_.push_back(token);
-    while (static_cast<int32_t>(recent_.size()) > last_n_) recent_.pop_front();
-}
-
 // Sampler::sample's own computation (runtime/sampler/sampler.h), so the
 // speculative rule keeps exactly the distribution plain sampling draws from
 // (TargetDistribution.DrawsWhatTheSamplerDraws checks the two agree).
-TokenDist target_distribution(const SamplerParams& p, const std::deque<int32_t>& recent, std::span<float> logits) {
+TokenDist target_distribution(const SamplerParams& p, const TokenHistory& history, std::span<float> logits) {
     if (logits.empty()) throw InternalError("target_distribution: empty logits");
     if (p.temperature == 0.0f) throw InternalError("target_distribution: temperature 0 is greedy");
-    const std::vector<int32_t> window(recent.begin(), recent.end());
-    apply_repeat_penalty(p.repeat_penalty, window, logits);
+    apply_penalties(p, history, logits);
     SamplingCandidates c = sampling_candidates(p, logits);
     TokenDist d;
     d.ids = std::move(c.ids);
@@ -79,15 +72,10 @@ int32_t accept_or_resample(const TokenDist& p, const TokenDist* q, int32_t d, st
 }
 
 TargetChooser::TargetChooser(const SamplerParams& sp)
-    : sp_(sp), greedy_(sp.temperature == 0.0f), sampler_(sp), window_(sp.repeat_last_n), rng_(sp.seed) {}
-
-void TargetChooser::accept(int32_t token) {
-    sampler_.accept(token);
-    window_.accept(token);
-}
+    : sp_(sp), greedy_(sp.temperature == 0.0f), sampler_(sp), rng_(sp.seed) {}
 
 int32_t TargetChooser::choose(std::span<float> row) {
-    return greedy_ ? sampler_.sample(row) : draw(target_distribution(sp_, window_.recent(), row), rng_);
+    return greedy_ ? sampler_.sample(row) : draw(target_distribution(sp_, sampler_.history(), row), rng_);
 }
 
 int32_t TargetChooser::check(std::span<float> row, int32_t d, const TokenDist* q, bool& kept) {
@@ -96,7 +84,7 @@ int32_t TargetChooser::check(std::span<float> row, int32_t d, const TokenDist* q
         kept = tok == d;
         return tok;
     }
-    const TokenDist p = target_distribution(sp_, window_.recent(), row);
+    const TokenDist p = target_distribution(sp_, sampler_.history(), row);
     return accept_or_resample(p, q, d, rng_, kept);
 }
 
@@ -240,7 +228,7 @@ Stats generate(Session& target, std::span<const int32_t> prompt, std::vector<flo
     const int64_t n_vocab = target.n_vocab();
     const int64_t n_ctx = target.n_ctx();
     TargetChooser chooser(sp);
-    for (int32_t t : prompt) chooser.accept(t);
+    for (int32_t t : prompt) chooser.accept_prompt(t);
     std::vector<int32_t> ctx(prompt.begin(), prompt.end());
     auto settle = [&](int32_t tok) -> bool {
         ++st.generated;  // every token handed over, the last (the one that stops) too

@@ -49,25 +49,14 @@ struct TokenDist {
     double prob_of(int32_t id) const;
 };
 
-// The repetition penalty's window, kept as Sampler::accept keeps it.
-class PenaltyWindow {
-public:
-    explicit PenaltyWindow(int32_t last_n) : last_n_(last_n) {}
-    void accept(int32_t token);
-    const std::deque<int32_t>& recent() const { return recent_; }
-
-private:
-    int32_t last_n_;
-    std::deque<int32_t> recent_;
-};
-
 // Sampler::sample's computation up to the draw, for temperature > 0: the
-// repetition penalty over `recent` (applied to `logits` in place, as the
-// Sampler does), then top-k, softmax at the temperature, top-p, min-p.
+// bias and penalties over `history` (apply_penalties, on `logits` in
+// place, as the Sampler does), then top-k, softmax at the temperature,
+// top-p, min-p.
 // Drawing std::discrete_distribution over `weights` with the Sampler's
 // generator gives the token Sampler::sample gives (tested bit for bit).
 // Throws InternalError for temperature 0 (greedy has no distribution).
-TokenDist target_distribution(const SamplerParams& p, const std::deque<int32_t>& recent, std::span<float> logits);
+TokenDist target_distribution(const SamplerParams& p, const TokenHistory& history, std::span<float> logits);
 
 // One draw from d with rng, the way the Sampler draws.
 int32_t draw(const TokenDist& d, std::mt19937_64& rng);
@@ -94,10 +83,11 @@ class TargetChooser {
 public:
     explicit TargetChooser(const SamplerParams& sp);
     bool greedy() const { return greedy_; }
-    // Records a token (prompt or settled) for the repetition penalty.
-    void accept(int32_t token);
-    // The next token from a row of the target's logits (the penalty is
-    // applied to the row in place).
+    // Records a prompt token / a settled one, for the penalties.
+    void accept_prompt(int32_t token) { sampler_.accept_prompt(token); }
+    void accept(int32_t token) { sampler_.accept(token); }
+    // The next token from a row of the target's logits (the bias and
+    // penalties are applied to the row in place).
     int32_t choose(std::span<float> row);
     // The token settled where draft token d stands (d drawn from q; q ==
     // nullptr: a deterministic proposer): d when kept (`kept` set), else
@@ -107,8 +97,7 @@ public:
 private:
     SamplerParams sp_;
     bool greedy_;
-    Sampler sampler_;
-    PenaltyWindow window_;
+    Sampler sampler_;  // greedy's choice, and the history for both
     std::mt19937_64 rng_;
 };
 

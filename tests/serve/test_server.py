@@ -200,6 +200,9 @@ def run_suite(server, model, openai, slot_dir):
     check(c.choices[0].text == cs and len(cs) > 0, f"completions: streamed equals whole ({cs!r} vs {c.choices[0].text!r})")
     check(c.usage.completion_tokens <= 16 and c.choices[0].finish_reason in ("stop", "length"), "completions usage")
 
+    logprobs_test(server, client)
+    bias_and_penalty_test(server, client)
+
     t0 = time.time()
     ollama_test(server, model, messages, whole, prompt)
     cors_off_test(server)
@@ -212,6 +215,105 @@ def run_suite(server, model, openai, slot_dir):
     disconnect_test(server)
     slot_test(server, slot_dir)
 
+
+def close(a, b):
+    return abs(a - b) <= 1e-3 + 1e-3 * abs(b)
+
+
+def logprobs_test(server, client):
+    """OpenAI's logprobs: chat's content[] entries and the legacy completions shape, whole and streamed; at
+    temperature 0 the chosen token is the top one, with its logprob."""
+    messages = [{"role": "user", "content": "Write a long story about a dragon."}]
+    r = client.chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=12, logprobs=True,
+                                       top_logprobs=5)
+    lp = r.choices[0].logprobs
+    entries = lp.content if lp is not None else None
+    check(entries is not None and len(entries) == r.usage.completion_tokens,
+          f"chat logprobs: one entry per token ({len(entries or [])} for {r.usage.completion_tokens})")
+    entries = entries or []
+    text = r.choices[0].message.content
+    check(b"".join(bytes(e.bytes) for e in entries).decode("utf-8", "replace") == text,
+          "chat logprobs: the tokens' bytes make the text")
+    check(all(e.logprob <= 0 and len(e.top_logprobs) == 5 for e in entries), "chat logprobs: 5 alternatives each")
+    check(all(all(a.logprob >= b.logprob for a, b in zip(e.top_logprobs, e.top_logprobs[1:])) for e in entries),
+          "chat top_logprobs are sorted")
+    check(all(e.top_logprobs[0].token == e.token and close(e.top_logprobs[0].logprob, e.logprob) for e in entries),
+          "greedy: the chosen token is the top one, with its logprob")
+    streamed, stream_entries = "", []
+    for chunk in client.chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=12,
+                                                logprobs=True, top_logprobs=2, stream=True):
+        if chunk.choices:
+            streamed += chunk.choices[0].delta.content or ""
+            if chunk.choices[0].logprobs is not None and chunk.choices[0].logprobs.content:
+                stream_entries += chunk.choices[0].logprobs.content
+    check(streamed == text and len(stream_entries) == len(entries) and
+          all(a.token == b.token and close(a.logprob, b.logprob) for a, b in zip(stream_entries, entries)) and
+          all(len(e.top_logprobs) == 2 for e in stream_entries),
+          f"streamed chat chunks carry the same logprobs ({len(stream_entries)} vs {len(entries)})")
+    plain = client.chat.completions.create(model="m", messages=messages, temperature=0, max_tokens=4)
+    check(plain.choices[0].logprobs is None, "no logprobs unless asked")
+
+    prompt = "The capital of France is"
+    c = client.completions.create(model="m", prompt=prompt, temperature=0, max_tokens=10, logprobs=3)
+    lp = c.choices[0].logprobs
+    ok = lp is not None and len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == len(lp.text_offset)
+    check(ok and len(lp.tokens) == c.usage.completion_tokens, "completions logprobs: one of each per token")
+    if ok:
+        check("".join(lp.tokens) == c.choices[0].text, "completions logprobs: the tokens make the text")
+        check(lp.text_offset[0] == len(prompt) and all(
+            lp.text_offset[i + 1] == lp.text_offset[i] + len(lp.tokens[i]) for i in range(len(lp.tokens) - 1)),
+            f"completions text_offset counts from the prompt's start: {lp.text_offset}")
+        check(all(1 <= len(t) <= 3 and close(max(t.values()), lp.token_logprobs[i]) and lp.tokens[i] in t
+                  for i, t in enumerate(lp.top_logprobs)),
+              "completions top_logprobs: up to 3 per token, the greedy token the likeliest")
+        toks, offsets = [], []
+        for chunk in client.completions.create(model="m", prompt=prompt, temperature=0, max_tokens=10, logprobs=3,
+                                               stream=True):
+            if chunk.choices and chunk.choices[0].logprobs is not None:
+                toks += chunk.choices[0].logprobs.tokens
+                offsets += chunk.choices[0].logprobs.text_offset
+        check(toks == lp.tokens and offsets == lp.text_offset, "streamed completions carry the same logprobs")
+
+
+def max_repeats(tokens):
+    counts = {}
+    for t in tokens:
+        counts[t] = counts.get(t, 0) + 1
+    return max(counts.values()) if counts else 0
+
+
+def bias_and_penalty_test(server, client):
+    """logit_bias -100 on the greedy token changes the reply; a strong frequency_penalty breaks a repetitive one."""
+    prompt = "The capital of France is"
+    c = client.completions.create(model="m", prompt=prompt, temperature=0, max_tokens=8, logprobs=0)
+    first = c.choices[0].logprobs.tokens[0] if c.choices[0].logprobs else ""
+    st, body = server.request("POST", "/tokenize", {"content": first})
+    ids = json.loads(body)["tokens"] if st == 200 else []
+    check(len(ids) == 1, f"the greedy first token {first!r} is one token ({ids})")
+    if len(ids) == 1:
+        b = client.completions.create(model="m", prompt=prompt, temperature=0, max_tokens=8, logprobs=0,
+                                      logit_bias={str(ids[0]): -100})
+        btoks = b.choices[0].logprobs.tokens if b.choices[0].logprobs else []
+        check(b.choices[0].text != c.choices[0].text and first not in btoks[:1],
+              f"logit_bias -100 bans the greedy token: {b.choices[0].text!r} vs {c.choices[0].text!r}")
+    rep = "cat dog cat dog cat dog cat dog cat dog cat dog cat dog cat dog"
+    base = client.completions.create(model="m", prompt=rep, temperature=0, max_tokens=24, logprobs=0,
+                                     extra_body={"ignore_eos": True})
+    pen = client.completions.create(model="m", prompt=rep, temperature=0, max_tokens=24, logprobs=0,
+                                    frequency_penalty=2.0, extra_body={"ignore_eos": True})
+    bt, pt = base.choices[0].logprobs.tokens, pen.choices[0].logprobs.tokens
+    print(f"frequency_penalty: {base.choices[0].text!r} (most repeated {max_repeats(bt)}) -> "
+          f"{pen.choices[0].text!r} (most repeated {max_repeats(pt)})")
+    check(pen.choices[0].text != base.choices[0].text and max_repeats(pt) < max_repeats(bt),
+          "a strong frequency_penalty breaks a repetitive reply")
+    zero = client.completions.create(model="m", prompt=rep, temperature=0, max_tokens=24, frequency_penalty=0,
+                                     presence_penalty=0, logit_bias={}, extra_body={"ignore_eos": True})
+    check(zero.choices[0].text == base.choices[0].text, "zero penalties and an empty bias change nothing")
+    st, body = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                               "logprobs": True, "top_logprobs": 21})
+    err = json.loads(body).get("error", {}) if st == 400 else {}
+    check(st == 400 and err.get("param") == "top_logprobs" and err.get("type") == "invalid_request_error",
+          f"top_logprobs 21: 400 naming the field ({st} {body[:160]!r})")
 
 def ndjson_lines(server, path, body, headers=None):
     """POSTs and reads a newline-delimited JSON stream: (status, content type, objects)."""
@@ -296,6 +398,7 @@ def ollama_test(server, model, messages, openai_text, templated_prompt):
            ("POST", "/api/chat", {"messages": messages, "format": "json"}, None),
            ("POST", "/api/chat", {"messages": messages, "options": {"temperature": "hot"}}, None),
            ("POST", "/api/chat", {"messages": messages, "options": {"num_predict": 0}}, None),
+           ("POST", "/api/chat", {"messages": messages, "options": {"frequency_penalty": 3}}, None),
            ("POST", "/api/generate", {"prompt": "x", "template": "{{ .Prompt }}"}, None),
            ("POST", "/api/generate", {"prompt": "word " * 3000}, None),
            ("POST", "/api/pull", {"model": "x"}, None), ("POST", "/api/show", None, b"{")]
@@ -444,6 +547,21 @@ def bad_input_suite(server):
         ("POST", "/v1/completions", {}, None, {}),
         ("POST", "/v1/completions", {"prompt": 42}, None, {}),
         ("POST", "/v1/completions", {"prompt": ["a", "b"]}, None, {}),
+        # logprobs, logit_bias and the penalties (taken by OpenAI's ranges)
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "logprobs": True, "top_logprobs": 21}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "logprobs": True, "top_logprobs": -1}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "logprobs": "yes"}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "logprobs": 3}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "top_logprobs": 3}, None, {}),
+        ("POST", "/v1/completions", {"prompt": "a", "logprobs": 21}, None, {}),
+        ("POST", "/v1/completions", {"prompt": "a", "logprobs": -2}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "logit_bias": {"abc": 1}}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "logit_bias": {"5": 200}}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "logit_bias": {"100000000": 1}}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "logit_bias": [1, 2]}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "presence_penalty": 3}, None, {}),
+        ("POST", "/v1/completions", {"prompt": "a", "frequency_penalty": -2.5}, None, {}),
+        ("POST", "/v1/completions", {"prompt": "a", "frequency_penalty": "high"}, None, {}),
         ("POST", "/tokenize", {"content": 5}, None, {}),
         ("POST", "/tokenize", {}, None, {}),
         ("POST", "/detokenize", {"tokens": [-1]}, None, {}),

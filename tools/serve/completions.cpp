@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <httplib.h>
@@ -37,6 +39,13 @@ std::vector<int32_t> prompt_tokens(const LoadedModel& m, const std::string& text
 
 GenerationRequest generation_request(const LoadedModel& m, std::vector<int32_t> tokens, const GenerationParams& p,
                                      bool chat) {
+    const int32_t n_vocab = m.tokenizer->n_vocab();
+    for (const auto& [id, bias] : p.sampling.logit_bias) {
+        if (id >= n_vocab) {
+            throw ApiError(400, fmt::format("'logit_bias': token {} is past the vocabulary ({} tokens)", id, n_vocab),
+                           "logit_bias");
+        }
+    }
     GenerationRequest g;
     const int64_t room = m.scheduler->n_ctx_slot() - static_cast<int64_t>(tokens.size());
     g.prompt = std::move(tokens);
@@ -51,6 +60,8 @@ GenerationRequest generation_request(const LoadedModel& m, std::vector<int32_t> 
     }
     g.cache_prompt = p.cache_prompt;
     g.ignore_eos = p.ignore_eos;
+    g.logprobs = p.logprobs;
+    g.top_logprobs = p.top_logprobs;
     return g;
 }
 
@@ -67,12 +78,21 @@ std::string chat_prompt(const LoadedModel& m, const std::vector<chat::Message>& 
     }
 }
 
+ChatReply chat_reply(const LoadedModel& m, const std::string& text) {
+    if (!m.harmony) return {text, {}, {}};
+    chat::HarmonyParser p;
+    p.push(text);
+    p.finish();
+    return {p.content(), p.reasoning(), p.tool_calls()};
+}
+
 WholeAnswer wait_whole(Job& job) {
     WholeAnswer a;
     while (true) {
         std::optional<Event> e = job.next(std::chrono::milliseconds(1000));
         if (!e) continue;
         a.text += e->text;
+        a.logprobs.insert(a.logprobs.end(), e->logprobs.begin(), e->logprobs.end());
         if (!e->done) continue;
         a.last = std::move(*e);
         return a;
@@ -92,6 +112,7 @@ struct StreamState {
     std::shared_ptr<void> answering;  // ServerState::answer_token, released once the response is written
     std::shared_ptr<Job> job;
     StreamFormat format;
+    std::optional<chat::HarmonyParser> harmony;  // format.harmony
     bool started = false;
 };
 
@@ -106,9 +127,21 @@ bool stream_some(StreamState& st, httplib::DataSink& sink) {
     }
     std::optional<Event> e = st.job->next(std::chrono::milliseconds(200));
     if (!e) return true;  // httplib checks the socket and calls again
-    if (!e->text.empty() && !send(sink, st.format.piece(e->text))) return false;
+    chat::HarmonyParser::Delta d;
+    if (st.harmony) {
+        d = st.harmony->push(e->text);
+        if (e->done) {
+            const auto rest = st.harmony->finish();
+            d.reasoning += rest.reasoning;
+            d.content += rest.content;
+        }
+    } else {
+        d.content = e->text;
+    }
+    if ((!d.empty() || !e->logprobs.empty()) && !send(sink, st.format.piece({e->text, d, e->logprobs}))) return false;
     if (!e->done) return true;
-    if (!send(sink, st.format.tail(*e))) return false;
+    static const std::vector<chat::HarmonyParser::ToolCall> kNoCalls;
+    if (!send(sink, st.format.tail(*e, st.harmony ? st.harmony->tool_calls() : kNoCalls))) return false;
     sink.done();
     return true;
 }
@@ -121,6 +154,7 @@ void answer_stream(std::shared_ptr<void> answering, std::shared_ptr<Job> job, St
     st->answering = std::move(answering);
     st->job = std::move(job);
     st->format = std::move(format);
+    if (st->format.harmony) st->harmony.emplace();
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         st->format.content_type,
@@ -140,21 +174,54 @@ std::string new_id(ServerState& state, Kind kind) {
     return fmt::format("{}-{:016x}", kind == Kind::Chat ? "chatcmpl" : "cmpl", state.draw_seed());
 }
 
-StreamFormat openai_stream(const ResponseIds& ids, Kind kind, bool include_usage) {
+// How an answer shows logprobs: whether asked, and where completions'
+// text_offset starts (the prompt's characters).
+struct LogprobsOut {
+    const LoadedModel* model = nullptr;
+    Kind kind = Kind::Chat;
+    bool asked = false;
+    int64_t offset = 0;
+};
+
+// An answer's logprobs as its kind shows them (null when not asked);
+// moves completions' text_offset past them.
+json logprobs_json(LogprobsOut& lo, std::span<const TokenLogprobs> lps) {
+    if (!lo.asked) return nullptr;
+    const TokenPiece piece = [m = lo.model](int32_t id) { return m->tokenizer->token_to_piece(id); };
+    return lo.kind == Kind::Chat ? chat_logprobs(lps, piece) : completion_logprobs(lps, piece, lo.offset);
+}
+
+StreamFormat openai_stream(const ResponseIds& ids, LogprobsOut lo, bool include_usage) {
+    const Kind kind = lo.kind;
     StreamFormat f;
     f.content_type = "text/event-stream";
+    f.harmony = kind == Kind::Chat && lo.model->harmony;
     if (kind == Kind::Chat) f.head = [ids] { return sse(chat_chunk(ids, "assistant", std::string(), std::nullopt)); };
-    f.piece = [ids, kind](const std::string& text) {
-        return sse(kind == Kind::Chat ? chat_chunk(ids, std::nullopt, text, std::nullopt)
-                                      : completion_chunk(ids, text, std::nullopt));
+    // Each chunk carries its tokens' logprobs (a chunk's text may then be
+    // empty); a chat chunk of reasoning alone has no content.
+    f.piece = [ids, lo](const StreamPiece& p) mutable {
+        const json lps = logprobs_json(lo, p.logprobs);
+        const auto& d = p.split;
+        return sse(lo.kind == Kind::Chat
+                       ? chat_chunk(ids, std::nullopt,
+                                    d.content.empty() && !d.reasoning.empty() ? std::nullopt : std::optional(d.content),
+                                    std::nullopt, lps, d.reasoning)
+                       : completion_chunk(ids, p.text, std::nullopt, lps));
     };
-    f.tail = [ids, kind, include_usage](const Event& e) {
+    f.tail = [ids, kind, include_usage](const Event& e, const std::vector<chat::HarmonyParser::ToolCall>& calls) {
         std::string out;
         if (const auto failed = failure_of(e)) {
             out = sse(error_body(failed->what(), failed->type, "", failed->status));
         } else {
-            out = sse(kind == Kind::Chat ? chat_chunk(ids, std::nullopt, std::nullopt, e.finish_reason)
-                                         : completion_chunk(ids, "", e.finish_reason));
+            std::string finish = e.finish_reason;
+            if (!calls.empty() && finish == "stop") {
+                json chunk = chat_chunk(ids, std::nullopt, std::nullopt, std::nullopt);
+                chunk["choices"][0]["delta"]["tool_calls"] = tool_calls_delta(ChatReply{{}, {}, calls}, ids.id);
+                out = sse(chunk);
+                finish = "tool_calls";
+            }
+            out += sse(kind == Kind::Chat ? chat_chunk(ids, std::nullopt, std::nullopt, finish)
+                                          : completion_chunk(ids, "", finish));
             if (include_usage) {
                 out += sse(usage_chunk(ids, kind == Kind::Chat ? "chat.completion.chunk" : "text_completion", e.usage));
             }
@@ -169,6 +236,7 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
     const json body = parse_body(req.body);
     GenerationRequest g;
     GenerationParams params;
+    LogprobsOut lo{&m, kind};
     if (kind == Kind::Chat) {
         const ChatRequest r = parse_chat_request(body, state.draw_seed());
         params = r.params;
@@ -177,7 +245,9 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
         const CompletionRequest r = parse_completion_request(body, state.draw_seed());
         params = r.params;
         g = generation_request(m, prompt_tokens(m, r.prompt, true), params, false);
+        lo.offset = utf8_chars(r.prompt);
     }
+    lo.asked = params.logprobs;
     ResponseIds ids{new_id(state, kind), m.name,
                     std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
@@ -185,14 +255,16 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
     std::shared_ptr<void> answering = state.answer_token();
     std::shared_ptr<Job> job = m.scheduler->submit(std::move(g));
     if (params.stream) {
-        answer_stream(std::move(answering), job, openai_stream(ids, kind, params.include_usage), res);
+        answer_stream(std::move(answering), job, openai_stream(ids, lo, params.include_usage), res);
         return;
     }
     const WholeAnswer a = wait_whole(*job);
     if (const auto failed = failure_of(a.last)) throw *failed;
+    const json logprobs = logprobs_json(lo, a.logprobs);
     set_json(res, 200,
-             kind == Kind::Chat ? chat_response(ids, a.text, a.last.finish_reason, a.last.usage)
-                                : completion_response(ids, a.text, a.last.finish_reason, a.last.usage));
+             kind == Kind::Chat
+                 ? chat_response(ids, chat_reply(m, a.text), a.last.finish_reason, a.last.usage, logprobs)
+                 : completion_response(ids, a.text, a.last.finish_reason, a.last.usage, logprobs));
 }
 
 }  // namespace

@@ -75,20 +75,12 @@ GenerationParams ollama_params(const Fields& top, uint64_t default_seed) {
 
 constexpr const char* kNoImages = "images are not supported: the server runs text models";
 
-// {model, created_at, message or response}: the start of every answer.
-json answer_head(const std::string& model, bool chat, const std::string& text) {
-    json j{{"model", model}, {"created_at", rfc3339(std::chrono::system_clock::now())}};
-    if (chat) j["message"] = {{"role", "assistant"}, {"content", text}};
-    else j["response"] = text;
-    return j;
-}
-
 int64_t nanoseconds(double ms) { return static_cast<int64_t>(ms * 1e6); }
 
 // The last object: done, why, and the counts and durations (nanoseconds).
-json answer_done(const std::string& model, bool chat, const std::string& text, const Event& last,
+json answer_done(const std::string& model, bool chat, const ChatReply& reply, const Event& last,
                  Clock::time_point start) {
-    json j = answer_head(model, chat, text);
+    json j = ollama_answer(model, chat, reply.content, reply.reasoning);
     const Usage& u = last.usage;
     j["done"] = true;
     j["done_reason"] = last.finish_reason;
@@ -103,17 +95,20 @@ json answer_done(const std::string& model, bool chat, const std::string& text, c
 
 std::string ndjson(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n"; }
 
-StreamFormat ollama_stream(const std::string& model, bool chat, Clock::time_point start) {
+// harmony: split the reply as chat_reply does (its tool calls are not
+// shown).
+StreamFormat ollama_stream(const std::string& model, bool chat, bool harmony, Clock::time_point start) {
     StreamFormat f;
     f.content_type = "application/x-ndjson";
-    f.piece = [model, chat](const std::string& text) {
-        json j = answer_head(model, chat, text);
+    f.harmony = harmony;
+    f.piece = [model, chat](const StreamPiece& p) {
+        json j = ollama_answer(model, chat, p.split.content, p.split.reasoning);
         j["done"] = false;
         return ndjson(j);
     };
-    f.tail = [model, chat, start](const Event& last) {
+    f.tail = [model, chat, start](const Event& last, const auto&) {
         if (const auto failed = failure_of(last)) return ndjson({{"error", failed->what()}});
-        return ndjson(answer_done(model, chat, "", last, start));
+        return ndjson(answer_done(model, chat, {}, last, start));
     };
     return f;
 }
@@ -125,7 +120,7 @@ void generate(ServerState& state, bool chat, const httplib::Request& req, httpli
     const OllamaRequest r =
         chat ? parse_ollama_chat(body, state.draw_seed()) : parse_ollama_generate(body, state.draw_seed());
     if (r.load_only) {
-        json j = answer_head(m.name, chat, "");
+        json j = ollama_answer(m.name, chat, "", "");
         j["done"] = true;
         j["done_reason"] = "load";
         set_json(res, 200, j);
@@ -137,12 +132,13 @@ void generate(ServerState& state, bool chat, const httplib::Request& req, httpli
     std::shared_ptr<void> answering = state.answer_token();
     std::shared_ptr<Job> job = m.scheduler->submit(std::move(g));
     if (r.params.stream) {
-        answer_stream(std::move(answering), job, ollama_stream(m.name, chat, start), res);
+        answer_stream(std::move(answering), job, ollama_stream(m.name, chat, templated && m.harmony, start), res);
         return;
     }
     const WholeAnswer a = wait_whole(*job);
     if (const auto failed = failure_of(a.last)) throw *failed;
-    set_json(res, 200, answer_done(m.name, chat, a.text, a.last, start));
+    const ChatReply reply = templated ? chat_reply(m, a.text) : ChatReply{a.text, {}, {}};
+    set_json(res, 200, answer_done(m.name, chat, reply, a.last, start));
 }
 
 json details(const ModelFacts& f) {
@@ -179,11 +175,20 @@ json show(const LoadedModel& m, const json& body) {
              {{"general.architecture", f.family},
               {"general.parameter_count", f.parameter_count},
               {f.family + ".context_length", m.scheduler->n_ctx_slot()}}},
-            {"capabilities", json::array({"completion"})},
+            {"capabilities", m.harmony ? json::array({"completion", "thinking"}) : json::array({"completion"})},
             {"modified_at", f.modified_at}};
 }
 
 }  // namespace
+
+json ollama_answer(const std::string& model, bool chat, const std::string& text, const std::string& thinking) {
+    json j{{"model", model}, {"created_at", rfc3339(std::chrono::system_clock::now())}};
+    json& at = chat ? j["message"] : j;
+    if (chat) at["role"] = "assistant";
+    at[chat ? "content" : "response"] = text;
+    if (!thinking.empty()) at["thinking"] = thinking;
+    return j;
+}
 
 std::string rfc3339(std::chrono::system_clock::time_point t) {
     const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();

@@ -4,8 +4,12 @@
 // POST /api/generate. Chat messages go through the chat template as the
 // OpenAI route renders them (completions.h); `options` map onto the
 // sampler (temperature, top_p, top_k, min_p, seed, num_predict, stop,
-// repeat_penalty, repeat_last_n; the others are ignored). Answers stream by
-// default as newline-delimited JSON; errors are {"error": "..."}.
+// repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty; the
+// others are ignored). A harmony model's (gpt-oss's) reply to a templated
+// prompt is split as the OpenAI route splits it: its final text as the
+// content (`message.content`, `response`), its reasoning as `thinking`, its
+// tool calls dropped. Answers stream by default as newline-delimited JSON;
+// errors are {"error": "..."}.
 // Refused with a 400 naming the field: `format` (structured output),
 // `images`, `tools`, `suffix`, `template`, `context`, and `system` with
 // `raw`.
@@ -31,6 +35,12 @@ namespace tandem::serve {
 // What /api/tags says of the file: architecture, parameter count, file
 // type, size, modification time and a fingerprint of its tensors.
 ModelFacts model_facts(const gguf::File& file);
+
+// {model, created_at, message {role, content} (chat) or response}: the
+// start of every answer; a harmony reply's reasoning beside the text as
+// Ollama's `thinking` (omitted when empty).
+nlohmann::json ollama_answer(const std::string& model, bool chat, const std::string& text,
+                             const std::string& thinking);
 
 // "2024-05-01T12:34:56.123456789Z".
 std::string rfc3339(std::chrono::system_clock::time_point t);

@@ -1,5 +1,6 @@
 #include "tools/serve/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -50,6 +51,49 @@ std::string content_text(const json& v, const std::string& field) {
     top.bad(field, "a string or an array of text parts", v);
 }
 
+// A bias: a number in [-100, 100], or llama-server's false (a ban).
+float bias_value(const Fields& f, const json& v, const std::string& key) {
+    if (v.is_boolean() && !v.get<bool>()) return kBanBias;
+    if (!v.is_number()) f.bad(key, "a number in [-100, 100]", v);
+    const double b = v.get<double>();
+    if (!(b >= -100.0 && b <= 100.0)) {
+        throw ApiError(400, fmt::format("'{}': expected a number in [-100, 100], found {}", f.name(key), b),
+                       f.name(key));
+    }
+    return static_cast<float>(b);
+}
+
+// OpenAI's {"token id": bias}, or llama-server's [[id, bias], ...].
+std::vector<std::pair<int32_t, float>> logit_bias(const Fields& f) {
+    std::vector<std::pair<int32_t, float>> out;
+    const json* v = f.find("logit_bias");
+    if (!v) return out;
+    const auto bad_id = [&f](const std::string& key) {
+        throw ApiError(400, fmt::format("'{}': expected token ids (integers >= 0) as keys, found \"{}\"",
+                                        f.name("logit_bias"), key),
+                       f.name("logit_bias"));
+    };
+    if (v->is_object()) {
+        for (const auto& [key, b] : v->items()) {
+            if (key.empty() || key.size() > 9 || key.find_first_not_of("0123456789") != std::string::npos) bad_id(key);
+            out.emplace_back(std::stoi(key), bias_value(f, b, fmt::format("logit_bias.{}", key)));
+        }
+    } else if (v->is_array()) {
+        for (size_t i = 0; i < v->size(); ++i) {
+            const json& pair = (*v)[i];
+            const std::string key = fmt::format("logit_bias[{}]", i);
+            if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() || pair[0].get<int64_t>() < 0 ||
+                pair[0].get<int64_t>() > (int64_t{1} << 30)) {
+                f.bad(key, "a [token id, bias] pair", pair);
+            }
+            out.emplace_back(pair[0].get<int32_t>(), bias_value(f, pair[1], key));
+        }
+    } else {
+        f.bad("logit_bias", "an object mapping token ids to biases", *v);
+    }
+    return out;
+}
+
 GenerationParams generation_params(const json& body, uint64_t default_seed) {
     const Fields f(body);
     GenerationParams p;
@@ -71,7 +115,36 @@ GenerationParams generation_params(const json& body, uint64_t default_seed) {
     }
     p.cache_prompt = f.boolean("cache_prompt", true);
     p.ignore_eos = f.boolean("ignore_eos", false);
+    p.sampling.logit_bias = logit_bias(f);
     return p;
+}
+
+constexpr int64_t kMaxTopLogprobs = 20;  // OpenAI's limit for top_logprobs
+
+// Chat: logprobs true or false, top_logprobs 0..20 (only with logprobs).
+void chat_logprobs_params(const Fields& f, GenerationParams& p) {
+    p.logprobs = f.boolean("logprobs", false);
+    if (auto n = f.integer("top_logprobs", 0, kMaxTopLogprobs)) {
+        if (!p.logprobs) {
+            throw ApiError(400, fmt::format("'{}': needs 'logprobs': true", f.name("top_logprobs")),
+                           f.name("top_logprobs"));
+        }
+        p.top_logprobs = static_cast<int32_t>(*n);
+    }
+}
+
+// Completions: logprobs, an integer 0..20 (the top count), turns them on.
+void completion_logprobs_params(const Fields& f, GenerationParams& p) {
+    if (auto n = f.integer("logprobs", 0, kMaxTopLogprobs)) {
+        p.logprobs = true;
+        p.top_logprobs = static_cast<int32_t>(*n);
+    }
+}
+
+json logprob_entry(const TokenLogprob& t, const std::string& text) {
+    json bytes = json::array();
+    for (char c : text) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+    return json{{"token", text}, {"logprob", t.logprob}, {"bytes", std::move(bytes)}};
 }
 
 json choice_usage(const Usage& u) { return usage_json(u); }
@@ -177,6 +250,8 @@ SamplerParams read_sampling(const Fields& f, uint64_t default_seed) {
     s.repeat_penalty = static_cast<float>(f.number("repeat_penalty", 0.01, 10.0, s.repeat_penalty));
     // -1: every token the slot holds (as llama-server and Ollama read it).
     if (auto n = f.integer("repeat_last_n", -1, 1 << 20)) s.repeat_last_n = *n < 0 ? (1 << 20) : static_cast<int32_t>(*n);
+    s.presence_penalty = static_cast<float>(f.number("presence_penalty", -2.0, 2.0, 0.0));
+    s.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2.0, 2.0, 0.0));
     const auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
     s.seed = seed ? static_cast<uint64_t>(*seed) : default_seed;
     return s;
@@ -220,6 +295,7 @@ ChatRequest parse_chat_request(const json& body, uint64_t default_seed) {
     ChatRequest r;
     r.messages = parse_messages(body);
     r.params = generation_params(body, default_seed);
+    chat_logprobs_params(Fields(body), r.params);
     return r;
 }
 
@@ -237,6 +313,7 @@ CompletionRequest parse_completion_request(const json& body, uint64_t default_se
         Fields(body).bad("prompt", "a string", *it);
     }
     r.params = generation_params(body, default_seed);
+    completion_logprobs_params(Fields(body), r.params);
     return r;
 }
 
@@ -247,54 +324,83 @@ json usage_json(const Usage& u) {
                 {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-json chat_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason, const Usage& u) {
+json tool_calls_delta(const ChatReply& reply, const std::string& call_id_prefix) {
+    json calls = json::array();
+    for (size_t i = 0; i < reply.tool_calls.size(); ++i) {
+        const auto& c = reply.tool_calls[i];
+        calls.push_back({{"index", i},
+                         {"id", fmt::format("{}-call-{}", call_id_prefix, i)},
+                         {"type", "function"},
+                         {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    return calls;
+}
+
+json chat_message(const ChatReply& reply, const std::string& call_id_prefix) {
+    json m = {{"role", "assistant"}};
+    // OpenAI's shape: content null beside tool calls with no text.
+    m["content"] = reply.content.empty() && !reply.tool_calls.empty() ? json() : json(reply.content);
+    if (!reply.reasoning.empty()) m["reasoning_content"] = reply.reasoning;
+    if (!reply.tool_calls.empty()) {
+        json calls = tool_calls_delta(reply, call_id_prefix);
+        for (auto& c : calls) c.erase("index");
+        m["tool_calls"] = std::move(calls);
+    }
+    return m;
+}
+
+json chat_response(const ResponseIds& ids, const ChatReply& reply, const std::string& finish_reason, const Usage& u,
+                   const json& logprobs) {
+    const std::string finish = finish_reason == "stop" && !reply.tool_calls.empty() ? "tool_calls" : finish_reason;
     return json{{"id", ids.id},
                 {"object", "chat.completion"},
                 {"created", ids.created},
                 {"model", ids.model},
                 {"choices",
                  json::array({{{"index", 0},
-                               {"message", {{"role", "assistant"}, {"content", text}}},
-                               {"logprobs", nullptr},
-                               {"finish_reason", finish_reason}}})},
+                               {"message", chat_message(reply, ids.id)},
+                               {"logprobs", logprobs},
+                               {"finish_reason", finish}}})},
                 {"usage", choice_usage(u)},
                 {"timings", {{"prompt_ms", u.prompt_ms}, {"predicted_ms", u.generation_ms}}}};
 }
 
 json chat_chunk(const ResponseIds& ids, const std::optional<std::string>& role, const std::optional<std::string>& content,
-                const std::optional<std::string>& finish_reason) {
+                const std::optional<std::string>& finish_reason, const json& logprobs, const std::string& reasoning) {
     json delta = json::object();
     if (role) delta["role"] = *role;
     if (content) delta["content"] = *content;
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     return json{{"id", ids.id},
                 {"object", "chat.completion.chunk"},
                 {"created", ids.created},
                 {"model", ids.model},
                 {"choices", json::array({{{"index", 0},
                                           {"delta", delta},
-                                          {"logprobs", nullptr},
+                                          {"logprobs", logprobs},
                                           {"finish_reason", finish_reason ? json(*finish_reason) : json()}}})}};
 }
 
 json completion_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
-                         const Usage& u) {
+                         const Usage& u, const json& logprobs) {
     return json{{"id", ids.id},
                 {"object", "text_completion"},
                 {"created", ids.created},
                 {"model", ids.model},
                 {"choices",
-                 json::array({{{"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", finish_reason}}})},
+                 json::array({{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})},
                 {"usage", choice_usage(u)}};
 }
 
-json completion_chunk(const ResponseIds& ids, const std::string& text, const std::optional<std::string>& finish_reason) {
+json completion_chunk(const ResponseIds& ids, const std::string& text, const std::optional<std::string>& finish_reason,
+                      const json& logprobs) {
     return json{{"id", ids.id},
                 {"object", "text_completion"},
                 {"created", ids.created},
                 {"model", ids.model},
                 {"choices", json::array({{{"index", 0},
                                           {"text", text},
-                                          {"logprobs", nullptr},
+                                          {"logprobs", logprobs},
                                           {"finish_reason", finish_reason ? json(*finish_reason) : json()}}})}};
 }
 
@@ -305,6 +411,43 @@ json usage_chunk(const ResponseIds& ids, const std::string& object, const Usage&
                 {"model", ids.model},
                 {"choices", json::array()},
                 {"usage", usage_json(u)}};
+}
+
+json chat_logprobs(std::span<const TokenLogprobs> lps, const TokenPiece& piece) {
+    json content = json::array();
+    for (const TokenLogprobs& t : lps) {
+        json entry = logprob_entry(t.chosen, piece(t.chosen.id));
+        json top = json::array();
+        for (const TokenLogprob& alt : t.top) top.push_back(logprob_entry(alt, piece(alt.id)));
+        entry["top_logprobs"] = std::move(top);
+        content.push_back(std::move(entry));
+    }
+    return json{{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+int64_t utf8_chars(std::string_view s) {
+    return std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; });
+}
+
+json completion_logprobs(std::span<const TokenLogprobs> lps, const TokenPiece& piece, int64_t& offset) {
+    json tokens = json::array(), token_logprobs = json::array(), top = json::array(), offsets = json::array();
+    for (const TokenLogprobs& t : lps) {
+        const std::string text = piece(t.chosen.id);
+        tokens.push_back(text);
+        token_logprobs.push_back(t.chosen.logprob);
+        json alts = json::object();
+        for (const TokenLogprob& alt : t.top) {
+            const std::string a = piece(alt.id);
+            if (!alts.contains(a)) alts[a] = alt.logprob;  // two tokens of one text: the likelier
+        }
+        top.push_back(std::move(alts));
+        offsets.push_back(offset);
+        offset += utf8_chars(text);
+    }
+    return json{{"tokens", std::move(tokens)},
+                {"token_logprobs", std::move(token_logprobs)},
+                {"top_logprobs", std::move(top)},
+                {"text_offset", std::move(offsets)}};
 }
 
 std::string sse(const json& j) {

@@ -5,14 +5,19 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/chat/chat_template.h"
+#include "runtime/chat/harmony.h"
+#include "runtime/sampler/logprobs.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/serving/scheduler.h"
 
@@ -59,8 +64,9 @@ private:
 };
 
 // The sampler's fields, where both APIs spell them alike: temperature,
-// top_p, min_p, top_k, repeat_penalty, repeat_last_n, seed (default_seed
-// when none is given). llama-server's defaults otherwise.
+// top_p, min_p, top_k, repeat_penalty, repeat_last_n, presence_penalty and
+// frequency_penalty (in [-2, 2]), seed (default_seed when none is given).
+// llama-server's defaults otherwise.
 SamplerParams read_sampling(const Fields& f, uint64_t default_seed);
 
 // What both completion routes take besides their prompt.
@@ -72,6 +78,11 @@ struct GenerationParams {
     bool include_usage = false;  // stream_options.include_usage
     bool cache_prompt = true;
     bool ignore_eos = false;
+    // Chat's logprobs (a boolean) and top_logprobs (0..20), or completions'
+    // logprobs (an integer 0..20: the top count): the chosen tokens'
+    // logprobs, and this many alternatives for each.
+    bool logprobs = false;
+    int32_t top_logprobs = 0;
 };
 
 struct ChatRequest {
@@ -90,7 +101,10 @@ struct CompletionRequest {
 std::vector<chat::Message> parse_messages(const nlohmann::json& body);
 
 // Throw ApiError(400) naming the field: a wrong type, a value out of
-// range, an empty or missing `messages`, an unknown role.
+// range (presence_penalty and frequency_penalty in [-2, 2], logit_bias a
+// map of token ids to [-100, 100] or llama-server's [[id, bias], ...],
+// top_logprobs in 0..20 and only with logprobs true), an empty or missing
+// `messages`, an unknown role.
 ChatRequest parse_chat_request(const nlohmann::json& body, uint64_t default_seed);
 CompletionRequest parse_completion_request(const nlohmann::json& body, uint64_t default_seed);
 
@@ -102,15 +116,47 @@ struct ResponseIds {
 };
 
 nlohmann::json usage_json(const Usage& u);
-nlohmann::json chat_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
-                             const Usage& u);
-// A streamed chunk: delta text (role set on the first), finish_reason on the last.
+
+// An assistant's reply as a chat answer shows it: its text, and for a
+// model that separates them (gpt-oss's harmony) its reasoning
+// (reasoning_content, as llama-server and DeepSeek's API name it) and its
+// tool calls. A reply with tool calls finishes with "tool_calls".
+struct ChatReply {
+    std::string content;
+    std::string reasoning;
+    std::vector<chat::HarmonyParser::ToolCall> tool_calls;
+};
+// The message of a whole answer, and a streamed chunk's tool_calls delta.
+nlohmann::json chat_message(const ChatReply& reply, const std::string& call_id_prefix);
+nlohmann::json tool_calls_delta(const ChatReply& reply, const std::string& call_id_prefix);
+
+// `logprobs` is the choice's: null, or what chat_logprobs /
+// completion_logprobs give.
+nlohmann::json chat_response(const ResponseIds& ids, const ChatReply& reply, const std::string& finish_reason,
+                             const Usage& u, const nlohmann::json& logprobs = nullptr);
+// A streamed chunk: delta text (role set on the first), finish_reason on the
+// last; reasoning as reasoning_content, when a delta has some.
 nlohmann::json chat_chunk(const ResponseIds& ids, const std::optional<std::string>& role,
-                          const std::optional<std::string>& content, const std::optional<std::string>& finish_reason);
+                          const std::optional<std::string>& content, const std::optional<std::string>& finish_reason,
+                          const nlohmann::json& logprobs = nullptr, const std::string& reasoning = {});
 nlohmann::json completion_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
-                                   const Usage& u);
+                                   const Usage& u, const nlohmann::json& logprobs = nullptr);
 nlohmann::json completion_chunk(const ResponseIds& ids, const std::string& text,
-                                const std::optional<std::string>& finish_reason);
+                                const std::optional<std::string>& finish_reason,
+                                const nlohmann::json& logprobs = nullptr);
+
+// A token's text (its bytes, maybe part of a UTF-8 character).
+using TokenPiece = std::function<std::string(int32_t id)>;
+// Chat's shape: {"content": [{token, logprob, bytes, top_logprobs: [{token,
+// logprob, bytes}]}]}.
+nlohmann::json chat_logprobs(std::span<const TokenLogprobs> lps, const TokenPiece& piece);
+// The legacy completions shape: {tokens, token_logprobs, top_logprobs (a
+// {token: logprob} object per token), text_offset}. text_offset counts
+// characters from the start of the prompt (as OpenAI and llama-cpp-python):
+// `offset` is where the first token starts, and is moved past the last.
+nlohmann::json completion_logprobs(std::span<const TokenLogprobs> lps, const TokenPiece& piece, int64_t& offset);
+// Characters (code points) in UTF-8 text: the bytes that start one.
+int64_t utf8_chars(std::string_view s);
 // The last chunk of a stream with stream_options.include_usage: no choices.
 nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, const Usage& u);
 

@@ -52,6 +52,7 @@ struct LoadedModel {
     std::string bos_text, eos_text;
     std::vector<std::string> end_of_turn_text;  // the template's end-of-turn markers
     std::vector<int32_t> end_of_turn_tokens;    // those of them that are single tokens
+    bool harmony = false;  // replies in gpt-oss's harmony format: split into reasoning, content and tool calls
     uint64_t max_slot_file_bytes = 0;           // restore refuses larger files
     ModelFacts facts;
 };
