@@ -132,7 +132,7 @@ TEST(QuantMixTable, NamesRoundTripCaseInsensitively) {
                                             "Q3_K_M", "Q3_K_S", "Q2_K",    "Q4_0",   "Q4_1",   "Q5_0",   "Q5_1",
                                             "F16",   "BF16",   "F32",     "IQ4_XS", "IQ4_NL", "IQ3_M",  "IQ3_S",
                                             "IQ3_XS", "IQ3_XXS", "IQ2_M",  "IQ2_S",  "IQ2_XS", "IQ2_XXS", "IQ1_M",
-                                            "IQ1_S"};
+                                            "IQ1_S", "MXFP4_MOE"};
     std::set<std::string> names;
     for (const auto& m : all_mixes()) {
         names.insert(std::string(m.name));

@@ -47,9 +47,7 @@ struct Setup {
 // As `tandem inspect` names it: the mix of general.file_type.
 std::string file_type_name(const gguf::File& f) {
     const auto ft = f.find_uint("general.file_type");
-    if (!ft) return "?";
-    const quant::MixInfo* mix = quant::find_mix(static_cast<quant::FileType>(*ft));
-    return mix ? std::string(mix->name) : fmt::format("ftype {}", *ft);
+    return ft ? quant::file_type_name(*ft) : "?";
 }
 
 OpenModel open_model(const std::string& path, bool mmap) {

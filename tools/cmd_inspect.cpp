@@ -171,8 +171,7 @@ TokenizerSummary summarize_tokenizer(const gguf::File& f) {
 std::optional<std::string> file_type_name(const gguf::File& f) {
     const auto ft = f.find_uint("general.file_type");
     if (!ft) return std::nullopt;
-    const quant::MixInfo* mix = quant::find_mix(static_cast<quant::FileType>(*ft));
-    return mix ? std::string(mix->name) : fmt::format("unknown ({})", *ft);
+    return quant::file_type_name(*ft);
 }
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }

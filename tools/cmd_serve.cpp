@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -18,7 +19,9 @@
 #include "tools/chat_model.h"
 #include "tools/commands.h"
 #include "tools/llama_flags.h"
+#include "tools/serve/cors.h"
 #include "tools/serve/http_server.h"
+#include "tools/serve/ollama_api.h"
 #include "runtime/serving/loader.h"
 #include "runtime/serving/scheduler.h"
 #include "tools/serve/server_state.h"
@@ -31,6 +34,7 @@ namespace {
 
 struct ServeOptions : ChatModelFlags {
     serve::ServeConfig http;
+    std::vector<std::string> cors_origin;  // --cors-origin as given
     int n_parallel = 4;
     bool verbose = false;
     SpecFlags spec;  // --spec-ngram or -md, and the --draft-* flags, per slot
@@ -162,6 +166,7 @@ void serve_model(const ServeOptions& o) {
     lm.end_of_turn_tokens = m->end_of_turn_tokens;
     lm.harmony = m->chat_template.family() == "harmony";
     lm.max_slot_file_bytes = m->session->kv_cache_bytes() + (uint64_t{64} << 20);
+    lm.facts = serve::model_facts(m->file);
     scheduler.start();
     loading.store(false);
     state.ready.store(true);
@@ -193,7 +198,20 @@ void serve_model(const ServeOptions& o) {
     http.stop();
 }
 
-constexpr const char* kServeFooter = R"(Speculative decoding: each slot checks up to --draft-max tokens guessed
+constexpr const char* kServeFooter = R"(Routes: OpenAI's POST /v1/chat/completions, /v1/completions, GET /v1/models;
+Ollama's GET /api/tags, /api/version, POST /api/show, /api/chat,
+/api/generate (streamed as newline-delimited JSON unless "stream": false;
+"options" temperature, top_p, top_k, min_p, seed, num_predict, stop,
+repeat_penalty, repeat_last_n, the others ignored; "format", "images",
+"tools", "suffix", "template" and "context" refused with 400); GET /health,
+/metrics, /slots, POST /tokenize, /detokenize, /apply-template,
+/slots/ID?action=save|restore.
+
+CORS (--cors-origin): a browser's preflight (OPTIONS) on any route gets 204
+without asking for the API key; answers to an allowed origin carry
+Access-Control-Allow-Origin. Other origins get no CORS headers.
+
+Speculative decoding: each slot checks up to --draft-max tokens guessed
 for it in the step that decodes its token, proposed by --spec-ngram [N]
 (prompt lookup in the slot's own context, N = 3 when not given) or by
 -md DRAFT.gguf (--model-draft: a smaller model with the same vocabulary,
@@ -214,6 +232,11 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--port", opts->http.port, "port to listen on (0: any free port)")->capture_default_str();
     cmd->add_option("--parallel", opts->n_parallel, "slots: requests decoded together (-np)")->capture_default_str();
     cmd->add_option("--api-key", opts->http.api_key, "require 'Authorization: Bearer KEY' on every route but /health");
+    cmd->add_option("--cors-origin", opts->cors_origin,
+                    "let browser apps on ORIGIN (scheme://host[:port], or '*' for any) call the server: repeat it or "
+                    "separate origins with commas (off without it)")
+        ->type_name("ORIGIN")
+        ->allow_extra_args(false);
     cmd->add_option("--slot-save-path", opts->http.slot_save_path,
                     "folder for POST /slots/ID?action=save|restore files (off without it)");
     cmd->add_option("--threads-http", opts->http.http_threads, "HTTP worker threads")->capture_default_str();
@@ -223,6 +246,7 @@ void add_serve_command(CLI::App& app) {
     cmd->footer(std::string(kServeFooter) + "\n\n" + llama_spellings_help(*cmd));
     cmd->callback([opts] {
         // Checked before anything loads.
+        opts->http.cors_origins = serve::parse_cors_origins(opts->cors_origin);
         const SpecFlags& f = opts->spec;
         check_spec_flags(f);
         if (f.ngram && (*f.ngram < 1 || f.draft_max < 1)) {

@@ -368,6 +368,11 @@ const MixInfo* find_mix(FileType ft) {
     return nullptr;
 }
 
+std::string file_type_name(uint64_t file_type) {
+    const MixInfo* mix = file_type <= UINT32_MAX ? find_mix(static_cast<FileType>(file_type)) : nullptr;
+    return mix ? std::string(mix->name) : "unknown (" + std::to_string(file_type) + ")";
+}
+
 Type choose_tensor_type(FileType ft, const MixModelInfo& model, std::string_view tensor_name,
                         std::span<const int64_t> shape) {
     const MixInfo* mix = find_mix(ft);

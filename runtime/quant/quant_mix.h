@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "runtime/quant/quant_types.h"
@@ -61,6 +62,8 @@ struct MixInfo {
 std::span<const MixInfo> all_mixes();
 std::optional<FileType> file_type_from_name(std::string_view name);  // case-insensitive
 const MixInfo* find_mix(FileType ft);
+// general.file_type's name ("Q4_K_M"), or "unknown (N)".
+std::string file_type_name(uint64_t file_type);
 
 // The facts about a model that the mix rules look at.
 struct MixModelInfo {

@@ -61,6 +61,11 @@ class Server:
             return f.read()
 
     def request(self, method, path, body=None, headers=None, raw=None, timeout=120):
+        status, _, payload = self.exchange(method, path, body, headers, raw, timeout)
+        return status, payload
+
+    def exchange(self, method, path, body=None, headers=None, raw=None, timeout=120):
+        """(status, headers with lower-case names, body)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
         h = {"Content-Type": "application/json"}
@@ -68,8 +73,9 @@ class Server:
         conn.request(method, path, body=data, headers=h)
         r = conn.getresponse()
         payload = r.read()
+        got = {k.lower(): v for k, v in r.getheaders()}
         conn.close()
-        return r.status, payload
+        return r.status, got, payload
 
     def stop(self):
         self.proc.terminate()
@@ -131,8 +137,10 @@ def main():
         rc = server.stop()
         check(rc == 0, f"the server exits 0 on SIGTERM (got {rc})")
     sigterm_test(model, openai)
-    keyed = Server(model, "-np", "1", "-c", "1024", "--api-key", "sesame")
+    keyed = Server(model, "-np", "1", "-c", "1024", "--api-key", "sesame", "--cors-origin", "http://app.example",
+                   "--cors-origin", "http://b.example, http://c.example:8000")
     try:
+        cors_test(keyed)
         base = f"http://127.0.0.1:{keyed.port}/v1"
         st, _ = keyed.request("GET", "/v1/models")
         check(st == 401, f"no key: 401 (got {st})")
@@ -194,6 +202,12 @@ def run_suite(server, model, openai, slot_dir):
 
     logprobs_test(server, client)
     bias_and_penalty_test(server, client)
+
+    t0 = time.time()
+    ollama_test(server, model, messages, whole, prompt)
+    cors_off_test(server)
+    print(f"ollama and CORS checks: {time.time() - t0:.1f} s")
+
     load_test(server, client)
     reuse_test(server, client)
     bad_input_suite(server)
@@ -300,6 +314,139 @@ def bias_and_penalty_test(server, client):
     err = json.loads(body).get("error", {}) if st == 400 else {}
     check(st == 400 and err.get("param") == "top_logprobs" and err.get("type") == "invalid_request_error",
           f"top_logprobs 21: 400 naming the field ({st} {body[:160]!r})")
+
+def ndjson_lines(server, path, body, headers=None):
+    """POSTs and reads a newline-delimited JSON stream: (status, content type, objects)."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    conn.request("POST", path, body=json.dumps(body), headers=h)
+    r = conn.getresponse()
+    objs = [json.loads(line) for line in r.read().decode().split("\n") if line.strip()]
+    conn.close()
+    return r.status, r.getheader("Content-Type"), objs
+
+
+def ollama_error(status, payload):
+    try:
+        err = json.loads(payload).get("error")
+    except ValueError:
+        return False
+    return 400 <= status < 500 and isinstance(err, str) and len(err) > 0
+
+
+def ollama_test(server, model, messages, openai_text, templated_prompt):
+    """Ollama's routes: the model listed, chat and generate streamed (ndjson, the default) and whole, options
+    mapped, and the text at temperature 0 that of the OpenAI route (the same template and scheduler)."""
+    st, body = server.request("GET", "/api/tags")
+    tags = json.loads(body) if st == 200 else {}
+    m = (tags.get("models") or [{}])[0]
+    d = m.get("details", {})
+    check(st == 200 and m.get("name", "").endswith(".gguf") and m.get("model") == m.get("name") and
+          m.get("size") == os.path.getsize(model) and re.fullmatch(r"[0-9a-f]{64}", m.get("digest", "")) and
+          re.match(r"\d{4}-\d\d-\d\dT", m.get("modified_at", "")), f"/api/tags lists the model: {body[:300]!r}")
+    check(d.get("format") == "gguf" and d.get("family") == "llama" and d.get("parameter_size") == "135M" and
+          d.get("quantization_level") == "Q4_1", f"/api/tags details: {d}")
+    st, body = server.request("GET", "/api/version")
+    check(st == 200 and re.fullmatch(r"\d+\.\d+\.\d+", json.loads(body).get("version", "")), f"/api/version: {body!r}")
+    st, body = server.request("POST", "/api/show", {"model": m.get("name")})
+    show = json.loads(body) if st == 200 else {}
+    check(st == 200 and show.get("details") == d and show.get("model_info", {}).get("llama.context_length") == 2048,
+          f"/api/show: {body[:300]!r}")
+
+    opts = {"temperature": 0, "num_predict": 48}
+    req = {"model": "anything", "messages": messages, "options": opts}
+    st, ctype, objs = ndjson_lines(server, "/api/chat", req)
+    last = objs[-1] if objs else {}
+    streamed = "".join(o.get("message", {}).get("content", "") for o in objs)
+    check(st == 200 and ctype.startswith("application/x-ndjson"), f"/api/chat streams ndjson by default ({st} {ctype})")
+    check(len(objs) >= 2 and all(o.get("done") is False and o["message"]["role"] == "assistant" and o.get("created_at")
+                                 for o in objs[:-1]), "each /api/chat line before the last has done: false")
+    counts = ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration", "eval_count",
+              "eval_duration")
+    check(last.get("done") is True and last.get("done_reason") in ("stop", "length") and
+          all(isinstance(last.get(k), int) for k in counts) and last["prompt_eval_count"] > 0 and
+          0 < last["eval_count"] <= 48 and last["total_duration"] >= last["eval_duration"] > 0,
+          f"the last /api/chat line: done, done_reason, counts and nanoseconds: {last}")
+    check(streamed == openai_text, f"/api/chat at temperature 0 gives the OpenAI route's text: {streamed!r}")
+    st, body = server.request("POST", "/api/chat", dict(req, stream=False))
+    whole = json.loads(body) if st == 200 else {}
+    check(st == 200 and whole.get("done") is True and whole.get("message", {}).get("content") == streamed and
+          whole.get("eval_count") == last.get("eval_count"), f"/api/chat stream: false gives the same: {body[:300]!r}")
+
+    # generate: the prompt as a user message through the template, or raw as is.
+    gen = {"model": "m", "prompt": messages[0]["content"], "options": opts, "stream": False}
+    st, body = server.request("POST", "/api/generate", gen)
+    check(st == 200 and json.loads(body).get("response") == streamed, f"/api/generate: {body[:300]!r}")
+    st, body = server.request("POST", "/api/generate", dict(gen, prompt=templated_prompt, raw=True))
+    check(st == 200 and json.loads(body).get("response") == streamed, f"/api/generate raw: {body[:300]!r}")
+    st, ctype, objs = ndjson_lines(server, "/api/generate", dict(gen, stream=True))
+    check(st == 200 and "".join(o.get("response", "") for o in objs) == streamed and objs[-1].get("done") is True,
+          "/api/generate streamed gives the same text")
+    # options.num_predict, and temperature 0 twice the same.
+    gen5 = {"prompt": "Write a long story about a dragon.", "options": {"temperature": 0, "num_predict": 5},
+            "stream": False}
+    answers = [json.loads(server.request("POST", "/api/generate", gen5)[1]) for _ in range(2)]
+    check(all(a.get("eval_count") == 5 and a.get("done_reason") == "length" for a in answers),
+          f"options.num_predict 5: 5 tokens, done_reason length ({[a.get('eval_count') for a in answers]})")
+    check(answers[0].get("response") == answers[1].get("response"), "temperature 0 gives the same text twice")
+    st, body = server.request("POST", "/api/chat", {"model": "m", "messages": []})
+    check(st == 200 and json.loads(body).get("done_reason") == "load", f"no messages: Ollama's load answer {body!r}")
+
+    bad = [("POST", "/api/chat", None, b"{not json"), ("POST", "/api/generate", None, b"[1]"),
+           ("POST", "/api/chat", {"messages": "hi"}, None),
+           ("POST", "/api/chat", {"messages": messages, "format": "json"}, None),
+           ("POST", "/api/chat", {"messages": messages, "options": {"temperature": "hot"}}, None),
+           ("POST", "/api/chat", {"messages": messages, "options": {"num_predict": 0}}, None),
+           ("POST", "/api/chat", {"messages": messages, "options": {"frequency_penalty": 3}}, None),
+           ("POST", "/api/generate", {"prompt": "x", "template": "{{ .Prompt }}"}, None),
+           ("POST", "/api/generate", {"prompt": "word " * 3000}, None),
+           ("POST", "/api/pull", {"model": "x"}, None), ("POST", "/api/show", None, b"{")]
+    wrong = [(p, b, st, payload[:120]) for meth, p, b, raw in bad
+             for st, payload in [server.request(meth, p, b, raw=raw)] if not ollama_error(st, payload)]
+    check(not wrong, f"bad Ollama requests get 4xx {{\"error\": \"...\"}}: {wrong}")
+
+
+def cors_off_test(server):
+    """Without --cors-origin: no CORS headers, and OPTIONS is no preflight."""
+    origin = {"Origin": "http://app.example"}
+    st, h, _ = server.exchange("GET", "/v1/models", headers=origin)
+    check(st == 200 and "access-control-allow-origin" not in h, f"no --cors-origin: no CORS headers ({h})")
+    st, h, _ = server.exchange("OPTIONS", "/v1/chat/completions",
+                               headers=dict(origin, **{"Access-Control-Request-Method": "POST"}))
+    check(st != 204 and "access-control-allow-origin" not in h, f"no --cors-origin: no preflight answer ({st})")
+
+
+def cors_test(keyed):
+    """--cors-origin with --api-key: preflight without the key, headers on every answer to an allowed origin."""
+    pre = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization, content-type"}
+    for path, origin in [("/v1/chat/completions", "http://app.example"), ("/api/chat", "http://b.example"),
+                         ("/v1/models", "http://c.example:8000"), ("/slots/0?action=save", "http://app.example")]:
+        st, h, _ = keyed.exchange("OPTIONS", path, headers=dict(pre, Origin=origin))
+        allow_h = h.get("access-control-allow-headers", "").lower()
+        check(st == 204 and h.get("access-control-allow-origin") == origin and
+              "POST" in h.get("access-control-allow-methods", "") and "authorization" in allow_h and
+              "content-type" in allow_h and int(h.get("access-control-max-age", "0")) > 0,
+              f"preflight {path} from {origin} without the key: 204 with CORS headers ({st} {h})")
+    st, h, _ = keyed.exchange("OPTIONS", "/v1/chat/completions", headers=dict(pre, Origin="http://evil.example"))
+    check(st != 204 and not any(k.startswith("access-control-") for k in h),
+          f"preflight from a disallowed origin: no CORS headers ({st} {h})")
+    key = {"Authorization": "Bearer sesame"}
+    st, h, _ = keyed.exchange("GET", "/v1/models", headers={"Origin": "http://app.example", **key})
+    check(st == 200 and h.get("access-control-allow-origin") == "http://app.example" and
+          "origin" in h.get("vary", "").lower(), f"an allowed origin's answer carries CORS headers ({h})")
+    st, h, _ = keyed.exchange("GET", "/v1/models", headers={"Origin": "http://app.example"})
+    check(st == 401 and h.get("access-control-allow-origin") == "http://app.example",
+          f"the key is still asked for, and the 401 is readable by the app ({st} {h})")
+    st, h, _ = keyed.exchange("GET", "/v1/models", headers={"Origin": "http://evil.example", **key})
+    check(st == 200 and "access-control-allow-origin" not in h, f"a disallowed origin gets no CORS headers ({h})")
+    for path, body in [("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "stream": True,
+                                                 "max_tokens": 4}),
+                       ("/api/chat", {"messages": [{"role": "user", "content": "hi"}], "options": {"num_predict": 4}})]:
+        st, h, payload = keyed.exchange("POST", path, body, headers={"Origin": "http://b.example", **key})
+        check(st == 200 and h.get("transfer-encoding") == "chunked" and
+              h.get("access-control-allow-origin") == "http://b.example" and payload,
+              f"a streamed answer ({path}) carries Access-Control-Allow-Origin ({st} {h})")
 
 
 def load_test(server, client):

@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include "runtime/common/error.h"
+#include "tools/serve/cors.h"
 #include "tools/serve/http_util.h"
 
 namespace tandem::serve {
@@ -76,17 +77,22 @@ HttpServer::HttpServer(ServerState& state) : state_(state), server_(std::make_un
         std::string why;
         if (const int status = framing_error(req, state_.config.max_body_bytes, why); status != 0) {
             state_.requests_rejected.fetch_add(1);
-            set_json(res, status, error_body(why, "invalid_request_error", "", status));
+            set_error(req, res, status, why);
             res.set_header("Connection", "close");  // its body, if any, is never read
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        // A browser's preflight carries no API key: it is answered first.
+        if (!state_.config.cors_origins.empty() && is_preflight(req)) {
+            answer_preflight(state_.config.cors_origins, req, res);
             return httplib::Server::HandlerResponse::Handled;
         }
         if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
         if (state_.stopping.load()) {
-            set_json(res, 503, error_body("the server is stopping", "unavailable_error", "", 503));
+            set_error(req, res, 503, "the server is stopping", "unavailable_error");
             return httplib::Server::HandlerResponse::Handled;
         }
         if (!state_.ready.load()) {
-            set_json(res, 503, error_body("Loading model", "unavailable_error", "", 503));
+            set_error(req, res, 503, "Loading model", "unavailable_error");
             return httplib::Server::HandlerResponse::Handled;
         }
         if (!state_.config.api_key.empty() && needs_key(req.path)) {
@@ -95,10 +101,10 @@ HttpServer::HttpServer(ServerState& state) : state_(state), server_(std::make_un
             const bool ok = auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), state_.config.api_key);
             if (!ok) {
                 state_.requests_rejected.fetch_add(1);
-                set_json(res, 401,
-                         error_body(auth.empty() ? "no API key: send the header Authorization: Bearer KEY"
-                                                 : "the API key is not the server's",
-                                    "authentication_error", "", 401));
+                set_error(req, res, 401,
+                          auth.empty() ? "no API key: send the header Authorization: Bearer KEY"
+                                       : "the API key is not the server's",
+                          "authentication_error");
                 return httplib::Server::HandlerResponse::Handled;
             }
         }
@@ -115,10 +121,14 @@ HttpServer::HttpServer(ServerState& state) : state_(state), server_(std::make_un
         }
         if (res.status == 405) message = fmt::format("{} is not allowed on {}", req.method, req.path);
         if (res.status >= 400 && res.status < 500) state_.requests_rejected.fetch_add(1);
-        set_json(res, res.status, error_body(message, res.status == 404 ? "not_found_error" : "invalid_request_error", "",
-                                             res.status));
+        set_error(req, res, res.status, message, res.status == 404 ? "not_found_error" : "invalid_request_error");
     });
-    s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    // Every answer to an allowed origin, streamed ones too (httplib calls
+    // this before it writes the headers), errors included.
+    s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        add_cors_headers(state_.config.cors_origins, req, res);
+    });
+    s.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
         std::string what = "unknown error";
         try {
             std::rethrow_exception(ep);
@@ -126,10 +136,11 @@ HttpServer::HttpServer(ServerState& state) : state_(state), server_(std::make_un
             what = e.what();
         } catch (...) {
         }
-        set_json(res, 500, error_body(what, "server_error", "", 500));
+        set_error(req, res, 500, what, "server_error");
     });
     add_admin_routes(s, state_);
     add_completion_routes(s, state_);
+    add_ollama_routes(s, state_);
 }
 
 HttpServer::~HttpServer() { stop(); }

@@ -1,11 +1,13 @@
-// Small pieces every route uses: a JSON answer, and a wrapper that turns
-// whatever a handler throws into an answer (ApiError: its status; a
-// tandem::Error from input: 400; anything else: 500), so no request is
-// left without one and none stops the server.
+// Small pieces every route uses: a JSON answer, an error answer in the
+// shape the route's clients parse, and a wrapper that turns whatever a
+// handler throws into an answer (ApiError: its status; a tandem::Error
+// from input: 400; anything else: 500), so no request is left without one
+// and none stops the server.
 #pragma once
 
 #include <exception>
 #include <functional>
+#include <string>
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -21,6 +23,16 @@ inline void set_json(httplib::Response& res, int status, const nlohmann::json& b
     res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
 }
 
+// Ollama's routes (/api/...) answer errors as {"error": "message"}, the
+// others with OpenAI's error object (error_body).
+inline bool ollama_route(const std::string& path) { return path.rfind("/api/", 0) == 0; }
+
+inline void set_error(const httplib::Request& req, httplib::Response& res, int status, const std::string& message,
+                      const std::string& type = "invalid_request_error", const std::string& param = {}) {
+    set_json(res, status,
+             ollama_route(req.path) ? nlohmann::json{{"error", message}} : error_body(message, type, param, status));
+}
+
 using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
 
 inline Handler guarded(ServerState& state, Handler h) {
@@ -29,13 +41,13 @@ inline Handler guarded(ServerState& state, Handler h) {
         try {
             h(req, res);
         } catch (const ApiError& e) {
-            state.requests_rejected.fetch_add(1);
-            set_json(res, e.status, error_body(e.what(), e.type, e.param, e.status));
+            if (e.status >= 400 && e.status < 500) state.requests_rejected.fetch_add(1);
+            set_error(req, res, e.status, e.what(), e.type, e.param);
         } catch (const Error& e) {
             state.requests_rejected.fetch_add(1);
-            set_json(res, 400, error_body(e.what(), "invalid_request_error", "", 400));
+            set_error(req, res, 400, e.what());
         } catch (const std::exception& e) {
-            set_json(res, 500, error_body(e.what(), "server_error", "", 500));
+            set_error(req, res, 500, e.what(), "server_error");
         }
     };
 }

@@ -24,172 +24,118 @@ std::string type_name(const json& v) {
     return "an object";
 }
 
-[[noreturn]] void bad(const std::string& field, const std::string& expected, const json& found) {
-    throw ApiError(400, fmt::format("'{}': expected {}, found {}", field, expected, type_name(found)), field);
-}
-
-double number_in(const json& body, const char* key, double lo, double hi, double fallback) {
-    const auto it = body.find(key);
-    if (it == body.end() || it->is_null()) return fallback;
-    if (!it->is_number()) bad(key, fmt::format("a number in [{}, {}]", lo, hi), *it);
-    const double v = it->get<double>();
-    if (!(v >= lo && v <= hi)) {
-        throw ApiError(400, fmt::format("'{}': expected a number in [{}, {}], found {}", key, lo, hi, v), key);
-    }
-    return v;
-}
-
-std::optional<int64_t> integer_in(const json& body, const char* key, int64_t lo, int64_t hi) {
-    const auto it = body.find(key);
-    if (it == body.end() || it->is_null()) return std::nullopt;
-    const bool integral = it->is_number_integer() || it->is_number_unsigned() ||
-                          (it->is_number_float() && std::floor(it->get<double>()) == it->get<double>());
-    if (!integral) bad(key, fmt::format("an integer in [{}, {}]", lo, hi), *it);
-    const double d = it->get<double>();
-    if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi))) {
-        throw ApiError(400, fmt::format("'{}': expected an integer in [{}, {}], found {}", key, lo, hi, it->dump()), key);
-    }
-    return it->is_number_unsigned() ? static_cast<int64_t>(it->get<uint64_t>()) : it->get<int64_t>();
-}
-
-bool boolean(const json& body, const char* key, bool fallback) {
-    const auto it = body.find(key);
-    if (it == body.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) bad(key, "true or false", *it);
-    return it->get<bool>();
-}
-
 // Text content: a string, or OpenAI's array of parts of which the text
 // ones are joined.
 std::string content_text(const json& v, const std::string& field) {
+    const Fields top(v);
     if (v.is_string()) return v.get<std::string>();
     if (v.is_array()) {
         std::string out;
         for (size_t i = 0; i < v.size(); ++i) {
             const json& part = v[i];
             const std::string f = fmt::format("{}[{}]", field, i);
-            if (!part.is_object()) bad(f, "a content part object", part);
+            if (!part.is_object()) top.bad(f, "a content part object", part);
             const auto type = part.find("type");
-            if (type == part.end() || !type->is_string()) bad(f + ".type", "a string", type == part.end() ? json() : *type);
+            if (type == part.end() || !type->is_string()) top.bad(f + ".type", "a string", type == part.end() ? json() : *type);
             if (*type != "text") {
                 throw ApiError(400, fmt::format("'{}.type': only \"text\" parts are supported, found \"{}\"", f,
                                                 type->get<std::string>()),
                                f + ".type");
             }
             const auto text = part.find("text");
-            if (text == part.end() || !text->is_string()) bad(f + ".text", "a string", text == part.end() ? json() : *text);
+            if (text == part.end() || !text->is_string()) top.bad(f + ".text", "a string", text == part.end() ? json() : *text);
             out += text->get<std::string>();
         }
         return out;
     }
-    bad(field, "a string or an array of text parts", v);
+    top.bad(field, "a string or an array of text parts", v);
 }
 
 // A bias: a number in [-100, 100], or llama-server's false (a ban).
-float bias_value(const json& v, const std::string& field) {
+float bias_value(const Fields& f, const json& v, const std::string& key) {
     if (v.is_boolean() && !v.get<bool>()) return kBanBias;
-    if (!v.is_number()) bad(field, "a number in [-100, 100]", v);
+    if (!v.is_number()) f.bad(key, "a number in [-100, 100]", v);
     const double b = v.get<double>();
     if (!(b >= -100.0 && b <= 100.0)) {
-        throw ApiError(400, fmt::format("'{}': expected a number in [-100, 100], found {}", field, b), field);
+        throw ApiError(400, fmt::format("'{}': expected a number in [-100, 100], found {}", f.name(key), b),
+                       f.name(key));
     }
     return static_cast<float>(b);
 }
 
 // OpenAI's {"token id": bias}, or llama-server's [[id, bias], ...].
-std::vector<std::pair<int32_t, float>> logit_bias(const json& body) {
+std::vector<std::pair<int32_t, float>> logit_bias(const Fields& f) {
     std::vector<std::pair<int32_t, float>> out;
-    const auto it = body.find("logit_bias");
-    if (it == body.end() || it->is_null()) return out;
-    const auto bad_id = [](const std::string& key) {
-        throw ApiError(400, fmt::format("'logit_bias': expected token ids (integers >= 0) as keys, found \"{}\"", key),
-                       "logit_bias");
+    const json* v = f.find("logit_bias");
+    if (!v) return out;
+    const auto bad_id = [&f](const std::string& key) {
+        throw ApiError(400, fmt::format("'{}': expected token ids (integers >= 0) as keys, found \"{}\"",
+                                        f.name("logit_bias"), key),
+                       f.name("logit_bias"));
     };
-    if (it->is_object()) {
-        for (const auto& [key, v] : it->items()) {
+    if (v->is_object()) {
+        for (const auto& [key, b] : v->items()) {
             if (key.empty() || key.size() > 9 || key.find_first_not_of("0123456789") != std::string::npos) bad_id(key);
-            out.emplace_back(std::stoi(key), bias_value(v, fmt::format("logit_bias.{}", key)));
+            out.emplace_back(std::stoi(key), bias_value(f, b, fmt::format("logit_bias.{}", key)));
         }
-    } else if (it->is_array()) {
-        for (size_t i = 0; i < it->size(); ++i) {
-            const json& pair = (*it)[i];
-            const std::string f = fmt::format("logit_bias[{}]", i);
+    } else if (v->is_array()) {
+        for (size_t i = 0; i < v->size(); ++i) {
+            const json& pair = (*v)[i];
+            const std::string key = fmt::format("logit_bias[{}]", i);
             if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() || pair[0].get<int64_t>() < 0 ||
                 pair[0].get<int64_t>() > (int64_t{1} << 30)) {
-                bad(f, "a [token id, bias] pair", pair);
+                f.bad(key, "a [token id, bias] pair", pair);
             }
-            out.emplace_back(pair[0].get<int32_t>(), bias_value(pair[1], f));
+            out.emplace_back(pair[0].get<int32_t>(), bias_value(f, pair[1], key));
         }
     } else {
-        bad("logit_bias", "an object mapping token ids to biases", *it);
+        f.bad("logit_bias", "an object mapping token ids to biases", *v);
     }
     return out;
 }
 
 GenerationParams generation_params(const json& body, uint64_t default_seed) {
+    const Fields f(body);
     GenerationParams p;
-    // llama-server's sampling defaults (temperature 0.8, top-k 40, top-p
-    // 0.95, min-p 0.05) unless the request says otherwise.
-    p.sampling.temperature = static_cast<float>(number_in(body, "temperature", 0.0, 2.0, p.sampling.temperature));
-    p.sampling.top_p = static_cast<float>(number_in(body, "top_p", 0.0, 1.0, p.sampling.top_p));
-    if (p.sampling.top_p <= 0.0f) throw ApiError(400, "'top_p': expected a number in (0, 1], found 0", "top_p");
-    p.sampling.min_p = static_cast<float>(number_in(body, "min_p", 0.0, 0.999, p.sampling.min_p));
-    if (auto k = integer_in(body, "top_k", 0, 1 << 20)) p.sampling.top_k = static_cast<int32_t>(*k);
-    p.sampling.repeat_penalty =
-        static_cast<float>(number_in(body, "repeat_penalty", 0.01, 10.0, p.sampling.repeat_penalty));
-    const auto seed = integer_in(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
-    p.sampling.seed = seed ? static_cast<uint64_t>(*seed) : default_seed;
+    p.sampling = read_sampling(f, default_seed);
     // max_tokens, its newer name, and llama-server's n_predict.
     for (const char* key : {"max_tokens", "max_completion_tokens", "n_predict"}) {
-        if (auto v = integer_in(body, key, key == std::string("n_predict") ? -1 : 1, int64_t{1} << 31)) {
+        if (auto v = f.integer(key, key == std::string("n_predict") ? -1 : 1, int64_t{1} << 31)) {
             p.max_tokens = *v < 0 ? std::nullopt : std::optional<int64_t>(*v);
         }
     }
-    if (auto n = integer_in(body, "n", 1, 1 << 20); n && *n != 1) {
+    if (auto n = f.integer("n", 1, 1 << 20); n && *n != 1) {
         throw ApiError(400, fmt::format("'n': only 1 choice per request is supported, found {}", *n), "n");
     }
-    if (const auto it = body.find("stop"); it != body.end() && !it->is_null()) {
-        if (it->is_string()) {
-            p.stop.push_back(it->get<std::string>());
-        } else if (it->is_array()) {
-            if (it->size() > 16) {
-                throw ApiError(400, fmt::format("'stop': expected at most 16 strings, found {}", it->size()), "stop");
-            }
-            for (size_t i = 0; i < it->size(); ++i) {
-                if (!(*it)[i].is_string()) bad(fmt::format("stop[{}]", i), "a string", (*it)[i]);
-                p.stop.push_back((*it)[i].get<std::string>());
-            }
-        } else {
-            bad("stop", "a string or an array of strings", *it);
-        }
+    p.stop = f.strings("stop", 16);
+    p.stream = f.boolean("stream", false);
+    if (const json* so = f.find("stream_options")) {
+        if (!so->is_object()) f.bad("stream_options", "an object", *so);
+        p.include_usage = Fields(*so, "stream_options.").boolean("include_usage", false);
     }
-    p.stream = boolean(body, "stream", false);
-    if (const auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
-        if (!it->is_object()) bad("stream_options", "an object", *it);
-        p.include_usage = boolean(*it, "include_usage", false);
-    }
-    p.cache_prompt = boolean(body, "cache_prompt", true);
-    p.ignore_eos = boolean(body, "ignore_eos", false);
-    p.sampling.presence_penalty = static_cast<float>(number_in(body, "presence_penalty", -2.0, 2.0, 0.0));
-    p.sampling.frequency_penalty = static_cast<float>(number_in(body, "frequency_penalty", -2.0, 2.0, 0.0));
-    p.sampling.logit_bias = logit_bias(body);
+    p.cache_prompt = f.boolean("cache_prompt", true);
+    p.ignore_eos = f.boolean("ignore_eos", false);
+    p.sampling.logit_bias = logit_bias(f);
     return p;
 }
 
 constexpr int64_t kMaxTopLogprobs = 20;  // OpenAI's limit for top_logprobs
 
 // Chat: logprobs true or false, top_logprobs 0..20 (only with logprobs).
-void chat_logprobs_params(const json& body, GenerationParams& p) {
-    p.logprobs = boolean(body, "logprobs", false);
-    if (auto n = integer_in(body, "top_logprobs", 0, kMaxTopLogprobs)) {
-        if (!p.logprobs) throw ApiError(400, "'top_logprobs': needs 'logprobs': true", "top_logprobs");
+void chat_logprobs_params(const Fields& f, GenerationParams& p) {
+    p.logprobs = f.boolean("logprobs", false);
+    if (auto n = f.integer("top_logprobs", 0, kMaxTopLogprobs)) {
+        if (!p.logprobs) {
+            throw ApiError(400, fmt::format("'{}': needs 'logprobs': true", f.name("top_logprobs")),
+                           f.name("top_logprobs"));
+        }
         p.top_logprobs = static_cast<int32_t>(*n);
     }
 }
 
 // Completions: logprobs, an integer 0..20 (the top count), turns them on.
-void completion_logprobs_params(const json& body, GenerationParams& p) {
-    if (auto n = integer_in(body, "logprobs", 0, kMaxTopLogprobs)) {
+void completion_logprobs_params(const Fields& f, GenerationParams& p) {
+    if (auto n = f.integer("logprobs", 0, kMaxTopLogprobs)) {
         p.logprobs = true;
         p.top_logprobs = static_cast<int32_t>(*n);
     }
@@ -220,19 +166,111 @@ json parse_body(const std::string& body) {
     return j;
 }
 
-ChatRequest parse_chat_request(const json& body, uint64_t default_seed) {
-    ChatRequest r;
+const json* Fields::find(const char* key) const {
+    const auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+}
+
+void Fields::bad(const std::string& key, const std::string& expected, const json& found) const {
+    const std::string field = name(key);
+    throw ApiError(400, fmt::format("'{}': expected {}, found {}", field, expected, type_name(found)), field);
+}
+
+double Fields::number(const char* key, double lo, double hi, double fallback) const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_number()) bad(key, fmt::format("a number in [{}, {}]", lo, hi), *v);
+    const double d = v->get<double>();
+    if (!(d >= lo && d <= hi)) {
+        throw ApiError(400, fmt::format("'{}': expected a number in [{}, {}], found {}", name(key), lo, hi, d), name(key));
+    }
+    return d;
+}
+
+std::optional<int64_t> Fields::integer(const char* key, int64_t lo, int64_t hi) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    const bool integral = v->is_number_integer() || v->is_number_unsigned() ||
+                          (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>());
+    if (!integral) bad(key, fmt::format("an integer in [{}, {}]", lo, hi), *v);
+    const double d = v->get<double>();
+    if (!(d >= static_cast<double>(lo) && d <= static_cast<double>(hi))) {
+        throw ApiError(400, fmt::format("'{}': expected an integer in [{}, {}], found {}", name(key), lo, hi, v->dump()),
+                       name(key));
+    }
+    return v->is_number_unsigned() ? static_cast<int64_t>(v->get<uint64_t>()) : v->get<int64_t>();
+}
+
+bool Fields::boolean(const char* key, bool fallback) const {
+    const json* v = find(key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) bad(key, "true or false", *v);
+    return v->get<bool>();
+}
+
+std::optional<std::string> Fields::string(const char* key) const {
+    const json* v = find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) bad(key, "a string", *v);
+    return v->get<std::string>();
+}
+
+std::vector<std::string> Fields::strings(const char* key, size_t max) const {
+    std::vector<std::string> out;
+    const json* v = find(key);
+    if (!v) return out;
+    if (v->is_string()) {
+        out.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+        if (v->size() > max) {
+            throw ApiError(400, fmt::format("'{}': expected at most {} strings, found {}", name(key), max, v->size()),
+                           name(key));
+        }
+        for (size_t i = 0; i < v->size(); ++i) {
+            if (!(*v)[i].is_string()) bad(fmt::format("{}[{}]", key, i), "a string", (*v)[i]);
+            out.push_back((*v)[i].get<std::string>());
+        }
+    } else {
+        bad(key, "a string or an array of strings", *v);
+    }
+    return out;
+}
+
+SamplerParams read_sampling(const Fields& f, uint64_t default_seed) {
+    // llama-server's sampling defaults (temperature 0.8, top-k 40, top-p
+    // 0.95, min-p 0.05) unless the request says otherwise.
+    SamplerParams s;
+    s.temperature = static_cast<float>(f.number("temperature", 0.0, 2.0, s.temperature));
+    s.top_p = static_cast<float>(f.number("top_p", 0.0, 1.0, s.top_p));
+    if (s.top_p <= 0.0f) {
+        throw ApiError(400, fmt::format("'{}': expected a number in (0, 1], found 0", f.name("top_p")), f.name("top_p"));
+    }
+    s.min_p = static_cast<float>(f.number("min_p", 0.0, 0.999, s.min_p));
+    if (auto k = f.integer("top_k", 0, 1 << 20)) s.top_k = static_cast<int32_t>(*k);
+    s.repeat_penalty = static_cast<float>(f.number("repeat_penalty", 0.01, 10.0, s.repeat_penalty));
+    // -1: every token the slot holds (as llama-server and Ollama read it).
+    if (auto n = f.integer("repeat_last_n", -1, 1 << 20)) s.repeat_last_n = *n < 0 ? (1 << 20) : static_cast<int32_t>(*n);
+    s.presence_penalty = static_cast<float>(f.number("presence_penalty", -2.0, 2.0, 0.0));
+    s.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2.0, 2.0, 0.0));
+    const auto seed = f.integer("seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+    s.seed = seed ? static_cast<uint64_t>(*seed) : default_seed;
+    return s;
+}
+
+std::vector<chat::Message> parse_messages(const json& body) {
+    std::vector<chat::Message> out;
     const auto it = body.find("messages");
+    const Fields top(body);
     if (it == body.end()) throw ApiError(400, "'messages': missing; expected an array of {role, content} objects", "messages");
-    if (!it->is_array()) bad("messages", "an array of {role, content} objects", *it);
+    if (!it->is_array()) top.bad("messages", "an array of {role, content} objects", *it);
     if (it->empty()) throw ApiError(400, "'messages': expected at least one message, found an empty array", "messages");
     for (size_t i = 0; i < it->size(); ++i) {
         const json& m = (*it)[i];
         const std::string f = fmt::format("messages[{}]", i);
-        if (!m.is_object()) bad(f, "an object with role and content", m);
+        if (!m.is_object()) top.bad(f, "an object with role and content", m);
         const auto role = m.find("role");
         if (role == m.end()) throw ApiError(400, fmt::format("'{}.role': missing", f), f + ".role");
-        if (!role->is_string()) bad(f + ".role", "a string", *role);
+        if (!role->is_string()) top.bad(f + ".role", "a string", *role);
         const std::string rs = role->get<std::string>();
         if (rs != "system" && rs != "user" && rs != "assistant" && rs != "developer" && rs != "tool") {
             throw ApiError(400,
@@ -248,10 +286,16 @@ ChatRequest parse_chat_request(const json& body, uint64_t default_seed) {
         } else {
             msg.content = content_text(*content, f + ".content");
         }
-        r.messages.push_back(std::move(msg));
+        out.push_back(std::move(msg));
     }
+    return out;
+}
+
+ChatRequest parse_chat_request(const json& body, uint64_t default_seed) {
+    ChatRequest r;
+    r.messages = parse_messages(body);
     r.params = generation_params(body, default_seed);
-    chat_logprobs_params(body, r.params);
+    chat_logprobs_params(Fields(body), r.params);
     return r;
 }
 
@@ -266,10 +310,10 @@ CompletionRequest parse_completion_request(const json& body, uint64_t default_se
     } else if (it->is_array()) {
         throw ApiError(400, fmt::format("'prompt': expected one string, found an array of {}", it->size()), "prompt");
     } else {
-        bad("prompt", "a string", *it);
+        Fields(body).bad("prompt", "a string", *it);
     }
     r.params = generation_params(body, default_seed);
-    completion_logprobs_params(body, r.params);
+    completion_logprobs_params(Fields(body), r.params);
     return r;
 }
 

@@ -40,6 +40,35 @@ nlohmann::json error_body(const std::string& message, const std::string& type, c
 // that is not one.
 nlohmann::json parse_body(const std::string& body);
 
+// Typed, range-checked fields of one JSON object (a request body, or
+// Ollama's "options" in one). A missing or null field gives the fallback;
+// a wrong type or a value out of range is an ApiError(400) naming the
+// field as prefix + key ("options.temperature").
+class Fields {
+public:
+    explicit Fields(const nlohmann::json& object, std::string prefix = {})
+        : object_(object), prefix_(std::move(prefix)) {}
+    const nlohmann::json* find(const char* key) const;  // nullptr: missing or null
+    std::string name(const std::string& key) const { return prefix_ + key; }
+    double number(const char* key, double lo, double hi, double fallback) const;
+    std::optional<int64_t> integer(const char* key, int64_t lo, int64_t hi) const;
+    bool boolean(const char* key, bool fallback) const;
+    std::optional<std::string> string(const char* key) const;
+    // A string or an array of at most `max` strings.
+    std::vector<std::string> strings(const char* key, size_t max) const;
+    [[noreturn]] void bad(const std::string& key, const std::string& expected, const nlohmann::json& found) const;
+
+private:
+    const nlohmann::json& object_;
+    std::string prefix_;
+};
+
+// The sampler's fields, where both APIs spell them alike: temperature,
+// top_p, min_p, top_k, repeat_penalty, repeat_last_n, presence_penalty and
+// frequency_penalty (in [-2, 2]), seed (default_seed when none is given).
+// llama-server's defaults otherwise.
+SamplerParams read_sampling(const Fields& f, uint64_t default_seed);
+
 // What both completion routes take besides their prompt.
 struct GenerationParams {
     SamplerParams sampling;
@@ -65,6 +94,11 @@ struct CompletionRequest {
     std::string prompt;
     GenerationParams params;
 };
+
+// `messages` as the chat template takes them: ApiError(400) naming the
+// field for a missing or empty array, an unknown role, content that is
+// not text.
+std::vector<chat::Message> parse_messages(const nlohmann::json& body);
 
 // Throw ApiError(400) naming the field: a wrong type, a value out of
 // range (presence_penalty and frequency_penalty in [-2, 2], logit_bias a

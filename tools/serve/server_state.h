@@ -24,9 +24,22 @@ struct ServeConfig {
     std::string host = "127.0.0.1";
     int port = 8080;
     std::string api_key;           // "": no key asked for
+    std::vector<std::string> cors_origins;  // --cors-origin: empty, CORS off; "*" any origin
     std::string slot_save_path;    // "": slot save/restore refused
     size_t max_body_bytes = size_t{8} << 20;
     int http_threads = 32;
+};
+
+// What Ollama's /api/tags and /api/show say of the model file
+// (ollama_api.h's model_facts reads them).
+struct ModelFacts {
+    std::string family;              // general.architecture
+    uint64_t parameter_count = 0;    // elements of all tensors
+    std::string parameter_size;      // "135M", "7.2B"
+    std::string quantization_level;  // general.file_type's name ("Q4_K_M"), or the empty string
+    uint64_t size = 0;               // bytes of the file
+    std::string modified_at;         // its modification time, RFC 3339
+    std::string digest;              // 64 hex digits: tandem's fingerprint of the file, not its SHA-256
 };
 
 // The model as the routes use it, complete before `ready` turns true.
@@ -41,6 +54,7 @@ struct LoadedModel {
     std::vector<int32_t> end_of_turn_tokens;    // those of them that are single tokens
     bool harmony = false;  // replies in gpt-oss's harmony format: split into reasoning, content and tool calls
     uint64_t max_slot_file_bytes = 0;           // restore refuses larger files
+    ModelFacts facts;
 };
 
 struct ServerState {
@@ -72,8 +86,9 @@ struct ServerState {
     }
 };
 
-// The routes, by concern (completions.cpp, admin_routes.cpp).
+// The routes, by concern (completions.cpp, admin_routes.cpp, ollama_api.cpp).
 void add_completion_routes(httplib::Server& server, ServerState& state);
 void add_admin_routes(httplib::Server& server, ServerState& state);
+void add_ollama_routes(httplib::Server& server, ServerState& state);
 
 }  // namespace tandem::serve

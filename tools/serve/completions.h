@@ -1,0 +1,80 @@
+// What the generation routes share (completions.cpp): a prompt becomes
+// tokens and a GenerationRequest, a job's events become the answer, whole
+// or streamed, in the route's own format (OpenAI's here, Ollama's in
+// ollama_api.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <httplib.h>
+
+#include "runtime/chat/chat_template.h"
+#include "runtime/chat/harmony.h"
+#include "runtime/sampler/logprobs.h"
+#include "runtime/serving/scheduler.h"
+#include "tools/serve/openai_api.h"
+#include "tools/serve/server_state.h"
+
+namespace tandem::serve {
+
+// The messages through the model's chat template, with the generation
+// prompt; ApiError(400) when the template refuses them.
+std::string chat_prompt(const LoadedModel& m, const std::vector<chat::Message>& messages);
+// The prompt's tokens; ApiError(400) when they cannot fit a slot.
+std::vector<int32_t> prompt_tokens(const LoadedModel& m, const std::string& text, bool parse_special);
+// chat: also stops at the template's end-of-turn markers. ApiError(400)
+// for a logit_bias id past the vocabulary.
+GenerationRequest generation_request(const LoadedModel& m, std::vector<int32_t> tokens, const GenerationParams& p,
+                                     bool chat);
+
+// A reply to a templated prompt as the routes show it: for a model whose
+// replies are harmony's, split into reasoning, content and tool calls;
+// otherwise all content.
+ChatReply chat_reply(const LoadedModel& m, const std::string& text);
+
+// Waits for the job's last event; the text and logprobs are all the
+// events' together.
+struct WholeAnswer {
+    std::string text;
+    std::vector<TokenLogprobs> logprobs;
+    Event last;
+};
+WholeAnswer wait_whole(Job& job);
+
+// A job that ended in error (500) or was cancelled by the server stopping
+// (503): what to answer. nullopt: it finished ("stop" or "length").
+std::optional<ApiError> failure_of(const Event& last);
+
+// One step of a streamed answer: the event's text (split into reasoning
+// and content when the stream splits harmony's replies; otherwise all
+// content) and its tokens' logprobs (when asked, tokens that add no text
+// included).
+struct StreamPiece {
+    const std::string& text;
+    const chat::HarmonyParser::Delta& split;
+    std::span<const TokenLogprobs> logprobs;
+};
+
+// How a route writes a streamed answer: `head` once before anything else
+// (may be empty), `piece` for each step that adds text or logprobs, `tail`
+// for the last event (its finish and usage, or failure_of it) with the
+// reply's tool calls (a harmony reply's; otherwise none).
+struct StreamFormat {
+    std::string content_type;
+    bool harmony = false;  // split the text as chat_reply does
+    std::function<std::string()> head;
+    std::function<std::string(const StreamPiece& piece)> piece;
+    std::function<std::string(const Event& last, const std::vector<chat::HarmonyParser::ToolCall>& calls)> tail;
+};
+// Streams the job's events as `format` writes them, holding `answering`
+// until the last byte is out; a client that goes away cancels the job.
+void answer_stream(std::shared_ptr<void> answering, std::shared_ptr<Job> job, StreamFormat format,
+                   httplib::Response& res);
+
+}  // namespace tandem::serve
