@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <numeric>
 
 #include "runtime/common/error.h"
@@ -31,10 +30,17 @@ void keep_best_groups(std::vector<float>& key, int64_t n_groups, int64_t n_used)
     const int64_t per = static_cast<int64_t>(key.size()) / n_groups;
     std::vector<float> score(static_cast<size_t>(n_groups));
     for (int64_t g = 0; g < n_groups; ++g) {
-        const auto first = key.begin() + g * per;
-        std::vector<float> top(2);
-        std::partial_sort_copy(first, first + per, top.begin(), top.end(), std::greater<float>());
-        score[static_cast<size_t>(g)] = static_cast<float>(static_cast<double>(top[0]) + static_cast<double>(top[1]));
+        float best = -INFINITY, second = -INFINITY;
+        for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+            const float v = key[static_cast<size_t>(e)];
+            if (v > best) {
+                second = best;
+                best = v;
+            } else if (v > second) {
+                second = v;
+            }
+        }
+        score[static_cast<size_t>(g)] = static_cast<float>(static_cast<double>(best) + static_cast<double>(second));
     }
     std::vector<int32_t> order(static_cast<size_t>(n_groups));
     std::iota(order.begin(), order.end(), 0);

@@ -258,7 +258,9 @@ Collected run_job(tandem::serve::Scheduler& sched, tandem::serve::GenerationRequ
         auto e = job->next(std::chrono::milliseconds(100));
         if (!e) continue;
         // Each event's logprobs are those of the tokens whose text it starts.
-        if (!e->done) EXPECT_FALSE(e->text.empty());
+        if (!e->done) {
+            EXPECT_FALSE(e->text.empty());
+        }
         c.text += e->text;
         c.lps.insert(c.lps.end(), e->logprobs.begin(), e->logprobs.end());
         if (e->done) {

@@ -148,9 +148,9 @@ std::vector<float> random_logits(std::mt19937& g, int n, float scale) {
 TEST(SpecTargetDistribution, DrawsWhatTheSamplerDraws) {
     std::mt19937 g(1234);
     const SamplerParams cases[] = {
-        {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0},  {1.0f, 0, 1.0f, 0.0f, 1.0f, 64, 0},
-        {1.5f, 5, 1.0f, 0.0f, 1.3f, 8, 0},      {0.5f, 0, 0.5f, 0.0f, 1.1f, 64, 0},
-        {1.2f, 100, 0.9f, 0.2f, 0.9f, 3, 0},    {2.0f, 1, 0.95f, 0.05f, 1.0f, 0, 0},
+        {0.8f, 40, 0.95f, 0.05f, 1.0f, 64, 0, 0.0f, 0.0f, {}},  {1.0f, 0, 1.0f, 0.0f, 1.0f, 64, 0, 0.0f, 0.0f, {}},
+        {1.5f, 5, 1.0f, 0.0f, 1.3f, 8, 0, 0.0f, 0.0f, {}},      {0.5f, 0, 0.5f, 0.0f, 1.1f, 64, 0, 0.0f, 0.0f, {}},
+        {1.2f, 100, 0.9f, 0.2f, 0.9f, 3, 0, 0.0f, 0.0f, {}},    {2.0f, 1, 0.95f, 0.05f, 1.0f, 0, 0, 0.0f, 0.0f, {}},
         // The logit bias (a ban included) and OpenAI's penalties.
         {1.0f, 0, 1.0f, 0.0f, 1.1f, 8, 0, 0.5f, 1.0f, {{3, 5.0f}, {7, -100.0f}, {299, -2.5f}}},
         {0.7f, 20, 0.9f, 0.05f, 1.0f, 64, 0, -1.0f, 2.0f, {{0, 100.0f}}},
