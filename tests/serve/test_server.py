@@ -599,13 +599,15 @@ def sigterm_test(model, openai):
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0)
     started = [0, 0]
 
+    # A plain completion: no chat end-of-turn stop string (which a sampled
+    # reply may write at once) can end a stream before SIGTERM does.
     def stream(i):
         finish, text = None, ""
-        for chunk in client.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": f"Count to a thousand, {i}."}], stream=True,
+        for chunk in client.completions.create(
+                model="m", prompt=f"Count to a thousand, {i}: 1, 2, 3,", stream=True,
                 max_tokens=1500, extra_body={"ignore_eos": True}):
-            if chunk.choices and chunk.choices[0].delta.content:
-                text += chunk.choices[0].delta.content
+            if chunk.choices and chunk.choices[0].text:
+                text += chunk.choices[0].text
                 started[i] += 1
             if chunk.choices and chunk.choices[0].finish_reason:
                 finish = chunk.choices[0].finish_reason
