@@ -266,9 +266,7 @@ void CpuDevice::rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const i
     p.freq_factors = impl_->rope_freqs.empty() ? nullptr : impl_->rope_freqs.data();
     p.ext_factor = op.ext_factor;
     p.attn_factor = op.attn_factor;
-    if (op.ext_factor != 0.0f) {
-        cpu::rope_yarn_corr_dims(op.n_rot, op.n_ctx_orig, op.freq_base, op.beta_fast, op.beta_slow, p.corr_dims);
-    }
+    std::copy(std::begin(op.corr_dims), std::end(op.corr_dims), p.corr_dims);
     const int64_t width = act_width(impl_->hp, a);
     float* x = impl_->buf(a);
     impl_->for_rows(static_cast<int64_t>(pos.size()), [&](int64_t b, int64_t e) {

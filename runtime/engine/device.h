@@ -74,7 +74,8 @@ struct DeviceConfig {
     bool cpu_blas = true;
 };
 
-// YaRN's fields as model::HParams has them (ext_factor 0: none).
+// YaRN's fields as cpu::RopeParams has them (ext_factor 0: none); the
+// executor works out the correction dims once for every device.
 struct RopeOp {
     bool neox = false;
     int64_t n_rot = 0;
@@ -82,8 +83,7 @@ struct RopeOp {
     float freq_scale = 1.0f;
     float ext_factor = 0.0f;
     float attn_factor = 1.0f;
-    float beta_fast = 32.0f, beta_slow = 1.0f;
-    int64_t n_ctx_orig = 0;
+    float corr_dims[2] = {0.0f, 0.0f};
 };
 
 struct AttentionOp {

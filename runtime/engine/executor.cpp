@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels_cpu/elementwise.h"
 #include "runtime/common/error.h"
 
 namespace tandem {
@@ -145,9 +146,10 @@ void LayerExecutor::rope(int64_t il, const Op& op, int d, const RecipeBatch& b) 
     rope.freq_scale = static_cast<float>(hp_.rope_freq_scale);
     rope.ext_factor = static_cast<float>(hp_.rope_ext_factor);
     rope.attn_factor = static_cast<float>(hp_.rope_attn_factor);
-    rope.beta_fast = static_cast<float>(hp_.rope_beta_fast);
-    rope.beta_slow = static_cast<float>(hp_.rope_beta_slow);
-    rope.n_ctx_orig = hp_.rope_n_ctx_orig;
+    if (rope.ext_factor != 0.0f) {
+        cpu::rope_yarn_corr_dims(rope.n_rot, hp_.rope_n_ctx_orig, rope.freq_base, static_cast<float>(hp_.rope_beta_fast),
+                                 static_cast<float>(hp_.rope_beta_slow), rope.corr_dims);
+    }
     on(d).rope(op.out[0], op.rows, op.len, b.pos, rope);
 }
 

@@ -20,7 +20,6 @@
 
 #include <fmt/format.h>
 
-#include "kernels_cpu/elementwise.h"
 #include "kernels_cpu/moe.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/cuda_device_alloc.h"
@@ -216,9 +215,7 @@ public:
         args.freq_factors = rope_freqs_;
         args.ext_factor = op.ext_factor;
         args.mscale = math::rope_mscale(op.attn_factor, op.ext_factor, op.freq_scale);
-        if (op.ext_factor != 0.0f) {
-            cpu::rope_yarn_corr_dims(op.n_rot, op.n_ctx_orig, op.freq_base, op.beta_fast, op.beta_slow, args.corr_dims);
-        }
+        std::copy(std::begin(op.corr_dims), std::end(op.corr_dims), args.corr_dims);
         kernels::launch_rope(buf(a), n, n_heads, head_dim, act_width(hp_, a), pos_, args, nullptr);
         check_launch();
     }
