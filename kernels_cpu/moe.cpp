@@ -3,25 +3,24 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 
 #include "runtime/common/error.h"
 
 namespace tandem::cpu {
 namespace {
 
-// p[order[0..n)] = softmax of those values: exp(x - max) summed in double,
-// scaled by 1 / sum (ggml's soft_max row).
-void softmax_in_place(std::vector<float>& p, const std::vector<int32_t>& order, int64_t n) {
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, p[static_cast<size_t>(order[static_cast<size_t>(j)])]);
+// v = softmax(v) as ggml's soft_max row: exp(x - max) summed in double,
+// each scaled by 1 / sum.
+void softmax(std::span<float> v) {
+    const float mx = *std::max_element(v.begin(), v.end());
     double sum = 0.0;
-    for (int64_t j = 0; j < n; ++j) {
-        float& v = p[static_cast<size_t>(order[static_cast<size_t>(j)])];
-        v = std::exp(v - mx);
-        sum += v;
+    for (float& x : v) {
+        x = std::exp(x - mx);
+        sum += x;
     }
     const auto inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < n; ++j) p[static_cast<size_t>(order[static_cast<size_t>(j)])] *= inv;
+    for (float& x : v) x *= inv;
 }
 
 // Keys of the experts outside the n_used groups with the best scores (the
@@ -65,21 +64,14 @@ void moe_route(const float* logits, const RouteParams& rp, float* route, int64_t
                  "moe_route: expert groups that do not divide the experts or leave too few");
     std::vector<float> choose(rp.selection_bias || grouped ? static_cast<size_t>(n_expert) : 0);
     std::vector<int32_t> order(static_cast<size_t>(n_expert));
+    std::vector<float> chosen(static_cast<size_t>(n_used));  // softmax_of_chosen's kept logits, largest first
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float* x = logits + t * n_expert;
-        if (rp.softmax_of_chosen) {
-            std::copy(x, x + n_expert, p.begin());
-        } else if (rp.sigmoid) {
+        if (rp.sigmoid && !rp.softmax_of_chosen) {
             for (int64_t e = 0; e < n_expert; ++e) p[static_cast<size_t>(e)] = 1.0f / (1.0f + std::exp(-x[e]));
         } else {
-            const float mx = *std::max_element(x, x + n_expert);
-            double sum = 0.0;
-            for (int64_t e = 0; e < n_expert; ++e) {
-                p[static_cast<size_t>(e)] = std::exp(x[e] - mx);
-                sum += p[static_cast<size_t>(e)];
-            }
-            const auto inv = static_cast<float>(1.0 / sum);
-            for (float& v : p) v *= inv;
+            std::copy(x, x + n_expert, p.begin());
+            if (!rp.softmax_of_chosen) softmax(p);
         }
         // The choice ranks gate values plus the bias, when there is one.
         if (rp.selection_bias) {
@@ -97,7 +89,12 @@ void moe_route(const float* logits, const RouteParams& rp, float* route, int64_t
         });
         // gpt-oss: the kept logits become a softmax over themselves (ggml's
         // soft_max of the n_used values, in the same float order as above).
-        if (rp.softmax_of_chosen) softmax_in_place(p, order, n_used);
+        if (rp.softmax_of_chosen) {
+            const auto gate = [&](size_t j) -> float& { return p[static_cast<size_t>(order[j])]; };
+            for (size_t j = 0; j < chosen.size(); ++j) chosen[j] = gate(j);
+            softmax(chosen);
+            for (size_t j = 0; j < chosen.size(); ++j) gate(j) = chosen[j];
+        }
         double kept = 0.0;
         for (int64_t j = 0; j < n_used; ++j) kept += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
         // llama.cpp clamps the sum away from 0 before dividing.
