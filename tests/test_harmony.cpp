@@ -22,7 +22,7 @@ constexpr std::string_view kReply =
 TEST(Harmony, SplitsThinkingFromTheAnswer) {
     HarmonyParser p;
     const auto d = p.push(kReply);
-    const auto rest = p.finish();
+    const auto rest = p.push({}, true);
     EXPECT_EQ(d.reasoning, "User asks 2+2. Easy: 4.");
     EXPECT_EQ(d.content + rest.content, "2 + 2 = 4.");
     EXPECT_EQ(p.reasoning(), "User asks 2+2. Easy: 4.");
@@ -41,7 +41,7 @@ TEST(Harmony, StreamedInAnyPiecesGivesTheSameSplit) {
             reasoning += d.reasoning;
             content += d.content;
         }
-        content += p.finish().content;
+        content += p.push({}, true).content;
         ASSERT_EQ(reasoning, "User asks 2+2. Easy: 4.") << "cut " << cut;
         ASSERT_EQ(content, "2 + 2 = 4.") << "cut " << cut;
     }
@@ -51,7 +51,7 @@ TEST(Harmony, StreamedInAnyPiecesGivesTheSameSplit) {
         const auto d = p.push(std::string_view(&c, 1));
         shown += d.reasoning + d.content;
     }
-    shown += p.finish().content;
+    shown += p.push({}, true).content;
     EXPECT_EQ(shown, "User asks 2+2. Easy: 4.2 + 2 = 4.");
 }
 
@@ -61,7 +61,7 @@ TEST(Harmony, ToolCallsCarryTheirNameAndArguments) {
         "<|channel|>analysis<|message|>Need weather.<|end|>"
         "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
         "{\"location\":\"Paris\"}<|call|>");
-    p.finish();
+    p.push({}, true);
     EXPECT_EQ(d.reasoning, "Need weather.");
     EXPECT_EQ(d.content, "");
     ASSERT_EQ(p.tool_calls().size(), 1u);
@@ -84,7 +84,7 @@ TEST(Harmony, TextOutsideTheChannelsIsContent) {
     EXPECT_EQ(d.content, "Checking...");
     HarmonyParser plain;
     std::string content = plain.push("Just text, a < sign and <|en").content;
-    content += plain.finish().content;
+    content += plain.push({}, true).content;
     EXPECT_EQ(content, "Just text, a < sign and <|en");
     EXPECT_TRUE(plain.reasoning().empty());
 }

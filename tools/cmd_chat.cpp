@@ -142,8 +142,7 @@ void chat(const ChatOptions& o) {
             std::optional<serve::Event> e = job->next(std::chrono::milliseconds(100));
             if (!e) continue;
             if (harmony) {
-                show(harmony->push(e->text));
-                if (e->done) show(harmony->finish());
+                show(harmony->push(e->text, e->done));
             } else {
                 reply += e->text;
                 fmt::print("{}", e->text);

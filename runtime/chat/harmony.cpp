@@ -51,7 +51,7 @@ std::string word_after(std::string_view header, std::string_view key) {
 
 }  // namespace
 
-HarmonyParser::Delta HarmonyParser::push(std::string_view text) {
+HarmonyParser::Delta HarmonyParser::push(std::string_view text, bool last) {
     pending_.append(text);
     Delta out;
     while (!pending_.empty()) {
@@ -89,14 +89,11 @@ HarmonyParser::Delta HarmonyParser::push(std::string_view text) {
             pending_.erase(0, at + marker.size());
         }
     }
-    return out;
-}
-
-HarmonyParser::Delta HarmonyParser::finish() {
-    Delta out;
-    if (part_ == Part::Body) emit(pending_, out);
-    pending_.clear();
-    header_.clear();
+    if (last) {
+        if (part_ == Part::Body) emit(pending_, out);  // an unfinished header is dropped
+        pending_.clear();
+        header_.clear();
+    }
     return out;
 }
 

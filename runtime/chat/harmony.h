@@ -38,10 +38,9 @@ public:
         std::string arguments;  // the message's body, as the model wrote it
     };
 
-    // Adds streamed text; returns what it completes.
-    Delta push(std::string_view text);
-    // The end of the reply: what was held back is shown as it is.
-    Delta finish();
+    // Adds streamed text; returns what it completes. last: the reply ends
+    // with it, and what was held back is shown as it is.
+    Delta push(std::string_view text, bool last = false);
 
     const std::string& reasoning() const { return reasoning_; }
     const std::string& content() const { return content_; }

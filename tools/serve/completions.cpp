@@ -81,8 +81,7 @@ std::string chat_prompt(const LoadedModel& m, const std::vector<chat::Message>& 
 ChatReply chat_reply(const LoadedModel& m, const std::string& text) {
     if (!m.harmony) return {text, {}, {}};
     chat::HarmonyParser p;
-    p.push(text);
-    p.finish();
+    p.push(text, true);
     return {p.content(), p.reasoning(), p.tool_calls()};
 }
 
@@ -129,12 +128,7 @@ bool stream_some(StreamState& st, httplib::DataSink& sink) {
     if (!e) return true;  // httplib checks the socket and calls again
     chat::HarmonyParser::Delta d;
     if (st.harmony) {
-        d = st.harmony->push(e->text);
-        if (e->done) {
-            const auto rest = st.harmony->finish();
-            d.reasoning += rest.reasoning;
-            d.content += rest.content;
-        }
+        d = st.harmony->push(e->text, e->done);
     } else {
         d.content = e->text;
     }
