@@ -1,11 +1,13 @@
-// What the scheduler tests share (test_serve.cpp, test_serve_spec.cpp): a
-// tiny model opened as the server opens it, a job's events collected, a
-// greedy request, and the plain greedy text a served request must give.
+// What the scheduler and request tests share (test_serve.cpp,
+// test_serve_spec.cpp, test_logprobs.cpp): a tiny model opened as the
+// server opens it, a job's events collected, a greedy request, the plain
+// greedy text a served request must give, and a request body's 400.
 #pragma once
 
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,8 +20,22 @@
 #include "runtime/tokenizer/tokenizer.h"
 #include "tests/test_paths.h"
 #include "runtime/serving/scheduler.h"
+#include "tools/serve/openai_api.h"
 
 namespace tandem::testing {
+
+// What the OpenAI routes' parsing says of a request body (chat or
+// completions): its 400, or nothing when it is accepted.
+inline std::optional<serve::ApiError> request_error(const nlohmann::json& body, bool chat) {
+    try {
+        if (chat) serve::parse_chat_request(body, 1);
+        else serve::parse_completion_request(body, 1);
+    } catch (const serve::ApiError& e) {
+        EXPECT_EQ(e.status, 400);
+        return e;
+    }
+    return std::nullopt;
+}
 
 struct ServeModel {
     explicit ServeModel(const std::filesystem::path& path = test_data("tiny-llama-Q4_K_M.gguf"))

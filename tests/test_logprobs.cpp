@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,6 @@ using nlohmann::json;
 using tandem::SamplerParams;
 using tandem::TokenHistory;
 using tandem::TokenLogprobs;
-using tandem::serve::ApiError;
 
 // ---- token_logprobs
 
@@ -144,14 +144,8 @@ TEST(SamplerPenalties, ValidateNamesTheField) {
 // ---- the server's fields
 
 std::string param_of(const json& body, bool chat = true) {
-    try {
-        if (chat) tandem::serve::parse_chat_request(body, 1);
-        else tandem::serve::parse_completion_request(body, 1);
-    } catch (const ApiError& e) {
-        EXPECT_EQ(e.status, 400);
-        return e.param;
-    }
-    return "<accepted>";
+    const auto e = tandem::testing::request_error(body, chat);
+    return e ? e->param : "<accepted>";
 }
 
 json chat_body(json extra) {
@@ -272,11 +266,18 @@ Collected run_job(tandem::serve::Scheduler& sched, tandem::serve::GenerationRequ
     return c;
 }
 
-TEST(ServeSchedulerLogprobs, EachTokenHasItsRawLogprobsAndGreedyPicksTheTop) {
+// A started scheduler of one slot over its own session of the tiny model.
+struct OneSlot {
     tandem::testing::ServeModel m;
-    auto s = m.session(1);
-    tandem::serve::Scheduler sched(*s, m.tok, tandem::serve::SchedulerOptions{1, 0, 64});
-    sched.start();
+    std::unique_ptr<tandem::Session> session = m.session(1);
+    tandem::serve::Scheduler sched{*session, m.tok, tandem::serve::SchedulerOptions{1, 0, 64}};
+    OneSlot() { sched.start(); }
+};
+
+TEST(ServeSchedulerLogprobs, EachTokenHasItsRawLogprobsAndGreedyPicksTheTop) {
+    OneSlot one;
+    const auto& m = one.m;
+    auto& sched = one.sched;
     const auto prompt = m.tok.encode("Once upon a time", true);
     auto g = tandem::testing::greedy_request(prompt, 20);
     g.logprobs = true;
@@ -306,10 +307,9 @@ TEST(ServeSchedulerLogprobs, EachTokenHasItsRawLogprobsAndGreedyPicksTheTop) {
 }
 
 TEST(ServeSchedulerLogprobs, AStopStringDropsTheTokensItCut) {
-    tandem::testing::ServeModel m;
-    auto s = m.session(1);
-    tandem::serve::Scheduler sched(*s, m.tok, tandem::serve::SchedulerOptions{1, 0, 64});
-    sched.start();
+    OneSlot one;
+    const auto& m = one.m;
+    auto& sched = one.sched;
     const auto prompt = m.tok.encode("Once upon a time", true);
     const std::string full = tandem::testing::plain_greedy(m, prompt, 30);
     ASSERT_GT(full.size(), 12u);
@@ -352,10 +352,9 @@ TEST(ServeSchedulerLogprobs, SpeculationGivesThePlainLogprobs) {
 }
 
 TEST(ServeSchedulerLogprobs, ABannedTokenIsNeverChosen) {
-    tandem::testing::ServeModel m;
-    auto s = m.session(1);
-    tandem::serve::Scheduler sched(*s, m.tok, tandem::serve::SchedulerOptions{1, 0, 64});
-    sched.start();
+    OneSlot one;
+    const auto& m = one.m;
+    auto& sched = one.sched;
     const auto prompt = m.tok.encode("Once upon a time", true);
     const Collected a = run_job(sched, tandem::testing::greedy_request(prompt, 8));
     ASSERT_FALSE(a.last.tokens.empty());

@@ -79,14 +79,8 @@ TEST(ServeTextStream, IncompleteUtf8WaitsForItsLastByte) {
 // ---- OpenAI request checks
 
 std::string api_error(const json& body, bool chat = true) {
-    try {
-        if (chat) tandem::serve::parse_chat_request(body, 1);
-        else tandem::serve::parse_completion_request(body, 1);
-    } catch (const ApiError& e) {
-        EXPECT_EQ(e.status, 400);
-        return e.param + ": " + e.what();
-    }
-    return "<accepted>";
+    const auto e = tandem::testing::request_error(body, chat);
+    return e ? e->param + ": " + e->what() : "<accepted>";
 }
 
 TEST(ServeRequests, EachBadFieldIsNamed) {
