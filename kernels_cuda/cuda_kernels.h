@@ -49,8 +49,10 @@ bool launch_iq_dot(quant::Type w_type, bool batch_form, const void* w, uint64_t 
 bool launch_act_roundtrip(quant::Type w_type, const float* x, int64_t ldx, int64_t n_cols, int64_t n_tokens,
                           float* out, void* stream);
 
-// y = x / sqrt(mean(x^2) + eps) * w (w may be null), n_rows rows of n.
-void launch_rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps, void* stream);
+// y = x / sqrt(mean(x^2) + eps) * w (w may be null), n_rows rows of n,
+// x's rows x_stride floats apart, y's y_stride.
+void launch_rms_norm(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n,
+                     int64_t n_rows, float eps, void* stream);
 
 struct RopeArgs {
     bool neox = false;
@@ -104,13 +106,19 @@ struct KvCache {
     int32_t* cell_pos = nullptr;
     int64_t n_cells = 0;
     int64_t k_dim = 0;  // elements of a K row (all KV heads)
-    int64_t v_dim = 0;
+    int64_t v_dim = 0;  // elements of a stored V row; 0 with v_in_k
     bool q8_0 = false;  // Q8_0 blocks of 32 elements (34 bytes), else fp16
+    // V is each K row's first head_dim_v elements (MLA's latent): v == k,
+    // and no V rows are stored.
+    bool v_in_k = false;
 
     // Bytes of `elems` elements (whole blocks for Q8_0).
     TANDEM_HOST_DEVICE int64_t bytes_of(int64_t elems) const { return q8_0 ? elems / 32 * 34 : elems * 2; }
     TANDEM_HOST_DEVICE int64_t k_row_bytes() const { return bytes_of(k_dim); }
-    TANDEM_HOST_DEVICE int64_t v_row_bytes() const { return bytes_of(v_dim); }
+    // From one cell's V to the next (a K row with v_in_k).
+    TANDEM_HOST_DEVICE int64_t v_row_bytes() const { return v_in_k ? k_row_bytes() : bytes_of(v_dim); }
+    // The bytes of V a cell stores (0 with v_in_k).
+    TANDEM_HOST_DEVICE int64_t stored_v_row_bytes() const { return bytes_of(v_dim); }
 };
 
 // Stores the K and V rows of token t (t < n_tokens) into cell cells[t]

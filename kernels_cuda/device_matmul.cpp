@@ -41,10 +41,10 @@ DeviceMatmul::~DeviceMatmul() {
 }
 
 void DeviceMatmul::run(quant::Type type, const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols,
-                       const float* x, int64_t n_tokens, void* scratch, float* y, int64_t ldy) {
+                       const float* x, int64_t ldx, int64_t n_tokens, void* scratch, float* y, int64_t ldy) {
     if (n_rows <= 0 || n_tokens <= 0) return;
     if (single_order_ || !uses_cublas(type, n_rows, n_tokens)) {
-        const bool ok = kernels::launch_matmul(type, w, w_row_bytes, n_rows, n_cols, x, n_cols, n_tokens, scratch, y,
+        const bool ok = kernels::launch_matmul(type, w, w_row_bytes, n_rows, n_cols, x, ldx, n_tokens, scratch, y,
                                                ldy, single_order_, nullptr);
         if (!ok) throw Error(fmt::format("no CUDA matmul for type {}", quant::traits(type).name));
         TANDEM_CUDA_CHECK(cudaGetLastError());
@@ -60,9 +60,11 @@ void DeviceMatmul::run(quant::Type type, const void* w, uint64_t w_row_bytes, in
     quant::Type a_type = quant::Type::F32;
     matmul_activation_type(type, a_type);
     const float* xa = x;
+    int64_t lda = ldx;
     if (kBatchRoundTripsActivations && a_type != quant::Type::F32) {
         auto* out = static_cast<float*>(scratch);
-        if (!kernels::launch_act_roundtrip(type, x, n_cols, n_cols, n_tokens, out, nullptr)) {
+        lda = n_cols;
+        if (!kernels::launch_act_roundtrip(type, x, ldx, n_cols, n_tokens, out, nullptr)) {
             throw Error(fmt::format("no CUDA activation quantizer for type {}", quant::traits(type).name));
         }
         TANDEM_CUDA_CHECK(cudaGetLastError());
@@ -82,7 +84,7 @@ void DeviceMatmul::run(quant::Type type, const void* w, uint64_t w_row_bytes, in
         // y = tile^T x.
         check_cublas(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), static_cast<int>(n_tokens),
                                   static_cast<int>(n_cols), &one, tile, CUDA_R_32F, static_cast<int>(n_cols), xa,
-                                  CUDA_R_32F, static_cast<int>(n_cols), &zero, y + r0, CUDA_R_32F,
+                                  CUDA_R_32F, static_cast<int>(lda), &zero, y + r0, CUDA_R_32F,
                                   static_cast<int>(ldy), compute, CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx");
     }

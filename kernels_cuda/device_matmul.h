@@ -52,13 +52,13 @@ public:
     DeviceMatmul(const DeviceMatmul&) = delete;
     DeviceMatmul& operator=(const DeviceMatmul&) = delete;
 
-    // y[t * ldy + r] = sum_i w(r, i) x(t, i) for r < n_rows, t < n_tokens,
+    // y[t * ldy + r] = sum_i w(r, i) x[t * ldx + i] for r < n_rows, t < n_tokens,
     // on the legacy default stream. `scratch` holds the quantized
     // activations of the small-batch kernel, or the batch path's
     // activations read back as floats (kernels::matmul_scratch_bytes).
     // Throws Error for a type without a kernel or a failed launch.
     void run(quant::Type type, const void* w, uint64_t w_row_bytes, int64_t n_rows, int64_t n_cols, const float* x,
-             int64_t n_tokens, void* scratch, float* y, int64_t ldy);
+             int64_t ldx, int64_t n_tokens, void* scratch, float* y, int64_t ldy);
     // Every token in the single-row order (no batch forms, no cuBLAS): a
     // batch then gives each token the bits it gets alone.
     void set_single_token_order(bool on) { single_order_ = on; }

@@ -16,10 +16,11 @@ unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1)
 // One block per row: float squares summed in double, as the CPU does; the
 // order of the double sum differs, which cannot change the float mean in
 // all but freak cases.
-__global__ void rms_norm_kernel(const float* x, const float* __restrict__ w, float* y, int64_t n, float eps) {
+__global__ void rms_norm_kernel(const float* x, int64_t x_stride, const float* __restrict__ w, float* y,
+                                int64_t y_stride, int64_t n, float eps) {
     __shared__ double partial[kThreads];
-    const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
-    float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
+    const float* xr = x + static_cast<int64_t>(blockIdx.x) * x_stride;
+    float* yr = y + static_cast<int64_t>(blockIdx.x) * y_stride;
     double sum = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += kThreads) sum += static_cast<double>(xr[i] * xr[i]);
     partial[threadIdx.x] = sum;
@@ -97,10 +98,11 @@ __global__ void softcap_kernel(float* x, int64_t n, float cap) {
 
 }  // namespace
 
-void launch_rms_norm(const float* x, const float* w, float* y, int64_t n, int64_t n_rows, float eps, void* stream) {
+void launch_rms_norm(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n,
+                     int64_t n_rows, float eps, void* stream) {
     if (n_rows <= 0) return;
-    rms_norm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, w, y, n,
-                                                                                                       eps);
+    rms_norm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        x, x_stride, w, y, y_stride, n, eps);
 }
 
 void launch_rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t row_stride,

@@ -20,7 +20,7 @@ void run_expert_products(DeviceMatmul& mm, const ExpertCall& c, std::span<const 
             const int64_t count = p.offsets[static_cast<size_t>(e) + 1] - first;
             if (count == 0) continue;  // an expert nobody chose is not read
             const void* slice = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(e * w.rows) * w.row_bytes;
-            mm.run(w.type, slice, w.row_bytes, w.rows, c.n_cols, c.x_grouped + first * c.n_cols, count, c.scratch,
+            mm.run(w.type, slice, w.row_bytes, w.rows, c.n_cols, c.x_grouped + first * c.n_cols, c.n_cols, count, c.scratch,
                    c.y_grouped + first * w.rows, w.rows);
             // Before the route's weight, as ggml's add_id (cpu::add per row).
             if (w.bias) kernels::launch_add_rows(c.y_grouped + first * w.rows, w.bias + e * w.rows, w.rows, count, nullptr);

@@ -16,6 +16,7 @@
 #include "runtime/engine/session.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/gguf/gguf_writer.h"
+#include "runtime/model/device_layout.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/placement/placement.h"
 #include "tests/test_paths.h"
@@ -27,7 +28,7 @@ using tandem::testing::shared;
 
 const std::vector<std::string> kArchModels = {"synth-qwen2-Q8_0", "synth-qwen3-Q8_0",  "synth-qwen3moe-Q8_0",
                                               "synth-phi3-Q8_0",  "synth-gemma2-Q8_0", "synth-mixtral-Q8_0",
-                                              "synth-glm4moe-Q8_0", "synth-gpt-oss-Q8_0"};
+                                              "synth-glm4moe-Q8_0", "synth-gpt-oss-Q8_0", "synth-deepseek2-Q8_0"};
 
 struct Model {
     tandem::gguf::File file;
@@ -170,7 +171,7 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
 
 INSTANTIATE_TEST_SUITE_P(Shared, MoeSplit,
                          ::testing::Values("synth-qwen3moe-Q8_0", "synth-mixtral-Q8_0", "synth-glm4moe-Q8_0",
-                                           "synth-gpt-oss-Q8_0"),
+                                           "synth-gpt-oss-Q8_0", "synth-deepseek2-Q8_0"),
                          [](const auto& info) {
                              std::string n = info.param;
                              for (auto& ch : n) {
@@ -200,6 +201,35 @@ TEST(ArchHparams, GptOssYarnAndRouterAsLlamaCpp) {
     ASSERT_EQ(m.spec.layers.size(), 4u);
     EXPECT_EQ(hp.sliding_window, 8);
     for (size_t il = 0; il < 4; ++il) EXPECT_EQ(m.spec.layers[il].sliding_window, il % 2 == 0) << il;
+}
+
+// DeepSeek's latent attention and YaRN as llama.cpp's deepseek2 graph: the
+// cache row is the latent and the rotated part (128 + 32, one KV head),
+// V the latent; the file's log multiplier 0.1 is the config's 1, the
+// rotation's factor cancels YaRN's own 1 + 0.1 ln 40, and each Q.K is
+// scaled by (1 + 0.1 ln 40)^2 / sqrt(96).
+TEST(ArchHparams, DeepSeek2LatentAttentionAsLlamaCpp) {
+    const auto path = shared("models/synth-deepseek2-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const Model m = open_model(path);
+    const auto& hp = m.spec.hp;
+    EXPECT_TRUE(hp.mla());
+    EXPECT_EQ(hp.n_lora_q, 192);
+    EXPECT_EQ(hp.n_lora_kv, 128);
+    EXPECT_EQ(hp.k_dim(), 160);
+    EXPECT_EQ(hp.kv_v_dim(), 0);
+    EXPECT_EQ(hp.o_dim(), 4 * 64);
+    EXPECT_EQ(hp.rope_yarn_log_mul, 1.0);
+    const float mscale = 1.0f + 0.1f * std::log(40.0f);
+    EXPECT_FLOAT_EQ(static_cast<float>(hp.rope_attn_factor), 1.0f / mscale);
+    EXPECT_FLOAT_EQ(static_cast<float>(hp.attn_scale), mscale * mscale / std::sqrt(96.0f));
+    EXPECT_EQ(hp.n_layer_dense_lead, 1);
+    EXPECT_TRUE(hp.sigmoid_gating());
+    EXPECT_EQ(hp.n_expert_groups, 4);
+    // Its cache holds K alone: 160 fp16 a token and layer, where a
+    // decompressed one would hold 4 heads x (96 + 64).
+    EXPECT_EQ(tandem::model::kv_bytes_for_cells(m.spec, 256, 1, tandem::model::CacheType::F16),
+              tandem::model::kv_layout(160 * 2, 0, 256, 1).bytes);
 }
 
 // ---- files that break an architecture's rules --------------------------------
@@ -242,8 +272,10 @@ TEST(ArchErrors, EachBrokenRuleIsOneLineNamingItsKeyOrTensor) {
     const auto phi3 = shared("models/synth-phi3-Q8_0.gguf");
     const auto gemma2 = shared("models/synth-gemma2-Q8_0.gguf");
     const auto gpt_oss = shared("models/synth-gpt-oss-Q8_0.gguf");
+    const auto deepseek2 = shared("models/synth-deepseek2-Q8_0.gguf");
     TANDEM_REQUIRE_SHARED(gemma2);
     TANDEM_REQUIRE_SHARED(gpt_oss);
+    TANDEM_REQUIRE_SHARED(deepseek2);
     TANDEM_REQUIRE_SHARED(moe);
     TANDEM_REQUIRE_SHARED(mixtral);
     TANDEM_REQUIRE_SHARED(phi3);
@@ -314,6 +346,15 @@ TEST(ArchErrors, EachBrokenRuleIsOneLineNamingItsKeyOrTensor) {
         {"sinks of another length than the heads",
          edited_copy(gpt_oss, "sinks", [&](Keys&, Tensors& t) { tensor(t, "blk.3.attn_sinks.weight").shape = {4}; }),
          {"blk.3.attn_sinks.weight", "expected shape [8, 1]"}},
+        {"a deepseek2 file of the old conversion (attn_kv_b, no key_length_mla)",
+         edited_copy(deepseek2, "mla_old", [&](Keys& k, Tensors&) { drop_key(k, "deepseek2.attention.key_length_mla"); }),
+         {"deepseek2.attention.key_length_mla", "attn_kv_b", "convert it again"}},
+        {"a latent cache row that is not the latent and the rotated part",
+         edited_copy(deepseek2, "mla_k", [&](Keys& k, Tensors&) { set_key(k, "deepseek2.attention.key_length", tandem::gguf::Value::u32(192)); }),
+         {"deepseek2.attention.key_length", "[160, 160]", "found 192"}},
+        {"a per-head matrix of another head count",
+         edited_copy(deepseek2, "k_b", [&](Keys&, Tensors& t) { tensor(t, "blk.2.attn_k_b.weight").shape = {64, 128, 2}; }),
+         {"blk.2.attn_k_b.weight", "expected shape [64, 128, 4]"}},
         {"an expert bias without a row per expert",
          edited_copy(gpt_oss, "exp_bias", [&](Keys&, Tensors& t) { tensor(t, "blk.1.ffn_down_exps.bias").shape = {256}; }),
          {"blk.1.ffn_down_exps.bias", "expected shape [256, 4]"}},

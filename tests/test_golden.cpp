@@ -198,7 +198,7 @@ TEST_P(GoldenGreedyArchs, FollowsLlamaCppGreedyIds) {
 std::vector<GoldenCase> arch_greedy_cases() {
     std::vector<GoldenCase> cases;
     for (const char* m : {"synth-qwen2-Q8_0", "synth-qwen3-Q8_0", "synth-qwen3moe-Q8_0", "synth-phi3-Q8_0",
-                          "synth-gemma2-Q8_0", "synth-mixtral-Q8_0", "synth-gpt-oss-Q8_0"}) {
+                          "synth-gemma2-Q8_0", "synth-mixtral-Q8_0", "synth-gpt-oss-Q8_0", "synth-deepseek2-Q8_0"}) {
         for (const char* p : {"p1", "p2"}) cases.push_back({m, p});
     }
     return cases;

@@ -196,7 +196,7 @@ void CpuDevice::load_kv(int64_t il, const KvCells& cells) {
     // keep the reference (Q8_0's activation quantizer rounds otherwise).
     const quant::QuantizeRowFn write_row =
         type == quant::Type::F16 ? cpu::detail::activation_quantizer(type, impl_->level) : nullptr;
-    impl_->kv.try_emplace(il, type, cells, hp.k_dim(), hp.v_dim(), write_row);
+    impl_->kv.try_emplace(il, type, cells, hp.k_dim(), hp.kv_v_dim(), write_row);
 }
 
 void CpuDevice::allocate_workspace(bool with_logits) {
@@ -230,13 +230,19 @@ float* CpuDevice::host_act(Act a) {
     return v.empty() ? nullptr : v.data();
 }
 
-void CpuDevice::rms_norm(Act x, int64_t x_row0, const gguf::TensorInfo& w, Act y, int64_t len, int64_t rows,
-                         float eps) {
-    const float* in = impl_->buf(x) + x_row0 * len;
-    float* out = impl_->buf(y);
+void CpuDevice::rms_norm(Act x, RowView xv, const gguf::TensorInfo& w, Act y, RowView yv, int64_t rows, float eps) {
+    TANDEM_CHECK(xv.len == yv.len && (x != y || (xv.col0 == yv.col0 && xv.stride == yv.stride)),
+                 "rms_norm: rows of one length, in place only on the same rows");
+    const float* in = impl_->buf(x) + xv.col0;
+    float* out = impl_->buf(y) + yv.col0;
     const float* weight = impl_->vector(w);
+    const int64_t len = xv.len;
+    const bool packed = xv.stride == len && yv.stride == len;
     impl_->for_rows(rows, [&](int64_t b, int64_t e) {
-        cpu::rms_norm_rows(in + b * len, weight, out + b * len, len, e - b, eps, impl_->level);
+        if (packed) return cpu::rms_norm_rows(in + b * len, weight, out + b * len, len, e - b, eps, impl_->level);
+        for (int64_t r = b; r < e; ++r) {
+            cpu::rms_norm_rows(in + r * xv.stride, weight, out + r * yv.stride, len, 1, eps, impl_->level);
+        }
     });
 }
 
@@ -257,7 +263,7 @@ void CpuDevice::matmul(std::span<const MatmulOut> outs, Act in, int64_t n) {
                              impl_->order);
 }
 
-void CpuDevice::rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const int32_t> pos, const RopeOp& op) {
+void CpuDevice::rope(Act a, RowView v, int64_t n_heads, std::span<const int32_t> pos, const RopeOp& op) {
     cpu::RopeParams p;
     p.mode = op.neox ? cpu::RopeMode::Neox : cpu::RopeMode::Norm;
     p.n_rot = op.n_rot;
@@ -267,11 +273,15 @@ void CpuDevice::rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const i
     p.ext_factor = op.ext_factor;
     p.attn_factor = op.attn_factor;
     std::copy(std::begin(op.corr_dims), std::end(op.corr_dims), p.corr_dims);
-    const int64_t width = act_width(impl_->hp, a);
-    float* x = impl_->buf(a);
+    TANDEM_CHECK(op.n_rot <= v.len && v.len <= v.stride && v.col0 + v.len <= v.stride * n_heads,
+                 "rope: rotated dims outside the rows");
+    // Head h's row starts stride floats after head h - 1's: the kernel's
+    // heads of `stride` floats, from the first row's start.
+    const int64_t width = v.stride * n_heads;
+    float* x = impl_->buf(a) + v.col0;
     impl_->for_rows(static_cast<int64_t>(pos.size()), [&](int64_t b, int64_t e) {
         for (int64_t t = b; t < e; ++t) {
-            cpu::rope_heads(x + t * width, n_heads, head_dim, pos[static_cast<size_t>(t)], p, impl_->level);
+            cpu::rope_heads(x + t * width, n_heads, v.stride, pos[static_cast<size_t>(t)], p, impl_->level);
         }
     });
 }
@@ -282,9 +292,11 @@ void CpuDevice::attention(int64_t il, std::span<const int32_t> cells, std::span<
     const auto& hp = impl_->hp;
     const auto n = static_cast<int64_t>(pos.size());
     TANDEM_CHECK(cells.size() == pos.size() && seq.size() == pos.size(), "attention: a cell per token");
+    TANDEM_CHECK(op.v_in_k == (hp.kv_v_dim() == 0), "attention: V in K only with a cache that stores no V");
+    const float* v_rows = op.v_in_k ? nullptr : impl_->buf(Act::V);
     for (int64_t t = 0; t < n; ++t) {
         c.store_at(cells[static_cast<size_t>(t)], impl_->buf(Act::K) + t * hp.k_dim(),
-                   impl_->buf(Act::V) + t * hp.v_dim());
+                   v_rows ? v_rows + t * hp.v_dim() : nullptr);
     }
     cpu::AttentionShape shape;
     shape.n_head = op.n_head;
@@ -429,11 +441,44 @@ void CpuDevice::add_vector(Act a, const gguf::TensorInfo& b, int64_t len, int64_
     });
 }
 
-void CpuDevice::copy_cols(Act src, int64_t src_width, int64_t col0, Act dst, int64_t width, int64_t rows) {
-    const float* from = impl_->buf(src);
-    float* to = impl_->buf(dst);
-    for (int64_t t = 0; t < rows; ++t) {
-        std::memcpy(to + t * width, from + t * src_width + col0, static_cast<size_t>(width) * sizeof(float));
+void CpuDevice::copy_rows(Act src, RowView sv, Act dst, RowView dv, int64_t rows) {
+    TANDEM_CHECK(sv.len == dv.len, "copy_rows: rows of one length");
+    const float* from = impl_->buf(src) + sv.col0;
+    float* to = impl_->buf(dst) + dv.col0;
+    for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(to + r * dv.stride, from + r * sv.stride, static_cast<size_t>(sv.len) * sizeof(float));
+    }
+}
+
+// Head h's rows of all tokens are every n_heads-th row: one product per
+// head with the rows n_heads * stride apart; a decode step hands every
+// head's product to the threads at once.
+void CpuDevice::matmul_heads(const MatmulOut& o, Act in, RowView iv, RowView ov, int64_t n_heads, int64_t n) {
+    Impl& m = *impl_;
+    const cpu::WeightView& w = m.matrix(o.w);
+    TANDEM_CHECK(n_heads > 0 && w.n_rows % n_heads == 0 && w.n_rows / n_heads == ov.len && w.n_cols == iv.len,
+                 "matmul_heads: a weight of n_heads slices of the rows' lengths");
+    const float* x = m.buf(in) + iv.col0;
+    float* y = m.buf(o.out) + ov.col0;
+    std::vector<cpu::WeightView>& views = m.decode_views;
+    views.assign(static_cast<size_t>(n_heads), w);
+    for (int64_t h = 0; h < n_heads; ++h) {
+        views[static_cast<size_t>(h)].data =
+            static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(h * ov.len) * w.row_stride_bytes;
+        views[static_cast<size_t>(h)].n_rows = ov.len;
+    }
+    if (n == 1) {
+        std::vector<cpu::MatmulTarget>& targets = m.decode_targets;
+        targets.clear();
+        for (int64_t h = 0; h < n_heads; ++h) {
+            targets.push_back({&views[static_cast<size_t>(h)], y + h * ov.stride, x + h * iv.stride});
+        }
+        cpu::matmul_shared_input(targets, x, 1, m.pool, m.level, m.order);
+        return;
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+        cpu::matmul(views[static_cast<size_t>(h)], x + h * iv.stride, n_heads * iv.stride, n, y + h * ov.stride,
+                    n_heads * ov.stride, m.pool, m.level, m.order);
     }
 }
 

@@ -41,16 +41,17 @@ public:
     void read_act(Act a, float* host, int64_t n_floats) override;
     float* host_act(Act a) override;
 
-    void rms_norm(Act x, int64_t x_row0, const gguf::TensorInfo& w, Act y, int64_t len, int64_t rows,
+    void rms_norm(Act x, RowView xv, const gguf::TensorInfo& w, Act y, RowView yv, int64_t rows,
                   float eps) override;
     void matmul(std::span<const MatmulOut> outs, Act in, int64_t n) override;
-    void rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const int32_t> pos, const RopeOp& op) override;
+    void rope(Act a, RowView v, int64_t n_heads, std::span<const int32_t> pos, const RopeOp& op) override;
     void attention(int64_t il, std::span<const int32_t> cells, std::span<const int32_t> pos, std::span<const int32_t> seq,
                    const AttentionOp& op) override;
     void matmul_experts(std::span<const MatmulOut> outs, Act in, const ExpertOp& op, int64_t n) override;
     void moe_route(const MoeRouteOp& op, int64_t n) override;
     void add_vector(Act a, const gguf::TensorInfo& b, int64_t len, int64_t rows) override;
-    void copy_cols(Act src, int64_t src_width, int64_t col0, Act dst, int64_t width, int64_t rows) override;
+    void copy_rows(Act src, RowView sv, Act dst, RowView dv, int64_t rows) override;
+    void matmul_heads(const MatmulOut& o, Act in, RowView iv, RowView ov, int64_t n_heads, int64_t n) override;
     void glu(model::FfnActivation act, int64_t n_ff, int64_t n) override;
     void add(Act y, Act x, int64_t len, int64_t rows) override;
     void scale(Act a, int64_t n_floats, float s) override;

@@ -39,6 +39,7 @@ using model::Act;
 using model::act_name;
 using model::act_width;
 using model::kActCount;
+using model::RowView;
 
 // A tensor's values as floats, whatever the file stores (norm weights and
 // RoPE factors: small, read by every layer, kept as floats on each device).
@@ -94,6 +95,8 @@ struct AttentionOp {
     // One logit per query head that joins each softmax row's sum (gpt-oss),
     // a vector this device holds; null: none.
     const gguf::TensorInfo* sinks = nullptr;
+    // V is K's first head_dim_v floats (MLA): the cache stores K alone.
+    bool v_in_k = false;
 };
 
 // The router's choice from Router: softmax over the n_expert logits, or a
@@ -203,16 +206,16 @@ public:
     virtual float* host_act(Act /*a*/) { return nullptr; }
 
     // ---- ops (n: tokens in the micro-batch)
-    // y rows = RMSNorm(x rows from x_row0) * w; rows of len floats (a head
-    // when len is a head's size). y may be x.
-    virtual void rms_norm(Act x, int64_t x_row0, const gguf::TensorInfo& w, Act y, int64_t len, int64_t rows,
+    // y's rows = RMSNorm(x's rows) * w, `rows` rows (views of one len: a
+    // token's row, a head, a part of a row). y may be x, with the same view.
+    virtual void rms_norm(Act x, RowView xv, const gguf::TensorInfo& w, Act y, RowView yv, int64_t rows,
                           float eps) = 0;
     // Each out = in x its weight, for n tokens: products of one input in
     // one call (one quantization of the input on the CPU).
     virtual void matmul(std::span<const MatmulOut> outs, Act in, int64_t n) = 0;
-    // Rotates the n_heads heads of each row of a (head size head_dim) by
-    // the row's position.
-    virtual void rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const int32_t> pos, const RopeOp& op) = 0;
+    // Rotates each token's n_heads rows of a (v: row t * n_heads + h is
+    // token t's head h) by the token's position.
+    virtual void rope(Act a, RowView v, int64_t n_heads, std::span<const int32_t> pos, const RopeOp& op) = 0;
     // Stores K and V of each token in layer il's cell cells[t] (where the
     // session placed its position pos[t] of sequence seq[t]), then Attn =
     // attention of Q over the cells of the token's own sequence (causal,
@@ -228,8 +231,13 @@ public:
     virtual void moe_route(const MoeRouteOp& op, int64_t n) = 0;
     // a's rows (len floats) += the vector b (a bias).
     virtual void add_vector(Act a, const gguf::TensorInfo& b, int64_t len, int64_t rows) = 0;
-    // dst rows = columns [col0, col0 + width) of src rows of src_width floats.
-    virtual void copy_cols(Act src, int64_t src_width, int64_t col0, Act dst, int64_t width, int64_t rows) = 0;
+    // dst's rows = src's rows (views of one len), `rows` rows.
+    virtual void copy_rows(Act src, RowView sv, Act dst, RowView dv, int64_t rows) = 0;
+    // Per-head products (MLA's k_b and v_b): out's row t * n_heads + h =
+    // slice h of the 3-D weight (rows [h * r, (h + 1) * r), r = its rows /
+    // n_heads) x in's row t * n_heads + h, for n tokens. iv.len is the
+    // weight's row length, ov.len its r.
+    virtual void matmul_heads(const MatmulOut& o, Act in, RowView iv, RowView ov, int64_t n_heads, int64_t n) = 0;
     // Gate = act(Gate) * Up, row by row (n rows of n_ff).
     virtual void glu(model::FfnActivation act, int64_t n_ff, int64_t n) = 0;
     // y += x over rows of len floats.

@@ -41,7 +41,7 @@ void LayerExecutor::run(int64_t il, const Op& op, const RecipeBatch& b) {
     switch (op.kind) {
         case OpKind::Norm: norm(il, op, d, n); break;
         case OpKind::Route: dev.moe_route(route_op(L, op), n); break;
-        case OpKind::Split: dev.copy_cols(op.in, op.src_width, op.col0, op.out[0], op.len, n); break;
+        case OpKind::Split: dev.copy_rows(op.in, op.in_view(), op.out[0], op.out_view(), n * op.rows); break;
         case OpKind::AddBias: dev.add_vector(op.out[0], *L.get(op.weight[0]), op.len, n); break;
         case OpKind::Rope: rope(il, op, d, b); break;
         case OpKind::Attention: attention(il, op, d, b); break;
@@ -49,6 +49,7 @@ void LayerExecutor::run(int64_t il, const Op& op, const RecipeBatch& b) {
         case OpKind::Add: dev.add(op.out[0], op.in, op.len, n); break;
         case OpKind::Matmul:
         case OpKind::ExpertMatmul:
+        case OpKind::HeadMatmul:
         case OpKind::Count: TANDEM_CHECK(false, "the executor has no op " + std::string(model::op_name(op.kind)));
     }
     for (const Act a : op.outs()) where_.wrote(a, d);
@@ -70,12 +71,20 @@ MoeRouteOp LayerExecutor::route_op(const model::LayerSpec& L, const Op& op) cons
 
 void LayerExecutor::norm(int64_t il, const Op& op, int d, int64_t n) {
     const gguf::TensorInfo* w = spec_.layers[static_cast<size_t>(il)].get(op.weight[0]);
-    on(d).rms_norm(op.in, 0, *w, op.out[0], op.len, n * op.rows, static_cast<float>(hp_.rms_eps));
+    on(d).rms_norm(op.in, op.in_view(), *w, op.out[0], op.in_view(), n * op.rows, static_cast<float>(hp_.rms_eps));
 }
 
 // Products of one input grouped by device: one call per device.
 void LayerExecutor::matmul(int64_t il, const Op& op, const RecipeBatch& b) {
     const model::LayerSpec& L = spec_.layers[static_cast<size_t>(il)];
+    if (op.kind == OpKind::HeadMatmul) {
+        const gguf::TensorInfo* w = L.get(op.weight[0]);
+        const int d = placement_.of(w);
+        need(op.in, d, b.n);
+        on(d).matmul_heads(MatmulOut{w, op.out[0]}, op.in, op.in_view(), op.out_view(), op.rows, b.n);
+        where_.wrote(op.out[0], d);
+        return;
+    }
     const auto roles = op.weights();
     const auto outs = op.outs();
     for (int d = 0; d < static_cast<int>(devices_.size()); ++d) {
@@ -150,7 +159,7 @@ void LayerExecutor::rope(int64_t il, const Op& op, int d, const RecipeBatch& b) 
         cpu::rope_yarn_corr_dims(rope.n_rot, hp_.rope_n_ctx_orig, rope.freq_base, static_cast<float>(hp_.rope_beta_fast),
                                  static_cast<float>(hp_.rope_beta_slow), rope.corr_dims);
     }
-    on(d).rope(op.out[0], op.rows, op.len, b.pos, rope);
+    on(d).rope(op.out[0], op.in_view(), op.rows, b.pos, rope);
 }
 
 void LayerExecutor::attention(int64_t il, const Op& recipe_op, int d, const RecipeBatch& b) {
@@ -162,8 +171,11 @@ void LayerExecutor::attention(int64_t il, const Op& recipe_op, int d, const Reci
     op.head_dim_v = hp_.head_dim_v;
     op.window = spec_.layers.at(static_cast<size_t>(il)).sliding_window ? hp_.sliding_window : 0;
     op.softcap = static_cast<float>(hp_.attn_logit_softcap);
-    op.scale = 1.0f / std::sqrt(static_cast<float>(spec_.arch->query_scale_by_embd_per_head ? hp_.n_embd / hp_.n_head
-                                                                                           : hp_.head_dim_k));
+    op.v_in_k = recipe_op.v_in_k;
+    op.scale = hp_.attn_scale > 0.0
+                   ? static_cast<float>(hp_.attn_scale)
+                   : 1.0f / std::sqrt(static_cast<float>(spec_.arch->query_scale_by_embd_per_head ? hp_.n_embd / hp_.n_head
+                                                                                                 : hp_.head_dim_k));
     // Gemma scales Q before attention, as llama.cpp's graph (see arch.h).
     if (spec_.arch->scale_query_before_attention) {
         on(d).scale(Act::Q, b.n * hp_.q_dim(), op.scale);
@@ -178,7 +190,9 @@ void LayerExecutor::output(int64_t first, int64_t count, float* logits) {
     TANDEM_CHECK(norm != nullptr, "output norm without a weight");
     const int nd = placement_.of(norm);
     need(Act::X, nd, first + count);
-    on(nd).rms_norm(Act::X, first, *norm, Act::Cur, hp_.n_embd, count, static_cast<float>(hp_.rms_eps));
+    const int64_t E = hp_.n_embd;
+    on(nd).rms_norm(Act::X, {first * E, E, E}, *norm, Act::Cur, RowView::packed(E), count,
+                    static_cast<float>(hp_.rms_eps));
     where_.wrote(Act::Cur, nd);
     const int d = placement_.head;
     need(Act::Cur, d, count);

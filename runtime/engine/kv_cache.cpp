@@ -49,7 +49,7 @@ KvCells& LayerKvCache::own() {
 void LayerKvCache::store_at(int64_t cell, const float* k_row, const float* v_row) {
     TANDEM_CHECK(cell >= 0 && cell < cells_->n_cells(), "KV cache: cell out of range");
     write_row_(k_row, k_.data() + static_cast<uint64_t>(cell) * k_row_bytes_, k_dim_);
-    write_row_(v_row, v_.data() + static_cast<uint64_t>(cell) * v_row_bytes_, v_dim_);
+    if (v_dim_ > 0) write_row_(v_row, v_.data() + static_cast<uint64_t>(cell) * v_row_bytes_, v_dim_);
 }
 
 void LayerKvCache::store(int32_t pos, const float* k_row, const float* v_row) {
@@ -71,7 +71,7 @@ KvSeqRows LayerKvCache::read_rows(std::span<const int64_t> cells) const {
         r.pos.push_back(cells_->cell_pos()[c]);
         r.cell.push_back(static_cast<int32_t>(c));
         std::memcpy(r.k.data() + i * k_row_bytes_, k_.data() + c * k_row_bytes_, k_row_bytes_);
-        std::memcpy(r.v.data() + i * v_row_bytes_, v_.data() + c * v_row_bytes_, v_row_bytes_);
+        if (v_row_bytes_ > 0) std::memcpy(r.v.data() + i * v_row_bytes_, v_.data() + c * v_row_bytes_, v_row_bytes_);
     }
     return r;
 }
@@ -91,7 +91,7 @@ void LayerKvCache::write_rows(std::span<const int64_t> cells, const KvSeqRows& r
     for (size_t i = 0; i < cells.size(); ++i) {
         const auto c = static_cast<uint64_t>(cells[i]);
         std::memcpy(k_.data() + c * k_row_bytes_, rows.k.data() + i * k_row_bytes_, k_row_bytes_);
-        std::memcpy(v_.data() + c * v_row_bytes_, rows.v.data() + i * v_row_bytes_, v_row_bytes_);
+        if (v_row_bytes_ > 0) std::memcpy(v_.data() + c * v_row_bytes_, rows.v.data() + i * v_row_bytes_, v_row_bytes_);
     }
 }
 
@@ -106,9 +106,14 @@ cpu::KvCacheView LayerKvCache::make_view(const int32_t* cell_pos, int64_t begin,
     cpu::KvCacheView v;
     v.type = type_;
     v.k = k_.data() + static_cast<uint64_t>(begin) * k_row_bytes_;
-    v.v = v_.data() + static_cast<uint64_t>(begin) * v_row_bytes_;
     v.k_row_bytes = k_row_bytes_;
-    v.v_row_bytes = v_row_bytes_;
+    if (v_dim_ > 0) {
+        v.v = v_.data() + static_cast<uint64_t>(begin) * v_row_bytes_;
+        v.v_row_bytes = v_row_bytes_;
+    } else {  // V is each K row's first head_dim_v
+        v.v = v.k;
+        v.v_row_bytes = k_row_bytes_;
+    }
     v.n_cells = end - begin;
     v.cell_pos = cell_pos + begin;
     return v;

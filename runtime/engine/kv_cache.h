@@ -29,6 +29,8 @@ public:
     // (window + micro-batch): a sequence's cell ring_span or more positions
     // behind the one it stores may be reused.
     // n_regions: KvCells' parts, one per sequence (1: one shared pool).
+    // v_dim 0: the cache stores K alone and V is each K row's first
+    // head_dim_v floats (MLA's latent).
     // write_row: what turns a K or V row into the cache type's bytes; it
     // must give the type's reference bytes (a CPU device passes its SIMD
     // fp16 conversion, tested equal); null: the reference itself.

@@ -394,7 +394,7 @@ struct Session::Impl {
                                     name(cache_type_code()), name(st.cache_type)));
         }
         const quant::Type qt = model::cache_quant_type(opt.cache_type);
-        const uint64_t kb = *quant::row_bytes(qt, hp.k_dim()), vb = *quant::row_bytes(qt, hp.v_dim());
+        const uint64_t kb = *quant::row_bytes(qt, hp.k_dim()), vb = *quant::row_bytes(qt, hp.kv_v_dim());
         for (size_t il = 0; il < st.layers.size(); ++il) {
             const KvSeqRows& l = st.layers[il];
             if (l.k_row_bytes != kb || l.v_row_bytes != vb) {

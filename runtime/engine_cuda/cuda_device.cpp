@@ -109,7 +109,7 @@ public:
         select();
         auto cache = std::make_unique<CudaKvCache>(ledger_, uploads(), fmt::format("the KV cache of layer {}", il),
                                                    config_.cache_type == model::CacheType::Q8_0, hp_.k_dim(),
-                                                   hp_.v_dim(), cells, config_.n_ubatch);
+                                                   hp_.kv_v_dim(), cells, config_.n_ubatch);
         kv_bytes_ += cache->bytes();
         caches_.emplace(il, std::move(cache));
     }
@@ -144,7 +144,9 @@ public:
         // An expert's product has at most one row per token (a token
         // chooses an expert once), so ub rows cover it too.
         uint64_t scratch = 0;
-        for (const int64_t cols : {hp_.n_embd, hp_.out_dim(), hp_.n_ff, hp_.n_ff_exp}) {
+        for (const int64_t cols : {hp_.n_embd, hp_.out_dim(), hp_.o_dim(), hp_.n_ff, hp_.n_ff_exp, hp_.n_lora_q,
+                                   hp_.n_lora_kv, hp_.head_dim_k_mla - hp_.n_rot, model::max_matmul_input(hp_)}) {
+            if (cols <= 0) continue;
             for (const quant::Type t : weight_types_) {
                 scratch = std::max(scratch, kernels::matmul_scratch_bytes(t, cols, ub));
             }
@@ -185,11 +187,29 @@ public:
     }
 
     // ---- ops
-    void rms_norm(Act x, int64_t x_row0, const gguf::TensorInfo& w, Act y, int64_t len, int64_t rows,
+    void rms_norm(Act x, RowView xv, const gguf::TensorInfo& w, Act y, RowView yv, int64_t rows,
                   float eps) override {
         select();
-        kernels::launch_rms_norm(buf(x) + x_row0 * len, vector(w), buf(y), len, rows, eps, nullptr);
+        TANDEM_CHECK(xv.len == yv.len && (x != y || (xv.col0 == yv.col0 && xv.stride == yv.stride)),
+                     "rms_norm: rows of one length, in place only on the same rows");
+        kernels::launch_rms_norm(buf(x) + xv.col0, xv.stride, vector(w), buf(y) + yv.col0, yv.stride, xv.len, rows,
+                                 eps, nullptr);
         check_launch();
+    }
+
+    // One product per head: head h's rows of all tokens are every
+    // n_heads-th row, which the kernels take as rows ldx and ldy apart.
+    void matmul_heads(const MatmulOut& o, Act in, RowView iv, RowView ov, int64_t n_heads, int64_t n) override {
+        select();
+        const DeviceWeights& w = matrix(o.w);
+        TANDEM_CHECK(n_heads > 0 && w.n_rows % n_heads == 0 && w.n_rows / n_heads == ov.len && w.n_cols == iv.len,
+                     "matmul_heads: a weight of n_heads slices of the rows' lengths");
+        for (int64_t h = 0; h < n_heads; ++h) {
+            const void* slice = static_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(h * ov.len) * w.row_bytes;
+            device_matmul().run(w.type, slice, w.row_bytes, ov.len, w.n_cols, buf(in) + iv.col0 + h * iv.stride,
+                                n_heads * iv.stride, n, scratch_, buf(o.out) + ov.col0 + h * ov.stride,
+                                n_heads * ov.stride);
+        }
     }
 
     // One product per output; the kernel quantizes its input each time.
@@ -197,12 +217,14 @@ public:
         select();
         for (const MatmulOut& o : outs) {
             const DeviceWeights& w = matrix(o.w);
-            device_matmul().run(w.type, w.data, w.row_bytes, w.n_rows, w.n_cols, buf(in), n, scratch_, buf(o.out),
-                                w.n_rows);
+            device_matmul().run(w.type, w.data, w.row_bytes, w.n_rows, w.n_cols, buf(in), w.n_cols, n, scratch_,
+                                buf(o.out), w.n_rows);
         }
     }
 
-    void rope(Act a, int64_t n_heads, int64_t head_dim, std::span<const int32_t> pos, const RopeOp& op) override {
+    // Head h's row starts stride floats after head h - 1's: the kernel's
+    // heads of `stride` floats, from the first row's start.
+    void rope(Act a, RowView v, int64_t n_heads, std::span<const int32_t> pos, const RopeOp& op) override {
         select();
         const auto n = static_cast<int64_t>(pos.size());
         upload_positions(pos);
@@ -216,7 +238,9 @@ public:
         args.ext_factor = op.ext_factor;
         args.mscale = math::rope_mscale(op.attn_factor, op.ext_factor, op.freq_scale);
         std::copy(std::begin(op.corr_dims), std::end(op.corr_dims), args.corr_dims);
-        kernels::launch_rope(buf(a), n, n_heads, head_dim, act_width(hp_, a), pos_, args, nullptr);
+        TANDEM_CHECK(op.n_rot <= v.len && v.len <= v.stride && v.col0 + v.len <= v.stride * n_heads,
+                     "rope: rotated dims outside the rows");
+        kernels::launch_rope(buf(a) + v.col0, n, n_heads, v.stride, v.stride * n_heads, pos_, args, nullptr);
         check_launch();
     }
 
@@ -226,7 +250,8 @@ public:
         select();
         upload_positions(pos);
         // The matmul scratch is free between products: the split partials.
-        c.store_and_attend(buf(Act::K), buf(Act::V), buf(Act::Q), pos_, cells, pos, seq, op,
+        TANDEM_CHECK(op.v_in_k == (hp_.kv_v_dim() == 0), "attention: V in K only with a cache that stores no V");
+        c.store_and_attend(buf(Act::K), op.v_in_k ? nullptr : buf(Act::V), buf(Act::Q), pos_, cells, pos, seq, op,
                            op.sinks ? vector(*op.sinks) : nullptr, buf(Act::Attn), static_cast<float*>(scratch_),
                            scratch_floats_);
     }
@@ -324,10 +349,11 @@ public:
         check_launch();
     }
 
-    void copy_cols(Act src, int64_t src_width, int64_t col0, Act dst, int64_t width, int64_t rows) override {
+    void copy_rows(Act src, RowView sv, Act dst, RowView dv, int64_t rows) override {
         select();
-        TANDEM_CHECK(col0 >= 0 && width >= 0 && col0 + width <= src_width, "copy_cols: columns outside the rows");
-        kernels::launch_gather_rows(buf(src) + col0, src_width, nullptr, rows, width, buf(dst), width, nullptr);
+        TANDEM_CHECK(sv.len == dv.len && sv.col0 >= 0 && dv.col0 >= 0, "copy_rows: rows of one length");
+        kernels::launch_gather_rows(buf(src) + sv.col0, sv.stride, nullptr, rows, sv.len, buf(dst) + dv.col0,
+                                    dv.stride, nullptr);
         check_launch();
     }
 

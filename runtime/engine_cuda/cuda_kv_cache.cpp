@@ -19,16 +19,17 @@ CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std:
     kv_.q8_0 = q8_0;
     kv_.k_dim = k_dim;
     kv_.v_dim = v_dim;
+    kv_.v_in_k = v_dim == 0;
     kv_.n_cells = n_cells;
     // The planner's layout (model/device_layout.h): each array on a 256-byte
     // boundary, the allocation its bytes exactly.
     const model::KvLayout layout = model::kv_layout(static_cast<uint64_t>(kv_.k_row_bytes()),
-                                                    static_cast<uint64_t>(kv_.v_row_bytes()), n_cells, n_ubatch);
+                                                    static_cast<uint64_t>(kv_.stored_v_row_bytes()), n_cells, n_ubatch);
     bytes_ = layout.bytes;
     memory_ = std::make_unique<DeviceAlloc>(ledger, MemoryCategory::KvCache, bytes_, what);
     auto* base = static_cast<uint8_t*>(memory_->get());
     kv_.k = base + layout.k;
-    kv_.v = base + layout.v;
+    kv_.v = kv_.v_in_k ? kv_.k : base + layout.v;
     kv_.cell_pos = reinterpret_cast<int32_t*>(base + layout.cell_pos);
     token_cells_ = reinterpret_cast<int32_t*>(base + layout.token_cells);
     kernels::launch_kv_clear(kv_, nullptr);
@@ -88,7 +89,7 @@ void CudaKvCache::store_and_attend(const float* k, const float* v, const float* 
 
 KvSeqRows CudaKvCache::read_rows(std::span<const int64_t> cells) const {
     KvSeqRows r;
-    const auto kb = static_cast<size_t>(kv_.k_row_bytes()), vb = static_cast<size_t>(kv_.v_row_bytes());
+    const auto kb = static_cast<size_t>(kv_.k_row_bytes()), vb = static_cast<size_t>(kv_.stored_v_row_bytes());
     r.k_row_bytes = static_cast<uint32_t>(kb);
     r.v_row_bytes = static_cast<uint32_t>(vb);
     r.k.resize(cells.size() * kb);
@@ -100,7 +101,9 @@ KvSeqRows CudaKvCache::read_rows(std::span<const int64_t> cells) const {
         while (e < cells.size() && cells[e] == cells[e - 1] + 1) ++e;
         const auto c0 = static_cast<size_t>(cells[b]);
         TANDEM_CUDA_CHECK(cudaMemcpy(r.k.data() + b * kb, kv_.k + c0 * kb, (e - b) * kb, cudaMemcpyDeviceToHost));
-        TANDEM_CUDA_CHECK(cudaMemcpy(r.v.data() + b * vb, kv_.v + c0 * vb, (e - b) * vb, cudaMemcpyDeviceToHost));
+        if (vb > 0) {
+            TANDEM_CUDA_CHECK(cudaMemcpy(r.v.data() + b * vb, kv_.v + c0 * vb, (e - b) * vb, cudaMemcpyDeviceToHost));
+        }
         b = e;
     }
     for (const int64_t c : cells) {
@@ -111,7 +114,7 @@ KvSeqRows CudaKvCache::read_rows(std::span<const int64_t> cells) const {
 }
 
 void CudaKvCache::write_rows(std::span<const int64_t> cells, const KvSeqRows& rows) {
-    const auto kb = static_cast<size_t>(kv_.k_row_bytes()), vb = static_cast<size_t>(kv_.v_row_bytes());
+    const auto kb = static_cast<size_t>(kv_.k_row_bytes()), vb = static_cast<size_t>(kv_.stored_v_row_bytes());
     if (rows.k_row_bytes != kb || rows.v_row_bytes != vb) {
         throw Error(fmt::format("KV cache restore: rows of {} (K) and {} (V) bytes expected, found {} and {}", kb, vb,
                                 rows.k_row_bytes, rows.v_row_bytes));
@@ -123,7 +126,9 @@ void CudaKvCache::write_rows(std::span<const int64_t> cells, const KvSeqRows& ro
         while (e < cells.size() && cells[e] == cells[e - 1] + 1) ++e;
         const auto c0 = static_cast<size_t>(cells[b]);
         TANDEM_CUDA_CHECK(cudaMemcpy(kv_.k + c0 * kb, rows.k.data() + b * kb, (e - b) * kb, cudaMemcpyHostToDevice));
-        TANDEM_CUDA_CHECK(cudaMemcpy(kv_.v + c0 * vb, rows.v.data() + b * vb, (e - b) * vb, cudaMemcpyHostToDevice));
+        if (vb > 0) {
+            TANDEM_CUDA_CHECK(cudaMemcpy(kv_.v + c0 * vb, rows.v.data() + b * vb, (e - b) * vb, cudaMemcpyHostToDevice));
+        }
         b = e;
     }
 }

@@ -28,6 +28,7 @@ public:
     // `what`. Token cells and cell positions go up through `uploads` (which
     // must outlive the cache). What the cells forget needs no call here:
     // attention uploads the positions that changed since it last looked.
+    // v_dim 0: V is each K row's first head_dim_v (MLA), none stored.
     CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, bool q8_0,
                 int64_t k_dim, int64_t v_dim, const KvCells& cells, int64_t n_ubatch);
 

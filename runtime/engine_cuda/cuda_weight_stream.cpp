@@ -64,7 +64,8 @@ void CudaWeightStream::multiply(int slot, const gguf::TensorInfo& t, const float
     TANDEM_CUDA_CHECK(cudaSetDevice(device_));
     const int64_t cols = t.row_length(), rows = t.n_rows();
     TANDEM_CUDA_CHECK(cudaMemcpy(x_, x, static_cast<size_t>(n_tokens * cols) * sizeof(float), cudaMemcpyHostToDevice));
-    matmul_.run(t.type, slots_[slot], *quant::row_bytes(t.type, cols), rows, cols, x_, n_tokens, scratch_, y_, rows);
+    matmul_.run(t.type, slots_[slot], *quant::row_bytes(t.type, cols), rows, cols, x_, cols, n_tokens, scratch_, y_,
+                rows);
     TANDEM_CUDA_CHECK(cudaMemcpy(y, y_, static_cast<size_t>(n_tokens * rows) * sizeof(float), cudaMemcpyDeviceToHost));
 }
 

@@ -32,6 +32,19 @@ enum class LayerTensor : int {
     AttnQ,
     AttnK,
     AttnV,
+    // Multi-head latent attention (DeepSeek-V2/V3): Q through a low-rank
+    // bottleneck (q_a, its norm, q_b: each head [nope | rope]); one product
+    // kv_a_mqa gives the shared latent (normed by kv_a_norm) and the rotated
+    // key part; k_b and v_b are per-head 3-D matrices that take a head's
+    // nope query into the latent and the latent back out of it (absorbed
+    // attention: the cache holds the latent alone).
+    AttnQA,
+    AttnQANorm,
+    AttnQB,
+    AttnKvAMqa,
+    AttnKvANorm,
+    AttnKB,
+    AttnVB,
     AttnQBias,     // added to Q, K and V after their products (Qwen2)
     AttnKBias,
     AttnVBias,
@@ -103,7 +116,7 @@ enum class Dim : uint8_t {
     QDim,      // n_head * head_dim_k
     KDim,      // n_head_kv * head_dim_k
     VDim,      // n_head_kv * head_dim_v
-    OutDim,    // n_head * head_dim_v (input of attn_output)
+    OutDim,    // attn_output's input: n_head * head_dim_v (MLA: n_head * head_dim_v_mla)
     NHead,     // n_head
     HeadDimK,  // head_dim_k
     FF,        // n_ff
@@ -114,13 +127,18 @@ enum class Dim : uint8_t {
     FFShexp,   // n_ff_exp * n_expert_shared: the shared experts' hidden size
     Vocab,     // n_vocab
     RopeHalf,  // n_rot / 2
+    QLora,     // n_lora_q (MLA)
+    KvLora,    // n_lora_kv (MLA)
+    QMla,      // n_head * head_dim_k_mla: q_b's output, each head [nope | rope]
+    KNope,     // head_dim_k_mla - n_rot: a head's query part without RoPE
+    VMla,      // head_dim_v_mla: a head's value out of the latent
 };
 
 struct TensorRule {
     std::string_view suffix;  // "attn_q" -> "blk.N.attn_q.weight"
     Dim ne0;
     Dim ne1;                  // Dim::One for vectors
-    Dim ne2 = Dim::One;       // the experts of a 3-D expert tensor
+    Dim ne2 = Dim::One;       // the experts of a 3-D expert tensor, or the heads of a per-head one (MLA)
     bool bias = false;        // "blk.N.attn_q.bias"
 };
 
@@ -167,6 +185,12 @@ struct ArchSpec {
     // 3 the largest logits chosen and weighted by a softmax over those
     // alone (gpt-oss). 0: softmax.
     int default_expert_gating = 0;
+    // Multi-head latent attention (the MLA roles above, its hparams
+    // required), with DeepSeek's YaRN: the file's yarn_log_multiplier is a
+    // tenth of the config's mscale_all_dim, and each Q.K is scaled by
+    // mscale^2 / sqrt(head_dim_k_mla), mscale = 1 + 0.1 m ln(factor), as
+    // llama.cpp's deepseek2 graph does.
+    bool mla = false;
     std::array<Presence, kLayerTensorCount> layer{};
     //                                            embd, output_norm, output, rope_freqs
     std::array<Presence, kGlobalTensorCount> global{Presence::Required, Presence::Required, Presence::Optional,

@@ -17,6 +17,13 @@ constexpr std::array<TensorRule, kLayerTensorCount> kLayerRules = {{
     {"attn_q", Dim::Embd, Dim::QDim},
     {"attn_k", Dim::Embd, Dim::KDim},
     {"attn_v", Dim::Embd, Dim::VDim},
+    {"attn_q_a", Dim::Embd, Dim::QLora},
+    {"attn_q_a_norm", Dim::QLora, Dim::One},
+    {"attn_q_b", Dim::QLora, Dim::QMla},
+    {"attn_kv_a_mqa", Dim::Embd, Dim::KDim},
+    {"attn_kv_a_norm", Dim::KvLora, Dim::One},
+    {"attn_k_b", Dim::KNope, Dim::KvLora, Dim::NHead},
+    {"attn_v_b", Dim::KvLora, Dim::VMla, Dim::NHead},
     {"attn_q", Dim::QDim, Dim::One, Dim::One, true},
     {"attn_k", Dim::KDim, Dim::One, Dim::One, true},
     {"attn_v", Dim::VDim, Dim::One, Dim::One, true},
@@ -188,6 +195,23 @@ constexpr std::array kArchs = {
                         has({{L::AttnQBias, R}, {L::AttnKBias, R}, {L::AttnVBias, R}, {L::AttnOutputBias, R},
                              {L::AttnSinks, R}, {L::FfnGateInpBias, R}, {L::FfnGateExpsBias, R},
                              {L::FfnUpExpsBias, R}, {L::FfnDownExpsBias, R}})}),
+    },
+    // DeepSeek-V2/V3 (and Kimi-K2): multi-head latent attention with a
+    // latent-only cache (arch.h), NORM RoPE YaRN-scaled as DeepSeek's; the
+    // leading dense layers a SwiGLU FFN, the rest experts (the file says
+    // the gating, its bias, the groups, the normalization and the scale)
+    // plus shared experts. Files converted before the split k_b/v_b
+    // (attn_kv_b) are refused by the keys check (hparams).
+    ArchSpec{
+        .name = "deepseek2",
+        .mla = true,
+        .layer = has({{L::AttnNorm, R}, {L::AttnQA, R}, {L::AttnQANorm, R}, {L::AttnQB, R}, {L::AttnKvAMqa, R},
+                      {L::AttnKvANorm, R}, {L::AttnKB, R}, {L::AttnVB, R}, {L::AttnOutput, R}, {L::FfnNorm, R},
+                      {L::FfnGate, Presence::Dense}, {L::FfnUp, Presence::Dense}, {L::FfnDown, Presence::Dense},
+                      {L::FfnGateInp, Presence::Expert}, {L::FfnGateExps, Presence::Expert},
+                      {L::FfnUpExps, Presence::Expert}, {L::FfnDownExps, Presence::Expert}, {L::FfnExpProbsB, O},
+                      {L::FfnGateShexp, Presence::Expert}, {L::FfnUpShexp, Presence::Expert},
+                      {L::FfnDownShexp, Presence::Expert}}),
     },
     // Phi-3: Q, K and V fused in attn_qkv, gate and up fused in ffn_up,
     // NEOX RoPE, Q scaled before attention.

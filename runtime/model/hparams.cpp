@@ -46,6 +46,10 @@ constexpr std::array kIntKeys = {
     IntKey{"rope.scaling.original_context_length", &HParams::rope_n_ctx_orig, false},
     IntKey{"expert_group_count", &HParams::n_expert_groups, false},
     IntKey{"expert_group_used_count", &HParams::n_expert_groups_used, false},
+    IntKey{"attention.q_lora_rank", &HParams::n_lora_q, false},
+    IntKey{"attention.kv_lora_rank", &HParams::n_lora_kv, false},
+    IntKey{"attention.key_length_mla", &HParams::head_dim_k_mla, false},
+    IntKey{"attention.value_length_mla", &HParams::head_dim_v_mla, false},
 };
 
 constexpr std::array kFloatKeys = {
@@ -71,12 +75,17 @@ void require_range(const std::string& key, int64_t v, int64_t lo, int64_t hi) {
 // (llama.cpp PR 17945), times the file's rope.scaling.attn_factor. With a
 // yarn_log_multiplier m, the factor is mscale(1) / mscale(m) before that
 // cancelling. All in float, as llama.cpp computes it.
-void read_yarn(const gguf::File& file, const std::string& prefix, HParams& hp) {
+//
+// DeepSeek (ArchSpec::mla): the file's multiplier is a tenth of the
+// config's mscale_all_dim, which llama.cpp restores, and a multiplier other
+// than 1 is also the config's mscale (DeepSeek-V2).
+void read_yarn(const gguf::File& file, const std::string& prefix, const ArchSpec& arch, HParams& hp) {
     const auto f = [&](const char* key, double fallback) {
         return static_cast<float>(file.find_float(prefix + key).value_or(fallback));
     };
     const float ext = f("rope.scaling.yarn_ext_factor", 1.0);
-    const float log_mul = f("rope.scaling.yarn_log_multiplier", 0.0);
+    float log_mul = f("rope.scaling.yarn_log_multiplier", 0.0);
+    if (arch.mla) log_mul /= 0.1f;
     const float file_attn = f("rope.scaling.attn_factor", 1.0);
     if (!(ext >= 0.0f && ext <= 1.0f) || !(log_mul >= 0.0f && log_mul < 100.0f) ||
         !(file_attn > 0.0f && file_attn < 100.0f)) {
@@ -88,11 +97,40 @@ void read_yarn(const gguf::File& file, const std::string& prefix, HParams& hp) {
     const auto mscale = [&](float m) { return factor <= 1.0f ? 1.0f : 0.1f * m * std::log(factor) + 1.0f; };
     float attn = 1.0f;
     if (ext != 0.0f) {
-        attn = log_mul != 0.0f ? mscale(1.0f) / mscale(log_mul) : mscale(1.0f);
+        const float m = arch.mla && log_mul != 1.0f ? log_mul : 1.0f;
+        attn = log_mul != 0.0f ? mscale(m) / mscale(log_mul) : mscale(1.0f);
         attn *= 1.0f / (1.0f + 0.1f * std::log(factor));
     }
     hp.rope_ext_factor = ext;
     hp.rope_attn_factor = attn * file_attn;
+    hp.rope_yarn_log_mul = log_mul;
+}
+
+// MLA's hyperparameters: the latent-only cache's K and V sizes (one KV
+// head), checked against the per-head sizes, and DeepSeek's Q.K scale
+// (llama.cpp's deepseek2 graph: the attention factor with YaRN's own
+// adjustment put back, times 1 + 0.1 m ln(factor), squared).
+void read_mla(const std::string& prefix, HParams& hp) {
+    if (hp.head_dim_k_mla == 0 || hp.n_lora_kv == 0) {
+        throw Error(fmt::format("model: {}attention.key_length_mla and kv_lora_rank are missing: a deepseek2 file "
+                                "converted before llama.cpp split attn_kv_b into attn_k_b and attn_v_b (not "
+                                "supported; convert it again with a current llama.cpp)",
+                                prefix));
+    }
+    require_range(prefix + "attention.kv_lora_rank", hp.n_lora_kv, 1, 4096);
+    require_range(prefix + "attention.q_lora_rank", hp.n_lora_q, 1, kMaxDim);
+    require_range(prefix + "rope.dimension_count", hp.n_rot, 2, 4096);
+    require_range(prefix + "attention.key_length_mla", hp.head_dim_k_mla, hp.n_rot + 1, 4096);
+    if (hp.head_dim_v_mla == 0) hp.head_dim_v_mla = hp.head_dim_k_mla;
+    require_range(prefix + "attention.value_length_mla", hp.head_dim_v_mla, 1, 4096);
+    require_range(prefix + "attention.head_count_kv", hp.n_head_kv, 1, 1);
+    require_range(prefix + "attention.key_length", hp.head_dim_k, hp.n_lora_kv + hp.n_rot, hp.n_lora_kv + hp.n_rot);
+    require_range(prefix + "attention.value_length", hp.head_dim_v, hp.n_lora_kv, hp.n_lora_kv);
+    const float factor = 1.0f / static_cast<float>(hp.rope_freq_scale);
+    const float attn_org = static_cast<float>(hp.rope_attn_factor) * (1.0f + 0.1f * std::log(factor));
+    const float mscale =
+        attn_org * (1.0f + 0.1f * static_cast<float>(hp.rope_yarn_log_mul) * std::log(factor));
+    hp.attn_scale = mscale * mscale / std::sqrt(static_cast<float>(hp.head_dim_k_mla));
 }
 
 }  // namespace
@@ -104,7 +142,7 @@ int64_t dim_value(const HParams& hp, Dim d) {
         case Dim::QDim: return hp.q_dim();
         case Dim::KDim: return hp.k_dim();
         case Dim::VDim: return hp.v_dim();
-        case Dim::OutDim: return hp.out_dim();
+        case Dim::OutDim: return hp.o_dim();
         case Dim::NHead: return hp.n_head;
         case Dim::HeadDimK: return hp.head_dim_k;
         case Dim::FF: return hp.n_ff;
@@ -115,6 +153,11 @@ int64_t dim_value(const HParams& hp, Dim d) {
         case Dim::FFShexp: return hp.n_ff_shexp();
         case Dim::Vocab: return hp.n_vocab;
         case Dim::RopeHalf: return hp.n_rot / 2;
+        case Dim::QLora: return hp.n_lora_q;
+        case Dim::KvLora: return hp.n_lora_kv;
+        case Dim::QMla: return hp.q_mla_dim();
+        case Dim::KNope: return hp.head_dim_k_mla - hp.n_rot;
+        case Dim::VMla: return hp.head_dim_v_mla;
     }
     return 0;
 }
@@ -153,7 +196,7 @@ HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
                                         prefix, *type, prefix));
             }
             hp.rope_freq_scale = 1.0 / *factor;
-            if (*type == "yarn") read_yarn(file, prefix, hp);
+            if (*type == "yarn") read_yarn(file, prefix, arch, hp);
         } else if (*type != "none") {
             throw Error(fmt::format("model: {}rope.scaling.type: expected none, linear or yarn, found {} (not "
                                     "supported)",
@@ -228,6 +271,11 @@ HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
     if (hp.n_rot % 2 != 0) {
         throw Error(fmt::format("model: {}rope.dimension_count must be even (RoPE rotates pairs), found {}", prefix,
                                 hp.n_rot));
+    }
+    if (arch.mla) {
+        read_mla(prefix, hp);
+    } else {
+        hp.n_lora_q = hp.n_lora_kv = hp.head_dim_k_mla = hp.head_dim_v_mla = 0;
     }
     require_range(prefix + "context_length", hp.n_ctx_train, 1, kMaxDim);
     require_range(prefix + "rope.scaling.original_context_length", hp.rope_n_ctx_orig, 1, kMaxDim);

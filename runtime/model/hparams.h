@@ -69,6 +69,20 @@ struct HParams {
     int64_t n_expert_groups_used = 0;
     bool expert_weights_norm = true;
     double expert_weights_scale = 1.0;
+    // Multi-head latent attention (ArchSpec::mla): Q through a rank
+    // n_lora_q bottleneck; keys and values from a shared latent of
+    // n_lora_kv floats a token plus n_rot rotated ones, all the cache holds:
+    // K = [latent | rope] (one KV head, head_dim_k = n_lora_kv + n_rot) and
+    // V = the latent, K's first head_dim_v = n_lora_kv floats.
+    // head_dim_k_mla and head_dim_v_mla are a head's sizes before the
+    // absorption ([nope | rope] and the value out of the latent).
+    int64_t n_lora_q = 0;
+    int64_t n_lora_kv = 0;
+    int64_t head_dim_k_mla = 0;
+    int64_t head_dim_v_mla = 0;
+    double rope_yarn_log_mul = 0.0;  // YaRN's mscale_all_dim (rope.scaling.yarn_log_multiplier, as llama.cpp reads it)
+    // Each Q.K's scale; 0: 1 / sqrt(head_dim_k) (MLA: DeepSeek's, see ArchSpec::mla).
+    double attn_scale = 0.0;
     // Widest fused product (Q|K|V or gate|up) the architecture has; 0: none.
     // Set by load_model_spec, which knows the tensors.
     int64_t fused_width = 0;
@@ -76,7 +90,13 @@ struct HParams {
     int64_t q_dim() const { return n_head * head_dim_k; }
     int64_t k_dim() const { return n_head_kv * head_dim_k; }
     int64_t v_dim() const { return n_head_kv * head_dim_v; }
-    int64_t out_dim() const { return n_head * head_dim_v; }
+    int64_t out_dim() const { return n_head * head_dim_v; }  // attention's output
+    bool mla() const { return n_lora_kv > 0; }
+    // attn_output's input: attention's output, or with MLA each head's value out of the latent.
+    int64_t o_dim() const { return mla() ? n_head * head_dim_v_mla : out_dim(); }
+    // V floats a cache row stores: none with MLA (V is K's first head_dim_v).
+    int64_t kv_v_dim() const { return mla() ? 0 : v_dim(); }
+    int64_t q_mla_dim() const { return n_head * head_dim_k_mla; }  // q_b's output
     int64_t gqa_ratio() const { return n_head / n_head_kv; }
     int64_t qkv_dim() const { return q_dim() + k_dim() + v_dim(); }
     // The FFN's hidden activations of one token, the widest any layer

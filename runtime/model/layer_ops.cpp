@@ -20,12 +20,13 @@ public:
 
     bool has(T t) const { return L_.get(t) != nullptr; }
 
-    // y = RMSNorm(x) * w over `rows` rows of len per token.
-    void norm(T w, Act x, Act y, int64_t len, int64_t rows = 1) {
+    // y = RMSNorm(x) * w over `rows` rows of len per token (stride apart; 0: packed).
+    void norm(T w, Act x, Act y, int64_t len, int64_t rows = 1, int64_t stride = 0) {
         LayerOp op = make(OpKind::Norm, x, {y}, w);
         op.weight[0] = w;
         op.len = len;
         op.rows = rows;
+        op.stride = stride;
         push(op);
     }
     void norm_if(T w, Act x, Act y, int64_t len, int64_t rows = 1) {
@@ -58,13 +59,34 @@ public:
         for (const auto& part : parts) width += part.second;
         int64_t col = 0;
         for (const auto& [a, w] : parts) {
-            LayerOp op = make(OpKind::Split, fused, {a}, writer(fused));
-            op.len = w;
-            op.col0 = col;
-            op.src_width = width;
-            push(op);
+            copy(fused, {col, width, w}, a, RowView::packed(w), 1);
             col += w;
         }
+    }
+    // out's rows = in's rows, `rows` of each token.
+    void copy(Act in, RowView from, Act out, RowView to, int64_t rows) {
+        TANDEM_CHECK(from.len == to.len, "recipe: a copy between rows of one length");
+        LayerOp op = make(OpKind::Split, in, {out}, writer(in));
+        op.len = from.len;
+        op.rows = rows;
+        op.col0 = from.col0;
+        op.stride = from.stride;
+        op.out_col0 = to.col0;
+        op.out_stride = to.stride;
+        push(op);
+    }
+    // out's row h = slice h of w x in's row h, for each token's `rows` rows.
+    void matmul_heads(T w, Act in, RowView from, Act out, RowView to, int64_t rows) {
+        LayerOp op = make(OpKind::HeadMatmul, in, {out}, w);
+        op.weight[0] = w;
+        op.len = from.len;
+        op.rows = rows;
+        op.col0 = from.col0;
+        op.stride = from.stride;
+        op.out_col0 = to.col0;
+        op.out_stride = to.stride;
+        op.out_len = to.len;
+        push(op);
     }
     void add_bias_if(T b, Act a) {
         if (!has(b)) return;
@@ -73,11 +95,18 @@ public:
         op.len = act_width(hp_, a);
         push(op);
     }
-    void rope(Act a, int64_t heads) { push(row_op(OpKind::Rope, a, a, hp_.head_dim_k, heads)); }
+    // Each token's `heads` rows of len (at col0, stride apart; 0: packed).
+    void rope(Act a, int64_t heads, int64_t len, int64_t col0 = 0, int64_t stride = 0) {
+        LayerOp op = row_op(OpKind::Rope, a, a, len, heads);
+        op.col0 = col0;
+        op.stride = stride;
+        push(op);
+    }
     // With the layer's sinks, when it has them.
-    void attention() {
+    void attention(bool v_in_k = false) {
         LayerOp op = make(OpKind::Attention, Act::Q, {Act::Attn}, kWithCache);
         if (has(T::AttnSinks)) op.weight[0] = T::AttnSinks;
+        op.v_in_k = v_in_k;
         push(op);
     }
     // Where its bias is (the choice needs it), else with the gate experts.
@@ -150,21 +179,42 @@ std::vector<LayerOp> layer_ops(const ModelSpec& spec, int64_t il) {
 
     // Attention block: x += post_norm(o(attention(rope(q, k), v)))
     r.norm(T::AttnNorm, Act::X, Act::Cur, E);
-    if (r.has(T::AttnQkv)) {
-        r.matmul({T::AttnQkv}, {Act::Fused}, Act::Cur);
-        r.split(Act::Fused, {{Act::Q, hp.q_dim()}, {Act::K, hp.k_dim()}, {Act::V, hp.v_dim()}});
+    if (hp.mla()) {
+        // Multi-head latent attention, absorbed (llama.cpp's deepseek2
+        // graph): the cache row K = [norm(latent) | rope(k_pe)] meets each
+        // head's query [k_b x q_nope | rope(q_pe)] as one KV head; V is the
+        // latent, and v_b takes each head's output out of it.
+        const int64_t rank = hp.n_lora_kv, rot = hp.n_rot, kh = hp.head_dim_k_mla, nope = kh - rot;
+        const int64_t kd = hp.head_dim_k;  // rank + rot
+        r.matmul({T::AttnQA, T::AttnKvAMqa}, {Act::QA, Act::K}, Act::Cur);
+        r.norm(T::AttnQANorm, Act::QA, Act::QA, hp.n_lora_q);
+        r.matmul({T::AttnQB}, {Act::QB}, Act::QA);
+        r.norm(T::AttnKvANorm, Act::K, Act::K, rank, 1, kd);
+        r.rope(Act::K, 1, rot, rank, kd);
+        r.rope(Act::QB, hp.n_head, rot, nope, kh);
+        r.matmul_heads(T::AttnKB, Act::QB, {0, kh, nope}, Act::Q, {0, kd, rank}, hp.n_head);
+        r.copy(Act::QB, {nope, kh, rot}, Act::Q, {rank, kd, rot}, hp.n_head);
+        r.attention(true);
+        r.matmul_heads(T::AttnVB, Act::Attn, RowView::packed(rank), Act::QB, RowView::packed(hp.head_dim_v_mla),
+                       hp.n_head);
+        r.matmul({T::AttnOutput}, {Act::Cur}, Act::QB);
     } else {
-        r.matmul({T::AttnQ, T::AttnK, T::AttnV}, {Act::Q, Act::K, Act::V}, Act::Cur);
+        if (r.has(T::AttnQkv)) {
+            r.matmul({T::AttnQkv}, {Act::Fused}, Act::Cur);
+            r.split(Act::Fused, {{Act::Q, hp.q_dim()}, {Act::K, hp.k_dim()}, {Act::V, hp.v_dim()}});
+        } else {
+            r.matmul({T::AttnQ, T::AttnK, T::AttnV}, {Act::Q, Act::K, Act::V}, Act::Cur);
+        }
+        r.add_bias_if(T::AttnQBias, Act::Q);
+        r.add_bias_if(T::AttnKBias, Act::K);
+        r.add_bias_if(T::AttnVBias, Act::V);
+        r.norm_if(T::AttnQNorm, Act::Q, Act::Q, hp.head_dim_k, hp.n_head);
+        r.norm_if(T::AttnKNorm, Act::K, Act::K, hp.head_dim_k, hp.n_head_kv);
+        r.rope(Act::Q, hp.n_head, hp.head_dim_k);
+        r.rope(Act::K, hp.n_head_kv, hp.head_dim_k);
+        r.attention();
+        r.matmul({T::AttnOutput}, {Act::Cur}, Act::Attn);
     }
-    r.add_bias_if(T::AttnQBias, Act::Q);
-    r.add_bias_if(T::AttnKBias, Act::K);
-    r.add_bias_if(T::AttnVBias, Act::V);
-    r.norm_if(T::AttnQNorm, Act::Q, Act::Q, hp.head_dim_k, hp.n_head);
-    r.norm_if(T::AttnKNorm, Act::K, Act::K, hp.head_dim_k, hp.n_head_kv);
-    r.rope(Act::Q, hp.n_head);
-    r.rope(Act::K, hp.n_head_kv);
-    r.attention();
-    r.matmul({T::AttnOutput}, {Act::Cur}, Act::Attn);
     r.add_bias_if(T::AttnOutputBias, Act::Cur);
     r.norm_if(T::AttnPostNorm, Act::Cur, Act::Cur, E);
     r.add(Act::X, Act::Cur);
@@ -209,8 +259,9 @@ std::vector<LayerOp> layer_ops(const ModelSpec& spec, int64_t il) {
 
 // ---- the records ------------------------------------------------------------
 std::string_view op_name(OpKind k) {
-    static constexpr std::string_view names[] = {"norm", "matmul", "expert_matmul", "route", "split", "add_bias",
-                                                 "rope", "attention", "glu", "add"};
+    static constexpr std::string_view names[] = {"norm",     "matmul", "expert_matmul", "head_matmul",
+                                                 "route",    "split",  "add_bias",      "rope",
+                                                 "attention", "glu",   "add"};
     static_assert(std::size(names) == static_cast<size_t>(OpKind::Count));
     return names[static_cast<size_t>(k)];
 }
@@ -219,7 +270,10 @@ std::span<const Act> LayerOp::inputs(std::array<Act, 3>& room) const {
     size_t n = 0;
     switch (kind) {
         case OpKind::ExpertMatmul: room = {in, Act::Route}; n = 2; break;  // a token's row holds all its slots
-        case OpKind::Attention: room = {Act::Q, Act::K, Act::V}; n = 3; break;
+        case OpKind::Attention:
+            room = {Act::Q, Act::K, Act::V};
+            n = v_in_k ? 2 : 3;
+            break;
         case OpKind::Glu: room = {Act::Gate, Act::Up}; n = 2; break;
         case OpKind::Add: room = {out[0], in}; n = 2; break;
         case OpKind::AddBias:
@@ -231,8 +285,8 @@ std::span<const Act> LayerOp::inputs(std::array<Act, 3>& room) const {
 
 // ---- buffers -------------------------------------------------------------------
 std::string_view act_name(Act a) {
-    static constexpr std::string_view names[] = {"x",     "cur", "q",     "k",      "v",      "attn",  "gate",
-                                                 "up",    "fused", "router", "route", "shared", "logits"};
+    static constexpr std::string_view names[] = {"x",     "cur",   "q",      "k",     "v",      "attn", "gate", "up",
+                                                 "fused", "router", "route", "shared", "qa",   "qb",   "logits"};
     static_assert(std::size(names) == static_cast<size_t>(kActCount));
     return names[static_cast<size_t>(a)];
 }
@@ -244,8 +298,10 @@ WorkspaceWidths workspace_widths(const HParams& hp) {
     set(Act::Cur, hp.n_embd);
     set(Act::Q, hp.q_dim());
     set(Act::K, hp.k_dim());
-    set(Act::V, hp.v_dim());
+    set(Act::V, hp.kv_v_dim() > 0 ? hp.v_dim() : 0);
     set(Act::Attn, std::max(hp.out_dim(), hp.n_embd));
+    set(Act::QA, hp.n_lora_q);
+    set(Act::QB, hp.mla() ? std::max(hp.q_mla_dim(), hp.o_dim()) : 0);
     set(Act::Gate, hp.ffn_width());
     set(Act::Up, hp.ffn_width());
     set(Act::Fused, hp.fused_width);
@@ -253,7 +309,7 @@ WorkspaceWidths workspace_widths(const HParams& hp) {
     set(Act::Route, 2 * hp.n_expert_used);
     set(Act::Shared, hp.n_expert_shared > 0 ? hp.n_embd : 0);
     set(Act::Logits, hp.n_vocab);
-    w.matmul_input = std::max({hp.n_embd, hp.out_dim(), hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp()});
+    w.matmul_input = max_matmul_input(hp);
     if (hp.n_expert > 0) {
         // Per (token, slot) an input of n_embd and a product of n_ff_exp,
         // or the other way round; the index lists are 2 * n_used int32s,
@@ -262,6 +318,11 @@ WorkspaceWidths workspace_widths(const HParams& hp) {
         w.expert_index = hp.n_embd;
     }
     return w;
+}
+
+int64_t max_matmul_input(const HParams& hp) {
+    return std::max({hp.n_embd, hp.out_dim(), hp.o_dim(), hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp(), hp.n_lora_q,
+                     hp.n_lora_kv, hp.head_dim_k_mla});
 }
 
 int64_t WorkspaceWidths::per_token(bool with_logits) const {

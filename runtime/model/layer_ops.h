@@ -34,8 +34,10 @@ struct LayerSpec;
 // Router: one logit per expert. Route: per token, the chosen experts and
 // their weights, (expert id, weight) pairs as floats. With experts, Gate
 // and Up hold each used expert's hidden rows side by side. Shared: the
-// shared experts' output, added to the routed experts' sum.
-enum class Act : int { X, Cur, Q, K, V, Attn, Gate, Up, Fused, Router, Route, Shared, Logits, Count };
+// shared experts' output, added to the routed experts' sum. With latent
+// attention (MLA), QA holds the query's low-rank projection and QB q_b's
+// per-head [nope | rope], later each head's value out of the latent.
+enum class Act : int { X, Cur, Q, K, V, Attn, Gate, Up, Fused, Router, Route, Shared, QA, QB, Logits, Count };
 inline constexpr int kActCount = static_cast<int>(Act::Count);
 std::string_view act_name(Act a);
 
@@ -54,15 +56,31 @@ struct WorkspaceWidths {
     int64_t per_token(bool with_logits) const;
 };
 WorkspaceWidths workspace_widths(const HParams& hp);
+// The widest input of any product (what a device quantizes an input into).
+int64_t max_matmul_input(const HParams& hp);
 int64_t act_width(const HParams& hp, Act a);
 
 // ---- the op records ---------------------------------------------------------
+// Rows a row op passes over in a buffer of a micro-batch: row r (over
+// tokens and the rows of each token) is the floats [col0 + r * stride,
+// + len). A token's rows packed: stride = len; a part of each row of
+// width w: stride = w.
+struct RowView {
+    int64_t col0 = 0;
+    int64_t stride = 0;
+    int64_t len = 0;
+    static RowView packed(int64_t len) { return {0, len, len}; }
+};
+
 enum class OpKind : uint8_t {
     Norm,          // out = RMSNorm(in) * weight over `rows` rows of len per token (in may be out)
     Matmul,        // out[i] = in x weight[i], one call per device for products of one input
     ExpertMatmul,  // the same with the experts Route chose (in_per_slot, sum_slots)
+    // out's row h = slice h of the 3-D weight x in's row h, for each token's
+    // `rows` rows (a head's each: MLA's k_b and v_b)
+    HeadMatmul,
     Route,         // Route = the router's choice from Router (weight: the choice's bias, if any)
-    Split,         // out = columns [col0, col0 + len) of in's rows of src_width floats
+    Split,         // out's rows = in's rows (the columns of a fused product, a head's part)
     AddBias,       // out's rows of len += weight
     Rope,          // out's `rows` heads of len rotated by the token's position
     Attention,     // stores K and V in the layer's cache; Attn = attention of Q over it (weight: the sinks, if any)
@@ -90,12 +108,25 @@ struct LayerOp {
     LayerTensor at = kWithCache;  // the tensor whose device runs the op (products: each weight's)
     int64_t len = 0;              // floats of a row the op passes over
     int64_t rows = 1;             // rows per token
-    int64_t col0 = 0, src_width = 0;        // Split
+    // Where those rows are (Norm, Rope, Split, HeadMatmul's input): row i
+    // of a token at col0 + i * stride of its row of rows * stride floats;
+    // stride 0: len (packed). Split's and HeadMatmul's output rows likewise
+    // at out_col0 + i * out_stride (HeadMatmul: out_len, its slice's rows).
+    int64_t col0 = 0, stride = 0;
+    int64_t out_col0 = 0, out_stride = 0, out_len = 0;
     bool in_per_slot = false, sum_slots = false;  // ExpertMatmul
+    bool v_in_k = false;  // Attention: V is K's first head_dim_v floats (MLA: the cache holds no V)
 
     std::span<const Act> outs() const { return {out.data(), static_cast<size_t>(n_out)}; }
     std::span<const LayerTensor> weights() const { return {weight.data(), static_cast<size_t>(n_out)}; }
-    bool is_product() const { return kind == OpKind::Matmul || kind == OpKind::ExpertMatmul; }
+    RowView in_view() const { return {col0, stride > 0 ? stride : len, len}; }
+    RowView out_view() const {
+        const int64_t l = kind == OpKind::HeadMatmul ? out_len : len;
+        return {out_col0, out_stride > 0 ? out_stride : l, l};
+    }
+    bool is_product() const {
+        return kind == OpKind::Matmul || kind == OpKind::ExpertMatmul || kind == OpKind::HeadMatmul;
+    }
     // Elements per token the op passes over (row ops; 0 for products and attention).
     int64_t elems() const { return is_product() || kind == OpKind::Attention ? 0 : len * rows; }
     // The buffers it reads, which must be on its device first (at most 3).

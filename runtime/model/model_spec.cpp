@@ -94,7 +94,7 @@ ModelSpec load_model_spec(const gguf::File& file) {
     if (hp.n_expert == 0) {
         for (int r = 0; r < kLayerTensorCount; ++r) {
             const auto role = static_cast<LayerTensor>(r);
-            if (layer_tensor_rule(role).ne2 == Dim::One) continue;
+            if (layer_tensor_rule(role).ne2 != Dim::NExpert) continue;
             const std::string name = layer_tensor_name(0, role);
             if (file.find_tensor(name)) {
                 throw Error(fmt::format("model: the file has expert tensor '{}' but {}.expert_count is 0 or missing",
@@ -168,7 +168,7 @@ int64_t kv_ring_span(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n
 uint64_t kv_bytes_for_cells(const ModelSpec& spec, int64_t n_cells, int64_t n_ubatch, CacheType type) {
     const quant::Type qt = cache_quant_type(type);
     const auto k_row = quant::row_bytes(qt, spec.hp.k_dim());
-    const auto v_row = quant::row_bytes(qt, spec.hp.v_dim());
+    const auto v_row = quant::row_bytes(qt, spec.hp.kv_v_dim());
     TANDEM_CHECK(k_row && v_row, "KV row not a multiple of the cache type's block");
     return kv_layout(*k_row, *v_row, n_cells, n_ubatch).bytes;
 }

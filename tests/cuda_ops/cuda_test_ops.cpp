@@ -101,7 +101,7 @@ public:
           mm_(tile_.as<void>(), model::kMaxGemmTileBytes) {}
 
     void launch() {
-        mm_.run(type_, w_.as<void>(), row_bytes_, rows_, cols_, x_.as<float>(), tokens_, scratch_.as<void>(),
+        mm_.run(type_, w_.as<void>(), row_bytes_, rows_, cols_, x_.as<float>(), cols_, tokens_, scratch_.as<void>(),
                 y_.as<float>(), rows_);
     }
     void set_single_token_order(bool on) { mm_.set_single_token_order(on); }
@@ -162,7 +162,7 @@ void rms_norm_on_device(int device, const float* x, const float* w, float* y, in
     Buf dx(x, floats(n * n_rows));
     Buf dw(w, w ? floats(n) : 0);
     Buf dy(floats(n * n_rows));
-    kernels::launch_rms_norm(dx.as<float>(), w ? dw.as<float>() : nullptr, dy.as<float>(), n, n_rows, eps, nullptr);
+    kernels::launch_rms_norm(dx.as<float>(), n, w ? dw.as<float>() : nullptr, dy.as<float>(), n, n, n_rows, eps, nullptr);
     finish();
     dy.to_host(y, floats(n * n_rows));
 }
