@@ -28,7 +28,11 @@ namespace {
 
 namespace el = quant::element;
 
-constexpr int kMaxPerLane = 16;  // head sizes up to 512
+// A lane keeps kMaxPerLane dimensions of V in registers (value heads up to
+// 512); the query sits in shared memory, up to kMaxPerLaneK per lane (key
+// heads up to 576: DeepSeek's latent and rotated part, 512 + 64).
+constexpr int kMaxPerLane = 16;
+constexpr int kMaxPerLaneK = 18;
 
 
 __global__ void kv_store_f16_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t n_tokens,
@@ -159,7 +163,7 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
     const int nv = static_cast<int>((args.head_dim_v + 31) / 32);
 
     // Q rounded to fp16 once, as the CPU rounds it to the F16 cache's partner.
-    __shared__ float qh[32 * kMaxPerLane];
+    __shared__ float qh[32 * kMaxPerLaneK];
     const float* qrow = q + (t * args.n_head + h) * args.head_dim_k;
     for (int j = 0; j < nk; ++j) {
         const int64_t d = lane + 32 * j;
@@ -216,7 +220,7 @@ __global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t
     const int nv = static_cast<int>(args.head_dim_v / 32);
 
     // Q as Q8_0 blocks, made by the host's block function (one lane each).
-    __shared__ quant::block_q8_0 qb[kMaxPerLane];
+    __shared__ quant::block_q8_0 qb[kMaxPerLaneK];
     const float* qrow = q + (t * args.n_head + h) * args.head_dim_k;
     if (lane < nk) el::act_block(qrow + 32 * lane, qb[lane]);
     __syncwarp();
@@ -304,7 +308,7 @@ void launch_kv_clear(const KvCache& kv, void* stream) {
 
 void launch_attention(const float* q, const int32_t* pos, int64_t n_tokens, const AttentionArgs& args,
                       const KvCache& kv, float* out, void* stream) {
-    // Head sizes beyond 32 * kMaxPerLane are rejected by the device before
+    // Head sizes beyond these are rejected by the device before
     // any launch (attention_head_supported).
     if (n_tokens <= 0) return;
     const int64_t n_split = attention_splits(args, kv, n_tokens);
@@ -331,6 +335,8 @@ int64_t attention_splits(const AttentionArgs& args, const KvCache& kv, int64_t n
     return n >= 2 ? n : 1;
 }
 
-bool attention_head_supported(int64_t head_dim) { return head_dim > 0 && head_dim <= 32 * kMaxPerLane; }
+bool attention_head_supported(int64_t head_dim_k, int64_t head_dim_v) {
+    return head_dim_k > 0 && head_dim_k <= 32 * kMaxPerLaneK && head_dim_v > 0 && head_dim_v <= 32 * kMaxPerLane;
+}
 
 }  // namespace tandem::cuda::kernels

@@ -164,6 +164,6 @@ void launch_attention(const float* q, const int32_t* pos, int64_t n_tokens, cons
 int64_t attention_splits(const AttentionArgs& args, const KvCache& kv, int64_t n_tokens);
 // Whether launch_attention handles heads of this size (a warp keeps a
 // bounded number of dimensions per lane in registers).
-bool attention_head_supported(int64_t head_dim);
+bool attention_head_supported(int64_t head_dim_k, int64_t head_dim_v);
 
 }  // namespace tandem::cuda::kernels

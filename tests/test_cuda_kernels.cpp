@@ -293,6 +293,34 @@ TEST(CudaAttention, MatchesCpuF16AndQ8Caches) {
     }
 }
 
+// DeepSeek-V3's latent attention: 16 query heads over one KV head of 576
+// (the latent and the rotated part), V each K row's first 512 (the cache
+// stores K alone; the device reads V from K's rows, 576 elements apart).
+TEST(CudaAttention, LatentHeadsOf576And512MatchCpu) {
+    TANDEM_REQUIRE_GPU(dev);
+    constexpr int64_t kHead = 16, kKDim = 576, kVDim = 512, kTokens = 3, kCells = 40;
+    for (const tq::Type type : {tq::Type::F16, tq::Type::Q8_0}) {
+        SCOPED_TRACE(tq::traits(type).name);
+        tandem::LayerKvCache cache(type, kCells, kKDim, 0);
+        for (int32_t p = 0; p < kCells - 4; ++p) {
+            const auto k = random_floats(kKDim, 300 + static_cast<uint32_t>(p));
+            cache.store(p, k.data(), nullptr);
+        }
+        const auto q = random_floats(kTokens * kHead * kKDim, 19);
+        const int32_t pos[kTokens] = {33, 34, 35};
+        tc::AttentionShape shape{kHead, 1, kKDim, kVDim, 0, 0.1f};
+        std::vector<float> ref(kTokens * kHead * kVDim), gpu(ref.size());
+        tc::ThreadPool pool(2, false);
+        const auto kv = cache.view();
+        ASSERT_EQ(kv.v, kv.k);
+        tc::attention(q.data(), pos, kTokens, shape, kv, ref.data(), pool, tc::SimdLevel::Scalar);
+        tandem::cuda::kernels::AttentionArgs a{kHead, 1, kKDim, kVDim, 0, shape.scale};
+        tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, type, kv.k, kv.k, kv.cell_pos, kCells, kKDim,
+                                          kKDim, gpu.data());
+        EXPECT_EQ(misses(gpu, ref, [](float r) { return 2e-3f * std::max(1.0f, std::fabs(r)); }), 0);
+    }
+}
+
 // Gemma 2's soft-capped scores (cap * tanh(qk * scale / cap)) against the
 // CPU's scalar path, with a cap small enough to bend most scores; tanhf on
 // the device may differ from glibc's by an ulp.
@@ -519,8 +547,12 @@ TEST_P(EveryNgl, MatchesCpu) {
     opt.n_ubatch = 16;  // several micro-batches: the KV cache must carry over
     bool exact = true;
     for (const auto& layer : spec.layers) {
-        const auto* wq = layer.get(tandem::model::LayerTensor::AttnQ);
-        const tandem::quant::Type q = (wq ? wq : layer.get(tandem::model::LayerTensor::AttnQkv))->type;
+        const tandem::gguf::TensorInfo* wq = nullptr;
+        for (const auto role : {tandem::model::LayerTensor::AttnQ, tandem::model::LayerTensor::AttnQkv,
+                                tandem::model::LayerTensor::AttnQA}) {
+            if (!wq) wq = layer.get(role);
+        }
+        const tandem::quant::Type q = wq->type;
         exact = exact && !layer.has_experts() && q != tandem::quant::Type::F16 && q != tandem::quant::Type::F32;
     }
     std::vector<float> reference;
@@ -564,7 +596,7 @@ INSTANTIATE_TEST_SUITE_P(CudaBackend, EveryNgl,
                                            "tiny-llama-b-Q4_K_M.gguf", "synth-qwen2-Q8_0.gguf", "synth-qwen3-Q8_0.gguf",
                                            "synth-qwen3moe-Q8_0.gguf", "synth-phi3-Q8_0.gguf", "synth-gemma2-Q8_0.gguf",
                                            "synth-mixtral-Q8_0.gguf", "synth-glm4moe-Q8_0.gguf",
-                                           "synth-gpt-oss-Q8_0.gguf",
+                                           "synth-gpt-oss-Q8_0.gguf", "synth-deepseek2-Q8_0.gguf",
                                            // every i-quant block type, as weights and as token embeddings
                                            "synth-llama-IQ1_S.gguf", "synth-llama-IQ1_M.gguf", "synth-llama-IQ2_XS.gguf",
                                            "synth-llama-IQ2_M.gguf", "synth-llama-IQ3_XXS.gguf",

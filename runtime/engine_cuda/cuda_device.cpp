@@ -68,9 +68,9 @@ public:
         emu::reset_peak(device_);
         emu_base_ = emu::used_bytes(device_);
 #endif
-        if (!kernels::attention_head_supported(hp_.head_dim_k) || !kernels::attention_head_supported(hp_.head_dim_v)) {
-            throw Error(fmt::format("{}: attention heads of {} not supported on CUDA yet", ledger_.device(),
-                                    hp_.head_dim_k));
+        if (!kernels::attention_head_supported(hp_.head_dim_k, hp_.head_dim_v)) {
+            throw Error(fmt::format("{}: attention heads of {} (K) and {} (V) not supported on CUDA yet",
+                                    ledger_.device(), hp_.head_dim_k, hp_.head_dim_v));
         }
         // The pinned buffers the planner counts for every accelerator in use
         // (model::kAcceleratorStagingBytes), kept for the device's life.

@@ -200,7 +200,7 @@ void attention_on_device(int device, const float* q, const int32_t* pos, int64_t
                          const kernels::AttentionArgs& args, quant::Type cache_type, const void* k, const void* v,
                          const int32_t* cell_pos, int64_t n_cells, int64_t k_dim, int64_t v_dim, float* out) {
     TANDEM_CUDA_CHECK(cudaSetDevice(device));
-    if (!kernels::attention_head_supported(args.head_dim_k) || !kernels::attention_head_supported(args.head_dim_v)) {
+    if (!kernels::attention_head_supported(args.head_dim_k, args.head_dim_v)) {
         throw Error(fmt::format("attention on device: heads of {} not supported", args.head_dim_k));
     }
     kernels::KvCache kv = cache_shape("attention on device", cache_type, n_cells, k_dim, v_dim);
