@@ -111,6 +111,26 @@ TEST(Imatrix, ExpertRowsGoToTheirExpertWithOneCountEach) {
     EXPECT_EQ(c.partial_entries(), std::vector<std::string>{"blk.2.ffn_up_exps.weight"});
 }
 
+// A per-head product (MLA's k_b) is a dense product to llama-imatrix:
+// fewer than 16 tokens are ignored, the heads' sums sit side by side in
+// one row, and the tensor has one count (its tokens, once).
+TEST(Imatrix, HeadRowsSitSideBySideWithOneCountForTheTensor) {
+    imx::Collector c;
+    const gguf::TensorInfo w = weight("blk.1.attn_k_b.weight", {2, 3, 2});  // 2 heads of 2 columns
+    const std::vector<float> x = ramp(32, 1);                                // 16 rows of 2
+    c.on_head_matmul(w, 0, x.data(), 16, 2);
+    c.on_head_matmul(w, 1, x.data(), 8, 2);  // a short batch: ignored
+    c.on_head_matmul(w, 1, x.data(), 16, 2);
+    const imx::Entry& e = c.entries().at("blk.1.attn_k_b.weight");
+    EXPECT_EQ(e.counts, (std::vector<int64_t>{16}));
+    float even = 0.0f, odd = 0.0f;
+    for (size_t i = 0; i < x.size(); i += 2) {
+        even += x[i] * x[i];
+        odd += x[i + 1] * x[i + 1];
+    }
+    EXPECT_EQ(e.in_sum2, (std::vector<float>{even, odd, even, odd}));
+}
+
 TEST(Imatrix, NonFiniteActivationsAreAnErrorNamingTheWeight) {
     imx::Collector c;
     std::vector<float> x = ramp(16, 2);
@@ -222,6 +242,11 @@ public:
     void on_matmul(const gguf::TensorInfo& w, int64_t expert, const float* x, int64_t n_rows, int64_t n_in) override {
         if (w.name == name_) rows.insert(rows.end(), x, x + n_rows * n_in);
         next_.on_matmul(w, expert, x, n_rows, n_in);
+    }
+    void on_head_matmul(const gguf::TensorInfo& w, int64_t head, const float* x, int64_t n_rows,
+                        int64_t n_in) override {
+        if (w.name == name_) rows.insert(rows.end(), x, x + n_rows * n_in);
+        next_.on_head_matmul(w, head, x, n_rows, n_in);
     }
     std::vector<float> rows;
 

@@ -147,7 +147,7 @@ TEST(WeightStream, StreamedBatchesGiveTheCpuLogitsSharedModels) {
     // matrices stream (qwen3moe).
     for (const char* name : {"tiny-llama-F16.gguf", "tiny-llama-Q8_0.gguf", "tiny-llama-Q6_K.gguf",
                              "synth-phi3-Q8_0.gguf", "synth-qwen2-Q8_0.gguf", "synth-qwen3moe-Q8_0.gguf",
-                             "synth-gemma2-Q8_0.gguf"}) {
+                             "synth-gemma2-Q8_0.gguf", "synth-deepseek2-Q8_0.gguf"}) {
         const auto path = tandem::testing::shared(std::string("models/") + name);
         TANDEM_REQUIRE_SHARED(path);
         SCOPED_TRACE(name);

@@ -38,6 +38,17 @@ void check_finite(std::span<const float> sums, const std::string& name) {
                     name));
 }
 
+// Columns [col, col + n_in) of e's sums gain the squares of n_rows rows.
+void add_squares(Entry& e, int64_t col, const float* x, int64_t n_rows, int64_t n_in, const std::string& name) {
+    float* acc = e.in_sum2.data() + col;
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const float* row = x + r * n_in;
+        for (int64_t j = 0; j < n_in; ++j)
+            acc[j] += row[j] * row[j];  // rounded product, then the sum: no FMA, as llama-imatrix
+    }
+    check_finite(std::span<const float>(acc, static_cast<size_t>(n_in)), name);
+}
+
 // A shape as ggml stores it: trailing dimensions of 1 dropped (ggml_n_dims),
 // so a 2-D weight's sums are [n_per_row] and its count [1].
 std::vector<int64_t> ggml_shape(int64_t ne0, int64_t ne1) {
@@ -61,17 +72,24 @@ void Collector::on_matmul(const gguf::TensorInfo& w, int64_t expert, const float
     // llama-imatrix's "blk." filter); expert products for every weight.
     if (expert < 0 && (n_rows < kMinDenseRows || !w.name.starts_with("blk."))) return;
     const int64_t n_mat = expert < 0 ? 1 : matrices_of(w);
-    TANDEM_CHECK(expert < n_mat, fmt::format("imatrix: expert {} of weight '{}' out of range", expert, w.name));
-    Entry& e = entry_for(entries_, w, n_in, n_mat);
     const int64_t mat = std::max<int64_t>(expert, 0);
-    float* acc = e.in_sum2.data() + mat * n_in;
-    for (int64_t r = 0; r < n_rows; ++r) {
-        const float* row = x + r * n_in;
-        for (int64_t j = 0; j < n_in; ++j)
-            acc[j] += row[j] * row[j];  // rounded product, then the sum: no FMA, as llama-imatrix
-    }
+    TANDEM_CHECK(mat < n_mat, fmt::format("imatrix: expert {} of weight '{}' out of range", expert, w.name));
+    Entry& e = entry_for(entries_, w, n_in, n_mat);
+    add_squares(e, mat * n_in, x, n_rows, n_in, w.name);
     e.counts[static_cast<size_t>(mat)] += n_rows;
-    check_finite(std::span<const float>(acc, static_cast<size_t>(n_in)), w.name);
+}
+
+// A per-head product is a MUL_MAT to llama-imatrix: the dense products'
+// filter, and one count for the whole tensor (its "single count per dense
+// tensor"): the heads' sums side by side in one row, the tokens counted
+// with head 0.
+void Collector::on_head_matmul(const gguf::TensorInfo& w, int64_t head, const float* x, int64_t n_rows, int64_t n_in) {
+    if (n_rows < kMinDenseRows || !w.name.starts_with("blk.")) return;
+    const int64_t n_heads = matrices_of(w);
+    TANDEM_CHECK(head >= 0 && head < n_heads, fmt::format("imatrix: head {} of weight '{}' out of range", head, w.name));
+    Entry& e = entry_for(entries_, w, n_in * n_heads, 1);
+    add_squares(e, head * n_in, x, n_rows, n_in, w.name);
+    if (head == 0) e.counts[0] += n_rows;
 }
 
 uint32_t Collector::chunk_count(int64_t chunk_size) const {

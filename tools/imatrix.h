@@ -50,6 +50,7 @@ using Entries = std::map<std::string, Entry>;
 class Collector final : public ActivationObserver {
 public:
     void on_matmul(const gguf::TensorInfo& w, int64_t expert, const float* x, int64_t n_rows, int64_t n_in) override;
+    void on_head_matmul(const gguf::TensorInfo& w, int64_t head, const float* x, int64_t n_rows, int64_t n_in) override;
 
     const Entries& entries() const { return entries_; }
     // llama-imatrix's chunk count: the most tokens any matrix saw, in chunks.

@@ -24,6 +24,11 @@ public:
     //     in order within each slot, as llama.cpp's MUL_MAT_ID lists them.
     // The output head is not reported.
     virtual void on_matmul(const gguf::TensorInfo& w, int64_t expert, const float* x, int64_t n_rows, int64_t n_in) = 0;
+    // A per-head product (MLA's k_b and v_b): head `head`'s rows of the
+    // micro-batch's n_rows tokens multiply slice `head` of the 3-D weight
+    // w, as llama.cpp's MUL_MAT of a 3-D weight lists them.
+    virtual void on_head_matmul(const gguf::TensorInfo& w, int64_t head, const float* x, int64_t n_rows,
+                                int64_t n_in) = 0;
 };
 
 }  // namespace tandem

@@ -81,6 +81,7 @@ void LayerExecutor::matmul(int64_t il, const Op& op, const RecipeBatch& b) {
         const gguf::TensorInfo* w = L.get(op.weight[0]);
         const int d = placement_.of(w);
         need(op.in, d, b.n);
+        if (b.observer != nullptr) observe_heads(op, *w, d, b);
         on(d).matmul_heads(MatmulOut{w, op.out[0]}, op.in, op.in_view(), op.out_view(), op.rows, b.n);
         where_.wrote(op.out[0], d);
         return;
@@ -137,6 +138,22 @@ void LayerExecutor::observe(const Op& op, std::span<const MatmulOut> products, i
                 b.observer->on_matmul(*p.w, expert, x + (op.in_per_slot ? r : t) * n_in, 1, n_in);
             }
         }
+    }
+}
+
+// Each head's rows of the micro-batch, packed, as llama.cpp's MUL_MAT of
+// a 3-D weight shows slice h its rows.
+void LayerExecutor::observe_heads(const Op& op, const gguf::TensorInfo& w, int d, const RecipeBatch& b) {
+    const model::RowView v = op.in_view();
+    const int64_t width = op.rows * v.stride;
+    const float* x = host_floats(op.in, d, b.n * width, observed_x_);
+    observed_heads_.resize(static_cast<size_t>(b.n * v.len));
+    for (int64_t h = 0; h < op.rows; ++h) {
+        for (int64_t t = 0; t < b.n; ++t) {
+            const float* row = x + t * width + v.col0 + h * v.stride;
+            std::copy(row, row + v.len, observed_heads_.begin() + t * v.len);
+        }
+        b.observer->on_head_matmul(w, h, observed_heads_.data(), b.n, v.len);
     }
 }
 

@@ -66,6 +66,7 @@ private:
     MoeRouteOp route_op(const model::LayerSpec& L, const Op& op) const;
     // Shows b.observer the input rows of op's products on device d.
     void observe(const Op& op, std::span<const MatmulOut> products, int d, const RecipeBatch& b);
+    void observe_heads(const Op& op, const gguf::TensorInfo& w, int d, const RecipeBatch& b);
     // The first n_floats of buffer a on device d as host floats (the
     // buffer itself on the host, else a copy in room).
     const float* host_floats(Act a, int d, int64_t n_floats, std::vector<float>& room);
@@ -82,6 +83,7 @@ private:
     model::Residency where_{kHostDevice};
     std::vector<float> staging_;  // host floats of a move between two devices
     std::vector<float> observed_x_, observed_route_;  // an accelerator's buffers read back for the observer
+    std::vector<float> observed_heads_;               // a head's rows of a per-head product, packed
     uint64_t bytes_moved_ = 0;
     int64_t crossings_ = 0;
 };

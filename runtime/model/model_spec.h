@@ -114,10 +114,11 @@ uint64_t gemm_tile_bytes(const ModelSpec& spec);
 // The dense matrices a layer may have, in the order the layer multiplies
 // them; a layer holds some of them (null for the others). Expert tensors
 // and the router are not streamed: the host multiplies its experts.
+// (MLA's per-head k_b and v_b are not: the host multiplies them.)
 inline constexpr LayerTensor kStreamedMatrices[] = {
-    LayerTensor::AttnQkv,    LayerTensor::AttnQ,   LayerTensor::AttnK,     LayerTensor::AttnV,
-    LayerTensor::AttnOutput, LayerTensor::FfnGate, LayerTensor::FfnUp,     LayerTensor::FfnGateUp,
-    LayerTensor::FfnDown};
+    LayerTensor::AttnQkv,    LayerTensor::AttnQ,      LayerTensor::AttnK,      LayerTensor::AttnV,
+    LayerTensor::AttnQA,     LayerTensor::AttnKvAMqa, LayerTensor::AttnQB,     LayerTensor::AttnOutput,
+    LayerTensor::FfnGate,    LayerTensor::FfnUp,      LayerTensor::FfnGateUp,  LayerTensor::FfnDown};
 constexpr bool is_streamed(LayerTensor role) {
     for (const LayerTensor r : kStreamedMatrices) {
         if (r == role) return true;
