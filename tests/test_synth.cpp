@@ -79,6 +79,11 @@ TEST(ModelShapes, PresetsAreValidAndHaveTheExpectedParameterCounts) {
     EXPECT_NEAR(params("gpt-oss-120b"), 116.83e9, 0.2e9);
     // GLM-4.5-Air: 106B (the model card's count, without its NextN block).
     EXPECT_NEAR(params("glm-4.5-air"), 106e9, 0.03 * 106e9);
+    // DeepSeek-V3: 671B (the model card's count without its MTP block).
+    EXPECT_NEAR(params("deepseek-v3"), 671e9, 0.03 * 671e9);
+    // Made up to be 2-3B.
+    EXPECT_GE(params("deepseek2-small"), 2e9);
+    EXPECT_LE(params("deepseek2-small"), 3e9);
 }
 
 TEST(ModelShapes, TensorListFollowsLlamaCppNaming) {
@@ -172,11 +177,81 @@ TEST(ModelShapes, ValidateRejectsImpossibleShapes) {
     rejects("moe-small", [](auto& s) { s.n_expert_used = 33; }, "n_expert_used");
     rejects("moe-small", [](auto& s) { s.head_dim = 63; }, "even");
     rejects("tiny", [](auto& s) { s.arch = "gemma2"; }, "sliding window");
+    // Multi-head latent attention and DeepSeek's routing.
+    rejects("moe-small", [](auto& s) { s.kv_lora_rank = 512; }, "no multi-head latent attention");
+    rejects("deepseek2-small", [](auto& s) { s.kv_lora_rank = 0; }, "kv_lora_rank must be positive");
+    rejects("deepseek2-small", [](auto& s) { s.n_head_kv = 16; }, "n_head_kv");
+    rejects("deepseek2-small", [](auto& s) { s.n_rot = 63; }, "even");
+    rejects("deepseek2-small", [](auto& s) { s.n_rot = 0; }, "n_rot");
+    rejects("deepseek2-small", [](auto& s) { s.qk_nope_head_dim = 0; }, "qk_nope_head_dim");
+    rejects("deepseek2-small", [](auto& s) { s.q_lora_rank = 0; }, "q_lora_rank");
+    rejects("deepseek2-small", [](auto& s) { s.v_head_dim = 0; }, "v_head_dim");
+    rejects("deepseek2-small", [](auto& s) { s.kv_lora_rank = 4096; }, "kv_lora_rank");
+    rejects("deepseek2-small", [](auto& s) { s.head_dim = 128; }, "head_dim");
+    rejects("deepseek2-small", [](auto& s) { s.n_expert_groups = 7; }, "does not divide");
+    rejects("deepseek2-small", [](auto& s) { s.n_expert_groups_used = 8; }, "n_expert_groups_used");
+    rejects("deepseek2-small", [](auto& s) { s.n_expert_groups_used = 1, s.n_expert_used = 9; }, "within the used");
+    rejects("deepseek2-small", [](auto& s) { s.n_dense_lead = 11; }, "n_dense_lead");
+    rejects("deepseek2-small", [](auto& s) { s.expert_weights_scale = 0.0; }, "expert_weights_scale");
+    rejects("glm-4.5-air", [](auto& s) { s.yarn_mscale_all_dim = 1.0; }, "yarn_mscale_all_dim");
     // head_dim frees n_head from dividing n_embd.
     model::ModelShape s = *model::find_preset("moe-small");
     s.n_head = 24;
     s.n_head_kv = 4;
     EXPECT_NO_THROW(model::validate_shape(s));
+}
+
+// The geometry of the deepseek2 file llama.cpp wrote (../shared/models).
+model::ModelShape shared_deepseek2_shape() {
+    model::ModelShape s = *model::find_preset("deepseek2-small");
+    s.n_embd = 256;
+    s.n_ff = 512;
+    s.n_layer = 4;
+    s.n_head = 4;
+    s.n_vocab = 1024;
+    s.n_dense_lead = 1;
+    s.n_expert = 8;
+    s.n_expert_used = 3;
+    s.n_ff_exp = 64;
+    s.n_expert_groups = 4;
+    s.n_expert_groups_used = 2;
+    s.q_lora_rank = 192;
+    s.kv_lora_rank = 128;
+    s.qk_nope_head_dim = 64;
+    s.n_rot = 32;
+    s.v_head_dim = 64;
+    return s;
+}
+
+// MLA's keys (names, types, values) and tensors (names, shapes) are those
+// of a file llama.cpp wrote: nothing more, nothing less.
+TEST(ModelShapes, Deepseek2KeysAndTensorsAreLlamaCpps) {
+    const auto path = testing::shared("models/synth-deepseek2-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const gguf::File f = gguf::File::open(path);
+    const model::ModelShape s = shared_deepseek2_shape();
+    ASSERT_NO_THROW(model::validate_shape(s));
+
+    std::map<std::string, gguf::Value> ours;
+    for (auto& kv : model::model_hparams(s)) ours[kv.key] = kv.value;
+    size_t n_file = 0;
+    for (const auto& kv : f.metadata()) {
+        if (!kv.key.starts_with("deepseek2.") && kv.key != "general.architecture") continue;
+        ++n_file;
+        const auto it = ours.find(kv.key);
+        ASSERT_NE(it, ours.end()) << kv.key;
+        EXPECT_TRUE(it->second == kv.value) << kv.key << ": " << gguf::to_display_string(it->second)
+                                            << ", llama.cpp " << gguf::to_display_string(kv.value);
+    }
+    EXPECT_EQ(ours.size(), n_file);
+
+    const auto tensors = model::model_tensors(s);
+    EXPECT_EQ(tensors.size(), f.tensors().size());
+    for (const auto& t : tensors) {
+        const gguf::TensorInfo* ft = f.find_tensor(t.name);
+        ASSERT_NE(ft, nullptr) << t.name;
+        EXPECT_EQ(ft->shape, t.shape) << t.name;
+    }
 }
 
 TEST(SynthVocab, SyntheticVocabularyIsSentencePieceShaped) {
@@ -317,6 +392,54 @@ INSTANTIATE_TEST_SUITE_P(Presets, SynthPreset, ::testing::ValuesIn(kPresetCases)
     for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
     return n;
 });
+
+// DeepSeek-V3 at full size: MLA's hyperparameters, the dense lead layers,
+// the routing and DeepSeek's YaRN read back as the preset says, every
+// tensor bound.
+TEST(SynthCommand, HeaderOnlyDeepseekV3LoadsThroughTheModelSpec) {
+    const auto dir = testing::scratch_dir();
+    const gguf::File f = gguf::File::open(synth("--shape deepseek-v3 --type Q4_K_M --header-only", dir, "d.gguf"));
+    EXPECT_LT(f.file_size(), 16u << 20);
+    const model::ModelSpec spec = model::load_model_spec(f);
+    EXPECT_EQ(spec.arch->name, "deepseek2");
+    const model::HParams& hp = spec.hp;
+    EXPECT_EQ(hp.n_layer, 61);
+    EXPECT_EQ(hp.n_head, 128);
+    EXPECT_EQ(hp.n_head_kv, 1);
+    EXPECT_EQ(hp.n_lora_q, 1536);
+    EXPECT_EQ(hp.n_lora_kv, 512);
+    EXPECT_EQ(hp.head_dim_k, 512 + 64);
+    EXPECT_EQ(hp.head_dim_v, 512);
+    EXPECT_EQ(hp.head_dim_k_mla, 128 + 64);
+    EXPECT_EQ(hp.head_dim_v_mla, 128);
+    EXPECT_EQ(hp.n_rot, 64);
+    EXPECT_EQ(hp.n_layer_dense_lead, 3);
+    EXPECT_EQ(hp.n_expert, 256);
+    EXPECT_EQ(hp.n_expert_used, 8);
+    EXPECT_EQ(hp.n_ff_exp, 2048);
+    EXPECT_EQ(hp.n_expert_shared, 1);
+    EXPECT_EQ(hp.n_expert_groups, 8);
+    EXPECT_EQ(hp.n_expert_groups_used, 4);
+    EXPECT_TRUE(hp.sigmoid_gating());
+    EXPECT_TRUE(hp.expert_weights_norm);
+    EXPECT_DOUBLE_EQ(hp.expert_weights_scale, 2.5);
+    EXPECT_NEAR(1.0 / hp.rope_freq_scale, 40.0, 1e-6);
+    EXPECT_EQ(hp.rope_n_ctx_orig, 4096);
+    EXPECT_NEAR(hp.rope_yarn_log_mul, 1.0, 1e-6);  // mscale_all_dim
+    size_t bound = 0;
+    for (const auto* t : spec.globals) bound += t != nullptr;
+    for (const auto& layer : spec.layers) {
+        for (const auto* t : layer.tensors) bound += t != nullptr;
+    }
+    EXPECT_EQ(bound, f.tensors().size());
+    EXPECT_FALSE(spec.layers[2].has_experts());
+    EXPECT_TRUE(spec.layers[3].has_experts());
+    EXPECT_EQ(f.find_tensor("blk.3.exp_probs_b.bias")->shape, (std::vector<int64_t>{256}));
+    EXPECT_EQ(f.find_tensor("blk.3.attn_k_b.weight")->shape, (std::vector<int64_t>{128, 512, 128}));
+    EXPECT_EQ(f.find_tensor("blk.3.attn_v_b.weight")->shape, (std::vector<int64_t>{512, 128, 128}));
+    EXPECT_EQ(f.find_tensor("blk.3.attn_kv_a_mqa.weight")->shape, (std::vector<int64_t>{7168, 576}));
+    EXPECT_EQ(f.find_tensor("blk.2.exp_probs_b.bias"), nullptr);
+}
 
 // llama.cpp's keys per architecture: the Llama converter adds vocab_size
 // and rope.dimension_count, Phi-3's the latter, the Qwen ones neither; the

@@ -1,10 +1,10 @@
 // `tandem synth`: writes a GGUF of any supported architecture and size
-// (Llama, Mixtral, Qwen2.5, Qwen3 MoE, Phi-3 presets, or explicit Llama
-// dimensions) with seeded random weights, quantized with the same
-// per-tensor mix rules as a real quantized file. It lets the planner,
-// loaders and kernels be exercised on 8B to 235B shapes without downloading
-// them (--header-only writes only the header, which is enough for planning
-// and takes a second).
+// (Llama, Mixtral, Qwen2.5, Qwen3 MoE, Phi-3, gpt-oss, GLM-4.5, DeepSeek
+// presets, or explicit Llama dimensions) with seeded random weights,
+// quantized with the same per-tensor mix rules as a real quantized file.
+// It lets the planner, loaders and kernels be exercised on 8B to 671B
+// shapes without downloading them (--header-only writes only the header,
+// which is enough for planning and takes a second).
 //
 // Weights are generated a chunk of rows at a time and quantized on the fly,
 // so memory stays bounded whatever the shape. Every row has its own random
@@ -327,6 +327,10 @@ void run_synth(const SynthOptions& o) {
                shape.n_vocab, shape.n_ctx, shape.tied_embeddings ? ", tied embeddings" : "");
     if (shape.n_expert > 0) {
         fmt::print("  experts {} ({} used), expert n_ff {}\n", shape.n_expert, shape.n_expert_used, shape.expert_ff());
+    }
+    if (shape.mla()) {
+        fmt::print("  latent attention: q_lora {}, kv_lora {}, head [nope {} | rope {}], v {}\n", shape.q_lora_rank,
+                   shape.kv_lora_rank, shape.qk_nope_head_dim, shape.n_rot, shape.v_head_dim);
     }
     fmt::print("  tensors {}, params {:.3f} B\n", st.n_tensors, static_cast<double>(st.n_params) / 1e9);
     fmt::print("  tensor bytes {} ({:.2f} GB, {:.2f} GiB), {:.3f} bits/weight\n", st.total_bytes,

@@ -117,12 +117,12 @@ void read_mla(const std::string& prefix, HParams& hp) {
                                 "supported; convert it again with a current llama.cpp)",
                                 prefix));
     }
-    require_range(prefix + "attention.kv_lora_rank", hp.n_lora_kv, 1, 4096);
+    require_range(prefix + "attention.kv_lora_rank", hp.n_lora_kv, 1, kMaxHeadDim);
     require_range(prefix + "attention.q_lora_rank", hp.n_lora_q, 1, kMaxDim);
-    require_range(prefix + "rope.dimension_count", hp.n_rot, 2, 4096);
-    require_range(prefix + "attention.key_length_mla", hp.head_dim_k_mla, hp.n_rot + 1, 4096);
+    require_range(prefix + "rope.dimension_count", hp.n_rot, 2, kMaxHeadDim);
+    require_range(prefix + "attention.key_length_mla", hp.head_dim_k_mla, hp.n_rot + 1, kMaxHeadDim);
     if (hp.head_dim_v_mla == 0) hp.head_dim_v_mla = hp.head_dim_k_mla;
-    require_range(prefix + "attention.value_length_mla", hp.head_dim_v_mla, 1, 4096);
+    require_range(prefix + "attention.value_length_mla", hp.head_dim_v_mla, 1, kMaxHeadDim);
     require_range(prefix + "attention.head_count_kv", hp.n_head_kv, 1, 1);
     require_range(prefix + "attention.key_length", hp.head_dim_k, hp.n_lora_kv + hp.n_rot, hp.n_lora_kv + hp.n_rot);
     require_range(prefix + "attention.value_length", hp.head_dim_v, hp.n_lora_kv, hp.n_lora_kv);
@@ -265,8 +265,8 @@ HParams read_hparams(const gguf::File& file, const ArchSpec& arch) {
     }
     if (hp.head_dim_v == 0) hp.head_dim_v = hp.head_dim_k;
     if (hp.n_rot == 0) hp.n_rot = hp.head_dim_k;
-    require_range(prefix + "attention.key_length", hp.head_dim_k, 2, 4096);
-    require_range(prefix + "attention.value_length", hp.head_dim_v, 1, 4096);
+    require_range(prefix + "attention.key_length", hp.head_dim_k, 2, kMaxHeadDim);
+    require_range(prefix + "attention.value_length", hp.head_dim_v, 1, kMaxHeadDim);
     require_range(prefix + "rope.dimension_count", hp.n_rot, 2, hp.head_dim_k);
     if (hp.n_rot % 2 != 0) {
         throw Error(fmt::format("model: {}rope.dimension_count must be even (RoPE rotates pairs), found {}", prefix,

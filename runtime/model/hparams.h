@@ -20,6 +20,8 @@ namespace tandem::model {
 // loader refuses larger values; synth refuses to write them.
 inline constexpr int64_t kMaxDim = int64_t{1} << 24;
 inline constexpr int64_t kMaxLayers = 4096;
+// A head's K or V size (MLA: also the latent and its rotated part).
+inline constexpr int64_t kMaxHeadDim = 4096;
 
 struct HParams {
     std::string arch;

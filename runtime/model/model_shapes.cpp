@@ -38,6 +38,55 @@ ModelShape glm_4_5_air() {
     return s;
 }
 
+// deepseek-ai/DeepSeek-V3 config.json: 61 layers, the first 3 dense
+// (first_k_dense_replace; intermediate_size 18432), then 256 routed
+// experts of 2048 (moe_intermediate_size; 8 used, chosen within the 4 best
+// of 8 groups) and one shared; sigmoid scoring with its correction bias,
+// norm_topk_prob, routed_scaling_factor 2.5; 128 heads of multi-head
+// latent attention (q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim
+// 128, qk_rope_head_dim 64, v_head_dim 128: the file's one KV head is the
+// cached latent); YaRN 40 from 4096 with mscale_all_dim 1.0. 671.0B
+// parameters, the published 671B: the MTP (NextN) block, 14B more, is left
+// out.
+ModelShape deepseek_v3() {
+    ModelShape s{"deepseek-v3", "deepseek2", 7168, 18432, 61, 128, 1, 129280, 163840, 10000.0, 1e-6, false, 0, 256,
+                 8, 2048, 0, 40.0, 4096};
+    s.n_expert_shared = 1;
+    s.n_dense_lead = 3;
+    s.sigmoid_router = true;
+    s.n_rot = 64;
+    s.n_expert_groups = 8;
+    s.n_expert_groups_used = 4;
+    s.expert_weights_scale = 2.5;
+    s.q_lora_rank = 1536;
+    s.kv_lora_rank = 512;
+    s.qk_nope_head_dim = 128;
+    s.v_head_dim = 128;
+    s.yarn_mscale_all_dim = 1.0;
+    return s;
+}
+
+// Made up: DeepSeek-V3's design small enough to write with data and
+// benchmark on a laptop, 2.77B parameters: 10 layers of n_embd 2048, the
+// first 2 dense (n_ff 5632), then 64 routed experts of 768 (6 used, groups
+// as V3's) and one shared; 16 heads, q_lora_rank 768, V3's kv_lora_rank,
+// head sizes, router and YaRN; a 32000-token vocabulary.
+ModelShape deepseek2_small() {
+    ModelShape s = deepseek_v3();
+    s.name = "deepseek2-small";
+    s.n_embd = 2048;
+    s.n_ff = 5632;
+    s.n_layer = 10;
+    s.n_head = 16;
+    s.n_vocab = 32000;
+    s.n_dense_lead = 2;
+    s.n_expert = 64;
+    s.n_expert_used = 6;
+    s.n_ff_exp = 768;
+    s.q_lora_rank = 768;
+    return s;
+}
+
 const std::vector<ModelShape>& preset_table() {
     static const std::vector<ModelShape> presets = {
         // name             arch        embd  ff     layer head kv  vocab   ctx    rope       eps   tied  hdim exp used ffexp swa
@@ -45,6 +94,7 @@ const std::vector<ModelShape>& preset_table() {
         {"llama-1b",        "llama",    2048, 5632,  22,   32,  4,  32000,  2048,  10000.0,   1e-5, false},
         {"moe-small",       "qwen3moe", 2048, 6144,  16,   16,  4,  32000,  40960, 1000000.0, 1e-6, false, 128, 32, 4, 768},
         {"gpt-oss-small",   "gpt-oss",  2048, 2048,  16,   32,  8,  32000,  131072, 150000.0, 1e-5, false, 64,  32, 4, 768,  128, 32.0, 4096},
+        deepseek2_small(),
         {"phi3-mini",       "phi3",     3072, 8192,  32,   32,  32, 32064,  4096,  10000.0,   1e-5, false, 0,   0,  0, 0,   2047},
         {"llama2-7b",       "llama",    4096, 11008, 32,   32,  32, 32000,  4096,  10000.0,   1e-5, false},
         {"llama3-8b",       "llama",    4096, 14336, 32,   32,  8,  128256, 8192,  500000.0,  1e-5, false},
@@ -60,13 +110,15 @@ const std::vector<ModelShape>& preset_table() {
         {"gpt-oss-120b",    "gpt-oss",  2880, 2880,  36,   64,  8,  201088, 131072, 150000.0, 1e-5, false, 64,  128, 4, 2880, 128, 32.0, 4096},
         glm_4_5_air(),
         {"qwen3-235b-a22b", "qwen3moe", 4096, 12288, 94,   64,  4,  151936, 40960, 1000000.0, 1e-6, false, 128, 128, 8, 1536},
+        deepseek_v3(),
     };
     return presets;
 }
 
 // Keys llama.cpp's converter writes for some architectures only: LlamaModel
-// adds vocab_size and rope.dimension_count, Phi3MiniModel the latter; the
-// Qwen and Gemma converters write neither (the loader derives both).
+// and DeepseekV2Model add vocab_size and rope.dimension_count,
+// Phi3MiniModel the latter; the Qwen and Gemma converters write neither
+// (the loader derives both).
 struct KeyStyle {
     std::string_view arch;
     bool vocab_size;
@@ -75,6 +127,7 @@ struct KeyStyle {
 constexpr std::array kKeyStyles = {
     KeyStyle{"llama", true, true},
     KeyStyle{"phi3", false, true},
+    KeyStyle{"deepseek2", true, true},
 };
 
 KeyStyle key_style(std::string_view arch) {
@@ -98,6 +151,62 @@ uint32_t as_u32(int64_t v, std::string_view what) {
     return static_cast<uint32_t>(v);
 }
 
+// "{arch}.*" keys in the value types llama.cpp's converter writes them.
+struct ArchKeys {
+    explicit ArchKeys(const std::string& arch) : prefix(arch + ".") {}
+    void u32(std::string_view key, int64_t v) { add(key, gguf::Value::u32(as_u32(v, key))); }
+    void f32(std::string_view key, double v) { add(key, gguf::Value::f32(static_cast<float>(v))); }
+    void boolean(std::string_view key, bool v) { add(key, gguf::Value::boolean(v)); }
+    void str(std::string_view key, std::string v) { add(key, gguf::Value::str(std::move(v))); }
+    void add(std::string_view key, gguf::Value v) { out.push_back(kv(prefix + std::string(key), std::move(v))); }
+
+    std::string prefix;
+    std::vector<gguf::KeyValue> out;
+};
+
+// The heads; key_length and value_length where config.json gives head_dim
+// and with MLA, whose converter writes the cache's sizes there and the
+// heads' before absorption as key_length_mla and value_length_mla.
+void add_attention_keys(const ModelShape& s, ArchKeys& k) {
+    k.u32("attention.head_count", s.n_head);
+    k.u32("attention.head_count_kv", s.n_head_kv);
+    if (s.head_dim > 0 || s.mla()) {
+        k.u32("attention.key_length", s.head_dim_k());
+        k.u32("attention.value_length", s.head_dim_v());
+    }
+    if (s.mla()) {
+        k.u32("attention.key_length_mla", s.key_length_mla());
+        k.u32("attention.value_length_mla", s.v_head_dim);
+        k.u32("attention.q_lora_rank", s.q_lora_rank);
+        k.u32("attention.kv_lora_rank", s.kv_lora_rank);
+    }
+    k.f32("attention.layer_norm_rms_epsilon", s.rms_eps);
+}
+
+void add_expert_keys(const ModelShape& s, ArchKeys& k) {
+    k.u32("expert_count", s.n_expert);
+    k.u32("expert_used_count", s.n_expert_used);
+    if (s.n_ff_exp > 0) k.u32("expert_feed_forward_length", s.n_ff_exp);
+    if (s.n_expert_shared > 0) k.u32("expert_shared_count", s.n_expert_shared);
+    if (s.n_dense_lead > 0) k.u32("leading_dense_block_count", s.n_dense_lead);
+    if (s.n_expert_groups > 0) {
+        k.u32("expert_group_count", s.n_expert_groups);
+        k.u32("expert_group_used_count", s.n_expert_groups_used);
+    }
+    if (s.sigmoid_router || s.expert_weights_scale != 1.0) k.f32("expert_weights_scale", s.expert_weights_scale);
+    if (s.sigmoid_router) {
+        k.boolean("expert_weights_norm", true);
+        k.u32("expert_gating_func", 2);
+    }
+}
+
+void add_yarn_keys(const ModelShape& s, ArchKeys& k) {
+    k.str("rope.scaling.type", "yarn");
+    k.f32("rope.scaling.factor", s.yarn_factor);
+    k.u32("rope.scaling.original_context_length", s.yarn_orig_ctx);
+    if (s.yarn_mscale_all_dim > 0.0) k.f32("rope.scaling.yarn_log_multiplier", 0.1 * s.yarn_mscale_all_dim);
+}
+
 const ArchSpec& arch_of(const ModelShape& s) {
     const ArchSpec* arch = find_arch(s.arch);
     if (arch == nullptr) {
@@ -119,19 +228,160 @@ HParams to_hparams(const ModelShape& s) {
     hp.n_ff = s.n_ff;
     hp.n_head = s.n_head;
     hp.n_head_kv = s.n_head_kv;
-    hp.head_dim_k = hp.head_dim_v = hp.n_rot = s.head_dim_k();
+    hp.head_dim_k = hp.n_rot = s.head_dim_k();
+    hp.head_dim_v = s.head_dim_v();
     hp.n_expert = s.n_expert;
     hp.n_expert_used = s.n_expert_used;
     hp.n_ff_exp = s.n_expert > 0 ? s.expert_ff() : 0;
     hp.n_expert_shared = s.n_expert_shared;
     hp.n_layer_dense_lead = s.n_dense_lead;
     if (s.n_rot > 0) hp.n_rot = s.n_rot;
+    hp.n_lora_q = s.q_lora_rank;
+    hp.n_lora_kv = s.kv_lora_rank;
+    if (s.mla()) {
+        hp.head_dim_k_mla = s.key_length_mla();
+        hp.head_dim_v_mla = s.v_head_dim;
+    }
     return hp;
+}
+
+// The bounds below are what the loader accepts (hparams.h, read_hparams):
+// synth writes no file tandem refuses.
+void require_in(const ModelShape& s, std::string_view what, int64_t value, int64_t lo, int64_t hi) {
+    if (value < lo || value > hi) {
+        throw Error(fmt::format("shape '{}': {} must be in [{}, {}], found {}", s.name, what, lo, hi, value));
+    }
+}
+
+void validate_sizes(const ModelShape& s) {
+    const struct {
+        std::string_view what;
+        int64_t value;
+    } sizes[] = {{"n_embd", s.n_embd},       {"n_ff", s.n_ff},       {"n_layer", s.n_layer}, {"n_head", s.n_head},
+                 {"n_head_kv", s.n_head_kv}, {"n_vocab", s.n_vocab}, {"n_ctx", s.n_ctx}};
+    for (const auto& sz : sizes) {
+        if (sz.value <= 0) throw Error(fmt::format("shape '{}': {} must be positive, found {}", s.name, sz.what, sz.value));
+        const int64_t most = sz.what == std::string_view("n_layer") ? kMaxLayers : kMaxDim;
+        if (sz.value > most) {
+            throw Error(fmt::format("shape '{}': {} must be at most {} (what tandem loads), found {}", s.name, sz.what,
+                                    most, sz.value));
+        }
+        as_u32(sz.value, sz.what);
+    }
+    for (const auto& [what, value] :
+         {std::pair{"head_dim", s.head_dim}, std::pair{"n_expert", s.n_expert},
+          std::pair{"n_expert_used", s.n_expert_used}, std::pair{"n_ff_exp", s.n_ff_exp},
+          std::pair{"sliding_window", s.sliding_window}, std::pair{"n_rot", s.n_rot},
+          std::pair{"n_expert_shared", s.n_expert_shared}, std::pair{"n_dense_lead", s.n_dense_lead},
+          std::pair{"n_expert_groups", s.n_expert_groups}, std::pair{"n_expert_groups_used", s.n_expert_groups_used},
+          std::pair{"q_lora_rank", s.q_lora_rank}, std::pair{"kv_lora_rank", s.kv_lora_rank},
+          std::pair{"qk_nope_head_dim", s.qk_nope_head_dim}, std::pair{"v_head_dim", s.v_head_dim}}) {
+        if (value < 0) throw Error(fmt::format("shape '{}': {} must not be negative, found {}", s.name, what, value));
+        as_u32(value, what);
+    }
+}
+
+// Multi-head latent attention: on deepseek2 and only there, one KV head
+// (the cached latent), the sizes in read_mla's bounds, the file's
+// yarn_log_multiplier DeepSeek's.
+void validate_mla(const ModelShape& s, const ArchSpec& arch) {
+    if (arch.mla && !s.mla()) {
+        throw Error(fmt::format("shape '{}': architecture {} is multi-head latent attention, kv_lora_rank must be "
+                                "positive",
+                                s.name, s.arch));
+    }
+    if (!arch.mla && (s.mla() || s.yarn_mscale_all_dim != 0.0)) {
+        throw Error(fmt::format("shape '{}': architecture {} has no multi-head latent attention, kv_lora_rank and "
+                                "yarn_mscale_all_dim must be 0, found {} and {}",
+                                s.name, s.arch, s.kv_lora_rank, s.yarn_mscale_all_dim));
+    }
+    if (!s.mla()) return;
+    if (s.head_dim != 0) {
+        throw Error(fmt::format("shape '{}': head_dim must be 0 with multi-head latent attention (its heads are "
+                                "qk_nope_head_dim, n_rot and v_head_dim), found {}",
+                                s.name, s.head_dim));
+    }
+    require_in(s, "n_head_kv (one with multi-head latent attention)", s.n_head_kv, 1, 1);
+    require_in(s, "n_rot (qk_rope_head_dim)", s.n_rot, 2, kMaxHeadDim - 1);
+    // A positive qk_nope_head_dim is n_rot below key_length_mla; both it
+    // and the cache row (kv_lora_rank + n_rot) are at most kMaxHeadDim.
+    require_in(s, "qk_nope_head_dim", s.qk_nope_head_dim, 1, kMaxHeadDim - s.n_rot);
+    require_in(s, "kv_lora_rank", s.kv_lora_rank, 1, kMaxHeadDim - s.n_rot);
+    require_in(s, "q_lora_rank", s.q_lora_rank, 1, kMaxDim);
+    require_in(s, "v_head_dim", s.v_head_dim, 1, kMaxHeadDim);
+    if (!(s.yarn_mscale_all_dim >= 0.0)) {
+        throw Error(fmt::format("shape '{}': yarn_mscale_all_dim must not be negative, found {}", s.name,
+                                s.yarn_mscale_all_dim));
+    }
+}
+
+void validate_heads(const ModelShape& s, const ArchSpec& arch) {
+    validate_mla(s, arch);
+    if (s.n_rot % 2 != 0) {
+        throw Error(
+            fmt::format("shape '{}': n_rot must be even for RoPE (it rotates pairs), found {}", s.name, s.n_rot));
+    }
+    if (s.mla()) return;
+    if (s.head_dim == 0 && s.n_embd % s.n_head != 0) {
+        throw Error(fmt::format("shape '{}': n_head {} does not divide n_embd {}", s.name, s.n_head, s.n_embd));
+    }
+    if (s.n_head % s.n_head_kv != 0) {
+        throw Error(fmt::format("shape '{}': n_head_kv {} does not divide n_head {}", s.name, s.n_head_kv, s.n_head));
+    }
+    if (s.head_dim_k() % 2 != 0) {
+        throw Error(fmt::format("shape '{}': head dimension {} must be even for RoPE", s.name, s.head_dim_k()));
+    }
+    require_in(s, "head dimension", s.head_dim_k(), 2, kMaxHeadDim);
+    require_in(s, "n_rot", s.n_rot, 0, s.head_dim_k());
+}
+
+// Group-limited routing as llama.cpp's loader asserts it.
+void validate_expert_groups(const ModelShape& s) {
+    if (s.n_expert_groups <= 1) return;
+    require_in(s, "n_expert_groups", s.n_expert_groups, 2, s.n_expert / 2);
+    if (s.n_expert % s.n_expert_groups != 0) {
+        throw Error(fmt::format("shape '{}': n_expert_groups {} does not divide n_expert {}", s.name,
+                                s.n_expert_groups, s.n_expert));
+    }
+    require_in(s, "n_expert_groups_used", s.n_expert_groups_used, 1, s.n_expert_groups - 1);
+    require_in(s, "n_expert_used (within the used groups)", s.n_expert_used, 1,
+               s.n_expert_groups_used * (s.n_expert / s.n_expert_groups));
+}
+
+void validate_experts(const ModelShape& s, const ArchSpec& arch) {
+    const Presence experts_row = arch.layer[static_cast<size_t>(LayerTensor::FfnGateExps)];
+    if (s.n_expert == 0 && experts_row == Presence::Required) {
+        throw Error(fmt::format("shape '{}': architecture {} is a mixture of experts, n_expert must be positive",
+                                s.name, s.arch));
+    }
+    if (s.n_expert == 0) return;
+    if (experts_row == Presence::Absent) {
+        throw Error(fmt::format("shape '{}': architecture {} has no mixture-of-experts FFN, n_expert must be 0",
+                                s.name, s.arch));
+    }
+    if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert) {
+        throw Error(fmt::format("shape '{}': n_expert_used must be in [1, {}], found {}", s.name, s.n_expert,
+                                s.n_expert_used));
+    }
+    require_in(s, "n_dense_lead", s.n_dense_lead, 0, s.n_layer);
+    validate_expert_groups(s);
+    if (!(s.expert_weights_scale > 0.0 && s.expert_weights_scale < 1e6)) {
+        throw Error(fmt::format("shape '{}': expert_weights_scale must be in (0, 1e6), found {}", s.name,
+                                s.expert_weights_scale));
+    }
 }
 
 // Whether a synthetic model has a role: required ones, and the dense or
 // expert FFN by whether it has experts. Optional roles are left out.
 bool has_role(Presence p, bool experts) { return resolve_presence(p, experts) == Presence::Required; }
+
+// A layer's roles: has_role's, and of the optional ones the choice bias of
+// a sigmoid router in the layers with experts (DeepSeek-V3's
+// e_score_correction_bias; V2's softmax router has none).
+bool has_layer_role(const ModelShape& s, LayerTensor role, Presence p, bool experts) {
+    if (role == LayerTensor::FfnExpProbsB && p == Presence::Optional) return experts && s.sigmoid_router;
+    return has_role(p, experts);
+}
 
 // A rule's shape: trailing Dim::One axes dropped (vectors are 1-D).
 std::vector<int64_t> rule_shape(const TensorRule& rule, const HParams& hp) {
@@ -163,51 +413,9 @@ std::string preset_names() {
 
 void validate_shape(const ModelShape& s) {
     const ArchSpec& arch = arch_of(s);
-    const struct {
-        std::string_view what;
-        int64_t value;
-    } sizes[] = {{"n_embd", s.n_embd},       {"n_ff", s.n_ff},       {"n_layer", s.n_layer}, {"n_head", s.n_head},
-                 {"n_head_kv", s.n_head_kv}, {"n_vocab", s.n_vocab}, {"n_ctx", s.n_ctx}};
-    for (const auto& sz : sizes) {
-        if (sz.value <= 0) throw Error(fmt::format("shape '{}': {} must be positive, found {}", s.name, sz.what, sz.value));
-        // What the loader accepts (hparams.h): synth writes no file tandem refuses.
-        const int64_t most = sz.what == std::string_view("n_layer") ? kMaxLayers : kMaxDim;
-        if (sz.value > most) {
-            throw Error(fmt::format("shape '{}': {} must be at most {} (what tandem loads), found {}", s.name, sz.what,
-                                    most, sz.value));
-        }
-        as_u32(sz.value, sz.what);
-    }
-    for (const auto& [what, value] : {std::pair{"head_dim", s.head_dim}, std::pair{"n_expert", s.n_expert},
-                                      std::pair{"n_expert_used", s.n_expert_used}, std::pair{"n_ff_exp", s.n_ff_exp},
-                                      std::pair{"sliding_window", s.sliding_window}}) {
-        if (value < 0) throw Error(fmt::format("shape '{}': {} must not be negative, found {}", s.name, what, value));
-        as_u32(value, what);
-    }
-    if (s.head_dim == 0 && s.n_embd % s.n_head != 0) {
-        throw Error(fmt::format("shape '{}': n_head {} does not divide n_embd {}", s.name, s.n_head, s.n_embd));
-    }
-    if (s.n_head % s.n_head_kv != 0) {
-        throw Error(fmt::format("shape '{}': n_head_kv {} does not divide n_head {}", s.name, s.n_head_kv, s.n_head));
-    }
-    if (s.head_dim_k() % 2 != 0) {
-        throw Error(fmt::format("shape '{}': head dimension {} must be even for RoPE", s.name, s.head_dim_k()));
-    }
-    const Presence experts_row = arch.layer[static_cast<size_t>(LayerTensor::FfnGateExps)];
-    if (s.n_expert == 0 && experts_row == Presence::Required) {
-        throw Error(fmt::format("shape '{}': architecture {} is a mixture of experts, n_expert must be positive",
-                                s.name, s.arch));
-    }
-    if (s.n_expert > 0) {
-        if (experts_row == Presence::Absent) {
-            throw Error(fmt::format("shape '{}': architecture {} has no mixture-of-experts FFN, n_expert must be 0",
-                                    s.name, s.arch));
-        }
-        if (s.n_expert_used < 1 || s.n_expert_used > s.n_expert) {
-            throw Error(fmt::format("shape '{}': n_expert_used must be in [1, {}], found {}", s.name, s.n_expert,
-                                    s.n_expert_used));
-        }
-    }
+    validate_sizes(s);
+    validate_heads(s, arch);
+    validate_experts(s, arch);
     if (arch.swa_period > 0 && s.sliding_window == 0) {
         throw Error(fmt::format("shape '{}': architecture {} needs a sliding window", s.name, s.arch));
     }
@@ -230,7 +438,7 @@ std::vector<TensorShape> model_tensors(const ModelShape& s) {
     for (int64_t il = 0; il < s.n_layer; ++il) {
         for (int r = 0; r < kLayerTensorCount; ++r) {
             const auto role = static_cast<LayerTensor>(r);
-            if (!has_role(arch.layer[static_cast<size_t>(r)], hp.layer_has_experts(il))) continue;
+            if (!has_layer_role(s, role, arch.layer[static_cast<size_t>(r)], hp.layer_has_experts(il))) continue;
             out.push_back({layer_tensor_name(il, role, arch), rule_shape(layer_tensor_rule(role), hp)});
         }
     }
@@ -255,47 +463,23 @@ uint64_t param_count(const ModelShape& shape) {
 }
 
 std::vector<gguf::KeyValue> model_hparams(const ModelShape& s) {
-    using gguf::Value;
     const KeyStyle style = key_style(arch_of(s).name);
-    const std::string a = s.arch + ".";
-    std::vector<gguf::KeyValue> out;
-    const auto u32 = [&](std::string_view key, int64_t v) {
-        out.push_back(kv(a + std::string(key), Value::u32(as_u32(v, key))));
-    };
-    out.push_back(kv("general.architecture", Value::str(s.arch)));
-    u32("context_length", s.n_ctx);
-    u32("embedding_length", s.n_embd);
-    u32("block_count", s.n_layer);
-    u32("feed_forward_length", s.n_ff);
-    if (style.rope_dimension_count || s.n_rot > 0) u32("rope.dimension_count", s.n_rot > 0 ? s.n_rot : s.head_dim_k());
-    u32("attention.head_count", s.n_head);
-    u32("attention.head_count_kv", s.n_head_kv);
-    if (s.head_dim > 0) {
-        u32("attention.key_length", s.head_dim);
-        u32("attention.value_length", s.head_dim);
+    ArchKeys k(s.arch);
+    k.out.push_back(kv("general.architecture", gguf::Value::str(s.arch)));
+    k.u32("context_length", s.n_ctx);
+    k.u32("embedding_length", s.n_embd);
+    k.u32("block_count", s.n_layer);
+    k.u32("feed_forward_length", s.n_ff);
+    if (style.rope_dimension_count || s.n_rot > 0) {
+        k.u32("rope.dimension_count", s.n_rot > 0 ? s.n_rot : s.head_dim_k());
     }
-    out.push_back(kv(a + "attention.layer_norm_rms_epsilon", Value::f32(static_cast<float>(s.rms_eps))));
-    out.push_back(kv(a + "rope.freq_base", Value::f32(static_cast<float>(s.rope_base))));
-    if (s.n_expert > 0) {
-        u32("expert_count", s.n_expert);
-        u32("expert_used_count", s.n_expert_used);
-        if (s.n_ff_exp > 0) u32("expert_feed_forward_length", s.n_ff_exp);
-        if (s.n_expert_shared > 0) u32("expert_shared_count", s.n_expert_shared);
-        if (s.n_dense_lead > 0) u32("leading_dense_block_count", s.n_dense_lead);
-        if (s.sigmoid_router) {
-            u32("expert_gating_func", 2);
-            out.push_back(kv(a + "expert_weights_norm", Value::boolean(true)));
-            out.push_back(kv(a + "expert_weights_scale", Value::f32(1.0f)));
-        }
-    }
-    if (s.sliding_window > 0) u32("attention.sliding_window", s.sliding_window);
-    if (s.yarn_factor > 0.0) {
-        out.push_back(kv(a + "rope.scaling.type", Value::str("yarn")));
-        out.push_back(kv(a + "rope.scaling.factor", Value::f32(static_cast<float>(s.yarn_factor))));
-        u32("rope.scaling.original_context_length", s.yarn_orig_ctx);
-    }
-    if (style.vocab_size) u32("vocab_size", s.n_vocab);
-    return out;
+    add_attention_keys(s, k);
+    k.f32("rope.freq_base", s.rope_base);
+    if (s.n_expert > 0) add_expert_keys(s, k);
+    if (s.sliding_window > 0) k.u32("attention.sliding_window", s.sliding_window);
+    if (s.yarn_factor > 0.0) add_yarn_keys(s, k);
+    if (style.vocab_size) k.u32("vocab_size", s.n_vocab);
+    return std::move(k.out);
 }
 
 int64_t layer_of_tensor(std::string_view name) {

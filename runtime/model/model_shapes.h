@@ -51,14 +51,43 @@ struct ModelShape {
     int64_t yarn_orig_ctx = 0;
     // GLM-4.5 and DeepSeek-V3 style experts: shared experts beside the
     // routed ones, the first n_dense_lead layers a dense FFN of n_ff, the
-    // router a sigmoid (expert_gating_func 2, weights normalized), RoPE on
-    // the first n_rot dims of each head (0: all).
+    // router a sigmoid (expert_gating_func 2, weights normalized; on
+    // deepseek2 with its choice bias exp_probs_b), RoPE on the first n_rot
+    // dims of each head (0: all).
     int64_t n_expert_shared = 0;
     int64_t n_dense_lead = 0;
     bool sigmoid_router = false;
     int64_t n_rot = 0;
+    // DeepSeek-V3's routing: the experts chosen within the
+    // n_expert_groups_used best of n_expert_groups groups (n_group,
+    // topk_group; 0: no groups), their weights times expert_weights_scale
+    // (routed_scaling_factor).
+    int64_t n_expert_groups = 0;
+    int64_t n_expert_groups_used = 0;
+    double expert_weights_scale = 1.0;
+    // Multi-head latent attention (deepseek2; kv_lora_rank 0: none): Q
+    // through a q_lora_rank bottleneck, K and V out of a kv_lora_rank
+    // latent. Before absorption a head's query and key are
+    // [qk_nope_head_dim | n_rot] (n_rot is qk_rope_head_dim), its value
+    // v_head_dim; the file's one KV head is the cached [latent | rope].
+    int64_t q_lora_rank = 0;
+    int64_t kv_lora_rank = 0;
+    int64_t qk_nope_head_dim = 0;
+    int64_t v_head_dim = 0;
+    // DeepSeek's YaRN: config.json's rope_scaling.mscale_all_dim, written
+    // as rope.scaling.yarn_log_multiplier = 0.1 * it (llama.cpp's
+    // converter); 0: no key.
+    double yarn_mscale_all_dim = 0.0;
 
-    int64_t head_dim_k() const { return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0); }
+    bool mla() const { return kv_lora_rank > 0; }
+    // The cache's per-head K and V sizes (attention.key_length and
+    // value_length): with MLA the latent and its rotated part, and the latent.
+    int64_t head_dim_k() const {
+        if (mla()) return kv_lora_rank + n_rot;
+        return head_dim > 0 ? head_dim : (n_head > 0 ? n_embd / n_head : 0);
+    }
+    int64_t head_dim_v() const { return mla() ? kv_lora_rank : head_dim_k(); }
+    int64_t key_length_mla() const { return qk_nope_head_dim + n_rot; }
     int64_t expert_ff() const { return n_ff_exp > 0 ? n_ff_exp : n_ff; }
 };
 
@@ -75,7 +104,10 @@ std::string preset_names();
 // not divide the embedding (without head_dim), KV heads that do not divide
 // the heads, an odd head dimension (RoPE rotates pairs), experts on an
 // architecture without a mixture-of-experts FFN or none on one that is only
-// that, more experts used than there are.
+// that, more experts used than there are, expert groups llama.cpp's loader
+// refuses, multi-head latent attention on an architecture without it (or
+// none on deepseek2), MLA sizes that are not positive, RoPE dims that are
+// odd or not below the key's, more than one KV head with MLA.
 void validate_shape(const ModelShape& shape);
 
 struct TensorShape {
