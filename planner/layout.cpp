@@ -43,7 +43,11 @@ int64_t stream_first(const Tables& t, const Layout& l) {
 void count_layer_ops(const model::LayerSpec& ls, const std::function<int(LayerTensor)>& device_of,
                      std::array<Share, kDevices>& layer) {
     for (const model::LayerOp& op : ls.ops) {
-        if (op.is_product()) {
+        if (op.kind == model::OpKind::HeadMatmul) {  // a product per head (matmul_heads)
+            Share& s = layer[static_cast<size_t>(device_of(op.weight[0]))];
+            s.batch_calls += op.rows;
+            s.calls += op.rows;
+        } else if (op.is_product()) {
             bool on[kDevices] = {false, false};
             for (const LayerTensor r : op.weights()) {
                 const int d = device_of(r);
@@ -268,10 +272,10 @@ Mode make_mode(const model::ModelSpec& spec, const Tables& t,
             if (model::is_streamed(role)) s.streamed_mats += 1;
         }
         // The cache with K's product, as place_tensors puts it, unless kv_of says.
-        const auto at = [&](LayerTensor role, int fallback) { return ls.get(role) ? device_of(il, role) : fallback; };
-        const int kv_device =
-            kv_of ? kv_of(il)
-                  : at(LayerTensor::AttnK, at(LayerTensor::AttnQkv, at(LayerTensor::AttnNorm, kHostDevice)));
+        const auto at = [&](LayerTensor role, int fallback) {
+            return role != LayerTensor::Count && ls.get(role) ? device_of(il, role) : fallback;
+        };
+        const int kv_device = kv_of ? kv_of(il) : at(ls.k_writer(), at(LayerTensor::AttnNorm, kHostDevice));
         const auto op_device = [&](LayerTensor role) {
             return role == model::kWithCache ? kv_device : device_of(il, role);
         };

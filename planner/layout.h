@@ -31,7 +31,8 @@ inline constexpr int kTypeSlots = 12;
 // the expert matrices (all experts'); and the work handed over: products
 // (a decode step: calls, one per group of products of one input on one
 // device; a batch: batch_calls, one per dense matrix, and one per expert
-// matrix (expert_mats) and expert the batch uses), ops over rows (norms,
+// matrix (expert_mats) and expert the batch uses; a per-head product, MLA's
+// k_b and v_b, one of each per head), ops over rows (norms,
 // RoPE, adds, the activation; a decode step runs them on the calling
 // thread) and the matrices weight streaming would multiply one by one.
 struct Share {

@@ -25,6 +25,15 @@ struct LayerSpec {
 
     const gguf::TensorInfo* get(LayerTensor t) const { return tensors[static_cast<size_t>(t)]; }
     bool has_experts() const { return get(LayerTensor::FfnGateInp) != nullptr; }
+    // The role whose product writes K, where the layer's cache goes:
+    // attn_k, attn_qkv where K is fused in (Phi-3), or attn_kv_a_mqa (MLA's
+    // latent); LayerTensor::Count for none.
+    LayerTensor k_writer() const {
+        for (const LayerTensor t : {LayerTensor::AttnK, LayerTensor::AttnQkv, LayerTensor::AttnKvAMqa}) {
+            if (get(t)) return t;
+        }
+        return LayerTensor::Count;
+    }
 };
 
 struct ModelSpec {

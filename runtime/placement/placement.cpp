@@ -128,9 +128,9 @@ Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& re
         for (const gguf::TensorInfo* t : ls.tensors) {
             if (t) p.tensor[t] = decide(t->name, base);
         }
-        // K's product writes the cache: attn_k, or attn_qkv where K is fused in (Phi-3).
-        const gguf::TensorInfo* k = ls.get(model::LayerTensor::AttnK);
-        const int kv_dev = p.of(k ? k : ls.get(model::LayerTensor::AttnQkv));
+        // K's product writes the cache.
+        const model::LayerTensor k = ls.k_writer();
+        const int kv_dev = p.of(k != model::LayerTensor::Count ? ls.get(k) : nullptr);
         p.kv.push_back(req.kv_offload ? kv_dev : kHostDevice);
         // What an op reads beside its weight lives where the op runs: an
         // expert product's bias with its weight, the sinks with the cache.
