@@ -441,7 +441,7 @@ TEST(CpuAttention, TiledKernelsMatchScalarBits) {
     for (tc::SimdLevel level : {tc::SimdLevel::Avx2, tc::SimdLevel::Avx512}) {
         if (!tc::simd_level_supported(level)) continue;
         const td::TiledAttentionKernels simd = td::tiled_attention_kernels(level);
-        for (int64_t dim : {64, 128, 80, 72, 8}) {
+        for (int64_t dim : {64, 128, 80, 72, 8, 576}) {
             const auto kt = random_vector(static_cast<size_t>(dim * td::kAttentionTile), 21);
             const auto v = random_vector(static_cast<size_t>(dim * td::kAttentionTile), 22);
             const auto qv = random_vector(static_cast<size_t>(td::kQueryBlock * dim), 23);

@@ -21,58 +21,88 @@ float hmax8(__m256 v) {
     return _mm_cvtss_f32(m4);
 }
 
-// One query at a time: eight ymm chains of 64 keys fill the FMA pipes
-// (AVX2 has 16 registers, not room for two queries' chains and the loads).
-float scores_one(const float* q, const float* kt, int64_t dk, float scale, float* s) {
-    __m256 acc[kAttentionTile / 8];
-    for (auto& a : acc) a = _mm256_setzero_ps();
-    for (int64_t k = 0; k < dk; ++k) {
-        const __m256 qk = _mm256_set1_ps(q[k]);
-        const float* row = kt + k * kAttentionTile;
-        for (int j = 0; j < kAttentionTile / 8; ++j) acc[j] = _mm256_fmadd_ps(qk, _mm256_loadu_ps(row + 8 * j), acc[j]);
-    }
+// NQ queries x NB ymm chains (NQ * NB = 8 accumulators, the most the 16
+// registers hold beside the loads) over a band of 8 * NB keys, for every
+// band of the tile: each row of the band's keys is loaded once for the NQ
+// queries, so a block of four reads the widened tile once instead of four
+// times (the tile, 64 keys x dk floats, lives in L2). Each score is still
+// its own fused multiply-add chain over k: the scalar reference's bits.
+template <int NQ, int NB>
+void scores_block(const float* const* q, const float* kt, int64_t dk, float scale, float* s, float* smax) {
     const __m256 sv = _mm256_set1_ps(scale);
-    __m256 mx = _mm256_set1_ps(-INFINITY);
-    for (int j = 0; j < kAttentionTile / 8; ++j) {
-        const __m256 sj = _mm256_mul_ps(acc[j], sv);
-        _mm256_storeu_ps(s + 8 * j, sj);
-        mx = _mm256_max_ps(mx, sj);
+    __m256 mx[NQ];
+    for (auto& m : mx) m = _mm256_set1_ps(-INFINITY);
+    for (int band = 0; band < kAttentionTile; band += 8 * NB) {
+        __m256 acc[NQ][NB];
+        for (auto& row : acc) {
+            for (auto& a : row) a = _mm256_setzero_ps();
+        }
+        for (int64_t k = 0; k < dk; ++k) {
+            const float* row = kt + k * kAttentionTile + band;
+            __m256 key[NB];
+            for (int b = 0; b < NB; ++b) key[b] = _mm256_loadu_ps(row + 8 * b);
+            for (int j = 0; j < NQ; ++j) {
+                const __m256 qk = _mm256_broadcast_ss(q[j] + k);
+                for (int b = 0; b < NB; ++b) acc[j][b] = _mm256_fmadd_ps(qk, key[b], acc[j][b]);
+            }
+        }
+        for (int j = 0; j < NQ; ++j) {
+            for (int b = 0; b < NB; ++b) {
+                const __m256 sj = _mm256_mul_ps(acc[j][b], sv);
+                _mm256_storeu_ps(s + j * kAttentionTile + band + 8 * b, sj);
+                mx[j] = _mm256_max_ps(mx[j], sj);
+            }
+        }
     }
-    return hmax8(mx);
+    for (int j = 0; j < NQ; ++j) smax[j] = hmax8(mx[j]);
 }
 
-void accumulate_one(const float* p, const float* v, int64_t dv, float rescale, float* acc) {
-    const __m256 rs = _mm256_set1_ps(rescale);
+// The same blocking for V: NQ queries x NB ymm of outputs, each band of
+// outputs one pass over the tile's 64 value rows shared by the NQ queries.
+// Each output is its own chain over t, after its rescale: the reference's
+// bits.
+template <int NQ, int NB>
+void accumulate_block(const float* p, const float* v, int64_t dv, const float* rescale, float* const* acc) {
     int64_t d = 0;
-    // 64 outputs at a time, eight independent chains in registers: one
-    // chain alone waits on the fma latency at every step. Each output is
-    // still its own chain over t, so the bits are the scalar reference's.
-    for (; d + 64 <= dv; d += 64) {
-        __m256 a[8];
-        for (int j = 0; j < 8; ++j) a[j] = _mm256_mul_ps(_mm256_loadu_ps(acc + d + 8 * j), rs);
-        for (int64_t t = 0; t < kAttentionTile; ++t) {
-            const __m256 pt = _mm256_set1_ps(p[t]);
-            const float* row = v + t * dv + d;
-            for (int j = 0; j < 8; ++j) a[j] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(row + 8 * j), a[j]);
+    for (; d + 8 * NB <= dv; d += 8 * NB) {
+        __m256 a[NQ][NB];
+        for (int j = 0; j < NQ; ++j) {
+            const __m256 rs = _mm256_set1_ps(rescale[j]);
+            for (int b = 0; b < NB; ++b) a[j][b] = _mm256_mul_ps(_mm256_loadu_ps(acc[j] + d + 8 * b), rs);
         }
-        for (int j = 0; j < 8; ++j) _mm256_storeu_ps(acc + d + 8 * j, a[j]);
+        for (int64_t t = 0; t < kAttentionTile; ++t) {
+            const float* row = v + t * dv + d;
+            __m256 val[NB];
+            for (int b = 0; b < NB; ++b) val[b] = _mm256_loadu_ps(row + 8 * b);
+            for (int j = 0; j < NQ; ++j) {
+                const __m256 pt = _mm256_broadcast_ss(p + j * kAttentionTile + t);
+                for (int b = 0; b < NB; ++b) a[j][b] = _mm256_fmadd_ps(pt, val[b], a[j][b]);
+            }
+        }
+        for (int j = 0; j < NQ; ++j) {
+            for (int b = 0; b < NB; ++b) _mm256_storeu_ps(acc[j] + d + 8 * b, a[j][b]);
+        }
     }
-    for (; d + 8 <= dv; d += 8) {
-        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + d), rs);
-        for (int64_t t = 0; t < kAttentionTile; ++t) a = _mm256_fmadd_ps(_mm256_set1_ps(p[t]), _mm256_loadu_ps(v + t * dv + d), a);
-        _mm256_storeu_ps(acc + d, a);
-    }
-    for (; d < dv; ++d) {
-        float a = acc[d] * rescale;
-        for (int64_t t = 0; t < kAttentionTile; ++t) a = std::fma(p[t], v[t * dv + d], a);
-        acc[d] = a;
+    for (; d < dv; ++d) {  // the last dv % (8 NB) outputs, one chain each
+        for (int j = 0; j < NQ; ++j) {
+            float a = acc[j][d] * rescale[j];
+            for (int64_t t = 0; t < kAttentionTile; ++t) a = std::fma(p[j * kAttentionTile + t], v[t * dv + d], a);
+            acc[j][d] = a;
+        }
     }
 }
 
 }  // namespace
 
 void tiled_scores_avx2(const float* const* q, int nq, const float* kt, int64_t dk, float scale, float* s, float* smax) {
-    for (int j = 0; j < nq; ++j) smax[j] = scores_one(q[j], kt, dk, scale, s + j * kAttentionTile);
+    static_assert(kQueryBlock == 4 && kAttentionTile % 64 == 0);
+    switch (nq) {  // the block's queries: a full block of four, or the batch's last few
+        case 4: return scores_block<4, 2>(q, kt, dk, scale, s, smax);
+        case 3: return scores_block<3, 2>(q, kt, dk, scale, s, smax);
+        case 2: return scores_block<2, 4>(q, kt, dk, scale, s, smax);
+        default:
+            for (int j = 0; j < nq; ++j) scores_block<1, 8>(q + j, kt, dk, scale, s + j * kAttentionTile, smax + j);
+    }
 }
 
 float tiled_mask_avx2(const int32_t* cell_pos, int32_t pos, int64_t window, float* s) {
@@ -103,7 +133,15 @@ double tiled_softmax_avx2(const float* s, float max, float* p) {
 }
 
 void tiled_accumulate_avx2(const float* p, int nq, const float* v, int64_t dv, const float* rescale, float* const* acc) {
-    for (int j = 0; j < nq; ++j) accumulate_one(p + j * kAttentionTile, v, dv, rescale[j], acc[j]);
+    switch (nq) {
+        case 4: return accumulate_block<4, 2>(p, v, dv, rescale, acc);
+        case 3: return accumulate_block<3, 2>(p, v, dv, rescale, acc);
+        case 2: return accumulate_block<2, 4>(p, v, dv, rescale, acc);
+        default:
+            for (int j = 0; j < nq; ++j) {
+                accumulate_block<1, 8>(p + j * kAttentionTile, v, dv, rescale + j, acc + j);
+            }
+    }
 }
 
 void widen_keys_avx2(const uint8_t* keys, uint64_t row_bytes, int64_t nc, int64_t dk, float* kt) {
