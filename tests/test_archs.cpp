@@ -130,7 +130,12 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
     using LT = tandem::model::LayerTensor;
     const Case cases[] = {
         {"--cpu-moe", true, 0, ""},
+        {"--n-cpu-moe 1", false, 1, ""},
         {"--n-cpu-moe 2", false, 2, ""},
+        {"-ot exps=cpu", false, 0, "exps=cpu"},
+        {"the latent's product on the host with the cache, the rest on cpu2", false, 0, "attn_kv_a_mqa=cpu",
+         LT::AttnKvAMqa},
+        {"the per-head products on the host", false, 0, "attn_[kv]_b=cpu", LT::AttnKB},
         {"down experts on the host, router and gate/up on cpu2", false, 0, "ffn_down_exps=cpu"},
         {"router on the host, experts on cpu2", false, 0, "ffn_gate_inp=cpu"},
         {"the choice's bias on the host, the rest on cpu2", false, 0, "exp_probs_b=cpu", LT::FfnExpProbsB},
@@ -161,11 +166,18 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
         req.overrides = opt.overrides;
         const auto placement = tandem::place_tensors(m.spec, req);
         EXPECT_EQ(device_weights, placement.weight_bytes(tandem::kAccelDevice));
-        // The flags moved expert weights to the host.
+        // The flags moved weights to the host (--n-cpu-moe N: when one of
+        // the first N layers has experts; deepseek2's first is dense).
         tandem::PlacementRequest all_on_device;
         all_on_device.device = "cpu2";
         all_on_device.n_gpu_layers = req.n_gpu_layers;
-        EXPECT_LT(device_weights, tandem::place_tensors(m.spec, all_on_device).weight_bytes(tandem::kAccelDevice));
+        const bool moves = c.cpu_moe || *c.ot || m.spec.hp.n_layer_dense_lead < c.n_cpu_moe;
+        const uint64_t all = tandem::place_tensors(m.spec, all_on_device).weight_bytes(tandem::kAccelDevice);
+        if (moves) {
+            EXPECT_LT(device_weights, all);
+        } else {
+            EXPECT_EQ(device_weights, all);
+        }
     }
 }
 

@@ -612,3 +612,28 @@ TEST(SequenceState, CudaRoundTrip) {
         EXPECT_LE(d, 0.5f) << "GPU rows read as the CPU's (fp16/Q8_0 rounding apart)";
     }
 }
+
+// deepseek2's cache rows are the latent and its rotated part, no V: the
+// rows round-trip on the host, across the stand-in split, and on the CUDA
+// device when there is one (where a restored sequence continues as the
+// uninterrupted one).
+TEST(SequenceState, LatentRowsRoundTrip) {
+    const auto path = tandem::testing::shared("models/synth-deepseek2-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const Model m(path);
+    const auto prompt = m.tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
+    for (const auto type : {tandem::model::CacheType::F16, tandem::model::CacheType::Q8_0}) {
+        SessionOptions o = opts(type);
+        check_round_trip(m, prompt, o, 6);
+        o.device = "cpu2";
+        o.n_gpu_layers = 2;
+        check_round_trip(m, prompt, o, 6);
+    }
+    std::string why;
+    const auto devices = tandem::cuda::list_devices(&why);
+    if (devices.empty()) return;  // the CUDA half needs a device (the emulator has one)
+    SessionOptions o = opts(tandem::model::CacheType::F16);
+    o.device = "cuda" + std::to_string(devices[0].index);
+    o.n_gpu_layers = m.spec.hp.n_layer;
+    check_round_trip(m, prompt, o, 6);
+}

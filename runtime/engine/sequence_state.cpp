@@ -297,9 +297,10 @@ SequenceState decode_sequence_state(std::span<const uint8_t> blob) {
         const uint32_t n_rows = r.u32(where);
         l.k_row_bytes = r.u32(where);
         l.v_row_bytes = r.u32(where);
-        if (l.k_row_bytes == 0 || l.v_row_bytes == 0) {
-            throw Error(fmt::format("sequence state: {} has rows of {} (K) and {} (V) bytes; expected both > 0", where,
-                                    l.k_row_bytes, l.v_row_bytes));
+        // V rows of 0 bytes: a latent cache (MLA), whose V is in K.
+        if (l.k_row_bytes == 0) {
+            throw Error(fmt::format("sequence state: {} has rows of 0 (K) and {} (V) bytes; expected K rows > 0", where,
+                                    l.v_row_bytes));
         }
         // The whole layer is checked against what is left before any part of it is read.
         const uint64_t row = 8ull + l.k_row_bytes + l.v_row_bytes;

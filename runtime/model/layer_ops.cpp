@@ -63,10 +63,13 @@ public:
             col += w;
         }
     }
-    // out's rows = in's rows, `rows` of each token.
+    // out's rows = in's rows, `rows` of each token. Into a part of out's
+    // rows, where the rest was written (the executor moves whole buffers:
+    // the two parts must meet on one device); else where in was.
     void copy(Act in, RowView from, Act out, RowView to, int64_t rows) {
         TANDEM_CHECK(from.len == to.len, "recipe: a copy between rows of one length");
-        LayerOp op = make(OpKind::Split, in, {out}, writer(in));
+        const bool part = to.col0 > 0 || to.stride > to.len;
+        LayerOp op = make(OpKind::Split, in, {out}, part ? writer(out) : writer(in));
         op.len = from.len;
         op.rows = rows;
         op.col0 = from.col0;
