@@ -144,8 +144,7 @@ public:
         // An expert's product has at most one row per token (a token
         // chooses an expert once), so ub rows cover it too.
         uint64_t scratch = 0;
-        for (const int64_t cols : {hp_.n_embd, hp_.out_dim(), hp_.o_dim(), hp_.n_ff, hp_.n_ff_exp, hp_.n_lora_q,
-                                   hp_.n_lora_kv, hp_.head_dim_k_mla - hp_.n_rot, model::max_matmul_input(hp_)}) {
+        for (const int64_t cols : model::matmul_input_widths(hp_)) {
             if (cols <= 0) continue;
             for (const quant::Type t : weight_types_) {
                 scratch = std::max(scratch, kernels::matmul_scratch_bytes(t, cols, ub));

@@ -70,24 +70,14 @@ public:
         TANDEM_CHECK(from.len == to.len, "recipe: a copy between rows of one length");
         const bool part = to.col0 > 0 || to.stride > to.len;
         LayerOp op = make(OpKind::Split, in, {out}, part ? writer(out) : writer(in));
-        op.len = from.len;
-        op.rows = rows;
-        op.col0 = from.col0;
-        op.stride = from.stride;
-        op.out_col0 = to.col0;
-        op.out_stride = to.stride;
+        set_rows(op, from, to, rows);
         push(op);
     }
     // out's row h = slice h of w x in's row h, for each token's `rows` rows.
     void matmul_heads(T w, Act in, RowView from, Act out, RowView to, int64_t rows) {
         LayerOp op = make(OpKind::HeadMatmul, in, {out}, w);
         op.weight[0] = w;
-        op.len = from.len;
-        op.rows = rows;
-        op.col0 = from.col0;
-        op.stride = from.stride;
-        op.out_col0 = to.col0;
-        op.out_stride = to.stride;
+        set_rows(op, from, to, rows);
         op.out_len = to.len;
         push(op);
     }
@@ -130,6 +120,15 @@ public:
     std::vector<LayerOp> take() { return std::move(ops_); }
 
 private:
+    // An op's input rows `from` and output rows `to`, `rows` of each token.
+    static void set_rows(LayerOp& op, RowView from, RowView to, int64_t rows) {
+        op.len = from.len;
+        op.rows = rows;
+        op.col0 = from.col0;
+        op.stride = from.stride;
+        op.out_col0 = to.col0;
+        op.out_stride = to.stride;
+    }
     static LayerOp make(OpKind kind, Act in, std::initializer_list<Act> outs, T at) {
         LayerOp op;
         op.kind = kind;
@@ -323,9 +322,16 @@ WorkspaceWidths workspace_widths(const HParams& hp) {
     return w;
 }
 
+std::vector<int64_t> matmul_input_widths(const HParams& hp) {
+    std::vector<int64_t> widths = {hp.n_embd, hp.out_dim(), hp.o_dim(), hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp()};
+    // MLA: q_b's input, v_b's (a head's latent) and k_b's (a head's nope query).
+    if (hp.mla()) widths.insert(widths.end(), {hp.n_lora_q, hp.n_lora_kv, hp.head_dim_k_mla - hp.n_rot});
+    return widths;
+}
+
 int64_t max_matmul_input(const HParams& hp) {
-    return std::max({hp.n_embd, hp.out_dim(), hp.o_dim(), hp.n_ff, hp.n_ff_exp, hp.n_ff_shexp(), hp.n_lora_q,
-                     hp.n_lora_kv, hp.head_dim_k_mla});
+    const std::vector<int64_t> widths = matmul_input_widths(hp);
+    return *std::max_element(widths.begin(), widths.end());
 }
 
 int64_t WorkspaceWidths::per_token(bool with_logits) const {

@@ -56,7 +56,9 @@ struct WorkspaceWidths {
     int64_t per_token(bool with_logits) const;
 };
 WorkspaceWidths workspace_widths(const HParams& hp);
-// The widest input of any product (what a device quantizes an input into).
+// The input widths of the products (what a device quantizes an input
+// into), and the widest.
+std::vector<int64_t> matmul_input_widths(const HParams& hp);
 int64_t max_matmul_input(const HParams& hp);
 int64_t act_width(const HParams& hp, Act a);
 
