@@ -44,7 +44,7 @@ LayerModes plain_layer_modes(const model::ModelSpec& spec, const Tables& t) {
 
 LayerModes rule_layer_modes(const model::ModelSpec& spec, const Tables& t, const PlanInputs& in) {
     PlacementRequest req;
-    req.device = in.device_name;
+    req.devices = {in.device_name};
     req.overrides = in.rules.overrides;
     req.cpu_moe = in.rules.cpu_moe;
     req.n_cpu_moe = in.rules.n_cpu_moe;

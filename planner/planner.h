@@ -177,7 +177,12 @@ struct PlanInputs {
     // tune measure whole layers; run and plan ask for all.
     std::vector<Candidate> candidates{Candidate::Layers};
     PlacementRules rules;
-    std::string device_name = "cuda0";  // the accelerator's name, for the device a -ot rule names
+    std::string device_name = "cuda0";  // the accelerator's name (several: a comma list), for -ot's device names
+    // Several accelerators splitting the layers (llama.cpp's -sm layer):
+    // each one's capacity, in device_name's order (device_capacity is then
+    // unset), and their shares as given (-ts; empty: the planner chooses).
+    std::vector<uint64_t> device_capacities;
+    std::vector<double> tensor_split;
     // Weight streaming for long prompts, as SessionOptions: wanted when an
     // accelerator exists and micro-batches reach stream_min_batch.
     bool weight_stream = true;
@@ -267,6 +272,17 @@ struct Plan {
     Prediction predicted;
     std::vector<Assumption> assumptions;
     std::vector<std::string> reasons;
+    // Several accelerators: the shares of the layers (-ts, as
+    // SessionOptions::tensor_split takes them) and, per device in order,
+    // its name, capacity, margin and bytes (vram is then their sum).
+    std::vector<double> tensor_split;
+    struct DevicePart {
+        std::string name;
+        uint64_t capacity = 0, margin = 0;
+        DeviceBytes vram;
+        bool fits = true;
+    };
+    std::vector<DevicePart> devices;
 };
 
 // The -ot rule of (b): the FFN tensors (norms, router and experts

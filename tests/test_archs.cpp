@@ -96,7 +96,7 @@ TEST_P(ArchSplit, EveryNglGivesTheCpuLogitsBitForBit) {
         uint64_t device_weights = 0;
         expect_same_bits(run(m, opt, &device_weights), reference);
         tandem::PlacementRequest req;
-        req.device = "cpu2";
+        req.devices = {"cpu2"};
         req.n_gpu_layers = ngl;
         EXPECT_EQ(device_weights, tandem::place_tensors(m.spec, req).weight_bytes(tandem::kAccelDevice));
     }
@@ -159,7 +159,7 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
         uint64_t device_weights = 0;
         expect_same_bits(run(m, opt, &device_weights), reference);
         tandem::PlacementRequest req;
-        req.device = "cpu2";
+        req.devices = {"cpu2"};
         req.n_gpu_layers = opt.n_gpu_layers;
         req.cpu_moe = c.cpu_moe;
         req.n_cpu_moe = c.n_cpu_moe;
@@ -169,7 +169,7 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
         // The flags moved weights to the host (--n-cpu-moe N: when one of
         // the first N layers has experts; deepseek2's first is dense).
         tandem::PlacementRequest all_on_device;
-        all_on_device.device = "cpu2";
+        all_on_device.devices = {"cpu2"};
         all_on_device.n_gpu_layers = req.n_gpu_layers;
         const bool moves = c.cpu_moe || *c.ot || m.spec.hp.n_layer_dense_lead < c.n_cpu_moe;
         const uint64_t all = tandem::place_tensors(m.spec, all_on_device).weight_bytes(tandem::kAccelDevice);

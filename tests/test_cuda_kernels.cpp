@@ -643,7 +643,7 @@ TEST(CudaBackend, Q8CacheMatchesCpuAndTooSmallVramIsOutOfMemory) {
     }
     opt.cache_type = tandem::model::CacheType::F16;
     opt.n_gpu_layers = 2;
-    opt.device_capacity = 1024;
+    opt.device_capacity = {1024};
     EXPECT_THROW(tandem::Session(file, spec, opt), tandem::OutOfDeviceMemory);
 }
 

@@ -15,6 +15,8 @@ using tandem::parse_accelerator;
 TEST(DeviceRegistry, NamesMeanTheirAccelerator) {
     EXPECT_EQ(parse_accelerator("").kind, AcceleratorKind::None);
     EXPECT_EQ(parse_accelerator("cpu2").kind, AcceleratorKind::StandIn);
+    EXPECT_EQ(parse_accelerator("cpu3").kind, AcceleratorKind::StandIn);
+    EXPECT_EQ(parse_accelerator("cpu17").kind, AcceleratorKind::StandIn);
     const auto cuda = parse_accelerator("cuda");
     EXPECT_EQ(cuda.kind, AcceleratorKind::Cuda);
     EXPECT_EQ(cuda.cuda_index, 0);
@@ -24,13 +26,13 @@ TEST(DeviceRegistry, NamesMeanTheirAccelerator) {
 }
 
 TEST(DeviceRegistry, OtherNamesAreRefusedSayingWhatWasExpected) {
-    for (const std::string name : {"bogus", "cudax", "cuda-1", "cuda12345678", "CPU2", "cpu"}) {
+    for (const std::string name : {"bogus", "cudax", "cuda-1", "cuda12345678", "CPU2", "cpu", "cpu1", "cpu0", "cpu02"}) {
         try {
             (void)parse_accelerator(name);
             ADD_FAILURE() << name << " was accepted";
         } catch (const tandem::Error& e) {
             const std::string msg = e.what();
-            EXPECT_NE(msg.find("expected cuda, cudaN (a GPU) or cpu2"), std::string::npos) << msg;
+            EXPECT_NE(msg.find("expected cuda, cudaN (a GPU) or cpuN with N >= 2"), std::string::npos) << msg;
             EXPECT_NE(msg.find("'" + name + "'"), std::string::npos) << msg;
         }
     }

@@ -60,7 +60,7 @@ TEST(Placement, NglThenOverridesFirstRuleWins) {
     const Model m = open_committed();
     using tandem::model::LayerTensor;
     tandem::PlacementRequest req;
-    req.device = "cpu2";
+    req.devices = {"cpu2"};
     req.n_gpu_layers = 2;
     // The first rule keeps layer 0's ffn_up on cpu2 although the second
     // would move every FFN tensor to the host.
@@ -90,7 +90,7 @@ TEST(Placement, NglThenOverridesFirstRuleWins) {
 TEST(Placement, KvFollowsAttentionOrStaysHomeWithNoKvOffload) {
     const Model m = open_committed();
     tandem::PlacementRequest req;
-    req.device = "cpu2";
+    req.devices = {"cpu2"};
     req.n_gpu_layers = m.spec.hp.n_layer + 1;
     req.overrides = tandem::parse_tensor_overrides("attn_k=cpu");
     auto p = tandem::place_tensors(m.spec, req);
@@ -108,7 +108,7 @@ TEST(Placement, KvFollowsAttentionOrStaysHomeWithNoKvOffload) {
 TEST(Placement, ExpertFlagsBecomeLlamaCppRulesAndBadRequestsSayWhy) {
     const Model m = open_committed();
     tandem::PlacementRequest req;
-    req.device = "cpu2";
+    req.devices = {"cpu2"};
     req.n_gpu_layers = 4;
     req.cpu_moe = true;
     req.n_cpu_moe = 2;
@@ -118,7 +118,7 @@ TEST(Placement, ExpertFlagsBecomeLlamaCppRulesAndBadRequestsSayWhy) {
     EXPECT_EQ(p.of(tensor(m, 3, tandem::model::LayerTensor::FfnUp)), kAccelDevice);
 
     tandem::PlacementRequest bad;
-    bad.device = "cpu2";
+    bad.devices = {"cpu2"};
     bad.overrides = tandem::parse_tensor_overrides("ffn=cuda1");
     EXPECT_TRUE(contains(error_of([&] { tandem::place_tensors(m.spec, bad); }), "device 'cuda1' is not in use"));
     bad = {};
@@ -127,7 +127,7 @@ TEST(Placement, ExpertFlagsBecomeLlamaCppRulesAndBadRequestsSayWhy) {
     bad = {};
     bad.n_gpu_layers = 3;
     EXPECT_TRUE(contains(error_of([&] { tandem::place_tensors(m.spec, bad); }), "none is available"));
-    bad.device = "cpu2";
+    bad.devices = {"cpu2"};
     bad.n_gpu_layers = -1;
     EXPECT_TRUE(contains(error_of([&] { tandem::place_tensors(m.spec, bad); }), "-ngl: expected a value >= 0"));
 }
@@ -205,7 +205,7 @@ TEST(StandInPlacement, OverridesGiveTheCpuLogitsBitForBit) {
         EXPECT_GT(crossings, 0);
         // The device's ledger holds exactly what the placement put there.
         tandem::PlacementRequest req;
-        req.device = "cpu2";
+        req.devices = {"cpu2"};
         req.n_gpu_layers = c.ngl;
         req.overrides = opt.overrides;
         req.kv_offload = c.kv_offload;

@@ -198,7 +198,7 @@ void check_plan_against_ledger(const fs::path& model) {
             so.n_ubatch = 128;
             so.n_threads = 1;
             so.device = "cpu2";
-            so.device_capacity = cap;
+            so.device_capacity = {cap};
             so.n_gpu_layers = p.ngl;
             ASSERT_TRUE(p.fits);
             tandem::Session session(file, spec, so);  // must not run out of memory

@@ -76,7 +76,7 @@ tandem::SessionOptions session_for(const Option& o, const PlanInputs& in) {
     so.n_ubatch = in.n_ubatch;
     so.n_threads = 1;
     so.device = "cpu2";
-    so.device_capacity = in.device_capacity;
+    so.device_capacity = {*in.device_capacity};
     so.n_gpu_layers = o.ngl;
     const tandem::planner::PlacementRules rules = tandem::planner::option_rules(o);
     so.overrides = rules.overrides;
@@ -296,7 +296,7 @@ TEST(PlannerCandidates, ExplicitFlagsOverrideTheChoice) {
     // stays the user's, with the count sized for it.
     tandem::serving::SplitRequest req;
     req.device = "cpu2";
-    req.vram = cap;
+    req.vram = {cap};
     req.n_ctx = 256;
     req.n_ubatch = 128;
     tandem::serving::Split s = tandem::serving::resolve_split(req, file, spec, [](const std::string&) {});

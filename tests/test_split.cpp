@@ -124,7 +124,7 @@ TEST(StandInSplit, TooSmallCapacityIsACleanOutOfMemory) {
     const auto file = tandem::gguf::File::open(test_data("tiny-llama-Q4_K_M.gguf"));
     const auto spec = tandem::model::load_model_spec(file);
     auto opt = split_options(spec.hp.n_layer + 1);
-    opt.device_capacity = 1u << 20;  // 1 MiB: less than the layers' weights
+    opt.device_capacity = {1u << 20};  // 1 MiB: less than the layers' weights
     try {
         tandem::Session session(file, spec, opt);
         FAIL() << "a 1 MiB device accepted the whole model";

@@ -204,7 +204,7 @@ TEST(WeightStream, SlotsThatDoNotFitAreDroppedNotFatal) {
                       tandem::model::kv_bytes_for_layer(spec, il, opt.n_ctx, opt.n_ubatch, opt.cache_type);
         }
         if (ngl > 0) layers += tandem::model::compute_bytes(spec, opt.n_ubatch, false);
-        opt.device_capacity = layers + tandem::model::gemm_tile_bytes(spec) + (64u << 10) + need / 2;
+        opt.device_capacity = {layers + tandem::model::gemm_tile_bytes(spec) + (64u << 10) + need / 2};
         tandem::Session session(file, spec, opt);
         EXPECT_FALSE(session.weight_stream_active());
         const std::string& note = session.weight_stream_note();

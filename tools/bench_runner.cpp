@@ -77,7 +77,7 @@ planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
                                 const std::optional<planner::Calibration>& calibration) {
     SplitRequest req;
     req.device = c.device;
-    if (!c.device.empty()) req.vram = c.vram.value_or(std::numeric_limits<uint64_t>::max());
+    if (!c.device.empty()) req.vram = {c.vram.value_or(std::numeric_limits<uint64_t>::max())};
     req.n_ctx = c.n_ctx();
     req.n_ubatch = s.n_ubatch;
     req.n_seq = c.n_seq_max();
@@ -465,7 +465,7 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                 so.n_threads = s.threads;
                 so.cache_type = s.cache_type;
                 so.device = c.device;
-                so.device_capacity = c.vram;
+                if (c.vram) so.device_capacity = {*c.vram};
                 so.n_gpu_layers = s.ngl;
                 so.weight_stream = c.weight_stream;
                 so.stream_min_batch = c.stream_min_batch;

@@ -29,11 +29,7 @@ void add_chat_model_flags(CLI::App& cmd, ChatModelFlags& f) {
                    "the chat template: chatml, or a file of Jinja text (default: the model's tokenizer.chat_template, "
                    "else ChatML)");
     add_cache_type_flags(cmd, f.cache);
-    cmd.add_option("--device", f.device,
-                   "accelerator: cuda0 (a GPU; --vram caps what it may use) or cpu2 (a stand-in CPU device)");
-    cmd.add_option("--vram", f.vram, "accelerator memory Tandem may use, e.g. 24GiB");
-    cmd.add_option("--n-gpu-layers", f.n_gpu_layers, "leading layers on the accelerator (-ngl), or auto")
-        ->capture_default_str();
+    add_device_flags(cmd, f);
     add_stream_flags(cmd, f.stream);
     add_placement_flags(cmd, f.placement);
 }

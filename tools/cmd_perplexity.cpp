@@ -241,10 +241,7 @@ void add_perplexity_command(CLI::App& app) {
                   "check every row of every weight for NaN and Inf at load (by default: norms, biases and the first and "
                   "last row of each matrix)");
     add_cache_type_flags(*cmd, opts->cache);
-    cmd->add_option("--device", opts->device, "accelerator: cuda0 or cpu2 (the stand-in device)");
-    cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");
-    cmd->add_option("--n-gpu-layers", opts->n_gpu_layers, "leading layers on the accelerator (-ngl), or auto")
-        ->capture_default_str();
+    add_device_flags(*cmd, *opts);
     add_stream_flags(*cmd, opts->stream);
     add_placement_flags(*cmd, opts->placement);
     cmd->add_option("--chunks", opts->chunks, "score at most this many chunks (0: all)")->capture_default_str();

@@ -334,12 +334,7 @@ void add_run_command(CLI::App& app) {
                     "keep the prompt's KV cache state in FILE: reuse what it shares with the next prompt, then save "
                     "this prompt's (a file from another model is an error)");
     cmd->add_flag("--prompt-cache-ro", opts->prompt_cache_ro, "use the --prompt-cache file, but do not update it");
-    cmd->add_option("--device", opts->device, "accelerator: cuda0 (a GPU; --vram caps what it may use) or cpu2 (a stand-in CPU device with --vram capacity)");
-    cmd->add_option("--vram", opts->vram, "accelerator memory Tandem may use, e.g. 24GiB");
-    cmd->add_option("--n-gpu-layers", opts->n_gpu_layers,
-                    "leading layers on the accelerator (-ngl), or auto: the most that fit --vram; more than the layer count "
-                    "also moves the head")
-        ->capture_default_str();
+    add_device_flags(*cmd, *opts);
     add_stream_flags(*cmd, opts->stream);
     add_placement_flags(*cmd, opts->placement);
     add_sampling_flags(*cmd, opts->sampling);

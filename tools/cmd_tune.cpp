@@ -109,7 +109,7 @@ void tune(const TuneOptions& given) {
     if (given.device.empty() && !given.vram.empty()) throw Error("tune: --vram needs --device");
     SplitRequest req;
     req.device = o.device;
-    if (!o.vram.empty()) req.vram = parse_size_flag("--vram", o.vram);
+    if (!o.vram.empty()) req.vram = {parse_size_flag("--vram", o.vram)};
     req.n_ctx = o.n_ctx;
     req.n_ubatch = o.n_ubatch;
     req.cache_type = planner::parse_cache_type(cache_type_text(o.cache));

@@ -1,6 +1,7 @@
 #include "tools/split.h"
 
 #include <algorithm>
+#include <charconv>
 #include <exception>
 #include <string_view>
 
@@ -84,11 +85,72 @@ std::optional<int64_t> parse_ngl(const std::string& text, std::string_view flag)
     throw Error(fmt::format("{}: expected auto or a layer count >= 0, found '{}'", flag, text));
 }
 
+void add_device_flags(CLI::App& cmd, SplitFlags& f) {
+    cmd.add_option("--device", f.device,
+                   "accelerators: cuda0 (a GPU), cuda0,cuda1 (several, splitting the layers), or cpu2, cpu2,cpu3 "
+                   "(stand-in CPU devices, each with a --vram capacity)");
+    cmd.add_option("--vram", f.vram,
+                   "accelerator memory Tandem may use, e.g. 24GiB; with several devices one size for each, or a list "
+                   "such as 24GiB,12GiB");
+    cmd.add_option("--n-gpu-layers", f.n_gpu_layers,
+                   "leading layers on the accelerators (-ngl), or auto: the most that fit --vram; more than the layer "
+                   "count also moves the head")
+        ->capture_default_str();
+    cmd.add_option("--tensor-split", f.tensor_split,
+                   "-ts A,B,...: how several devices share the -ngl layers, in proportions (default: by --vram, else "
+                   "equal)");
+    cmd.add_option("--split-mode", f.split_mode, "-sm none|layer: split the layers between the devices (row is refused)")
+        ->capture_default_str();
+}
+
+std::vector<uint64_t> parse_vram_list(std::string_view flag, const std::string& text) {
+    std::vector<uint64_t> out;
+    for (std::string_view item : split_items(text, ",")) out.push_back(parse_size_flag(flag, item));
+    return out;
+}
+
+std::vector<double> parse_tensor_split(const std::string& text) {
+    std::vector<double> out;
+    for (std::string_view item : split_items(text, ",/;")) {
+        double x = 0;
+        const auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), x);
+        if (item.empty() || ec != std::errc() || p != item.data() + item.size() || !(x >= 0)) {
+            throw Error(fmt::format("-ts: expected proportions such as 1 or 3,1, found '{}'", text));
+        }
+        out.push_back(x);
+    }
+    return out;
+}
+
 SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch) {
     SplitRequest r;
     r.device = f.device;
-    (void)parse_accelerator(r.device);  // throws, naming the flag and what it found
-    if (!f.vram.empty()) r.vram = parse_size_flag("--vram", f.vram);
+    const std::vector<std::string> names = parse_accelerators(r.device);  // throws, naming the flag
+    if (!f.vram.empty()) r.vram = parse_vram_list("--vram", f.vram);
+    if (r.vram.size() > 1 && r.vram.size() != names.size()) {
+        throw Error(fmt::format("--vram: expected one size, or one per device of --device ({}), found {}",
+                                names.size(), r.vram.size()));
+    }
+    if (f.split_mode == "row") {
+        throw Error("-sm row is not supported; Tandem splits by layers (-sm layer, with -ts for the shares)");
+    }
+    if (f.split_mode != "layer" && f.split_mode != "none") {
+        throw Error(fmt::format("-sm: expected none or layer, found '{}'", f.split_mode));
+    }
+    if (!f.tensor_split.empty()) r.tensor_split = parse_tensor_split(f.tensor_split);
+    // One device or none: a split that gives everything to the first is
+    // llama.cpp's way of saying so (-ts 1, -ts 1,0).
+    const bool all_on_first = !r.tensor_split.empty() && r.tensor_split[0] > 0 &&
+                              std::all_of(r.tensor_split.begin() + 1, r.tensor_split.end(), [](double x) { return x == 0; });
+    if (names.size() <= 1 && all_on_first) r.tensor_split.clear();
+    if (!r.tensor_split.empty() && r.tensor_split.size() != names.size()) {
+        throw Error(fmt::format("-ts {} shares the layers between {} devices, but --device names {}; give one "
+                                "proportion per device (e.g. --device cuda0,cuda1 -ts 3,1)",
+                                f.tensor_split, r.tensor_split.size(), names.size()));
+    }
+    if (f.split_mode == "none" && names.size() > 1) {
+        throw Error(fmt::format("-sm none uses one device; --device names {}", names.size()));
+    }
     r.ngl = parse_ngl(f.n_gpu_layers);
     r.n_ctx = n_ctx;
     r.n_ubatch = n_ubatch;

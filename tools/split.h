@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -48,10 +49,24 @@ struct SplitFlags {
     std::string device;
     std::string vram;
     std::string n_gpu_layers = "auto";
+    std::string tensor_split;         // -ts A,B,...: "" none
+    std::string split_mode = "layer"; // -sm: none or layer (row is refused)
     CacheTypeFlags cache;
     StreamFlags stream;
     PlacementFlags placement;
 };
+
+// Registers --device, --vram, -ngl, -ts and -sm, with one help text for
+// every command that runs a model (run, perplexity, chat, serve).
+void add_device_flags(CLI::App& cmd, SplitFlags& f);
+
+// --vram's value: one size, or a comma list of one size per device of
+// --device. Throws tandem::Error naming the flag for a size it cannot read.
+std::vector<uint64_t> parse_vram_list(std::string_view flag, const std::string& text);
+
+// -ts's value: proportions such as 3,1 (llama.cpp also takes / and ;
+// between them). Throws tandem::Error for anything else.
+std::vector<double> parse_tensor_split(const std::string& text);
 
 // The request those flags make for a session of n_ctx and n_ubatch; throws
 // tandem::Error for a bad size, -ngl or cache type.

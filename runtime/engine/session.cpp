@@ -46,9 +46,11 @@ struct Session::Impl {
     std::vector<std::unique_ptr<KvCells>> cells;
     std::vector<std::vector<int32_t>> token_cells;  // [il][t]: the micro-batch's cells
     std::unique_ptr<CpuDevice> host;
-    std::unique_ptr<Device> accel;   // present only when it holds something or streams
+    // The accelerators, [d - 1] for device d; each present only when it
+    // holds something (or, the first, streams).
+    std::vector<std::unique_ptr<Device>> accels;
     std::unique_ptr<LayerExecutor> recipe;
-    WeightStream* stream = nullptr;  // owned by accel
+    WeightStream* stream = nullptr;  // owned by the first accelerator
     std::string stream_note;
     int64_t streamed_batches = 0;
     ActivationObserver* observer = nullptr;  // set_activation_observer
@@ -82,17 +84,22 @@ struct Session::Impl {
             host_config.on_upload = cumulative(opt.host_copy_progress, plan.host_matrix_bytes);
         }
         host = std::make_unique<CpuDevice>("cpu", std::nullopt, file, spec, host_config, pool, level);
-        const bool holds = plan.accel_holds;
-        const bool wants_stream = plan.wants_stream;
-        if (holds || wants_stream) {
+        const std::vector<std::string> names = parse_accelerators(opt.device);
+        accels.resize(names.size());
+        for (size_t i = 0; i < names.size(); ++i) {
+            const int d = static_cast<int>(i) + 1;
+            const bool holds = placement.uses(d);
+            // Weight streaming goes through the first accelerator.
+            const bool streams = d == kAccelDevice && plan.wants_stream;
+            if (!holds && !streams) continue;
             DeviceConfig accel_config = config;
             accel_config.copy_host_weights = false;
             accel_config.host_ledger = &host->mutable_ledger();
             if (opt.upload_progress) {
-                accel_config.on_upload = cumulative(opt.upload_progress, placement.weight_bytes(kAccelDevice));
+                accel_config.on_upload = cumulative(opt.upload_progress, placement.weight_bytes(d));
             }
             try {
-                accel = open_accelerator(opt.device, opt.device_capacity, file, spec, accel_config, pool, level);
+                accels[i] = open_accelerator(names[i], capacity(i), file, spec, accel_config, pool, level);
             } catch (const Error& e) {
                 if (holds) throw;
                 // Only streaming wanted the device: without it the CPU runs all.
@@ -102,24 +109,36 @@ struct Session::Impl {
         load();
         // Last, so that a device too small for the slots still holds every
         // tensor it can and only loses the streaming.
-        if (accel && wants_stream) {
+        if (!accels.empty() && accels[0] && plan.wants_stream) {
+            Device& first = *accels[0];
             try {
-                stream = accel->enable_weight_stream(plan.stream_first);
-                if (!stream) stream_note = fmt::format("weight streaming off: {} cannot stream", accel->name());
+                stream = first.enable_weight_stream(plan.stream_first);
+                if (!stream) stream_note = fmt::format("weight streaming off: {} cannot stream", first.name());
             } catch (const Error& e) {
                 // Too little memory for the slots, or a library the stream
                 // needs (cuBLAS) failing to start: the CPU runs those layers.
                 stream_note = fmt::format("weight streaming off: {}", e.what());
             }
-            if (!stream && !holds) accel.reset();  // a device with nothing to do costs nothing
+            if (!stream && !placement.uses(kAccelDevice)) accels[0].reset();  // nothing to do costs nothing
         }
+        // An accelerator that holds nothing runs nothing: its index maps to the host.
         std::vector<DeviceOps*> devices{host.get()};
-        if (placement.devices.size() > 1) devices.push_back(accel ? accel.get() : host.get());
+        for (const auto& a : accels) devices.push_back(a ? static_cast<DeviceOps*>(a.get()) : host.get());
         recipe = std::make_unique<LayerExecutor>(spec, placement, std::move(devices));
         for (auto* v : {&tokens, &pos, &seq}) v->resize(static_cast<size_t>(opt.n_ubatch));
     }
 
-    Device& device(int d) { return d == kHostDevice ? static_cast<Device&>(*host) : *accel; }
+    Device& device(int d) {
+        return d == kHostDevice ? static_cast<Device&>(*host) : *accels.at(static_cast<size_t>(d - 1));
+    }
+    const Device& device(int d) const { return const_cast<Impl*>(this)->device(d); }
+
+    // The capacity accelerator i (0-based) may use: SessionOptions::device_capacity.
+    std::optional<uint64_t> capacity(size_t i) const {
+        const auto& c = opt.device_capacity;
+        if (c.empty()) return std::nullopt;
+        return c.size() == 1 ? c[0] : c.at(i);
+    }
 
     // Every tensor and cache onto its device, in layer order.
     void load() {
@@ -147,9 +166,11 @@ struct Session::Impl {
         device(placement.of(norm)).load_vector(*norm);
         device(placement.head).load_matrix(spec.output_head());
         host->allocate_workspace(placement.head == kHostDevice);
-        if (accel && placement.uses(kAccelDevice)) {
-            accel->allocate_workspace(placement.head == kAccelDevice);
-            accel->finish_loading();
+        for (size_t i = 0; i < accels.size(); ++i) {
+            const int d = static_cast<int>(i) + 1;
+            if (!accels[i] || !placement.uses(d)) continue;
+            accels[i]->allocate_workspace(placement.head == d);
+            accels[i]->finish_loading();
         }
     }
 
@@ -294,8 +315,7 @@ struct Session::Impl {
     }
 
     const DeviceKv& kv_device(int64_t il) const {
-        const int d = placement.kv[static_cast<size_t>(il)];
-        return d == kHostDevice ? static_cast<const DeviceKv&>(*host) : *accel;
+        return device(placement.kv[static_cast<size_t>(il)]);
     }
     DeviceKv& kv_device(int64_t il) { return device(placement.kv[static_cast<size_t>(il)]); }
 
@@ -459,7 +479,9 @@ struct Session::Impl {
     template <class Fn>
     void for_each_device(Fn fn) {
         fn(*host);
-        if (accel) fn(*accel);
+        for (auto& a : accels) {
+            if (a) fn(*a);
+        }
     }
 
     void reset() {
@@ -515,7 +537,7 @@ int64_t Session::n_vocab() const { return impl_->hp.n_vocab; }
 int Session::n_threads() const { return impl_->pool.size(); }
 cpu::SimdLevel Session::simd_level() const { return impl_->level; }
 int64_t Session::n_device_layers() const { return impl_->plan.n_device_layers; }
-bool Session::output_on_device() const { return impl_->placement.head == kAccelDevice; }
+bool Session::output_on_device() const { return impl_->placement.head != kHostDevice; }
 const Placement& Session::placement() const { return impl_->placement; }
 std::string Session::placement_summary() const { return describe_placement(impl_->spec, impl_->placement); }
 uint64_t Session::activation_bytes_moved() const { return impl_->recipe->bytes_moved(); }
@@ -534,16 +556,22 @@ int64_t Session::streamed_batches() const { return impl_->streamed_batches; }
 
 std::vector<const MemoryLedger*> Session::ledgers() const {
     std::vector<const MemoryLedger*> out{&impl_->host->ledger()};
-    if (impl_->accel) out.push_back(&impl_->accel->ledger());
+    for (const auto& a : impl_->accels) {
+        if (a) out.push_back(&a->ledger());
+    }
     return out;
 }
 
-std::optional<uint64_t> Session::accelerator_host_waits() const {
-    return impl_->accel ? impl_->accel->host_waits() : std::nullopt;
+std::optional<uint64_t> Session::accelerator_host_waits(int d) const {
+    const auto& a = impl_->accels;
+    const auto i = static_cast<size_t>(d - 1);
+    return d >= 1 && i < a.size() && a[i] ? a[i]->host_waits() : std::nullopt;
 }
 
-std::optional<uint64_t> Session::accelerator_peak_bytes() const {
-    return impl_->accel ? impl_->accel->peak_bytes() : std::nullopt;
+std::optional<uint64_t> Session::accelerator_peak_bytes(int d) const {
+    const auto& a = impl_->accels;
+    const auto i = static_cast<size_t>(d - 1);
+    return d >= 1 && i < a.size() && a[i] ? a[i]->peak_bytes() : std::nullopt;
 }
 
 uint64_t Session::weight_bytes_per_token() const {
@@ -556,7 +584,9 @@ uint64_t Session::weight_bytes_per_token() const {
 }
 
 uint64_t Session::kv_cache_bytes() const {
-    return impl_->host->kv_bytes() + (impl_->accel ? impl_->accel->kv_bytes() : 0);
+    uint64_t total = impl_->host->kv_bytes();
+    for (const auto& a : impl_->accels) total += a ? a->kv_bytes() : 0;
+    return total;
 }
 
 }  // namespace tandem

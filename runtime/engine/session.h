@@ -38,14 +38,23 @@ struct SessionOptions {
     model::CacheType cache_type = model::CacheType::F16;
     bool simd_from_env = true;  // TANDEM_CPU overrides the detected level
     std::optional<cpu::SimdLevel> simd_level;  // set: this level, whatever the environment says
-    // The accelerator: "" for none, "cpu2" for the stand-in device (a second
-    // CPU backend that owns its memory, with a capacity, so the split, the
-    // hand-over and the accounting run for real without a GPU).
+    // The accelerators: "" for none, a name or a comma list of names
+    // ("cuda0", "cuda0,cuda1"; "cpu2", "cpu2,cpu3" for stand-in devices:
+    // second CPU backends that own their memory, with a capacity, so the
+    // split, the hand-overs and the accounting run for real without a GPU).
+    // runtime/engine/device_registry.h parses it.
     std::string device;
-    std::optional<uint64_t> device_capacity;  // bytes; nullopt: unlimited
-    // Leading layers on the accelerator; more than n_layer also puts the
+    // Bytes each accelerator may use, in the order of `device`; a single
+    // value applies to each; empty: unlimited (a stand-in) or the GPU's
+    // free memory.
+    std::vector<uint64_t> device_capacity;
+    // Leading layers on the accelerators; more than n_layer also puts the
     // output norm and head there. Ignored without a device.
     int64_t n_gpu_layers = 0;
+    // Several accelerators share those layers in these proportions
+    // (llama.cpp's -ts with -sm layer; placement.h's layer_device); empty:
+    // equal shares.
+    std::vector<double> tensor_split;
     // Per-tensor placement on top of n_gpu_layers (runtime/placement):
     // -ot rules, the experts on the host, every K/V cache on the host.
     std::vector<TensorOverride> overrides;
@@ -191,14 +200,14 @@ public:
     const std::string& host_copy_note() const;
     // Micro-batches evaluated with streaming so far.
     int64_t streamed_batches() const;
-    // The memory ledgers: host first, then the accelerator if any.
+    // The memory ledgers: host first, then each accelerator opened, in order.
     std::vector<const MemoryLedger*> ledgers() const;
-    // The accelerator's Device::host_waits (nullopt: none, or it cannot
+    // Accelerator d's Device::host_waits (nullopt: none, or it cannot
     // count them).
-    std::optional<uint64_t> accelerator_host_waits() const;
-    // The accelerator's Device::peak_bytes (nullopt: none, or it cannot
+    std::optional<uint64_t> accelerator_host_waits(int d = kAccelDevice) const;
+    // Accelerator d's Device::peak_bytes (nullopt: none, or it cannot
     // tell).
-    std::optional<uint64_t> accelerator_peak_bytes() const;
+    std::optional<uint64_t> accelerator_peak_bytes(int d = kAccelDevice) const;
 
 private:
     struct Impl;

@@ -28,9 +28,9 @@ void check_sizes(const model::ModelSpec& spec, SessionOptions& opt) {
 }
 
 Placement place(const model::ModelSpec& spec, const SessionOptions& opt) {
-    (void)parse_accelerator(opt.device);  // a bad name fails before anything loads
     PlacementRequest req;
-    req.device = opt.device;
+    req.devices = parse_accelerators(opt.device);  // a bad name fails before anything loads
+    req.split = opt.tensor_split;
     // Without a device a negative count means nothing; a positive one is an error there.
     req.n_gpu_layers = opt.device.empty() ? std::max<int64_t>(opt.n_gpu_layers, 0) : opt.n_gpu_layers;
     req.overrides = opt.overrides;
@@ -66,7 +66,14 @@ SessionPlan plan_session(const model::ModelSpec& spec, const SessionOptions& opt
     const SessionOptions& opt = p.opt;
     p.placement = place(spec, opt);
     p.n_device_layers = opt.device.empty() ? 0 : std::min(opt.n_gpu_layers, spec.hp.n_layer);
-    p.accel_holds = p.placement.devices.size() > 1 && p.placement.uses(kAccelDevice);
+    for (size_t d = kAccelDevice; d < p.placement.devices.size(); ++d) {
+        p.accel_holds |= p.placement.uses(static_cast<int>(d));
+    }
+    const size_t n_accel = p.placement.devices.size() - 1;
+    if (!opt.device_capacity.empty() && opt.device_capacity.size() != 1 && opt.device_capacity.size() != n_accel) {
+        throw Error(fmt::format("--vram: expected one size, or one per device of --device ({}), found {}", n_accel,
+                                opt.device_capacity.size()));
+    }
     p.stream_first = first_streamable_layer(spec, p.placement);
     p.wants_stream = !opt.device.empty() && opt.weight_stream && p.stream_first < spec.hp.n_layer &&
                      opt.n_ubatch >= opt.stream_min_batch;

@@ -31,14 +31,20 @@ std::regex compile(const std::string& pattern) {
 }
 
 // The device index a rule's name means: "cpu" (any case, as llama.cpp's
-// "CPU") is the host; the accelerator by its name, "cuda" meaning cuda0.
-int device_index(const std::string& name, const std::string& accel) {
-    const std::string n = lower(name);
+// "CPU") is the host; an accelerator by its name, "cuda" meaning cuda0.
+int device_index(const std::string& name, const std::vector<std::string>& accels) {
+    std::string n = lower(name);
     if (n == "cpu" || n == "host") return kHostDevice;
-    const std::string a = lower(accel);
-    if (!a.empty() && (n == a || (n == "cuda" && a == "cuda0") || (n == "cuda0" && a == "cuda"))) return kAccelDevice;
-    throw Error(fmt::format("-ot: device '{}' is not in use; expected cpu{}", name,
-                            accel.empty() ? " (no accelerator: --device is not set)" : " or " + accel));
+    if (n == "cuda") n = "cuda0";
+    for (size_t i = 0; i < accels.size(); ++i) {
+        std::string a = lower(accels[i]);
+        if (a == "cuda") a = "cuda0";
+        if (n == a) return static_cast<int>(i) + 1;
+    }
+    std::string in_use = "cpu";
+    for (const std::string& a : accels) in_use += ", " + a;
+    throw Error(fmt::format("-ot: device '{}' is not in use; expected {}{}", name, in_use,
+                            accels.empty() ? " (no accelerator: --device is not set)" : ""));
 }
 
 struct Rule {
@@ -91,16 +97,45 @@ uint64_t Placement::weight_bytes(int device) const {
     return total;
 }
 
+int layer_device(int64_t i, int64_t n, int64_t n_devices, const std::vector<double>& split) {
+    if (!split.empty() && static_cast<int64_t>(split.size()) != n_devices) {
+        throw Error(fmt::format("-ts: expected {} proportions, one per device of --device, found {}", n_devices,
+                                split.size()));
+    }
+    double total = 0;
+    for (const double x : split) {
+        if (!(x >= 0)) throw Error(fmt::format("-ts: expected proportions >= 0, found {}", x));
+        total += x;
+    }
+    if (!split.empty() && !(total > 0)) throw Error("-ts: expected a proportion above 0");
+    // i / n < cum / total, compared as i * total < cum * n (exact for
+    // whole-number proportions).
+    double cum = 0;
+    for (int64_t k = 0; k < n_devices; ++k) {
+        cum += split.empty() ? 1.0 : split[static_cast<size_t>(k)];
+        const double sum = split.empty() ? static_cast<double>(n_devices) : total;
+        if (static_cast<double>(i) * sum < cum * static_cast<double>(n)) return static_cast<int>(k) + 1;
+    }
+    return static_cast<int>(n_devices);
+}
+
 Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& req) {
     const int64_t n_layer = spec.hp.n_layer;
     if (req.n_gpu_layers < 0) throw Error(fmt::format("-ngl: expected a value >= 0, found {}", req.n_gpu_layers));
     if (req.n_cpu_moe < 0) throw Error(fmt::format("--n-cpu-moe: expected a value >= 0, found {}", req.n_cpu_moe));
-    if (req.device.empty() && req.n_gpu_layers > 0) {
+    if (req.devices.empty() && req.n_gpu_layers > 0) {
         throw Error(fmt::format("-ngl {} asks for layers on an accelerator, but none is available", req.n_gpu_layers));
     }
     Placement p;
     p.devices.push_back("cpu");
-    if (!req.device.empty()) p.devices.push_back(req.device);
+    for (const std::string& d : req.devices) p.devices.push_back(d);
+    const auto n_accel = static_cast<int64_t>(req.devices.size());
+    // The units -ngl offloads: the leading layers, and the output as unit n_layer.
+    const int64_t n_units = std::min(req.n_gpu_layers, n_layer + 1);
+    auto unit_device = [&](int64_t i) {
+        return i < n_units ? layer_device(i, n_units, n_accel, req.split) : kHostDevice;
+    };
+    if (n_accel > 0) (void)layer_device(0, 1, n_accel, req.split);  // a bad split fails even with -ngl 0
 
     // Expert rules come before the user's -ot, as llama.cpp appends them
     // to its override list in that order.
@@ -109,7 +144,7 @@ Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& re
     for (int64_t il = 0; il < std::min(req.n_cpu_moe, n_layer); ++il) {
         rules.push_back({compile(fmt::format(R"(^blk\.{}\.ffn_(up|down|gate)_exps)", il)), kHostDevice});
     }
-    for (const TensorOverride& o : req.overrides) rules.push_back({compile(o.pattern), device_index(o.device, req.device)});
+    for (const TensorOverride& o : req.overrides) rules.push_back({compile(o.pattern), device_index(o.device, req.devices)});
     auto decide = [&](const std::string& name, int base) {
         for (const Rule& r : rules) {
             if (std::regex_search(name, r.re)) {
@@ -120,9 +155,8 @@ Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& re
         return base;
     };
 
-    const int64_t ngl = std::min(req.n_gpu_layers, n_layer);
     for (int64_t il = 0; il < n_layer; ++il) {
-        const int base = il < ngl ? kAccelDevice : kHostDevice;
+        const int base = unit_device(il);
         p.layer.push_back(base);
         const model::LayerSpec& ls = spec.layers.at(static_cast<size_t>(il));
         for (const gguf::TensorInfo* t : ls.tensors) {
@@ -143,7 +177,7 @@ Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& re
             }
         }
     }
-    const int out_base = req.n_gpu_layers > n_layer ? kAccelDevice : kHostDevice;
+    const int out_base = unit_device(n_layer);
     if (const gguf::TensorInfo* norm = spec.get(model::GlobalTensor::OutputNorm)) p.tensor[norm] = decide(norm->name, out_base);
     p.head_tensor = &spec.output_head();
     p.embd_tensor = spec.get(model::GlobalTensor::TokenEmbd);

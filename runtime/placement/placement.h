@@ -14,13 +14,15 @@
 
 namespace tandem {
 
-// Device indices: the host is always 0, the accelerator (when there is one) 1.
+// Device indices: the host is always 0, the accelerators 1, 2, ... in
+// --device's order (kAccelDevice: the first, the one a single-accelerator
+// plan and weight streaming use).
 inline constexpr int kHostDevice = 0;
 inline constexpr int kAccelDevice = 1;
 
 // One rule of -ot: tensors whose name contains a match of `pattern`
 // (std::regex_search, as llama.cpp) go to `device` ("cpu" for the host,
-// or the accelerator's name). Earlier rules win, as in llama.cpp.
+// or an accelerator's name). Earlier rules win, as in llama.cpp.
 struct TensorOverride {
     std::string pattern;
     std::string device;
@@ -33,11 +35,15 @@ std::vector<TensorOverride> parse_tensor_overrides(const std::string& text);
 
 // What the user asked for.
 struct PlacementRequest {
-    // The accelerator's name ("cpu2", "cuda0"), empty for none.
-    std::string device;
-    // Leading layers on the accelerator; past n_layer the output norm and
+    // The accelerators' names ("cpu2", "cuda0"), in order; none: empty.
+    std::vector<std::string> devices;
+    // Leading layers on the accelerators; past n_layer the output norm and
     // head go there too (llama.cpp's -ngl).
     int64_t n_gpu_layers = 0;
+    // How those layers are shared between several accelerators
+    // (llama.cpp's -ts, split by layers): proportions, one per device;
+    // empty: equal shares. See layer_device().
+    std::vector<double> split;
     std::vector<TensorOverride> overrides;
     bool cpu_moe = false;       // every expert tensor on the host
     int64_t n_cpu_moe = 0;      // the expert tensors of the first N layers on the host
@@ -45,7 +51,7 @@ struct PlacementRequest {
 };
 
 struct Placement {
-    std::vector<std::string> devices;  // [kHostDevice] = "cpu", then the accelerator if any
+    std::vector<std::string> devices;  // [kHostDevice] = "cpu", then the accelerators
     // Every layer tensor and the output norm. The head is apart: tied to
     // the embedding it is still placed (and copied) on its own.
     std::unordered_map<const gguf::TensorInfo*, int> tensor;
@@ -64,12 +70,22 @@ struct Placement {
     uint64_t weight_bytes(int device) const;
 };
 
+// The device of the i-th of n offloaded units (the leading layers, then
+// the output as unit n_layer) under the proportions `split` of n_devices
+// accelerators, as llama.cpp's -ts: the accelerators take consecutive runs,
+// device k the units i with i / n below the sum of the first k + 1
+// proportions over their total. Equal shares when split is empty. Throws
+// tandem::Error for a split with another count of entries, a negative
+// entry, or none above 0.
+int layer_device(int64_t i, int64_t n, int64_t n_devices, const std::vector<double>& split);
+
 // Resolves the request against the model: -ngl first, then the expert
 // rules, then -ot in order (the first matching rule decides). A K/V cache
 // lives with its layer's attn_k weight (attn_qkv where K is fused into it)
 // unless kv_offload is false. Throws
 // tandem::Error for a negative -ngl, a device name that is neither "cpu"
-// nor the accelerator, or layers asked of an accelerator that is absent.
+// nor an accelerator in use, layers asked of an accelerator that is
+// absent, or a bad split.
 Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& request);
 
 // A few lines for --verbose: runs of layers with the same devices, e.g.

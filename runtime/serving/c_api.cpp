@@ -93,7 +93,7 @@ tandem_model* tandem_open(const tandem_open_params* params) {
         tandem::serving::LoadRequest req;
         req.model_path = params->model_path;
         req.split.device = params->device != nullptr ? params->device : "";
-        if (params->vram_bytes > 0) req.split.vram = params->vram_bytes;
+        if (params->vram_bytes > 0) req.split.vram = {params->vram_bytes};
         if (params->n_gpu_layers >= 0) req.split.ngl = params->n_gpu_layers;
         // n_ctx is per sequence here and in total in the request: checked
         // before the product, so the message shows the value given.

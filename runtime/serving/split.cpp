@@ -32,10 +32,22 @@ std::optional<planner::TuneEntry> tuned_entry(const SplitRequest& r, const gguf:
     planner::TuneKey key;
     key.model_key = planner::model_key(*r.tuned_model, file.data_offset());
     key.device = r.device;
-    key.vram = r.vram.value_or(0);
+    for (const uint64_t v : r.vram) key.vram += v;
     key.n_ctx = p.n_ctx;
     key.cache_type = planner::cache_type_name(r.cache_type);
     return planner::find_tune_entry(entries, key);
+}
+
+// Why GPU `index` cannot be used, in a user's words: no CUDA call names or
+// source paths.
+std::string gpu_missing_reason(int index, const std::vector<cuda::DeviceInfo>& gpus, const std::string& why) {
+    std::string reason;
+    if (!gpus.empty()) reason = fmt::format("no GPU {} ({} found)", index, gpus.size());
+    else if (why.find("no CUDA support") != std::string::npos) reason = "this build of Tandem has no CUDA support";
+    else if (why.rfind("no NVIDIA driver", 0) == 0) reason = "no NVIDIA driver is installed";
+    else if (why.find("plugin") != std::string::npos) reason = "the CUDA plugin of this build cannot be loaded";
+    else reason = "CUDA finds no usable GPU";
+    return reason;
 }
 
 }  // namespace
@@ -74,9 +86,15 @@ planner::PlacementRules placement_rules(const PlacementOptions& f) {
 
 planner::PlanInputs split_plan_inputs(const SplitRequest& r) {
     planner::PlanInputs in;
-    if (!r.device.empty()) {
-        in.device_capacity = r.vram;
+    const std::vector<std::string> names = parse_accelerators(r.device);
+    if (names.size() == 1) {
+        if (!r.vram.empty()) in.device_capacity = r.vram[0];
+        in.device_name = names[0];
+    } else if (names.size() > 1) {
+        // One capacity each; the planner splits the layers between them.
+        if (!r.vram.empty()) in.device_capacities = capacities_of(r.vram, names.size());
         in.device_name = r.device;
+        in.tensor_split = r.tensor_split;
     }
     in.rules = placement_rules(r.placement);
     in.n_ctx = r.n_ctx;
@@ -85,7 +103,7 @@ planner::PlanInputs split_plan_inputs(const SplitRequest& r) {
     in.cache_type = r.cache_type;
     apply_stream(r.stream, in);
     if (r.margin) in.margin = r.margin;
-    if (parse_accelerator(r.device).kind == AcceleratorKind::StandIn) in.margin = 0;
+    if (all_stand_ins(r.device)) in.margin = 0;
     return in;
 }
 
@@ -103,28 +121,47 @@ std::vector<std::string> apply_stored_calibration(planner::PlanInputs& in, const
     return measured;
 }
 
+std::vector<uint64_t> capacities_of(const std::vector<uint64_t>& vram, size_t n_devices) {
+    if (vram.size() == 1) return std::vector<uint64_t>(n_devices, vram[0]);
+    if (vram.size() != n_devices) {
+        throw FieldError("vram", fmt::format("{{vram}}: expected one size, or one per device ({}), found {}", n_devices,
+                                             vram.size()));
+    }
+    return vram;
+}
+
+std::vector<std::optional<cuda::DeviceInfo>> usable_devices_or_cpu(std::string& device, const std::string& asked_by,
+                                                                   const Warn& warn) {
+    const std::vector<std::string> names = parse_accelerators(device);
+    std::vector<std::optional<cuda::DeviceInfo>> out(names.size());
+    std::string why;
+    std::vector<cuda::DeviceInfo> gpus;
+    bool listed = false;
+    for (size_t i = 0; i < names.size(); ++i) {
+        const AcceleratorName a = parse_accelerator(names[i]);
+        if (a.kind != AcceleratorKind::Cuda) continue;
+        if (!listed) gpus = cuda::list_devices(&why);
+        listed = true;
+        const auto it = std::find_if(gpus.begin(), gpus.end(), [&](const cuda::DeviceInfo& d) { return d.index == a.cuda_index; });
+        if (it != gpus.end()) {
+            out[i] = *it;
+            continue;
+        }
+        warn(fmt::format("{}: {}; running on the CPU", asked_by, gpu_missing_reason(a.cuda_index, gpus, why)));
+        device.clear();
+        return {};
+    }
+    return out;
+}
+
 std::optional<cuda::DeviceInfo> usable_gpu_or_cpu(std::string& device, const std::string& asked_by,
                                                   const Warn& warn) {
-    const AcceleratorName a = parse_accelerator(device);
-    if (a.kind != AcceleratorKind::Cuda) return std::nullopt;
-    const int index = a.cuda_index;
-    std::string why;
-    const auto gpus = cuda::list_devices(&why);
-    const auto it = std::find_if(gpus.begin(), gpus.end(), [&](const cuda::DeviceInfo& d) { return d.index == index; });
-    if (it != gpus.end()) return *it;
-    // The reason in a user's words: no CUDA call names or source paths.
-    std::string reason;
-    if (!gpus.empty()) reason = fmt::format("no GPU {} ({} found)", index, gpus.size());
-    else if (why.find("no CUDA support") != std::string::npos) reason = "this build of Tandem has no CUDA support";
-    else if (why.rfind("no NVIDIA driver", 0) == 0) reason = "no NVIDIA driver is installed";
-    else if (why.find("plugin") != std::string::npos) reason = "the CUDA plugin of this build cannot be loaded";
-    else reason = "CUDA finds no usable GPU";
-    warn(fmt::format("{}: {}; running on the CPU", asked_by, reason));
-    device.clear();
-    return std::nullopt;
+    const auto all = usable_devices_or_cpu(device, asked_by, warn);
+    return all.empty() ? std::nullopt : all[0];
 }
 
 namespace {
+
 
 // The draft's session options, planned first with the whole device
 // (planner/draft_plan.h); r.vram and r.margin become what the model may
@@ -141,8 +178,13 @@ SessionOptions place_draft(SplitRequest& r, const std::optional<cuda::DeviceInfo
         why = "the draft model runs on the CPU (no accelerator)";
         return d;
     }
-    if (!r.vram && gpu) r.vram = gpu->free_bytes;
-    if (!r.vram) {
+    if (parse_accelerators(r.device).size() > 1) {
+        throw FieldError("model_draft", fmt::format("a draft model beside several devices ({{device}} {}) is not "
+                                                    "supported yet; give one device",
+                                                    r.device));
+    }
+    if (r.vram.empty() && gpu) r.vram = {gpu->free_bytes};
+    if (r.vram.empty()) {
         // The stand-in without --vram: no limit to share.
         d.n_gpu_layers = r.draft_ngl.value_or(r.draft->hp.n_layer + 1);
         why = fmt::format("the draft model: {{draft_ngl}} {} on {} (no {{vram}}: nothing to share)", d.n_gpu_layers, r.device);
@@ -157,7 +199,7 @@ SessionOptions place_draft(SplitRequest& r, const std::optional<cuda::DeviceInfo
     d.cpu_moe = p.rules.cpu_moe;
     d.n_cpu_moe = p.rules.n_cpu_moe;
     const planner::PlanInputs left = planner::inputs_beside_draft(in, p);
-    r.vram = left.device_capacity;
+    r.vram = {left.device_capacity.value_or(0)};
     r.margin = left.margin;
     why = planner::draft_reason(p);
     return d;
@@ -171,11 +213,18 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
     // -ngl N without --device means a GPU, as in llama.cpp.
     const bool implied = r.device.empty() && r.ngl && *r.ngl > 0;
     if (implied) r.device = "cuda0";
-    const std::optional<cuda::DeviceInfo> gpu =
-        usable_gpu_or_cpu(r.device, implied ? fmt::format("{{n_gpu_layers}} {}", *r.ngl) : "{device} " + r.device, warn);
+    const std::vector<std::optional<cuda::DeviceInfo>> gpus = usable_devices_or_cpu(
+        r.device, implied ? fmt::format("{{n_gpu_layers}} {}", *r.ngl) : "{device} " + r.device, warn);
+    const std::optional<cuda::DeviceInfo> gpu = gpus.empty() ? std::nullopt : gpus[0];
     if (r.device.empty()) {
-        r.vram.reset();
+        r.vram.clear();
+        r.tensor_split.clear();
         if (r.ngl) r.ngl = 0;
+    }
+    if (!r.tensor_split.empty() && r.tensor_split.size() != gpus.size()) {
+        throw FieldError("tensor_split", fmt::format("{{tensor_split}}: expected {} proportions, one per device of "
+                                                     "{{device}}, found {}",
+                                                     gpus.size(), r.tensor_split.size()));
     }
     Split s;
     if (r.draft) s.draft = place_draft(r, gpu, s.draft_why, warn);
@@ -187,22 +236,32 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
     so.device_capacity = r.vram;
     apply_stream(r.stream, so);
     apply_placement(r.placement, so);
+    // Without a capacity, auto may fill what the GPUs have free now; a
+    // stand-in has no memory of its own to report.
+    const bool all_free_known =
+        !gpus.empty() && std::all_of(gpus.begin(), gpus.end(), [](const auto& g) { return g.has_value(); });
+    std::vector<uint64_t> vram = r.vram;
+    if (vram.empty() && all_free_known) {
+        for (const auto& g : gpus) vram.push_back(g->free_bytes);
+    }
+    // Several devices share the layers as -ts says, else by capacity (as
+    // llama.cpp's default, by free memory), else equally.
+    so.tensor_split = r.tensor_split;
+    if (so.tensor_split.empty() && gpus.size() > 1 && !vram.empty()) {
+        for (const uint64_t v : capacities_of(vram, gpus.size())) so.tensor_split.push_back(static_cast<double>(v));
+    }
     if (r.ngl) {
         so.n_gpu_layers = *r.ngl;
         s.why = "{n_gpu_layers} given";
         return s;
     }
-    // Without a capacity, auto may fill what the GPU has free now; the
-    // stand-in has no memory of its own to report.
     SplitRequest req = r;
-    if (!req.device.empty() && !req.vram) {
-        if (!gpu) {
-            throw FieldError("vram", fmt::format("{{n_gpu_layers}} auto on {} needs {{vram}} SIZE (the stand-in device has "
-                                                 "no memory of its own to report); or give {{n_gpu_layers}} N",
-                                                 req.device));
-        }
-        req.vram = gpu->free_bytes;
+    if (!req.device.empty() && vram.empty()) {
+        throw FieldError("vram", fmt::format("{{n_gpu_layers}} auto on {} needs {{vram}} SIZE (a stand-in device has "
+                                             "no memory of its own to report); or give {{n_gpu_layers}} N",
+                                             req.device));
     }
+    req.vram = vram;
     planner::PlanInputs in = split_plan_inputs(req);
     in.candidates.assign(std::begin(planner::kAllCandidates), std::end(planner::kAllCandidates));
     const std::vector<std::string> measured = apply_stored_calibration(in, warn);
@@ -231,6 +290,7 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
         return s;
     }
     so.n_gpu_layers = p.ngl;
+    if (!p.tensor_split.empty()) so.tensor_split = p.tensor_split;
     if (!p.user_rules) {
         // The candidate's own rules; the engine places them as it places -ot.
         so.overrides = p.rules.overrides;

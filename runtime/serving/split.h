@@ -48,9 +48,14 @@ void apply_placement(const PlacementOptions& p, SessionOptions& so);
 planner::PlacementRules placement_rules(const PlacementOptions& p);
 
 struct SplitRequest {
-    std::string device;            // "", "cpu2", "cuda", "cudaN"
-    std::optional<uint64_t> vram;  // what the accelerator may use
-    std::optional<int64_t> ngl;    // layers on it; nullopt: auto
+    std::string device;            // "", "cpu2", "cuda", "cudaN", or a comma list of them
+    // What each accelerator may use: empty: not given; one size: each;
+    // else one per device of the list.
+    std::vector<uint64_t> vram;
+    std::optional<int64_t> ngl;    // layers on them; nullopt: auto
+    // Several accelerators: their shares of the layers (-ts); empty: by
+    // vram where known, else equal.
+    std::vector<double> tensor_split;
     int64_t n_ctx = 0;
     int64_t n_ubatch = 512;
     int64_t n_seq = 1;  // sequences side by side: the session's n_seq_max
@@ -80,6 +85,10 @@ planner::PlanInputs split_plan_inputs(const SplitRequest& r);
 // or unreadable calibration costs a warning, never the plan.
 std::vector<std::string> apply_stored_calibration(planner::PlanInputs& in, const Warn& warn);
 
+// --vram's sizes as one per device: a single size is each device's.
+// Throws FieldError for another count.
+std::vector<uint64_t> capacities_of(const std::vector<uint64_t>& vram, size_t n_devices);
+
 struct Split {
     SessionOptions so;            // device, capacity, ngl, placement, streaming, context, cache type
     std::optional<int> threads;   // from a tune entry: used when no thread count is given
@@ -91,11 +100,15 @@ struct Split {
     std::string draft_why;
 };
 
-// The GPU `device` names ("cuda", "cudaN"), if it is usable here. Where it
-// is not, one warning says why (no CUDA support compiled in, no NVIDIA
-// driver, no CUDA device, no such GPU), naming `asked_by` (e.g. "{device}
-// cuda0"), and `device` is cleared: the CPU runs. Other devices ("",
-// "cpu2") are left as they are, with nullopt.
+// Each device of a --device list, with its GPU's information where it is
+// a GPU ("cuda", "cudaN") usable here; stand-ins get nullopt. Where a GPU
+// of the list is not usable, one warning says why (no CUDA support
+// compiled in, no NVIDIA driver, no CUDA device, no such GPU), naming
+// `asked_by` (e.g. "{device} cuda0"), and `device` is cleared: the CPU
+// runs (the result is empty).
+std::vector<std::optional<cuda::DeviceInfo>> usable_devices_or_cpu(std::string& device, const std::string& asked_by,
+                                                                   const Warn& warn);
+// The first device's, as usable_devices_or_cpu.
 std::optional<cuda::DeviceInfo> usable_gpu_or_cpu(std::string& device, const std::string& asked_by,
                                                   const Warn& warn);
 

@@ -1,0 +1,230 @@
+// Several accelerators in one process (--device cpu2,cpu3 with -ts, as
+// llama.cpp's -sm layer): the layers split between the devices by
+// placement.h's layer_device, -ot naming any of them, and every split giving
+// the all-CPU logits bit for bit on the stand-ins, with each device's
+// ledger holding what the placement puts there and the hidden state
+// crossing each boundary once per step.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "runtime/common/error.h"
+#include "runtime/engine/device_registry.h"
+#include "runtime/engine/session.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+#include "runtime/placement/placement.h"
+#include "tests/test_paths.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tandem::testing::shared;
+
+TEST(DeviceList, NamesParseInOrderAndDuplicatesAreRefused) {
+    EXPECT_EQ(tandem::parse_accelerators(""), std::vector<std::string>{});
+    EXPECT_EQ(tandem::parse_accelerators("cpu2,cpu3"), (std::vector<std::string>{"cpu2", "cpu3"}));
+    EXPECT_EQ(tandem::parse_accelerators("cuda,cuda1"), (std::vector<std::string>{"cuda0", "cuda1"}));
+    EXPECT_TRUE(tandem::all_stand_ins("cpu2,cpu3,cpu4"));
+    EXPECT_FALSE(tandem::all_stand_ins("cpu2,cuda0"));
+    EXPECT_FALSE(tandem::all_stand_ins(""));
+    for (const std::string bad : {"cpu2,cpu2", "cuda,cuda0", "cpu2,", ",cpu2", "cpu2,,cpu3", "cpu1", "cpu0",
+                                  "cpu02", "cpu2,gpu"}) {
+        EXPECT_THROW((void)tandem::parse_accelerators(bad), tandem::Error) << bad;
+    }
+}
+
+// llama.cpp's rule, as llama-model.cpp writes it: the split points are the
+// cumulative proportions over their sum, and unit i goes to the first
+// device whose point is above i / n (std::upper_bound over floats).
+int llama_layer_gpu(int64_t i, int64_t n, const std::vector<float>& split) {
+    std::vector<float> points(split.size());
+    float sum = 0;
+    for (size_t k = 0; k < split.size(); ++k) points[k] = sum += split[k];
+    for (float& p : points) p /= sum;
+    return static_cast<int>(std::upper_bound(points.begin(), points.end(), static_cast<float>(i) / n) - points.begin());
+}
+
+TEST(DeviceList, LayerSharesFollowLlamaCppsTensorSplit) {
+    const std::vector<std::vector<float>> splits = {{1, 1}, {3, 1}, {1, 3}, {0, 1}, {1, 0}, {2, 1, 1}, {24, 12}, {1, 1, 1, 1}};
+    for (const auto& split : splits) {
+        const std::vector<double> as_double(split.begin(), split.end());
+        for (const int64_t n : {1, 7, 17, 33, 81}) {
+            for (int64_t i = 0; i < n; ++i) {
+                EXPECT_EQ(tandem::layer_device(i, n, static_cast<int64_t>(split.size()), as_double),
+                          llama_layer_gpu(i, n, split) + 1)
+                    << "unit " << i << " of " << n << ", split of " << split.size();
+            }
+        }
+    }
+    EXPECT_EQ(tandem::layer_device(5, 10, 2, {}), 2);  // equal shares
+    EXPECT_EQ(tandem::layer_device(4, 10, 2, {}), 1);
+    EXPECT_THROW((void)tandem::layer_device(0, 10, 2, {1}), tandem::Error);         // one proportion for two devices
+    EXPECT_THROW((void)tandem::layer_device(0, 10, 2, {0, 0}), tandem::Error);      // nothing above 0
+    EXPECT_THROW((void)tandem::layer_device(0, 10, 2, {1, -1}), tandem::Error);     // negative
+}
+
+struct Model {
+    tandem::gguf::File file;
+    tandem::model::ModelSpec spec;
+};
+
+Model open_model(const fs::path& path) {
+    auto file = tandem::gguf::File::open(path);
+    auto spec = tandem::model::load_model_spec(file);
+    return {std::move(file), std::move(spec)};
+}
+
+tandem::SessionOptions base_options() {
+    tandem::SessionOptions opt;
+    opt.n_ctx = 128;
+    opt.n_ubatch = 16;  // the prompt in several micro-batches
+    opt.n_seq_max = 2;
+    return opt;
+}
+
+struct Outcome {
+    std::vector<float> logits;
+    std::vector<uint64_t> device_weights;  // per accelerator ledger, in order
+    int64_t step_crossings = 0;            // of the last one-token step
+};
+
+// A 21-token prompt of sequence 0 and 5 tokens of sequence 1 in one batch,
+// then decode steps of both and one of sequence 0 alone.
+Outcome run(const Model& m, const tandem::SessionOptions& opt) {
+    tandem::Session session(m.file, m.spec, opt);
+    std::vector<tandem::BatchToken> batch;
+    for (int32_t i = 0; i < 21; ++i) batch.push_back({(i * 37 + 11) % 8000, i, 0, true});
+    for (int32_t i = 0; i < 5; ++i) batch.push_back({(i * 37 + 11) % 8000, i, 1, true});
+    Outcome out;
+    session.eval_batch(batch, out.logits);
+    std::vector<float> step;
+    for (int32_t k = 0; k < 3; ++k) {
+        const std::vector<tandem::BatchToken> two = {{100 + k, 21 + k, 0, true}, {200 + k, 5 + k, 1, true}};
+        session.eval_batch(two, step);
+        out.logits.insert(out.logits.end(), step.begin(), step.end());
+    }
+    const int64_t before = session.activation_crossings();
+    session.eval_batch(std::vector<tandem::BatchToken>{{300, 24, 0, true}}, step);
+    out.step_crossings = session.activation_crossings() - before;
+    out.logits.insert(out.logits.end(), step.begin(), step.end());
+    const auto ledgers = session.ledgers();
+    for (size_t i = 1; i < ledgers.size(); ++i) {
+        out.device_weights.push_back(ledgers[i]->used(tandem::MemoryCategory::Weights));
+    }
+    return out;
+}
+
+void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+struct Split {
+    const char* device;
+    const char* ts;  // "" for equal shares
+    int64_t ngl;     // below 0: n_layer + 1 + ngl
+    const char* ot = "";
+    int64_t boundaries = -1;  // device-to-device hand-overs in a step (-1: not checked)
+};
+
+std::vector<double> proportions(const std::string& ts) {
+    std::vector<double> out;
+    size_t start = 0;
+    while (start < ts.size()) {
+        const size_t comma = std::min(ts.find(',', start), ts.size());
+        out.push_back(std::stod(ts.substr(start, comma - start)));
+        start = comma + 1;
+    }
+    return out;
+}
+
+class MultiDevice : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MultiDevice, LayerSplitsGiveTheCpuLogitsBitForBit) {
+    const auto path = shared("models/" + GetParam() + ".gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const Model m = open_model(path);
+    const int64_t n_layer = m.spec.hp.n_layer;
+    const auto reference = run(m, base_options());
+    const Split splits[] = {
+        // Everything, head included, shared equally by two: host -> cpu2 -> cpu3 -> host.
+        {"cpu2,cpu3", "", -1, "", 1},
+        {"cpu2,cpu3", "3,1", -1, "", 1},
+        {"cpu2,cpu3", "1,3", n_layer / 2},
+        {"cpu2,cpu3,cpu4", "1,1,1", -1, "", 2},
+        // One device takes no layer: it holds nothing and is not opened.
+        {"cpu2,cpu3", "0,1", -1, "", 0},
+        // -ot names the second device: every layer's FFN there, the rest on the first.
+        {"cpu2,cpu3", "1,0", -1, "ffn_=cpu3"},
+        // -ot names the host and a device: the last layer's attention on the host.
+        {"cpu2,cpu3", "1,1", n_layer, "blk\\.1\\.attn=cpu,output=cpu3"},
+    };
+    for (const Split& s : splits) {
+        const int64_t ngl = s.ngl < 0 ? n_layer + 1 + s.ngl + 1 : s.ngl;
+        SCOPED_TRACE(std::string(s.device) + " -ts " + s.ts + " -ngl " + std::to_string(ngl) + " -ot " + s.ot);
+        auto opt = base_options();
+        opt.device = s.device;
+        opt.tensor_split = proportions(s.ts);
+        opt.n_gpu_layers = ngl;
+        if (*s.ot) opt.overrides = tandem::parse_tensor_overrides(s.ot);
+        const Outcome got = run(m, opt);
+        expect_same_bits(got.logits, reference.logits);
+        tandem::PlacementRequest req;
+        req.devices = tandem::parse_accelerators(s.device);
+        req.split = opt.tensor_split;
+        req.n_gpu_layers = ngl;
+        req.overrides = opt.overrides;
+        const tandem::Placement p = tandem::place_tensors(m.spec, req);
+        std::vector<uint64_t> expected;
+        for (size_t d = 1; d < p.devices.size(); ++d) {
+            if (p.uses(static_cast<int>(d))) expected.push_back(p.weight_bytes(static_cast<int>(d)));
+        }
+        EXPECT_EQ(got.device_weights, expected);
+        // Whole layers: the hidden state goes to the first device, crosses
+        // each boundary once, and the logits come back.
+        if (s.boundaries >= 0) EXPECT_EQ(got.step_crossings, s.boundaries + 2);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shared, MultiDevice,
+                         ::testing::Values("synth-llama-Q8_0", "synth-gemma2-Q8_0", "synth-qwen3moe-Q8_0",
+                                           "synth-gpt-oss-Q8_0", "synth-deepseek2-Q8_0"),
+                         [](const auto& info) {
+                             std::string n = info.param;
+                             for (auto& ch : n) {
+                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             }
+                             return n;
+                         });
+
+TEST(MultiDeviceOptions, BadListsAndSplitsAreRefusedBeforeLoading) {
+    const auto path = shared("models/synth-llama-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const Model m = open_model(path);
+    auto expect_error = [&](const char* device, std::vector<double> ts, std::vector<uint64_t> caps,
+                            const std::string& says) {
+        auto opt = base_options();
+        opt.device = device;
+        opt.tensor_split = std::move(ts);
+        opt.device_capacity = std::move(caps);
+        opt.n_gpu_layers = 99;
+        try {
+            tandem::Session s(m.file, m.spec, opt);
+            ADD_FAILURE() << device << " was accepted";
+        } catch (const tandem::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+        }
+    };
+    expect_error("cpu2,cpu3", {1, 2, 3}, {}, "expected 2 proportions");
+    expect_error("cpu2,cpu2", {}, {}, "twice");
+    expect_error("cpu2,cpu3", {}, {1u << 30, 1u << 30, 1u << 30}, "one per device");
+    // A device too small for its share: the stand-in's own out-of-memory error.
+    expect_error("cpu2,cpu3", {1, 1}, {64u << 20, 4096}, "cpu3");
+}
+
+}  // namespace
