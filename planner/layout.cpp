@@ -298,9 +298,12 @@ Mode make_mode(const model::ModelSpec& spec, const Tables& t,
 }
 
 Mode mode_of(const model::ModelSpec& spec, const Tables& t, const Placement& p) {
+    // Several accelerators count as one here (planner/device_split.h
+    // parts them).
+    const auto one = [](int d) { return std::min(d, kAccelDevice); };
     return make_mode(
-        spec, t, [&](int64_t il, LayerTensor role) { return p.of(spec.layers[static_cast<size_t>(il)].get(role)); },
-        [&](int64_t il) { return p.kv.at(static_cast<size_t>(il)); });
+        spec, t, [&](int64_t il, LayerTensor role) { return one(p.of(spec.layers[static_cast<size_t>(il)].get(role))); },
+        [&](int64_t il) { return one(p.kv.at(static_cast<size_t>(il))); });
 }
 
 // As Session: an accelerator is used only when it holds something or

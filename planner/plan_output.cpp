@@ -114,7 +114,18 @@ TensorOverride ffn_override(int64_t host_layers) {
     return {fmt::format(R"(^blk\.({})\.({})\.)", below(std::max<int64_t>(host_layers, 1)), ffn_suffixes()), "cpu"};
 }
 
-std::string placement_flags(const Plan& p) { return rules_flags(p.ngl, p.rules); }
+std::string placement_flags(const Plan& p) {
+    return rules_flags(p.ngl, p.rules) + (p.tensor_split.empty() ? "" : " -ts " + tensor_split_text(p.tensor_split));
+}
+
+std::string tensor_split_text(const std::vector<double>& shares) {
+    // Small numbers: each over the smallest above 0.
+    double unit = 0;
+    for (const double x : shares) unit = x > 0 && (unit == 0 || x < unit) ? x : unit;
+    std::string out;
+    for (const double x : shares) out += fmt::format("{}{:.6g}", out.empty() ? "" : ",", unit > 0 ? x / unit : x);
+    return out;
+}
 
 std::string option_label(const Option& o, int64_t n) {
     const CandidateRow& r = row(o.candidate);
@@ -184,7 +195,17 @@ nlohmann::json to_json(const Plan& p) {
         runner_up["tg_ratio"] = p.predicted.tg_tps / p.runner_up->predicted.tg_tps;
         runner_up["pp_ratio"] = p.predicted.pp_tps / p.runner_up->predicted.pp_tps;
     }
+    nlohmann::json devices = nlohmann::json::array();
+    for (const Plan::DevicePart& d : p.devices) {
+        devices.push_back({{"name", d.name},
+                           {"capacity", d.capacity},
+                           {"margin", d.margin},
+                           {"fits", d.fits},
+                           {"vram", bytes_json(d.vram)}});
+    }
     return {
+        {"devices", devices},
+        {"tensor_split", p.tensor_split},
         {"ngl", p.ngl},
         {"n_layer", p.n_layer},
         {"output_on_gpu", p.output_on_gpu},

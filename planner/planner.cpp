@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "planner/device_split.h"
 #include "planner/layout.h"
 #include "runtime/common/error.h"
 #include "runtime/common/memory_ledger.h"
@@ -44,7 +45,7 @@ LayerModes plain_layer_modes(const model::ModelSpec& spec, const Tables& t) {
 
 LayerModes rule_layer_modes(const model::ModelSpec& spec, const Tables& t, const PlanInputs& in) {
     PlacementRequest req;
-    req.devices = {in.device_name};
+    req.devices = detail::device_names(in.device_name);
     req.overrides = in.rules.overrides;
     req.cpu_moe = in.rules.cpu_moe;
     req.n_cpu_moe = in.rules.n_cpu_moe;
@@ -54,8 +55,9 @@ LayerModes rule_layer_modes(const model::ModelSpec& spec, const Tables& t, const
     req.n_gpu_layers = 0;
     const Placement none = place_tensors(spec, req);
     const gguf::TensorInfo* norm = spec.get(model::GlobalTensor::OutputNorm);
-    return {detail::mode_of(spec, t, full), detail::mode_of(spec, t, none), full.of(norm), full.head,
-            none.of(norm),                  none.head};
+    const auto one = [](int d) { return std::min(d, kAccelDevice); };  // several accelerators count as one
+    return {detail::mode_of(spec, t, full), detail::mode_of(spec, t, none), one(full.of(norm)), one(full.head),
+            one(none.of(norm)),             one(none.head)};
 }
 
 // (b) and (c): the class on the host in layers [0, k), everything on the
@@ -444,6 +446,13 @@ DeviceBytes host_bytes(const model::ModelSpec& spec, int64_t ngl, bool has_devic
 }
 
 Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
+    if (in.device_capacities.size() > 1) return detail::plan_devices(spec, in);
+    if (in.device_capacities.size() == 1) {
+        PlanInputs one = in;
+        one.device_capacity = in.device_capacities[0];
+        one.device_capacities.clear();
+        return plan(spec, one);
+    }
     const Tables t = detail::make_tables(spec, in.n_ctx, in.n_ubatch, in.cache_type, in.n_seq);
     Plan p;
     p.n_layer = t.n_layer;

@@ -296,6 +296,10 @@ PlacementRules option_rules(const Option& o);
 // (-ngl, then the rules in Plan::rules): "-ngl 49 --n-cpu-moe 18".
 std::string placement_flags(const Plan& p);
 
+// Shares of the layers as -ts takes them, each over the smallest above 0:
+// "2,1" for 24 and 12 GiB of room.
+std::string tensor_split_text(const std::vector<double>& shares);
+
 // The margin used when PlanInputs::margin is not given.
 uint64_t default_margin(uint64_t capacity);
 

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "runtime/common/error.h"
+#include "planner/planner.h"
+#include "runtime/common/memory_ledger.h"
 #include "runtime/engine/device_registry.h"
 #include "runtime/engine/session.h"
 #include "runtime/gguf/gguf_file.h"
@@ -225,6 +227,64 @@ TEST(MultiDeviceOptions, BadListsAndSplitsAreRefusedBeforeLoading) {
     expect_error("cpu2,cpu3", {}, {1u << 30, 1u << 30, 1u << 30}, "one per device");
     // A device too small for its share: the stand-in's own out-of-memory error.
     expect_error("cpu2,cpu3", {1, 1}, {64u << 20, 4096}, "cpu3");
+}
+
+}  // namespace
+
+namespace {
+
+// -ngl auto over several devices (--vram one size each): the planner's
+// split, as resolve_split hands it to the session, and each device's bytes
+// in the plan equal that device's ledger, category by category.
+TEST(MultiDevicePlan, EachDevicesLedgerEqualsThePlan) {
+    for (const std::string name : {"synth-llama-Q8_0", "synth-qwen3moe-Q8_0", "synth-gemma2-Q8_0"}) {
+        const auto path = shared("models/" + name + ".gguf");
+        TANDEM_REQUIRE_SHARED(path);
+        const Model m = open_model(path);
+        const uint64_t whole = tandem::planner::device_bytes(m.spec, m.spec.hp.n_layer + 1, 128, 16,
+                                                             tandem::model::CacheType::F16).total();
+        // Room for everything, for about half, and uneven devices.
+        const std::vector<std::vector<uint64_t>> grids = {{whole, whole}, {whole / 3, whole / 3}, {whole / 2, whole / 5, whole / 4}};
+        for (const auto& caps : grids) {
+            std::string devices;
+            for (size_t i = 0; i < caps.size(); ++i) devices += (i ? ",cpu" : "cpu") + std::to_string(i + 2);
+            SCOPED_TRACE(name + " on " + devices + ", first " + std::to_string(caps[0]));
+            tandem::planner::PlanInputs in;
+            in.device_name = devices;
+            in.device_capacities = caps;
+            in.margin = 0;
+            in.n_ctx = 128;
+            in.n_ubatch = 16;
+            in.n_seq = 2;
+            in.candidates.assign(std::begin(tandem::planner::kAllCandidates), std::end(tandem::planner::kAllCandidates));
+            const tandem::planner::Plan p = tandem::planner::plan(m.spec, in);
+            ASSERT_EQ(p.devices.size(), caps.size());
+            EXPECT_TRUE(p.fits);
+            auto opt = base_options();
+            opt.device = devices;
+            opt.device_capacity = caps;
+            opt.n_gpu_layers = p.ngl;
+            opt.tensor_split = p.tensor_split;
+            opt.overrides = p.rules.overrides;
+            opt.cpu_moe = p.rules.cpu_moe;
+            opt.n_cpu_moe = p.rules.n_cpu_moe;
+            tandem::Session session(m.file, m.spec, opt);
+            const auto ledgers = session.ledgers();
+            size_t next = 1;
+            for (const auto& part : p.devices) {
+                if (part.vram.total() == 0) continue;  // not opened
+                ASSERT_LT(next, ledgers.size());
+                const auto& l = *ledgers[next++];
+                using C = tandem::MemoryCategory;
+                EXPECT_EQ(l.used(C::Weights), part.vram.weights) << part.name;
+                EXPECT_EQ(l.used(C::KvCache), part.vram.kv) << part.name;
+                EXPECT_EQ(l.used(C::Compute), part.vram.compute) << part.name;
+                EXPECT_EQ(l.used(C::Staging), part.vram.staging) << part.name;
+            }
+            EXPECT_EQ(next, ledgers.size());
+            EXPECT_EQ(ledgers[0]->used(tandem::MemoryCategory::Staging), p.ram.staging);
+        }
+    }
 }
 
 }  // namespace

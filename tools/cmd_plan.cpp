@@ -21,6 +21,7 @@
 #include "planner/planner.h"
 #include "runtime/common/memory_ledger.h"
 #include "runtime/common/error.h"
+#include "runtime/engine/device_registry.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "tools/field_flags.h"
@@ -37,6 +38,7 @@ struct PlanOptions {
     StreamFlags stream;
     PlacementFlags placement;
     std::string model;
+    std::string device;  // "" or one name: --vram is a grid; several: one size per device
     std::vector<std::string> vram;
     std::vector<int64_t> n_ctx;
     int64_t n_ubatch = 512;
@@ -55,10 +57,24 @@ struct PlanOptions {
 struct Capacity {
     std::optional<uint64_t> bytes;
     std::string label;  // "8.0 GiB", "GPU 0 free", "none"
+    std::vector<uint64_t> each;  // several devices: one capacity each
 };
 
 std::vector<Capacity> capacities(const PlanOptions& o, std::string& note) {
     std::vector<Capacity> out;
+    const std::vector<std::string> names = parse_accelerators(o.device);
+    if (names.size() > 1) {
+        if (o.vram.empty()) {
+            throw Error(fmt::format("plan: --device {} needs --vram, one size per device or one for each", o.device));
+        }
+        std::vector<uint64_t> sizes;
+        for (const std::string& v : o.vram) sizes.push_back(parse_size_flag("--vram", v));
+        Capacity c;
+        c.each = serving::capacities_of(sizes, names.size());
+        for (const uint64_t b : c.each) c.label += (c.label.empty() ? "" : "+") + format_bytes(b);
+        out.push_back(c);
+        return out;
+    }
     for (const std::string& v : o.vram) {
         const uint64_t b = parse_size_flag("--vram", v);
         out.push_back({b, format_bytes(b)});
@@ -164,6 +180,10 @@ void print_reasons(const Capacity& cap, const planner::Plan& p) {
     if (p.has_device) {
         fmt::print("    - VRAM {} (stream {}) + margin {}; RAM {}\n", bytes_text(p.vram), format_bytes(p.stream_bytes),
                    format_bytes(p.margin), bytes_text(p.ram));
+        for (const planner::Plan::DevicePart& d : p.devices) {
+            fmt::print("    - {}: {} + margin {} of {}{}\n", d.name, bytes_text(d.vram), format_bytes(d.margin),
+                       format_bytes(d.capacity), d.fits ? "" : ", does not fit");
+        }
         fmt::print("    - by hand: {}\n", planner::placement_flags(p));
     } else {
         fmt::print("    - RAM {}\n", bytes_text(p.ram));
@@ -208,6 +228,8 @@ void plan_command(const PlanOptions& o) {
     for (const Capacity& c : caps) {
         for (int64_t ctx : contexts) {
             in.device_capacity = c.bytes;
+            in.device_capacities = c.each;
+            if (!c.each.empty()) in.device_name = o.device;
             in.n_ctx = ctx;
             if (draft_spec) {
                 planner::PairPlan pp = planner::plan_with_draft(spec, *draft_spec, in, ngld);
@@ -275,8 +297,11 @@ void add_plan_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("plan", "Choose the GPU/CPU split that fits, explain it, predict its speed");
     cmd->add_option("-m,--model", opts->model, "GGUF model file (only the header is read)")->required();
     cmd->add_option("--vram", opts->vram, "accelerator memory to plan for, with a unit, e.g. 8G,12GiB,24GB (default: "
-                                          "the detected GPU's free memory)")
+                                          "the detected GPU's free memory); with several --device, one size per device")
         ->delimiter(',');
+    cmd->add_option("--device", opts->device,
+                    "the accelerators: one (the default, cuda0), or several sharing the layers, e.g. cuda0,cuda1 "
+                    "with --vram 24GiB,24GiB");
     cmd->add_option("-c,--ctx-size", opts->n_ctx, "context sizes, e.g. 4096,8192 (0: the model's, at most 4096)")
         ->delimiter(',');
     cmd->add_option("--ubatch-size", opts->n_ubatch, "tokens per micro-batch (-ub)")->capture_default_str();

@@ -75,7 +75,9 @@ SessionPlan plan_session(const model::ModelSpec& spec, const SessionOptions& opt
                                 opt.device_capacity.size()));
     }
     p.stream_first = first_streamable_layer(spec, p.placement);
-    p.wants_stream = !opt.device.empty() && opt.weight_stream && p.stream_first < spec.hp.n_layer &&
+    // Streaming goes through one accelerator; with several it is off (the
+    // planner, planner/device_split.h, counts it so).
+    p.wants_stream = p.placement.devices.size() == 2 && opt.weight_stream && p.stream_first < spec.hp.n_layer &&
                      opt.n_ubatch >= opt.stream_min_batch;
     // What the host would copy: its matrices (norms are float copies either way).
     p.host_matrix_bytes = p.placement.head == kHostDevice ? spec.output_head().n_bytes : 0;
