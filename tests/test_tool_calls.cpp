@@ -10,6 +10,8 @@
 
 #include "runtime/chat/reply_parser.h"
 #include "runtime/chat/tool_calls.h"
+#include "runtime/chat/tool_grammar.h"
+#include "runtime/common/error.h"
 #include "tests/run_command.h"
 #include "tests/test_paths.h"
 
@@ -200,6 +202,34 @@ TEST(ToolCalls, EachRealTemplateGetsItsFamilysFormat) {
         const auto t = ChatTemplate::parse(testing::slurp(testing::test_data("chat_templates/" + name + ".jinja")));
         EXPECT_EQ(tool_format_name(tool_format(t)), tool_format_name(format)) << name;
     }
+}
+
+// The GBNF a grammar engine would hold a required or named call to (not
+// compiled here: the engine is on another branch).
+TEST(ToolGrammar, OnlyTheChosenFunctionInEachFamilysFormat) {
+    const auto tools = nlohmann::ordered_json::parse(
+        R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
+            {"type": "function", "function": {"name": "get_time"}}])");
+    const auto tmpl = [](const std::string& name) {
+        return ChatTemplate::parse(testing::slurp(testing::test_data("chat_templates/" + name + ".jinja")));
+    };
+    const std::string named = tool_call_grammar(tmpl("qwen2_5"), tools, "get_time", false);
+    EXPECT_NE(named.find("get_time"), std::string::npos);
+    EXPECT_EQ(named.find("get_weather"), std::string::npos);
+    EXPECT_EQ(named.rfind("root ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n", 0), 0u) << named;
+    const std::string any = tool_call_grammar(tmpl("mistral_small_3_2"), tools, "", true);
+    EXPECT_NE(any.find("\"[TOOL_CALLS]get_weather[ARGS]\" args-0"), std::string::npos) << any;
+    EXPECT_NE(any.find("( call )*"), std::string::npos) << any;
+    // A converter's rules stand for the arguments of tools with a schema.
+    std::vector<std::string> asked;
+    const std::string schema = tool_call_grammar(tmpl("llama3_1"), tools, "", false, [&](const auto& s, const std::string& rule) {
+        asked.push_back(rule + " " + s.dump());
+        return rule + " ::= \"{}\"\n";
+    });
+    EXPECT_EQ(asked, std::vector<std::string>{"args-0 {\"type\":\"object\"}"});
+    EXPECT_NE(schema.find("args-1 ::= json-object"), std::string::npos);
+    EXPECT_THROW(tool_call_grammar(tmpl("smollm2"), tools, "", false), Error);
+    EXPECT_THROW(tool_call_grammar(tmpl("qwen2_5"), tools, "nope", false), Error);
 }
 
 }  // namespace
