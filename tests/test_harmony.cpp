@@ -8,6 +8,7 @@
 
 #include "runtime/chat/harmony.h"
 #include "tools/serve/openai_api.h"
+#include "tools/serve/tool_api.h"
 
 namespace {
 
@@ -105,7 +106,9 @@ TEST(Harmony, ChatAnswersCarryReasoningAndToolCalls) {
     HarmonyParser p;
     p.push("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
            "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Oslo\"}<|call|>");
-    const ChatReply reply{p.content(), p.reasoning(), p.tool_calls()};
+    // The server gives each call its id as it takes it (tool_api.h).
+    tandem::serve::CallTaker taker(true, tandem::chat::ToolFormat::Harmony, 1);
+    const ChatReply reply{p.content(), p.reasoning(), taker.take(p.tool_calls())};
     const auto body = tandem::serve::chat_response(ids, reply, "stop", {});
     const auto& choice = body["choices"][0];
     EXPECT_EQ(choice["finish_reason"], "tool_calls");

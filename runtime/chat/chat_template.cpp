@@ -45,6 +45,38 @@ const Family* find_family(const std::string& source) {
     return nullptr;
 }
 
+// A call's arguments as templates take them: Hugging Face's convention is
+// an object (templates print it with tojson), so JSON text that is one
+// becomes one; anything else stays the text it is.
+jinja::Value arguments_value(const std::string& text) {
+    const auto j = nlohmann::ordered_json::parse(text, nullptr, false);
+    if (!j.is_discarded() && j.is_object()) return jinja::from_json(j);
+    return jinja::Value(text);
+}
+
+jinja::Value message_value(const Message& m) {
+    jinja::Dict d;
+    d.set("role", jinja::Value(m.role));
+    d.set("content", jinja::Value(m.content));
+    if (!m.tool_calls.empty()) {
+        jinja::List calls;
+        for (const ToolCall& c : m.tool_calls) {
+            jinja::Dict fn;
+            fn.set("name", jinja::Value(c.name));
+            fn.set("arguments", arguments_value(c.arguments));
+            jinja::Dict call;
+            if (!c.id.empty()) call.set("id", jinja::Value(c.id));
+            call.set("type", jinja::Value("function"));
+            call.set("function", jinja::Value(std::move(fn)));
+            calls.emplace_back(std::move(call));
+        }
+        d.set("tool_calls", jinja::Value(std::move(calls)));
+    }
+    if (!m.tool_call_id.empty()) d.set("tool_call_id", jinja::Value(m.tool_call_id));
+    if (!m.name.empty()) d.set("name", jinja::Value(m.name));
+    return jinja::Value(std::move(d));
+}
+
 std::string token_text_or_empty(const Tokenizer& t, int32_t id) {
     if (id < 0 || id >= t.n_vocab()) return {};
     return std::string(t.token_text(id));
@@ -63,17 +95,13 @@ ChatTemplate ChatTemplate::chatml() { return parse(std::string(kChatML)); }
 std::string ChatTemplate::render(std::span<const Message> messages, const TemplateInputs& in) const {
     jinja::List list;
     list.reserve(messages.size());
-    for (const auto& m : messages) {
-        jinja::Dict d;
-        d.set("role", jinja::Value(m.role));
-        d.set("content", jinja::Value(m.content));
-        list.emplace_back(std::move(d));
-    }
+    for (const auto& m : messages) list.push_back(message_value(m));
     jinja::Dict context;
     context.set("messages", jinja::Value(std::move(list)));
     context.set("add_generation_prompt", jinja::Value(in.add_generation_prompt));
     context.set("bos_token", jinja::Value(in.bos_token));
     context.set("eos_token", jinja::Value(in.eos_token));
+    if (!in.tools.is_null()) context.set("tools", jinja::from_json(in.tools));
     jinja::RenderOptions options;
     options.strftime_now = in.strftime_now;
     std::string text = template_->render(context, options);

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace tandem {
 class Tokenizer;
 namespace gguf {
@@ -23,9 +25,23 @@ namespace jinja {
 class Template;
 }
 
+// A function call an assistant made: OpenAI's {id, type: "function",
+// function: {name, arguments}}, arguments being JSON text.
+struct ToolCall {
+    std::string name;
+    std::string arguments;
+    std::string id = {};  // "" when the model or the client gave none
+};
+
 struct Message {
     std::string role;
     std::string content;
+    // An assistant's calls; a "tool" message's answer to one (tool_call_id,
+    // and the function's name when the client gave it).
+    // (Default initializers: {role, content} stays a complete aggregate.)
+    std::vector<ToolCall> tool_calls = {};
+    std::string tool_call_id = {};
+    std::string name = {};
 };
 
 struct TemplateInputs {
@@ -38,6 +54,10 @@ struct TemplateInputs {
     // strftime_now(format) for templates that print today's date (Llama
     // 3.x); when empty, the current local time. Tests fix the date here.
     std::function<std::string(const std::string& format)> strftime_now;
+    // The request's tools as OpenAI gives them ([{type: "function",
+    // function: {name, description, parameters}}]), keys in the client's
+    // order; null leaves `tools` undefined in the template.
+    nlohmann::ordered_json tools;
 };
 
 class ChatTemplate {
@@ -47,8 +67,12 @@ public:
     // The template a model without tokenizer.chat_template gets: ChatML.
     static ChatTemplate chatml();
 
-    // Renders messages with the context {messages: [{role, content}],
-    // add_generation_prompt, bos_token, eos_token} (tools undefined).
+    // Renders messages with the context {messages, add_generation_prompt,
+    // bos_token, eos_token, tools (when given)}. A message is {role,
+    // content}, and as Hugging Face's templates expect it, an assistant's
+    // calls {tool_calls: [{id, type: "function", function: {name,
+    // arguments}}]} (arguments an object when their JSON text is one) and
+    // a tool message's {tool_call_id, name} when set.
     // Throws tandem::Error when the template raises (the message given to
     // raise_exception is included) or fails.
     std::string render(std::span<const Message> messages, const TemplateInputs& in) const;

@@ -104,7 +104,7 @@ void HarmonyParser::open_body() {
     constexpr std::string_view kFunctions = "functions.";
     if (to.rfind(kFunctions, 0) == 0) {
         sink_ = Sink::Call;
-        calls_.push_back({to.substr(kFunctions.size()), {}});
+        calls_.push_back({to.substr(kFunctions.size()), {}, {}});
     } else {
         sink_ = channel == "analysis" ? Sink::Reasoning : Sink::Content;
     }

@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/chat/chat_template.h"
+
 namespace tandem::chat {
 
 class HarmonyParser {
@@ -33,10 +35,9 @@ public:
         std::string content;
         bool empty() const { return reasoning.empty() && content.empty(); }
     };
-    struct ToolCall {
-        std::string name;       // NAME of to=functions.NAME
-        std::string arguments;  // the message's body, as the model wrote it
-    };
+    // name: NAME of to=functions.NAME; arguments: the message's body, as
+    // the model wrote it.
+    using ToolCall = chat::ToolCall;
 
     // Adds streamed text; returns what it completes. last: the reply ends
     // with it, and what was held back is shown as it is.

@@ -18,6 +18,7 @@
 #include "tools/serve/http_util.h"
 #include "tools/serve/openai_api.h"
 #include "tools/serve/server_state.h"
+#include "tools/serve/tool_api.h"
 
 namespace tandem::serve {
 
@@ -65,8 +66,10 @@ GenerationRequest generation_request(const LoadedModel& m, std::vector<int32_t> 
     return g;
 }
 
-std::string chat_prompt(const LoadedModel& m, const std::vector<chat::Message>& messages) {
+std::string chat_prompt(const LoadedModel& m, const std::vector<chat::Message>& messages,
+                        const nlohmann::ordered_json& tools) {
     chat::TemplateInputs in;
+    in.tools = tools;
     in.bos_token = m.bos_text;
     in.eos_token = m.eos_text;
     in.add_generation_prompt = true;
@@ -78,9 +81,8 @@ std::string chat_prompt(const LoadedModel& m, const std::vector<chat::Message>& 
     }
 }
 
-ChatReply chat_reply(const LoadedModel& m, const std::string& text) {
-    if (!m.harmony) return {text, {}, {}};
-    chat::HarmonyParser p;
+ChatReply chat_reply(const LoadedModel& m, const std::string& text, chat::ToolFormat calls) {
+    chat::ReplyParser p(m.harmony, calls);
     p.push(text, true);
     return {p.content(), p.reasoning(), p.tool_calls()};
 }
@@ -111,7 +113,7 @@ struct StreamState {
     std::shared_ptr<void> answering;  // ServerState::answer_token, released once the response is written
     std::shared_ptr<Job> job;
     StreamFormat format;
-    std::optional<chat::HarmonyParser> harmony;  // format.harmony
+    std::optional<chat::ReplyParser> parser;  // as format says
     bool started = false;
 };
 
@@ -126,16 +128,10 @@ bool stream_some(StreamState& st, httplib::DataSink& sink) {
     }
     std::optional<Event> e = st.job->next(std::chrono::milliseconds(200));
     if (!e) return true;  // httplib checks the socket and calls again
-    chat::HarmonyParser::Delta d;
-    if (st.harmony) {
-        d = st.harmony->push(e->text, e->done);
-    } else {
-        d.content = e->text;
-    }
+    const chat::ReplyParser::Delta d = st.parser->push(e->text, e->done);
     if ((!d.empty() || !e->logprobs.empty()) && !send(sink, st.format.piece({e->text, d, e->logprobs}))) return false;
     if (!e->done) return true;
-    static const std::vector<chat::HarmonyParser::ToolCall> kNoCalls;
-    if (!send(sink, st.format.tail(*e, st.harmony ? st.harmony->tool_calls() : kNoCalls))) return false;
+    if (!send(sink, st.format.tail(*e, st.parser->tool_calls()))) return false;
     sink.done();
     return true;
 }
@@ -148,7 +144,7 @@ void answer_stream(std::shared_ptr<void> answering, std::shared_ptr<Job> job, St
     st->answering = std::move(answering);
     st->job = std::move(job);
     st->format = std::move(format);
-    if (st->format.harmony) st->harmony.emplace();
+    st->parser.emplace(st->format.harmony, st->format.calls);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         st->format.content_type,
@@ -185,35 +181,39 @@ json logprobs_json(LogprobsOut& lo, std::span<const TokenLogprobs> lps) {
     return lo.kind == Kind::Chat ? chat_logprobs(lps, piece) : completion_logprobs(lps, piece, lo.offset);
 }
 
-StreamFormat openai_stream(const ResponseIds& ids, LogprobsOut lo, bool include_usage) {
+StreamFormat openai_stream(const ResponseIds& ids, LogprobsOut lo, bool include_usage, chat::ToolFormat calls,
+                           CallTaker taker) {
     const Kind kind = lo.kind;
     StreamFormat f;
     f.content_type = "text/event-stream";
     f.harmony = kind == Kind::Chat && lo.model->harmony;
+    f.calls = calls;
     if (kind == Kind::Chat) f.head = [ids] { return sse(chat_chunk(ids, "assistant", std::string(), std::nullopt)); };
     // Each chunk carries its tokens' logprobs (a chunk's text may then be
-    // empty); a chat chunk of reasoning alone has no content.
-    f.piece = [ids, lo](const StreamPiece& p) mutable {
+    // empty); a chat chunk of reasoning alone has no content. A call is
+    // sent whole, in a chunk of its own, once its text is complete.
+    f.piece = [ids, lo, taker](const StreamPiece& p) mutable {
         const json lps = logprobs_json(lo, p.logprobs);
         const auto& d = p.split;
-        return sse(lo.kind == Kind::Chat
-                       ? chat_chunk(ids, std::nullopt,
-                                    d.content.empty() && !d.reasoning.empty() ? std::nullopt : std::optional(d.content),
-                                    std::nullopt, lps, d.reasoning)
-                       : completion_chunk(ids, p.text, std::nullopt, lps));
+        if (lo.kind != Kind::Chat) return sse(completion_chunk(ids, p.text, std::nullopt, lps));
+        std::string out;
+        if (!d.content.empty() || !d.reasoning.empty() || !p.logprobs.empty()) {
+            out = sse(chat_chunk(ids, std::nullopt,
+                                 d.content.empty() && !d.reasoning.empty() ? std::nullopt : std::optional(d.content),
+                                 std::nullopt, lps, d.reasoning));
+        }
+        const size_t first = taker.taken();
+        const auto taken = taker.take(d.calls);
+        if (!taken.empty()) out += sse(tool_calls_chunk(ids, taken, first));
+        return out;
     };
-    f.tail = [ids, kind, include_usage](const Event& e, const std::vector<chat::HarmonyParser::ToolCall>& calls) {
+    f.tail = [ids, kind, include_usage](const Event& e, const std::vector<chat::ToolCall>& calls) {
         std::string out;
         if (const auto failed = failure_of(e)) {
             out = sse(error_body(failed->what(), failed->type, "", failed->status));
         } else {
             std::string finish = e.finish_reason;
-            if (!calls.empty() && finish == "stop") {
-                json chunk = chat_chunk(ids, std::nullopt, std::nullopt, std::nullopt);
-                chunk["choices"][0]["delta"]["tool_calls"] = tool_calls_delta(ChatReply{{}, {}, calls}, ids.id);
-                out = sse(chunk);
-                finish = "tool_calls";
-            }
+            if (!calls.empty() && finish == "stop") finish = "tool_calls";
             out += sse(kind == Kind::Chat ? chat_chunk(ids, std::nullopt, std::nullopt, finish)
                                           : completion_chunk(ids, "", finish));
             if (include_usage) {
@@ -231,10 +231,17 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
     GenerationRequest g;
     GenerationParams params;
     LogprobsOut lo{&m, kind};
+    chat::ToolFormat calls = chat::ToolFormat::None;
+    CallTaker taker(true, calls, 0);
     if (kind == Kind::Chat) {
         const ChatRequest r = parse_chat_request(body, state.draw_seed());
+        const ToolRequest tools = parse_tool_request(body, req.body);
+        const chat::ToolFormat format = chat::tool_format(*m.chat_template);
+        check_tool_support(tools, format);
+        if (tools.active()) calls = format;
+        taker = CallTaker(tools.parallel, format, state.draw_seed());
         params = r.params;
-        g = generation_request(m, prompt_tokens(m, chat_prompt(m, r.messages), true), params, true);
+        g = generation_request(m, prompt_tokens(m, chat_prompt(m, r.messages, tools.tools), true), params, true);
     } else {
         const CompletionRequest r = parse_completion_request(body, state.draw_seed());
         params = r.params;
@@ -249,16 +256,19 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
     std::shared_ptr<void> answering = state.answer_token();
     std::shared_ptr<Job> job = m.scheduler->submit(std::move(g));
     if (params.stream) {
-        answer_stream(std::move(answering), job, openai_stream(ids, lo, params.include_usage), res);
+        answer_stream(std::move(answering), job, openai_stream(ids, lo, params.include_usage, calls, taker), res);
         return;
     }
     const WholeAnswer a = wait_whole(*job);
     if (const auto failed = failure_of(a.last)) throw *failed;
     const json logprobs = logprobs_json(lo, a.logprobs);
-    set_json(res, 200,
-             kind == Kind::Chat
-                 ? chat_response(ids, chat_reply(m, a.text), a.last.finish_reason, a.last.usage, logprobs)
-                 : completion_response(ids, a.text, a.last.finish_reason, a.last.usage, logprobs));
+    if (kind == Kind::Completion) {
+        set_json(res, 200, completion_response(ids, a.text, a.last.finish_reason, a.last.usage, logprobs));
+        return;
+    }
+    ChatReply reply = chat_reply(m, a.text, calls);
+    reply.tool_calls = taker.take(reply.tool_calls);
+    set_json(res, 200, chat_response(ids, reply, a.last.finish_reason, a.last.usage, logprobs));
 }
 
 }  // namespace
@@ -266,8 +276,10 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
 void add_completion_routes(httplib::Server& server, ServerState& state) {
     // llama-server's: the prompt a chat request becomes, without running it.
     server.Post("/apply-template", guarded(state, [&state](const httplib::Request& req, httplib::Response& res) {
-                    const ChatRequest r = parse_chat_request(parse_body(req.body), 0);
-                    set_json(res, 200, {{"prompt", chat_prompt(state.model, r.messages)}});
+                    const json body = parse_body(req.body);
+                    const ChatRequest r = parse_chat_request(body, 0);
+                    const ToolRequest tools = parse_tool_request(body, req.body);
+                    set_json(res, 200, {{"prompt", chat_prompt(state.model, r.messages, tools.tools)}});
                 }));
     for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
         server.Post(path, guarded(state, [&state](const httplib::Request& req, httplib::Response& res) {

@@ -15,7 +15,7 @@
 #include <httplib.h>
 
 #include "runtime/chat/chat_template.h"
-#include "runtime/chat/harmony.h"
+#include "runtime/chat/reply_parser.h"
 #include "runtime/sampler/logprobs.h"
 #include "runtime/serving/scheduler.h"
 #include "tools/serve/openai_api.h"
@@ -24,8 +24,10 @@
 namespace tandem::serve {
 
 // The messages through the model's chat template, with the generation
-// prompt; ApiError(400) when the template refuses them.
-std::string chat_prompt(const LoadedModel& m, const std::vector<chat::Message>& messages);
+// prompt (and the request's tools, when given); ApiError(400) when the
+// template refuses them.
+std::string chat_prompt(const LoadedModel& m, const std::vector<chat::Message>& messages,
+                        const nlohmann::ordered_json& tools = nullptr);
 // The prompt's tokens; ApiError(400) when they cannot fit a slot.
 std::vector<int32_t> prompt_tokens(const LoadedModel& m, const std::string& text, bool parse_special);
 // chat: also stops at the template's end-of-turn markers. ApiError(400)
@@ -35,8 +37,9 @@ GenerationRequest generation_request(const LoadedModel& m, std::vector<int32_t> 
 
 // A reply to a templated prompt as the routes show it: for a model whose
 // replies are harmony's, split into reasoning, content and tool calls;
-// otherwise all content.
-ChatReply chat_reply(const LoadedModel& m, const std::string& text);
+// otherwise content and the calls of convention `calls` (None: all
+// content). The calls have no ids yet.
+ChatReply chat_reply(const LoadedModel& m, const std::string& text, chat::ToolFormat calls = chat::ToolFormat::None);
 
 // Waits for the job's last event; the text and logprobs are all the
 // events' together.
@@ -51,26 +54,26 @@ WholeAnswer wait_whole(Job& job);
 // (503): what to answer. nullopt: it finished ("stop" or "length").
 std::optional<ApiError> failure_of(const Event& last);
 
-// One step of a streamed answer: the event's text (split into reasoning
-// and content when the stream splits harmony's replies; otherwise all
-// content) and its tokens' logprobs (when asked, tokens that add no text
-// included).
+// One step of a streamed answer: the event's text (split as chat_reply
+// does into reasoning, content and the tool calls it completes) and its
+// tokens' logprobs (when asked, tokens that add no text included).
 struct StreamPiece {
     const std::string& text;
-    const chat::HarmonyParser::Delta& split;
+    const chat::ReplyParser::Delta& split;
     std::span<const TokenLogprobs> logprobs;
 };
 
 // How a route writes a streamed answer: `head` once before anything else
-// (may be empty), `piece` for each step that adds text or logprobs, `tail`
-// for the last event (its finish and usage, or failure_of it) with the
-// reply's tool calls (a harmony reply's; otherwise none).
+// (may be empty), `piece` for each step that adds text, calls or logprobs,
+// `tail` for the last event (its finish and usage, or failure_of it) with
+// all the reply's tool calls.
 struct StreamFormat {
     std::string content_type;
-    bool harmony = false;  // split the text as chat_reply does
+    bool harmony = false;                         // split the text as chat_reply does
+    chat::ToolFormat calls = chat::ToolFormat::None;  // and look for these calls
     std::function<std::string()> head;
     std::function<std::string(const StreamPiece& piece)> piece;
-    std::function<std::string(const Event& last, const std::vector<chat::HarmonyParser::ToolCall>& calls)> tail;
+    std::function<std::string(const Event& last, const std::vector<chat::ToolCall>& calls)> tail;
 };
 // Streams the job's events as `format` writes them, holding `answering`
 // until the last byte is out; a client that goes away cancels the job.

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
+#include "tools/serve/tool_api.h"
 
 namespace tandem::serve {
 
@@ -286,6 +287,7 @@ std::vector<chat::Message> parse_messages(const json& body) {
         } else {
             msg.content = content_text(*content, f + ".content");
         }
+        read_message_tools(m, f, msg);
         out.push_back(std::move(msg));
     }
     return out;
@@ -324,25 +326,25 @@ json usage_json(const Usage& u) {
                 {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
-json tool_calls_delta(const ChatReply& reply, const std::string& call_id_prefix) {
-    json calls = json::array();
-    for (size_t i = 0; i < reply.tool_calls.size(); ++i) {
-        const auto& c = reply.tool_calls[i];
-        calls.push_back({{"index", i},
-                         {"id", fmt::format("{}-call-{}", call_id_prefix, i)},
-                         {"type", "function"},
-                         {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+json tool_calls_delta(std::span<const chat::ToolCall> calls, size_t first_index) {
+    json out = json::array();
+    for (size_t i = 0; i < calls.size(); ++i) {
+        const auto& c = calls[i];
+        out.push_back({{"index", first_index + i},
+                       {"id", c.id},
+                       {"type", "function"},
+                       {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
     }
-    return calls;
+    return out;
 }
 
-json chat_message(const ChatReply& reply, const std::string& call_id_prefix) {
+json chat_message(const ChatReply& reply) {
     json m = {{"role", "assistant"}};
     // OpenAI's shape: content null beside tool calls with no text.
     m["content"] = reply.content.empty() && !reply.tool_calls.empty() ? json() : json(reply.content);
     if (!reply.reasoning.empty()) m["reasoning_content"] = reply.reasoning;
     if (!reply.tool_calls.empty()) {
-        json calls = tool_calls_delta(reply, call_id_prefix);
+        json calls = tool_calls_delta(reply.tool_calls);
         for (auto& c : calls) c.erase("index");
         m["tool_calls"] = std::move(calls);
     }
@@ -358,7 +360,7 @@ json chat_response(const ResponseIds& ids, const ChatReply& reply, const std::st
                 {"model", ids.model},
                 {"choices",
                  json::array({{{"index", 0},
-                               {"message", chat_message(reply, ids.id)},
+                               {"message", chat_message(reply)},
                                {"logprobs", logprobs},
                                {"finish_reason", finish}}})},
                 {"usage", choice_usage(u)},

@@ -124,11 +124,12 @@ nlohmann::json usage_json(const Usage& u);
 struct ChatReply {
     std::string content;
     std::string reasoning;
-    std::vector<chat::HarmonyParser::ToolCall> tool_calls;
+    std::vector<chat::ToolCall> tool_calls;  // each with its id
 };
-// The message of a whole answer, and a streamed chunk's tool_calls delta.
-nlohmann::json chat_message(const ChatReply& reply, const std::string& call_id_prefix);
-nlohmann::json tool_calls_delta(const ChatReply& reply, const std::string& call_id_prefix);
+// The message of a whole answer, and a streamed chunk's tool_calls delta
+// (calls numbered from first_index: OpenAI's `index`).
+nlohmann::json chat_message(const ChatReply& reply);
+nlohmann::json tool_calls_delta(std::span<const chat::ToolCall> calls, size_t first_index = 0);
 
 // `logprobs` is the choice's: null, or what chat_logprobs /
 // completion_logprobs give.

