@@ -7,6 +7,7 @@
 #include <exception>
 #include <system_error>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "tools/commands.h"
 #include "tools/field_flags.h"
 #include "tools/llama_flags.h"
+#include "tools/pipeline.h"
 
 namespace {
 
@@ -109,6 +111,18 @@ int run_command(CLI::App& app, const std::vector<std::string>& typed) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Under mpirun with --pipeline, ranks above 0 serve their stage only;
+    // rank 0 runs the command (tools/pipeline.h).
+    std::optional<tandem::tools::PipelineWorld> world;
+    if (tandem::tools::wants_pipeline(std::vector<std::string>(argv + 1, argv + argc))) {
+        try {
+            world.emplace(argc, argv);
+        } catch (const std::exception& e) {
+            report("tandem: error: ", e.what());
+            return kUserError;
+        }
+        if (world->rank() > 0) return world->serve_stage();
+    }
     CLI::App app{"Tandem: GGUF language models split between one GPU and the CPU"};
     app.name("tandem");
     app.require_subcommand(1);

@@ -11,6 +11,7 @@
 #include "runtime/common/memory_ledger.h"
 #include "runtime/engine/device_registry.h"
 #include "tools/llama_flags.h"
+#include "tools/pipeline.h"
 
 namespace tandem::tools {
 namespace {
@@ -101,6 +102,9 @@ void add_device_flags(CLI::App& cmd, SplitFlags& f) {
                    "equal)");
     cmd.add_option("--split-mode", f.split_mode, "-sm none|layer: split the layers between the devices (row is refused)")
         ->capture_default_str();
+    cmd.add_flag("--pipeline", f.pipeline,
+                 "run as pipeline stages, one per MPI rank, each with a range of layers: mpirun -np N tandem ... "
+                 "--pipeline (rank 0 reads the input and writes every output)");
 }
 
 std::vector<uint64_t> parse_vram_list(std::string_view flag, const std::string& text) {
@@ -152,6 +156,10 @@ SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch)
         throw Error(fmt::format("-sm none uses one device; --device names {}", names.size()));
     }
     r.ngl = parse_ngl(f.n_gpu_layers);
+    if (f.pipeline) {
+        r.pipeline = pipeline_link();
+        if (!r.pipeline) throw Error("--pipeline: start tandem under mpirun, e.g. mpirun -np 2 tandem run ... --pipeline");
+    }
     r.n_ctx = n_ctx;
     r.n_ubatch = n_ubatch;
     r.cache_type = planner::parse_cache_type(cache_type_text(f.cache));

@@ -51,6 +51,7 @@ struct SplitFlags {
     std::string n_gpu_layers = "auto";
     std::string tensor_split;         // -ts A,B,...: "" none
     std::string split_mode = "layer"; // -sm: none or layer (row is refused)
+    bool pipeline = false;            // --pipeline: pipeline stages under mpirun (tools/pipeline.h)
     CacheTypeFlags cache;
     StreamFlags stream;
     PlacementFlags placement;

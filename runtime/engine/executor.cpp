@@ -19,7 +19,8 @@ LayerExecutor::LayerExecutor(const model::ModelSpec& spec, const Placement& plac
 void LayerExecutor::x_written_on(int device) { where_.wrote(Act::X, device); }
 
 void LayerExecutor::layers(const RecipeBatch& b) {
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    const int64_t end = b.end_layer < 0 ? hp_.n_layer : b.end_layer;
+    for (int64_t il = b.first_layer; il < end; ++il) {
         for (const Op& op : spec_.layers[static_cast<size_t>(il)].ops) run(il, op, b);
     }
 }
@@ -199,6 +200,11 @@ void LayerExecutor::attention(int64_t il, const Op& recipe_op, int d, const Reci
         op.scale = 1.0f;
     }
     on(d).attention(il, b.cells[static_cast<size_t>(il)], b.pos, b.seq, op);
+}
+
+const float* LayerExecutor::x_on_host(int64_t n) {
+    need(Act::X, kHostDevice, n);
+    return on(kHostDevice).host_act(Act::X);
 }
 
 // ---- the head ----------------------------------------------------------------

@@ -34,6 +34,10 @@ struct RecipeBatch {
     int64_t stream_first = 0;
     // Shown the input of every product of a layer's weight first; null: none.
     ActivationObserver* observer = nullptr;
+    // The layers to run, [first_layer, end_layer) (a pipeline stage's);
+    // end_layer -1: to the last.
+    int64_t first_layer = 0;
+    int64_t end_layer = -1;
 };
 
 class LayerExecutor {
@@ -46,6 +50,8 @@ public:
     void x_written_on(int device);
     // Every layer, from X (n rows) to X.
     void layers(const RecipeBatch& b);
+    // X's first n rows as host floats (copied to the host if it is elsewhere).
+    const float* x_on_host(int64_t n);
     // Logits of X's rows [first, first + count) into host memory.
     void output(int64_t first, int64_t count, float* logits);
 

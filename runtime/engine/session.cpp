@@ -55,6 +55,15 @@ struct Session::Impl {
     int64_t streamed_batches = 0;
     ActivationObserver* observer = nullptr;  // set_activation_observer
     std::vector<int32_t> tokens, pos, seq;  // one micro-batch
+    // A pipeline stage's layers [first, end); the first stage embeds, the
+    // last runs the head; `next` reaches the later stages (the first's).
+    int64_t first = 0, end = 0;
+    std::shared_ptr<StageLink> next;
+    bool single_order = false;  // eval_batch_single_order is running
+    bool embeds() const { return first == 0; }
+    bool outputs() const { return end == hp.n_layer && !next; }
+    bool owns(int64_t il) const { return il >= first && il < end; }
+    bool pipelined() const { return next || first != 0 || end != hp.n_layer; }
 
     static SessionPlan plan_for(const gguf::File& f, const model::ModelSpec& s, const SessionOptions& o) {
         if (f.header_only()) {
@@ -73,6 +82,18 @@ struct Session::Impl {
           plan(plan_for(f, s, o)),
           level(o.simd_level ? *o.simd_level : o.simd_from_env ? cpu::simd_level_from_env() : cpu::best_simd_level()),
           pool(o.n_threads) {
+        end = hp.n_layer;
+        if (opt.next_stages) {
+            next = opt.next_stages;
+            end = next->open(file.name(), hp.n_layer, opt);
+        } else if (opt.stage_end >= 0) {
+            if (opt.stage_first < 0 || opt.stage_first >= opt.stage_end || opt.stage_end > hp.n_layer) {
+                throw Error(fmt::format("pipeline stage: layers [{}, {}) are not a range of the model's {}",
+                                        opt.stage_first, opt.stage_end, hp.n_layer));
+            }
+            first = opt.stage_first;
+            end = opt.stage_end;
+        }
         DeviceConfig config;
         config.n_ctx = opt.n_ctx;
         config.n_ubatch = opt.n_ubatch;
@@ -143,10 +164,12 @@ struct Session::Impl {
     // Every tensor and cache onto its device, in layer order.
     void load() {
         // The embedding lookup stays on the host, as in llama.cpp.
-        host->account_token_embd();
+        if (embeds()) host->account_token_embd();
         for (int64_t il = 0; il < hp.n_layer; ++il) {
             const auto& ls = spec.layers[static_cast<size_t>(il)];
-            for (size_t r = 0; r < ls.tensors.size(); ++r) {
+            // Every stage keeps every layer's cells (positions only, cheap),
+            // and the weights and cache rows of its own layers.
+            for (size_t r = 0; r < ls.tensors.size() && owns(il); ++r) {
                 const gguf::TensorInfo* t = ls.tensors[r];
                 if (!t) continue;
                 DeviceStorage& d = device(placement.of(t));
@@ -160,22 +183,25 @@ struct Session::Impl {
             cells.push_back(std::make_unique<KvCells>(
                 model::kv_cells_for_layer(spec, il, opt.n_ctx, opt.n_ubatch, opt.n_seq_max),
                 model::kv_ring_span(spec, il, opt.n_ctx, opt.n_ubatch), opt.kv_per_sequence ? opt.n_seq_max : 1));
-            device(placement.kv[static_cast<size_t>(il)]).load_kv(il, *cells.back());
+            if (owns(il)) device(placement.kv[static_cast<size_t>(il)]).load_kv(il, *cells.back());
         }
-        const gguf::TensorInfo* norm = spec.get(model::GlobalTensor::OutputNorm);
-        device(placement.of(norm)).load_vector(*norm);
-        device(placement.head).load_matrix(spec.output_head());
-        host->allocate_workspace(placement.head == kHostDevice);
+        if (outputs()) {
+            const gguf::TensorInfo* norm = spec.get(model::GlobalTensor::OutputNorm);
+            device(placement.of(norm)).load_vector(*norm);
+            device(placement.head).load_matrix(spec.output_head());
+        }
+        host->allocate_workspace(outputs() && placement.head == kHostDevice);
         for (size_t i = 0; i < accels.size(); ++i) {
             const int d = static_cast<int>(i) + 1;
             if (!accels[i] || !placement.uses(d)) continue;
-            accels[i]->allocate_workspace(placement.head == d);
+            accels[i]->allocate_workspace(outputs() && placement.head == d);
             accels[i]->finish_loading();
         }
     }
 
     void eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits) {
         if (batch.empty()) throw Error("eval: no tokens to evaluate");
+        if (!embeds()) throw Error("eval: a later pipeline stage evaluates what the first sends (eval_stage)");
         size_t n_out = 0;
         for (const BatchToken& b : batch) {
             if (b.id < 0 || b.id >= hp.n_vocab) {
@@ -192,49 +218,111 @@ struct Session::Impl {
         logits.resize(n_out * static_cast<size_t>(hp.n_vocab));
         float* out = logits.data();
         const auto n_tokens = static_cast<int64_t>(batch.size());
+        // A pipeline's first stage sends each micro-batch on, then takes the
+        // logits back in order: the later stages work on one micro-batch
+        // while this one evaluates the next.
+        std::vector<int64_t> pending;  // logits rows of each micro-batch sent
         for (int64_t start = 0; start < n_tokens; start += opt.n_ubatch) {
             const int64_t n = std::min(opt.n_ubatch, n_tokens - start);
-            for (int64_t t = 0; t < n; ++t) {
-                const BatchToken& b = batch[static_cast<size_t>(start + t)];
-                tokens[static_cast<size_t>(t)] = b.id;
-                pos[static_cast<size_t>(t)] = b.pos;
-                seq[static_cast<size_t>(t)] = b.seq;
-            }
-            RecipeBatch rb;
-            rb.n = n;
-            rb.pos = std::span<const int32_t>(pos.data(), static_cast<size_t>(n));
-            rb.seq = std::span<const int32_t>(seq.data(), static_cast<size_t>(n));
-            rb.observer = observer;
-            // A long enough micro-batch multiplies the host layers' matrices
-            // on the accelerator (the hidden state itself stays here).
-            if (stream != nullptr && n >= opt.stream_min_batch) {
-                rb.stream = stream;
-                rb.stream_first = plan.stream_first;
-                ++streamed_batches;
-            }
-            host->embed(std::span<const int32_t>(tokens.data(), static_cast<size_t>(n)));
+            const auto micro = batch.subspan(static_cast<size_t>(start), static_cast<size_t>(n));
+            host->embed(std::span<const int32_t>(tokens.data(), static_cast<size_t>(take(micro))));
             recipe->x_written_on(kHostDevice);
-            place_cells(n);
-            rb.cells = token_cells;
-            try {
-                recipe->layers(rb);
-            } catch (...) {
-                forget_cells(n);
-                throw;
+            run_layers(n);
+            if (next) {
+                const float* x = recipe->x_on_host(n);
+                next->send_batch(micro, single_order, std::span(x, static_cast<size_t>(n * hp.n_embd)));
+                pending.push_back(std::count_if(micro.begin(), micro.end(), [](const BatchToken& b) { return b.logits; }));
+                continue;
             }
-            // The head over each run of consecutive tokens that want logits.
-            for (int64_t t = 0; t < n;) {
-                if (!batch[static_cast<size_t>(start + t)].logits) {
-                    ++t;
-                    continue;
-                }
-                int64_t e = t + 1;
-                while (e < n && batch[static_cast<size_t>(start + e)].logits) ++e;
-                recipe->output(t, e - t, out);
-                out += (e - t) * hp.n_vocab;
-                t = e;
+            out = head(micro, out);
+        }
+        for (const int64_t rows : pending) {
+            if (rows == 0) continue;
+            next->receive_logits(std::span(out, static_cast<size_t>(rows * hp.n_vocab)));
+            out += rows * hp.n_vocab;
+        }
+    }
+
+    // The micro-batch's ids, positions and sequences into the step's
+    // buffers; returns its size.
+    int64_t take(std::span<const BatchToken> micro) {
+        for (size_t t = 0; t < micro.size(); ++t) {
+            tokens[t] = micro[t].id;
+            pos[t] = micro[t].pos;
+            seq[t] = micro[t].seq;
+        }
+        return static_cast<int64_t>(micro.size());
+    }
+
+    // This stage's layers over the micro-batch in the step's buffers, X
+    // written: cells placed (taken back if a layer throws).
+    void run_layers(int64_t n) {
+        RecipeBatch rb;
+        rb.n = n;
+        rb.pos = std::span<const int32_t>(pos.data(), static_cast<size_t>(n));
+        rb.seq = std::span<const int32_t>(seq.data(), static_cast<size_t>(n));
+        rb.observer = observer;
+        rb.first_layer = first;
+        rb.end_layer = end;
+        // A long enough micro-batch multiplies the host layers' matrices
+        // on the accelerator (the hidden state itself stays here).
+        if (stream != nullptr && n >= opt.stream_min_batch) {
+            rb.stream = stream;
+            rb.stream_first = plan.stream_first;
+            ++streamed_batches;
+        }
+        place_cells(n);
+        rb.cells = token_cells;
+        try {
+            recipe->layers(rb);
+        } catch (...) {
+            forget_cells(n);
+            throw;
+        }
+    }
+
+    // The head over each run of consecutive tokens that want logits, into
+    // out; returns the end of what was written.
+    float* head(std::span<const BatchToken> micro, float* out) {
+        const auto n = static_cast<int64_t>(micro.size());
+        for (int64_t t = 0; t < n;) {
+            if (!micro[static_cast<size_t>(t)].logits) {
+                ++t;
+                continue;
+            }
+            int64_t e = t + 1;
+            while (e < n && micro[static_cast<size_t>(e)].logits) ++e;
+            recipe->output(t, e - t, out);
+            out += (e - t) * hp.n_vocab;
+            t = e;
+        }
+        return out;
+    }
+
+    void eval_stage(std::span<const BatchToken> micro, std::span<const float> x, std::vector<float>& out) {
+        const auto n = static_cast<int64_t>(micro.size());
+        if (n == 0 || n > opt.n_ubatch || x.size() != static_cast<size_t>(n * hp.n_embd)) {
+            throw Error(fmt::format("pipeline stage: a micro-batch of {} tokens with {} floats, expected 1 to {} "
+                                    "tokens of {} floats each",
+                                    n, x.size(), opt.n_ubatch, hp.n_embd));
+        }
+        for (const BatchToken& b : micro) {
+            if (b.seq < 0 || b.seq >= kMaxSequences || b.pos < 0 || b.pos >= opt.n_ctx) {
+                throw Error(fmt::format("pipeline stage: sequence {} position {} is outside the cache", b.seq, b.pos));
             }
         }
+        take(micro);
+        host->write_act(Act::X, x.data(), n * hp.n_embd);
+        recipe->x_written_on(kHostDevice);
+        run_layers(n);
+        if (outputs()) {
+            const auto rows = std::count_if(micro.begin(), micro.end(), [](const BatchToken& b) { return b.logits; });
+            out.resize(static_cast<size_t>(rows * hp.n_vocab));
+            head(micro, out.data());
+            return;
+        }
+        const float* h = recipe->x_on_host(n);
+        out.assign(h, h + n * hp.n_embd);
     }
 
     void eval(std::span<const int32_t> ids, bool all_logits, std::vector<float>& logits) {
@@ -297,6 +385,7 @@ struct Session::Impl {
     void remove_positions(int32_t s, int32_t p0, int32_t p1) {
         if (s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
         for (auto& c : cells) c->remove(s, p0, p1);
+        if (next) next->remove_positions(s, p0, p1);
     }
 
     void copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
@@ -304,6 +393,7 @@ struct Session::Impl {
             if (s < 0 || s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
         }
         for (auto& c : cells) c->copy_seq(src, dst, p0, p1);
+        if (next) next->copy_sequence(src, dst, p0, p1);
     }
 
     // ---- one sequence's state (save_sequence, restore_sequence, held_prefix)
@@ -354,7 +444,14 @@ struct Session::Impl {
         return 0;
     }
 
+    void check_whole(const char* what) const {
+        if (pipelined()) {
+            throw Error(fmt::format("{}: not supported with --pipeline (the cache rows are spread over the stages)", what));
+        }
+    }
+
     std::vector<uint8_t> save_sequence(int32_t s, std::span<const int32_t> ids) const {
+        check_whole("saving a sequence's cache");
         check_seq_id(s);
         SequenceState st;
         st.model = fingerprint();
@@ -426,6 +523,7 @@ struct Session::Impl {
     }
 
     std::vector<int32_t> restore_sequence(int32_t s, std::span<const uint8_t> blob) {
+        check_whole("restoring a sequence's cache");
         check_seq_id(s);
         SequenceState st = decode_sequence_state(blob);
         check_state_fits(st);
@@ -486,6 +584,7 @@ struct Session::Impl {
 
     void reset() {
         for (auto& c : cells) c->clear();
+        if (next) next->reset();
     }
 };
 
@@ -504,15 +603,28 @@ void Session::eval_batch_single_order(std::span<const BatchToken> batch, std::ve
     // Every device back to its fastest order whatever eval_batch throws.
     struct Restore {
         Impl& m;
-        ~Restore() { m.for_each_device([](DeviceOps& d) { d.set_single_token_order(false); }); }
+        ~Restore() {
+            m.for_each_device([](DeviceOps& d) { d.set_single_token_order(false); });
+            m.single_order = false;
+        }
     } restore{*impl_};
     impl_->for_each_device([](DeviceOps& d) { d.set_single_token_order(true); });
+    impl_->single_order = true;
     impl_->eval_batch(batch, logits);
 }
 
 void Session::eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits) {
     impl_->eval_batch(batch, logits);
 }
+
+void Session::eval_stage(std::span<const BatchToken> tokens, bool single_order, std::span<const float> x,
+                         std::vector<float>& out) {
+    impl_->for_each_device([&](DeviceOps& d) { d.set_single_token_order(single_order); });
+    impl_->eval_stage(tokens, x, out);
+}
+
+std::pair<int64_t, int64_t> Session::stage_layers() const { return {impl_->first, impl_->end}; }
+bool Session::runs_head() const { return impl_->outputs(); }
 
 void Session::remove_positions(int32_t seq, int32_t p0, int32_t p1) { impl_->remove_positions(seq, p0, p1); }
 void Session::copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) { impl_->copy_sequence(src, dst, p0, p1); }

@@ -17,6 +17,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/common/memory_ledger.h"
 #include "runtime/model/model_spec.h"
+#include "runtime/engine/stage_link.h"
 #include "runtime/placement/placement.h"
 
 namespace tandem {
@@ -87,6 +88,13 @@ struct SessionOptions {
     // Called while weights are copied to the accelerator at load, with the
     // bytes copied so far and the total (a progress bar's feed).
     std::function<void(uint64_t done, uint64_t total)> upload_progress;
+    // A pipeline (runtime/engine/stage_link.h). The first stage: the link
+    // to the others, which says this stage's layers. A later stage (a
+    // worker, driven by Session::eval_stage): its layers [stage_first,
+    // stage_end). Unset: every layer here.
+    std::shared_ptr<StageLink> next_stages;
+    int64_t stage_first = 0;
+    int64_t stage_end = -1;  // -1: n_layer
 };
 
 // Sequence ids a session's caches can tell apart.
@@ -126,6 +134,16 @@ public:
     // orders): a speculative step's verification batch then gives exactly
     // the logits of decoding its tokens one by one. Slower for long batches.
     void eval_batch_single_order(std::span<const BatchToken> batch, std::vector<float>& logits);
+    // A later stage of a pipeline: the micro-batch `tokens` (at most
+    // n_ubatch) enters with hidden state x (tokens.size() rows of n_embd)
+    // and goes through this stage's layers; `out` gets the logits of the
+    // tokens that ask for them when this stage runs the head, else the
+    // hidden state's rows. Throws tandem::Error for a batch it cannot take.
+    void eval_stage(std::span<const BatchToken> tokens, bool single_order, std::span<const float> x,
+                    std::vector<float>& out);
+    // This stage's layers [first, end), and whether it runs the head.
+    std::pair<int64_t, int64_t> stage_layers() const;
+    bool runs_head() const;
     // Forgets sequence seq's positions [p0, p1) (p1 < 0: to the end; seq <
     // 0: every sequence), e.g. rejected draft tokens.
     void remove_positions(int32_t seq, int32_t p0, int32_t p1);

@@ -234,6 +234,7 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
     so.cache_type = r.cache_type;
     so.device = r.device;
     so.device_capacity = r.vram;
+    so.next_stages = r.pipeline;
     apply_stream(r.stream, so);
     apply_placement(r.placement, so);
     // Without a capacity, auto may fill what the GPUs have free now; a

@@ -56,6 +56,8 @@ struct SplitRequest {
     // Several accelerators: their shares of the layers (-ts); empty: by
     // vram where known, else equal.
     std::vector<double> tensor_split;
+    // The later stages of a pipeline (tools/pipeline.h); null: none.
+    std::shared_ptr<StageLink> pipeline;
     int64_t n_ctx = 0;
     int64_t n_ubatch = 512;
     int64_t n_seq = 1;  // sequences side by side: the session's n_seq_max

@@ -1,0 +1,274 @@
+#include "tools/pipeline.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/common/error.h"
+#include "runtime/engine/session.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/model_spec.h"
+
+#ifdef TANDEM_HAVE_MPI
+#include <mpi.h>
+#endif
+
+namespace tandem::tools {
+
+bool wants_pipeline(const std::vector<std::string>& args) {
+    return std::find(args.begin(), args.end(), "--pipeline") != args.end();
+}
+
+#ifndef TANDEM_HAVE_MPI
+
+PipelineWorld::PipelineWorld(int&, char**&) {
+    throw Error("--pipeline: this build of Tandem has no MPI (install libopenmpi-dev and rebuild)");
+}
+PipelineWorld::~PipelineWorld() = default;
+int PipelineWorld::serve_stage() { return 1; }
+std::shared_ptr<StageLink> pipeline_link() { return nullptr; }
+
+#else
+
+namespace {
+
+// Message tags.
+enum Tag : int { kOpen = 1, kOpenReply, kCommand, kTokens, kHidden, kLogits, kStop };
+// Commands (the header's first number).
+enum Command : int64_t { kEval = 1, kRemove, kCopy, kReset };
+constexpr int kHeader = 6;
+
+std::weak_ptr<StageLink>& link_slot() {
+    static std::weak_ptr<StageLink> slot;
+    return slot;
+}
+
+void send_text(const std::string& s, int to, int tag) {
+    MPI_Send(s.data(), static_cast<int>(s.size()), MPI_CHAR, to, tag, MPI_COMM_WORLD);
+}
+
+std::string recv_text(int from, int tag) {
+    MPI_Status st;
+    MPI_Probe(from, tag, MPI_COMM_WORLD, &st);
+    int n = 0;
+    MPI_Get_count(&st, MPI_CHAR, &n);
+    std::string s(static_cast<size_t>(n), '\0');
+    MPI_Recv(s.data(), n, MPI_CHAR, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return s;
+}
+
+// A micro-batch's tokens as four ints each (id, pos, seq, logits).
+std::vector<int32_t> pack(std::span<const BatchToken> tokens) {
+    std::vector<int32_t> out;
+    out.reserve(tokens.size() * 4);
+    for (const BatchToken& b : tokens) out.insert(out.end(), {b.id, b.pos, b.seq, b.logits ? 1 : 0});
+    return out;
+}
+
+std::vector<BatchToken> unpack(const std::vector<int32_t>& v) {
+    std::vector<BatchToken> out(v.size() / 4);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = {v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3] != 0};
+    return out;
+}
+
+// Sends a micro-batch (header, tokens, hidden state) to `to`.
+void send_micro(int to, std::span<const BatchToken> tokens, bool single_order, std::span<const float> x) {
+    const int64_t header[kHeader] = {kEval, static_cast<int64_t>(tokens.size()), single_order ? 1 : 0, 0, 0, 0};
+    MPI_Send(header, kHeader, MPI_INT64_T, to, kCommand, MPI_COMM_WORLD);
+    const std::vector<int32_t> t = pack(tokens);
+    MPI_Send(t.data(), static_cast<int>(t.size()), MPI_INT32_T, to, kTokens, MPI_COMM_WORLD);
+    MPI_Send(x.data(), static_cast<int>(x.size()), MPI_FLOAT, to, kHidden, MPI_COMM_WORLD);
+}
+
+void send_command(int to, Command c, int64_t a = 0, int64_t b = 0, int64_t d = 0, int64_t e = 0) {
+    const int64_t header[kHeader] = {c, a, b, d, e, 0};
+    MPI_Send(header, kHeader, MPI_INT64_T, to, kCommand, MPI_COMM_WORLD);
+}
+
+nlohmann::json options_json(const std::string& path, const SessionOptions& o) {
+    return {{"model", std::filesystem::absolute(path).string()},
+            {"n_ctx", o.n_ctx},
+            {"n_ubatch", o.n_ubatch},
+            {"n_seq_max", o.n_seq_max},
+            {"kv_per_sequence", o.kv_per_sequence},
+            {"n_threads", o.n_threads},
+            {"cache_type", static_cast<int>(o.cache_type)},
+            {"simd_level", o.simd_level ? static_cast<int>(*o.simd_level) : -1},
+            {"simd_from_env", o.simd_from_env},
+            {"cpu_blas", o.cpu_blas},
+            {"copy_host_weights", o.copy_host_weights}};
+}
+
+SessionOptions options_from(const nlohmann::json& j) {
+    SessionOptions o;
+    o.n_ctx = j.at("n_ctx");
+    o.n_ubatch = j.at("n_ubatch");
+    o.n_seq_max = j.at("n_seq_max");
+    o.kv_per_sequence = j.at("kv_per_sequence");
+    o.n_threads = j.at("n_threads");
+    o.cache_type = static_cast<model::CacheType>(j.at("cache_type").get<int>());
+    if (const int level = j.at("simd_level"); level >= 0) o.simd_level = static_cast<cpu::SimdLevel>(level);
+    o.simd_from_env = j.at("simd_from_env");
+    o.cpu_blas = j.at("cpu_blas");
+    o.copy_host_weights = j.at("copy_host_weights");
+    // Later stages run on their host's CPU (their own devices: not yet).
+    o.weight_stream = false;
+    return o;
+}
+
+// Rank 0's side.
+class MpiLink final : public StageLink {
+public:
+    explicit MpiLink(int size) : size_(size) {}
+
+    int64_t open(const std::string& model_path, int64_t n_layer, const SessionOptions& options) override {
+        if (n_layer < size_) {
+            throw Error(fmt::format("--pipeline: {} ranks for a model of {} layers; use at most {}", size_, n_layer,
+                                    n_layer));
+        }
+        const std::string request = options_json(model_path, options).dump();
+        for (int r = 1; r < size_; ++r) send_text(request, r, kOpen);
+        std::string failed;
+        for (int r = 1; r < size_; ++r) {
+            const std::string reply = recv_text(r, kOpenReply);
+            if (!reply.empty() && failed.empty()) failed = reply;
+        }
+        if (!failed.empty()) throw Error(failed);
+        return stage_layers(n_layer, 0, size_).second;
+    }
+
+    void send_batch(std::span<const BatchToken> tokens, bool single_order, std::span<const float> x) override {
+        send_micro(1, tokens, single_order, x);
+    }
+
+    void receive_logits(std::span<float> out) override {
+        MPI_Status st;
+        MPI_Recv(out.data(), static_cast<int>(out.size()), MPI_FLOAT, size_ - 1, kLogits, MPI_COMM_WORLD, &st);
+        int n = 0;
+        MPI_Get_count(&st, MPI_FLOAT, &n);
+        if (static_cast<size_t>(n) != out.size()) {
+            throw Error(fmt::format("--pipeline: the last stage sent {} logits, expected {}", n, out.size()));
+        }
+    }
+
+    void remove_positions(int32_t seq, int32_t p0, int32_t p1) override { send_command(1, kRemove, seq, p0, p1); }
+    void copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) override {
+        send_command(1, kCopy, src, dst, p0, p1);
+    }
+    void reset() override { send_command(1, kReset); }
+
+private:
+    int size_;
+};
+
+[[noreturn]] void stage_failed(int rank, const std::string& what) {
+    std::fprintf(stderr, "tandem: pipeline rank %d: error: %s\n", rank, what.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort();
+}
+
+}  // namespace
+
+PipelineWorld::PipelineWorld(int& argc, char**& argv) {
+    int provided = 0;
+    // Serving calls the session from its scheduler's thread, one call at a time.
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    if (provided < MPI_THREAD_SERIALIZED) {
+        MPI_Finalize();
+        throw Error("--pipeline: this MPI library cannot be called from the serving thread (MPI_THREAD_SERIALIZED)");
+    }
+    if (size_ < 2) {
+        MPI_Finalize();
+        throw Error("--pipeline needs at least two ranks: start it as mpirun -np N tandem ... --pipeline");
+    }
+    if (rank_ == 0) {
+        auto link = std::make_shared<MpiLink>(size_);
+        link_slot() = link;
+        link_ = link;
+    }
+}
+
+PipelineWorld::~PipelineWorld() {
+    if (rank_ == 0) {
+        for (int r = 1; r < size_; ++r) {
+            const int64_t header[kHeader] = {0, 0, 0, 0, 0, 0};
+            MPI_Send(header, kHeader, MPI_INT64_T, r, kStop, MPI_COMM_WORLD);
+        }
+        link_slot().reset();
+    }
+    MPI_Finalize();
+}
+
+std::shared_ptr<StageLink> pipeline_link() { return link_slot().lock(); }
+
+int PipelineWorld::serve_stage() {
+    // Open: the model and the first stage's options, from rank 0. A
+    // failure is answered (rank 0 says it); the stage then waits for stop.
+    std::unique_ptr<gguf::File> file;
+    std::unique_ptr<model::ModelSpec> spec;
+    std::unique_ptr<Session> session;
+    std::pair<int64_t, int64_t> layers{0, 0};
+    const std::string request = recv_text(0, kOpen);
+    try {
+        const nlohmann::json j = nlohmann::json::parse(request);
+        file = std::make_unique<gguf::File>(gguf::File::open(j.at("model").get<std::string>()));
+        spec = std::make_unique<model::ModelSpec>(model::load_model_spec(*file));
+        SessionOptions o = options_from(j);
+        layers = stage_layers(spec->hp.n_layer, rank_, size_);
+        o.stage_first = layers.first;
+        o.stage_end = layers.second;
+        session = std::make_unique<Session>(*file, *spec, o);
+        send_text("", 0, kOpenReply);
+    } catch (const std::exception& e) {
+        send_text(fmt::format("pipeline rank {}: {}", rank_, e.what()), 0, kOpenReply);
+    }
+    const bool last = rank_ == size_ - 1;
+    std::vector<float> out;
+    while (true) {
+        int64_t h[kHeader];
+        MPI_Status st;
+        MPI_Recv(h, kHeader, MPI_INT64_T, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+        if (st.MPI_TAG == kStop) return 0;
+        if (!session) continue;  // the open failed: only stop is awaited
+        try {
+            switch (h[0]) {
+                case kEval: {
+                    const auto n = static_cast<size_t>(h[1]);
+                    std::vector<int32_t> t(n * 4);
+                    MPI_Recv(t.data(), static_cast<int>(t.size()), MPI_INT32_T, st.MPI_SOURCE, kTokens, MPI_COMM_WORLD,
+                             MPI_STATUS_IGNORE);
+                    std::vector<float> x(n * static_cast<size_t>(spec->hp.n_embd));
+                    MPI_Recv(x.data(), static_cast<int>(x.size()), MPI_FLOAT, st.MPI_SOURCE, kHidden, MPI_COMM_WORLD,
+                             MPI_STATUS_IGNORE);
+                    const std::vector<BatchToken> tokens = unpack(t);
+                    session->eval_stage(tokens, h[2] != 0, x, out);
+                    if (!last) {
+                        send_micro(rank_ + 1, tokens, h[2] != 0, out);
+                    } else if (!out.empty()) {
+                        MPI_Send(out.data(), static_cast<int>(out.size()), MPI_FLOAT, 0, kLogits, MPI_COMM_WORLD);
+                    }
+                    break;
+                }
+                case kRemove: session->remove_positions(static_cast<int32_t>(h[1]), static_cast<int32_t>(h[2]),
+                                                        static_cast<int32_t>(h[3])); break;
+                case kCopy: session->copy_sequence(static_cast<int32_t>(h[1]), static_cast<int32_t>(h[2]),
+                                                   static_cast<int32_t>(h[3]), static_cast<int32_t>(h[4])); break;
+                case kReset: session->reset(); break;
+                default: throw Error(fmt::format("unknown command {}", h[0]));
+            }
+            if (h[0] != kEval && !last) MPI_Send(h, kHeader, MPI_INT64_T, rank_ + 1, kCommand, MPI_COMM_WORLD);
+        } catch (const std::exception& e) {
+            stage_failed(rank_, fmt::format("layers [{}, {}): {}", layers.first, layers.second, e.what()));
+        }
+    }
+}
+
+#endif
+
+}  // namespace tandem::tools
