@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/common/error.h"
+#include "tools/serve/grammar_request.h"
 #include "tools/serve/http_util.h"
 #include "tools/serve/openai_api.h"
 #include "tools/serve/server_state.h"
@@ -62,6 +63,7 @@ GenerationRequest generation_request(const LoadedModel& m, std::vector<int32_t> 
     g.ignore_eos = p.ignore_eos;
     g.logprobs = p.logprobs;
     g.top_logprobs = p.top_logprobs;
+    if (p.grammar) g.sampling.grammar = std::make_shared<const SamplingGrammar>(SamplingGrammar{p.grammar, m.grammar_tokens});
     return g;
 }
 
@@ -234,10 +236,12 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
     if (kind == Kind::Chat) {
         const ChatRequest r = parse_chat_request(body, state.draw_seed());
         params = r.params;
+        params.grammar = request_grammar(req.body);
         g = generation_request(m, prompt_tokens(m, chat_prompt(m, r.messages), true), params, true);
     } else {
         const CompletionRequest r = parse_completion_request(body, state.draw_seed());
         params = r.params;
+        params.grammar = request_grammar(req.body);
         g = generation_request(m, prompt_tokens(m, r.prompt, true), params, false);
         lo.offset = utf8_chars(r.prompt);
     }
