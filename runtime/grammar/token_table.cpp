@@ -1,7 +1,8 @@
 #include "runtime/grammar/token_table.h"
 
 #include <algorithm>
-#include <numeric>
+#include <map>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -65,28 +66,57 @@ bool TokenTable::allows(const Matcher& m, int32_t id) const {
     return m.accepts(pieces_[static_cast<size_t>(id)]);
 }
 
-void TokenTable::walk(const Grammar& g, int32_t node, const std::vector<Stack>& stacks, size_t depth,
-                      std::vector<std::vector<Stack>>& scratch, std::vector<uint8_t>& out) const {
+// The walk's memory: the stack sets met (interned), and the step from a
+// set by a character, keyed by the set and by which of its stacks the
+// character matches (the step depends on nothing else).
+struct TokenTable::Walk {
+    explicit Walk(const Grammar& grammar) : g(grammar) {}
+    const Grammar& g;
+    std::vector<std::vector<Stack>> states;
+    std::map<std::vector<Stack>, int32_t> ids;
+    std::unordered_map<uint64_t, int32_t> steps;  // (state, mask) -> state; -1: none
+
+    int32_t intern(std::vector<Stack> stacks) {
+        const auto [it, added] = ids.emplace(std::move(stacks), static_cast<int32_t>(states.size()));
+        if (added) states.push_back(it->first);
+        return it->second;
+    }
+
+    // The set after `cp` from `state`: -1 when no stack takes it.
+    int32_t step(int32_t state, uint32_t cp) {
+        const std::vector<Stack>& from = states[static_cast<size_t>(state)];
+        uint64_t mask = 0;
+        for (size_t i = 0; i < from.size(); ++i) {
+            const Stack& s = from[i];
+            if (!s.empty() && g.classes[static_cast<size_t>(g.elements[static_cast<size_t>(s.back())].value)].matches(cp)) {
+                mask |= uint64_t{1} << (i & 63);
+            }
+        }
+        if (mask == 0) return -1;
+        // The key holds the state in 8 bits and the mask in 56: larger
+        // sets, and states past the 256th, are not memoised.
+        const bool memo = from.size() <= 56 && states.size() <= (size_t{1} << 8);
+        const uint64_t key = (static_cast<uint64_t>(state) << 56) | mask;
+        if (memo) {
+            if (const auto it = steps.find(key); it != steps.end()) return it->second;
+        }
+        std::vector<Stack> next;
+        advance(g, from, cp, next);
+        const int32_t to = next.empty() ? -1 : intern(std::move(next));
+        if (memo) steps.emplace(key, to);
+        return to;
+    }
+};
+
+void TokenTable::walk(Walk& w, int32_t node, int32_t state, std::vector<uint8_t>& out) const {
     const Node& n = nodes_[static_cast<size_t>(node)];
     for (const int32_t t : n.tokens) out[static_cast<size_t>(t)] = 1;
     for (const auto& [t, pending] : n.partial) {
-        if (partial_possible(g, stacks, pending)) out[static_cast<size_t>(t)] = 1;
+        if (partial_possible(w.g, w.states[static_cast<size_t>(state)], pending)) out[static_cast<size_t>(t)] = 1;
     }
-    if (n.children.empty()) return;
-    if (scratch.size() <= depth) scratch.resize(depth + 1);
     for (const auto& [cp, child] : n.children) {
-        // A cheap look first: most characters match no stack's top.
-        const bool any = std::any_of(stacks.begin(), stacks.end(), [&](const Stack& s) {
-            return !s.empty() && g.classes[static_cast<size_t>(g.elements[static_cast<size_t>(s.back())].value)].matches(cp);
-        });
-        if (!any) continue;
-        advance(g, stacks, cp, scratch[depth]);
-        if (scratch[depth].empty()) continue;
-        // The next level may reuse scratch[depth + 1...]; this level's
-        // stacks move out so a deeper resize cannot invalidate them.
-        std::vector<Stack> here = std::move(scratch[depth]);
-        walk(g, child, here, depth + 1, scratch, out);
-        scratch[depth] = std::move(here);
+        const int32_t next = w.step(state, cp);
+        if (next >= 0) walk(w, child, next, out);
     }
 }
 
@@ -99,8 +129,8 @@ void TokenTable::allowed(const Matcher& m, std::vector<uint8_t>& out) const {
         for (const int32_t t : continuing_) out[static_cast<size_t>(t)] = m.accepts(pieces_[static_cast<size_t>(t)]) ? 1 : 0;
         return;
     }
-    std::vector<std::vector<Stack>> scratch;
-    walk(m.grammar(), 0, m.stacks(), 0, scratch, out);
+    Walk w(m.grammar());
+    walk(w, 0, w.intern(m.stacks()), out);
 }
 
 }  // namespace tandem::grammar

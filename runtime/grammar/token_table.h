@@ -6,7 +6,11 @@
 // Which tokens a grammar state accepts is found by walking a trie of the
 // tokens' code points beside the matcher's stacks: a branch is left as
 // soon as no stack takes its next character, so where the grammar allows
-// few characters (JSON's punctuation) the walk touches few nodes.
+// few characters (JSON's punctuation) the walk touches few nodes. Where it
+// allows nearly all (inside a JSON string) the walk visits most of the
+// trie, so the step from a set of stacks by a character is computed once
+// per set and per "which stacks take it" (all characters a class holds
+// lead to the same stacks), not once per node.
 #pragma once
 
 #include <cstdint>
@@ -40,10 +44,8 @@ private:
         std::vector<int32_t> tokens;                          // whose text ends here
         std::vector<std::pair<int32_t, Utf8State>> partial;   // ending here inside a character
     };
-    // scratch[d]: the stacks after the node's d-th character (reused
-    // across siblings).
-    void walk(const Grammar& g, int32_t node, const std::vector<Stack>& stacks, size_t depth,
-              std::vector<std::vector<Stack>>& scratch, std::vector<uint8_t>& out) const;
+    struct Walk;
+    void walk(Walk& w, int32_t node, int32_t state, std::vector<uint8_t>& out) const;
 
     std::vector<std::string> pieces_;
     std::vector<Kind> kinds_;
