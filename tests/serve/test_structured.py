@@ -22,7 +22,11 @@ from smollm2 import find_model  # noqa: E402
 
 SKIP = 77
 BINARY = os.environ.get("TANDEM_BINARY", "")
-N_REQUESTS = 50
+# Set by CMake when the binary is built with sanitizers (~10x slower): the
+# sanitizers look for memory errors, for which 12 requests do; the claim
+# "50 of 50 valid" is the release build's.
+SANITIZED = os.environ.get("TANDEM_TEST_SANITIZED", "") == "1"
+N_REQUESTS = 12 if SANITIZED else 50
 failures = []
 checks = 0
 
@@ -32,7 +36,7 @@ SCHEMA = {
         "name": {"type": "string", "maxLength": 24},
         "age": {"type": "integer"},
         "city": {"type": "string", "maxLength": 24},
-        "pets": {"type": "array", "items": {"$ref": "#/$defs/pet"}, "maxItems": 3},
+        "pets": {"type": "array", "items": {"$ref": "#/$defs/pet"}, "maxItems": 2},
         "employed": {"type": "boolean"},
     },
     "required": ["name", "age", "pets", "employed"],
@@ -59,7 +63,7 @@ def check(cond, what):
 
 def start_server(model):
     err = tempfile.NamedTemporaryFile("w+", prefix="tandem-structured-", suffix=".txt", delete=False)
-    proc = subprocess.Popen([BINARY, "serve", "-m", model, "--port", "0", "-np", "4", "-c", "4096", "-t", "2"],
+    proc = subprocess.Popen([BINARY, "serve", "-m", model, "--port", "0", "-np", "8", "-c", "8192", "-t", "2"],
                             stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
     deadline = time.time() + 180
     while time.time() < deadline:
@@ -113,9 +117,9 @@ def schema_reply(client, seed):
 
 
 def run_suite(client, openai, jsonschema):
-    # 50 requests, 4 at a time (the server's slots decode them together).
+    # 50 requests, 8 at a time (the server's slots decode them together).
     t0 = time.time()
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
         replies = list(pool.map(lambda s: schema_reply(client, s), range(N_REQUESTS)))
     valid = 0
     for seed, (text, finish) in enumerate(replies):
@@ -129,7 +133,7 @@ def run_suite(client, openai, jsonschema):
     print(f"json_schema: {valid} of {N_REQUESTS} replies valid in {time.time() - t0:.1f} s; e.g. {replies[0][0]!r}")
     check(valid == N_REQUESTS, f"every json_schema reply validates ({valid} of {N_REQUESTS})")
     distinct = len({t for t, _ in replies})
-    check(distinct >= 10, f"different seeds give different replies ({distinct} distinct of {N_REQUESTS})")
+    check(distinct >= min(10, N_REQUESTS // 2), f"different seeds give different replies ({distinct} distinct of {N_REQUESTS})")
 
     # Streamed: the deltas put together validate too.
     text = ""
