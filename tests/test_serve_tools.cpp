@@ -155,8 +155,9 @@ TEST(ServeTools, WhatCannotBeServedIsRefused) {
     EXPECT_EQ(refused(parse({{"tools", tools}}), tandem::chat::ToolFormat::Hermes), "<accepted>");
     EXPECT_EQ(refused(parse({{"tools", tools}}), tandem::chat::ToolFormat::None), "tools");
     EXPECT_EQ(refused(parse({{"tools", tools}, {"tool_choice", "none"}}), tandem::chat::ToolFormat::None), "<accepted>");
-    // Not faked: without a grammar to hold generation to a call, a call cannot be promised.
-    EXPECT_EQ(refused(parse({{"tools", tools}, {"tool_choice", "required"}}), tandem::chat::ToolFormat::Hermes), "tool_choice");
+    // Served: a grammar holds the reply to a call (completions.cpp); without a call format, refused.
+    EXPECT_EQ(refused(parse({{"tools", tools}, {"tool_choice", "required"}}), tandem::chat::ToolFormat::Hermes), "<accepted>");
+    EXPECT_EQ(refused(parse({{"tools", tools}, {"tool_choice", "required"}}), tandem::chat::ToolFormat::None), "tools");
 }
 
 TEST(ServeTools, CallsGetIdsAndIndexesAndParallelFalseKeepsTheFirst) {

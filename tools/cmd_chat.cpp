@@ -58,11 +58,12 @@ std::optional<std::string> read_line() {
 }
 
 void chat(const ChatOptions& o) {
-    const SamplerParams sampling = resolved_sampling(o.sampling);
+    SamplerParams sampling = resolved_sampling(o.sampling);
     if (o.n_predict < -1 || o.n_predict == 0) {
         throw Error(fmt::format("-n: expected a value >= 1, or -1 (until the end of the reply), found {}", o.n_predict));
     }
     std::unique_ptr<ChatModel> m = open_chat_model(o, 1);
+    sampling.grammar = flag_grammar(o.sampling, m->tokenizer);  // each reply matches it
     serve::SchedulerOptions so;
     so.n_slots = 1;
     so.step_tokens = o.n_ubatch;

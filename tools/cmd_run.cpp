@@ -147,7 +147,8 @@ void run(const RunOptions& o) {
     const model::ModelSpec& spec = m.spec;
     const Tokenizer& tokenizer = m.tokenizer;
 
-    const SamplerParams sp = resolved_sampling(o.sampling);
+    SamplerParams sp = resolved_sampling(o.sampling);
+    sp.grammar = flag_grammar(o.sampling, tokenizer);
     if (o.n_predict < -1) {
         throw Error(fmt::format("-n: expected a value >= 0, or -1 (until the end of the text or the context), found {}",
                                 o.n_predict));

@@ -166,6 +166,7 @@ void serve_model(const ServeOptions& o) {
     lm.end_of_turn_tokens = m->end_of_turn_tokens;
     lm.harmony = m->chat_template.family() == "harmony";
     lm.max_slot_file_bytes = m->session->kv_cache_bytes() + (uint64_t{64} << 20);
+    lm.grammar_tokens = tandem::grammar_tokens(m->tokenizer);
     lm.facts = serve::model_facts(m->file);
     scheduler.start();
     loading.store(false);

@@ -100,6 +100,8 @@ constexpr std::string_view kNoChat =
     "tandem run completes one prompt (-p TEXT or -f FILE); for a conversation, use tandem chat -m MODEL";
 constexpr std::string_view kNoServer =
     "a server flag: tandem serve -m MODEL takes it (--host, --port, -np, --api-key)";
+constexpr std::string_view kPerRequestGrammar =
+    "a server-wide grammar is not supported; each request gives its own (grammar, json_schema or response_format)";
 constexpr std::string_view kSampler =
     "not supported; Tandem's sampler has --temp, --top-k, --top-p, --min-p and --repeat-penalty";
 
@@ -142,9 +144,10 @@ const CompatFlag kCompat[] = {
      "downloading models is not supported; download the GGUF file and give it with -m"},
     {"--lora", kRun, Arity::Value, Kind::Refuse, "LoRA adapters are not supported"},
     {"--mmproj", kRun, Arity::Value, Kind::Refuse, "multimodal projectors are not supported"},
-    {"--grammar", kRun, Arity::Value, Kind::Refuse, "grammars are not supported"},
-    {"--grammar-file", kRun, Arity::Value, Kind::Refuse, "grammars are not supported"},
-    {"--json-schema", kRun, Arity::Value, Kind::Refuse, "JSON schemas are not supported"},
+    // tandem run and tandem chat define these; tandem serve takes them per request.
+    {"--grammar", kRun, Arity::Value, Kind::Refuse, kPerRequestGrammar},
+    {"--grammar-file", kRun, Arity::Value, Kind::Refuse, kPerRequestGrammar},
+    {"--json-schema", kRun, Arity::Value, Kind::Refuse, kPerRequestGrammar},
     {"--mirostat", kRun, Arity::Value, Kind::Refuse, kSampler},
     {"--typical", kRun, Arity::Value, Kind::Refuse, kSampler},
     {"--presence-penalty", kRun, Arity::Value, Kind::Refuse, kSampler},

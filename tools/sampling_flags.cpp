@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
+#include "runtime/grammar/json_schema.h"
+#include "tools/text_input.h"
 
 namespace tandem::tools {
 
@@ -31,6 +33,35 @@ void add_sampling_flags(CLI::App& cmd, SamplingFlags& f) {
            "-s,--seed", [&f](const std::string& v) { f.seed = parse_seed(v); },
            "random seed (default, or -1: from the clock, printed as seed: N on stderr)")
         ->type_name("N");
+    cmd.add_option("--grammar", f.grammar, "GBNF grammar the output must match (llama.cpp's notation)")
+        ->type_name("GBNF");
+    cmd.add_option("--grammar-file", f.grammar_file, "file of a GBNF grammar the output must match")
+        ->type_name("FILE");
+    cmd.add_option("-j,--json-schema", f.json_schema,
+                   "JSON Schema the output must match (as text; OpenAI's structured-output subset, see docs/tools.md)")
+        ->type_name("SCHEMA");
+}
+
+std::shared_ptr<const SamplingGrammar> flag_grammar(const SamplingFlags& f, const Tokenizer& tokenizer) {
+    const int given = !f.grammar.empty() + !f.grammar_file.empty() + !f.json_schema.empty();
+    if (given == 0) return nullptr;
+    if (given > 1) throw Error("give one of --grammar, --grammar-file and --json-schema, not several");
+    std::shared_ptr<const grammar::Grammar> g;
+    try {
+        if (!f.json_schema.empty()) {
+            const auto schema = nlohmann::ordered_json::parse(f.json_schema, nullptr, false);
+            if (schema.is_discarded()) throw Error("--json-schema: expected JSON text (a schema), found text that is not JSON");
+            g = grammar::compile_json_schema(schema);
+        } else {
+            g = grammar::compile_grammar(f.grammar.empty() ? read_text_input(f.grammar_file, "grammar file") : f.grammar);
+        }
+    } catch (const grammar::SchemaError& e) {
+        throw Error(fmt::format("--json-schema: {}", e.what()));
+    } catch (const grammar::GrammarError& e) {
+        throw Error(fmt::format("{}: {}", f.json_schema.empty() ? (f.grammar.empty() ? "--grammar-file" : "--grammar") : "--json-schema",
+                                e.what()));
+    }
+    return std::make_shared<const SamplingGrammar>(SamplingGrammar{std::move(g), grammar_tokens(tokenizer)});
 }
 
 SamplerParams resolved_sampling(const SamplingFlags& f) {

@@ -54,6 +54,7 @@ int32_t argmax(std::span<const float> logits) {
 Sampler::Sampler(const SamplerParams& params)
     : params_(params), rng_(params.seed), history_(params.repeat_last_n) {
     validate(params_);
+    if (params_.grammar) grammar_.emplace(*params_.grammar);
 }
 
 void TokenHistory::accept_prompt(int32_t token) {
@@ -157,9 +158,35 @@ SamplingCandidates sampling_candidates(const SamplerParams& params, std::span<co
 int32_t Sampler::sample(std::span<float> logits) {
     if (logits.empty()) throw InternalError("sample: empty logits");
     apply_penalties(params_, history_, logits);
+    if (grammar_) return sample_constrained(logits);
     if (params_.temperature == 0.0f) return argmax(logits);
     const SamplingCandidates c = sampling_candidates(params_, logits);
     std::discrete_distribution<size_t> pick(c.weights.begin(), c.weights.end());
+    return c.ids[pick(rng_)];
+}
+
+int32_t Sampler::sample_constrained(std::span<float> logits) {
+    if (params_.temperature == 0.0f) {
+        const int32_t best = argmax(logits);
+        if (grammar_->allows(best)) return best;
+        grammar_->mask(logits);
+        return argmax(logits);
+    }
+    SamplingCandidates c = sampling_candidates(params_, logits);
+    size_t kept = 0;
+    for (size_t i = 0; i < c.ids.size(); ++i) {
+        if (c.weights[i] > 0.0 && grammar_->allows(c.ids[i])) {
+            c.ids[kept] = c.ids[i];
+            c.weights[kept] = c.weights[i];
+            ++kept;
+        }
+    }
+    if (kept == 0) {
+        grammar_->mask(logits);
+        c = sampling_candidates(params_, logits);
+        kept = c.ids.size();
+    }
+    std::discrete_distribution<size_t> pick(c.weights.begin(), c.weights.begin() + static_cast<ptrdiff_t>(kept));
     return c.ids[pick(rng_)];
 }
 

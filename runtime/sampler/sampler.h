@@ -2,15 +2,30 @@
 // llama.cpp's chain orders them: bias, repetition, presence and frequency),
 // then top-k, top-p and min-p filtering, temperature, and a seeded draw;
 // temperature 0 is greedy (argmax, ties to the lowest id).
+//
+// With a grammar (SamplerParams::grammar), only tokens it accepts are
+// chosen, and end-of-generation tokens only where it can end. The choice
+// is made first and checked (one token's text through the matcher); the
+// whole vocabulary is walked only when that fails:
+//  - greedy: the argmax if the grammar takes it, else the argmax of the
+//    logits with every refused token at -infinity (the same token a full
+//    mask gives, at a fraction of the cost);
+//  - sampling: the candidates left by top-k, top-p and min-p that the
+//    grammar takes, drawn in proportion to their weights; when none is
+//    left, the filters run again over the masked logits.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "runtime/sampler/grammar_constraint.h"
 
 namespace tandem {
 
@@ -32,6 +47,8 @@ struct SamplerParams {
     // the token (its logit becomes -infinity). Ids past the vocabulary are
     // ignored here (the server refuses them).
     std::vector<std::pair<int32_t, float>> logit_bias;
+    // The output must match this grammar (null: free text).
+    std::shared_ptr<const SamplingGrammar> grammar;
 };
 
 // A bias this low (OpenAI's -100) bans the token rather than shifting it.
@@ -63,18 +80,26 @@ public:
     explicit Sampler(const SamplerParams& params);
 
     // Picks a token from n_vocab logits (modified in place by the bias and
-    // the penalties).
+    // the penalties, and by the grammar's mask when it had to be applied).
+    // Throws GrammarDeadEnd when the grammar leaves no token.
     int32_t sample(std::span<float> logits);
     // Records a prompt token (the repetition penalty's window).
     void accept_prompt(int32_t token) { history_.accept_prompt(token); }
-    // Records a generated token (every penalty).
-    void accept(int32_t token) { history_.accept(token); }
+    // Records a generated token (every penalty, and the grammar's state).
+    void accept(int32_t token) {
+        history_.accept(token);
+        if (grammar_) grammar_->accept(token);
+    }
     const TokenHistory& history() const { return history_; }
+    bool constrained() const { return grammar_.has_value(); }
 
 private:
+    int32_t sample_constrained(std::span<float> logits);
+
     SamplerParams params_;
     std::mt19937_64 rng_;
     TokenHistory history_;
+    std::optional<GrammarConstraint> grammar_;
 };
 
 // The logit bias: each (id, bias) added, kBanBias or lower giving -infinity.

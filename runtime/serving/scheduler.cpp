@@ -553,17 +553,22 @@ bool Scheduler::step() {
         const std::span<float> rows = rows_of(r, k + 1);
         if (s->req.logprobs) raw_rows_.assign(rows.begin(), rows.end());  // the chooser changes rows in place
         size_t settled = 0;
-        const spec::Verdict v = spec::verify(*s->chooser, rows, static_cast<int64_t>(n_vocab), s->draft,
-                                             [&](int32_t tok) {
-                                                 // Settling row i means draft i - 1 was kept.
-                                                 if (settled > 0) s->cache.push_back(s->draft.tokens[settled - 1]);
-                                                 const std::span<const float> raw =
-                                                     s->req.logprobs ? std::span<const float>(raw_rows_).subspan(
-                                                                           settled * n_vocab, n_vocab)
-                                                                     : std::span<const float>();
-                                                 ++settled;
-                                                 return settle(*s, tok, raw);
-                                             });
+        spec::Verdict v;
+        try {
+            v = spec::verify(*s->chooser, rows, static_cast<int64_t>(n_vocab), s->draft, [&](int32_t tok) {
+                // Settling row i means draft i - 1 was kept.
+                if (settled > 0) s->cache.push_back(s->draft.tokens[settled - 1]);
+                const std::span<const float> raw =
+                    s->req.logprobs ? std::span<const float>(raw_rows_).subspan(settled * n_vocab, n_vocab)
+                                    : std::span<const float>();
+                ++settled;
+                return settle(*s, tok, raw);
+            });
+        } catch (const GrammarDeadEnd& e) {
+            // The request's grammar has no way on: it ends in error; the
+            // drafts evaluated after what it settled leave the cache.
+            finish(*s, "error", e.what());
+        }
         sampled += static_cast<int64_t>(settled);
         r += k + 1;
         const auto kept = static_cast<size_t>(v.kept);
@@ -576,9 +581,13 @@ bool Scheduler::step() {
     if (chunk > 0 && rows.size() > n_decode) {
         const std::span<float> row = rows_of(n_decode, 1);
         if (prefill->req.logprobs) raw_rows_.assign(row.begin(), row.end());
-        const int32_t tok = prefill->chooser->choose(row);
-        settle(*prefill, tok, prefill->req.logprobs ? std::span<const float>(raw_rows_) : std::span<const float>());
-        ++sampled;
+        try {
+            const int32_t tok = prefill->chooser->choose(row);
+            settle(*prefill, tok, prefill->req.logprobs ? std::span<const float>(raw_rows_) : std::span<const float>());
+            ++sampled;
+        } catch (const GrammarDeadEnd& e) {
+            finish(*prefill, "error", e.what());
+        }
     }
     std::lock_guard lock(mu_);
     stats_.prompt_tokens += prompt_evaluated;

@@ -75,11 +75,16 @@ TargetChooser::TargetChooser(const SamplerParams& sp)
     : sp_(sp), greedy_(sp.temperature == 0.0f), sampler_(sp), rng_(sp.seed) {}
 
 int32_t TargetChooser::choose(std::span<float> row) {
-    return greedy_ ? sampler_.sample(row) : draw(target_distribution(sp_, sampler_.history(), row), rng_);
+    if (greedy_ || sampler_.constrained()) return sampler_.sample(row);
+    return draw(target_distribution(sp_, sampler_.history(), row), rng_);
 }
 
 int32_t TargetChooser::check(std::span<float> row, int32_t d, const TokenDist* q, bool& kept) {
-    if (greedy_) {
+    // With a grammar, the token plain decoding would choose, draft or not:
+    // a draft is kept when it is that token. The output is then plain
+    // decoding's, token for token, at any temperature (only the acceptance
+    // rate is lower than the speculative rule's when sampling).
+    if (greedy_ || sampler_.constrained()) {
         const int32_t tok = sampler_.sample(row);
         kept = tok == d;
         return tok;

@@ -78,7 +78,10 @@ struct Draft {
 // slots alike. Greedy: the Sampler itself (the very code plain decoding
 // runs). Sampling: target_distribution() drawn with a generator seeded as
 // the Sampler's (a plain choice is then the Sampler's own draw), and a
-// draft token goes through accept_or_resample().
+// draft token goes through accept_or_resample(). With a grammar
+// (SamplerParams::grammar), every choice is the Sampler's own, and a draft
+// is kept when it equals it: the very tokens plain decoding gives, at any
+// temperature.
 class TargetChooser {
 public:
     explicit TargetChooser(const SamplerParams& sp);

@@ -135,20 +135,19 @@ def round_trip(client, port):
     check(not none.choices[0].message.tool_calls and "get_weather" in (none.choices[0].message.content or ""),
           f"tool_choice none: all content: {none.choices[0].message.content!r}")
 
-    # tool_choice naming a function must be held to a call by a grammar; a
-    # build without one says so rather than hoping the model complies.
-    try:
-        named = client.chat.completions.create(
-            messages=[{"role": "user", "content": "What is the weather in Rome?"}],
-            tool_choice={"type": "function", "function": {"name": "get_weather"}}, **common)
-        tc = named.choices[0].message.tool_calls or []
-        check(len(tc) == 1 and tc[0].function.name == "get_weather" and "city" in json.loads(tc[0].function.arguments),
-              f"a named tool_choice gives a call to it: {named.choices[0].message}")
-    except openai.BadRequestError as e:
-        body = e.body if isinstance(e.body, dict) else {}
-        check(body.get("param") == "tool_choice" and "grammar" in body.get("message", ""),
-              f"a named tool_choice without a grammar is refused naming tool_choice: {e}")
-        print(f"named tool_choice: refused ({body.get('message')})")
+    # tool_choice naming a function, or "required": generation is held to a
+    # call by a grammar, so a call comes back every time, its arguments a
+    # JSON object.
+    for choice in ({"type": "function", "function": {"name": "get_weather"}}, "required"):
+        held = client.chat.completions.create(
+            messages=[{"role": "user", "content": "What is the weather in Rome?"}], tool_choice=choice, **common)
+        tc = held.choices[0].message.tool_calls or []
+        check(len(tc) >= 1 and tc[0].function.name == "get_weather" and
+              isinstance(json.loads(tc[0].function.arguments), dict) and
+              held.choices[0].finish_reason == "tool_calls",
+              f"tool_choice {choice} gives a call to get_weather: {held.choices[0].message} "
+              f"({held.choices[0].finish_reason})")
+        print(f"tool_choice {choice}: {[(c.function.name, c.function.arguments) for c in tc]}")
 
     # A bad tool is a 400 in OpenAI's error shape, naming the field.
     try:

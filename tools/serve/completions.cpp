@@ -14,7 +14,10 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/chat/tool_grammar.h"
 #include "runtime/common/error.h"
+#include "runtime/grammar/grammar.h"
+#include "tools/serve/grammar_request.h"
 #include "tools/serve/http_util.h"
 #include "tools/serve/openai_api.h"
 #include "tools/serve/server_state.h"
@@ -63,6 +66,7 @@ GenerationRequest generation_request(const LoadedModel& m, std::vector<int32_t> 
     g.ignore_eos = p.ignore_eos;
     g.logprobs = p.logprobs;
     g.top_logprobs = p.top_logprobs;
+    if (p.grammar) g.sampling.grammar = std::make_shared<const SamplingGrammar>(SamplingGrammar{p.grammar, m.grammar_tokens});
     return g;
 }
 
@@ -241,10 +245,23 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
         if (tools.active()) calls = format;
         taker = CallTaker(tools.parallel, format, state.draw_seed());
         params = r.params;
+        params.grammar = request_grammar(req.body);
+        // "required" or a named function: the reply is held to a call in
+        // the template's format (each call's arguments any JSON object).
+        if (tools.active() && (tools.choice == ToolChoice::Required || tools.choice == ToolChoice::Named)) {
+            if (params.grammar) {
+                throw ApiError(400, "'tool_choice': a required or named call constrains the reply itself; it cannot "
+                                    "be combined with grammar or response_format",
+                               "tool_choice");
+            }
+            params.grammar = grammar::compile_grammar(chat::tool_call_grammar(
+                *m.chat_template, tools.tools, tools.choice == ToolChoice::Named ? tools.named : "", tools.parallel));
+        }
         g = generation_request(m, prompt_tokens(m, chat_prompt(m, r.messages, tools.tools), true), params, true);
     } else {
         const CompletionRequest r = parse_completion_request(body, state.draw_seed());
         params = r.params;
+        params.grammar = request_grammar(req.body);
         g = generation_request(m, prompt_tokens(m, r.prompt, true), params, false);
         lo.offset = utf8_chars(r.prompt);
     }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -17,6 +18,7 @@
 
 #include "runtime/chat/chat_template.h"
 #include "runtime/chat/harmony.h"
+#include "runtime/grammar/grammar.h"
 #include "runtime/sampler/logprobs.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/serving/scheduler.h"
@@ -83,6 +85,9 @@ struct GenerationParams {
     // logprobs, and this many alternatives for each.
     bool logprobs = false;
     int32_t top_logprobs = 0;
+    // grammar, json_schema or response_format (grammar_request.h); null:
+    // free text.
+    std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 struct ChatRequest {

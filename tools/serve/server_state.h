@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/chat/chat_template.h"
+#include "runtime/grammar/token_table.h"
 #include "runtime/tokenizer/tokenizer.h"
 #include "runtime/serving/scheduler.h"
 
@@ -54,6 +55,7 @@ struct LoadedModel {
     std::vector<int32_t> end_of_turn_tokens;    // those of them that are single tokens
     bool harmony = false;  // replies in gpt-oss's harmony format: split into reasoning, content and tool calls
     uint64_t max_slot_file_bytes = 0;           // restore refuses larger files
+    std::shared_ptr<const grammar::TokenTable> grammar_tokens;  // the vocabulary for grammars (grammar_tokens())
     ModelFacts facts;
 };
 

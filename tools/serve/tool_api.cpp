@@ -171,12 +171,6 @@ void check_tool_support(const ToolRequest& r, chat::ToolFormat format) {
                        "--chat-template FILE of a template with tools, or send tool_choice \"none\"",
                        "tools");
     }
-    if (r.choice == ToolChoice::Required || r.choice == ToolChoice::Named) {
-        throw ApiError(400,
-                       "'tool_choice': a required or named function call needs generation constrained by a grammar, "
-                       "which this build of Tandem does not have yet; use \"auto\"",
-                       "tool_choice");
-    }
 }
 
 std::string call_id(uint64_t seed, size_t index, size_t length) {

@@ -50,9 +50,9 @@ ToolRequest parse_tool_request(const nlohmann::json& body, const std::string& ra
 void read_message_tools(const nlohmann::json& message, const std::string& field, chat::Message& out);
 
 // Refuses (ApiError 400) what cannot be served: tools active with a
-// template that writes no calls Tandem knows (param "tools"), and
-// tool_choice "required" or a named function, which need generation
-// constrained by a grammar (param "tool_choice").
+// template that writes no calls Tandem knows (param "tools").
+// tool_choice "required" or a named function is served by holding the
+// reply to runtime/chat/tool_grammar.h's grammar (completions.cpp).
 void check_tool_support(const ToolRequest& r, chat::ToolFormat format);
 
 // A reply's calls as the answer shows them, whole or as they stream: the

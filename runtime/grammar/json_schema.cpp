@@ -1,0 +1,384 @@
+#include "runtime/grammar/json_schema.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "runtime/grammar/grammar.h"
+
+namespace tandem::grammar {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+// The building blocks, each a GBNF rule added when first used. `space`
+// bounds whitespace; numbers have at most 16 digits before and after the
+// point and 3 in the exponent.
+const std::map<std::string, std::string>& primitives() {
+    static const std::map<std::string, std::string> rules = {
+        {"space", R"(| " " | "\n" [ \t]{0,20})"},
+        {"boolean", R"(("true" | "false") space)"},
+        {"null", R"("null" space)"},
+        {"integer", R"(("-"? ("0" | [1-9] [0-9]{0,15})) space)"},
+        {"number", R"(("-"? ("0" | [1-9] [0-9]{0,15})) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? space)"},
+        {"char", R"([^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}))"},
+        {"string", R"("\"" char* "\"" space)"},
+        {"value", R"(object | array | string | number | boolean | null)"},
+        {"object", R"("{" space (string ":" space value ("," space string ":" space value)*)? "}" space)"},
+        {"array", R"("[" space (value ("," space value)*)? "]" space)"},
+        {"date", R"([0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [12] [0-9] | "3" [01]))"},
+        {"time", R"(([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? ("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9]))"},
+        {"date-time", R"(date "T" time)"},
+        {"hex", R"([0-9a-fA-F])"},
+        {"uuid", R"(hex{8} "-" hex{4} "-" hex{4} "-" hex{4} "-" hex{12})"},
+        {"ipv4-octet", R"("25" [0-5] | "2" [0-4] [0-9] | "1" [0-9] [0-9] | [1-9] [0-9] | [0-9])"},
+        {"ipv4", R"(ipv4-octet "." ipv4-octet "." ipv4-octet "." ipv4-octet)"},
+        {"email", R"([a-zA-Z0-9._%+-]{1,64} "@" [a-zA-Z0-9-]{1,63} ("." [a-zA-Z0-9-]{1,63}){0,8} "." [a-zA-Z]{2,24})"},
+    };
+    return rules;
+}
+
+// Which primitives each one uses.
+const std::map<std::string, std::vector<std::string>>& primitive_uses() {
+    static const std::map<std::string, std::vector<std::string>> uses = {
+        {"boolean", {"space"}},
+        {"null", {"space"}},
+        {"integer", {"space"}},
+        {"number", {"space"}},
+        {"string", {"char", "space"}},
+        {"value", {"object", "array", "string", "number", "boolean", "null"}},
+        {"object", {"space", "string", "value"}},
+        {"array", {"space", "value"}},
+        {"date-time", {"date", "time"}},
+        {"uuid", {"hex"}},
+        {"ipv4", {"ipv4-octet"}},
+    };
+    return uses;
+}
+
+const std::set<std::string>& annotations() {
+    static const std::set<std::string> a = {"title",    "description", "$schema",  "$id",      "$comment",
+                                            "default",  "examples",    "deprecated", "readOnly", "writeOnly",
+                                            "strict",   "$defs",       "definitions"};
+    return a;
+}
+
+const std::set<std::string>& handled() {
+    static const std::set<std::string> h = {"type",     "properties", "required",  "additionalProperties",
+                                            "items",    "minItems",   "maxItems",  "enum",
+                                            "const",    "anyOf",      "oneOf",     "$ref",
+                                            "format",   "minLength",  "maxLength"};
+    return h;
+}
+
+// A GBNF string literal of `text` (UTF-8 kept, quotes, backslashes and
+// control characters escaped).
+std::string literal(const std::string& text) {
+    std::string out = "\"";
+    for (const char c : text) {
+        const auto u = static_cast<unsigned char>(c);
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if (c == '\n') {
+            out += "\\n";
+        } else if (c == '\r') {
+            out += "\\r";
+        } else if (c == '\t') {
+            out += "\\t";
+        } else if (u < 0x20 || u == 0x7F) {
+            out += fmt::format("\\x{:02X}", u);
+        } else {
+            out += c;
+        }
+    }
+    return out + "\"";
+}
+
+std::string join_path(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+
+class Converter {
+public:
+    explicit Converter(const ojson& root) : root_(root) {}
+
+    std::string run() {
+        names_.insert("root");
+        const std::string body = visit(root_, "root", "");
+        std::string out = "root ::= " + body + "\n";
+        for (const auto& [name, rule] : rules_) out += name + " ::= " + rule + "\n";
+        return out;
+    }
+
+private:
+    [[noreturn]] static void refuse(const std::string& path, const std::string& why) {
+        throw SchemaError(path, fmt::format("the schema{}: {}", path.empty() ? "" : " at '" + path + "'", why));
+    }
+
+    std::string use(const std::string& primitive) {
+        if (used_.insert(primitive).second) {
+            const auto u = primitive_uses().find(primitive);
+            if (u != primitive_uses().end()) {
+                for (const auto& p : u->second) use(p);
+            }
+            rules_.emplace_back(primitive, primitives().at(primitive));
+            names_.insert(primitive);
+        }
+        return primitive;
+    }
+
+    // A rule name from `hint`, unique and in GBNF's name characters.
+    std::string fresh(const std::string& hint) {
+        std::string base;
+        for (const char c : hint) base += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
+        if (base.empty()) base = "r";
+        std::string name = base;
+        for (int i = 1; names_.count(name) || primitives().count(name); ++i) name = fmt::format("{}-{}", base, i);
+        names_.insert(name);
+        return name;
+    }
+
+    std::string add_rule(const std::string& hint, const std::string& body) {
+        const std::string name = fresh(hint);
+        rules_.emplace_back(name, body);
+        return name;
+    }
+
+    // An expression matching `schema`'s values.
+    std::string visit(const ojson& schema, const std::string& hint, const std::string& path) {
+        if (schema.is_boolean()) {
+            if (!schema.get<bool>()) refuse(path, "false (no value is valid) cannot be generated");
+            return use("value");
+        }
+        if (!schema.is_object()) refuse(path, "expected a schema object");
+        for (const auto& [key, unused] : schema.items()) {
+            if (!annotations().count(key) && !handled().count(key)) {
+                refuse(path, fmt::format("keyword '{}' is not supported", key));
+            }
+        }
+        if (const auto ref = schema.find("$ref"); ref != schema.end()) return visit_ref(schema, *ref, path);
+        if (const auto c = schema.find("const"); c != schema.end()) return literal(c->dump()) + " " + use("space");
+        if (const auto e = schema.find("enum"); e != schema.end()) return visit_enum(*e, path);
+        for (const char* key : {"anyOf", "oneOf"}) {
+            if (const auto alts = schema.find(key); alts != schema.end()) return visit_alternatives(*alts, hint, join_path(path, key));
+        }
+        const auto type = schema.find("type");
+        if (type == schema.end()) {
+            if (schema.contains("properties") || schema.contains("additionalProperties") || schema.contains("required")) {
+                return visit_object(schema, hint, path);
+            }
+            if (schema.contains("items") || schema.contains("minItems") || schema.contains("maxItems")) {
+                return visit_array(schema, hint, path);
+            }
+            if (schema.contains("format") || schema.contains("minLength") || schema.contains("maxLength")) {
+                return visit_string(schema, path);
+            }
+            return use("value");
+        }
+        if (type->is_array()) {
+            if (type->empty()) refuse(join_path(path, "type"), "expected at least one type");
+            std::vector<std::string> alts;
+            for (const auto& t : *type) alts.push_back(visit_type(schema, t, hint, path));
+            return "(" + join(alts) + ")";
+        }
+        return visit_type(schema, *type, hint, path);
+    }
+
+    static std::string join(const std::vector<std::string>& alts) {
+        std::string out;
+        for (size_t i = 0; i < alts.size(); ++i) out += (i ? " | " : "") + alts[i];
+        return out;
+    }
+
+    std::string visit_type(const ojson& schema, const ojson& t, const std::string& hint, const std::string& path) {
+        if (!t.is_string()) refuse(join_path(path, "type"), "expected a type name or a list of them");
+        const std::string name = t.get<std::string>();
+        if (name == "object") return visit_object(schema, hint, path);
+        if (name == "array") return visit_array(schema, hint, path);
+        if (name == "string") return visit_string(schema, path);
+        if (name == "integer" || name == "number" || name == "boolean" || name == "null") return use(name);
+        refuse(join_path(path, "type"), fmt::format("unknown type '{}'", name));
+    }
+
+    std::string visit_ref(const ojson& schema, const ojson& ref, const std::string& path) {
+        for (const auto& [key, unused] : schema.items()) {
+            if (key != "$ref" && !annotations().count(key)) refuse(path, fmt::format("keyword '{}' beside $ref is not supported", key));
+        }
+        if (!ref.is_string()) refuse(join_path(path, "$ref"), "expected a string");
+        const std::string target = ref.get<std::string>();
+        if (const auto it = ref_rules_.find(target); it != ref_rules_.end()) return it->second;
+        const ojson* node = resolve(target, path);
+        // The name first, so a schema that refers to itself meets it.
+        const std::string name = fresh(target == "#" ? "root-ref" : target.substr(target.rfind('/') + 1));
+        ref_rules_[target] = name;
+        const size_t at = rules_.size();
+        rules_.emplace_back(name, "");
+        const std::string body = visit(*node, name, target);
+        rules_[at].second = body;
+        return name;
+    }
+
+    const ojson* resolve(const std::string& target, const std::string& path) const {
+        if (target == "#") return &root_;
+        if (target.rfind("#/", 0) != 0) refuse(join_path(path, "$ref"), fmt::format("only local references (#/...) are supported, found '{}'", target));
+        const ojson* node = &root_;
+        size_t start = 2;
+        while (start <= target.size()) {
+            size_t end = target.find('/', start);
+            if (end == std::string::npos) end = target.size();
+            std::string part = target.substr(start, end - start);
+            // JSON pointer escapes: ~1 is '/', ~0 is '~'.
+            for (size_t i; (i = part.find("~1")) != std::string::npos;) part.replace(i, 2, "/");
+            for (size_t i; (i = part.find("~0")) != std::string::npos;) part.replace(i, 2, "~");
+            if (!node->is_object() || !node->contains(part)) {
+                refuse(join_path(path, "$ref"), fmt::format("'{}' names nothing in the schema", target));
+            }
+            node = &(*node)[part];
+            start = end + 1;
+        }
+        return node;
+    }
+
+    std::string visit_enum(const ojson& values, const std::string& path) {
+        if (!values.is_array() || values.empty()) refuse(join_path(path, "enum"), "expected a non-empty array");
+        std::vector<std::string> alts;
+        for (const auto& v : values) alts.push_back(literal(v.dump()));
+        return "(" + join(alts) + ") " + use("space");
+    }
+
+    std::string visit_alternatives(const ojson& alts, const std::string& hint, const std::string& path) {
+        if (!alts.is_array() || alts.empty()) refuse(path, "expected a non-empty array of schemas");
+        std::vector<std::string> out;
+        for (size_t i = 0; i < alts.size(); ++i) {
+            out.push_back(visit(alts[i], fmt::format("{}-{}", hint, i), fmt::format("{}[{}]", path, i)));
+        }
+        return "(" + join(out) + ")";
+    }
+
+    int64_t count(const ojson& schema, const char* key, const std::string& path, int64_t fallback) const {
+        const auto it = schema.find(key);
+        if (it == schema.end()) return fallback;
+        if (!it->is_number_integer() && !it->is_number_unsigned()) refuse(join_path(path, key), "expected an integer");
+        const int64_t v = it->get<int64_t>();
+        if (v < 0 || v > kMaxRepeat) refuse(join_path(path, key), fmt::format("expected 0..{}, found {}", kMaxRepeat, v));
+        return v;
+    }
+
+    // `item` repeated lo..hi times (hi < 0: no bound), as GBNF.
+    static std::string times(const std::string& item, int64_t lo, int64_t hi) {
+        if (hi < 0) return lo == 0 ? item + "*" : lo == 1 ? item + "+" : fmt::format("{}{{{},}}", item, lo);
+        if (lo == hi) return lo == 1 ? item : fmt::format("{}{{{}}}", item, lo);
+        return fmt::format("{}{{{},{}}}", item, lo, hi);
+    }
+
+    std::string visit_string(const ojson& schema, const std::string& path) {
+        const int64_t lo = count(schema, "minLength", path, 0);
+        const int64_t hi = count(schema, "maxLength", path, -1);
+        if (hi >= 0 && hi < lo) refuse(join_path(path, "maxLength"), "is below minLength");
+        if (const auto f = schema.find("format"); f != schema.end()) {
+            if (schema.contains("minLength") || schema.contains("maxLength")) {
+                refuse(path, "format together with minLength or maxLength is not supported");
+            }
+            static const std::set<std::string> formats = {"date", "time", "date-time", "uuid", "ipv4", "email"};
+            if (!f->is_string() || !formats.count(f->get<std::string>())) {
+                refuse(join_path(path, "format"), fmt::format("format {} is not supported (supported: date, time, "
+                                                              "date-time, uuid, ipv4, email)",
+                                                              f->dump()));
+            }
+            return "\"\\\"\" " + use(f->get<std::string>()) + " \"\\\"\" " + use("space");
+        }
+        if (lo == 0 && hi < 0) return use("string");
+        if (hi == 0) return "\"\\\"\\\"\" " + use("space");
+        return "\"\\\"\" " + times(use("char"), lo, hi) + " \"\\\"\" " + use("space");
+    }
+
+    std::string visit_array(const ojson& schema, const std::string& hint, const std::string& path) {
+        const auto items = schema.find("items");
+        const std::string item = items == schema.end() ? use("value")
+                                                       : add_rule(hint + "-item", visit(*items, hint + "-item", join_path(path, "items")));
+        const int64_t lo = count(schema, "minItems", path, 0);
+        const int64_t hi = count(schema, "maxItems", path, -1);
+        if (hi >= 0 && hi < lo) refuse(join_path(path, "maxItems"), "is below minItems");
+        const std::string sp = use("space");
+        if (hi == 0) return "\"[\" " + sp + " \"]\" " + sp;
+        const std::string more = times("(\",\" " + sp + " " + item + ")", std::max<int64_t>(lo - 1, 0), hi < 0 ? -1 : hi - 1);
+        const std::string list = item + " " + more;
+        return add_rule(hint, "\"[\" " + sp + " " + (lo == 0 ? "(" + list + ")?" : list) + " \"]\" " + sp);
+    }
+
+    std::string visit_object(const ojson& schema, const std::string& hint, const std::string& path) {
+        std::vector<std::pair<std::string, const ojson*>> props;
+        static const ojson any = ojson::object();
+        if (const auto p = schema.find("properties"); p != schema.end()) {
+            if (!p->is_object()) refuse(join_path(path, "properties"), "expected an object of schemas");
+            for (const auto& [k, v] : p->items()) props.emplace_back(k, &v);
+        }
+        std::set<std::string> required;
+        if (const auto r = schema.find("required"); r != schema.end()) {
+            if (!r->is_array()) refuse(join_path(path, "required"), "expected an array of names");
+            for (const auto& n : *r) {
+                if (!n.is_string()) refuse(join_path(path, "required"), "expected an array of names");
+                required.insert(n.get<std::string>());
+                const bool known = std::any_of(props.begin(), props.end(), [&](const auto& p) { return p.first == n; });
+                if (!known) props.emplace_back(n.get<std::string>(), &any);
+            }
+        }
+        std::string extra;  // an additional key-value pair, when allowed
+        if (const auto a = schema.find("additionalProperties"); a != schema.end() && !(a->is_boolean() && !a->get<bool>())) {
+            const std::string value = a->is_boolean() ? use("value") : visit(*a, hint + "-additional", join_path(path, "additionalProperties"));
+            extra = add_rule(hint + "-additional-kv", use("string") + " \":\" " + use("space") + " " + value);
+        }
+        const std::string sp = use("space");
+        std::vector<std::string> req_kv, opt_kv;
+        for (const auto& [name, sub] : props) {
+            const std::string value = visit(*sub, hint + "-" + name, join_path(path, "properties." + name));
+            const std::string kv = add_rule(hint + "-" + name + "-kv",
+                                            literal(ojson(name).dump()) + " " + sp + " \":\" " + sp + " " + value);
+            (required.count(name) ? req_kv : opt_kv).push_back(kv);
+        }
+        const std::string sep = "\",\" " + sp + " ";
+        const std::string extra_tail = extra.empty() ? "" : " (" + sep + extra + ")*";
+        // The optional pairs, each present or not, in order, after
+        // something: ("," kv_i)? for each, then the additional ones.
+        const auto optional_tail = [&](size_t from) {
+            std::string s;
+            for (size_t i = from; i < opt_kv.size(); ++i) s += " (" + sep + opt_kv[i] + ")?";
+            return s + extra_tail;
+        };
+        std::string body;
+        if (!req_kv.empty()) {
+            body = req_kv[0];
+            for (size_t i = 1; i < req_kv.size(); ++i) body += " " + sep + req_kv[i];
+            body += optional_tail(0);
+        } else {
+            // Nothing required: empty, or starting at one of the optional
+            // pairs (or an additional one).
+            std::vector<std::string> starts;
+            for (size_t i = 0; i < opt_kv.size(); ++i) starts.push_back(opt_kv[i] + optional_tail(i + 1));
+            if (!extra.empty()) starts.push_back(extra + extra_tail);
+            if (!starts.empty()) body = "(" + join(starts) + ")?";
+        }
+        return add_rule(hint, "\"{\" " + sp + " " + body + " \"}\" " + sp);
+    }
+
+    const ojson& root_;
+    std::vector<std::pair<std::string, std::string>> rules_;
+    std::set<std::string> names_;
+    std::set<std::string> used_;
+    std::map<std::string, std::string> ref_rules_;
+};
+
+}  // namespace
+
+std::string json_schema_to_gbnf(const ojson& schema) { return Converter(schema).run(); }
+
+std::shared_ptr<const Grammar> compile_json_schema(const ojson& schema) {
+    return compile_grammar(json_schema_to_gbnf(schema));
+}
+
+std::string json_object_gbnf() { return json_schema_to_gbnf(ojson{{"type", "object"}, {"additionalProperties", true}}); }
+
+}  // namespace tandem::grammar
