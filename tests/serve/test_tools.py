@@ -137,10 +137,12 @@ def round_trip(client, port):
 
     # tool_choice naming a function, or "required": generation is held to a
     # call by a grammar, so a call comes back every time, its arguments a
-    # JSON object.
+    # JSON object (one call: with parallel calls allowed, this small model
+    # goes on writing calls until max_tokens).
     for choice in ({"type": "function", "function": {"name": "get_weather"}}, "required"):
         held = client.chat.completions.create(
-            messages=[{"role": "user", "content": "What is the weather in Rome?"}], tool_choice=choice, **common)
+            messages=[{"role": "user", "content": "What is the weather in Rome?"}], tool_choice=choice,
+            parallel_tool_calls=False, **common)
         tc = held.choices[0].message.tool_calls or []
         check(len(tc) >= 1 and tc[0].function.name == "get_weather" and
               isinstance(json.loads(tc[0].function.arguments), dict) and
