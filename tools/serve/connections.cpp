@@ -28,12 +28,14 @@ namespace {
 
 // Worker threads past --threads-http end after this long without a connection.
 constexpr auto kThreadLinger = std::chrono::seconds(10);
-// After an answer the layer gives itself (408, 413, 431), what the client
-// still sends is read and dropped for this long at most (up to kLingerBytes),
-// so closing with unread bytes does not reset the connection before the
-// client has read the answer.
-constexpr auto kLingerTime = std::chrono::seconds(1);
-constexpr size_t kLingerBytes = size_t{1} << 20;
+// When the server closes a connection after an answer (a refused request
+// whose body it never read, "Connection: close", --timeout), what the
+// client still sends is read and dropped until it closes too, for this long
+// at most (and up to kLingerBytes): closing with unread bytes resets the
+// connection, and the client may then never read the answer (a client still
+// sending a refused 9 MiB body gets a broken pipe instead of its 413).
+constexpr auto kLingerTime = std::chrono::seconds(2);
+constexpr size_t kLingerBytes = size_t{64} << 20;
 // File descriptors beside the connections: the model's files, the listener,
 // logs, the draft model.
 constexpr int kOtherFds = 64;
@@ -63,7 +65,9 @@ void close_quietly(int fd) {
     ::close(fd);
 }
 
-void linger_close(int fd) {
+// Drains what the client still sends (kLingerTime, kLingerBytes at most),
+// its answer being out (the write side shut).
+void linger(int fd) {
     ::shutdown(fd, SHUT_WR);
     const auto until = ConnClock::now() + kLingerTime;
     size_t dropped = 0;
@@ -77,7 +81,6 @@ void linger_close(int fd) {
         if (n <= 0 && !(n < 0 && (errno == EINTR || errno == EAGAIN))) break;
         if (n > 0) dropped += static_cast<size_t>(n);
     }
-    ::close(fd);
 }
 
 // The open-file limit raised to what max_connections needs (up to the hard
@@ -267,7 +270,7 @@ void Connections::serve(int fd) {
         id = next_id_++;
         open_[id] = Open{fd, true, ConnClock::now(), &stream};
     }
-    bool refused = false;
+    bool answered = false;  // the connection ends after an answer: linger (kLingerTime)
     for (int n = 0; n < limits_.max_requests; ++n) {
         set_idle(id, true);
         if (!stream.wait_request(limits_.idle_time)) break;
@@ -277,7 +280,7 @@ void Connections::serve(int fd) {
         if (head == ConnStream::Head::TooLarge) {
             stream.write_all(refusal(431, fmt::format("the request line and headers are over the limit of {} bytes",
                                                       limits_.request.max_head_bytes)));
-            refused = true;
+            answered = true;
             break;
         }
         if (head == ConnStream::Head::TimedOut) {
@@ -285,7 +288,7 @@ void Connections::serve(int fd) {
                                                       std::chrono::duration_cast<std::chrono::seconds>(
                                                           limits_.request.read_time)
                                                           .count())));
-            refused = true;
+            answered = true;
             break;
         }
         bool stopping = false;
@@ -296,18 +299,16 @@ void Connections::serve(int fd) {
         const bool last = n + 1 == limits_.max_requests || stopping;
         bool closed = false;
         const bool ok = run_(stream, id, last, closed);
-        refused = stream.limit() != ReadLimit::None;
-        if (!ok || closed || last || refused) break;
+        answered = !ok || closed || last || stream.limit() != ReadLimit::None;
+        if (answered) break;
     }
+    // Still registered while it lingers: stop() cuts that short.
+    if (answered) linger(fd);
     {
         std::lock_guard lock(mu_);
         open_.erase(id);
     }
-    if (refused) {
-        linger_close(fd);
-    } else {
-        close_quietly(fd);
-    }
+    close_quietly(fd);
 }
 
 bool Connections::client_gone(uint64_t id) const {
