@@ -94,7 +94,8 @@ int fit_fd_limit(int max_connections) {
         raised.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
         if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
     }
-    const auto room = static_cast<int>(std::min<rlim_t>((rl.rlim_cur - kOtherFds) / 2, max_connections));
+    const rlim_t spare = rl.rlim_cur > static_cast<rlim_t>(kOtherFds) ? rl.rlim_cur - kOtherFds : 0;
+    const auto room = static_cast<int>(std::min<rlim_t>(spare / 2, static_cast<rlim_t>(max_connections)));
     if (room < max_connections) {
         fmt::print(stderr, "tandem serve: --max-connections {} lowered to {} (the open-file limit is {})\n",
                    max_connections, room, static_cast<unsigned long long>(rl.rlim_cur));
