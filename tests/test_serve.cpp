@@ -3,6 +3,7 @@
 // prompt reuse and cancellation on a real (tiny) model.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -230,6 +231,62 @@ TEST(ServeScheduler, CancelledJobFreesItsSlotAndTheNextOneRuns) {
     EXPECT_EQ(w.last.finish_reason, "length");
     const Result l = collect(long_job);
     EXPECT_EQ(l.last.finish_reason, "cancelled");
+}
+
+// A client that leaves (GenerationRequest::client_gone) is asked about
+// before every step: a prompt being evaluated stops between two chunks, and
+// the slot goes to the next request.
+TEST(ServeScheduler, AGoneClientStopsItsPromptBetweenChunks) {
+    Model m;
+    auto s = m.session(1);
+    const int64_t chunk = 16;
+    Scheduler sched(*s, m.tok, SchedulerOptions{1, 0, chunk});
+    sched.start();
+    std::string text;
+    for (int i = 0; i < 40; ++i) text += "The quick brown fox jumps over the lazy dog. ";
+    const auto prompt = m.tok.encode(text, true);
+    ASSERT_GT(prompt.size(), static_cast<size_t>(8 * chunk));
+    auto asked = std::make_shared<std::atomic<int>>(0);
+    GenerationRequest g = greedy(prompt, 8);
+    g.client_gone = [asked] { return asked->fetch_add(1) >= 3; };  // gone once asked three times
+    auto left = sched.submit(std::move(g));
+    auto next = sched.submit(greedy(m.tok.encode("Hello", true), 4));
+    const Result l = collect(left);
+    EXPECT_EQ(l.last.finish_reason, "cancelled");
+    EXPECT_EQ(l.last.usage.completion_tokens, 0);
+    // Three answers of "still there" let at most three chunks in.
+    EXPECT_LE(sched.stats().prompt_tokens, 3 * chunk);
+    EXPECT_EQ(collect(next).last.finish_reason, "length");
+}
+
+TEST(ServeScheduler, AGoneClientFreesItsSlotBetweenDecodeSteps) {
+    Model m;
+    auto s = m.session(1);
+    Scheduler sched(*s, m.tok, SchedulerOptions{1, 0, 64});
+    sched.start();
+    auto gone = std::make_shared<std::atomic<bool>>(false);
+    GenerationRequest g = greedy(m.tok.encode("Once upon a time", true), 100000);
+    g.client_gone = [gone] { return gone->load(); };
+    auto left = sched.submit(std::move(g));
+    // A client gone before its request gets a slot: it never runs.
+    GenerationRequest q = greedy(m.tok.encode("Hello", true), 4);
+    q.client_gone = [] { return true; };
+    auto never = sched.submit(std::move(q));
+    auto next = sched.submit(greedy(m.tok.encode("Hello", true), 4));
+    int64_t seen = 0;
+    while (seen < 3) {
+        auto e = left->next(std::chrono::milliseconds(10000));
+        ASSERT_TRUE(e.has_value());
+        if (!e->text.empty()) ++seen;
+    }
+    gone->store(true);
+    const Result l = collect(left);
+    EXPECT_EQ(l.last.finish_reason, "cancelled");
+    EXPECT_LT(l.last.usage.completion_tokens, 100);
+    const Result n = collect(never);
+    EXPECT_EQ(n.last.finish_reason, "cancelled");
+    EXPECT_EQ(n.last.slot, -1);  // it never had one
+    EXPECT_EQ(collect(next).last.finish_reason, "length");
 }
 
 // SIGTERM's path: a running job ends with its text as a reply cut by its

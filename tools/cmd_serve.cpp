@@ -88,6 +88,13 @@ void serve_model(const ServeOptions& o) {
     if (o.http.port < 0 || o.http.port > 65535) {
         throw Error(fmt::format("--port: expected 0..65535, found {}", o.http.port));
     }
+    if (o.http.timeout_s < 1) throw Error(fmt::format("--timeout: expected seconds >= 1, found {}", o.http.timeout_s));
+    if (o.http.max_connections < 1) {
+        throw Error(fmt::format("--max-connections: expected a count >= 1, found {}", o.http.max_connections));
+    }
+    if (o.http.http_threads < 0) {
+        throw Error(fmt::format("--threads-http: expected a count >= 0, found {}", o.http.http_threads));
+    }
     if (!o.http.slot_save_path.empty() && !std::filesystem::is_directory(o.http.slot_save_path)) {
         throw Error(fmt::format("--slot-save-path: expected a folder, found '{}' (none there)", o.http.slot_save_path));
     }
@@ -240,7 +247,16 @@ void add_serve_command(CLI::App& app) {
         ->allow_extra_args(false);
     cmd->add_option("--slot-save-path", opts->http.slot_save_path,
                     "folder for POST /slots/ID?action=save|restore files (off without it)");
-    cmd->add_option("--threads-http", opts->http.http_threads, "HTTP worker threads")->capture_default_str();
+    cmd->add_option("--threads-http", opts->http.http_threads,
+                    "connection threads kept ready; more start as connections open, up to --max-connections")
+        ->capture_default_str();
+    cmd->add_option("--max-connections", opts->http.max_connections,
+                    "connections open at once; past it the longest idle one is closed, or the new one gets 503")
+        ->capture_default_str();
+    cmd->add_option("--timeout", opts->http.timeout_s,
+                    "seconds a request's headers and body may take to arrive (else 408), and each write of an "
+                    "answer to make progress")
+        ->capture_default_str();
     cmd->add_flag("--verbose", opts->verbose, "print the placement");
     add_spec_flags(*cmd, opts->spec);
     add_llama_compat_flags(*cmd, LlamaTool::Run);

@@ -36,6 +36,11 @@ std::vector<TokenLogprobs> take_logprobs(std::vector<std::pair<size_t, TokenLogp
     return out;
 }
 
+// The event a request ends with when its client has gone or cancelled it.
+constexpr const char* kClientGone = "the client closed its connection";
+
+bool client_gone(const GenerationRequest& r) { return r.client_gone && r.client_gone(); }
+
 Event final_event(std::string reason, std::string error = {}) {
     Event e;
     e.done = true;
@@ -295,8 +300,8 @@ void Scheduler::assign_pending() {
             pending_.pop_front();
             stats_.queued = static_cast<int64_t>(pending_.size());
         }
-        if (p.job->cancelled()) {
-            p.job->push(final_event("cancelled"));
+        if (p.job->cancelled() || client_gone(p.request)) {
+            p.job->push(final_event("cancelled", kClientGone));
             continue;
         }
         Slot& s = *chosen;
@@ -464,8 +469,10 @@ void Scheduler::propose(const std::vector<Slot*>& decoding) {
 }
 
 bool Scheduler::step() {
+    // Before every step: between two decode steps and between two chunks
+    // of a prompt, a request whose client left gives its slot back.
     for (auto& s : slots_) {
-        if (s->busy() && s->job->cancelled()) finish(*s, "cancelled");
+        if (s->busy() && (s->job->cancelled() || client_gone(s->req))) finish(*s, "cancelled", kClientGone);
     }
     std::vector<BatchToken> batch;
     std::vector<Slot*> rows;  // the slot of each logits row

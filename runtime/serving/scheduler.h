@@ -60,6 +60,12 @@ struct GenerationRequest {
     // top_logprobs most likely tokens, in Event::logprobs.
     bool logprobs = false;
     int32_t top_logprobs = 0;
+    // Whether the client that asked has gone (closed its connection): the
+    // scheduler asks before a request takes a slot and before every step,
+    // so a request nobody waits for frees its slot between two decode steps
+    // or two prompt chunks, streamed or not. Called on the scheduler's
+    // thread; it must be quick (a look at a socket). Empty: never gone.
+    std::function<bool()> client_gone;
 };
 
 struct Usage {

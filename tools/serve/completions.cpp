@@ -270,6 +270,7 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
                     std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count()};
+    g.client_gone = state.watch_client(req);  // a client that leaves frees its slot, streamed or not
     std::shared_ptr<void> answering = state.answer_token();
     std::shared_ptr<Job> job = m.scheduler->submit(std::move(g));
     if (params.stream) {

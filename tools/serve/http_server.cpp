@@ -1,17 +1,60 @@
 #include "tools/serve/http_server.h"
 
 #include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
 
 #include <fmt/format.h>
 #include <httplib.h>
 
 #include "runtime/common/error.h"
+#include "tools/serve/connections.h"
 #include "tools/serve/cors.h"
 #include "tools/serve/http_util.h"
 
 namespace tandem::serve {
 
+// httplib's parsing and routing of one request, on a stream the connection
+// layer hands it: its own accept loop and fixed thread pool are not used.
+class Router : public httplib::Server {
+public:
+    // The header that ties a request to its connection (for client_gone):
+    // set here, after any the client sent under that name is dropped.
+    static constexpr const char* kConnectionHeader = "Tandem-Connection-Id";
+
+    bool run(ConnStream& stream, uint64_t id, bool last, bool& closed) {
+        return process_request(stream, last, closed, [id](httplib::Request& req) {
+            req.headers.erase(kConnectionHeader);
+            req.set_header(kConnectionHeader, std::to_string(id));
+        });
+    }
+    // httplib ends a streamed answer once this is no longer a socket.
+    void set_listening(int fd) { svr_sock_ = fd; }
+};
+
 namespace {
+
+// The connection a request came on (0: none known).
+uint64_t connection_of(const httplib::Request& req) {
+    const std::string v = req.get_header_value(Router::kConnectionHeader);
+    uint64_t id = 0;
+    std::from_chars(v.data(), v.data() + v.size(), id);
+    return id;
+}
+
+ConnectionLimits limits_of(const ServeConfig& c) {
+    ConnectionLimits l;
+    l.max_connections = c.max_connections;
+    l.warm_threads = c.http_threads;
+    l.request.read_time = std::chrono::seconds(c.timeout_s);
+    l.request.write_time = std::chrono::seconds(c.timeout_s);
+    // The body as sent: a chunked one may carry some framing past the
+    // decoded limit (a body given its length is checked against the limit
+    // itself before it is read).
+    l.request.max_body_bytes = c.max_body_bytes + (size_t{64} << 10);
+    return l;
+}
 
 // With --api-key, every route asks for the key but /health (for load
 // balancers and supervisors): the admin routes too (/slots writes files,
@@ -28,6 +71,19 @@ bool needs_key(const std::string& path) { return path != "/health"; }
 // does (415).
 int framing_error(const httplib::Request& req, size_t max_body, std::string& why) {
     const bool chunked = req.has_header("Transfer-Encoding");
+    // httplib reads a body framed by anything but plain chunked, or by
+    // nothing, until the client closes: such a request would hold its
+    // connection until the read time runs out.
+    if (chunked && req.get_header_value("Transfer-Encoding") != "chunked") {
+        why = fmt::format("Transfer-Encoding '{}' is not supported: send Content-Length or 'chunked'",
+                          req.get_header_value("Transfer-Encoding").substr(0, 40));
+        return 501;
+    }
+    const bool has_body = req.method == "POST" || req.method == "PUT" || req.method == "PATCH";
+    if (has_body && !chunked && !req.has_header("Content-Length")) {
+        why = fmt::format("a {} request needs a Content-Length header (or Transfer-Encoding: chunked)", req.method);
+        return 411;
+    }
     if (req.has_header("Content-Length")) {
         if (chunked) {
             why = "a request with both Transfer-Encoding and Content-Length";
@@ -66,13 +122,25 @@ bool same_secret(const std::string& given, const std::string& key) {
 
 }  // namespace
 
-HttpServer::HttpServer(ServerState& state) : state_(state), server_(std::make_unique<httplib::Server>()) {
-    httplib::Server& s = *server_;
-    const int threads = state_.config.http_threads;
-    s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+HttpServer::HttpServer(ServerState& state)
+    : state_(state),
+      router_(std::make_unique<Router>()),
+      connections_(std::make_unique<Connections>(
+          limits_of(state.config), [this](ConnStream& stream, uint64_t id, bool last, bool& closed) {
+              return router_->run(stream, id, last, closed);
+          })) {
+    httplib::Server& s = *router_;
     s.set_payload_max_length(state_.config.max_body_bytes);
-    s.set_read_timeout(30, 0);
-    s.set_write_timeout(30, 0);
+    // What the Keep-Alive header tells clients: the layer's own bounds.
+    const ConnectionLimits& limits = connections_->limits();
+    s.set_keep_alive_timeout(std::chrono::duration_cast<std::chrono::seconds>(limits.idle_time).count());
+    s.set_keep_alive_max_count(static_cast<size_t>(limits.max_requests));
+    // The scheduler's look at whether a request's client is still there.
+    state_.client_watch = [c = connections_.get()](const httplib::Request& req) -> std::function<bool()> {
+        const uint64_t id = connection_of(req);
+        if (id == 0) return {};
+        return [c, id] { return c->client_gone(id); };
+    };
     s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         std::string why;
         if (const int status = framing_error(req, state_.config.max_body_bytes, why); status != 0) {
@@ -114,6 +182,16 @@ HttpServer::HttpServer(ServerState& state) : state_(state), server_(std::make_un
     // 400 for a request it cannot parse) get a JSON error body too.
     s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
+        // A body the connection layer stopped reading (httplib says 400).
+        const ReadLimit limit = connections_->read_limit(connection_of(req));
+        if (limit == ReadLimit::Body) res.status = 413;
+        if (limit == ReadLimit::Time) {
+            res.status = 408;
+            state_.requests_rejected.fetch_add(1);
+            set_error(req, res, 408,
+                      fmt::format("the request's body did not arrive within {} s (--timeout)", state_.config.timeout_s));
+            return;
+        }
         std::string message = fmt::format("HTTP {}", res.status);
         if (res.status == 404) message = fmt::format("no route {} {}", req.method, req.path);
         if (res.status == 413) {
@@ -143,26 +221,21 @@ HttpServer::HttpServer(ServerState& state) : state_(state), server_(std::make_un
     add_ollama_routes(s, state_);
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+    stop();
+    state_.client_watch = nullptr;
+}
 
 void HttpServer::start() {
     const ServeConfig& c = state_.config;
-    if (c.port == 0) {
-        port_ = server_->bind_to_any_port(c.host);
-        if (port_ < 0) throw Error(fmt::format("cannot listen on {}: no free port could be bound", c.host));
-    } else {
-        if (!server_->bind_to_port(c.host, c.port)) {
-            throw Error(fmt::format("cannot listen on {}:{}: the address is in use, or not one of this machine's",
-                                    c.host, c.port));
-        }
-        port_ = c.port;
-    }
-    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    port_ = connections_->bind(c.host, c.port);
+    router_->set_listening(connections_->listen_fd());
+    connections_->start();
 }
 
 void HttpServer::stop() {
-    if (server_) server_->stop();
-    if (thread_.joinable()) thread_.join();
+    router_->set_listening(-1);
+    connections_->stop();
 }
 
 }  // namespace tandem::serve

@@ -1,17 +1,17 @@
 // The HTTP side of `tandem serve`: binds first (so /health answers 503
 // while the model loads), then serves the routes once the model is set.
+// Connections are the connection layer's (connections.h: a thread each,
+// bounded in number and time); httplib parses and routes each request.
 #pragma once
 
 #include <memory>
-#include <thread>
 
 #include "tools/serve/server_state.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace tandem::serve {
+
+class Connections;
+class Router;
 
 class HttpServer {
 public:
@@ -24,13 +24,14 @@ public:
     // own threads. Throws tandem::Error when the address cannot be bound.
     void start();
     int port() const { return port_; }
-    // Stops listening and waits for the handlers to return.
+    // Stops listening, ends every connection (an answer still being
+    // written is cut) and waits for the handlers to return.
     void stop();
 
 private:
     ServerState& state_;
-    std::unique_ptr<httplib::Server> server_;
-    std::thread thread_;
+    std::unique_ptr<Router> router_;
+    std::unique_ptr<Connections> connections_;
     int port_ = 0;
 };
 

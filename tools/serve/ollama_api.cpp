@@ -129,6 +129,7 @@ void generate(ServerState& state, bool chat, const httplib::Request& req, httpli
     const bool templated = !r.raw;
     const std::string prompt = templated ? chat_prompt(m, r.messages) : r.raw_prompt;
     GenerationRequest g = generation_request(m, prompt_tokens(m, prompt, true), r.params, templated);
+    g.client_gone = state.watch_client(req);  // a client that leaves frees its slot, streamed or not
     std::shared_ptr<void> answering = state.answer_token();
     std::shared_ptr<Job> job = m.scheduler->submit(std::move(g));
     if (r.params.stream) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -17,6 +18,7 @@
 
 namespace httplib {
 class Server;
+struct Request;
 }
 
 namespace tandem::serve {
@@ -28,7 +30,9 @@ struct ServeConfig {
     std::vector<std::string> cors_origins;  // --cors-origin: empty, CORS off; "*" any origin
     std::string slot_save_path;    // "": slot save/restore refused
     size_t max_body_bytes = size_t{8} << 20;
-    int http_threads = 32;
+    int http_threads = 32;      // --threads-http: connection threads kept ready (more start as needed)
+    int max_connections = 1024; // --max-connections: open at once (connections.h says what happens past it)
+    int timeout_s = 30;         // --timeout: a request must arrive, and each write of its answer progress, within it
 };
 
 // What Ollama's /api/tags and /api/show say of the model file
@@ -74,11 +78,19 @@ struct ServerState {
     std::atomic<int64_t> requests_rejected{0};  // 4xx answers
     std::mutex rng_mu;
     std::mt19937_64 rng{std::random_device{}()};
+    // What GenerationRequest::client_gone is for a request: whether the
+    // client that sent it has gone (set by HttpServer; empty: unknown).
+    std::function<std::function<bool()>(const httplib::Request&)> client_watch;
 
     // Held by a generation answer for as long as it is being written.
     std::shared_ptr<void> answer_token() {
         answering.fetch_add(1);
         return std::shared_ptr<void>(nullptr, [this](void*) { answering.fetch_sub(1); });
+    }
+
+    // The look at whether `req`'s client has gone, for its generation request.
+    std::function<bool()> watch_client(const httplib::Request& req) const {
+        return client_watch ? client_watch(req) : std::function<bool()>();
     }
 
     // A seed for a request that gives none.
