@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libcpp-httplib-dev            # tandem serve
+  openmpi-bin libopenmpi-dev    # --pipeline: stages over MPI (mpirun)
   python3
   librsvg2-bin                  # rsvg-convert: the bench chart test renders its SVG to PNG
 )

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Pipeline stages over MPI (`mpirun -np N tandem ... --pipeline`) on one
+machine, against one process:
+
+- `tandem run --dump-logits` (prompt and decode logits) on a dense model and
+  a mixture of experts from ../shared, with 2 and 3 ranks, over shared
+  memory (btl vader) and over TCP (btl tcp): the same bytes as one process;
+- `tandem serve -np 4` over 2 ranks: 4 concurrent completions, each the
+  one-process answer;
+- a rank killed while serving: mpirun ends the job within 10 s, with a line
+  naming the rank and why.
+
+Exit 0: passed; 77: skipped (no mpirun, a build without MPI, or the models
+missing: said why); 1: failed.
+"""
+import concurrent.futures
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+SKIP = 77
+BINARY = os.environ.get("TANDEM_BINARY", "")
+SHARED = pathlib.Path(os.environ.get("TANDEM_SHARED_DIR", pathlib.Path(__file__).resolve().parents[3] / "shared"))
+MODELS = ["synth-llama-Q8_0", "synth-qwen3moe-Q8_0"]
+PROMPT = "Hello world, this is a test of the pipeline stages"
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+failures = []
+
+
+def check(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def mpirun(np, btl, args, **kw):
+    return [shutil.which("mpirun"), "--oversubscribe", "--mca", "btl", btl, "-np", str(np), BINARY] + args + ["--pipeline"]
+
+
+def run_logits(cmd, out):
+    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, errors="replace", timeout=300)
+    if r.returncode != 0:
+        return None, r.stderr[-2000:]
+    return pathlib.Path(out).read_bytes(), r.stdout
+
+
+def logits_test(tmp):
+    for name in MODELS:
+        model = SHARED / "models" / f"{name}.gguf"
+        base = [ "run", "-m", str(model), "-p", PROMPT, "-n", "6", "--temp", "0", "-t", "1", "-ub", "4"]
+        one, text = run_logits([BINARY] + base + ["--dump-logits", f"{tmp}/one.bin"], f"{tmp}/one.bin")
+        check(one is not None and len(one) > 0, f"{name}: one process writes its logits")
+        for np in (2, 3):
+            for btl in ("vader,self", "tcp,self"):
+                got, gtext = run_logits(mpirun(np, btl, base + ["--dump-logits", f"{tmp}/p.bin"]), f"{tmp}/p.bin")
+                check(got == one and gtext == text,
+                      f"{name}: {np} ranks over {btl.split(',')[0]}: prompt and decode logits bit for bit, same text"
+                      + ("" if got is not None else f" (failed: {gtext})"))
+
+
+def start_serve(cmd, log_path):
+    log = open(log_path, "w+")
+    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        text = pathlib.Path(log_path).read_text()
+        m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", text)
+        if m:
+            return proc, int(m.group(1))
+        if proc.poll() is not None:
+            raise RuntimeError(f"serve exited with {proc.returncode}: {text[-2000:]}")
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("serve did not start within 120 s")
+
+
+def complete(port, prompt):
+    body = json.dumps({"prompt": prompt, "max_tokens": 12, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    return json.loads(urllib.request.urlopen(req, timeout=120).read())["choices"][0]["text"]
+
+
+def four_answers(port):
+    prompts = [f"{PROMPT} {i}" * (i + 1) for i in range(4)]
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        return list(ex.map(lambda p: complete(port, p), prompts))
+
+
+def stop(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def serve_test(tmp):
+    model = str(SHARED / "models" / "synth-llama-Q8_0.gguf")
+    args = ["serve", "-m", model, "--port", "0", "-np", "4", "-c", "1024", "-t", "1"]
+    proc, port = start_serve([BINARY] + args, f"{tmp}/one.log")
+    try:
+        want = four_answers(port)
+    finally:
+        stop(proc)
+    proc, port = start_serve(mpirun(2, "vader,self", args), f"{tmp}/two.log")
+    try:
+        got = four_answers(port)
+    finally:
+        stop(proc)
+    check(got == want, f"serve -np 4 over 2 ranks: the 4 concurrent answers are the one-process answers ({got} vs {want})")
+
+
+def ranks_of(mpirun_pid):
+    """{rank: pid} of mpirun's children, read from their environment."""
+    out = {}
+    for status in pathlib.Path("/proc").glob("[0-9]*/status"):
+        try:
+            text = status.read_text()
+            if f"PPid:\t{mpirun_pid}\n" not in text:
+                continue
+            env = (status.parent / "environ").read_bytes().split(b"\0")
+            for e in env:
+                if e.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    out[int(e.split(b"=")[1])] = int(status.parent.name)
+        except OSError:
+            continue
+    return out
+
+
+def failure_test(tmp):
+    model = str(SHARED / "models" / "synth-llama-Q8_0.gguf")
+    log = f"{tmp}/fail.log"
+    proc, port = start_serve(mpirun(3, "vader,self", ["serve", "-m", model, "--port", "0", "-np", "2", "-t", "1"]), log)
+    try:
+        ranks = ranks_of(proc.pid)
+        check(sorted(ranks) == [0, 1, 2], f"three ranks under mpirun: {ranks}")
+        if 2 not in ranks:
+            return
+        t0 = time.time()
+        os.kill(ranks[2], signal.SIGKILL)
+        proc.wait(timeout=30)
+        took = time.time() - t0
+        text = pathlib.Path(log).read_text()
+        check(took < 10, f"a killed rank ends the job in {took:.2f} s (under 10 s)")
+        check(re.search(r"rank 2\b.*(signal 9|Killed)", text) is not None,
+              f"one line names the rank and why: {[l for l in text.splitlines() if 'rank 2' in l]}")
+        check(proc.returncode != 0, f"the job's exit status is a failure ({proc.returncode})")
+    finally:
+        if proc.poll() is None:
+            stop(proc)
+
+
+def main():
+    if not BINARY or not os.path.exists(BINARY):
+        print("skip: TANDEM_BINARY is not set to the tandem binary")
+        return SKIP
+    if not shutil.which("mpirun"):
+        print("skip: no mpirun (install openmpi-bin)")
+        return SKIP
+    missing = [m for m in MODELS if not (SHARED / "models" / f"{m}.gguf").exists()]
+    if missing:
+        print(f"skip: test models missing from {SHARED}: {missing}")
+        return SKIP
+    probe = subprocess.run([shutil.which("mpirun"), "-np", "2", BINARY, "run", "-m", str(SHARED / "models" / f"{MODELS[0]}.gguf"),
+                            "-p", "a", "-n", "1", "-t", "1", "--pipeline"], env=ENV, capture_output=True, text=True, errors="replace",
+                           timeout=120)
+    if "has no MPI" in probe.stderr:
+        print("skip: this build of tandem has no MPI (libopenmpi-dev missing at build time)")
+        return SKIP
+    with tempfile.TemporaryDirectory(prefix="tandem-pipeline-") as tmp:
+        logits_test(tmp)
+        serve_test(tmp)
+        failure_test(tmp)
+    print(f"pipeline: {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
