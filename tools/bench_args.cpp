@@ -295,6 +295,7 @@ BenchConfig make_bench_config(const BenchArgs& a) {
     (void)parse_accelerator(c.device);  // throws, naming the flag and what it found
     c.weight_stream = !a.no_stream;
     c.copy_host_weights = !a.no_host_copy;
+    c.pipeline = a.pipeline;
     c.placement = a.placement;
     SessionOptions check;
     serving::apply_placement(placement_options(c.placement), check);  // a bad -ot fails before any model loads

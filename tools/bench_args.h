@@ -42,6 +42,7 @@ struct BenchArgs {
     bool no_stream = false;
     int64_t stream_min_batch = 32;
     bool no_host_copy = false;
+    bool pipeline = false;  // --pipeline: rank 0 of pipeline stages under mpirun
     PlacementFlags placement;  // -ot, --cpu-moe, --n-cpu-moe, -nkvo
     std::string mmap = "1";    // -mmp 0|1, as llama-bench
     bool sweep = false;
@@ -86,6 +87,7 @@ struct BenchConfig {
     int64_t stream_min_batch = 32;   // --stream-min-batch
     bool copy_host_weights = true;   // --no-host-copy clears it
     bool mmap = true;                // -mmp 0: read the model into memory
+    bool pipeline = false;           // --pipeline (tools/pipeline.h): sessions over the MPI stages
     PlacementFlags placement;        // applied on top of each -ngl
     std::optional<int64_t> sweep_step;  // --sweep-ngl: ngl 0, step, 2*step, ... n_layer + 1
     std::string plot_path;           // "" for none; ends in .svg

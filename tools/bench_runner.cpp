@@ -21,6 +21,7 @@
 #include "runtime/engine/session.h"
 #include "runtime/sampler/sampler.h"
 #include "tools/split.h"
+#include "tools/pipeline.h"
 
 namespace tandem::tools {
 namespace {
@@ -471,6 +472,10 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                 so.stream_min_batch = c.stream_min_batch;
                 so.copy_host_weights = c.copy_host_weights;
                 serving::apply_placement(placement_options(c.placement), so);
+                if (c.pipeline) {
+                    so.next_stages = pipeline_link();
+                    if (!so.next_stages) throw Error("--pipeline: start tandem under mpirun -np N (N >= 2)");
+                }
                 std::unique_ptr<Session> session;
                 try {
                     session = std::make_unique<Session>(*m.file, m.spec, so);

@@ -278,6 +278,8 @@ void add_bench_command(CLI::App& app) {
                     "(the backend column then says +stream)")
         ->capture_default_str();
     cmd->add_flag("--no-stream", a.no_stream, "never stream weights to the accelerator");
+    cmd->add_flag("--pipeline", a.pipeline,
+                  "measure pipeline stages, one per MPI rank: mpirun -np N tandem bench ... --pipeline");
     cmd->add_flag("--no-host-copy", a.no_host_copy,
                   "multiply the CPU layers' weights straight from the mapped file instead of a copy in huge pages");
     add_placement_flags(*cmd, a.placement);

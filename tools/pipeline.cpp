@@ -208,32 +208,45 @@ PipelineWorld::~PipelineWorld() {
 std::shared_ptr<StageLink> pipeline_link() { return link_slot().lock(); }
 
 int PipelineWorld::serve_stage() {
-    // Open: the model and the first stage's options, from rank 0. A
-    // failure is answered (rank 0 says it); the stage then waits for stop.
+    // Open: the model and the first stage's options, from rank 0, again for
+    // each session rank 0 opens (bench opens one per setup). A failure is
+    // answered (rank 0 says it); the stage then waits for the next open or stop.
     std::unique_ptr<gguf::File> file;
     std::unique_ptr<model::ModelSpec> spec;
     std::unique_ptr<Session> session;
     std::pair<int64_t, int64_t> layers{0, 0};
-    const std::string request = recv_text(0, kOpen);
-    try {
-        const nlohmann::json j = nlohmann::json::parse(request);
-        file = std::make_unique<gguf::File>(gguf::File::open(j.at("model").get<std::string>()));
-        spec = std::make_unique<model::ModelSpec>(model::load_model_spec(*file));
-        SessionOptions o = options_from(j);
-        layers = stage_layers(spec->hp.n_layer, rank_, size_);
-        o.stage_first = layers.first;
-        o.stage_end = layers.second;
-        session = std::make_unique<Session>(*file, *spec, o);
-        send_text("", 0, kOpenReply);
-    } catch (const std::exception& e) {
-        send_text(fmt::format("pipeline rank {}: {}", rank_, e.what()), 0, kOpenReply);
-    }
+    const auto open = [&] {
+        const std::string request = recv_text(0, kOpen);
+        session.reset();
+        try {
+            const nlohmann::json j = nlohmann::json::parse(request);
+            const std::string path = j.at("model").get<std::string>();
+            if (!file || file->name() != path) {
+                spec.reset();
+                file = std::make_unique<gguf::File>(gguf::File::open(path));
+                spec = std::make_unique<model::ModelSpec>(model::load_model_spec(*file));
+            }
+            SessionOptions o = options_from(j);
+            layers = stage_layers(spec->hp.n_layer, rank_, size_);
+            o.stage_first = layers.first;
+            o.stage_end = layers.second;
+            session = std::make_unique<Session>(*file, *spec, o);
+            send_text("", 0, kOpenReply);
+        } catch (const std::exception& e) {
+            send_text(fmt::format("pipeline rank {}: {}", rank_, e.what()), 0, kOpenReply);
+        }
+    };
     const bool last = rank_ == size_ - 1;
     std::vector<float> out;
     while (true) {
-        int64_t h[kHeader];
         MPI_Status st;
-        MPI_Recv(h, kHeader, MPI_INT64_T, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+        MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
+        if (st.MPI_TAG == kOpen) {
+            open();
+            continue;
+        }
+        int64_t h[kHeader];
+        MPI_Recv(h, kHeader, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, &st);
         if (st.MPI_TAG == kStop) return 0;
         if (!session) continue;  // the open failed: only stop is awaited
         try {
