@@ -1,6 +1,7 @@
 #include "planner/device_split.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -33,6 +34,48 @@ DeviceBytes device_part(const model::ModelSpec& spec, const Tables& t, const Pla
         [&](int64_t il) { return on(p.kv.at(static_cast<size_t>(il))); });
     const Layout l{&m, &m, t.n_layer, on(p.of(spec.get(model::GlobalTensor::OutputNorm))), on(p.head)};
     return footprint(spec, t, l, false).vram;
+}
+
+// Shares of the offloaded units (layers, then the head) that give each
+// device bytes in proportion to its room: the units' bytes on the one
+// device of `one` (weights and cache), walked in order, each device taking
+// units up to its part of the total. Returned as unit counts, which
+// layer_device() reproduces exactly.
+std::vector<double> balanced_shares(const model::ModelSpec& spec, const Tables& t, const Placement& one,
+                                    const std::vector<uint64_t>& room, int64_t ngl) {
+    const int64_t n_units = std::min(ngl, t.n_layer + 1);
+    std::vector<double> bytes(static_cast<size_t>(std::max<int64_t>(n_units, 0)), 0.0);
+    for (int64_t i = 0; i < n_units; ++i) {
+        double& b = bytes[static_cast<size_t>(i)];
+        if (i == t.n_layer) {
+            b = static_cast<double>((one.head != kHostDevice ? t.head_bytes : 0) + t.norm_bytes);
+            continue;
+        }
+        for (const gguf::TensorInfo* w : spec.layers[static_cast<size_t>(i)].tensors) {
+            if (w && one.of(w) != kHostDevice) b += static_cast<double>(w->n_bytes);
+        }
+        if (one.kv[static_cast<size_t>(i)] != kHostDevice) b += static_cast<double>(t.kv[static_cast<size_t>(i)]);
+    }
+    const double total = std::accumulate(bytes.begin(), bytes.end(), 0.0);
+    const double rooms = static_cast<double>(std::accumulate(room.begin(), room.end(), uint64_t{0}));
+    std::vector<double> counts(room.size(), 0.0);
+    if (n_units <= 0 || rooms <= 0) {
+        counts.assign(room.size(), 1.0);
+        return counts;
+    }
+    size_t k = 0;
+    double cum = 0, target = total * static_cast<double>(room[0]) / rooms;
+    for (const double b : bytes) {
+        // The next device once this unit would end further past the target
+        // than it starts short of it.
+        while (k + 1 < room.size() && cum + b / 2 > target) {
+            ++k;
+            target += total * static_cast<double>(room[k]) / rooms;
+        }
+        counts[k] += 1;
+        cum += b;
+    }
+    return counts;
 }
 
 std::string layer_runs(const model::ModelSpec& spec, const Placement& p, int d) {
@@ -69,11 +112,8 @@ Plan plan_devices(const model::ModelSpec& spec, const PlanInputs& in) {
         room[i] = cap - margins[i];
     }
     std::vector<double> shares = in.tensor_split;
-    if (shares.empty()) {
-        for (const uint64_t r : room) shares.push_back(static_cast<double>(r));
-        if (std::all_of(room.begin(), room.end(), [](uint64_t r) { return r == 0; })) shares.assign(n, 1.0);
-    }
-    const Tables t = make_tables(spec, in.n_ctx, in.n_ubatch, in.cache_type, in.n_seq);
+    Tables t = make_tables(spec, in.n_ctx, in.n_ubatch, in.cache_type, in.n_seq);
+    trim_for_stage(t, spec, in.stage_embeds, in.stage_outputs);
 
     PlanInputs one = in;
     one.device_capacities.clear();
@@ -90,13 +130,15 @@ Plan plan_devices(const model::ModelSpec& spec, const PlanInputs& in) {
         one.device_capacity = combined;
         p = plan(spec, one);
         PlacementRequest req;
-        req.devices = names;
-        req.split = shares;
+        req.devices = {names[0]};
         req.n_gpu_layers = p.ngl;
         req.overrides = p.rules.overrides;
         req.cpu_moe = p.rules.cpu_moe;
         req.n_cpu_moe = p.rules.n_cpu_moe;
         req.kv_offload = p.rules.kv_offload;
+        if (in.tensor_split.empty()) shares = balanced_shares(spec, t, place_tensors(spec, req), room, p.ngl);
+        req.devices = names;
+        req.split = shares;
         placement = place_tensors(spec, req);
         uint64_t over = 0;
         for (size_t i = 0; i < n; ++i) {

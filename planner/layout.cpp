@@ -249,6 +249,21 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     return t;
 }
 
+void trim_for_stage(Tables& t, const model::ModelSpec& spec, bool embeds, bool outputs) {
+    if (!embeds) {
+        t.host_fixed -= model::token_embd_bytes(spec);
+        t.embd_row_bytes = 0;
+        t.tied = false;  // a tied head is then a table of its own here
+    }
+    if (!outputs) {
+        t.head_bytes = 0;
+        t.norm_bytes = 0;
+        t.head_params = 0;
+        t.logits_bytes = 0;
+        t.tied = false;
+    }
+}
+
 Mode make_mode(const model::ModelSpec& spec, const Tables& t,
                const std::function<int(int64_t il, LayerTensor role)>& device_of,
                const std::function<int(int64_t il)>& kv_of) {

@@ -107,6 +107,10 @@ struct Tables {
 Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx, int64_t n_ubatch, model::CacheType cache_type,
                    int64_t n_seq = 1);
 
+// The tables of a pipeline stage that lacks the embedding (its lookup and
+// table) or the head (its norm, matrix and logits): those count nothing.
+void trim_for_stage(Tables& t, const model::ModelSpec& spec, bool embeds, bool outputs);
+
 // A mode from the device of each layer tensor and of each layer's KV
 // cache (kv_of; by default with attn_k, as place_tensors puts it).
 Mode make_mode(const model::ModelSpec& spec, const Tables& t,

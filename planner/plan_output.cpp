@@ -100,18 +100,34 @@ std::string rules_flags(int64_t ngl, const PlacementRules& rules) {
 
 }  // namespace
 
-PlacementRules option_rules(const Option& o) {
+// Layers [first, first + n) as a regex alternation: below(n) from 0,
+// else the numbers one by one (a pipeline stage's own layers).
+std::string layer_numbers(int64_t first, int64_t n) {
+    if (first == 0) return below(n);
+    std::string out;
+    for (int64_t il = first; il < first + n; ++il) out += (out.empty() ? "" : "|") + std::to_string(il);
+    return out;
+}
+
+PlacementRules option_rules(const Option& o, int64_t first_layer) {
     PlacementRules r;
-    if (o.candidate == Candidate::Experts) r.n_cpu_moe = o.host_layers;
-    if (o.candidate == Candidate::Ffn) r.overrides.push_back(ffn_override(o.host_layers));
+    if (o.candidate == Candidate::Experts && first_layer == 0) r.n_cpu_moe = o.host_layers;
+    if (o.candidate == Candidate::Experts && first_layer > 0 && o.host_layers > 0) {
+        r.overrides.push_back({fmt::format(R"(^blk\.({})\.ffn_(up|down|gate)_exps)",
+                                           layer_numbers(first_layer, o.host_layers)),
+                               "cpu"});
+    }
+    if (o.candidate == Candidate::Ffn) r.overrides.push_back(ffn_override(o.host_layers, first_layer));
     return r;
 }
 
 std::string candidate_name(Candidate c) { return row(c).name; }
 std::string candidate_letter(Candidate c) { return row(c).letter; }
 
-TensorOverride ffn_override(int64_t host_layers) {
-    return {fmt::format(R"(^blk\.({})\.({})\.)", below(std::max<int64_t>(host_layers, 1)), ffn_suffixes()), "cpu"};
+TensorOverride ffn_override(int64_t host_layers, int64_t first_layer) {
+    return {fmt::format(R"(^blk\.({})\.({})\.)", layer_numbers(first_layer, std::max<int64_t>(host_layers, 1)),
+                        ffn_suffixes()),
+            "cpu"};
 }
 
 std::string placement_flags(const Plan& p) {

@@ -398,7 +398,7 @@ Layout place_on_device(const model::ModelSpec& spec, const Tables& t, const Plan
     p.weighed.erase(p.weighed.begin() + static_cast<std::ptrdiff_t>(win));
     p.weighed.insert(p.weighed.begin(), chosen);
     adopt(p, chosen);
-    p.rules = p.user_rules ? in.rules : option_rules(chosen);
+    p.rules = p.user_rules ? in.rules : option_rules(chosen, in.first_layer);
     if (p.runner_up) p.reasons.push_back(explain_winner(chosen, *p.runner_up, t.n_layer));
     if (chosen.candidate == Candidate::Layers) {
         std::string why = explain_layers(c, layer_modes, chosen, p.forced, lc.stream);
@@ -453,7 +453,8 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
         one.device_capacities.clear();
         return plan(spec, one);
     }
-    const Tables t = detail::make_tables(spec, in.n_ctx, in.n_ubatch, in.cache_type, in.n_seq);
+    Tables t = detail::make_tables(spec, in.n_ctx, in.n_ubatch, in.cache_type, in.n_seq);
+    detail::trim_for_stage(t, spec, in.stage_embeds, in.stage_outputs);
     Plan p;
     p.n_layer = t.n_layer;
     p.n_ctx = t.n_ctx;

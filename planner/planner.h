@@ -183,6 +183,11 @@ struct PlanInputs {
     // unset), and their shares as given (-ts; empty: the planner chooses).
     std::vector<uint64_t> device_capacities;
     std::vector<double> tensor_split;
+    // A pipeline stage (planner/hosts.h) that does not hold the token
+    // embedding (not the first) or the output norm and head (not the last).
+    bool stage_embeds = true;
+    bool stage_outputs = true;
+    int64_t first_layer = 0;  // the stage's first layer in the whole model: its tensors' names
     // Weight streaming for long prompts, as SessionOptions: wanted when an
     // accelerator exists and micro-batches reach stream_min_batch.
     bool weight_stream = true;
@@ -287,10 +292,14 @@ struct Plan {
 
 // The -ot rule of (b): the FFN tensors (norms, router and experts
 // included) of layers [0, host_layers) on the CPU.
-TensorOverride ffn_override(int64_t host_layers);
+// first_layer: a pipeline stage's first layer (its tensors keep the whole
+// model's names), so the rule names those layers.
+TensorOverride ffn_override(int64_t host_layers, int64_t first_layer = 0);
 // The rules that make a candidate: (b) that -ot rule, (c) --n-cpu-moe
 // host_layers, (a) none.
-PlacementRules option_rules(const Option& o);
+// For a stage whose first layer is not 0 (c) is an -ot rule over its
+// layers' experts instead of --n-cpu-moe.
+PlacementRules option_rules(const Option& o, int64_t first_layer = 0);
 
 // How a session is told to place the plan's way, as command-line flags
 // (-ngl, then the rules in Plan::rules): "-ngl 49 --n-cpu-moe 18".

@@ -67,6 +67,7 @@ TEST(ModelShapes, PresetsAreValidAndHaveTheExpectedParameterCounts) {
     EXPECT_NEAR(params("llama3-8b"), 8.030e9, 0.01e9);
     EXPECT_NEAR(params("llama2-13b"), 13.016e9, 0.01e9);
     EXPECT_NEAR(params("llama3-70b"), 70.554e9, 0.01e9);
+    EXPECT_NEAR(params("llama3-405b"), 405.85e9, 0.05e9);  // Meta: 405B (405,853,388,800 with the untied head)
     // Model cards: Phi-3-mini 3.8B, Mixtral 46.7B, Qwen2.5-72B 72.7B,
     // Qwen3-30B-A3B 30.5B, Qwen3-235B-A22B 235B.
     EXPECT_NEAR(params("phi3-mini"), 3.821e9, 0.01e9);

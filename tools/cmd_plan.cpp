@@ -30,6 +30,7 @@
 #include "tools/split.h"
 #include "tools/stream_flags.h"
 #include "tools/host_memory.h"
+#include "tools/plan_hosts.h"
 
 namespace tandem::tools {
 namespace {
@@ -50,6 +51,7 @@ struct PlanOptions {
     std::optional<double> cpu_gbps, gpu_gbps, pcie_gbps, cpu_gflops, gpu_gflops;
     bool json = false;
     std::string model_draft;  // -md: a speculative draft planned first, beside the model
+    std::string hosts;        // --hosts FILE: pipeline stages over hosts
     std::optional<std::string> ngl_draft;
 };
 
@@ -215,6 +217,12 @@ void plan_command(const PlanOptions& o) {
     in.gpu_gflops = o.gpu_gflops;
     // Measured speeds fill what the flags left unset.
     const std::vector<std::string> measured = apply_stored_calibration(in, warn_on_stderr);
+    if (!o.hosts.empty()) {
+        // Each host's RAM and VRAM come from the file.
+        in.n_ctx = contexts.front();
+        print_hosts_plan(o.hosts, o.model, spec, in, o.json);
+        return;
+    }
 
     struct Cell {
         const Capacity* cap;
@@ -321,6 +329,9 @@ void add_plan_command(CLI::App& app) {
     cmd->add_option("--cpu-gflops", opts->cpu_gflops, "CPU matrix-multiply rate in GFLOP/s (prefill)");
     cmd->add_option("--gpu-gflops", opts->gpu_gflops, "GPU matrix-multiply rate in GFLOP/s (prefill)");
     cmd->add_flag("--json", opts->json, "print JSON: one object, or an array for a grid");
+    cmd->add_option("--hosts", opts->hosts,
+                    "plan pipeline stages over hosts (mpirun ... --pipeline) from FILE: a line 'NAME ram=SIZE "
+                    "[vram=SIZE[,SIZE...]]' per host, in rank order, and 'link BANDWIDTH [latency=TIME]'");
     cmd->add_option("--model-draft", opts->model_draft,
                     "plan a speculative draft model FILE (-md) first, beside the model: the model's plan gets what "
                     "the draft leaves of the device and the host RAM")
