@@ -27,7 +27,10 @@ namespace {
 // `tandem` processes they start; a test may still say otherwise first
 // (TANDEM_CUDA_EMULATE=0 for the no-GPU paths). With it set, a CUDA test
 // that finds no GPU or model fails (tests/test_cuda_inputs.h).
-const bool kEmulated = [] { return setenv("TANDEM_CUDA_EMULATE", "1", 0) == 0; }();
+// Two emulated GPUs, for the tests of several (tests/test_cuda_multi_gpu.cpp).
+const bool kEmulated = [] {
+    return setenv("TANDEM_CUDA_EMULATE", "1", 0) == 0 && setenv("TANDEM_CUDA_EMULATE_DEVICES", "2", 0) == 0;
+}();
 
 // Each check's failure is sticky, as on a GPU; these tests forget it at
 // the end so that one process can run several (ctest runs each alone).

@@ -353,7 +353,7 @@ TEST(Faults, FlagsAndTextsAreBounded) {
         {"run -m " + m + " -n 1 -f " + q(dir), "is a directory"},
         {"tokenize -m " + m + " -f /dev/zero", "longer than 64 MiB"},
         {"perplexity -m " + m + " -f /dev/zero", "longer than 64 MiB"},
-        {run + "--device bogus", "--device: expected cuda, cudaN (a GPU) or cpu2"},
+        {run + "--device bogus", "--device: expected cuda, cudaN (a GPU) or cpuN with N >= 2"},
         {"synth --layers 5000 --embd 256 --ff 512 --heads 4 --kv-heads 4 --vocab-size 1000 --ctx 256 --header-only -o " +
              q(dir / "s.gguf"),
          "n_layer must be at most 4096"},

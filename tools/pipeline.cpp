@@ -99,7 +99,21 @@ nlohmann::json options_json(const std::string& path, const SessionOptions& o) {
             {"simd_level", o.simd_level ? static_cast<int>(*o.simd_level) : -1},
             {"simd_from_env", o.simd_from_env},
             {"cpu_blas", o.cpu_blas},
-            {"copy_host_weights", o.copy_host_weights}};
+            {"copy_host_weights", o.copy_host_weights},
+            // Placement: every rank applies rank 0's flags, over the whole
+            // model's layer numbers, to its own layers and its own devices.
+            {"device", o.device},
+            {"device_capacity", o.device_capacity},
+            {"n_gpu_layers", o.n_gpu_layers},
+            {"tensor_split", o.tensor_split},
+            {"overrides", [&] {
+                 nlohmann::json rules = nlohmann::json::array();
+                 for (const TensorOverride& r : o.overrides) rules.push_back({r.pattern, r.device});
+                 return rules;
+             }()},
+            {"cpu_moe", o.cpu_moe},
+            {"n_cpu_moe", o.n_cpu_moe},
+            {"kv_offload", o.kv_offload}};
 }
 
 SessionOptions options_from(const nlohmann::json& j) {
@@ -114,7 +128,15 @@ SessionOptions options_from(const nlohmann::json& j) {
     o.simd_from_env = j.at("simd_from_env");
     o.cpu_blas = j.at("cpu_blas");
     o.copy_host_weights = j.at("copy_host_weights");
-    // Later stages run on their host's CPU (their own devices: not yet).
+    o.device = j.at("device");
+    o.device_capacity = j.at("device_capacity").get<std::vector<uint64_t>>();
+    o.n_gpu_layers = j.at("n_gpu_layers");
+    o.tensor_split = j.at("tensor_split").get<std::vector<double>>();
+    for (const auto& r : j.at("overrides")) o.overrides.push_back({r.at(0).get<std::string>(), r.at(1).get<std::string>()});
+    o.cpu_moe = j.at("cpu_moe");
+    o.n_cpu_moe = j.at("n_cpu_moe");
+    o.kv_offload = j.at("kv_offload");
+    // Weight streaming goes through the first stage's device only.
     o.weight_stream = false;
     return o;
 }

@@ -64,6 +64,17 @@ struct Session::Impl {
     bool outputs() const { return end == hp.n_layer && !next; }
     bool owns(int64_t il) const { return il >= first && il < end; }
     bool pipelined() const { return next || first != 0 || end != hp.n_layer; }
+    // Device d holds a tensor or cache of this stage's layers, or its head.
+    bool uses_here(int d) const {
+        if (outputs() && (placement.head == d || placement.of(spec.get(model::GlobalTensor::OutputNorm)) == d)) return true;
+        for (int64_t il = first; il < end; ++il) {
+            if (placement.kv[static_cast<size_t>(il)] == d) return true;
+            for (const gguf::TensorInfo* t : spec.layers[static_cast<size_t>(il)].tensors) {
+                if (t && placement.of(t) == d) return true;
+            }
+        }
+        return false;
+    }
 
     static SessionPlan plan_for(const gguf::File& f, const model::ModelSpec& s, const SessionOptions& o) {
         if (f.header_only()) {
@@ -109,7 +120,7 @@ struct Session::Impl {
         accels.resize(names.size());
         for (size_t i = 0; i < names.size(); ++i) {
             const int d = static_cast<int>(i) + 1;
-            const bool holds = placement.uses(d);
+            const bool holds = uses_here(d);
             // Weight streaming goes through the first accelerator.
             const bool streams = d == kAccelDevice && plan.wants_stream;
             if (!holds && !streams) continue;
@@ -140,7 +151,7 @@ struct Session::Impl {
                 // needs (cuBLAS) failing to start: the CPU runs those layers.
                 stream_note = fmt::format("weight streaming off: {}", e.what());
             }
-            if (!stream && !placement.uses(kAccelDevice)) accels[0].reset();  // nothing to do costs nothing
+            if (!stream && !uses_here(kAccelDevice)) accels[0].reset();  // nothing to do costs nothing
         }
         // An accelerator that holds nothing runs nothing: its index maps to the host.
         std::vector<DeviceOps*> devices{host.get()};
@@ -193,7 +204,7 @@ struct Session::Impl {
         host->allocate_workspace(outputs() && placement.head == kHostDevice);
         for (size_t i = 0; i < accels.size(); ++i) {
             const int d = static_cast<int>(i) + 1;
-            if (!accels[i] || !placement.uses(d)) continue;
+            if (!accels[i] || !uses_here(d)) continue;
             accels[i]->allocate_workspace(outputs() && placement.head == d);
             accels[i]->finish_loading();
         }

@@ -4,7 +4,8 @@ machine, against one process:
 
 - `tandem run --dump-logits` (prompt and decode logits) on a dense model and
   a mixture of experts from ../shared, with 2 and 3 ranks, over shared
-  memory (btl vader) and over TCP (btl tcp): the same bytes as one process;
+  memory (btl vader) and over TCP (btl tcp), and with each rank's layers on
+  its own stand-in device: the same bytes as one process;
 - `tandem serve -np 4` over 2 ranks: 4 concurrent completions, each the
   one-process answer;
 - a rank killed while serving: mpirun ends the job within 10 s, with a line
@@ -65,6 +66,12 @@ def logits_test(tmp):
                 check(got == one and gtext == text,
                       f"{name}: {np} ranks over {btl.split(',')[0]}: prompt and decode logits bit for bit, same text"
                       + ("" if got is not None else f" (failed: {gtext})"))
+        # Every rank puts its own layers on its own (stand-in) device, as
+        # rank 0's --device and -ngl say, over the whole model's layers.
+        got, gtext = run_logits(mpirun(2, "vader,self", base + ["--device", "cpu2", "-ngl", "99", "--dump-logits",
+                                                                 f"{tmp}/d.bin"]), f"{tmp}/d.bin")
+        check(got == one, f"{name}: 2 ranks, each with its layers on its own cpu2: bit for bit"
+              + ("" if got is not None else f" (failed: {gtext})"))
 
 
 def start_serve(cmd, log_path):
