@@ -114,6 +114,7 @@ TEST(BenchArgs, RejectsBadInputOnOneLine) {
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_gpu_layers = {"2"}; }), "--device"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "cpu2"; }), "--vram"));  // auto needs a capacity
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "tpu"; }), "--device"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "cpu2,cpu3"; }), "bench measures one accelerator"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.vram = "1GiB"; }), "--device"));
     // A size without a unit is refused, not read as bytes.
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) {

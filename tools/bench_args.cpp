@@ -292,7 +292,12 @@ BenchConfig make_bench_config(const BenchArgs& a) {
     c.mmap = parse_switch("-mmp", std::string(mmaps.front()));
 
     c.device = a.device;
-    (void)parse_accelerator(c.device);  // throws, naming the flag and what it found
+    // Throws, naming the flag and what it found.
+    if (parse_accelerators(c.device).size() > 1) {
+        throw Error(fmt::format("--device {}: bench measures one accelerator; several share layers in run, serve, "
+                                "chat and perplexity (-ts)",
+                                c.device));
+    }
     c.weight_stream = !a.no_stream;
     c.copy_host_weights = !a.no_host_copy;
     c.pipeline = a.pipeline;
