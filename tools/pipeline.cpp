@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -88,8 +89,10 @@ void send_command(int to, Command c, int64_t a = 0, int64_t b = 0, int64_t d = 0
     MPI_Send(header, kHeader, MPI_INT64_T, to, kCommand, MPI_COMM_WORLD);
 }
 
-nlohmann::json options_json(const std::string& path, const SessionOptions& o) {
-    return {{"model", std::filesystem::absolute(path).string()},
+nlohmann::json options_json(const gguf::File& file, const SessionOptions& o) {
+    return {{"model", std::filesystem::absolute(file.name()).string()},
+            {"file_size", file.file_size()},
+            {"data_offset", file.data_offset()},
             {"n_ctx", o.n_ctx},
             {"n_ubatch", o.n_ubatch},
             {"n_seq_max", o.n_seq_max},
@@ -146,12 +149,12 @@ class MpiLink final : public StageLink {
 public:
     explicit MpiLink(int size) : size_(size) {}
 
-    int64_t open(const std::string& model_path, int64_t n_layer, const SessionOptions& options) override {
+    int64_t open(const gguf::File& file, int64_t n_layer, const SessionOptions& options) override {
         if (n_layer < size_) {
             throw Error(fmt::format("--pipeline: {} ranks for a model of {} layers; use at most {}", size_, n_layer,
                                     n_layer));
         }
-        const std::string request = options_json(model_path, options).dump();
+        const std::string request = options_json(file, options).dump();
         for (int r = 1; r < size_; ++r) send_text(request, r, kOpen);
         std::string failed;
         for (int r = 1; r < size_; ++r) {
@@ -242,11 +245,21 @@ int PipelineWorld::serve_stage() {
         session.reset();
         try {
             const nlohmann::json j = nlohmann::json::parse(request);
-            const std::string path = j.at("model").get<std::string>();
+            // This host's copy: TANDEM_PIPELINE_MODEL where the file is
+            // elsewhere here (mpirun -x), else rank 0's path.
+            const char* own = std::getenv("TANDEM_PIPELINE_MODEL");
+            const std::string path = own && *own ? own : j.at("model").get<std::string>();
             if (!file || file->name() != path) {
                 spec.reset();
                 file = std::make_unique<gguf::File>(gguf::File::open(path));
                 spec = std::make_unique<model::ModelSpec>(model::load_model_spec(*file));
+            }
+            const uint64_t size = j.at("file_size"), offset = j.at("data_offset");
+            if (file->file_size() != size || file->data_offset() != offset) {
+                throw Error(fmt::format("the model file {} ({} bytes, data at {}) is not rank 0's {} ({} bytes, data "
+                                        "at {})",
+                                        path, file->file_size(), file->data_offset(), j.at("model").get<std::string>(),
+                                        size, offset));
             }
             SessionOptions o = options_from(j);
             layers = stage_layers(spec->hp.n_layer, rank_, size_);

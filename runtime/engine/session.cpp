@@ -96,7 +96,7 @@ struct Session::Impl {
         end = hp.n_layer;
         if (opt.next_stages) {
             next = opt.next_stages;
-            end = next->open(file.name(), hp.n_layer, opt);
+            end = next->open(file, hp.n_layer, opt);
         } else if (opt.stage_end >= 0) {
             if (opt.stage_first < 0 || opt.stage_first >= opt.stage_end || opt.stage_end > hp.n_layer) {
                 throw Error(fmt::format("pipeline stage: layers [{}, {}) are not a range of the model's {}",

@@ -15,17 +15,22 @@
 
 namespace tandem {
 
+namespace gguf {
+class File;
+}
 struct BatchToken;
 struct SessionOptions;
 
 class StageLink {
 public:
     virtual ~StageLink() = default;
-    // Opens the other stages on the model file at `model_path` with the
-    // first stage's options (context, micro-batch, sequences, cache type,
-    // threads); returns the first stage's layers [0, end). Throws
-    // tandem::Error with the failing stage's reason.
-    virtual int64_t open(const std::string& model_path, int64_t n_layer, const SessionOptions& options) = 0;
+    // Opens the other stages on the model `file` (each stage opens its own
+    // copy: at the same path, or where its host says, if its size and data
+    // offset are the same) with the first stage's options (context,
+    // micro-batch, sequences, cache type, threads, placement flags);
+    // returns the first stage's layers [0, end). Throws tandem::Error with
+    // the failing stage's reason.
+    virtual int64_t open(const gguf::File& file, int64_t n_layer, const SessionOptions& options) = 0;
     // The micro-batch `tokens`, evaluated by this stage up to the hidden
     // state `x` (tokens.size() rows of n_embd floats), goes to the next
     // stage. single_order: the one-token order (Session::eval_batch_single_order).

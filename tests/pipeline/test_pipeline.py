@@ -6,6 +6,8 @@ machine, against one process:
   a mixture of experts from ../shared, with 2 and 3 ranks, over shared
   memory (btl vader) and over TCP (btl tcp), and with each rank's layers on
   its own stand-in device: the same bytes as one process;
+- a rank reading its own copy of the model (TANDEM_PIPELINE_MODEL): the
+  same logits; a different file is refused, naming the rank;
 - `tandem serve -np 4` over 2 ranks: 4 concurrent completions, each the
   one-process answer;
 - a rank killed while serving: mpirun ends the job within 10 s, with a line
@@ -72,6 +74,29 @@ def logits_test(tmp):
                                                                  f"{tmp}/d.bin"]), f"{tmp}/d.bin")
         check(got == one, f"{name}: 2 ranks, each with its layers on its own cpu2: bit for bit"
               + ("" if got is not None else f" (failed: {gtext})"))
+
+
+def per_host_path_test(tmp):
+    """A rank whose host keeps the model elsewhere (TANDEM_PIPELINE_MODEL,
+    through mpirun's -x): the same logits; a different file is refused,
+    naming the rank."""
+    model = SHARED / "models" / f"{MODELS[0]}.gguf"
+    copy = pathlib.Path(tmp) / "elsewhere.gguf"
+    shutil.copyfile(model, copy)
+    base = ["run", "-m", str(model), "-p", PROMPT, "-n", "4", "--temp", "0", "-t", "1", "-ub", "4", "--pipeline"]
+    one, _ = run_logits([BINARY] + base[:-1] + ["--dump-logits", f"{tmp}/one.bin"], f"{tmp}/one.bin")
+
+    def mpmd(path, out):
+        return [shutil.which("mpirun"), "--oversubscribe", "-np", "1", BINARY] + base + ["--dump-logits", out] + \
+               [":", "-np", "1", "-x", f"TANDEM_PIPELINE_MODEL={path}", BINARY] + base + ["--dump-logits", out]
+    got, err = run_logits(mpmd(copy, f"{tmp}/m.bin"), f"{tmp}/m.bin")
+    check(got == one, "rank 1 reading its own copy of the model (TANDEM_PIPELINE_MODEL): bit for bit"
+          + ("" if got is not None else f" (failed: {err})"))
+    other = SHARED / "models" / f"{MODELS[1]}.gguf"
+    r = subprocess.run(mpmd(other, f"{tmp}/x.bin"), env=ENV, capture_output=True, text=True, errors="replace",
+                       timeout=120)
+    check(r.returncode != 0 and "pipeline rank 1" in r.stderr and "is not rank 0's" in r.stderr,
+          f"a different file on rank 1 is refused, naming the rank: {r.stderr.strip()[-300:]!r}")
 
 
 def start_serve(cmd, log_path):
@@ -187,6 +212,7 @@ def main():
         return SKIP
     with tempfile.TemporaryDirectory(prefix="tandem-pipeline-") as tmp:
         logits_test(tmp)
+        per_host_path_test(tmp)
         serve_test(tmp)
         failure_test(tmp)
     print(f"pipeline: {len(failures)} failed")
