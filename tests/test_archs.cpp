@@ -19,82 +19,40 @@
 #include "runtime/model/device_layout.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/placement/placement.h"
+#include "tests/split_scenario.h"
 #include "tests/test_paths.h"
 
 namespace {
 
 namespace fs = std::filesystem;
+using tandem::testing::expect_same_bits;
+using tandem::testing::model_test_name;
+using tandem::testing::open_split_model;
+using tandem::testing::run_split_scenario;
 using tandem::testing::shared;
+using tandem::testing::split_base_options;
+using tandem::testing::SplitModel;
+using tandem::testing::SplitOutcome;
 
 const std::vector<std::string> kArchModels = {"synth-qwen2-Q8_0", "synth-qwen3-Q8_0",  "synth-qwen3moe-Q8_0",
                                               "synth-phi3-Q8_0",  "synth-gemma2-Q8_0", "synth-mixtral-Q8_0",
                                               "synth-glm4moe-Q8_0", "synth-gpt-oss-Q8_0", "synth-deepseek2-Q8_0"};
-
-struct Model {
-    tandem::gguf::File file;
-    tandem::model::ModelSpec spec;
-};
-
-Model open_model(const fs::path& path) {
-    auto file = tandem::gguf::File::open(path);
-    auto spec = tandem::model::load_model_spec(file);
-    return {std::move(file), std::move(spec)};
-}
-
-tandem::SessionOptions base_options() {
-    tandem::SessionOptions opt;
-    opt.n_ctx = 128;
-    opt.n_ubatch = 16;  // the prompt in several micro-batches, past gemma2's window of 8
-    opt.n_seq_max = 2;
-    return opt;
-}
-
-// A 21-token prompt of sequence 0 and a copy of its first 5 tokens in
-// sequence 1, in one batch, then decode steps of both: batched products,
-// the single-token kernels, and per-sequence attention.
-std::vector<float> run(const Model& m, const tandem::SessionOptions& opt, uint64_t* device_weights = nullptr) {
-    tandem::Session session(m.file, m.spec, opt);
-    std::vector<tandem::BatchToken> batch;
-    for (int32_t i = 0; i < 21; ++i) batch.push_back({(i * 37 + 11) % 8000, i, 0, true});
-    for (int32_t i = 0; i < 5; ++i) batch.push_back({(i * 37 + 11) % 8000, i, 1, true});
-    std::vector<float> logits;
-    session.eval_batch(batch, logits);
-    std::vector<float> step;
-    for (int32_t k = 0; k < 3; ++k) {
-        const std::vector<tandem::BatchToken> two = {{100 + k, 21 + k, 0, true}, {200 + k, 5 + k, 1, true}};
-        session.eval_batch(two, step);
-        logits.insert(logits.end(), step.begin(), step.end());
-    }
-    // One token alone: the single-token kernels (a decode step's experts
-    // without gathering).
-    session.eval_batch(std::vector<tandem::BatchToken>{{300, 24, 0, true}}, step);
-    logits.insert(logits.end(), step.begin(), step.end());
-    if (device_weights) {
-        const auto ledgers = session.ledgers();
-        *device_weights = ledgers.size() > 1 ? ledgers[1]->used(tandem::MemoryCategory::Weights) : 0;
-    }
-    return logits;
-}
-
-void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-}
 
 class ArchSplit : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ArchSplit, EveryNglGivesTheCpuLogitsBitForBit) {
     const auto path = shared("models/" + GetParam() + ".gguf");
     TANDEM_REQUIRE_SHARED(path);
-    const Model m = open_model(path);
-    const auto reference = run(m, base_options());
+    const SplitModel m = open_split_model(path);
+    const auto reference = run_split_scenario(m, split_base_options()).logits;
     for (int64_t ngl = 0; ngl <= m.spec.hp.n_layer + 1; ++ngl) {
         SCOPED_TRACE("ngl " + std::to_string(ngl));
-        auto opt = base_options();
+        auto opt = split_base_options();
         opt.device = "cpu2";
         opt.n_gpu_layers = ngl;
-        uint64_t device_weights = 0;
-        expect_same_bits(run(m, opt, &device_weights), reference);
+        const SplitOutcome got = run_split_scenario(m, opt);
+        expect_same_bits(got.logits, reference);
+        const uint64_t device_weights = got.device_weights.empty() ? 0 : got.device_weights.front();
         tandem::PlacementRequest req;
         req.devices = {"cpu2"};
         req.n_gpu_layers = ngl;
@@ -102,13 +60,7 @@ TEST_P(ArchSplit, EveryNglGivesTheCpuLogitsBitForBit) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shared, ArchSplit, ::testing::ValuesIn(kArchModels), [](const auto& info) {
-    std::string n = info.param;
-    for (auto& ch : n) {
-        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-    }
-    return n;
-});
+INSTANTIATE_TEST_SUITE_P(Shared, ArchSplit, ::testing::ValuesIn(kArchModels), model_test_name);
 
 class MoeSplit : public ::testing::TestWithParam<std::string> {};
 
@@ -117,9 +69,9 @@ class MoeSplit : public ::testing::TestWithParam<std::string> {};
 TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
     const auto path = shared("models/" + GetParam() + ".gguf");
     TANDEM_REQUIRE_SHARED(path);
-    const Model m = open_model(path);
+    const SplitModel m = open_split_model(path);
     ASSERT_GT(m.spec.hp.n_expert, 0);
-    const auto reference = run(m, base_options());
+    const auto reference = run_split_scenario(m, split_base_options()).logits;
     struct Case {
         const char* what;
         bool cpu_moe;
@@ -150,14 +102,15 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
     for (const Case& c : cases) {
         SCOPED_TRACE(c.what);
         if (!m.spec.layers.back().get(c.needs)) continue;
-        auto opt = base_options();
+        auto opt = split_base_options();
         opt.device = "cpu2";
         opt.n_gpu_layers = m.spec.hp.n_layer + 1;
         opt.cpu_moe = c.cpu_moe;
         opt.n_cpu_moe = c.n_cpu_moe;
         if (*c.ot) opt.overrides = tandem::parse_tensor_overrides(c.ot);
-        uint64_t device_weights = 0;
-        expect_same_bits(run(m, opt, &device_weights), reference);
+        const SplitOutcome got = run_split_scenario(m, opt);
+        expect_same_bits(got.logits, reference);
+        const uint64_t device_weights = got.device_weights.empty() ? 0 : got.device_weights.front();
         tandem::PlacementRequest req;
         req.devices = {"cpu2"};
         req.n_gpu_layers = opt.n_gpu_layers;
@@ -184,13 +137,7 @@ TEST_P(MoeSplit, ExpertPlacementsGiveTheCpuLogitsBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Shared, MoeSplit,
                          ::testing::Values("synth-qwen3moe-Q8_0", "synth-mixtral-Q8_0", "synth-glm4moe-Q8_0",
                                            "synth-gpt-oss-Q8_0", "synth-deepseek2-Q8_0"),
-                         [](const auto& info) {
-                             std::string n = info.param;
-                             for (auto& ch : n) {
-                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                             }
-                             return n;
-                         });
+                         model_test_name);
 
 // gpt-oss's YaRN as llama.cpp's context sets it up: factor 32 from 4096
 // positions, ext_factor 1, and an attention factor (1 + 0.1 ln 32) / (1 +
@@ -199,7 +146,7 @@ INSTANTIATE_TEST_SUITE_P(Shared, MoeSplit,
 TEST(ArchHparams, GptOssYarnAndRouterAsLlamaCpp) {
     const auto path = shared("models/synth-gpt-oss-Q8_0.gguf");
     TANDEM_REQUIRE_SHARED(path);
-    const Model m = open_model(path);
+    const SplitModel m = open_split_model(path);
     const auto& hp = m.spec.hp;
     EXPECT_EQ(hp.rope_freq_scale, 1.0 / 32.0);
     EXPECT_EQ(hp.rope_ext_factor, 1.0);
@@ -223,7 +170,7 @@ TEST(ArchHparams, GptOssYarnAndRouterAsLlamaCpp) {
 TEST(ArchHparams, DeepSeek2LatentAttentionAsLlamaCpp) {
     const auto path = shared("models/synth-deepseek2-Q8_0.gguf");
     TANDEM_REQUIRE_SHARED(path);
-    const Model m = open_model(path);
+    const SplitModel m = open_split_model(path);
     const auto& hp = m.spec.hp;
     EXPECT_TRUE(hp.mla());
     EXPECT_EQ(hp.n_lora_q, 192);

@@ -20,9 +20,8 @@
 
 namespace {
 
-std::vector<float> run(const tandem::gguf::File& file, const tandem::model::ModelSpec& spec,
-                       const tandem::SessionOptions& so) {
-    tandem::Session s(file, spec, so);
+// A 20-token prompt (every position's logits) then 3 decode steps.
+std::vector<float> run(tandem::Session& s) {
     std::vector<int32_t> prompt;
     for (int32_t i = 0; i < 20; ++i) prompt.push_back((i * 37 + 11) % 1000);
     std::vector<float> logits, step;
@@ -50,18 +49,15 @@ TEST(CudaMultiGpu, TwoGpusGiveOneGpusLogitsAndEachTheirPlannedBytes) {
         so.n_gpu_layers = spec.hp.n_layer + 1;
         so.device = "cuda0";
         so.weight_stream = false;
-        const std::vector<float> one = run(file, spec, so);
+        std::vector<float> one;
+        {
+            tandem::Session s(file, spec, so);
+            one = run(s);
+        }
         so.device = "cuda0,cuda1";
         so.tensor_split = {1, 1};
         tandem::Session two(file, spec, so);
-        std::vector<int32_t> prompt;
-        for (int32_t i = 0; i < 20; ++i) prompt.push_back((i * 37 + 11) % 1000);
-        std::vector<float> logits, step;
-        two.eval(prompt, true, logits);
-        for (int32_t k = 0; k < 3; ++k) {
-            two.eval(std::vector<int32_t>{100 + k}, false, step);
-            logits.insert(logits.end(), step.begin(), step.end());
-        }
+        const std::vector<float> logits = run(two);
         ASSERT_EQ(logits.size(), one.size());
         EXPECT_EQ(std::memcmp(logits.data(), one.data(), one.size() * sizeof(float)), 0);
         // The plan of the same split, device by device.

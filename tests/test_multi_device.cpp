@@ -20,12 +20,19 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/placement/placement.h"
+#include "tests/split_scenario.h"
 #include "tests/test_paths.h"
 
 namespace {
 
-namespace fs = std::filesystem;
+using tandem::testing::expect_same_bits;
+using tandem::testing::model_test_name;
+using tandem::testing::open_split_model;
+using tandem::testing::run_split_scenario;
 using tandem::testing::shared;
+using tandem::testing::split_base_options;
+using tandem::testing::SplitModel;
+using tandem::testing::SplitOutcome;
 
 TEST(DeviceList, NamesParseInOrderAndDuplicatesAreRefused) {
     EXPECT_EQ(tandem::parse_accelerators(""), std::vector<std::string>{});
@@ -70,62 +77,6 @@ TEST(DeviceList, LayerSharesFollowLlamaCppsTensorSplit) {
     EXPECT_THROW((void)tandem::layer_device(0, 10, 2, {1, -1}), tandem::Error);     // negative
 }
 
-struct Model {
-    tandem::gguf::File file;
-    tandem::model::ModelSpec spec;
-};
-
-Model open_model(const fs::path& path) {
-    auto file = tandem::gguf::File::open(path);
-    auto spec = tandem::model::load_model_spec(file);
-    return {std::move(file), std::move(spec)};
-}
-
-tandem::SessionOptions base_options() {
-    tandem::SessionOptions opt;
-    opt.n_ctx = 128;
-    opt.n_ubatch = 16;  // the prompt in several micro-batches
-    opt.n_seq_max = 2;
-    return opt;
-}
-
-struct Outcome {
-    std::vector<float> logits;
-    std::vector<uint64_t> device_weights;  // per accelerator ledger, in order
-    int64_t step_crossings = 0;            // of the last one-token step
-};
-
-// A 21-token prompt of sequence 0 and 5 tokens of sequence 1 in one batch,
-// then decode steps of both and one of sequence 0 alone.
-Outcome run(const Model& m, const tandem::SessionOptions& opt) {
-    tandem::Session session(m.file, m.spec, opt);
-    std::vector<tandem::BatchToken> batch;
-    for (int32_t i = 0; i < 21; ++i) batch.push_back({(i * 37 + 11) % 8000, i, 0, true});
-    for (int32_t i = 0; i < 5; ++i) batch.push_back({(i * 37 + 11) % 8000, i, 1, true});
-    Outcome out;
-    session.eval_batch(batch, out.logits);
-    std::vector<float> step;
-    for (int32_t k = 0; k < 3; ++k) {
-        const std::vector<tandem::BatchToken> two = {{100 + k, 21 + k, 0, true}, {200 + k, 5 + k, 1, true}};
-        session.eval_batch(two, step);
-        out.logits.insert(out.logits.end(), step.begin(), step.end());
-    }
-    const int64_t before = session.activation_crossings();
-    session.eval_batch(std::vector<tandem::BatchToken>{{300, 24, 0, true}}, step);
-    out.step_crossings = session.activation_crossings() - before;
-    out.logits.insert(out.logits.end(), step.begin(), step.end());
-    const auto ledgers = session.ledgers();
-    for (size_t i = 1; i < ledgers.size(); ++i) {
-        out.device_weights.push_back(ledgers[i]->used(tandem::MemoryCategory::Weights));
-    }
-    return out;
-}
-
-void expect_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    ASSERT_EQ(a.size(), b.size());
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-}
-
 struct Split {
     const char* device;
     const char* ts;  // "" for equal shares
@@ -150,9 +101,9 @@ class MultiDevice : public ::testing::TestWithParam<std::string> {};
 TEST_P(MultiDevice, LayerSplitsGiveTheCpuLogitsBitForBit) {
     const auto path = shared("models/" + GetParam() + ".gguf");
     TANDEM_REQUIRE_SHARED(path);
-    const Model m = open_model(path);
+    const SplitModel m = open_split_model(path);
     const int64_t n_layer = m.spec.hp.n_layer;
-    const auto reference = run(m, base_options());
+    const auto reference = run_split_scenario(m, split_base_options());
     const Split splits[] = {
         // Everything, head included, shared equally by two: host -> cpu2 -> cpu3 -> host.
         {"cpu2,cpu3", "", -1, "", 1},
@@ -169,12 +120,12 @@ TEST_P(MultiDevice, LayerSplitsGiveTheCpuLogitsBitForBit) {
     for (const Split& s : splits) {
         const int64_t ngl = s.ngl < 0 ? n_layer + 1 + s.ngl + 1 : s.ngl;
         SCOPED_TRACE(std::string(s.device) + " -ts " + s.ts + " -ngl " + std::to_string(ngl) + " -ot " + s.ot);
-        auto opt = base_options();
+        auto opt = split_base_options();
         opt.device = s.device;
         opt.tensor_split = proportions(s.ts);
         opt.n_gpu_layers = ngl;
         if (*s.ot) opt.overrides = tandem::parse_tensor_overrides(s.ot);
-        const Outcome got = run(m, opt);
+        const SplitOutcome got = run_split_scenario(m, opt);
         expect_same_bits(got.logits, reference.logits);
         tandem::PlacementRequest req;
         req.devices = tandem::parse_accelerators(s.device);
@@ -189,28 +140,24 @@ TEST_P(MultiDevice, LayerSplitsGiveTheCpuLogitsBitForBit) {
         EXPECT_EQ(got.device_weights, expected);
         // Whole layers: the hidden state goes to the first device, crosses
         // each boundary once, and the logits come back.
-        if (s.boundaries >= 0) EXPECT_EQ(got.step_crossings, s.boundaries + 2);
+        if (s.boundaries >= 0) {
+            EXPECT_EQ(got.step_crossings, s.boundaries + 2);
+        }
     }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shared, MultiDevice,
                          ::testing::Values("synth-llama-Q8_0", "synth-gemma2-Q8_0", "synth-qwen3moe-Q8_0",
                                            "synth-gpt-oss-Q8_0", "synth-deepseek2-Q8_0"),
-                         [](const auto& info) {
-                             std::string n = info.param;
-                             for (auto& ch : n) {
-                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                             }
-                             return n;
-                         });
+                         model_test_name);
 
 TEST(MultiDeviceOptions, BadListsAndSplitsAreRefusedBeforeLoading) {
     const auto path = shared("models/synth-llama-Q8_0.gguf");
     TANDEM_REQUIRE_SHARED(path);
-    const Model m = open_model(path);
+    const SplitModel m = open_split_model(path);
     auto expect_error = [&](const char* device, std::vector<double> ts, std::vector<uint64_t> caps,
                             const std::string& says) {
-        auto opt = base_options();
+        auto opt = split_base_options();
         opt.device = device;
         opt.tensor_split = std::move(ts);
         opt.device_capacity = std::move(caps);
@@ -240,7 +187,7 @@ TEST(MultiDevicePlan, EachDevicesLedgerEqualsThePlan) {
     for (const std::string name : {"synth-llama-Q8_0", "synth-qwen3moe-Q8_0", "synth-gemma2-Q8_0"}) {
         const auto path = shared("models/" + name + ".gguf");
         TANDEM_REQUIRE_SHARED(path);
-        const Model m = open_model(path);
+        const SplitModel m = open_split_model(path);
         const uint64_t whole = tandem::planner::device_bytes(m.spec, m.spec.hp.n_layer + 1, 128, 16,
                                                              tandem::model::CacheType::F16).total();
         // Room for everything, for about half, and uneven devices.
@@ -260,7 +207,7 @@ TEST(MultiDevicePlan, EachDevicesLedgerEqualsThePlan) {
             const tandem::planner::Plan p = tandem::planner::plan(m.spec, in);
             ASSERT_EQ(p.devices.size(), caps.size());
             EXPECT_TRUE(p.fits);
-            auto opt = base_options();
+            auto opt = split_base_options();
             opt.device = devices;
             opt.device_capacity = caps;
             opt.n_gpu_layers = p.ngl;

