@@ -9,6 +9,7 @@
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/quant/fp16.h"
 #include "runtime/quant/quant_blocks.h"
+#include "runtime/quant/quant_ref.h"
 
 namespace tandem::cpu::detail {
 namespace {
@@ -54,6 +55,10 @@ quant::QuantizeRowFn scalar_activation_quantizer(quant::Type a_type) {
     if (a_type == quant::Type::Q8_0) return quantize_activation_q8_0;
     if (a_type == quant::Type::Q8_1) return quantize_activation_q8_1;
     return quant::traits(a_type).quantize_row;
+}
+
+quant::QuantizeRowFn cache_row_quantizer(quant::Type t, SimdLevel level) {
+    return t == quant::Type::IQ4_NL ? quant::ref::quantize_row_iq4_nl_plain : activation_quantizer(t, level);
 }
 
 }  // namespace tandem::cpu::detail

@@ -91,23 +91,26 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
     TANDEM_CHECK(shape.n_head % shape.n_head_kv == 0, "attention: n_head not a multiple of n_head_kv");
     const KvCacheView& kv = views[0];
     const int64_t gqa = shape.n_head / shape.n_head_kv;
-    const quant::Type act_type = activation_type(kv.type);
-    const auto k_head_bytes = quant::row_bytes(kv.type, shape.head_dim_k);
-    const auto v_head_bytes = quant::row_bytes(kv.type, shape.head_dim_v);
+    const quant::Type act_type = activation_type(kv.k_type);
+    const auto k_head_bytes = quant::row_bytes(kv.k_type, shape.head_dim_k);
+    const auto v_head_bytes = quant::row_bytes(kv.v_type, shape.head_dim_v);
     const auto q_act_bytes = quant::row_bytes(act_type, shape.head_dim_k);
     TANDEM_CHECK(k_head_bytes && v_head_bytes && q_act_bytes, "attention: head size not a multiple of the cache block");
-    const bool f16_cache = kv.type == quant::Type::F16;
+    // An F16 K is dotted in ggml's fp16 order, an F16 V summed in fp16 (as
+    // ggml's flash attention does); other types through their block dot
+    // kernel and dequantized into float sums.
+    const bool k_f16 = kv.k_type == quant::Type::F16, v_f16 = kv.v_type == quant::Type::F16;
     // llama.cpp switches to its tiled kernel for 64 or more queries.
-    if (f16_cache && n_tokens >= detail::kTiledAttentionMinTokens && view_step == 0) {
+    if (k_f16 && v_f16 && n_tokens >= detail::kTiledAttentionMinTokens && view_step == 0) {
         detail::attention_tiled(q, q_pos, n_tokens, shape, kv, out, pool, level);
         return;
     }
     // Looked up once: a decode step calls it for every cell of every head.
-    const detail::DotFn dot = detail::dot_kernel(kv.type, level);
+    const detail::DotFn dot = detail::dot_kernel(kv.k_type, level);
 #if defined(__x86_64__)
     // The query heads of a KV head together (attention_decode.h): same
     // bits as the per-head loop below, the cache read once per KV head.
-    if (level != SimdLevel::Scalar && shape.softcap == 0.0f && (f16_cache || kv.type == quant::Type::Q8_0)) {
+    if (level != SimdLevel::Scalar && shape.softcap == 0.0f && detail::shared_kv_takes(kv.k_type, kv.v_type)) {
         const int64_t per_task = detail::shared_heads_per_task(gqa, n_tokens * shape.n_head_kv, pool.size());
         const int64_t tasks_per_token = shape.n_head / per_task;
         const auto kernel = is_avx512(level) ? detail::attention_shared_kv_avx512 : detail::attention_shared_kv_avx2;
@@ -156,7 +159,7 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
                 if (kp < 0 || kp > pos || (shape.window > 0 && pos - kp >= shape.window)) continue;
                 const uint8_t* k_head = kv.k + c * kv.k_row_bytes + g * *k_head_bytes;
                 float qk = 0.0f;
-                if (f16_cache) {
+                if (k_f16) {
                     qk = f16.dot(reinterpret_cast<const uint16_t*>(k_head), reinterpret_cast<const uint16_t*>(q_act.data()),
                                  shape.head_dim_k);
                 } else {
@@ -168,7 +171,7 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
                 if (s > running_max) {
                     ms = std::exp(running_max - s);  // 0 for the first visible cell
                     running_max = s;
-                    if (f16_cache) {
+                    if (v_f16) {
                         f16.scale(acc16.data(), ms, shape.head_dim_v);
                     } else {
                         for (auto& a : acc32) a *= ms;
@@ -177,10 +180,10 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
                     vs = std::exp(s - running_max);
                 }
                 const uint8_t* v_head = kv.v + c * kv.v_row_bytes + g * *v_head_bytes;
-                if (f16_cache) {
+                if (v_f16) {
                     f16.mad(acc16.data(), reinterpret_cast<const uint16_t*>(v_head), vs, shape.head_dim_v);
                 } else {
-                    quant::dequantize_row(kv.type, v_head, v_row.data(), shape.head_dim_v);
+                    quant::dequantize_row(kv.v_type, v_head, v_row.data(), shape.head_dim_v);
                     for (size_t d = 0; d < dv; ++d) acc32[d] = std::fma(v_row[d], vs, acc32[d]);
                 }
                 // One rounding, as ggml's S = S*ms + vs compiles (contracted).
@@ -192,7 +195,7 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
             // own K and V; zeros keep a misuse harmless.
             const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
             for (size_t d = 0; d < dv; ++d) {
-                const float a = f16_cache ? quant::fp16_to_fp32(acc16[d]) : acc32[d];
+                const float a = v_f16 ? quant::fp16_to_fp32(acc16[d]) : acc32[d];
                 oh[d] = a * ms * inv;  // ggml: scaled by the sink's ms, then by 1/S
             }
         }
@@ -209,7 +212,10 @@ void attention(const float* q, const int32_t* q_pos, int64_t n_tokens, const Att
 void attention_per_token(const float* q, const int32_t* q_pos, const AttentionShape& shape,
                          std::span<const KvCacheView> views, float* out, ThreadPool& pool, SimdLevel level) {
     if (views.empty()) return;
-    for (const KvCacheView& v : views) TANDEM_CHECK(v.type == views[0].type, "attention: views of different cache types");
+    for (const KvCacheView& v : views) {
+        TANDEM_CHECK(v.k_type == views[0].k_type && v.v_type == views[0].v_type,
+                     "attention: views of different cache types");
+    }
     attention_views(q, q_pos, static_cast<int64_t>(views.size()), shape, views.data(), 1, out, pool, level);
 }
 

@@ -1,8 +1,9 @@
 // Attention of a batch of query tokens over a layer's KV cache on the CPU.
-// The cache stores one row per cell (all KV heads of one position), in F16
-// or Q8_0 blocks; queries are rounded to the cache's activation partner
-// (F16 or Q8_0) for the Q.K products, as ggml does, and the softmax and the
-// weighted sum of V run in float.
+// The cache stores one row per cell (all KV heads of one position), K and V
+// each in one of llama.cpp's cache types (F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+// IQ4_NL, Q5_0, Q5_1); queries are rounded to K's activation partner (F16,
+// Q8_0, Q8_1...) for the Q.K products, as ggml does, the softmax runs in
+// float, and the weighted sum of V in fp16 for an F16 V, else in float.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +22,8 @@ namespace tandem::cpu {
 inline constexpr int64_t kViewCellAlign = 64;
 
 struct KvCacheView {
-    quant::Type type = quant::Type::F16;
+    quant::Type k_type = quant::Type::F16;  // K's and V's element types (llama.cpp's -ctk, -ctv)
+    quant::Type v_type = quant::Type::F16;
     const uint8_t* k = nullptr;   // n_cells rows of k_row_bytes
     const uint8_t* v = nullptr;   // n_cells rows of v_row_bytes
     uint64_t k_row_bytes = 0;

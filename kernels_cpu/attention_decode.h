@@ -26,13 +26,19 @@ inline constexpr int64_t kMaxSharedHeads = 16;
 
 // Query heads [head, head + n_q) of one token (q: n_q rows of head_dim_k
 // floats, not yet rounded; n_q <= kMaxSharedHeads), all reading the same KV
-// head of an F16 or Q8_0 cache, at position pos: out gets n_q rows of
-// head_dim_v floats. block_dot: the K.Q kernel of a Q8_0 cache (the
-// per-head path's, dot_kernel(Q8_0, level)); unused for F16.
+// head of a cache shared_kv_takes, at position pos: out gets n_q rows of
+// head_dim_v floats. block_dot: the K.Q kernel of a K other than F16 (the
+// per-head path's, dot_kernel(k_type, level)); unused for F16.
 void attention_shared_kv_avx2(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
                               const KvCacheView& kv, DotFn block_dot, float* out);
 void attention_shared_kv_avx512(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
                                 const KvCacheView& kv, DotFn block_dot, float* out);
+
+// The K/V type pairs the kernel takes: both F16, or neither (K through its
+// block dot kernel, V dequantized).
+inline bool shared_kv_takes(quant::Type k, quant::Type v) {
+    return (k == quant::Type::F16) == (v == quant::Type::F16);
+}
 
 // Query heads per call: the largest divisor of gqa up to kMaxSharedHeads,
 // halved while that leaves fewer than two tasks per thread (a decode step

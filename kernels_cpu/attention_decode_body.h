@@ -104,7 +104,7 @@ struct F16Cache {
     using Acc = uint16_t;
     int64_t dk, dv;
     std::vector<float> qf, kt;
-    F16Cache(const float* q, size_t nq, int64_t dk_, int64_t dv_, DotFn)
+    F16Cache(const float* q, size_t nq, int64_t dk_, int64_t dv_, const KvCacheView&, DotFn)
         : dk(dk_), dv(dv_), qf(nq * static_cast<size_t>(dk_)), kt(static_cast<size_t>(kTile * dk_)) {
         // The queries rounded to fp16 (ggml's K.Q partner) and widened back.
         for (size_t i = 0; i < qf.size(); ++i) qf[i] = quant::fp16_to_fp32(quant::fp32_to_fp16(q[i]));
@@ -130,27 +130,42 @@ struct F16Cache {
     static float value(Acc a) { return quant::fp16_to_fp32(a); }
 };
 
-// A Q8_0 cache, as the per-head path takes it: K.Q by the same block dot
-// kernel on the stored blocks against the queries quantized to Q8_0 (by
-// the reference quantizer), V dequantized, sums kept in f32.
+// A cache whose K and V are both other types than F16, as the per-head
+// path takes it: K.Q by the same block dot kernel on the stored blocks
+// against the queries in K's activation partner (by the reference
+// quantizer), V dequantized (Q8_0 by the ISA's dequantizer, same bits),
+// sums kept in f32.
 template <class Ops>
-struct Q8Cache {
+struct BlockCache {
     using IsaOps = Ops;
     using Acc = float;
     int64_t dk, dv;
+    quant::Type q_type, v_type;
     size_t q_bytes;
     std::vector<uint8_t> q_act;
     const uint8_t* keys[kTile] = {};
     DotFn dot;
-    Q8Cache(const float* q, size_t nq, int64_t dk_, int64_t dv_, DotFn block_dot)
-        : dk(dk_), dv(dv_), q_bytes(*quant::row_bytes(quant::Type::Q8_0, dk_)), q_act(nq * q_bytes), dot(block_dot) {
-        TANDEM_CHECK(dot != nullptr, "attention: no K.Q kernel for the Q8_0 cache");
+    BlockCache(const float* q, size_t nq, int64_t dk_, int64_t dv_, const KvCacheView& kv, DotFn block_dot)
+        : dk(dk_),
+          dv(dv_),
+          q_type(quant::dot_type(kv.k_type)),
+          v_type(kv.v_type),
+          q_bytes(*quant::row_bytes(q_type, dk_)),
+          q_act(nq * q_bytes),
+          dot(block_dot) {
+        TANDEM_CHECK(dot != nullptr, "attention: no K.Q kernel for the cache's K type");
         for (size_t h = 0; h < nq; ++h) {
-            quant::quantize_row(quant::Type::Q8_0, q + h * static_cast<size_t>(dk), q_act.data() + h * q_bytes, dk);
+            quant::quantize_row(q_type, q + h * static_cast<size_t>(dk), q_act.data() + h * q_bytes, dk);
         }
     }
     void stage_key(const uint8_t* k, int64_t i) { keys[i] = k; }
-    void stage_value(const uint8_t* v, float* row) const { Ops::dequantize_q8_0(v, row, dv); }
+    void stage_value(const uint8_t* v, float* row) const {
+        if (v_type == quant::Type::Q8_0) {
+            Ops::dequantize_q8_0(v, row, dv);
+        } else {
+            quant::dequantize_row(v_type, v, row, dv);
+        }
+    }
     void scores(size_t h, int64_t n, float scale, float* s) const {
         for (int64_t i = 0; i < n; ++i) {
             float qk = 0.0f;
@@ -171,9 +186,9 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
     const int64_t dk = shape.head_dim_k, dv = shape.head_dim_v;
     const auto nq = static_cast<size_t>(n_q);
     const auto udv = static_cast<size_t>(dv);
-    const auto k_head_bytes = quant::row_bytes(kv.type, dk), v_head_bytes = quant::row_bytes(kv.type, dv);
+    const auto k_head_bytes = quant::row_bytes(kv.k_type, dk), v_head_bytes = quant::row_bytes(kv.v_type, dv);
     TANDEM_CHECK(k_head_bytes && v_head_bytes, "attention: head size not a multiple of the cache block");
-    Cache cache(q, nq, dk, dv, block_dot);
+    Cache cache(q, nq, dk, dv, kv, block_dot);
     std::vector<float> vt(static_cast<size_t>(kTile) * udv);
     std::vector<typename Cache::Acc> acc(nq * udv, typename Cache::Acc{0});
     float running_max[kMaxSharedHeads], running_sum[kMaxSharedHeads], scores[kTile];
@@ -226,11 +241,12 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
 template <class Ops>
 void shared_kv_attention_for(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
                              const KvCacheView& kv, DotFn block_dot, float* out) {
-    if (kv.type == quant::Type::F16) {
+    if (kv.k_type == quant::Type::F16) {
+        TANDEM_CHECK(shared_kv_takes(kv.k_type, kv.v_type), "attention: shared-KV kernel for this K/V pair");
         shared_kv_attention<F16Cache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, out);
     } else {
-        TANDEM_CHECK(kv.type == quant::Type::Q8_0, "attention: shared-KV kernel for F16 and Q8_0 caches only");
-        shared_kv_attention<Q8Cache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, out);
+        TANDEM_CHECK(shared_kv_takes(kv.k_type, kv.v_type), "attention: shared-KV kernel for this K/V pair");
+        shared_kv_attention<BlockCache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, out);
     }
 }
 

@@ -93,7 +93,8 @@ TiledAttentionKernels tiled_attention_kernels(SimdLevel level) {
 
 void attention_tiled(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
                      const KvCacheView& kv, float* out, ThreadPool& pool, SimdLevel level) {
-    TANDEM_CHECK(kv.type == quant::Type::F16, "tiled attention: the cache must be F16");
+    TANDEM_CHECK(kv.k_type == quant::Type::F16 && kv.v_type == quant::Type::F16,
+                 "tiled attention: the cache must be F16");
     const int64_t dk = shape.head_dim_k, dv = shape.head_dim_v;
     const int64_t gqa = shape.n_head / shape.n_head_kv;
     const int64_t n_qtiles = (n_tokens + kAttentionTile - 1) / kAttentionTile;

@@ -299,6 +299,13 @@ void round_row_bf16_avx2(const float* src, void* dst, int64_t n);
 // Quantizes activations into a_type: the reference quantize_row at Scalar,
 // byte-identical SIMD versions above it (act_quant_avx2.cpp).
 quant::QuantizeRowFn activation_quantizer(quant::Type a_type, SimdLevel level);
+// What a KV cache row of type t is stored through: ggml's CPU conversion
+// from float for t (llama.cpp's cache store), the same bytes at every
+// level. The activation quantizers for F16, BF16 and Q8_0 (Q8_0 rounds
+// half to even there, not as its reference), the no-search conversion for
+// IQ4_NL (not the file quantizer's trial scales), the reference for the
+// rest.
+quant::QuantizeRowFn cache_row_quantizer(quant::Type t, SimdLevel level);
 
 // Q8_0/Q8_1 activations as ggml's CPU backend makes them (act_quant.cpp);
 // the other partners use the reference quantize_row.

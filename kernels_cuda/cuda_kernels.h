@@ -81,6 +81,9 @@ void launch_swiglu_oai(const float* gate, const float* up, float* out, int64_t n
 void launch_add(float* y, const float* x, int64_t n, void* stream);  // y += x
 void launch_scale(float* x, int64_t n, float s, void* stream);
 void launch_softcap(float* x, int64_t n, float cap, void* stream);
+// Each block of `block` floats of x's first n times the orthonormal
+// Walsh-Hadamard matrix (quant::hadamard_block, the CPU's bits).
+void launch_hadamard(float* x, int64_t n, int64_t block, void* stream);
 // x rows (n_rows of len floats) += v (len floats): a bias, cpu::add per row.
 void launch_add_rows(float* x, const float* v, int64_t len, int64_t n_rows, void* stream);
 

@@ -5,6 +5,7 @@
 
 #include "kernels_cuda/cuda_kernels.h"
 #include "kernels_cuda/op_math.h"
+#include "runtime/quant/hadamard.h"
 
 namespace tandem::cuda::kernels {
 namespace {
@@ -96,7 +97,22 @@ __global__ void softcap_kernel(float* x, int64_t n, float cap) {
     if (i < n) x[i] = math::softcap_f(x[i], cap);
 }
 
+// One thread per block of the transform: the blocks are 64-128 floats and
+// few (Q, K, V and the attention output of a micro-batch), and a thread
+// running quant::hadamard_block keeps its order of adds.
+__global__ void hadamard_kernel(float* x, int64_t n_blocks, int64_t block) {
+    const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (b < n_blocks) quant::hadamard_block(x + b * block, block);
+}
+
 }  // namespace
+
+void launch_hadamard(float* x, int64_t n, int64_t block, void* stream) {
+    const int64_t n_blocks = n / block;
+    if (n_blocks > 0) {
+        hadamard_kernel<<<blocks_for(n_blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, n_blocks, block);
+    }
+}
 
 void launch_rms_norm(const float* x, int64_t x_stride, const float* w, float* y, int64_t y_stride, int64_t n,
                      int64_t n_rows, float eps, void* stream) {

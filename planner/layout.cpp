@@ -176,11 +176,7 @@ Tables make_tables(const model::ModelSpec& spec, int64_t n_ctx_in, int64_t n_uba
     const model::HParams& hp = spec.hp;
     if (n_ubatch <= 0) throw Error(fmt::format("micro-batch size: expected a positive value, found {}", n_ubatch));
     if (n_seq <= 0) throw Error(fmt::format("sequences: expected a positive count, found {}", n_seq));
-    const quant::Type qt = model::cache_quant_type(cache_type);
-    if (!quant::row_bytes(qt, hp.head_dim_k) || !quant::row_bytes(qt, hp.head_dim_v)) {
-        throw Error(fmt::format("cache type {} needs head sizes that are multiples of {}, the model has {}",
-                                cache_type_name(cache_type), quant::traits(qt).block_elems, hp.head_dim_k));
-    }
+    model::check_cache_type(hp, cache_type);
     Tables t;
     t.n_layer = hp.n_layer;
     t.n_ctx = effective_ctx(spec, n_ctx_in);

@@ -424,6 +424,16 @@ Layout place_on_device(const model::ModelSpec& spec, const Tables& t, const Plan
     return layouts[win];
 }
 
+// ", rotated (K by H_128, V by H_64)": what a quantized cache stores turned
+// (model::KvRotation), as llama.cpp does; "" when nothing is.
+std::string rotation_note(model::KvRotation r) {
+    if (r.k == 0 && r.v == 0) return "";
+    std::string parts;
+    if (r.k > 0) parts = fmt::format("K by H_{}", r.k);
+    if (r.v > 0) parts += fmt::format("{}V by H_{}", parts.empty() ? "" : ", ", r.v);
+    return fmt::format(", stored rotated ({}, Walsh-Hadamard, as llama.cpp)", parts);
+}
+
 }  // namespace
 
 uint64_t default_margin(uint64_t capacity) {
@@ -460,6 +470,7 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
     p.n_ctx = t.n_ctx;
     p.n_ubatch = t.n_ubatch;
     p.cache_type = in.cache_type;
+    p.kv_rotation = model::kv_rotation(spec.hp, in.cache_type);
     p.has_device = in.device_capacity.has_value();
     p.capacity = in.device_capacity;
     p.host_ram = in.host_ram;
@@ -509,9 +520,10 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
                                                      "runs far below the prediction",
                                                      format_bytes(p.ram.total()), format_bytes(*in.host_ram)));
     }
-    p.reasons.push_back(fmt::format("KV cache: context {}, {}, {} in all ({} on the accelerator, {} on the CPU)",
-                                    t.n_ctx, cache_type_name(in.cache_type), format_bytes(p.vram.kv + p.ram.kv),
-                                    format_bytes(p.vram.kv), format_bytes(p.ram.kv)));
+    p.reasons.push_back(fmt::format("KV cache: context {}, {}{}, {} in all ({} on the accelerator, {} on the CPU)",
+                                    t.n_ctx, cache_type_name(in.cache_type), rotation_note(p.kv_rotation),
+                                    format_bytes(p.vram.kv + p.ram.kv), format_bytes(p.vram.kv),
+                                    format_bytes(p.ram.kv)));
     const auto reads = detail::decode_reads(t, chosen);
     p.reasons.push_back(fmt::format("decode reads {} per token on the CPU ({:.2f} ms at {:g} GB/s) and {} on the "
                                     "accelerator ({:.2f} ms at {:g} GB/s), weights and KV cache",
@@ -575,14 +587,6 @@ double predict_seconds(const model::ModelSpec& spec, const PlanInputs& in, const
                detail::batch_seconds(t, l, f, v, 1, w.n_depth + w.n_prompt + (w.n_gen - 1) / 2);
     }
     return sec;
-}
-
-std::string cache_type_name(model::CacheType t) { return t == model::CacheType::F16 ? "f16" : "q8_0"; }
-
-model::CacheType parse_cache_type(const std::string& text) {
-    if (text == "f16") return model::CacheType::F16;
-    if (text == "q8_0") return model::CacheType::Q8_0;
-    throw Error(fmt::format("--cache-type: expected f16 or q8_0, found '{}'", text));
 }
 
 }  // namespace tandem::planner

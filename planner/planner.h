@@ -170,7 +170,7 @@ struct PlanInputs {
     // Sequences decoded side by side (serve -np, chat, bench --parallel):
     // a sliding-window layer keeps a window for each (Session's n_seq_max).
     int64_t n_seq = 1;
-    model::CacheType cache_type = model::CacheType::F16;
+    model::CacheType cache_type = model::kCacheF16;
     std::optional<uint64_t> margin;  // nullopt: default_margin(capacity)
     std::optional<int64_t> ngl;      // evaluate this split instead of choosing one
     // What -ngl auto weighs. Whole layers unless asked: bench sweeps and
@@ -272,7 +272,8 @@ struct Plan {
     uint64_t margin = 0;
     int64_t n_ctx = 0;
     int64_t n_ubatch = 0;
-    model::CacheType cache_type = model::CacheType::F16;
+    model::CacheType cache_type = model::kCacheF16;
+    model::KvRotation kv_rotation;  // what the cache type stores rotated (model::kv_rotation)
     DeviceBytes vram, ram;
     Prediction predicted;
     std::vector<Assumption> assumptions;
@@ -353,8 +354,6 @@ nlohmann::json to_json(const Option& o, int64_t n_layer);
 std::string option_label(const Option& o, int64_t n_layer);
 std::string option_text(const Option& o, int64_t n_layer);
 
-std::string cache_type_name(model::CacheType t);  // "f16", "q8_0"
-// Throws tandem::Error naming the text when it is neither.
-model::CacheType parse_cache_type(const std::string& text);
+using model::cache_type_name;
 
 }  // namespace tandem::planner

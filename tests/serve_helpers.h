@@ -52,7 +52,7 @@ struct ServeModel {
         o.n_ubatch = 64;
         o.n_seq_max = n_seq;
         o.kv_per_sequence = true;  // as the server opens it
-        o.cache_type = model::CacheType::F16;
+        o.cache_type = model::kCacheF16;
         return std::make_unique<Session>(file, spec, o);
     }
 };

@@ -187,7 +187,7 @@ TEST(ArchHparams, DeepSeek2LatentAttentionAsLlamaCpp) {
     EXPECT_EQ(hp.n_expert_groups, 4);
     // Its cache holds K alone: 160 fp16 a token and layer, where a
     // decompressed one would hold 4 heads x (96 + 64).
-    EXPECT_EQ(tandem::model::kv_bytes_for_cells(m.spec, 256, 1, tandem::model::CacheType::F16),
+    EXPECT_EQ(tandem::model::kv_bytes_for_cells(m.spec, 256, 1, tandem::model::kCacheF16),
               tandem::model::kv_layout(160 * 2, 0, 256, 1).bytes);
 }
 

@@ -330,7 +330,7 @@ std::vector<double> reference_with_sinks(const SinkInputs& in, tq::Type q_type, 
             for (int64_t c = 0; c < kv.n_cells; ++c) {
                 const int32_t kp = kv.cell_pos[c];
                 if (kp < 0 || kp > pos || (sh.window > 0 && pos - kp >= sh.window)) continue;
-                tq::dequantize_row(kv.type, kv.k + c * kv.k_row_bytes + g * *tq::row_bytes(kv.type, dk), k.data(), dk);
+                tq::dequantize_row(kv.k_type, kv.k + c * kv.k_row_bytes + g * *tq::row_bytes(kv.k_type, dk), k.data(), dk);
                 double dot = 0.0;
                 for (size_t d = 0; d < k.size(); ++d) dot += static_cast<double>(qr[d]) * k[d];
                 scores.emplace_back(dot * sh.scale, c);
@@ -341,7 +341,7 @@ std::vector<double> reference_with_sinks(const SinkInputs& in, tq::Type q_type, 
             for (const auto& [s, c] : scores) {
                 const double w = std::exp(s);
                 denom += w;
-                tq::dequantize_row(kv.type, kv.v + c * kv.v_row_bytes + g * *tq::row_bytes(kv.type, dv), v.data(), dv);
+                tq::dequantize_row(kv.v_type, kv.v + c * kv.v_row_bytes + g * *tq::row_bytes(kv.v_type, dv), v.data(), dv);
                 for (int64_t d = 0; d < dv; ++d) o[d] += w * v[static_cast<size_t>(d)];
             }
             for (int64_t d = 0; d < dv; ++d) o[d] /= denom;

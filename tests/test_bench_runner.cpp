@@ -254,7 +254,7 @@ TEST(BenchRunner, ParallelDecodeGivesEveryStreamItsOwnGreedyTokens) {
     opt.n_ctx = 3 * (8 + 5);
     opt.n_seq_max = 3;
     opt.n_threads = 1;
-    opt.cache_type = model::CacheType::Q8_0;
+    opt.cache_type = model::kCacheQ8_0;
     Session session(file, spec, opt);
     const ParallelDecode run = run_parallel_decode(session, 3, 8, 5);
     EXPECT_GT(run.seconds, 0.0);

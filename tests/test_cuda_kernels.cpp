@@ -622,7 +622,7 @@ TEST(CudaBackend, Q8CacheMatchesCpuAndTooSmallVramIsOutOfMemory) {
     tandem::SessionOptions opt;
     opt.n_ctx = 64;
     opt.n_ubatch = 16;
-    opt.cache_type = tandem::model::CacheType::Q8_0;
+    opt.cache_type = tandem::model::kCacheQ8_0;
     std::vector<float> reference, next_ref;
     {
         tandem::Session cpu(file, spec, opt);
@@ -641,7 +641,7 @@ TEST(CudaBackend, Q8CacheMatchesCpuAndTooSmallVramIsOutOfMemory) {
         session.eval(std::vector<int32_t>{tokens[1]}, false, next);
         EXPECT_LE(mean_kl(next_ref, next, spec.hp.n_vocab), 1e-3);
     }
-    opt.cache_type = tandem::model::CacheType::F16;
+    opt.cache_type = tandem::model::kCacheF16;
     opt.n_gpu_layers = 2;
     opt.device_capacity = {1024};
     EXPECT_THROW(tandem::Session(file, spec, opt), tandem::OutOfDeviceMemory);

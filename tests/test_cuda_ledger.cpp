@@ -87,12 +87,12 @@ TEST_P(CudaLedger, PeakDeviceBytesArePlannedBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     CudaBackend, CudaLedger,
-    ::testing::Values(LedgerCase{"tiny-llama-Q4_K_M.gguf", tandem::model::CacheType::F16, 256},
-                      LedgerCase{"tiny-llama-Q4_K_M.gguf", tandem::model::CacheType::Q8_0, 200},
-                      LedgerCase{"tiny-llama-F16.gguf", tandem::model::CacheType::F16, 96},
-                      LedgerCase{"synth-qwen3moe-Q8_0.gguf", tandem::model::CacheType::Q8_0, 160},
-                      LedgerCase{"synth-gemma2-Q8_0.gguf", tandem::model::CacheType::F16, 256},
-                      LedgerCase{"synth-gemma2-Q8_0.gguf", tandem::model::CacheType::Q8_0, 512, 3}),
+    ::testing::Values(LedgerCase{"tiny-llama-Q4_K_M.gguf", tandem::model::kCacheF16, 256},
+                      LedgerCase{"tiny-llama-Q4_K_M.gguf", tandem::model::kCacheQ8_0, 200},
+                      LedgerCase{"tiny-llama-F16.gguf", tandem::model::kCacheF16, 96},
+                      LedgerCase{"synth-qwen3moe-Q8_0.gguf", tandem::model::kCacheQ8_0, 160},
+                      LedgerCase{"synth-gemma2-Q8_0.gguf", tandem::model::kCacheF16, 256},
+                      LedgerCase{"synth-gemma2-Q8_0.gguf", tandem::model::kCacheQ8_0, 512, 3}),
     case_name);
 
 }  // namespace

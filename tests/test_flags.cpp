@@ -22,6 +22,7 @@ using testing::contains;
 using testing::error_of;
 using testing::run_tandem;
 using testing::shell_quote;
+namespace tq = tandem::quant;
 
 std::string tiny() { return shell_quote(testing::test_data("tiny-llama-Q4_K_M.gguf").string()); }
 
@@ -56,20 +57,30 @@ TEST(LlamaFlags, SwitchValuesAsLlamaCppTakesThem) {
     EXPECT_TRUE(contains(error_of([] { parse_switch("-mmp", "2"); }), "-mmp"));
 }
 
-TEST(LlamaFlags, CacheTypesKAndVMustAgree) {
-    EXPECT_EQ(cache_type_text({}), "f16");
-    EXPECT_EQ(cache_type_text({"f16", "q8_0", "q8_0"}), "q8_0");
-    EXPECT_EQ(cache_type_text({"q8_0", "", ""}), "q8_0");
-    EXPECT_EQ(cache_type_text({"q8_0", "q8_0", ""}), "q8_0");
-    EXPECT_EQ(cache_type_text({"f16", "f16", ""}), "f16");
-    EXPECT_TRUE(contains(error_of([] { cache_type_text({"f16", "q8_0", ""}); }), "one type for K and V"));
-    EXPECT_TRUE(contains(error_of([] { cache_type_text({"f16", "q8_0", "f16"}); }), "-ctk q8_0 with -ctv f16"));
-    for (const char* t : {"q4_0", "q4_1", "q5_0", "q5_1", "bf16"}) {
-        const std::string e = error_of([&] { cache_type_text({"f16", t, t}); });
-        EXPECT_TRUE(contains(e, std::string("-ctk ") + t + ": not supported")) << e;
-        EXPECT_TRUE(contains(e, "f16 or q8_0")) << e;
-    }
-    EXPECT_TRUE(contains(error_of([] { cache_type_text({"q4_0", "", ""}); }), "--cache-type q4_0"));
+TEST(LlamaFlags, CacheTypesKAndVApart) {
+    using tandem::model::CacheType;
+    using tq::Type;
+    EXPECT_EQ(cache_type_of({}), (CacheType{Type::F16, Type::F16}));
+    EXPECT_EQ(cache_type_of({"q4_0", "", ""}), (CacheType{Type::Q4_0, Type::Q4_0}));
+    EXPECT_EQ(cache_type_of({"f16", "q8_0", ""}), (CacheType{Type::Q8_0, Type::F16}));
+    EXPECT_EQ(cache_type_of({"f16", "", "q5_1"}), (CacheType{Type::F16, Type::Q5_1}));
+    EXPECT_EQ(cache_type_of({"q4_0", "iq4_nl", "bf16"}), (CacheType{Type::IQ4_NL, Type::BF16}));
+    // Every name llama.cpp's --cache-type-k takes.
+    const std::pair<const char*, Type> names[] = {{"f32", Type::F32},   {"f16", Type::F16},       {"bf16", Type::BF16},
+                                                  {"q8_0", Type::Q8_0}, {"q4_0", Type::Q4_0},     {"q4_1", Type::Q4_1},
+                                                  {"iq4_nl", Type::IQ4_NL}, {"q5_0", Type::Q5_0}, {"q5_1", Type::Q5_1}};
+    for (const auto& [name, type] : names) EXPECT_EQ(cache_type_of({"f16", name, name}).k, type) << name;
+    const std::string e = error_of([] { cache_type_of({"f16", "q3_K", ""}); });
+    EXPECT_TRUE(contains(e, "-ctk: expected a KV cache type")) << e;
+    EXPECT_TRUE(contains(e, "found 'q3_K'")) << e;
+    EXPECT_TRUE(contains(e, "iq4_nl")) << e;
+    EXPECT_TRUE(contains(error_of([] { cache_type_of({"q4", "", ""}); }), "--cache-type: expected")) << e;
+    EXPECT_TRUE(contains(error_of([] { cache_type_of({"f16,q8_0", "", ""}); }), "found a list"));
+    // bench's lists cross, K outer, as llama-bench's.
+    const auto pairs = cache_types_of({"f16", "f16,q8_0", "q4_0,q5_0"});
+    ASSERT_EQ(pairs.size(), 4u);
+    EXPECT_EQ(pairs[1], (CacheType{Type::F16, Type::Q5_0}));
+    EXPECT_EQ(pairs[2], (CacheType{Type::Q8_0, Type::Q4_0}));
 }
 
 // ---- tandem run ----
@@ -109,11 +120,9 @@ TEST(RunFlags, LlamaCliFlagsWithoutAnEquivalentAreRefusedOnOneLine) {
         {"--system-prompt x", "tandem chat -sys TEXT"},
         {"-md draft.gguf", "draft.gguf"},
         {"--model-draft draft.gguf", "draft.gguf"},
-        {"-ctk q8_0", "one type for K and V"},
-        {"-ctk q4_0 -ctv q4_0", "-ctk q4_0: not supported"},
-        {"-ctv bf16", "-ctv bf16: not supported"},
-        {"-ctk q5_0 -ctv q5_1", "not supported"},
-        {"--cache-type q4_1", "not supported"},
+        {"-ctk q3_K", "-ctk: expected a KV cache type (f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1), found 'q3_K'"},
+        {"-ctv q4", "-ctv: expected a KV cache type"},
+        {"--cache-type f8", "found 'f8'"},
         {"-ts 1,1", "--device names 0"},
         {"-ts 0,1,2", "-ts 0,1,2 shares the layers between 3 devices"},
         {"--device cpu2,cpu3 -ts 1,1,1", "between 3 devices, but --device names 2"},
@@ -216,8 +225,7 @@ TEST(BenchFlags, LlamaBenchFlagsWithoutAnEquivalentAreRefusedOnOneLine) {
         {"-mmp 2", "-mmp"},
         {"-mmp 0,1", "-mmp"},
         {"-nkvo 2", "-nkvo"},
-        {"-ctk q4_0", "q4_0: not supported"},
-        {"-ctk q8_0", "one type for K and V"},
+        {"-ctk q2_K", "-ctk: expected a KV cache type"},
         {"-sm row", "row is not supported"},
         {"-mg 1", "--device cuda1"},
         {"-ts 1/1", "--device cudaN"},
@@ -267,7 +275,8 @@ TEST(CommandFlags, InspectTakesTheFileEitherWay) {
 TEST(CommandFlags, CacheTypeKAndVOnPlanAndPerplexity) {
     const auto dir = testing::scratch_dir();
     expect_runs(run_tandem("plan -m " + tiny() + " -ctk q8_0 -ctv q8_0", dir), "plan -ctk");
-    testing::expect_one_line_error(run_tandem("plan -m " + tiny() + " -ctk q4_0 -ctv q4_0", dir), "not supported");
+    expect_runs(run_tandem("plan -m " + tiny() + " -ctk q4_0 -ctv q5_1", dir), "plan -ctk q4_0 -ctv q5_1");
+    testing::expect_one_line_error(run_tandem("plan -m " + tiny() + " -ctk q4_K", dir), "found 'q4_K'");
 }
 
 }  // namespace

@@ -37,6 +37,13 @@ std::string read_text(const std::filesystem::path& p) {
 struct GoldenCase {
     std::string model;   // "tiny-llama-F16"
     std::string prompt;  // "p1"
+    std::string kv;      // "q4_0": llama.cpp's run with K and V of that type (MODEL.PROMPT.kv-TYPE); "": f16
+    std::string stem() const { return model + "." + prompt + (kv.empty() ? "" : ".kv-" + kv); }
+    tandem::model::CacheType cache_type() const {
+        if (kv.empty()) return tandem::model::kCacheF16;
+        const auto t = tandem::model::parse_cache_element("golden kv", kv);
+        return {t, t};
+    }
 };
 
 std::vector<GoldenCase> golden_cases() {
@@ -47,19 +54,22 @@ std::vector<GoldenCase> golden_cases() {
         const std::string name = e.path().filename().string();
         const std::string suffix = ".logits";
         if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
-        const std::string stem = name.substr(0, name.size() - suffix.size());  // MODEL.PROMPT
+        std::string stem = name.substr(0, name.size() - suffix.size());  // MODEL.PROMPT[.kv-TYPE]
+        std::string kv;
+        if (const auto at = stem.rfind(".kv-"); at != std::string::npos) {
+            kv = stem.substr(at + 4);
+            stem.resize(at);
+        }
         const auto dot = stem.rfind('.');
-        cases.push_back({stem.substr(0, dot), stem.substr(dot + 1)});
+        cases.push_back({stem.substr(0, dot), stem.substr(dot + 1), kv});
     }
-    std::sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) {
-        return a.model + a.prompt < b.model + b.prompt;
-    });
+    std::sort(cases.begin(), cases.end(), [](const auto& a, const auto& b) { return a.stem() < b.stem(); });
     return cases;
 }
 
 // "synth-qwen2-Q8_0" + "p1" -> "synth_qwen2_Q8_0_p1"
 std::string case_name(const ::testing::TestParamInfo<GoldenCase>& info) {
-    std::string n = info.param.model + "_" + info.param.prompt;
+    std::string n = info.param.stem();
     for (auto& ch : n) {
         if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
     }
@@ -72,8 +82,8 @@ TEST_P(GoldenLogits, PromptTokensAndKlMatchLlamaCpp) {
     const GoldenCase& c = GetParam();
     const auto model_path = shared("models/" + c.model + ".gguf");
     TANDEM_REQUIRE_SHARED(model_path);
-    const auto golden = tandem::testing::read_golden_tokens(shared("golden/" + c.model + "." + c.prompt + ".tokens"));
-    const auto golden_logits = read_floats(shared("golden/" + c.model + "." + c.prompt + ".logits"));
+    const auto golden = tandem::testing::read_golden_tokens(shared("golden/" + c.stem() + ".tokens"));
+    const auto golden_logits = read_floats(shared("golden/" + c.stem() + ".logits"));
     const std::string prompt = read_text(shared("golden/" + c.prompt + ".txt"));
 
     std::optional<tandem::gguf::File> opened;
@@ -99,6 +109,7 @@ TEST_P(GoldenLogits, PromptTokensAndKlMatchLlamaCpp) {
     for (int64_t ngl = -1; ngl <= spec.hp.n_layer + 1; ++ngl) {
         tandem::SessionOptions opt;
         opt.n_ctx = 256;
+        opt.cache_type = c.cache_type();
         if (ngl >= 0) {
             opt.device = "cpu2";
             opt.n_gpu_layers = ngl;
@@ -117,7 +128,7 @@ TEST_P(GoldenLogits, PromptTokensAndKlMatchLlamaCpp) {
         const double mean = sum / static_cast<double>(tokens.size());
         if (ngl < 0) {
             RecordProperty("mean_kl", std::to_string(mean));
-            std::cout << "[ golden ] " << c.model << "." << c.prompt << ": mean KL " << mean << ", max " << worst
+            std::cout << "[ golden ] " << c.stem() << ": mean KL " << mean << ", max " << worst
                       << " (threshold " << threshold << ")\n";
         }
         EXPECT_LE(mean, threshold) << (ngl < 0 ? std::string("CPU only") : "ngl " + std::to_string(ngl));
@@ -136,11 +147,12 @@ struct GreedyRun {
 };
 
 GreedyRun greedy_run(const std::filesystem::path& model_path, const tandem::testing::GoldenTokens& golden,
-                     bool teacher_forced) {
+                     bool teacher_forced, tandem::model::CacheType cache_type = tandem::model::kCacheF16) {
     const auto file = tandem::gguf::File::open(model_path);
     const auto spec = tandem::model::load_model_spec(file);
     tandem::SessionOptions opt;
     opt.n_ctx = 256;
+    opt.cache_type = cache_type;
     tandem::Session session(file, spec, opt);
     std::vector<float> logits;
     session.eval(golden.prompt, false, logits);
@@ -184,11 +196,11 @@ TEST_P(GoldenGreedyArchs, FollowsLlamaCppGreedyIds) {
     const GoldenCase& c = GetParam();
     const auto model_path = shared("models/" + c.model + ".gguf");
     TANDEM_REQUIRE_SHARED(model_path);
-    const auto golden = tandem::testing::read_golden_tokens(shared("golden/" + c.model + "." + c.prompt + ".tokens"));
+    const auto golden = tandem::testing::read_golden_tokens(shared("golden/" + c.stem() + ".tokens"));
     ASSERT_EQ(golden.greedy.size(), 32u);
-    const GreedyRun free_run = greedy_run(model_path, golden, false);
-    const GreedyRun forced = greedy_run(model_path, golden, true);
-    std::cout << "[ golden ] " << c.model << "." << c.prompt << " greedy: first " << free_run.prefix
+    const GreedyRun free_run = greedy_run(model_path, golden, false, c.cache_type());
+    const GreedyRun forced = greedy_run(model_path, golden, true, c.cache_type());
+    std::cout << "[ golden ] " << c.stem() << " greedy: first " << free_run.prefix
               << " of 32 ids match, " << forced.same << " of 32 match fed llama.cpp's ids\n";
     RecordProperty("greedy_prefix_match", static_cast<int>(free_run.prefix));
     RecordProperty("greedy_teacher_forced_match", static_cast<int>(forced.same));
@@ -200,6 +212,10 @@ std::vector<GoldenCase> arch_greedy_cases() {
     for (const char* m : {"synth-qwen2-Q8_0", "synth-qwen3-Q8_0", "synth-qwen3moe-Q8_0", "synth-phi3-Q8_0",
                           "synth-gemma2-Q8_0", "synth-mixtral-Q8_0", "synth-gpt-oss-Q8_0", "synth-deepseek2-Q8_0"}) {
         for (const char* p : {"p1", "p2"}) cases.push_back({m, p});
+    }
+    // Every KV cache type llama.cpp has, quantized ones rotated as there.
+    for (const char* kv : {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "bf16"}) {
+        cases.push_back({"synth-llama-Q8_0", "p1", kv});
     }
     return cases;
 }

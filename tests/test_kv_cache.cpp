@@ -408,7 +408,7 @@ void mark_row(const float*, void* dst, int64_t n) {
 // Rows go through the conversion the cache is given (a CPU device gives
 // its SIMD fp16 conversion), the reference where none is.
 TEST(KvCache, RowsGoThroughTheGivenConversion) {
-    LayerKvCache marked(tq::Type::F16, 8, kRow, kRow, 0, 1, mark_row), plain(tq::Type::F16, 8, kRow, kRow);
+    LayerKvCache marked(tq::Type::F16, 8, kRow, kRow, 0, 1, {mark_row, mark_row}), plain(tq::Type::F16, 8, kRow, kRow);
     put(marked, 0, 0);
     put(plain, 0, 0);
     const tandem::KvSeqRows m = marked.read_seq(0), p = plain.read_seq(0);
@@ -431,7 +431,7 @@ TEST(KvCache, SimdFp16RowsEqualTheReference) {
                                    std::bit_cast<float>(0x7f800001u)};
     for (tc::SimdLevel level : levels()) {
         const tq::QuantizeRowFn simd = tc::detail::activation_quantizer(tq::Type::F16, level);
-        LayerKvCache fast(tq::Type::F16, 16, kRow, kRow, 0, 1, simd), ref(tq::Type::F16, 16, kRow, kRow);
+        LayerKvCache fast(tq::Type::F16, 16, kRow, kRow, 0, 1, {simd, simd}), ref(tq::Type::F16, 16, kRow, kRow);
         for (int32_t p = 0; p < 4; ++p) {
             std::vector<float> k = row(0, p, 3), v = row(0, p, 4);
             for (size_t i = 0; i < specials.size(); ++i) k[(i * 7 + static_cast<size_t>(p)) % k.size()] = specials[i];

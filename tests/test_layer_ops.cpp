@@ -143,7 +143,7 @@ TEST(LayerOps, PlannerCrossingsAreTheExecutorsMoves) {
         s.eval(std::vector<int32_t>{1}, false, logits);
 
         namespace pd = tandem::planner::detail;
-        const pd::Tables t = pd::make_tables(spec, opt.n_ctx, opt.n_ubatch, model::CacheType::F16);
+        const pd::Tables t = pd::make_tables(spec, opt.n_ctx, opt.n_ubatch, model::kCacheF16);
         const pd::Mode mode = pd::mode_of(spec, t, s.placement());
         const pd::Layout layout{&mode, &mode, 0, s.placement().of(spec.get(model::GlobalTensor::OutputNorm)),
                                 s.placement().head};

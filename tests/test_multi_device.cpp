@@ -189,7 +189,7 @@ TEST(MultiDevicePlan, EachDevicesLedgerEqualsThePlan) {
         TANDEM_REQUIRE_SHARED(path);
         const SplitModel m = open_split_model(path);
         const uint64_t whole = tandem::planner::device_bytes(m.spec, m.spec.hp.n_layer + 1, 128, 16,
-                                                             tandem::model::CacheType::F16).total();
+                                                             tandem::model::kCacheF16).total();
         // Room for everything, for about half, and uneven devices.
         const std::vector<std::vector<uint64_t>> grids = {{whole, whole}, {whole / 3, whole / 3}, {whole / 2, whole / 5, whole / 4}};
         for (const auto& caps : grids) {

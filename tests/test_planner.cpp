@@ -87,7 +87,7 @@ TEST(Planner, GridOfShapesTypesVramAndContexts) {
                 // scratch (no margin) gets no layer, and then the runtime
                 // does not use it at all: nothing on it.
                 // (Without weight streaming, whose slots would use it.)
-                const auto one = tandem::planner::device_bytes(spec, 1, ctx, 512, tandem::model::CacheType::F16);
+                const auto one = tandem::planner::device_bytes(spec, 1, ctx, 512, tandem::model::kCacheF16);
                 PlanInputs small;
                 small.n_ctx = ctx;
                 small.margin = 0;
@@ -106,7 +106,7 @@ TEST(Planner, GridOfShapesTypesVramAndContexts) {
                 EXPECT_EQ(tandem::planner::plan(spec, small).ngl, 0);
                 EXPECT_TRUE(tandem::planner::plan(spec, small).weight_stream);
                 const auto one_streaming =
-                    tandem::planner::device_bytes(spec, 1, ctx, 512, tandem::model::CacheType::F16, true);
+                    tandem::planner::device_bytes(spec, 1, ctx, 512, tandem::model::kCacheF16, true);
                 small.device_capacity = one_streaming.total();
                 const Plan both = tandem::planner::plan(spec, small);
                 EXPECT_EQ(both.ngl, 1);
@@ -132,7 +132,7 @@ TEST(Planner, WithoutADeviceEverythingIsOnTheHost) {
     uint64_t kv = 0;
     for (int64_t il = 0; il < spec.hp.n_layer; ++il) {
         weights += tandem::model::layer_weight_bytes(spec, il);
-        kv += tandem::model::kv_bytes_for_layer(spec, il, 4096, 512, tandem::model::CacheType::F16);
+        kv += tandem::model::kv_bytes_for_layer(spec, il, 4096, 512, tandem::model::kCacheF16);
     }
     EXPECT_EQ(p.ram.weights, weights);
     EXPECT_EQ(p.ram.kv, kv);

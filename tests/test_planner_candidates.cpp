@@ -125,7 +125,7 @@ void check_candidates_against_ledger(const fs::path& model, std::map<Candidate, 
     const auto spec = tandem::model::load_model_spec(file);
     for (int64_t ctx : {128, 512}) {
         const uint64_t whole =
-            tandem::planner::device_bytes(spec, spec.hp.n_layer + 1, ctx, 128, tandem::model::CacheType::F16).total();
+            tandem::planner::device_bytes(spec, spec.hp.n_layer + 1, ctx, 128, tandem::model::kCacheF16).total();
         for (int pct : {25, 50, 75, 90}) {
             const uint64_t cap = whole / 100 * static_cast<uint64_t>(pct);
             SCOPED_TRACE("ctx " + std::to_string(ctx) + ", capacity " + tandem::format_bytes(cap));
@@ -260,7 +260,7 @@ TEST(PlannerCandidates, ExplicitFlagsOverrideTheChoice) {
     const auto file = tandem::gguf::File::open(path);
     const auto spec = tandem::model::load_model_spec(file);
     const uint64_t whole =
-        tandem::planner::device_bytes(spec, spec.hp.n_layer + 1, 256, 128, tandem::model::CacheType::F16).total();
+        tandem::planner::device_bytes(spec, spec.hp.n_layer + 1, 256, 128, tandem::model::kCacheF16).total();
     uint64_t cap = 0;
     Plan chosen;
     for (int pct = 30; pct < 100 && cap == 0; pct += 5) {
@@ -332,7 +332,7 @@ TEST(PlannerCandidatesVsLedger, UserRulesWithNglAuto) {
     const auto file = tandem::gguf::File::open(tandem::testing::test_data("tiny-llama-Q4_K_M.gguf"));
     const auto spec = tandem::model::load_model_spec(file);
     const uint64_t whole =
-        tandem::planner::device_bytes(spec, spec.hp.n_layer + 1, 256, 128, tandem::model::CacheType::F16).total();
+        tandem::planner::device_bytes(spec, spec.hp.n_layer + 1, 256, 128, tandem::model::kCacheF16).total();
     int loaded_layers = 0;
     for (const bool kv_offload : {true, false}) {
         for (int pct : {20, 40, 60, 80}) {

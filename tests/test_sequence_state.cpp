@@ -131,13 +131,13 @@ void check_round_trip(const Model& m, const std::vector<int32_t>& prompt, const 
 TEST(SequenceState, RestoredSequenceContinuesBitForBitF16) {
     const Model m(tiny());
     const auto prompt = m.tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
-    check_round_trip(m, prompt, opts(tandem::model::CacheType::F16), 12);
+    check_round_trip(m, prompt, opts(tandem::model::kCacheF16), 12);
 }
 
 TEST(SequenceState, RestoredSequenceContinuesBitForBitQ8_0) {
     const Model m(tiny());
     const auto prompt = m.tok.encode("The capital of France is Paris, and the capital of Italy is", true);
-    check_round_trip(m, prompt, opts(tandem::model::CacheType::Q8_0), 12);
+    check_round_trip(m, prompt, opts(tandem::model::kCacheQ8_0), 12);
 }
 
 // The state is worth restoring only if it is the cache: a blob whose rows
@@ -148,7 +148,7 @@ TEST(SequenceState, ARestoreOfAnotherPromptChangesTheLogits) {
     const auto a = m.tok.encode("Once upon a time, there was a little robot", true);
     auto b = a;
     b[3] = (b[3] + 7) % static_cast<int32_t>(m.spec.hp.n_vocab);
-    const SessionOptions o = opts(tandem::model::CacheType::F16);
+    const SessionOptions o = opts(tandem::model::kCacheF16);
     Session s(m.file, m.spec, o);
     prefill(s, 0, a);
     prefill(s, 1, b);
@@ -164,7 +164,7 @@ TEST(SequenceState, RestoreReplacesTheSequenceAndKeepsOthers) {
     const Model m(tiny());
     const auto a = m.tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
     const auto b = m.tok.encode("The capital of France is", true);
-    Session s(m.file, m.spec, opts(tandem::model::CacheType::F16));
+    Session s(m.file, m.spec, opts(tandem::model::kCacheF16));
     prefill(s, 0, b);
     const auto blob_b = s.save_sequence(0, b);
     s.reset();
@@ -191,7 +191,7 @@ TEST(SequenceState, RestoreReplacesTheSequenceAndKeepsOthers) {
 TEST(SequenceState, CorruptedBlobsAreErrorsAndLeaveTheSequenceUnchanged) {
     const Model m(tiny());
     const auto a = m.tok.encode("Once upon a time, there was a little robot", true);
-    Session s(m.file, m.spec, opts(tandem::model::CacheType::Q8_0));
+    Session s(m.file, m.spec, opts(tandem::model::kCacheQ8_0));
     prefill(s, 0, a);
     const std::vector<uint8_t> blob = s.save_sequence(0, a);
     prefill(s, 1, std::span(a.data(), 5));
@@ -263,15 +263,15 @@ TEST(SequenceState, CorruptedBlobsAreErrorsAndLeaveTheSequenceUnchanged) {
 TEST(SequenceState, ABlobOfAnotherModelOrCacheIsRefused) {
     const Model m(tiny());
     const auto a = m.tok.encode("Once upon a time", true);
-    Session s(m.file, m.spec, opts(tandem::model::CacheType::F16));
+    Session s(m.file, m.spec, opts(tandem::model::kCacheF16));
     prefill(s, 0, a);
     const auto blob = s.save_sequence(0, a);
     // Same model, other cache type.
-    Session q8(m.file, m.spec, opts(tandem::model::CacheType::Q8_0));
+    Session q8(m.file, m.spec, opts(tandem::model::kCacheQ8_0));
     const std::string e = error_of([&] { (void)q8.restore_sequence(0, blob); });
     EXPECT_TRUE(contains(e, "cache type: expected q8_0 (this session's), found f16")) << e;
     // A context too small for the positions.
-    Session small(m.file, m.spec, opts(tandem::model::CacheType::F16, 4, 4));
+    Session small(m.file, m.spec, opts(tandem::model::kCacheF16, 4, 4));
     EXPECT_TRUE(contains(error_of([&] { (void)small.restore_sequence(0, blob); }), "past this context")) ;
     // Other models: same architecture and shapes, other types (Q8_0); more
     // layers (tiny-llama-b); another architecture (gemma2).
@@ -284,7 +284,7 @@ TEST(SequenceState, ABlobOfAnotherModelOrCacheIsRefused) {
         const fs::path p = tandem::testing::shared(rel);
         TANDEM_REQUIRE_SHARED(p);
         const Model other(p);
-        Session o(other.file, other.spec, opts(tandem::model::CacheType::F16));
+        Session o(other.file, other.spec, opts(tandem::model::kCacheF16));
         const std::string err = error_of([&] { (void)o.restore_sequence(0, blob); });
         EXPECT_TRUE(contains(err, needle)) << rel << ": " << err;
         EXPECT_EQ(o.seq_pos_max(0), -1) << rel;
@@ -309,11 +309,11 @@ TEST(SequenceState, FingerprintCoversWeights) {
     EXPECT_EQ(fp.layout_hash, fp2.layout_hash);
     EXPECT_NE(fp.weights_hash, fp2.weights_hash);
     const tandem::model::ModelSpec spec2 = tandem::model::load_model_spec(changed);
-    Session s(m.file, m.spec, opts(tandem::model::CacheType::F16));
+    Session s(m.file, m.spec, opts(tandem::model::kCacheF16));
     const auto a = m.tok.encode("Once upon a time", true);
     prefill(s, 0, a);
     const auto blob = s.save_sequence(0, a);
-    Session t(changed, spec2, opts(tandem::model::CacheType::F16));
+    Session t(changed, spec2, opts(tandem::model::kCacheF16));
     EXPECT_TRUE(contains(error_of([&] { (void)t.restore_sequence(0, blob); }), "different weights"));
     fs::remove_all(dir);
 }
@@ -322,7 +322,7 @@ TEST(SequenceState, ABlobThatDoesNotFitTheFreeCellsIsRefused) {
     const Model m(tiny());
     std::vector<int32_t> ids;
     for (int i = 0; i < 40; ++i) ids.push_back(100 + i);
-    Session s(m.file, m.spec, opts(tandem::model::CacheType::F16, 64, 64));
+    Session s(m.file, m.spec, opts(tandem::model::kCacheF16, 64, 64));
     prefill(s, 0, ids);
     const auto blob = s.save_sequence(0, ids);
     const std::string e = error_of([&] { (void)s.restore_sequence(1, blob); });
@@ -348,8 +348,8 @@ TEST(SequenceState, SlidingWindowRingsRestoreBitForBit) {
     const int64_t ub = 8;
     std::vector<int32_t> prompt;
     for (int64_t i = 0; i < window + 3 * ub + 5; ++i) prompt.push_back(static_cast<int32_t>((37 * i + 11) % m.spec.hp.n_vocab));
-    for (const auto type : {tandem::model::CacheType::F16, tandem::model::CacheType::Q8_0}) {
-        SCOPED_TRACE(type == tandem::model::CacheType::F16 ? "f16" : "q8_0");
+    for (const auto type : {tandem::model::kCacheF16, tandem::model::kCacheQ8_0}) {
+        SCOPED_TRACE(type == tandem::model::kCacheF16 ? "f16" : "q8_0");
         check_round_trip(m, prompt, opts(type, 512, ub, 2), 2 * static_cast<int>(ub));
     }
 }
@@ -368,7 +368,7 @@ TEST(SequenceState, HeldPrefixIsWhereARingCanContinue) {
     for (int64_t i = 0; i < window + 4 * ub; ++i) prompt.push_back(static_cast<int32_t>((53 * i + 5) % m.spec.hp.n_vocab));
     const auto n = static_cast<int32_t>(prompt.size());
     // Q8_0: batch shapes move logits by ~1e-5, a wrong window by O(1).
-    const SessionOptions o = opts(tandem::model::CacheType::Q8_0, 512, ub, 1);
+    const SessionOptions o = opts(tandem::model::kCacheQ8_0, 512, ub, 1);
     Session full(m.file, m.spec, o);
     std::vector<float> want;
     full.eval(prompt, false, want);
@@ -528,7 +528,7 @@ TEST(RunFlags, GenerationThatEndsAtOnceSaysWhy) {
     const std::string prompt = "Once upon a time";
     int32_t first = 0;
     {
-        Session s(m.file, m.spec, opts(tandem::model::CacheType::F16));
+        Session s(m.file, m.spec, opts(tandem::model::kCacheF16));
         std::vector<float> logits;
         s.eval(m.tok.encode(prompt, true), false, logits);
         first = static_cast<int32_t>(argmax(logits.data(), logits.size()));
@@ -567,7 +567,7 @@ TEST(RunFlags, GenerationThatEndsAtOnceSaysWhy) {
 TEST(SequenceState, RoundTripAcrossTheStandInSplit) {
     const Model m(tiny());
     const auto prompt = m.tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
-    SessionOptions o = opts(tandem::model::CacheType::F16);
+    SessionOptions o = opts(tandem::model::kCacheF16);
     o.device = "cpu2";
     o.n_gpu_layers = 2;
     check_round_trip(m, prompt, o, 8);
@@ -576,7 +576,7 @@ TEST(SequenceState, RoundTripAcrossTheStandInSplit) {
     Session split(m.file, m.spec, o);
     prefill(split, 0, head);
     const auto blob = split.save_sequence(0, head);
-    Session cpu(m.file, m.spec, opts(tandem::model::CacheType::F16));
+    Session cpu(m.file, m.spec, opts(tandem::model::kCacheF16));
     prefill(cpu, 0, head);
     EXPECT_EQ(cpu.save_sequence(0, head), blob) << "the stand-in stores the host's rows, bit for bit";
 }
@@ -590,7 +590,7 @@ TEST(SequenceState, CudaRoundTrip) {
     if (devices.empty()) TANDEM_CUDA_SKIP("no GPU: " << why);
     const Model m(tiny());
     const auto prompt = m.tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
-    for (const auto type : {tandem::model::CacheType::F16, tandem::model::CacheType::Q8_0}) {
+    for (const auto type : {tandem::model::kCacheF16, tandem::model::kCacheQ8_0}) {
         SessionOptions o = opts(type);
         o.device = "cuda" + std::to_string(devices[0].index);
         // Every layer's cache on the device; the output head (32000 rows,
@@ -622,7 +622,7 @@ TEST(SequenceState, LatentRowsRoundTrip) {
     TANDEM_REQUIRE_SHARED(path);
     const Model m(path);
     const auto prompt = m.tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
-    for (const auto type : {tandem::model::CacheType::F16, tandem::model::CacheType::Q8_0}) {
+    for (const auto type : {tandem::model::kCacheF16, tandem::model::kCacheQ8_0}) {
         SessionOptions o = opts(type);
         check_round_trip(m, prompt, o, 6);
         o.device = "cpu2";
@@ -632,7 +632,7 @@ TEST(SequenceState, LatentRowsRoundTrip) {
     std::string why;
     const auto devices = tandem::cuda::list_devices(&why);
     if (devices.empty()) return;  // the CUDA half needs a device (the emulator has one)
-    SessionOptions o = opts(tandem::model::CacheType::F16);
+    SessionOptions o = opts(tandem::model::kCacheF16);
     o.device = "cuda" + std::to_string(devices[0].index);
     o.n_gpu_layers = m.spec.hp.n_layer;
     check_round_trip(m, prompt, o, 6);

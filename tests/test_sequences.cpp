@@ -40,7 +40,7 @@ tandem::SessionOptions options(const std::string& device = "", int64_t ngl = 0) 
     // random models' logits by up to 0.25 even for one sequence; with Q8_0
     // they move by 4e-6, so a token attending to another sequence's cells
     // (an O(1) change) cannot hide under the tolerance.
-    opt.cache_type = tandem::model::CacheType::Q8_0;
+    opt.cache_type = tandem::model::kCacheQ8_0;
     opt.n_ctx = 256;
     opt.n_ubatch = 64;
     opt.device = device;
@@ -51,7 +51,7 @@ tandem::SessionOptions options(const std::string& device = "", int64_t ngl = 0) 
 // Where bits are compared with the same cells and product shapes.
 tandem::SessionOptions f16_options() {
     tandem::SessionOptions opt = options();
-    opt.cache_type = tandem::model::CacheType::F16;
+    opt.cache_type = tandem::model::kCacheF16;
     return opt;
 }
 

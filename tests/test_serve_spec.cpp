@@ -63,7 +63,7 @@ std::unique_ptr<spec::DraftModel> open_draft(const fs::path& path, const ServeMo
                                              int n_slots, float p_min) {
     return std::make_unique<spec::DraftModel>(
         path.string(), m.tok, target.n_vocab(),
-        tandem::tools::draft_session_options(std::nullopt, target, target.n_ubatch(), tandem::model::CacheType::F16, n_slots), p_min,
+        tandem::tools::draft_session_options(std::nullopt, target, target.n_ubatch(), tandem::model::kCacheF16, n_slots), p_min,
         true);
 }
 

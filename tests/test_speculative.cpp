@@ -650,7 +650,7 @@ void expect_batch_logits_equal_one_by_one(const fs::path& path, const std::strin
     const auto prompt = m.tok.encode(kRepetitive, true);
     const std::vector<int32_t> cont = m.tok.encode(" the mat. The dog sat on the log. The cat sat on the mat.", false);
     ASSERT_GE(cont.size(), 17u);
-    std::vector<tandem::model::CacheType> caches = {tandem::model::CacheType::F16, tandem::model::CacheType::Q8_0};
+    std::vector<tandem::model::CacheType> caches = {tandem::model::kCacheF16, tandem::model::kCacheQ8_0};
     std::vector<size_t> lengths = {2, 3, 4, 5, 8, 17};
     if (!device.empty()) {
         caches.pop_back();
@@ -686,7 +686,7 @@ void expect_batch_logits_equal_one_by_one(const fs::path& path, const std::strin
                 if (batch[i] != single[i] && first == batch.size()) first = i;
                 worst = std::max(worst, std::fabs(batch[i] - single[i]));
             }
-            EXPECT_EQ(first, batch.size()) << "cache " << static_cast<int>(cache) << " batch of " << n
+            EXPECT_EQ(first, batch.size()) << "cache " << tandem::model::cache_type_name(cache) << " batch of " << n
                                            << ": row " << first / static_cast<size_t>(one.n_vocab())
                                            << " differs first, max |diff| " << worst;
             const auto p0 = static_cast<int32_t>(prompt.size());

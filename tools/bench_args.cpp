@@ -280,11 +280,7 @@ BenchConfig make_bench_config(const BenchArgs& a) {
     }
     c.n_ubatch = int_lists(a.n_ubatch, "-ub", {512});
     require_at_least(c.n_ubatch, 1, "-ub");
-    // Named: split() returns views into it, which a temporary would not outlive.
-    const std::string cache_types = cache_type_text(a.cache_types);
-    for (std::string_view item : split(cache_types, ',')) {
-        c.cache_types.push_back(planner::parse_cache_type(std::string(item)));
-    }
+    c.cache_types = cache_types_of(a.cache_types);
     const auto mmaps = split(a.mmap, ',');
     if (mmaps.size() != 1) {
         throw Error(fmt::format("-mmp: one value, 0 or 1 (Tandem does not sweep it), found '{}'", a.mmap));

@@ -339,7 +339,7 @@ double attention_pos_seconds(int64_t hd, cpu::ThreadPool& pool, cpu::SimdLevel l
     std::vector<int32_t> cell_pos(kCells), q_pos(kTokens);
     for (int64_t c = 0; c < kCells; ++c) cell_pos[static_cast<size_t>(c)] = static_cast<int32_t>(c);
     for (int64_t t = 0; t < kTokens; ++t) q_pos[static_cast<size_t>(t)] = static_cast<int32_t>(kFirst + t);
-    const cpu::KvCacheView view{quant::Type::F16, reinterpret_cast<const uint8_t*>(k.data()),
+    const cpu::KvCacheView view{quant::Type::F16, quant::Type::F16, reinterpret_cast<const uint8_t*>(k.data()),
                                 reinterpret_cast<const uint8_t*>(v.data()), row, row, kCells, cell_pos.data()};
     std::vector<float> q(static_cast<size_t>(kTokens * shape.n_head * hd), 0.25f), out(q.size());
     const auto once = [&] { cpu::attention(q.data(), q_pos.data(), kTokens, shape, view, out.data(), pool, level); };
@@ -491,7 +491,7 @@ std::optional<double> measure_batch_seconds(const planner::Calibration& c, int t
     config.n_gpu_layers = {0};
     config.threads = {threads};
     config.n_ubatch = {512};
-    config.cache_types = {model::CacheType::F16};
+    config.cache_types = {model::kCacheF16};
     config.repetitions = 40;
     config.device = "cpu2";  // a device to predict against; nothing goes there at -ngl 0
     planner::Calibration zero = c;

@@ -37,7 +37,7 @@ struct OpenModel {
 
 // One Session's worth of options: every test runs on it.
 struct Setup {
-    model::CacheType cache_type = model::CacheType::F16;
+    model::CacheType cache_type = model::kCacheF16;
     int64_t n_ubatch = 512;
     int threads = 0;
     int64_t ngl = 0;

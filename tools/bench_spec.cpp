@@ -117,7 +117,7 @@ std::vector<SpecBenchRow> run_spec_bench(const BenchConfig& c, const SpecFlags& 
         if (c.device.empty()) req.ngl = 0;
         req.n_ctx = static_cast<int64_t>(prompt.size()) + n_gen + cfg.draft_max + 8;
         req.n_ubatch = n_ubatch;
-        req.cache_type = c.cache_types.empty() ? model::CacheType::F16 : c.cache_types.front();
+        req.cache_type = c.cache_types.empty() ? model::kCacheF16 : c.cache_types.front();
         req.placement = placement_options(c.placement);
         request_draft(f, draft_header.get(), req);
         Split split = resolve_split(req, file, spec, warn_on_stderr);

@@ -201,7 +201,7 @@ void plan_command(const PlanOptions& o) {
 
     SplitRequest req;
     req.n_ubatch = o.n_ubatch;
-    req.cache_type = planner::parse_cache_type(cache_type_text(o.cache));
+    req.cache_type = cache_type_of(o.cache);
     req.stream = stream_options(o.stream);
     req.placement = placement_options(o.placement);
     planner::PlanInputs in = split_plan_inputs(req);

@@ -112,7 +112,7 @@ void tune(const TuneOptions& given) {
     if (!o.vram.empty()) req.vram = {parse_size_flag("--vram", o.vram)};
     req.n_ctx = o.n_ctx;
     req.n_ubatch = o.n_ubatch;
-    req.cache_type = planner::parse_cache_type(cache_type_text(o.cache));
+    req.cache_type = cache_type_of(o.cache);
     req.stream = stream_options(o.stream);
     const planner::PlanInputs in = split_plan_inputs(req);
     const planner::Plan plan = planner::plan(spec, in);

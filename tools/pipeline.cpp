@@ -98,7 +98,8 @@ nlohmann::json options_json(const gguf::File& file, const SessionOptions& o) {
             {"n_seq_max", o.n_seq_max},
             {"kv_per_sequence", o.kv_per_sequence},
             {"n_threads", o.n_threads},
-            {"cache_type", static_cast<int>(o.cache_type)},
+            {"cache_type_k", static_cast<int>(o.cache_type.k)},
+            {"cache_type_v", static_cast<int>(o.cache_type.v)},
             {"simd_level", o.simd_level ? static_cast<int>(*o.simd_level) : -1},
             {"simd_from_env", o.simd_from_env},
             {"cpu_blas", o.cpu_blas},
@@ -126,7 +127,8 @@ SessionOptions options_from(const nlohmann::json& j) {
     o.n_seq_max = j.at("n_seq_max");
     o.kv_per_sequence = j.at("kv_per_sequence");
     o.n_threads = j.at("n_threads");
-    o.cache_type = static_cast<model::CacheType>(j.at("cache_type").get<int>());
+    o.cache_type = {static_cast<quant::Type>(j.at("cache_type_k").get<int>()),
+                    static_cast<quant::Type>(j.at("cache_type_v").get<int>())};
     if (const int level = j.at("simd_level"); level >= 0) o.simd_level = static_cast<cpu::SimdLevel>(level);
     o.simd_from_env = j.at("simd_from_env");
     o.cpu_blas = j.at("cpu_blas");

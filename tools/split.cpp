@@ -16,13 +16,18 @@
 namespace tandem::tools {
 namespace {
 
-void check_cache_types(std::string_view flag, const std::string& text) {
-    for (std::string_view item : split_items(text)) {
-        if (item == "f16" || item == "q8_0") continue;
-        throw Error(fmt::format("{} {}: not supported; Tandem's KV cache is f16 or q8_0, one type for K and V "
-                                "(--cache-type, or -ctk and -ctv alike)",
-                                flag, item));
-    }
+// Each item of a flag's list as a cache element type.
+std::vector<quant::Type> cache_elements(std::string_view flag, const std::string& text) {
+    std::vector<quant::Type> types;
+    for (std::string_view item : split_items(text)) types.push_back(model::parse_cache_element(flag, item));
+    if (types.empty()) throw Error(fmt::format("{}: expected a KV cache type, found nothing", flag));
+    return types;
+}
+
+// K's and V's lists: -ctk and -ctv where given, else --cache-type's.
+std::pair<std::vector<quant::Type>, std::vector<quant::Type>> cache_lists(const CacheTypeFlags& f) {
+    const std::vector<quant::Type> both = cache_elements("--cache-type", f.both);
+    return {f.k.empty() ? both : cache_elements("-ctk", f.k), f.v.empty() ? both : cache_elements("-ctv", f.v)};
 }
 
 }  // namespace
@@ -30,9 +35,11 @@ void check_cache_types(std::string_view flag, const std::string& text) {
 void add_cache_type_flags(CLI::App& cmd, CacheTypeFlags& f, bool list) {
     const std::string kind = list ? ", a list (default f16)" : "";
     CLI::Option* opts[] = {
-        cmd.add_option("--cache-type", f.both, "KV cache type for K and V: f16 or q8_0" + kind),
-        cmd.add_option("--cache-type-k", f.k, "K cache type (-ctk), as llama.cpp; must be the same as V's" + kind),
-        cmd.add_option("--cache-type-v", f.v, "V cache type (-ctv), as llama.cpp; must be the same as K's" + kind),
+        cmd.add_option("--cache-type", f.both,
+                       "KV cache type for K and V: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0 or q5_1 (the "
+                       "quantized ones stored rotated, as llama.cpp)" + kind),
+        cmd.add_option("--cache-type-k", f.k, "K cache type (-ctk), as llama.cpp; default --cache-type's" + kind),
+        cmd.add_option("--cache-type-v", f.v, "V cache type (-ctv), as llama.cpp; default --cache-type's" + kind),
     };
     if (!list) {
         opts[0]->capture_default_str();
@@ -42,18 +49,19 @@ void add_cache_type_flags(CLI::App& cmd, CacheTypeFlags& f, bool list) {
     for (CLI::Option* o : opts) o->type_name("LIST")->delimiter(',')->multi_option_policy(CLI::MultiOptionPolicy::Join);
 }
 
-std::string cache_type_text(const CacheTypeFlags& f) {
-    check_cache_types("--cache-type", f.both);
-    if (!f.k.empty()) check_cache_types("-ctk", f.k);
-    if (!f.v.empty()) check_cache_types("-ctv", f.v);
-    const std::string& k = f.k.empty() ? f.both : f.k;
-    const std::string& v = f.v.empty() ? f.both : f.v;
-    if (k != v) {
-        throw Error(fmt::format("-ctk {} with -ctv {}: Tandem's KV cache has one type for K and V; give both the "
-                                "same (f16 or q8_0), or --cache-type",
-                                k, v));
+model::CacheType cache_type_of(const CacheTypeFlags& f) {
+    const auto [k, v] = cache_lists(f);
+    if (k.size() != 1 || v.size() != 1) throw Error("--cache-type, -ctk, -ctv: expected one type each, found a list");
+    return {k[0], v[0]};
+}
+
+std::vector<model::CacheType> cache_types_of(const CacheTypeFlags& f) {
+    const auto [ks, vs] = cache_lists(f);
+    std::vector<model::CacheType> pairs;
+    for (const quant::Type k : ks) {
+        for (const quant::Type v : vs) pairs.push_back({k, v});
     }
-    return k;
+    return pairs;
 }
 
 uint64_t parse_size_flag(std::string_view flag, std::string_view text) {
@@ -162,7 +170,7 @@ SplitRequest split_request(const SplitFlags& f, int64_t n_ctx, int64_t n_ubatch)
     }
     r.n_ctx = n_ctx;
     r.n_ubatch = n_ubatch;
-    r.cache_type = planner::parse_cache_type(cache_type_text(f.cache));
+    r.cache_type = cache_type_of(f.cache);
     r.stream = stream_options(f.stream);
     r.placement = placement_options(f.placement);
     return r;

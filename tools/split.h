@@ -27,8 +27,7 @@ using serving::SplitRequest;
 using serving::usable_gpu_or_cpu;
 
 // --cache-type (K and V alike), and llama.cpp's -ctk/--cache-type-k and
-// -ctv/--cache-type-v. Tandem's KV cache has one type for K and V, f16 or
-// q8_0, so the two must name the same one.
+// -ctv/--cache-type-v, which override it for K or V.
 struct CacheTypeFlags {
     std::string both = "f16";
     std::string k;  // "" when not given: --cache-type's
@@ -38,10 +37,12 @@ struct CacheTypeFlags {
 // Registers the three flags; with `list`, each takes a comma list (bench).
 void add_cache_type_flags(CLI::App& cmd, CacheTypeFlags& f, bool list = false);
 
-// The type (with `list`-style flags, the comma list of types) the flags
-// name. Throws tandem::Error with one line for a type the KV cache does
-// not support (q4_0, bf16, ...) or K and V types that differ.
-std::string cache_type_text(const CacheTypeFlags& f);
+// The K and V types the flags name. Throws tandem::Error with one line for
+// a name that is not a cache type, or a list.
+model::CacheType cache_type_of(const CacheTypeFlags& f);
+// With `list`-style flags: every (K, V) pair of the lists, K outer, as
+// llama-bench crosses -ctk and -ctv.
+std::vector<model::CacheType> cache_types_of(const CacheTypeFlags& f);
 
 // Where a model runs, as the flags give it (run and perplexity take these,
 // each with its own help text).

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kernels_cpu/attention.h"
+#include "runtime/quant/hadamard.h"
 #include "kernels_cpu/elementwise.h"
 #include "kernels_cpu/moe.h"
 #include "kernels_cpu/vec_dot.h"
@@ -187,16 +188,15 @@ void CpuDevice::load_vector(const gguf::TensorInfo& t) {
 
 void CpuDevice::load_kv(int64_t il, const KvCells& cells) {
     const auto& hp = impl_->hp;
-    const quant::Type type = model::cache_quant_type(impl_->config.cache_type);
+    const model::CacheType type = impl_->config.cache_type;
     const uint64_t bytes =
         model::kv_bytes_for_cells(impl_->spec, cells.n_cells(), impl_->config.n_ubatch, impl_->config.cache_type);
     impl_->reserve(MemoryCategory::KvCache, bytes, fmt::format("the KV cache of layer {}", il));
-    // fp16 rows through the SIMD conversion, whose bytes are the
-    // reference's (Matmul's activation quantizer test); other cache types
-    // keep the reference (Q8_0's activation quantizer rounds otherwise).
-    const quant::QuantizeRowFn write_row =
-        type == quant::Type::F16 ? cpu::detail::activation_quantizer(type, impl_->level) : nullptr;
-    impl_->kv.try_emplace(il, type, cells, hp.k_dim(), hp.kv_v_dim(), write_row);
+    // Rows stored as llama.cpp's CPU backend stores them, the same bytes at
+    // every SIMD level.
+    impl_->kv.try_emplace(il, type, cells, hp.k_dim(), hp.kv_v_dim(),
+                          KvRowWriters{cpu::detail::cache_row_quantizer(type.k, impl_->level),
+                                       cpu::detail::cache_row_quantizer(type.v, impl_->level)});
 }
 
 void CpuDevice::allocate_workspace(bool with_logits) {
@@ -509,6 +509,13 @@ void CpuDevice::add(Act y, Act x, int64_t len, int64_t rows) {
 
 void CpuDevice::scale(Act a, int64_t n_floats, float s) { cpu::scale(impl_->buf(a), n_floats, s); }
 void CpuDevice::softcap(Act a, int64_t n_floats, float cap) { cpu::softcap(impl_->buf(a), n_floats, cap); }
+
+void CpuDevice::hadamard(Act a, int64_t n_floats, int64_t block) {
+    TANDEM_CHECK(block > 0 && (block & (block - 1)) == 0 && n_floats % block == 0,
+                 "hadamard: blocks of a power of two that divides the rows");
+    float* x = impl_->buf(a);
+    for (int64_t i = 0; i < n_floats; i += block) quant::hadamard_block(x + i, block);
+}
 
 uint64_t CpuDevice::kv_bytes() const {
     uint64_t total = 0;

@@ -56,6 +56,7 @@ public:
     void add(Act y, Act x, int64_t len, int64_t rows) override;
     void scale(Act a, int64_t n_floats, float s) override;
     void softcap(Act a, int64_t n_floats, float cap) override;
+    void hadamard(Act a, int64_t n_floats, int64_t block) override;
 
     void set_single_token_order(bool on) override;
     uint64_t kv_bytes() const override;

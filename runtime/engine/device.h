@@ -57,7 +57,7 @@ const typename Map::mapped_type& held_tensor(const Map& held, const gguf::Tensor
 struct DeviceConfig {
     int64_t n_ctx = 0;
     int64_t n_ubatch = 0;
-    model::CacheType cache_type = model::CacheType::F16;
+    model::CacheType cache_type = model::kCacheF16;
     // An accelerator calls this with the bytes of each tensor as it is
     // copied to the device, the host as it copies a matrix out of the
     // mapping (copy_host_weights): a progress bar's feed; may be empty.
@@ -244,6 +244,11 @@ public:
     virtual void add(Act y, Act x, int64_t len, int64_t rows) = 0;
     virtual void scale(Act a, int64_t n_floats, float s) = 0;
     virtual void softcap(Act a, int64_t n_floats, float cap) = 0;
+    // Each block of `block` floats (a power of two) of a's first n_floats
+    // times the orthonormal Walsh-Hadamard matrix, as ggml's fast transform
+    // computes it (cpu::hadamard_blocks): the attention rotation of a
+    // quantized cache (model::KvRotation).
+    virtual void hadamard(Act a, int64_t n_floats, int64_t block) = 0;
 
     // While on, matmuls give every token the bits a one-token batch gets
     // (Session::eval_batch_single_order); devices without batch-dependent

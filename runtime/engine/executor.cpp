@@ -10,9 +10,10 @@ namespace tandem {
 using model::LayerTensor;
 using model::OpKind;
 
-LayerExecutor::LayerExecutor(const model::ModelSpec& spec, const Placement& placement, std::vector<DeviceOps*> devices)
+LayerExecutor::LayerExecutor(const model::ModelSpec& spec, const Placement& placement, std::vector<DeviceOps*> devices,
+                             model::KvRotation rotation)
     : spec_(spec), hp_(spec.hp), placement_(placement), devices_(std::move(devices)),
-      widths_(model::workspace_widths(spec.hp)) {
+      widths_(model::workspace_widths(spec.hp)), rotation_(rotation) {
     TANDEM_CHECK(!devices_.empty() && devices_[kHostDevice]->host_act(Act::X), "the executor needs the host first");
 }
 
@@ -199,7 +200,15 @@ void LayerExecutor::attention(int64_t il, const Op& recipe_op, int d, const Reci
         on(d).scale(Act::Q, b.n * hp_.q_dim(), op.scale);
         op.scale = 1.0f;
     }
+    // A quantized cache stores K and V rotated (model::KvRotation): Q turns
+    // with K, so Q.K is unchanged, and the output turns back.
+    if (rotation_.k > 0) {
+        on(d).hadamard(Act::Q, b.n * hp_.q_dim(), rotation_.k);
+        on(d).hadamard(Act::K, b.n * hp_.k_dim(), rotation_.k);
+    }
+    if (rotation_.v > 0) on(d).hadamard(Act::V, b.n * hp_.kv_v_dim(), rotation_.v);
     on(d).attention(il, b.cells[static_cast<size_t>(il)], b.pos, b.seq, op);
+    if (rotation_.v > 0) on(d).hadamard(Act::Attn, b.n * hp_.n_head * hp_.head_dim_v, rotation_.v);
 }
 
 const float* LayerExecutor::x_on_host(int64_t n) {

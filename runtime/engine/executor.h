@@ -44,7 +44,10 @@ class LayerExecutor {
 public:
     // devices[d] runs what the placement puts on device d; all must outlive
     // the executor. devices[kHostDevice] must keep its buffers in host memory.
-    LayerExecutor(const model::ModelSpec& spec, const Placement& placement, std::vector<DeviceOps*> devices);
+    // rotation: what the attention rotates for the session's cache type
+    // (model::kv_rotation).
+    LayerExecutor(const model::ModelSpec& spec, const Placement& placement, std::vector<DeviceOps*> devices,
+                  model::KvRotation rotation = {});
 
     // The hidden state X has just been written on `device` (the embedding).
     void x_written_on(int device);
@@ -86,6 +89,7 @@ private:
     const Placement& placement_;
     std::vector<DeviceOps*> devices_;
     model::WorkspaceWidths widths_;
+    model::KvRotation rotation_;
     model::Residency where_{kHostDevice};
     std::vector<float> staging_;  // host floats of a move between two devices
     std::vector<float> observed_x_, observed_route_;  // an accelerator's buffers read back for the observer

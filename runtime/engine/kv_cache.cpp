@@ -16,27 +16,34 @@ uint64_t row_bytes_of(quant::Type type, int64_t dim) {
     return *bytes;
 }
 
+quant::QuantizeRowFn row_writer(quant::Type type, quant::QuantizeRowFn given) {
+    const quant::QuantizeRowFn fn = given ? given : quant::traits(type).quantize_row;
+    TANDEM_CHECK(fn != nullptr, "KV cache: the cache type has no row conversion");
+    return fn;
+}
+
 }  // namespace
 
-LayerKvCache::LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span,
-                           int64_t n_regions, quant::QuantizeRowFn write_row)
-    : LayerKvCache(type, std::make_unique<KvCells>(n_cells, ring_span, n_regions), nullptr, k_dim, v_dim, write_row) {}
+LayerKvCache::LayerKvCache(model::CacheType type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span,
+                           int64_t n_regions, KvRowWriters writers)
+    : LayerKvCache(type, std::make_unique<KvCells>(n_cells, ring_span, n_regions), nullptr, k_dim, v_dim,
+                   writers) {}
 
-LayerKvCache::LayerKvCache(quant::Type type, const KvCells& cells, int64_t k_dim, int64_t v_dim,
-                           quant::QuantizeRowFn write_row)
-    : LayerKvCache(type, nullptr, &cells, k_dim, v_dim, write_row) {}
+LayerKvCache::LayerKvCache(model::CacheType type, const KvCells& cells, int64_t k_dim, int64_t v_dim,
+                           KvRowWriters writers)
+    : LayerKvCache(type, nullptr, &cells, k_dim, v_dim, writers) {}
 
-LayerKvCache::LayerKvCache(quant::Type type, std::unique_ptr<KvCells> owned, const KvCells* cells, int64_t k_dim,
-                           int64_t v_dim, quant::QuantizeRowFn write_row)
-    : type_(type),
-      write_row_(write_row != nullptr ? write_row : quant::traits(type).quantize_row),
+LayerKvCache::LayerKvCache(model::CacheType type, std::unique_ptr<KvCells> owned, const KvCells* cells, int64_t k_dim,
+                           int64_t v_dim, KvRowWriters writers)
+    : type_(v_dim > 0 ? type : model::CacheType{type.k, type.k}),
+      write_k_(row_writer(type_.k, writers.k)),
+      write_v_(row_writer(type_.v, v_dim > 0 ? writers.v : writers.k)),
       k_dim_(k_dim),
       v_dim_(v_dim),
-      k_row_bytes_(row_bytes_of(type, k_dim)),
-      v_row_bytes_(row_bytes_of(type, v_dim)),
+      k_row_bytes_(row_bytes_of(type_.k, k_dim)),
+      v_row_bytes_(row_bytes_of(type_.v, v_dim)),
       owned_(std::move(owned)),
       cells_(owned_ ? owned_.get() : cells) {
-    TANDEM_CHECK(write_row_ != nullptr, "KV cache: the cache type has no row conversion");
     k_.resize(static_cast<size_t>(cells_->n_cells()) * k_row_bytes_);
     v_.resize(static_cast<size_t>(cells_->n_cells()) * v_row_bytes_);
 }
@@ -48,8 +55,8 @@ KvCells& LayerKvCache::own() {
 
 void LayerKvCache::store_at(int64_t cell, const float* k_row, const float* v_row) {
     TANDEM_CHECK(cell >= 0 && cell < cells_->n_cells(), "KV cache: cell out of range");
-    write_row_(k_row, k_.data() + static_cast<uint64_t>(cell) * k_row_bytes_, k_dim_);
-    if (v_dim_ > 0) write_row_(v_row, v_.data() + static_cast<uint64_t>(cell) * v_row_bytes_, v_dim_);
+    write_k_(k_row, k_.data() + static_cast<uint64_t>(cell) * k_row_bytes_, k_dim_);
+    if (v_dim_ > 0) write_v_(v_row, v_.data() + static_cast<uint64_t>(cell) * v_row_bytes_, v_dim_);
 }
 
 void LayerKvCache::store(int32_t pos, const float* k_row, const float* v_row) {
@@ -104,7 +111,8 @@ void LayerKvCache::write_seq(int32_t seq, const KvSeqRows& rows) {
 
 cpu::KvCacheView LayerKvCache::make_view(const int32_t* cell_pos, int64_t begin, int64_t end) const {
     cpu::KvCacheView v;
-    v.type = type_;
+    v.k_type = type_.k;
+    v.v_type = type_.v;
     v.k = k_.data() + static_cast<uint64_t>(begin) * k_row_bytes_;
     v.k_row_bytes = k_row_bytes_;
     if (v_dim_ > 0) {

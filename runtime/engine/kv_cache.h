@@ -1,5 +1,5 @@
 // The KV cache of one layer: one row per cell holding K (or V) of every KV
-// head at one position, in F16 or Q8_0 blocks. Global layers have one cell
+// head at one position, K and V each in its cache type (model::CacheType). Global layers have one cell
 // per context position; sliding-window layers keep a ring of window +
 // micro-batch cells, enough for every query of a batch to see its window.
 //
@@ -17,9 +17,15 @@
 #include "kernels_cpu/attention.h"
 #include "runtime/engine/kv_cells.h"
 #include "runtime/engine/sequence_state.h"
+#include "runtime/model/model_spec.h"
 #include "runtime/quant/quant_types.h"
 
 namespace tandem {
+
+struct KvRowWriters {
+    quant::QuantizeRowFn k = nullptr;
+    quant::QuantizeRowFn v = nullptr;
+};
 
 class LayerKvCache {
 public:
@@ -31,17 +37,21 @@ public:
     // n_regions: KvCells' parts, one per sequence (1: one shared pool).
     // v_dim 0: the cache stores K alone and V is each K row's first
     // head_dim_v floats (MLA's latent).
-    // write_row: what turns a K or V row into the cache type's bytes; it
-    // must give the type's reference bytes (a CPU device passes its SIMD
-    // fp16 conversion, tested equal); null: the reference itself.
+    // writers: what turns a K and a V row into their types' bytes (a CPU
+    // device passes cpu::detail::cache_row_quantizer's, llama.cpp's cache
+    // store); null: the type's quantize_row. With v_dim 0, V is K's type.
+    LayerKvCache(model::CacheType type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span = 0,
+                 int64_t n_regions = 1, KvRowWriters writers = {});
+    // K and V of one type.
     LayerKvCache(quant::Type type, int64_t n_cells, int64_t k_dim, int64_t v_dim, int64_t ring_span = 0,
-                 int64_t n_regions = 1, quant::QuantizeRowFn write_row = nullptr);
+                 int64_t n_regions = 1, KvRowWriters writers = {})
+        : LayerKvCache(model::CacheType{type, type}, n_cells, k_dim, v_dim, ring_span, n_regions, writers) {}
     // The rows of `cells`, which the session owns and changes (it must
     // outlive the cache): a device's cache. The calls that change cells
     // (store by position, remove, copy_seq, clear, write_seq) are then the
     // session's, on its cells, and throw here.
-    LayerKvCache(quant::Type type, const KvCells& cells, int64_t k_dim, int64_t v_dim,
-                 quant::QuantizeRowFn write_row = nullptr);
+    LayerKvCache(model::CacheType type, const KvCells& cells, int64_t k_dim, int64_t v_dim,
+                 KvRowWriters writers = {});
 
     // Quantizes and stores K and V rows in cell `cell` (the one the cells'
     // owner placed the position in).
@@ -100,14 +110,14 @@ public:
     uint64_t bytes() const { return k_.size() + v_.size(); }
 
 private:
-    LayerKvCache(quant::Type type, std::unique_ptr<KvCells> owned, const KvCells* cells, int64_t k_dim,
-                 int64_t v_dim, quant::QuantizeRowFn write_row);
+    LayerKvCache(model::CacheType type, std::unique_ptr<KvCells> owned, const KvCells* cells, int64_t k_dim,
+                 int64_t v_dim, KvRowWriters writers);
     KvCells& own();
     void check_row_bytes(const KvSeqRows& rows) const;
     cpu::KvCacheView make_view(const int32_t* cell_pos, int64_t begin, int64_t end) const;
 
-    quant::Type type_;
-    quant::QuantizeRowFn write_row_;
+    model::CacheType type_;
+    quant::QuantizeRowFn write_k_, write_v_;
     int64_t k_dim_;
     int64_t v_dim_;
     uint64_t k_row_bytes_;

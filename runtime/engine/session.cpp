@@ -156,7 +156,8 @@ struct Session::Impl {
         // An accelerator that holds nothing runs nothing: its index maps to the host.
         std::vector<DeviceOps*> devices{host.get()};
         for (const auto& a : accels) devices.push_back(a ? static_cast<DeviceOps*>(a.get()) : host.get());
-        recipe = std::make_unique<LayerExecutor>(spec, placement, std::move(devices));
+        recipe = std::make_unique<LayerExecutor>(spec, placement, std::move(devices),
+                                                 model::kv_rotation(hp, opt.cache_type));
         for (auto* v : {&tokens, &pos, &seq}) v->resize(static_cast<size_t>(opt.n_ubatch));
     }
 
@@ -424,7 +425,22 @@ struct Session::Impl {
         if (s < 0 || s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
     }
 
-    uint32_t cache_type_code() const { return static_cast<uint32_t>(model::cache_quant_type(opt.cache_type)); }
+    // A state's cache type word: the K type's id, with V's id + 1 in the
+    // upper half when it differs (states of one type read as before K and
+    // V could differ).
+    uint32_t cache_type_code() const {
+        const auto k = static_cast<uint32_t>(opt.cache_type.k), v = static_cast<uint32_t>(opt.cache_type.v);
+        return k == v ? k : k | (v + 1) << 16;
+    }
+    static std::string cache_type_code_name(uint32_t code) {
+        const auto name = [](uint32_t t) {
+            for (const quant::Type e : model::cache_element_types()) {
+                if (static_cast<uint32_t>(e) == t) return model::cache_element_name(e);
+            }
+            return fmt::format("type {}", t);
+        };
+        return code >> 16 ? name(code & 0xffff) + "/" + name((code >> 16) - 1) : name(code);
+    }
 
     int32_t held_prefix(int32_t s, int32_t n) const {
         check_seq_id(s);
@@ -512,17 +528,12 @@ struct Session::Impl {
                                     st.model.weights_hash, fp.weights_hash, fix));
         }
         if (st.cache_type != cache_type_code()) {
-            const auto name = [](uint32_t t) {
-                return t == static_cast<uint32_t>(quant::Type::F16)    ? std::string("f16")
-                       : t == static_cast<uint32_t>(quant::Type::Q8_0) ? std::string("q8_0")
-                                                                       : fmt::format("type {}", t);
-            };
             throw Error(fmt::format("sequence state cache type: expected {} (this session's), found {}; use the same "
                                     "cache type",
-                                    name(cache_type_code()), name(st.cache_type)));
+                                    cache_type_code_name(cache_type_code()), cache_type_code_name(st.cache_type)));
         }
-        const quant::Type qt = model::cache_quant_type(opt.cache_type);
-        const uint64_t kb = *quant::row_bytes(qt, hp.k_dim()), vb = *quant::row_bytes(qt, hp.kv_v_dim());
+        const uint64_t kb = *quant::row_bytes(opt.cache_type.k, hp.k_dim()),
+                       vb = *quant::row_bytes(opt.cache_type.v, hp.kv_v_dim());
         for (size_t il = 0; il < st.layers.size(); ++il) {
             const KvSeqRows& l = st.layers[il];
             if (l.k_row_bytes != kb || l.v_row_bytes != vb) {

@@ -36,7 +36,7 @@ struct SessionOptions {
     // from n_seq_max on cannot store positions.
     bool kv_per_sequence = false;
     int n_threads = 0;        // 0: physical cores
-    model::CacheType cache_type = model::CacheType::F16;
+    model::CacheType cache_type = model::kCacheF16;
     bool simd_from_env = true;  // TANDEM_CPU overrides the detected level
     std::optional<cpu::SimdLevel> simd_level;  // set: this level, whatever the environment says
     // The accelerators: "" for none, a name or a comma list of names

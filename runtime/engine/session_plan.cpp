@@ -20,11 +20,7 @@ void check_sizes(const model::ModelSpec& spec, SessionOptions& opt) {
         throw Error(fmt::format("parallel sequences: expected a value in [1, {}], found {}", kMaxSequences,
                                 opt.n_seq_max));
     }
-    const quant::Type cache_type = model::cache_quant_type(opt.cache_type);
-    if (!quant::row_bytes(cache_type, hp.head_dim_k) || !quant::row_bytes(cache_type, hp.head_dim_v)) {
-        throw Error(fmt::format("cache type {} needs head sizes that are multiples of {}, the model has {}",
-                                quant::traits(cache_type).name, quant::traits(cache_type).block_elems, hp.head_dim_k));
-    }
+    model::check_cache_type(hp, opt.cache_type);
 }
 
 Placement place(const model::ModelSpec& spec, const SessionOptions& opt) {

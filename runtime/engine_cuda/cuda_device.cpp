@@ -106,9 +106,13 @@ public:
 
     void load_kv(int64_t il, const KvCells& cells) override {
         TANDEM_CHECK(!caches_.count(il), "load_kv: layer loaded twice");
+        if (config_.cache_type != model::kCacheF16 && config_.cache_type != model::kCacheQ8_0) {
+            throw Error(fmt::format("KV cache type {} on {}: the CUDA device stores f16 or q8_0 (K and V alike) for now",
+                                    model::cache_type_name(config_.cache_type), name()));
+        }
         select();
         auto cache = std::make_unique<CudaKvCache>(ledger_, uploads(), fmt::format("the KV cache of layer {}", il),
-                                                   config_.cache_type == model::CacheType::Q8_0, hp_.k_dim(),
+                                                   config_.cache_type == model::kCacheQ8_0, hp_.k_dim(),
                                                    hp_.kv_v_dim(), cells, config_.n_ubatch);
         kv_bytes_ += cache->bytes();
         caches_.emplace(il, std::move(cache));
@@ -387,6 +391,14 @@ public:
     void softcap(Act a, int64_t n_floats, float cap) override {
         select();
         kernels::launch_softcap(buf(a), n_floats, cap, nullptr);
+        check_launch();
+    }
+
+    void hadamard(Act a, int64_t n_floats, int64_t block) override {
+        TANDEM_CHECK(block > 0 && (block & (block - 1)) == 0 && n_floats % block == 0,
+                     "hadamard: blocks of a power of two that divides the rows");
+        select();
+        kernels::launch_hadamard(buf(a), n_floats, block, nullptr);
         check_launch();
     }
 

@@ -1,6 +1,7 @@
 #include "runtime/model/model_spec.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include <fmt/format.h>
 
@@ -118,7 +119,62 @@ ModelSpec load_model_spec(const gguf::File& file) {
     return spec;
 }
 
-quant::Type cache_quant_type(CacheType t) { return t == CacheType::F16 ? quant::Type::F16 : quant::Type::Q8_0; }
+namespace {
+constexpr quant::Type kCacheElements[] = {quant::Type::F32,  quant::Type::F16,  quant::Type::BF16,
+                                          quant::Type::Q8_0, quant::Type::Q4_0, quant::Type::Q4_1,
+                                          quant::Type::IQ4_NL, quant::Type::Q5_0, quant::Type::Q5_1};
+}  // namespace
+
+std::span<const quant::Type> cache_element_types() { return kCacheElements; }
+
+std::string cache_element_name(quant::Type t) {
+    std::string name(quant::traits(t).name);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return name;
+}
+
+quant::Type parse_cache_element(std::string_view flag, std::string_view name) {
+    std::string names;
+    for (const quant::Type t : kCacheElements) {
+        if (cache_element_name(t) == name) return t;
+        names += (names.empty() ? "" : ", ") + cache_element_name(t);
+    }
+    throw Error(fmt::format("{}: expected a KV cache type ({}), found '{}'", flag, names, name));
+}
+
+std::string cache_type_name(CacheType t) {
+    return t.k == t.v ? cache_element_name(t.k) : cache_element_name(t.k) + "/" + cache_element_name(t.v);
+}
+
+void check_cache_type(const HParams& hp, CacheType type) {
+    const auto fits = [](quant::Type t, int64_t dim, const char* side) {
+        if (!quant::row_bytes(t, dim)) {
+            throw Error(fmt::format("cache type {} ({}): needs head sizes that are multiples of {}, the model's is {}",
+                                    cache_element_name(t), side, quant::traits(t).block_elems, dim));
+        }
+    };
+    fits(type.k, hp.head_dim_k, "K");
+    if (hp.mla()) {
+        if (type.k != type.v) {
+            throw Error(fmt::format("-ctk {} with -ctv {}: this model's attention is latent (MLA), whose cache holds V "
+                                    "inside K; give K and V the same type",
+                                    cache_element_name(type.k), cache_element_name(type.v)));
+        }
+        return;
+    }
+    fits(type.v, hp.head_dim_v, "V");
+}
+
+KvRotation kv_rotation(const HParams& hp, CacheType type) {
+    KvRotation r;
+    if (hp.mla()) return r;
+    if (quant::traits(type.k).is_quantized && hp.head_dim_k % 64 == 0) {
+        r.k = 64;
+        while (hp.head_dim_k % (r.k * 2) == 0) r.k *= 2;
+    }
+    if (quant::traits(type.v).is_quantized && hp.head_dim_v % 64 == 0) r.v = 64;
+    return r;
+}
 
 uint64_t layer_weight_bytes(const ModelSpec& spec, int64_t il) {
     uint64_t total = 0;
@@ -166,9 +222,8 @@ int64_t kv_ring_span(const ModelSpec& spec, int64_t il, int64_t n_ctx, int64_t n
 }
 
 uint64_t kv_bytes_for_cells(const ModelSpec& spec, int64_t n_cells, int64_t n_ubatch, CacheType type) {
-    const quant::Type qt = cache_quant_type(type);
-    const auto k_row = quant::row_bytes(qt, spec.hp.k_dim());
-    const auto v_row = quant::row_bytes(qt, spec.hp.kv_v_dim());
+    const auto k_row = quant::row_bytes(type.k, spec.hp.k_dim());
+    const auto v_row = quant::row_bytes(type.v, spec.hp.kv_v_dim());
     TANDEM_CHECK(k_row && v_row, "KV row not a multiple of the cache type's block");
     return kv_layout(*k_row, *v_row, n_cells, n_ubatch).bytes;
 }

@@ -7,6 +7,9 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/gguf/gguf_file.h"
@@ -55,8 +58,45 @@ struct ModelSpec {
 ModelSpec load_model_spec(const gguf::File& file);
 
 // ---- sizes ----------------------------------------------------------------
-enum class CacheType { F16, Q8_0 };
-quant::Type cache_quant_type(CacheType t);
+// The KV cache's element types, K and V chosen apart as llama.cpp's
+// -ctk/-ctv: f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0 or q5_1. With
+// latent attention (MLA) V is K's first floats, so the two must be equal.
+struct CacheType {
+    quant::Type k = quant::Type::F16;
+    quant::Type v = quant::Type::F16;
+    friend bool operator==(const CacheType&, const CacheType&) = default;
+};
+inline constexpr CacheType kCacheF16{};
+inline constexpr CacheType kCacheQ8_0{quant::Type::Q8_0, quant::Type::Q8_0};
+
+// The cache element types, in llama.cpp's order of its --cache-type-k help.
+std::span<const quant::Type> cache_element_types();
+// "q4_0" for Q4_0: llama.cpp's lower-case flag names.
+std::string cache_element_name(quant::Type t);
+// The type a flag's name gives; throws tandem::Error naming the flag, what
+// was found and the names it takes.
+quant::Type parse_cache_element(std::string_view flag, std::string_view name);
+// "f16", or "q4_0/f16" (K/V) when they differ.
+std::string cache_type_name(CacheType t);
+// Throws tandem::Error with one line when the model cannot use the cache
+// type: a head size that is not a multiple of the type's block, or K and V
+// types that differ under latent attention (V is part of K there).
+void check_cache_type(const HParams& hp, CacheType type);
+
+// Attention rotation, as llama.cpp (since April 2026, PR 21038) applies it
+// to a quantized cache: Q and K, after RoPE, are multiplied block by block
+// along each head by the orthonormal Walsh-Hadamard matrix H_k (k: the
+// largest power of two >= 64 dividing the K head size); V by H_64 per
+// 64-element block, and the attention output by H_64 again before the
+// output projection (H is its own inverse). The dot products and the
+// softmax are unchanged; the quantization error of K and V falls. 0: that
+// side is not rotated (a float cache type, a head size that is not a
+// multiple of 64, or latent attention, whose V is part of K).
+struct KvRotation {
+    int64_t k = 0;
+    int64_t v = 0;
+};
+KvRotation kv_rotation(const HParams& hp, CacheType type);
 
 // Bytes of all weights of layer il.
 uint64_t layer_weight_bytes(const ModelSpec& spec, int64_t il);

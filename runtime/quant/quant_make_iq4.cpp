@@ -196,6 +196,30 @@ void quantize_block_mxfp4(const float* x, block_mxfp4* y) {
     }
 }
 
+// ggml's quantize_row_iq4_nl_impl with ntry -1 and no importance weights.
+void quantize_block_iq4_nl_plain(const float* x, const float*, block_iq4_nl* y) {
+    float weight[kBlock];
+    for (int j = 0; j < kBlock; ++j) weight[j] = x[j] * x[j];
+    float amax = 0, max = 0;
+    for (int j = 0; j < kBlock; ++j) {
+        const float ax = std::fabs(x[j]);
+        if (ax > amax) {
+            amax = ax;
+            max = x[j];
+        }
+    }
+    float id = 0;
+    float scale = 0;
+    if (amax >= kBlockMaxEps) {
+        id = 1 / (max / table_value(0));
+        float sumqx, sumq2;
+        weighted_sums(x, weight, id, &sumqx, &sumq2);
+        scale = sumq2 > 0 ? sumqx / sumq2 : 0.f;
+    }
+    y->d = fp32_to_fp16(scale);
+    pack_codes(x, kBlock, &id, y->qs);  // the codes the scale was fitted to
+}
+
 template <class Block, int kSize, void (*QuantizeBlock)(const float*, const float*, Block*)>
 void quantize_row(const float* src, void* dst, int64_t n, const float* qw) {
     TANDEM_CHECK(n % kSize == 0, "IQ4 row length must be a multiple of the block size");
@@ -209,6 +233,10 @@ void quantize_row(const float* src, void* dst, int64_t n, const float* qw) {
 // quantize_iq4_nl / quantize_iq4_xs do.
 void quantize_row_iq4_nl_w(const float* src, void* dst, int64_t n, const float* qw) {
     quantize_row<block_iq4_nl, kQK4_NL, quantize_block_iq4_nl>(src, dst, n, qw);
+}
+
+void quantize_row_iq4_nl_plain(const float* src, void* dst, int64_t n) {
+    quantize_row<block_iq4_nl, kQK4_NL, quantize_block_iq4_nl_plain>(src, dst, n, nullptr);
 }
 
 void quantize_row_iq4_xs_w(const float* src, void* dst, int64_t n, const float* qw) {

@@ -72,6 +72,10 @@ void quantize_row_iq3_s_w(const float* src, void* dst, int64_t n, const float* q
 void quantize_row_iq4_nl_w(const float* src, void* dst, int64_t n, const float* qw);
 void quantize_row_iq4_xs_w(const float* src, void* dst, int64_t n, const float* qw);
 void quantize_row_mxfp4(const float* src, void* dst, int64_t n);
+// ggml's quantize_row_iq4_nl_ref, its CPU backend's row conversion (a KV
+// cache's store): one least-squares scale over the codes picked at the
+// block's extreme -> -127, no trial scales, those codes kept.
+void quantize_row_iq4_nl_plain(const float* src, void* dst, int64_t n);
 // The K-quants and legacy types with importance weights
 // (quant_make_weighted.cpp); with qw == nullptr ggml uses the plain
 // reference quantizers above, and so do the callers here.

@@ -61,7 +61,7 @@ struct SplitRequest {
     int64_t n_ctx = 0;
     int64_t n_ubatch = 512;
     int64_t n_seq = 1;  // sequences side by side: the session's n_seq_max
-    model::CacheType cache_type = model::CacheType::F16;
+    model::CacheType cache_type = model::kCacheF16;
     StreamOptions stream;
     PlacementOptions placement;
     // Auto may take what `tandem tune` measured for this model file (run
