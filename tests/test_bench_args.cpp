@@ -235,5 +235,69 @@ TEST(BenchArgs, SweepTakesAnOptionalStepAndAcceptsAnSvgPlot) {
     EXPECT_EQ(c.sweep_step, 4);
 }
 
+// --plot without --sweep-ngl draws tok/s against depth: it takes two or
+// more depths and a pp or tg test, and says so otherwise.
+TEST(BenchArgs, PlotWithoutSweepDrawsDepthsAndNeedsTwo) {
+    BenchArgs a = args_with_model();
+    a.plot = "depth.svg";
+    a.n_depth = {"0,32"};
+    BenchConfig c = make_bench_config(a);
+    EXPECT_EQ(c.plot_path, "depth.svg");
+    EXPECT_FALSE(c.sweep_step.has_value());
+    a.n_depth = {"0", "4096,16384"};  // repeated -d joins
+    EXPECT_EQ(make_bench_config(a).plot_path, "depth.svg");
+
+    for (const char* one : {"", "4096", "0,0"}) {
+        BenchArgs b = args_with_model();
+        b.plot = "depth.svg";
+        if (*one != '\0') b.n_depth = {one};
+        const std::string e = error_of([&] { make_bench_config(b); });
+        EXPECT_TRUE(contains(e, "expected -d with two or more depths")) << one << ": " << e;
+        EXPECT_TRUE(contains(e, "--sweep-ngl")) << e;
+        EXPECT_TRUE(contains(e, "found 1 depth")) << e;
+        EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    }
+    BenchArgs pg = args_with_model();
+    pg.plot = "depth.svg";
+    pg.n_depth = {"0,32"};
+    pg.n_prompt = {"0"};
+    pg.n_gen = {"0"};
+    pg.prompt_gen = {"8,4"};
+    EXPECT_TRUE(contains(error_of([&] { make_bench_config(pg); }), "only -pg tests"));
+    BenchArgs par = args_with_model();
+    par.plot = "depth.svg";
+    par.parallel = {"1,2"};
+    EXPECT_TRUE(contains(error_of([&] { make_bench_config(par); }), "drop --parallel"));
+}
+
+// --ref-bench: what llama-bench is asked for alike, and what it cannot be.
+TEST(BenchArgs, RefBenchTakesWhatLlamaBenchCanCompare) {
+    BenchArgs a = args_with_model();
+    EXPECT_FALSE(make_bench_config(a).ref_bench.has_value());
+    a.ref_bench = "/opt/llama.cpp/llama-bench";
+    BenchConfig c = make_bench_config(a);
+    ASSERT_TRUE(c.ref_bench.has_value());
+    EXPECT_EQ(c.ref_bench->binary, "/opt/llama.cpp/llama-bench");
+    EXPECT_EQ(c.ref_bench->cache_k, "");  // not given: llama-bench's default is Tandem's
+    EXPECT_FALSE(c.ref_bench->pass_ubatch);
+    a.cache_types.both = "q8_0";
+    a.n_ubatch = {"128"};
+    c = make_bench_config(a);
+    EXPECT_EQ(c.ref_bench->cache_k, "q8_0");
+    EXPECT_EQ(c.ref_bench->cache_v, "q8_0");
+    EXPECT_TRUE(c.ref_bench->pass_ubatch);
+
+    const auto error_for = [](auto&& edit) {
+        BenchArgs b = args_with_model();
+        b.ref_bench = "llama-bench";
+        edit(b);
+        return error_of([&] { make_bench_config(b); });
+    };
+    EXPECT_TRUE(contains(error_for([](BenchArgs& b) { b.parallel = {"1,2"}; }), "--parallel"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& b) { b.cache_types.both = "f16,q8_0"; }), "one cache type"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& b) { b.pipeline = true; }), "--pipeline"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& b) { b.placement.cpu_moe = true; }), "--cpu-moe"));
+}
+
 }  // namespace
 }  // namespace tandem::tools

@@ -235,6 +235,44 @@ TEST(BenchReport, ParallelRowsShowPerStreamSpeedAndSpeedUp) {
     EXPECT_EQ(at("speedup"), "3.25");
 }
 
+// --ref-bench: llama.cpp's t/s and Tandem's ratio to it appear in markdown
+// with them, and only then; csv and json carry the fields on every row.
+TEST(BenchReport, LlamaBenchRowsBesideTandems) {
+    std::vector<BenchRow> rows = sample_rows();
+    rows[0].llama_samples = {80.0, 82.0};
+    rows[0].llama_tps_mean = 81.0;
+    rows[0].llama_tps_sd = 1.41;
+    const double ratio = *rows[0].tps_mean / 81.0;
+    const auto md = lines_of(format_markdown(rows, false));
+    ASSERT_EQ(md.size(), 4u);
+    EXPECT_TRUE(contains(md[0], "llama.cpp t/s")) << md[0];
+    EXPECT_TRUE(contains(md[0], "tandem/llama")) << md[0];
+    EXPECT_TRUE(contains(md[2], "81.00 ± 1.41")) << md[2];
+    EXPECT_TRUE(contains(md[2], fmt::format("{:.2f}x", ratio))) << md[2];
+    const auto bars = [](const std::string& line) { return std::count(line.begin(), line.end(), '|'); };
+    EXPECT_EQ(bars(md[3]), bars(md[0]));  // the row without llama.cpp's has "-" cells
+    EXPECT_FALSE(contains(format_markdown(sample_rows(), false), "llama.cpp"));
+
+    const auto j = nlohmann::json::parse(format_json(rows));
+    EXPECT_DOUBLE_EQ(j[0]["llama_tps_mean"].get<double>(), 81.0);
+    EXPECT_DOUBLE_EQ(j[0]["llama_tps_sd"].get<double>(), 1.41);
+    EXPECT_DOUBLE_EQ(j[0]["tps_vs_llama"].get<double>(), ratio);
+    EXPECT_EQ(j[0]["llama_samples"].size(), 2u);
+    EXPECT_TRUE(j[1]["llama_tps_mean"].is_null());
+    EXPECT_TRUE(j[1]["tps_vs_llama"].is_null());
+    const auto csv = lines_of(format_csv(rows));
+    const auto header = csv_split(csv[0]);
+    const auto fields = csv_split(csv[1]);
+    ASSERT_EQ(fields.size(), header.size());
+    const auto at = [&](const std::string& name) {
+        const auto it = std::find(header.begin(), header.end(), name);
+        return it == header.end() ? std::string("<no column>") : fields[static_cast<size_t>(it - header.begin())];
+    };
+    EXPECT_EQ(at("llama_tps_mean"), "81");
+    EXPECT_EQ(at("llama_samples"), "80;82");
+    EXPECT_DOUBLE_EQ(std::stod(at("tps_vs_llama")), ratio);
+}
+
 TEST(BenchReport, HumanSizes) {
     EXPECT_EQ(human_size(512), "512 B");
     EXPECT_EQ(human_size(3ull << 30), "3.00 GiB");

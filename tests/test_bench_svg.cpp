@@ -230,5 +230,94 @@ TEST(BenchSvg, WriteFailsWithAOneLineError) {
     EXPECT_EQ(testing::slurp(path).rfind("<svg", 0), 0u);
 }
 
+// Rows of -p 16 -n 4 -d 0,4096,16384 with llama-bench's beside them
+// (--ref-bench), and a pg row and a row of another thread count that the
+// depth chart leaves out.
+std::vector<BenchRow> depth_rows() {
+    std::vector<BenchRow> rows;
+    for (int64_t depth : {0, 4096, 16384}) {
+        const double d = static_cast<double>(depth) / 4096.0;
+        for (const bool pp : {true, false}) {
+            BenchRow r = sweep_row(0, pp ? "pp16" : "tg4", (pp ? 2000.0 : 50.0) / (1 + d), 0.0);
+            r.n_prompt = pp ? 16 : 0;
+            r.n_gen = pp ? 0 : 4;
+            r.n_depth = depth;
+            r.test = BenchTest{r.n_prompt, r.n_gen, depth, 0}.name();
+            r.tps_sd = pp ? 30.0 : 2.0;
+            r.llama_tps_mean = (pp ? 2500.0 : 40.0) / (1 + d / 2);
+            r.llama_tps_sd = 1.0;
+            rows.push_back(r);
+        }
+    }
+    BenchRow pg = rows.front();
+    pg.n_gen = 4;
+    pg.test = "pp16+tg4";
+    rows.push_back(pg);
+    BenchRow other = rows.front();
+    other.threads = 8;
+    other.tps_mean = 1.0;
+    rows.push_back(other);
+    return rows;
+}
+
+TEST(BenchSvg, DepthChartFromRowsHasTandemAndLlamaByDepth) {
+    const DepthChart c = depth_chart_from_rows(depth_rows(), "m.gguf");
+    ASSERT_EQ(c.curves.size(), 2u);  // pp16 and tg4; not the pg test
+    EXPECT_EQ(c.curves[0].test, "pp16");
+    EXPECT_FALSE(c.curves[0].decode);
+    EXPECT_EQ(c.curves[1].test, "tg4");
+    EXPECT_TRUE(c.curves[1].decode);
+    for (const DepthCurve& curve : c.curves) {
+        ASSERT_EQ(curve.tandem.size(), 3u) << curve.test;  // not the 8-thread row
+        ASSERT_EQ(curve.llama.size(), 3u) << curve.test;
+        EXPECT_EQ(curve.tandem[2].depth, 16384);
+        EXPECT_EQ(curve.llama[1].depth, 4096);
+    }
+    EXPECT_DOUBLE_EQ(c.curves[0].tandem[0].tps, 2000.0);
+    EXPECT_DOUBLE_EQ(c.curves[0].tandem[0].sd, 30.0);
+    EXPECT_DOUBLE_EQ(c.curves[1].llama[2].tps, 40.0 / 3.0);
+}
+
+TEST(BenchSvg, DepthChartDrawsBothSeriesInBothPanels) {
+    const std::string svg = render_depth_svg(depth_chart_from_rows(depth_rows(), "m.gguf on the CPU <1>"));
+    EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+    EXPECT_EQ(count_of(svg, "<text"), count_of(svg, "</text>"));
+    EXPECT_EQ(svg.find("nan"), std::string::npos);
+    EXPECT_TRUE(contains(svg, "&lt;1&gt;"));
+    for (const char* series : {"tandem-tg4", "llama-tg4", "tandem-pp16", "llama-pp16"}) {
+        EXPECT_EQ(ys_of(svg, fmt::format("<polyline class=\"{}\"", series)).size(), 3u) << series;
+    }
+    for (const char* label : {"Tandem tg4", "llama.cpp tg4", "Tandem pp16", "llama.cpp pp16",
+                              "tokens already in the KV cache (depth, -d)", "+-1 sd over the repetitions"}) {
+        EXPECT_TRUE(contains(svg, label)) << label;
+    }
+    // Tandem's dots and llama.cpp's hollow squares (3 each, one more on the
+    // legend's swatch), with sd bars on all of them.
+    EXPECT_EQ(count_of(svg, "<circle class=\"tandem-tg4\""), 3u);
+    EXPECT_EQ(count_of(svg, "<rect class=\"llama-tg4\""), 3u);
+    EXPECT_EQ(count_of(svg, "class=\"sd-bar\""), 12u);
+    // Decode on top: Tandem 50 t/s at d0 over llama.cpp's 40; the ratio at
+    // the first and last depth heads each panel.
+    EXPECT_TRUE(contains(svg, "Tandem / llama.cpp (tg4): 1.25x at d0, 0.75x at d16384")) << svg;
+    EXPECT_TRUE(contains(svg, "Tandem / llama.cpp (pp16): 0.80x at d0"));
+    const auto [top, bottom] = decode_panel(svg);
+    for (double y : ys_of(svg, "<polyline class=\"llama-tg4\"")) {
+        EXPECT_GT(y, top);
+        EXPECT_LT(y, bottom);
+    }
+    // Tandem's tg4 falls with depth: each point lower (a larger y) than the last.
+    const auto tg = ys_of(svg, "<polyline class=\"tandem-tg4\"");
+    EXPECT_LT(tg[0], tg[1]);
+    EXPECT_LT(tg[1], tg[2]);
+    // Without llama.cpp's rows: Tandem's lines only, no ratio.
+    std::vector<BenchRow> alone = depth_rows();
+    for (BenchRow& r : alone) r.llama_tps_mean.reset();
+    const std::string plain = render_depth_svg(depth_chart_from_rows(alone, "t"));
+    EXPECT_TRUE(contains(plain, "tandem-tg4"));
+    EXPECT_FALSE(contains(plain, "llama-"));
+    EXPECT_FALSE(contains(plain, "Tandem / llama.cpp"));
+    EXPECT_EQ(render_depth_svg(DepthChart{}).rfind("<svg", 0), 0u);
+}
+
 }  // namespace
 }  // namespace tandem::tools

@@ -147,6 +147,52 @@ std::vector<BenchTest> parallel_tests(const BenchArgs& a) {
     return tests;
 }
 
+// --plot without --sweep-ngl draws tok/s against depth: it needs two
+// depths to draw a line through, and a pp or tg test to draw.
+void check_depth_plot(const std::vector<BenchTest>& tests) {
+    std::vector<int64_t> depths;
+    bool drawable = false;
+    for (const BenchTest& t : tests) {
+        if (std::find(depths.begin(), depths.end(), t.n_depth) == depths.end()) depths.push_back(t.n_depth);
+        drawable = drawable || t.n_prompt == 0 || t.n_gen == 0;
+    }
+    if (depths.size() < 2) {
+        throw Error(fmt::format("--plot draws an ngl sweep (--sweep-ngl) or tok/s against depth; expected -d with "
+                                "two or more depths (e.g. -d 0,4096,16384), found {} depth{}",
+                                depths.size(), depths.size() == 1 ? fmt::format(" ({})", depths.front()) : "s"));
+    }
+    if (!drawable) throw Error("--plot draws the pp and tg tests against depth; found only -pg tests");
+}
+
+// --ref-bench: what llama-bench can be asked for alike. Its -ctk and -ctv
+// take one type per run here (one llama-bench run per row), so a list is
+// refused rather than compared against the wrong type.
+RefBenchConfig ref_bench_config(const BenchArgs& a) {
+    if (!a.parallel.empty()) {
+        throw Error("--ref-bench: llama-bench has no batched-decode test to compare --parallel with; drop one of them");
+    }
+    if (a.pipeline) throw Error("--ref-bench: llama-bench does not run pipeline stages; drop --pipeline");
+    const PlacementFlags& p = a.placement;
+    if (!p.overrides.empty() || p.cpu_moe || p.n_cpu_moe > 0 || p.no_kv_offload) {
+        throw Error("--ref-bench: -ot, --cpu-moe, --n-cpu-moe and -nkvo are not passed to llama-bench (the names of "
+                    "devices differ); drop them to compare");
+    }
+    RefBenchConfig r;
+    r.binary = a.ref_bench;
+    const CacheTypeFlags& f = a.cache_types;
+    const bool given = f.both != CacheTypeFlags{}.both || !f.k.empty() || !f.v.empty();
+    if (given) {
+        r.cache_k = f.k.empty() ? f.both : f.k;
+        r.cache_v = f.v.empty() ? f.both : f.v;
+        if (r.cache_k.find(',') != std::string::npos || r.cache_v.find(',') != std::string::npos) {
+            throw Error(fmt::format("--ref-bench: expected one cache type for llama-bench, found -ctk {} -ctv {}",
+                                    r.cache_k, r.cache_v));
+        }
+    }
+    r.pass_ubatch = !a.n_ubatch.empty();
+    return r;
+}
+
 }  // namespace
 
 std::string BenchTest::name() const {
@@ -336,15 +382,16 @@ BenchConfig make_bench_config(const BenchArgs& a) {
     }
 
     if (!a.plot.empty()) {
-        if (!c.sweep_step) throw Error("--plot draws an ngl sweep; give --sweep-ngl too");
         if (!ends_with_svg(a.plot)) {
             throw Error(fmt::format("--plot: only SVG is written; expected a file name ending in .svg, found '{}'",
                                     a.plot));
         }
         if (c.models.size() != 1) throw Error("--plot draws one model; give a single -m");
-        if (!a.parallel.empty()) throw Error("--plot draws the pp and tg tests of a sweep; drop --parallel");
+        if (!a.parallel.empty()) throw Error("--plot draws the pp and tg tests; drop --parallel");
+        if (!c.sweep_step) check_depth_plot(c.tests);
         c.plot_path = a.plot;
     }
+    if (!a.ref_bench.empty()) c.ref_bench = ref_bench_config(a);
     return c;
 }
 

@@ -48,6 +48,7 @@ struct BenchArgs {
     bool sweep = false;
     std::string sweep_step;  // "" with sweep: step 1
     std::string plot;
+    std::string ref_bench;  // --ref-bench: a llama-bench binary; "" for none
 };
 
 // A benchmark test in llama-bench's terms: ppN (n_gen 0), tgN (n_prompt 0)
@@ -71,6 +72,15 @@ struct BenchTest {
     int64_t n_cells() const;
 };
 
+// --ref-bench: llama-bench runs each test right after Tandem's runs of it
+// (tools/bench_ref.h). Flags llama-bench gets only where the user gave them
+// (llama-bench's defaults are Tandem's); -t, -r, -ngl always.
+struct RefBenchConfig {
+    std::string binary;
+    std::string cache_k, cache_v;  // -ctk/-ctv for llama-bench; "" when not given
+    bool pass_ubatch = false;      // -ub was given: pass each row's
+};
+
 struct BenchConfig {
     std::vector<std::string> models;
     std::vector<BenchTest> tests;  // pp tests, then tg, then pg, as given; each at every depth
@@ -90,7 +100,10 @@ struct BenchConfig {
     bool pipeline = false;           // --pipeline (tools/pipeline.h): sessions over the MPI stages
     PlacementFlags placement;        // applied on top of each -ngl
     std::optional<int64_t> sweep_step;  // --sweep-ngl: ngl 0, step, 2*step, ... n_layer + 1
-    std::string plot_path;           // "" for none; ends in .svg
+    // "" for none; ends in .svg. With sweep_step the ngl sweep chart, else
+    // tok/s against depth (two or more -d values).
+    std::string plot_path;
+    std::optional<RefBenchConfig> ref_bench;  // --ref-bench
 
     // Context each session gets: room for the longest test (a --parallel
     // test needs n_parallel * (n_prompt + n_gen) cells).
@@ -119,9 +132,10 @@ OutputFormat parse_output_format(std::string_view text);
 std::string_view output_format_name(OutputFormat f);
 
 // Validates everything and fills the defaults. Throws tandem::Error with
-// one line for bad input (no model, -r 0, a bad list, --plot without
-// --sweep-ngl or with another extension than .svg, ...). Does not open the
-// model files: the runner does, and reports a missing one.
+// one line for bad input (no model, -r 0, a bad list, --plot with neither
+// --sweep-ngl nor two depths or with another extension than .svg,
+// --ref-bench with --parallel, ...). Does not open the model files nor
+// look at the --ref-bench binary: the runner and check_ref_bench_binary do.
 BenchConfig make_bench_config(const BenchArgs& args);
 
 }  // namespace tandem::tools

@@ -61,6 +61,14 @@ std::vector<Column> markdown_columns(const std::vector<BenchRow>& rows, bool sho
         cols.push_back({"t/s/stream", true, [](const BenchRow& r) { return optional_number(r.stream_tps, "{:.2f}"); }});
         cols.push_back({"speed-up", true, [](const BenchRow& r) { return optional_number(r.speedup, "{:.2f}x"); }});
     }
+    // --ref-bench: llama.cpp's speed for the same test beside Tandem's.
+    if (any_row(rows, [](const BenchRow& r) { return r.llama_tps_mean.has_value(); })) {
+        cols.push_back({"llama.cpp t/s", true, [](const BenchRow& r) {
+                            if (!r.llama_tps_mean) return std::string("-");
+                            return fmt::format("{:.2f} ± {:.2f}", *r.llama_tps_mean, r.llama_tps_sd.value_or(0.0));
+                        }});
+        cols.push_back({"tandem/llama", true, [](const BenchRow& r) { return optional_number(tps_vs_llama(r), "{:.2f}x"); }});
+    }
     if (show_prediction) {
         // The planner predicts an undisturbed run. A busy host only ever
         // slows runs down (steal, a neighbour on the core), so the fastest
@@ -163,6 +171,11 @@ std::optional<double> prediction_error_pct(const BenchRow& r) {
     return (*r.predicted_tps / *best - 1.0) * 100.0;
 }
 
+std::optional<double> tps_vs_llama(const BenchRow& r) {
+    if (!r.tps_mean || !r.llama_tps_mean || !(*r.llama_tps_mean > 0.0)) return std::nullopt;
+    return *r.tps_mean / *r.llama_tps_mean;
+}
+
 std::string human_count(uint64_t n) {
     const double v = static_cast<double>(n);
     if (v >= 1e9) return fmt::format("{:.2f} B", v / 1e9);
@@ -177,7 +190,7 @@ const std::vector<std::string>& bench_field_names() {
         "threads",  "n_ubatch",   "cache_type", "test",         "n_prompt", "n_gen",    "n_depth",  "n_parallel",
         "fits",     "tps_mean",   "tps_sd",     "stream_tps",   "speedup",  "gbps",     "pct_bandwidth",
         "predicted_tps", "best_tps", "prediction_error_pct", "cpu_gbps_before", "cpu_gbps_after", "steal_pct",
-        "samples"};
+        "llama_tps_mean", "llama_tps_sd", "tps_vs_llama", "samples", "llama_samples"};
     return names;
 }
 
@@ -211,7 +224,11 @@ nlohmann::json to_json(const BenchRow& r) {
     j["cpu_gbps_before"] = optional_json(r.cpu_gbps_before);
     j["cpu_gbps_after"] = optional_json(r.cpu_gbps_after);
     j["steal_pct"] = optional_json(r.steal_pct);
+    j["llama_tps_mean"] = optional_json(r.llama_tps_mean);
+    j["llama_tps_sd"] = optional_json(r.llama_tps_sd);
+    j["tps_vs_llama"] = optional_json(tps_vs_llama(r));
     j["samples"] = r.samples;
+    j["llama_samples"] = r.llama_samples;
     return j;
 }
 
@@ -278,8 +295,12 @@ std::string format_csv(const std::vector<BenchRow>& rows) {
                                               csv_number(r.cpu_gbps_before),
                                               csv_number(r.cpu_gbps_after),
                                               csv_number(r.steal_pct),
-                                              // One field: the raw list, ';'-separated.
-                                              join_samples(r.samples, ";")};
+                                              csv_number(r.llama_tps_mean),
+                                              csv_number(r.llama_tps_sd),
+                                              csv_number(tps_vs_llama(r)),
+                                              // One field each: the raw list, ';'-separated.
+                                              join_samples(r.samples, ";"),
+                                              join_samples(r.llama_samples, ";")};
         for (size_t i = 0; i < fields.size(); ++i) out += fmt::format("{}{}", i ? "," : "", csv_field(fields[i]));
         out += "\n";
     }

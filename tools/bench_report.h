@@ -57,6 +57,10 @@ struct BenchRow {
     // runs, in % of all the machine's CPU time then: a shared host slows and
     // scatters the runs it takes time from. nullopt where not reported.
     std::optional<double> steal_pct;
+    // bench --ref-bench: llama-bench's tok/s for the same test, its runs
+    // taken right after this row's (tools/bench_ref.h); unset without.
+    std::optional<double> llama_tps_mean, llama_tps_sd;
+    std::vector<double> llama_samples;
 };
 
 // The markdown table gets a "steal %" column when a row's steal_pct is at
@@ -81,6 +85,8 @@ nlohmann::json to_json(const BenchRow& row);
 // prediction's error against it in percent (+: predicted faster).
 std::optional<double> best_tps(const BenchRow& row);
 std::optional<double> prediction_error_pct(const BenchRow& row);
+// --ref-bench: Tandem's mean tok/s over llama-bench's (nullopt without both).
+std::optional<double> tps_vs_llama(const BenchRow& row);
 
 // show_prediction: add the best run's, the predicted tok/s and the error to markdown
 // (csv and json always carry them).

@@ -31,7 +31,7 @@ namespace {
 struct OpenModel {
     std::unique_ptr<gguf::File> file;
     model::ModelSpec spec;
-    std::string name, type;
+    std::string path, name, type;
     uint64_t size = 0, params = 0;
 };
 
@@ -62,6 +62,7 @@ OpenModel open_model(const std::string& path, bool mmap) {
                                 path));
     }
     m.spec = model::load_model_spec(*m.file);
+    m.path = path;
     m.name = std::filesystem::path(path).filename().string();
     m.type = file_type_name(*m.file);
     m.size = m.file->total_tensor_bytes();
@@ -342,6 +343,7 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         if (cpu_gbps && *cpu_gbps > 0.0 && (bytes.device == 0 || dev_gbps)) {
             r.pct_bandwidth = percent_of_roofline(bytes.host, bytes.device, *cpu_gbps, dev_gbps.value_or(1.0), seconds);
         }
+        if (hooks.after_test) hooks.after_test(m.path, r);
         if (hooks.on_row) hooks.on_row(r);
     }
 }

@@ -33,6 +33,11 @@ struct BenchHooks {
     // Reads the CPU time counters around each test's counted runs for
     // BenchRow::steal_pct; unset: /proc/stat (tools/cpu_steal.h).
     std::function<std::optional<CpuTimes>()> read_cpu_times;
+    // Called right after each measured test's counted runs, before on_row,
+    // with the model's path as given (-m): bench --ref-bench runs
+    // llama-bench's turn of the same test here and fills the row's llama_*
+    // fields, so a shared host's slow minutes fall on both alike.
+    std::function<void(const std::string& model_path, BenchRow&)> after_test;
 };
 
 // What the sweep chart needs to know about a model besides its rows.

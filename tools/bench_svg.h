@@ -11,6 +11,13 @@
 // worst gap between predicted and measured over the splits that ran
 // (class "worst-error"). Plain SVG text: no plotting library, and any
 // browser shows it.
+//
+// Without --sweep-ngl, `--plot` with two or more depths (-d 0,4096,16384)
+// draws tok/s against depth instead, in the same two panels and axes:
+// each tgN (top) and ppN (bottom) test as a line with +-1 sd bars, and with
+// --ref-bench llama.cpp's line for the same test beside it (dashed, hollow
+// squares, the same colour); each panel's heading line ends with Tandem's
+// ratio to llama.cpp at the first and the last depth (class "ratio").
 #pragma once
 
 #include <cstdint>
@@ -52,5 +59,35 @@ std::string render_sweep_svg(const SweepChart& chart);
 // Writes render_sweep_svg(chart) to `path`; throws tandem::Error when the
 // file cannot be written.
 void write_sweep_svg(const std::string& path, const SweepChart& chart);
+
+struct DepthPoint {
+    int64_t depth = 0;
+    double tps = 0;  // the mean over the repetitions
+    double sd = 0;   // their standard deviation
+};
+
+// One test (tg128, pp512) across the depths: Tandem's points and, with
+// --ref-bench, llama.cpp's.
+struct DepthCurve {
+    std::string test;     // the test without its depth: "tg128"
+    bool decode = false;  // a tgN test (top panel); else a ppN test (bottom)
+    std::vector<DepthPoint> tandem, llama;  // ascending depth
+};
+
+struct DepthChart {
+    std::string title;
+    std::vector<DepthCurve> curves;  // in the order the tests ran
+};
+
+// Every ppN and tgN test's rows at the first row's model, threads,
+// micro-batch, cache type and ngl, by depth; pgP,N tests and rows without a
+// measurement are left out.
+DepthChart depth_chart_from_rows(const std::vector<BenchRow>& rows, std::string title);
+
+std::string render_depth_svg(const DepthChart& chart);
+
+// Writes render_depth_svg(chart) to `path`; throws tandem::Error as
+// write_sweep_svg does.
+void write_depth_svg(const std::string& path, const DepthChart& chart);
 
 }  // namespace tandem::tools

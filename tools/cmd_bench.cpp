@@ -42,6 +42,7 @@
 #include "tools/field_flags.h"
 #include "tools/bench_args.h"
 #include "tools/bench_calibrate.h"
+#include "tools/bench_ref.h"
 #include "tools/bench_report.h"
 #include "tools/bench_runner.h"
 #include "tools/bench_spec.h"
@@ -82,7 +83,8 @@ std::string row_progress(const BenchRow& r) {
     const std::string speed = !r.fits          ? std::string("does not fit")
                               : r.tps_mean     ? fmt::format("{:.2f} t/s", *r.tps_mean)
                                                : std::string("-");
-    return fmt::format("{} ngl {} t {} {}: {}", r.model, r.ngl, r.threads, r.test, speed);
+    const std::string llama = r.llama_tps_mean ? fmt::format(", llama.cpp {:.2f} t/s", *r.llama_tps_mean) : "";
+    return fmt::format("{} ngl {} t {} {}: {}{}", r.model, r.ngl, r.threads, r.test, speed, llama);
 }
 
 // As run: -ngl N without --device means the first GPU, and a GPU that
@@ -110,6 +112,7 @@ void resolve_bench_device(BenchArgs& args) {
 // bench --spec-ngram / -md: speculative against plain decoding (bench_spec.h).
 void bench_speculative(const BenchOptions& o, const BenchConfig& config) {
     if (!o.args.parallel.empty()) throw Error("bench: --parallel and speculative decoding (--spec-ngram, -md) are separate tests; give one");
+    if (config.ref_bench) throw Error("--ref-bench: llama-bench has no speculative test; drop --spec-ngram or -md");
     const bool custom = !o.spec_prompt.empty();
     const auto rows = run_spec_bench(config, o.spec, custom ? o.spec_prompt : default_spec_prompt_text(), !custom,
                                      [](const std::string& line) { fmt::print(stderr, "tandem: {}\n", line); });
@@ -127,6 +130,8 @@ void bench(const BenchOptions& o) {
         bench_speculative(o, config);
         return;
     }
+    // A missing llama-bench fails before minutes of Tandem's runs.
+    if (config.ref_bench) check_ref_bench_binary(config.ref_bench->binary);
     const auto calibration = load_calibration_quietly();
 
     // A live bar on a terminal; in logs one line per test, since a test may
@@ -148,6 +153,17 @@ void bench(const BenchOptions& o) {
             fmt::print(stderr, "bench [{}/{}] {}\n", done, total, row_progress(r));
         }
     };
+    if (config.ref_bench) {
+        hooks.after_test = [&](const std::string& model_path, BenchRow& r) {
+            const std::string what = fmt::format("llama-bench {} {}", r.model, r.test);
+            if (bar) {
+                bar->advance(0, what);
+            } else {
+                fmt::print(stderr, "bench [{}/{}] {}\n", done + 1, total, what);
+            }
+            run_ref_bench(config, model_path, r);
+        };
+    }
     if (o.calibrate_each) {
         const int threads = cpu::physical_core_count();
         hooks.measure_cpu_gbps = [threads] { return measure_cpu_read_gbps(threads); };
@@ -163,9 +179,18 @@ void bench(const BenchOptions& o) {
     std::fflush(stdout);
     if (!config.plot_path.empty()) {
         const BenchModelSummary& m = result.models.front();
-        std::string title = fmt::format("{} on {}", m.model, config.device);
+        std::string title = fmt::format("{} on {}", m.model, config.device.empty() ? "the CPU" : config.device);
         if (config.vram) title += fmt::format(", --vram {}", format_bytes(*config.vram));
-        write_sweep_svg(config.plot_path, sweep_chart_from_rows(result.rows, title, m.fit_limit));
+        if (config.sweep_step) {
+            write_sweep_svg(config.plot_path, sweep_chart_from_rows(result.rows, title, m.fit_limit));
+        } else {
+            if (!result.rows.empty()) {
+                const int threads = result.rows.front().threads;
+                title += fmt::format(", {} thread{}", threads, threads == 1 ? "" : "s");
+            }
+            if (config.ref_bench) title += ", against llama.cpp";
+            write_depth_svg(config.plot_path, depth_chart_from_rows(result.rows, title));
+        }
         fmt::print(stderr, "tandem: wrote {}\n", config.plot_path);
     }
     // Last, so that bad input before any result is still a single line.
@@ -228,7 +253,19 @@ that fit --vram, as run does. --sweep-ngl [STEP] runs ngl 0, STEP, ... and
 n_layer + 1 and prints the planner's predicted t/s beside each row; splits
 that do not fit --vram are reported, not run. --plot FILE.svg draws the sweep.
 Predictions use the calibrated speeds (else the planner's defaults); on cpu2
-the device is predicted with the CPU's speeds, since that is what it is.)";
+the device is predicted with the CPU's speeds, since that is what it is.
+
+Without --sweep-ngl, --plot FILE.svg draws t/s against depth: give -d with two
+or more depths (-d 0,4096,16384); decode (tgN) and prefill (ppN) panels, +-1 sd
+bars over the repetitions.
+
+--ref-bench LLAMA_BENCH: llama.cpp's llama-bench binary measures the same
+tests in the same sitting: right after Tandem's runs of each test (each depth),
+llama-bench runs that test with the same model, -p/-n/-pg, -d, -t, -r, -ngl
+(0 unless --device is a CUDA GPU), and -ub, -ctk, -ctv where given, with -o
+json. Markdown adds "llama.cpp t/s" and "tandem/llama" (Tandem's mean over
+llama.cpp's); csv and json carry llama_tps_mean, llama_tps_sd, tps_vs_llama and
+llama_samples; --plot draws llama.cpp's lines beside Tandem's.)";
 
 }  // namespace
 
@@ -286,8 +323,14 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--sweep-ngl", a.sweep_step, "run every ngl from 0 to n_layer + 1 (in steps of STEP, default 1)")
         ->expected(0, 1)
         ->type_name("[STEP]");
-    cmd->add_option("--plot", a.plot, "with --sweep-ngl: write a chart of measured and predicted t/s")
+    cmd->add_option("--plot", a.plot,
+                    "write a chart: with --sweep-ngl, measured and predicted t/s by ngl; else t/s against depth "
+                    "(-d with two or more depths)")
         ->type_name("FILE.svg");
+    cmd->add_option("--ref-bench", a.ref_bench,
+                    "a llama-bench binary: run each test with it too, right after Tandem's, and report its t/s "
+                    "beside Tandem's (and in --plot)")
+        ->type_name("LLAMA_BENCH");
     add_spec_flags(*cmd, opts->spec);
     cmd->add_option("--spec-prompt", opts->spec_prompt,
                     "with --spec-ngram or -md: the prompt text (default: a request to repeat a paragraph, in the "
