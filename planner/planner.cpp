@@ -1,6 +1,7 @@
 #include "planner/planner.h"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -180,13 +181,28 @@ struct Context {
 
 bool ties(double a, double b) { return std::abs(a - b) <= kDecodeTieFraction * std::max(a, b); }
 
+double reference_seconds(const Prediction& p) {
+    if (p.pp_tps <= 0.0 || p.tg_tps <= 0.0) return std::numeric_limits<double>::infinity();
+    return kReferencePrompt / p.pp_tps + kReferenceGen / p.tg_tps;
+}
+
+// The faster decoder's reference request takes kPrefillLossLimit times as
+// long: its prefill costs far more than its decode saves.
+bool prefill_outweighs(const Option& fast, const Option& slow) {
+    return reference_seconds(fast.predicted) > kPrefillLossLimit * reference_seconds(slow.predicted);
+}
+
 // Better to run: fits the device, then its host share fits the RAM, then
-// decodes faster (beyond a tie), then prefills faster (beyond a tie). Not
-// better when tied, so the earlier candidate of kPreference keeps a tie.
+// decodes faster (beyond a tie) unless that costs a reference request more
+// in prefill, then prefills faster (beyond a tie). Not better when tied, so
+// the earlier candidate of kPreference keeps a tie.
 bool better(const Option& a, const Option& b) {
     if (a.vram_fits != b.vram_fits) return a.vram_fits;
     if (a.ram_fits != b.ram_fits) return a.ram_fits;
-    if (!ties(a.predicted.tg_tps, b.predicted.tg_tps)) return a.predicted.tg_tps > b.predicted.tg_tps;
+    if (!ties(a.predicted.tg_tps, b.predicted.tg_tps)) {
+        const bool a_faster = a.predicted.tg_tps > b.predicted.tg_tps;
+        return a_faster ? !prefill_outweighs(a, b) : prefill_outweighs(b, a);
+    }
     if (!ties(a.predicted.pp_tps, b.predicted.pp_tps)) return a.predicted.pp_tps > b.predicted.pp_tps;
     return false;
 }
@@ -320,6 +336,14 @@ std::string explain_winner(const Option& w, const Option& r, int64_t n_layer) {
                            win, run, r.predicted.tg_tps);
     }
     const double tg = w.predicted.tg_tps, rtg = r.predicted.tg_tps;
+    if (!ties(tg, rtg) && rtg > tg) {
+        return fmt::format("{} chosen: the runner-up {} decodes faster ({:.1f} vs {:.1f} tok/s) but prefills at {:.1f} "
+                           "against {:.1f} tok/s, so a {:g}-token prompt and {:g} tokens take {:.0f} s there against "
+                           "{:.0f} s (over {:g}x)",
+                           win, run, rtg, tg, r.predicted.pp_tps, w.predicted.pp_tps, kReferencePrompt,
+                           kReferenceGen, reference_seconds(r.predicted), reference_seconds(w.predicted),
+                           kPrefillLossLimit);
+    }
     if (!ties(tg, rtg)) {
         return fmt::format("{} chosen: {:.1f} tok/s decode predicted, {:.1f}% faster than the runner-up {} ({:.1f} "
                            "tok/s)",

@@ -136,6 +136,16 @@ inline constexpr uint64_t kDefaultMarginFloor = 64ull << 20;
 // decode than (a), with no weight streaming and 2.5 against ~40 tok/s of
 // prefill).
 inline constexpr double kDecodeTieFraction = 0.05;
+// Beyond a tie, a decode lead still loses when its prefill is so slow that
+// a reference request, llama-bench's default tests (a prompt of
+// kReferencePrompt tokens, then kReferenceGen generated), takes more than
+// kPrefillLossLimit times as long as on the rival (llama3-70b, 24 GiB,
+// context 32768, q4_0 cache: (b) 16% faster decode than (a), prefill 2.3
+// against 165 tok/s, 311 s against 106). A smaller prefill loss is what a
+// chat is willing to pay for decode (mixtral-8x7b at 12 GiB: (c) 19%
+// faster decode, prefill 8.5 against 10.6 tok/s, 83 s against 76).
+inline constexpr double kReferencePrompt = 512, kReferenceGen = 128;
+inline constexpr double kPrefillLossLimit = 1.5;
 
 // The placements -ngl auto weighs.
 //  (a) Layers: leading whole layers, as -ngl N.

@@ -188,6 +188,33 @@ TEST(PlannerCandidatesVsLedger, SharedTinyModels) {
     EXPECT_GT(checked[Candidate::Experts], 0);
 }
 
+// A decode lead bought with a prefill so slow that llama-bench's pp512 +
+// tg128 takes over kPrefillLossLimit times as long loses: llama3-70b at 24
+// GiB, context 32768, q4_0 cache, where (b) decodes ~16% faster than (a)
+// but prefills at ~2 tok/s (no weight streaming) against ~150. With the
+// f16 cache, (a) wins on decode alone.
+TEST(PlannerCandidates, DecodeLeadLosesWhenItsPrefillOutweighs) {
+    const auto dir = scratch_dir();
+    const auto path = synth(dir, "llama3-70b", "--shape llama3-70b --type Q4_K_M --header-only");
+    const auto file = tandem::gguf::File::open(path);
+    const auto spec = tandem::model::load_model_spec(file);
+    PlanInputs in = all_candidates(24 * kGiB, 32768);
+    in.n_ubatch = 512;
+    in.margin.reset();
+    in.cache_type = {tandem::quant::Type::Q4_0, tandem::quant::Type::Q4_0};
+    const Plan p = tandem::planner::plan(spec, in);
+    ASSERT_TRUE(p.runner_up.has_value());
+    const Option& r = *p.runner_up;
+    EXPECT_EQ(p.candidate, Candidate::Layers) << p.reasons.front();
+    EXPECT_EQ(r.candidate, Candidate::Ffn) << p.reasons.front();
+    EXPECT_GT(r.predicted.tg_tps, p.predicted.tg_tps * (1 + tandem::planner::kDecodeTieFraction));
+    const auto seconds = [](const tandem::planner::Prediction& o) {
+        return tandem::planner::kReferencePrompt / o.pp_tps + tandem::planner::kReferenceGen / o.tg_tps;
+    };
+    EXPECT_GT(seconds(r.predicted), tandem::planner::kPrefillLossLimit * seconds(p.predicted));
+    EXPECT_NE(p.reasons.front().find("prefills at"), std::string::npos) << p.reasons.front();
+}
+
 // The presets of the issue at 12 GiB: the mixtures of experts keep their
 // experts on the host rather than whole layers, and beat (a); the dense
 // 70B has no (c). Whatever wins decodes fastest of all weighed, within the

@@ -140,8 +140,9 @@ std::string fits_text(const planner::Plan& p) {
     return p.vram_fits ? "no: RAM" : "no: VRAM";
 }
 
-// The winner's decode rate against the runner-up's: "+52% over (a)", or
-// for a tie broken by prefill "tie (a), pp +30%".
+// The winner's decode rate against the runner-up's: "+52% over (a)"; for a
+// tie broken by prefill "tie (a), pp +30%"; for a slower decoder whose
+// prefill outweighs "tg -14%, pp +7000% (b)".
 std::string runner_up_text(const planner::Plan& p) {
     if (!p.runner_up) return "-";
     const planner::Option& r = *p.runner_up;
@@ -149,6 +150,10 @@ std::string runner_up_text(const planner::Plan& p) {
     const double tg = p.predicted.tg_tps, rtg = r.predicted.tg_tps;
     if (std::abs(tg - rtg) <= planner::kDecodeTieFraction * std::max(tg, rtg)) {
         return fmt::format("tie {}, pp {:+.1f}%", who, 100.0 * (p.predicted.pp_tps / r.predicted.pp_tps - 1.0));
+    }
+    if (tg < rtg) {
+        return fmt::format("tg {:+.0f}%, pp {:+.0f}% {}", 100.0 * (tg / rtg - 1.0),
+                           100.0 * (p.predicted.pp_tps / r.predicted.pp_tps - 1.0), who);
     }
     return fmt::format("{:+.1f}% over {}", 100.0 * (tg / rtg - 1.0), who);
 }
