@@ -140,6 +140,19 @@ TEST(SequenceState, RestoredSequenceContinuesBitForBitQ8_0) {
     check_round_trip(m, prompt, opts(tandem::model::kCacheQ8_0), 12);
 }
 
+// K and V of different types, quantized ones rotated (tiny-llama's heads of
+// 32 are not rotated: synth-llama's of 64 are).
+TEST(SequenceState, RestoredSequenceContinuesBitForBitMixedTypes) {
+    const Model m(tiny());
+    const auto prompt = m.tok.encode("The capital of France is Paris, and the capital of Italy is", true);
+    check_round_trip(m, prompt, opts({tandem::quant::Type::Q4_1, tandem::quant::Type::F16}), 12);
+    const fs::path synth = tandem::testing::shared("models/synth-llama-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(synth);
+    const Model s(synth);
+    const auto ids = s.tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
+    check_round_trip(s, ids, opts({tandem::quant::Type::Q8_0, tandem::quant::Type::IQ4_NL}), 12);
+}
+
 // The state is worth restoring only if it is the cache: a blob whose rows
 // are those of another prompt gives other logits (the check above is not
 // passing on an empty or ignored restore).
@@ -270,6 +283,10 @@ TEST(SequenceState, ABlobOfAnotherModelOrCacheIsRefused) {
     Session q8(m.file, m.spec, opts(tandem::model::kCacheQ8_0));
     const std::string e = error_of([&] { (void)q8.restore_sequence(0, blob); });
     EXPECT_TRUE(contains(e, "cache type: expected q8_0 (this session's), found f16")) << e;
+    // K and V apart: the pair is named.
+    Session mixed(m.file, m.spec, opts({tandem::quant::Type::Q5_0, tandem::quant::Type::F16}));
+    const std::string em = error_of([&] { (void)mixed.restore_sequence(0, blob); });
+    EXPECT_TRUE(contains(em, "cache type: expected q5_0/f16 (this session's), found f16")) << em;
     // A context too small for the positions.
     Session small(m.file, m.spec, opts(tandem::model::kCacheF16, 4, 4));
     EXPECT_TRUE(contains(error_of([&] { (void)small.restore_sequence(0, blob); }), "past this context")) ;
