@@ -188,6 +188,18 @@ TEST(BenchArgs, ParallelReplacesTheTestsAndSizesTheContext) {
     EXPECT_EQ(c.n_ctx(), 8 * (8 + 4));
     EXPECT_EQ(c.n_seq_max(), 8);
 
+    // -d: several streams at depth, each after depth + prompt tokens.
+    a.parallel = {"4"};
+    a.n_prompt = {"32"};
+    a.n_gen = {"16"};
+    a.n_depth = {"0,4096"};
+    c = make_bench_config(a);
+    ASSERT_EQ(c.tests.size(), 2u);
+    EXPECT_EQ(c.tests[0].name(), "tg16 x4 @ p32");
+    EXPECT_EQ(c.tests[1].name(), "tg16 x4 @ p32 d4096");
+    EXPECT_EQ(c.tests[1].n_depth, 4096);
+    EXPECT_EQ(c.n_ctx(), 4 * (4096 + 32 + 16));
+
     // Without --parallel nothing changes: one sequence.
     EXPECT_EQ(make_bench_config(args_with_model()).n_seq_max(), 1);
     EXPECT_EQ(make_bench_config(args_with_model()).tests[1].n_parallel, 0);
@@ -205,7 +217,7 @@ TEST(BenchArgs, ParallelRejectsWhatDoesNotCombine) {
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.parallel = {"two"}; }), "--parallel"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_gen = {"0"}; }), "-n 0"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.prompt_gen = {"8,4"}; }), "-pg"));
-    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_depth = {"16"}; }), "-d"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_depth = {"-16"}; }), "-d"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_prompt = {"x"}; }), "-p"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
                              a.device = "cpu2";

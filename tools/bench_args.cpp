@@ -117,20 +117,15 @@ bool ends_with_svg(const std::string& path) {
     return ext == ".svg";
 }
 
-// --parallel: for every prompt length (-p, per stream, default 32) and
-// decode length (-n, default 128), every stream count in the order given.
+// --parallel: for every prompt length (-p, per stream, default 32), decode
+// length (-n, default 128) and depth (-d, default 0), every stream count
+// in the order given.
 std::vector<BenchTest> parallel_tests(const BenchArgs& a) {
     if (!a.prompt_gen.empty()) {
         throw Error("--parallel: -pg does not combine with it; give the prompt of each stream with -p (not timed) "
                     "and the decode steps with -n");
     }
-    for (int64_t d : int_lists(a.n_depth, "-d", {0})) {
-        if (d != 0) {
-            throw Error(fmt::format("--parallel: -d does not combine with it (found -d {}); each stream's prompt "
-                                    "(-p) is its untimed context",
-                                    d));
-        }
-    }
+    const std::vector<int64_t> depths = int_lists(a.n_depth, "-d", {0});
     std::vector<int64_t> counts;
     for (const auto& text : a.parallel) {
         const auto v = parse_parallel_list(text);
@@ -140,7 +135,9 @@ std::vector<BenchTest> parallel_tests(const BenchArgs& a) {
     for (int64_t p : int_lists(a.n_prompt, "-p", {kParallelPrompt})) {
         for (int64_t n : int_lists(a.n_gen, "-n", {128})) {
             if (n == 0) continue;  // as llama-bench: -n 0 drops the decode tests, here all of them
-            for (int64_t streams : counts) tests.push_back({p, n, 0, streams});
+            for (int64_t d : depths) {
+                for (int64_t streams : counts) tests.push_back({p, n, d, streams});
+            }
         }
     }
     if (tests.empty()) throw Error("--parallel: no decode step left to time; -n 0 drops every test");
@@ -198,7 +195,8 @@ RefBenchConfig ref_bench_config(const BenchArgs& a) {
 std::string BenchTest::name() const {
     if (n_parallel > 0) {
         const std::string base = fmt::format("tg{} x{}", n_gen, n_parallel);
-        return n_prompt > 0 ? fmt::format("{} @ p{}", base, n_prompt) : base;
+        const std::string depth = n_depth > 0 ? fmt::format(" d{}", n_depth) : "";
+        return n_prompt > 0 || n_depth > 0 ? fmt::format("{} @ p{}{}", base, n_prompt, depth) : base;
     }
     const std::string base = n_gen == 0      ? fmt::format("pp{}", n_prompt)
                              : n_prompt == 0 ? fmt::format("tg{}", n_gen)

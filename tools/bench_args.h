@@ -59,14 +59,16 @@ struct BenchArgs {
 // llama-batched-bench: n_parallel sequences each get n_prompt prompt
 // tokens (evaluated first, not timed), then n_gen decode steps each
 // evaluate one token of every sequence in one batch; tok/s counts all
-// n_parallel * n_gen tokens. n_depth is 0 there.
+// n_parallel * n_gen tokens; n_depth (-d) adds that many untimed tokens to
+// each stream's prompt (several streams at depth).
 struct BenchTest {
     int64_t n_prompt = 0;
     int64_t n_gen = 0;
     int64_t n_depth = 0;
     int64_t n_parallel = 0;
     // "pp512", "tg128", "pp512+tg128", "tg128 @ d4096"; --parallel:
-    // "tg128 x4 @ p32" (4 streams after a 32-token prompt each).
+    // "tg128 x4 @ p32" (4 streams after a 32-token prompt each), "tg32 x4
+    // @ p32 d4096" (after 4096 + 32 tokens each).
     std::string name() const;
     // Cache cells the test fills: every stream's prompt and tokens.
     int64_t n_cells() const;

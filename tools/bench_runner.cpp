@@ -257,7 +257,9 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         return t.n_parallel > 0 ? t.n_parallel * t.n_gen : t.n_prompt + t.n_gen;
     };
     const auto run_test = [&](const BenchTest& t) {
-        if (t.n_parallel > 0) return run_parallel_decode(session, t.n_parallel, t.n_prompt, t.n_gen).seconds;
+        if (t.n_parallel > 0) {
+            return run_parallel_decode(session, t.n_parallel, t.n_depth + t.n_prompt, t.n_gen).seconds;
+        }
         return time_test(session, t, ids, logits);
     };
     const auto run_once = [&](size_t i) { return run_test(tests[i]); };
@@ -357,7 +359,8 @@ void fill_speedups(std::vector<BenchRow>& rows) {
     for (BenchRow& r : rows) {
         if (r.n_parallel == 0 || !r.tps_mean) continue;
         for (const BenchRow& one : rows) {
-            if (one.n_parallel == 1 && one.n_prompt == r.n_prompt && one.n_gen == r.n_gen && one.tps_mean &&
+            if (one.n_parallel == 1 && one.n_prompt == r.n_prompt && one.n_depth == r.n_depth && one.n_gen == r.n_gen &&
+                one.tps_mean &&
                 *one.tps_mean > 0) {
                 r.speedup = *r.tps_mean / *one.tps_mean;
                 if (r.in_turn && one.in_turn && r.samples.size() == one.samples.size() && !r.samples.empty()) {
