@@ -1,25 +1,29 @@
-// Attention over the device KV cache as kernels_cpu/attention.cpp computes
-// it (ggml's CPU flash attention): one warp per (token, head), one pass over
-// the cells with the online softmax of op_math.h. Lane l owns dimensions
-// l, l + 32, ... of the head, so for a Q8_0 cache lane l reads element l of
-// each 32-element block.
-// - F16 cache: Q rounded to fp16 once, Q.K in the CPU's lane order
-//   (f16_qk), V accumulated in fp16 with one fused multiply-add and one
-//   rounding per update.
-// - Q8_0 cache: Q quantized to Q8_0 blocks with the host's block function,
-//   Q.K as the CPU's Q8_0 dot product (q8_0_qk: integer lanes, its float
-//   order), V dequantized and accumulated in fp32 with fma.
+// Attention over the device KV cache as kernels_cpu/attention.cpp's
+// per-head path computes it (ggml's CPU flash attention): one warp per
+// (token, head), one pass over the cells with the online softmax of
+// op_math.h. Lane l owns dimensions l, l + 32, ... of V's head.
+// - K.Q: the query made once in K's partner as the CPU makes it
+//   (math::KeyDot: fp16 for F16, K's own type for F32/BF16, the reference
+//   Q8_0/Q8_1 quantizer for the block types), then the CPU's order for K's
+//   type: ggml's fp16 order for F16 (f16_qk), dot::float_dot's for
+//   F32/BF16 (float_qk), the type's dot order for the blocks (block_qk:
+//   each block's integers in a lane of its own, then the float chains).
+// - V: an F16 V accumulated in fp16 with one fused multiply-add and one
+//   rounding per update; any other type dequantized (math::kv_element) and
+//   accumulated in fp32 with fma.
 // Scores are soft-capped when args.softcap > 0 (math::attention_score).
 // Attention sinks (args.sinks, gpt-oss) join after the cells as on the CPU
 // (apply_sink).
 // Every lane gets lane 0's score, so all lanes take the same branches. The
 // scores are the CPU's bits where the CPU runs its per-query loop (fewer
-// than 64 queries; from 64 it takes llama.cpp's tiled kernel).
+// than 64 queries; from 64 an F16/F16 cache takes llama.cpp's tiled kernel).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels_cuda/cuda_kernels.h"
+#include "kernels_cuda/kv_types.h"
 #include "kernels_cuda/op_math.h"
 #include "runtime/quant/dot_order.h"
 
@@ -27,47 +31,47 @@ namespace tandem::cuda::kernels {
 namespace {
 
 namespace el = quant::element;
+using quant::Type;
 
 // A lane keeps kMaxPerLane dimensions of V in registers (value heads up to
 // 512); the query sits in shared memory, up to kMaxPerLaneK per lane (key
 // heads up to 576: DeepSeek's latent and rotated part, 512 + 64).
 constexpr int kMaxPerLane = 16;
 constexpr int kMaxPerLaneK = 18;
+constexpr int kStoreThreads = 256;
 
-
-__global__ void kv_store_f16_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t n_tokens,
-                                    const int32_t* __restrict__ cells, KvCache kv) {
-    const int64_t per_token = kv.k_dim + kv.v_dim;
+// One thread per block of a K or V row (an element for the float types),
+// written as the CPU's cache writes it (math::kv_store_block).
+template <Type T>
+__global__ void kv_store_kernel(const float* __restrict__ src, int64_t dim, int64_t n_tokens,
+                                const int32_t* __restrict__ cells, uint8_t* __restrict__ dst, int64_t row_bytes) {
+    using Block = typename math::Elem<T>::block;
+    constexpr int kElems = math::Elem<T>::qk();
+    const int64_t nb = dim / kElems;
     const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (idx >= n_tokens * per_token) return;
-    const int64_t t = idx / per_token;
-    const int64_t e = idx % per_token;
-    const int64_t cell = cells[t];
-    if (e < kv.k_dim) {
-        reinterpret_cast<uint16_t*>(kv.k + cell * kv.k_row_bytes())[e] = el::float_to_half(k[t * kv.k_dim + e]);
-    } else {
-        const int64_t d = e - kv.k_dim;
-        reinterpret_cast<uint16_t*>(kv.v + cell * kv.v_row_bytes())[d] = el::float_to_half(v[t * kv.v_dim + d]);
-    }
+    if (idx >= n_tokens * nb) return;
+    const int64_t t = idx / nb;
+    const int64_t b = idx % nb;
+    auto* row = reinterpret_cast<Block*>(dst + cells[t] * row_bytes);
+    math::kv_store_block<T>(src + t * dim + b * kElems, row[b]);
 }
 
-// One thread per 32-element block of K or V, quantized as the CPU's cache
-// quantizes (math::kv_q8_0_block).
-__global__ void kv_store_q8_0_kernel(const float* __restrict__ k, const float* __restrict__ v, int64_t n_tokens,
-                                     const int32_t* __restrict__ cells, KvCache kv) {
-    const int64_t kb = kv.k_dim / 32, vb = kv.v_dim / 32;
-    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (idx >= n_tokens * (kb + vb)) return;
-    const int64_t t = idx / (kb + vb);
-    const int64_t b = idx % (kb + vb);
-    const int64_t cell = cells[t];
-    if (b < kb) {
-        auto* row = reinterpret_cast<quant::block_q8_0*>(kv.k + cell * kv.k_row_bytes());
-        math::kv_q8_0_block(k + t * kv.k_dim + b * 32, row[b]);
-    } else {
-        auto* row = reinterpret_cast<quant::block_q8_0*>(kv.v + cell * kv.v_row_bytes());
-        math::kv_q8_0_block(v + t * kv.v_dim + (b - kb) * 32, row[b - kb]);
-    }
+template <Type T>
+void launch_store_side(const float* src, int64_t dim, int64_t n_tokens, const int32_t* cells, uint8_t* dst,
+                       int64_t row_bytes, cudaStream_t s) {
+    const int64_t n = n_tokens * (dim / math::Elem<T>::qk());
+    if (n <= 0) return;
+    const auto blocks = static_cast<unsigned>((n + kStoreThreads - 1) / kStoreThreads);
+    kv_store_kernel<T><<<blocks, kStoreThreads, 0, s>>>(src, dim, n_tokens, cells, dst, row_bytes);
+}
+
+// The rows of one side (K or V) of type t.
+void store_side(Type t, const float* src, int64_t dim, int64_t n_tokens, const int32_t* cells, uint8_t* dst,
+                int64_t row_bytes, cudaStream_t s) {
+#define TANDEM_KV_STORE_SIDE(T) \
+    if (t == Type::T) launch_store_side<Type::T>(src, dim, n_tokens, cells, dst, row_bytes, s);
+    TANDEM_FOR_EACH_KV_TYPE(TANDEM_KV_STORE_SIDE)
+#undef TANDEM_KV_STORE_SIDE
 }
 
 __global__ void kv_clear_kernel(int32_t* cell_pos, int64_t n) {
@@ -88,22 +92,82 @@ __device__ __forceinline__ float f16_qk(const float* q, const uint16_t* kh, int6
     return s;
 }
 
-// Q.K of a Q8_0 cache in the CPU's order (the Q8_0 x Q8_0 dot product,
-// dot::Q8_0Order): lane l < 8 steps float lane l over the blocks, then
-// every lane finishes the eight as the CPU does.
-__device__ __forceinline__ float q8_0_qk(const quant::block_q8_0* q, const quant::block_q8_0* kh, int nk, int lane) {
-    using O = quant::dot::Q8_0Order;
-    __shared__ float lanes[8];
-    if (lane < 8) {
+// Q.K of an F32 or BF16 cache as dot::float_dot(K, Q): lanes 0-15 run its
+// sixteen chains, then every lane finishes them.
+template <class T>
+__device__ __forceinline__ float float_qk(const T* q, const T* kh, int64_t n, int lane) {
+    __shared__ float lanes[16];
+    if (lane < 16) {
         float acc = 0.0f;
-        for (int j = 0; j < nk; ++j) O::step_lane(acc, O::scale(kh[j], q[j]), O::lane(kh[j], q[j], lane));
+        quant::dot::for_lane_elements(n, lane, [&](int64_t e) {
+            acc = quant::dot::fma_f(quant::dot::widen(kh[e]), quant::dot::widen(q[e]), acc);
+        });
         lanes[lane] = acc;
     }
     __syncwarp();
-    const float no_min = 0.0f;
-    const float s = O::finish(lanes, &no_min);
+    const float s = quant::dot::float_finish(n, kh, q, lanes);
+    __syncwarp();
+    return s;
+}
+
+// Q.K of a block cache in the CPU's order O (dot::row_dot): lane j makes
+// block j's part (its exact integers and scales), then every lane runs the
+// float chains over the parts in block order and finishes them.
+template <class O>
+__device__ __forceinline__ float block_qk(const typename O::ABlock* q, const typename O::WBlock* kh, int nb,
+                                          int lane) {
+    __shared__ typename O::Part parts[kMaxPerLaneK];
+    if (lane < nb) parts[lane] = O::part(kh[lane], q[lane]);
+    __syncwarp();
+    float acc[O::kLanes] = {};
+    float acc2[O::kLanes] = {};
+    for (int j = 0; j < nb; ++j) {
+        for (int l = 0; l < O::kLanes; ++l) O::step(acc[l], acc2[l], parts[j], l);
+    }
+    const float s = O::finish(acc, acc2);
     __syncwarp();  // read before the next cell writes
     return s;
+}
+
+// Q.K of one cell's K head (kh) of type K; q in K's partner.
+template <Type K>
+__device__ __forceinline__ float key_dot(const typename math::KeyDot<K>::Query* q, const uint8_t* kh, int64_t n,
+                                         int lane) {
+    using Query = typename math::KeyDot<K>::Query;
+    if constexpr (K == Type::F16) {
+        return f16_qk(q, reinterpret_cast<const uint16_t*>(kh), n, lane);
+    } else if constexpr (K == Type::F32 || K == Type::BF16) {
+        return float_qk(q, reinterpret_cast<const Query*>(kh), n, lane);
+    } else {
+        using O = typename math::KeyDot<K>::Order;
+        return block_qk<O>(q, reinterpret_cast<const typename O::WBlock*>(kh), static_cast<int>(n / O::kElems), lane);
+    }
+}
+
+// One cell's V element into a lane's accumulator: fp16 bits for an F16 V
+// (kVF16), else float.
+template <bool kVF16>
+using VAcc = std::conditional_t<kVF16, quant::fp16_bits, float>;
+
+template <bool kVF16>
+__device__ __forceinline__ void accumulate(VAcc<kVF16>& acc, bool rescale, const math::SoftmaxStep& st,
+                                           const uint8_t* vh, Type v_type, int64_t d) {
+    if constexpr (kVF16) {
+        if (rescale) acc = math::f16_scale(acc, st.ms);
+        acc = math::f16_mad(acc, reinterpret_cast<const uint16_t*>(vh)[d], st.vs);
+    } else {
+        if (rescale) acc *= st.ms;
+        acc = math::fma_f(math::kv_element(v_type, vh, d), st.vs, acc);
+    }
+}
+
+template <bool kVF16>
+__device__ __forceinline__ float value_of(VAcc<kVF16> acc) {
+    if constexpr (kVF16) {
+        return el::half_to_float(acc);
+    } else {
+        return acc;
+    }
 }
 
 __device__ __forceinline__ bool visible(int32_t kp, int32_t p, int64_t window) {
@@ -156,38 +220,39 @@ __device__ __forceinline__ float apply_sink(const AttentionArgs& args, int64_t h
     return math::softmax_step(args.sinks[h], running_max, running_sum).ms;
 }
 
-__global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos,
-                                     AttentionArgs args, KvCache kv, float* __restrict__ out) {
+template <Type K, bool kVF16>
+__global__ void attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos, AttentionArgs args,
+                                 KvCache kv, float* __restrict__ out) {
+    using Keys = math::KeyDot<K>;
     const auto [t, h, g, lane, p] = warp_task(args, q_pos);
-    const int nk = static_cast<int>((args.head_dim_k + 31) / 32);
     const int nv = static_cast<int>((args.head_dim_v + 31) / 32);
 
-    // Q rounded to fp16 once, as the CPU rounds it to the F16 cache's partner.
-    __shared__ float qh[32 * kMaxPerLaneK];
+    // The query in K's partner, made once (a lane per block or element).
+    __shared__ typename Keys::Query qk_in[32 * kMaxPerLaneK / Keys::kQueryElems];
     const float* qrow = q + (t * args.n_head + h) * args.head_dim_k;
-    for (int j = 0; j < nk; ++j) {
-        const int64_t d = lane + 32 * j;
-        if (d < args.head_dim_k) qh[d] = el::half_to_float(el::float_to_half(qrow[d]));
+    for (int64_t i = lane; i < args.head_dim_k / Keys::kQueryElems; i += 32) {
+        Keys::query(qrow + i * Keys::kQueryElems, qk_in[i]);
     }
     __syncwarp();
-    quant::fp16_bits acc[kMaxPerLane];
+    VAcc<kVF16> acc[kMaxPerLane];
     for (int j = 0; j < nv; ++j) acc[j] = 0;
     float running_max = -INFINITY;
     float running_sum = 0.0f;
 
+    const int64_t k_row = kv.k_row_bytes(), v_row = kv.v_row_bytes();
+    const int64_t k_head = KvCache::bytes_of(K, args.head_dim_k);
+    const int64_t v_head = KvCache::bytes_of(kv.v_type, args.head_dim_v);
     const CellRange cr = cell_range(args, kv);
     for (int64_t c = cr.begin; c < cr.end; ++c) {
         if (!visible(kv.cell_pos[c], p, args.window)) continue;
-        const auto* kh = reinterpret_cast<const uint16_t*>(kv.k + c * kv.k_row_bytes()) + g * args.head_dim_k;
-        const float s = math::attention_score(f16_qk(qh, kh, args.head_dim_k, lane), args.scale, args.softcap);
+        const uint8_t* kh = kv.k + c * k_row + g * k_head;
+        const float s = math::attention_score(key_dot<K>(qk_in, kh, args.head_dim_k, lane), args.scale, args.softcap);
         const bool rescale = s > running_max;
         const math::SoftmaxStep st = math::softmax_step(s, running_max, running_sum);
-        const auto* vh = reinterpret_cast<const uint16_t*>(kv.v + c * kv.v_row_bytes()) + g * args.head_dim_v;
+        const uint8_t* vh = kv.v + c * v_row + g * v_head;
         for (int j = 0; j < nv; ++j) {
             const int64_t d = lane + 32 * j;
-            if (d >= args.head_dim_v) continue;
-            if (rescale) acc[j] = math::f16_scale(acc[j], st.ms);
-            acc[j] = math::f16_mad(acc[j], vh[d], st.vs);
+            if (d < args.head_dim_v) accumulate<kVF16>(acc[j], rescale, st, vh, kv.v_type, d);
         }
     }
     const float ms = apply_sink(args, h, running_max, running_sum);
@@ -199,7 +264,7 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
         }
         for (int j = 0; j < nv; ++j) {
             const int64_t d = lane + 32 * j;
-            if (d < args.head_dim_v) part[2 + d] = el::half_to_float(acc[j]) * ms;
+            if (d < args.head_dim_v) part[2 + d] = value_of<kVF16>(acc[j]) * ms;
         }
         return;
     }
@@ -207,55 +272,8 @@ __global__ void attention_f16_kernel(const float* __restrict__ q, const int32_t*
     const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
     for (int j = 0; j < nv; ++j) {
         const int64_t d = lane + 32 * j;
-        if (d < args.head_dim_v) oh[d] = el::half_to_float(acc[j]) * ms * inv;
+        if (d < args.head_dim_v) oh[d] = value_of<kVF16>(acc[j]) * ms * inv;
     }
-}
-
-// Head sizes are whole Q8_0 blocks here (the session checks the cache type
-// against them before anything is allocated).
-__global__ void attention_q8_0_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos,
-                                      AttentionArgs args, KvCache kv, float* __restrict__ out) {
-    const auto [t, h, g, lane, p] = warp_task(args, q_pos);
-    const int nk = static_cast<int>(args.head_dim_k / 32);
-    const int nv = static_cast<int>(args.head_dim_v / 32);
-
-    // Q as Q8_0 blocks, made by the host's block function (one lane each).
-    __shared__ quant::block_q8_0 qb[kMaxPerLaneK];
-    const float* qrow = q + (t * args.n_head + h) * args.head_dim_k;
-    if (lane < nk) el::act_block(qrow + 32 * lane, qb[lane]);
-    __syncwarp();
-    float acc[kMaxPerLane];
-    for (int j = 0; j < nv; ++j) acc[j] = 0.0f;
-    float running_max = -INFINITY;
-    float running_sum = 0.0f;
-
-    const CellRange cr = cell_range(args, kv);
-    for (int64_t c = cr.begin; c < cr.end; ++c) {
-        if (!visible(kv.cell_pos[c], p, args.window)) continue;
-        const auto* kh = reinterpret_cast<const quant::block_q8_0*>(kv.k + c * kv.k_row_bytes()) + g * nk;
-        const float s = math::attention_score(q8_0_qk(qb, kh, nk, lane), args.scale, args.softcap);
-        const bool rescale = s > running_max;
-        const math::SoftmaxStep st = math::softmax_step(s, running_max, running_sum);
-        const auto* vh = reinterpret_cast<const quant::block_q8_0*>(kv.v + c * kv.v_row_bytes()) + g * nv;
-        for (int j = 0; j < nv; ++j) {
-            if (rescale) acc[j] *= st.ms;
-            const float vd = static_cast<float>(vh[j].qs[lane]) * el::half_to_float(vh[j].d);
-            acc[j] = math::fma_f(vd, st.vs, acc[j]);
-        }
-    }
-    const float ms = apply_sink(args, h, running_max, running_sum);
-    if (gridDim.y > 1) {
-        float* part = partial_of(args, t, h);
-        if (lane == 0) {
-            part[0] = running_max;
-            part[1] = running_sum;
-        }
-        for (int j = 0; j < nv; ++j) part[2 + lane + 32 * j] = acc[j] * ms;
-        return;
-    }
-    float* oh = out + (t * args.n_head + h) * args.head_dim_v;
-    const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
-    for (int j = 0; j < nv; ++j) oh[lane + 32 * j] = acc[j] * ms * inv;
 }
 
 // The split blocks of a (token, head) merged by log-sum-exp: with M the
@@ -288,16 +306,17 @@ __global__ void merge_kernel(AttentionArgs args, int64_t n_split, int64_t n, flo
 
 void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* cells, const KvCache& kv,
                      void* stream) {
-    const int64_t n = kv.q8_0 ? n_tokens * (kv.k_dim + kv.v_dim) / 32 : n_tokens * (kv.k_dim + kv.v_dim);
-    if (n <= 0) return;
-    constexpr int kThreads = 256;
-    const auto blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
     const auto s = static_cast<cudaStream_t>(stream);
-    if (kv.q8_0) {
-        kv_store_q8_0_kernel<<<blocks, kThreads, 0, s>>>(k, v, n_tokens, cells, kv);
-    } else {
-        kv_store_f16_kernel<<<blocks, kThreads, 0, s>>>(k, v, n_tokens, cells, kv);
-    }
+    store_side(kv.k_type, k, kv.k_dim, n_tokens, cells, kv.k, kv.k_row_bytes(), s);
+    store_side(kv.v_type, v, kv.v_dim, n_tokens, cells, kv.v, kv.stored_v_row_bytes(), s);
+}
+
+bool kv_type_supported(Type t) {
+#define TANDEM_KV_SUPPORTED(T) \
+    if (t == Type::T) return true;
+    TANDEM_FOR_EACH_KV_TYPE(TANDEM_KV_SUPPORTED)
+#undef TANDEM_KV_SUPPORTED
+    return false;
 }
 
 void launch_kv_clear(const KvCache& kv, void* stream) {
@@ -314,11 +333,17 @@ void launch_attention(const float* q, const int32_t* pos, int64_t n_tokens, cons
     const int64_t n_split = attention_splits(args, kv, n_tokens);
     const dim3 grid(static_cast<unsigned>(n_tokens * args.n_head), static_cast<unsigned>(n_split));
     const auto s = static_cast<cudaStream_t>(stream);
-    if (kv.q8_0) {
-        attention_q8_0_kernel<<<grid, 32, 0, s>>>(q, pos, args, kv, out);
-    } else {
-        attention_f16_kernel<<<grid, 32, 0, s>>>(q, pos, args, kv, out);
+    const bool v_f16 = kv.v_type == Type::F16;
+#define TANDEM_KV_ATTENTION(T)                                                   \
+    if (kv.k_type == Type::T) {                                                 \
+        if (v_f16) {                                                            \
+            attention_kernel<Type::T, true><<<grid, 32, 0, s>>>(q, pos, args, kv, out);  \
+        } else {                                                                \
+            attention_kernel<Type::T, false><<<grid, 32, 0, s>>>(q, pos, args, kv, out); \
+        }                                                                       \
     }
+    TANDEM_FOR_EACH_KV_TYPE(TANDEM_KV_ATTENTION)
+#undef TANDEM_KV_ATTENTION
     if (n_split > 1) {
         const int64_t n = n_tokens * args.n_head * args.head_dim_v;
         constexpr int kThreads = 128;

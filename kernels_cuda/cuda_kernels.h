@@ -100,9 +100,10 @@ void launch_gather_rows(const float* src, int64_t src_stride, const int32_t* row
 void launch_slot_sum(const float* y, const int32_t* grouped_row, const float* route, int64_t n_used, int64_t width,
                      int64_t n_tokens, float* out, void* stream);
 
-// A KV cache on the device, in F16 or Q8_0 rows as the CPU's
-// LayerKvCache: cell c holds K of all KV heads in the k_row_bytes() at
-// k + c * k_row_bytes(), V likewise; cell_pos[c] is its position or -1.
+// A KV cache on the device, K and V each in one of the cache types
+// (model::cache_element_types), stored as the CPU's LayerKvCache: cell c
+// holds K of all KV heads in the k_row_bytes() at k + c * k_row_bytes(), V
+// likewise; cell_pos[c] is its position or -1.
 struct KvCache {
     uint8_t* k = nullptr;
     uint8_t* v = nullptr;
@@ -110,26 +111,37 @@ struct KvCache {
     int64_t n_cells = 0;
     int64_t k_dim = 0;  // elements of a K row (all KV heads)
     int64_t v_dim = 0;  // elements of a stored V row; 0 with v_in_k
-    bool q8_0 = false;  // Q8_0 blocks of 32 elements (34 bytes), else fp16
+    quant::Type k_type = quant::Type::F16;
+    quant::Type v_type = quant::Type::F16;  // K's with v_in_k
     // V is each K row's first head_dim_v elements (MLA's latent): v == k,
     // and no V rows are stored.
     bool v_in_k = false;
 
-    // Bytes of `elems` elements (whole blocks for Q8_0).
-    TANDEM_HOST_DEVICE int64_t bytes_of(int64_t elems) const { return q8_0 ? elems / 32 * 34 : elems * 2; }
-    TANDEM_HOST_DEVICE int64_t k_row_bytes() const { return bytes_of(k_dim); }
+    // Bytes of `elems` elements of type t (whole blocks; 0 for a type
+    // without a block layout).
+    TANDEM_HOST_DEVICE static int64_t bytes_of(quant::Type t, int64_t elems) {
+#define TANDEM_KV_BYTES(T, Block, fn, qk) \
+    if (t == quant::Type::T) return elems / (qk) * static_cast<int64_t>(sizeof(Block));
+        TANDEM_FOR_EACH_ELEMENT_TYPE(TANDEM_KV_BYTES)
+#undef TANDEM_KV_BYTES
+        return 0;
+    }
+    TANDEM_HOST_DEVICE int64_t k_row_bytes() const { return bytes_of(k_type, k_dim); }
     // From one cell's V to the next (a K row with v_in_k).
-    TANDEM_HOST_DEVICE int64_t v_row_bytes() const { return v_in_k ? k_row_bytes() : bytes_of(v_dim); }
+    TANDEM_HOST_DEVICE int64_t v_row_bytes() const { return v_in_k ? k_row_bytes() : bytes_of(v_type, v_dim); }
     // The bytes of V a cell stores (0 with v_in_k).
-    TANDEM_HOST_DEVICE int64_t stored_v_row_bytes() const { return bytes_of(v_dim); }
+    TANDEM_HOST_DEVICE int64_t stored_v_row_bytes() const { return bytes_of(v_type, v_dim); }
 };
 
 // Stores the K and V rows of token t (t < n_tokens) into cell cells[t]
-// (device), rounded to fp16 or quantized to Q8_0 as the CPU's cache
-// quantizes (math::kv_q8_0_block). cell_pos is left alone: the host chooses the cells (KvCells)
-// and uploads the positions.
+// (device), each block written as the CPU's cache writes it
+// (math::kv_store_block). cell_pos is left alone: the host chooses the
+// cells (KvCells) and uploads the positions. Both types must be
+// kv_type_supported (the cache checks them when it is made).
 void launch_kv_store(const float* k, const float* v, int64_t n_tokens, const int32_t* cells, const KvCache& kv,
                      void* stream);
+// Whether the device stores and attends over type t (a cache type).
+bool kv_type_supported(quant::Type t);
 // Sets every cell_pos to -1.
 void launch_kv_clear(const KvCache& kv, void* stream);
 
@@ -160,7 +172,8 @@ inline constexpr int64_t kSplitCells = 256;
 inline constexpr int64_t kMaxSplits = 32;
 
 // cpu::attention: q n_tokens rows of n_head * head_dim_k, out n_tokens rows
-// of n_head * head_dim_v, pos on the device.
+// of n_head * head_dim_v, pos on the device. Nothing is launched for a K
+// type without kv_type_supported.
 void launch_attention(const float* q, const int32_t* pos, int64_t n_tokens, const AttentionArgs& args,
                       const KvCache& kv, float* out, void* stream);
 // How many blocks launch_attention splits each (token, head)'s cells over.

@@ -171,31 +171,4 @@ TANDEM_HOST_DEVICE quant::fp16_bits f16_mad(quant::fp16_bits acc, quant::fp16_bi
         fma_f(quant::element::half_to_float(v), s, quant::element::half_to_float(acc)));
 }
 
-// The CPU's Q8_0 K/V cache rows (LayerKvCache stores through
-// quant::quantize_row, the weight reference of quant_ref_legacy.cpp): d =
-// amax / 127, codes round(x * (1 / d)) half away from zero, clamped to
-// [-127, 127]; not the activation quantizer's 127 / amax and half to even
-// (act_q8_32), which gives other codes for some inputs.
-TANDEM_HOST_DEVICE int round_half_away(float v) {
-    int i = static_cast<int>(v);  // truncates toward zero
-    const float frac = v - static_cast<float>(i);
-    if (frac >= 0.5f) ++i;
-    if (frac <= -0.5f) --i;
-    return i;
-}
-
-TANDEM_HOST_DEVICE void kv_q8_0_block(const float* x, quant::block_q8_0& y) {
-    namespace el = quant::element;
-    float amax = 0.0f;
-    for (int j = 0; j < 32; ++j) {
-        const float a = el::abs_f(x[j]);
-        amax = amax < a ? a : amax;  // std::max(amax, a)
-    }
-    const float d = amax / 127.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
-    if (!el::finite_f(id)) id = 0.0f;
-    for (int j = 0; j < 32; ++j) y.qs[j] = static_cast<int8_t>(el::clamp_i(round_half_away(x[j] * id), -127, 127));
-    y.d = el::float_to_half(d);
-}
-
 }  // namespace tandem::cuda::math

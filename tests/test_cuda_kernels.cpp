@@ -249,9 +249,9 @@ TEST(CudaElementwise, RmsNormRopeGluMatchCpu) {
 }
 
 // Both cache types: F16 (fp16 accumulation: an ulp of difference in exp()
-// may move a value by a couple of fp16 steps) and Q8_0 (integer block dot
-// products; the CPU sums its blocks in SIMD lanes, so scores differ in the
-// last bits).
+// may move a value by a couple of fp16 steps) and Q8_0 (the CPU's block dot
+// product and query quantizer, f32 sums: the same exp() ulps apart).
+// Every other type and mixed pairs: test_cuda_kv_types.cpp.
 // A span of 1100 cells is split over blocks and merged by log-sum-exp
 // (kernels::attention_splits), within the same bound.
 TEST(CudaAttention, MatchesCpuF16AndQ8Caches) {
@@ -285,8 +285,8 @@ TEST(CudaAttention, MatchesCpuF16AndQ8Caches) {
             const auto kv = cache.view();
             tc::attention(q.data(), pos, kTokens, shape, kv, ref.data(), pool, tc::SimdLevel::Scalar);
             tandem::cuda::kernels::AttentionArgs a{kHead, kHeadKv, kDim, kDim, window, shape.scale};
-            tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, type, kv.k, kv.v, kv.cell_pos, kCells,
-                                              kHeadKv * kDim, kHeadKv * kDim, gpu.data());
+            tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, {type, type}, kv.k, kv.v, kv.cell_pos,
+                                              kCells, kHeadKv * kDim, kHeadKv * kDim, gpu.data());
             EXPECT_EQ(misses(gpu, ref, [](float r) { return 2e-3f * std::max(1.0f, std::fabs(r)); }), 0);
         }
     }
@@ -315,8 +315,8 @@ TEST(CudaAttention, LatentHeadsOf576And512MatchCpu) {
         ASSERT_EQ(kv.v, kv.k);
         tc::attention(q.data(), pos, kTokens, shape, kv, ref.data(), pool, tc::SimdLevel::Scalar);
         tandem::cuda::kernels::AttentionArgs a{kHead, 1, kKDim, kVDim, 0, shape.scale};
-        tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, type, kv.k, kv.k, kv.cell_pos, kCells, kKDim,
-                                          kKDim, gpu.data());
+        tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, {type, type}, kv.k, kv.k, kv.cell_pos, kCells,
+                                          kKDim, kKDim, gpu.data());
         EXPECT_EQ(misses(gpu, ref, [](float r) { return 2e-3f * std::max(1.0f, std::fabs(r)); }), 0);
     }
 }
@@ -336,8 +336,8 @@ TEST(CudaAttention, KvStoreReachesCellsPastTwoGiB) {
     const auto k = random_floats(2 * kKDim, 31);
     const auto v = random_floats(2 * kVDim, 32);
     std::vector<uint8_t> k_out(2 * kKDim * 2), v_out(2 * kVDim * 2);
-    tandem::cuda::kv_store_on_device(dev, tq::Type::F16, k.data(), v.data(), 2, cells.data(), n_cells, kKDim, kVDim,
-                                     k_out.data(), v_out.data());
+    tandem::cuda::kv_store_on_device(dev, tandem::model::kCacheF16, k.data(), v.data(), 2, cells.data(), n_cells, kKDim,
+                                     kVDim, k_out.data(), v_out.data());
     int bad = 0;
     for (size_t i = 0; i < k.size(); ++i) {
         uint16_t h;
@@ -372,7 +372,7 @@ TEST(CudaAttention, SoftcapMatchesCpu) {
         const auto kv = cache.view();
         tc::attention(q.data(), pos, kTokens, shape, kv, ref.data(), pool, tc::SimdLevel::Scalar);
         tandem::cuda::kernels::AttentionArgs a{kHead, kHeadKv, kDim, kDim, 0, shape.scale, shape.softcap};
-        tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, type, kv.k, kv.v, kv.cell_pos, kCells,
+        tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, {type, type}, kv.k, kv.v, kv.cell_pos, kCells,
                                           kHeadKv * kDim, kHeadKv * kDim, gpu.data());
         EXPECT_EQ(misses(gpu, ref, [](float r) { return 2e-3f * std::max(1.0f, std::fabs(r)); }), 0);
     }
@@ -428,8 +428,8 @@ TEST(CudaAttention, SinksMatchCpu) {
                 tc::attention(q.data(), pos, kTokens, shape, kv, ref.data(), pool, tc::SimdLevel::Scalar);
                 tandem::cuda::kernels::AttentionArgs a{kHead, kHeadKv, kDim, kDim, window, scale};
                 a.sinks = sinks.data();  // host: attention_on_device uploads it
-                tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, type, kv.k, kv.v, kv.cell_pos, kCells,
-                                                  kHeadKv * kDim, kHeadKv * kDim, gpu.data());
+                tandem::cuda::attention_on_device(dev, q.data(), pos, kTokens, a, {type, type}, kv.k, kv.v,
+                                                  kv.cell_pos, kCells, kHeadKv * kDim, kHeadKv * kDim, gpu.data());
                 EXPECT_EQ(misses(gpu, ref, [](float r) { return 2e-3f * std::max(1.0f, std::fabs(r)); }), 0);
             }
         }

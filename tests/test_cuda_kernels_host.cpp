@@ -1,7 +1,7 @@
 // The CUDA kernels' own arithmetic run on the host (matmul_math.h,
 // op_math.h, model/device_layout.h) against the CPU kernels, for what a reading
-// of the never-run CUDA path found: the cuBLAS path's activations, the Q8_0
-// KV cache's quantizer, the cache arrays' alignment, SwiGLU by rows. (The
+// of the never-run CUDA path found: the cuBLAS path's activations, the KV
+// cache's store of every type, the cache arrays' alignment, SwiGLU by rows. (The
 // products' arithmetic is the CPU's own, dot_order.h: the emulated
 // CudaMatmul tests check the kernels' bits.)
 // Each loop over types or shapes reports every case (EXPECT, SCOPED_TRACE).
@@ -17,12 +17,16 @@
 #include "kernels_cpu/elementwise.h"
 #include "kernels_cpu/matmul.h"
 #include "kernels_cpu/thread_pool.h"
+#include "kernels_cpu/vec_dot.h"
 #include "kernels_cuda/cuda_kernels.h"
+#include "kernels_cuda/kv_types.h"
 #include "kernels_cuda/matmul_math.h"
 #include "kernels_cuda/matmul_types.h"
 #include "kernels_cuda/op_math.h"
 #include "runtime/model/device_layout.h"
+#include "runtime/model/model_spec.h"
 #include "runtime/quant/quant_types.h"
+#include "tests/kv_type_inputs.h"
 #include "tests/test_cuda_inputs.h"
 
 namespace tq = tandem::quant;
@@ -79,46 +83,76 @@ TEST(CudaKernelsHost, ActivationRoundTripIsTheCpuQuantizerReadBack) {
     }
 }
 
-// The CPU's Q8_0 cache rows come from quantize_row (1/d, half away from
-// zero); the device's kv_store must write the same bytes. Before the fix
-// it used the activation quantizer (127/amax, half to even).
-TEST(CudaKernelsHost, KvCacheQ8BlocksMatchCpuCacheRowsByteForByte) {
+namespace {
+
+// One row through the device's store (math::kv_store_block<T>, block by
+// block, run here on the host).
+template <tq::Type T>
+std::vector<uint8_t> device_cache_row(const std::vector<float>& x) {
+    using Block = typename cm::Elem<T>::block;
+    constexpr int kElems = cm::Elem<T>::qk();
+    std::vector<Block> blocks(x.size() / kElems);
+    for (size_t b = 0; b < blocks.size(); ++b) cm::kv_store_block<T>(x.data() + b * kElems, blocks[b]);
+    std::vector<uint8_t> bytes(blocks.size() * sizeof(Block));
+    std::memcpy(bytes.data(), blocks.data(), bytes.size());
+    return bytes;
+}
+
+std::vector<uint8_t> device_cache_row(tq::Type t, const std::vector<float>& x) {
+#define TANDEM_ROW_OF(T) \
+    if (t == tq::Type::T) return device_cache_row<tq::Type::T>(x);
+    TANDEM_FOR_EACH_KV_TYPE(TANDEM_ROW_OF)
+#undef TANDEM_ROW_OF
+    return {};
+}
+
+}  // namespace
+
+// The device stores every cache type's rows with the bytes of the CPU's
+// cache (cpu::detail::cache_row_quantizer, at every SIMD level): Q8_0 by
+// the activation quantizer (127 / amax, half to even; the device's store
+// of before used the reference's 1/d and half away, which the exact ties
+// below tell apart), IQ4_NL by its plain row conversion, the others by
+// their reference quantizers; F16 and BF16 rounded.
+TEST(CudaKernelsHost, KvStoreBlocksMatchCpuCacheRowsByteForByte) {
     constexpr int64_t kN = 64 * 32;
     std::vector<std::vector<float>> rows;
     for (uint32_t seed = 1; seed <= 8; ++seed) rows.push_back(random_floats(kN, seed, seed % 2 ? 1.0f : 1e-3f));
-    // Exact ties: amax 127 makes d = 1, so x.5 must round away from zero.
-    std::vector<float> ties(kN, 0.0f);
-    for (int64_t b = 0; b < kN / 32; ++b) {
-        ties[static_cast<size_t>(b * 32)] = 127.0f;
-        for (int j = 1; j < 32; ++j) ties[static_cast<size_t>(b * 32 + j)] = 0.5f + static_cast<float>((j + b) % 9) - 4.0f;
-    }
-    rows.push_back(ties);
-    for (size_t r = 0; r < rows.size(); ++r) {
-        SCOPED_TRACE("row " + std::to_string(r));
-        std::vector<tq::block_q8_0> cpu(kN / 32), dev(kN / 32);
-        tq::quantize_row(tq::Type::Q8_0, rows[r].data(), cpu.data(), kN);
-        for (int64_t b = 0; b < kN / 32; ++b) cm::kv_q8_0_block(rows[r].data() + b * 32, dev[static_cast<size_t>(b)]);
-        int differing = 0;
-        for (int64_t b = 0; b < kN / 32; ++b) {
-            differing += std::memcmp(&cpu[static_cast<size_t>(b)], &dev[static_cast<size_t>(b)], sizeof(tq::block_q8_0)) ? 1 : 0;
+    rows.push_back(tandem::testing::q8_ties_row(kN));
+    rows.push_back(std::vector<float>(kN, 0.0f));  // blocks of zeros: scale 0
+    for (const tq::Type t : tandem::model::cache_element_types()) {
+        for (const tc::SimdLevel level : {tc::SimdLevel::Scalar, tc::best_simd_level()}) {
+            for (size_t r = 0; r < rows.size(); ++r) {
+                SCOPED_TRACE(std::string(tq::traits(t).name) + " " + std::string(tc::simd_level_name(level)) + " row " +
+                             std::to_string(r));
+                std::vector<uint8_t> cpu(*tq::row_bytes(t, kN));
+                tc::detail::cache_row_quantizer(t, level)(rows[r].data(), cpu.data(), kN);
+                const std::vector<uint8_t> dev = device_cache_row(t, rows[r]);
+                ASSERT_EQ(dev.size(), cpu.size()) << "no device store for the type";
+                EXPECT_EQ(std::memcmp(dev.data(), cpu.data(), cpu.size()), 0);
+            }
         }
-        EXPECT_EQ(differing, 0) << "blocks of " << kN / 32;
     }
 }
 
-// Every array of a device KV cache starts on a 256-byte boundary, also
-// when a Q8_0 row has an odd number of blocks and the cell count is odd
-// (K and V then end 2 bytes past a multiple of 4), and they do not overlap.
+// Every array of a device KV cache starts on a 256-byte boundary, for
+// every cache type, also when a row has an odd number of blocks and the
+// cell count is odd (K and V then end 2 bytes past a multiple of 4), and
+// they do not overlap; the rows are the planner's size.
 TEST(CudaKernelsHost, KvCacheArraysAreAlignedAndDisjoint) {
-    for (const bool q8 : {true, false}) {
+    for (const tq::Type t : tandem::model::cache_element_types()) {
         for (const int64_t dim : {int64_t{32}, int64_t{96}, int64_t{160}, int64_t{4096}}) {
             for (const int64_t cells : {int64_t{1}, int64_t{5}, int64_t{33}, int64_t{4097}}) {
-                SCOPED_TRACE(std::string(q8 ? "Q8_0" : "F16") + " dim " + std::to_string(dim) + " cells " +
+                SCOPED_TRACE(std::string(tq::traits(t).name) + " dim " + std::to_string(dim) + " cells " +
                              std::to_string(cells));
                 tandem::cuda::kernels::KvCache kv;
-                kv.q8_0 = q8;
+                kv.k_type = t;
+                kv.v_type = t == tq::Type::F16 ? tq::Type::Q4_0 : tq::Type::F16;
                 kv.k_dim = dim;
-                kv.v_dim = dim + (q8 ? 32 : 2);
+                kv.v_dim = dim + 32;
+                // The device's row sizes are the planner's (quant::row_bytes).
+                EXPECT_EQ(kv.k_row_bytes(), static_cast<int64_t>(*tq::row_bytes(t, dim)));
+                EXPECT_EQ(kv.v_row_bytes(), static_cast<int64_t>(*tq::row_bytes(kv.v_type, dim + 32)));
                 kv.n_cells = cells;
                 const auto l = tandem::model::kv_layout(static_cast<uint64_t>(kv.k_row_bytes()),
                                                         static_cast<uint64_t>(kv.v_row_bytes()), cells, 17);

@@ -25,6 +25,8 @@
 
 namespace {
 
+namespace tq = tandem::quant;
+
 struct LedgerCase {
     std::string model;
     tandem::model::CacheType cache_type;
@@ -92,7 +94,11 @@ INSTANTIATE_TEST_SUITE_P(
                       LedgerCase{"tiny-llama-F16.gguf", tandem::model::kCacheF16, 96},
                       LedgerCase{"synth-qwen3moe-Q8_0.gguf", tandem::model::kCacheQ8_0, 160},
                       LedgerCase{"synth-gemma2-Q8_0.gguf", tandem::model::kCacheF16, 256},
-                      LedgerCase{"synth-gemma2-Q8_0.gguf", tandem::model::kCacheQ8_0, 512, 3}),
+                      LedgerCase{"synth-gemma2-Q8_0.gguf", tandem::model::kCacheQ8_0, 512, 3},
+                      // K and V of other types and row sizes (issue 47)
+                      LedgerCase{"tiny-llama-Q4_K_M.gguf", {tq::Type::Q8_0, tq::Type::F16}, 200},
+                      LedgerCase{"synth-llama-Q8_0.gguf", {tq::Type::Q4_0, tq::Type::Q4_0}, 256},
+                      LedgerCase{"synth-gemma2-Q8_0.gguf", {tq::Type::F32, tq::Type::IQ4_NL}, 256, 2}),
     case_name);
 
 }  // namespace

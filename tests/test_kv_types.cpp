@@ -20,6 +20,7 @@
 #include "runtime/engine/kv_cache.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/quant/hadamard.h"
+#include "tests/kv_type_inputs.h"
 
 namespace tc = tandem::cpu;
 namespace tq = tandem::quant;
@@ -126,18 +127,7 @@ TEST(KvRotation, LatentAttentionNeedsOneTypeAndBlocksMustFit) {
 
 namespace {
 
-// K/V pairs: each type alike, and pairs that cross the kernels' choices
-// (fp16 V sums with a block K, float V sums with an fp16 K).
-std::vector<tmod::CacheType> type_pairs() {
-    std::vector<tmod::CacheType> pairs;
-    for (const tq::Type t : tmod::cache_element_types()) pairs.push_back({t, t});
-    pairs.push_back({tq::Type::Q8_0, tq::Type::F16});
-    pairs.push_back({tq::Type::F16, tq::Type::Q4_0});
-    pairs.push_back({tq::Type::Q4_1, tq::Type::Q5_0});
-    pairs.push_back({tq::Type::BF16, tq::Type::IQ4_NL});
-    pairs.push_back({tq::Type::F32, tq::Type::Q5_1});
-    return pairs;
-}
+using tandem::testing::kv_type_pairs;
 
 struct Filled {
     tandem::LayerKvCache cache;
@@ -207,7 +197,7 @@ std::vector<double> definition(const Filled& f) {
 // seen).
 TEST(KvTypes, AttentionOfEveryPairIsTheDefinition) {
     uint32_t seed = 10;
-    for (const tmod::CacheType type : type_pairs()) {
+    for (const tmod::CacheType type : kv_type_pairs()) {
         SCOPED_TRACE(tmod::cache_type_name(type));
         for (const int64_t n_tokens : {1, 3}) {
             const Filled f = filled(type, 8, 2, 64, 90, n_tokens, seed += 7);
@@ -230,7 +220,7 @@ TEST(KvTypes, AttentionOfEveryPairIsTheDefinition) {
 // pair, one query and several, GQA 4 and 1.
 TEST(KvTypes, EveryLevelGivesTheScalarBits) {
     uint32_t seed = 300;
-    for (const tmod::CacheType type : type_pairs()) {
+    for (const tmod::CacheType type : kv_type_pairs()) {
         for (const auto& [n_head, n_head_kv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 4}}) {
             for (const int64_t n_tokens : {1, 4}) {
                 const Filled f = filled(type, n_head, n_head_kv, 64, 70, n_tokens, seed += 5);

@@ -600,14 +600,17 @@ TEST(SequenceState, RoundTripAcrossTheStandInSplit) {
 
 // The CUDA device's rows copied to the host and back: a GPU session
 // restored continues as the uninterrupted GPU session, and a state saved
-// on the GPU restores into a CPU session. Skips without a GPU.
+// on the GPU restores into a CPU session; also with K and V of other
+// types (rows of other sizes on the two sides). Skips without a GPU.
 TEST(SequenceState, CudaRoundTrip) {
     std::string why;
     const auto devices = tandem::cuda::list_devices(&why);
     if (devices.empty()) TANDEM_CUDA_SKIP("no GPU: " << why);
     const Model m(tiny());
     const auto prompt = m.tok.encode("Once upon a time, there was a little robot who wanted to learn.", true);
-    for (const auto type : {tandem::model::kCacheF16, tandem::model::kCacheQ8_0}) {
+    const tandem::model::CacheType mixed{tandem::quant::Type::Q4_1, tandem::quant::Type::F16};
+    for (const auto type : {tandem::model::kCacheF16, tandem::model::kCacheQ8_0, mixed}) {
+        SCOPED_TRACE(tandem::model::cache_type_name(type));
         SessionOptions o = opts(type);
         o.device = "cuda" + std::to_string(devices[0].index);
         // Every layer's cache on the device; the output head (32000 rows,
@@ -626,7 +629,7 @@ TEST(SequenceState, CudaRoundTrip) {
         const auto got = continue_greedy(cpu, 0, static_cast<int32_t>(head.size()), prompt.back(), 0);
         float d = 0;
         for (size_t i = 0; i < want[0].size(); ++i) d = std::max(d, std::fabs(want[0][i] - got[0][i]));
-        EXPECT_LE(d, 0.5f) << "GPU rows read as the CPU's (fp16/Q8_0 rounding apart)";
+        EXPECT_LE(d, 0.5f) << "GPU rows read as the CPU's (the types' rounding apart)";
     }
 }
 

@@ -106,14 +106,10 @@ public:
 
     void load_kv(int64_t il, const KvCells& cells) override {
         TANDEM_CHECK(!caches_.count(il), "load_kv: layer loaded twice");
-        if (config_.cache_type != model::kCacheF16 && config_.cache_type != model::kCacheQ8_0) {
-            throw Error(fmt::format("KV cache type {} on {}: the CUDA device stores f16 or q8_0 (K and V alike) for now",
-                                    model::cache_type_name(config_.cache_type), name()));
-        }
         select();
         auto cache = std::make_unique<CudaKvCache>(ledger_, uploads(), fmt::format("the KV cache of layer {}", il),
-                                                   config_.cache_type == model::kCacheQ8_0, hp_.k_dim(),
-                                                   hp_.kv_v_dim(), cells, config_.n_ubatch);
+                                                   config_.cache_type, hp_.k_dim(), hp_.kv_v_dim(), cells,
+                                                   config_.n_ubatch);
         kv_bytes_ += cache->bytes();
         caches_.emplace(il, std::move(cache));
     }

@@ -12,11 +12,18 @@
 
 namespace tandem::cuda {
 
-CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, bool q8_0,
-                         int64_t k_dim, int64_t v_dim, const KvCells& cells, int64_t n_ubatch)
+CudaKvCache::CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what,
+                         model::CacheType type, int64_t k_dim, int64_t v_dim, const KvCells& cells, int64_t n_ubatch)
     : uploads_(&uploads), cells_(&cells), shown_(static_cast<size_t>(cells.n_cells()), -1) {
     const int64_t n_cells = cells.n_cells();
-    kv_.q8_0 = q8_0;
+    // With V in K (MLA) V is K's type, as the CPU's cache takes it.
+    kv_.k_type = type.k;
+    kv_.v_type = v_dim > 0 ? type.v : type.k;
+    for (const quant::Type t : {kv_.k_type, kv_.v_type}) {
+        if (!kernels::kv_type_supported(t)) {
+            throw Error(fmt::format("{}: the CUDA device has no KV cache of type {}", what, quant::traits(t).name));
+        }
+    }
     kv_.k_dim = k_dim;
     kv_.v_dim = v_dim;
     kv_.v_in_k = v_dim == 0;

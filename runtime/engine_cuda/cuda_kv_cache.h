@@ -1,7 +1,7 @@
-// One layer's KV cache on a GPU: K and V rows in F16 or Q8_0 blocks (as the
-// CPU's LayerKvCache) and the position of each cell on the device, the
-// cells' bookkeeping (KvCells) on the host, so cells are chosen by the
-// CPU's rules. Internal to kernels_cuda; compiled into tandem_engine with
+// One layer's KV cache on a GPU: K and V rows each in its cache type (the
+// bytes the CPU's LayerKvCache stores) and the position of each cell on
+// the device, the cells' bookkeeping (KvCells) on the host, so cells are
+// chosen by the CPU's rules. Internal to kernels_cuda; compiled into tandem_engine with
 // the device.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include "kernels_cuda/cuda_kernels.h"
 #include "runtime/engine/device.h"
 #include "runtime/engine/kv_cells.h"
+#include "runtime/model/model_spec.h"
 #include "runtime/engine_cuda/cuda_uploads.h"
 
 namespace tandem::cuda {
@@ -28,8 +29,9 @@ public:
     // `what`. Token cells and cell positions go up through `uploads` (which
     // must outlive the cache). What the cells forget needs no call here:
     // attention uploads the positions that changed since it last looked.
-    // v_dim 0: V is each K row's first head_dim_v (MLA), none stored.
-    CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, bool q8_0,
+    // v_dim 0: V is each K row's first head_dim_v (MLA), none stored, in
+    // K's type. Throws Error for a type the device does not store.
+    CudaKvCache(MemoryLedger& ledger, AsyncUploads& uploads, const std::string& what, model::CacheType type,
                 int64_t k_dim, int64_t v_dim, const KvCells& cells, int64_t n_ubatch);
 
     // Stores the K and V rows of each token (sequence seq[t], position

@@ -52,6 +52,21 @@ TANDEM_HOST_DEVICE bf16_bits float_to_bf16(float f) {
     return static_cast<bf16_bits>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
+// The value of the largest magnitude (the first of equals), sign kept; 0
+// when every |x| is 0 (or NaN).
+TANDEM_HOST_DEVICE float signed_absmax(const float* x, int n) {
+    float amax = 0.0f;
+    float max = 0.0f;
+    for (int j = 0; j < n; ++j) {
+        const float a = abs_f(x[j]);
+        if (a > amax) {
+            amax = a;
+            max = x[j];
+        }
+    }
+    return max;
+}
+
 // ggml's CPU activation quantizer for 32 elements (id = 127/amax, round half
 // to even; not the weight reference's 1/d and half-away rounding). Returns
 // the scale; *sum receives the sum of the codes.
@@ -73,31 +88,32 @@ TANDEM_HOST_DEVICE float act_q8_32(const float* x, int8_t* qs, int* sum) {
     return amax / 127.0f;
 }
 
-TANDEM_HOST_DEVICE void act_block(const float* x, block_q8_0& y) {
+// A Q8_0 or Q8_1 block by a 32-element quantizer (act_q8_32, or the
+// reference's ref_q8_32 of quant_ref_element.h): the codes and the fp16
+// scale; Q8_1's s from the float d, as ggml does (it stands for sum(x) as
+// the dot products see it, d * sum(q)).
+using Q8Quantizer = float (*)(const float*, int8_t*, int*);
+template <Q8Quantizer kQ8>
+TANDEM_HOST_DEVICE void q8_block(const float* x, block_q8_0& y) {
     int sum = 0;
-    y.d = float_to_half(act_q8_32(x, y.qs, &sum));
+    y.d = float_to_half(kQ8(x, y.qs, &sum));
 }
-
-TANDEM_HOST_DEVICE void act_block(const float* x, block_q8_1& y) {
+template <Q8Quantizer kQ8>
+TANDEM_HOST_DEVICE void q8_block(const float* x, block_q8_1& y) {
     int sum = 0;
-    const float d = act_q8_32(x, y.qs, &sum);
+    const float d = kQ8(x, y.qs, &sum);
     y.d = float_to_half(d);
     y.s = float_to_half(d * static_cast<float>(sum));
 }
 
+TANDEM_HOST_DEVICE void act_block(const float* x, block_q8_0& y) { q8_block<act_q8_32>(x, y); }
+TANDEM_HOST_DEVICE void act_block(const float* x, block_q8_1& y) { q8_block<act_q8_32>(x, y); }
+
 // The Q8_K reference (quant_ref_kquants.cpp): the signed extreme maps to
 // -127, so the scale may be negative; bsums are sums of 16 codes.
 TANDEM_HOST_DEVICE void act_block(const float* x, block_q8_K& y) {
-    float amax = 0.0f;
-    float max = 0.0f;
-    for (int j = 0; j < kQK_K; ++j) {
-        const float a = abs_f(x[j]);
-        if (a > amax) {
-            amax = a;
-            max = x[j];
-        }
-    }
-    if (amax == 0.0f) {
+    const float max = signed_absmax(x, kQK_K);
+    if (max == 0.0f) {  // every |x| 0 (or NaN)
         y.d = 0.0f;
         for (int j = 0; j < kQK_K; ++j) y.qs[j] = 0;
         for (int j = 0; j < kQK_K / 16; ++j) y.bsums[j] = 0;

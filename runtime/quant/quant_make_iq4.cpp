@@ -30,6 +30,7 @@
 #include "runtime/quant/iq_tables.h"
 #include "runtime/quant/quant_blocks.h"
 #include "runtime/quant/quant_ref.h"
+#include "runtime/quant/quant_ref_element.h"
 #include "runtime/quant/quant_ref_kquants_scales.h"
 
 namespace tandem::quant::ref {
@@ -41,23 +42,10 @@ constexpr int kBlock = 32;
 constexpr int kTries = 7;               // trial scales t = -7..7
 constexpr float kBlockMaxEps = 1e-15f;  // blocks below this get scale 0
 
-float table_value(int i) { return static_cast<float>(iq::kIq4nlValues[i]); }
-
-// Index of the IQ4_NL value nearest to x (bisection; a tie goes up).
-int nearest_iq4nl(float x) {
-    if (x <= table_value(0)) return 0;
-    if (x >= table_value(15)) return 15;
-    int lo = 0, hi = 15;
-    while (hi - lo > 1) {
-        const int mid = (lo + hi) / 2;
-        if (x < table_value(mid)) {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    return x - table_value(hi - 1) < table_value(hi) - x ? hi - 1 : hi;
-}
+// The table, nearest code and weighted sums are IQ4_NL's row conversion's
+// too, shared with the CUDA KV cache (quant_ref_element.h).
+using element::iq4nl_table;
+using element::iq4nl_weighted_sums;
 
 // sigma2 = 2 sum(x^2) / n.
 float sigma2_of(const float* x, int n) {
@@ -65,19 +53,6 @@ float sigma2_of(const float* x, int n) {
     for (int j = 0; j < n; ++j) sigma2 += x[j] * x[j];
     sigma2 *= 2.f / static_cast<float>(n);
     return sigma2;
-}
-
-// sum w q x and sum w q^2 over a block with the codes picked at 1/d = id.
-void weighted_sums(const float* xb, const float* weight, float id, float* sumqx, float* sumq2) {
-    float sx = 0, s2 = 0;
-    for (int j = 0; j < kBlock; ++j) {
-        const float q = table_value(nearest_iq4nl(id * xb[j]));
-        const float w = weight[j];
-        sx += w * q * xb[j];
-        s2 += w * q * q;
-    }
-    *sumqx = sx;
-    *sumq2 = s2;
 }
 
 // The least-squares scale of one block of 32 (0 for a block below eps).
@@ -94,12 +69,12 @@ float block_scale(const float* xb, const float* qw, float sigma2) {
     }
     if (amax < kBlockMaxEps) return 0;
     float sumqx, sumq2;
-    weighted_sums(xb, weight, 1 / (-max / table_value(0)), &sumqx, &sumq2);
+    iq4nl_weighted_sums(xb, weight, 1 / (-max / iq4nl_table(0)), &sumqx, &sumq2);
     float d = sumq2 > 0 ? sumqx / sumq2 : 0.f;
     float best = d * sumqx;
     for (int t = -kTries; t <= kTries; ++t) {
         const float id = static_cast<float>(t + iq::kIq4nlValues[0]) / max;
-        weighted_sums(xb, weight, id, &sumqx, &sumq2);
+        iq4nl_weighted_sums(xb, weight, id, &sumqx, &sumq2);
         if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
             d = sumqx / sumq2;
             best = d * sumqx;
@@ -111,13 +86,7 @@ float block_scale(const float* xb, const float* qw, float sigma2) {
 // Codes of n weights at inverse scale id, packed two a byte: element j
 // of each 32 in the low nibble of byte j, element j + 16 in the high one.
 void pack_codes(const float* x, int n, const float* ids, uint8_t* qs) {
-    for (int b = 0; b < n / kBlock; ++b) {
-        for (int j = 0; j < kBlock / 2; ++j) {
-            const int lo = nearest_iq4nl(ids[b] * x[kBlock * b + j]);
-            const int hi = nearest_iq4nl(ids[b] * x[kBlock * b + kBlock / 2 + j]);
-            qs[kBlock / 2 * b + j] = static_cast<uint8_t>(lo | (hi << 4));
-        }
-    }
+    for (int b = 0; b < n / kBlock; ++b) element::iq4nl_pack(x + kBlock * b, ids[b], qs + kBlock / 2 * b);
 }
 
 void quantize_block_iq4_nl(const float* x, const float* qw, block_iq4_nl* y) {
@@ -197,28 +166,7 @@ void quantize_block_mxfp4(const float* x, block_mxfp4* y) {
 }
 
 // ggml's quantize_row_iq4_nl_impl with ntry -1 and no importance weights.
-void quantize_block_iq4_nl_plain(const float* x, const float*, block_iq4_nl* y) {
-    float weight[kBlock];
-    for (int j = 0; j < kBlock; ++j) weight[j] = x[j] * x[j];
-    float amax = 0, max = 0;
-    for (int j = 0; j < kBlock; ++j) {
-        const float ax = std::fabs(x[j]);
-        if (ax > amax) {
-            amax = ax;
-            max = x[j];
-        }
-    }
-    float id = 0;
-    float scale = 0;
-    if (amax >= kBlockMaxEps) {
-        id = 1 / (max / table_value(0));
-        float sumqx, sumq2;
-        weighted_sums(x, weight, id, &sumqx, &sumq2);
-        scale = sumq2 > 0 ? sumqx / sumq2 : 0.f;
-    }
-    y->d = fp32_to_fp16(scale);
-    pack_codes(x, kBlock, &id, y->qs);  // the codes the scale was fitted to
-}
+void quantize_block_iq4_nl_plain(const float* x, const float*, block_iq4_nl* y) { element::ref_block(x, *y); }
 
 template <class Block, int kSize, void (*QuantizeBlock)(const float*, const float*, Block*)>
 void quantize_row(const float* src, void* dst, int64_t n, const float* qw) {

@@ -47,13 +47,15 @@ void finish() {
 
 size_t floats(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
 
-// A cache of n_cells in cache_type (F16 or Q8_0), its arrays not yet set.
-kernels::KvCache cache_shape(const char* what, quant::Type cache_type, int64_t n_cells, int64_t k_dim, int64_t v_dim) {
-    if (cache_type != quant::Type::F16 && cache_type != quant::Type::Q8_0) {
-        throw Error(fmt::format("{}: no {} cache", what, quant::traits(cache_type).name));
+// A cache of n_cells in cache_type, its arrays not yet set.
+kernels::KvCache cache_shape(const char* what, model::CacheType cache_type, int64_t n_cells, int64_t k_dim,
+                             int64_t v_dim) {
+    for (const quant::Type t : {cache_type.k, cache_type.v}) {
+        if (!kernels::kv_type_supported(t)) throw Error(fmt::format("{}: no {} cache", what, quant::traits(t).name));
     }
     kernels::KvCache kv;
-    kv.q8_0 = cache_type == quant::Type::Q8_0;
+    kv.k_type = cache_type.k;
+    kv.v_type = cache_type.v;
     kv.n_cells = n_cells;
     kv.k_dim = k_dim;
     kv.v_dim = v_dim;
@@ -197,7 +199,7 @@ void glu_on_device(int device, bool gelu, const float* gate, const float* up, fl
 }
 
 void attention_on_device(int device, const float* q, const int32_t* pos, int64_t n_tokens,
-                         const kernels::AttentionArgs& args, quant::Type cache_type, const void* k, const void* v,
+                         const kernels::AttentionArgs& args, model::CacheType cache_type, const void* k, const void* v,
                          const int32_t* cell_pos, int64_t n_cells, int64_t k_dim, int64_t v_dim, float* out) {
     TANDEM_CUDA_CHECK(cudaSetDevice(device));
     if (!kernels::attention_head_supported(args.head_dim_k, args.head_dim_v)) {
@@ -226,7 +228,7 @@ void attention_on_device(int device, const float* q, const int32_t* pos, int64_t
     dout.to_host(out, floats(n_tokens * args.n_head * args.head_dim_v));
 }
 
-void kv_store_on_device(int device, quant::Type cache_type, const float* k, const float* v, int64_t n_tokens,
+void kv_store_on_device(int device, model::CacheType cache_type, const float* k, const float* v, int64_t n_tokens,
                         const int32_t* cells, int64_t n_cells, int64_t k_dim, int64_t v_dim, uint8_t* k_out,
                         uint8_t* v_out) {
     TANDEM_CUDA_CHECK(cudaSetDevice(device));

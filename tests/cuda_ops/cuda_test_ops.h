@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels_cuda/cuda_kernels.h"
+#include "runtime/model/model_spec.h"
 #include "runtime/quant/quant_types.h"
 
 namespace tandem::cuda {
@@ -37,18 +38,17 @@ void rope_on_device(int device, float* x, int64_t n_tokens, int64_t n_heads, int
                     const int32_t* pos, const kernels::RopeArgs& args);
 // out = swiglu (gelu = false) or geglu (gelu = true) of gate and up.
 void glu_on_device(int device, bool gelu, const float* gate, const float* up, float* out, int64_t n);
-// Attention of n_tokens queries over an F16 or Q8_0 cache (cache_type)
-// given as host arrays (k: n_cells rows of k_dim elements in that type, v
-// likewise, cell_pos: n_cells; args.sinks, if set: n_head floats).
+// Attention of n_tokens queries over a cache of K and V types cache_type
+// given as host arrays (k: n_cells rows of k_dim elements in K's type, v
+// likewise in V's, cell_pos: n_cells; args.sinks, if set: n_head floats).
 void attention_on_device(int device, const float* q, const int32_t* pos, int64_t n_tokens,
-                         const kernels::AttentionArgs& args, quant::Type cache_type, const void* k, const void* v,
+                         const kernels::AttentionArgs& args, model::CacheType cache_type, const void* k, const void* v,
                          const int32_t* cell_pos, int64_t n_cells, int64_t k_dim, int64_t v_dim, float* out);
 // Stores n_tokens rows of K (k_dim floats) and V (v_dim floats) into cells
-// cells[t] of a device cache of n_cells in cache_type (F16 or Q8_0), as the
-// CUDA device stores them (launch_kv_store), and copies back the stored
-// bytes of those cells: k_out and v_out get n_tokens rows of the cache's
-// row size.
-void kv_store_on_device(int device, quant::Type cache_type, const float* k, const float* v, int64_t n_tokens,
+// cells[t] of a device cache of n_cells in cache_type, as the CUDA device
+// stores them (launch_kv_store), and copies back the stored bytes of those
+// cells: k_out and v_out get n_tokens rows of each side's row size.
+void kv_store_on_device(int device, model::CacheType cache_type, const float* k, const float* v, int64_t n_tokens,
                         const int32_t* cells, int64_t n_cells, int64_t k_dim, int64_t v_dim, uint8_t* k_out,
                         uint8_t* v_out);
 // x (n_rows rows of len) += v (len floats) in place, the bias add.

@@ -19,11 +19,11 @@ double time_matmul_on_device(int, quant::Type, const void*, int64_t, int64_t, co
 void rms_norm_on_device(int, const float*, const float*, float*, int64_t, int64_t, float) { no_cuda(); }
 void rope_on_device(int, float*, int64_t, int64_t, int64_t, const int32_t*, const kernels::RopeArgs&) { no_cuda(); }
 void glu_on_device(int, bool, const float*, const float*, float*, int64_t) { no_cuda(); }
-void attention_on_device(int, const float*, const int32_t*, int64_t, const kernels::AttentionArgs&, quant::Type,
+void attention_on_device(int, const float*, const int32_t*, int64_t, const kernels::AttentionArgs&, model::CacheType,
                          const void*, const void*, const int32_t*, int64_t, int64_t, int64_t, float*) {
     no_cuda();
 }
-void kv_store_on_device(int, quant::Type, const float*, const float*, int64_t, const int32_t*, int64_t, int64_t,
+void kv_store_on_device(int, model::CacheType, const float*, const float*, int64_t, const int32_t*, int64_t, int64_t,
                         int64_t, uint8_t*, uint8_t*) {
     no_cuda();
 }
