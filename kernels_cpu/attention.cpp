@@ -130,6 +130,7 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
     // One query head at a time: the scalar path, and the reference the
     // grouped kernels above are tested against bit for bit.
     const F16Accumulate f16 = f16_accumulate(level);
+    const quant::QuantizeRowFn q_to_partner = detail::scalar_activation_quantizer(act_type);
     const auto dv = static_cast<size_t>(shape.head_dim_v);
     const float cap = shape.softcap;
     const float qk_scale = cap > 0.0f ? shape.scale / cap : shape.scale;
@@ -146,10 +147,9 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
             const int64_t g = h / gqa;  // the KV head this query head shares
             const int32_t pos = q_pos[t];
             const KvCacheView& kv = views[static_cast<size_t>(t) * view_step];
-            // Q is rounded to the cache's dot-product partner once (fp16 for
-            // an F16 cache), as ggml does.
-            quant::quantize_row(act_type, q + (t * shape.n_head + h) * shape.head_dim_k, q_act.data(),
-                                shape.head_dim_k);
+            // Q is rounded to K's dot-product partner once (fp16 for an F16
+            // K), as ggml's CPU backend converts it (Q8_0, Q8_1: half to even).
+            q_to_partner(q + (t * shape.n_head + h) * shape.head_dim_k, q_act.data(), shape.head_dim_k);
             std::fill(acc16.begin(), acc16.end(), uint16_t{0});
             std::fill(acc32.begin(), acc32.end(), 0.0f);
             float running_max = -std::numeric_limits<float>::infinity();

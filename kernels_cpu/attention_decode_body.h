@@ -132,8 +132,8 @@ struct F16Cache {
 
 // A cache whose K and V are both other types than F16, as the per-head
 // path takes it: K.Q by the same block dot kernel on the stored blocks
-// against the queries in K's activation partner (by the reference
-// quantizer), V dequantized (Q8_0 by the ISA's dequantizer, same bits),
+// against the queries in K's activation partner (as ggml's CPU backend
+// converts them), V dequantized (Q8_0 by the ISA's dequantizer, same bits),
 // sums kept in f32.
 template <class Ops>
 struct BlockCache {
@@ -155,7 +155,7 @@ struct BlockCache {
           dot(block_dot) {
         TANDEM_CHECK(dot != nullptr, "attention: no K.Q kernel for the cache's K type");
         for (size_t h = 0; h < nq; ++h) {
-            quant::quantize_row(q_type, q + h * static_cast<size_t>(dk), q_act.data() + h * q_bytes, dk);
+            scalar_activation_quantizer(q_type)(q + h * static_cast<size_t>(dk), q_act.data() + h * q_bytes, dk);
         }
     }
     void stage_key(const uint8_t* k, int64_t i) { keys[i] = k; }

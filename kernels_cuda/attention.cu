@@ -3,7 +3,7 @@
 // (token, head), one pass over the cells with the online softmax of
 // op_math.h. Lane l owns dimensions l, l + 32, ... of V's head.
 // - K.Q: the query made once in K's partner as the CPU makes it
-//   (math::KeyDot: fp16 for F16, K's own type for F32/BF16, the reference
+//   (math::KeyDot: fp16 for F16, K's own type for F32/BF16, the activation
 //   Q8_0/Q8_1 quantizer for the block types), then the CPU's order for K's
 //   type: ggml's fp16 order for F16 (f16_qk), dot::float_dot's for
 //   F32/BF16 (float_qk), the type's dot order for the blocks (block_qk:

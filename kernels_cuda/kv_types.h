@@ -7,9 +7,10 @@
 //   even), IQ4_NL by its plain row conversion, Q4_0/Q4_1/Q5_0/Q5_1 by their
 //   reference quantizers.
 // - KeyDot: the query's partner for K's dot product and how one block of it
-//   is made, as the CPU's attention makes it (quant::quantize_row of
-//   quant::dot_type(K): fp16 for F16, the reference Q8_0/Q8_1 quantizer for
-//   the blocks), and the block types' dot order (dot_order.h).
+//   is made, as the CPU's attention makes it (ggml's CPU conversion to
+//   quant::dot_type(K): fp16 for F16, the activation Q8_0/Q8_1 quantizer,
+//   127 / amax and half to even, for the blocks), and the block types' dot
+//   order (dot_order.h).
 // - kv_element: element i of a row of V, as quant::dequantize_row gives it.
 #pragma once
 
@@ -41,13 +42,13 @@ TANDEM_HOST_DEVICE void kv_store_block(const float* x, typename Elem<T>::block& 
 }
 
 // The block types: the query in K's partner blocks (Q8_0 or Q8_1) by the
-// reference quantizer, K.Q in K's single-row order.
+// activation quantizer, K.Q in K's single-row order.
 template <quant::Type K>
 struct KeyDot {
     using Order = typename quant::dot::OrderOf<K, quant::dot::Form::Single>::type;
     using Query = typename Order::ABlock;
     static constexpr int kQueryElems = Order::kElems;
-    TANDEM_HOST_DEVICE static void query(const float* x, Query& y) { el::ref_block(x, y); }
+    TANDEM_HOST_DEVICE static void query(const float* x, Query& y) { el::act_block(x, y); }
 };
 // F16: the query rounded to fp16 (kept as floats), K.Q in ggml's fp16 order.
 template <>

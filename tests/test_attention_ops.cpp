@@ -324,7 +324,7 @@ std::vector<double> reference_with_sinks(const SinkInputs& in, tq::Type q_type, 
         const int32_t pos = in.q_pos[static_cast<size_t>(t)];
         for (int64_t h = 0; h < sh.n_head; ++h) {
             const int64_t g = h / gqa;
-            tq::quantize_row(q_type, in.q.data() + (t * sh.n_head + h) * dk, q_act.data(), dk);
+            tc::detail::scalar_activation_quantizer(q_type)(in.q.data() + (t * sh.n_head + h) * dk, q_act.data(), dk);
             tq::dequantize_row(q_type, q_act.data(), qr.data(), dk);
             std::vector<std::pair<double, int64_t>> scores;  // (score, cell)
             for (int64_t c = 0; c < kv.n_cells; ++c) {

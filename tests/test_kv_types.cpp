@@ -17,6 +17,7 @@
 
 #include "kernels_cpu/attention.h"
 #include "kernels_cpu/matmul.h"
+#include "kernels_cpu/vec_dot.h"
 #include "runtime/engine/kv_cache.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/quant/hadamard.h"
@@ -166,7 +167,7 @@ std::vector<double> definition(const Filled& f) {
     for (size_t t = 0; t < f.q_pos.size(); ++t) {
         for (int64_t h = 0; h < sh.n_head; ++h) {
             const int64_t g = h / gqa;
-            tq::quantize_row(q_type, f.q.data() + (static_cast<int64_t>(t) * sh.n_head + h) * dk, q_act.data(), dk);
+            tc::detail::scalar_activation_quantizer(q_type)(f.q.data() + (static_cast<int64_t>(t) * sh.n_head + h) * dk, q_act.data(), dk);
             std::vector<double> w;
             double top = -INFINITY;
             for (int64_t c = 0; c <= f.q_pos[t]; ++c) {
