@@ -22,6 +22,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/quant/hadamard.h"
 #include "tests/kv_type_inputs.h"
+#include "tests/test_cuda_inputs.h"
 
 namespace tc = tandem::cpu;
 namespace tq = tandem::quant;
@@ -29,13 +30,7 @@ namespace tmod = tandem::model;
 
 namespace {
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> dist(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = dist(rng);
-    return v;
-}
+using tandem::testing::random_floats;
 
 // H_n from its recursion, in double.
 std::vector<double> hadamard_matrix(int64_t n) {
@@ -61,7 +56,7 @@ std::vector<double> hadamard_matrix(int64_t n) {
 TEST(KvRotation, HadamardBlockIsTheOrthonormalMatrix) {
     for (const int64_t n : {1, 2, 64, 128, 256}) {
         const auto h = hadamard_matrix(n);
-        auto x = random_vector(static_cast<size_t>(n), static_cast<uint32_t>(n), 3.0f);
+        auto x = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n), 3.0f);
         const auto in = x;
         tq::hadamard_block(x.data(), n);
         for (int64_t i = 0; i < n; ++i) {
@@ -143,11 +138,11 @@ Filled filled(tmod::CacheType type, int64_t n_head, int64_t n_head_kv, int64_t h
     const int64_t k_dim = n_head_kv * head_dim;
     Filled f{tandem::LayerKvCache(type, n_cells, k_dim, k_dim), {}, {}, {}};
     for (int64_t p = 0; p < n_cells; ++p) {
-        const auto k = random_vector(static_cast<size_t>(k_dim), seed + static_cast<uint32_t>(2 * p));
-        const auto v = random_vector(static_cast<size_t>(k_dim), seed + static_cast<uint32_t>(2 * p + 1), 2.0f);
+        const auto k = random_floats(static_cast<size_t>(k_dim), seed + static_cast<uint32_t>(2 * p));
+        const auto v = random_floats(static_cast<size_t>(k_dim), seed + static_cast<uint32_t>(2 * p + 1), 2.0f);
         f.cache.store(static_cast<int32_t>(p), k.data(), v.data());
     }
-    f.q = random_vector(static_cast<size_t>(n_tokens * n_head * head_dim), seed + 99991, 2.0f);
+    f.q = random_floats(static_cast<size_t>(n_tokens * n_head * head_dim), seed + 99991, 2.0f);
     for (int64_t t = 0; t < n_tokens; ++t) f.q_pos.push_back(static_cast<int32_t>(n_cells - n_tokens + t));
     f.shape = {n_head, n_head_kv, head_dim, head_dim, 0, 1.0f / std::sqrt(static_cast<float>(head_dim))};
     return f;
@@ -262,12 +257,12 @@ TEST(KvRotation, RotatedAttentionIsThePlainOne) {
         return x;
     };
     for (int32_t p = 0; p < n_cells; ++p) {
-        const auto k = random_vector(static_cast<size_t>(k_dim), 1000 + 2 * static_cast<uint32_t>(p));
-        const auto v = random_vector(static_cast<size_t>(k_dim), 1001 + 2 * static_cast<uint32_t>(p));
+        const auto k = random_floats(static_cast<size_t>(k_dim), 1000 + 2 * static_cast<uint32_t>(p));
+        const auto v = random_floats(static_cast<size_t>(k_dim), 1001 + 2 * static_cast<uint32_t>(p));
         plain.store(p, k.data(), v.data());
         turned.store(p, turn(k, 128).data(), turn(v, 64).data());
     }
-    const auto q = random_vector(static_cast<size_t>(q_dim), 77, 2.0f);
+    const auto q = random_floats(static_cast<size_t>(q_dim), 77, 2.0f);
     const int32_t pos = n_cells - 1;
     const tc::AttentionShape shape{n_head, n_head_kv, dim, dim, 0, 1.0f / std::sqrt(128.0f)};
     tc::ThreadPool pool(2, false);
