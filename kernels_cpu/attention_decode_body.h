@@ -41,15 +41,17 @@ struct SoftmaxSteps {
 // running maximum becomes it (rescale: the accumulator is scaled by
 // exp(old - new)), any other is weighted by exp(score - maximum).
 inline void softmax_args_scalar(const float* s, int64_t n, float& running_max, float* arg, bool* rescale) {
+    float m = running_max;  // in a register: the stores below may alias running_max
     for (int64_t i = 0; i < n; ++i) {
-        rescale[i] = s[i] > running_max;
+        rescale[i] = s[i] > m;
         if (rescale[i]) {
-            arg[i] = running_max - s[i];  // exp: 0 for the first visible cell
-            running_max = s[i];
+            arg[i] = m - s[i];  // exp: 0 for the first visible cell
+            m = s[i];
         } else {
-            arg[i] = s[i] - running_max;
+            arg[i] = s[i] - m;
         }
     }
+    running_max = m;
 }
 
 // The scores of one tile for each head in a first pass, the softmax steps
@@ -72,12 +74,16 @@ inline void softmax_steps(const float* s, int64_t n, float& running_max, float& 
     } else {
         for (int64_t i = 0; i < n; ++i) e[i] = std::exp(arg[i]);
     }
+    // The sum in a register: through running_sum, which the stores to st
+    // may alias, each cell's fma waited on the last one's store.
+    float sum = running_sum;
     for (int64_t i = 0; i < n; ++i) {
         st.factor[i] = st.rescale[i] ? e[i] : 1.0f;
         st.weight[i] = st.rescale[i] ? 1.0f : e[i];
         // One rounding, as ggml's S = S*ms + vs compiles (contracted).
-        running_sum = std::fma(running_sum, st.factor[i], st.weight[i]);
+        sum = std::fma(sum, st.factor[i], st.weight[i]);
     }
+    running_sum = sum;
 }
 
 // The V sums of a tile for every head: Scale(acc, factor, dv) when a cell
