@@ -80,6 +80,10 @@ struct Avx2Ops {
     // for heads of 64 or 128: false for other sizes, which take that loop.
     static bool accumulate_f16_in_registers(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
                                             const SoftmaxSteps* st);
+    // A block cache's V sums of a tile (accumulate_rows with scale_f32 and
+    // mad_f32) for heads a multiple of 32: false for others.
+    static bool accumulate_f32_in_registers(float* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
+                                            const SoftmaxSteps* st);
     // The softmax steps' exps: eight per call where that gives std::exp's
     // bits (expf_lanes.h), else std::exp one by one.
     static void expf_lanes(const float* x, float* y, int64_t n) {
@@ -169,48 +173,60 @@ void Avx2Ops::dot_cells(const float* k, const float* q, int64_t n, int64_t dk, f
     for (; i < n; ++i) s[i] = dot_ggml_f32(k + i * dk, q, dk) * scale;
 }
 
-// x rounded to fp16 and widened back: the value an fp16 accumulator keeps.
-inline __m256 round_to_f16(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, kRound)); }
+// An accumulator of 8 lanes held in a register: fp16 (rounded after every
+// step, as scale and mad store it) or f32 (as scale_f32 and mad_f32).
+template <class Acc>
+struct Lanes;
+
+template <>
+struct Lanes<uint16_t> {
+    static __m256 load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+    static void store(uint16_t* p, __m256 x) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(x, kRound)); }
+    static __m256 round(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, kRound)); }
+};
+
+template <>
+struct Lanes<float> {
+    static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+    static void store(float* p, __m256 x) { _mm256_storeu_ps(p, x); }
+    static __m256 round(__m256 x) { return x; }
+};
 
 // The V sums of a tile for NH heads over C 8-lane chunks of their rows
-// (from chunk j0), the fp16 accumulators held widened in registers across
-// the tile's cells: the roundings of scale and mad, one cell after another
-// per head and lane, so the same bits, without a store and reload of every
-// accumulator every cell.
-template <int C, int NH>
-void accumulate_heads(uint16_t* acc, int64_t dv, int64_t j0, const float* vt, int64_t n, const SoftmaxSteps* st) {
+// (from chunk j0), the accumulators held in registers across the tile's
+// cells: the roundings of scale and mad, one cell after another per head
+// and lane, so the same bits, without a store and reload of every
+// accumulator every cell (for fp16 a convert each way too).
+template <int C, int NH, class Acc>
+void accumulate_heads(Acc* acc, int64_t dv, int64_t j0, const float* vt, int64_t n, const SoftmaxSteps* st) {
+    using L = Lanes<Acc>;
     __m256 a[NH][C];
     for (int h = 0; h < NH; ++h) {
-        for (int j = 0; j < C; ++j) {
-            a[h][j] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(acc + h * dv + 8 * (j0 + j))));
-        }
+        for (int j = 0; j < C; ++j) a[h][j] = L::load(acc + h * dv + 8 * (j0 + j));
     }
     for (int64_t i = 0; i < n; ++i) {
         const float* v = vt + i * dv + 8 * j0;
         for (int h = 0; h < NH; ++h) {
             if (st[h].rescale[i]) {
                 const __m256 f = _mm256_set1_ps(st[h].factor[i]);
-                for (int j = 0; j < C; ++j) a[h][j] = round_to_f16(_mm256_mul_ps(a[h][j], f));
+                for (int j = 0; j < C; ++j) a[h][j] = L::round(_mm256_mul_ps(a[h][j], f));
             }
             const __m256 w = _mm256_set1_ps(st[h].weight[i]);
-            for (int j = 0; j < C; ++j) a[h][j] = round_to_f16(_mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * j), w, a[h][j]));
+            for (int j = 0; j < C; ++j) a[h][j] = L::round(_mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * j), w, a[h][j]));
         }
     }
     for (int h = 0; h < NH; ++h) {
-        for (int j = 0; j < C; ++j) {
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(acc + h * dv + 8 * (j0 + j)), _mm256_cvtps_ph(a[h][j], kRound));
-        }
+        for (int j = 0; j < C; ++j) L::store(acc + h * dv + 8 * (j0 + j), a[h][j]);
     }
 }
 
 // Heads in passes of C * NH accumulator registers, then the rest two and
-// one at a time; rows of dv in chunks of C. Each accumulator's chain of
-// fma, round, widen is ~20 cycles long: twelve chains (of 16 registers)
+// one at a time; rows of dv in chunks of C. Each fp16 accumulator's chain
+// of fma, round, widen is ~20 cycles long: twelve chains (of 16 registers)
 // keep the converts busy where eight wait (4 x 3 measured 3-5% faster
 // than 8 x 1, 4 x 2 and 2 x 6 on Zen 3).
-template <int C, int NH>
-void accumulate_in_registers(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
-                             const SoftmaxSteps* st) {
+template <int C, int NH, class Acc>
+void accumulate_in_registers(Acc* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv, const SoftmaxSteps* st) {
     const auto udv = static_cast<size_t>(dv);
     for (int64_t j0 = 0; j0 < dv / 8; j0 += C) {
         size_t h = 0;
@@ -225,6 +241,13 @@ void accumulate_in_registers(uint16_t* acc, size_t n_heads, const float* vt, int
 bool Avx2Ops::accumulate_f16_in_registers(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
                                           const SoftmaxSteps* st) {
     if (dv != 64 && dv != 128) return false;
+    accumulate_in_registers<4, 3>(acc, n_heads, vt, n, dv, st);
+    return true;
+}
+
+bool Avx2Ops::accumulate_f32_in_registers(float* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
+                                          const SoftmaxSteps* st) {
+    if (dv % 32 != 0) return false;
     accumulate_in_registers<4, 3>(acc, n_heads, vt, n, dv, st);
     return true;
 }
