@@ -218,8 +218,12 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
     const uint64_t v_offset = static_cast<uint64_t>(kv_head) * *v_head_bytes;
     // The group's slice of a cell is a few lines at a stride of the whole
     // row, a new 4 KiB page every few cells: the hardware prefetchers miss
-    // most of them, so the slices kAhead cells on are requested here.
-    constexpr int64_t kAhead = 8;
+    // most of them, so the slices kAhead cells on are requested here
+    // (Ops::kPrefetchCells where the ISA file measured its own).
+    constexpr int64_t kAhead = [] {
+        if constexpr (requires { Cache::IsaOps::kPrefetchCells; }) return Cache::IsaOps::kPrefetchCells;
+        return int64_t{8};
+    }();
     const auto prefetch_slice = [](const uint8_t* p, uint64_t bytes) {
         for (uint64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T0);
     };
