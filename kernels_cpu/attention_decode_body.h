@@ -41,15 +41,17 @@ struct SoftmaxSteps {
 // running maximum becomes it (rescale: the accumulator is scaled by
 // exp(old - new)), any other is weighted by exp(score - maximum).
 inline void softmax_args_scalar(const float* s, int64_t n, float& running_max, float* arg, bool* rescale) {
+    float m = running_max;  // in a register: the stores below may alias running_max
     for (int64_t i = 0; i < n; ++i) {
-        rescale[i] = s[i] > running_max;
+        rescale[i] = s[i] > m;
         if (rescale[i]) {
-            arg[i] = running_max - s[i];  // exp: 0 for the first visible cell
-            running_max = s[i];
+            arg[i] = m - s[i];  // exp: 0 for the first visible cell
+            m = s[i];
         } else {
-            arg[i] = s[i] - running_max;
+            arg[i] = s[i] - m;
         }
     }
+    running_max = m;
 }
 
 // The scores of one tile for each head in a first pass, the softmax steps
@@ -72,12 +74,16 @@ inline void softmax_steps(const float* s, int64_t n, float& running_max, float& 
     } else {
         for (int64_t i = 0; i < n; ++i) e[i] = std::exp(arg[i]);
     }
+    // The sum in a register: through running_sum, which the stores to st
+    // may alias, each cell's fma waited on the last one's store.
+    float sum = running_sum;
     for (int64_t i = 0; i < n; ++i) {
         st.factor[i] = st.rescale[i] ? e[i] : 1.0f;
         st.weight[i] = st.rescale[i] ? 1.0f : e[i];
         // One rounding, as ggml's S = S*ms + vs compiles (contracted).
-        running_sum = std::fma(running_sum, st.factor[i], st.weight[i]);
+        sum = std::fma(sum, st.factor[i], st.weight[i]);
     }
+    running_sum = sum;
 }
 
 // The V sums of a tile for every head: Scale(acc, factor, dv) when a cell
@@ -113,12 +119,14 @@ struct F16Cache {
         Ops::widen(reinterpret_cast<const uint16_t*>(k), kt.data() + i * dk, dk);
     }
     void stage_value(const uint8_t* v, float* row) const { Ops::widen(reinterpret_cast<const uint16_t*>(v), row, dv); }
-    void scores(size_t h, int64_t n, float scale, float* s) const {
-        const float* qh = qf.data() + h * static_cast<size_t>(dk);
-        if constexpr (requires { Ops::dot_cells(kt.data(), qh, n, dk, scale, s); }) {
-            Ops::dot_cells(kt.data(), qh, n, dk, scale, s);
-        } else {
-            for (int64_t i = 0; i < n; ++i) s[i] = Ops::dot(kt.data() + i * dk, qh, dk) * scale;
+    void scores(size_t nq, int64_t n, float scale, float (*s)[kTile]) const {
+        for (size_t h = 0; h < nq; ++h) {
+            const float* qh = qf.data() + h * static_cast<size_t>(dk);
+            if constexpr (requires { Ops::dot_cells(kt.data(), qh, n, dk, scale, s[h]); }) {
+                Ops::dot_cells(kt.data(), qh, n, dk, scale, s[h]);
+            } else {
+                for (int64_t i = 0; i < n; ++i) s[h][i] = Ops::dot(kt.data() + i * dk, qh, dk) * scale;
+            }
         }
     }
     void accumulate(Acc* acc, size_t nq, const float* vt, int64_t n, const SoftmaxSteps* st) const {
@@ -166,14 +174,22 @@ struct BlockCache {
             quant::dequantize_row(v_type, v, row, dv);
         }
     }
-    void scores(size_t h, int64_t n, float scale, float* s) const {
+    // Up to kMaxTileTokens heads a call: the key's blocks unpacked once for
+    // them, each head's sum in its own accumulators as alone (same bits).
+    void scores(size_t nq, int64_t n, float scale, float (*s)[kTile]) const {
+        float qk[kMaxTileTokens];
         for (int64_t i = 0; i < n; ++i) {
-            float qk = 0.0f;
-            dot(dk, keys[i], q_act.data() + h * q_bytes, 0, 1, &qk, 0);
-            s[i] = qk * scale;
+            for (size_t h = 0; h < nq; h += kMaxTileTokens) {
+                const int nt = static_cast<int>(std::min<size_t>(kMaxTileTokens, nq - h));
+                dot(dk, keys[i], q_act.data() + h * q_bytes, q_bytes, nt, qk, 1);
+                for (int t = 0; t < nt; ++t) s[h + static_cast<size_t>(t)][i] = qk[t] * scale;
+            }
         }
     }
     void accumulate(Acc* acc, size_t nq, const float* vt, int64_t n, const SoftmaxSteps* st) const {
+        if constexpr (requires { Ops::accumulate_f32_in_registers(acc, nq, vt, n, dv, st); }) {
+            if (Ops::accumulate_f32_in_registers(acc, nq, vt, n, dv, st)) return;
+        }
         accumulate_rows<Ops::scale_f32, Ops::mad_f32>(acc, nq, vt, n, dv, st);
     }
     static float value(Acc a) { return a; }
@@ -191,7 +207,7 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
     Cache cache(q, nq, dk, dv, kv, block_dot);
     std::vector<float> vt(static_cast<size_t>(kTile) * udv);
     std::vector<typename Cache::Acc> acc(nq * udv, typename Cache::Acc{0});
-    float running_max[kMaxSharedHeads], running_sum[kMaxSharedHeads], scores[kTile];
+    float running_max[kMaxSharedHeads], running_sum[kMaxSharedHeads], scores[kMaxSharedHeads][kTile];
     for (size_t h = 0; h < nq; ++h) {
         running_max[h] = -std::numeric_limits<float>::infinity();
         running_sum[h] = 0.0f;
@@ -202,8 +218,12 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
     const uint64_t v_offset = static_cast<uint64_t>(kv_head) * *v_head_bytes;
     // The group's slice of a cell is a few lines at a stride of the whole
     // row, a new 4 KiB page every few cells: the hardware prefetchers miss
-    // most of them, so the slices kAhead cells on are requested here.
-    constexpr int64_t kAhead = 8;
+    // most of them, so the slices kAhead cells on are requested here
+    // (Ops::kPrefetchCells where the ISA file measured its own).
+    constexpr int64_t kAhead = [] {
+        if constexpr (requires { Cache::IsaOps::kPrefetchCells; }) return Cache::IsaOps::kPrefetchCells;
+        return int64_t{8};
+    }();
     const auto prefetch_slice = [](const uint8_t* p, uint64_t bytes) {
         for (uint64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T0);
     };
@@ -223,9 +243,9 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
             ++n;
         }
         if (n == 0) continue;
+        cache.scores(nq, n, shape.scale, scores);
         for (size_t h = 0; h < nq; ++h) {
-            cache.scores(h, n, shape.scale, scores);
-            softmax_steps<typename Cache::IsaOps>(scores, n, running_max[h], running_sum[h], steps[h]);
+            softmax_steps<typename Cache::IsaOps>(scores[h], n, running_max[h], running_sum[h], steps[h]);
         }
         cache.accumulate(acc.data(), nq, vt.data(), n, steps);
     }

@@ -26,10 +26,12 @@ inline constexpr double kExpfC0 = 0x1.c6af84b912394p-20, kExpfC1 = 0x1.ebfce50fa
 const int64_t* expf_table();
 
 // y[i] = std::exp(x[i]) for i < n, bit for bit where expf_lanes_agree(f).
-// (AVX-512 only: an AVX2 twin, four lanes with a gather for the table,
-// made decode attention 7-22% slower on Zen 4, so AVX2 keeps std::exp.)
+// AVX2: four lanes with a gather for the table. (It made decode attention
+// 7-22% slower on Zen 4, measured before the decode kernel kept its V sums
+// in registers; on Zen 3 it is faster than std::exp.)
 using ExpfLanesFn = void (*)(const float* x, float* y, int64_t n);
 void expf_lanes_avx512(const float* x, float* y, int64_t n);
+void expf_lanes_avx2(const float* x, float* y, int64_t n);
 // f against std::exp on every 4093rd float of magnitude below 88 and the
 // edges of that range: another C library's expf (a correctly rounded one,
 // say) fails, and the caller keeps calling std::exp.

@@ -6,6 +6,7 @@
 
 #include "kernels_cpu/attention_decode_body.h"
 #include "kernels_cpu/attention_tiled.h"  // widen_f16_avx2
+#include "kernels_cpu/expf_lanes.h"
 #include "kernels_cpu/f16_accumulate.h"
 #include "runtime/quant/quant_blocks.h"
 
@@ -55,7 +56,15 @@ void mad_f16_acc(uint16_t* y, const float* x, float s, int64_t n) {
     for (; i < n; ++i) y[i] = quant::fp32_to_fp16(std::fma(x[i], s, quant::fp16_to_fp32(y[i])));
 }
 
+constexpr auto kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
 struct Avx2Ops {
+    // Cells ahead whose K and V slices are prefetched: staging requests
+    // them in a burst per tile, so 8 came a few cells before their use;
+    // two tiles on hide the latency (a cache read from memory, as decode
+    // reads it after the weights: 2.7 -> 2.4-2.55 ms a layer on one Zen 3
+    // thread; 32 to 256 measured alike).
+    static constexpr int64_t kPrefetchCells = 64;
     static void widen(const uint16_t* src, float* dst, int64_t n) { widen_f16_avx2(src, dst, n); }
     static float dot(const float* k, const float* q, int64_t n) { return dot_ggml_f32(k, q, n); }
     static void scale(uint16_t* y, float s, int64_t n) { f16_scale_avx2(y, s, n); }
@@ -70,6 +79,27 @@ struct Avx2Ops {
             }
         }
     }
+    // s[i] = dot(k + i * dk, q, dk) * scale for the tile's n cells: the
+    // same bits, with the reductions of eight cells done together.
+    static void dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s);
+    // An F16 cache's V sums of a tile (accumulate_rows with scale and mad)
+    // for heads of 64 or 128: false for other sizes, which take that loop.
+    static bool accumulate_f16_in_registers(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
+                                            const SoftmaxSteps* st);
+    // A block cache's V sums of a tile (accumulate_rows with scale_f32 and
+    // mad_f32) for heads a multiple of 32: false for others.
+    static bool accumulate_f32_in_registers(float* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
+                                            const SoftmaxSteps* st);
+    // The softmax steps' exps: eight per call where that gives std::exp's
+    // bits (expf_lanes.h), else std::exp one by one.
+    static void expf_lanes(const float* x, float* y, int64_t n) {
+        static const bool agree = expf_lanes_agree(expf_lanes_avx2);
+        if (agree) {
+            expf_lanes_avx2(x, y, n);
+            return;
+        }
+        for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+    }
     static void scale_f32(float* y, float s, int64_t n) {
         int64_t i = 0;
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), _mm256_set1_ps(s)));
@@ -83,6 +113,150 @@ struct Avx2Ops {
         for (; i < n; ++i) y[i] = std::fma(x[i], s, y[i]);
     }
 };
+
+// dot's 8 lanes of one cell before its last three halvings: lanes 0..7
+// plus 8..15 of the (0+2) + (1+3) sum of the four 16-lane accumulators,
+// over Steps steps of 64 (q: the query's 8-lane chunks, in registers when
+// the compiler can keep them).
+template <int Steps>
+inline __m256 dot_lanes(const float* k, const __m256* q) {
+    __m256 acc[4][2];
+    for (auto& a : acc) a[0] = a[1] = _mm256_setzero_ps();
+    for (int i = 0; i < Steps; ++i) {
+        for (int j = 0; j < 4; ++j) {
+            for (int h = 0; h < 2; ++h) {
+                const int e = 8 * i + 2 * j + h;
+                acc[j][h] = _mm256_fmadd_ps(_mm256_loadu_ps(k + 8 * e), q[e], acc[j][h]);
+            }
+        }
+    }
+    const __m256 lo = _mm256_add_ps(_mm256_add_ps(acc[0][0], acc[2][0]), _mm256_add_ps(acc[1][0], acc[3][0]));
+    const __m256 hi = _mm256_add_ps(_mm256_add_ps(acc[0][1], acc[2][1]), _mm256_add_ps(acc[1][1], acc[3][1]));
+    return _mm256_add_ps(hi, lo);
+}
+
+// dot's last halvings of two cells' lanes a and b: [t4 of a | t4 of b],
+// t4_i = lane i + lane i + 4 (addition commutes exactly).
+inline __m256 halve_pair(__m256 a, __m256 b) {
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+// Per 128-bit half: [ab_0, ab_1] of x's cell (its high half: x's second
+// cell), then of y's; ab_m = t4_m + t4_m+2.
+inline __m256 halve_quad(__m256 x, __m256 y) {
+    return _mm256_add_ps(_mm256_shuffle_ps(x, y, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_shuffle_ps(x, y, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+// Eight cells' scores, their reductions done together, each sum formed
+// from the same pairs as dot's: cells 2p and 2p + 1 halved as they come
+// (few registers live beside the query's), then ab_0 + ab_1 for all eight,
+// cells 0, 2, 4, 6 | 1, 3, 5, 7, put in order.
+template <int Steps>
+inline __m256 dot_8_cells(const float* k, const __m256* q, int64_t dk) {
+    const auto pair = [&](int c) { return halve_pair(dot_lanes<Steps>(k + c * dk, q), dot_lanes<Steps>(k + (c + 1) * dk, q)); };
+    const __m256 ab0 = halve_quad(pair(0), pair(2));
+    const __m256 ab1 = halve_quad(pair(4), pair(6));
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(ab0, ab1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(ab0, ab1, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+template <int Steps>
+int64_t dot_cells_steps(const float* k, const float* q, int64_t n, float scale, float* s) {
+    constexpr int64_t dk = 64 * Steps;
+    __m256 qv[8 * Steps];
+    for (int e = 0; e < 8 * Steps; ++e) qv[e] = _mm256_loadu_ps(q + 8 * e);
+    const __m256 sv = _mm256_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(s + i, _mm256_mul_ps(dot_8_cells<Steps>(k + i * dk, qv, dk), sv));
+    return i;
+}
+
+void Avx2Ops::dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s) {
+    int64_t i = 0;
+    if (dk == 64) i = dot_cells_steps<1>(k, q, n, scale, s);
+    if (dk == 128) i = dot_cells_steps<2>(k, q, n, scale, s);
+    for (; i < n; ++i) s[i] = dot_ggml_f32(k + i * dk, q, dk) * scale;
+}
+
+// An accumulator of 8 lanes held in a register: fp16 (rounded after every
+// step, as scale and mad store it) or f32 (as scale_f32 and mad_f32).
+template <class Acc>
+struct Lanes;
+
+template <>
+struct Lanes<uint16_t> {
+    static __m256 load(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+    static void store(uint16_t* p, __m256 x) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(x, kRound)); }
+    static __m256 round(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, kRound)); }
+};
+
+template <>
+struct Lanes<float> {
+    static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
+    static void store(float* p, __m256 x) { _mm256_storeu_ps(p, x); }
+    static __m256 round(__m256 x) { return x; }
+};
+
+// The V sums of a tile for NH heads over C 8-lane chunks of their rows
+// (from chunk j0), the accumulators held in registers across the tile's
+// cells: the roundings of scale and mad, one cell after another per head
+// and lane, so the same bits, without a store and reload of every
+// accumulator every cell (for fp16 a convert each way too).
+template <int C, int NH, class Acc>
+void accumulate_heads(Acc* acc, int64_t dv, int64_t j0, const float* vt, int64_t n, const SoftmaxSteps* st) {
+    using L = Lanes<Acc>;
+    __m256 a[NH][C];
+    for (int h = 0; h < NH; ++h) {
+        for (int j = 0; j < C; ++j) a[h][j] = L::load(acc + h * dv + 8 * (j0 + j));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        const float* v = vt + i * dv + 8 * j0;
+        for (int h = 0; h < NH; ++h) {
+            if (st[h].rescale[i]) {
+                const __m256 f = _mm256_set1_ps(st[h].factor[i]);
+                for (int j = 0; j < C; ++j) a[h][j] = L::round(_mm256_mul_ps(a[h][j], f));
+            }
+            const __m256 w = _mm256_set1_ps(st[h].weight[i]);
+            for (int j = 0; j < C; ++j) a[h][j] = L::round(_mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * j), w, a[h][j]));
+        }
+    }
+    for (int h = 0; h < NH; ++h) {
+        for (int j = 0; j < C; ++j) L::store(acc + h * dv + 8 * (j0 + j), a[h][j]);
+    }
+}
+
+// Heads in passes of C * NH accumulator registers, then the rest two and
+// one at a time; rows of dv in chunks of C. Each fp16 accumulator's chain
+// of fma, round, widen is ~20 cycles long: twelve chains (of 16 registers)
+// keep the converts busy where eight wait (4 x 3 measured 3-5% faster
+// than 8 x 1, 4 x 2 and 2 x 6 on Zen 3).
+template <int C, int NH, class Acc>
+void accumulate_in_registers(Acc* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv, const SoftmaxSteps* st) {
+    const auto udv = static_cast<size_t>(dv);
+    for (int64_t j0 = 0; j0 < dv / 8; j0 += C) {
+        size_t h = 0;
+        for (; h + NH <= n_heads; h += NH) accumulate_heads<C, NH>(acc + h * udv, dv, j0, vt, n, st + h);
+        if constexpr (NH > 2) {
+            for (; h + 2 <= n_heads; h += 2) accumulate_heads<C, 2>(acc + h * udv, dv, j0, vt, n, st + h);
+        }
+        for (; h < n_heads; ++h) accumulate_heads<C, 1>(acc + h * udv, dv, j0, vt, n, st + h);
+    }
+}
+
+bool Avx2Ops::accumulate_f16_in_registers(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
+                                          const SoftmaxSteps* st) {
+    if (dv != 64 && dv != 128) return false;
+    accumulate_in_registers<4, 3>(acc, n_heads, vt, n, dv, st);
+    return true;
+}
+
+bool Avx2Ops::accumulate_f32_in_registers(float* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
+                                          const SoftmaxSteps* st) {
+    if (dv % 32 != 0) return false;
+    accumulate_in_registers<4, 3>(acc, n_heads, vt, n, dv, st);
+    return true;
+}
 
 }  // namespace
 
