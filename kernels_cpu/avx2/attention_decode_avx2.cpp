@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <limits>
 
 #include "kernels_cpu/attention_decode_body.h"
 #include "kernels_cpu/attention_tiled.h"  // widen_f16_avx2
@@ -90,6 +91,13 @@ struct Avx2Ops {
     // mad_f32) for heads a multiple of 32: false for others.
     static bool accumulate_f32_in_registers(float* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
                                             const SoftmaxSteps* st);
+    // softmax_args_scalar's results eight cells at a time: the running
+    // maximum before each cell as a prefix maximum (vmaxps keeps its
+    // second operand on ties, here the earlier cell, as the scalar loop
+    // keeps the old maximum when a score only equals it), then the same
+    // comparison and subtractions. Chunks with a NaN, and a tile's last
+    // few cells, take the scalar loop.
+    static void softmax_args(const float* s, int64_t n, float& running_max, float* arg, bool* rescale);
     // The softmax steps' exps: eight per call where that gives std::exp's
     // bits (expf_lanes.h), else std::exp one by one.
     static void expf_lanes(const float* x, float* y, int64_t n) {
@@ -177,6 +185,43 @@ void Avx2Ops::dot_cells(const float* k, const float* q, int64_t n, int64_t dk, f
     if (dk == 64) i = dot_cells_steps<1>(k, q, n, scale, s);
     if (dk == 128) i = dot_cells_steps<2>(k, q, n, scale, s);
     for (; i < n; ++i) s[i] = dot_ggml_f32(k + i * dk, q, dk) * scale;
+}
+
+// Lane i: x's lane i - k, fill below k.
+template <int k>
+inline __m256 shift_lanes_up(__m256 x, __m256 fill) {
+    const __m256i idx = _mm256_max_epi32(_mm256_sub_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(k)),
+                                         _mm256_setzero_si256());
+    return _mm256_blend_ps(_mm256_permutevar8x32_ps(x, idx), fill, (1 << k) - 1);
+}
+
+void Avx2Ops::softmax_args(const float* s, int64_t n, float& running_max, float* arg, bool* rescale) {
+    const __m256 minus_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+    float m = running_max;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(s + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q)) != 0) {
+            softmax_args_scalar(s + i, 8, m, arg + i, rescale + i);
+            continue;
+        }
+        // Inclusive prefix maximum, the later cells always first operand.
+        __m256 p = x;
+        p = _mm256_max_ps(p, shift_lanes_up<1>(p, minus_inf));
+        p = _mm256_max_ps(p, shift_lanes_up<2>(p, minus_inf));
+        p = _mm256_max_ps(p, shift_lanes_up<4>(p, minus_inf));
+        const __m256 before = _mm256_set1_ps(m);
+        p = _mm256_max_ps(p, before);
+        const __m256 met = shift_lanes_up<1>(p, before);  // the maximum each cell meets
+        const __m256 up = _mm256_cmp_ps(x, met, _CMP_GT_OQ);
+        _mm256_storeu_ps(arg + i, _mm256_blendv_ps(_mm256_sub_ps(x, met), _mm256_sub_ps(met, x), up));
+        const __m256i one = _mm256_and_si256(_mm256_castps_si256(up), _mm256_set1_epi32(1));
+        const __m128i words = _mm_packs_epi32(_mm256_castsi256_si128(one), _mm256_extracti128_si256(one, 1));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(rescale + i), _mm_packs_epi16(words, words));
+        m = _mm_cvtss_f32(_mm256_extractf128_ps(_mm256_permute_ps(p, _MM_SHUFFLE(3, 3, 3, 3)), 1));
+    }
+    softmax_args_scalar(s + i, n - i, m, arg + i, rescale + i);
+    running_max = m;
 }
 
 // An accumulator of 8 lanes held in a register: fp16 (rounded after every
