@@ -40,7 +40,7 @@ void BM_attention(benchmark::State& state, SimdLevel level, int64_t n_tokens, in
     // The queries are the last n_tokens positions of the cache.
     for (int64_t t = 0; t < n_tokens; ++t) q_pos[static_cast<size_t>(t)] = static_cast<int32_t>(n_cells - n_tokens + t);
     const auto row_bytes = static_cast<uint64_t>(kv_dim) * 2;
-    const tandem::cpu::KvCacheView kv{tandem::quant::Type::F16, reinterpret_cast<const uint8_t*>(k.data()),
+    const tandem::cpu::KvCacheView kv{tandem::quant::Type::F16, tandem::quant::Type::F16, reinterpret_cast<const uint8_t*>(k.data()),
                                       reinterpret_cast<const uint8_t*>(v.data()), row_bytes, row_bytes, n_cells,
                                       cell_pos.data()};
     const tandem::cpu::AttentionShape shape{kHeads, kKvHeads, head_dim, head_dim, 0, 0.125f};
