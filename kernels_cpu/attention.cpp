@@ -9,6 +9,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels_cpu/attention_chunks.h"
 #include "kernels_cpu/attention_decode.h"
 #include "kernels_cpu/attention_sink.h"
 #include "kernels_cpu/attention_tiled.h"
@@ -52,6 +53,16 @@ int64_t shared_heads_per_task(int64_t gqa, int64_t n_groups, int n_threads) {
     return per_task;
 }
 
+SharedKvPlan shared_kv_plan(int64_t n_tokens, int64_t n_head_kv, int64_t gqa, int64_t n_chunks, int n_threads) {
+    const int64_t pairs = n_tokens * n_head_kv;
+    SharedKvPlan plan;
+    plan.split_chunks = n_chunks > 1 && pairs < 2 * static_cast<int64_t>(n_threads);
+    const int64_t units = plan.split_chunks ? pairs * n_chunks : pairs;
+    plan.heads_per_task = shared_heads_per_task(gqa, units, n_threads);
+    plan.tasks = units * (gqa / plan.heads_per_task);
+    return plan;
+}
+
 }  // namespace detail
 
 namespace {
@@ -84,6 +95,72 @@ double attended_cost(const int32_t* q_pos, const KvCacheView* views, size_t view
     return static_cast<double>(seen) + kScanPerCell * static_cast<double>(kv.n_cells) + kTaskCells;
 }
 
+#if defined(__x86_64__)
+// The shared-KV kernel's tasks (attention_decode.h): a task takes some
+// query heads of one KV head for one token. When the (token, KV head)
+// pairs are too few for the threads (one stream at depth, a model with few
+// KV heads on many cores), each of their cell chunks becomes a task of its
+// own, every chunk's state goes to one buffer, and a second pass merges
+// them; otherwise a task takes all its chunks and merges them itself. The
+// chunks and their merge are the same either way (attention_chunks.h):
+// the choice changes which thread computes a value, never the value.
+void shared_kv_views(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
+                     const KvCacheView* views, size_t view_step, float* out, ThreadPool& pool, SimdLevel level,
+                     detail::DotFn dot) {
+    const int64_t gqa = shape.n_head / shape.n_head_kv;
+    const int64_t dk = shape.head_dim_k, dv = shape.head_dim_v;
+    const int64_t chunk = detail::chunk_floats(dv);
+    const auto kernel = is_avx512(level) ? detail::attention_shared_kv_avx512 : detail::attention_shared_kv_avx2;
+    const auto view = [&](int64_t t) -> const KvCacheView& { return views[static_cast<size_t>(t) * view_step]; };
+    const auto sink = [&](int64_t h) { return shape.sinks ? shape.sinks + h : nullptr; };
+    int64_t n_chunks = 0;  // the most any token's view has
+    for (int64_t t = 0; t < (view_step == 0 ? 1 : n_tokens); ++t) {
+        n_chunks = std::max(n_chunks, detail::cell_chunks(view(t).n_cells));
+    }
+    const detail::SharedKvPlan plan = detail::shared_kv_plan(n_tokens, shape.n_head_kv, gqa, n_chunks, pool.size());
+    const int64_t per_task = plan.heads_per_task;
+    if (plan.split_chunks) {
+        const int64_t head_tasks = shape.n_head / per_task;
+        const int64_t head_stride = n_chunks * chunk;
+        std::vector<float> partials(static_cast<size_t>(n_tokens * shape.n_head * head_stride));
+        pool.parallel_for(n_tokens * head_tasks * n_chunks, 1, [&](int64_t begin, int64_t end) {
+            for (int64_t task = begin; task < end; ++task) {
+                const int64_t c = task % n_chunks, th = task / n_chunks;
+                const int64_t t = th / head_tasks, h0 = th % head_tasks * per_task;
+                const detail::ChunkRange range{c * detail::kCellChunk, (c + 1) * detail::kCellChunk,
+                                               partials.data() + (t * shape.n_head + h0) * head_stride + c * chunk,
+                                               head_stride};
+                kernel(q + (t * shape.n_head + h0) * dk, per_task, q_pos[t], h0, shape, view(t), dot, range);
+            }
+        });
+        pool.parallel_for(n_tokens * shape.n_head, 4, [&](int64_t begin, int64_t end) {
+            for (int64_t th = begin; th < end; ++th) {
+                detail::merge_chunks(partials.data() + th * head_stride, n_chunks, dv, sink(th % shape.n_head),
+                                     out + th * dv);
+            }
+        });
+        return;
+    }
+    const int64_t tasks_per_token = shape.n_head / per_task;
+    const auto cost = [&](int64_t task) { return attended_cost(q_pos, views, view_step, shape, task / tasks_per_token); };
+    pool.parallel_for_cost(n_tokens * tasks_per_token, cost, [&](int64_t begin, int64_t end) {
+        std::vector<float> partials;
+        for (int64_t task = begin; task < end; ++task) {
+            const int64_t t = task / tasks_per_token;
+            const int64_t h0 = task % tasks_per_token * per_task;
+            const int64_t chunks = detail::cell_chunks(view(t).n_cells);
+            partials.resize(static_cast<size_t>(per_task * chunks * chunk));
+            const detail::ChunkRange range{0, chunks * detail::kCellChunk, partials.data(), chunks * chunk};
+            kernel(q + (t * shape.n_head + h0) * dk, per_task, q_pos[t], h0, shape, view(t), dot, range);
+            for (int64_t i = 0; i < per_task; ++i) {
+                detail::merge_chunks(partials.data() + i * chunks * chunk, chunks, dv, sink(h0 + i),
+                                     out + (t * shape.n_head + h0 + i) * dv);
+            }
+        }
+    });
+}
+#endif
+
 // Token t against views[t * view_step]: one view for all (view_step 0) or
 // one per token (1); the views of one cache share its type.
 void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, const AttentionShape& shape,
@@ -111,19 +188,7 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
     // The query heads of a KV head together (attention_decode.h): same
     // bits as the per-head loop below, the cache read once per KV head.
     if (level != SimdLevel::Scalar && shape.softcap == 0.0f && detail::shared_kv_takes(kv.k_type, kv.v_type)) {
-        const int64_t per_task = detail::shared_heads_per_task(gqa, n_tokens * shape.n_head_kv, pool.size());
-        const int64_t tasks_per_token = shape.n_head / per_task;
-        const auto kernel = is_avx512(level) ? detail::attention_shared_kv_avx512 : detail::attention_shared_kv_avx2;
-        const auto cost = [&](int64_t task) { return attended_cost(q_pos, views, view_step, shape, task / tasks_per_token); };
-        pool.parallel_for_cost(n_tokens * tasks_per_token, cost, [&](int64_t begin, int64_t end) {
-            for (int64_t task = begin; task < end; ++task) {
-                const int64_t t = task / tasks_per_token;
-                const int64_t h0 = task % tasks_per_token * per_task;
-                kernel(q + (t * shape.n_head + h0) * shape.head_dim_k, per_task, q_pos[t], h0, shape,
-                       views[static_cast<size_t>(t) * view_step], dot,
-                       out + (t * shape.n_head + h0) * shape.head_dim_v);
-            }
-        });
+        shared_kv_views(q, q_pos, n_tokens, shape, views, view_step, out, pool, level, dot);
         return;
     }
 #endif
@@ -141,6 +206,7 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
         std::vector<uint16_t> acc16(dv);
         std::vector<float> acc32(dv);
         std::vector<float> v_row(dv);
+        std::vector<float> partials;
         for (int64_t task = begin; task < end; ++task) {
             const int64_t t = task / shape.n_head;
             const int64_t h = task % shape.n_head;
@@ -150,54 +216,61 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
             // Q is rounded to K's dot-product partner once (fp16 for an F16
             // K), as ggml's CPU backend converts it (Q8_0, Q8_1: half to even).
             q_to_partner(q + (t * shape.n_head + h) * shape.head_dim_k, q_act.data(), shape.head_dim_k);
-            std::fill(acc16.begin(), acc16.end(), uint16_t{0});
-            std::fill(acc32.begin(), acc32.end(), 0.0f);
-            float running_max = -std::numeric_limits<float>::infinity();
-            float running_sum = 0.0f;
+            // Chunk by chunk (attention_chunks.h), each from a fresh
+            // softmax, merged after.
+            const int64_t n_chunks = detail::cell_chunks(kv.n_cells);
+            partials.resize(static_cast<size_t>(n_chunks * detail::chunk_floats(shape.head_dim_v)));
+            float running_max = 0.0f, running_sum = 0.0f;
             for (int64_t c = 0; c < kv.n_cells; ++c) {
+                if (c % detail::kCellChunk == 0) {
+                    std::fill(acc16.begin(), acc16.end(), uint16_t{0});
+                    std::fill(acc32.begin(), acc32.end(), 0.0f);
+                    running_max = -std::numeric_limits<float>::infinity();
+                    running_sum = 0.0f;
+                }
                 const int32_t kp = kv.cell_pos[c];
-                if (kp < 0 || kp > pos || (shape.window > 0 && pos - kp >= shape.window)) continue;
-                const uint8_t* k_head = kv.k + c * kv.k_row_bytes + g * *k_head_bytes;
-                float qk = 0.0f;
-                if (k_f16) {
-                    qk = f16.dot(reinterpret_cast<const uint16_t*>(k_head), reinterpret_cast<const uint16_t*>(q_act.data()),
-                                 shape.head_dim_k);
-                } else {
-                    dot(shape.head_dim_k, k_head, q_act.data(), 0, 1, &qk, 0);
-                }
-                const float s = cap > 0.0f ? cap * std::tanh(qk * qk_scale) : qk * qk_scale;
-                float ms = 1.0f;  // factor for what was accumulated so far
-                float vs = 1.0f;  // weight of this cell's V
-                if (s > running_max) {
-                    ms = std::exp(running_max - s);  // 0 for the first visible cell
-                    running_max = s;
-                    if (v_f16) {
-                        f16.scale(acc16.data(), ms, shape.head_dim_v);
+                const bool visible = kp >= 0 && kp <= pos && !(shape.window > 0 && pos - kp >= shape.window);
+                if (visible) {
+                    const uint8_t* k_head = kv.k + c * kv.k_row_bytes + g * *k_head_bytes;
+                    float qk = 0.0f;
+                    if (k_f16) {
+                        qk = f16.dot(reinterpret_cast<const uint16_t*>(k_head),
+                                     reinterpret_cast<const uint16_t*>(q_act.data()), shape.head_dim_k);
                     } else {
-                        for (auto& a : acc32) a *= ms;
+                        dot(shape.head_dim_k, k_head, q_act.data(), 0, 1, &qk, 0);
                     }
-                } else {
-                    vs = std::exp(s - running_max);
+                    const float s = cap > 0.0f ? cap * std::tanh(qk * qk_scale) : qk * qk_scale;
+                    float ms = 1.0f;  // factor for what was accumulated so far
+                    float vs = 1.0f;  // weight of this cell's V
+                    if (s > running_max) {
+                        ms = std::exp(running_max - s);  // 0 for the first visible cell
+                        running_max = s;
+                        if (v_f16) {
+                            f16.scale(acc16.data(), ms, shape.head_dim_v);
+                        } else {
+                            for (auto& a : acc32) a *= ms;
+                        }
+                    } else {
+                        vs = std::exp(s - running_max);
+                    }
+                    const uint8_t* v_head = kv.v + c * kv.v_row_bytes + g * *v_head_bytes;
+                    if (v_f16) {
+                        f16.mad(acc16.data(), reinterpret_cast<const uint16_t*>(v_head), vs, shape.head_dim_v);
+                    } else {
+                        quant::dequantize_row(kv.v_type, v_head, v_row.data(), shape.head_dim_v);
+                        for (size_t d = 0; d < dv; ++d) acc32[d] = std::fma(v_row[d], vs, acc32[d]);
+                    }
+                    // One rounding, as ggml's S = S*ms + vs compiles (contracted).
+                    running_sum = std::fma(running_sum, ms, vs);
                 }
-                const uint8_t* v_head = kv.v + c * kv.v_row_bytes + g * *v_head_bytes;
-                if (v_f16) {
-                    f16.mad(acc16.data(), reinterpret_cast<const uint16_t*>(v_head), vs, shape.head_dim_v);
-                } else {
-                    quant::dequantize_row(kv.v_type, v_head, v_row.data(), shape.head_dim_v);
-                    for (size_t d = 0; d < dv; ++d) acc32[d] = std::fma(v_row[d], vs, acc32[d]);
+                if ((c + 1) % detail::kCellChunk == 0 || c + 1 == kv.n_cells) {
+                    float* p = partials.data() + c / detail::kCellChunk * detail::chunk_floats(shape.head_dim_v);
+                    detail::store_chunk(p, running_max, running_sum);
+                    for (size_t d = 0; d < dv; ++d) p[2 + d] = v_f16 ? quant::fp16_to_fp32(acc16[d]) : acc32[d];
                 }
-                // One rounding, as ggml's S = S*ms + vs compiles (contracted).
-                running_sum = std::fma(running_sum, ms, vs);
             }
-            float* oh = out + (t * shape.n_head + h) * shape.head_dim_v;
-            const float ms = shape.sinks ? detail::apply_sink(shape.sinks[h], running_max, running_sum) : 1.0f;
-            // No visible cell cannot happen for a causal query that stored its
-            // own K and V; zeros keep a misuse harmless.
-            const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
-            for (size_t d = 0; d < dv; ++d) {
-                const float a = v_f16 ? quant::fp16_to_fp32(acc16[d]) : acc32[d];
-                oh[d] = a * ms * inv;  // ggml: scaled by the sink's ms, then by 1/S
-            }
+            detail::merge_chunks(partials.data(), n_chunks, shape.head_dim_v, shape.sinks ? shape.sinks + h : nullptr,
+                                 out + (t * shape.n_head + h) * shape.head_dim_v);
         }
     });
 }

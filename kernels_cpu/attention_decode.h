@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels_cpu/attention.h"
+#include "kernels_cpu/attention_chunks.h"
 #include "kernels_cpu/vec_dot.h"
 
 namespace tandem::cpu::detail {
@@ -26,13 +27,14 @@ inline constexpr int64_t kMaxSharedHeads = 16;
 
 // Query heads [head, head + n_q) of one token (q: n_q rows of head_dim_k
 // floats, not yet rounded; n_q <= kMaxSharedHeads), all reading the same KV
-// head of a cache shared_kv_takes, at position pos: out gets n_q rows of
-// head_dim_v floats. block_dot: the K.Q kernel of a K other than F16 (the
-// per-head path's, dot_kernel(k_type, level)); unused for F16.
+// head of a cache shared_kv_takes, at position pos, over the cells of
+// range: each chunk's state goes to range.partials (attention_chunks.h),
+// for merge_chunks to finish. block_dot: the K.Q kernel of a K other than
+// F16 (the per-head path's, dot_kernel(k_type, level)); unused for F16.
 void attention_shared_kv_avx2(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                              const KvCacheView& kv, DotFn block_dot, float* out);
+                              const KvCacheView& kv, DotFn block_dot, const ChunkRange& range);
 void attention_shared_kv_avx512(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                                const KvCacheView& kv, DotFn block_dot, float* out);
+                                const KvCacheView& kv, DotFn block_dot, const ChunkRange& range);
 
 // The K/V type pairs the kernel takes: both F16, or neither (K through its
 // block dot kernel, V dequantized).
@@ -44,5 +46,17 @@ inline bool shared_kv_takes(quant::Type k, quant::Type v) {
 // halved while that leaves fewer than two tasks per thread (a decode step
 // of a model with few KV heads on many cores).
 int64_t shared_heads_per_task(int64_t gqa, int64_t n_groups, int n_threads);
+
+// How a step's shared-KV work is cut into tasks: when its (token, KV head)
+// pairs are fewer than two per thread and the cells span several chunks
+// (attention_chunks.h), every chunk of a pair is a task of its own
+// (split_chunks) and the chunks' states are merged in a second pass; else a
+// task takes all the chunks of its heads. Either way the same bits.
+struct SharedKvPlan {
+    bool split_chunks = false;
+    int64_t heads_per_task = 1;  // query heads of one KV head a task takes
+    int64_t tasks = 0;
+};
+SharedKvPlan shared_kv_plan(int64_t n_tokens, int64_t n_head_kv, int64_t gqa, int64_t n_chunks, int n_threads);
 
 }  // namespace tandem::cpu::detail

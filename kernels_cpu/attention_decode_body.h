@@ -14,8 +14,8 @@
 #include <limits>
 #include <vector>
 
+#include "kernels_cpu/attention_chunks.h"
 #include "kernels_cpu/attention_decode.h"
-#include "kernels_cpu/attention_sink.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
 #include "runtime/quant/fp16.h"
@@ -197,8 +197,9 @@ struct BlockCache {
 
 template <class Cache>
 void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                         const KvCacheView& kv, DotFn block_dot, float* out) {
+                         const KvCacheView& kv, DotFn block_dot, const ChunkRange& range) {
     TANDEM_CHECK(n_q > 0 && n_q <= kMaxSharedHeads, "attention: query heads per KV head out of range");
+    TANDEM_CHECK(range.begin % kCellChunk == 0, "attention: a cell range starts inside a chunk");
     const int64_t dk = shape.head_dim_k, dv = shape.head_dim_v;
     const auto nq = static_cast<size_t>(n_q);
     const auto udv = static_cast<size_t>(dv);
@@ -206,12 +207,24 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
     TANDEM_CHECK(k_head_bytes && v_head_bytes, "attention: head size not a multiple of the cache block");
     Cache cache(q, nq, dk, dv, kv, block_dot);
     std::vector<float> vt(static_cast<size_t>(kTile) * udv);
-    std::vector<typename Cache::Acc> acc(nq * udv, typename Cache::Acc{0});
+    std::vector<typename Cache::Acc> acc(nq * udv);
     float running_max[kMaxSharedHeads], running_sum[kMaxSharedHeads], scores[kMaxSharedHeads][kTile];
-    for (size_t h = 0; h < nq; ++h) {
-        running_max[h] = -std::numeric_limits<float>::infinity();
-        running_sum[h] = 0.0f;
-    }
+    // Each chunk (attention_chunks.h) starts its softmax afresh and leaves
+    // its state in range.partials.
+    const auto start_chunk = [&] {
+        std::fill(acc.begin(), acc.end(), typename Cache::Acc{0});
+        for (size_t h = 0; h < nq; ++h) {
+            running_max[h] = -std::numeric_limits<float>::infinity();
+            running_sum[h] = 0.0f;
+        }
+    };
+    const auto end_chunk = [&](int64_t chunk) {
+        for (size_t h = 0; h < nq; ++h) {
+            float* p = range.partials + static_cast<int64_t>(h) * range.head_stride + chunk * chunk_floats(dv);
+            store_chunk(p, running_max[h], running_sum[h]);
+            for (size_t d = 0; d < udv; ++d) p[2 + d] = Cache::value(acc[h * udv + d]);
+        }
+    };
     SoftmaxSteps steps[kMaxSharedHeads];
     const int64_t kv_head = head / (shape.n_head / shape.n_head_kv);
     const uint64_t k_offset = static_cast<uint64_t>(kv_head) * *k_head_bytes;
@@ -227,11 +240,14 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
     const auto prefetch_slice = [](const uint8_t* p, uint64_t bytes) {
         for (uint64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T0);
     };
-    for (int64_t c0 = 0; c0 < kv.n_cells; c0 += kTile) {
+    static_assert(kCellChunk % kTile == 0, "a tile never straddles two chunks");
+    const int64_t end = std::min(range.end, kv.n_cells);
+    for (int64_t c0 = range.begin; c0 < end; c0 += kTile) {
+        if (c0 % kCellChunk == 0) start_chunk();
         // The tile's visible cells, in storage order, staged once.
         int64_t n = 0;
-        for (int64_t c = c0; c < std::min(kv.n_cells, c0 + kTile); ++c) {
-            if (c + kAhead < kv.n_cells) {
+        for (int64_t c = c0; c < std::min(end, c0 + kTile); ++c) {
+            if (c + kAhead < end) {
                 prefetch_slice(kv.k + static_cast<uint64_t>(c + kAhead) * kv.k_row_bytes + k_offset, *k_head_bytes);
                 prefetch_slice(kv.v + static_cast<uint64_t>(c + kAhead) * kv.v_row_bytes + v_offset, *v_head_bytes);
             }
@@ -242,31 +258,36 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
                               vt.data() + static_cast<size_t>(n) * udv);
             ++n;
         }
-        if (n == 0) continue;
-        cache.scores(nq, n, shape.scale, scores);
-        for (size_t h = 0; h < nq; ++h) {
-            softmax_steps<typename Cache::IsaOps>(scores[h], n, running_max[h], running_sum[h], steps[h]);
+        if (n > 0) {
+            cache.scores(nq, n, shape.scale, scores);
+            for (size_t h = 0; h < nq; ++h) {
+                softmax_steps<typename Cache::IsaOps>(scores[h], n, running_max[h], running_sum[h], steps[h]);
+            }
+            cache.accumulate(acc.data(), nq, vt.data(), n, steps);
         }
-        cache.accumulate(acc.data(), nq, vt.data(), n, steps);
+        if ((c0 + kTile) % kCellChunk == 0 || c0 + kTile >= end) end_chunk((c0 - range.begin) / kCellChunk);
     }
-    for (size_t h = 0; h < nq; ++h) {
-        const float* sink = shape.sinks ? shape.sinks + head + static_cast<int64_t>(h) : nullptr;
-        const float ms = sink ? apply_sink(*sink, running_max[h], running_sum[h]) : 1.0f;
-        const float inv = running_sum[h] > 0.0f ? 1.0f / running_sum[h] : 0.0f;
-        for (size_t d = 0; d < udv; ++d) out[h * udv + d] = Cache::value(acc[h * udv + d]) * ms * inv;
+    // The range's chunks that start past the view's last cell: none visible.
+    const int64_t n_chunks = (range.end - range.begin + kCellChunk - 1) / kCellChunk;
+    const int64_t written = end > range.begin ? (end - range.begin + kCellChunk - 1) / kCellChunk : 0;
+    for (int64_t chunk = written; chunk < n_chunks; ++chunk) {
+        for (size_t h = 0; h < nq; ++h) {
+            store_chunk(range.partials + static_cast<int64_t>(h) * range.head_stride + chunk * chunk_floats(dv),
+                        -std::numeric_limits<float>::infinity(), 0.0f);
+        }
     }
 }
 
 // The entry point of one ISA's file: the policy of the cache's type.
 template <class Ops>
 void shared_kv_attention_for(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                             const KvCacheView& kv, DotFn block_dot, float* out) {
+                             const KvCacheView& kv, DotFn block_dot, const ChunkRange& range) {
     if (kv.k_type == quant::Type::F16) {
         TANDEM_CHECK(shared_kv_takes(kv.k_type, kv.v_type), "attention: shared-KV kernel for this K/V pair");
-        shared_kv_attention<F16Cache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, out);
+        shared_kv_attention<F16Cache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, range);
     } else {
         TANDEM_CHECK(shared_kv_takes(kv.k_type, kv.v_type), "attention: shared-KV kernel for this K/V pair");
-        shared_kv_attention<BlockCache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, out);
+        shared_kv_attention<BlockCache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, range);
     }
 }
 
