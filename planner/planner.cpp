@@ -179,8 +179,6 @@ struct Context {
     }
 };
 
-bool ties(double a, double b) { return std::abs(a - b) <= kDecodeTieFraction * std::max(a, b); }
-
 double reference_seconds(const Prediction& p) {
     if (p.pp_tps <= 0.0 || p.tg_tps <= 0.0) return std::numeric_limits<double>::infinity();
     return kReferencePrompt / p.pp_tps + kReferenceGen / p.tg_tps;
@@ -199,11 +197,11 @@ bool prefill_outweighs(const Option& fast, const Option& slow) {
 bool better(const Option& a, const Option& b) {
     if (a.vram_fits != b.vram_fits) return a.vram_fits;
     if (a.ram_fits != b.ram_fits) return a.ram_fits;
-    if (!ties(a.predicted.tg_tps, b.predicted.tg_tps)) {
+    if (!rates_tie(a.predicted.tg_tps, b.predicted.tg_tps)) {
         const bool a_faster = a.predicted.tg_tps > b.predicted.tg_tps;
         return a_faster ? !prefill_outweighs(a, b) : prefill_outweighs(b, a);
     }
-    if (!ties(a.predicted.pp_tps, b.predicted.pp_tps)) return a.predicted.pp_tps > b.predicted.pp_tps;
+    if (!rates_tie(a.predicted.pp_tps, b.predicted.pp_tps)) return a.predicted.pp_tps > b.predicted.pp_tps;
     return false;
 }
 
@@ -336,7 +334,7 @@ std::string explain_winner(const Option& w, const Option& r, int64_t n_layer) {
                            win, run, r.predicted.tg_tps);
     }
     const double tg = w.predicted.tg_tps, rtg = r.predicted.tg_tps;
-    if (!ties(tg, rtg) && rtg > tg) {
+    if (!rates_tie(tg, rtg) && rtg > tg) {
         return fmt::format("{} chosen: the runner-up {} decodes faster ({:.1f} vs {:.1f} tok/s) but prefills at {:.1f} "
                            "against {:.1f} tok/s, so a {:g}-token prompt and {:g} tokens take {:.0f} s there against "
                            "{:.0f} s (over {:g}x)",
@@ -344,12 +342,12 @@ std::string explain_winner(const Option& w, const Option& r, int64_t n_layer) {
                            kReferenceGen, reference_seconds(r.predicted), reference_seconds(w.predicted),
                            kPrefillLossLimit);
     }
-    if (!ties(tg, rtg)) {
+    if (!rates_tie(tg, rtg)) {
         return fmt::format("{} chosen: {:.1f} tok/s decode predicted, {:.1f}% faster than the runner-up {} ({:.1f} "
                            "tok/s)",
                            win, tg, 100.0 * (tg / rtg - 1.0), run, rtg);
     }
-    if (ties(w.predicted.pp_tps, r.predicted.pp_tps)) {
+    if (rates_tie(w.predicted.pp_tps, r.predicted.pp_tps)) {
         return fmt::format("{} chosen: it ties the runner-up {} on decode ({:.1f} vs {:.1f} tok/s) and prefill ({:.1f} "
                            "vs {:.1f} tok/s), within {:g}%; of tied candidates the one with the fewest rules is taken "
                            "((a) none, (c) one --n-cpu-moe, (b) an -ot regex)",

@@ -8,7 +8,9 @@
 // ledgers.
 #pragma once
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -136,6 +138,8 @@ inline constexpr uint64_t kDefaultMarginFloor = 64ull << 20;
 // decode than (a), with no weight streaming and 2.5 against ~40 tok/s of
 // prefill).
 inline constexpr double kDecodeTieFraction = 0.05;
+// Two decode (or prefill) rates within kDecodeTieFraction of the larger.
+inline bool rates_tie(double a, double b) { return std::abs(a - b) <= kDecodeTieFraction * std::max(a, b); }
 // Beyond a tie, a decode lead still loses when its prefill is so slow that
 // a reference request, llama-bench's default tests (a prompt of
 // kReferencePrompt tokens, then kReferenceGen generated), takes more than

@@ -148,7 +148,7 @@ std::string runner_up_text(const planner::Plan& p) {
     const planner::Option& r = *p.runner_up;
     const std::string who = planner::candidate_letter(r.candidate);
     const double tg = p.predicted.tg_tps, rtg = r.predicted.tg_tps;
-    if (std::abs(tg - rtg) <= planner::kDecodeTieFraction * std::max(tg, rtg)) {
+    if (planner::rates_tie(tg, rtg)) {
         return fmt::format("tie {}, pp {:+.1f}%", who, 100.0 * (p.predicted.pp_tps / r.predicted.pp_tps - 1.0));
     }
     if (tg < rtg) {

@@ -425,22 +425,7 @@ struct Session::Impl {
         if (s < 0 || s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
     }
 
-    // A state's cache type word: the K type's id, with V's id + 1 in the
-    // upper half when it differs (states of one type read as before K and
-    // V could differ).
-    uint32_t cache_type_code() const {
-        const auto k = static_cast<uint32_t>(opt.cache_type.k), v = static_cast<uint32_t>(opt.cache_type.v);
-        return k == v ? k : k | (v + 1) << 16;
-    }
-    static std::string cache_type_code_name(uint32_t code) {
-        const auto name = [](uint32_t t) {
-            for (const quant::Type e : model::cache_element_types()) {
-                if (static_cast<uint32_t>(e) == t) return model::cache_element_name(e);
-            }
-            return fmt::format("type {}", t);
-        };
-        return code >> 16 ? name(code & 0xffff) + "/" + name((code >> 16) - 1) : name(code);
-    }
+    uint32_t cache_type_code() const { return model::cache_type_code(opt.cache_type); }
 
     int32_t held_prefix(int32_t s, int32_t n) const {
         check_seq_id(s);
@@ -530,7 +515,7 @@ struct Session::Impl {
         if (st.cache_type != cache_type_code()) {
             throw Error(fmt::format("sequence state cache type: expected {} (this session's), found {}; use the same "
                                     "cache type",
-                                    cache_type_code_name(cache_type_code()), cache_type_code_name(st.cache_type)));
+                                    model::cache_type_code_name(cache_type_code()), model::cache_type_code_name(st.cache_type)));
         }
         const uint64_t kb = *quant::row_bytes(opt.cache_type.k, hp.k_dim()),
                        vb = *quant::row_bytes(opt.cache_type.v, hp.kv_v_dim());

@@ -146,6 +146,21 @@ std::string cache_type_name(CacheType t) {
     return t.k == t.v ? cache_element_name(t.k) : cache_element_name(t.k) + "/" + cache_element_name(t.v);
 }
 
+uint32_t cache_type_code(CacheType t) {
+    const auto k = static_cast<uint32_t>(t.k), v = static_cast<uint32_t>(t.v);
+    return k == v ? k : k | (v + 1) << 16;
+}
+
+std::string cache_type_code_name(uint32_t code) {
+    const auto name = [](uint32_t id) {
+        for (const quant::Type e : kCacheElements) {
+            if (static_cast<uint32_t>(e) == id) return cache_element_name(e);
+        }
+        return fmt::format("type {}", id);
+    };
+    return code >> 16 ? name(code & 0xffff) + "/" + name((code >> 16) - 1) : name(code);
+}
+
 void check_cache_type(const HParams& hp, CacheType type) {
     const auto fits = [](quant::Type t, int64_t dim, const char* side) {
         if (!quant::row_bytes(t, dim)) {

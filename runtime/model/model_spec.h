@@ -78,6 +78,11 @@ std::string cache_element_name(quant::Type t);
 quant::Type parse_cache_element(std::string_view flag, std::string_view name);
 // "f16", or "q4_0/f16" (K/V) when they differ.
 std::string cache_type_name(CacheType t);
+// A saved sequence state's cache type word: K's type id, with V's id + 1
+// in the upper half when it differs (so states of one type read as they did
+// before K and V could differ), and the name of a word as found in a file.
+uint32_t cache_type_code(CacheType t);
+std::string cache_type_code_name(uint32_t code);
 // Throws tandem::Error with one line when the model cannot use the cache
 // type: a head size that is not a multiple of the type's block, or K and V
 // types that differ under latent attention (V is part of K there).
