@@ -33,6 +33,9 @@ from smollm2 import serve_test_inputs  # noqa: E402
 
 SKIP = 77
 BINARY = os.environ.get("TANDEM_BINARY", "")
+# Set by CMake when the binary is built with sanitizers: shorter replies.
+SANITIZED = os.environ.get("TANDEM_TEST_SANITIZED", "") == "1"
+MAX_TOKENS = 40 if SANITIZED else 100
 KEY = "sesame-42"
 failures = []
 checks = 0
@@ -199,6 +202,9 @@ def open_browser(found, profile):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     chromium, driver = found
+    # The browser and its driver are given: Selenium Manager looks nothing up.
+    os.environ.setdefault("SE_OFFLINE", "true")
+    os.environ.setdefault("SE_AVOID_STATS", "true")
     o = webdriver.ChromeOptions()
     o.binary_location = chromium
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
@@ -289,7 +295,7 @@ def plain_run(d, server, tmp):
     el(d, "toggle-settings").click()
     check(el(d, "settings").is_displayed(), "Settings opens the settings")
     set_field(d, "temperature", "0")
-    set_field(d, "max-tokens", "100")
+    set_field(d, "max-tokens", str(MAX_TOKENS))
     el(d, "toggle-settings").click()
 
     question = "Give me three tips for a good night's sleep."
@@ -303,7 +309,7 @@ def plain_run(d, server, tmp):
     check(tuple(ms[0][:2]) == ("user", question), f"the user's message is shown (got {ms[0]})")
     check(re.search(r"\d+(\.\d+)? tok/s", got[2]) is not None, f"a tok/s figure under the reply (got {got[2]!r})")
     n_tokens = int(re.match(r"(\d+) token", got[2]).group(1)) if re.match(r"(\d+) token", got[2]) else 0
-    check(0 < n_tokens <= 100, f"the reply kept to max tokens 100 from the settings (got {got[2]!r})")
+    check(0 < n_tokens <= MAX_TOKENS, f"the reply kept to max tokens {MAX_TOKENS} from the settings (got {got[2]!r})")
 
     # Markup typed by the user is shown as text, never parsed.
     markup = "<b>bold</b><img src=x onerror=\"document.title='pwned'\"> 2+2?"
