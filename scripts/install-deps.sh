@@ -13,6 +13,7 @@ packages=(
   openmpi-bin libopenmpi-dev    # --pipeline: stages over MPI (mpirun)
   python3
   librsvg2-bin                  # rsvg-convert: the bench chart test renders its SVG to PNG
+  chromium chromium-driver fonts-dejavu-core  # the chat page's browser test (tests/serve/test_chat_page.py)
 )
 
 missing=()

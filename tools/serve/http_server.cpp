@@ -12,6 +12,7 @@
 #include "tools/serve/connections.h"
 #include "tools/serve/cors.h"
 #include "tools/serve/http_util.h"
+#include "tools/serve/page_routes.h"
 
 namespace tandem::serve {
 
@@ -57,9 +58,14 @@ ConnectionLimits limits_of(const ServeConfig& c) {
 }
 
 // With --api-key, every route asks for the key but /health (for load
-// balancers and supervisors): the admin routes too (/slots writes files,
-// /metrics and /tokenize read the server's state), as llama-server does.
-bool needs_key(const std::string& path) { return path != "/health"; }
+// balancers and supervisors) and a GET of the chat page's files (they hold
+// no data; the page sends the key with its API requests): the admin routes
+// too (/slots writes files, /metrics and /tokenize read the server's
+// state), as llama-server does.
+bool needs_key(const httplib::Request& req) {
+    if (req.path == "/health") return false;
+    return !((req.method == "GET" || req.method == "HEAD") && is_page_path(req.path));
+}
 
 // The request's framing, checked before its body is read (httplib's
 // pre-routing handler runs first): 0 if it may be read, else the status to
@@ -163,7 +169,7 @@ HttpServer::HttpServer(ServerState& state)
             set_error(req, res, 503, "Loading model", "unavailable_error");
             return httplib::Server::HandlerResponse::Handled;
         }
-        if (!state_.config.api_key.empty() && needs_key(req.path)) {
+        if (!state_.config.api_key.empty() && needs_key(req)) {
             const std::string auth = req.get_header_value("Authorization");
             const std::string prefix = "Bearer ";
             const bool ok = auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), state_.config.api_key);
@@ -219,6 +225,7 @@ HttpServer::HttpServer(ServerState& state)
     add_admin_routes(s, state_);
     add_completion_routes(s, state_);
     add_ollama_routes(s, state_);
+    add_page_routes(s);
 }
 
 HttpServer::~HttpServer() {

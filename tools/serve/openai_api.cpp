@@ -412,7 +412,8 @@ json usage_chunk(const ResponseIds& ids, const std::string& object, const Usage&
                 {"created", ids.created},
                 {"model", ids.model},
                 {"choices", json::array()},
-                {"usage", usage_json(u)}};
+                {"usage", usage_json(u)},
+                {"timings", {{"prompt_ms", u.prompt_ms}, {"predicted_ms", u.generation_ms}}}};
 }
 
 json chat_logprobs(std::span<const TokenLogprobs> lps, const TokenPiece& piece) {

@@ -163,7 +163,8 @@ nlohmann::json chat_logprobs(std::span<const TokenLogprobs> lps, const TokenPiec
 nlohmann::json completion_logprobs(std::span<const TokenLogprobs> lps, const TokenPiece& piece, int64_t& offset);
 // Characters (code points) in UTF-8 text: the bytes that start one.
 int64_t utf8_chars(std::string_view s);
-// The last chunk of a stream with stream_options.include_usage: no choices.
+// The last chunk of a stream with stream_options.include_usage: no choices;
+// `timings` as a whole chat answer has them (the chat page's tok/s).
 nlohmann::json usage_chunk(const ResponseIds& ids, const std::string& object, const Usage& u);
 
 // One server-sent event: "data: <json>\n\n".
