@@ -69,6 +69,14 @@ TEST(ServeTextStream, TheEarliestOfSeveralStopsWins) {
     EXPECT_EQ(feed(ts, {"hello world"}), "hel");
 }
 
+// Anthropic's stop_sequence names the one that ended the text: the earliest.
+TEST(ServeTextStream, TheStopStringThatEndedItIsKnown) {
+    TextStream ts({"world", "lo", "zz"});
+    EXPECT_EQ(ts.stop_string(), "");
+    EXPECT_EQ(feed(ts, {"hel", "lo world"}), "hel");
+    EXPECT_EQ(ts.stop_string(), "lo");
+}
+
 TEST(ServeTextStream, IncompleteUtf8WaitsForItsLastByte) {
     TextStream ts;
     const std::string euro = "\xE2\x82\xAC";
@@ -111,7 +119,8 @@ TEST(ServeRequests, EachBadFieldIsNamed) {
         {{{"messages", ok_messages}, {"stream", "yes"}}, "stream"},
         {{{"messages", ok_messages}, {"stream_options", 1}}, "stream_options"},
         {{{"messages", ok_messages}, {"seed", "x"}}, "seed"},
-        {{{"messages", ok_messages}, {"n", 2}}, "n"},
+        {{{"messages", ok_messages}, {"n", "two"}}, "n"},
+        {{{"messages", ok_messages}, {"n", 1.5}}, "n"},
     };
     for (const Case& c : cases) {
         const std::string e = api_error(c.body);

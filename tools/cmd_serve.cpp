@@ -206,7 +206,10 @@ void serve_model(const ServeOptions& o) {
     http.stop();
 }
 
-constexpr const char* kServeFooter = R"(Routes: OpenAI's POST /v1/chat/completions, /v1/completions, GET /v1/models;
+constexpr const char* kServeFooter = R"(Routes: OpenAI's POST /v1/chat/completions, /v1/completions (n up to
+--parallel choices), GET /v1/models; Anthropic's POST /v1/messages (text
+blocks, system, max_tokens, temperature, top_p, top_k, stop_sequences,
+stream; tools refused);
 Ollama's GET /api/tags, /api/version, POST /api/show, /api/chat,
 /api/generate (streamed as newline-delimited JSON unless "stream": false;
 "options" temperature, top_p, top_k, min_p, seed, num_predict, stop,
@@ -239,7 +242,7 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--host", opts->http.host, "address to listen on")->capture_default_str();
     cmd->add_option("--port", opts->http.port, "port to listen on (0: any free port)")->capture_default_str();
     cmd->add_option("--parallel", opts->n_parallel, "slots: requests decoded together (-np)")->capture_default_str();
-    cmd->add_option("--api-key", opts->http.api_key, "require 'Authorization: Bearer KEY' on every route but /health");
+    cmd->add_option("--api-key", opts->http.api_key, "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on every route but /health");
     cmd->add_option("--cors-origin", opts->cors_origin,
                     "let browser apps on ORIGIN (scheme://host[:port], or '*' for any) call the server: repeat it or "
                     "separate origins with commas (off without it)")

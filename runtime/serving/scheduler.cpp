@@ -1,6 +1,7 @@
 #include "runtime/serving/scheduler.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -41,12 +42,18 @@ constexpr const char* kClientGone = "the client closed its connection";
 
 bool client_gone(const GenerationRequest& r) { return r.client_gone && r.client_gone(); }
 
-Event final_event(std::string reason, std::string error = {}) {
+Event final_event(std::string reason, std::string error = {}, int32_t index = 0) {
     Event e;
     e.done = true;
     e.finish_reason = std::move(reason);
     e.error = std::move(error);
+    e.index = index;
     return e;
+}
+
+// A request that never gets slots ends with a last event for each choice.
+void end_unassigned(Job& job, int32_t n, const std::string& reason, const std::string& error = {}) {
+    for (int32_t i = 0; i < std::max(n, 1); ++i) job.push(final_event(reason, error, i));
 }
 
 }  // namespace
@@ -93,6 +100,11 @@ struct Scheduler::Slot {
     bool asked = false;            // the proposer was asked this step
     std::vector<int32_t> context;  // what it was asked about: cache and next_token
     std::mt19937_64 draft_rng;     // the draft model's draws for a sampling request
+    // A request of several choices: the leader (choice 0) evaluates the
+    // prompt; its followers wait for it (waiting), then copy its cells.
+    int32_t index = 0;
+    std::vector<Slot*> followers;
+    bool waiting = false;
 
     bool busy() const { return job != nullptr; }
 };
@@ -151,7 +163,7 @@ void Scheduler::stop() {
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
     std::lock_guard lock(mu_);
-    for (Pending& p : pending_) p.job->push(final_event("cancelled"));
+    for (Pending& p : pending_) end_unassigned(*p.job, p.request.n, "cancelled");
     pending_.clear();
     for (Task* t : tasks_) {
         t->result = "the server is stopping";
@@ -164,7 +176,9 @@ void Scheduler::stop() {
 std::shared_ptr<Job> Scheduler::submit(GenerationRequest request) {
     auto job = std::make_shared<Job>();
     std::string why;
-    if (request.prompt.empty()) {
+    if (request.n < 1 || request.n > options_.n_slots) {
+        why = fmt::format("a request asks for 1..{} choices (one slot each), found {}", options_.n_slots, request.n);
+    } else if (request.prompt.empty()) {
         why = "the prompt gives no tokens";
     } else if (static_cast<int64_t>(request.prompt.size()) >= options_.n_ctx_slot) {
         why = fmt::format("the prompt has {} tokens but a slot's context holds {}", request.prompt.size(),
@@ -177,13 +191,13 @@ std::shared_ptr<Job> Scheduler::submit(GenerationRequest request) {
         }
     }
     if (!why.empty()) {
-        job->push(final_event("error", why));
+        end_unassigned(*job, request.n, "error", why);
         return job;
     }
     {
         std::lock_guard lock(mu_);
         if (stopping_) {
-            job->push(final_event("cancelled"));
+            end_unassigned(*job, request.n, "cancelled");
             return job;
         }
         pending_.push_back(Pending{std::move(request), job, Clock::now()});
@@ -279,67 +293,137 @@ void Scheduler::run_tasks() {
 void Scheduler::assign_pending() {
     while (true) {
         Pending p;
-        Slot* chosen = nullptr;
+        std::vector<Slot*> chosen;  // the leader first
         {
             std::lock_guard lock(mu_);
             if (pending_.empty()) return;
-            // The idle slot whose cache shares the longest prefix with the
-            // prompt; among equals, the one unused longest.
-            size_t best = 0;
+            const GenerationRequest& head = pending_.front().request;
+            std::vector<Slot*> idle;
             for (auto& s : slots_) {
-                if (s->busy()) continue;
-                const size_t common =
-                    pending_.front().request.cache_prompt ? common_prefix(s->cache, pending_.front().request.prompt) : 0;
-                if (chosen == nullptr || common > best || (common == best && s->last_used < chosen->last_used)) {
-                    chosen = s.get();
+                if (!s->busy()) idle.push_back(s.get());
+            }
+            // The head waits, holding nothing, until it can take all its
+            // slots at once; the requests behind it wait with it.
+            if (idle.empty() || static_cast<int32_t>(idle.size()) < head.n) return;
+            // The leader: the idle slot whose cache shares the longest
+            // prefix with the prompt; among equals, the one unused longest.
+            Slot* leader = nullptr;
+            size_t best = 0;
+            for (Slot* s : idle) {
+                const size_t common = head.cache_prompt ? common_prefix(s->cache, head.prompt) : 0;
+                if (leader == nullptr || common > best || (common == best && s->last_used < leader->last_used)) {
+                    leader = s;
                     best = common;
                 }
             }
-            if (chosen == nullptr) return;
+            // The followers' caches are replaced: those unused longest.
+            std::erase(idle, leader);
+            std::sort(idle.begin(), idle.end(), [](const Slot* a, const Slot* b) { return a->last_used < b->last_used; });
+            chosen.push_back(leader);
+            chosen.insert(chosen.end(), idle.begin(), idle.begin() + (head.n - 1));
             p = std::move(pending_.front());
             pending_.pop_front();
             stats_.queued = static_cast<int64_t>(pending_.size());
         }
         if (p.job->cancelled() || client_gone(p.request)) {
-            p.job->push(final_event("cancelled", kClientGone));
+            end_unassigned(*p.job, p.request.n, "cancelled", kClientGone);
             continue;
         }
-        Slot& s = *chosen;
-        const auto now = Clock::now();
-        s.job = p.job;
-        s.req = std::move(p.request);
-        s.usage = Usage{};
-        s.usage.prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
-        s.usage.queued_ms = ms_between(p.queued_at, now);
-        s.assigned_at = now;
-        s.generated = 0;
-        s.generating = false;
-        s.next_token = -1;
-        // Keep the cached prefix, but evaluate at least the prompt's last
-        // token: its logits choose the first generated one.
-        size_t keep = s.req.cache_prompt ? common_prefix(s.cache, s.req.prompt) : 0;
-        keep = std::min(keep, s.req.prompt.size() - 1);
-        keep = static_cast<size_t>(session_.held_prefix(s.id, static_cast<int32_t>(keep)));
-        session_.remove_positions(s.id, static_cast<int32_t>(keep), -1);
-        s.cache.resize(keep);
-        if (options_.draft != nullptr) options_.draft->keep(s.id, keep);
-        s.prompt_done = keep;
-        s.usage.cached_tokens = static_cast<int64_t>(keep);
-        s.chooser.emplace(s.req.sampling);
-        for (int32_t t : s.req.prompt) s.chooser->accept_prompt(t);
-        s.generated_ids.clear();
-        s.logprobs.clear();
-        s.text_bytes = 0;
-        s.draft_length.emplace(options_.draft_max, options_.draft_min, options_.draft_adaptive,
-                               options_.draft != nullptr);
-        s.draft = spec::Draft{};
-        s.asked = false;
-        s.draft_rng = spec::draft_generator(s.req.sampling.seed);
-        s.text.emplace(s.req.stop);
+        for (size_t i = 1; i < chosen.size(); ++i) {
+            take_request(*chosen[i], p.request, p.job, p.queued_at, static_cast<int32_t>(i));
+        }
+        take_request(*chosen[0], std::move(p.request), p.job, p.queued_at, 0);
+        chosen[0]->followers.assign(chosen.begin() + 1, chosen.end());
         std::lock_guard lock(mu_);
         stats_.running = std::count_if(slots_.begin(), slots_.end(), [](const auto& x) { return x->busy(); });
-        stats_.slots[static_cast<size_t>(s.id)].busy = true;
+        for (Slot* s : chosen) stats_.slots[static_cast<size_t>(s->id)].busy = true;
     }
+}
+
+void Scheduler::take_request(Slot& s, GenerationRequest req, std::shared_ptr<Job> job, Clock::time_point queued_at,
+                             int32_t index) {
+    const auto now = Clock::now();
+    s.job = std::move(job);
+    s.req = std::move(req);
+    s.index = index;
+    s.req.sampling.seed += static_cast<uint64_t>(index);  // each choice its own draws
+    s.followers.clear();
+    s.waiting = index > 0;
+    s.usage = Usage{};
+    s.usage.prompt_tokens = static_cast<int64_t>(s.req.prompt.size());
+    s.usage.queued_ms = ms_between(queued_at, now);
+    s.assigned_at = now;
+    s.generated = 0;
+    s.generating = false;
+    s.next_token = -1;
+    // Keep the cached prefix, but evaluate at least the prompt's last
+    // token: its logits choose the first generated one. A follower keeps
+    // nothing: it gets the leader's cells.
+    size_t keep = s.req.cache_prompt && !s.waiting ? common_prefix(s.cache, s.req.prompt) : 0;
+    keep = std::min(keep, s.req.prompt.size() - 1);
+    keep = static_cast<size_t>(session_.held_prefix(s.id, static_cast<int32_t>(keep)));
+    session_.remove_positions(s.id, static_cast<int32_t>(keep), -1);
+    s.cache.resize(keep);
+    if (options_.draft != nullptr) options_.draft->keep(s.id, keep);
+    s.prompt_done = keep;
+    s.usage.cached_tokens = static_cast<int64_t>(keep);
+    s.chooser.emplace(s.req.sampling);
+    for (int32_t t : s.req.prompt) s.chooser->accept_prompt(t);
+    s.generated_ids.clear();
+    s.logprobs.clear();
+    s.text_bytes = 0;
+    s.draft_length.emplace(options_.draft_max, options_.draft_min, options_.draft_adaptive, options_.draft != nullptr);
+    s.draft = spec::Draft{};
+    s.asked = false;
+    s.draft_rng = spec::draft_generator(s.req.sampling.seed);
+    s.text.emplace(s.req.stop);
+}
+
+int64_t Scheduler::share_prompt(Slot& leader, std::span<const float> row) {
+    const std::vector<Slot*> followers = std::exchange(leader.followers, {});
+    if (followers.empty()) return 0;
+    // The followers get a copy of the leader's cells in their own part of
+    // the cache, not a share of them (Session::copy_sequence): with a part
+    // per sequence (the server's layout) a shared cell would stay in the
+    // leader's part for as long as a follower holds it, its cached prefix
+    // included, and the leader's slot would have that much less room for
+    // its next requests; and a follower's cells would be in another order
+    // than a request of its own gets, so its sums too. A restored sequence
+    // continues bit for bit (test_sequence_state.cpp). Under --pipeline the
+    // rows are spread over the stages and cannot be saved: there the cells
+    // are shared.
+    std::vector<uint8_t> blob;
+    bool copy_rows = true;
+    try {
+        blob = session_.save_sequence(leader.id, leader.cache);
+    } catch (const Error&) {
+        copy_rows = false;
+    }
+    std::vector<float> mine;
+    int64_t sampled = 0;
+    for (Slot* f : followers) {
+        if (!f->busy() || !f->waiting) continue;
+        f->waiting = false;
+        try {
+            // Its sequence is empty (take_request).
+            if (copy_rows) session_.restore_sequence(f->id, blob);
+            else session_.copy_sequence(leader.id, f->id, 0, -1);
+            f->cache = leader.cache;
+            f->prompt_done = f->req.prompt.size();
+            if (options_.draft != nullptr) options_.draft->keep(f->id, 0);  // it catches up as for a new prompt
+            mine.assign(row.begin(), row.end());  // the chooser changes its row in place
+            const int32_t tok = f->chooser->choose(mine);
+            ++sampled;
+            settle(*f, tok, f->req.logprobs ? row : std::span<const float>());
+        } catch (const GrammarDeadEnd& e) {
+            finish(*f, "error", e.what());
+        } catch (const Error& e) {
+            session_.remove_positions(f->id, 0, -1);
+            f->cache.clear();
+            finish(*f, "error", e.what());
+        }
+    }
+    return sampled;
 }
 
 void Scheduler::finish(Slot& s, const std::string& reason, const std::string& error) {
@@ -348,7 +432,9 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
     e.finish_reason = reason;
     e.error = error;
     e.slot = s.id;
+    e.index = s.index;
     if (reason == "stop" || reason == "length") {
+        e.stop_string = s.text->stop_string();
         e.text = s.text->finish();
         // After a stop string, the tokens wholly inside what it cut are not part of the reply.
         e.logprobs = take_logprobs(s.logprobs, s.text->sent().size(), !s.text->stopped());
@@ -363,15 +449,21 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
     std::shared_ptr<Job> job = std::move(s.job);
     s.job.reset();
     s.text.reset();
+    s.waiting = false;
     s.last_used = now;
     {
-        // The counts first: whoever reads the last event sees them.
+        // The counts first: whoever reads the last event sees them. A
+        // request of several choices counts once, with its first.
         std::lock_guard lock(mu_);
-        stats_.requests_done += 1;
+        if (s.index == 0) stats_.requests_done += 1;
         stats_.running = std::count_if(slots_.begin(), slots_.end(), [](const auto& x) { return x->busy(); });
         stats_.slots[static_cast<size_t>(s.id)].busy = false;
     }
     job->push(std::move(e));
+    // Followers still waiting for a leader that ended first end with it.
+    for (Slot* f : std::exchange(s.followers, {})) {
+        if (f->busy() && f->waiting) finish(*f, reason, error);
+    }
 }
 
 bool Scheduler::settle(Slot& s, int32_t tok, std::span<const float> raw_row) {
@@ -400,6 +492,7 @@ bool Scheduler::settle(Slot& s, int32_t tok, std::span<const float> raw_row) {
         e.text = std::move(text);
         e.logprobs = take_logprobs(s.logprobs, s.text->sent().size(), false);
         e.slot = s.id;
+        e.index = s.index;
         s.job->push(std::move(e));
     }
     if (s.text->stopped()) {
@@ -497,7 +590,7 @@ bool Scheduler::step() {
     // that request alone.
     Slot* prefill = nullptr;
     for (auto& s : slots_) {
-        if (s->busy() && !s->generating && (prefill == nullptr || s->assigned_at < prefill->assigned_at)) {
+        if (s->busy() && !s->generating && !s->waiting && (prefill == nullptr || s->assigned_at < prefill->assigned_at)) {
             prefill = s.get();
         }
     }
@@ -587,6 +680,7 @@ bool Scheduler::step() {
     }
     if (chunk > 0 && rows.size() > n_decode) {
         const std::span<float> row = rows_of(n_decode, 1);
+        sampled += share_prompt(*prefill, row);
         if (prefill->req.logprobs) raw_rows_.assign(row.begin(), row.end());
         try {
             const int32_t tok = prefill->chooser->choose(row);

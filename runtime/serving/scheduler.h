@@ -16,6 +16,16 @@
 // model agrees with (the same text); sampling, by the standard
 // accept/reject rule (the same distribution; runtime/serving/).
 //
+// A request for n choices (OpenAI's `n`) takes n free slots at once: the
+// first evaluates the prompt once, the others then get a copy of its cells
+// (Session::save_sequence and restore_sequence, into their own part of the
+// cache) and sample their first token from the same logits row, and the n
+// decode side by side, choice i with seed + i. It
+// waits at the head of the queue until n slots are free, holding none
+// meanwhile, and the requests behind it wait too (first come, first
+// served): it cannot be starved by smaller requests, and nothing is held
+// while waiting, so no two requests can wait on each other.
+//
 // Only the scheduler's thread touches the Session. Other threads submit
 // requests and read their events from the Job each submit() returns.
 #pragma once
@@ -66,6 +76,10 @@ struct GenerationRequest {
     // or two prompt chunks, streamed or not. Called on the scheduler's
     // thread; it must be quick (a look at a socket). Empty: never gone.
     std::function<bool()> client_gone;
+    // Choices (1..n_slots): each event names its choice (Event::index),
+    // and each choice ends with a done event of its own; choice i samples
+    // with sampling.seed + i.
+    int32_t n = 1;
 };
 
 struct Usage {
@@ -90,6 +104,8 @@ struct Event {
     // what a stop string cut off. An end-of-generation token has none.
     std::vector<TokenLogprobs> logprobs;
     int32_t slot = -1;
+    int32_t index = 0;          // the choice (GenerationRequest::n)
+    std::string stop_string;    // with finish_reason "stop": the stop string that ended it ("" for a token)
 };
 
 // One request's way back: the scheduler pushes events, the caller pops.
@@ -175,7 +191,8 @@ public:
     void stop();
 
     // Queues a request. A request that cannot run (empty prompt, prompt
-    // longer than a slot's context) gets one "error" event.
+    // longer than a slot's context, n outside 1..n_slots) gets an "error"
+    // event for each choice.
     std::shared_ptr<Job> submit(GenerationRequest request);
 
     // Runs fn on the loop's thread between steps, with the session to itself
@@ -201,10 +218,11 @@ public:
 
 private:
     struct Slot;
+    using Clock = std::chrono::steady_clock;
     struct Pending {
         GenerationRequest request;
         std::shared_ptr<Job> job;
-        std::chrono::steady_clock::time_point queued_at;
+        Clock::time_point queued_at;
     };
     struct Task {
         int32_t slot;
@@ -216,6 +234,14 @@ private:
     void loop();
     bool step();  // false when there was nothing to do
     void assign_pending();
+    // Gives slot s request `req` as choice `index` of `job`.
+    void take_request(Slot& s, GenerationRequest req, std::shared_ptr<Job> job, Clock::time_point queued_at,
+                      int32_t index);
+    // The leader's prompt is in (its last row `row`, before any chooser):
+    // each waiting follower gets a copy of its cells and settles its first
+    // token.
+    // Returns the tokens settled.
+    int64_t share_prompt(Slot& leader, std::span<const float> row);
     void run_tasks();
     void finish(Slot& s, const std::string& reason, const std::string& error = {});
     // Hands the token the slot's request settled on to its client, with

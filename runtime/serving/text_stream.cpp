@@ -31,9 +31,17 @@ std::string TextStream::push(std::string_view piece) {
     pending_.append(piece);
     // The earliest stop string wholly inside pending_ ends the text there.
     size_t cut = std::string::npos;
-    for (const std::string& s : stop_) cut = std::min(cut, pending_.find(s));
-    if (cut != std::string::npos) {
+    const std::string* found = nullptr;
+    for (const std::string& s : stop_) {
+        const size_t at = pending_.find(s);
+        if (at < cut) {
+            cut = at;
+            found = &s;
+        }
+    }
+    if (found != nullptr) {
         stopped_ = true;
+        stop_string_ = *found;
         std::string out = pending_.substr(0, cut);
         pending_.clear();
         sent_ += out;

@@ -23,6 +23,8 @@ public:
     std::string push(std::string_view piece);
     // Whether a stop string has appeared; push() then returns nothing more.
     bool stopped() const { return stopped_; }
+    // The stop string that stopped it ("" while not stopped).
+    const std::string& stop_string() const { return stop_string_; }
     // The rest at the end of a generation (held-back bytes that never
     // became a stop string; an incomplete character is sent as it is).
     std::string finish();
@@ -34,6 +36,7 @@ private:
     std::string pending_;  // received, not yet sent
     std::string sent_;
     bool stopped_ = false;
+    std::string stop_string_;
 };
 
 }  // namespace tandem::serve

@@ -534,7 +534,8 @@ def bad_input_suite(server):
         ("POST", "/v1/chat/completions", {"messages": ok_msgs, "top_p": 3}, None, {}),
         ("POST", "/v1/chat/completions", {"messages": ok_msgs, "stop": {"a": 1}}, None, {}),
         ("POST", "/v1/chat/completions", {"messages": ok_msgs, "stream": "yes"}, None, {}),
-        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "n": 3}, None, {}),
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "n": 5}, None, {}),  # past the 4 slots
+        ("POST", "/v1/chat/completions", {"messages": ok_msgs, "n": 0}, None, {}),
         ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 3000}]}, None, {}),
         ("POST", "/v1/chat/completions", None, b"{\"messages\": \"" + b"x" * (9 << 20) + b"\"}", {}),
         ("POST", "/v1/completions", {}, None, {}),

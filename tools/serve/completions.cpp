@@ -4,6 +4,7 @@
 // pieces the Ollama routes share are declared in completions.h.
 #include "tools/serve/completions.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <span>
@@ -91,17 +92,33 @@ ChatReply chat_reply(const LoadedModel& m, const std::string& text, chat::ToolFo
     return {p.content(), p.reasoning(), p.tool_calls()};
 }
 
-WholeAnswer wait_whole(Job& job) {
-    WholeAnswer a;
-    while (true) {
+WholeAnswer wait_whole(Job& job) { return std::move(wait_choices(job, 1).front()); }
+
+std::vector<WholeAnswer> wait_choices(Job& job, int32_t n) {
+    std::vector<WholeAnswer> out(static_cast<size_t>(n));
+    int32_t left = n;
+    while (left > 0) {
         std::optional<Event> e = job.next(std::chrono::milliseconds(1000));
-        if (!e) continue;
+        if (!e || e->index < 0 || e->index >= n) continue;
+        WholeAnswer& a = out[static_cast<size_t>(e->index)];
         a.text += e->text;
         a.logprobs.insert(a.logprobs.end(), e->logprobs.begin(), e->logprobs.end());
         if (!e->done) continue;
         a.last = std::move(*e);
-        return a;
+        --left;
     }
+    return out;
+}
+
+Usage choices_usage(std::span<const Event> lasts) {
+    Usage u;
+    if (lasts.empty()) return u;
+    u = lasts.front().usage;
+    for (const Event& e : lasts.subspan(1)) {
+        u.completion_tokens += e.usage.completion_tokens;
+        u.generation_ms = std::max(u.generation_ms, e.usage.generation_ms);
+    }
+    return u;
 }
 
 std::optional<ApiError> failure_of(const Event& last) {
@@ -117,7 +134,9 @@ struct StreamState {
     std::shared_ptr<void> answering;  // ServerState::answer_token, released once the response is written
     std::shared_ptr<Job> job;
     StreamFormat format;
-    std::optional<chat::ReplyParser> parser;  // as format says
+    std::vector<chat::ReplyParser> parsers;  // one per choice, as format says
+    std::vector<Event> lasts;                // each choice's last event, once it came
+    int32_t left = 0;                        // choices not yet ended
     bool started = false;
 };
 
@@ -132,10 +151,17 @@ bool stream_some(StreamState& st, httplib::DataSink& sink) {
     }
     std::optional<Event> e = st.job->next(std::chrono::milliseconds(200));
     if (!e) return true;  // httplib checks the socket and calls again
-    const chat::ReplyParser::Delta d = st.parser->push(e->text, e->done);
-    if ((!d.empty() || !e->logprobs.empty()) && !send(sink, st.format.piece({e->text, d, e->logprobs}))) return false;
+    if (e->index < 0 || e->index >= static_cast<int32_t>(st.parsers.size())) return true;
+    chat::ReplyParser& parser = st.parsers[static_cast<size_t>(e->index)];
+    const chat::ReplyParser::Delta d = parser.push(e->text, e->done);
+    if ((!d.empty() || !e->logprobs.empty()) && !send(sink, st.format.piece({e->index, e->text, d, e->logprobs}))) {
+        return false;
+    }
     if (!e->done) return true;
-    if (!send(sink, st.format.tail(*e, st.parser->tool_calls()))) return false;
+    if (!send(sink, st.format.tail(*e, parser.tool_calls()))) return false;
+    st.lasts[static_cast<size_t>(e->index)] = std::move(*e);
+    if (--st.left > 0) return true;
+    if (st.format.end && !send(sink, st.format.end(st.lasts))) return false;
     sink.done();
     return true;
 }
@@ -148,7 +174,10 @@ void answer_stream(std::shared_ptr<void> answering, std::shared_ptr<Job> job, St
     st->answering = std::move(answering);
     st->job = std::move(job);
     st->format = std::move(format);
-    st->parser.emplace(st->format.harmony, st->format.calls);
+    const int32_t n = std::max(st->format.choices, 1);
+    for (int32_t i = 0; i < n; ++i) st->parsers.emplace_back(st->format.harmony, st->format.calls);
+    st->lasts.resize(static_cast<size_t>(n));
+    st->left = n;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         st->format.content_type,
@@ -185,44 +214,67 @@ json logprobs_json(LogprobsOut& lo, std::span<const TokenLogprobs> lps) {
     return lo.kind == Kind::Chat ? chat_logprobs(lps, piece) : completion_logprobs(lps, piece, lo.offset);
 }
 
-StreamFormat openai_stream(const ResponseIds& ids, LogprobsOut lo, bool include_usage, chat::ToolFormat calls,
-                           CallTaker taker) {
+// A chunk of choice `index` (the builders write 0).
+json indexed(json chunk, int32_t index) {
+    chunk["choices"][0]["index"] = index;
+    return chunk;
+}
+
+// takers: one per choice (their count is the request's n).
+StreamFormat openai_stream(const ResponseIds& ids, const LogprobsOut& lo, bool include_usage, chat::ToolFormat calls,
+                           std::vector<CallTaker> takers) {
     const Kind kind = lo.kind;
+    const auto n = static_cast<int32_t>(takers.size());
     StreamFormat f;
     f.content_type = "text/event-stream";
+    f.choices = n;
     f.harmony = kind == Kind::Chat && lo.model->harmony;
     f.calls = calls;
-    if (kind == Kind::Chat) f.head = [ids] { return sse(chat_chunk(ids, "assistant", std::string(), std::nullopt)); };
+    if (kind == Kind::Chat) {
+        f.head = [ids, n] {
+            std::string out;
+            for (int32_t i = 0; i < n; ++i) out += sse(indexed(chat_chunk(ids, "assistant", std::string(), std::nullopt), i));
+            return out;
+        };
+    }
     // Each chunk carries its tokens' logprobs (a chunk's text may then be
     // empty); a chat chunk of reasoning alone has no content. A call is
     // sent whole, in a chunk of its own, once its text is complete.
-    f.piece = [ids, lo, taker](const StreamPiece& p) mutable {
-        const json lps = logprobs_json(lo, p.logprobs);
+    f.piece = [ids, los = std::vector<LogprobsOut>(static_cast<size_t>(n), lo),
+               takers = std::move(takers)](const StreamPiece& p) mutable {
+        LogprobsOut& mine = los[static_cast<size_t>(p.index)];  // completions' text_offset runs per choice
+        CallTaker& taker = takers[static_cast<size_t>(p.index)];
+        const json lps = logprobs_json(mine, p.logprobs);
         const auto& d = p.split;
-        if (lo.kind != Kind::Chat) return sse(completion_chunk(ids, p.text, std::nullopt, lps));
+        if (mine.kind != Kind::Chat) return sse(indexed(completion_chunk(ids, p.text, std::nullopt, lps), p.index));
         std::string out;
         if (!d.content.empty() || !d.reasoning.empty() || !p.logprobs.empty()) {
-            out = sse(chat_chunk(ids, std::nullopt,
-                                 d.content.empty() && !d.reasoning.empty() ? std::nullopt : std::optional(d.content),
-                                 std::nullopt, lps, d.reasoning));
+            out = sse(indexed(chat_chunk(ids, std::nullopt,
+                                         d.content.empty() && !d.reasoning.empty() ? std::nullopt
+                                                                                    : std::optional(d.content),
+                                         std::nullopt, lps, d.reasoning),
+                              p.index));
         }
         const size_t first = taker.taken();
         const auto taken = taker.take(d.calls);
-        if (!taken.empty()) out += sse(tool_calls_chunk(ids, taken, first));
+        if (!taken.empty()) out += sse(indexed(tool_calls_chunk(ids, taken, first), p.index));
         return out;
     };
-    f.tail = [ids, kind, include_usage](const Event& e, const std::vector<chat::ToolCall>& calls) {
+    f.tail = [ids, kind](const Event& e, const std::vector<chat::ToolCall>& calls) {
+        if (const auto failed = failure_of(e)) return sse(error_body(failed->what(), failed->type, "", failed->status));
+        std::string finish = e.finish_reason;
+        if (!calls.empty() && finish == "stop") finish = "tool_calls";
+        return sse(indexed(kind == Kind::Chat ? chat_chunk(ids, std::nullopt, std::nullopt, finish)
+                                              : completion_chunk(ids, "", finish),
+                           e.index));
+    };
+    // The usage once, for all the choices, and one [DONE].
+    f.end = [ids, kind, include_usage](const std::vector<Event>& lasts) {
+        const bool failed = std::any_of(lasts.begin(), lasts.end(), [](const Event& e) { return failure_of(e).has_value(); });
         std::string out;
-        if (const auto failed = failure_of(e)) {
-            out = sse(error_body(failed->what(), failed->type, "", failed->status));
-        } else {
-            std::string finish = e.finish_reason;
-            if (!calls.empty() && finish == "stop") finish = "tool_calls";
-            out += sse(kind == Kind::Chat ? chat_chunk(ids, std::nullopt, std::nullopt, finish)
-                                          : completion_chunk(ids, "", finish));
-            if (include_usage) {
-                out += sse(usage_chunk(ids, kind == Kind::Chat ? "chat.completion.chunk" : "text_completion", e.usage));
-            }
+        if (include_usage && !failed) {
+            out = sse(usage_chunk(ids, kind == Kind::Chat ? "chat.completion.chunk" : "text_completion",
+                                  choices_usage(lasts)));
         }
         return out + "data: [DONE]\n\n";
     };
@@ -236,15 +288,16 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
     GenerationParams params;
     LogprobsOut lo{&m, kind};
     chat::ToolFormat calls = chat::ToolFormat::None;
-    CallTaker taker(true, calls, 0);
+    bool parallel_calls = true;
     if (kind == Kind::Chat) {
         const ChatRequest r = parse_chat_request(body, state.draw_seed());
         const ToolRequest tools = parse_tool_request(body, req.body);
         const chat::ToolFormat format = chat::tool_format(*m.chat_template);
         check_tool_support(tools, format);
         if (tools.active()) calls = format;
-        taker = CallTaker(tools.parallel, format, state.draw_seed());
+        parallel_calls = tools.parallel;
         params = r.params;
+        check_choices(params.n, m.scheduler->n_slots());
         params.grammar = request_grammar(req.body);
         // "required" or a named function: the reply is held to a call in
         // the template's format (each call's arguments any JSON object).
@@ -261,32 +314,51 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
     } else {
         const CompletionRequest r = parse_completion_request(body, state.draw_seed());
         params = r.params;
+        check_choices(params.n, m.scheduler->n_slots());
         params.grammar = request_grammar(req.body);
         g = generation_request(m, prompt_tokens(m, r.prompt, true), params, false);
         lo.offset = utf8_chars(r.prompt);
     }
     lo.asked = params.logprobs;
+    const auto n = static_cast<int32_t>(params.n);
+    // Each choice's calls get ids of their own.
+    std::vector<CallTaker> takers;
+    for (int32_t i = 0; i < n; ++i) takers.emplace_back(parallel_calls, calls, state.draw_seed());
     ResponseIds ids{new_id(state, kind), m.name,
                     std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count()};
-    g.client_gone = state.watch_client(req);  // a client that leaves frees its slot, streamed or not
+    g.n = n;
+    g.client_gone = state.watch_client(req);  // a client that leaves frees its slots, streamed or not
     std::shared_ptr<void> answering = state.answer_token();
     std::shared_ptr<Job> job = m.scheduler->submit(std::move(g));
     if (params.stream) {
-        answer_stream(std::move(answering), job, openai_stream(ids, lo, params.include_usage, calls, taker), res);
+        answer_stream(std::move(answering), job, openai_stream(ids, lo, params.include_usage, calls, std::move(takers)),
+                      res);
         return;
     }
-    const WholeAnswer a = wait_whole(*job);
-    if (const auto failed = failure_of(a.last)) throw *failed;
-    const json logprobs = logprobs_json(lo, a.logprobs);
-    if (kind == Kind::Completion) {
-        set_json(res, 200, completion_response(ids, a.text, a.last.finish_reason, a.last.usage, logprobs));
-        return;
+    const std::vector<WholeAnswer> answers = wait_choices(*job, n);
+    std::vector<Event> lasts;
+    for (const WholeAnswer& a : answers) {
+        if (const auto failed = failure_of(a.last)) throw *failed;
+        lasts.push_back(a.last);
     }
-    ChatReply reply = chat_reply(m, a.text, calls);
-    reply.tool_calls = taker.take(reply.tool_calls);
-    set_json(res, 200, chat_response(ids, reply, a.last.finish_reason, a.last.usage, logprobs));
+    json choices = json::array();
+    for (int32_t i = 0; i < n; ++i) {
+        const WholeAnswer& a = answers[static_cast<size_t>(i)];
+        LogprobsOut choice_lo = lo;  // completions' text_offset: each choice from the prompt's end
+        const json logprobs = logprobs_json(choice_lo, a.logprobs);
+        if (kind == Kind::Completion) {
+            choices.push_back(completion_choice(i, a.text, a.last.finish_reason, logprobs));
+            continue;
+        }
+        ChatReply reply = chat_reply(m, a.text, calls);
+        reply.tool_calls = takers[static_cast<size_t>(i)].take(reply.tool_calls);
+        choices.push_back(chat_choice(i, reply, a.last.finish_reason, logprobs));
+    }
+    const Usage usage = choices_usage(lasts);
+    set_json(res, 200, kind == Kind::Completion ? completion_response(ids, choices, usage)
+                                                : chat_response(ids, choices, usage));
 }
 
 }  // namespace

@@ -49,6 +49,12 @@ struct WholeAnswer {
     Event last;
 };
 WholeAnswer wait_whole(Job& job);
+// The same for each of a job's n choices (GenerationRequest::n), by index.
+std::vector<WholeAnswer> wait_choices(Job& job, int32_t n);
+// A request's usage over its choices' last events: the prompt counted
+// once (the first's), the completion tokens summed, the slowest
+// generation.
+Usage choices_usage(std::span<const Event> lasts);
 
 // A job that ended in error (500) or was cancelled by the server stopping
 // (503): what to answer. nullopt: it finished ("stop" or "length").
@@ -58,6 +64,7 @@ std::optional<ApiError> failure_of(const Event& last);
 // does into reasoning, content and the tool calls it completes) and its
 // tokens' logprobs (when asked, tokens that add no text included).
 struct StreamPiece {
+    int32_t index;  // the choice
     const std::string& text;
     const chat::ReplyParser::Delta& split;
     std::span<const TokenLogprobs> logprobs;
@@ -65,15 +72,18 @@ struct StreamPiece {
 
 // How a route writes a streamed answer: `head` once before anything else
 // (may be empty), `piece` for each step that adds text, calls or logprobs,
-// `tail` for the last event (its finish and usage, or failure_of it) with
-// all the reply's tool calls.
+// `tail` for each choice's last event (its finish and usage, or
+// failure_of it) with all that choice's tool calls, and `end` (may be
+// empty) once after every choice's tail, with their last events by index.
 struct StreamFormat {
     std::string content_type;
+    int32_t choices = 1;                          // GenerationRequest::n
     bool harmony = false;                         // split the text as chat_reply does
     chat::ToolFormat calls = chat::ToolFormat::None;  // and look for these calls
     std::function<std::string()> head;
     std::function<std::string(const StreamPiece& piece)> piece;
     std::function<std::string(const Event& last, const std::vector<chat::ToolCall>& calls)> tail;
+    std::function<std::string(const std::vector<Event>& lasts)> end;
 };
 // Streams the job's events as `format` writes them, holding `answering`
 // until the last byte is out; a client that goes away cancels the job.

@@ -170,14 +170,19 @@ HttpServer::HttpServer(ServerState& state)
             return httplib::Server::HandlerResponse::Handled;
         }
         if (!state_.config.api_key.empty() && needs_key(req)) {
+            // OpenAI's clients send Authorization: Bearer KEY, Anthropic's x-api-key: KEY.
             const std::string auth = req.get_header_value("Authorization");
+            const std::string x_key = req.get_header_value("x-api-key");
             const std::string prefix = "Bearer ";
-            const bool ok = auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), state_.config.api_key);
-            if (!ok) {
+            const bool bearer_ok =
+                auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), state_.config.api_key);
+            const bool x_ok = !x_key.empty() && same_secret(x_key, state_.config.api_key);
+            if (!bearer_ok && !x_ok) {
                 state_.requests_rejected.fetch_add(1);
                 set_error(req, res, 401,
-                          auth.empty() ? "no API key: send the header Authorization: Bearer KEY"
-                                       : "the API key is not the server's",
+                          auth.empty() && x_key.empty()
+                              ? "no API key: send the header Authorization: Bearer KEY (or x-api-key: KEY)"
+                              : "the API key is not the server's",
                           "authentication_error");
                 return httplib::Server::HandlerResponse::Handled;
             }
@@ -225,6 +230,7 @@ HttpServer::HttpServer(ServerState& state)
     add_admin_routes(s, state_);
     add_completion_routes(s, state_);
     add_ollama_routes(s, state_);
+    add_anthropic_routes(s, state_);
     add_page_routes(s);
 }
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/common/error.h"
+#include "tools/serve/anthropic_api.h"
 #include "tools/serve/openai_api.h"
 #include "tools/serve/server_state.h"
 
@@ -23,14 +24,17 @@ inline void set_json(httplib::Response& res, int status, const nlohmann::json& b
     res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
 }
 
-// Ollama's routes (/api/...) answer errors as {"error": "message"}, the
+// Ollama's routes (/api/...) answer errors as {"error": "message"},
+// Anthropic's (/v1/messages) with its error object (anthropic_error), the
 // others with OpenAI's error object (error_body).
 inline bool ollama_route(const std::string& path) { return path.rfind("/api/", 0) == 0; }
+inline bool anthropic_route(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
 
 inline void set_error(const httplib::Request& req, httplib::Response& res, int status, const std::string& message,
                       const std::string& type = "invalid_request_error", const std::string& param = {}) {
-    set_json(res, status,
-             ollama_route(req.path) ? nlohmann::json{{"error", message}} : error_body(message, type, param, status));
+    if (ollama_route(req.path)) return set_json(res, status, nlohmann::json{{"error", message}});
+    if (anthropic_route(req.path)) return set_json(res, status, anthropic_error(status, message));
+    set_json(res, status, error_body(message, type, param, status));
 }
 
 using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;

@@ -105,9 +105,8 @@ GenerationParams generation_params(const json& body, uint64_t default_seed) {
             p.max_tokens = *v < 0 ? std::nullopt : std::optional<int64_t>(*v);
         }
     }
-    if (auto n = f.integer("n", 1, 1 << 20); n && *n != 1) {
-        throw ApiError(400, fmt::format("'n': only 1 choice per request is supported, found {}", *n), "n");
-    }
+    // Any integer here: check_choices says what the server takes.
+    if (auto n = f.integer("n", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max())) p.n = *n;
     p.stop = f.strings("stop", 16);
     p.stream = f.boolean("stream", false);
     if (const json* so = f.find("stream_options")) {
@@ -301,6 +300,16 @@ ChatRequest parse_chat_request(const json& body, uint64_t default_seed) {
     return r;
 }
 
+void check_choices(int64_t n, int32_t n_slots) {
+    if (n < 1 || n > n_slots) {
+        throw ApiError(400,
+                       fmt::format("'n': expected 1..{} choices (one per slot; the server runs {} slots: --parallel), "
+                                   "found {}",
+                                   n_slots, n_slots, n),
+                       "n");
+    }
+}
+
 CompletionRequest parse_completion_request(const json& body, uint64_t default_seed) {
     CompletionRequest r;
     const auto it = body.find("prompt");
@@ -351,20 +360,24 @@ json chat_message(const ChatReply& reply) {
     return m;
 }
 
-json chat_response(const ResponseIds& ids, const ChatReply& reply, const std::string& finish_reason, const Usage& u,
-                   const json& logprobs) {
+json chat_choice(int32_t index, const ChatReply& reply, const std::string& finish_reason, const json& logprobs) {
     const std::string finish = finish_reason == "stop" && !reply.tool_calls.empty() ? "tool_calls" : finish_reason;
+    return json{{"index", index}, {"message", chat_message(reply)}, {"logprobs", logprobs}, {"finish_reason", finish}};
+}
+
+json chat_response(const ResponseIds& ids, json choices, const Usage& u) {
     return json{{"id", ids.id},
                 {"object", "chat.completion"},
                 {"created", ids.created},
                 {"model", ids.model},
-                {"choices",
-                 json::array({{{"index", 0},
-                               {"message", chat_message(reply)},
-                               {"logprobs", logprobs},
-                               {"finish_reason", finish}}})},
+                {"choices", std::move(choices)},
                 {"usage", choice_usage(u)},
                 {"timings", {{"prompt_ms", u.prompt_ms}, {"predicted_ms", u.generation_ms}}}};
+}
+
+json chat_response(const ResponseIds& ids, const ChatReply& reply, const std::string& finish_reason, const Usage& u,
+                   const json& logprobs) {
+    return chat_response(ids, json::array({chat_choice(0, reply, finish_reason, logprobs)}), u);
 }
 
 json chat_chunk(const ResponseIds& ids, const std::optional<std::string>& role, const std::optional<std::string>& content,
@@ -383,15 +396,22 @@ json chat_chunk(const ResponseIds& ids, const std::optional<std::string>& role, 
                                           {"finish_reason", finish_reason ? json(*finish_reason) : json()}}})}};
 }
 
-json completion_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
-                         const Usage& u, const json& logprobs) {
+json completion_choice(int32_t index, const std::string& text, const std::string& finish_reason, const json& logprobs) {
+    return json{{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_reason}};
+}
+
+json completion_response(const ResponseIds& ids, json choices, const Usage& u) {
     return json{{"id", ids.id},
                 {"object", "text_completion"},
                 {"created", ids.created},
                 {"model", ids.model},
-                {"choices",
-                 json::array({{{"index", 0}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})},
+                {"choices", std::move(choices)},
                 {"usage", choice_usage(u)}};
+}
+
+json completion_response(const ResponseIds& ids, const std::string& text, const std::string& finish_reason,
+                         const Usage& u, const json& logprobs) {
+    return completion_response(ids, json::array({completion_choice(0, text, finish_reason, logprobs)}), u);
 }
 
 json completion_chunk(const ResponseIds& ids, const std::string& text, const std::optional<std::string>& finish_reason,

@@ -75,6 +75,7 @@ SamplerParams read_sampling(const Fields& f, uint64_t default_seed);
 struct GenerationParams {
     SamplerParams sampling;
     std::optional<int64_t> max_tokens;
+    int64_t n = 1;  // choices; check_choices holds it to the server's slots
     std::vector<std::string> stop;
     bool stream = false;
     bool include_usage = false;  // stream_options.include_usage
@@ -111,6 +112,9 @@ std::vector<chat::Message> parse_messages(const nlohmann::json& body);
 // top_logprobs in 0..20 and only with logprobs true), an empty or missing
 // `messages`, an unknown role.
 ChatRequest parse_chat_request(const nlohmann::json& body, uint64_t default_seed);
+// ApiError(400) naming `n` unless 1 <= n <= n_slots: each choice decodes
+// in a slot of its own.
+void check_choices(int64_t n, int32_t n_slots);
 CompletionRequest parse_completion_request(const nlohmann::json& body, uint64_t default_seed);
 
 // The response bodies.
@@ -136,8 +140,17 @@ struct ChatReply {
 nlohmann::json chat_message(const ChatReply& reply);
 nlohmann::json tool_calls_delta(std::span<const chat::ToolCall> calls, size_t first_index = 0);
 
-// `logprobs` is the choice's: null, or what chat_logprobs /
-// completion_logprobs give.
+// One choice of an answer, numbered `index`; `logprobs` is null, or what
+// chat_logprobs / completion_logprobs give.
+nlohmann::json chat_choice(int32_t index, const ChatReply& reply, const std::string& finish_reason,
+                           const nlohmann::json& logprobs = nullptr);
+nlohmann::json completion_choice(int32_t index, const std::string& text, const std::string& finish_reason,
+                                 const nlohmann::json& logprobs = nullptr);
+// Whole answers of these choices, with the request's usage.
+nlohmann::json chat_response(const ResponseIds& ids, nlohmann::json choices, const Usage& u);
+nlohmann::json completion_response(const ResponseIds& ids, nlohmann::json choices, const Usage& u);
+// An answer of one choice; `logprobs` is the choice's: null, or what
+// chat_logprobs / completion_logprobs give.
 nlohmann::json chat_response(const ResponseIds& ids, const ChatReply& reply, const std::string& finish_reason,
                              const Usage& u, const nlohmann::json& logprobs = nullptr);
 // A streamed chunk: delta text (role set on the first), finish_reason on the

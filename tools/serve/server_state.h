@@ -100,9 +100,11 @@ struct ServerState {
     }
 };
 
-// The routes, by concern (completions.cpp, admin_routes.cpp, ollama_api.cpp).
+// The routes, by concern (completions.cpp, admin_routes.cpp, ollama_api.cpp,
+// anthropic_api.cpp).
 void add_completion_routes(httplib::Server& server, ServerState& state);
 void add_admin_routes(httplib::Server& server, ServerState& state);
 void add_ollama_routes(httplib::Server& server, ServerState& state);
+void add_anthropic_routes(httplib::Server& server, ServerState& state);
 
 }  // namespace tandem::serve

@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""`tandem serve` end to end on loopback with SmolLM2-135M-Instruct: OpenAI's
+`n` (several choices of one prompt, through the openai client and plain
+HTTP) and Anthropic's Messages API (/v1/messages, plain HTTP, and the
+`anthropic` client when it is installed). Exit 0: passed; 77: skipped (the
+binary, the model or the openai client is missing: said why); 1: failed.
+
+Every request is bounded (max_tokens, timeouts); the servers bind 127.0.0.1 only.
+"""
+import concurrent.futures
+import http.client
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from smollm2 import serve_test_inputs  # noqa: E402
+
+SKIP = 77
+BINARY = os.environ.get("TANDEM_BINARY", "")
+SLOTS = 4
+failures = []
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        failures.append(what)
+        print(f"FAIL: {what}", flush=True)
+
+
+class Server:
+    def __init__(self, model, *args):
+        self.err = tempfile.NamedTemporaryFile("w+", prefix="tandem-n-messages-", suffix=".txt", delete=False)
+        self.proc = subprocess.Popen([BINARY, "serve", "-m", model, "--port", "0", "-t", "2", *args],
+                                     stdout=subprocess.DEVNULL, stderr=self.err, stdin=subprocess.DEVNULL)
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            log = pathlib.Path(self.err.name).read_text()
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"tandem serve exited with {self.proc.returncode}: {log}")
+            m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", log)
+            if m:
+                self.port = int(m.group(1))
+                return
+            time.sleep(0.1)
+        raise RuntimeError("tandem serve was not ready in 180 s")
+
+    def post(self, path, body, headers=None, timeout=120):
+        """(status, content type, body bytes)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        h = {"Content-Type": "application/json"}
+        h.update(headers or {})
+        conn.request("POST", path, body=body if isinstance(body, bytes) else json.dumps(body), headers=h)
+        r = conn.getresponse()
+        payload = r.read()
+        conn.close()
+        return r.status, r.getheader("Content-Type") or "", payload
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+
+def sse_events(payload):
+    """[(event name or None, data text)] of a server-sent event stream."""
+    out = []
+    for block in payload.decode().split("\n\n"):
+        if not block.strip():
+            continue
+        name, data = None, []
+        for line in block.split("\n"):
+            if line.startswith("event: "):
+                name = line[len("event: "):]
+            elif line.startswith("data: "):
+                data.append(line[len("data: "):])
+        out.append((name, "\n".join(data)))
+    return out
+
+
+def json_or(payload, default=None):
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return default
+
+
+MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
+STORY = [{"role": "user", "content": "Write a short story about a dragon."}]
+
+
+def n_test(server, client):
+    """n choices: equal at temperature 0, different with a seed at temperature 1 (each what a request of seed + i
+    gives), streamed with each index and one [DONE], bounded by the slot count."""
+    one = client.chat.completions.create(model="m", messages=STORY, temperature=0, max_tokens=24)
+    r = client.chat.completions.create(model="m", messages=STORY, temperature=0, max_tokens=24, n=3)
+    texts = [c.message.content for c in r.choices]
+    check([c.index for c in r.choices] == [0, 1, 2], f"n=3: choices 0, 1, 2 ({[c.index for c in r.choices]})")
+    check(len(set(texts)) == 1 and texts[0] == one.choices[0].message.content,
+          f"n=3 at temperature 0: three equal choices, the n=1 text ({texts!r})")
+    check(all(c.finish_reason == one.choices[0].finish_reason for c in r.choices), "each choice has its finish_reason")
+    check(r.usage.prompt_tokens == one.usage.prompt_tokens and
+          r.usage.completion_tokens == 3 * one.usage.completion_tokens,
+          f"usage: the prompt once, the completions summed ({r.usage} vs {one.usage})")
+
+    seeded = client.chat.completions.create(model="m", messages=STORY, temperature=1, seed=42, max_tokens=24, n=3,
+                                            extra_body={"cache_prompt": False})
+    stexts = [c.message.content for c in seeded.choices]
+    check(len(seeded.choices) == 3 and len(set(stexts)) > 1,
+          f"n=3 at temperature 1 with a seed: the choices differ ({stexts!r})")
+    alone = [client.chat.completions.create(model="m", messages=STORY, temperature=1, seed=42 + i, max_tokens=24,
+                                            extra_body={"cache_prompt": False}).choices[0].message.content
+             for i in range(3)]
+    check(stexts == alone, f"choice i is what seed + i gives alone ({stexts!r} vs {alone!r})")
+
+    # Streamed: chunks name their choice; each choice gets its finish chunk; one [DONE].
+    st, ctype, payload = server.post("/v1/chat/completions", {"messages": STORY, "temperature": 0, "max_tokens": 24,
+                                                              "n": 2, "stream": True,
+                                                              "stream_options": {"include_usage": True}})
+    events = sse_events(payload)
+    data = [d for _, d in events]
+    chunks = [json_or(d, {}) for d in data if d != "[DONE]"]
+    streamed, finishes, usage = {}, {}, None
+    for c in chunks:
+        for ch in c.get("choices", []):
+            streamed[ch["index"]] = streamed.get(ch["index"], "") + (ch["delta"].get("content") or "")
+            if ch.get("finish_reason"):
+                finishes[ch["index"]] = finishes.get(ch["index"], 0) + 1
+        usage = c.get("usage") or usage
+    check(st == 200 and ctype.startswith("text/event-stream"), f"streamed n=2: 200 event-stream ({st} {ctype})")
+    check(sorted(streamed) == [0, 1] and all(t == one.choices[0].message.content for t in streamed.values()),
+          f"streamed n=2: both indexes, each the text ({streamed!r})")
+    check(finishes == {0: 1, 1: 1}, f"streamed n=2: one finish chunk per choice ({finishes})")
+    check(data.count("[DONE]") == 1 and data[-1] == "[DONE]", "streamed n=2: one [DONE], last")
+    check(usage is not None and usage.get("completion_tokens") == 2 * one.usage.completion_tokens,
+          f"streamed n=2: one usage chunk summing the choices ({usage})")
+    text = ""
+    for chunk in client.chat.completions.create(model="m", messages=STORY, temperature=0, max_tokens=24, n=2,
+                                                stream=True):
+        text += "".join(c.delta.content or "" for c in chunk.choices if c.index == 1)
+    check(text == one.choices[0].message.content, f"the openai client streams choice 1 ({text!r})")
+
+    c = client.completions.create(model="m", prompt="The capital of France is", temperature=0, max_tokens=12, n=2)
+    check([x.index for x in c.choices] == [0, 1] and c.choices[0].text == c.choices[1].text and c.choices[0].text,
+          f"completions n=2 at temperature 0: two equal choices ({[x.text for x in c.choices]!r})")
+
+    for n in (0, SLOTS + 1, -2):
+        st, _, payload = server.post("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, "n": n})
+        err = (json_or(payload, {}) or {}).get("error", {})
+        check(st == 400 and err.get("param") == "n" and f"1..{SLOTS}" in err.get("message", "") and
+              err.get("type") == "invalid_request_error",
+              f"n={n}: 400 naming n and the limit ({st} {payload[:200]!r})")
+
+    # More choices than free slots at once: every request waits for its slots, none holds some while waiting.
+    def ask(n):
+        return client.chat.completions.create(model="m", messages=STORY, temperature=0, max_tokens=16, n=n)
+    t0 = time.time()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
+        got = list(pool.map(ask, [3, 3, 4, 1, 2, 3]))
+    check(all(len(g.choices) == n for g, n in zip(got, [3, 3, 4, 1, 2, 3])),
+          f"six requests of 1..4 choices at once on 4 slots all answer ({time.time() - t0:.1f} s)")
+
+
+def anthropic_events(payload):
+    return [(name, json_or(d, {})) for name, d in sse_events(payload)]
+
+
+def messages_test(server, client):
+    """/v1/messages: the text of /v1/chat/completions at temperature 0, whole and streamed as Anthropic's events,
+    stop reasons, errors in Anthropic's shape."""
+    chat = client.chat.completions.create(model="m", messages=MESSAGES, temperature=0, max_tokens=48)
+    ref = chat.choices[0].message.content
+    req = {"model": "claude-any", "messages": MESSAGES, "max_tokens": 48, "temperature": 0}
+    st, ctype, payload = server.post("/v1/messages", req)
+    m = json_or(payload, {})
+    content = m.get("content") or [{}]
+    check(st == 200 and ctype.startswith("application/json") and m.get("type") == "message" and
+          m.get("role") == "assistant" and re.fullmatch(r"msg_\w+", m.get("id", "")) and m.get("model"),
+          f"/v1/messages answers a message ({st} {payload[:300]!r})")
+    check(content == [{"type": "text", "text": ref}], f"/v1/messages gives the chat route's text ({content!r} vs {ref!r})")
+    expect_reason = {"stop": "end_turn", "length": "max_tokens"}[chat.choices[0].finish_reason]
+    check(m.get("stop_reason") == expect_reason and m.get("stop_sequence") is None,
+          f"stop_reason {m.get('stop_reason')} for finish_reason {chat.choices[0].finish_reason}")
+    check(m.get("usage") == {"input_tokens": chat.usage.prompt_tokens, "output_tokens": chat.usage.completion_tokens},
+          f"usage: input and output tokens ({m.get('usage')} vs {chat.usage})")
+
+    st, ctype, payload = server.post("/v1/messages", dict(req, stream=True))
+    events = anthropic_events(payload)
+    names = [n for n, _ in events]
+    check(st == 200 and ctype.startswith("text/event-stream"), f"streamed /v1/messages: event-stream ({st} {ctype})")
+    body = [n for n in names if n not in ("ping", "content_block_delta")]
+    check(body == ["message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop"] and
+          names[:2] == ["message_start", "content_block_start"] and names[-3:] == body[-3:] and
+          all(d.get("type") == n for n, d in events), f"Anthropic's event sequence: {names}")
+    start = events[0][1].get("message", {}) if events else {}
+    check(start.get("role") == "assistant" and start.get("content") == [] and
+          start.get("usage", {}).get("input_tokens") == chat.usage.prompt_tokens, f"message_start: {start}")
+    text = "".join(d["delta"]["text"] for n, d in events if n == "content_block_delta" and
+                   d.get("delta", {}).get("type") == "text_delta")
+    check(text == ref, f"the streamed text deltas make the chat route's text ({text!r})")
+    delta = next((d for n, d in events if n == "message_delta"), {})
+    check(delta.get("delta", {}).get("stop_reason") == expect_reason and
+          delta.get("usage", {}).get("output_tokens") == chat.usage.completion_tokens, f"message_delta: {delta}")
+
+    # A system prompt (string or text blocks) is the chat route's system message.
+    sys_chat = client.chat.completions.create(
+        model="m", messages=[{"role": "system", "content": "Answer in one word."}] + MESSAGES, temperature=0,
+        max_tokens=16).choices[0].message.content
+    for system in ("Answer in one word.", [{"type": "text", "text": "Answer in one "}, {"type": "text", "text": "word."}]):
+        st, _, payload = server.post("/v1/messages", dict(req, system=system, max_tokens=16,
+                                                          messages=[{"role": "user", "content": [
+                                                              {"type": "text", "text": MESSAGES[0]["content"]}]}]))
+        got = (json_or(payload, {}).get("content") or [{}])[0].get("text")
+        check(st == 200 and got == sys_chat, f"system {type(system).__name__}: the chat route's text ({got!r} vs {sys_chat!r})")
+
+    # max_tokens and stop_sequences.
+    st, _, payload = server.post("/v1/messages", {"messages": STORY, "max_tokens": 4, "temperature": 0})
+    m = json_or(payload, {})
+    check(m.get("stop_reason") == "max_tokens" and m.get("usage", {}).get("output_tokens") == 4,
+          f"max_tokens 4: stop_reason max_tokens, 4 tokens ({payload[:300]!r})")
+    story = client.chat.completions.create(model="m", messages=STORY, temperature=0, max_tokens=40).choices[0].message.content
+    words = story.split()
+    if len(words) >= 6:
+        stop = words[4]
+        st, _, payload = server.post("/v1/messages", {"messages": STORY, "max_tokens": 40, "temperature": 0,
+                                                      "stop_sequences": ["zzzq", stop]})
+        m = json_or(payload, {})
+        got = (m.get("content") or [{}])[0].get("text")
+        check(m.get("stop_reason") == "stop_sequence" and m.get("stop_sequence") == stop and
+              got == story[:story.find(stop)], f"stop_sequences: stops before {stop!r} and names it ({payload[:300]!r})")
+        st, _, payload = server.post("/v1/messages", {"messages": STORY, "max_tokens": 40, "temperature": 0,
+                                                      "stop_sequences": [stop], "stream": True})
+        delta = next((d for n, d in anthropic_events(payload) if n == "message_delta"), {})
+        check(delta.get("delta") == {"stop_reason": "stop_sequence", "stop_sequence": stop},
+              f"streamed stop_sequences: message_delta names it ({delta})")
+    else:
+        check(False, f"the story has at least 6 words: {story!r}")
+
+    bad = [({"messages": MESSAGES}, "max_tokens"), ({"messages": MESSAGES, "max_tokens": 8, "tools": [
+        {"name": "get_weather", "input_schema": {"type": "object"}}]}, "tools"),
+        ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}], "max_tokens": 8},
+         "messages[0].content[0].type"),
+        ({"messages": MESSAGES, "max_tokens": 8, "temperature": 2}, "temperature"), (b"{not json", "JSON")]
+    for body, needle in bad:
+        st, _, payload = server.post("/v1/messages", body)
+        e = json_or(payload, {})
+        check(st == 400 and e.get("type") == "error" and e.get("error", {}).get("type") == "invalid_request_error" and
+              needle in e.get("error", {}).get("message", ""),
+              f"a bad request ({needle}): 400 in Anthropic's error shape ({st} {payload[:200]!r})")
+    st, _, payload = server.post("/v1/messages/nothing", {})
+    check(st == 404 and json_or(payload, {}).get("error", {}).get("type") == "not_found_error",
+          f"an unknown /v1/messages route: 404 in Anthropic's shape ({st} {payload[:200]!r})")
+    return ref
+
+
+def anthropic_client_test(port, ref, api_key="none"):
+    """The official anthropic client, when installed: create, stream, and an error it raises."""
+    import anthropic
+    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key=api_key, max_retries=0)
+    # temperature through extra_body: newer clients (2.x) no longer take it as an argument.
+    zero = {"temperature": 0}
+    m = client.messages.create(model="claude-any", max_tokens=48, messages=MESSAGES, extra_body=zero)
+    check(m.content[0].type == "text" and m.content[0].text == ref and m.stop_reason in ("end_turn", "max_tokens"),
+          f"anthropic client: messages.create gives the text ({m.content!r})")
+    with client.messages.stream(model="claude-any", max_tokens=48, messages=MESSAGES, extra_body=zero) as s:
+        text = "".join(s.text_stream)
+        final = s.get_final_message()
+    check(text == ref and final.usage.output_tokens == m.usage.output_tokens,
+          f"anthropic client: messages.stream gives the text ({text!r})")
+    try:
+        client.messages.create(model="claude-any", max_tokens=8, messages=MESSAGES,
+                               tools=[{"name": "f", "input_schema": {"type": "object"}}])
+        check(False, "anthropic client: tools are refused")
+    except anthropic.BadRequestError as e:
+        check("tools" in str(e), f"anthropic client: a BadRequestError naming tools ({e})")
+
+
+def key_test(model, ref):
+    """--api-key: /v1/messages takes x-api-key (Anthropic's header) or Bearer; without, a 401 in Anthropic's shape."""
+    keyed = Server(model, "-np", "1", "-c", "1024", "--api-key", "sesame")
+    try:
+        req = {"messages": MESSAGES, "max_tokens": 4, "temperature": 0}
+        st, _, payload = keyed.post("/v1/messages", req)
+        e = json_or(payload, {})
+        check(st == 401 and e.get("type") == "error" and e.get("error", {}).get("type") == "authentication_error",
+              f"/v1/messages without the key: 401 in Anthropic's shape ({st} {payload[:200]!r})")
+        st, _, _ = keyed.post("/v1/messages", req, {"x-api-key": "wrong"})
+        check(st == 401, f"a wrong x-api-key: 401 (got {st})")
+        for h in ({"x-api-key": "sesame"}, {"Authorization": "Bearer sesame"}):
+            st, _, payload = keyed.post("/v1/messages", req, h)
+            check(st == 200, f"/v1/messages with {list(h)[0]}: 200 ({st} {payload[:200]!r})")
+        st, _, _ = keyed.post("/v1/chat/completions", req, {"x-api-key": "sesame"})
+        check(st == 200, f"/v1/chat/completions with x-api-key: 200 (got {st})")
+        if importlib.util.find_spec("anthropic") is not None:
+            import anthropic
+            client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{keyed.port}", api_key="sesame", max_retries=0)
+            m = client.messages.create(model="m", max_tokens=4, messages=MESSAGES, extra_body={"temperature": 0})
+            check(len(m.content) == 1, "the anthropic client sends the key as the server wants it")
+    finally:
+        keyed.stop()
+
+
+def main():
+    model, why = serve_test_inputs(BINARY)
+    if why:
+        print(f"SKIP: {why}")
+        return SKIP
+    import openai
+
+    server = Server(model, "-np", str(SLOTS), "-c", "4096")
+    try:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0)
+        t0 = time.time()
+        n_test(server, client)
+        print(f"n checks: {time.time() - t0:.1f} s", flush=True)
+        t0 = time.time()
+        ref = messages_test(server, client)
+        if importlib.util.find_spec("anthropic") is not None:
+            anthropic_client_test(server.port, ref)
+        else:
+            print("note: the anthropic client is not installed (pip install anthropic): plain HTTP only")
+        print(f"messages checks: {time.time() - t0:.1f} s", flush=True)
+    finally:
+        rc = server.stop()
+        check(rc == 0, f"the server exits 0 on SIGTERM (got {rc})")
+    key_test(model, ref)
+    print(f"{checks - len(failures)} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
