@@ -39,6 +39,7 @@
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
 
+#include "runtime/serving/embedding.h"
 #include "runtime/serving/speculative.h"
 
 namespace tandem::spec {
@@ -66,6 +67,12 @@ struct GenerationRequest {
     // or two prompt chunks, streamed or not. Called on the scheduler's
     // thread; it must be quick (a look at a socket). Empty: never gone.
     std::function<bool()> client_gone;
+    // Set: an embedding request. Its prompt is evaluated (in chunks, as
+    // any prompt, taking a slot's turn) for the final hidden states, which
+    // are pooled so (not None) into Event::embedding of the last event
+    // (not normalized: the caller's choice, normalize_embedding); nothing is generated and no cached prefix is reused (the
+    // rows of the whole prompt are pooled). The prompt may fill the slot.
+    std::optional<Pooling> embed;
 };
 
 struct Usage {
@@ -90,6 +97,7 @@ struct Event {
     // what a stop string cut off. An end-of-generation token has none.
     std::vector<TokenLogprobs> logprobs;
     int32_t slot = -1;
+    std::vector<float> embedding;  // with done: an embedding request's pooled vector (when it finished, "stop")
 };
 
 // One request's way back: the scheduler pushes events, the caller pops.
@@ -226,6 +234,9 @@ private:
     // Each decoding slot's draft tokens to check after its next_token this
     // step (none when speculation is off, backing off, or no room is left).
     void propose(const std::vector<Slot*>& decoding);
+    // The hidden rows of an embedding request's prompt chunk (batch from
+    // `first` on) into its pooler.
+    void pool_chunk(Slot& s, std::span<const BatchToken> batch, size_t first);
     bool speculating() const { return options_.spec_ngram > 0 || options_.draft != nullptr; }
 
     Session& session_;
@@ -243,6 +254,7 @@ private:
     std::vector<float> logits_;
     std::vector<float> chunk_logits_;
     std::vector<float> raw_rows_;  // a slot's rows before its chooser, when it asks for logprobs
+    std::vector<float> hidden_;    // an embedding request's chunk: the rows its pooler asks for
 };
 
 }  // namespace tandem::serve
