@@ -219,6 +219,7 @@ HttpServer::HttpServer(ServerState& state)
     add_admin_routes(s, state_);
     add_completion_routes(s, state_);
     add_ollama_routes(s, state_);
+    add_embedding_routes(s, state_);
 }
 
 HttpServer::~HttpServer() {
