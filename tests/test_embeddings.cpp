@@ -257,6 +257,48 @@ TEST(EmbeddingsVsLlamaCpp, SynthLlamaQ8_0) {
     check_against_llamacpp(m, "synth-llama-Q8_0.gguf", 1e-3f);
 }
 
+// ---- the engine
+
+// The hidden rows where the output norm runs on an accelerator (here a
+// stand-in CPU device, -ngl past the layers): the host's bits, read back.
+TEST(EmbeddingsEngine, HiddenRowsComeBackFromTheDeviceOfTheOutputNorm) {
+    const ServeModel m;
+    const std::vector<int32_t> ids = m.tok.encode("Pooling reads the rows after the output norm", true);
+    std::vector<tandem::BatchToken> batch;
+    for (size_t i = 0; i < ids.size(); ++i) {
+        batch.push_back({ids[i], static_cast<int32_t>(i), 0, i % 3 == 0 || i + 1 == ids.size()});
+    }
+    const auto rows_on = [&](const std::string& device, uint64_t* moved) {
+        tandem::SessionOptions o;
+        o.n_ctx = 256;
+        o.n_ubatch = 64;
+        o.device = device;
+        o.n_gpu_layers = device.empty() ? 0 : 99;
+        tandem::Session s(m.file, m.spec, o);
+        std::vector<float> hidden;
+        s.eval_batch_hidden(batch, hidden);
+        *moved = s.activation_bytes_moved();
+        EXPECT_TRUE(device.empty() || s.output_on_device());
+        return hidden;
+    };
+    uint64_t host_moved = 0, device_moved = 0;
+    const std::vector<float> host = rows_on("", &host_moved);
+    const std::vector<float> device = rows_on("cpu2", &device_moved);
+    const auto wanted = static_cast<size_t>(std::count_if(batch.begin(), batch.end(), [](const auto& b) { return b.logits; }));
+    ASSERT_EQ(host.size(), wanted * static_cast<size_t>(m.spec.hp.n_embd));
+    EXPECT_EQ(device, host);
+    EXPECT_EQ(host_moved, 0u);
+    EXPECT_GE(device_moved, host.size() * sizeof(float));  // the rows came back
+    // Not the logits: the head's input, of the model's width.
+    std::vector<float> logits;
+    tandem::SessionOptions o;
+    o.n_ctx = 256;
+    tandem::Session s(m.file, m.spec, o);
+    s.eval_batch(batch, logits);
+    EXPECT_EQ(logits.size(), wanted * static_cast<size_t>(s.n_vocab()));
+    EXPECT_EQ(s.n_embd(), m.spec.hp.n_embd);
+}
+
 // ---- the scheduler's handling
 
 TEST(EmbeddingsServed, ChatDecodesBesideALongEmbeddingPrompt) {
