@@ -26,6 +26,7 @@
 #include "runtime/serving/scheduler.h"
 #include "tools/serve/server_state.h"
 #include "runtime/serving/draft_model.h"
+#include "runtime/serving/embedding.h"
 #include "tools/spec_flags.h"
 #include "tools/split.h"
 
@@ -38,7 +39,26 @@ struct ServeOptions : ChatModelFlags {
     int n_parallel = 4;
     bool verbose = false;
     SpecFlags spec;  // --spec-ngram or -md, and the --draft-* flags, per slot
+    std::string pooling;  // --pooling; "": the model's
 };
+
+// The pooling /v1/embeddings uses, as llama.cpp chooses it: --pooling, else
+// the file's <arch>.pooling_type, else none (llama.cpp's default for a
+// model without the key: a plain decoder; its /v1/embeddings then refuses
+// every request, as this one does). `why` says where it came from.
+serve::Pooling embedding_pooling(const ServeOptions& o, const gguf::File& file, std::string& why) {
+    if (!o.pooling.empty()) {
+        why = "--pooling";
+        return serve::parse_pooling(o.pooling);
+    }
+    const std::string key = file.get_string("general.architecture") + ".pooling_type";
+    if (const auto value = file.find_uint(key)) {
+        why = fmt::format("the model's {}", key);
+        return serve::pooling_from_gguf(*value);
+    }
+    why = fmt::format("the model has no {}, as llama.cpp; give --pooling mean, cls or last", key);
+    return serve::Pooling::None;
+}
 
 // The signal that asked the server to stop (0: none yet): written only by
 // the handler below, the one place a signal may write to.
@@ -95,6 +115,10 @@ void serve_model(const ServeOptions& o) {
     if (o.http.http_threads < 0) {
         throw Error(fmt::format("--threads-http: expected a count >= 0, found {}", o.http.http_threads));
     }
+    if (!o.pooling.empty()) serve::parse_pooling(o.pooling);  // a bad name is one line, before loading
+    if (o.http.embeddings && o.pipeline) {
+        throw Error("--embeddings: not supported with --pipeline (the last stage sends back logits only)");
+    }
     if (!o.http.slot_save_path.empty() && !std::filesystem::is_directory(o.http.slot_save_path)) {
         throw Error(fmt::format("--slot-save-path: expected a folder, found '{}' (none there)", o.http.slot_save_path));
     }
@@ -136,6 +160,8 @@ void serve_model(const ServeOptions& o) {
     });
     std::unique_ptr<ChatModel> m;
     std::unique_ptr<spec::DraftModel> draft;
+    serve::Pooling pooling = serve::Pooling::None;
+    std::string pooling_why;
     try {
         check_spec_flags(o.spec);
         const std::unique_ptr<DraftHeader> draft_header = read_draft_header(o.spec);
@@ -146,6 +172,7 @@ void serve_model(const ServeOptions& o) {
         draft = open_draft_model(o.spec, m->tokenizer, *m->session, m->session->n_ubatch(),
                                  split_request(o, m->session->n_ctx(), o.n_ubatch).cache_type, o.n_parallel,
                                  m->draft_placement);
+        if (o.http.embeddings) pooling = embedding_pooling(o, m->file, pooling_why);
     } catch (...) {
         loading.store(false);
         failed.store(true);
@@ -175,11 +202,17 @@ void serve_model(const ServeOptions& o) {
     lm.max_slot_file_bytes = m->session->kv_cache_bytes() + (uint64_t{64} << 20);
     lm.grammar_tokens = tandem::grammar_tokens(m->tokenizer);
     lm.facts = serve::model_facts(m->file);
+    lm.n_embd = m->session->n_embd();
+    lm.pooling = pooling;
     scheduler.start();
     loading.store(false);
     state.ready.store(true);
     fmt::print(stderr, "tandem serve: {} slots of {} tokens; chat template: {} ({})\n", o.n_parallel,
                scheduler.n_ctx_slot(), m->template_origin, m->chat_template.family());
+    if (o.http.embeddings) {
+        fmt::print(stderr, "tandem serve: /v1/embeddings on: {} pooling ({}), vectors of {}\n",
+                   serve::pooling_name(lm.pooling), pooling_why, lm.n_embd);
+    }
     if (draft) {
         fmt::print(stderr, "tandem serve: draft model {} on the CPU, a sequence per slot, up to {} tokens a step\n",
                    o.spec.model_draft, o.spec.draft_max);
@@ -210,6 +243,7 @@ constexpr const char* kServeFooter = R"(Routes: OpenAI's POST /v1/chat/completio
 --parallel choices), GET /v1/models; Anthropic's POST /v1/messages (text
 blocks, system, max_tokens, temperature, top_p, top_k, stop_sequences,
 stream; tools refused);
+POST /v1/embeddings (and /embeddings; with --embeddings, else 501);
 Ollama's GET /api/tags, /api/version, POST /api/show, /api/chat,
 /api/generate (streamed as newline-delimited JSON unless "stream": false;
 "options" temperature, top_p, top_k, min_p, seed, num_predict, stop,
@@ -217,6 +251,16 @@ repeat_penalty, repeat_last_n, the others ignored; "format", "images",
 "tools", "suffix", "template" and "context" refused with 400); GET /health,
 /metrics, /slots, POST /tokenize, /detokenize, /apply-template,
 /slots/ID?action=save|restore.
+
+Embeddings (--embeddings): each input (a string, or token ids; a list of
+either) is evaluated in a slot like a prompt, its final hidden states
+(after the output norm) pooled by --pooling: mean over its tokens, cls (the
+first token's), last (the last token's; Qwen3-Embedding's), as llama.cpp;
+then scaled to unit length (a request's "embd_normalize" changes that, as
+llama-server). Default pooling: the model's <arch>.pooling_type, else none,
+as llama.cpp, which /v1/embeddings refuses (400): a plain decoder model
+needs --pooling. "encoding_format": "float" or "base64". Chat requests are
+served as before, side by side.
 
 CORS (--cors-origin): a browser's preflight (OPTIONS) on any route gets 204
 without asking for the API key; answers to an allowed origin carry
@@ -260,6 +304,12 @@ void add_serve_command(CLI::App& app) {
                     "seconds a request's headers and body may take to arrive (else 408), and each write of an "
                     "answer to make progress")
         ->capture_default_str();
+    cmd->add_flag("--embedding,--embeddings", opts->http.embeddings,
+                  "answer POST /v1/embeddings (-embd; without it 501, as llama-server)");
+    cmd->add_option("--pooling", opts->pooling,
+                    "embeddings' pooling: mean, cls, last or none (default: the model's <arch>.pooling_type, else "
+                    "none, as llama.cpp)")
+        ->type_name("TYPE");
     cmd->add_flag("--verbose", opts->verbose, "print the placement");
     add_spec_flags(*cmd, opts->spec);
     add_llama_compat_flags(*cmd, LlamaTool::Run);

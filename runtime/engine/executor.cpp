@@ -217,7 +217,7 @@ const float* LayerExecutor::x_on_host(int64_t n) {
 }
 
 // ---- the head ----------------------------------------------------------------
-void LayerExecutor::output(int64_t first, int64_t count, float* logits) {
+int LayerExecutor::final_norm(int64_t first, int64_t count) {
     const gguf::TensorInfo* norm = spec_.get(model::GlobalTensor::OutputNorm);
     TANDEM_CHECK(norm != nullptr, "output norm without a weight");
     const int nd = placement_.of(norm);
@@ -226,6 +226,11 @@ void LayerExecutor::output(int64_t first, int64_t count, float* logits) {
     on(nd).rms_norm(Act::X, {first * E, E, E}, *norm, Act::Cur, RowView::packed(E), count,
                     static_cast<float>(hp_.rms_eps));
     where_.wrote(Act::Cur, nd);
+    return nd;
+}
+
+void LayerExecutor::output(int64_t first, int64_t count, float* logits) {
+    final_norm(first, count);
     const int d = placement_.head;
     need(Act::Cur, d, count);
     const MatmulOut head{&spec_.output_head(), Act::Logits};
@@ -238,6 +243,16 @@ void LayerExecutor::output(int64_t first, int64_t count, float* logits) {
         ++crossings_;
     }
     on(d).read_act(Act::Logits, logits, n_floats);
+}
+
+void LayerExecutor::hidden(int64_t first, int64_t count, float* out) {
+    const int nd = final_norm(first, count);
+    const int64_t n_floats = count * hp_.n_embd;
+    if (nd != kHostDevice) {
+        bytes_moved_ += static_cast<uint64_t>(n_floats) * sizeof(float);
+        ++crossings_;
+    }
+    on(nd).read_act(Act::Cur, out, n_floats);
 }
 
 void LayerExecutor::need(Act a, int d, int64_t rows) {

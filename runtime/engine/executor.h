@@ -57,6 +57,10 @@ public:
     const float* x_on_host(int64_t n);
     // Logits of X's rows [first, first + count) into host memory.
     void output(int64_t first, int64_t count, float* logits);
+    // The same rows after the output norm (what the head would multiply:
+    // the model's final hidden state, n_embd floats a row) into host
+    // memory, without running the head. For embeddings.
+    void hidden(int64_t first, int64_t count, float* out);
 
     // Activation bytes moved between devices, and the number of moves.
     uint64_t bytes_moved() const { return bytes_moved_; }
@@ -67,6 +71,9 @@ private:
     // The op's device: its tensor's, or the layer's cache's.
     int device_of(int64_t il, const Op& op) const;
     void run(int64_t il, const Op& op, const RecipeBatch& b);
+    // The output norm of X's rows [first, first + count) into Cur's first
+    // rows; returns the device that holds them.
+    int final_norm(int64_t first, int64_t count);
     // One per op kind, each on device d with its inputs there.
     void norm(int64_t il, const Op& op, int d, int64_t n);
     void matmul(int64_t il, const Op& op, const RecipeBatch& b);

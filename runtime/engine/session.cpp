@@ -211,9 +211,13 @@ struct Session::Impl {
         }
     }
 
-    void eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits) {
+    // hidden: each token that asks gets its final hidden state (n_embd
+    // floats, Session::eval_batch_hidden) instead of logits.
+    void eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits, bool hidden = false) {
         if (batch.empty()) throw Error("eval: no tokens to evaluate");
         if (!embeds()) throw Error("eval: a later pipeline stage evaluates what the first sends (eval_stage)");
+        // The last stage sends logits back, never the hidden state.
+        if (hidden && next) throw Error("embeddings: not supported with --pipeline");
         size_t n_out = 0;
         for (const BatchToken& b : batch) {
             if (b.id < 0 || b.id >= hp.n_vocab) {
@@ -227,7 +231,7 @@ struct Session::Impl {
             }
             n_out += b.logits ? 1 : 0;
         }
-        logits.resize(n_out * static_cast<size_t>(hp.n_vocab));
+        logits.resize(n_out * static_cast<size_t>(hidden ? hp.n_embd : hp.n_vocab));
         float* out = logits.data();
         const auto n_tokens = static_cast<int64_t>(batch.size());
         // A pipeline's first stage sends each micro-batch on, then takes the
@@ -246,7 +250,7 @@ struct Session::Impl {
                 pending.push_back(std::count_if(micro.begin(), micro.end(), [](const BatchToken& b) { return b.logits; }));
                 continue;
             }
-            out = head(micro, out);
+            out = head(micro, out, hidden);
         }
         for (const int64_t rows : pending) {
             if (rows == 0) continue;
@@ -294,8 +298,9 @@ struct Session::Impl {
     }
 
     // The head over each run of consecutive tokens that want logits, into
-    // out; returns the end of what was written.
-    float* head(std::span<const BatchToken> micro, float* out) {
+    // out (hidden: the output norm only, the head's input); returns the end
+    // of what was written.
+    float* head(std::span<const BatchToken> micro, float* out, bool hidden = false) {
         const auto n = static_cast<int64_t>(micro.size());
         for (int64_t t = 0; t < n;) {
             if (!micro[static_cast<size_t>(t)].logits) {
@@ -304,8 +309,13 @@ struct Session::Impl {
             }
             int64_t e = t + 1;
             while (e < n && micro[static_cast<size_t>(e)].logits) ++e;
-            recipe->output(t, e - t, out);
-            out += (e - t) * hp.n_vocab;
+            if (hidden) {
+                recipe->hidden(t, e - t, out);
+                out += (e - t) * hp.n_embd;
+            } else {
+                recipe->output(t, e - t, out);
+                out += (e - t) * hp.n_vocab;
+            }
             t = e;
         }
         return out;
@@ -623,6 +633,12 @@ void Session::eval_batch_single_order(std::span<const BatchToken> batch, std::ve
 void Session::eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits) {
     impl_->eval_batch(batch, logits);
 }
+
+void Session::eval_batch_hidden(std::span<const BatchToken> batch, std::vector<float>& hidden) {
+    impl_->eval_batch(batch, hidden, true);
+}
+
+int64_t Session::n_embd() const { return impl_->hp.n_embd; }
 
 void Session::eval_stage(std::span<const BatchToken> tokens, bool single_order, std::span<const float> x,
                          std::vector<float>& out) {

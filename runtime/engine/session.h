@@ -134,6 +134,12 @@ public:
     // orders): a speculative step's verification batch then gives exactly
     // the logits of decoding its tokens one by one. Slower for long batches.
     void eval_batch_single_order(std::span<const BatchToken> batch, std::vector<float>& logits);
+    // eval_batch, but each token with `logits` set gets the model's final
+    // hidden state instead: n_embd floats, after the output norm, the
+    // vector the head would multiply (llama.cpp's embeddings before
+    // pooling). The head is not run. Throws tandem::Error as eval_batch,
+    // and with --pipeline (the last stage sends back logits only).
+    void eval_batch_hidden(std::span<const BatchToken> batch, std::vector<float>& hidden);
     // A later stage of a pipeline: the micro-batch `tokens` (at most
     // n_ubatch) enters with hidden state x (tokens.size() rows of n_embd)
     // and goes through this stage's layers; `out` gets the logits of the
@@ -187,6 +193,7 @@ public:
     int64_t n_ctx() const;
     int64_t n_ubatch() const;  // tokens per micro-batch (at most n_ctx)
     int64_t n_vocab() const;
+    int64_t n_embd() const;
     int n_threads() const;
     cpu::SimdLevel simd_level() const;
     // Bytes of weights a single-token step reads (every layer, the head, one

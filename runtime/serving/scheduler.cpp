@@ -105,6 +105,8 @@ struct Scheduler::Slot {
     int32_t index = 0;
     std::vector<Slot*> followers;
     bool waiting = false;
+    std::optional<Pooler> pooler;  // an embedding request's
+    std::vector<float> embedding;  // its result, for the last event
 
     bool busy() const { return job != nullptr; }
 };
@@ -176,11 +178,17 @@ void Scheduler::stop() {
 std::shared_ptr<Job> Scheduler::submit(GenerationRequest request) {
     auto job = std::make_shared<Job>();
     std::string why;
+    // An embedding needs no position for a reply.
+    const int64_t room = request.embed ? options_.n_ctx_slot + 1 : options_.n_ctx_slot;
     if (request.n < 1 || request.n > options_.n_slots) {
         why = fmt::format("a request asks for 1..{} choices (one slot each), found {}", options_.n_slots, request.n);
+    } else if (request.n > 1 && request.embed) {
+        why = "an embedding request has one result, found several choices";
     } else if (request.prompt.empty()) {
         why = "the prompt gives no tokens";
-    } else if (static_cast<int64_t>(request.prompt.size()) >= options_.n_ctx_slot) {
+    } else if (request.embed == Pooling::None) {
+        why = "an embedding request pools its tokens: expected mean, cls or last pooling, found none";
+    } else if (static_cast<int64_t>(request.prompt.size()) >= room) {
         why = fmt::format("the prompt has {} tokens but a slot's context holds {}", request.prompt.size(),
                           options_.n_ctx_slot);
     } else {
@@ -359,7 +367,7 @@ void Scheduler::take_request(Slot& s, GenerationRequest req, std::shared_ptr<Job
     // Keep the cached prefix, but evaluate at least the prompt's last
     // token: its logits choose the first generated one. A follower keeps
     // nothing: it gets the leader's cells.
-    size_t keep = s.req.cache_prompt && !s.waiting ? common_prefix(s.cache, s.req.prompt) : 0;
+    size_t keep = s.req.cache_prompt && !s.waiting && !s.req.embed ? common_prefix(s.cache, s.req.prompt) : 0;
     keep = std::min(keep, s.req.prompt.size() - 1);
     keep = static_cast<size_t>(session_.held_prefix(s.id, static_cast<int32_t>(keep)));
     session_.remove_positions(s.id, static_cast<int32_t>(keep), -1);
@@ -377,6 +385,9 @@ void Scheduler::take_request(Slot& s, GenerationRequest req, std::shared_ptr<Job
     s.asked = false;
     s.draft_rng = spec::draft_generator(s.req.sampling.seed);
     s.text.emplace(s.req.stop);
+    s.pooler.reset();
+    if (s.req.embed) s.pooler.emplace(*s.req.embed, session_.n_embd(), static_cast<int64_t>(s.req.prompt.size()));
+    s.embedding.clear();
 }
 
 int64_t Scheduler::share_prompt(Slot& leader, std::span<const float> row) {
@@ -446,6 +457,9 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
     e.usage = s.usage;
     e.tokens = std::move(s.generated_ids);
     s.generated_ids.clear();
+    e.embedding = std::move(s.embedding);
+    s.embedding.clear();
+    s.pooler.reset();
     std::shared_ptr<Job> job = std::move(s.job);
     s.job.reset();
     s.text.reset();
@@ -561,6 +575,16 @@ void Scheduler::propose(const std::vector<Slot*>& decoding) {
     }
 }
 
+void Scheduler::pool_chunk(Slot& s, std::span<const BatchToken> batch, size_t first) {
+    const auto n_embd = static_cast<size_t>(session_.n_embd());
+    size_t row = 0;
+    for (size_t i = first; i < batch.size(); ++i) {
+        if (!batch[i].logits) continue;
+        s.pooler->add(batch[i].pos, std::span<const float>(hidden_).subspan(row * n_embd, n_embd));
+        ++row;
+    }
+}
+
 bool Scheduler::step() {
     // Before every step: between two decode steps and between two chunks
     // of a prompt, a request whose client left gives its slot back.
@@ -600,8 +624,10 @@ bool Scheduler::step() {
         for (size_t i = 0; i < chunk; ++i) {
             const size_t p = prefill->prompt_done + i;
             const bool last = p + 1 == prefill->req.prompt.size();
-            batch.push_back({prefill->req.prompt[p], static_cast<int32_t>(p), prefill->id, last});
-            if (last) rows.push_back(prefill);
+            // An embedding asks for the hidden rows its pooling takes.
+            const bool out = prefill->pooler ? prefill->pooler->wants(static_cast<int64_t>(p)) : last;
+            batch.push_back({prefill->req.prompt[p], static_cast<int32_t>(p), prefill->id, out});
+            if (last && !prefill->pooler) rows.push_back(prefill);
         }
     }
     if (batch.empty()) return false;
@@ -613,7 +639,9 @@ bool Scheduler::step() {
         const auto n_vocab_floats = static_cast<size_t>(session_.n_vocab());
         std::span<const BatchToken> all(batch);
         if (n_decode > 0) session_.eval_batch_single_order(all.first(n_decode), logits_);
-        if (chunk > 0) {
+        if (chunk > 0 && prefill->pooler) {
+            session_.eval_batch_hidden(all.subspan(n_decode), hidden_);  // no head: the pooler's rows
+        } else if (chunk > 0) {
             session_.eval_batch(all.subspan(n_decode), chunk_logits_);
             logits_.resize(n_decode * n_vocab_floats);
             logits_.insert(logits_.end(), chunk_logits_.begin(), chunk_logits_.end());
@@ -631,6 +659,7 @@ bool Scheduler::step() {
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     const auto prompt_evaluated = static_cast<int64_t>(chunk);
+    if (chunk > 0 && prefill->pooler) pool_chunk(*prefill, batch, n_decode);
     if (chunk > 0) {
         prefill->cache.insert(prefill->cache.end(), prefill->req.prompt.begin() + static_cast<ptrdiff_t>(prefill->prompt_done),
                               prefill->req.prompt.begin() + static_cast<ptrdiff_t>(prefill->prompt_done + chunk));
@@ -678,7 +707,10 @@ bool Scheduler::step() {
         proposed += static_cast<int64_t>(k);
         accepted += static_cast<int64_t>(kept);
     }
-    if (chunk > 0 && rows.size() > n_decode) {
+    if (chunk > 0 && prefill->pooler && prefill->prompt_done == prefill->req.prompt.size()) {
+        prefill->embedding = prefill->pooler->pooled();
+        finish(*prefill, "stop");
+    } else if (chunk > 0 && rows.size() > n_decode) {
         const std::span<float> row = rows_of(n_decode, 1);
         sampled += share_prompt(*prefill, row);
         if (prefill->req.logprobs) raw_rows_.assign(row.begin(), row.end());

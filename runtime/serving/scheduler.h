@@ -49,6 +49,7 @@
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
 
+#include "runtime/serving/embedding.h"
 #include "runtime/serving/speculative.h"
 
 namespace tandem::spec {
@@ -80,6 +81,12 @@ struct GenerationRequest {
     // and each choice ends with a done event of its own; choice i samples
     // with sampling.seed + i.
     int32_t n = 1;
+    // Set: an embedding request. Its prompt is evaluated (in chunks, as
+    // any prompt, taking a slot's turn) for the final hidden states, which
+    // are pooled so (not None) into Event::embedding of the last event
+    // (not normalized: the caller's choice, normalize_embedding); nothing is generated and no cached prefix is reused (the
+    // rows of the whole prompt are pooled). The prompt may fill the slot.
+    std::optional<Pooling> embed;
 };
 
 struct Usage {
@@ -106,6 +113,7 @@ struct Event {
     int32_t slot = -1;
     int32_t index = 0;          // the choice (GenerationRequest::n)
     std::string stop_string;    // with finish_reason "stop": the stop string that ended it ("" for a token)
+    std::vector<float> embedding;  // with done: an embedding request's pooled vector (when it finished, "stop")
 };
 
 // One request's way back: the scheduler pushes events, the caller pops.
@@ -252,6 +260,9 @@ private:
     // Each decoding slot's draft tokens to check after its next_token this
     // step (none when speculation is off, backing off, or no room is left).
     void propose(const std::vector<Slot*>& decoding);
+    // The hidden rows of an embedding request's prompt chunk (batch from
+    // `first` on) into its pooler.
+    void pool_chunk(Slot& s, std::span<const BatchToken> batch, size_t first);
     bool speculating() const { return options_.spec_ngram > 0 || options_.draft != nullptr; }
 
     Session& session_;
@@ -269,6 +280,7 @@ private:
     std::vector<float> logits_;
     std::vector<float> chunk_logits_;
     std::vector<float> raw_rows_;  // a slot's rows before its chooser, when it asks for logprobs
+    std::vector<float> hidden_;    // an embedding request's chunk: the rows its pooler asks for
 };
 
 }  // namespace tandem::serve

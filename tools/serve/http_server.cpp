@@ -232,6 +232,7 @@ HttpServer::HttpServer(ServerState& state)
     add_ollama_routes(s, state_);
     add_anthropic_routes(s, state_);
     add_page_routes(s);
+    add_embedding_routes(s, state_);
 }
 
 HttpServer::~HttpServer() {

@@ -33,6 +33,7 @@ struct ServeConfig {
     int http_threads = 32;      // --threads-http: connection threads kept ready (more start as needed)
     int max_connections = 1024; // --max-connections: open at once (connections.h says what happens past it)
     int timeout_s = 30;         // --timeout: a request must arrive, and each write of its answer progress, within it
+    bool embeddings = false;    // --embeddings: /v1/embeddings answers (else 501, as llama-server)
 };
 
 // What Ollama's /api/tags and /api/show say of the model file
@@ -60,6 +61,8 @@ struct LoadedModel {
     bool harmony = false;  // replies in gpt-oss's harmony format: split into reasoning, content and tool calls
     uint64_t max_slot_file_bytes = 0;           // restore refuses larger files
     std::shared_ptr<const grammar::TokenTable> grammar_tokens;  // the vocabulary for grammars (grammar_tokens())
+    Pooling pooling = Pooling::None;  // /v1/embeddings: --pooling, else the GGUF's <arch>.pooling_type
+    int64_t n_embd = 0;               // the width of an embedding
     ModelFacts facts;
 };
 
@@ -101,10 +104,11 @@ struct ServerState {
 };
 
 // The routes, by concern (completions.cpp, admin_routes.cpp, ollama_api.cpp,
-// anthropic_api.cpp).
+// anthropic_api.cpp, embeddings.cpp).
 void add_completion_routes(httplib::Server& server, ServerState& state);
 void add_admin_routes(httplib::Server& server, ServerState& state);
 void add_ollama_routes(httplib::Server& server, ServerState& state);
 void add_anthropic_routes(httplib::Server& server, ServerState& state);
+void add_embedding_routes(httplib::Server& server, ServerState& state);  // embeddings.h
 
 }  // namespace tandem::serve
