@@ -49,7 +49,7 @@ struct GoldenCase {
 std::vector<GoldenCase> golden_cases() {
     std::vector<GoldenCase> cases;
     const auto dir = shared("golden");
-    if (!std::filesystem::exists(dir)) return {{"absent", "p1"}};
+    if (!std::filesystem::exists(dir)) return {{"absent", "p1", ""}};
     for (const auto& e : std::filesystem::directory_iterator(dir)) {
         const std::string name = e.path().filename().string();
         const std::string suffix = ".logits";
@@ -211,7 +211,7 @@ std::vector<GoldenCase> arch_greedy_cases() {
     std::vector<GoldenCase> cases;
     for (const char* m : {"synth-qwen2-Q8_0", "synth-qwen3-Q8_0", "synth-qwen3moe-Q8_0", "synth-phi3-Q8_0",
                           "synth-gemma2-Q8_0", "synth-mixtral-Q8_0", "synth-gpt-oss-Q8_0", "synth-deepseek2-Q8_0"}) {
-        for (const char* p : {"p1", "p2"}) cases.push_back({m, p});
+        for (const char* p : {"p1", "p2"}) cases.push_back({m, p, ""});
     }
     // Every KV cache type llama.cpp has, quantized ones rotated as there.
     for (const char* kv : {"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "bf16"}) {
