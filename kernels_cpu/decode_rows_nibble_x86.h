@@ -334,8 +334,13 @@ void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const 
     struct ChunkWords {
         typename Fmt::Word row[kGroupRows];
     };
+    // One token: every group's words kept, for their float steps together
+    // (below); several: one group's, reused (twice the table, 2 x 7 tokens
+    // x 28 KiB at 14336 columns, crowded L2: 1024x14336 x 7 tokens 12-20%
+    // slower).
+    constexpr bool kTogether = NT == 1;
     thread_local std::vector<ChunkWords> storage;
-    storage.resize(static_cast<size_t>(n_groups * NT * nc));
+    storage.resize(static_cast<size_t>((kTogether ? n_groups : 1) * NT * nc));
     // A local pointer: stores of __m256i may alias anything, the vector
     // itself included, and would reload it every chunk.
     ChunkWords* const table = storage.data();
@@ -356,18 +361,22 @@ void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const 
                 }
                 typename Fmt::Codes codes;
                 Fmt::unpack(p, codes);
-                for (int t = 0; t < NT; ++t) table[(g * NT + t) * nc + c].row[r] = Fmt::words(codes, act[t][c]);
-                // The float steps of chunk c for every group once all their
-                // rows' words of it are in: inside the last row's loop, so
-                // that row's loads overlap them, and the groups' chains of
-                // dependent fused multiply-adds (one a block) overlap each
-                // other. (Each group at its own last row left that row
-                // waiting on its one chain: IQ4_NL 2048x2048 from L3, one
-                // Zen 3 thread, 159-163 -> 155-157 us.)
-                if (g == n_groups - 1 && r == kGroupRows - 1) {
-                    for (int gg = 0; gg < n_groups; ++gg) {
+                const int slot = kTogether ? g : 0;
+                for (int t = 0; t < NT; ++t) table[(slot * NT + t) * nc + c].row[r] = Fmt::words(codes, act[t][c]);
+                // The float steps of chunk c once all the rows' words of it
+                // are in: inside the last row's loop, so that row's loads
+                // overlap them. One token: every group's at the last group's
+                // last row, so that the groups' chains of dependent fused
+                // multiply-adds (one a block) overlap each other (each group
+                // at its own last row left that row waiting on its one
+                // chain: IQ4_NL 2048x2048 from L3, one Zen 3 thread, 159-163
+                // -> 155-157 us); several tokens: each group at its own,
+                // their chains overlapping each other.
+                if (r == kGroupRows - 1 && (!kTogether || g == n_groups - 1)) {
+                    for (int gg = kTogether ? 0 : g; gg <= g; ++gg) {
                         for (int t = 0; t < NT; ++t) {
-                            acc[t][gg] = Fmt::float_steps(table[(gg * NT + t) * nc + c].row, act[t][c].d, acc[t][gg]);
+                            const int sl = kTogether ? gg : 0;
+                            acc[t][gg] = Fmt::float_steps(table[(sl * NT + t) * nc + c].row, act[t][c].d, acc[t][gg]);
                         }
                     }
                 }
