@@ -3,22 +3,21 @@
 // total), dw * da, acc) per row, block after block), shared by
 // avx2/decode_rows_q4_0_avx2.cpp (the scheme, and Q4_0's int16 words) and
 // avx512/decode_rows_nibble_avx512.cpp (IQ4_NL and MXFP4 with vpdpbusd).
-// A format is a policy (Q40Rows there, NibbleRows here): its Block, its
-// prepared activation chunk Act and arrange(), Codes and unpack() per
-// row's chunk, the Word words() makes of a chunk against one token, and
-// the float_steps() over eight rows' words.
+// A format is a policy (Q40Rows there, NibbleRows and Iq4nlSignRows here):
+// its Block, its prepared activation chunk Act and arrange(), Codes and
+// unpack() per row's chunk, the Word words() makes of a chunk against one
+// token, and the float_steps() over eight rows' words.
 //
 // IQ4_NL and MXFP4 (one total a block and the same float steps: their
-// llama.cpp order is Q4_0's) run the same passes with their values u =
-// value + offset from a table (nibble_formats.h, one pshufb per 32
-// nibbles): u is up to 241 (IQ4_NL) or 24 (MXFP4), so their block totals
+// llama.cpp order is Q4_0's) run the same passes with their values from a
+// table (nibble_formats.h, one pshufb per 32 nibbles); their block totals
 // do not fit the int16 words:
-// - IQ4_NL's activations come in two planes of 4 bits (NibbleRows), two
-//   maddubs where Q4_0 has one (built with AVX-512 VNNI: one vpdpbusd
-//   each, the activations as they are);
-// - the words are added in int16 over 8 products, then widened by vpmaddwd
-//   (against 16 for the high plane) and added in int32, from -offset x the
-//   block sums (prepare_<name>_rows_avx2);
+// - MXFP4 (and IQ4_NL with AVX-512 VNNI) takes u = value + offset, up to
+//   24 (241), against the activations as they are (NibbleRows), the words
+//   widened by vpmaddwd (VNNI: vpdpbusd) from -offset x the block sums;
+// - IQ4_NL at AVX2 takes its signed values against the activations'
+//   magnitudes (Iq4nlSignRows): vpsignb, vpmaddubsw, vpmaddwd a 32
+//   products, no offset;
 // - the totals and the weight scales (fp16, or MXFP4's E8M0) are kept as
 //   floats, 64 bytes a row and chunk, and transposed as two 8 x 8 float
 //   blocks for the float steps, which are Q4_0's.
@@ -53,19 +52,17 @@ constexpr int kPrefetchBytes = 2304;
 
 // The activation of one chunk as the kernel reads it: for k < 4 the low
 // halves (elements 0..15, against the low nibbles) of blocks 2k and 2k + 1
-// in one register, likewise the high halves (IQ4_NL: each in two planes,
-// see NibbleRows); the starts of the integer sums, -offset * (sum of
-// activations): Q4_0's per word of chunk_quads (two words a block, 16
-// elements each), the other formats' per block as int32 [b0 b2 b4 b6 | b1
-// b3 b5 b7]; the blocks' scales as floats, in block order. Q4_0: 320 bytes,
-// five cache lines.
-template <int kPlanes>
+// in one register, likewise the high halves; the starts of the integer
+// sums, -offset * (sum of activations): Q4_0's per word of chunk_quads
+// (two words a block, 16 elements each), MXFP4's (and IQ4_NL's with VNNI)
+// per block as int32 [b0 b2 b4 b6 | b1 b3 b5 b7]; the blocks' scales as
+// floats, in block order. 320 bytes, five cache lines.
 struct alignas(64) ActChunk {
-    __m256i lo[kPlanes][4], hi[kPlanes][4];
+    __m256i lo[4], hi[4];
     __m256i offset;
     float d[kChunk];
 };
-static_assert(sizeof(ActChunk<1>) == 320, "prepared chunk layout");
+static_assert(sizeof(ActChunk) == 320, "prepared chunk layout");
 
 // The prepared row: one Act per whole chunk, then the Q8_0 blocks after the
 // last whole chunk as they are.
@@ -111,44 +108,105 @@ inline __m256i pair_codes(const uint8_t* p, int k) {
 // the low word of dword i of the low half of load i for j = 2i, the high
 // word of dword i of its high half for j = 2i + 1; three dword blends and a
 // mask leave each beside a zero word, so pair sums of words are the scales.
-inline __m256i half_scale_words(const uint8_t* p) {
+inline __m256i half_scale_dwords(const uint8_t* p) {
     const __m256i r0 = load256(p), r1 = load256(p + 32), r2 = load256(p + 64), r3 = load256(p + 96);
-    const __m256i b = _mm256_blend_epi32(_mm256_blend_epi32(r0, r1, 0x22), _mm256_blend_epi32(r2, r3, 0x88), 0xCC);
+    return _mm256_blend_epi32(_mm256_blend_epi32(r0, r1, 0x22), _mm256_blend_epi32(r2, r3, 0x88), 0xCC);
+}
+inline __m256i half_scale_words(const uint8_t* p) {
     const auto high = static_cast<int>(0xFFFF0000u);
-    return _mm256_and_si256(b, _mm256_setr_epi32(0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF, high, high, high, high));
+    return _mm256_and_si256(half_scale_dwords(p), _mm256_setr_epi32(0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF, high, high, high, high));
+}
+
+// x[k]: four int32 lanes of block 2k in the low half, of 2k + 1 in the
+// high half; the result [b0 b2 b4 b6 | b1 b3 b5 b7], each block's lanes
+// summed (unpacks and adds: fewer cycles than vphaddd on Zen 3).
+inline __m256i block_sums(const __m256i* x) {
+    const __m256i s01 = _mm256_add_epi32(_mm256_unpacklo_epi32(x[0], x[1]), _mm256_unpackhi_epi32(x[0], x[1]));
+    const __m256i s23 = _mm256_add_epi32(_mm256_unpacklo_epi32(x[2], x[3]), _mm256_unpackhi_epi32(x[2], x[3]));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
 }
 
 // ---- IQ4_NL, MXFP4: int32 block totals, totals and scales as floats ----------------
-// The values u from the table, one pshufb per 32 nibbles. A u8 x s8 word
-// of four products is within 4 * 24 * 128 = 12288 for MXFP4, so its
-// activations are taken as they are; IQ4_NL's u <= 241 would overflow, so
-// its activations come in two planes prepared once per matmul, a = 16 ah +
-// al with al = a & 15 in [0, 15] and ah in [-8, 7] (words within 4 * 241 *
-// 15 = 14460), and its totals are 16 x (u . ah) + u . al. (Splitting the
-// weights instead, u = 16 h + l, takes two pshufb per 32 nibbles where this
-// takes one; it measured the same or slightly slower: 65536x2048 from
-// DRAM, one thread, 5.66-5.72 ms against 5.44-5.77.)
+// Both keep each row's chunk as the eight block totals and weight scales as
+// floats, [b0 b2 b4 b6 | b1 b3 b5 b7], transposed for the float steps.
+struct FloatWord {
+    __m256 total, d;  // per half, as floats: the totals and the scales in the same order
+};
+
+// The chunk's weight scales (fp16, or MXFP4's E8M0) as [d0 d2 d4 d6 | d1
+// d3 d5 d7].
+template <class Block>
+inline __m256 chunk_scales(const uint8_t* p) {
+    if constexpr (NibbleFormat<Block>::kHalfScale) {
+        // The scale words of half_scale_dwords packed by one pshufb into
+        // the low quadword of each half: [d0 d2 d4 d6 .. | d1 d3 d5 d7 ..].
+        const __m256i pick = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                              2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+        const __m256i h = _mm256_shuffle_epi8(half_scale_dwords(p), pick);
+        return _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(h, _MM_SHUFFLE(3, 1, 2, 0))));
+    } else {
+        // iq::e8m0_half on eight lanes: 2^(e - 128) as the float bits
+        // (e - 1) << 23, or the subnormal 0x00200000 << e for e < 2.
+        constexpr size_t s = sizeof(Block);
+        const __m256i e = _mm256_setr_epi32(p[0], p[2 * s], p[4 * s], p[6 * s], p[s], p[3 * s], p[5 * s], p[7 * s]);
+        const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+        const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+        return _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+    }
+}
+
+// 8x8 transpose of the floats at v(r) (row r, 32-byte aligned, in memory):
+// out[j] lane r = v(r)[j]. The halves are exchanged as they are loaded
+// (rows r and r + 4 into one register), then 4x4 transposes inside the
+// halves: 16 shuffles and 8 loads into the high half where
+// transpose8x8_ps takes 24 shuffles.
+template <class Row>
+inline void transpose8x8_loaded(Row v, __m256* out) {
+    for (int h = 0; h < 2; ++h) {  // h = 0: columns 0-3, 1: columns 4-7
+        __m256 a[4];
+        for (int r = 0; r < 4; ++r) {
+            a[r] = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_load_ps(v(r) + 4 * h)), _mm_load_ps(v(r + 4) + 4 * h), 1);
+        }
+        const __m256 t0 = _mm256_unpacklo_ps(a[0], a[1]), t1 = _mm256_unpackhi_ps(a[0], a[1]);
+        const __m256 t2 = _mm256_unpacklo_ps(a[2], a[3]), t3 = _mm256_unpackhi_ps(a[2], a[3]);
+        out[4 * h + 0] = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+        out[4 * h + 1] = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+        out[4 * h + 2] = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+        out[4 * h + 3] = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    }
+}
+
+// The float steps of one chunk for eight rows (in[r]: row r's FloatWord).
+inline __m256 float_word_steps(const FloatWord* in, const float* da, __m256 acc) {
+    // Position j of the transposes: block 2j (j < 4) or 2 (j - 4) + 1.
+    __m256 t[kGroupRows], d[kGroupRows];
+    transpose8x8_loaded([&](int r) { return reinterpret_cast<const float*>(&in[r].total); }, t);
+    transpose8x8_loaded([&](int r) { return reinterpret_cast<const float*>(&in[r].d); }, d);
+    for (int m = 0; m < 4; ++m) {
+        acc = _mm256_fmadd_ps(t[m], _mm256_mul_ps(d[m], _mm256_set1_ps(da[2 * m])), acc);
+        acc = _mm256_fmadd_ps(t[4 + m], _mm256_mul_ps(d[4 + m], _mm256_set1_ps(da[2 * m + 1])), acc);
+    }
+    return acc;
+}
+
+// The values u from the table, one pshufb per 32 nibbles, against the
+// activations as they are: a u8 x s8 word of four products is within 4 x
+// 24 x 128 = 12288 for MXFP4 at AVX2, and VNNI's vpdpbusd sums in int32
+// (IQ4_NL's u <= 241 too). IQ4_NL at AVX2 has Iq4nlSignRows.
 template <class B>
 struct NibbleRows {
     using Block = B;
     using F = NibbleFormat<Block>;
     static constexpr quant::Type kType = std::is_same_v<Block, quant::block_mxfp4> ? quant::Type::MXFP4 : quant::Type::IQ4_NL;
-#if defined(__AVX512VNNI__)
-    static constexpr int kPlanes = 1;  // vpdpbusd: int32 sums of u8 x s8, no int16 step
-#else
-    static constexpr int kPlanes = 4 * F::kMaxU * 128 <= 16383 ? 1 : 2;
+#if !defined(__AVX512VNNI__)
+    static_assert(4 * F::kMaxU * 128 <= 16383, "words of four products within chunk_totals' bound");
 #endif
-    static_assert(kPlanes == 1 || 4 * F::kMaxU * 15 <= 16383, "words of four products within chunk_totals' bound");
-    using Act = ActChunk<kPlanes>;
+    using Act = ActChunk;
     struct Codes {
         __m256i lo[4], hi[4];
         __m256 d;  // [d0 d2 d4 d6 | d1 d3 d5 d7]
     };
-    // Per half, as floats: the totals [t0 t2 t4 t6 | t1 t3 t5 t7] and the
-    // scales in the same order.
-    struct Word {
-        __m256 total, d;
-    };
+    using Word = FloatWord;
 
     static void unpack(const uint8_t* p, Codes& codes) {
         const __m256i low4 = _mm256_set1_epi8(0x0F), table = _mm256_broadcastsi128_si256(nibble_table<Block>());
@@ -157,19 +215,7 @@ struct NibbleRows {
             codes.lo[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
             codes.hi[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
         }
-        if constexpr (F::kHalfScale) {
-            // Pair sums of the scale words: [d0 d2 d4 d6 .. | d1 d3 d5 d7 ..].
-            const __m256i h = _mm256_hadd_epi16(half_scale_words(p), _mm256_setzero_si256());
-            codes.d = _mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(h, _MM_SHUFFLE(3, 1, 2, 0))));
-        } else {
-            // iq::e8m0_half on eight lanes: 2^(e - 128) as the float bits
-            // (e - 1) << 23, or the subnormal 0x00200000 << e for e < 2.
-            constexpr size_t s = sizeof(Block);
-            const __m256i e = _mm256_setr_epi32(p[0], p[2 * s], p[4 * s], p[6 * s], p[s], p[3 * s], p[5 * s], p[7 * s]);
-            const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
-            const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
-            codes.d = _mm256_castsi256_ps(_mm256_blendv_epi8(subnormal, normal, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
-        }
+        codes.d = chunk_scales<Block>(p);
     }
 
     static Word words(const Codes& codes, const Act& act) {
@@ -177,57 +223,92 @@ struct NibbleRows {
         // Per block half, four lanes of eight products each.
         __m256i x[4];
         for (int k = 0; k < 4; ++k) {
-            x[k] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), codes.lo[k], act.lo[0][k]), codes.hi[k], act.hi[0][k]);
+            x[k] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), codes.lo[k], act.lo[k]), codes.hi[k], act.hi[k]);
         }
         const __m256i sums = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
         return {_mm256_cvtepi32_ps(_mm256_add_epi32(act.offset, sums)), codes.d};
 #else
-        __m256i total = act.offset;
-        for (int pl = 0; pl < kPlanes; ++pl) {  // IQ4_NL: ah (times 16), then al
-            __m256i x[4];
-            for (int k = 0; k < 4; ++k) {
-                x[k] = _mm256_add_epi16(_mm256_maddubs_epi16(codes.lo[k], act.lo[pl][k]), _mm256_maddubs_epi16(codes.hi[k], act.hi[pl][k]));
-            }
-            total = _mm256_add_epi32(total, chunk_totals(x, _mm256_set1_epi16(kPlanes == 2 && pl == 0 ? 16 : 1)));
+        __m256i x[4];
+        for (int k = 0; k < 4; ++k) {
+            x[k] = _mm256_add_epi16(_mm256_maddubs_epi16(codes.lo[k], act.lo[k]), _mm256_maddubs_epi16(codes.hi[k], act.hi[k]));
         }
-        return {_mm256_cvtepi32_ps(total), codes.d};
+        return {_mm256_cvtepi32_ps(_mm256_add_epi32(act.offset, chunk_totals(x, _mm256_set1_epi16(1)))), codes.d};
 #endif
     }
 
-    // The activation halves (in planes), and -offset * (sum of activations)
-    // per block.
+    // The activation halves, and -offset * (sum of activations) per block.
     static void arrange(const __m256i* lo, const __m256i* hi, Act& ac) {
-        const __m256i low4 = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8), one = _mm256_set1_epi8(1);
-        // The high nibble as a signed 4-bit value: (h ^ 8) - 8.
-        const auto high = [&](__m256i v) {
-            return _mm256_sub_epi8(_mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low4), eight), eight);
-        };
+        const __m256i one = _mm256_set1_epi8(1);
         __m256i x[4];
         for (int k = 0; k < 4; ++k) {
-            if constexpr (kPlanes == 2) {
-                ac.lo[0][k] = high(lo[k]), ac.hi[0][k] = high(hi[k]);
-                ac.lo[1][k] = _mm256_and_si256(lo[k], low4), ac.hi[1][k] = _mm256_and_si256(hi[k], low4);
-            } else {
-                ac.lo[0][k] = lo[k], ac.hi[0][k] = hi[k];
-            }
+            ac.lo[k] = lo[k], ac.hi[k] = hi[k];
             x[k] = _mm256_add_epi16(_mm256_maddubs_epi16(one, lo[k]), _mm256_maddubs_epi16(one, hi[k]));
         }
         ac.offset = _mm256_mullo_epi32(chunk_totals(x, _mm256_set1_epi16(1)), _mm256_set1_epi32(-F::kOffset));
     }
     static constexpr bool kInt16Totals = false;
 
-    static __m256 float_steps(const Word* in, const float* da, __m256 acc) {
-        // Position j of the transposes: block 2j (j < 4) or 2 (j - 4) + 1.
-        __m256 t[kGroupRows], d[kGroupRows];
-        for (int r = 0; r < kGroupRows; ++r) t[r] = in[r].total, d[r] = in[r].d;
-        transpose8x8_ps(t, t);
-        transpose8x8_ps(d, d);
-        for (int m = 0; m < 4; ++m) {
-            acc = _mm256_fmadd_ps(t[m], _mm256_mul_ps(d[m], _mm256_set1_ps(da[2 * m])), acc);
-            acc = _mm256_fmadd_ps(t[4 + m], _mm256_mul_ps(d[4 + m], _mm256_set1_ps(da[2 * m + 1])), acc);
+    static __m256 float_steps(const Word* in, const float* da, __m256 acc) { return float_word_steps(in, da, acc); }
+};
+
+// IQ4_NL at AVX2: the signed values (-127 .. 113, one pshufb per 32
+// nibbles) against the activation's magnitudes, |a| x (value with a's
+// sign): vpsignb, vpmaddubsw and one vpmaddwd against ones a 32 products,
+// no offset. A pair sum is at most 2 x 128 x 127 = 32512, so vpmaddubsw
+// never saturates, whatever the bytes (|-128| is 128 as the unsigned byte);
+// the words are widened at once. (The values unsigned, u = value + 128 <=
+// 241, overflow one pair sum: that form took the activations in two planes
+// of 4 bits, two vpmaddubsw a 32 products and more int16 steps, 20
+// multiplies a chunk and row where this takes 16; see
+// avx2/decode_rows_q4_0_avx2.cpp for the timings. The magnitudes in the
+// prepared chunk rather than vpabsb per row: 4-5% faster.)
+struct Iq4nlSignRows {
+    using Block = quant::block_iq4_nl;
+    static constexpr quant::Type kType = quant::Type::IQ4_NL;
+    static_assert(2 * 128 * 127 <= 32767, "pair sums of |a| x |value| within int16");
+    // Per chunk: the activation halves as NibbleRows' (lo, hi) and their
+    // magnitudes, the blocks' scales. 576 bytes.
+    struct alignas(64) Act {
+        __m256i lo[4], hi[4], mag_lo[4], mag_hi[4];
+        float d[kChunk];
+    };
+    struct Codes {
+        __m256i lo[4], hi[4];
+        __m256 d;
+    };
+    using Word = FloatWord;
+
+    static void unpack(const uint8_t* p, Codes& codes) {
+        const __m256i low4 = _mm256_set1_epi8(0x0F);
+        const __m256i table = _mm256_broadcastsi128_si256(load128(quant::iq::kIq4nlValues));
+        for (int k = 0; k < 4; ++k) {
+            const __m256i q = pair_codes<Block>(p, k);
+            codes.lo[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
+            codes.hi[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
         }
-        return acc;
+        codes.d = chunk_scales<Block>(p);
     }
+
+    static Word words(const Codes& codes, const Act& act) {
+        const __m256i ones = _mm256_set1_epi16(1);
+        __m256i x[4];
+        for (int k = 0; k < 4; ++k) {
+            const __m256i lo = _mm256_maddubs_epi16(act.mag_lo[k], _mm256_sign_epi8(codes.lo[k], act.lo[k]));
+            const __m256i hi = _mm256_maddubs_epi16(act.mag_hi[k], _mm256_sign_epi8(codes.hi[k], act.hi[k]));
+            x[k] = _mm256_add_epi32(_mm256_madd_epi16(lo, ones), _mm256_madd_epi16(hi, ones));
+        }
+        return {_mm256_cvtepi32_ps(block_sums(x)), codes.d};
+    }
+
+    static void arrange(const __m256i* lo, const __m256i* hi, Act& ac) {
+        for (int k = 0; k < 4; ++k) {
+            ac.lo[k] = lo[k], ac.hi[k] = hi[k];
+            ac.mag_lo[k] = _mm256_abs_epi8(lo[k]), ac.mag_hi[k] = _mm256_abs_epi8(hi[k]);
+        }
+    }
+    static constexpr bool kInt16Totals = false;
+
+    static __m256 float_steps(const Word* in, const float* da, __m256 acc) { return float_word_steps(in, da, acc); }
 };
 
 // Rows against NT tokens (token t prepared at a + t * a_stride): each
@@ -247,13 +328,19 @@ void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const 
     const Act* act[NT];
     for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(a) + t * a_stride);
 
-    // Per token, chunk and row: Fmt::words. A whole row in one pass (for
-    // one token 256 bytes a chunk, Q4_0: 14 KiB at 14336 columns, L1 and L2).
+    // Per group, token, chunk and row: Fmt::words. A whole row in one pass
+    // (for one token 256 bytes a chunk and group, Q4_0: 14 KiB a group at
+    // 14336 columns, L1 and L2).
     struct ChunkWords {
         typename Fmt::Word row[kGroupRows];
     };
+    // One token: every group's words kept, for their float steps together
+    // (below); several: one group's, reused (twice the table, 2 x 7 tokens
+    // x 28 KiB at 14336 columns, crowded L2: 1024x14336 x 7 tokens 12-20%
+    // slower).
+    constexpr bool kTogether = NT == 1;
     thread_local std::vector<ChunkWords> storage;
-    storage.resize(static_cast<size_t>(NT * nc));
+    storage.resize(static_cast<size_t>((kTogether ? n_groups : 1) * NT * nc));
     // A local pointer: stores of __m256i may alias anything, the vector
     // itself included, and would reload it every chunk.
     ChunkWords* const table = storage.data();
@@ -274,12 +361,24 @@ void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const 
                 }
                 typename Fmt::Codes codes;
                 Fmt::unpack(p, codes);
-                for (int t = 0; t < NT; ++t) table[t * nc + c].row[r] = Fmt::words(codes, act[t][c]);
-                // The float steps of chunk c once all eight rows' words of it
+                const int slot = kTogether ? g : 0;
+                for (int t = 0; t < NT; ++t) table[(slot * NT + t) * nc + c].row[r] = Fmt::words(codes, act[t][c]);
+                // The float steps of chunk c once all the rows' words of it
                 // are in: inside the last row's loop, so that row's loads
-                // overlap them.
-                if (r == kGroupRows - 1) {
-                    for (int t = 0; t < NT; ++t) acc[t][g] = Fmt::float_steps(table[t * nc + c].row, act[t][c].d, acc[t][g]);
+                // overlap them. One token: every group's at the last group's
+                // last row, so that the groups' chains of dependent fused
+                // multiply-adds (one a block) overlap each other (each group
+                // at its own last row left that row waiting on its one
+                // chain: IQ4_NL 2048x2048 from L3, one Zen 3 thread, 159-163
+                // -> 155-157 us); several tokens: each group at its own,
+                // their chains overlapping each other.
+                if (r == kGroupRows - 1 && (!kTogether || g == n_groups - 1)) {
+                    for (int gg = kTogether ? 0 : g; gg <= g; ++gg) {
+                        for (int t = 0; t < NT; ++t) {
+                            const int sl = kTogether ? gg : 0;
+                            acc[t][gg] = Fmt::float_steps(table[(sl * NT + t) * nc + c].row, act[t][c].d, acc[t][gg]);
+                        }
+                    }
                 }
             }
         }

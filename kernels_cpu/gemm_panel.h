@@ -29,6 +29,7 @@ size_t q4_K_panel_bytes(int64_t n_cols);
 inline constexpr size_t kK4PanelExtraBytes = 8 * sizeof(int16_t);     // Q4_K, Q5_K: eight 32-element sums
 inline constexpr size_t kGroupStartsExtraBytes = 16 * sizeof(int32_t);  // Q6_K, Q3_K: -offset x 16 group sums
 inline constexpr size_t kQ4_0PanelExtraBytes = sizeof(int32_t);        // Q4_0, IQ4_NL, MXFP4: -offset x the block's sum
+inline constexpr size_t kQ4_0PanelExtraBytesAvx2 = 2 * sizeof(int32_t);  // their AVX2 panels: that, and the block's d as a float
 inline constexpr size_t kLaneStartsExtraBytes = 8 * sizeof(int32_t);  // Q8_0, Q5_0: -offset x 8 four-byte sums
 
 // The Q4_K and Q5_K panels read the 32-element sums k4_panel_prepare
@@ -105,7 +106,8 @@ void q5_1_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, in
 // laid out differently (*_bytes_avx2). Q4_K and Q5_K read the 32-element
 // sums k4_panel_prepare_avx2 appends (k4_panel_prepare's bytes), Q4_0,
 // IQ4_NL and MXFP4 the block starts of <name>_panel_prepare_avx2
-// (<name>_panel_prepare's); the
+// (<name>_panel_prepare's), each beside its block's d as a float
+// (kQ4_0PanelExtraBytesAvx2); the
 // others read only the activation blocks (Q8_0 and Q5_0 need them in
 // [-127, 127], as the Q8_0 quantizers make them).
 #define TANDEM_PANEL_ISA_DECL(name, isa)                                                                         \

@@ -42,7 +42,8 @@ using quant::Type;
         .type = Type::T, .dot = LevelKernels{dot_##name##_scalar, TANDEM_X86(dot_##name##_avx2)},                   \
         .rows_avx2 = TANDEM_NIBBLE_ROWS(name, avx2), .rows_avx512 = TANDEM_NIBBLE_ROWS(name, avx512),                 \
         .panel = TANDEM_PANEL(name, q4_0_panel_bytes, name##_panel_prepare, kQ4_0PanelExtraBytes),                   \
-        .panel_avx2 = TANDEM_PANEL_AVX2(name, name##_panel_prepare_avx2, kQ4_0PanelExtraBytes), .llama_order = true, \
+        .panel_avx2 = TANDEM_PANEL_AVX2(name, name##_panel_prepare_avx2, kQ4_0PanelExtraBytesAvx2),                \
+        .llama_order = true,                                                                                        \
         .avx2_at_avx512 = true                                                                                      \
     }
 // The 256-element i-quants: batches of 8 or more in llama.cpp's tiled order,
@@ -90,7 +91,7 @@ constexpr std::array kTable = {
                                           TANDEM_X86(q4_0_rows_avx2_prepared_bytes), TANDEM_X86(dot_q4_0_rows_multi_avx2)},
                   .rows_avx512 = TANDEM_ROWS(q4_0, prepare_q4_0_rows, q4_0_rows_prepared_bytes),
                   .panel = TANDEM_PANEL(q4_0, q4_0_panel_bytes, q4_0_panel_prepare, kQ4_0PanelExtraBytes),
-                  .panel_avx2 = TANDEM_PANEL_AVX2(q4_0, q4_0_panel_prepare_avx2, kQ4_0PanelExtraBytes),
+                  .panel_avx2 = TANDEM_PANEL_AVX2(q4_0, q4_0_panel_prepare_avx2, kQ4_0PanelExtraBytesAvx2),
                   .llama_order = true,
                   .avx2_at_avx512 = true},
     WeightKernels{.type = Type::Q4_1,

@@ -93,8 +93,9 @@ inline __m128i nibble_table() {
 // The start of each block's integer total in the panels: -kOffset x the
 // sum of the activation block's 32 signed bytes (the sum of byte + 128 by
 // vpsadbw, less 32 x 128), one int32 a block appended to a Q8_0 row of
-// n_cols (gemm_panel.h: kQ4_0PanelExtraBytes). The AVX2 and AVX-512 panels
-// read the same bytes.
+// n_cols (gemm_panel.h: kQ4_0PanelExtraBytes), as the AVX-512 panels read
+// them; the AVX2 panels' prepare spreads them to 8 bytes a block, each
+// beside the block's d as a float (avx2/gemm_panel_legacy_avx2.cpp).
 template <class Block>
 void write_block_starts(quant::Type a_type, void* row, int64_t n_cols) {
     TANDEM_CHECK(a_type == quant::Type::Q8_0, "4-bit panel: activations not Q8_0");

@@ -52,7 +52,7 @@ static_assert(sizeof(block_q4_0) == 18 && sizeof(block_q8_0) == 34, "block layou
 // ---- Q4_0: block totals and scales in int16 words -----------------------------------
 struct Q40Rows {
     using Block = block_q4_0;
-    using Act = ActChunk<1>;
+    using Act = ActChunk;
     static constexpr quant::Type kType = quant::Type::Q4_0;
     // A chunk's codes, unpacked once for every token: the low and the high
     // nibbles of blocks 2k and 2k + 1, and half_scale_words.
@@ -80,7 +80,7 @@ struct Q40Rows {
         for (int k = 0; k < 4; ++k) {
             // Words of four products of codes <= 15 and activations >= -128:
             // |word| <= 4 * 15 * 128 = 7680, and 30720 after chunk_quads.
-            x[k] = _mm256_add_epi16(_mm256_maddubs_epi16(codes.lo[k], act.lo[0][k]), _mm256_maddubs_epi16(codes.hi[k], act.hi[0][k]));
+            x[k] = _mm256_add_epi16(_mm256_maddubs_epi16(codes.lo[k], act.lo[k]), _mm256_maddubs_epi16(codes.hi[k], act.hi[k]));
         }
         // With the offset, |word| <= 16 * 8 * 128; the sum of a block's two
         // words, its total, is within int16 since activations are >= -127
@@ -94,7 +94,7 @@ struct Q40Rows {
         const __m256i eight = _mm256_set1_epi8(8);
         __m256i x[4];
         for (int k = 0; k < 4; ++k) {
-            ac.lo[0][k] = lo[k], ac.hi[0][k] = hi[k];
+            ac.lo[k] = lo[k], ac.hi[k] = hi[k];
             x[k] = _mm256_add_epi16(_mm256_maddubs_epi16(eight, lo[k]), _mm256_maddubs_epi16(eight, hi[k]));
         }
         ac.offset = _mm256_sub_epi16(_mm256_setzero_si256(), chunk_quads(x));
@@ -146,7 +146,15 @@ struct Q40Rows {
 // one read and unpacking of the rows for all of them: dram-2048x2048 two
 // tokens ~540 -> ~200 us, four ~800 -> ~370 against the token tiles.
 TANDEM_DECODE_ROWS_FNS(q4_0, Q40Rows, avx2)
-TANDEM_DECODE_ROWS_FNS(iq4_nl, NibbleRows<quant::block_iq4_nl>, avx2)
+// IQ4_NL, one Zen 3 thread, min of 200-1000 runs, us, against llama.cpp
+// 0.3.36's repacked gemv (ggml_gemv_iq4_nl_8x8_q8_0 on the same blocks,
+// the same bits): 2048x2048 from L3 191 -> 155-157 (ggml 150), 512x2048
+// 47.5 -> 38.1 (37.5), 2048x8192 929 -> 838 (738-777), 2048x2048 from DRAM
+// 198 -> 173 (176-181). Steps: the signed values against |a| (two planes
+// before), the block sums by unpacks instead of vphaddd, the scales packed
+// by one pshufb instead of vphaddw, the float transposes half by loads,
+// and the groups' float steps together.
+TANDEM_DECODE_ROWS_FNS(iq4_nl, Iq4nlSignRows, avx2)
 TANDEM_DECODE_ROWS_FNS(mxfp4, NibbleRows<quant::block_mxfp4>, avx2)
 
 }  // namespace tandem::cpu::detail

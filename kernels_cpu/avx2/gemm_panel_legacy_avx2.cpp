@@ -6,7 +6,8 @@
 // each block's integer total). The values stay unsigned, u = value +
 // kOffset, and each token's block total starts from -kOffset times the
 // block's activation sum, which the panel's prepare appends to the
-// activation row (write_block_starts, the bytes the AVX-512 panels read):
+// activation row (write_block_starts, the bytes the AVX-512 panels read;
+// here each beside the block's d as a float, write_starts_and_scales):
 // the same exact integer as the values'. vpmaddubsw's pair sums saturate at
 // int16, so how far they add in int16 depends on u's range:
 //   - Q4_0 (u <= 15): the eight groups of four of a block, 8 x 2 x 15 x 128
@@ -164,7 +165,7 @@ void nibble_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_col
         for (int64_t i = 0; i < nb; ++i) {
             const Half& p = half[i];
             __m256i total[NT];
-            for (int t = 0; t < NT; ++t) total[t] = panel_avx2::bcast4(start[t] + kQ4_0PanelExtraBytes * static_cast<size_t>(i));
+            for (int t = 0; t < NT; ++t) total[t] = panel_avx2::bcast4(start[t] + kQ4_0PanelExtraBytesAvx2 * static_cast<size_t>(i));
             for (int g0 = 0; g0 < 8; g0 += kRun) {
                 __m256i dot[Half::kPlanes][NT];
                 // Unrolled: the loop with its first-group test measured 6-7%
@@ -189,13 +190,37 @@ void nibble_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_col
             }
             const __m256 d = _mm256_load_ps(p.d);
             for (int t = 0; t < NT; ++t) {
-                const __m256 da = _mm256_set1_ps(f16(act[t][i].d));
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total[t]), _mm256_mul_ps(d, da), acc[t]);
+                // The activation block's d, converted once by the prepare.
+                const auto* da = reinterpret_cast<const float*>(start[t] + kQ4_0PanelExtraBytesAvx2 * static_cast<size_t>(i) + 4);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total[t]), _mm256_mul_ps(d, _mm256_broadcast_ss(da)), acc[t]);
             }
         }
         for (int t = 0; t < NT; ++t) out[t] = acc[t];
     });
 }
+
+// What the AVX2 panels of Q4_0, IQ4_NL and MXFP4 read a block: the block
+// start of write_block_starts (int32), then the activation block's d as a
+// float, so the token loop loads it with one broadcast instead of a scalar
+// conversion per token, block and half panel (2048x2048 x 256 tokens, one
+// Zen 3 thread, ms: Q4_0 12.7-13.2 -> 11.8-12.2, IQ4_NL 20.4-20.5 ->
+// 19.3-19.8, MXFP4 13.4-13.6 -> 13.2-13.7).
+template <class Block>
+void write_starts_and_scales(quant::Type a_type, void* row, int64_t n_cols) {
+    write_block_starts<Block>(a_type, row, n_cols);
+    const int64_t nb = n_cols / 32;
+    const auto* blocks = static_cast<const block_q8_0*>(row);
+    uint8_t* out = static_cast<uint8_t*>(row) + sizeof(block_q8_0) * static_cast<size_t>(nb);
+    // Spread the starts in place, last first (entry i moves to 2i >= i).
+    for (int64_t i = nb - 1; i >= 0; --i) {
+        int32_t start;
+        std::memcpy(&start, out + sizeof(int32_t) * static_cast<size_t>(i), sizeof start);
+        const float da = f16(blocks[i].d);
+        std::memcpy(out + kQ4_0PanelExtraBytesAvx2 * static_cast<size_t>(i), &start, sizeof start);
+        std::memcpy(out + kQ4_0PanelExtraBytesAvx2 * static_cast<size_t>(i) + sizeof start, &da, sizeof da);
+    }
+}
+static_assert(kQ4_0PanelExtraBytesAvx2 == sizeof(int32_t) + sizeof(float), "start, then d");
 
 }  // namespace
 
@@ -216,7 +241,7 @@ void q5_1_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int6
         return 2 * sizeof(HalfNibbles<Block>) * static_cast<size_t>(n_cols / 32);                                \
     }                                                                                                            \
     void name##_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols) {                              \
-        write_block_starts<Block>(a_type, row, n_cols);                                                          \
+        write_starts_and_scales<Block>(a_type, row, n_cols);                                                     \
     }                                                                                                            \
     void name##_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, \
                                 size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {           \
