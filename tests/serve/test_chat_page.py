@@ -16,85 +16,24 @@ SmolLM2-135M-Instruct on loopback.
 Exit 0: passed; 77: skipped (the binary, the model, Chromium, chromedriver
 or selenium is missing: said why); 1: failed. Every wait is bounded.
 """
-import http.client
 import json
 import os
-import pathlib
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from smollm2 import serve_test_inputs  # noqa: E402
+from serve_harness import BINARY, SANITIZED, SKIP, Checks, Server, serve_test_inputs, skip
 
-SKIP = 77
-BINARY = os.environ.get("TANDEM_BINARY", "")
-# Set by CMake when the binary is built with sanitizers: shorter replies.
-SANITIZED = os.environ.get("TANDEM_TEST_SANITIZED", "") == "1"
 MAX_TOKENS = 40 if SANITIZED else 100
 KEY = "sesame-42"
-failures = []
-checks = 0
+check = Checks()
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-    return cond
-
-
-class Server:
-    def __init__(self, model, tmp, *args):
-        self.err = open(os.path.join(tmp, f"serve-{len(os.listdir(tmp))}.txt"), "w+")
-        self.proc = subprocess.Popen([BINARY, "serve", "-m", model, "--port", "0", "-np", "1", "-c", "2048",
-                                      "-t", "2", *args],
-                                     stdout=subprocess.DEVNULL, stderr=self.err, stdin=subprocess.DEVNULL)
-        self.port = None
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tandem serve exited with {self.proc.returncode}: {self.log()}")
-            m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", self.log())
-            if m:
-                self.port = int(m.group(1))
-                return
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("tandem serve was not ready in 180 s: " + self.log())
-
-    def url(self, path="/"):
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def log(self):
-        self.err.flush()
-        return pathlib.Path(self.err.name).read_text()
-
-    def exchange(self, method, path, body=None, headers=None):
-        """(status, headers with lower-case names, body bytes)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        h = {"Content-Type": "application/json"} if body is not None else {}
-        h.update(headers or {})
-        conn.request(method, path, body=json.dumps(body).encode() if body is not None else None, headers=h)
-        r = conn.getresponse()
-        payload = r.read()
-        got = {k.lower(): v for k, v in r.getheaders()}
-        conn.close()
-        return r.status, got, payload
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+def page_server(model, tmp, *args):
+    """One slot of 2048 positions, its log in tmp."""
+    return Server(model, "-np", "1", "-c", "2048", "-t", "2", *args, tmp=tmp)
 
 
 # ---------------------------------------------------------------- http
@@ -145,7 +84,7 @@ def page_checks(server):
 
 
 def http_main(model, tmp):
-    server = Server(model, tmp, "--api-key", KEY)
+    server = page_server(model, tmp, "--api-key", KEY)
     try:
         page_checks(server)
         auth = {"Authorization": f"Bearer {KEY}"}
@@ -398,11 +337,10 @@ def keyed_run(d, server):
 def browser_main(model, tmp):
     found, why = find_browser()
     if why:
-        print(f"SKIP: {why}")
-        return SKIP
+        return skip(why)
     start = time.time()
     for keyed in (False, True):
-        server = Server(model, tmp, *(["--api-key", KEY] if keyed else []))
+        server = page_server(model, tmp, *(["--api-key", KEY] if keyed else []))
         d = None
         try:
             d = open_browser(found, os.path.join(tmp, f"profile-{int(keyed)}"))
@@ -421,20 +359,14 @@ def main():
         return 2
     model, why = serve_test_inputs(BINARY, need_openai=False)
     if why:
-        print(f"SKIP: {why}")
-        return SKIP
+        return skip(why)
     tmp = tempfile.mkdtemp(prefix="tandem-chatpage-")
     rc = (http_main if mode == "http" else browser_main)(model, tmp)
     if rc == SKIP:
         return SKIP
-    print(f"{checks - len(failures)} passed, {len(failures)} failed (logs in {tmp})")
-    return 1 if failures else 0
+    print(f"{check.summary()} (logs in {tmp})")
+    return check.exit_code()
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as e:  # a failed start or a lost browser is a failure, not a crash of the test
-        print(f"FAIL: {type(e).__name__}: {e}")
-        print(f"{checks - len(failures)} passed, {len(failures) + 1} failed")
-        sys.exit(1)
+    check.run(main)  # a failed start or a lost browser counts as a failure

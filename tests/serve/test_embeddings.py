@@ -12,76 +12,16 @@ said why); 1: failed. Every request is bounded (timeouts); the servers bind
 """
 import base64
 import concurrent.futures
-import http.client
-import json
 import math
-import os
-import pathlib
-import re
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from smollm2 import serve_test_inputs  # noqa: E402
+from serve_harness import BINARY, Checks, Server, serve_test_inputs, skip
 
-SKIP = 77
-BINARY = os.environ.get("TANDEM_BINARY", "")
 N_EMBD = 576  # SmolLM2-135M's width
 KEY = "embed-test-key"
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-
-
-class Server:
-    def __init__(self, model, *args):
-        self.err = tempfile.NamedTemporaryFile("w+", prefix="tandem-embed-", suffix=".txt", delete=False)
-        self.proc = subprocess.Popen([BINARY, "serve", "-m", model, "--port", "0", "-t", "2", *args],
-                                     stdout=subprocess.DEVNULL, stderr=self.err, stdin=subprocess.DEVNULL)
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tandem serve exited with {self.proc.returncode}: {self.log()}")
-            m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", self.log())
-            if m:
-                self.port = int(m.group(1))
-                return
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("tandem serve was not ready in 180 s: " + self.log())
-
-    def log(self):
-        return pathlib.Path(self.err.name).read_text()
-
-    def post(self, path, body, key=KEY):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        headers = {"Content-Type": "application/json"}
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        conn.request("POST", path, body=json.dumps(body).encode(), headers=headers)
-        r = conn.getresponse()
-        payload = r.read()
-        conn.close()
-        try:
-            return r.status, json.loads(payload)
-        except ValueError:
-            return r.status, payload
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+check = Checks()
 
 
 def norm(v):
@@ -108,7 +48,7 @@ def served(server, model):
     check(max_diff(again.data[0].embedding, va) <= 1e-6,
           f"the same input twice differs by {max_diff(again.data[0].embedding, va)}")
     # The raw base64: little-endian float32 of the float answer.
-    status, body = server.post("/v1/embeddings", {"input": "The cat sat on the mat.", "encoding_format": "base64"})
+    status, body = server.post_json("/v1/embeddings", {"input": "The cat sat on the mat.", "encoding_format": "base64"})
     raw = base64.b64decode(body["data"][0]["embedding"]) if status == 200 else b""
     check(len(raw) == 4 * N_EMBD and max_diff(list(struct.unpack(f"<{N_EMBD}f", raw)), va) == 0,
           f"base64 is the floats' little-endian bytes ({status})")
@@ -130,7 +70,7 @@ def served(server, model):
     toks = client.embeddings.create(model="m", input=[[1, 2, 3, 4], [5, 6]])
     check(len(toks.data) == 2 and len(toks.data[1].embedding) == N_EMBD, "token id inputs")
     check(toks.usage.prompt_tokens == 6, f"usage counts the ids: {toks.usage}")
-    status, body = server.post("/embeddings", {"input": "Hello!", "encoding_format": "float"})
+    status, body = server.post_json("/embeddings", {"input": "Hello!", "encoding_format": "float"})
     check(status == 200 and max_diff(body["data"][0]["embedding"], batch.data[2].embedding) <= 1e-6,
           f"/embeddings answers as /v1/embeddings ({status})")
 
@@ -140,7 +80,7 @@ def served(server, model):
                               ({"input": 5}, "input", "a number"),
                               ({"input": [[1, 10 ** 9]]}, "input[0][1]", "an id past the vocabulary"),
                               ({"input": "x", "encoding_format": "int8"}, "encoding_format", "a bad format")]:
-        status, got = server.post("/v1/embeddings", body)
+        status, got = server.post_json("/v1/embeddings", body)
         err = got.get("error", {}) if isinstance(got, dict) else {}
         check(status == 400 and err.get("type") == "invalid_request_error" and err.get("param") == param,
               f"{what}: 400 naming {param}, got {status} {got}")
@@ -150,7 +90,7 @@ def served(server, model):
     except openai.BadRequestError as e:
         msg = str(e)
         check("1024" in msg and "input[0]" in msg, f"the over-long input's 400 names the limit: {msg}")
-    status, _ = server.post("/v1/embeddings", {"input": "x"}, key=None)
+    status, _ = server.post_json("/v1/embeddings", {"input": "x"}, auth=False)
     check(status == 401, f"without the API key: {status}, expected 401")
 
     # Chat is answered while a batch of embeddings runs.
@@ -170,11 +110,11 @@ def served(server, model):
 def main():
     model, why = serve_test_inputs(BINARY)
     if why:
-        print(f"SKIP: {why}")
-        return SKIP
+        return skip(why)
     t0 = time.time()
     # 2 slots of 1024 positions.
-    server = Server(model, "--embeddings", "--pooling", "mean", "-np", "2", "-c", "2048", "--api-key", KEY)
+    server = Server(model, "-t", "2", "--embeddings", "--pooling", "mean", "-np", "2", "-c", "2048", "--api-key", KEY,
+                    prefix="tandem-embed-", key=KEY)
     try:
         check("mean pooling (--pooling), vectors of 576" in server.log(), "the start line says the pooling")
         served(server, model)
@@ -184,15 +124,15 @@ def main():
     # /v1/embeddings refuses; without --embeddings: 501.
     for args, status, words in [(["--embeddings"], 400, "Pooling type 'none' is not OAI compatible"),
                                 ([], 501, "Start it with `--embeddings`")]:
-        server = Server(model, "-np", "1", "-c", "512", *args)
+        server = Server(model, "-t", "2", "-np", "1", "-c", "512", *args, prefix="tandem-embed-")
         try:
-            got_status, got = server.post("/v1/embeddings", {"input": "x"}, key=None)
+            got_status, got = server.post_json("/v1/embeddings", {"input": "x"}, auth=False)
             msg = got.get("error", {}).get("message", "") if isinstance(got, dict) else ""
             check(got_status == status and words in msg, f"{args}: {status} saying {words!r}, got {got_status} {got}")
         finally:
             server.stop()
-    print(f"embeddings: {len(failures)} failed, {time.time() - t0:.1f} s")
-    return 1 if failures else 0
+    print(f"embeddings: {check.summary()}, {time.time() - t0:.1f} s")
+    return check.exit_code()
 
 
 if __name__ == "__main__":

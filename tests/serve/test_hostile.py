@@ -20,30 +20,25 @@ checks show what it does.
 import concurrent.futures
 import http.client
 import json
-import os
-import pathlib
 import random
 import re
 import resource
 import select
 import socket
 import subprocess
-import sys
 import threading
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import test_server as ts  # noqa: E402  (Server, check, metric)
+from serve_harness import BINARY, SANITIZED, Checks, Server, serve_test_inputs, skip
 
-SKIP = 77
 TIMEOUT = 3  # --timeout: what a request may take to arrive
 # Under the sanitizers the model is about ten times slower: the load is
 # scaled down and the latency bound for /health is looser.
-HEALTH_BOUND = 0.5 if ts.SANITIZED else 0.1
+HEALTH_BOUND = 0.5 if SANITIZED else 0.1
 # A request whose client left ends at the next step: one prompt chunk of
 # -ub 256 tokens at most (a second and more under the sanitizers).
-FREE_BOUND = 10.0 if ts.SANITIZED else 2.0
-check = ts.check
+FREE_BOUND = 10.0 if SANITIZED else 2.0
+check = Checks()
 
 
 def percentile(xs, q):
@@ -110,7 +105,7 @@ def raise_fd_limit(n):
 
 def busy_seconds(server):
     """Seconds the scheduler has spent in steps (prompt and decode); None from a server without these metrics."""
-    parts = [ts.metric(server, "prompt_seconds_total"), ts.metric(server, "tokens_predicted_seconds_total")]
+    parts = [server.metric("prompt_seconds_total"), server.metric("tokens_predicted_seconds_total")]
     return None if None in parts else sum(parts)
 
 
@@ -307,7 +302,7 @@ def prompt_tokens(server, text):
 
 def wait_idle(server, bound):
     t0 = time.time()
-    while time.time() - t0 < bound and ts.metric(server, "requests_processing") != 0:
+    while time.time() - t0 < bound and server.metric("requests_processing") != 0:
         time.sleep(0.05)
     return time.time() - t0
 
@@ -319,11 +314,11 @@ def disconnects(server):
     s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
     time.sleep(1.0)
-    before = ts.metric(server, "tokens_predicted_total")
-    busy = ts.metric(server, "requests_processing")
+    before = server.metric("tokens_predicted_total")
+    busy = server.metric("requests_processing")
     s.close()
     freed = wait_idle(server, 10)
-    more = ts.metric(server, "tokens_predicted_total") - before
+    more = server.metric("tokens_predicted_total") - before
     print(f"disconnect: a non-streamed request left after 1 s: slot freed {freed * 1000:.0f} ms after, "
           f"{more:.0f} tokens generated meanwhile")
     check(busy == 1 and freed < FREE_BOUND, f"a client that leaves a non-streamed request frees its slot at once "
@@ -334,7 +329,7 @@ def disconnects(server):
     for stream in (False, True):
         text = f"{'streamed' if stream else 'whole'} {time.time()}: {words}"
         n = prompt_tokens(server, text)
-        before = ts.metric(server, "prompt_tokens_total")
+        before = server.metric("prompt_tokens_total")
         body = json.dumps({"prompt": text, "max_tokens": 4, "stream": stream, "cache_prompt": False})
         s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
         s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -342,7 +337,7 @@ def disconnects(server):
         time.sleep(0.15)
         s.close()
         freed = wait_idle(server, 30)
-        evaluated = ts.metric(server, "prompt_tokens_total") - before
+        evaluated = server.metric("prompt_tokens_total") - before
         print(f"disconnect: a {n}-token prompt ({'streamed' if stream else 'whole'}) left 0.15 s in: "
               f"{evaluated:.0f} tokens evaluated, slot freed {freed * 1000:.0f} ms after")
         check(evaluated < n and freed < FREE_BOUND, f"a {'streamed' if stream else 'whole'} request left during its prompt "
@@ -350,17 +345,16 @@ def disconnects(server):
 
 
 def main():
-    model, why = ts.serve_test_inputs(ts.BINARY, need_openai=False)
+    model, why = serve_test_inputs(BINARY, need_openai=False)
     if why:
-        print(f"SKIP: {why}")
-        return SKIP
-    helptext = subprocess.run([ts.BINARY, "serve", "--help"], capture_output=True, text=True).stdout
+        return skip(why)
+    helptext = subprocess.run([BINARY, "serve", "--help"], capture_output=True, text=True).stdout
     flags = ["--timeout", str(TIMEOUT)] if "--timeout" in helptext else []
     if not flags:
         print("note: this binary has no --timeout; its own bounds apply")
-    server = ts.Server(model, "-np", "4", "-c", "8192", "-t", "2", "-ub", "256", *flags)
+    server = Server(model, "-np", "4", "-c", "8192", "-t", "2", "-ub", "256", *flags)
     try:
-        load_and_health(server, 16 if ts.SANITIZED else 64)
+        load_and_health(server, 16 if SANITIZED else 64)
         for phase in (slow_clients, idle_flood, trickle):
             phase(server)
         # The oversized head and body send 37 MiB: what the server holds
@@ -370,7 +364,7 @@ def main():
         print(f"memory: {rss0 >> 10} MiB before the oversized requests, {rss1 >> 10} MiB with them")
         # (AddressSanitizer holds freed memory back in quarantine: there the
         # answers above are what bounds it.)
-        if not ts.SANITIZED:
+        if not SANITIZED:
             check(rss1 - rss0 < 16 << 10, f"oversized requests leave the memory bounded (+{(rss1 - rss0) >> 10} MiB)")
         disconnects(server)
         st, _ = server.request("GET", "/health")
@@ -378,13 +372,9 @@ def main():
     finally:
         rc = server.stop()
         check(rc == 0, f"the server exits 0 on SIGTERM (got {rc})")
-    print(f"{ts.checks - len(ts.failures)} passed, {len(ts.failures)} failed")
-    return 1 if ts.failures else 0
+    print(check.summary())
+    return check.exit_code()
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as e:  # a failed start or a broken connection is a failure, not a crash of the test
-        print(f"FAIL: {type(e).__name__}: {e}")
-        sys.exit(1)
+    check.run(main)

@@ -8,70 +8,16 @@ binary, the model or the openai client is missing: said why); 1: failed.
 Every request is bounded (max_tokens, timeouts); the servers bind 127.0.0.1 only.
 """
 import concurrent.futures
-import http.client
 import importlib.util
 import json
-import os
-import pathlib
 import re
-import subprocess
 import sys
-import tempfile
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from smollm2 import serve_test_inputs  # noqa: E402
+from serve_harness import BINARY, Checks, Server, serve_test_inputs, skip
 
-SKIP = 77
-BINARY = os.environ.get("TANDEM_BINARY", "")
 SLOTS = 4
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-
-
-class Server:
-    def __init__(self, model, *args):
-        self.err = tempfile.NamedTemporaryFile("w+", prefix="tandem-n-messages-", suffix=".txt", delete=False)
-        self.proc = subprocess.Popen([BINARY, "serve", "-m", model, "--port", "0", "-t", "2", *args],
-                                     stdout=subprocess.DEVNULL, stderr=self.err, stdin=subprocess.DEVNULL)
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            log = pathlib.Path(self.err.name).read_text()
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tandem serve exited with {self.proc.returncode}: {log}")
-            m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", log)
-            if m:
-                self.port = int(m.group(1))
-                return
-            time.sleep(0.1)
-        raise RuntimeError("tandem serve was not ready in 180 s")
-
-    def post(self, path, body, headers=None, timeout=120):
-        """(status, content type, body bytes)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        h = {"Content-Type": "application/json"}
-        h.update(headers or {})
-        conn.request("POST", path, body=body if isinstance(body, bytes) else json.dumps(body), headers=h)
-        r = conn.getresponse()
-        payload = r.read()
-        conn.close()
-        return r.status, r.getheader("Content-Type") or "", payload
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
+check = Checks()
 
 
 def sse_events(payload):
@@ -289,7 +235,7 @@ def anthropic_client_test(port, ref, api_key="none"):
 
 def key_test(model, ref):
     """--api-key: /v1/messages takes x-api-key (Anthropic's header) or Bearer; without, a 401 in Anthropic's shape."""
-    keyed = Server(model, "-np", "1", "-c", "1024", "--api-key", "sesame")
+    keyed = Server(model, "-t", "2", "-np", "1", "-c", "1024", "--api-key", "sesame", prefix="tandem-n-messages-")
     try:
         req = {"messages": MESSAGES, "max_tokens": 4, "temperature": 0}
         st, _, payload = keyed.post("/v1/messages", req)
@@ -315,11 +261,10 @@ def key_test(model, ref):
 def main():
     model, why = serve_test_inputs(BINARY)
     if why:
-        print(f"SKIP: {why}")
-        return SKIP
+        return skip(why)
     import openai
 
-    server = Server(model, "-np", str(SLOTS), "-c", "4096")
+    server = Server(model, "-t", "2", "-np", str(SLOTS), "-c", "4096", prefix="tandem-n-messages-")
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0)
         t0 = time.time()
@@ -336,8 +281,8 @@ def main():
         rc = server.stop()
         check(rc == 0, f"the server exits 0 on SIGTERM (got {rc})")
     key_test(model, ref)
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    print(check.summary())
+    return check.exit_code()
 
 
 if __name__ == "__main__":

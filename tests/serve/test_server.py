@@ -9,88 +9,16 @@ import concurrent.futures
 import http.client
 import json
 import os
-import pathlib
 import re
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from smollm2 import serve_test_inputs  # noqa: E402
+from serve_harness import BINARY, SANITIZED, Checks, Server, serve_test_inputs, skip
 
-SKIP = 77
-BINARY = os.environ.get("TANDEM_BINARY", "")
-# Set by CMake when the binary is built with sanitizers: the load is scaled down.
-SANITIZED = os.environ.get("TANDEM_TEST_SANITIZED", "") == "1"
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-
-
-class Server:
-    def __init__(self, model, *args):
-        self.tmp = tempfile.mkdtemp(prefix="tandem-serve-")
-        self.err = open(os.path.join(self.tmp, "stderr.txt"), "w+")
-        self.proc = subprocess.Popen([BINARY, "serve", "-m", model, "--port", "0", *args],
-                                     stdout=subprocess.DEVNULL, stderr=self.err, stdin=subprocess.DEVNULL)
-        self.port = None
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tandem serve exited with {self.proc.returncode}: {self.log()}")
-            m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", self.log())
-            if m:
-                self.port = int(m.group(1))
-                return
-            time.sleep(0.1)
-        raise RuntimeError("tandem serve was not ready in 180 s: " + self.log())
-
-    def log(self):
-        self.err.flush()
-        with open(self.err.name) as f:
-            return f.read()
-
-    def request(self, method, path, body=None, headers=None, raw=None, timeout=120):
-        status, _, payload = self.exchange(method, path, body, headers, raw, timeout)
-        return status, payload
-
-    def exchange(self, method, path, body=None, headers=None, raw=None, timeout=120):
-        """(status, headers with lower-case names, body)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-        h = {"Content-Type": "application/json"}
-        h.update(headers or {})
-        conn.request(method, path, body=data, headers=h)
-        r = conn.getresponse()
-        payload = r.read()
-        got = {k.lower(): v for k, v in r.getheaders()}
-        conn.close()
-        return r.status, got, payload
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            rc = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            rc = self.proc.wait()
-        return rc
-
-
-def metric(server, name):
-    _, body = server.request("GET", "/metrics")
-    m = re.search(rf"^tandem:{name} ([0-9.e+-]+)$", body.decode(), re.M)
-    return float(m.group(1)) if m else None
+check = Checks()
 
 
 def chat_text(client, messages, stream, **kw):
@@ -111,8 +39,7 @@ def chat_text(client, messages, stream, **kw):
 def main():
     model, why = serve_test_inputs(BINARY)
     if why:
-        print(f"SKIP: {why}")
-        return SKIP
+        return skip(why)
     import openai
 
     slot_dir = tempfile.mkdtemp(prefix="tandem-slots-")
@@ -156,8 +83,8 @@ def main():
         check(st == 200, f"POST /tokenize with the key: 200 (got {st})")
     finally:
         keyed.stop()
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    print(check.summary())
+    return check.exit_code()
 
 
 def run_suite(server, model, openai, slot_dir):
@@ -461,7 +388,7 @@ def load_test(server, client):
           f"{len(differ)} differ from the request served alone")
     check(len(results) == n_jobs, f"all {n_jobs} requests were answered")
     check(not differ, f"each text equals the one served alone (differ: {differ[:3]})")
-    check(metric(server, "requests_deferred") == 0 and metric(server, "requests_processing") == 0,
+    check(server.metric("requests_deferred") == 0 and server.metric("requests_processing") == 0,
           "nothing is left queued or running")
 
 
@@ -676,10 +603,10 @@ def disconnect_test(server):
     deadline = time.time() + 60
     while not re.search(rb'"content":"[^"]', got) and time.time() < deadline:
         got += s.recv(4096)
-    busy = metric(server, "requests_processing")
+    busy = server.metric("requests_processing")
     s.close()
     t0 = time.time()
-    while time.time() - t0 < 10 and metric(server, "requests_processing") != 0:
+    while time.time() - t0 < 10 and server.metric("requests_processing") != 0:
         time.sleep(0.05)
     freed = time.time() - t0
     print(f"disconnect: the slot was busy ({busy}) and was freed {freed * 1000:.0f} ms after the client left")
@@ -707,9 +634,4 @@ def slot_test(server, slot_dir):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as e:  # a failed start or a broken connection is a failure, not a crash of the test
-        print(f"FAIL: {type(e).__name__}: {e}")
-        print(f"{checks - len(failures)} passed, {len(failures) + 1} failed")
-        sys.exit(1)
+    check.run(main)

@@ -9,26 +9,15 @@ why); 1: failed. The server binds 127.0.0.1 only; every loop is bounded.
 """
 import concurrent.futures
 import json
-import os
-import pathlib
-import re
-import subprocess
 import sys
-import tempfile
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-from smollm2 import serve_test_inputs  # noqa: E402
+from serve_harness import BINARY, SANITIZED, Checks, Server, serve_test_inputs, skip
 
-SKIP = 77
-BINARY = os.environ.get("TANDEM_BINARY", "")
-# Set by CMake when the binary is built with sanitizers (~10x slower): the
-# sanitizers look for memory errors, for which 12 requests do; the claim
-# "50 of 50 valid" is the release build's.
-SANITIZED = os.environ.get("TANDEM_TEST_SANITIZED", "") == "1"
+# Under the sanitizers (~10x slower) 12 requests do to look for memory
+# errors; the claim "50 of 50 valid" is the release build's.
 N_REQUESTS = 12 if SANITIZED else 50
-failures = []
-checks = 0
+check = Checks()
 
 SCHEMA = {
     "type": "object",
@@ -53,53 +42,21 @@ SCHEMA = {
 MESSAGES = [{"role": "user", "content": "Describe a person as JSON: name, age, city, pets and whether employed."}]
 
 
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
-
-
-def start_server(model):
-    err = tempfile.NamedTemporaryFile("w+", prefix="tandem-structured-", suffix=".txt", delete=False)
-    proc = subprocess.Popen([BINARY, "serve", "-m", model, "--port", "0", "-np", "8", "-c", "8192", "-t", "2"],
-                            stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"tandem serve exited with {proc.returncode}: {open(err.name).read()}")
-        m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", open(err.name).read())
-        if m:
-            return proc, int(m.group(1))
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("tandem serve was not ready in 180 s")
-
-
 def main():
     model, why = serve_test_inputs(BINARY)
     if why:
-        print(f"SKIP: {why}")
-        return SKIP
+        return skip(why)
     import openai
     try:
         import jsonschema
     except ImportError:
-        print("SKIP: the jsonschema Python package is not installed (pip install jsonschema)")
-        return SKIP
-    proc, port = start_server(model)
-    try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=300)
+        return skip("the jsonschema Python package is not installed (pip install jsonschema)")
+    with Server(model, "-np", "8", "-c", "8192", "-t", "2", prefix="tandem-structured-") as server:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0,
+                               timeout=300)
         run_suite(client, openai, jsonschema)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    print(f"{checks - len(failures)} passed, {len(failures)} failed")
-    return 1 if failures else 0
+    print(check.summary())
+    return check.exit_code()
 
 
 def schema_reply(client, seed):

@@ -15,28 +15,14 @@ Exit 0: passed; 77: skipped (the binary, the model or the client is missing:
 said why); 1: failed. Every request is bounded (max_tokens, timeouts).
 """
 import json
-import os
 import pathlib
-import re
-import subprocess
 import sys
-import tempfile
 import time
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from smollm2 import serve_test_inputs  # noqa: E402
+from serve_harness import BINARY, Checks, Server, serve_test_inputs, skip
 
-SKIP = 77
-BINARY = os.environ.get("TANDEM_BINARY", "")
-TEMPLATE = HERE.parent / "data" / "chat_templates" / "qwen2_5.jinja"
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}", flush=True)
+TEMPLATE = pathlib.Path(__file__).resolve().parent.parent / "data" / "chat_templates" / "qwen2_5.jinja"
+check = Checks()
 
 
 WEATHER = {"type": "function", "function": {
@@ -44,24 +30,6 @@ WEATHER = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city name"}},
                    "required": ["city"]}}}
 CALL_TEXT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
-
-
-def start_server(model):
-    err = tempfile.NamedTemporaryFile("w+", prefix="tandem-tools-", suffix=".txt", delete=False)
-    proc = subprocess.Popen([BINARY, "serve", "-m", model, "--port", "0", "-np", "1", "-c", "2048", "-t", "2",
-                             "--chat-template", str(TEMPLATE)],
-                            stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL)
-    deadline = time.time() + 180
-    while time.time() < deadline:
-        log = pathlib.Path(err.name).read_text()
-        if proc.poll() is not None:
-            raise RuntimeError(f"tandem serve exited with {proc.returncode}: {log}")
-        m = re.search(r"ready on http://127\.0\.0\.1:(\d+)", log)
-        if m:
-            return proc, int(m.group(1))
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("tandem serve was not ready in 180 s")
 
 
 def streamed_calls(client, **kw):
@@ -81,18 +49,15 @@ def streamed_calls(client, **kw):
     return [calls[i] for i in sorted(calls)], finish, content
 
 
-def round_trip(client, port):
+def round_trip(client, server):
     import openai
-    import urllib.request
 
     ask = [{"role": "user", "content": "Repeat exactly, with nothing else:\n" + CALL_TEXT}]
     common = dict(model="m", tools=[WEATHER], temperature=0, max_tokens=60)
 
     # The tools reach the template: Qwen 2.5's prompt lists them in <tools>.
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/apply-template", method="POST",
-                                 data=json.dumps({"messages": ask, "tools": [WEATHER]}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    prompt = json.loads(urllib.request.urlopen(req, timeout=60).read())["prompt"]
+    _, body = server.request("POST", "/apply-template", {"messages": ask, "tools": [WEATHER]}, timeout=60)
+    prompt = json.loads(body)["prompt"]
     check("<tools>" in prompt and '"name": "get_weather"' in prompt, f"the prompt lists the tools: {prompt[:300]!r}")
 
     # 1. The model writes the call; the server answers tool_calls.
@@ -118,10 +83,8 @@ def round_trip(client, port):
     history = ask + [{"role": "assistant", "content": None, "tool_calls": [
         {"id": call.id, "type": "function", "function": {"name": "get_weather", "arguments": call.function.arguments}}]},
         {"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature_c": 18, "sky": "cloudy"})}]
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/apply-template", method="POST",
-                                 data=json.dumps({"messages": history, "tools": [WEATHER]}).encode(),
-                                 headers={"Content-Type": "application/json"})
-    prompt = json.loads(urllib.request.urlopen(req, timeout=60).read())["prompt"]
+    _, body = server.request("POST", "/apply-template", {"messages": history, "tools": [WEATHER]}, timeout=60)
+    prompt = json.loads(body)["prompt"]
     check(CALL_TEXT in prompt and "<tool_response>" in prompt and "cloudy" in prompt,
           f"the call and its result are rendered back: {prompt[-400:]!r}")
     final = client.chat.completions.create(messages=history, **common)
@@ -164,22 +127,16 @@ def round_trip(client, port):
 def main():
     model, why = serve_test_inputs(BINARY)
     if why:
-        print(f"SKIP: {why}")
-        return SKIP
+        return skip(why)
     import openai
     t0 = time.time()
-    proc, port = start_server(model)
-    try:
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=120)
-        round_trip(client, port)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    print(f"tool round trip: {len(failures)} failed, {time.time() - t0:.1f} s")
-    return 1 if failures else 0
+    with Server(model, "-np", "1", "-c", "2048", "-t", "2", "--chat-template", str(TEMPLATE),
+                prefix="tandem-tools-") as server:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0,
+                               timeout=120)
+        round_trip(client, server)
+    print(f"tool round trip: {check.summary()}, {time.time() - t0:.1f} s")
+    return check.exit_code()
 
 
 if __name__ == "__main__":
