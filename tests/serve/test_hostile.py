@@ -362,10 +362,12 @@ def main():
         rss0 = rss_kib(server)
         rss1 = oversized(server)
         print(f"memory: {rss0 >> 10} MiB before the oversized requests, {rss1 >> 10} MiB with them")
-        # (AddressSanitizer holds freed memory back in quarantine: there the
-        # answers above are what bounds it.)
+        # The limits let the three hold up to 4 + 1 + 8 MiB at once (16 MiB
+        # of growth has been seen with allocator slack); a server that read
+        # on would hold the 37 MiB sent. (AddressSanitizer holds freed memory
+        # back in quarantine: there the answers above are what bounds it.)
         if not SANITIZED:
-            check(rss1 - rss0 < 16 << 10, f"oversized requests leave the memory bounded (+{(rss1 - rss0) >> 10} MiB)")
+            check(rss1 - rss0 < 24 << 10, f"oversized requests leave the memory bounded (+{(rss1 - rss0) >> 10} MiB)")
         disconnects(server)
         st, _ = server.request("GET", "/health")
         check(st == 200, f"the server still serves after it all ({st})")
