@@ -126,6 +126,18 @@ inline __m256i block_sums(const __m256i* x) {
     return _mm256_add_epi32(_mm256_unpacklo_epi64(s01, s23), _mm256_unpackhi_epi64(s01, s23));
 }
 
+// A chunk's codes through a 16-value table (one pshufb per 32 nibbles):
+// blocks 2k and 2k + 1's low nibbles in lo[k], high nibbles in hi[k].
+template <class Block, class Codes>
+inline void table_codes(const uint8_t* p, __m256i table, Codes& codes) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    for (int k = 0; k < 4; ++k) {
+        const __m256i q = pair_codes<Block>(p, k);
+        codes.lo[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
+        codes.hi[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
+    }
+}
+
 // ---- IQ4_NL, MXFP4: int32 block totals, totals and scales as floats ----------------
 // Both keep each row's chunk as the eight block totals and weight scales as
 // floats, [b0 b2 b4 b6 | b1 b3 b5 b7], transposed for the float steps.
@@ -209,12 +221,7 @@ struct NibbleRows {
     using Word = FloatWord;
 
     static void unpack(const uint8_t* p, Codes& codes) {
-        const __m256i low4 = _mm256_set1_epi8(0x0F), table = _mm256_broadcastsi128_si256(nibble_table<Block>());
-        for (int k = 0; k < 4; ++k) {
-            const __m256i q = pair_codes<Block>(p, k);
-            codes.lo[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
-            codes.hi[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
-        }
+        table_codes<Block>(p, _mm256_broadcastsi128_si256(nibble_table<Block>()), codes);
         codes.d = chunk_scales<Block>(p);
     }
 
@@ -279,13 +286,7 @@ struct Iq4nlSignRows {
     using Word = FloatWord;
 
     static void unpack(const uint8_t* p, Codes& codes) {
-        const __m256i low4 = _mm256_set1_epi8(0x0F);
-        const __m256i table = _mm256_broadcastsi128_si256(load128(quant::iq::kIq4nlValues));
-        for (int k = 0; k < 4; ++k) {
-            const __m256i q = pair_codes<Block>(p, k);
-            codes.lo[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(q, low4));
-            codes.hi[k] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q, 4), low4));
-        }
+        table_codes<Block>(p, _mm256_broadcastsi128_si256(load128(quant::iq::kIq4nlValues)), codes);
         codes.d = chunk_scales<Block>(p);
     }
 
