@@ -312,7 +312,7 @@ void Scheduler::assign_pending() {
             }
             // The head waits, holding nothing, until it can take all its
             // slots at once; the requests behind it wait with it.
-            if (idle.empty() || static_cast<int32_t>(idle.size()) < head.n) return;
+            if (static_cast<int32_t>(idle.size()) < head.n) return;  // n >= 1 (submit)
             // The leader: the idle slot whose cache shares the longest
             // prefix with the prompt; among equals, the one unused longest.
             Slot* leader = nullptr;
