@@ -149,6 +149,10 @@ void run(const RunOptions& o) {
 
     SamplerParams sp = resolved_sampling(o.sampling);
     sp.grammar = flag_grammar(o.sampling, tokenizer);
+    // llama.cpp's --ignore-eos: the end tokens are banned, never drawn.
+    if (o.ignore_eos) {
+        for (int32_t id : tokenizer.end_of_generation_ids()) sp.logit_bias.emplace_back(id, kBanBias);
+    }
     if (o.n_predict < -1) {
         throw Error(fmt::format("-n: expected a value >= 0, or -1 (until the end of the text or the context), found {}",
                                 o.n_predict));
@@ -327,7 +331,7 @@ void add_run_command(CLI::App& app) {
     cmd->add_flag("--no-mmap", opts->no_mmap, "read the model into memory instead of mapping it");
     cmd->add_flag("--mlock", opts->mlock, "lock the model in RAM");
     cmd->add_flag("--verbose", opts->verbose, "print model, split and memory per device");
-    cmd->add_flag("--ignore-eos", opts->ignore_eos, "keep generating past the end-of-text token");
+    cmd->add_flag("--ignore-eos", opts->ignore_eos, "never draw an end-of-generation token (banned, as llama.cpp does)");
     cmd->add_flag("--no-display-prompt", opts->no_display_prompt, "print only the generated text, not the prompt");
     cmd->add_flag("--parse-special", opts->parse_special,
                   "the prompt's special-token text (e.g. <|im_start|>) becomes those control tokens");

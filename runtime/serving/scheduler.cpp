@@ -202,6 +202,13 @@ std::shared_ptr<Job> Scheduler::submit(GenerationRequest request) {
         end_unassigned(*job, request.n, "error", why);
         return job;
     }
+    // As llama.cpp's ignore_eos: the end tokens are never drawn (banned),
+    // rather than drawn and passed over, so the reply never holds them.
+    if (request.ignore_eos) {
+        auto& bias = request.sampling.logit_bias;
+        for (int32_t id : tokenizer_.end_of_generation_ids()) bias.emplace_back(id, kBanBias);
+        for (int32_t id : request.stop_tokens) bias.emplace_back(id, kBanBias);
+    }
     {
         std::lock_guard lock(mu_);
         if (stopping_) {

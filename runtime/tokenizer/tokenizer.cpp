@@ -185,6 +185,8 @@ bool Tokenizer::add_bos_by_default() const { return impl_->v.add_bos && impl_->v
 bool Tokenizer::add_eos_by_default() const { return impl_->v.add_eos && impl_->v.eos >= 0; }
 bool Tokenizer::add_space_prefix() const { return impl_->v.add_space_prefix; }
 
+std::span<const int32_t> Tokenizer::end_of_generation_ids() const { return impl_->v.end_of_generation; }
+
 bool Tokenizer::is_end_of_generation(int32_t id) const {
     const auto& eog = impl_->v.end_of_generation;
     return std::binary_search(eog.begin(), eog.end(), id);

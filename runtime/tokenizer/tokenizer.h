@@ -89,6 +89,7 @@ public:
     bool add_space_prefix() const;
     // End of generation: EOS, EOT, or another token the metadata marks so.
     bool is_end_of_generation(int32_t id) const;
+    std::span<const int32_t> end_of_generation_ids() const;  // sorted
     std::string_view model_name() const;  // "llama", "gpt2"
     std::string_view pre_tokenizer_name() const;  // tokenizer.ggml.pre as stored ("" when absent)
 

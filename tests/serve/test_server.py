@@ -229,6 +229,16 @@ def bias_and_penalty_test(server, client):
     zero = client.completions.create(model="m", prompt=rep, temperature=0, max_tokens=24, frequency_penalty=0,
                                      presence_penalty=0, logit_bias={}, extra_body={"ignore_eos": True})
     check(zero.choices[0].text == base.choices[0].text, "zero penalties and an empty bias change nothing")
+    # ignore_eos in chat: the end-of-turn token is never drawn (llama.cpp bans it), so a greeting that
+    # ends after some 25 tokens runs to max_tokens, and its text holds no end-of-turn marker.
+    hi = [{"role": "user", "content": "Say hi."}]
+    free = client.chat.completions.create(model="m", messages=hi, temperature=0, max_tokens=120)
+    long = client.chat.completions.create(model="m", messages=hi, temperature=0, max_tokens=120,
+                                          extra_body={"ignore_eos": True})
+    check(free.usage.completion_tokens < 120 and long.usage.completion_tokens == 120
+          and long.choices[0].finish_reason == "length" and "<|im_end|>" not in long.choices[0].message.content,
+          f"ignore_eos in chat runs to max_tokens ({free.usage.completion_tokens} -> {long.usage.completion_tokens}, "
+          f"{long.choices[0].finish_reason})")
     st, body = server.request("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                                "logprobs": True, "top_logprobs": 21})
     err = json.loads(body).get("error", {}) if st == 400 else {}
