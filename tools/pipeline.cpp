@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -275,6 +276,23 @@ int PipelineWorld::serve_stage() {
     };
     const bool last = rank_ == size_ - 1;
     std::vector<float> out;
+    // The last stage sends logits without waiting for rank 0 to take them:
+    // rank 0 may be sending the next micro-batch (Session::eval_batches
+    // keeps several in flight), and a blocking send each way would wait
+    // forever. Each buffer lives until its send completes.
+    std::deque<std::pair<MPI_Request, std::vector<float>>> sending;
+    const auto reap = [&](bool all) {
+        while (!sending.empty()) {
+            int done = 1;
+            if (all) {
+                MPI_Wait(&sending.front().first, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Test(&sending.front().first, &done, MPI_STATUS_IGNORE);
+            }
+            if (!done) return;
+            sending.pop_front();
+        }
+    };
     while (true) {
         MPI_Status st;
         MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &st);
@@ -284,7 +302,10 @@ int PipelineWorld::serve_stage() {
         }
         int64_t h[kHeader];
         MPI_Recv(h, kHeader, MPI_INT64_T, st.MPI_SOURCE, st.MPI_TAG, MPI_COMM_WORLD, &st);
-        if (st.MPI_TAG == kStop) return 0;
+        if (st.MPI_TAG == kStop) {
+            reap(true);
+            return 0;
+        }
         if (!session) continue;  // the open failed: only stop is awaited
         try {
             switch (h[0]) {
@@ -301,7 +322,10 @@ int PipelineWorld::serve_stage() {
                     if (!last) {
                         send_micro(rank_ + 1, tokens, h[2] != 0, out);
                     } else if (!out.empty()) {
-                        MPI_Send(out.data(), static_cast<int>(out.size()), MPI_FLOAT, 0, kLogits, MPI_COMM_WORLD);
+                        auto& [request, rows] = sending.emplace_back(MPI_REQUEST_NULL, std::move(out));
+                        MPI_Isend(rows.data(), static_cast<int>(rows.size()), MPI_FLOAT, 0, kLogits, MPI_COMM_WORLD,
+                                  &request);
+                        reap(false);
                     }
                     break;
                 }

@@ -211,13 +211,17 @@ struct Session::Impl {
         }
     }
 
-    // hidden: each token that asks gets its final hidden state (n_embd
-    // floats, Session::eval_batch_hidden) instead of logits.
-    void eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits, bool hidden = false) {
+    // One batch of eval_parts: its tokens, where its logits (or hidden
+    // rows) go, and its order (eval_batch_single_order's or the fastest).
+    struct Part {
+        std::span<const BatchToken> batch;
+        std::vector<float>* out;
+        bool single_order;
+    };
+
+    // The rows a batch asks for; throws for a token the model cannot take.
+    size_t checked_outputs(std::span<const BatchToken> batch) const {
         if (batch.empty()) throw Error("eval: no tokens to evaluate");
-        if (!embeds()) throw Error("eval: a later pipeline stage evaluates what the first sends (eval_stage)");
-        // The last stage sends logits back, never the hidden state.
-        if (hidden && next) throw Error("embeddings: not supported with --pipeline");
         size_t n_out = 0;
         for (const BatchToken& b : batch) {
             if (b.id < 0 || b.id >= hp.n_vocab) {
@@ -231,31 +235,66 @@ struct Session::Impl {
             }
             n_out += b.logits ? 1 : 0;
         }
-        logits.resize(n_out * static_cast<size_t>(hidden ? hp.n_embd : hp.n_vocab));
-        float* out = logits.data();
-        const auto n_tokens = static_cast<int64_t>(batch.size());
-        // A pipeline's first stage sends each micro-batch on, then takes the
-        // logits back in order: the later stages work on one micro-batch
-        // while this one evaluates the next.
-        std::vector<int64_t> pending;  // logits rows of each micro-batch sent
-        for (int64_t start = 0; start < n_tokens; start += opt.n_ubatch) {
-            const int64_t n = std::min(opt.n_ubatch, n_tokens - start);
-            const auto micro = batch.subspan(static_cast<size_t>(start), static_cast<size_t>(n));
-            host->embed(std::span<const int32_t>(tokens.data(), static_cast<size_t>(take(micro))));
-            recipe->x_written_on(kHostDevice);
-            run_layers(n);
-            if (next) {
-                const float* x = recipe->x_on_host(n);
-                next->send_batch(micro, single_order, std::span(x, static_cast<size_t>(n * hp.n_embd)));
-                pending.push_back(std::count_if(micro.begin(), micro.end(), [](const BatchToken& b) { return b.logits; }));
-                continue;
-            }
-            out = head(micro, out, hidden);
+        return n_out;
+    }
+
+    void set_order(bool single) {
+        for_each_device([&](DeviceOps& d) { d.set_single_token_order(single); });
+        single_order = single;
+    }
+
+    // The parts in turn, each in its micro-batches. A pipeline's first
+    // stage sends each micro-batch on and takes the logits back at the end,
+    // in order: the later stages work on one micro-batch (of this part or
+    // the one before) while this stage evaluates the next. hidden: each
+    // token that asks gets its final hidden state (n_embd floats,
+    // Session::eval_batch_hidden) instead of logits.
+    void eval_parts(std::span<const Part> parts, bool hidden = false) {
+        if (!embeds()) throw Error("eval: a later pipeline stage evaluates what the first sends (eval_stage)");
+        // The last stage sends logits back, never the hidden state.
+        if (hidden && next) throw Error("embeddings: not supported with --pipeline");
+        for (const Part& p : parts) {
+            p.out->resize(checked_outputs(p.batch) * static_cast<size_t>(hidden ? hp.n_embd : hp.n_vocab));
         }
-        for (const int64_t rows : pending) {
-            if (rows == 0) continue;
-            next->receive_logits(std::span(out, static_cast<size_t>(rows * hp.n_vocab)));
-            out += rows * hp.n_vocab;
+        std::vector<std::span<float>> pending;  // where each sent micro-batch's logits go
+        // Every device back to its fastest order, and every logits message
+        // sent for taken, whatever a part throws: the link stays in step.
+        struct Restore {
+            Impl& m;
+            std::vector<std::span<float>>& pending;
+            ~Restore() {
+                m.set_order(false);
+                if (std::uncaught_exceptions() == 0) return;
+                try {
+                    for (std::span<float> rows : pending) m.next->receive_logits(rows);
+                } catch (...) {  // the link itself failed: its own error is the one to report
+                }
+            }
+        } restore{*this, pending};
+        for (const Part& p : parts) {
+            set_order(p.single_order);
+            float* out = p.out->data();
+            const auto n_tokens = static_cast<int64_t>(p.batch.size());
+            for (int64_t start = 0; start < n_tokens; start += opt.n_ubatch) {
+                const int64_t n = std::min(opt.n_ubatch, n_tokens - start);
+                const auto micro = p.batch.subspan(static_cast<size_t>(start), static_cast<size_t>(n));
+                host->embed(std::span<const int32_t>(tokens.data(), static_cast<size_t>(take(micro))));
+                recipe->x_written_on(kHostDevice);
+                run_layers(n);
+                if (next) {
+                    const float* x = recipe->x_on_host(n);
+                    next->send_batch(micro, p.single_order, std::span(x, static_cast<size_t>(n * hp.n_embd)));
+                    const auto rows = std::count_if(micro.begin(), micro.end(), [](const BatchToken& b) { return b.logits; });
+                    if (rows > 0) pending.emplace_back(out, static_cast<size_t>(rows * hp.n_vocab));
+                    out += rows * hp.n_vocab;
+                    continue;
+                }
+                out = head(micro, out, hidden);
+            }
+        }
+        while (!pending.empty()) {
+            next->receive_logits(pending.front());
+            pending.erase(pending.begin());
         }
     }
 
@@ -361,7 +400,8 @@ struct Session::Impl {
             batch[static_cast<size_t>(t)] = {ids[static_cast<size_t>(t)], static_cast<int32_t>(past + t), 0,
                                              all_logits || t == n_tokens - 1};
         }
-        eval_batch(batch, logits);
+        const Part parts[] = {{batch, &logits, false}};
+        eval_parts(parts);
     }
 
     // Each layer's cell for each token of the micro-batch (KvCells::place:
@@ -617,25 +657,24 @@ void Session::eval(std::span<const int32_t> tokens, bool all_logits, std::vector
 }
 
 void Session::eval_batch_single_order(std::span<const BatchToken> batch, std::vector<float>& logits) {
-    // Every device back to its fastest order whatever eval_batch throws.
-    struct Restore {
-        Impl& m;
-        ~Restore() {
-            m.for_each_device([](DeviceOps& d) { d.set_single_token_order(false); });
-            m.single_order = false;
-        }
-    } restore{*impl_};
-    impl_->for_each_device([](DeviceOps& d) { d.set_single_token_order(true); });
-    impl_->single_order = true;
-    impl_->eval_batch(batch, logits);
+    const Impl::Part parts[] = {{batch, &logits, true}};
+    impl_->eval_parts(parts);
 }
 
 void Session::eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits) {
-    impl_->eval_batch(batch, logits);
+    const Impl::Part parts[] = {{batch, &logits, false}};
+    impl_->eval_parts(parts);
+}
+
+void Session::eval_batches(std::span<const BatchToken> single, std::vector<float>& single_logits,
+                           std::span<const BatchToken> fast, std::vector<float>& fast_logits) {
+    const Impl::Part parts[] = {{single, &single_logits, true}, {fast, &fast_logits, false}};
+    impl_->eval_parts(parts);
 }
 
 void Session::eval_batch_hidden(std::span<const BatchToken> batch, std::vector<float>& hidden) {
-    impl_->eval_batch(batch, hidden, true);
+    const Impl::Part parts[] = {{batch, &hidden, false}};
+    impl_->eval_parts(parts, true);
 }
 
 int64_t Session::n_embd() const { return impl_->hp.n_embd; }

@@ -134,6 +134,13 @@ public:
     // orders): a speculative step's verification batch then gives exactly
     // the logits of decoding its tokens one by one. Slower for long batches.
     void eval_batch_single_order(std::span<const BatchToken> batch, std::vector<float>& logits);
+    // eval_batch_single_order(single), then eval_batch(fast), in one call:
+    // under --pipeline, fast's micro-batches go through this stage while
+    // the later stages work on single's (a serving step's decodes and its
+    // prompt chunk), rather than each stage waiting for the other in turn.
+    // The logits are those of the two calls. Both batches hold tokens.
+    void eval_batches(std::span<const BatchToken> single, std::vector<float>& single_logits,
+                      std::span<const BatchToken> fast, std::vector<float>& fast_logits);
     // eval_batch, but each token with `logits` set gets the model's final
     // hidden state instead: n_embd floats, after the output norm, the
     // vector the head would multiply (llama.cpp's embeddings before

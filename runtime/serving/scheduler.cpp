@@ -645,11 +645,16 @@ bool Scheduler::step() {
     try {
         const auto n_vocab_floats = static_cast<size_t>(session_.n_vocab());
         std::span<const BatchToken> all(batch);
-        if (n_decode > 0) session_.eval_batch_single_order(all.first(n_decode), logits_);
+        const bool both = n_decode > 0 && chunk > 0 && !prefill->pooler;
+        if (both) {
+            session_.eval_batches(all.first(n_decode), logits_, all.subspan(n_decode), chunk_logits_);
+        } else if (n_decode > 0) {
+            session_.eval_batch_single_order(all.first(n_decode), logits_);
+        }
         if (chunk > 0 && prefill->pooler) {
             session_.eval_batch_hidden(all.subspan(n_decode), hidden_);  // no head: the pooler's rows
         } else if (chunk > 0) {
-            session_.eval_batch(all.subspan(n_decode), chunk_logits_);
+            if (!both) session_.eval_batch(all.subspan(n_decode), chunk_logits_);
             logits_.resize(n_decode * n_vocab_floats);
             logits_.insert(logits_.end(), chunk_logits_.begin(), chunk_logits_.end());
         }
