@@ -193,7 +193,7 @@ def c_tool_result(s):
 
 
 def c_json_object(s):
-    st, r = chat(s, response_format={"type": "json_object"}, max_tokens=48,
+    st, r = chat(s, response_format={"type": "json_object"}, max_tokens=300,
                  messages=[{"role": "user", "content": "Describe a cat as JSON."}])
     if st != 200:
         return verdict(False, st, r)
@@ -492,13 +492,17 @@ def main():
     ap.add_argument("--llama-server", help="leave out for Tandem's column alone")
     ap.add_argument("-t", "--threads", default="2")
     ap.add_argument("--json", help="also write the cells as JSON here")
+    ap.add_argument("--chat-template", help="a Jinja chat template file for the chat servers (one with tools, when "
+                                            "the model's own has none)")
     a = ap.parse_args()
     common = ["-m", a.model, "-t", a.threads, "-c", "8192"]
+    tmpl_t = ["--chat-template", a.chat_template] if a.chat_template else []
+    tmpl_l = ["--chat-template-file", a.chat_template] if a.chat_template else []
     flavours = {
-        "tandem": {"chat": [a.tandem, "serve", *common, "-np", "4"],
+        "tandem": {"chat": [a.tandem, "serve", *common, "-np", "4", *tmpl_t],
                    "embed": [a.tandem, "serve", *common, "--embeddings", "--pooling", "mean"],
                    "key": [a.tandem, "serve", *common, "--api-key", "k1"]},
-        "llama-server": {"chat": [a.llama_server, *common, "-np", "4", "--jinja", "--metrics", "--slots"],
+        "llama-server": {"chat": [a.llama_server, *common, "-np", "4", "--jinja", "--metrics", "--slots", *tmpl_l],
                          "embed": [a.llama_server, *common, "--embeddings", "--pooling", "mean"],
                          "key": [a.llama_server, *common, "--api-key", "k1", "--metrics", "--slots"]},
     }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -38,9 +39,9 @@ std::shared_ptr<StageLink> pipeline_link() { return nullptr; }
 namespace {
 
 // Message tags.
-enum Tag : int { kOpen = 1, kOpenReply, kCommand, kTokens, kHidden, kLogits, kStop };
+enum Tag : int { kOpen = 1, kOpenReply, kCommand, kTokens, kHidden, kLogits, kStop, kState };
 // Commands (the header's first number).
-enum Command : int64_t { kEval = 1, kRemove, kCopy, kReset };
+enum Command : int64_t { kEval = 1, kRemove, kCopy, kReset, kSave, kRestore };
 constexpr int kHeader = 6;
 
 std::weak_ptr<StageLink>& link_slot() {
@@ -60,6 +61,25 @@ std::string recv_text(int from, int tag) {
     std::string s(static_cast<size_t>(n), '\0');
     MPI_Recv(s.data(), n, MPI_CHAR, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     return s;
+}
+
+// A sequence state's bytes (MPI counts are ints: a state of 2 GiB or more
+// is refused rather than cut).
+void send_bytes(std::span<const uint8_t> b, int to, int tag) {
+    if (b.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+        throw Error(fmt::format("--pipeline: a sequence state of {} bytes is too large to send (at most 2 GiB)", b.size()));
+    }
+    MPI_Send(b.data(), static_cast<int>(b.size()), MPI_BYTE, to, tag, MPI_COMM_WORLD);
+}
+
+std::vector<uint8_t> recv_bytes(int from, int tag) {
+    MPI_Status st;
+    MPI_Probe(from, tag, MPI_COMM_WORLD, &st);
+    int n = 0;
+    MPI_Get_count(&st, MPI_BYTE, &n);
+    std::vector<uint8_t> b(static_cast<size_t>(n));
+    MPI_Recv(b.data(), n, MPI_BYTE, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    return b;
 }
 
 // A micro-batch's tokens as four ints each (id, pos, seq, logits).
@@ -187,6 +207,20 @@ public:
         send_command(1, kCopy, src, dst, p0, p1);
     }
     void reset() override { send_command(1, kReset); }
+
+    // Every later rank sends its blob to rank 0, then passes the command on.
+    std::vector<std::vector<uint8_t>> save_sequence(int32_t seq) override {
+        send_command(1, kSave, seq);
+        std::vector<std::vector<uint8_t>> blobs;
+        for (int r = 1; r < size_; ++r) blobs.push_back(recv_bytes(r, kState));
+        return blobs;
+    }
+
+    // The blob goes down the ranks behind the command, as a micro-batch does.
+    void restore_sequence(int32_t seq, std::span<const uint8_t> blob) override {
+        send_command(1, kRestore, seq);
+        send_bytes(blob, 1, kState);
+    }
 
 private:
     int size_;
@@ -334,6 +368,16 @@ int PipelineWorld::serve_stage() {
                 case kCopy: session->copy_sequence(static_cast<int32_t>(h[1]), static_cast<int32_t>(h[2]),
                                                    static_cast<int32_t>(h[3]), static_cast<int32_t>(h[4])); break;
                 case kReset: session->reset(); break;
+                case kSave: send_bytes(session->save_sequence(static_cast<int32_t>(h[1]), {}), 0, kState); break;
+                case kRestore: {
+                    const std::vector<uint8_t> blob = recv_bytes(st.MPI_SOURCE, kState);
+                    session->restore_sequence(static_cast<int32_t>(h[1]), blob);
+                    if (!last) {
+                        MPI_Send(h, kHeader, MPI_INT64_T, rank_ + 1, kCommand, MPI_COMM_WORLD);
+                        send_bytes(blob, rank_ + 1, kState);
+                    }
+                    continue;
+                }
                 default: throw Error(fmt::format("unknown command {}", h[0]));
             }
             if (h[0] != kEval && !last) MPI_Send(h, kHeader, MPI_INT64_T, rank_ + 1, kCommand, MPI_COMM_WORLD);

@@ -506,14 +506,20 @@ struct Session::Impl {
         return 0;
     }
 
-    void check_whole(const char* what) const {
-        if (pipelined()) {
-            throw Error(fmt::format("{}: not supported with --pipeline (the cache rows are spread over the stages)", what));
-        }
+    // The rows of sequence s in layer il as stored, or none (with the row
+    // sizes) for a layer another pipeline stage holds.
+    KvSeqRows layer_rows(int64_t il, int32_t s) const {
+        if (owns(il)) return kv_device(il).kv_read_rows(il, cells[static_cast<size_t>(il)]->cells_of(s));
+        KvSeqRows none;
+        none.k_row_bytes = static_cast<uint32_t>(*quant::row_bytes(opt.cache_type.k, hp.k_dim()));
+        none.v_row_bytes = static_cast<uint32_t>(*quant::row_bytes(opt.cache_type.v, hp.kv_v_dim()));
+        return none;
     }
 
+    // Under a pipeline every stage saves its own layers' rows; the first
+    // gathers the later stages' (StageLink::save_sequence), so the blob is
+    // the one a single process writes.
     std::vector<uint8_t> save_sequence(int32_t s, std::span<const int32_t> ids) const {
-        check_whole("saving a sequence's cache");
         check_seq_id(s);
         SequenceState st;
         st.model = fingerprint();
@@ -526,8 +532,21 @@ struct Session::Impl {
         }
         st.tokens.assign(ids.begin(), ids.end());
         st.layers.reserve(static_cast<size_t>(hp.n_layer));
-        for (int64_t il = 0; il < hp.n_layer; ++il) {
-            st.layers.push_back(kv_device(il).kv_read_rows(il, cells[static_cast<size_t>(il)]->cells_of(s)));
+        for (int64_t il = 0; il < hp.n_layer; ++il) st.layers.push_back(layer_rows(il, s));
+        if (next) {
+            // Each layer is one stage's: a later stage's blob holds rows only
+            // in its own layers (where the sequence has any).
+            for (const std::vector<uint8_t>& blob : next->save_sequence(s)) {
+                SequenceState later = decode_sequence_state(blob);
+                if (later.layers.size() != st.layers.size()) {
+                    throw Error(fmt::format("--pipeline: a stage saved {} layers, expected {}", later.layers.size(),
+                                            st.layers.size()));
+                }
+                for (int64_t il = end; il < hp.n_layer; ++il) {
+                    KvSeqRows& l = later.layers[static_cast<size_t>(il)];
+                    if (l.n_rows() > 0) st.layers[static_cast<size_t>(il)] = std::move(l);
+                }
+            }
         }
         return encode_sequence_state(st);
     }
@@ -580,7 +599,6 @@ struct Session::Impl {
     }
 
     std::vector<int32_t> restore_sequence(int32_t s, std::span<const uint8_t> blob) {
-        check_whole("restoring a sequence's cache");
         check_seq_id(s);
         SequenceState st = decode_sequence_state(blob);
         check_state_fits(st);
@@ -618,12 +636,16 @@ struct Session::Impl {
                                         il, l.n_rows(), s, free, cells.n_cells()));
             }
         }
+        // Every stage places the cells of every layer (they stay the first
+        // stage's) and writes the rows of its own; the first then sends the
+        // state down the pipeline.
         try {
             for (int64_t il = 0; il < hp.n_layer; ++il) {
                 const KvSeqRows& rows = st.layers[static_cast<size_t>(il)];
-                kv_device(il).kv_write_rows(il, cells[static_cast<size_t>(il)]->restore_seq(s, rows.pos, rows.cell),
-                                            rows);
+                const auto placed = cells[static_cast<size_t>(il)]->restore_seq(s, rows.pos, rows.cell);
+                if (owns(il)) kv_device(il).kv_write_rows(il, placed, rows);
             }
+            if (next) next->restore_sequence(s, blob);
         } catch (...) {
             remove_positions(s, 0, -1);
             throw;
@@ -687,6 +709,7 @@ void Session::eval_stage(std::span<const BatchToken> tokens, bool single_order, 
 
 std::pair<int64_t, int64_t> Session::stage_layers() const { return {impl_->first, impl_->end}; }
 bool Session::runs_head() const { return impl_->outputs(); }
+bool Session::pipelined() const { return impl_->pipelined(); }
 
 void Session::remove_positions(int32_t seq, int32_t p0, int32_t p1) { impl_->remove_positions(seq, p0, p1); }
 void Session::copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) { impl_->copy_sequence(src, dst, p0, p1); }

@@ -157,6 +157,9 @@ public:
     // This stage's layers [first, end), and whether it runs the head.
     std::pair<int64_t, int64_t> stage_layers() const;
     bool runs_head() const;
+    // Part of a pipeline (--pipeline): other processes hold some layers, so
+    // a sequence's rows are gathered over the link to be saved.
+    bool pipelined() const;
     // Forgets sequence seq's positions [p0, p1) (p1 < 0: to the end; seq <
     // 0: every sequence), e.g. rejected draft tokens.
     void remove_positions(int32_t seq, int32_t p0, int32_t p1);
@@ -176,7 +179,8 @@ public:
     // or Q8_0 blocks) with their positions, and the token ids the caller
     // says they hold, as a self-describing blob (runtime/engine/
     // sequence_state.h has the format). Throws tandem::Error for a sequence
-    // outside 0..63 or a token id outside the vocabulary.
+    // outside 0..63 or a token id outside the vocabulary. Under --pipeline
+    // the first stage gathers the other stages' layers: the same blob.
     std::vector<uint8_t> save_sequence(int32_t seq, std::span<const int32_t> tokens) const;
     // Replaces sequence seq's cells with a blob from save_sequence and
     // returns the tokens stored with it. A sliding-window layer gets the

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace tandem {
 
@@ -42,6 +43,12 @@ public:
     virtual void remove_positions(int32_t seq, int32_t p0, int32_t p1) = 0;
     virtual void copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) = 0;
     virtual void reset() = 0;
+    // Each later stage's Session::save_sequence(seq) in stage order: a
+    // blob whose layers hold rows only where that stage holds the layer.
+    virtual std::vector<std::vector<uint8_t>> save_sequence(int32_t seq) = 0;
+    // A state the first stage checked and placed goes to every later stage,
+    // which places its cells and writes its own layers' rows.
+    virtual void restore_sequence(int32_t seq, std::span<const uint8_t> blob) = 0;
 };
 
 // Layers [first, end) of n_layer for stage `rank` of `n_ranks`: equal

@@ -408,14 +408,18 @@ int64_t Scheduler::share_prompt(Slot& leader, std::span<const float> row) {
     // its next requests; and a follower's cells would be in another order
     // than a request of its own gets, so its sums too. A restored sequence
     // continues bit for bit (test_sequence_state.cpp). Under --pipeline the
-    // rows are spread over the stages and cannot be saved: there the cells
-    // are shared.
+    // rows come to the first stage and go back down (StageLink), the same
+    // bits at the price of moving them over the link twice.
     std::vector<uint8_t> blob;
-    bool copy_rows = true;
     try {
         blob = session_.save_sequence(leader.id, leader.cache);
-    } catch (const Error&) {
-        copy_rows = false;
+    } catch (const Error& e) {
+        for (Slot* f : followers) {
+            if (!f->busy() || !f->waiting) continue;
+            f->waiting = false;
+            finish(*f, "error", e.what());
+        }
+        return 0;
     }
     std::vector<float> mine;
     int64_t sampled = 0;
@@ -424,8 +428,7 @@ int64_t Scheduler::share_prompt(Slot& leader, std::span<const float> row) {
         f->waiting = false;
         try {
             // Its sequence is empty (take_request).
-            if (copy_rows) session_.restore_sequence(f->id, blob);
-            else session_.copy_sequence(leader.id, f->id, 0, -1);
+            session_.restore_sequence(f->id, blob);
             f->cache = leader.cache;
             f->prompt_done = f->req.prompt.size();
             if (options_.draft != nullptr) options_.draft->keep(f->id, 0);  // it catches up as for a new prompt

@@ -6,6 +6,8 @@ machine, against one process:
   a mixture of experts from ../shared, with 2 and 3 ranks, over shared
   memory (btl vader) and over TCP (btl tcp), and with each rank's layers on
   its own stand-in device: the same bytes as one process;
+- `--prompt-cache` over 2 ranks: the one-process state file, byte for byte;
+  one process's state restored into 3 ranks: the one-process logits;
 - a rank reading its own copy of the model (TANDEM_PIPELINE_MODEL): the
   same logits; a different file is refused, naming the rank;
 - `tandem serve -np 4` over 2 ranks: 4 concurrent completions, each the
@@ -126,7 +128,14 @@ def complete(port, prompt):
 def four_answers(port):
     prompts = [f"{PROMPT} {i}" * (i + 1) for i in range(4)]
     with concurrent.futures.ThreadPoolExecutor(4) as ex:
-        return list(ex.map(lambda p: complete(port, p), prompts))
+        answers = list(ex.map(lambda p: complete(port, p), prompts))
+    # Two choices of one prompt: the second slot gets a copy of the first's
+    # rows (under --pipeline gathered from every stage and sent back down).
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 12, "temperature": 0.9, "seed": 5, "n": 2}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    choices = json.loads(urllib.request.urlopen(req, timeout=120).read())["choices"]
+    return answers + [c["text"] for c in sorted(choices, key=lambda c: c["index"])]
 
 
 def stop(proc):
@@ -150,7 +159,8 @@ def serve_test(tmp):
         got = four_answers(port)
     finally:
         stop(proc)
-    check(got == want, f"serve -np 4 over 2 ranks: the 4 concurrent answers are the one-process answers ({got} vs {want})")
+    check(got == want, f"serve -np 4 over 2 ranks: the 4 concurrent answers and a request's n=2 choices are the one-process "
+          f"answers ({got} vs {want})")
 
 
 def ranks_of(mpirun_pid):
@@ -193,6 +203,25 @@ def failure_test(tmp):
             stop(proc)
 
 
+def prompt_cache_test(tmp):
+    """--prompt-cache under --pipeline: rank 0 gathers every stage's rows, so
+    the state file is the one a single process writes, byte for byte; and a
+    state one process saved, restored into 3 ranks, continues with the
+    one-process logits."""
+    model = SHARED / "models" / f"{MODELS[0]}.gguf"
+    base = ["run", "-m", str(model), "-p", PROMPT, "-n", "4", "--temp", "0", "-t", "1", "-ub", "4"]
+    one, _ = run_logits([BINARY] + base + ["--prompt-cache", f"{tmp}/one.state", "--dump-logits", f"{tmp}/o.bin"],
+                        f"{tmp}/one.state")
+    two, err = run_logits(mpirun(2, "vader,self", base + ["--prompt-cache", f"{tmp}/two.state"]), f"{tmp}/two.state")
+    check(one is not None and two == one, "--prompt-cache over 2 ranks writes the one-process state file, byte for byte"
+          + ("" if two is not None else f" (failed: {err})"))
+    again = base + ["--prompt-cache", f"{tmp}/one.state", "--prompt-cache-ro", "--dump-logits", f"{tmp}/r.bin"]
+    want, _ = run_logits([BINARY] + again, f"{tmp}/r.bin")
+    got, err = run_logits(mpirun(3, "vader,self", again[:-1] + [f"{tmp}/r3.bin"]), f"{tmp}/r3.bin")
+    check(want is not None and got == want, "a state saved by one process, restored into 3 ranks: the same logits"
+          + ("" if got is not None else f" (failed: {err})"))
+
+
 def main():
     if not BINARY or not os.path.exists(BINARY):
         print("skip: TANDEM_BINARY is not set to the tandem binary")
@@ -213,6 +242,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tandem-pipeline-") as tmp:
         logits_test(tmp)
         per_host_path_test(tmp)
+        prompt_cache_test(tmp)
         serve_test(tmp)
         failure_test(tmp)
     print(f"pipeline: {len(failures)} failed")
