@@ -56,8 +56,8 @@ TEST(ServeAnthropic, EachBadFieldIsNamed) {
         {{{"messages", kHi}, {"max_tokens", 8}, {"stop_sequences", "x"}}, "stop_sequences"},
         {{{"messages", kHi}, {"max_tokens", 8}, {"stop_sequences", json::array({"a", 1})}}, "stop_sequences[1]"},
         {{{"messages", kHi}, {"max_tokens", 8}, {"stream", "yes"}}, "stream"},
-        {{{"messages", kHi}, {"max_tokens", 8}, {"tools", json::array({{{"name", "f"}}})}}, "tools"},
-        {{{"messages", kHi}, {"max_tokens", 8}, {"tool_choice", {{"type", "auto"}}}}, "tool_choice"},
+        {{{"messages", kHi}, {"max_tokens", 8}, {"tools", json::array({{{"name", "f"}}})}}, "tools[0].input_schema"},
+        {{{"messages", kHi}, {"max_tokens", 8}, {"tool_choice", {{"type", "any"}}}}, "tool_choice"},
         {{{"messages", kHi}, {"max_tokens", 8}, {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}}}, "thinking"},
         {{{"messages", json::array({{{"role", "assistant"}, {"content", "x"}}})}, {"max_tokens", 8}}, "messages"},
     };
@@ -65,8 +65,8 @@ TEST(ServeAnthropic, EachBadFieldIsNamed) {
         const std::string e = refused(c.body);
         EXPECT_EQ(e.rfind(c.param + ": ", 0), 0u) << c.body.dump() << " -> " << e;
     }
-    EXPECT_TRUE(tandem::testing::contains(refused({{"messages", kHi}, {"max_tokens", 8}, {"tools", json::array({1})}}),
-                                          "tool use is not supported"));
+    EXPECT_EQ(refused({{"messages", kHi}, {"max_tokens", 8}, {"tools", json::array({1})}}),
+              "tools[0]: 'tools[0]': expected an object {name, description, input_schema}, found an integer");
 }
 
 TEST(ServeAnthropic, ValuesAreTaken) {
@@ -85,12 +85,12 @@ TEST(ServeAnthropic, ValuesAreTaken) {
         {"metadata", {{"user_id", "u"}}},
         {"thinking", {{"type", "disabled"}}}};
     const auto r = parse_messages_request(body, 99);
-    ASSERT_EQ(r.messages.size(), 4u);
-    EXPECT_EQ(r.messages[0].role, "system");
-    EXPECT_EQ(r.messages[0].content, "Be brief.");
-    EXPECT_EQ(r.messages[1].content, "Hi");
-    EXPECT_EQ(r.messages[3].role, "user");
-    EXPECT_EQ(r.prefill, "The colour is");  // the last assistant turn goes on
+    ASSERT_EQ(r.conversation.messages.size(), 4u);
+    EXPECT_EQ(r.conversation.messages[0].role, "system");
+    EXPECT_EQ(r.conversation.messages[0].content, "Be brief.");
+    EXPECT_EQ(r.conversation.messages[1].content, "Hi");
+    EXPECT_EQ(r.conversation.messages[3].role, "user");
+    EXPECT_EQ(r.conversation.prefill, "The colour is");  // the last assistant turn goes on
     EXPECT_EQ(r.params.max_tokens, 7);
     EXPECT_EQ(r.params.sampling.temperature, 0.0f);
     EXPECT_EQ(r.params.sampling.top_k, 3);

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """`tandem serve` end to end on loopback with SmolLM2-135M-Instruct: OpenAI's
 `n` (several choices of one prompt, through the openai client and plain
-HTTP) and Anthropic's Messages API (/v1/messages, plain HTTP, and the
-`anthropic` client when it is installed). Exit 0: passed; 77: skipped (the
-binary, the model or the openai client is missing: said why); 1: failed.
+HTTP) and Anthropic's Messages API (/v1/messages and its count_tokens, plain
+HTTP, and the `anthropic` client when it is installed; its tools are in
+test_tools.py). Exit 0: passed; 77: skipped (the binary, the model or the
+openai client is missing: said why); 1: failed.
 
 Every request is bounded (max_tokens, timeouts); the servers bind 127.0.0.1 only.
 """
@@ -125,7 +126,7 @@ def anthropic_events(payload):
 
 def messages_test(server, client):
     """/v1/messages: the text of /v1/chat/completions at temperature 0, whole and streamed as Anthropic's events,
-    stop reasons, errors in Anthropic's shape."""
+    stop reasons, count_tokens, errors in Anthropic's shape."""
     chat = client.chat.completions.create(model="m", messages=MESSAGES, temperature=0, max_tokens=48)
     ref = chat.choices[0].message.content
     req = {"model": "claude-any", "messages": MESSAGES, "max_tokens": 48, "temperature": 0}
@@ -194,8 +195,30 @@ def messages_test(server, client):
     else:
         check(False, f"the story has at least 6 words: {story!r}")
 
+    # count_tokens: the prompt tokens the same request evaluates (usage.input_tokens), max_tokens and the
+    # sampling fields aside; a system text and a prefill count.
+    prefill = MESSAGES + [{"role": "assistant", "content": "The capital"}]
+    for extra in ({}, {"system": [{"type": "text", "text": "Answer in one word."}]}, {"messages": prefill}):
+        st, _, payload = server.post("/v1/messages", dict(req, max_tokens=2, **extra))
+        used = json_or(payload, {}).get("usage", {}).get("input_tokens")
+        counted = {k: v for k, v in dict(req, **extra).items() if k not in ("max_tokens", "temperature")}
+        cst, ctype, cpayload = server.post("/v1/messages/count_tokens", counted)
+        check(st == cst == 200 and ctype.startswith("application/json") and used and
+              json_or(cpayload, {}) == {"input_tokens": used},
+              f"count_tokens {sorted(extra)}: usage.input_tokens {used} ({cst} {cpayload[:200]!r})")
+    for body, needle in [({"model": "m"}, "'messages'"), ({"messages": [{"role": "system", "content": "x"}]},
+                                                           "'messages[0].role'"),
+                         ({"messages": MESSAGES, "tools": [{"name": "f", "input_schema": {"type": "object"}}]},
+                          "'tools'"), (b"[]", "JSON object")]:
+        st, _, payload = server.post("/v1/messages/count_tokens", body)
+        e = json_or(payload, {})
+        check(st == 400 and e.get("type") == "error" and e.get("error", {}).get("type") == "invalid_request_error" and
+              needle in e.get("error", {}).get("message", ""),
+              f"count_tokens refuses ({needle}): 400 in Anthropic's shape ({st} {payload[:200]!r})")
+
+    # SmolLM2's own template writes no tool calls: tools are refused, naming the field.
     bad = [({"messages": MESSAGES}, "max_tokens"), ({"messages": MESSAGES, "max_tokens": 8, "tools": [
-        {"name": "get_weather", "input_schema": {"type": "object"}}]}, "tools"),
+        {"name": "get_weather", "input_schema": {"type": "object"}}]}, "'tools': the model's chat template"),
         ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}], "max_tokens": 8},
          "messages[0].content[0].type"),
         ({"messages": MESSAGES, "max_tokens": 8, "temperature": 2}, "temperature"), (b"{not json", "JSON")]
@@ -225,16 +248,21 @@ def anthropic_client_test(port, ref, api_key="none"):
         final = s.get_final_message()
     check(text == ref and final.usage.output_tokens == m.usage.output_tokens,
           f"anthropic client: messages.stream gives the text ({text!r})")
+    n = client.messages.count_tokens(model="claude-any", messages=MESSAGES)
+    check(n.input_tokens == m.usage.input_tokens, f"anthropic client: count_tokens {n.input_tokens} is the "
+          f"message's usage.input_tokens {m.usage.input_tokens}")
+    # Tools with a template that writes no calls (SmolLM2's own): refused (tests/serve/test_tools.py runs them
+    # with a template that has them).
     try:
         client.messages.create(model="claude-any", max_tokens=8, messages=MESSAGES,
                                tools=[{"name": "f", "input_schema": {"type": "object"}}])
         check(False, "anthropic client: tools are refused")
     except anthropic.BadRequestError as e:
-        check("tools" in str(e), f"anthropic client: a BadRequestError naming tools ({e})")
+        check("'tools'" in str(e), f"anthropic client: a BadRequestError naming tools ({e})")
 
 
 def key_test(model, ref):
-    """--api-key: /v1/messages takes x-api-key (Anthropic's header) or Bearer; without, a 401 in Anthropic's shape."""
+    """--api-key: /v1/messages and its count_tokens take x-api-key (Anthropic's header) or Bearer; without, a 401 in Anthropic's shape."""
     keyed = Server(model, "-t", "2", "-np", "1", "-c", "1024", "--api-key", "sesame", prefix="tandem-n-messages-")
     try:
         req = {"messages": MESSAGES, "max_tokens": 4, "temperature": 0}
@@ -247,6 +275,13 @@ def key_test(model, ref):
         for h in ({"x-api-key": "sesame"}, {"Authorization": "Bearer sesame"}):
             st, _, payload = keyed.post("/v1/messages", req, h)
             check(st == 200, f"/v1/messages with {list(h)[0]}: 200 ({st} {payload[:200]!r})")
+        counted = {"messages": MESSAGES}
+        st, _, payload = keyed.post("/v1/messages/count_tokens", counted)
+        e = json_or(payload, {})
+        check(st == 401 and e.get("error", {}).get("type") == "authentication_error",
+              f"count_tokens without the key: 401 in Anthropic's shape ({st} {payload[:200]!r})")
+        st, _, payload = keyed.post("/v1/messages/count_tokens", counted, {"x-api-key": "sesame"})
+        check(st == 200 and "input_tokens" in json_or(payload, {}), f"count_tokens with x-api-key: 200 ({st})")
         st, _, _ = keyed.post("/v1/chat/completions", req, {"x-api-key": "sesame"})
         check(st == 200, f"/v1/chat/completions with x-api-key: 200 (got {st})")
         if importlib.util.find_spec("anthropic") is not None:

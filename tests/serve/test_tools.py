@@ -2,7 +2,10 @@
 """A tool call round trip through `tandem serve` on loopback, with the
 official `openai` client and SmolLM2-135M-Instruct: the model writes a call,
 the server parses it into `tool_calls` (whole and streamed), the client sends
-the result back as a `tool` message, and a final answer comes.
+the result back as a `tool` message, and a final answer comes. The same on
+Anthropic's /v1/messages with the official `anthropic` client, when it is
+installed: tool_use blocks (whole and streamed), a tool_result sent back,
+count_tokens, and errors naming the field.
 
 SmolLM2's own template has no tools, so the server runs with
 --chat-template tests/data/chat_templates/qwen2_5.jinja (Qwen 2.5's template:
@@ -14,6 +17,7 @@ the call in what it wrote.
 Exit 0: passed; 77: skipped (the binary, the model or the client is missing:
 said why); 1: failed. Every request is bounded (max_tokens, timeouts).
 """
+import importlib.util
 import json
 import pathlib
 import sys
@@ -124,6 +128,144 @@ def round_trip(client, server):
         check(body.get("param") == "tools[0].function.name", f"400 names tools[0].function.name: {e.body}")
 
 
+ANTHROPIC_WEATHER = {"name": "get_weather", "description": WEATHER["function"]["description"],
+                     "input_schema": WEATHER["function"]["parameters"]}
+
+
+def sse_events(payload):
+    """[(event name, data as JSON)] of a server-sent event stream."""
+    out = []
+    for block in payload.decode().split("\n\n"):
+        lines = block.strip().split("\n")
+        name = next((ln[len("event: "):] for ln in lines if ln.startswith("event: ")), None)
+        data = "\n".join(ln[len("data: "):] for ln in lines if ln.startswith("data: "))
+        if block.strip():
+            out.append((name, json.loads(data)))
+    return out
+
+
+def anthropic_round_trip(server, openai_client):
+    """/v1/messages with tools, through the anthropic client: the call the model writes as a tool_use block
+    (whole and streamed), tool_choice any and tool held to a call, the tool_result sent back for a final answer
+    (the OpenAI route's, as the template gets the same conversation), count_tokens, errors naming the field."""
+    import anthropic
+    client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{server.port}", api_key="none", max_retries=0,
+                                 timeout=120)
+    ask = [{"role": "user", "content": "Repeat exactly, with nothing else:\n" + CALL_TEXT}]
+    rome = [{"role": "user", "content": "What is the weather in Rome?"}]
+    # temperature through extra_body: newer clients (2.x) no longer take it as an argument.
+    common = dict(model="m", max_tokens=60, tools=[ANTHROPIC_WEATHER], extra_body={"temperature": 0})
+    one_call = {"type": "any", "disable_parallel_tool_use": True}
+
+    # 1. The model writes the call (tool_choice auto): a tool_use block with the parsed input.
+    m = client.messages.create(messages=ask, **common)
+    uses = [b for b in m.content if b.type == "tool_use"]
+    print(f"anthropic: {m.content} ({m.stop_reason})")
+    check(m.stop_reason == "tool_use" and len(uses) == 1 and uses[0].name == "get_weather" and
+          uses[0].input == {"city": "Paris"} and uses[0].id.startswith("toolu_") and
+          all(b.type == "tool_use" for b in m.content), f"anthropic: one tool_use block, no text: {m}")
+    # count_tokens: what the same request evaluates, and what the OpenAI route's same request does.
+    n = client.messages.count_tokens(model="m", messages=ask, tools=[ANTHROPIC_WEATHER])
+    o = openai_client.chat.completions.create(messages=ask, model="m", tools=[WEATHER], temperature=0, max_tokens=1)
+    check(n.input_tokens == m.usage.input_tokens == o.usage.prompt_tokens,
+          f"count_tokens {n.input_tokens} = usage.input_tokens {m.usage.input_tokens} = the OpenAI route's "
+          f"prompt_tokens {o.usage.prompt_tokens}")
+
+    # The same, streamed with the client's helper: the final message holds the block, its input parsed.
+    with client.messages.stream(messages=ask, **common) as s:
+        kinds = [e.type for e in s]
+        final = s.get_final_message()
+    check(final.stop_reason == "tool_use" and [b.type for b in final.content] == ["tool_use"] and
+          final.content[0].input == {"city": "Paris"} and final.content[0].name == "get_weather" and
+          "input_json" in kinds, f"anthropic stream: the tool_use block ({final.content}, events {set(kinds)})")
+
+    # 2. tool_choice any (one call) and tool: a grammar holds the reply to a call, for a question the model
+    # would answer in text.
+    for choice in (one_call, {"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True}):
+        forced = client.messages.create(messages=rome, tool_choice=choice, **common)
+        uses = [b for b in forced.content if b.type == "tool_use"]
+        print(f"anthropic tool_choice {choice}: {[(b.name, b.input) for b in uses]} ({forced.stop_reason})")
+        check(forced.stop_reason == "tool_use" and len(uses) == 1 and uses[0].name == "get_weather" and
+              isinstance(uses[0].input, dict), f"anthropic tool_choice {choice}: one call: {forced}")
+    call = uses[0]
+
+    # Streamed as Anthropic's events: the block starts with an empty input, the input comes as JSON.
+    st, ctype, payload = server.post("/v1/messages", {"model": "m", "max_tokens": 60, "temperature": 0,
+                                                      "messages": rome, "tools": [ANTHROPIC_WEATHER],
+                                                      "tool_choice": one_call, "stream": True})
+    events = sse_events(payload)
+    names = [nm for nm, _ in events]
+    check(st == 200 and ctype.startswith("text/event-stream") and
+          names == ["message_start", "ping", "content_block_start", "content_block_delta", "content_block_stop",
+                    "message_delta", "message_stop"], f"streamed tool_use events: {names}")
+    if len(events) == 7:
+        start, delta, delta_msg = events[2][1], events[3][1], events[5][1]
+        block = start.get("content_block", {})
+        check(start.get("index") == 0 and block.get("type") == "tool_use" and block.get("input") == {} and
+              block.get("name") == "get_weather" and block.get("id", "").startswith("toolu_"),
+              f"content_block_start: the tool_use block, input empty ({start})")
+        check(delta.get("delta", {}).get("type") == "input_json_delta" and
+              json.loads(delta["delta"].get("partial_json", "null")) == call.input,
+              f"input_json_delta: the call's input ({delta} vs {call.input})")
+        check(delta_msg.get("delta", {}).get("stop_reason") == "tool_use", f"message_delta: tool_use ({delta_msg})")
+
+    # 3. The result goes back as a tool_result block; the model answers in text, as the OpenAI route does
+    # for the same conversation.
+    result = json.dumps({"temperature_c": 18, "sky": "cloudy"})
+    history = rome + [{"role": "assistant", "content": forced.content},
+                      {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": result}]}]
+
+    def same():
+        return openai_client.chat.completions.create(
+            model="m", tools=[WEATHER], temperature=0, max_tokens=60, messages=rome + [
+                {"role": "assistant", "content": None, "tool_calls": [{"id": call.id, "type": "function", "function": {
+                    "name": call.name, "arguments": json.dumps(call.input)}}]},
+                {"role": "tool", "tool_call_id": call.id, "content": result}])
+    # The OpenAI route's request first, so that both answers below start from the same cached prompt (a prompt
+    # evaluated afresh or from the cache can differ in the last digits, and this small model's greedy text
+    # with them).
+    same()
+    final = client.messages.create(messages=history, **common)
+    print(f"anthropic final answer: {final.content} ({final.stop_reason})")
+    check(final.stop_reason in ("end_turn", "max_tokens") and [b.type for b in final.content] == ["text"] and
+          final.content[0].text, f"anthropic: a final answer in text ({final})")
+    same = same()
+    check(final.content[0].text == same.choices[0].message.content and
+          final.usage.input_tokens == same.usage.prompt_tokens,
+          f"the OpenAI route's answer to the same conversation ({same.choices[0].message.content!r}, "
+          f"{same.usage.prompt_tokens} vs {final.usage.input_tokens} prompt tokens)")
+    n = client.messages.count_tokens(model="m", messages=history, tools=[ANTHROPIC_WEATHER])
+    check(n.input_tokens == final.usage.input_tokens, f"count_tokens of the history ({n.input_tokens})")
+
+    # tool_choice none: the tools are shown, the reply is all text (the call's text included).
+    none = client.messages.create(messages=ask, tool_choice={"type": "none"}, **common)
+    check(none.stop_reason != "tool_use" and [b.type for b in none.content] == ["text"] and
+          "get_weather" in none.content[0].text, f"anthropic tool_choice none: all text ({none.content})")
+
+    # 4. Bad tools and blocks: a 400 in Anthropic's shape naming the field.
+    bad = [(dict(tools=[{"name": "bad name", "input_schema": {"type": "object"}}]), "tools[0].name"),
+           (dict(tool_choice={"type": "tool", "name": "nothing"}), "tool_choice.name"),
+           (dict(tools=[{"name": "f", "input_schema": {"type": "string"}}]), "tools[0].input_schema.type"),
+           (dict(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_none",
+                                                         "content": "x"}]}]), "messages[0].content[0].tool_use_id"),
+           (dict(messages=rome + [{"role": "assistant", "content": forced.content}]), "messages")]
+    for change, field in bad:
+        kw = dict(common, messages=rome)
+        kw.update(change)
+        try:
+            client.messages.create(**kw)
+            check(False, f"anthropic: {field} refused")
+        except anthropic.BadRequestError as e:
+            err = e.body.get("error", {}) if isinstance(e.body, dict) else {}
+            check(e.status_code == 400 and err.get("type") == "invalid_request_error" and
+                  f"'{field}'" in err.get("message", ""), f"anthropic: a 400 naming {field} ({e.body})")
+        try:
+            client.messages.count_tokens(**{k: v for k, v in kw.items() if k not in ("max_tokens", "extra_body")})
+            check(False, f"anthropic count_tokens: {field} refused")
+        except anthropic.BadRequestError as e:
+            check(f"'{field}'" in str(e), f"anthropic count_tokens: a 400 naming {field} ({e})")
+
+
 def main():
     model, why = serve_test_inputs(BINARY)
     if why:
@@ -135,6 +277,13 @@ def main():
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0,
                                timeout=120)
         round_trip(client, server)
+        print(f"openai checks: {time.time() - t0:.1f} s", flush=True)
+        if importlib.util.find_spec("anthropic") is not None:
+            t1 = time.time()
+            anthropic_round_trip(server, client)
+            print(f"anthropic checks: {time.time() - t1:.1f} s", flush=True)
+        else:
+            print("note: the anthropic client is not installed (pip install anthropic): its tool checks skipped")
     print(f"tool round trip: {check.summary()}, {time.time() - t0:.1f} s")
     return check.exit_code()
 

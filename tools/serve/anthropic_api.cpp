@@ -1,6 +1,7 @@
 // Anthropic's Messages API (anthropic_api.h): requests read into the OpenAI
-// routes' GenerationParams and chat messages, run through the same pieces
-// (completions.h), and answered in Anthropic's shapes.
+// routes' GenerationParams, chat messages and tools (anthropic_content.h),
+// run through the same pieces (completions.h), and answered in Anthropic's
+// shapes.
 #include "tools/serve/anthropic_api.h"
 
 #include <algorithm>
@@ -12,45 +13,13 @@
 
 #include "tools/serve/completions.h"
 #include "tools/serve/http_util.h"
+#include "tools/serve/tool_api.h"
 
 namespace tandem::serve {
 
 using nlohmann::json;
 
 namespace {
-
-// Text blocks' texts joined: `v` must be a string or an array of
-// {"type": "text", "text": ...}; any other block is refused by name.
-std::string block_text(const Fields& f, const json& v, const std::string& field) {
-    if (v.is_string()) return v.get<std::string>();
-    if (!v.is_array()) f.bad(field, "a string or an array of text blocks", v);
-    std::string out;
-    for (size_t i = 0; i < v.size(); ++i) {
-        const json& block = v[i];
-        const std::string b = fmt::format("{}[{}]", field, i);
-        if (!block.is_object()) f.bad(b, "a content block object", block);
-        const Fields bf(block, f.name(b) + ".");
-        const std::optional<std::string> type = bf.string("type");
-        if (!type) throw ApiError(400, fmt::format("'{}.type': missing; expected \"text\"", f.name(b)), f.name(b) + ".type");
-        if (*type != "text") {
-            throw ApiError(400,
-                           fmt::format("'{}.type': only \"text\" blocks are supported, found \"{}\"", f.name(b), *type),
-                           f.name(b) + ".type");
-        }
-        const std::optional<std::string> text = bf.string("text");
-        if (!text) throw ApiError(400, fmt::format("'{}.text': missing; expected a string", f.name(b)), f.name(b) + ".text");
-        out += *text;
-    }
-    return out;
-}
-
-// A field that must be absent, null or empty: what it asks for is not
-// served on this route.
-void refuse(const Fields& f, const char* key, const std::string& why) {
-    const json* v = f.find(key);
-    if (!v || ((v->is_array() || v->is_object()) && v->empty())) return;
-    throw ApiError(400, fmt::format("'{}': {}", f.name(key), why), f.name(key));
-}
 
 SamplerParams messages_sampling(const Fields& f, uint64_t default_seed) {
     // Anthropic's temperature (0..1, default 1); what it leaves unsaid is
@@ -67,6 +36,13 @@ SamplerParams messages_sampling(const Fields& f, uint64_t default_seed) {
 
 constexpr size_t kMaxStopSequences = 64;
 
+void reject_thinking(const Fields& f) {
+    if (const json* thinking = f.find("thinking")) {
+        const bool off = thinking->is_object() && thinking->value("type", json()) == "disabled";
+        if (!off) throw ApiError(400, "'thinking': extended thinking is not supported; leave it out", "thinking");
+    }
+}
+
 json usage_of(const Usage& u) {
     return json{{"input_tokens", u.prompt_tokens}, {"output_tokens", u.completion_tokens}};
 }
@@ -76,32 +52,31 @@ json message_head(const std::string& id, const std::string& model) {
 }
 
 StreamFormat messages_stream(const std::string& id, const std::string& model, bool harmony, int64_t input_tokens,
-                             std::vector<std::string> stop_sequences) {
+                             std::vector<std::string> stop_sequences, chat::ToolFormat calls, CallTaker taker) {
     StreamFormat f;
     f.content_type = "text/event-stream";
     f.harmony = harmony;
-    f.head = [id, model, input_tokens] {
+    f.calls = calls;
+    auto blocks = std::make_shared<BlockEvents>(std::move(taker));
+    // Without tools the text block opens at once (as Anthropic's own
+    // streams); with them, what comes first may be a call.
+    f.head = [id, model, input_tokens, blocks, eager = calls == chat::ToolFormat::None] {
         json message = message_head(id, model);
         message["content"] = json::array();
         message["stop_reason"] = nullptr;
         message["stop_sequence"] = nullptr;
         message["usage"] = {{"input_tokens", input_tokens}, {"output_tokens", 0}};
         return anthropic_event({{"type", "message_start"}, {"message", std::move(message)}}) +
-               anthropic_event({{"type", "content_block_start"},
-                                {"index", 0},
-                                {"content_block", {{"type", "text"}, {"text", ""}}}}) +
-               anthropic_event({{"type", "ping"}});
+               (eager ? blocks->open_text() : std::string()) + anthropic_event({{"type", "ping"}});
     };
-    f.piece = [](const StreamPiece& p) {
-        if (p.split.content.empty()) return std::string();
-        return anthropic_event({{"type", "content_block_delta"},
-                                {"index", 0},
-                                {"delta", {{"type", "text_delta"}, {"text", p.split.content}}}});
+    f.piece = [blocks](const StreamPiece& p) {
+        std::string out = blocks->text(p.split.content);  // in this order: a call closes the text block
+        return out + blocks->calls(p.split.calls);
     };
-    f.tail = [stop_sequences = std::move(stop_sequences)](const Event& last, const auto&) {
+    f.tail = [blocks, stop_sequences = std::move(stop_sequences)](const Event& last, const auto&) {
         if (const auto failed = failure_of(last)) return anthropic_event(anthropic_error(failed->status, failed->what()));
-        const StopReason stop = stop_reason(last, stop_sequences);
-        return anthropic_event({{"type", "content_block_stop"}, {"index", 0}}) +
+        const StopReason stop = stop_reason(last, stop_sequences, blocks->called());
+        return blocks->finish() +
                anthropic_event({{"type", "message_delta"},
                                 {"delta", {{"stop_reason", stop.reason}, {"stop_sequence", stop.sequence}}},
                                 {"usage", {{"output_tokens", last.usage.completion_tokens}}}}) +
@@ -110,25 +85,57 @@ StreamFormat messages_stream(const std::string& id, const std::string& model, bo
     return f;
 }
 
+// The request's tools as the model's template can serve them; what
+// /v1/messages and count_tokens both check.
+chat::ToolFormat tool_calls_of(const LoadedModel& m, const ToolRequest& tools) {
+    const chat::ToolFormat format = chat::tool_format(*m.chat_template);
+    check_tool_support(tools, format, "tool_choice {\"type\": \"none\"}");
+    return tools.active() ? format : chat::ToolFormat::None;
+}
+
+std::string conversation_prompt(const LoadedModel& m, const Conversation& c) {
+    return chat_prompt(m, c.messages, c.tools.tools) + c.prefill;
+}
+
 void messages(ServerState& state, const httplib::Request& req, httplib::Response& res) {
     const LoadedModel& m = state.model;
-    const MessagesRequest r = parse_messages_request(parse_body(req.body), state.draw_seed());
-    const std::string prompt = chat_prompt(m, r.messages) + r.prefill;
-    GenerationRequest g = generation_request(m, prompt_tokens(m, prompt, true), r.params, true);
+    MessagesRequest r = parse_messages_request(parse_body(req.body), state.draw_seed(), req.body);
+    const ToolRequest& tools = r.conversation.tools;
+    const chat::ToolFormat calls = tool_calls_of(m, tools);
+    r.params.grammar = forced_call_grammar(m, tools);  // tool_choice any or tool: a call in the template's format
+    GenerationRequest g =
+        generation_request(m, prompt_tokens(m, conversation_prompt(m, r.conversation), true), r.params, true);
     g.client_gone = state.watch_client(req);  // a client that leaves frees its slot, streamed or not
     const std::string id = fmt::format("msg_{:016x}", state.draw_seed());
+    CallTaker taker(tools.parallel, calls, state.draw_seed(), "toolu_");
     const auto input_tokens = static_cast<int64_t>(g.prompt.size());
     std::shared_ptr<void> answering = state.answer_token();
     std::shared_ptr<Job> job = m.scheduler->submit(std::move(g));
     if (r.params.stream) {
-        answer_stream(std::move(answering), job, messages_stream(id, m.name, m.harmony, input_tokens, r.stop_sequences),
+        answer_stream(std::move(answering), job,
+                      messages_stream(id, m.name, m.harmony, input_tokens, r.stop_sequences, calls, std::move(taker)),
                       res);
         return;
     }
     const WholeAnswer a = wait_whole(*job);
     if (const auto failed = failure_of(a.last)) throw *failed;
-    const ChatReply reply = chat_reply(m, a.text);
-    set_json(res, 200, message_response(id, m.name, reply.content, stop_reason(a.last, r.stop_sequences), a.last.usage));
+    const ChatReply reply = chat_reply(m, a.text, calls);
+    const std::vector<chat::ToolCall> taken = taker.take(reply.tool_calls);
+    set_json(res, 200,
+             message_response(id, m.name, reply.content, stop_reason(a.last, r.stop_sequences, !taken.empty()),
+                              a.last.usage, taken));
+}
+
+// The prompt's tokens as /v1/messages counts them (usage.input_tokens),
+// without the slot's limit: a client asks to learn whether it fits.
+void count_tokens(ServerState& state, const httplib::Request& req, httplib::Response& res) {
+    const LoadedModel& m = state.model;
+    const json body = parse_body(req.body);
+    reject_thinking(Fields(body));
+    const Conversation c = parse_conversation(body, req.body);
+    tool_calls_of(m, c.tools);
+    const std::vector<int32_t> tokens = m.tokenizer->encode(conversation_prompt(m, c), m.add_bos, true);
+    set_json(res, 200, {{"input_tokens", tokens.size()}});
 }
 
 }  // namespace
@@ -144,15 +151,10 @@ json anthropic_error(int status, const std::string& message) {
     return json{{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
 }
 
-MessagesRequest parse_messages_request(const json& body, uint64_t default_seed) {
+MessagesRequest parse_messages_request(const json& body, uint64_t default_seed, std::string_view raw_body) {
     const Fields f(body);
     MessagesRequest r;
-    refuse(f, "tools", "tool use is not supported on /v1/messages (use /v1/chat/completions' tools)");
-    refuse(f, "tool_choice", "tool use is not supported on /v1/messages (use /v1/chat/completions' tools)");
-    if (const json* thinking = f.find("thinking")) {
-        const bool off = thinking->is_object() && thinking->value("type", json()) == "disabled";
-        if (!off) throw ApiError(400, "'thinking': extended thinking is not supported; leave it out", "thinking");
-    }
+    reject_thinking(f);
     (void)f.string("model");  // any name: the server runs one model
     if (!f.find("max_tokens")) {
         throw ApiError(400, "'max_tokens': missing; expected an integer >= 1 (the Messages API requires it)",
@@ -166,47 +168,13 @@ MessagesRequest parse_messages_request(const json& body, uint64_t default_seed) 
         r.stop_sequences = f.strings("stop_sequences", kMaxStopSequences);
     }
     r.params.stop = r.stop_sequences;
-
-    if (const json* system = f.find("system")) {
-        const std::string text = block_text(f, *system, "system");
-        if (!text.empty()) r.messages.push_back({"system", text});
-    }
-    const json* messages = f.find("messages");
-    if (!messages) throw ApiError(400, "'messages': missing; expected an array of {role, content} objects", "messages");
-    if (!messages->is_array()) f.bad("messages", "an array of {role, content} objects", *messages);
-    if (messages->empty()) throw ApiError(400, "'messages': expected at least one message, found an empty array", "messages");
-    for (size_t i = 0; i < messages->size(); ++i) {
-        const json& m = (*messages)[i];
-        const std::string field = fmt::format("messages[{}]", i);
-        if (!m.is_object()) f.bad(field, "an object with role and content", m);
-        const Fields mf(m, field + ".");
-        const std::optional<std::string> role = mf.string("role");
-        if (!role) throw ApiError(400, fmt::format("'{}.role': missing", field), field + ".role");
-        if (*role != "user" && *role != "assistant") {
-            throw ApiError(400,
-                           fmt::format("'{}.role': expected \"user\" or \"assistant\" (the system text goes in "
-                                       "'system'), found \"{}\"",
-                                       field, *role),
-                           field + ".role");
-        }
-        const json* content = mf.find("content");
-        if (!content) throw ApiError(400, fmt::format("'{}.content': missing", field), field + ".content");
-        r.messages.push_back({*role, block_text(f, *content, field + ".content")});
-    }
-    // A last assistant turn is the start of the reply (Anthropic's prefill):
-    // it goes after the template's generation prompt.
-    if (r.messages.back().role == "assistant") {
-        r.prefill = std::move(r.messages.back().content);
-        r.messages.pop_back();
-        if (r.messages.empty() || r.messages.back().role == "system") {
-            throw ApiError(400, "'messages': expected a user turn before the last assistant turn", "messages");
-        }
-    }
+    r.conversation = parse_conversation(body, raw_body);
     return r;
 }
 
-StopReason stop_reason(const Event& last, const std::vector<std::string>& stop_sequences) {
+StopReason stop_reason(const Event& last, const std::vector<std::string>& stop_sequences, bool called) {
     if (last.finish_reason == "length") return {"max_tokens", nullptr};
+    if (called) return {"tool_use", nullptr};
     if (!last.stop_string.empty() &&
         std::find(stop_sequences.begin(), stop_sequences.end(), last.stop_string) != stop_sequences.end()) {
         return {"stop_sequence", last.stop_string};
@@ -215,9 +183,9 @@ StopReason stop_reason(const Event& last, const std::vector<std::string>& stop_s
 }
 
 json message_response(const std::string& id, const std::string& model, const std::string& text, const StopReason& stop,
-                      const Usage& u) {
+                      const Usage& u, std::span<const chat::ToolCall> calls) {
     json j = message_head(id, model);
-    j["content"] = json::array({{{"type", "text"}, {"text", text}}});
+    j["content"] = content_blocks(text, calls);
     j["stop_reason"] = stop.reason;
     j["stop_sequence"] = stop.sequence;
     j["usage"] = usage_of(u);
@@ -233,6 +201,10 @@ std::string anthropic_event(const json& data) {
 void add_anthropic_routes(httplib::Server& server, ServerState& state) {
     server.Post("/v1/messages", guarded(state, [&state](const httplib::Request& req, httplib::Response& res) {
                     messages(state, req, res);
+                }));
+    server.Post("/v1/messages/count_tokens",
+                guarded(state, [&state](const httplib::Request& req, httplib::Response& res) {
+                    count_tokens(state, req, res);
                 }));
 }
 

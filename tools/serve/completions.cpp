@@ -86,6 +86,12 @@ std::string chat_prompt(const LoadedModel& m, const std::vector<chat::Message>& 
     }
 }
 
+std::shared_ptr<const grammar::Grammar> forced_call_grammar(const LoadedModel& m, const ToolRequest& tools) {
+    if (!tools.active() || (tools.choice != ToolChoice::Required && tools.choice != ToolChoice::Named)) return nullptr;
+    return grammar::compile_grammar(chat::tool_call_grammar(
+        *m.chat_template, tools.tools, tools.choice == ToolChoice::Named ? tools.named : "", tools.parallel));
+}
+
 ChatReply chat_reply(const LoadedModel& m, const std::string& text, chat::ToolFormat calls) {
     chat::ReplyParser p(m.harmony, calls);
     p.push(text, true);
@@ -301,14 +307,13 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
         params.grammar = request_grammar(req.body);
         // "required" or a named function: the reply is held to a call in
         // the template's format (each call's arguments any JSON object).
-        if (tools.active() && (tools.choice == ToolChoice::Required || tools.choice == ToolChoice::Named)) {
+        if (auto forced = forced_call_grammar(m, tools)) {
             if (params.grammar) {
                 throw ApiError(400, "'tool_choice': a required or named call constrains the reply itself; it cannot "
                                     "be combined with grammar or response_format",
                                "tool_choice");
             }
-            params.grammar = grammar::compile_grammar(chat::tool_call_grammar(
-                *m.chat_template, tools.tools, tools.choice == ToolChoice::Named ? tools.named : "", tools.parallel));
+            params.grammar = std::move(forced);
         }
         g = generation_request(m, prompt_tokens(m, chat_prompt(m, r.messages, tools.tools), true), params, true);
     } else {

@@ -20,6 +20,7 @@
 #include "runtime/serving/scheduler.h"
 #include "tools/serve/openai_api.h"
 #include "tools/serve/server_state.h"
+#include "tools/serve/tool_api.h"
 
 namespace tandem::serve {
 
@@ -34,6 +35,11 @@ std::vector<int32_t> prompt_tokens(const LoadedModel& m, const std::string& text
 // for a logit_bias id past the vocabulary.
 GenerationRequest generation_request(const LoadedModel& m, std::vector<int32_t> tokens, const GenerationParams& p,
                                      bool chat);
+
+// tool_choice "required" or a named function (with tools active): the
+// grammar that holds the reply to a call in the template's format, each
+// call's arguments any JSON object; null for any other choice.
+std::shared_ptr<const grammar::Grammar> forced_call_grammar(const LoadedModel& m, const ToolRequest& tools);
 
 // A reply to a templated prompt as the routes show it: for a model whose
 // replies are harmony's, split into reasoning, content and tool calls;

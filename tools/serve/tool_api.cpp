@@ -12,14 +12,13 @@ namespace tandem::serve {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-namespace {
-
-// OpenAI's rule for function names.
 bool valid_function_name(const std::string& s) {
     return !s.empty() && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
                return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
            });
 }
+
+namespace {
 
 // More tools than OpenAI takes (128) is refused: each is printed into the prompt.
 constexpr size_t kMaxTools = 128;
@@ -162,13 +161,15 @@ void read_message_tools(const json& m, const std::string& field, chat::Message& 
     if (auto name = f.string("name")) out.name = std::move(*name);
 }
 
-void check_tool_support(const ToolRequest& r, chat::ToolFormat format) {
+void check_tool_support(const ToolRequest& r, chat::ToolFormat format, std::string_view none_choice) {
     if (!r.active()) return;
     if (format == chat::ToolFormat::None) {
         throw ApiError(400,
-                       "'tools': the model's chat template writes no tool calls Tandem can read (Hermes/Qwen "
-                       "<tool_call>, Llama 3.x JSON, Mistral [TOOL_CALLS] or gpt-oss harmony); start the server with "
-                       "--chat-template FILE of a template with tools, or send tool_choice \"none\"",
+                       fmt::format("'tools': the model's chat template writes no tool calls Tandem can read "
+                                   "(Hermes/Qwen <tool_call>, Llama 3.x JSON, Mistral [TOOL_CALLS] or gpt-oss "
+                                   "harmony); start the server with --chat-template FILE of a template with tools, "
+                                   "or send {}",
+                                   none_choice),
                        "tools");
     }
 }
@@ -188,7 +189,7 @@ std::vector<chat::ToolCall> CallTaker::take(std::span<const chat::ToolCall> call
         if (index > 0 && !parallel_) continue;
         chat::ToolCall taken = c;
         if (taken.id.empty()) {
-            taken.id = format_ == chat::ToolFormat::Mistral ? call_id(seed_, index, 9) : "call_" + call_id(seed_, index, 24);
+            taken.id = format_ == chat::ToolFormat::Mistral ? call_id(seed_, index, 9) : prefix_ + call_id(seed_, index, 24);
         }
         out.push_back(std::move(taken));
         ++taken_;

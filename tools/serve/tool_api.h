@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +36,10 @@ struct ToolRequest {
     bool active() const { return !tools.is_null() && choice != ToolChoice::None; }
 };
 
+// OpenAI's (and Anthropic's) rule for a tool's name: 1 to 64 of
+// a-z, A-Z, 0-9, _ and -.
+bool valid_function_name(const std::string& s);
+
 // Reads tools, tool_choice and parallel_tool_calls from the request body
 // (`raw_body` its text, parsed again for the tools' key order). ApiError(400)
 // naming the field: tools not an array of {type: "function", function:
@@ -50,18 +56,22 @@ ToolRequest parse_tool_request(const nlohmann::json& body, const std::string& ra
 void read_message_tools(const nlohmann::json& message, const std::string& field, chat::Message& out);
 
 // Refuses (ApiError 400) what cannot be served: tools active with a
-// template that writes no calls Tandem knows (param "tools").
+// template that writes no calls Tandem knows (param "tools"; the message
+// says to send `none_choice`, the route's spelling of tool_choice none).
 // tool_choice "required" or a named function is served by holding the
 // reply to runtime/chat/tool_grammar.h's grammar (completions.cpp).
-void check_tool_support(const ToolRequest& r, chat::ToolFormat format);
+void check_tool_support(const ToolRequest& r, chat::ToolFormat format,
+                        std::string_view none_choice = "tool_choice \"none\"");
 
 // A reply's calls as the answer shows them, whole or as they stream: the
 // first only when parallel_tool_calls is false, and an id for each the
 // model gave none (Mistral's templates take 9 letters and digits, others
-// "call_" and 24, drawn from `seed`: one per request).
+// `prefix` and 24, drawn from `seed`: one per request; OpenAI's ids start
+// "call_", Anthropic's "toolu_").
 class CallTaker {
 public:
-    CallTaker(bool parallel, chat::ToolFormat format, uint64_t seed) : parallel_(parallel), format_(format), seed_(seed) {}
+    CallTaker(bool parallel, chat::ToolFormat format, uint64_t seed, std::string prefix = "call_")
+        : parallel_(parallel), format_(format), seed_(seed), prefix_(std::move(prefix)) {}
     // The next calls of the reply, those taken, with their ids.
     std::vector<chat::ToolCall> take(std::span<const chat::ToolCall> calls);
     size_t taken() const { return taken_; }  // OpenAI's `index` of the next one
@@ -70,6 +80,7 @@ private:
     bool parallel_;
     chat::ToolFormat format_;
     uint64_t seed_;
+    std::string prefix_;
     size_t seen_ = 0, taken_ = 0;
 };
 
