@@ -230,6 +230,8 @@ TEST(JsonSchema, NumbersAndWhitespaceAreBounded) {
     const Schema n(R"({"type": "number"})");
     EXPECT_TRUE(n.takes("-0.25e+10"));
     EXPECT_FALSE(n.starts("12345678901234567"));  // 17 digits
+    EXPECT_TRUE(n.takes("9.5e99"));
+    EXPECT_FALSE(n.takes("1e999"));  // past a double: parsers such as nlohmann refuse it
     const Schema o(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})");
     EXPECT_TRUE(o.takes("{\n    \"a\": 1\n}"));
     EXPECT_FALSE(o.starts("{    "));  // one space, or a line break and indentation

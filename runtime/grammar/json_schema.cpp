@@ -25,14 +25,15 @@ constexpr const char* kNumberKeys[] = {"minimum", "exclusiveMinimum", "maximum",
 
 // The building blocks, each a GBNF rule added when first used. `space`
 // bounds whitespace; numbers have at most 16 digits before and after the
-// point and 3 in the exponent.
+// point and 2 in the exponent (below 1e116: "1e999" is past a double, and
+// parsers such as nlohmann refuse it).
 const std::map<std::string, std::string>& primitives() {
     static const std::map<std::string, std::string> rules = {
         {"space", R"(| " " | "\n" [ \t]{0,20})"},
         {"boolean", R"(("true" | "false") space)"},
         {"null", R"("null" space)"},
         {"integer", R"(("-"? ("0" | [1-9] [0-9]{0,15})) space)"},
-        {"number", R"(("-"? ("0" | [1-9] [0-9]{0,15})) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? space)"},
+        {"number", R"(("-"? ("0" | [1-9] [0-9]{0,15})) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,2})? space)"},
         // \u escapes of surrogates only in pairs (a lone one is not a character).
         {"char", R"([^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | )"
                  R"([dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2})))"},

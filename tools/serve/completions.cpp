@@ -15,7 +15,6 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/chat/tool_grammar.h"
 #include "runtime/common/error.h"
 #include "runtime/grammar/grammar.h"
 #include "tools/serve/grammar_request.h"
@@ -300,15 +299,15 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
         check_choices(params.n, m.scheduler->n_slots());
         params.grammar = request_grammar(req.body);
         // "required" or a named function: the reply is held to a call in
-        // the template's format (each call's arguments any JSON object).
+        // the template's format, its arguments to the tool's parameters.
         if (tools.active() && (tools.choice == ToolChoice::Required || tools.choice == ToolChoice::Named)) {
             if (params.grammar) {
                 throw ApiError(400, "'tool_choice': a required or named call constrains the reply itself; it cannot "
                                     "be combined with grammar or response_format",
                                "tool_choice");
             }
-            params.grammar = grammar::compile_grammar(chat::tool_call_grammar(
-                *m.chat_template, tools.tools, tools.choice == ToolChoice::Named ? tools.named : "", tools.parallel));
+            params.grammar = tool_choice_grammar(*m.chat_template, tools.tools,
+                                                 tools.choice == ToolChoice::Named ? tools.named : "", tools.parallel);
         }
         g = generation_request(m, prompt_tokens(m, chat_prompt(m, r.messages, tools.tools), true), params, true);
     } else {
