@@ -47,6 +47,12 @@ std::string refusal(const std::string& pattern, std::string* path = nullptr) {
     return "";
 }
 
+std::string times(const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+}
+
 std::wstring wide(const std::string& utf8_text) {
     std::vector<uint32_t> cps;
     Utf8State st;
@@ -169,6 +175,9 @@ TEST(RegexGbnf, RepetitionsOfWhatCanBeEmpty) {
     EXPECT_TRUE(q.takes("z"));
     EXPECT_TRUE(q.takes("xxyyxz"));
     EXPECT_FALSE(q.takes("xzy"));
+    const Pattern nested("^(.*)*x(a+)+(?:\\d+){2}$");  // repetitions of repetitions
+    EXPECT_TRUE(nested.takes("..xaa12"));
+    EXPECT_FALSE(nested.takes("..xaa"));
     const Pattern r("^(()|a{0})*$");  // only the empty string
     EXPECT_TRUE(r.takes(""));
     EXPECT_FALSE(r.takes("a"));
@@ -178,7 +187,7 @@ TEST(RegexGbnf, WhatTheGrammarTakesMatchesThePattern) {
     const char* patterns[] = {
         "^[a-z]{2,4}-\\d{3}$", "ab+c",  "^(foo|bar)+$", "^\\w+@\\w+\\.com$", "colou?r", "^[^\\s\"]{1,8}$",
         "^(?:[0-9]{1,3}\\.){3}[0-9]{1,3}$", "^(a?)*b$", "x|^y|z$", "^\\d*\\.?\\d*$", "^[A-Z][a-z]*( [A-Z][a-z]*)*$",
-        "\\\\\"", "^.{3}$", "^[\\-+]?\\d+(\\.\\d+)?$", "^[^a-z]+$", "^\\S+ \\S+$", "^[\\W_]+$", "^\\D{2}\\s?$",
+        "\\\\\"", "^.{3}$", "^[\\-+]?\\d+(\\.\\d+)?$", "^[^a-z]+$", "^\\S+ \\S+$", "^[\\W_]+$", "^\\D{2}\\s?$", "(.*)*x", "^(\\w+\\s?)*$", "(a+)+b{2}",
     };
     std::mt19937 rng(52);
     for (const char* p : patterns) {
@@ -235,6 +244,7 @@ TEST(RegexGbnf, UnsupportedFeaturesAreRefusedByName) {
         {"a{20000}", "above 10000"},
         {"[^\\s\\S]", "matches no character"},
         {std::string(100, '(') + std::string(100, ')'), "nested deeper than 64"},
+        {"^(" + times("a?", 1000) + ")*$", "too many optional parts"},
     };
     for (const auto& [pattern, words] : cases) {
         std::string path;
@@ -243,6 +253,7 @@ TEST(RegexGbnf, UnsupportedFeaturesAreRefusedByName) {
         EXPECT_EQ(path, "properties.code.pattern") << pattern;
     }
     EXPECT_EQ(refusal("^[a-z]+(?:-[a-z]+)*$"), "");
+    EXPECT_EQ(refusal("^(" + times("a?", 50) + ")*$"), "");
     EXPECT_NE(refusal("\\").find("ends in '\\'"), std::string::npos);
 }
 

@@ -1,6 +1,7 @@
 #include "runtime/grammar/regex_gbnf.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <optional>
 #include <utility>
@@ -389,23 +390,40 @@ bool nullable(const Node& n) {
 // n without the empty text (nothing when that is all it matches): what an
 // unbounded repetition repeats, since GBNF refuses a repetition of
 // something that can be empty (x* where x can be empty is (x minus empty)*).
-std::optional<Node> without_empty(const Node& n) {
+int64_t node_size(const Node& n) {
+    int64_t size = 1;
+    for (const Node& k : n.kids) size += node_size(k);
+    return size;
+}
+
+void spend(int64_t& budget, int64_t nodes) {
+    budget -= nodes;
+    if (budget < 0) throw PatternError("pattern: a repetition of too many optional parts to convert");
+}
+
+// `budget`: how many more nodes may be copied (each optional part of a
+// sequence copies the parts after it: quadratic in their number).
+std::optional<Node> without_empty(const Node& n, int64_t& budget) {
     if (!nullable(n)) return n;
+    spend(budget, 1);
     switch (n.kind) {
     case Node::Kind::Set: return n;
     case Node::Kind::Alt: {
         std::vector<Node> alts;
         for (const Node& k : n.kids) {
-            if (auto s = without_empty(k)) alts.push_back(std::move(*s));
+            if (auto s = without_empty(k, budget)) alts.push_back(std::move(*s));
         }
         if (alts.empty()) return std::nullopt;
         return list_node(Node::Kind::Alt, std::move(alts));
     }
     case Node::Kind::Seq: {
         // Every part can be empty: the first that is not empty is part i.
+        std::vector<int64_t> after(n.kids.size() + 1, 0);  // the nodes of the parts after each
+        for (size_t i = n.kids.size(); i-- > 0;) after[i] = after[i + 1] + node_size(n.kids[i]);
         std::vector<Node> alts;
         for (size_t i = 0; i < n.kids.size(); ++i) {
-            auto first = without_empty(n.kids[i]);
+            spend(budget, after[i + 1]);
+            auto first = without_empty(n.kids[i], budget);
             if (!first) continue;
             std::vector<Node> seq{std::move(*first)};
             seq.insert(seq.end(), n.kids.begin() + static_cast<std::ptrdiff_t>(i) + 1, n.kids.end());
@@ -416,7 +434,7 @@ std::optional<Node> without_empty(const Node& n) {
     }
     case Node::Kind::Repeat: {
         if (n.hi == 0) return std::nullopt;
-        auto kid = without_empty(n.kids[0]);
+        auto kid = without_empty(n.kids[0], budget);
         if (!kid) return std::nullopt;
         return repeat_node(std::move(*kid), 1, n.hi);  // x{lo,hi} with x able to be empty is x'{0,hi}
     }
@@ -492,14 +510,19 @@ private:
         std::optional<Node> stripped;
         const Node* kid = &n.kids[0];
         if (n.hi < 0 && nullable(*kid)) {
-            stripped = without_empty(*kid);
+            stripped = without_empty(*kid, budget_);
             if (!stripped) return "";
             kid = &*stripped;
             lo = 0;
         }
         std::string item = node(*kid);
         if (item.empty()) return "";
-        const bool one_term = item.find_first_of(" \"()|") == std::string::npos;  // a class or a rule name
+        // A class (gbnf_class escapes all but letters and digits) or a rule name.
+        const bool is_class = item.front() == '[' && item.back() == ']' && item.find(' ') == std::string::npos;
+        const bool is_name = std::all_of(item.begin(), item.end(), [](char c) {
+            return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+        });
+        const bool one_term = is_class || is_name;
         if (!one_term) item = "(" + item + ")";
         return gbnf_times(item, lo, n.hi);
     }
@@ -533,6 +556,7 @@ private:
 
     const RuleMaker& make_rule_;
     std::map<Ranges, std::string> sets_;
+    int64_t budget_ = 100000;
 };
 
 }  // namespace
