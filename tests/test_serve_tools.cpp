@@ -235,6 +235,15 @@ TEST(ServeTools, RequiredCallsFollowTheParametersOrSayWhyNot) {
     }
     // A strict tool that is not the named one does not matter.
     EXPECT_TRUE(takes(tandem::serve::tool_choice_grammar(tmpl, tools, "count", false), call("count", R"({"n": 1})")));
+    // The arguments are an object even where the schema would take more.
+    const auto loose = nlohmann::ordered_json::parse(R"([
+        {"type": "function", "function": {"name": "any", "parameters": {}}},
+        {"type": "function", "function": {"name": "either", "parameters": {"anyOf": [{"type": "integer"}, {"type": "object"}]}}}])");
+    const auto l = tandem::serve::tool_choice_grammar(tmpl, loose, "", false);
+    EXPECT_TRUE(takes(l, call("any", "{}")));  // an object with no properties (no other keys: as llama.cpp)
+    EXPECT_FALSE(takes(l, call("any", "3")));
+    EXPECT_TRUE(takes(l, call("either", R"({"k": 1})")));
+    EXPECT_FALSE(takes(l, call("either", "3")));
 }
 
 }  // namespace

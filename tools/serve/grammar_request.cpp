@@ -1,5 +1,8 @@
 #include "tools/serve/grammar_request.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -101,6 +104,8 @@ std::shared_ptr<const grammar::Grammar> request_grammar(const std::string& raw_b
     return nullptr;
 }
 
+constexpr const char* kTopChoices[] = {"anyOf", "oneOf", "enum", "const", "$ref"};
+
 std::shared_ptr<const grammar::Grammar> tool_choice_grammar(const chat::ChatTemplate& t, const ojson& tools,
                                                             std::string_view only, bool parallel) {
     // The tools whose schemas are followed keep their parameters; the
@@ -110,6 +115,16 @@ std::shared_ptr<const grammar::Grammar> tool_choice_grammar(const chat::ChatTemp
         ojson& fn = held[i]["function"];
         const auto params = fn.find("parameters");
         if (params == fn.end() || (!only.empty() && fn.value("name", "") != only)) continue;
+        // The reply parser takes a call's arguments only as an object: a
+        // schema whose top is a choice (anyOf, enum, a $ref) gives any
+        // object, one without a type is read as an object.
+        const bool choice = std::any_of(std::begin(kTopChoices), std::end(kTopChoices),
+                                        [&](const char* k) { return params->contains(k); });
+        if (!params->is_object() || choice) {
+            fn.erase("parameters");
+            continue;
+        }
+        if (!params->contains("type")) (*params)["type"] = "object";
         const std::string field = fmt::format("tools[{}].function.parameters", i);
         const bool strict = fn.value("strict", false);
         try {

@@ -29,7 +29,9 @@ std::shared_ptr<const grammar::Grammar> request_grammar(const std::string& raw_b
 // `parameters` schema (runtime/grammar/json_schema.h). A schema the
 // converter refuses: with the tool's "strict": true, ApiError(400) naming
 // tools[i].function.parameters and where in it; without, that tool's
-// arguments are any JSON object (as before schemas were followed).
+// arguments are any JSON object (as before schemas were followed). So are
+// those of a schema whose top is anyOf, oneOf, enum, const or a $ref (the
+// arguments must be an object); one without a type is read as an object.
 std::shared_ptr<const grammar::Grammar> tool_choice_grammar(const chat::ChatTemplate& t,
                                                             const nlohmann::ordered_json& tools, std::string_view only,
                                                             bool parallel);
