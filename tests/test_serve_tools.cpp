@@ -11,6 +11,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/grammar/matcher.h"
+#include "tests/run_command.h"
+#include "tests/test_paths.h"
+#include "tools/serve/grammar_request.h"
 #include "tools/serve/openai_api.h"
 #include "tools/serve/tool_api.h"
 
@@ -190,6 +194,56 @@ TEST(ServeTools, CallsGetIdsAndIndexesAndParallelFalseKeepsTheFirst) {
     EXPECT_EQ(tc["id"], rest[0].id);
     EXPECT_EQ(tc["type"], "function");
     EXPECT_EQ(tc["function"], (json{{"name", "c"}, {"arguments", "{}"}}));
+}
+
+// tool_choice "required" or a named function: the arguments follow each
+// tool's parameters; a schema the converter refuses is a 400 naming where
+// with "strict": true, and any JSON object for that tool without.
+TEST(ServeTools, RequiredCallsFollowTheParametersOrSayWhyNot) {
+    const auto tmpl = tandem::chat::ChatTemplate::parse(
+        tandem::testing::slurp(tandem::testing::test_data("chat_templates/qwen2_5.jinja")));
+    auto tools = nlohmann::ordered_json::parse(R"J([
+        {"type": "function", "function": {"name": "count", "parameters": {"type": "object",
+            "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 3}}, "required": ["n"]}}},
+        {"type": "function", "function": {"name": "find", "parameters": {"type": "object",
+            "properties": {"q": {"type": "string", "pattern": "^(?=a)"}}, "required": ["q"]}}}])J");
+    const auto call = [](const std::string& name, const std::string& args) {
+        return "<tool_call>\n{\"name\": \"" + name + "\", \"arguments\": " + args + "}\n</tool_call>";
+    };
+    const auto takes = [](const std::shared_ptr<const tandem::grammar::Grammar>& g, const std::string& text) {
+        tandem::grammar::Matcher m(g);
+        return m.accept(text) && m.can_end();
+    };
+    // Not strict: "find" takes any object, "count" keeps its bounds.
+    const auto g = tandem::serve::tool_choice_grammar(tmpl, tools, "", false);
+    EXPECT_TRUE(takes(g, call("count", R"({"n": 2})")));
+    EXPECT_FALSE(takes(g, call("count", R"({"n": 4})")));
+    EXPECT_TRUE(takes(g, call("find", R"({"anything": [1, 2]})")));
+    // Named: only that tool, its schema held.
+    const auto named = tandem::serve::tool_choice_grammar(tmpl, tools, "count", false);
+    EXPECT_TRUE(takes(named, call("count", R"({"n": 3})")));
+    EXPECT_FALSE(takes(named, call("find", R"({"q": "a"})")));
+    // Strict: a 400 naming the keyword and where it stands.
+    tools[1]["function"]["strict"] = true;
+    try {
+        tandem::serve::tool_choice_grammar(tmpl, tools, "", false);
+        ADD_FAILURE() << "a strict tool with a refused schema is accepted";
+    } catch (const ApiError& e) {
+        EXPECT_EQ(e.status, 400);
+        EXPECT_EQ(e.param, "tools[1].function.parameters.properties.q.pattern");
+        EXPECT_NE(std::string(e.what()).find("lookahead"), std::string::npos) << e.what();
+    }
+    // A strict tool that is not the named one does not matter.
+    EXPECT_TRUE(takes(tandem::serve::tool_choice_grammar(tmpl, tools, "count", false), call("count", R"({"n": 1})")));
+    // The arguments are an object even where the schema would take more.
+    const auto loose = nlohmann::ordered_json::parse(R"([
+        {"type": "function", "function": {"name": "any", "parameters": {}}},
+        {"type": "function", "function": {"name": "either", "parameters": {"anyOf": [{"type": "integer"}, {"type": "object"}]}}}])");
+    const auto l = tandem::serve::tool_choice_grammar(tmpl, loose, "", false);
+    EXPECT_TRUE(takes(l, call("any", "{}")));  // an object with no properties (no other keys: as llama.cpp)
+    EXPECT_FALSE(takes(l, call("any", "3")));
+    EXPECT_TRUE(takes(l, call("either", R"({"k": 1})")));
+    EXPECT_FALSE(takes(l, call("either", "3")));
 }
 
 }  // namespace

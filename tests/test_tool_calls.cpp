@@ -2,6 +2,8 @@
 // convention as its models write it, whole and streamed in any pieces, the
 // fallback to content for what does not parse, and the family each real
 // template in tests/data/chat_templates is given.
+#include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,9 @@
 #include "runtime/chat/tool_calls.h"
 #include "runtime/chat/tool_grammar.h"
 #include "runtime/common/error.h"
+#include "runtime/grammar/json_schema.h"
+#include "runtime/grammar/matcher.h"
+#include "tests/grammar_sample.h"
 #include "tests/run_command.h"
 #include "tests/test_paths.h"
 
@@ -204,8 +209,7 @@ TEST(ToolCalls, EachRealTemplateGetsItsFamilysFormat) {
     }
 }
 
-// The GBNF a grammar engine would hold a required or named call to (not
-// compiled here: the engine is on another branch).
+// The GBNF tandem serve holds a required or named call to.
 TEST(ToolGrammar, OnlyTheChosenFunctionInEachFamilysFormat) {
     const auto tools = nlohmann::ordered_json::parse(
         R"([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}},
@@ -230,6 +234,64 @@ TEST(ToolGrammar, OnlyTheChosenFunctionInEachFamilysFormat) {
     EXPECT_NE(schema.find("args-1 ::= json-object"), std::string::npos);
     EXPECT_THROW(tool_call_grammar(tmpl("smollm2"), tools, "", false), Error);
     EXPECT_THROW(tool_call_grammar(tmpl("qwen2_5"), tools, "nope", false), Error);
+}
+
+// With json_schema_rules as the converter, each call's arguments follow
+// its tool's parameters: random texts of the grammar parse, in each
+// family's format, into calls whose arguments keep the schema.
+TEST(ToolGrammar, ArgumentsFollowEachToolsSchema) {
+    const auto tools = nlohmann::ordered_json::parse(R"([
+        {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string", "pattern": "^[A-Z][a-z]{1,12}$"},
+                           "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                           "unit": {"enum": ["c", "f"]}},
+            "required": ["city", "days", "unit"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "get_time"}}])");
+    const auto tmpl = [](const std::string& name) {
+        return ChatTemplate::parse(testing::slurp(testing::test_data("chat_templates/" + name + ".jinja")));
+    };
+    const std::regex city("[A-Z][a-z]{1,12}");
+    std::mt19937 rng(11);
+    for (const char* name : {"qwen2_5", "llama3_1", "mistral_v03", "mistral_small_3_2"}) {
+        const ChatTemplate t = tmpl(name);
+        const auto g = grammar::compile_grammar(tool_call_grammar(t, tools, "", true, grammar::json_schema_rules));
+        const auto format = tool_format(t);
+        int weather = 0;
+        for (int i = 0; i < 200; ++i) {
+            const auto text = testing::random_text(*g, rng, 4000);
+            if (!text) continue;
+            ReplyParser p(false, format);
+            p.push(*text, true);
+            ASSERT_FALSE(p.tool_calls().empty()) << name << ": " << *text;
+            EXPECT_EQ(p.content(), "") << name << ": " << *text;
+            for (const ToolCall& c : p.tool_calls()) {
+                const auto args = nlohmann::json::parse(c.arguments, nullptr, false);
+                ASSERT_TRUE(args.is_object()) << name << ": " << c.arguments;
+                if (c.name != "get_weather") continue;
+                ++weather;
+                EXPECT_EQ(args.size(), 3u) << c.arguments;
+                EXPECT_TRUE(std::regex_match(args.value("city", ""), city)) << c.arguments;
+                const int64_t days = args.value("days", int64_t{0});
+                EXPECT_TRUE(days >= 1 && days <= 7) << c.arguments;
+                EXPECT_TRUE(args.value("unit", "") == "c" || args.value("unit", "") == "f") << c.arguments;
+            }
+        }
+        EXPECT_GT(weather, 20) << name;
+        const auto takes = [&](const std::string& s) {
+            grammar::Matcher m(g);
+            return m.accept(s) && m.can_end();
+        };
+        if (format == ToolFormat::Hermes) {
+            const std::string head = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": ";
+            const std::string tail = "}\n</tool_call>";
+            EXPECT_TRUE(takes(head + R"({"city": "Paris", "days": 3, "unit": "c"})" + tail));
+            EXPECT_FALSE(takes(head + R"({"city": "Paris", "days": 8, "unit": "c"})" + tail));
+            EXPECT_FALSE(takes(head + R"({"city": "paris", "days": 3, "unit": "c"})" + tail));
+            EXPECT_FALSE(takes(head + R"({"city": "Paris", "days": 3, "unit": "k"})" + tail));
+            EXPECT_FALSE(takes(head + R"({"city": "Paris", "days": 3})" + tail));
+            EXPECT_TRUE(takes("<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": [1]}}\n</tool_call>"));
+        }
+    }
 }
 
 }  // namespace

@@ -7,13 +7,17 @@
 namespace tandem::chat {
 namespace {
 
-// Any JSON value (RFC 8259), whitespace bounded so that a model cannot pad
-// forever inside a call.
+// Any JSON value (RFC 8259) that JSON parsers take (the reply parser's
+// nlohmann included): whitespace bounded so that a model cannot pad forever
+// inside a call, \u escapes of surrogates only in pairs, numbers of at most
+// 16 digits before and after the point and 2 in the exponent (a double
+// holds them).
 constexpr std::string_view kJsonRules = R"(json-object ::= "{" ws ( json-string ws ":" ws json-value ( ws "," ws json-string ws ":" ws json-value )* )? ws "}"
 json-array ::= "[" ws ( json-value ( ws "," ws json-value )* )? ws "]"
 json-value ::= json-object | json-array | json-string | json-number | "true" | "false" | "null"
-json-string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
-json-number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+json-string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" json-unicode ) )* "\""
+json-unicode ::= [0-9a-cA-CefEF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2}
+json-number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?
 ws ::= [ \t\n]{0,20}
 )";
 

@@ -1,13 +1,13 @@
 // Where a grammar holds generation to a tool call (tool_choice "required"
 // or a named function): the GBNF text (llama.cpp's syntax) of "one call, or
 // several with parallel calls, in this template family's format, to these
-// tools". The grammar engine (a separate branch) compiles it and masks the
-// sampler with it; until the server passes it on, such requests are
-// refused (tools/serve/tool_api.cpp's check_tool_support).
+// tools". tandem serve compiles it and masks the sampler with it
+// (tools/serve/grammar_request.h's tool_choice_grammar).
 //
-// Each tool's arguments are the rule `args-I`: by default any JSON object
-// (the call then always parses); given a JSON-Schema-to-GBNF converter, the
-// tool's `parameters` schema.
+// Each tool's arguments are the rule `args-I`: given a JSON-Schema-to-GBNF
+// converter (grammar::json_schema_rules), the tool's `parameters` schema;
+// without one, or for a tool without parameters, any JSON object (the call
+// then always parses).
 #pragma once
 
 #include <functional>

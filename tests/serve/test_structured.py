@@ -2,7 +2,8 @@
 """Structured output from `tandem serve` on loopback: response_format
 json_schema through the official `openai` client against
 SmolLM2-135M-Instruct, 50 requests with different seeds, each reply
-validated by Python's `jsonschema`; json_object, `grammar` on
+validated by Python's `jsonschema`; a schema with patterns and number
+bounds over more seeds; json_object, `grammar` on
 /v1/completions, streaming, and the 400 answers for bad constraints.
 Exit 0: passed; 77: skipped (model, client or jsonschema missing: said
 why); 1: failed. The server binds 127.0.0.1 only; every loop is bounded.
@@ -40,6 +41,23 @@ SCHEMA = {
     },
 }
 MESSAGES = [{"role": "user", "content": "Describe a person as JSON: name, age, city, pets and whether employed."}]
+# pattern (anchored, and anchored at the start only: anything may follow the
+# capital) and bounds. (A pattern unanchored at both ends, such as "ok",
+# lets the string close only once it holds a match: a model that does not
+# write one goes on to max_tokens.)
+BOUNDED = {
+    "type": "object",
+    "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{2,4}$"},
+        "count": {"type": "integer", "minimum": -5, "maximum": 250},
+        "score": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10},
+        "ratio": {"type": "number", "minimum": 0, "exclusiveMaximum": 1},
+        "note": {"type": "string", "pattern": "^[A-Z]"},
+    },
+    "required": ["code", "count", "score", "ratio", "note"],
+    "additionalProperties": False,
+}
+BOUNDED_MESSAGES = [{"role": "user", "content": "Give a product code, a count, a score, a ratio and a short note as JSON."}]
 
 
 def main():
@@ -85,6 +103,29 @@ def run_suite(client, openai, jsonschema):
     distinct = len({t for t, _ in replies})
     check(distinct >= min(10, N_REQUESTS // 2), f"different seeds give different replies ({distinct} distinct of {N_REQUESTS})")
 
+    # pattern and bounds, each reply validated (strings by Python's re).
+    n_bounded = max(4, N_REQUESTS // 4)
+
+    def bounded_reply(seed):
+        r = client.chat.completions.create(
+            model="m", messages=BOUNDED_MESSAGES, seed=seed, temperature=1.0, max_tokens=300,
+            response_format={"type": "json_schema", "json_schema": {"name": "bounded", "schema": BOUNDED}})
+        return r.choices[0].message.content, r.choices[0].finish_reason
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        bounded = list(pool.map(bounded_reply, range(n_bounded)))
+    ok = 0
+    for seed, (text, finish) in enumerate(bounded):
+        try:
+            jsonschema.validate(json.loads(text), BOUNDED)
+            ok += 1 if finish == "stop" else 0
+            if finish != "stop":
+                print(f"bounded seed {seed}: valid JSON but finish_reason {finish}")
+        except (ValueError, jsonschema.ValidationError) as e:
+            print(f"bounded seed {seed}: invalid ({type(e).__name__}: {str(e)[:200]}): {text!r}")
+    print(f"pattern and bounds: {ok} of {n_bounded} replies valid; e.g. {bounded[0][0]!r}")
+    check(ok == n_bounded, f"every reply with pattern and bounds validates ({ok} of {n_bounded})")
+
     # Streamed: the deltas put together validate too.
     text = ""
     for chunk in client.chat.completions.create(
@@ -127,8 +168,11 @@ def run_suite(client, openai, jsonschema):
                   f"400 for {kw}: param {param!r}, message {err.get('message')!r}")
 
     bad({"response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object", "properties": {"s": {"type": "string", "pattern": "^a"}}}}}},
-        "response_format.json_schema.schema.properties.s", "keyword 'pattern' is not supported")
+        "name": "x", "schema": {"type": "object", "properties": {"s": {"type": "string", "pattern": "(a)\\1"}}}}}},
+        "response_format.json_schema.schema.properties.s.pattern", "backreferences")
+    bad({"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 5}}}}}},
+        "response_format.json_schema.schema.properties.n.multipleOf", "only multipleOf 1")
     bad({"extra_body": {"grammar": "root ::= \"a\" |\nroot ::= x"}}, "grammar", "line 2")
     bad({"response_format": {"type": "xml"}}, "response_format.type", "json_schema")
     bad({"response_format": {"type": "json_object"}, "extra_body": {"grammar": 'root ::= "a"'}}, "grammar",

@@ -15,7 +15,6 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/chat/tool_grammar.h"
 #include "runtime/common/error.h"
 #include "runtime/grammar/grammar.h"
 #include "tools/serve/grammar_request.h"
@@ -88,8 +87,8 @@ std::string chat_prompt(const LoadedModel& m, const std::vector<chat::Message>& 
 
 std::shared_ptr<const grammar::Grammar> forced_call_grammar(const LoadedModel& m, const ToolRequest& tools) {
     if (!tools.active() || (tools.choice != ToolChoice::Required && tools.choice != ToolChoice::Named)) return nullptr;
-    return grammar::compile_grammar(chat::tool_call_grammar(
-        *m.chat_template, tools.tools, tools.choice == ToolChoice::Named ? tools.named : "", tools.parallel));
+    return tool_choice_grammar(*m.chat_template, tools.tools, tools.choice == ToolChoice::Named ? tools.named : "",
+                               tools.parallel);
 }
 
 ChatReply chat_reply(const LoadedModel& m, const std::string& text, chat::ToolFormat calls) {
@@ -306,7 +305,7 @@ void handle(ServerState& state, Kind kind, const httplib::Request& req, httplib:
         check_choices(params.n, m.scheduler->n_slots());
         params.grammar = request_grammar(req.body);
         // "required" or a named function: the reply is held to a call in
-        // the template's format (each call's arguments any JSON object).
+        // the template's format, its arguments to the tool's parameters.
         if (auto forced = forced_call_grammar(m, tools)) {
             if (params.grammar) {
                 throw ApiError(400, "'tool_choice': a required or named call constrains the reply itself; it cannot "

@@ -1,8 +1,12 @@
 #include "tools/serve/grammar_request.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/chat/tool_grammar.h"
 #include "runtime/grammar/json_schema.h"
 #include "tools/serve/openai_api.h"
 
@@ -98,6 +102,44 @@ std::shared_ptr<const grammar::Grammar> request_grammar(const std::string& raw_b
     if (schema) return from_schema(*schema, "json_schema");
     if (rf) return from_response_format(*rf);
     return nullptr;
+}
+
+constexpr const char* kTopChoices[] = {"anyOf", "oneOf", "enum", "const", "$ref"};
+
+std::shared_ptr<const grammar::Grammar> tool_choice_grammar(const chat::ChatTemplate& t, const ojson& tools,
+                                                            std::string_view only, bool parallel) {
+    // The tools whose schemas are followed keep their parameters; the
+    // others lose them here, and tool_call_grammar gives them any object.
+    ojson held = tools;
+    for (size_t i = 0; i < held.size(); ++i) {
+        ojson& fn = held[i]["function"];
+        const auto params = fn.find("parameters");
+        if (params == fn.end() || (!only.empty() && fn.value("name", "") != only)) continue;
+        // The reply parser takes a call's arguments only as an object: a
+        // schema whose top is a choice (anyOf, enum, a $ref) gives any
+        // object, one without a type is read as an object.
+        const bool choice = std::any_of(std::begin(kTopChoices), std::end(kTopChoices),
+                                        [&](const char* k) { return params->contains(k); });
+        if (!params->is_object() || choice) {
+            fn.erase("parameters");
+            continue;
+        }
+        if (!params->contains("type")) (*params)["type"] = "object";
+        const std::string field = fmt::format("tools[{}].function.parameters", i);
+        const bool strict = fn.value("strict", false);
+        try {
+            grammar::compile_json_schema(*params);  // a GrammarError too (a $ref cycle that consumes nothing)
+        } catch (const grammar::SchemaError& e) {
+            if (strict) {
+                throw ApiError(400, fmt::format("'{}': {}", field, e.what()), e.path().empty() ? field : field + "." + e.path());
+            }
+            fn.erase("parameters");
+        } catch (const grammar::GrammarError& e) {
+            if (strict) throw ApiError(400, fmt::format("'{}': the schema gives a grammar the matcher refuses: {}", field, e.what()), field);
+            fn.erase("parameters");
+        }
+    }
+    return grammar::compile_grammar(chat::tool_call_grammar(t, held, only, parallel, grammar::json_schema_rules));
 }
 
 }  // namespace tandem::serve
