@@ -12,9 +12,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tools/serve/connections.h"
 
@@ -65,6 +67,28 @@ bool answer_ok(ConnStream& s) {
     return s.write_all("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
 }
 
+// Takes exactly one request's head (a pipelined one after it stays in the
+// stream) and answers 200.
+bool answer_one(ConnStream& s) {
+    std::string head;
+    char c = 0;
+    while (head.size() < 4 || head.compare(head.size() - 4, 4, "\r\n\r\n") != 0) {
+        if (s.read(&c, 1) != 1) return false;
+        head.push_back(c);
+    }
+    return s.write_all("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+}
+
+// This process's threads (Threads: in /proc/self/status).
+int thread_count() {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line)) {
+        if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+    }
+    return -1;
+}
+
 struct Layer {
     explicit Layer(ConnectionLimits limits, Connections::Runner run = nullptr)
         : conns(limits, run ? run : [](ConnStream& s, uint64_t, bool, bool&) { return answer_ok(s); }) {
@@ -83,6 +107,72 @@ TEST(ServeConnections, ARequestIsAnsweredAndTheConnectionKeptForTheNext) {
         c.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
         EXPECT_EQ(c.first_line(5000ms), "HTTP/1.1 200 OK") << "request " << i;
     }
+}
+
+// Connections with no request in flight wait in the layer's one waiting
+// thread: neither fresh ones nor kept-alive ones between requests hold a
+// thread each (a thread per connection held 300 here).
+TEST(ServeConnections, IdleAndKeptAliveConnectionsHoldNoThread) {
+    Layer l(ConnectionLimits{});
+    const int before = thread_count();
+    ASSERT_GT(before, 0) << "no Threads: line in /proc/self/status";
+    std::vector<std::unique_ptr<Client>> clients;
+    for (int i = 0; i < 300; ++i) {
+        clients.push_back(std::make_unique<Client>(l.port));
+        ASSERT_TRUE(clients.back()->connected) << "client " << i;
+    }
+    std::this_thread::sleep_for(200ms);
+    EXPECT_LT(thread_count() - before, 8) << "300 idle connections";
+    // One request each, one after the other, then they wait kept alive.
+    for (size_t i = 0; i < clients.size(); ++i) {
+        clients[i]->send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+        ASSERT_EQ(clients[i]->first_line(5000ms), "HTTP/1.1 200 OK") << "client " << i;
+    }
+    std::this_thread::sleep_for(200ms);
+    EXPECT_LT(thread_count() - before, 8) << "300 kept-alive connections between requests";
+    // Back from the waiting thread: a second request on each of some.
+    for (size_t i = 0; i < clients.size(); i += 50) {
+        clients[i]->send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+        EXPECT_EQ(clients[i]->first_line(5000ms), "HTTP/1.1 200 OK") << "client " << i << ", its second request";
+    }
+}
+
+TEST(ServeConnections, PipelinedRequestsAreAnsweredInOrder) {
+    Layer l(ConnectionLimits{}, [](ConnStream& s, uint64_t, bool, bool&) { return answer_one(s); });
+    Client c(l.port);
+    ASSERT_TRUE(c.connected);
+    for (int round = 0; round < 2; ++round) {
+        c.send("GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\nGET /c HTTP/1.1\r\n");
+        std::this_thread::sleep_for(50ms);
+        c.send("Host: x\r\n\r\n");
+        std::string got;
+        const auto until = std::chrono::steady_clock::now() + 5s;
+        const std::string one = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        while (got.size() < 3 * one.size() && std::chrono::steady_clock::now() < until) {
+            pollfd p{c.fd, POLLIN, 0};
+            if (::poll(&p, 1, 100) <= 0) continue;
+            char buf[4096];
+            const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+            if (n <= 0) break;
+            got.append(buf, static_cast<size_t>(n));
+        }
+        EXPECT_EQ(got, one + one + one) << "round " << round;
+        std::this_thread::sleep_for(100ms);  // back in the waiting set before the next round
+    }
+}
+
+TEST(ServeConnections, AKeptAliveConnectionIsClosedAfterTheIdleTime) {
+    ConnectionLimits limits;
+    limits.idle_time = 300ms;
+    Layer l(limits);
+    Client c(l.port);
+    c.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    ASSERT_EQ(c.first_line(5000ms), "HTTP/1.1 200 OK");
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(c.first_line(3000ms), "") << "closed without a word";
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    EXPECT_GT(waited, 200ms);
+    EXPECT_LT(waited, 2000ms);
 }
 
 TEST(ServeConnections, PastTheLimitTheLongestIdleConnectionMakesRoom) {

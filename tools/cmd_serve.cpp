@@ -295,7 +295,8 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--slot-save-path", opts->http.slot_save_path,
                     "folder for POST /slots/ID?action=save|restore files (off without it)");
     cmd->add_option("--threads-http", opts->http.http_threads,
-                    "connection threads kept ready; more start as connections open, up to --max-connections")
+                    "request threads kept ready; more start as requests arrive, up to one per connection (idle "
+                    "connections wait in one thread)")
         ->capture_default_str();
     cmd->add_option("--max-connections", opts->http.max_connections,
                     "connections open at once; past it the longest idle one is closed, or the new one gets 503")

@@ -6,6 +6,9 @@ why); 1: failed.
 A check per defect of the connection layer and of disconnects:
   - slow clients (a header and part of a body, then nothing) and 1,000
     idle connections must not keep a normal request or /health waiting;
+  - 1,000 idle connections, and 300 kept alive between requests, hold no
+    thread each and little memory; a second request and pipelined ones on
+    a kept-alive connection are answered;
   - /health and /metrics answer within 100 ms while 64 chats run; the 64
     finish (their wall time is printed);
   - a client that trickles its headers, an oversized head, an endless
@@ -67,9 +70,13 @@ def completion(server, prompt, max_tokens, timeout=60, **extra):
     return st, time.time() - t0, payload
 
 
-def rss_kib(server):
+def proc_status(server, field):
     with open(f"/proc/{server.proc.pid}/status") as f:
-        return int(re.search(r"^VmRSS:\s+(\d+)", f.read(), re.M).group(1))
+        return int(re.search(rf"^{field}:\s+(\d+)", f.read(), re.M).group(1))
+
+
+def rss_kib(server):
+    return proc_status(server, "VmRSS")
 
 
 def answer_or_close(s, wait):
@@ -225,6 +232,78 @@ def idle_flood(server):
             s.close()
 
 
+def read_answers(s, count, wait):
+    """Reads from s until `count` answers (status lines) have come or `wait` s passed: their statuses."""
+    got = b""
+    t0 = time.time()
+    while len(re.findall(rb"HTTP/1\.1 (\d+)", got)) < count and time.time() - t0 < wait:
+        if not select.select([s], [], [], 0.05)[0]:
+            continue
+        part = s.recv(65536)
+        if not part:
+            break
+        got += part
+    return [int(x) for x in re.findall(rb"HTTP/1\.1 (\d+)", got)]
+
+
+def idle_threads(server):
+    """1,000 idle connections, then 300 that made one request each and wait kept alive: the server's threads
+    stay few (a thread per connection held 1,005 and 88 MiB more) and its memory nearly flat; /health answers
+    beside them, and a second request (and two pipelined) on a kept-alive connection too. Runs on a fresh
+    server: the 64 requests of load_and_health leave up to 64 workers for 10 s."""
+    if raise_fd_limit(1200) < 1100:
+        print("idle threads: SKIPPED, the open-file limit is under 1,100")
+        return
+    threads0, rss0 = proc_status(server, "Threads"), rss_kib(server)
+    idle = []
+    try:
+        for _ in range(1000):
+            idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=30))
+        time.sleep(0.2)
+        threads1, rss1 = proc_status(server, "Threads"), rss_kib(server)
+        st, secs = timed_get(server, "/health", timeout=15)
+    finally:
+        for s in idle:
+            s.close()
+    print(f"idle threads: 1000 idle connections: {threads0} -> {threads1} threads, RSS +{(rss1 - rss0) / 1024:.1f} MiB;"
+          f" /health {st} in {secs * 1000:.1f} ms")
+    check(threads1 < 64, f"1,000 idle connections hold no thread each ({threads1} threads, {threads0} before)")
+    # The connections' state is under 1 KiB each; a thread each took 88 MiB.
+    if not SANITIZED:
+        check(rss1 - rss0 < 16 << 10, f"1,000 idle connections take little memory (+{(rss1 - rss0) >> 10} MiB)")
+    check(st == 200 and secs < HEALTH_BOUND * 5, f"/health answers beside 1,000 idle connections ({st}, {secs:.2f} s)")
+
+    # One request each, one after the other, then they wait (the idle close is 5 s away).
+    time.sleep(0.5)
+    kept = []
+    try:
+        for _ in range(300):
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            conn.request("GET", "/health")
+            conn.getresponse().read()
+            kept.append(conn)
+        time.sleep(0.2)
+        threads2 = proc_status(server, "Threads")
+        again = []
+        for conn in kept[-10:]:
+            sock = conn.sock
+            conn.request("GET", "/health")
+            r = conn.getresponse()
+            r.read()
+            again.append(r.status == 200 and conn.sock is sock)  # http.client reconnects silently
+        s = kept[-1].sock
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        piped = read_answers(s, 2, 5)
+    finally:
+        for conn in kept:
+            conn.close()
+    print(f"idle threads: 300 kept-alive connections: {threads2} threads; a second request on 10 of them: "
+          f"{sum(again)} answered; two pipelined: {piped}")
+    check(threads2 < 64, f"300 kept-alive connections hold no thread each between requests ({threads2} threads)")
+    check(all(again), f"a second request on a kept-alive connection is answered on it ({sum(again)} of 10)")
+    check(piped == [200, 200], f"two pipelined requests on a kept-alive connection are answered ({piped})")
+
+
 def trickle(server):
     """Headers one byte every 0.2 s, never finished: 408 or a close within --timeout."""
     s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
@@ -356,6 +435,7 @@ def main():
         print("note: this binary has no --timeout; its own bounds apply")
     server = Server(model, "-np", "4", "-c", "8192", "-t", "2", "-ub", UBATCH, *flags)
     try:
+        idle_threads(server)
         load_and_health(server, 16 if SANITIZED else 64)
         for phase in (slow_clients, idle_flood, trickle):
             phase(server)

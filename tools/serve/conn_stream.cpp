@@ -78,10 +78,10 @@ bool ConnStream::fill(ConnClock::time_point until, bool& timed_out) {
     }
 }
 
-bool ConnStream::wait_request(ConnClock::duration idle) {
-    if (buffered() > 0) return true;
-    bool timed_out = false;
-    return fill(ConnClock::now() + idle, timed_out);
+void ConnStream::release_buffer() {
+    if (buffered() > 0) return;
+    std::string().swap(buf_);
+    pos_ = 0;
 }
 
 ConnStream::Head ConnStream::read_head() {

@@ -41,9 +41,12 @@ class ConnStream final : public httplib::Stream {
 public:
     ConnStream(int fd, RequestBounds bounds);
 
-    // Waits up to `idle` for the first byte of the next request: false when
-    // the client closed, the wait ran out, or the socket was shut down.
-    bool wait_request(ConnClock::duration idle);
+    // Bytes received and not yet read: the start of a pipelined request
+    // once an answer is out.
+    size_t buffered() const { return buf_.size() - pos_; }
+    // Frees the receive buffer when it holds nothing unread (a connection
+    // waiting for its next request keeps no 16 KiB of it).
+    void release_buffer();
 
     enum class Head { Complete, Closed, TooLarge, TimedOut };
     // Starts a request (its clock and byte counts) and reads its head, up
@@ -66,7 +69,6 @@ private:
     // Receives more into the buffer, waiting until `until`: false on the
     // client closing, an error, or the time running out (timed_out set).
     bool fill(ConnClock::time_point until, bool& timed_out);
-    size_t buffered() const { return buf_.size() - pos_; }
 
     int fd_;
     RequestBounds bounds_;

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -26,8 +27,13 @@ namespace tandem::serve {
 
 namespace {
 
-// Worker threads past --threads-http end after this long without a connection.
+// Worker threads past --threads-http end after this long without a request.
 constexpr auto kThreadLinger = std::chrono::seconds(10);
+// The epoll tags of the listener and the wake eventfd (connection ids
+// count up from 1 and never reach them).
+constexpr uint64_t kListenTag = ~uint64_t{0};
+constexpr uint64_t kWakeTag = ~uint64_t{0} - 1;
+constexpr int kEventsPerWait = 256;
 // When the server closes a connection after an answer (a refused request
 // whose body it never read, "Connection: close", --timeout), what the
 // client still sends is read and dropped until it closes too, for this long
@@ -63,6 +69,13 @@ std::string refusal(int status, const std::string& message) {
 void close_quietly(int fd) {
     ::shutdown(fd, SHUT_RDWR);
     ::close(fd);
+}
+
+// The 503 for a connection the server has no room (or no thread) for; the
+// caller closes it.
+void send_busy(int fd, const std::string& why) {
+    const std::string busy = refusal(503, why);
+    [[maybe_unused]] const ssize_t n = ::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 // Drains what the client still sends (kLingerTime, kLingerBytes at most),
@@ -105,10 +118,13 @@ int fit_fd_limit(int max_connections) {
 
 }  // namespace
 
+Connections::Conn::~Conn() { close_quietly(fd); }
+
 Connections::Connections(ConnectionLimits limits, Runner run) : limits_(limits), run_(std::move(run)) {}
 
 Connections::~Connections() {
     stop();
+    if (epoll_fd_ >= 0) ::close(epoll_fd_);
     if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
@@ -150,42 +166,120 @@ int Connections::bind(const std::string& host, int port) {
     listen_fd_ = fd;
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw Error(fmt::format("cannot listen on {}: eventfd: {}", where, std::strerror(errno)));
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) throw Error(fmt::format("cannot listen on {}: epoll_create1: {}", where, std::strerror(errno)));
+    for (const auto& [watched, tag] : {std::pair{listen_fd_, kListenTag}, std::pair{wake_fd_, kWakeTag}}) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = tag;
+        if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watched, &ev) != 0) {
+            throw Error(fmt::format("cannot listen on {}: epoll_ctl: {}", where, std::strerror(errno)));
+        }
+    }
     return bound;
 }
 
-void Connections::start() { acceptor_ = std::thread([this] { accept_loop(); }); }
+void Connections::start() { waiter_ = std::thread([this] { wait_loop(); }); }
 
-void Connections::accept_loop() {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+void Connections::wake() const {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+}
+
+void Connections::wait_loop() {
+    epoll_event events[kEventsPerWait];
     while (true) {
-        if (::poll(fds, 2, -1) < 0 && errno != EINTR) break;
-        if (fds[1].revents != 0) break;
-        // Everything waiting in the backlog, then back to poll.
-        while (true) {
-            const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd >= 0) {
-                const int yes = 1;
-                setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));  // streamed tokens go out at once
-                admit(fd);
-                continue;
+        int timeout_ms = -1;
+        std::vector<std::unique_ptr<Conn>> expired;
+        std::vector<std::thread> ended;
+        {
+            std::lock_guard lock(mu_);
+            if (stopping_) break;
+            // The idle close: waiting_ is in the order the connections
+            // began to wait, so the expired ones are at its front.
+            const auto now = ConnClock::now();
+            while (!waiting_.empty() && waiting_.front()->idle_since + limits_.idle_time <= now) {
+                expired.push_back(unlink(*waiting_.front()));
             }
-            if (errno == EINTR || errno == ECONNABORTED) continue;
-            // EMFILE and the like: the connection waits in the backlog
-            // until a descriptor is free.
-            if (errno != EAGAIN && errno != EWOULDBLOCK) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            break;
+            if (!waiting_.empty()) {
+                const auto left = waiting_.front()->idle_since + limits_.idle_time - now;
+                const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+                timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
+            }
+            ended = take_finished();
+        }
+        // Outside the lock: a worker that ended may not have exited yet (a
+        // busy machine), and the others must not wait for it.
+        for (std::thread& t : ended) t.join();
+        expired.clear();  // closed outside the lock
+        const int n = epoll_wait(epoll_fd_, events, kEventsPerWait, timeout_ms);
+        if (n < 0 && errno != EINTR) break;
+        for (int i = 0; i < n; ++i) {
+            const uint64_t tag = events[i].data.u64;
+            if (tag == kWakeTag) {
+                uint64_t count = 0;
+                [[maybe_unused]] const ssize_t r = ::read(wake_fd_, &count, sizeof(count));
+            } else if (tag == kListenTag) {
+                accept_all();
+            } else {
+                on_ready(tag);
+            }
         }
     }
 }
 
-bool Connections::evict_idle() {
-    Open* oldest = nullptr;
-    for (auto& [id, c] : open_) {
-        if (c.idle && (oldest == nullptr || c.idle_since < oldest->idle_since)) oldest = &c;
+void Connections::accept_all() {
+    // Everything waiting in the backlog, then back to epoll.
+    while (true) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            const int yes = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));  // streamed tokens go out at once
+            admit(fd);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        // EMFILE and the like: the connection waits in the backlog until a
+        // descriptor is free.
+        if (errno != EAGAIN && errno != EWOULDBLOCK) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        return;
     }
-    if (oldest == nullptr) return false;
-    oldest->idle = false;  // not chosen twice; its thread sees the shutdown and ends it
-    ::shutdown(oldest->fd, SHUT_RDWR);
+}
+
+std::unique_ptr<Connections::Conn> Connections::unlink(Conn& c) {
+    if (c.state == State::Waiting) waiting_.erase(c.in_waiting);
+    if (c.state == State::Queued) std::erase(queue_, c.id);
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);  // a waiting one, or one disarmed (EPOLLONESHOT)
+    auto it = open_.find(c.id);
+    std::unique_ptr<Conn> owned = std::move(it->second);
+    open_.erase(it);
+    return owned;
+}
+
+bool Connections::evict_idle() {
+    if (waiting_.empty()) return false;
+    unlink(*waiting_.front());  // closed as it is dropped
+    return true;
+}
+
+bool Connections::park(Conn& c, int op) {
+    c.stream.release_buffer();
+    c.state = State::Waiting;
+    c.idle_since = ConnClock::now();
+    const bool first = waiting_.empty();
+    c.in_waiting = waiting_.insert(waiting_.end(), &c);
+    // One event, then the connection is the worker's until it is parked
+    // again: the waiting thread never reads a connection a worker has.
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+    ev.data.u64 = c.id;
+    if (epoll_ctl(epoll_fd_, op, c.fd, &ev) != 0) {
+        waiting_.erase(c.in_waiting);
+        c.state = State::Busy;
+        return false;
+    }
+    // The waiting thread sleeps without a time limit while none waits.
+    if (first) wake();
     return true;
 }
 
@@ -196,86 +290,136 @@ void Connections::admit(int fd) {
         close_quietly(fd);
         return;
     }
-    const auto live = static_cast<int>(queue_.size() + open_.size());
-    bool refuse = live >= limits_.max_connections && !evict_idle();
-    if (!refuse) {
-        queue_.push_back(fd);
-        if (queue_.size() > static_cast<size_t>(idle_threads_)) {
-            try {
-                std::thread t([this] { worker(); });
-                ++threads_;
-                workers_.emplace(t.get_id(), std::move(t));
-            } catch (const std::system_error&) {
-                // No thread to be had: a waiting worker may still take it,
-                // else it is refused.
-                if (idle_threads_ == 0) {
-                    queue_.pop_back();
-                    refuse = true;
-                }
-            }
-        }
-        work_cv_.notify_one();
-    }
-    // Workers that ended are joined here, off their own threads.
-    for (const std::thread::id& id : finished_) {
-        auto it = workers_.find(id);
-        if (it == workers_.end()) continue;
-        it->second.join();
-        workers_.erase(it);
-    }
-    finished_.clear();
-    lock.unlock();
-    if (refuse) {
-        const std::string busy = refusal(503, fmt::format("the server has {} connections open, its limit "
-                                                          "(--max-connections): try again shortly",
-                                                          limits_.max_connections));
-        [[maybe_unused]] const ssize_t n = ::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (static_cast<int>(open_.size()) >= limits_.max_connections && !evict_idle()) {
+        lock.unlock();
+        send_busy(fd, fmt::format("the server has {} connections open, its limit (--max-connections): try again "
+                                  "shortly",
+                                  limits_.max_connections));
         close_quietly(fd);
+        return;
+    }
+    // Only this thread adds connections: the room found stays while the
+    // lock is let go (getpeername and the like).
+    lock.unlock();
+    auto conn = std::make_unique<Conn>(fd, limits_.request);
+    lock.lock();
+    Conn& c = *conn;
+    c.id = next_id_++;
+    open_.emplace(c.id, std::move(conn));
+    if (!park(c, EPOLL_CTL_ADD)) {
+        // epoll has no room for it (max_user_watches).
+        send_busy(fd, "the server cannot watch more connections: try again shortly");
+        unlink(c);
     }
 }
 
-void Connections::worker() {
+void Connections::on_ready(uint64_t id) {
+    std::unique_ptr<Conn> closing;  // closed after the lock is let go
+    std::lock_guard lock(mu_);
+    const auto it = open_.find(id);
+    // An event of this batch for a connection closed meanwhile (evicted).
+    if (it == open_.end() || it->second->state != State::Waiting) return;
+    Conn& c = *it->second;
+    // A look that takes no bytes: a client that closed (or reset) is closed
+    // here without a worker; a wake with nothing to read waits on.
+    char byte = 0;
+    const ssize_t n = ::recv(c.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+        ev.data.u64 = c.id;
+        if (epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev) != 0) closing = unlink(c);
+        return;
+    }
+    if (n <= 0) {
+        closing = unlink(c);
+        return;
+    }
+    waiting_.erase(c.in_waiting);
+    c.state = State::Queued;
+    if (!dispatch(c)) {
+        send_busy(c.fd, "the server cannot start a thread for the request: try again shortly");
+        closing = unlink(c);
+    }
+}
+
+bool Connections::dispatch(Conn& c) {
+    if (!free_.empty()) {
+        FreeWorker* w = free_.back();
+        free_.pop_back();
+        c.state = State::Busy;
+        w->conn = &c;
+        w->cv.notify_one();
+        return true;
+    }
+    // A worker per open connection at most (so max_connections of them):
+    // past that, one is between connections and looks at the queue next.
+    if (threads_ >= static_cast<int>(open_.size())) {
+        queue_.push_back(c.id);
+        return true;
+    }
+    try {
+        std::thread t([this, first = &c] { worker(first); });
+        c.state = State::Busy;
+        ++threads_;
+        workers_.emplace(t.get_id(), std::move(t));
+        return true;
+    } catch (const std::system_error&) {
+        return false;
+    }
+}
+
+std::vector<std::thread> Connections::take_finished() {
+    std::vector<std::thread> ended;
+    for (const std::thread::id& id : finished_) {
+        auto it = workers_.find(id);
+        if (it == workers_.end()) continue;
+        ended.push_back(std::move(it->second));
+        workers_.erase(it);
+    }
+    finished_.clear();
+    return ended;
+}
+
+void Connections::worker(Conn* first) {
+    Conn* c = first;
+    FreeWorker self;
     std::unique_lock lock(mu_);
     while (true) {
-        ++idle_threads_;
-        const bool woken = work_cv_.wait_for(lock, kThreadLinger, [&] { return stopping_ || !queue_.empty(); });
-        --idle_threads_;
-        if (!queue_.empty() && !stopping_) {
-            const int fd = queue_.front();
-            queue_.pop_front();
+        if (c != nullptr) {
             lock.unlock();
-            serve(fd);
+            serve(*c);
+            c = nullptr;
             lock.lock();
+        }
+        if (stopping_) break;
+        if (!queue_.empty()) {
+            c = open_.at(queue_.front()).get();
+            queue_.pop_front();
+            c->state = State::Busy;
             continue;
         }
-        if (stopping_ || (!woken && threads_ > limits_.warm_threads)) break;
+        free_.push_back(&self);
+        self.cv.wait_for(lock, kThreadLinger, [&] { return self.conn != nullptr || stopping_; });
+        if (self.conn != nullptr) {  // handed one (dispatch took this worker off free_)
+            c = std::exchange(self.conn, nullptr);
+            continue;
+        }
+        std::erase(free_, &self);
+        if (stopping_ || threads_ > limits_.warm_threads) break;
     }
     --threads_;
     finished_.push_back(std::this_thread::get_id());
     done_cv_.notify_all();
+    if (!stopping_) wake();  // to be joined
 }
 
-void Connections::set_idle(uint64_t id, bool idle) {
-    std::lock_guard lock(mu_);
-    auto it = open_.find(id);
-    if (it == open_.end()) return;
-    it->second.idle = idle;
-    if (idle) it->second.idle_since = ConnClock::now();
-}
-
-void Connections::serve(int fd) {
-    ConnStream stream(fd, limits_.request);
-    uint64_t id = 0;
-    {
-        std::lock_guard lock(mu_);
-        id = next_id_++;
-        open_[id] = Open{fd, true, ConnClock::now(), &stream};
-    }
+void Connections::serve(Conn& c) {
+    ConnStream& stream = c.stream;
     bool answered = false;  // the connection ends after an answer: linger (kLingerTime)
-    for (int n = 0; n < limits_.max_requests; ++n) {
-        set_idle(id, true);
-        if (!stream.wait_request(limits_.idle_time)) break;
-        set_idle(id, false);
+    bool keep = false;      // kept alive: back to the waiting set
+    // The requests whose bytes are here: a pipelined one follows at once.
+    while (!answered && !keep) {
         const ConnStream::Head head = stream.read_head();
         if (head == ConnStream::Head::Closed) break;
         if (head == ConnStream::Head::TooLarge) {
@@ -297,19 +441,23 @@ void Connections::serve(int fd) {
             std::lock_guard lock(mu_);
             stopping = stopping_;
         }
-        const bool last = n + 1 == limits_.max_requests || stopping;
+        const bool last = ++c.served >= limits_.max_requests || stopping;
         bool closed = false;
-        const bool ok = run_(stream, id, last, closed);
+        const bool ok = run_(stream, c.id, last, closed);
         answered = !ok || closed || last || stream.limit() != ReadLimit::None;
-        if (answered) break;
+        keep = !answered && stream.buffered() == 0;
     }
-    // Still registered while it lingers: stop() cuts that short.
-    if (answered) linger(fd);
+    std::unique_ptr<Conn> closing;
     {
         std::lock_guard lock(mu_);
-        open_.erase(id);
+        if (keep && !stopping_ && park(c, EPOLL_CTL_MOD)) return;
+        // Still registered while it lingers (below): stop() cuts that short.
+        if (!answered) closing = unlink(c);
     }
-    close_quietly(fd);
+    if (!answered) return;  // closed as `closing` is dropped
+    linger(c.fd);
+    std::lock_guard lock(mu_);
+    closing = unlink(c);
 }
 
 bool Connections::client_gone(uint64_t id) const {
@@ -317,13 +465,13 @@ bool Connections::client_gone(uint64_t id) const {
     // reused) while it is looked at.
     std::lock_guard lock(mu_);
     const auto it = open_.find(id);
-    return it == open_.end() || peer_gone(it->second.fd);
+    return it == open_.end() || peer_gone(it->second->fd);
 }
 
 ReadLimit Connections::read_limit(uint64_t id) const {
     std::lock_guard lock(mu_);
     const auto it = open_.find(id);
-    return it == open_.end() ? ReadLimit::None : it->second.stream->limit();
+    return it == open_.end() ? ReadLimit::None : it->second->stream.limit();
 }
 
 void Connections::stop() {
@@ -332,24 +480,31 @@ void Connections::stop() {
         if (stopping_) return;
         stopping_ = true;
     }
-    if (wake_fd_ >= 0) {
-        const uint64_t one = 1;
-        [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof(one));
-    }
-    if (acceptor_.joinable()) acceptor_.join();
+    if (wake_fd_ >= 0) wake();
+    if (waiter_.joinable()) waiter_.join();
     if (listen_fd_ >= 0) ::close(listen_fd_);
     listen_fd_ = -1;
+    std::vector<std::unique_ptr<Conn>> closing;
     std::unordered_map<std::thread::id, std::thread> workers;
     {
         std::unique_lock lock(mu_);
-        for (int fd : queue_) close_quietly(fd);
-        queue_.clear();
-        for (auto& [id, c] : open_) ::shutdown(c.fd, SHUT_RDWR);
-        work_cv_.notify_all();
+        // Waiting and queued connections have no thread: closed here. A
+        // worker's gets its reads and writes cut, and the worker closes it.
+        std::vector<Conn*> idle;
+        for (auto& [id, c] : open_) {
+            if (c->state == State::Busy) {
+                ::shutdown(c->fd, SHUT_RDWR);
+            } else {
+                idle.push_back(c.get());
+            }
+        }
+        for (Conn* c : idle) closing.push_back(unlink(*c));
+        for (FreeWorker* w : free_) w->cv.notify_one();
         done_cv_.wait(lock, [&] { return threads_ == 0; });
         workers.swap(workers_);
         finished_.clear();
     }
+    closing.clear();
     for (auto& [id, t] : workers) t.join();
 }
 

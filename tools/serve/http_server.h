@@ -1,7 +1,8 @@
 // The HTTP side of `tandem serve`: binds first (so /health answers 503
 // while the model loads), then serves the routes once the model is set.
-// Connections are the connection layer's (connections.h: a thread each,
-// bounded in number and time); httplib parses and routes each request.
+// Connections are the connection layer's (connections.h: one thread waits
+// on the idle ones, a worker serves each request, bounded in number and
+// time); httplib parses and routes each request.
 #pragma once
 
 #include <memory>

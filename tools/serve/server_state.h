@@ -30,7 +30,7 @@ struct ServeConfig {
     std::vector<std::string> cors_origins;  // --cors-origin: empty, CORS off; "*" any origin
     std::string slot_save_path;    // "": slot save/restore refused
     size_t max_body_bytes = size_t{8} << 20;
-    int http_threads = 32;      // --threads-http: connection threads kept ready (more start as needed)
+    int http_threads = 32;      // --threads-http: request threads kept ready (more start as needed)
     int max_connections = 1024; // --max-connections: open at once (connections.h says what happens past it)
     int timeout_s = 30;         // --timeout: a request must arrive, and each write of its answer progress, within it
     bool embeddings = false;    // --embeddings: /v1/embeddings answers (else 501, as llama-server)
