@@ -709,7 +709,6 @@ void Session::eval_stage(std::span<const BatchToken> tokens, bool single_order, 
 
 std::pair<int64_t, int64_t> Session::stage_layers() const { return {impl_->first, impl_->end}; }
 bool Session::runs_head() const { return impl_->outputs(); }
-bool Session::pipelined() const { return impl_->pipelined(); }
 
 void Session::remove_positions(int32_t seq, int32_t p0, int32_t p1) { impl_->remove_positions(seq, p0, p1); }
 void Session::copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) { impl_->copy_sequence(src, dst, p0, p1); }

@@ -157,9 +157,6 @@ public:
     // This stage's layers [first, end), and whether it runs the head.
     std::pair<int64_t, int64_t> stage_layers() const;
     bool runs_head() const;
-    // Part of a pipeline (--pipeline): other processes hold some layers, so
-    // a sequence's rows are gathered over the link to be saved.
-    bool pipelined() const;
     // Forgets sequence seq's positions [p0, p1) (p1 < 0: to the end; seq <
     // 0: every sequence), e.g. rejected draft tokens.
     void remove_positions(int32_t seq, int32_t p0, int32_t p1);
