@@ -1,6 +1,6 @@
 // A vocabulary as the grammar sees it: each token's text (its bytes) and
 // whether it is text, an end of generation, or never allowed under a
-// grammar (control tokens, unknown, empty pieces). Built once per model;
+// grammar (unknown and unused tokens, empty pieces). Built once per model;
 // immutable, shared by every constrained request.
 //
 // Which tokens a grammar state accepts is found by walking a trie of the

@@ -18,10 +18,15 @@ std::shared_ptr<const grammar::TokenTable> grammar_tokens(const Tokenizer& token
         const TokenType t = tokenizer.token_type(id);
         if (tokenizer.is_end_of_generation(id)) {
             kinds[static_cast<size_t>(id)] = Kind::End;
-        } else if (t == TokenType::Control || t == TokenType::Unknown || t == TokenType::Unused) {
+        } else if (t == TokenType::Unknown || t == TokenType::Unused) {
             kinds[static_cast<size_t>(id)] = Kind::Never;
         } else {
-            pieces[static_cast<size_t>(id)] = tokenizer.token_to_piece(id, false);
+            // A control token is its text, as llama.cpp's grammar sees it
+            // (its pieces rendered with special text): a grammar's
+            // "<tool_call>" may then be the one token Qwen writes for it
+            // ([TOOL_CALLS] Mistral's, <|channel|> gpt-oss's), not only
+            // the pieces '<', 'tool', ... no model writes.
+            pieces[static_cast<size_t>(id)] = tokenizer.token_to_piece(id, true);
         }
     }
     return std::make_shared<const grammar::TokenTable>(std::move(pieces), std::move(kinds));

@@ -23,9 +23,11 @@ struct SamplingGrammar {
     std::shared_ptr<const grammar::TokenTable> tokens;
 };
 
-// The vocabulary for grammars: each token's piece (token_to_piece without
-// special text); ends of generation as End; control, unknown and unused
-// tokens Never. Built once per model (~50 ms for 49k tokens).
+// The vocabulary for grammars: each token's piece, control tokens' with
+// their text (token_to_piece with special text, as llama.cpp: so a control
+// token may come wherever the grammar allows its text); ends of generation
+// as End; unknown and unused tokens Never. Built once per model (~50 ms
+// for 49k tokens).
 std::shared_ptr<const grammar::TokenTable> grammar_tokens(const Tokenizer& tokenizer);
 
 // No token the grammar accepts has a finite logit (a grammar that needs a

@@ -9,12 +9,15 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "runtime/common/error.h"
+#include "runtime/serving/embedding.h"
 #include "runtime/serving/loader.h"
 #include "runtime/serving/scheduler.h"
 
@@ -60,6 +63,49 @@ void require(const void* p, const char* what) {
     if (p == nullptr) throw Error(fmt::format("{}: expected a pointer, found NULL", what));
 }
 
+// The pooling a C caller named: one vector per sequence, so not "none".
+tandem::serve::Pooling c_pooling(const char* name) {
+    using tandem::serve::Pooling;
+    const char* expected = "params->pooling: expected \"mean\", \"cls\" or \"last\"";
+    if (name == nullptr) throw Error(fmt::format("{}, found NULL", expected));
+    const std::string_view n(name);
+    for (const Pooling p : {Pooling::Mean, Pooling::Cls, Pooling::Last}) {
+        if (n == tandem::serve::pooling_name(p)) return p;
+    }
+    throw Error(fmt::format("{}, found \"{}\"", expected, n));
+}
+
+// The pooled, normalized embedding of tokens, written to out: a sequence's
+// turn in the scheduler, as the server's /v1/embeddings takes.
+int32_t embed(tandem_model* model, std::vector<int32_t> tokens, const tandem_embed_params& p, float* out,
+              int32_t capacity) {
+    const tandem::serve::Pooling pooling = c_pooling(p.pooling);
+    // As the server's embd_normalize: past 64 the p-th powers overflow.
+    if (p.normalize < -1 || p.normalize > 64) {
+        throw Error(fmt::format("params->normalize: expected -1, 0 or a p-norm in 1..64, found {}", p.normalize));
+    }
+    const auto n_embd = static_cast<int32_t>(model->loaded->session->n_embd());
+    if (capacity < n_embd) {
+        throw Error(fmt::format("capacity: an embedding of this model needs {} floats, found room for {}", n_embd,
+                                capacity));
+    }
+    require(out, "embedding");
+    tandem::serve::GenerationRequest req;
+    req.prompt = std::move(tokens);
+    req.embed = pooling;
+    req.cache_prompt = false;
+    const std::shared_ptr<tandem::serve::Job> job = model->scheduler->submit(std::move(req));
+    while (true) {
+        const std::optional<tandem::serve::Event> e = job->next(std::chrono::milliseconds(100));
+        if (!e || !e->done) continue;
+        if (e->finish_reason == "error") throw Error(e->error);
+        if (e->embedding.empty()) throw Error(fmt::format("the embedding ended \"{}\"", e->finish_reason));
+        const std::vector<float> v = tandem::serve::normalize_embedding(e->embedding, p.normalize);
+        std::copy(v.begin(), v.end(), out);
+        return static_cast<int32_t>(v.size());
+    }
+}
+
 }  // namespace
 
 extern "C" {
@@ -80,6 +126,14 @@ tandem_generate_params tandem_generate_params_default(void) {
     p.min_p = 0.05f;
     p.repeat_penalty = 1.0f;
     p.cache_prompt = 1;
+    p.add_bos = 1;
+    return p;
+}
+
+tandem_embed_params tandem_embed_params_default(void) {
+    tandem_embed_params p{};
+    p.pooling = "mean";
+    p.normalize = 2;
     p.add_bos = 1;
     return p;
 }
@@ -130,6 +184,10 @@ int32_t tandem_n_seq(const tandem_model* model) { return model != nullptr ? mode
 
 int32_t tandem_n_vocab(const tandem_model* model) {
     return model != nullptr ? static_cast<int32_t>(model->loaded->session->n_vocab()) : -1;
+}
+
+int32_t tandem_n_embd(const tandem_model* model) {
+    return model != nullptr ? static_cast<int32_t>(model->loaded->session->n_embd()) : -1;
 }
 
 int32_t tandem_tokenize(tandem_model* model, const char* text, int32_t add_bos, int32_t* tokens, int32_t capacity) {
@@ -183,6 +241,39 @@ int32_t tandem_generate(tandem_model* model, const char* prompt, const tandem_ge
             }
             return 0;
         }
+    });
+}
+
+int32_t tandem_embed(tandem_model* model, const char* text, const tandem_embed_params* params, float* embedding,
+                     int32_t capacity) {
+    return guarded<int32_t>(-1, [&]() -> int32_t {
+        require(model, "model");
+        require(text, "text");
+        if (*text == '\0') throw Error("text: expected text, found an empty string");
+        const tandem_embed_params p = params != nullptr ? *params : tandem_embed_params_default();
+        // As llama-server tokenizes an embedding's input: special tokens
+        // parsed, EOS after where the vocabulary asks (Qwen3-Embedding).
+        const tandem::Tokenizer& tok = model->loaded->tokenizer;
+        std::vector<int32_t> ids = tok.encode(text, p.add_bos != 0 && tok.add_bos_by_default(), true);
+        if (tok.add_eos_by_default() && tok.eos() >= 0) ids.push_back(tok.eos());
+        return embed(model, std::move(ids), p, embedding, capacity);
+    });
+}
+
+int32_t tandem_embed_tokens(tandem_model* model, const int32_t* tokens, int32_t n_tokens,
+                            const tandem_embed_params* params, float* embedding, int32_t capacity) {
+    return guarded<int32_t>(-1, [&]() -> int32_t {
+        require(model, "model");
+        if (n_tokens < 1) throw Error(fmt::format("n_tokens: expected 1 or more, found {}", n_tokens));
+        require(tokens, "tokens");
+        const int32_t n_vocab = tandem_n_vocab(model);
+        for (int32_t i = 0; i < n_tokens; ++i) {
+            if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+                throw Error(fmt::format("tokens[{}]: expected a token id in [0, {}), found {}", i, n_vocab, tokens[i]));
+            }
+        }
+        const tandem_embed_params p = params != nullptr ? *params : tandem_embed_params_default();
+        return embed(model, std::vector<int32_t>(tokens, tokens + n_tokens), p, embedding, capacity);
     });
 }
 

@@ -51,6 +51,7 @@ const char* tandem_last_error(void);
 int32_t tandem_n_ctx(const tandem_model* model); /* positions per sequence */
 int32_t tandem_n_seq(const tandem_model* model);
 int32_t tandem_n_vocab(const tandem_model* model);
+int32_t tandem_n_embd(const tandem_model* model); /* an embedding's floats */
 
 /* The tokens of text (with the model's BOS first when add_bos is nonzero
  * and the model adds one). Returns their count; when that is more than
@@ -92,6 +93,34 @@ typedef struct tandem_result {
  * result (may be NULL). 0 on success, -1 on failure. */
 int32_t tandem_generate(tandem_model* model, const char* prompt, const tandem_generate_params* params,
                         tandem_text_callback callback, void* user_data, tandem_result* result);
+
+/* Embeddings, as llama-server's /v1/embeddings makes them: the final
+ * hidden states (after the output norm) of one sequence's tokens, pooled
+ * into one vector and normalized. */
+typedef struct tandem_embed_params {
+    const char* pooling;  /* "mean" (over the tokens), "cls" (the first token's row) or "last" */
+    int32_t normalize;    /* llama.cpp's --embd-normalize: 2 Euclidean length 1, -1 none, 0 the largest
+                           * magnitude to 32760 (int16's range), p in 1..64 the p-norm 1 */
+    int32_t add_bos;      /* text: nonzero: the model's BOS first, where it adds one (and EOS last,
+                           * where its vocabulary asks for one) */
+} tandem_embed_params;
+
+/* Mean pooling, Euclidean normalization, BOS as the model wants. */
+tandem_embed_params tandem_embed_params_default(void);
+
+/* The embedding of text (tokenized with special tokens parsed, as the
+ * server does; params may be NULL: the defaults) into embedding, which has
+ * room for capacity floats. Returns the floats written, tandem_n_embd();
+ * -1 on failure: a capacity below that (the message says how many are
+ * needed), an unknown pooling, text of no tokens or more than a sequence
+ * holds. Takes a free sequence as tandem_generate does (its cache is not
+ * kept for a later prompt). */
+int32_t tandem_embed(tandem_model* model, const char* text, const tandem_embed_params* params, float* embedding,
+                     int32_t capacity);
+/* The same for n_tokens token ids, each in [0, tandem_n_vocab()), taken
+ * as they are (params->add_bos is not used). */
+int32_t tandem_embed_tokens(tandem_model* model, const int32_t* tokens, int32_t n_tokens,
+                            const tandem_embed_params* params, float* embedding, int32_t capacity);
 
 /* The state of a free sequence (its cache and the tokens it holds) into
  * buffer. Returns the state's size in bytes; when that is more than size

@@ -120,6 +120,28 @@ def n_test(server, client):
           f"six requests of 1..4 choices at once on 4 slots all answer ({time.time() - t0:.1f} s)")
 
 
+def metrics_test(server, client):
+    """/metrics counts a request of n choices as llama-server does: its prompt evaluated once (the other choices
+    copy its cells), every choice's tokens predicted, and one request."""
+    names = ("prompt_tokens_total", "tokens_predicted_total", "requests_done_total", "http_requests_total")
+    no_cache = {"cache_prompt": False}  # the whole prompt evaluated, whatever the slots hold
+    for n in (1, 3):
+        before = {k: server.metric(k) for k in names}
+        r = client.chat.completions.create(model="m", messages=STORY, temperature=0, max_tokens=16, n=n,
+                                           extra_body=no_cache)
+        after = {k: server.metric(k) for k in names}
+        delta = {k: None if before[k] is None or after[k] is None else after[k] - before[k] for k in names}
+        # Each choice ran to max_tokens: its completion tokens are all it sampled (no end token).
+        check(all(c.finish_reason == "length" for c in r.choices), f"n={n}: every choice ends at max_tokens")
+        check(delta["prompt_tokens_total"] == r.usage.prompt_tokens,
+              f"n={n}: the prompt counted once ({delta['prompt_tokens_total']}, usage {r.usage.prompt_tokens})")
+        check(delta["tokens_predicted_total"] == r.usage.completion_tokens == 16 * n,
+              f"n={n}: every choice's tokens predicted ({delta['tokens_predicted_total']}, usage "
+              f"{r.usage.completion_tokens})")
+        check(delta["requests_done_total"] == 1 and delta["http_requests_total"] == 1,
+              f"n={n}: one request ({delta['requests_done_total']} done, {delta['http_requests_total']} HTTP)")
+
+
 def anthropic_events(payload):
     return [(name, json_or(d, {})) for name, d in sse_events(payload)]
 
@@ -304,6 +326,7 @@ def main():
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0)
         t0 = time.time()
         n_test(server, client)
+        metrics_test(server, client)
         print(f"n checks: {time.time() - t0:.1f} s", flush=True)
         t0 = time.time()
         ref = messages_test(server, client)

@@ -4,6 +4,7 @@ runtime/serving/tandem.h), nothing more.
     import tandem
     with tandem.Model("model.gguf", n_seq=2) as m:
         print(m.generate("The capital of France is", max_tokens=16))
+        v = m.embed("A sentence to embed", pooling="mean")  # unit length
 
 Several threads may call generate() on one Model at once: up to n_seq
 generations share each pass over the weights. Errors raise tandem.Error
@@ -35,6 +36,10 @@ class _GenerateParams(ctypes.Structure):
                 ("add_bos", ctypes.c_int32)]
 
 
+class _EmbedParams(ctypes.Structure):
+    _fields_ = [("pooling", ctypes.c_char_p), ("normalize", ctypes.c_int32), ("add_bos", ctypes.c_int32)]
+
+
 class _Result(ctypes.Structure):
     _fields_ = [("sequence", ctypes.c_int32), ("prompt_tokens", ctypes.c_int32), ("cached_tokens", ctypes.c_int32),
                 ("completion_tokens", ctypes.c_int32), ("finish_reason", ctypes.c_char * 16)]
@@ -54,6 +59,13 @@ def _load():
         "tandem_n_ctx": ([ctypes.c_void_p], ctypes.c_int32),
         "tandem_n_seq": ([ctypes.c_void_p], ctypes.c_int32),
         "tandem_n_vocab": ([ctypes.c_void_p], ctypes.c_int32),
+        "tandem_n_embd": ([ctypes.c_void_p], ctypes.c_int32),
+        "tandem_embed_params_default": ([], _EmbedParams),
+        "tandem_embed": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_EmbedParams),
+                          ctypes.POINTER(ctypes.c_float), ctypes.c_int32], ctypes.c_int32),
+        "tandem_embed_tokens": ([ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32), ctypes.c_int32,
+                                 ctypes.POINTER(_EmbedParams), ctypes.POINTER(ctypes.c_float), ctypes.c_int32],
+                                ctypes.c_int32),
         "tandem_tokenize": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int32),
                              ctypes.c_int32], ctypes.c_int32),
         "tandem_generate": ([ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(_GenerateParams), _TextCallback,
@@ -126,6 +138,28 @@ class Model:
     @property
     def n_seq(self):
         return _c().tandem_n_seq(self._m)
+
+    @property
+    def n_embd(self):
+        return _c().tandem_n_embd(self._m)
+
+    def embed(self, input, pooling="mean", normalize=2, add_bos=True):
+        """The embedding of input (text, or a list of token ids) as a list
+        of n_embd floats: the final hidden states pooled ("mean", "cls" or
+        "last") and normalized as llama.cpp's --embd-normalize (2: unit
+        length; -1: none; 0: int16's range; p >= 1: the p-norm)."""
+        p = _c().tandem_embed_params_default()
+        pooling_bytes = pooling.encode() if isinstance(pooling, str) else pooling
+        p.pooling, p.normalize, p.add_bos = pooling_bytes, normalize, int(add_bos)
+        out = (ctypes.c_float * max(self.n_embd, 0))()
+        if isinstance(input, str):
+            n = _c().tandem_embed(self._m, input.encode(), ctypes.byref(p), out, len(out))
+        else:
+            ids = (ctypes.c_int32 * len(input))(*input)
+            n = _c().tandem_embed_tokens(self._m, ids, len(ids), ctypes.byref(p), out, len(out))
+        if n < 0:
+            _fail()
+        return list(out[:n])
 
     def tokenize(self, text, add_bos=True):
         data = text.encode()
