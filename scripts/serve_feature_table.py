@@ -84,7 +84,7 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
 
-    def raw(self, method, path, data=None, headers=None, auth=True, timeout=120):
+    def raw(self, method, path, data=None, headers=None, auth=True, timeout=600):
         h = {"Content-Type": "application/json"} if data is not None else {}
         if auth and self.key:
             h["Authorization"] = f"Bearer {self.key}"

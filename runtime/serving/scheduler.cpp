@@ -397,9 +397,9 @@ void Scheduler::take_request(Slot& s, GenerationRequest req, std::shared_ptr<Job
     s.embedding.clear();
 }
 
-int64_t Scheduler::share_prompt(Slot& leader, std::span<const float> row) {
+void Scheduler::share_prompt(Slot& leader, std::span<const float> row) {
     const std::vector<Slot*> followers = std::exchange(leader.followers, {});
-    if (followers.empty()) return 0;
+    if (followers.empty()) return;
     // The followers get a copy of the leader's cells in their own part of
     // the cache, not a share of them (Session::copy_sequence): with a part
     // per sequence (the server's layout) a shared cell would stay in the
@@ -419,10 +419,9 @@ int64_t Scheduler::share_prompt(Slot& leader, std::span<const float> row) {
             f->waiting = false;
             finish(*f, "error", e.what());
         }
-        return 0;
+        return;
     }
     std::vector<float> mine;
-    int64_t sampled = 0;
     for (Slot* f : followers) {
         if (!f->busy() || !f->waiting) continue;
         f->waiting = false;
@@ -434,7 +433,6 @@ int64_t Scheduler::share_prompt(Slot& leader, std::span<const float> row) {
             if (options_.draft != nullptr) options_.draft->keep(f->id, 0);  // it catches up as for a new prompt
             mine.assign(row.begin(), row.end());  // the chooser changes its row in place
             const int32_t tok = f->chooser->choose(mine);
-            ++sampled;
             settle(*f, tok, f->req.logprobs ? row : std::span<const float>());
         } catch (const GrammarDeadEnd& e) {
             finish(*f, "error", e.what());
@@ -444,7 +442,6 @@ int64_t Scheduler::share_prompt(Slot& leader, std::span<const float> row) {
             finish(*f, "error", e.what());
         }
     }
-    return sampled;
 }
 
 void Scheduler::finish(Slot& s, const std::string& reason, const std::string& error) {
@@ -491,6 +488,10 @@ void Scheduler::finish(Slot& s, const std::string& reason, const std::string& er
 }
 
 bool Scheduler::settle(Slot& s, int32_t tok, std::span<const float> raw_row) {
+    {
+        std::lock_guard lock(mu_);
+        stats_.generated_tokens += 1;
+    }
     const auto now = Clock::now();
     if (!s.generating) {
         s.generating = true;
@@ -674,6 +675,15 @@ bool Scheduler::step() {
     }
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     const auto prompt_evaluated = static_cast<int64_t>(chunk);
+    {
+        // Counted before any slot of this step finishes (settle counts each
+        // token it settles), so a client that reads the stats after its
+        // last event finds its request's tokens there.
+        std::lock_guard lock(mu_);
+        stats_.prompt_tokens += prompt_evaluated;
+        if (prompt_evaluated > 0) stats_.prompt_seconds += seconds;
+        else stats_.generation_seconds += seconds;
+    }
     if (chunk > 0 && prefill->pooler) pool_chunk(*prefill, batch, n_decode);
     if (chunk > 0) {
         prefill->cache.insert(prefill->cache.end(), prefill->req.prompt.begin() + static_cast<ptrdiff_t>(prefill->prompt_done),
@@ -689,7 +699,7 @@ bool Scheduler::step() {
     // replaced, as spec::verify rules (the rows are those plain decoding
     // would compute, token by token). The refused drafts leave the slot's
     // cache and the draft model's.
-    int64_t sampled = 0, proposed = 0, accepted = 0;
+    int64_t proposed = 0, accepted = 0;
     size_t r = 0;
     for (Slot* s : decoding) {
         const size_t k = s->draft.tokens.size();
@@ -713,7 +723,6 @@ bool Scheduler::step() {
             // drafts evaluated after what it settled leave the cache.
             finish(*s, "error", e.what());
         }
-        sampled += static_cast<int64_t>(settled);
         r += k + 1;
         const auto kept = static_cast<size_t>(v.kept);
         if (kept < k) session_.remove_positions(s->id, static_cast<int32_t>(s->cache.size()), -1);
@@ -727,23 +736,18 @@ bool Scheduler::step() {
         finish(*prefill, "stop");
     } else if (chunk > 0 && rows.size() > n_decode) {
         const std::span<float> row = rows_of(n_decode, 1);
-        sampled += share_prompt(*prefill, row);
+        share_prompt(*prefill, row);
         if (prefill->req.logprobs) raw_rows_.assign(row.begin(), row.end());
         try {
             const int32_t tok = prefill->chooser->choose(row);
             settle(*prefill, tok, prefill->req.logprobs ? std::span<const float>(raw_rows_) : std::span<const float>());
-            ++sampled;
         } catch (const GrammarDeadEnd& e) {
             finish(*prefill, "error", e.what());
         }
     }
     std::lock_guard lock(mu_);
-    stats_.prompt_tokens += prompt_evaluated;
-    stats_.generated_tokens += sampled;
     stats_.draft_proposed += proposed;
     stats_.draft_accepted += accepted;
-    if (prompt_evaluated > 0) stats_.prompt_seconds += seconds;
-    else stats_.generation_seconds += seconds;
     int64_t cells = 0;
     for (auto& s : slots_) {
         cells += static_cast<int64_t>(s->cache.size());

@@ -248,8 +248,7 @@ private:
     // The leader's prompt is in (its last row `row`, before any chooser):
     // each waiting follower gets a copy of its cells and settles its first
     // token.
-    // Returns the tokens settled.
-    int64_t share_prompt(Slot& leader, std::span<const float> row);
+    void share_prompt(Slot& leader, std::span<const float> row);
     void run_tasks();
     void finish(Slot& s, const std::string& reason, const std::string& error = {});
     // Hands the token the slot's request settled on to its client, with
