@@ -209,6 +209,15 @@ struct Session::Impl {
             accels[i]->allocate_workspace(outputs() && placement.head == d);
             accels[i]->finish_loading();
         }
+        // The host multiplies its own copies of its matrices: their pages of
+        // the mapping leave this process's memory, else each is resident
+        // twice (read again, they come back from the file).
+        if (plan.copy_host_weights) {
+            for (const auto& [t, d] : placement.tensor) {
+                if (d == kHostDevice && t->n_rows() > 1) file.drop_resident(*t);
+            }
+            if (outputs() && placement.head == kHostDevice) file.drop_resident(spec.output_head());
+        }
     }
 
     // One batch of eval_parts: its tokens, where its logits (or hidden

@@ -65,6 +65,13 @@ uint64_t File::file_size() const { return impl_->bytes.size(); }
 bool File::header_only() const { return impl_->parsed.header_only; }
 bool File::mapped() const { return impl_->storage.mapped(); }
 bool File::locked() const { return impl_->storage.locked(); }
+void File::drop_resident(const TensorInfo& info) const noexcept {
+    if (header_only() || !mapped()) return;
+    try {
+        impl_->storage.drop_resident(tensor_data(info));
+    } catch (const Error&) {  // an info of another file: nothing to drop
+    }
+}
 const std::vector<KeyValue>& File::metadata() const { return impl_->parsed.metadata; }
 const std::string& File::architecture() const { return impl_->parsed.architecture; }
 const std::vector<TensorInfo>& File::tensors() const { return impl_->parsed.tensors; }

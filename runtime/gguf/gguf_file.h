@@ -100,6 +100,9 @@ public:
     const TensorInfo* find_tensor(std::string_view name) const;
     // The tensor's bytes. Throws for a header-only file.
     std::span<const uint8_t> tensor_data(const TensorInfo& info) const;
+    // The tensor's pages leave resident memory (MappedFile::drop_resident):
+    // for a mapping whose data was copied elsewhere. Nothing otherwise.
+    void drop_resident(const TensorInfo& info) const noexcept;
     // Sum of n_bytes over all tensors.
     uint64_t total_tensor_bytes() const;
 

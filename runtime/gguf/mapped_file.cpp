@@ -205,6 +205,16 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 
 MappedFile::~MappedFile() { release(); }
 
+void MappedFile::drop_resident(std::span<const uint8_t> range) const noexcept {
+    if (!mapped_ || locked_ || range.empty()) return;
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto lo = (reinterpret_cast<uintptr_t>(range.data()) + page - 1) / page * page;
+    const auto hi = (reinterpret_cast<uintptr_t>(range.data()) + range.size()) / page * page;
+    const auto base = reinterpret_cast<uintptr_t>(data_);
+    if (lo >= hi || lo < base || hi > base + size_) return;
+    ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // a hint: a failure changes nothing
+}
+
 void MappedFile::release() noexcept {
     if (data_ == nullptr) return;
     if (locked_) ::munlock(data_, size_);

@@ -30,6 +30,11 @@ public:
     std::span<const uint8_t> bytes() const { return {data_, size_}; }
     bool mapped() const { return mapped_; }
     bool locked() const { return locked_; }
+    // A hint: the whole pages inside `range` (of bytes()) leave this
+    // process's resident memory; read again, they come back from the file
+    // (the mapping is private and never written). Nothing for a buffer or
+    // a locked mapping.
+    void drop_resident(std::span<const uint8_t> range) const noexcept;
 
 private:
     void release() noexcept;
