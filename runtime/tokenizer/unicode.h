@@ -4,6 +4,8 @@
 // pre-tokenizers in pretokenize.cpp match them by hand with classify().
 #pragma once
 
+#include "runtime/common/utf8.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -64,6 +66,6 @@ inline size_t utf8_sequence_length(uint8_t lead) {
     return kLengths[lead >> 4];
 }
 
-void append_utf8(std::string& out, uint32_t cp);
+using tandem::append_utf8;  // runtime/common/utf8.h
 
 }  // namespace tandem::tokenizer_detail
