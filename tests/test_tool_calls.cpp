@@ -192,6 +192,12 @@ TEST(ToolCalls, ReplyParserSplitsHarmonyOrCallsOrNothing) {
     ASSERT_EQ(d.calls.size(), 1u);
     EXPECT_EQ(d.calls[0].name, "f");
     EXPECT_EQ(d.calls[0].arguments, "{\"a\":1}");
+    // tool_choice "none" (or no tools): a harmony call is not reported.
+    ReplyParser harmony_none(true, ToolFormat::None);
+    const auto n = harmony_none.push("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\":1}<|call|>",
+                                     true);
+    EXPECT_TRUE(n.calls.empty());
+    EXPECT_TRUE(harmony_none.tool_calls().empty());
 }
 
 TEST(ToolCalls, EachRealTemplateGetsItsFamilysFormat) {

@@ -3,8 +3,10 @@
 namespace tandem::chat {
 
 ReplyParser::ReplyParser(bool harmony, ToolFormat calls) {
-    if (harmony) harmony_.emplace();
-    else if (calls != ToolFormat::None && calls != ToolFormat::Harmony) calls_.emplace(calls);
+    if (harmony) {
+        harmony_.emplace();
+        harmony_calls_ = calls != ToolFormat::None;
+    } else if (calls != ToolFormat::None && calls != ToolFormat::Harmony) calls_.emplace(calls);
 }
 
 ReplyParser::Delta ReplyParser::push(std::string_view text, bool last) {
@@ -15,7 +17,7 @@ ReplyParser::Delta ReplyParser::push(std::string_view text, bool last) {
         out.content = std::move(d.content);
         // A harmony call's arguments are its message's whole body: the
         // calls are complete when the reply is (it ends at <|call|>).
-        if (last) out.calls = harmony_->tool_calls();
+        if (last && harmony_calls_) out.calls = harmony_->tool_calls();
     } else if (calls_) {
         ToolCallParser::Delta d = calls_->push(text, last);
         out.content = std::move(d.content);
@@ -40,7 +42,7 @@ const std::string& ReplyParser::content() const {
 
 const std::vector<ToolCall>& ReplyParser::tool_calls() const {
     static const std::vector<ToolCall> kNone;
-    if (harmony_) return harmony_->tool_calls();
+    if (harmony_) return harmony_calls_ ? harmony_->tool_calls() : kNone;
     if (calls_) return calls_->tool_calls();
     return kNone;
 }

@@ -17,7 +17,9 @@ namespace tandem::chat {
 class ReplyParser {
 public:
     // harmony: the reply is in gpt-oss's format. calls: whose calls to look
-    // for in other replies (None: none, the text is all content).
+    // for in other replies (None: none, the text is all content; with
+    // harmony, a call message is still taken out of the content, but none
+    // is reported: tool_choice "none" or no tools).
     ReplyParser(bool harmony, ToolFormat calls);
 
     struct Delta {
@@ -35,6 +37,7 @@ public:
 
 private:
     std::optional<HarmonyParser> harmony_;
+    bool harmony_calls_ = false;  // harmony_'s calls are reported
     std::optional<ToolCallParser> calls_;
     std::string plain_;
 };
