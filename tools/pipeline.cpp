@@ -49,25 +49,11 @@ std::weak_ptr<StageLink>& link_slot() {
     return slot;
 }
 
-void send_text(const std::string& s, int to, int tag) {
-    MPI_Send(s.data(), static_cast<int>(s.size()), MPI_CHAR, to, tag, MPI_COMM_WORLD);
-}
-
-std::string recv_text(int from, int tag) {
-    MPI_Status st;
-    MPI_Probe(from, tag, MPI_COMM_WORLD, &st);
-    int n = 0;
-    MPI_Get_count(&st, MPI_CHAR, &n);
-    std::string s(static_cast<size_t>(n), '\0');
-    MPI_Recv(s.data(), n, MPI_CHAR, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    return s;
-}
-
-// A sequence state's bytes (MPI counts are ints: a state of 2 GiB or more
-// is refused rather than cut).
+// Bytes (a sequence state; the open request and its reply as text). MPI
+// counts are ints: 2 GiB or more is refused rather than cut.
 void send_bytes(std::span<const uint8_t> b, int to, int tag) {
     if (b.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
-        throw Error(fmt::format("--pipeline: a sequence state of {} bytes is too large to send (at most 2 GiB)", b.size()));
+        throw Error(fmt::format("--pipeline: a message of {} bytes is too large to send (at most 2 GiB)", b.size()));
     }
     MPI_Send(b.data(), static_cast<int>(b.size()), MPI_BYTE, to, tag, MPI_COMM_WORLD);
 }
@@ -80,6 +66,15 @@ std::vector<uint8_t> recv_bytes(int from, int tag) {
     std::vector<uint8_t> b(static_cast<size_t>(n));
     MPI_Recv(b.data(), n, MPI_BYTE, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     return b;
+}
+
+void send_text(const std::string& s, int to, int tag) {
+    send_bytes(std::span(reinterpret_cast<const uint8_t*>(s.data()), s.size()), to, tag);
+}
+
+std::string recv_text(int from, int tag) {
+    const std::vector<uint8_t> b = recv_bytes(from, tag);
+    return std::string(b.begin(), b.end());
 }
 
 // A micro-batch's tokens as four ints each (id, pos, seq, logits).

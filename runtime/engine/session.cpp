@@ -59,7 +59,6 @@ struct Session::Impl {
     // last runs the head; `next` reaches the later stages (the first's).
     int64_t first = 0, end = 0;
     std::shared_ptr<StageLink> next;
-    bool single_order = false;  // eval_batch_single_order is running
     bool embeds() const { return first == 0; }
     bool outputs() const { return end == hp.n_layer && !next; }
     bool owns(int64_t il) const { return il >= first && il < end; }
@@ -249,7 +248,6 @@ struct Session::Impl {
 
     void set_order(bool single) {
         for_each_device([&](DeviceOps& d) { d.set_single_token_order(single); });
-        single_order = single;
     }
 
     // The parts in turn, each in its micro-batches. A pipeline's first
@@ -712,7 +710,7 @@ int64_t Session::n_embd() const { return impl_->hp.n_embd; }
 
 void Session::eval_stage(std::span<const BatchToken> tokens, bool single_order, std::span<const float> x,
                          std::vector<float>& out) {
-    impl_->for_each_device([&](DeviceOps& d) { d.set_single_token_order(single_order); });
+    impl_->set_order(single_order);
     impl_->eval_stage(tokens, x, out);
 }
 
