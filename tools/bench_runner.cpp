@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -405,17 +406,35 @@ ParallelDecode run_parallel_decode(Session& session, int64_t n_parallel, int64_t
     }
     out.tokens.assign(P, std::vector<int32_t>());
     for (auto& t : out.tokens) t.reserve(static_cast<size_t>(n_gen));
-    batch.assign(P, BatchToken{});
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t g = 0; g < n_gen; ++g) {
-        for (size_t s = 0; s < P; ++s) {
-            batch[s] = {next[s], static_cast<int32_t>(n_prompt + g), static_cast<int32_t>(s), true};
+    // The order tandem serve decodes in: each stream's logits those of the
+    // stream alone. Under --pipeline the streams go in one group per stage,
+    // a step apart (as the server's slots), so each stage works on one
+    // group while the others work on the rest.
+    const size_t G = std::min(P, static_cast<size_t>(session.pipeline_stages()));
+    std::vector<int64_t> done(G, 0);  // steps each group has taken
+    const auto send = [&](size_t g) {
+        batch.clear();
+        for (size_t s = g; s < P; s += G) {
+            batch.push_back({next[s], static_cast<int32_t>(n_prompt + done[g]), static_cast<int32_t>(s), true});
             out.tokens[s].push_back(next[s]);
         }
-        // The order tandem serve decodes in: each stream's logits those of
-        // the stream alone.
-        session.eval_batch_single_order(batch, logits);
-        for (size_t s = 0; s < P; ++s) next[s] = argmax(std::span<const float>(logits.data() + s * V, V));
+        session.submit(batch, true);
+    };
+    const auto t0 = std::chrono::steady_clock::now();
+    std::deque<size_t> flying;  // the groups in flight, oldest first
+    for (size_t g = 0; g < G && n_gen > 0; ++g) {
+        send(g);
+        flying.push_back(g);
+    }
+    while (!flying.empty()) {
+        const size_t g = flying.front();
+        flying.pop_front();
+        session.collect(logits);
+        for (size_t s = g, row = 0; s < P; s += G, ++row) next[s] = argmax(std::span<const float>(logits.data() + row * V, V));
+        if (++done[g] < n_gen) {
+            send(g);
+            flying.push_back(g);
+        }
     }
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return out;

@@ -183,6 +183,8 @@ public:
         return stage_layers(n_layer, 0, size_).second;
     }
 
+    int n_stages() const override { return size_; }
+
     void send_batch(std::span<const BatchToken> tokens, bool single_order, std::span<const float> x) override {
         send_micro(1, tokens, single_order, x);
     }
@@ -306,8 +308,8 @@ int PipelineWorld::serve_stage() {
     const bool last = rank_ == size_ - 1;
     std::vector<float> out;
     // The last stage sends logits without waiting for rank 0 to take them:
-    // rank 0 may be sending the next micro-batch (Session::eval_batches
-    // keeps several in flight), and a blocking send each way would wait
+    // rank 0 may be sending the next micro-batch (Session::submit keeps
+    // several in flight), and a blocking send each way would wait
     // forever. Each buffer lives until its send completes.
     std::deque<std::pair<MPI_Request, std::vector<float>>> sending;
     const auto reap = [&](bool all) {

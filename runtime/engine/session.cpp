@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -59,6 +61,13 @@ struct Session::Impl {
     // last runs the head; `next` reaches the later stages (the first's).
     int64_t first = 0, end = 0;
     std::shared_ptr<StageLink> next;
+    // Batches submitted and not collected, oldest first: each one's rows,
+    // and the spans of them the later stages still owe (in send order).
+    struct Flight {
+        std::vector<float> rows;
+        std::vector<std::span<float>> owed;
+    };
+    std::deque<Flight> flights;
     bool embeds() const { return first == 0; }
     bool outputs() const { return end == hp.n_layer && !next; }
     bool owns(int64_t il) const { return il >= first && il < end; }
@@ -219,14 +228,6 @@ struct Session::Impl {
         }
     }
 
-    // One batch of eval_parts: its tokens, where its logits (or hidden
-    // rows) go, and its order (eval_batch_single_order's or the fastest).
-    struct Part {
-        std::span<const BatchToken> batch;
-        std::vector<float>* out;
-        bool single_order;
-    };
-
     // The rows a batch asks for; throws for a token the model cannot take.
     size_t checked_outputs(std::span<const BatchToken> batch) const {
         if (batch.empty()) throw Error("eval: no tokens to evaluate");
@@ -250,59 +251,73 @@ struct Session::Impl {
         for_each_device([&](DeviceOps& d) { d.set_single_token_order(single); });
     }
 
-    // The parts in turn, each in its micro-batches. A pipeline's first
-    // stage sends each micro-batch on and takes the logits back at the end,
-    // in order: the later stages work on one micro-batch (of this part or
-    // the one before) while this stage evaluates the next. hidden: each
-    // token that asks gets its final hidden state (n_embd floats,
+    // A batch submitted and collected at once. hidden: each token that
+    // asks gets its final hidden state (n_embd floats,
     // Session::eval_batch_hidden) instead of logits.
-    void eval_parts(std::span<const Part> parts, bool hidden = false) {
+    void eval_now(std::span<const BatchToken> batch, bool single_order, std::vector<float>& out, bool hidden = false) {
+        if (!flights.empty()) {
+            throw Error(fmt::format("eval: {} batches were submitted and not collected", flights.size()));
+        }
+        submit(batch, single_order, hidden);
+        collect(out);
+    }
+
+    // The batch in its micro-batches. A pipeline's first stage sends each
+    // on, the later stages working on it while this one evaluates the
+    // next, and collect() takes the logits back in order.
+    void submit(std::span<const BatchToken> batch, bool single_order, bool hidden) {
         if (!embeds()) throw Error("eval: a later pipeline stage evaluates what the first sends (eval_stage)");
         // The last stage sends logits back, never the hidden state.
         if (hidden && next) throw Error("embeddings: not supported with --pipeline");
-        for (const Part& p : parts) {
-            p.out->resize(checked_outputs(p.batch) * static_cast<size_t>(hidden ? hp.n_embd : hp.n_vocab));
-        }
-        std::vector<std::span<float>> pending;  // where each sent micro-batch's logits go
-        // Every device back to its fastest order, and every logits message
-        // sent for taken, whatever a part throws: the link stays in step.
+        const size_t n_out = checked_outputs(batch);
+        Flight& f = flights.emplace_back();
+        // Every device back to its fastest order whatever happens; should
+        // the batch throw, every logits message sent for it (and for the
+        // batches before it) is taken, so the link stays in step, and
+        // nothing of it stays in flight.
         struct Restore {
             Impl& m;
-            std::vector<std::span<float>>& pending;
             ~Restore() {
                 m.set_order(false);
                 if (std::uncaught_exceptions() == 0) return;
                 try {
-                    for (std::span<float> rows : pending) m.next->receive_logits(rows);
+                    for (Flight& g : m.flights) {
+                        for (std::span<float> rows : std::exchange(g.owed, {})) m.next->receive_logits(rows);
+                    }
                 } catch (...) {  // the link itself failed: its own error is the one to report
                 }
+                m.flights.pop_back();
             }
-        } restore{*this, pending};
-        for (const Part& p : parts) {
-            set_order(p.single_order);
-            float* out = p.out->data();
-            const auto n_tokens = static_cast<int64_t>(p.batch.size());
-            for (int64_t start = 0; start < n_tokens; start += opt.n_ubatch) {
-                const int64_t n = std::min(opt.n_ubatch, n_tokens - start);
-                const auto micro = p.batch.subspan(static_cast<size_t>(start), static_cast<size_t>(n));
-                host->embed(std::span<const int32_t>(tokens.data(), static_cast<size_t>(take(micro))));
-                recipe->x_written_on(kHostDevice);
-                run_layers(n);
-                if (next) {
-                    const float* x = recipe->x_on_host(n);
-                    next->send_batch(micro, p.single_order, std::span(x, static_cast<size_t>(n * hp.n_embd)));
-                    const auto rows = std::count_if(micro.begin(), micro.end(), [](const BatchToken& b) { return b.logits; });
-                    if (rows > 0) pending.emplace_back(out, static_cast<size_t>(rows * hp.n_vocab));
-                    out += rows * hp.n_vocab;
-                    continue;
-                }
-                out = head(micro, out, hidden);
+        } restore{*this};
+        f.rows.resize(n_out * static_cast<size_t>(hidden ? hp.n_embd : hp.n_vocab));
+        set_order(single_order);
+        float* out = f.rows.data();
+        const auto n_tokens = static_cast<int64_t>(batch.size());
+        for (int64_t start = 0; start < n_tokens; start += opt.n_ubatch) {
+            const int64_t n = std::min(opt.n_ubatch, n_tokens - start);
+            const auto micro = batch.subspan(static_cast<size_t>(start), static_cast<size_t>(n));
+            host->embed(std::span<const int32_t>(tokens.data(), static_cast<size_t>(take(micro))));
+            recipe->x_written_on(kHostDevice);
+            run_layers(n);
+            if (next) {
+                const float* x = recipe->x_on_host(n);
+                next->send_batch(micro, single_order, std::span(x, static_cast<size_t>(n * hp.n_embd)));
+                const auto rows = std::count_if(micro.begin(), micro.end(), [](const BatchToken& b) { return b.logits; });
+                if (rows > 0) f.owed.emplace_back(out, static_cast<size_t>(rows * hp.n_vocab));
+                out += rows * hp.n_vocab;
+                continue;
             }
+            out = head(micro, out, hidden);
         }
-        while (!pending.empty()) {
-            next->receive_logits(pending.front());
-            pending.erase(pending.begin());
-        }
+    }
+
+    void collect(std::vector<float>& rows) {
+        if (flights.empty()) throw Error("collect: no batch was submitted");
+        // Taken off first: should the link fail, its rows are gone anyway.
+        Flight f = std::move(flights.front());
+        flights.pop_front();
+        for (std::span<float> r : f.owed) next->receive_logits(r);
+        rows.swap(f.rows);
     }
 
     // The micro-batch's ids, positions and sequences into the step's
@@ -407,8 +422,7 @@ struct Session::Impl {
             batch[static_cast<size_t>(t)] = {ids[static_cast<size_t>(t)], static_cast<int32_t>(past + t), 0,
                                              all_logits || t == n_tokens - 1};
         }
-        const Part parts[] = {{batch, &logits, false}};
-        eval_parts(parts);
+        eval_now(batch, false, logits);
     }
 
     // Each layer's cell for each token of the micro-batch (KvCells::place:
@@ -686,24 +700,22 @@ void Session::eval(std::span<const int32_t> tokens, bool all_logits, std::vector
 }
 
 void Session::eval_batch_single_order(std::span<const BatchToken> batch, std::vector<float>& logits) {
-    const Impl::Part parts[] = {{batch, &logits, true}};
-    impl_->eval_parts(parts);
+    impl_->eval_now(batch, true, logits);
 }
 
 void Session::eval_batch(std::span<const BatchToken> batch, std::vector<float>& logits) {
-    const Impl::Part parts[] = {{batch, &logits, false}};
-    impl_->eval_parts(parts);
+    impl_->eval_now(batch, false, logits);
 }
 
-void Session::eval_batches(std::span<const BatchToken> single, std::vector<float>& single_logits,
-                           std::span<const BatchToken> fast, std::vector<float>& fast_logits) {
-    const Impl::Part parts[] = {{single, &single_logits, true}, {fast, &fast_logits, false}};
-    impl_->eval_parts(parts);
+void Session::submit(std::span<const BatchToken> batch, bool single_order, bool hidden) {
+    impl_->submit(batch, single_order, hidden);
 }
+void Session::collect(std::vector<float>& rows) { impl_->collect(rows); }
+size_t Session::in_flight() const { return impl_->flights.size(); }
+int Session::pipeline_stages() const { return impl_->next ? impl_->next->n_stages() : 1; }
 
 void Session::eval_batch_hidden(std::span<const BatchToken> batch, std::vector<float>& hidden) {
-    const Impl::Part parts[] = {{batch, &hidden, false}};
-    impl_->eval_parts(parts, true);
+    impl_->eval_now(batch, false, hidden, true);
 }
 
 int64_t Session::n_embd() const { return impl_->hp.n_embd; }

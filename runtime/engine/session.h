@@ -134,13 +134,23 @@ public:
     // orders): a speculative step's verification batch then gives exactly
     // the logits of decoding its tokens one by one. Slower for long batches.
     void eval_batch_single_order(std::span<const BatchToken> batch, std::vector<float>& logits);
-    // eval_batch_single_order(single), then eval_batch(fast), in one call:
-    // under --pipeline, fast's micro-batches go through this stage while
-    // the later stages work on single's (a serving step's decodes and its
-    // prompt chunk), rather than each stage waiting for the other in turn.
-    // The logits are those of the two calls. Both batches hold tokens.
-    void eval_batches(std::span<const BatchToken> single, std::vector<float>& single_logits,
-                      std::span<const BatchToken> fast, std::vector<float>& fast_logits);
+    // Evaluation in flight, for keeping every stage of a --pipeline busy.
+    // submit() starts a batch and returns once this stage has evaluated
+    // its micro-batches and sent them on (without a pipeline: once the
+    // whole batch is evaluated); collect() waits for the rows of the
+    // oldest batch submitted and not collected. With up to
+    // pipeline_stages() batches in flight, each stage works on one of them
+    // while the others work on the rest. A batch gets the bits eval_batch
+    // gives it (single_order: eval_batch_single_order's; hidden:
+    // eval_batch_hidden's rows). Sequences may change between the calls
+    // (remove_positions, copy_sequence, saving and restoring, in the order
+    // made), but not those of a batch in flight. A submit that throws
+    // leaves nothing of its batch in flight (the earlier ones stay
+    // collectable); the eval_* calls throw while any batch is in flight.
+    void submit(std::span<const BatchToken> batch, bool single_order, bool hidden = false);
+    void collect(std::vector<float>& rows);
+    size_t in_flight() const;
+    int pipeline_stages() const;  // 1 without --pipeline
     // eval_batch, but each token with `logits` set gets the model's final
     // hidden state instead: n_embd floats, after the output norm, the
     // vector the head would multiply (llama.cpp's embeddings before

@@ -32,6 +32,8 @@ public:
     // returns the first stage's layers [0, end). Throws tandem::Error with
     // the failing stage's reason.
     virtual int64_t open(const gguf::File& file, int64_t n_layer, const SessionOptions& options) = 0;
+    // The stages, this first one included.
+    virtual int n_stages() const = 0;
     // The micro-batch `tokens`, evaluated by this stage up to the hidden
     // state `x` (tokens.size() rows of n_embd floats), goes to the next
     // stage. single_order: the one-token order (Session::eval_batch_single_order).

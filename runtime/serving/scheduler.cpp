@@ -85,6 +85,8 @@ struct Scheduler::Slot {
     std::optional<spec::TargetChooser> chooser;  // settles tokens as plain decoding draws them
     std::optional<TextStream> text;
     size_t prompt_done = 0;   // prompt tokens in the cache
+    size_t prompt_sent = 0;   // of them, and those in steps in flight
+    int in_flight = 0;        // its steps in flight (Flight); it finishes only at none
     bool generating = false;  // the prompt is in; next_token waits to be evaluated
     int32_t next_token = -1;
     int64_t generated = 0;
@@ -110,30 +112,6 @@ struct Scheduler::Slot {
 
     bool busy() const { return job != nullptr; }
 };
-
-void check_slot_count(int64_t n_slots) {
-    if (n_slots < 1 || n_slots > kMaxSequences) {
-        throw FieldError("n_slots", fmt::format("{{n_slots}}: expected 1..{} slots, found {}", kMaxSequences, n_slots));
-    }
-}
-
-void SchedulerOptions::validate(int64_t n_ctx, int64_t n_ubatch) const {
-    check_slot_count(n_slots);
-    const int64_t per_slot = n_ctx_slot > 0 ? n_ctx_slot : n_ctx / n_slots;
-    if (per_slot < 2) {
-        throw FieldError("n_ctx", fmt::format("a context ({{n_ctx}}) of {} split over {} slots leaves {} positions "
-                                              "each; give a larger one",
-                                              n_ctx, n_slots, per_slot));
-    }
-    spec::check_one_proposer(spec_ngram, draft != nullptr);
-    const spec::Config c = spec_config();
-    c.validate();
-    if (draft != nullptr && draft->n_seq() < n_slots) {
-        throw FieldError("draft", fmt::format("the draft model holds {} sequences, expected one per slot ({})",
-                                              draft->n_seq(), n_slots));
-    }
-    if (spec_ngram > 0 || draft != nullptr) c.check_fits(n_ubatch);
-}
 
 Scheduler::Scheduler(Session& session, const Tokenizer& tokenizer, SchedulerOptions options)
     : session_(session), tokenizer_(tokenizer), options_(options) {
@@ -275,6 +253,7 @@ void Scheduler::loop() {
     }
     // Jobs still running end here, with what they generated so far, as a
     // reply cut by its token limit ("length"; the client sees a whole reply).
+    while (!flights_.empty()) land();
     for (auto& s : slots_) {
         if (s->busy()) finish(*s, "length");
     }
@@ -380,7 +359,7 @@ void Scheduler::take_request(Slot& s, GenerationRequest req, std::shared_ptr<Job
     session_.remove_positions(s.id, static_cast<int32_t>(keep), -1);
     s.cache.resize(keep);
     if (options_.draft != nullptr) options_.draft->keep(s.id, keep);
-    s.prompt_done = keep;
+    s.prompt_done = s.prompt_sent = keep;
     s.usage.cached_tokens = static_cast<int64_t>(keep);
     s.chooser.emplace(s.req.sampling);
     for (int32_t t : s.req.prompt) s.chooser->accept_prompt(t);
@@ -429,7 +408,7 @@ void Scheduler::share_prompt(Slot& leader, std::span<const float> row) {
             // Its sequence is empty (take_request).
             session_.restore_sequence(f->id, blob);
             f->cache = leader.cache;
-            f->prompt_done = f->req.prompt.size();
+            f->prompt_done = f->prompt_sent = f->req.prompt.size();
             if (options_.draft != nullptr) options_.draft->keep(f->id, 0);  // it catches up as for a new prompt
             mine.assign(row.begin(), row.end());  // the chooser changes its row in place
             const int32_t tok = f->chooser->choose(mine);
@@ -598,102 +577,152 @@ void Scheduler::pool_chunk(Slot& s, std::span<const BatchToken> batch, size_t fi
 
 bool Scheduler::step() {
     // Before every step: between two decode steps and between two chunks
-    // of a prompt, a request whose client left gives its slot back.
+    // of a prompt, a request whose client left gives its slot back (once
+    // none of its steps is in flight).
     for (auto& s : slots_) {
-        if (s->busy() && (s->job->cancelled() || client_gone(s->req))) finish(*s, "cancelled", kClientGone);
+        if (s->busy() && s->in_flight == 0 && (s->job->cancelled() || client_gone(s->req))) {
+            finish(*s, "cancelled", kClientGone);
+        }
     }
-    std::vector<BatchToken> batch;
-    std::vector<Slot*> rows;  // the slot of each logits row
+    // One step in flight per stage: with one stage, each step lands before
+    // the next is submitted.
+    const auto stages = static_cast<size_t>(session_.pipeline_stages());
+    const bool launched = flights_.size() < stages && launch();
+    if (flights_.empty()) return launched;
+    if (launched && flights_.size() < stages) return true;
+    land();
+    return true;
+}
+
+bool Scheduler::launch() {
+    // The decodes: each generating slot with no step in flight, at most a
+    // D-th of all generating slots (rounded up) for D stages.
     std::vector<Slot*> decoding;
+    size_t generating = 0;
     for (auto& s : slots_) {
-        if (s->busy() && s->generating) decoding.push_back(s.get());
+        if (!s->busy() || !s->generating) continue;
+        ++generating;
+        if (s->in_flight == 0) decoding.push_back(s.get());
     }
-    const auto t0 = Clock::now();  // the drafting counts in the step's time
+    const auto stages = static_cast<size_t>(session_.pipeline_stages());
+    decoding.resize(std::min(decoding.size(), (generating + stages - 1) / stages));
+    Flight f;
+    f.t0 = Clock::now();  // the drafting counts in the step's time
     propose(decoding);
+    std::vector<BatchToken> batch;
     for (Slot* s : decoding) {
         const auto pos = static_cast<int32_t>(s->cache.size());
         batch.push_back({s->next_token, pos, s->id, true});
-        rows.push_back(s);
         for (size_t i = 0; i < s->draft.tokens.size(); ++i) {
             batch.push_back({s->draft.tokens[i], pos + 1 + static_cast<int32_t>(i), s->id, true});
-            rows.push_back(s);
         }
     }
-    const size_t n_decode = batch.size();
+    f.decoding = std::move(decoding);
     // One prompt chunk a step, the longest-waiting slot's, of up to
     // step_tokens whatever else runs: where a prompt is cut then depends on
-    // that request alone.
+    // that request alone. Its chunks follow each other through the stages;
+    // a request whose client left sends no more.
     Slot* prefill = nullptr;
     for (auto& s : slots_) {
-        if (s->busy() && !s->generating && !s->waiting && (prefill == nullptr || s->assigned_at < prefill->assigned_at)) {
+        if (s->busy() && !s->generating && !s->waiting && s->prompt_sent < s->req.prompt.size() &&
+            (prefill == nullptr || s->assigned_at < prefill->assigned_at)) {
             prefill = s.get();
         }
     }
-    size_t chunk = 0;
-    if (prefill != nullptr) {
-        chunk = std::min(static_cast<size_t>(options_.step_tokens), prefill->req.prompt.size() - prefill->prompt_done);
-        for (size_t i = 0; i < chunk; ++i) {
-            const size_t p = prefill->prompt_done + i;
-            const bool last = p + 1 == prefill->req.prompt.size();
-            // An embedding asks for the hidden rows its pooling takes.
-            const bool out = prefill->pooler ? prefill->pooler->wants(static_cast<int64_t>(p)) : last;
-            batch.push_back({prefill->req.prompt[p], static_cast<int32_t>(p), prefill->id, out});
-            if (last && !prefill->pooler) rows.push_back(prefill);
-        }
+    if (prefill != nullptr && prefill->in_flight > 0 && (prefill->job->cancelled() || client_gone(prefill->req))) {
+        prefill = nullptr;
     }
-    if (batch.empty()) return false;
+    if (prefill != nullptr) {
+        const size_t n = prefill->req.prompt.size();
+        const size_t chunk = std::min(static_cast<size_t>(options_.step_tokens), n - prefill->prompt_sent);
+        for (size_t p = prefill->prompt_sent; p < prefill->prompt_sent + chunk; ++p) {
+            // An embedding asks for the hidden rows its pooling takes.
+            const bool out = prefill->pooler ? prefill->pooler->wants(static_cast<int64_t>(p)) : p + 1 == n;
+            f.chunk.push_back({prefill->req.prompt[p], static_cast<int32_t>(p), prefill->id, out});
+        }
+        f.prefill = prefill;
+        f.ends_prompt = prefill->prompt_sent + chunk == n && !prefill->pooler;
+    }
+    if (batch.empty() && f.chunk.empty()) return false;
 
     // The decodes in the one-token order (each stream's logits are the bits
     // it gets alone, whatever the batch), the prompt chunk apart in the
     // fastest order: two passes over the weights on a step that has both.
+    const bool overlapped = !flights_.empty();
+    Flight& g = flights_.emplace_back(std::move(f));  // a failure below collects what went (fail_all)
     try {
-        const auto n_vocab_floats = static_cast<size_t>(session_.n_vocab());
-        std::span<const BatchToken> all(batch);
-        const bool both = n_decode > 0 && chunk > 0 && !prefill->pooler;
-        if (both) {
-            session_.eval_batches(all.first(n_decode), logits_, all.subspan(n_decode), chunk_logits_);
-        } else if (n_decode > 0) {
-            session_.eval_batch_single_order(all.first(n_decode), logits_);
-        }
-        if (chunk > 0 && prefill->pooler) {
-            session_.eval_batch_hidden(all.subspan(n_decode), hidden_);  // no head: the pooler's rows
-        } else if (chunk > 0) {
-            if (!both) session_.eval_batch(all.subspan(n_decode), chunk_logits_);
-            logits_.resize(n_decode * n_vocab_floats);
-            logits_.insert(logits_.end(), chunk_logits_.begin(), chunk_logits_.end());
-        }
+        if (!batch.empty()) session_.submit(batch, true);
+        if (!g.chunk.empty()) session_.submit(g.chunk, false, g.prefill->pooler.has_value());
     } catch (const Error& e) {
-        // Nothing of this batch can be trusted: its sequences start afresh.
-        for (auto& s : slots_) {
-            if (!s->busy()) continue;
-            session_.remove_positions(s->id, 0, -1);
-            s->cache.clear();
-            if (options_.draft != nullptr) options_.draft->keep(s->id, 0);
-            finish(*s, "error", e.what());
-        }
+        fail_all(e.what());
         return true;
     }
-    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    const auto prompt_evaluated = static_cast<int64_t>(chunk);
+    for (Slot* s : g.decoding) ++s->in_flight;
+    if (g.prefill != nullptr) {
+        ++g.prefill->in_flight;
+        g.prefill->prompt_sent += g.chunk.size();
+    }
+    if (overlapped) {
+        std::lock_guard lock(mu_);
+        stats_.overlapped_steps += 1;
+    }
+    return true;
+}
+
+void Scheduler::fail_all(const std::string& what) {
+    std::vector<float> rows;
+    while (session_.in_flight() > 0) {
+        try {
+            session_.collect(rows);
+        } catch (const Error&) {  // the first error is the one reported
+        }
+    }
+    flights_.clear();
+    for (auto& s : slots_) {
+        s->in_flight = 0;
+        if (!s->busy()) continue;
+        session_.remove_positions(s->id, 0, -1);
+        s->cache.clear();
+        if (options_.draft != nullptr) options_.draft->keep(s->id, 0);
+        finish(*s, "error", what);
+    }
+}
+
+void Scheduler::land() {
+    Flight f = std::move(flights_.front());
+    flights_.pop_front();
+    Slot* const prefill = f.prefill;
+    try {
+        if (!f.decoding.empty()) session_.collect(logits_);
+        if (prefill != nullptr) session_.collect(prefill->pooler ? hidden_ : chunk_logits_);
+    } catch (const Error& e) {
+        fail_all(e.what());
+        return;
+    }
+    for (Slot* s : f.decoding) --s->in_flight;
+    if (prefill != nullptr) --prefill->in_flight;
+    // Steps in flight overlap: each counts the time since the one before
+    // it landed.
+    const auto now = Clock::now();
+    const double seconds = std::chrono::duration<double>(now - std::max(f.t0, last_land_)).count();
+    last_land_ = now;
+    const auto chunk = f.chunk.size();
     {
         // Counted before any slot of this step finishes (settle counts each
         // token it settles), so a client that reads the stats after its
         // last event finds its request's tokens there.
         std::lock_guard lock(mu_);
-        stats_.prompt_tokens += prompt_evaluated;
-        if (prompt_evaluated > 0) stats_.prompt_seconds += seconds;
+        stats_.prompt_tokens += static_cast<int64_t>(chunk);
+        if (chunk > 0) stats_.prompt_seconds += seconds;
         else stats_.generation_seconds += seconds;
     }
-    if (chunk > 0 && prefill->pooler) pool_chunk(*prefill, batch, n_decode);
-    if (chunk > 0) {
-        prefill->cache.insert(prefill->cache.end(), prefill->req.prompt.begin() + static_cast<ptrdiff_t>(prefill->prompt_done),
-                              prefill->req.prompt.begin() + static_cast<ptrdiff_t>(prefill->prompt_done + chunk));
+    if (prefill != nullptr) {
+        if (prefill->pooler) pool_chunk(*prefill, f.chunk, 0);
+        const auto from = prefill->req.prompt.begin() + static_cast<ptrdiff_t>(prefill->prompt_done);
+        prefill->cache.insert(prefill->cache.end(), from, from + static_cast<ptrdiff_t>(chunk));
         prefill->prompt_done += chunk;
     }
     const auto n_vocab = static_cast<size_t>(session_.n_vocab());
-    const auto rows_of = [&](size_t r, size_t n) {
-        return std::span<float>(logits_).subspan(r * n_vocab, n * n_vocab);
-    };
     // Each decoding slot: its token's row settles the next token, and each
     // draft either is kept (its row settling the token after it) or is
     // replaced, as spec::verify rules (the rows are those plain decoding
@@ -701,10 +730,10 @@ bool Scheduler::step() {
     // cache and the draft model's.
     int64_t proposed = 0, accepted = 0;
     size_t r = 0;
-    for (Slot* s : decoding) {
+    for (Slot* s : f.decoding) {
         const size_t k = s->draft.tokens.size();
         s->cache.push_back(s->next_token);
-        const std::span<float> rows = rows_of(r, k + 1);
+        const std::span<float> rows = std::span<float>(logits_).subspan(r * n_vocab, (k + 1) * n_vocab);
         if (s->req.logprobs) raw_rows_.assign(rows.begin(), rows.end());  // the chooser changes rows in place
         size_t settled = 0;
         spec::Verdict v;
@@ -731,11 +760,11 @@ bool Scheduler::step() {
         proposed += static_cast<int64_t>(k);
         accepted += static_cast<int64_t>(kept);
     }
-    if (chunk > 0 && prefill->pooler && prefill->prompt_done == prefill->req.prompt.size()) {
+    if (prefill != nullptr && prefill->pooler && prefill->prompt_done == prefill->req.prompt.size()) {
         prefill->embedding = prefill->pooler->pooled();
         finish(*prefill, "stop");
-    } else if (chunk > 0 && rows.size() > n_decode) {
-        const std::span<float> row = rows_of(n_decode, 1);
+    } else if (f.ends_prompt) {
+        const std::span<float> row = std::span<float>(chunk_logits_).first(n_vocab);
         share_prompt(*prefill, row);
         if (prefill->req.logprobs) raw_rows_.assign(row.begin(), row.end());
         try {
@@ -756,7 +785,6 @@ bool Scheduler::step() {
             options_.draft != nullptr ? static_cast<int64_t>(options_.draft->held(s->id)) : 0;
     }
     stats_.kv_cells_used = cells;
-    return true;
 }
 
 }  // namespace tandem::serve

@@ -183,6 +183,9 @@ struct SchedulerStats {
     int64_t kv_cells_used = 0;     // positions held, summed over slots
     int64_t draft_proposed = 0;    // speculation: draft tokens evaluated
     int64_t draft_accepted = 0;    // of those, kept
+    // Steps submitted while another was in flight (--pipeline: the
+    // stages working on several at once).
+    int64_t overlapped_steps = 0;
     std::vector<SlotInfo> slots;
 };
 
@@ -239,8 +242,27 @@ private:
         bool done = false;
     };
 
+    // A step submitted and not yet landed: its decodes (each slot's
+    // next_token and drafts, in the one-token order) and its prompt chunk.
+    struct Flight {
+        std::vector<Slot*> decoding;
+        Slot* prefill = nullptr;
+        std::vector<BatchToken> chunk;
+        bool ends_prompt = false;  // the chunk's last row settles the first token
+        Clock::time_point t0;
+    };
+
     void loop();
     bool step();  // false when there was nothing to do
+    // Submits a step for the slots free to take one (false: none is);
+    // under a pipeline of D stages, a D-th of the decoding slots, so that D
+    // groups take turns through the stages.
+    bool launch();
+    // Collects the oldest step in flight and settles its tokens.
+    void land();
+    // Nothing in flight can be trusted: every busy slot ends with `what`
+    // and its sequence starts afresh.
+    void fail_all(const std::string& what);
     void assign_pending();
     // Gives slot s request `req` as choice `index` of `job`.
     void take_request(Slot& s, GenerationRequest req, std::shared_ptr<Job> job, Clock::time_point queued_at,
@@ -276,6 +298,8 @@ private:
     bool stopping_ = false;
     SchedulerStats stats_;  // under mu_
     std::thread thread_;
+    std::deque<Flight> flights_;  // oldest first
+    Clock::time_point last_land_{};
     std::vector<float> logits_;
     std::vector<float> chunk_logits_;
     std::vector<float> raw_rows_;  // a slot's rows before its chooser, when it asks for logprobs

@@ -143,6 +143,13 @@ def four_answers(port):
     return answers + [c["text"] for c in sorted(choices, key=lambda c: c["index"])]
 
 
+def overlapped_steps(port):
+    """The server's count of steps submitted while another was in flight."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    m = re.search(r"^\S*pipeline_overlapped_steps_total (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
 def stop(proc):
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -162,8 +169,13 @@ def serve_test(tmp):
     proc, port = start_serve(mpirun(2, "vader,self", args), f"{tmp}/two.log")
     try:
         got = four_answers(port)
+        overlapped = overlapped_steps(port)
     finally:
         stop(proc)
+    # The slots go through the two stages in two groups a step apart, and
+    # a prompt's chunks follow each other.
+    check(overlapped is not None and overlapped > 0,
+          f"serve over 2 ranks submits steps while others are in flight ({overlapped} overlapped steps)")
     check(got == want, f"serve -np 4 over 2 ranks: the 4 concurrent answers and a request's n=2 choices are the one-process "
           f"answers ({got} vs {want})")
 

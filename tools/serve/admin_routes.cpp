@@ -42,6 +42,9 @@ std::string metrics_text(const ServerState& state) {
     metric("draft_tokens_total", "counter", "Speculative draft tokens checked (--spec-ngram or -md).",
            static_cast<double>(s.draft_proposed));
     metric("draft_tokens_accepted_total", "counter", "Of those, kept.", static_cast<double>(s.draft_accepted));
+    metric("pipeline_overlapped_steps_total", "counter",
+           "Steps submitted while another was in flight (--pipeline: stages working at once).",
+           static_cast<double>(s.overlapped_steps));
     metric("slots_busy", "gauge", "Slots serving a request.", static_cast<double>(busy));
     metric("slots_total", "gauge", "Slots (--parallel).", static_cast<double>(s.slots.size()));
     metric("kv_cache_tokens", "gauge", "KV cache positions held, over all slots.", static_cast<double>(s.kv_cells_used));
