@@ -26,6 +26,13 @@
 // served): it cannot be starved by smaller requests, and nothing is held
 // while waiting, so no two requests can wait on each other.
 //
+// Under --pipeline (Session::pipeline_stages() D > 1) a step is in flight
+// per stage: the decoding slots go in D groups, each group's next step
+// submitted as soon as its logits land, and a prompt's chunks follow each
+// other without waiting for the one before, so every stage works at once.
+// A slot's tokens are the same bits either way (each token in the
+// one-token order, each sequence in its own cells).
+//
 // Only the scheduler's thread touches the Session. Other threads submit
 // requests and read their events from the Job each submit() returns.
 #pragma once
