@@ -325,8 +325,9 @@ void imatrix_command(const ImatrixOptions& o) {
 void add_imatrix_command(CLI::App& app) {
     auto opts = std::make_shared<ImatrixOptions>();
     CLI::App* cmd = app.add_subcommand("imatrix",
-                                       "Importance matrix over a calibration text, as llama-imatrix (GGUF), "
-                                       "for quantize --imatrix");
+                                       "Importance matrix over a calibration text, as llama-imatrix (GGUF or legacy "
+                                       ".dat), for quantize --imatrix; also combines, converts or shows statistics "
+                                       "of such files");
     cmd->add_option("-m,--model", opts->model, "GGUF model file (needed with -f)");
     cmd->add_option("-f,--file", opts->text_file,
                     "the calibration text (- for standard input); without it, the --in-file matrices are "
@@ -345,7 +346,9 @@ void add_imatrix_command(CLI::App& app) {
     cmd->add_flag("--show-statistics", opts->show_statistics,
                   "print llama-imatrix's per-tensor statistics of the one --in-file and exit");
     cmd->add_flag("--json", opts->json, "with --show-statistics: print one JSON object");
-    cmd->add_option("-c,--ctx-size", opts->n_ctx, "tokens per chunk, each evaluated from an empty cache")
+    cmd->add_option("-c,--ctx-size", opts->n_ctx,
+                    "tokens per chunk, each evaluated from an empty cache (also the chunk size of a legacy "
+                    "--in-file's counts)")
         ->capture_default_str();
     cmd->add_option("--chunks", opts->chunks, "at most this many chunks (<= 0: all)")->capture_default_str();
     cmd->add_option("--chunk", opts->first_chunk, "skip this many chunks at the start of the text")
