@@ -11,6 +11,13 @@
 // each chunk's second half is reported as llama-imatrix does (--no-ppl
 // skips its output-head rows). Always on the CPU, without BLAS (llama.cpp's
 // CPU-backend bits): -ngl is accepted and ignored.
+//
+// llama-imatrix's other modes: --in-file matrices are the starting sums
+// (without -f, only added up and written: combining or converting);
+// --process-output collects the output head too (every token then asks
+// for logits, as llama-imatrix always does); --output-format dat writes the
+// legacy format; --show-statistics prints one file's statistics
+// (tools/imatrix_stats.h) and exits.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +28,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "runtime/common/error.h"
 #include "runtime/engine/session.h"
@@ -30,6 +38,7 @@
 #include "tools/commands.h"
 #include "tools/field_flags.h"
 #include "tools/imatrix.h"
+#include "tools/imatrix_stats.h"
 #include "tools/perplexity.h"
 #include "tools/progress.h"
 #include "tools/session_open.h"
@@ -53,8 +62,44 @@ struct ImatrixOptions {
     int64_t output_frequency = 10;
     int64_t save_frequency = 0;
     bool no_ppl = false;
-    std::string n_gpu_layers;  // accepted for llama.cpp command lines, ignored
+    std::vector<std::string> in_files;
+    bool process_output = false;
+    bool show_statistics = false;
+    bool json = false;
+    std::string output_format;  // "gguf", "dat" or unset (GGUF, warning on another suffix)
+    std::string n_gpu_layers;   // accepted for llama.cpp command lines, ignored
 };
+
+// The matrix written, as llama-imatrix writes it: the --in-file datasets
+// then the text's.
+struct Output {
+    const ImatrixOptions& o;
+    std::vector<std::string> datasets;
+
+    void save(const fs::path& path, const imatrix::Entries& entries, uint32_t chunk_count) const {
+        imatrix::FileInfo info;
+        info.datasets = datasets;
+        info.chunk_size = static_cast<uint32_t>(o.n_ctx);
+        info.chunk_count = chunk_count;
+        if (o.output_format == "dat") {
+            imatrix::write_legacy_file(path, entries, info);
+        } else {
+            imatrix::write_file(path, entries, info);
+        }
+    }
+};
+
+// The --in-file matrices added up in order, as llama-imatrix loads them
+// (a legacy file's chunks of -c tokens); their datasets into `datasets`.
+imatrix::Collector load_in_files(const ImatrixOptions& o, std::vector<std::string>& datasets) {
+    imatrix::Collector collector(o.process_output);
+    for (const std::string& path : o.in_files) {
+        const quant::StoredImatrix m = quant::read_stored_imatrix(path);
+        collector.add_stored(m, o.n_ctx, path);
+        datasets.insert(datasets.end(), m.datasets.begin(), m.datasets.end());
+    }
+    return collector;
+}
 
 void check_flags(const ImatrixOptions& o) {
     if (o.n_ctx < ppl::kMinContext) {
@@ -63,6 +108,17 @@ void check_flags(const ImatrixOptions& o) {
     if (o.n_batch <= 0) throw Error(fmt::format("-b: expected a positive batch size, found {}", o.n_batch));
     if (o.n_ubatch <= 0) throw Error(fmt::format("-ub: expected a positive micro-batch size, found {}", o.n_ubatch));
     if (o.first_chunk < 0) throw Error(fmt::format("--chunk: expected a count >= 0, found {}", o.first_chunk));
+    if (o.show_statistics && o.in_files.size() != 1) {
+        throw Error(fmt::format("--show-statistics: expected one importance matrix (--in-file), found {}",
+                                o.in_files.size()));
+    }
+    if (o.json && !o.show_statistics) throw Error("--json: expected --show-statistics (the only output it formats)");
+    if (!o.show_statistics && o.text_file.empty() && o.in_files.empty()) {
+        throw Error("imatrix: expected a calibration text (-f) or matrices to combine (--in-file), found neither");
+    }
+    if (!o.show_statistics && !o.text_file.empty() && o.model.empty()) {
+        throw Error(fmt::format("-m: expected the model to run over {}, found none", o.text_file));
+    }
     if (o.output_frequency < 0 || o.save_frequency < 0) {
         throw Error(fmt::format("--output-frequency/--save-frequency: expected counts >= 0, found {}/{}",
                                 o.output_frequency, o.save_frequency));
@@ -75,7 +131,7 @@ void check_output_path(const ImatrixOptions& o) {
     const fs::path out(o.out_file);
     std::error_code ec;
     for (const std::string& input : {o.model, o.text_file}) {
-        if (fs::equivalent(out, input, ec)) {
+        if (!input.empty() && fs::equivalent(out, input, ec)) {
             throw Error(fmt::format("-o {}: expected a new file, found one of the inputs ({})", o.out_file, input));
         }
     }
@@ -118,8 +174,9 @@ ppl::Windows windows_for(std::vector<int32_t>& tokens, const ImatrixOptions& o) 
 
 class ImatrixRun {
 public:
-    ImatrixRun(const ImatrixOptions& o, Session& session, const ppl::Windows& w, const imatrix::Packing& p)
-        : o_(o), session_(session), w_(w), p_(p) {
+    ImatrixRun(const ImatrixOptions& o, Session& session, const ppl::Windows& w, const imatrix::Packing& p,
+               imatrix::Collector collector)
+        : o_(o), session_(session), w_(w), p_(p), collector_(std::move(collector)) {
         session_.set_activation_observer(&collector_);
     }
     ~ImatrixRun() { session_.set_activation_observer(nullptr); }
@@ -134,11 +191,17 @@ public:
         std::vector<std::vector<int32_t>> ids;
         for (int64_t c = c0; c < c0 + n; ++c) ids.push_back(ppl::chunk_tokens(tokens, w_, c, bos));
         const int64_t n_vocab = session_.n_vocab();
-        for (const std::vector<BatchToken>& mb : imatrix::micro_batches(ids, p_, o_.no_ppl ? w_.n_ctx : w_.first)) {
+        for (const std::vector<BatchToken>& mb :
+             imatrix::micro_batches(ids, p_, o_.no_ppl ? w_.n_ctx : w_.first, o_.process_output)) {
             session_.eval_batch(mb, logits_);
             const float* row = logits_.data();
             for (const BatchToken& t : mb) {
                 if (!t.logits) continue;
+                // With --process-output every token has logits; the second halves' count.
+                if (o_.no_ppl || t.pos < w_.first || t.pos >= w_.n_ctx - 1) {
+                    row += n_vocab;
+                    continue;
+                }
                 // The text's next token, never the BOS put in its place.
                 const auto next = static_cast<size_t>((c0 + t.seq) * w_.n_ctx + t.pos + 1);
                 nll_.add(ppl::token_nll(std::span<const float>(row, static_cast<size_t>(n_vocab)), tokens[next]));
@@ -147,12 +210,8 @@ public:
         }
     }
 
-    void save(const fs::path& path) const {
-        imatrix::FileInfo info;
-        info.datasets = {o_.text_file};
-        info.chunk_size = static_cast<uint32_t>(w_.n_ctx);
-        info.chunk_count = collector_.chunk_count(w_.n_ctx);
-        imatrix::write_file(path, collector_.entries(), info);
+    void save(const Output& out, const fs::path& path) const {
+        out.save(path, collector_.entries(), collector_.chunk_count(w_.n_ctx));
     }
 
     const imatrix::Collector& collector() const { return collector_; }
@@ -168,10 +227,38 @@ private:
     std::vector<float> logits_;
 };
 
+// --show-statistics: llama-imatrix's tables of the one --in-file.
+void show_statistics(const ImatrixOptions& o) {
+    std::vector<std::string> datasets;
+    const imatrix::Collector loaded = load_in_files(o, datasets);
+    const imatrix::Statistics s = imatrix::compute_statistics(loaded.entries());
+    if (o.json) {
+        fmt::print("{}\n", imatrix::statistics_json(s, o.in_files[0]).dump(2));
+    } else {
+        fmt::print("{}", imatrix::format_statistics(s, o.in_files[0]));
+    }
+}
+
 void imatrix_command(const ImatrixOptions& o) {
     // Cheap checks first, so bad flags fail before the model is loaded.
     check_flags(o);
+    if (o.show_statistics) return show_statistics(o);
     check_output_path(o);
+    if (o.output_format.empty() && !o.out_file.ends_with(".gguf")) {
+        warn_on_stderr(fmt::format("imatrix: writing GGUF to {} (not named .gguf); --output-format dat writes the "
+                                   "legacy format",
+                                   o.out_file));
+    }
+    Output output{o, {}};
+    imatrix::Collector loaded = load_in_files(o, output.datasets);
+    if (o.text_file.empty()) {
+        // As llama-imatrix without a text: the --in-file matrices combined.
+        output.save(o.out_file, loaded.entries(), loaded.chunk_count(o.n_ctx));
+        fmt::print("imatrix: {} weights from {} files ({} chunks of {} tokens), written to {}\n",
+                   loaded.entries().size(), o.in_files.size(), loaded.chunk_count(o.n_ctx), o.n_ctx, o.out_file);
+        return;
+    }
+    output.datasets.push_back(o.text_file);
     const std::string text = read_text(o.text_file);
     if (!o.n_gpu_layers.empty()) warn_on_stderr("imatrix: -ngl ignored: the importance matrix is computed on the CPU");
 
@@ -199,26 +286,26 @@ void imatrix_command(const ImatrixOptions& o) {
 
     using clock = std::chrono::steady_clock;
     const auto t_start = clock::now();
-    ImatrixRun run(o, *session, w, p);
+    ImatrixRun run(o, *session, w, p, std::move(loaded));
     {
         ProgressBar bar("imatrix", static_cast<uint64_t>(w.n_chunk));
         for (int64_t c = 0; c < w.n_chunk; c += p.n_seq) {
             const int64_t n = std::min(p.n_seq, w.n_chunk - c);
+            const int64_t before = run.collector().chunk_count(w.n_ctx);
             run.chunks(tokens, c, n, add_bos ? tokenizer.bos() : -1);
             // As llama-imatrix: every --output-frequency chunks, the output
-            // so far (checked as a group of n_seq chunks completes).
-            const int64_t before = c, done = c + n;
+            // so far (checked as a group of n_seq chunks completes); the
+            // chunks counted include the --in-file matrices'.
+            const int64_t done = run.collector().chunk_count(w.n_ctx);
             const auto crossed = [&](int64_t every) { return every > 0 && done / every > before / every; };
-            if (crossed(o.output_frequency) && done < w.n_chunk) run.save(o.out_file);
-            if (crossed(o.save_frequency)) {
-                run.save(fmt::format("{}.at_{}", o.out_file, run.collector().chunk_count(w.n_ctx)));
-            }
+            if (crossed(o.output_frequency) && c + n < w.n_chunk) run.save(output, o.out_file);
+            if (crossed(o.save_frequency)) run.save(output, fmt::format("{}.at_{}", o.out_file, done));
             bar.advance(static_cast<uint64_t>(n),
                         o.no_ppl ? std::string() : fmt::format("PPL {:.4f}", run.nll().ppl()));
         }
         bar.finish();
     }
-    run.save(o.out_file);
+    run.save(output, o.out_file);
     const double seconds = std::chrono::duration<double>(clock::now() - t_start).count();
 
     for (const std::string& name : run.collector().partial_entries()) {
@@ -238,13 +325,30 @@ void imatrix_command(const ImatrixOptions& o) {
 void add_imatrix_command(CLI::App& app) {
     auto opts = std::make_shared<ImatrixOptions>();
     CLI::App* cmd = app.add_subcommand("imatrix",
-                                       "Importance matrix over a calibration text, as llama-imatrix (GGUF), "
-                                       "for quantize --imatrix");
-    cmd->add_option("-m,--model", opts->model, "GGUF model file")->required();
-    cmd->add_option("-f,--file", opts->text_file, "the calibration text (- for standard input)")->required();
-    cmd->add_option("-o,--output,--output-file", opts->out_file, "the importance matrix to write (GGUF)")
+                                       "Importance matrix over a calibration text, as llama-imatrix (GGUF or legacy "
+                                       ".dat), for quantize --imatrix; also combines, converts or shows statistics "
+                                       "of such files");
+    cmd->add_option("-m,--model", opts->model, "GGUF model file (needed with -f)");
+    cmd->add_option("-f,--file", opts->text_file,
+                    "the calibration text (- for standard input); without it, the --in-file matrices are "
+                    "only combined and written");
+    cmd->add_option("-o,--output,--output-file", opts->out_file, "the importance matrix to write")
         ->capture_default_str();
-    cmd->add_option("-c,--ctx-size", opts->n_ctx, "tokens per chunk, each evaluated from an empty cache")
+    cmd->add_option("--output-format", opts->output_format,
+                    "gguf, or dat for llama.cpp's legacy format (default gguf, whatever -o's suffix)")
+        ->check(CLI::IsMember({"gguf", "dat"}));
+    cmd->add_option("--in-file", opts->in_files,
+                    "an importance matrix (GGUF or legacy .dat) to start from; repeat or separate with commas "
+                    "to add several up")
+        ->delimiter(',');
+    cmd->add_flag("--process-output", opts->process_output,
+                  "also collect the output head (output.weight; every token then asks for logits)");
+    cmd->add_flag("--show-statistics", opts->show_statistics,
+                  "print llama-imatrix's per-tensor statistics of the one --in-file and exit");
+    cmd->add_flag("--json", opts->json, "with --show-statistics: print one JSON object");
+    cmd->add_option("-c,--ctx-size", opts->n_ctx,
+                    "tokens per chunk, each evaluated from an empty cache (also the chunk size of a legacy "
+                    "--in-file's counts)")
         ->capture_default_str();
     cmd->add_option("--chunks", opts->chunks, "at most this many chunks (<= 0: all)")->capture_default_str();
     cmd->add_option("--chunk", opts->first_chunk, "skip this many chunks at the start of the text")

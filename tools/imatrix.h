@@ -16,6 +16,11 @@
 // llama-imatrix's batches and micro-batches (pack, micro_batches below),
 // and skips, as it does, dense products of fewer than 16 tokens.
 //
+// --in-file: the sums and counts of earlier files are the starting point
+// (Collector::add_stored), as llama-imatrix adds them up; a legacy `.dat`
+// file's values (means times a call count) count as ncall * chunk_size
+// tokens. --process-output: the output head's sums as well.
+//
 // The file (llama-imatrix's GGUF format): keys general.type = "imatrix",
 // imatrix.datasets (string array: the text files), imatrix.chunk_count and
 // imatrix.chunk_size (u32); then, for each weight in name order, two F32
@@ -33,6 +38,7 @@
 
 #include "runtime/engine/activation_observer.h"
 #include "runtime/engine/session.h"
+#include "runtime/quant/imatrix_file.h"
 
 namespace tandem::tools::imatrix {
 
@@ -49,6 +55,15 @@ using Entries = std::map<std::string, Entry>;
 // is a tandem::Error naming the weight (llama-imatrix stops there too).
 class Collector final : public ActivationObserver {
 public:
+    // process_output: also the output head's product ("output.weight").
+    explicit Collector(bool process_output = false) : process_output_(process_output) {}
+
+    // Adds a file's sums and counts, as llama-imatrix's --in-file (its
+    // load_imatrix): a legacy file's values times chunk_size, its call
+    // count times chunk_size tokens. A weight whose sums have another
+    // length than what is there already is an Error naming `source`.
+    void add_stored(const quant::StoredImatrix& m, int64_t chunk_size, const std::string& source);
+
     void on_matmul(const gguf::TensorInfo& w, int64_t expert, const float* x, int64_t n_rows, int64_t n_in) override;
     void on_head_matmul(const gguf::TensorInfo& w, int64_t head, const float* x, int64_t n_rows, int64_t n_in) override;
 
@@ -60,6 +75,9 @@ public:
     std::vector<std::string> partial_entries() const;
 
 private:
+    bool collected(const std::string& name) const;  // a dense product llama-imatrix collects
+
+    bool process_output_ = false;
     Entries entries_;
 };
 
@@ -80,9 +98,11 @@ Packing pack(int64_t n_ctx, int64_t n_batch, int64_t n_ubatch);
 
 // The micro-batches that evaluate `chunks` (at most p.n_seq, each of
 // p.n_ctx tokens, BOS in place) as sequences 0, 1, ...; the tokens at
-// positions [logits_from, n_ctx - 1) ask for logits.
+// positions [logits_from, n_ctx - 1) ask for logits, or with all_logits
+// every token (as llama-imatrix asks: the output head then multiplies
+// every row, which --process-output collects).
 std::vector<std::vector<BatchToken>> micro_batches(std::span<const std::vector<int32_t>> chunks, const Packing& p,
-                                                   int64_t logits_from);
+                                                   int64_t logits_from, bool all_logits = false);
 
 struct FileInfo {
     std::vector<std::string> datasets;
@@ -94,5 +114,12 @@ struct FileInfo {
 // file renamed over `path` once complete). Throws tandem::Error when there
 // is nothing to write or the file cannot be written.
 void write_file(const std::filesystem::path& path, const Entries& entries, const FileInfo& info);
+
+// llama-imatrix's legacy `.dat` file (--output-format dat): per weight in
+// name order, ncall = ceil(most tokens of its matrices / chunk_size) and its
+// values in_sum2 / count * ncall (1 * ncall for a matrix that saw no token);
+// weights no token reached are left out. Then the chunk count and one
+// dataset name (info.datasets' last, or none).
+void write_legacy_file(const std::filesystem::path& path, const Entries& entries, const FileInfo& info);
 
 }  // namespace tandem::tools::imatrix

@@ -22,7 +22,9 @@ public:
     //   expert >= 0: a row that multiplies expert `expert` of a 3-D weight
     //     (n_rows is 1); the executor reports them slot by slot, the tokens
     //     in order within each slot, as llama.cpp's MUL_MAT_ID lists them.
-    // The output head is not reported.
+    // The output head's product is reported as a dense one (its weight,
+    // e.g. output.weight or token_embd.weight when tied), once per run of
+    // consecutive tokens that ask for logits.
     virtual void on_matmul(const gguf::TensorInfo& w, int64_t expert, const float* x, int64_t n_rows, int64_t n_in) = 0;
     // A per-head product (MLA's k_b and v_b): head `head`'s rows of the
     // micro-batch's n_rows tokens multiply slice `head` of the 3-D weight

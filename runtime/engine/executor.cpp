@@ -229,11 +229,15 @@ int LayerExecutor::final_norm(int64_t first, int64_t count) {
     return nd;
 }
 
-void LayerExecutor::output(int64_t first, int64_t count, float* logits) {
+void LayerExecutor::output(int64_t first, int64_t count, float* logits, ActivationObserver* observer) {
     final_norm(first, count);
     const int d = placement_.head;
     need(Act::Cur, d, count);
     const MatmulOut head{&spec_.output_head(), Act::Logits};
+    if (observer != nullptr) {
+        const int64_t E = hp_.n_embd;
+        observer->on_matmul(*head.w, -1, host_floats(Act::Cur, d, count * E, observed_x_), count, E);
+    }
     on(d).matmul(std::span(&head, 1), Act::Cur, count);
     const int64_t n_floats = count * hp_.n_vocab;
     if (hp_.final_logit_softcap > 0.0) on(d).softcap(Act::Logits, n_floats, static_cast<float>(hp_.final_logit_softcap));

@@ -55,8 +55,9 @@ public:
     void layers(const RecipeBatch& b);
     // X's first n rows as host floats (copied to the host if it is elsewhere).
     const float* x_on_host(int64_t n);
-    // Logits of X's rows [first, first + count) into host memory.
-    void output(int64_t first, int64_t count, float* logits);
+    // Logits of X's rows [first, first + count) into host memory; the
+    // observer, if any, is shown the head's input rows first.
+    void output(int64_t first, int64_t count, float* logits, ActivationObserver* observer = nullptr);
     // The same rows after the output norm (what the head would multiply:
     // the model's final hidden state, n_embd floats a row) into host
     // memory, without running the head. For embeddings.

@@ -374,7 +374,7 @@ struct Session::Impl {
                 recipe->hidden(t, e - t, out);
                 out += (e - t) * hp.n_embd;
             } else {
-                recipe->output(t, e - t, out);
+                recipe->output(t, e - t, out, observer);
                 out += (e - t) * hp.n_vocab;
             }
             t = e;

@@ -30,16 +30,24 @@ std::vector<float> read_f32(const gguf::File& file, const gguf::TensorInfo& t) {
     return out;
 }
 
-// in_sum2[j][i] / counts[j], or 1 for a matrix that saw no token. The count
-// is rounded to an integer first, as llama-quantize does.
-std::vector<float> mean_squares(const std::vector<float>& sums, const std::vector<float>& counts) {
-    const size_t per_mat = sums.size() / counts.size();
-    std::vector<float> out(sums.size());
-    for (size_t j = 0; j < counts.size(); ++j) {
-        const auto count = static_cast<float>(std::lround(counts[j]));
-        for (size_t i = 0; i < per_mat; ++i) out[j * per_mat + i] = count > 0.0f ? sums[j * per_mat + i] / count : 1.0f;
+// in_sum2[j][i] / counts[j], or 1 for a matrix that saw no token (as
+// llama-quantize does, the count an integer).
+std::vector<float> mean_squares(const StoredImatrix::Sums& e) {
+    const size_t per_mat = e.sums.size() / e.counts.size();
+    std::vector<float> out(e.sums.size());
+    for (size_t j = 0; j < e.counts.size(); ++j) {
+        const auto count = static_cast<float>(e.counts[j]);
+        for (size_t i = 0; i < per_mat; ++i) out[j * per_mat + i] = count > 0.0f ? e.sums[j * per_mat + i] / count : 1.0f;
     }
     return out;
+}
+
+// The legacy values divided by their call count.
+std::vector<float> legacy_means(std::vector<float> values, int64_t ncall) {
+    if (ncall > 0) {
+        for (float& v : values) v /= static_cast<float>(ncall);
+    }
+    return values;
 }
 
 uint32_t required_u32(const gguf::File& file, std::string_view key) {
@@ -51,9 +59,9 @@ uint32_t required_u32(const gguf::File& file, std::string_view key) {
     return static_cast<uint32_t>(*v);
 }
 
-ImportanceMatrix load_gguf(const std::filesystem::path& path) {
+StoredImatrix load_gguf(const std::filesystem::path& path) {
     const gguf::File file = gguf::File::open(path);
-    ImportanceMatrix m;
+    StoredImatrix m;
     const gguf::Value* datasets = file.find("imatrix.datasets");
     const gguf::Array* list = datasets != nullptr ? datasets->as_array() : nullptr;
     if (list == nullptr) {
@@ -84,14 +92,16 @@ ImportanceMatrix load_gguf(const std::filesystem::path& path) {
             throw Error(fmt::format("{}: weight '{}' has {} but no {}", file.name(), name,
                                     pair.first ? kSumsSuffix : kCountsSuffix, pair.first ? kCountsSuffix : kSumsSuffix));
         }
-        const std::vector<float> sums = read_f32(file, *pair.first);
+        std::vector<float> sums = read_f32(file, *pair.first);
         const std::vector<float> counts = read_f32(file, *pair.second);
         if (counts.empty() || sums.empty() || sums.size() % counts.size() != 0) {
             throw Error(fmt::format("{}: weight '{}': expected in_sum2 to hold a whole number of rows of one value a "
                                     "column for each of its {} counts, found {} values",
                                     file.name(), name, counts.size(), sums.size()));
         }
-        m.weights.emplace(name, mean_squares(sums, counts));
+        StoredImatrix::Sums& e = m.entries[name];
+        e.sums = std::move(sums);
+        for (const float c : counts) e.counts.push_back(std::lround(c));
     }
     return m;
 }
@@ -131,9 +141,9 @@ private:
     size_t pos_ = 0;
 };
 
-ImportanceMatrix load_legacy(const std::filesystem::path& path, std::vector<char> bytes) {
+StoredImatrix load_legacy(const std::filesystem::path& path, std::vector<char> bytes) {
     LegacyReader in(path.string(), std::move(bytes));
-    ImportanceMatrix m;
+    StoredImatrix m;
     m.legacy = true;
     const int32_t n_entries = in.positive("the entry count");
     for (int32_t e = 0; e < n_entries; ++e) {
@@ -143,10 +153,7 @@ ImportanceMatrix load_legacy(const std::filesystem::path& path, std::vector<char
         const int32_t nval = in.positive("a value count");
         std::vector<float> values(static_cast<size_t>(nval));
         std::memcpy(values.data(), in.take(values.size() * sizeof(float), "the values"), values.size() * sizeof(float));
-        if (ncall > 0) {
-            for (float& v : values) v /= static_cast<float>(ncall);
-        }
-        m.weights.insert_or_assign(std::move(name), std::move(values));
+        m.entries.insert_or_assign(std::move(name), StoredImatrix::Sums{std::move(values), {ncall}});
     }
     if (!in.at_end()) {
         m.chunk_count = static_cast<uint32_t>(std::max(0, in.i32("the chunk count")));
@@ -158,8 +165,10 @@ ImportanceMatrix load_legacy(const std::filesystem::path& path, std::vector<char
     return m;
 }
 
-void check_finite(const std::filesystem::path& path, const ImportanceMatrix& m) {
-    for (const auto& [name, values] : m.weights) {
+// The sums finite, so are the importances (a finite sum over a count >= 1).
+void check_finite(const std::filesystem::path& path, const StoredImatrix& m) {
+    for (const auto& [name, entry] : m.entries) {
+        const std::vector<float>& values = entry.sums;
         for (size_t i = 0; i < values.size(); ++i) {
             if (!std::isfinite(values[i])) {
                 throw Error(fmt::format("{}: weight '{}', value {}: expected a finite importance, found {}",
@@ -176,12 +185,12 @@ const std::vector<float>* ImportanceMatrix::find(std::string_view weight_name) c
     return it == weights.end() ? nullptr : &it->second;
 }
 
-ImportanceMatrix load_importance_matrix(const std::filesystem::path& path) {
+StoredImatrix read_stored_imatrix(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error(fmt::format("{}: cannot open the importance matrix", path.string()));
     char magic[4] = {};
     in.read(magic, sizeof magic);
-    ImportanceMatrix m;
+    StoredImatrix m;
     if (in.gcount() == 4 && std::memcmp(magic, kGgufMagic, 4) == 0) {
         in.close();
         m = load_gguf(path);
@@ -192,6 +201,19 @@ ImportanceMatrix load_importance_matrix(const std::filesystem::path& path) {
         m = load_legacy(path, std::move(bytes));
     }
     check_finite(path, m);
+    return m;
+}
+
+ImportanceMatrix load_importance_matrix(const std::filesystem::path& path) {
+    StoredImatrix stored = read_stored_imatrix(path);
+    ImportanceMatrix m;
+    m.datasets = std::move(stored.datasets);
+    m.chunk_count = stored.chunk_count;
+    m.chunk_size = stored.chunk_size;
+    m.legacy = stored.legacy;
+    for (auto& [name, e] : stored.entries) {
+        m.weights.emplace(name, stored.legacy ? legacy_means(std::move(e.sums), e.counts[0]) : mean_squares(e));
+    }
     return m;
 }
 

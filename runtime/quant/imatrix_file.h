@@ -33,6 +33,25 @@ struct ImportanceMatrix {
     const std::vector<float>* find(std::string_view weight_name) const;
 };
 
+// A file's contents as stored, for adding files together (`tandem imatrix
+// --in-file`): per weight, GGUF's raw sums and counts (the counts rounded
+// to integers, as llama.cpp reads them), or the legacy format's values
+// (already divided, times the call count) and its one call count.
+struct StoredImatrix {
+    struct Sums {
+        std::vector<float> sums;
+        std::vector<int64_t> counts;
+    };
+    std::map<std::string, Sums, std::less<>> entries;
+    std::vector<std::string> datasets;
+    uint32_t chunk_count = 0;
+    uint32_t chunk_size = 0;  // 0 in the legacy format
+    bool legacy = false;
+};
+
+// Reads and checks a file as load_importance_matrix does, without dividing.
+StoredImatrix read_stored_imatrix(const std::filesystem::path& path);
+
 // Reads and checks a file; a file that is neither format, is truncated, is
 // missing llama-imatrix's metadata keys, pairs sums and counts badly or holds
 // a non-finite value is an Error naming the file and what was expected.
