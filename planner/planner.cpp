@@ -279,8 +279,9 @@ std::string explain_layers(const Context& c, const LayerModes& m, const Option& 
                                          format_bytes(used - cap));
     }
     if (o.ngl == t.n_layer + 1) {
-        return fmt::format("all {} layers and the output head fit on the accelerator: {}", t.n_layer,
-                           used_text(o, c.margin, cap));
+        // A pipeline stage before the last has no head (planner/hosts.h).
+        return fmt::format("all {} layers{} fit on the accelerator: {}", t.n_layer,
+                           t.output_bytes() > 0 ? " and the output head" : "", used_text(o, c.margin, cap));
     }
     const uint64_t over = c.footprint(m.at(t, o.ngl + 1), stream).vram.total() + c.margin - cap;
     const int64_t il = std::min(o.ngl, t.n_layer);

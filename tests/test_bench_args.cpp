@@ -114,7 +114,29 @@ TEST(BenchArgs, RejectsBadInputOnOneLine) {
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.n_gpu_layers = {"2"}; }), "--device"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "cpu2"; }), "--vram"));  // auto needs a capacity
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "tpu"; }), "--device"));
-    EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.device = "cpu2,cpu3"; }), "bench measures one accelerator"));
+    // Several devices as run takes them: -ts and --vram one per device.
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
+                             a.device = "cpu2,cpu3";
+                             a.tensor_split = "1,2,3";
+                             a.n_gpu_layers = {"99"};
+                         }),
+                         "-ts"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
+                             a.device = "cpu2,cpu3";
+                             a.vram = "1GiB,1GiB,1GiB";
+                         }),
+                         "one per device"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
+                             a.device = "cpu2,cpu3";
+                             a.split_mode = "row";
+                         }),
+                         "-sm row"));
+    EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
+                             a.device = "cpu2,cpu3";
+                             a.n_gpu_layers = {"99"};
+                             a.ref_bench = "llama-bench";
+                         }),
+                         "--ref-bench: compares one device"));
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) { a.vram = "1GiB"; }), "--device"));
     // A size without a unit is refused, not read as bytes.
     EXPECT_TRUE(contains(error_for([](BenchArgs& a) {
@@ -240,7 +262,7 @@ TEST(BenchArgs, SweepTakesAnOptionalStepAndAcceptsAnSvgPlot) {
     a.plot = "/tmp/chart.SVG";
     BenchConfig c = make_bench_config(a);
     EXPECT_EQ(c.sweep_step, 1);
-    EXPECT_EQ(c.vram, 2u << 20);
+    EXPECT_EQ(c.vram, std::vector<uint64_t>{2u << 20});
     EXPECT_EQ(c.plot_path, "/tmp/chart.SVG");
     a.sweep_step = "4";
     c = make_bench_config(a);

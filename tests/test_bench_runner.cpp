@@ -411,6 +411,32 @@ TEST_F(BenchCommand, LlamaStyleFlagsReachTheRunner) {
     EXPECT_GT(j[0]["tps_mean"].get<double>(), 0.0);
 }
 
+// Several devices, as run takes them: the layers shared as -ts says, each
+// row naming the devices; -ngl auto with one --vram each plans over both.
+TEST_F(BenchCommand, SeveralDevicesShareTheLayers) {
+    const auto r = run_tandem("bench -m " + shell_quote(tiny_model()) +
+                                  " -p 8 -n 2 -r 1 -t 1 --device cpu2,cpu3 -ts 1,1 -ngl 99 -o json",
+                              dir_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j.size(), 2u);
+    for (const auto& row : j) {
+        EXPECT_EQ(row["device"], "cpu2,cpu3");
+        EXPECT_EQ(row["backend"], "gpu");
+        EXPECT_TRUE(row["fits"].get<bool>());
+        EXPECT_GT(row["tps_mean"].get<double>(), 0.0);
+    }
+    // 4 layers and the head, 5 units in halves: 3 on cpu2, 2 on cpu3.
+    EXPECT_TRUE(contains(r.err, "ngl 99 over cpu2,cpu3: blk 0-2: cpu2 | blk 3: cpu3 | output: cpu3")) << r.err;
+
+    const auto a = run_tandem("bench -m " + shell_quote(tiny_model()) +
+                                  " -p 8 -n 0 -r 1 -t 1 --device cpu2,cpu3 --vram 64MiB,64MiB -o md",
+                              dir_);
+    ASSERT_EQ(a.exit_code, 0) << a.err;
+    EXPECT_TRUE(contains(a.out, "cpu2,cpu3")) << a.out;
+    EXPECT_TRUE(contains(a.err, "-ngl auto chose 5 of 5")) << a.err;
+}
+
 // --parallel through the binary: one row per stream count in the JSON,
 // each with its total and per-stream speed and its speed-up over one.
 TEST_F(BenchCommand, ParallelRowsInJson) {

@@ -228,7 +228,7 @@ TEST(BenchFlags, LlamaBenchFlagsWithoutAnEquivalentAreRefusedOnOneLine) {
         {"-ctk q2_K", "-ctk: expected a KV cache type"},
         {"-sm row", "row is not supported"},
         {"-mg 1", "--device cuda1"},
-        {"-ts 1/1", "--device cudaN"},
+        {"-ts 1/1", "--device names 0"},  // as run: one proportion per device
         {"-md d.gguf", "d.gguf"},  // speculative decoding is measured: a missing draft file is named
         {"-embd 1", "embeddings"},
         {"-oe md", "-o"},

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/common/error.h"
+#include "planner/hosts.h"
 #include "planner/planner.h"
 #include "runtime/common/memory_ledger.h"
 #include "runtime/engine/device_registry.h"
@@ -20,6 +21,7 @@
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
 #include "runtime/placement/placement.h"
+#include "runtime/serving/split.h"
 #include "tests/split_scenario.h"
 #include "tests/test_paths.h"
 
@@ -232,6 +234,63 @@ TEST(MultiDevicePlan, EachDevicesLedgerEqualsThePlan) {
             EXPECT_EQ(ledgers[0]->used(tandem::MemoryCategory::Staging), p.ram.staging);
         }
     }
+}
+
+// A pipeline stage's own -ngl auto plan (layers [2, 4) and the head, on
+// two devices of half the whole model each), as a later stage's
+// session opens it: -ngl counted from the stage's first layer
+// (n_gpu_layers_from), each device's ledger is the stage plan's bytes.
+TEST(MultiDevicePlan, AStagesOwnPlanIsWhatItsSessionHolds) {
+    const auto path = shared("models/synth-llama-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const SplitModel m = open_split_model(path);
+    const int64_t first = 2, end = m.spec.hp.n_layer;
+    const uint64_t whole = tandem::planner::device_bytes(m.spec, m.spec.hp.n_layer + 1, 128, 16,
+                                                         tandem::model::kCacheF16).total();
+    const std::vector<uint64_t> caps = {whole / 2, whole / 2};
+    tandem::planner::PlanInputs in;
+    in.device_name = "cpu2,cpu3";
+    in.device_capacities = caps;
+    in.margin = 0;
+    in.n_ctx = 128;
+    in.n_ubatch = 16;
+    in.n_seq = 2;
+    in.stage_embeds = false;
+    in.first_layer = first;
+    const tandem::planner::Plan p = tandem::planner::plan(tandem::planner::stage_spec(m.spec, first, end), in);
+    ASSERT_TRUE(p.fits);
+    ASSERT_EQ(p.ngl, end - first + 1);  // the whole stage fits: both devices hold some of it
+    auto opt = split_base_options();
+    opt.device = in.device_name;
+    opt.device_capacity = caps;
+    opt.n_gpu_layers = p.ngl;
+    opt.n_gpu_layers_from = first;
+    opt.tensor_split = p.tensor_split;
+    opt.stage_first = first;
+    opt.stage_end = end;
+    tandem::Session session(m.file, m.spec, opt);
+    const auto ledgers = session.ledgers();
+    ASSERT_EQ(ledgers.size(), 3u);
+    for (size_t d = 0; d < 2; ++d) {
+        using C = tandem::MemoryCategory;
+        SCOPED_TRACE(p.devices[d].name);
+        EXPECT_GT(p.devices[d].vram.weights, 0u);
+        EXPECT_EQ(ledgers[d + 1]->used(C::Weights), p.devices[d].vram.weights);
+        EXPECT_EQ(ledgers[d + 1]->used(C::KvCache), p.devices[d].vram.kv);
+    }
+
+    // resolve_split plans the same stage when told its layers.
+    tandem::serving::SplitRequest r;
+    r.device = in.device_name;
+    r.vram = caps;
+    r.stage = {{first, end}};
+    r.n_ctx = 128;
+    r.n_ubatch = 16;
+    r.n_seq = 2;
+    const tandem::serving::Split s = tandem::serving::resolve_split(r, m.file, m.spec, [](const std::string&) {});
+    EXPECT_EQ(s.so.n_gpu_layers_from, first);
+    EXPECT_EQ(s.so.n_gpu_layers, p.ngl);
+    EXPECT_NE(s.why.find("this stage's layers [2, 4) and the head"), std::string::npos) << s.why;
 }
 
 }  // namespace

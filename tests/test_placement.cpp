@@ -87,6 +87,26 @@ TEST(Placement, NglThenOverridesFirstRuleWins) {
     EXPECT_TRUE(contains(d, "output: cpu")) << d;
 }
 
+// A pipeline stage's own -ngl auto plan (layers [2, 4) and the head of a
+// 4-layer model) counts its units from its first layer, so two devices
+// share them as the planner weighed them over the stage alone.
+TEST(Placement, NglCountsFromAStagesFirstLayer) {
+    const Model m = open_committed();
+    ASSERT_EQ(m.spec.hp.n_layer, 4);
+    tandem::PlacementRequest req;
+    req.devices = {"cpu2", "cpu3"};
+    req.split = {1, 1};
+    req.n_gpu_layers = 3;
+    req.first_layer = 2;
+    const auto p = tandem::place_tensors(m.spec, req);
+    EXPECT_EQ(p.layer, (std::vector<int>{kHostDevice, kHostDevice, kAccelDevice, kAccelDevice}));
+    EXPECT_EQ(p.kv[1], kHostDevice);
+    EXPECT_EQ(p.kv[2], kAccelDevice);
+    EXPECT_EQ(p.head, kAccelDevice + 1);
+    req.first_layer = 4;
+    EXPECT_TRUE(contains(error_of([&] { tandem::place_tensors(m.spec, req); }), "expected a first layer in [0, 4)"));
+}
+
 TEST(Placement, KvFollowsAttentionOrStaysHomeWithNoKvOffload) {
     const Model m = open_committed();
     tandem::PlacementRequest req;

@@ -169,6 +169,9 @@ RefBenchConfig ref_bench_config(const BenchArgs& a) {
         throw Error("--ref-bench: llama-bench has no batched-decode test to compare --parallel with; drop one of them");
     }
     if (a.pipeline) throw Error("--ref-bench: llama-bench does not run pipeline stages; drop --pipeline");
+    if (parse_accelerators(a.device).size() > 1) {
+        throw Error(fmt::format("--ref-bench: compares one device; --device {} names several", a.device));
+    }
     const PlacementFlags& p = a.placement;
     if (!p.overrides.empty() || p.cpu_moe || p.n_cpu_moe > 0 || p.no_kv_offload) {
         throw Error("--ref-bench: -ot, --cpu-moe, --n-cpu-moe and -nkvo are not passed to llama-bench (the names of "
@@ -331,13 +334,17 @@ BenchConfig make_bench_config(const BenchArgs& a) {
     }
     c.mmap = parse_switch("-mmp", std::string(mmaps.front()));
 
+    // --device, --vram, -ts and -sm as run takes them (each checked there,
+    // naming the flag): several devices share the layers.
+    SplitFlags where;
+    where.device = a.device;
+    where.vram = a.vram;
+    where.tensor_split = a.tensor_split;
+    where.split_mode = a.split_mode;
+    const SplitRequest placed = split_request(where, 0, 512);
     c.device = a.device;
-    // Throws, naming the flag and what it found.
-    if (parse_accelerators(c.device).size() > 1) {
-        throw Error(fmt::format("--device {}: bench measures one accelerator; several share layers in run, serve, "
-                                "chat and perplexity (-ts)",
-                                c.device));
-    }
+    c.vram = placed.vram;
+    c.tensor_split = placed.tensor_split;
     c.weight_stream = !a.no_stream;
     c.copy_host_weights = !a.no_host_copy;
     c.pipeline = a.pipeline;
@@ -348,10 +355,7 @@ BenchConfig make_bench_config(const BenchArgs& a) {
         throw Error(fmt::format("--stream-min-batch: expected a positive value, found {}", a.stream_min_batch));
     }
     c.stream_min_batch = a.stream_min_batch;
-    if (!a.vram.empty()) {
-        if (c.device.empty()) throw Error("--vram needs --device (cuda or cpu2)");
-        c.vram = parse_size_flag("--vram", a.vram);
-    }
+    if (!c.vram.empty() && c.device.empty()) throw Error("--vram needs --device (cuda or cpu2)");
 
     if (a.sweep) {
         if (c.device.empty()) throw Error("--sweep-ngl needs an accelerator: give --device cpu2 or cuda (and --vram)");
@@ -373,7 +377,7 @@ BenchConfig make_bench_config(const BenchArgs& a) {
                 throw Error(fmt::format("-ngl {} asks for layers on an accelerator; give --device cpu2 or cuda", *ngl));
             }
             // As `run -ngl auto`: the planner needs a capacity to fill.
-            if (!ngl && !c.device.empty() && !c.vram) {
+            if (!ngl && !c.device.empty() && c.vram.empty()) {
                 throw Error(fmt::format("-ngl auto on {} needs --vram SIZE; or give -ngl N", c.device));
             }
         }

@@ -39,6 +39,8 @@ struct BenchArgs {
     std::string output = "md";
     std::string device;
     std::string vram;
+    std::string tensor_split;          // -ts A,B,...: "" none
+    std::string split_mode = "layer";  // -sm none|layer
     bool no_stream = false;
     int64_t stream_min_batch = 32;
     bool no_host_copy = false;
@@ -93,8 +95,9 @@ struct BenchConfig {
     std::vector<model::CacheType> cache_types;
     int repetitions = 5;
     OutputFormat format = OutputFormat::Markdown;
-    std::string device;              // "" for none
-    std::optional<uint64_t> vram;    // --vram; nullopt: unlimited
+    std::string device;              // "" for none; a comma list: several sharing the layers (-sm layer)
+    std::vector<uint64_t> vram;      // --vram: one size (each device's) or one per device; empty: unlimited
+    std::vector<double> tensor_split;  // -ts: the devices' shares; empty: by their room
     bool weight_stream = true;       // --no-stream clears it
     int64_t stream_min_batch = 32;   // --stream-min-batch
     bool copy_host_weights = true;   // --no-host-copy clears it

@@ -74,13 +74,17 @@ OpenModel open_model(const std::string& path, bool mmap) {
 // The planner's inputs, built as `run -ngl auto` builds them: the capacity
 // of --vram, no margin on the stand-in (its ledger is exact), the session's
 // context, micro-batch and cache type, and the calibrated speeds. Without
-// --vram the device is taken as unlimited, so every split "fits" and any
-// real shortage shows up as an allocation failure instead.
+// --vram the devices are taken as unlimited, so every split "fits" and any
+// real shortage shows up as an allocation failure instead. Several devices
+// share the layers as -ts says, else by their room (as run).
 planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
                                 const std::optional<planner::Calibration>& calibration) {
     SplitRequest req;
     req.device = c.device;
-    if (!c.device.empty()) req.vram = {c.vram.value_or(std::numeric_limits<uint64_t>::max())};
+    req.vram = c.vram;
+    // Unlimited, yet several of them add up without overflow.
+    if (!c.device.empty() && c.vram.empty()) req.vram = {uint64_t{1} << 60};
+    req.tensor_split = c.tensor_split;
     req.n_ctx = c.n_ctx();
     req.n_ubatch = s.n_ubatch;
     req.n_seq = c.n_seq_max();
@@ -89,14 +93,14 @@ planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
     req.stream.min_batch = c.stream_min_batch;
     req.placement = placement_options(c.placement);  // -ot, --cpu-moe, --n-cpu-moe, -nkvo: sized and predicted with them
     planner::PlanInputs in = split_plan_inputs(req);
-    if (!c.device.empty() && !c.vram) in.margin = 0;
+    if (!c.device.empty() && c.vram.empty()) in.margin = 0;
     if (calibration) planner::apply_calibration(*calibration, in);
     // The stand-in is host memory worked by the same cores: predicting it
     // with GPU speeds would compare the measurement with a card that is not
     // there. Only the predictions change; the fit does not depend on speed.
     // The same goes for its kernels and fixed costs: the host's, and its
     // hand-overs are copies between host buffers.
-    if (parse_accelerator(c.device).kind == AcceleratorKind::StandIn) {
+    if (all_stand_ins(c.device)) {
         in.gpu_gbps = in.cpu_gbps.value_or(planner::kDefaultCpuGBps);
         in.gpu_gflops = in.cpu_gflops.value_or(planner::kDefaultCpuGflops);
         in.device_costs = calibration ? planner::standin_costs(*calibration) : in.host_costs;
@@ -338,7 +342,7 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         if (r.cpu_gbps_before && r.cpu_gbps_after) cpu_gbps = (*r.cpu_gbps_before + *r.cpu_gbps_after) / 2.0;
         // The stand-in device is host memory, so host bandwidth is its roofline.
         std::optional<double> dev_gbps;
-        if (parse_accelerator(c.device).kind == AcceleratorKind::StandIn) {
+        if (all_stand_ins(c.device)) {
             dev_gbps = cpu_gbps;
         } else if (calibration) {
             dev_gbps = calibration->gpu_gbps;
@@ -471,7 +475,7 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
     for (size_t mi = 0; mi < models.size(); ++mi) {
         const OpenModel& m = models[mi];
         BenchModelSummary summary{m.name, m.spec.hp.n_layer, std::nullopt};
-        if (c.vram && !setups[mi].empty()) {
+        if (!c.vram.empty() && !setups[mi].empty()) {
             planner::PlanInputs in = plan_inputs(c, setups[mi].front(), calibration);
             summary.fit_limit = planner::plan(m.spec, in).ngl;
         }
@@ -490,8 +494,10 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                 so.n_threads = s.threads;
                 so.cache_type = s.cache_type;
                 so.device = c.device;
-                if (c.vram) so.device_capacity = {*c.vram};
+                so.device_capacity = c.vram;
                 so.n_gpu_layers = s.ngl;
+                // Several devices: the shares the plan sized (-ts, else by room).
+                so.tensor_split = s.plan.tensor_split;
                 so.weight_stream = c.weight_stream;
                 so.stream_min_batch = c.stream_min_batch;
                 so.copy_host_weights = c.copy_host_weights;
@@ -508,6 +514,11 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                     // disagree): report it as not fitting, keep going.
                     if (hooks.on_note) hooks.on_note(fmt::format("{}: ngl {} does not fit: {}", m.name, s.ngl, e.what()));
                     for (BenchRow& r : rows) r.fits = false;
+                }
+                // Several devices: which holds what (the report's rows name the list).
+                if (session && hooks.on_note && s.plan.devices.size() > 1) {
+                    hooks.on_note(fmt::format("{}: ngl {} over {}: {}", m.name, s.ngl, c.device,
+                                              session->placement_summary()));
                 }
                 if (session) measure_setup(*session, m, c, calibration, rows, c.tests, hooks, s);
                 fill_speedups(rows);

@@ -112,7 +112,8 @@ std::vector<SpecBenchRow> run_spec_bench(const BenchConfig& c, const SpecFlags& 
         // Placed as run places it: the draft first, the model beside it.
         SplitRequest req;
         req.device = c.device;
-        if (c.vram) req.vram = {*c.vram};
+        req.vram = c.vram;
+        req.tensor_split = c.tensor_split;
         req.ngl = c.n_gpu_layers.empty() ? std::nullopt : c.n_gpu_layers.front();
         if (c.device.empty()) req.ngl = 0;
         req.n_ctx = static_cast<int64_t>(prompt.size()) + n_gen + cfg.draft_max + 8;

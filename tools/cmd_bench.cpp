@@ -100,13 +100,18 @@ void resolve_bench_device(BenchArgs& args) {
     const bool implied = args.device.empty() && !layers.empty();
     if (implied) args.device = "cuda0";
     const bool asked = !args.device.empty();
-    const auto gpu = usable_gpu_or_cpu(args.device, implied ? "{n_gpu_layers} " + layers : "{device} " + args.device,
-                                       warn_on_stderr);
+    const auto gpus = serving::usable_devices_or_cpu(
+        args.device, implied ? "{n_gpu_layers} " + layers : "{device} " + args.device, warn_on_stderr);
     if (asked && args.device.empty()) {
         args.vram.clear();
+        args.tensor_split.clear();
         if (!args.n_gpu_layers.empty()) args.n_gpu_layers = {"0"};
     }
-    if (gpu && args.vram.empty()) args.vram = std::to_string(gpu->free_bytes) + "B";
+    // Every device a GPU: each one's free memory (a stand-in has none to say).
+    const bool all_gpus = !gpus.empty() && std::all_of(gpus.begin(), gpus.end(), [](const auto& g) { return g.has_value(); });
+    if (all_gpus && args.vram.empty()) {
+        for (const auto& g : gpus) args.vram += fmt::format("{}{}B", args.vram.empty() ? "" : ",", g->free_bytes);
+    }
 }
 
 // bench --spec-ngram / -md: speculative against plain decoding (bench_spec.h).
@@ -180,7 +185,9 @@ void bench(const BenchOptions& o) {
     if (!config.plot_path.empty()) {
         const BenchModelSummary& m = result.models.front();
         std::string title = fmt::format("{} on {}", m.model, config.device.empty() ? "the CPU" : config.device);
-        if (config.vram) title += fmt::format(", --vram {}", format_bytes(*config.vram));
+        for (size_t i = 0; i < config.vram.size(); ++i) {
+            title += fmt::format("{}{}", i ? "," : ", --vram ", format_bytes(config.vram[i]));
+        }
         if (config.sweep_step) {
             write_sweep_svg(config.plot_path, sweep_chart_from_rows(result.rows, title, m.fit_limit));
         } else {
@@ -308,8 +315,19 @@ void add_bench_command(CLI::App& app) {
         ->type_name("0|1");
     cmd->add_option("-r,--repetitions", a.repetitions, "counted runs per test")->capture_default_str();
     cmd->add_option("-o,--output", a.output, "md, csv, json or jsonl")->type_name("FORMAT")->capture_default_str();
-    cmd->add_option("--device", a.device, "accelerator: cuda, cudaN, or cpu2 (the stand-in CPU device)")->type_name("DEVICE");
-    cmd->add_option("--vram", a.vram, "accelerator memory Tandem may use, e.g. 24GiB")->type_name("SIZE");
+    cmd->add_option("--device", a.device,
+                    "accelerators: cuda, cudaN, or cpu2 (the stand-in CPU device); a comma list (cuda0,cuda1, "
+                    "cpu2,cpu3) shares the layers between them")
+        ->type_name("DEVICE[,...]");
+    cmd->add_option("--vram", a.vram,
+                    "accelerator memory Tandem may use, e.g. 24GiB; with several devices one size for each, or a list "
+                    "such as 24GiB,12GiB")
+        ->type_name("SIZE[,...]");
+    cmd->add_option("--tensor-split", a.tensor_split,
+                    "-ts A,B,...: how several devices share the layers, in proportions (default: by --vram, else equal)")
+        ->type_name("LIST");
+    cmd->add_option("--split-mode", a.split_mode, "-sm none|layer: split the layers between the devices (row is refused)")
+        ->capture_default_str();
     cmd->add_option("--stream-min-batch", a.stream_min_batch,
                     "prompt micro-batches of at least N tokens multiply the CPU layers' weights on the accelerator "
                     "(the backend column then says +stream)")

@@ -11,9 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/common/error.h"
+#include "runtime/engine/device_registry.h"
 #include "runtime/engine/session.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/model_spec.h"
+#include "runtime/serving/split.h"
+#include "tools/field_flags.h"
+#include "tools/split.h"
 
 #ifdef TANDEM_HAVE_MPI
 #include <mpi.h>
@@ -133,7 +137,15 @@ nlohmann::json options_json(const gguf::File& file, const SessionOptions& o) {
              }()},
             {"cpu_moe", o.cpu_moe},
             {"n_cpu_moe", o.n_cpu_moe},
-            {"kv_offload", o.kv_offload}};
+            {"kv_offload", o.kv_offload},
+            // -ngl auto: each rank plans its own layers from the flags as given.
+            {"stage_auto", o.stage_auto ? nlohmann::json{{"device", o.stage_auto->device},
+                                                         {"capacity", o.stage_auto->capacity},
+                                                         {"tensor_split", o.stage_auto->tensor_split},
+                                                         {"overrides", o.stage_auto->overrides},
+                                                         {"cpu_moe", o.stage_auto->cpu_moe},
+                                                         {"n_cpu_moe", o.stage_auto->n_cpu_moe}}
+                                        : nlohmann::json()}};
 }
 
 SessionOptions options_from(const nlohmann::json& j) {
@@ -162,10 +174,90 @@ SessionOptions options_from(const nlohmann::json& j) {
     return o;
 }
 
+// This host's devices and what they may use, where they differ from rank
+// 0's (mpirun -x, as TANDEM_PIPELINE_MODEL for the model's path):
+// TANDEM_PIPELINE_DEVICE replaces --device and drops -ts (shares of rank
+// 0's devices), TANDEM_PIPELINE_VRAM replaces --vram.
+struct HostDevices {
+    std::optional<std::string> device;
+    std::optional<std::vector<uint64_t>> vram;
+};
+
+HostDevices host_devices() {
+    HostDevices h;
+    if (const char* d = std::getenv("TANDEM_PIPELINE_DEVICE")) h.device = d;
+    if (const char* v = std::getenv("TANDEM_PIPELINE_VRAM"); v && *v) {
+        h.vram = parse_vram_list("TANDEM_PIPELINE_VRAM", v);
+    }
+    return h;
+}
+
+// Places this stage's layers [first, end) in `o`: rank 0's flags as they
+// are (an -ngl count keeps its meaning over the whole model's layer
+// numbers), or under -ngl auto this stage's own plan of its own layers on
+// this host's devices and capacity (serving::resolve_split, as rank 0
+// planned its share). Returns the plan's line, naming fields as {field};
+// empty for a count.
+std::string place_stage(SessionOptions& o, const nlohmann::json& j, const gguf::File& file,
+                        const model::ModelSpec& spec, std::pair<int64_t, int64_t> layers, int rank) {
+    const HostDevices here = host_devices();
+    const nlohmann::json& a = j.at("stage_auto");
+    if (a.is_null()) {
+        if (here.device) {
+            o.device = *here.device;
+            o.tensor_split.clear();
+        }
+        if (here.vram) o.device_capacity = *here.vram;
+        return "";
+    }
+    serving::SplitRequest r;
+    r.device = here.device.value_or(a.at("device").get<std::string>());
+    (void)parse_accelerators(r.device);  // a bad TANDEM_PIPELINE_DEVICE fails naming the name
+    r.vram = here.vram.value_or(a.at("capacity").get<std::vector<uint64_t>>());
+    if (!here.device) r.tensor_split = a.at("tensor_split").get<std::vector<double>>();
+    r.stage = layers;
+    r.n_ctx = o.n_ctx;
+    r.n_ubatch = o.n_ubatch;
+    r.n_seq = o.n_seq_max;
+    r.cache_type = o.cache_type;
+    r.stream.weight_stream = o.weight_stream;
+    r.stream.copy_host_weights = o.copy_host_weights;
+    r.placement.overrides = a.at("overrides").get<std::vector<std::string>>();
+    r.placement.cpu_moe = a.at("cpu_moe");
+    r.placement.n_cpu_moe = a.at("n_cpu_moe");
+    r.placement.kv_offload = o.kv_offload;
+    const serving::Split s = serving::resolve_split(r, file, spec, [&](const std::string& w) {
+        std::fprintf(stderr, "tandem: pipeline rank %d: warning: %s\n", rank, in_flags(w).c_str());
+    });
+    o.device = s.so.device;
+    o.device_capacity = s.so.device_capacity;
+    o.n_gpu_layers = s.so.n_gpu_layers;
+    o.n_gpu_layers_from = s.so.n_gpu_layers_from;
+    o.tensor_split = s.so.tensor_split;
+    o.overrides = s.so.overrides;
+    o.cpu_moe = s.so.cpu_moe;
+    o.n_cpu_moe = s.so.n_cpu_moe;
+    return s.why;
+}
+
+// Where the stage's session put its layers (their -ngl device) and, on
+// the last stage, the head: "blk 2 cpu2, blk 3 cpu2, head cpu2".
+std::string stage_holds(const Session& session, std::pair<int64_t, int64_t> layers, bool last) {
+    std::string out;
+    for (int64_t il = layers.first; il < layers.second; ++il) {
+        out += fmt::format("{}blk {} {}", out.empty() ? "" : ", ", il, session.layer_device(il));
+    }
+    if (last) out += fmt::format(", head {}", session.output_device());
+    return out;
+}
+
 // Rank 0's side.
 class MpiLink final : public StageLink {
 public:
     explicit MpiLink(int size) : size_(size) {}
+
+    int stages() const override { return size_; }
+    std::vector<std::string> placement_notes() const override { return notes_; }
 
     int64_t open(const gguf::File& file, int64_t n_layer, const SessionOptions& options) override {
         if (n_layer < size_) {
@@ -174,10 +266,15 @@ public:
         }
         const std::string request = options_json(file, options).dump();
         for (int r = 1; r < size_; ++r) send_text(request, r, kOpen);
+        // Each reply: {"error": why} or {"placed": its plan's line, or ""}.
         std::string failed;
+        notes_.clear();
         for (int r = 1; r < size_; ++r) {
-            const std::string reply = recv_text(r, kOpenReply);
-            if (!reply.empty() && failed.empty()) failed = reply;
+            const nlohmann::json reply = nlohmann::json::parse(recv_text(r, kOpenReply));
+            if (reply.contains("error") && failed.empty()) failed = reply.at("error");
+            if (const std::string placed = reply.value("placed", ""); !placed.empty()) {
+                notes_.push_back(fmt::format("pipeline rank {}: {}", r, placed));
+            }
         }
         if (!failed.empty()) throw Error(failed);
         return stage_layers(n_layer, 0, size_).second;
@@ -221,6 +318,7 @@ public:
 
 private:
     int size_;
+    std::vector<std::string> notes_;  // the last open's placement_notes
 };
 
 [[noreturn]] void stage_failed(int rank, const std::string& what) {
@@ -299,10 +397,17 @@ int PipelineWorld::serve_stage() {
             layers = stage_layers(spec->hp.n_layer, rank_, size_);
             o.stage_first = layers.first;
             o.stage_end = layers.second;
+            const std::string why = place_stage(o, j, *file, *spec, layers, rank_);
             session = std::make_unique<Session>(*file, *spec, o);
-            send_text("", 0, kOpenReply);
+            const std::string placed =
+                why.empty() ? "" : fmt::format("{}; holds {}", why, stage_holds(*session, layers, rank_ == size_ - 1));
+            send_text(nlohmann::json{{"placed", placed}}.dump(), 0, kOpenReply);
+        } catch (const FieldError& e) {
+            send_text(nlohmann::json{{"error", fmt::format("pipeline rank {}: {}", rank_, in_flags(e))}}.dump(), 0,
+                      kOpenReply);
         } catch (const std::exception& e) {
-            send_text(fmt::format("pipeline rank {}: {}", rank_, e.what()), 0, kOpenReply);
+            send_text(nlohmann::json{{"error", fmt::format("pipeline rank {}: {}", rank_, e.what())}}.dump(), 0,
+                      kOpenReply);
         }
     };
     const bool last = rank_ == size_ - 1;

@@ -14,6 +14,14 @@
 // rank sends each micro-batch's logits to rank 0; rank 0 ends every stage
 // with a stop message when it is done. A stage that fails prints one line
 // naming its rank and why and aborts the job (mpirun then ends every rank).
+//
+// Placement: each rank applies rank 0's flags to its own layers (an -ngl
+// count over the whole model's layer numbers), with its host's
+// TANDEM_PIPELINE_DEVICE / TANDEM_PIPELINE_VRAM in place of --device /
+// --vram where given (mpirun -x). Under -ngl auto each rank plans its own
+// layers alone on its own devices (serving::resolve_split with a stage)
+// and answers the open with its choice, which rank 0 prints under --verbose
+// (StageLink::placement_notes).
 #pragma once
 
 #include <memory>

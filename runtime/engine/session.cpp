@@ -753,6 +753,9 @@ int Session::n_threads() const { return impl_->pool.size(); }
 cpu::SimdLevel Session::simd_level() const { return impl_->level; }
 int64_t Session::n_device_layers() const { return impl_->plan.n_device_layers; }
 bool Session::output_on_device() const { return impl_->placement.head != kHostDevice; }
+const std::string& Session::output_device() const {
+    return impl_->placement.devices.at(static_cast<size_t>(impl_->placement.head));
+}
 const Placement& Session::placement() const { return impl_->placement; }
 std::string Session::placement_summary() const { return describe_placement(impl_->spec, impl_->placement); }
 uint64_t Session::activation_bytes_moved() const { return impl_->recipe->bytes_moved(); }

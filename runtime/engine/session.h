@@ -52,6 +52,9 @@ struct SessionOptions {
     // Leading layers on the accelerators; more than n_layer also puts the
     // output norm and head there. Ignored without a device.
     int64_t n_gpu_layers = 0;
+    // The layer n_gpu_layers counts from (PlacementRequest::first_layer):
+    // 0, or a pipeline stage's first layer where it planned its own layers.
+    int64_t n_gpu_layers_from = 0;
     // Several accelerators share those layers in these proportions
     // (llama.cpp's -ts with -sm layer; placement.h's layer_device); empty:
     // equal shares.
@@ -95,6 +98,10 @@ struct SessionOptions {
     std::shared_ptr<StageLink> next_stages;
     int64_t stage_first = 0;
     int64_t stage_end = -1;  // -1: n_layer
+    // The first stage under -ngl auto: what the later stages plan their own
+    // layers from (the placement fields above are the first stage's plan).
+    // Unset: every stage applies the placement fields above as they are.
+    std::optional<StageAutoPlacement> stage_auto;
 };
 
 // Sequence ids a session's caches can tell apart.
@@ -231,6 +238,8 @@ public:
     bool output_on_device() const;
     // Name of the device holding layer il's weights and KV cache.
     const std::string& layer_device(int64_t il) const;
+    // Name of the device holding the output head ("cpu" for the host).
+    const std::string& output_device() const;
     // Whether micro-batches of stream_min_batch or more tokens stream the
     // CPU layers' weights to the accelerator, and if not, why (empty when
     // streaming was not asked for or nothing could stream).

@@ -29,6 +29,7 @@ Placement place(const model::ModelSpec& spec, const SessionOptions& opt) {
     req.split = opt.tensor_split;
     // Without a device a negative count means nothing; a positive one is an error there.
     req.n_gpu_layers = opt.device.empty() ? std::max<int64_t>(opt.n_gpu_layers, 0) : opt.n_gpu_layers;
+    req.first_layer = opt.n_gpu_layers_from;
     req.overrides = opt.overrides;
     req.cpu_moe = opt.cpu_moe;
     req.n_cpu_moe = opt.n_cpu_moe;

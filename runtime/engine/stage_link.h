@@ -22,9 +22,23 @@ class File;
 struct BatchToken;
 struct SessionOptions;
 
+// -ngl auto under a pipeline: the placement flags as the user gave them,
+// from which each later stage plans its own layers on its own devices
+// (tools/pipeline.cpp), as the first stage planned its own.
+struct StageAutoPlacement {
+    std::string device;
+    std::vector<uint64_t> capacity;  // as given; empty: each GPU's free memory on its own host
+    std::vector<double> tensor_split;
+    std::vector<std::string> overrides;  // -ot's values as given, each "REGEX=DEVICE[,...]"
+    bool cpu_moe = false;
+    int64_t n_cpu_moe = 0;
+};
+
 class StageLink {
 public:
     virtual ~StageLink() = default;
+    // Stages in the pipeline, this one included (stage_layers' n_ranks).
+    virtual int stages() const = 0;
     // Opens the other stages on the model `file` (each stage opens its own
     // copy: at the same path, or where its host says, if its size and data
     // offset are the same) with the first stage's options (context,
@@ -51,6 +65,9 @@ public:
     // A state the first stage checked and placed goes to every later stage,
     // which places its cells and writes its own layers' rows.
     virtual void restore_sequence(int32_t seq, std::span<const uint8_t> blob) = 0;
+    // After open under -ngl auto: each later stage's line on how it placed
+    // its layers, in stage order (fields named {field}); otherwise none.
+    virtual std::vector<std::string> placement_notes() const { return {}; }
 };
 
 // Layers [first, end) of n_layer for stage `rank` of `n_ranks`: equal

@@ -130,10 +130,15 @@ Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& re
     p.devices.push_back("cpu");
     for (const std::string& d : req.devices) p.devices.push_back(d);
     const auto n_accel = static_cast<int64_t>(req.devices.size());
-    // The units -ngl offloads: the leading layers, and the output as unit n_layer.
-    const int64_t n_units = std::min(req.n_gpu_layers, n_layer + 1);
-    auto unit_device = [&](int64_t i) {
-        return i < n_units ? layer_device(i, n_units, n_accel, req.split) : kHostDevice;
+    if (req.first_layer < 0 || req.first_layer >= std::max<int64_t>(n_layer, 1)) {
+        throw Error(fmt::format("-ngl: expected a first layer in [0, {}), found {}", n_layer, req.first_layer));
+    }
+    // The units -ngl offloads: the leading layers from first_layer, and the
+    // output as the unit after the last layer.
+    const int64_t n_units = std::min(req.n_gpu_layers, n_layer - req.first_layer + 1);
+    auto unit_device = [&](int64_t il) {
+        const int64_t i = il - req.first_layer;
+        return i >= 0 && i < n_units ? layer_device(i, n_units, n_accel, req.split) : kHostDevice;
     };
     if (n_accel > 0) (void)layer_device(0, 1, n_accel, req.split);  // a bad split fails even with -ngl 0
 

@@ -40,6 +40,10 @@ struct PlacementRequest {
     // Leading layers on the accelerators; past n_layer the output norm and
     // head go there too (llama.cpp's -ngl).
     int64_t n_gpu_layers = 0;
+    // The layer n_gpu_layers counts from: 0 (llama.cpp's -ngl), or a
+    // pipeline stage's first layer where the stage planned its own layers
+    // (-ngl auto under --pipeline); the layers before it stay on the host.
+    int64_t first_layer = 0;
     // How those layers are shared between several accelerators
     // (llama.cpp's -ts, split by layers): proportions, one per device;
     // empty: equal shares. See layer_device().

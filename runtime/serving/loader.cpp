@@ -54,6 +54,10 @@ void LoadedModel::open_session(const LoadRequest& r, const Warn& warn, const Pro
     draft_why = split.draft_why;
     session = serving::open_session(file, spec, so, warn, progress, r.check_every_row);
     session_options = so;
+    // Under a pipeline with -ngl auto, each later stage's own plan, a line each.
+    if (so.next_stages) {
+        for (const std::string& note : so.next_stages->placement_notes()) split_why += "\n" + note;
+    }
 }
 
 std::unique_ptr<LoadedModel> load_model(const LoadRequest& request, const Warn& warn, const ProgressFactory& progress) {

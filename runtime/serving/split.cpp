@@ -7,6 +7,7 @@
 
 #include "planner/calibration.h"
 #include "planner/draft_plan.h"
+#include "planner/hosts.h"
 #include "planner/tune_cache.h"
 #include "runtime/common/error.h"
 #include "runtime/engine/device_registry.h"
@@ -205,6 +206,18 @@ SessionOptions place_draft(SplitRequest& r, const std::optional<cuda::DeviceInfo
     return d;
 }
 
+// The flags as given, for the later stages of a pipeline to plan from.
+StageAutoPlacement stage_auto_placement(const SplitRequest& r) {
+    StageAutoPlacement a;
+    a.device = r.device;
+    a.capacity = r.vram;
+    a.tensor_split = r.tensor_split;
+    a.overrides = r.placement.overrides;
+    a.cpu_moe = r.placement.cpu_moe;
+    a.n_cpu_moe = r.placement.n_cpu_moe;
+    return a;
+}
+
 }  // namespace
 
 Split resolve_split(const SplitRequest& request, const gguf::File& file, const model::ModelSpec& spec,
@@ -256,6 +269,13 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
         s.why = "{n_gpu_layers} given";
         return s;
     }
+    // A pipeline: this stage's layers alone (more stages than layers: the
+    // link's open says so).
+    const int64_t n_layer = spec.hp.n_layer;
+    std::optional<std::pair<int64_t, int64_t>> stage = r.stage;
+    if (!stage && r.pipeline) stage = stage_layers(n_layer, 0, r.pipeline->stages());
+    if (stage && stage->first >= stage->second) stage.reset();
+    if (r.pipeline) so.stage_auto = stage_auto_placement(request);
     SplitRequest req = r;
     if (!req.device.empty() && vram.empty()) {
         throw FieldError("vram", fmt::format("{{n_gpu_layers}} auto on {} needs {{vram}} SIZE (a stand-in device has "
@@ -266,12 +286,25 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
     planner::PlanInputs in = split_plan_inputs(req);
     in.candidates.assign(std::begin(planner::kAllCandidates), std::end(planner::kAllCandidates));
     const std::vector<std::string> measured = apply_stored_calibration(in, warn);
+    std::optional<model::ModelSpec> staged;
+    std::string of_stage;
+    int64_t n_units = n_layer + 1;  // what "ngl N of M" counts: the layers and the head
+    if (stage) {
+        staged = planner::stage_spec(spec, stage->first, stage->second);
+        in.stage_embeds = stage->first == 0;
+        in.stage_outputs = stage->second == n_layer;
+        in.first_layer = stage->first;
+        so.n_gpu_layers_from = stage->first;
+        n_units = stage->second - stage->first + (in.stage_outputs ? 1 : 0);
+        of_stage = fmt::format(" (this stage's layers [{}, {}){}, counted from layer {})", stage->first, stage->second,
+                               in.stage_outputs ? " and the head" : "", stage->first);
+    }
     // Measured speeds change the predicted tok/s, and so which candidate
     // wins; the verbose line says which speeds it predicted with.
-    const planner::Plan p = planner::plan(spec, in);
+    const planner::Plan p = planner::plan(staged ? *staged : spec, in);
     const std::string speeds = fmt::format("; predicted {:.1f} tok/s with {} speeds", p.predicted.tg_tps,
                                            measured.empty() ? "default" : "measured");
-    if (r.tuned_model) {
+    if (r.tuned_model && !stage) {
         // A tune entry measured whole layers: it decides when the plan
         // chose whole layers too, never above the plan's count, so that a
         // stale entry cannot push the device out of memory.
@@ -291,6 +324,10 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
         return s;
     }
     so.n_gpu_layers = p.ngl;
+    // A stage without the head: the planner's unit past its last layer is
+    // empty; on one device, leaving it out places the same tensors and keeps
+    // the next stage's first layer out of this one's count.
+    if (stage && !in.stage_outputs && gpus.size() == 1) so.n_gpu_layers = std::min(p.ngl, n_units);
     if (!p.tensor_split.empty()) so.tensor_split = p.tensor_split;
     if (!p.user_rules) {
         // The candidate's own rules; the engine places them as it places -ot.
@@ -299,10 +336,11 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
         so.n_cpu_moe = p.rules.n_cpu_moe;
     }
     if (p.candidate == planner::Candidate::Layers) {
-        s.why = fmt::format("{{n_gpu_layers}} auto chose {} of {}: {}{}", p.ngl, spec.hp.n_layer + 1, p.reasons.front(), speeds);
+        s.why = fmt::format("{{n_gpu_layers}} auto chose {} of {}{}: {}{}", std::min(so.n_gpu_layers, n_units), n_units, of_stage,
+                            p.reasons.front(), speeds);
     } else {
-        s.why = fmt::format("{{n_gpu_layers}} auto chose {} ({}): {}{}", planner::candidate_letter(p.candidate),
-                            planner::placement_flags(p), p.reasons.front(), speeds);
+        s.why = fmt::format("{{n_gpu_layers}} auto chose {} ({}){}: {}{}", planner::candidate_letter(p.candidate),
+                            planner::placement_flags(p), of_stage, p.reasons.front(), speeds);
     }
     return s;
 }

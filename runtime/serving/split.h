@@ -56,8 +56,13 @@ struct SplitRequest {
     // Several accelerators: their shares of the layers (-ts); empty: by
     // vram where known, else equal.
     std::vector<double> tensor_split;
-    // The later stages of a pipeline (tools/pipeline.h); null: none.
+    // The later stages of a pipeline (tools/pipeline.h); null: none. Auto
+    // then plans the first stage's share of the layers alone, and each
+    // later stage plans its own on its own host (SessionOptions::stage_auto).
     std::shared_ptr<StageLink> pipeline;
+    // A later pipeline stage's layers [first, end) (tools/pipeline.cpp):
+    // auto plans them alone, as the model this host runs.
+    std::optional<std::pair<int64_t, int64_t>> stage;
     int64_t n_ctx = 0;
     int64_t n_ubatch = 512;
     int64_t n_seq = 1;  // sequences side by side: the session's n_seq_max
@@ -121,8 +126,12 @@ std::optional<cuda::DeviceInfo> usable_gpu_or_cpu(std::string& device, const std
 // takes the best, setting the rules that place it; a tune entry for these
 // options (never above the plan) decides when the plan chose whole layers.
 // Auto on the stand-in needs `vram` (it has no memory of its own to
-// report); without a device auto is 0. Throws FieldError for a request
-// that cannot be honoured.
+// report); without a device auto is 0. Under a pipeline auto plans only
+// this stage's layers (planner::stage_spec), as `tandem plan --hosts`
+// plans each host's; the count then runs from the stage's first layer
+// (SessionOptions::n_gpu_layers_from), and no tune entry (measured over
+// the whole model) is used. Throws FieldError for a request that cannot be
+// honoured.
 Split resolve_split(const SplitRequest& r, const gguf::File& file, const model::ModelSpec& spec, const Warn& warn);
 
 }  // namespace tandem::serving

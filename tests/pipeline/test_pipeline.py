@@ -8,6 +8,9 @@ machine, against one process:
   its own stand-in device: the same bytes as one process;
 - `--prompt-cache` over 2 ranks: the one-process state file, byte for byte;
   one process's state restored into 3 ranks: the one-process logits;
+- -ngl auto: each rank plans its own layers on its own devices (its own
+  TANDEM_PIPELINE_DEVICE and TANDEM_PIPELINE_VRAM where given), says so,
+  and the logits are the one-process bytes;
 - a rank reading its own copy of the model (TANDEM_PIPELINE_MODEL): the
   same logits; a different file is refused, naming the rank;
 - `tandem serve -np 4` over 2 ranks: 4 concurrent completions, each the
@@ -76,6 +79,50 @@ def logits_test(tmp):
                                                                  f"{tmp}/d.bin"]), f"{tmp}/d.bin")
         check(got == one, f"{name}: 2 ranks, each with its layers on its own cpu2: bit for bit"
               + ("" if got is not None else f" (failed: {gtext})"))
+
+
+def auto_per_rank_test(tmp):
+    """-ngl auto under --pipeline: each rank plans its own layers with its
+    own devices. 3.5 MiB of cpu2 holds either half of synth-llama (with the
+    head) but not the whole model (4.8 MiB): each rank puts all its layers
+    there, where one plan over the whole model would stop at layer 2 and
+    leave rank 1's device empty. A rank's own TANDEM_PIPELINE_DEVICE and
+    TANDEM_PIPELINE_VRAM (mpirun -x) replace rank 0's --device and --vram
+    there. The logits stay the one-process bytes."""
+    model = SHARED / "models" / f"{MODELS[0]}.gguf"
+    base = ["run", "-m", str(model), "-p", PROMPT, "-n", "4", "--temp", "0", "-t", "1", "-c", "256", "-ub", "4"]
+    one, _ = run_logits([BINARY] + base + ["--dump-logits", f"{tmp}/one.bin"], f"{tmp}/one.bin")
+    flags = ["--device", "cpu2", "--vram", "3.5M", "-ngl", "auto", "--verbose"]
+    cmd = mpirun(2, "vader,self", base + flags + ["--dump-logits", f"{tmp}/a.bin"])
+    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, errors="replace", timeout=300)
+    got = pathlib.Path(f"{tmp}/a.bin").read_bytes() if r.returncode == 0 else None
+    check(one is not None and got == one, "-ngl auto over 2 ranks, each planning its own layers: bit for bit"
+          + ("" if got is not None else f" (failed: {r.stderr[-2000:]})"))
+    lines = [l for l in r.stderr.splitlines() if "auto chose" in l]
+    check(any(re.match(r"-ngl auto chose 2 of 2 \(this stage's layers \[0, 2\)", l) for l in lines),
+          f"rank 0 plans its own layers [0, 2) and puts both on cpu2: {lines}")
+    check(any(re.match(r"pipeline rank 1: -ngl auto chose 3 of 3 \(this stage's layers \[2, 4\) and the head", l)
+              and l.endswith("holds blk 2 cpu2, blk 3 cpu2, head cpu2") for l in lines),
+          f"rank 1 plans its own layers [2, 4) and the head, and holds them all on its cpu2: {lines}")
+
+    def mpmd(env, out):
+        args = base + ["--dump-logits", out, "--pipeline"]
+        return [shutil.which("mpirun"), "--oversubscribe", "-np", "1", BINARY] + args + flags + \
+               [":", "-np", "1"] + [x for e in env for x in ("-x", e)] + [BINARY] + args + flags
+    r = subprocess.run(mpmd(["TANDEM_PIPELINE_DEVICE=cpu3", "TANDEM_PIPELINE_VRAM=2M"], f"{tmp}/b.bin"), env=ENV,
+                       capture_output=True, text=True, errors="replace", timeout=300)
+    got = pathlib.Path(f"{tmp}/b.bin").read_bytes() if r.returncode == 0 else None
+    lines = [l for l in r.stderr.splitlines() if l.startswith("pipeline rank 1:")]
+    check(got == one and any("chose 1 of 3" in l and l.endswith("holds blk 2 cpu3, blk 3 cpu, head cpu") for l in lines),
+          f"rank 1 with its own device cpu3 of 2 MiB plans layer 2 there; bit for bit: {lines}"
+          + ("" if got is not None else f" (failed: {r.stderr[-2000:]})"))
+    # A stand-in of rank 1's own without a capacity: auto cannot plan it there.
+    args = base + ["--pipeline"]
+    cmd = [shutil.which("mpirun"), "--oversubscribe", "-np", "1", BINARY] + args + \
+          [":", "-np", "1", "-x", "TANDEM_PIPELINE_DEVICE=cpu2", BINARY] + args
+    r = subprocess.run(cmd, env=ENV, capture_output=True, text=True, errors="replace", timeout=120)
+    check(r.returncode != 0 and "pipeline rank 1: -ngl auto on cpu2 needs --vram" in r.stderr,
+          f"rank 1's own stand-in without a capacity is refused, naming the rank: {r.stderr.strip()[-300:]!r}")
 
 
 def per_host_path_test(tmp):
@@ -258,6 +305,7 @@ def main():
         return SKIP
     with tempfile.TemporaryDirectory(prefix="tandem-pipeline-") as tmp:
         logits_test(tmp)
+        auto_per_rank_test(tmp)
         per_host_path_test(tmp)
         prompt_cache_test(tmp)
         serve_test(tmp)
