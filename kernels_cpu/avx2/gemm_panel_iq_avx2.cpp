@@ -131,13 +131,16 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
     });
 }
 
-// total + sc x p in int32 lanes, as an asm GCC cannot look into: sc is
-// read from memory by vpmaddwd itself (GCC otherwise keeps each group's
-// multipliers in registers), and the adds stay one chain per total (GCC
-// otherwise computes a group's products first and adds them as a tree);
-// either way it spilled totals inside the loop.
-inline __m256i add_madd(__m256i total, __m256i p, const int32_t* sc) {
-    asm("vpmaddwd %2, %1, %1\n\tvpaddd %1, %0, %0" : "+x"(total), "+x"(p) : "m"(*reinterpret_cast<const __m256i*>(sc)));
+// total + sc x (|a| x (w with a's sign)) (the pair sums widened and scaled
+// by vpmaddwd), as an asm GCC cannot look into: it otherwise computes a
+// group's products first and adds them as a tree, spilling totals inside
+// the loop; here each total is one chain and the four steps share one
+// scratch register.
+inline __m256i add_quad(__m256i total, __m256i w, __m256i av, __m256i mag, __m256i sc) {
+    __m256i p;
+    asm("vpsignb %[av], %[w], %[p]\n\tvpmaddubsw %[p], %[mag], %[p]\n\tvpmaddwd %[sc], %[p], %[p]\n\tvpaddd %[p], %[t], %[t]"
+        : [t] "+x"(total), [p] "=&x"(p)
+        : [w] "x"(w), [av] "x"(av), [mag] "x"(mag), [sc] "x"(sc));
     return total;
 }
 
@@ -145,10 +148,10 @@ inline __m256i add_madd(__m256i total, __m256i p, const int32_t* sc) {
 // there are more than 8 rows) per activation broadcast: the block totals
 // as iq_gemm's, each quad's pair sums |a| x (code with a's sign) widened
 // and scaled at once by vpmaddwd against (mult, mult). The 8 totals, two
-// code registers, a and |a| fit the 16 registers when the multipliers are
-// memory operands, the totals start at zero (no first-quad branch) and the
-// float sums wait in memory: 2048x2048 x 512 tokens, one Zen 3 thread,
-// 34.8-35.0 -> 33.4-33.8 ms.
+// code and two multiplier registers, a, |a| and the scratch take 15 of
+// the 16 registers: the totals start at zero (no first-quad branch) and the
+// float sums wait in memory. 2048x2048 x 512 tokens, one Zen 3 thread
+// (min of 15, three rounds): 34.0-36.0 -> 32.1-33.1 ms.
 template <int kHalves>
 void iq4_xs_tiles(const HalfIq* blocks, int64_t nb, const void* a, size_t a_stride, int64_t n_tokens, int64_t n_rows,
                   float* y, int64_t ldy) {
@@ -170,6 +173,8 @@ void iq4_xs_tiles(const HalfIq* blocks, int64_t nb, const void* a, size_t a_stri
                 for (__m256i& v : token) v = _mm256_setzero_si256();
             }
             for (int g = 0; g < 16; ++g) {
+                __m256i sc[kHalves];
+                for (int h = 0; h < kHalves; ++h) sc[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(half[h]->mult2[g]));
 #pragma GCC unroll 4
                 for (int q = 0; q < 4; ++q) {
                     __m256i wv[kHalves];
@@ -180,10 +185,7 @@ void iq4_xs_tiles(const HalfIq* blocks, int64_t nb, const void* a, size_t a_stri
                     for (int t = 0; t < NT; ++t) {
                         const __m256i av = panel_avx2::bcast4(act[t][i].qs + k);
                         const __m256i mag = panel_avx2::bcast4(abs_a[t] + kQK_K * static_cast<size_t>(i) + k);
-                        for (int h = 0; h < kHalves; ++h) {
-                            const __m256i p = _mm256_maddubs_epi16(mag, _mm256_sign_epi8(wv[h], av));
-                            total[t][h] = add_madd(total[t][h], p, half[h]->mult2[g]);
-                        }
+                        for (int h = 0; h < kHalves; ++h) total[t][h] = add_quad(total[t][h], wv[h], av, mag, sc[h]);
                     }
                 }
             }
