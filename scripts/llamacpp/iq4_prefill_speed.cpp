@@ -3,14 +3,20 @@
 // the activation quantization:
 //   IQ4_NL: the repacked gemm (ggml_quantize_mat_q8_0 4x8 + ggml_gemm_iq4_nl_8x8_q8_0)
 //   IQ4_XS: quantize_row_q8_K + ggml_vec_dot_iq4_xs_q8_K over 16x16 tiles
-//           (ggml_compute_forward_mul_mat's non-repacked loop)
+//           (ggml_compute_forward_mul_mat's non-repacked loop), and the
+//           ggml_mul_mat op itself (one thread), which is what llama-bench
+//           runs: in 0.3.36 its tiled GEMM (ggml-cpu/tiled/,
+//           tiled_run_microtile_avx2), about 2.7x the vec_dot loop
+//           (perf of llama-bench pp512: 71% of the samples there), so the
+//           vec_dot ratio overstates Tandem's lead several times over.
 // Min of runs, taking turns; prints max |diff| relative to the output scale.
 //
 // Build against a Tandem build (its static libraries) and run with the
 // llama.cpp build's libggml-cpu.so (README step 1; the AVX2 build for the
 // AVX2 level), one thread:
-//   B=build; g++ -std=c++20 -O2 -march=native -I. -o /tmp/speed scripts/llamacpp/iq4_prefill_speed.cpp \
-//     $B/kernels_cpu/libtandem_kernels_cpu.a $B/runtime/libtandem_runtime.a -lfmt -lhwloc -lopenblas -ldl -lpthread
+//   B=build; g++ -std=c++20 -O2 -march=native -I. -I$L/ggml/include -o /tmp/speed scripts/llamacpp/iq4_prefill_speed.cpp \
+//     $B/kernels_cpu/libtandem_kernels_cpu.a $B/runtime/libtandem_runtime.a -lfmt -lhwloc -lopenblas -ldl -lpthread \
+//     -L$L/build/bin -Wl,-rpath,$L/build/bin -lggml-base -lggml-cpu
 //   GGML_CPU_LIB=$L/build/bin/libggml-cpu.so /tmp/speed IQ4_NL|IQ4_XS ROWS COLS TOKENS RUNS [tandem]
 
 #include <dlfcn.h>
@@ -26,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include "ggml-cpu.h"
+#include "ggml.h"
 #include "kernels_cpu/matmul.h"
 #include "kernels_cpu/thread_pool.h"
 #include "runtime/quant/quant_blocks.h"
@@ -104,8 +112,28 @@ int main(int argc, char** argv) {
                             vdot(static_cast<int>(n), &y2[tt * rows + r], 0, w.data() + r * rb, 0, act.data() + tt * arow, 0, 1);
         }
     };
-    double best_t = 1e9, best_g = 1e9;
+    // The mul_mat op as a graph (IQ4_XS): W [n, rows] x X [n, tokens].
+    const size_t op_bytes = rb * rows + (n + rows) * tokens * sizeof(float) + arow * tokens + (size_t{256} << 20);
+    ggml_init_params ip{op_bytes, nullptr, false};
+    ggml_context* ctx = nl ? nullptr : ggml_init(ip);
+    ggml_cgraph* gf = nullptr;
+    ggml_tensor* op_y = nullptr;
+    if (ctx != nullptr) {
+        ggml_tensor* W = ggml_new_tensor_2d(ctx, GGML_TYPE_IQ4_XS, n, rows);
+        ggml_tensor* X = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, tokens);
+        std::memcpy(W->data, w.data(), rb * rows);
+        std::memcpy(X->data, x.data(), x.size() * sizeof(float));
+        op_y = ggml_mul_mat(ctx, W, X);
+        gf = ggml_new_graph(ctx);
+        ggml_build_forward_expand(gf, op_y);
+    }
+    double best_t = 1e9, best_g = 1e9, best_op = 1e9;
     for (int it = 0; it < reps; ++it) {
+        if (gf != nullptr && !only_tandem) {
+            const double o0 = now();
+            ggml_graph_compute_with_ctx(ctx, gf, 1);
+            best_op = std::min(best_op, now() - o0);
+        }
         double t0 = now();
         cpu::matmul(view, x.data(), n, tokens, y1.data(), rows, pool, cpu::SimdLevel::Avx2);
         double t1 = now();
@@ -131,5 +159,12 @@ int main(int argc, char** argv) {
     printf("%s %lldx%lld x %lld tokens: tandem %.2f ms  ggml %.2f ms  ratio %.3f  (bit-diff %d of %zu, max|d| %.2g of %.2g)\n",
            type.c_str(), (long long)rows, (long long)n, (long long)tokens, best_t * 1e3, best_g * 1e3, best_g / best_t, diff,
            y1.size(), maxd, maxv);
+    if (gf != nullptr) {
+        double opd = 0;
+        const auto* yo = static_cast<const float*>(op_y->data);
+        for (size_t i = 0; i < y1.size(); ++i) opd = std::max(opd, (double)std::fabs(y1[i] - yo[i]));
+        printf("  ggml_mul_mat op (llama-bench's path) %.2f ms  ratio %.3f  (max|d| %.2g)\n", best_op * 1e3, best_op / best_t, opd);
+        ggml_free(ctx);
+    }
     return 0;
 }
