@@ -256,7 +256,6 @@ class MpiLink final : public StageLink {
 public:
     explicit MpiLink(int size) : size_(size) {}
 
-    int stages() const override { return size_; }
     std::vector<std::string> placement_notes() const override { return notes_; }
 
     int64_t open(const gguf::File& file, int64_t n_layer, const SessionOptions& options) override {

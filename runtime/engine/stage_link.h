@@ -37,8 +37,6 @@ struct StageAutoPlacement {
 class StageLink {
 public:
     virtual ~StageLink() = default;
-    // Stages in the pipeline, this one included (stage_layers' n_ranks).
-    virtual int stages() const = 0;
     // Opens the other stages on the model `file` (each stage opens its own
     // copy: at the same path, or where its host says, if its size and data
     // offset are the same) with the first stage's options (context,
@@ -46,7 +44,7 @@ public:
     // returns the first stage's layers [0, end). Throws tandem::Error with
     // the failing stage's reason.
     virtual int64_t open(const gguf::File& file, int64_t n_layer, const SessionOptions& options) = 0;
-    // The stages, this first one included.
+    // Stages in the pipeline, this one included (stage_layers' n_ranks).
     virtual int n_stages() const = 0;
     // The micro-batch `tokens`, evaluated by this stage up to the hidden
     // state `x` (tokens.size() rows of n_embd floats), goes to the next

@@ -273,7 +273,7 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
     // link's open says so).
     const int64_t n_layer = spec.hp.n_layer;
     std::optional<std::pair<int64_t, int64_t>> stage = r.stage;
-    if (!stage && r.pipeline) stage = stage_layers(n_layer, 0, r.pipeline->stages());
+    if (!stage && r.pipeline) stage = stage_layers(n_layer, 0, r.pipeline->n_stages());
     if (stage && stage->first >= stage->second) stage.reset();
     if (r.pipeline) so.stage_auto = stage_auto_placement(request);
     SplitRequest req = r;
