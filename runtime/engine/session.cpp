@@ -68,6 +68,7 @@ struct Session::Impl {
         std::vector<std::span<float>> owed;
     };
     std::deque<Flight> flights;
+    std::vector<float> spare_rows;  // a collected caller's old buffer, for the next submit
     bool embeds() const { return first == 0; }
     bool outputs() const { return end == hp.n_layer && !next; }
     bool owns(int64_t il) const { return il >= first && il < end; }
@@ -289,6 +290,7 @@ struct Session::Impl {
                 m.flights.pop_back();
             }
         } restore{*this};
+        f.rows = std::move(spare_rows);  // a step's rows, reused rather than allocated and zeroed anew
         f.rows.resize(n_out * static_cast<size_t>(hidden ? hp.n_embd : hp.n_vocab));
         set_order(single_order);
         float* out = f.rows.data();
@@ -318,6 +320,7 @@ struct Session::Impl {
         flights.pop_front();
         for (std::span<float> r : f.owed) next->receive_logits(r);
         rows.swap(f.rows);
+        spare_rows = std::move(f.rows);
     }
 
     // The micro-batch's ids, positions and sequences into the step's
