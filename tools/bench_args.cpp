@@ -376,8 +376,14 @@ BenchConfig make_bench_config(const BenchArgs& a) {
             if (ngl && *ngl > 0 && c.device.empty()) {
                 throw Error(fmt::format("-ngl {} asks for layers on an accelerator; give --device cpu2 or cuda", *ngl));
             }
-            // As `run -ngl auto`: the planner needs a capacity to fill.
-            if (!ngl && !c.device.empty() && c.vram.empty()) {
+            // As `run -ngl auto`: the planner needs a capacity to fill. A
+            // GPU's is what it has free (cmd_bench fills --vram with it, or
+            // under --pipeline each rank reads its own); a stand-in has none.
+            const auto names = parse_accelerators(c.device);
+            const bool stand_in = std::any_of(names.begin(), names.end(), [](const std::string& n) {
+                return parse_accelerator(n).kind != AcceleratorKind::Cuda;
+            });
+            if (!ngl && stand_in && c.vram.empty()) {
                 throw Error(fmt::format("-ngl auto on {} needs --vram SIZE; or give -ngl N", c.device));
             }
         }

@@ -21,8 +21,9 @@
 #include "runtime/engine/device_registry.h"
 #include "runtime/engine/session.h"
 #include "runtime/sampler/sampler.h"
-#include "tools/split.h"
+#include "tools/field_flags.h"
 #include "tools/pipeline.h"
+#include "tools/split.h"
 
 namespace tandem::tools {
 namespace {
@@ -44,6 +45,11 @@ struct Setup {
     int64_t ngl = 0;
     planner::Plan plan;         // with ngl forced: the prediction and whether it fits
     planner::PlanInputs inputs;  // what the plan was made from, for each test's prediction
+    // --pipeline with -ngl auto: rank 0's plan of its own layers
+    // (serving::resolve_split, as run makes it), whose session options carry
+    // the flags each later rank plans its own layers from. ngl is rank 0's
+    // count; no prediction (the planner predicts one process, not stages).
+    std::optional<Split> stage_split;
 };
 
 // As `tandem inspect` names it: the mix of general.file_type.
@@ -77,13 +83,15 @@ OpenModel open_model(const std::string& path, bool mmap) {
 // --vram the devices are taken as unlimited, so every split "fits" and any
 // real shortage shows up as an allocation failure instead. Several devices
 // share the layers as -ts says, else by their room (as run).
-planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
-                                const std::optional<planner::Calibration>& calibration) {
+//
+// Unlimited, yet several of them add up without overflow.
+constexpr uint64_t kUnlimited = uint64_t{1} << 60;
+
+SplitRequest split_request(const BenchConfig& c, const Setup& s) {
     SplitRequest req;
     req.device = c.device;
     req.vram = c.vram;
-    // Unlimited, yet several of them add up without overflow.
-    if (!c.device.empty() && c.vram.empty()) req.vram = {uint64_t{1} << 60};
+    if (!c.device.empty() && c.vram.empty()) req.vram = {kUnlimited};
     req.tensor_split = c.tensor_split;
     req.n_ctx = c.n_ctx();
     req.n_ubatch = s.n_ubatch;
@@ -92,7 +100,13 @@ planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
     req.stream.weight_stream = c.weight_stream;
     req.stream.min_batch = c.stream_min_batch;
     req.placement = placement_options(c.placement);  // -ot, --cpu-moe, --n-cpu-moe, -nkvo: sized and predicted with them
-    planner::PlanInputs in = split_plan_inputs(req);
+    req.stream.copy_host_weights = c.copy_host_weights;
+    return req;
+}
+
+planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
+                                const std::optional<planner::Calibration>& calibration) {
+    planner::PlanInputs in = split_plan_inputs(split_request(c, s));
     if (!c.device.empty() && c.vram.empty()) in.margin = 0;
     if (calibration) planner::apply_calibration(*calibration, in);
     // The stand-in is host memory worked by the same cores: predicting it
@@ -108,21 +122,46 @@ planner::PlanInputs plan_inputs(const BenchConfig& c, const Setup& s,
     return in;
 }
 
+// --pipeline with -ngl auto: rank 0 plans its own layers, and each later
+// rank its own on its own devices, as run does (serving::resolve_split with
+// the link). The request is the fit check's, with --vram as given: GPUs
+// without it offer what they have free, each on its own rank's host.
+Split stage_split(const BenchConfig& c, const Setup& s, const OpenModel& m, const std::shared_ptr<StageLink>& link,
+                  const BenchHooks& hooks) {
+    SplitRequest req = split_request(c, s);
+    req.vram = c.vram;
+    req.pipeline = link;
+    return resolve_split(req, *m.file, m.spec, [&](const std::string& w) {
+        if (hooks.on_note) hooks.on_note("warning: " + in_flags(w));
+    });
+}
+
 std::vector<Setup> setups_for(const BenchConfig& c, const OpenModel& m,
-                              const std::optional<planner::Calibration>& calibration, const BenchHooks& hooks) {
+                              const std::optional<planner::Calibration>& calibration,
+                              const std::shared_ptr<StageLink>& link, const BenchHooks& hooks) {
     std::vector<Setup> out;
     for (model::CacheType ct : c.cache_types) {
         for (int64_t ub : c.n_ubatch) {
-            const Setup base{ct, ub, 0, 0, {}, {}};
+            const Setup base{ct, ub, 0, 0, {}, {}, std::nullopt};
             // The splits depend on the cache type and micro-batch (they size
             // the device's share), not on the thread count.
             std::vector<int64_t> ngls;
+            std::vector<std::optional<Split>> stages;  // beside ngls: a pipeline's auto
             if (c.sweep_step) {
                 ngls = sweep_ngl_values(m.spec.hp.n_layer, *c.sweep_step);
+                stages.resize(ngls.size());
             } else {
                 for (const auto& ngl : c.n_gpu_layers) {
                     if (ngl) {
                         ngls.push_back(*ngl);
+                        stages.emplace_back();
+                        continue;
+                    }
+                    if (link) {
+                        // Said when the session opens, with each rank's own.
+                        Split split = stage_split(c, base, m, link, hooks);
+                        ngls.push_back(split.so.n_gpu_layers);
+                        stages.emplace_back(std::move(split));
                         continue;
                     }
                     // -ngl auto: the largest split that fits, as run chooses.
@@ -133,16 +172,20 @@ std::vector<Setup> setups_for(const BenchConfig& c, const OpenModel& m,
                                                   m.spec.hp.n_layer + 1, p.reasons.front()));
                     }
                     ngls.push_back(chosen);
+                    stages.emplace_back();
                 }
             }
             for (int threads : c.threads) {
-                for (int64_t ngl : ngls) {
+                for (size_t i = 0; i < ngls.size(); ++i) {
                     Setup s = base;
                     s.threads = threads;
-                    s.ngl = ngl;
+                    s.ngl = ngls[i];
+                    s.stage_split = stages[i];
                     planner::PlanInputs in = plan_inputs(c, s, calibration);
-                    in.ngl = ngl;
+                    in.ngl = ngls[i];
                     s.plan = planner::plan(m.spec, in);
+                    // Each rank's own plan fits it, or its open says why not.
+                    if (s.stage_split) s.plan.fits = true;
                     s.inputs = std::move(in);
                     out.push_back(std::move(s));
                 }
@@ -179,7 +222,7 @@ BenchRow row_skeleton(const OpenModel& m, const BenchConfig& c, const Setup& s, 
     r.n_parallel = t.n_parallel;
     r.fits = s.plan.fits;
     // The planner predicts one sequence's decode; batched decode it does not model.
-    if (t.n_parallel == 0) r.predicted_tps = predicted_tps(m.spec, s, t);
+    if (t.n_parallel == 0 && !s.stage_split) r.predicted_tps = predicted_tps(m.spec, s, t);
     return r;
 }
 
@@ -320,7 +363,7 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         }
         // --calibrate-each: predict for the host as it was around this test
         // (its bandwidth moves by a third within minutes on a shared VM).
-        if (calibration && r.cpu_gbps_before && r.cpu_gbps_after && t.n_parallel == 0) {
+        if (calibration && r.cpu_gbps_before && r.cpu_gbps_after && t.n_parallel == 0 && !setup.stage_split) {
             Setup now = setup;
             now.inputs = plan_inputs(c, now, planner::at_bandwidth(*calibration, (*r.cpu_gbps_before + *r.cpu_gbps_after) / 2.0));
             now.inputs.ngl = setup.inputs.ngl;
@@ -463,10 +506,15 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
     // Open every model first: a missing file fails before minutes of work.
     std::vector<OpenModel> models;
     for (const std::string& path : c.models) models.push_back(open_model(path, c.mmap));
+    std::shared_ptr<StageLink> link;
+    if (c.pipeline) {
+        link = pipeline_link();
+        if (!link) throw Error("--pipeline: start tandem under mpirun -np N (N >= 2)");
+    }
     std::vector<std::vector<Setup>> setups;
     size_t total = 0;
     for (const OpenModel& m : models) {
-        setups.push_back(setups_for(c, m, calibration, hooks));
+        setups.push_back(setups_for(c, m, calibration, link, hooks));
         total += setups.back().size() * c.tests.size();
     }
     if (hooks.on_start) hooks.on_start(total);
@@ -484,7 +532,9 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
             std::vector<BenchRow> rows;
             for (const BenchTest& t : c.tests) rows.push_back(row_skeleton(m, c, s, t));
             if (s.plan.fits) {
-                SessionOptions so;
+                // A pipeline's auto: what rank 0 planned for its layers, and
+                // the flags the later ranks plan theirs from.
+                SessionOptions so = s.stage_split ? s.stage_split->so : SessionOptions{};
                 so.n_ctx = c.n_ctx();
                 so.n_seq_max = c.n_seq_max();
                 // As tandem serve runs its slots: each stream its own part
@@ -493,19 +543,18 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                 so.n_ubatch = s.n_ubatch;
                 so.n_threads = s.threads;
                 so.cache_type = s.cache_type;
-                so.device = c.device;
-                so.device_capacity = c.vram;
-                so.n_gpu_layers = s.ngl;
-                // Several devices: the shares the plan sized (-ts, else by room).
-                so.tensor_split = s.plan.tensor_split;
+                if (!s.stage_split) {
+                    so.device = c.device;
+                    so.device_capacity = c.vram;
+                    so.n_gpu_layers = s.ngl;
+                    // Several devices: the shares the plan sized (-ts, else by room).
+                    so.tensor_split = s.plan.tensor_split;
+                    serving::apply_placement(placement_options(c.placement), so);
+                }
                 so.weight_stream = c.weight_stream;
                 so.stream_min_batch = c.stream_min_batch;
                 so.copy_host_weights = c.copy_host_weights;
-                serving::apply_placement(placement_options(c.placement), so);
-                if (c.pipeline) {
-                    so.next_stages = pipeline_link();
-                    if (!so.next_stages) throw Error("--pipeline: start tandem under mpirun -np N (N >= 2)");
-                }
+                so.next_stages = link;
                 std::unique_ptr<Session> session;
                 try {
                     session = std::make_unique<Session>(*m.file, m.spec, so);
@@ -516,9 +565,18 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                     for (BenchRow& r : rows) r.fits = false;
                 }
                 // Several devices: which holds what (the report's rows name the list).
-                if (session && hooks.on_note && s.plan.devices.size() > 1) {
+                if (session && hooks.on_note && s.plan.devices.size() > 1 && !s.stage_split) {
                     hooks.on_note(fmt::format("{}: ngl {} over {}: {}", m.name, s.ngl, c.device,
                                               session->placement_summary()));
+                }
+                // A pipeline's auto: each rank's choice and what it holds.
+                if (session && hooks.on_note && s.stage_split) {
+                    const int64_t end = stage_layers(m.spec.hp.n_layer, 0, link->n_stages()).second;
+                    hooks.on_note(fmt::format("{}: pipeline rank 0: {}; holds {}", m.name, in_flags(s.stage_split->why),
+                                              stage_holds(*session, {0, end}, false)));
+                    for (const std::string& note : link->placement_notes()) {
+                        hooks.on_note(fmt::format("{}: {}", m.name, in_flags(note)));
+                    }
                 }
                 if (session) measure_setup(*session, m, c, calibration, rows, c.tests, hooks, s);
                 fill_speedups(rows);

@@ -107,9 +107,11 @@ void resolve_bench_device(BenchArgs& args) {
         args.tensor_split.clear();
         if (!args.n_gpu_layers.empty()) args.n_gpu_layers = {"0"};
     }
-    // Every device a GPU: each one's free memory (a stand-in has none to say).
+    // Every device a GPU: each one's free memory (a stand-in has none to
+    // say). Not under --pipeline: each rank's GPUs are its own, and -ngl
+    // auto has each rank read its own free memory, as run does.
     const bool all_gpus = !gpus.empty() && std::all_of(gpus.begin(), gpus.end(), [](const auto& g) { return g.has_value(); });
-    if (all_gpus && args.vram.empty()) {
+    if (all_gpus && args.vram.empty() && !args.pipeline) {
         for (const auto& g : gpus) args.vram += fmt::format("{}{}B", args.vram.empty() ? "" : ",", g->free_bytes);
     }
 }

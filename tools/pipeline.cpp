@@ -29,6 +29,15 @@ bool wants_pipeline(const std::vector<std::string>& args) {
     return std::find(args.begin(), args.end(), "--pipeline") != args.end();
 }
 
+std::string stage_holds(const Session& session, std::pair<int64_t, int64_t> layers, bool last) {
+    std::string out;
+    for (int64_t il = layers.first; il < layers.second; ++il) {
+        out += fmt::format("{}blk {} {}", out.empty() ? "" : ", ", il, session.layer_device(il));
+    }
+    if (last) out += fmt::format(", head {}", session.output_device());
+    return out;
+}
+
 #ifndef TANDEM_HAVE_MPI
 
 PipelineWorld::PipelineWorld(int&, char**&) {
@@ -238,17 +247,6 @@ std::string place_stage(SessionOptions& o, const nlohmann::json& j, const gguf::
     o.cpu_moe = s.so.cpu_moe;
     o.n_cpu_moe = s.so.n_cpu_moe;
     return s.why;
-}
-
-// Where the stage's session put its layers (their -ngl device) and, on
-// the last stage, the head: "blk 2 cpu2, blk 3 cpu2, head cpu2".
-std::string stage_holds(const Session& session, std::pair<int64_t, int64_t> layers, bool last) {
-    std::string out;
-    for (int64_t il = layers.first; il < layers.second; ++il) {
-        out += fmt::format("{}blk {} {}", out.empty() ? "" : ", ", il, session.layer_device(il));
-    }
-    if (last) out += fmt::format(", head {}", session.output_device());
-    return out;
 }
 
 // Rank 0's side.

@@ -24,11 +24,17 @@
 // (StageLink::placement_notes).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/engine/stage_link.h"
+
+namespace tandem {
+class Session;
+}
 
 namespace tandem::tools {
 
@@ -57,5 +63,9 @@ private:
 // Rank 0's link to the other stages while a PipelineWorld lives (the one
 // process-wide thing here, as MPI's own state is); nullptr otherwise.
 std::shared_ptr<StageLink> pipeline_link();
+
+// Where a stage's session put its layers [first, end) (their -ngl device)
+// and, on the last stage, the head: "blk 2 cpu2, blk 3 cpu2, head cpu2".
+std::string stage_holds(const Session& session, std::pair<int64_t, int64_t> layers, bool last);
 
 }  // namespace tandem::tools

@@ -10,7 +10,7 @@ machine, against one process:
   one process's state restored into 3 ranks: the one-process logits;
 - -ngl auto: each rank plans its own layers on its own devices (its own
   TANDEM_PIPELINE_DEVICE and TANDEM_PIPELINE_VRAM where given), says so,
-  and the logits are the one-process bytes;
+  and the logits are the one-process bytes; `tandem bench --pipeline` too;
 - a rank reading its own copy of the model (TANDEM_PIPELINE_MODEL): the
   same logits; a different file is refused, naming the rank;
 - `tandem serve -np 4` over 2 ranks: 4 concurrent completions, each the
@@ -124,6 +124,44 @@ def auto_per_rank_test(tmp):
     check(r.returncode != 0 and "pipeline rank 1: -ngl auto on cpu2 needs --vram" in r.stderr,
           f"rank 1's own stand-in without a capacity is refused, naming the rank: {r.stderr.strip()[-300:]!r}")
 
+
+def bench_auto_per_rank_test(tmp):
+    """`tandem bench --pipeline` with -ngl auto (its default): each rank
+    plans its own layers on its own devices, as run does, and says what it
+    holds. 3.5 MiB of cpu2 holds either half of synth-llama but not the
+    whole model: one plan over the whole model would stop at layer 3 and
+    leave rank 1's last layer and head on the host. An explicit -ngl keeps
+    its meaning; two devices per rank share its layers (-ts)."""
+    model = SHARED / "models" / f"{MODELS[0]}.gguf"
+    base = ["bench", "-m", str(model), "-p", "8", "-n", "4", "-r", "1", "-t", "1", "-o", "json"]
+
+    def bench(flags):
+        r = subprocess.run(mpirun(2, "vader,self", base + flags), env=ENV, capture_output=True, text=True,
+                           errors="replace", timeout=300)
+        rows = json.loads(r.stdout) if r.returncode == 0 else []
+        lines = [l.removeprefix(f"tandem: {model.name}: ") for l in r.stderr.splitlines()]
+        return r, rows, [l for l in lines if l.startswith("pipeline rank")]
+
+    r, rows, lines = bench(["--device", "cpu2", "--vram", "3.5M"])
+    failed = "" if r.returncode == 0 else f" (failed: {r.stderr[-1500:]})"
+    check(len(rows) == 2 and all(x["tps_mean"] and x["ngl"] == 2 for x in rows),
+          f"bench -ngl auto over 2 ranks: both tests measured, the row's ngl rank 0's count (2){failed}")
+    check(any(re.match(r"pipeline rank 0: -ngl auto chose 2 of 2 \(this stage's layers \[0, 2\)", l)
+              and l.endswith("holds blk 0 cpu2, blk 1 cpu2") for l in lines)
+          and any(re.match(r"pipeline rank 1: -ngl auto chose 3 of 3 \(this stage's layers \[2, 4\) and the head", l)
+                  and l.endswith("holds blk 2 cpu2, blk 3 cpu2, head cpu2") for l in lines),
+          f"bench: each rank plans its own layers and says what it holds: {lines}")
+    r, rows, lines = bench(["--device", "cpu2", "--vram", "3.5M", "-ngl", "3"])
+    failed = "" if r.returncode == 0 else f" (failed: {r.stderr[-1500:]})"
+    check([x["ngl"] for x in rows] == [3, 3] and not lines,
+          f"bench -ngl 3 over 2 ranks: the count as given, no per-rank plan: {lines}{failed}")
+    r, rows, lines = bench(["--device", "cpu2,cpu3", "-ts", "1,1", "--vram", "2M"])
+    failed = "" if r.returncode == 0 else f" (failed: {r.stderr[-1500:]})"
+    check(len(rows) == 2 and len(lines) == 2 and all("2 devices share the layers (-ts 1,1)" in l for l in lines),
+          f"bench over 2 ranks of cpu2,cpu3 -ts 1,1: each rank shares its own layers: {lines}{failed}")
+    r, rows, lines = bench(["--device", "cpu2,cpu3", "-ts", "1,1"])
+    check(r.returncode != 0 and "tandem: error: -ngl auto on cpu2,cpu3 needs --vram SIZE" in r.stderr,
+          f"bench -ngl auto on stand-ins without --vram is refused in one line: {r.stderr.strip()[:100]!r}")
 
 def per_host_path_test(tmp):
     """A rank whose host keeps the model elsewhere (TANDEM_PIPELINE_MODEL,
@@ -306,6 +344,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tandem-pipeline-") as tmp:
         logits_test(tmp)
         auto_per_rank_test(tmp)
+        bench_auto_per_rank_test(tmp)
         per_host_path_test(tmp)
         prompt_cache_test(tmp)
         serve_test(tmp)
