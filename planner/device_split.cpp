@@ -135,6 +135,7 @@ Plan plan_devices(const model::ModelSpec& spec, const PlanInputs& in) {
         req.overrides = p.rules.overrides;
         req.cpu_moe = p.rules.cpu_moe;
         req.n_cpu_moe = p.rules.n_cpu_moe;
+        req.spec_first_layer = in.first_layer;
         req.kv_offload = p.rules.kv_offload;
         if (in.tensor_split.empty()) shares = balanced_shares(spec, t, place_tensors(spec, req), room, p.ngl);
         req.devices = names;

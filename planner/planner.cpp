@@ -51,6 +51,7 @@ LayerModes rule_layer_modes(const model::ModelSpec& spec, const Tables& t, const
     req.cpu_moe = in.rules.cpu_moe;
     req.n_cpu_moe = in.rules.n_cpu_moe;
     req.kv_offload = in.rules.kv_offload;
+    req.spec_first_layer = in.first_layer;
     req.n_gpu_layers = t.n_layer + 1;
     const Placement full = place_tensors(spec, req);
     req.n_gpu_layers = 0;

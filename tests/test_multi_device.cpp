@@ -293,4 +293,46 @@ TEST(MultiDevicePlan, AStagesOwnPlanIsWhatItsSessionHolds) {
     EXPECT_NE(s.why.find("this stage's layers [2, 4) and the head"), std::string::npos) << s.why;
 }
 
+// --n-cpu-moe counts the model's layers in a stage's own plan, as the
+// stage's session and the tensors' names do: over a later stage of a
+// mixture of experts, the plan's bytes on the device are what the session
+// holds there (the stage's plan used to count the rule from its own layer
+// 0, so its first layer's experts were sized on the device).
+TEST(MultiDevicePlan, NCpuMoeCountsTheModelsLayersInAStagesPlan) {
+    const auto path = shared("models/synth-qwen3moe-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const SplitModel m = open_split_model(path);
+    const int64_t end = m.spec.hp.n_layer, first = end / 2;
+    ASSERT_GE(first, 1);
+    tandem::planner::PlanInputs in;
+    in.device_name = "cpu2";
+    in.device_capacity = uint64_t{1} << 40;
+    in.margin = 0;
+    in.n_ctx = 128;
+    in.n_ubatch = 16;
+    in.n_seq = 2;
+    in.stage_embeds = false;
+    in.first_layer = first;
+    in.ngl = end - first + 1;
+    const tandem::model::ModelSpec stage = tandem::planner::stage_spec(m.spec, first, end);
+    const tandem::planner::Plan all = tandem::planner::plan(stage, in);
+    in.rules.n_cpu_moe = first + 1;  // the stage's first layer's experts on the host
+    const tandem::planner::Plan p = tandem::planner::plan(stage, in);
+    ASSERT_TRUE(p.fits);
+    EXPECT_LT(p.vram.weights, all.vram.weights);
+    auto opt = split_base_options();
+    opt.device = in.device_name;
+    opt.device_capacity = {*in.device_capacity};
+    opt.n_gpu_layers = p.ngl;
+    opt.n_gpu_layers_from = first;
+    opt.n_cpu_moe = first + 1;
+    opt.stage_first = first;
+    opt.stage_end = end;
+    tandem::Session session(m.file, m.spec, opt);
+    const auto ledgers = session.ledgers();
+    ASSERT_EQ(ledgers.size(), 2u);
+    EXPECT_EQ(ledgers[1]->used(tandem::MemoryCategory::Weights), p.vram.weights);
+    EXPECT_EQ(ledgers[1]->used(tandem::MemoryCategory::KvCache), p.vram.kv);
+}
+
 }  // namespace

@@ -146,7 +146,9 @@ Placement place_tensors(const model::ModelSpec& spec, const PlacementRequest& re
     // to its override list in that order.
     std::vector<Rule> rules;
     if (req.cpu_moe) rules.push_back({compile(R"(\.ffn_(up|down|gate)_exps)"), kHostDevice});
-    for (int64_t il = 0; il < std::min(req.n_cpu_moe, n_layer); ++il) {
+    // --n-cpu-moe counts the model's layers, as the tensors' names do.
+    const int64_t moe_end = std::min(req.n_cpu_moe, req.spec_first_layer + n_layer);
+    for (int64_t il = req.spec_first_layer; il < moe_end; ++il) {
         rules.push_back({compile(fmt::format(R"(^blk\.{}\.ffn_(up|down|gate)_exps)", il)), kHostDevice});
     }
     for (const TensorOverride& o : req.overrides) rules.push_back({compile(o.pattern), device_index(o.device, req.devices)});

@@ -50,8 +50,12 @@ struct PlacementRequest {
     std::vector<double> split;
     std::vector<TensorOverride> overrides;
     bool cpu_moe = false;       // every expert tensor on the host
-    int64_t n_cpu_moe = 0;      // the expert tensors of the first N layers on the host
+    int64_t n_cpu_moe = 0;      // the expert tensors of the model's first N layers on the host
     bool kv_offload = true;     // false: every K/V cache on the host (-nkvo)
+    // The model's number of the spec's layer 0: 0, or a stage's first layer
+    // where the spec is that stage's alone (planner::stage_spec), whose
+    // tensors keep the model's names; n_cpu_moe counts the model's layers.
+    int64_t spec_first_layer = 0;
 };
 
 struct Placement {
