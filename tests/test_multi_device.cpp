@@ -240,6 +240,49 @@ TEST(MultiDevicePlan, EachDevicesLedgerEqualsThePlan) {
 // two devices of half the whole model each), as a later stage's
 // session opens it: -ngl counted from the stage's first layer
 // (n_gpu_layers_from), each device's ledger is the stage plan's bytes.
+// A stage without the head on two devices: the planner's empty unit past
+// its last layer takes no device's share of the split, so both devices
+// hold layers (counted, it left the second device empty and pushed a
+// layer to the CPU).
+TEST(MultiDevicePlan, AStageWithoutTheHeadSharesItsLayersOverBothDevices) {
+    const auto path = shared("models/synth-llama-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const SplitModel m = open_split_model(path);
+    const int64_t first = 0, end = 2;
+    const tandem::model::ModelSpec stage = tandem::planner::stage_spec(m.spec, first, end);
+    const uint64_t need = tandem::planner::device_bytes(stage, end - first, 128, 16, tandem::model::kCacheF16).total();
+    const std::vector<uint64_t> caps = {need * 3 / 4, need * 3 / 4};  // neither holds the stage alone
+    tandem::planner::PlanInputs in;
+    in.device_name = "cpu2,cpu3";
+    in.device_capacities = caps;
+    in.margin = 0;
+    in.n_ctx = 128;
+    in.n_ubatch = 16;
+    in.n_seq = 2;
+    in.stage_outputs = false;
+    in.first_layer = first;
+    const tandem::planner::Plan p = tandem::planner::plan(stage, in);
+    ASSERT_TRUE(p.fits);
+    EXPECT_EQ(p.ngl, end - first);
+    auto opt = split_base_options();
+    opt.device = in.device_name;
+    opt.device_capacity = caps;
+    opt.n_gpu_layers = p.ngl;
+    opt.n_gpu_layers_from = first;
+    opt.tensor_split = p.tensor_split;
+    opt.stage_first = first;
+    opt.stage_end = end;
+    tandem::Session session(m.file, m.spec, opt);
+    const auto ledgers = session.ledgers();
+    ASSERT_EQ(ledgers.size(), 3u);
+    for (size_t d = 0; d < 2; ++d) {
+        SCOPED_TRACE(p.devices[d].name);
+        EXPECT_GT(p.devices[d].vram.weights, 0u);
+        EXPECT_EQ(ledgers[d + 1]->used(tandem::MemoryCategory::Weights), p.devices[d].vram.weights);
+    }
+    for (int64_t il = first; il < end; ++il) EXPECT_NE(session.layer_device(il), "cpu") << "layer " << il;
+}
+
 TEST(MultiDevicePlan, AStagesOwnPlanIsWhatItsSessionHolds) {
     const auto path = shared("models/synth-llama-Q8_0.gguf");
     TANDEM_REQUIRE_SHARED(path);
