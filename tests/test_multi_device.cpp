@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -236,14 +237,57 @@ TEST(MultiDevicePlan, EachDevicesLedgerEqualsThePlan) {
     }
 }
 
-// A pipeline stage's own -ngl auto plan (layers [2, 4) and the head, on
-// two devices of half the whole model each), as a later stage's
-// session opens it: -ngl counted from the stage's first layer
-// (n_gpu_layers_from), each device's ledger is the stage plan's bytes.
+namespace {
+
+// Stage [first, end)'s own -ngl auto plan on cpu2,cpu3 of `caps`
+// (context 128, 2 sequences, micro-batches of 16).
+tandem::planner::PlanInputs stage_inputs(const SplitModel& m, int64_t first, int64_t end,
+                                         const std::vector<uint64_t>& caps) {
+    tandem::planner::PlanInputs in;
+    in.device_name = "cpu2,cpu3";
+    in.device_capacities = caps;
+    in.margin = 0;
+    in.n_ctx = 128;
+    in.n_ubatch = 16;
+    in.n_seq = 2;
+    in.stage_embeds = first == 0;
+    in.stage_outputs = end == m.spec.hp.n_layer;
+    in.first_layer = first;
+    return in;
+}
+
+// The session that stage opens with plan p (-ngl counted from the stage's
+// first layer, n_gpu_layers_from); each device's ledger must hold the
+// plan's weights and KV bytes.
+std::unique_ptr<tandem::Session> expect_stage_holds_its_plan(const SplitModel& m, int64_t first, int64_t end,
+                                                             const std::vector<uint64_t>& caps,
+                                                             const tandem::planner::Plan& p) {
+    auto opt = split_base_options();
+    opt.device = "cpu2,cpu3";
+    opt.device_capacity = caps;
+    opt.n_gpu_layers = p.ngl;
+    opt.n_gpu_layers_from = first;
+    opt.tensor_split = p.tensor_split;
+    opt.stage_first = first;
+    opt.stage_end = end;
+    auto session = std::make_unique<tandem::Session>(m.file, m.spec, opt);
+    const auto ledgers = session->ledgers();
+    EXPECT_EQ(ledgers.size(), 3u);
+    for (size_t d = 0; d < 2 && d + 1 < ledgers.size(); ++d) {
+        using C = tandem::MemoryCategory;
+        SCOPED_TRACE(p.devices[d].name);
+        EXPECT_GT(p.devices[d].vram.weights, 0u);
+        EXPECT_EQ(ledgers[d + 1]->used(C::Weights), p.devices[d].vram.weights);
+        EXPECT_EQ(ledgers[d + 1]->used(C::KvCache), p.devices[d].vram.kv);
+    }
+    return session;
+}
+
+}  // namespace
+
 // A stage without the head on two devices: the planner's empty unit past
 // its last layer takes no device's share of the split, so both devices
-// hold layers (counted, it left the second device empty and pushed a
-// layer to the CPU).
+// hold layers (counted, the count was one too many).
 TEST(MultiDevicePlan, AStageWithoutTheHeadSharesItsLayersOverBothDevices) {
     const auto path = shared("models/synth-llama-Q8_0.gguf");
     TANDEM_REQUIRE_SHARED(path);
@@ -252,37 +296,16 @@ TEST(MultiDevicePlan, AStageWithoutTheHeadSharesItsLayersOverBothDevices) {
     const tandem::model::ModelSpec stage = tandem::planner::stage_spec(m.spec, first, end);
     const uint64_t need = tandem::planner::device_bytes(stage, end - first, 128, 16, tandem::model::kCacheF16).total();
     const std::vector<uint64_t> caps = {need * 3 / 4, need * 3 / 4};  // neither holds the stage alone
-    tandem::planner::PlanInputs in;
-    in.device_name = "cpu2,cpu3";
-    in.device_capacities = caps;
-    in.margin = 0;
-    in.n_ctx = 128;
-    in.n_ubatch = 16;
-    in.n_seq = 2;
-    in.stage_outputs = false;
-    in.first_layer = first;
-    const tandem::planner::Plan p = tandem::planner::plan(stage, in);
+    const tandem::planner::Plan p = tandem::planner::plan(stage, stage_inputs(m, first, end, caps));
     ASSERT_TRUE(p.fits);
     EXPECT_EQ(p.ngl, end - first);
-    auto opt = split_base_options();
-    opt.device = in.device_name;
-    opt.device_capacity = caps;
-    opt.n_gpu_layers = p.ngl;
-    opt.n_gpu_layers_from = first;
-    opt.tensor_split = p.tensor_split;
-    opt.stage_first = first;
-    opt.stage_end = end;
-    tandem::Session session(m.file, m.spec, opt);
-    const auto ledgers = session.ledgers();
-    ASSERT_EQ(ledgers.size(), 3u);
-    for (size_t d = 0; d < 2; ++d) {
-        SCOPED_TRACE(p.devices[d].name);
-        EXPECT_GT(p.devices[d].vram.weights, 0u);
-        EXPECT_EQ(ledgers[d + 1]->used(tandem::MemoryCategory::Weights), p.devices[d].vram.weights);
-    }
-    for (int64_t il = first; il < end; ++il) EXPECT_NE(session.layer_device(il), "cpu") << "layer " << il;
+    const auto session = expect_stage_holds_its_plan(m, first, end, caps, p);
+    for (int64_t il = first; il < end; ++il) EXPECT_NE(session->layer_device(il), "cpu") << "layer " << il;
 }
 
+// A pipeline stage's own -ngl auto plan (layers [2, 4) and the head, on
+// two devices of half the whole model each), as a later stage's
+// session opens it.
 TEST(MultiDevicePlan, AStagesOwnPlanIsWhatItsSessionHolds) {
     const auto path = shared("models/synth-llama-Q8_0.gguf");
     TANDEM_REQUIRE_SHARED(path);
@@ -291,36 +314,11 @@ TEST(MultiDevicePlan, AStagesOwnPlanIsWhatItsSessionHolds) {
     const uint64_t whole = tandem::planner::device_bytes(m.spec, m.spec.hp.n_layer + 1, 128, 16,
                                                          tandem::model::kCacheF16).total();
     const std::vector<uint64_t> caps = {whole / 2, whole / 2};
-    tandem::planner::PlanInputs in;
-    in.device_name = "cpu2,cpu3";
-    in.device_capacities = caps;
-    in.margin = 0;
-    in.n_ctx = 128;
-    in.n_ubatch = 16;
-    in.n_seq = 2;
-    in.stage_embeds = false;
-    in.first_layer = first;
+    const tandem::planner::PlanInputs in = stage_inputs(m, first, end, caps);
     const tandem::planner::Plan p = tandem::planner::plan(tandem::planner::stage_spec(m.spec, first, end), in);
     ASSERT_TRUE(p.fits);
     ASSERT_EQ(p.ngl, end - first + 1);  // the whole stage fits: both devices hold some of it
-    auto opt = split_base_options();
-    opt.device = in.device_name;
-    opt.device_capacity = caps;
-    opt.n_gpu_layers = p.ngl;
-    opt.n_gpu_layers_from = first;
-    opt.tensor_split = p.tensor_split;
-    opt.stage_first = first;
-    opt.stage_end = end;
-    tandem::Session session(m.file, m.spec, opt);
-    const auto ledgers = session.ledgers();
-    ASSERT_EQ(ledgers.size(), 3u);
-    for (size_t d = 0; d < 2; ++d) {
-        using C = tandem::MemoryCategory;
-        SCOPED_TRACE(p.devices[d].name);
-        EXPECT_GT(p.devices[d].vram.weights, 0u);
-        EXPECT_EQ(ledgers[d + 1]->used(C::Weights), p.devices[d].vram.weights);
-        EXPECT_EQ(ledgers[d + 1]->used(C::KvCache), p.devices[d].vram.kv);
-    }
+    expect_stage_holds_its_plan(m, first, end, caps, p);
 
     // resolve_split plans the same stage when told its layers.
     tandem::serving::SplitRequest r;
