@@ -129,9 +129,6 @@ Plan plan_devices(const model::ModelSpec& spec, const PlanInputs& in) {
     for (int round = 0;; ++round) {
         one.device_capacity = combined;
         p = plan(spec, one);
-        // A stage without the head: the unit past its last layer is empty,
-        // and counted it would take a device's share of the split.
-        if (!in.stage_outputs) p.ngl = std::min(p.ngl, spec.hp.n_layer);
         PlacementRequest req;
         req.devices = {names[0]};
         req.n_gpu_layers = p.ngl;

@@ -535,6 +535,16 @@ Plan plan(const model::ModelSpec& spec, const PlanInputs& in) {
         c.cap = *in.device_capacity;
         c.margin = p.margin = in.margin ? *in.margin : default_margin(c.cap);
         chosen = place_on_device(spec, t, in, c, p, layer_modes, split);
+        if (!in.stage_outputs) {
+            // A stage without the head: the unit past its last layer is
+            // empty. Counted, it would take the next stage's first layer
+            // into this one's -ngl (one device) or a device's share of the
+            // split (several).
+            const auto cap_ngl = [&](Option& o) { o.ngl = std::min(o.ngl, t.n_layer); };
+            for (Option& o : p.weighed) cap_ngl(o);
+            if (p.runner_up) cap_ngl(*p.runner_up);
+            p.ngl = std::min(p.ngl, t.n_layer);
+        }
     }
     if (in.host_ram) {
         p.reasons.push_back(p.ram_fits ? fmt::format("host RAM: {} of {}", format_bytes(p.ram.total()),

@@ -303,6 +303,27 @@ TEST(MultiDevicePlan, AStageWithoutTheHeadSharesItsLayersOverBothDevices) {
     for (int64_t il = first; il < end; ++il) EXPECT_NE(session->layer_device(il), "cpu") << "layer " << il;
 }
 
+// The same stage whole on one device: planner::plan itself stops at the
+// stage's layers, for every caller (plan --hosts printed "ngl 3/3" for two
+// layers, and each serving path capped it on its own).
+TEST(MultiDevicePlan, AStageWithoutTheHeadOnOneDeviceCountsOnlyItsLayers) {
+    const auto path = shared("models/synth-llama-Q8_0.gguf");
+    TANDEM_REQUIRE_SHARED(path);
+    const SplitModel m = open_split_model(path);
+    const int64_t first = 0, end = 2;
+    const tandem::model::ModelSpec stage = tandem::planner::stage_spec(m.spec, first, end);
+    tandem::planner::PlanInputs in = stage_inputs(m, first, end, {});
+    in.device_name = "cpu2";
+    in.device_capacity = uint64_t{1} << 30;  // room for all of it
+    const tandem::planner::Plan p = tandem::planner::plan(stage, in);
+    ASSERT_TRUE(p.fits);
+    EXPECT_EQ(p.ngl, end - first);
+    ASSERT_FALSE(p.weighed.empty());
+    EXPECT_EQ(p.weighed.front().ngl, end - first);
+    EXPECT_NE(tandem::planner::option_label(p.weighed.front(), p.n_layer).find("ngl 2/"), std::string::npos)
+        << tandem::planner::option_label(p.weighed.front(), p.n_layer);
+}
+
 // A pipeline stage's own -ngl auto plan (layers [2, 4) and the head, on
 // two devices of half the whole model each), as a later stage's
 // session opens it.

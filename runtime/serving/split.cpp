@@ -324,10 +324,6 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
         return s;
     }
     so.n_gpu_layers = p.ngl;
-    // A stage without the head: the planner's unit past its last layer is
-    // empty; on one device, leaving it out places the same tensors and keeps
-    // the next stage's first layer out of this one's count.
-    if (stage && !in.stage_outputs && gpus.size() == 1) so.n_gpu_layers = std::min(p.ngl, n_units);
     if (!p.tensor_split.empty()) so.tensor_split = p.tensor_split;
     if (!p.user_rules) {
         // The candidate's own rules; the engine places them as it places -ot.
@@ -336,7 +332,7 @@ Split resolve_split(const SplitRequest& request, const gguf::File& file, const m
         so.n_cpu_moe = p.rules.n_cpu_moe;
     }
     if (p.candidate == planner::Candidate::Layers) {
-        s.why = fmt::format("{{n_gpu_layers}} auto chose {} of {}{}: {}{}", std::min(so.n_gpu_layers, n_units), n_units, of_stage,
+        s.why = fmt::format("{{n_gpu_layers}} auto chose {} of {}{}: {}{}", so.n_gpu_layers, n_units, of_stage,
                             p.reasons.front(), speeds);
     } else {
         s.why = fmt::format("{{n_gpu_layers}} auto chose {} ({}){}: {}{}", planner::candidate_letter(p.candidate),
