@@ -1,6 +1,6 @@
 // One sequence's KV cache state as bytes (Session::save_sequence and
 // restore_sequence, `tandem run --prompt-cache`): every layer's cache rows
-// of the sequence as stored (F16 or Q8_0 blocks) with their positions, the
+// of the sequence as stored (blocks of the cache's K and V types) with their positions, the
 // token ids the caller says they hold, and what the model and cache were,
 // so a state is never restored into another model.
 //
@@ -20,7 +20,8 @@
 //     72 u64    hash of the tensors' names, types and shapes
 //     80 u64    hash of the first 64 bytes of every tensor's data
 //     88 u32    n_layer
-//     92 u32    cache type (quant::Type: 1 F16, 8 Q8_0)
+//     92 u32    cache type (model::cache_type_code: the quant::Type of K and
+//               V when equal, e.g. 1 F16, 8 Q8_0; else K | (V + 1) << 16)
 //     96 u32    n_tokens
 //     100 u8[28] reserved, zero
 //   tokens: n_tokens x i32

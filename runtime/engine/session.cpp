@@ -13,6 +13,7 @@
 #include "runtime/engine/cpu_device.h"
 #include "runtime/engine/device_registry.h"
 #include "runtime/engine/executor.h"
+#include "runtime/engine/sequence_fit.h"
 #include "runtime/engine/sequence_state.h"
 #include "runtime/engine/session_plan.h"
 #include "runtime/common/error.h"
@@ -475,9 +476,8 @@ struct Session::Impl {
     }
 
     void copy_sequence(int32_t src, int32_t dst, int32_t p0, int32_t p1) {
-        for (const int32_t s : {src, dst}) {
-            if (s < 0 || s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
-        }
+        check_seq_id(src);
+        check_seq_id(dst);
         for (auto& c : cells) c->copy_seq(src, dst, p0, p1);
         if (next) next->copy_sequence(src, dst, p0, p1);
     }
@@ -495,39 +495,8 @@ struct Session::Impl {
     }
     DeviceKv& kv_device(int64_t il) { return device(placement.kv[static_cast<size_t>(il)]); }
 
-    static void check_seq_id(int32_t s) {
-        if (s < 0 || s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
-    }
-
-    uint32_t cache_type_code() const { return model::cache_type_code(opt.cache_type); }
-
     int32_t held_prefix(int32_t s, int32_t n) const {
-        check_seq_id(s);
-        if (n <= 0) return 0;
-        // Per layer: how many of [0, i) seq holds, for i in [0, n].
-        std::vector<std::vector<int32_t>> counts;
-        std::vector<int64_t> windows;
-        for (int64_t il = 0; il < hp.n_layer; ++il) {
-            const KvCells& cells = *this->cells[static_cast<size_t>(il)];
-            std::vector<uint8_t> held(static_cast<size_t>(n), 0);
-            const int32_t* cp = cells.cell_pos(s);
-            for (int64_t c = 0; c < cells.n_cells(); ++c) {
-                if (cp[c] >= 0 && cp[c] < n) held[static_cast<size_t>(cp[c])] = 1;
-            }
-            std::vector<int32_t> cnt(static_cast<size_t>(n) + 1, 0);
-            for (int32_t i = 0; i < n; ++i) cnt[static_cast<size_t>(i) + 1] = cnt[static_cast<size_t>(i)] + held[static_cast<size_t>(i)];
-            counts.push_back(std::move(cnt));
-            windows.push_back(cells.ring_span() > 0 ? hp.sliding_window : 0);
-        }
-        for (int32_t m = n; m > 0; --m) {
-            bool ok = true;
-            for (size_t il = 0; il < counts.size() && ok; ++il) {
-                const int32_t a = windows[il] > 0 ? static_cast<int32_t>(std::max<int64_t>(0, m - windows[il])) : 0;
-                ok = counts[il][static_cast<size_t>(m)] - counts[il][static_cast<size_t>(a)] == m - a;
-            }
-            if (ok) return m;
-        }
-        return 0;
+        return tandem::held_prefix(cells, hp.sliding_window, s, n);
     }
 
     // The rows of sequence s in layer il as stored, or none (with the row
@@ -548,7 +517,7 @@ struct Session::Impl {
         SequenceState st;
         st.model = fingerprint();
         st.n_layer = static_cast<uint32_t>(hp.n_layer);
-        st.cache_type = cache_type_code();
+        st.cache_type = model::cache_type_code(opt.cache_type);
         for (const int32_t id : ids) {
             if (id < 0 || id >= hp.n_vocab) {
                 throw Error(fmt::format("save_sequence: token id {} is outside the vocabulary [0, {})", id, hp.n_vocab));
@@ -575,57 +544,10 @@ struct Session::Impl {
         return encode_sequence_state(st);
     }
 
-    // The model and cache a state was made for, against this session's.
-    void check_state_fits(const SequenceState& st) const {
-        const ModelFingerprint& fp = fingerprint();
-        const char* fix = "; it was saved by another model or cache type";
-        if (st.model.arch != fp.arch) {
-            throw Error(fmt::format("sequence state for another model: architecture '{}', this model is '{}'{}",
-                                    st.model.arch, fp.arch, fix));
-        }
-        if (st.model.n_vocab != fp.n_vocab) {
-            throw Error(fmt::format("sequence state for another model: vocabulary of {} tokens, this model has {}{}",
-                                    st.model.n_vocab, fp.n_vocab, fix));
-        }
-        if (st.model.n_tensors != fp.n_tensors) {
-            throw Error(fmt::format("sequence state for another model: {} tensors, this model has {}{}",
-                                    st.model.n_tensors, fp.n_tensors, fix));
-        }
-        if (st.n_layer != static_cast<uint64_t>(hp.n_layer)) {
-            throw Error(fmt::format("sequence state for another model: {} layers, this model has {}{}", st.n_layer,
-                                    hp.n_layer, fix));
-        }
-        if (st.model.layout_hash != fp.layout_hash) {
-            throw Error(fmt::format("sequence state for another model: tensor names, types or shapes differ (layout "
-                                    "hash {:016x}, this model's {:016x}){}",
-                                    st.model.layout_hash, fp.layout_hash, fix));
-        }
-        if (st.model.weights_hash != fp.weights_hash) {
-            throw Error(fmt::format("sequence state for another model: same tensor layout but different weights "
-                                    "(weights hash {:016x}, this model's {:016x}){}",
-                                    st.model.weights_hash, fp.weights_hash, fix));
-        }
-        if (st.cache_type != cache_type_code()) {
-            throw Error(fmt::format("sequence state cache type: expected {} (this session's), found {}; use the same "
-                                    "cache type",
-                                    model::cache_type_code_name(cache_type_code()), model::cache_type_code_name(st.cache_type)));
-        }
-        const uint64_t kb = *quant::row_bytes(opt.cache_type.k, hp.k_dim()),
-                       vb = *quant::row_bytes(opt.cache_type.v, hp.kv_v_dim());
-        for (size_t il = 0; il < st.layers.size(); ++il) {
-            const KvSeqRows& l = st.layers[il];
-            if (l.k_row_bytes != kb || l.v_row_bytes != vb) {
-                throw Error(fmt::format("sequence state layer {}: rows of {} (K) and {} (V) bytes expected, found {} "
-                                        "and {}{}",
-                                        il, kb, vb, l.k_row_bytes, l.v_row_bytes, fix));
-            }
-        }
-    }
-
     std::vector<int32_t> restore_sequence(int32_t s, std::span<const uint8_t> blob) {
         check_seq_id(s);
         SequenceState st = decode_sequence_state(blob);
-        check_state_fits(st);
+        check_state_fits(st, fingerprint(), hp, opt.cache_type);
         // Everything is checked before the first cell changes.
         for (int64_t il = 0; il < hp.n_layer; ++il) {
             KvSeqRows& l = st.layers[static_cast<size_t>(il)];
@@ -637,22 +559,7 @@ struct Session::Impl {
                 }
             }
             // A ring keeps the positions within its span of the newest.
-            if (cells.ring_span() > 0 && !l.pos.empty()) {
-                const int64_t newest = *std::max_element(l.pos.begin(), l.pos.end());
-                KvSeqRows kept;
-                kept.k_row_bytes = l.k_row_bytes;
-                kept.v_row_bytes = l.v_row_bytes;
-                for (size_t i = 0; i < l.pos.size(); ++i) {
-                    if (l.pos[i] <= newest - cells.ring_span()) continue;
-                    kept.pos.push_back(l.pos[i]);
-                    kept.cell.push_back(l.cell[i]);
-                    kept.k.insert(kept.k.end(), l.k.begin() + static_cast<std::ptrdiff_t>(i * l.k_row_bytes),
-                                  l.k.begin() + static_cast<std::ptrdiff_t>((i + 1) * l.k_row_bytes));
-                    kept.v.insert(kept.v.end(), l.v.begin() + static_cast<std::ptrdiff_t>(i * l.v_row_bytes),
-                                  l.v.begin() + static_cast<std::ptrdiff_t>((i + 1) * l.v_row_bytes));
-                }
-                l = std::move(kept);
-            }
+            keep_ring_span(l, cells.ring_span());
             const int64_t free = cells.cells_available_to(s);
             if (static_cast<int64_t>(l.n_rows()) > free) {
                 throw Error(fmt::format("sequence state does not fit: layer {} needs {} cells for sequence {}, {} are "
