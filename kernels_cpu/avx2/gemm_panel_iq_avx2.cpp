@@ -191,8 +191,11 @@ inline __m256i add_quad(__m256i total, __m256i w, __m256i av, __m256i mag, __m25
 // the 16 registers: the totals start at zero (no first-quad branch) and the
 // float sums wait in memory. 2048x2048 x 512 tokens, one Zen 3 thread
 // (min of 15, three rounds): 34.0-36.0 -> 32.1-33.1 ms.
+// Never inlined: inside iq4_xs_panel_gemm_avx2 GCC 12 spilled four of the
+// totals to the stack in the loop (seen in the disassembly once
+// unpack_iq4_xs made the caller small enough to take it in).
 template <int kHalves>
-void iq4_xs_tiles(const HalfIq* blocks, int64_t nb, const void* a, size_t a_stride, int64_t n_tokens, int64_t n_rows,
+[[gnu::noinline]] void iq4_xs_tiles(const HalfIq* blocks, int64_t nb, const void* a, size_t a_stride, int64_t n_tokens, int64_t n_rows,
                   float* y, int64_t ldy) {
     static_assert(Iq4xsDec::kMaxCode <= 127, "|code| x 128 x 2 within an int16 pair sum");
     const auto* abase = static_cast<const uint8_t*>(a);
