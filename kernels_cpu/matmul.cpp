@@ -199,22 +199,30 @@ struct Activations {
     size_t rows_stride = 0;
 };
 
+// Rows padded to 64 bytes so each token starts on its own line.
+size_t act_stride(const detail::MatmulPath& path) { return (path.a_row_bytes + path.panel_row_extra + 63) / 64 * 64; }
+size_t prepared_row_stride(const detail::MatmulPath& path, int64_t n) {
+    return path.rows.prepare != nullptr ? (path.rows.prepared_bytes(n) + 63) / 64 * 64 : 0;
+}
+// The bytes prepare_activations writes (0: float weights read X itself).
+size_t activation_bytes(const detail::MatmulPath& path, int64_t n_tokens, int64_t n) {
+    if (path.quantize == nullptr) return 0;
+    return (act_stride(path) + prepared_row_stride(path, n)) * static_cast<size_t>(n_tokens);
+}
+
 // The activations as the path's kernels read them: X itself for float
 // weights, else each row quantized (and prepared for the panel or the
-// decode rows while it is in cache) into the pool's scratch.
+// decode rows while it is in cache) into buf (activation_bytes of it, a
+// multiple of 64 from a 64-byte boundary).
 Activations prepare_activations(const detail::MatmulPath& path, const float* x, int64_t ldx, int64_t n_tokens,
-                                int64_t n, ThreadPool& pool) {
+                                int64_t n, unsigned char* buf, ThreadPool& pool) {
     Activations a;
     a.act = reinterpret_cast<const unsigned char*>(x);
     a.a_stride = static_cast<size_t>(ldx) * sizeof(float);
     if (path.quantize == nullptr) return a;
     const detail::DecodeRows& rows = path.rows;
-    const size_t prepared_bytes = rows.prepare != nullptr ? rows.prepared_bytes(n) : 0;
-    const size_t prepared_stride = (prepared_bytes + 63) / 64 * 64;
-    // Rows padded to 64 bytes so each token starts on its own line.
-    const size_t a_stride = (path.a_row_bytes + path.panel_row_extra + 63) / 64 * 64;
-    auto* buf = static_cast<unsigned char*>(
-        pool.scratch(a_stride * static_cast<size_t>(n_tokens) + prepared_stride * static_cast<size_t>(n_tokens)));
+    const size_t prepared_stride = prepared_row_stride(path, n);
+    const size_t a_stride = act_stride(path);
     unsigned char* prepared = buf + a_stride * static_cast<size_t>(n_tokens);
     a.a_stride = a_stride;
     a.rows_act = rows.prepare != nullptr ? prepared : buf;
@@ -338,24 +346,107 @@ void run_row_items(const detail::MatmulPath& path, const WeightView& w, size_t w
 
 }  // namespace
 
-void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
-                           ThreadPool& pool, SimdLevel level, MatmulOrder order) {
+namespace {
+
+// matmul()'s argument checks; false: an empty product, nothing to do.
+bool check_matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, const float* y, int64_t ldy) {
     (void)activation_type(w.type);  // throws for a type without CPU kernels
     const auto w_row_bytes = quant::row_bytes(w.type, w.n_cols);
     TANDEM_CHECK(w_row_bytes.has_value() && w.n_cols > 0, "matmul: n_cols not a positive multiple of the block size");
     TANDEM_CHECK(w.row_stride_bytes >= *w_row_bytes, "matmul: weight row stride shorter than a row");
     TANDEM_CHECK(n_tokens >= 0 && w.n_rows >= 0, "matmul: negative size");
     TANDEM_CHECK(ldx >= w.n_cols && ldy >= w.n_rows, "matmul: ldx/ldy shorter than a row");
-    if (n_tokens == 0 || w.n_rows == 0) return;
+    if (n_tokens == 0 || w.n_rows == 0) return false;
     TANDEM_CHECK(w.data != nullptr && x != nullptr && y != nullptr, "matmul: null pointer");
-    const detail::MatmulPath path = detail::choose_matmul_path({w.type, w.n_cols, n_tokens, level, order});
-    const Activations a = prepare_activations(path, x, ldx, n_tokens, w.n_cols, pool);
-    // The panel tokens, then the row kernels and decode rows the rest.
+    return true;
+}
+
+// The products of prepared activations: the panel tokens, then the row
+// kernels and decode rows the rest.
+void run_path(const detail::MatmulPath& path, const WeightView& w, const Activations& a, int64_t n_tokens, float* y,
+              int64_t ldy, ThreadPool& pool) {
     if (path.panel_end > 0) {
         run_panels(w, path.panel->gemm, path.panel->bytes(w.n_cols), a.act, a.a_stride, path.panel_end, y, ldy, pool);
         if (path.panel_end == n_tokens) return;
     }
-    run_row_items(path, w, *w_row_bytes, a, path.panel_end, n_tokens, y, ldy, pool);
+    run_row_items(path, w, *quant::row_bytes(w.type, w.n_cols), a, path.panel_end, n_tokens, y, ldy, pool);
+}
+
+// Whether two paths read the activations of one input as the same bytes,
+// so that one quantization (and preparation) serves both.
+bool same_activations(const detail::MatmulPath& a, const detail::MatmulPath& b) {
+    const auto panel_prepare = [](const detail::MatmulPath& p) { return p.panel != nullptr ? p.panel->prepare : nullptr; };
+    return a.quantize == b.quantize && a.a_type == b.a_type && a.a_row_bytes == b.a_row_bytes &&
+           a.panel_row_extra == b.panel_row_extra && panel_prepare(a) == panel_prepare(b) && a.panel_end == b.panel_end &&
+           a.rows.prepare == b.rows.prepare && a.rows.prepared_bytes == b.rows.prepared_bytes && a.rows_first == b.rows_first;
+}
+
+// A batch's products of one input (matmul_shared_input, several tokens):
+// the targets whose kernels read the same activation bytes share one
+// quantization (a prefill's Q and K, gate and up; quantizing took 1% of an
+// IQ4_XS llama-1b pp512 step, a third of it repeated), then each product
+// runs as matmul() runs it. Products that read no quantized rows (float
+// weights, empty ones) go through matmul() first, as its scratch would
+// move the shared rows.
+void batch_shared_input(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
+                        SimdLevel level, MatmulOrder order) {
+    struct Job {
+        const WeightView* w;
+        const float* x;
+        float* y;
+        detail::MatmulPath path;
+        size_t owner;   // the job whose activations it reads (itself: it quantizes them)
+        size_t offset;  // of the owner's activations in the scratch
+    };
+    std::array<Job, 32> jobs;
+    size_t n_jobs = 0;
+    size_t bytes = 0;
+    for (const MatmulTarget& t : targets) {
+        const WeightView& w = *t.w;
+        const float* in = t.x != nullptr ? t.x : x;
+        const int64_t n = w.n_cols;
+        const bool direct = !check_matmul(w, in, n, n_tokens, t.y, w.n_rows) ||
+                            (order == MatmulOrder::Fastest && detail::blas_wanted(w.type, n_tokens));
+        if (direct || n_jobs == jobs.size()) {
+            matmul(w, in, n, n_tokens, t.y, w.n_rows, pool, level, order);
+            continue;
+        }
+        const detail::MatmulPath path = detail::choose_matmul_path({w.type, n, n_tokens, level, order});
+        if (path.quantize == nullptr) {
+            matmul(w, in, n, n_tokens, t.y, w.n_rows, pool, level, order);
+            continue;
+        }
+        Job& j = jobs[n_jobs];
+        j = Job{&w, in, t.y, path, n_jobs, bytes};
+        for (size_t k = 0; k < n_jobs; ++k) {
+            if (jobs[k].owner == k && jobs[k].x == in && jobs[k].w->n_cols == n && same_activations(jobs[k].path, path)) {
+                j.owner = k;
+                j.offset = jobs[k].offset;
+                break;
+            }
+        }
+        if (j.owner == n_jobs) bytes += activation_bytes(path, n_tokens, n);
+        ++n_jobs;
+    }
+    if (n_jobs == 0) return;
+    auto* buf = static_cast<unsigned char*>(pool.scratch(bytes));
+    std::array<Activations, 32> acts;
+    for (size_t i = 0; i < n_jobs; ++i) {
+        const Job& j = jobs[i];
+        if (j.owner == i) acts[i] = prepare_activations(j.path, j.x, j.w->n_cols, n_tokens, j.w->n_cols, buf + j.offset, pool);
+        run_path(j.path, *j.w, acts[j.owner], n_tokens, j.y, j.w->n_rows, pool);
+    }
+}
+
+}  // namespace
+
+void detail::native_matmul(const WeightView& w, const float* x, int64_t ldx, int64_t n_tokens, float* y, int64_t ldy,
+                           ThreadPool& pool, SimdLevel level, MatmulOrder order) {
+    if (!check_matmul(w, x, ldx, n_tokens, y, ldy)) return;
+    const detail::MatmulPath path = detail::choose_matmul_path({w.type, w.n_cols, n_tokens, level, order});
+    unsigned char* buf =
+        path.quantize != nullptr ? static_cast<unsigned char*>(pool.scratch(activation_bytes(path, n_tokens, w.n_cols))) : nullptr;
+    run_path(path, w, prepare_activations(path, x, ldx, n_tokens, w.n_cols, buf, pool), n_tokens, y, ldy, pool);
 }
 
 void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens, ThreadPool& pool,
@@ -389,6 +480,7 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         size_t w_row_bytes;
     };
     std::array<Part, 32> parts{};
+    if (n_tokens > 1) return batch_shared_input(targets, x, n_tokens, pool, level, order);
     if (!fusable || targets.size() > parts.size()) return separately();
 
     // The distinct inputs, each quantized once.

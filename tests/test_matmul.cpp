@@ -449,14 +449,19 @@ TEST(F16Table, EveryValueAsTheReferenceConversion) {
 // One input, several matrices (a decode step's Q, K, V): the fused call
 // gives each matrix's matmul bits, for sets that share an activation type
 // (fused: Q4_K with Q6_K, whose decode kernels differ; Q4_K with Q2_K,
-// two preparations; F16 with F16) and sets that do not (run apart).
+// two preparations; F16 with F16) and sets that do not (run apart). A
+// batch (5 tokens: decode rows; 40: panels) quantizes the input once for
+// the matrices that read the same bytes (IQ4_XS's panel appends
+// magnitudes that Q5_K's does not; IQ4_NL's Q8_0 beside Q5_K's Q8_K).
 TEST(Matmul, SharedInputMatchesSeparateProducts) {
     std::mt19937 rng(31);
     const int64_t n = 512;
     const std::vector<std::vector<Type>> sets = {{Type::Q4_K, Type::Q4_K, Type::Q6_K}, {Type::Q4_K, Type::Q2_K, Type::Q4_K},
                                                  {Type::F16, Type::F16},
                                                  {Type::Q4_0, Type::Q8_0},
-                                                 {Type::Q4_K, Type::Q4_0}};
+                                                 {Type::Q4_K, Type::Q4_0},
+                                                 {Type::IQ4_XS, Type::Q5_K, Type::IQ4_XS},
+                                                 {Type::IQ4_NL, Type::IQ4_NL, Type::Q5_K}};
     for (const auto& set : sets) {
         std::vector<std::vector<uint8_t>> mats;
         std::vector<cpu::WeightView> views;
@@ -468,7 +473,7 @@ TEST(Matmul, SharedInputMatchesSeparateProducts) {
             const int64_t rows = 40 + 56 * static_cast<int64_t>(j);
             views.push_back({set[j], mats[j].data(), rows, n, row_size(set[j], n)});
         }
-        for (auto [n_tokens, threads] : {std::pair{1, 2}, std::pair{1, 3}, std::pair{5, 2}}) {
+        for (auto [n_tokens, threads] : {std::pair{1, 2}, std::pair{1, 3}, std::pair{5, 2}, std::pair{40, 2}}) {
             const auto x = random_floats(rng, static_cast<size_t>(n_tokens * n));
             // Own inputs: every other target reads its own rows (a decode
             // step's expert down products), the others the shared ones.
