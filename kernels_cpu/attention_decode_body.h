@@ -195,20 +195,47 @@ struct BlockCache {
     static float value(Acc a) { return a; }
 };
 
+// Which of a block's tokens see a cell (bit tt: token tt), as the per-head
+// loop masks it: stored, not after the token, inside its window.
+inline uint64_t seen_by(int32_t kp, const int32_t* pos, int64_t n_tokens, int64_t window) {
+    if (kp < 0) return 0;
+    uint64_t mask = 0;
+    for (int64_t tt = 0; tt < n_tokens; ++tt) {
+        const bool visible = kp <= pos[tt] && !(window > 0 && pos[tt] - kp >= window);
+        mask |= static_cast<uint64_t>(visible) << tt;
+    }
+    return mask;
+}
+
 template <class Cache>
-void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                         const KvCacheView& kv, DotFn block_dot, const ChunkRange& range) {
-    TANDEM_CHECK(n_q > 0 && n_q <= kMaxSharedHeads, "attention: query heads per KV head out of range");
+void shared_kv_attention(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv, DotFn block_dot,
+                         const ChunkRange& range) {
+    TANDEM_CHECK(qs.n_q > 0 && qs.n_q <= kMaxSharedHeads, "attention: query heads per KV head out of range");
+    TANDEM_CHECK(qs.n_tokens > 0 && qs.n_tokens * qs.n_q <= kMaxBlockQueries, "attention: query block out of range");
     TANDEM_CHECK(range.begin % kCellChunk == 0, "attention: a cell range starts inside a chunk");
     const int64_t dk = shape.head_dim_k, dv = shape.head_dim_v;
-    const auto nq = static_cast<size_t>(n_q);
+    const auto n_q = static_cast<size_t>(qs.n_q);
+    const auto nq = static_cast<size_t>(qs.n_tokens) * n_q;  // queries: token-major, then head
     const auto udv = static_cast<size_t>(dv);
     const auto k_head_bytes = quant::row_bytes(kv.k_type, dk), v_head_bytes = quant::row_bytes(kv.v_type, dv);
     TANDEM_CHECK(k_head_bytes && v_head_bytes, "attention: head size not a multiple of the cache block");
+    // The block's query rows side by side (copies: the same values).
+    std::vector<float> q_rows;
+    const float* q = qs.q;
+    if (qs.n_tokens > 1) {
+        q_rows.resize(nq * static_cast<size_t>(dk));
+        for (int64_t tt = 0; tt < qs.n_tokens; ++tt) {
+            std::copy_n(qs.q + tt * qs.token_stride, n_q * static_cast<size_t>(dk),
+                        q_rows.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(tt) * n_q * static_cast<size_t>(dk)));
+        }
+        q = q_rows.data();
+    }
     Cache cache(q, nq, dk, dv, kv, block_dot);
-    std::vector<float> vt(static_cast<size_t>(kTile) * udv);
+    // vt: the tile's V rows of the cells any token sees; vg: those of one
+    // token that sees only some of them, in cell order.
+    std::vector<float> vt(static_cast<size_t>(kTile) * udv), vg(static_cast<size_t>(kTile) * udv);
     std::vector<typename Cache::Acc> acc(nq * udv);
-    float running_max[kMaxSharedHeads], running_sum[kMaxSharedHeads], scores[kMaxSharedHeads][kTile];
+    float running_max[kMaxBlockQueries], running_sum[kMaxBlockQueries], scores[kMaxBlockQueries][kTile];
     // Each chunk (attention_chunks.h) starts its softmax afresh and leaves
     // its state in range.partials.
     const auto start_chunk = [&] {
@@ -225,8 +252,15 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
             for (size_t d = 0; d < udv; ++d) p[2 + d] = Cache::value(acc[h * udv + d]);
         }
     };
-    SoftmaxSteps steps[kMaxSharedHeads];
-    const int64_t kv_head = head / (shape.n_head / shape.n_head_kv);
+    SoftmaxSteps steps[kMaxBlockQueries];
+    // Queries [j0, j1) over n cells of scores s (s[j] for query j) and V rows v.
+    const auto step_queries = [&](size_t j0, size_t j1, float (*s)[kTile], const float* v, int64_t n) {
+        for (size_t j = j0; j < j1; ++j) {
+            softmax_steps<typename Cache::IsaOps>(s[j], n, running_max[j], running_sum[j], steps[j]);
+        }
+        cache.accumulate(acc.data() + j0 * udv, j1 - j0, v, n, steps + j0);
+    };
+    const int64_t kv_head = qs.head / (shape.n_head / shape.n_head_kv);
     const uint64_t k_offset = static_cast<uint64_t>(kv_head) * *k_head_bytes;
     const uint64_t v_offset = static_cast<uint64_t>(kv_head) * *v_head_bytes;
     // The group's slice of a cell is a few lines at a stride of the whole
@@ -242,28 +276,54 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
     };
     static_assert(kCellChunk % kTile == 0, "a tile never straddles two chunks");
     const int64_t end = std::min(range.end, kv.n_cells);
+    uint64_t seen[kTile];  // which tokens see each staged cell
     for (int64_t c0 = range.begin; c0 < end; c0 += kTile) {
         if (c0 % kCellChunk == 0) start_chunk();
-        // The tile's visible cells, in storage order, staged once.
+        // The tile's cells that any token sees, in storage order, staged once.
         int64_t n = 0;
         for (int64_t c = c0; c < std::min(end, c0 + kTile); ++c) {
             if (c + kAhead < end) {
                 prefetch_slice(kv.k + static_cast<uint64_t>(c + kAhead) * kv.k_row_bytes + k_offset, *k_head_bytes);
                 prefetch_slice(kv.v + static_cast<uint64_t>(c + kAhead) * kv.v_row_bytes + v_offset, *v_head_bytes);
             }
-            const int32_t kp = kv.cell_pos[c];
-            if (kp < 0 || kp > pos || (shape.window > 0 && pos - kp >= shape.window)) continue;
+            const uint64_t mask = seen_by(kv.cell_pos[c], qs.pos, qs.n_tokens, shape.window);
+            if (mask == 0) continue;
             cache.stage_key(kv.k + static_cast<uint64_t>(c) * kv.k_row_bytes + k_offset, n);
             cache.stage_value(kv.v + static_cast<uint64_t>(c) * kv.v_row_bytes + v_offset,
                               vt.data() + static_cast<size_t>(n) * udv);
-            ++n;
+            seen[n++] = mask;
         }
         if (n > 0) {
             cache.scores(nq, n, shape.scale, scores);
-            for (size_t h = 0; h < nq; ++h) {
-                softmax_steps<typename Cache::IsaOps>(scores[h], n, running_max[h], running_sum[h], steps[h]);
+            // Each query takes the cells its token sees, in order, as the
+            // per-head loop does: the tokens that see all of the staged ones
+            // straight from the tile (a run of them together), the others
+            // from their cells gathered.
+            const auto sees_all = [&](int64_t tt) {
+                for (int64_t i = 0; i < n; ++i) {
+                    if (!(seen[i] >> tt & 1)) return false;
+                }
+                return true;
+            };
+            for (int64_t tt = 0; tt < qs.n_tokens;) {
+                if (sees_all(tt)) {
+                    int64_t t1 = tt + 1;
+                    while (t1 < qs.n_tokens && sees_all(t1)) ++t1;
+                    step_queries(static_cast<size_t>(tt) * n_q, static_cast<size_t>(t1) * n_q, scores, vt.data(), n);
+                    tt = t1;
+                    continue;
+                }
+                int64_t m = 0;
+                const size_t j0 = static_cast<size_t>(tt) * n_q;
+                for (int64_t i = 0; i < n; ++i) {
+                    if (!(seen[i] >> tt & 1)) continue;
+                    for (size_t j = j0; j < j0 + n_q; ++j) scores[j][m] = scores[j][i];  // m <= i: in place
+                    std::copy_n(vt.data() + static_cast<size_t>(i) * udv, udv, vg.data() + static_cast<size_t>(m) * udv);
+                    ++m;
+                }
+                if (m > 0) step_queries(j0, j0 + n_q, scores, vg.data(), m);
+                ++tt;
             }
-            cache.accumulate(acc.data(), nq, vt.data(), n, steps);
         }
         if ((c0 + kTile) % kCellChunk == 0 || c0 + kTile >= end) end_chunk((c0 - range.begin) / kCellChunk);
     }
@@ -280,14 +340,14 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
 
 // The entry point of one ISA's file: the policy of the cache's type.
 template <class Ops>
-void shared_kv_attention_for(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                             const KvCacheView& kv, DotFn block_dot, const ChunkRange& range) {
+void shared_kv_attention_for(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv,
+                             DotFn block_dot, const ChunkRange& range) {
     if (kv.k_type == quant::Type::F16) {
         TANDEM_CHECK(shared_kv_takes(kv.k_type, kv.v_type), "attention: shared-KV kernel for this K/V pair");
-        shared_kv_attention<F16Cache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, range);
+        shared_kv_attention<F16Cache<Ops>>(qs, shape, kv, block_dot, range);
     } else {
         TANDEM_CHECK(shared_kv_takes(kv.k_type, kv.v_type), "attention: shared-KV kernel for this K/V pair");
-        shared_kv_attention<BlockCache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, range);
+        shared_kv_attention<BlockCache<Ops>>(qs, shape, kv, block_dot, range);
     }
 }
 

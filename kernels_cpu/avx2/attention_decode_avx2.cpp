@@ -305,9 +305,9 @@ bool Avx2Ops::accumulate_f32_in_registers(float* acc, size_t n_heads, const floa
 
 }  // namespace
 
-void attention_shared_kv_avx2(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                              const KvCacheView& kv, DotFn block_dot, const ChunkRange& range) {
-    shared_kv_attention_for<Avx2Ops>(q, n_q, pos, head, shape, kv, block_dot, range);
+void attention_shared_kv_avx2(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv,
+                              DotFn block_dot, const ChunkRange& range) {
+    shared_kv_attention_for<Avx2Ops>(qs, shape, kv, block_dot, range);
 }
 
 }  // namespace tandem::cpu::detail
