@@ -60,9 +60,11 @@ inline void softmax_args_scalar(const float* s, int64_t n, float& running_max, f
 // exp (all vector registers are caller-saved). The steps: the exp
 // arguments in cell order (they depend on the running maximum), then all
 // the tile's exps at once (Ops::expf_lanes where the ISA file has one: the
-// same bits as std::exp, several per instruction), then the running sum.
+// same bits as std::exp, several per instruction), then each cell's
+// factor and weight, selected without a branch (which cells bring a new
+// maximum follows the data: a branch on it mispredicted often).
 template <class Ops>
-inline void softmax_steps(const float* s, int64_t n, float& running_max, float& running_sum, SoftmaxSteps& st) {
+inline void softmax_steps(const float* s, int64_t n, float& running_max, SoftmaxSteps& st) {
     float arg[kTile], e[kTile];
     if constexpr (requires { Ops::softmax_args(s, n, running_max, arg, st.rescale); }) {
         Ops::softmax_args(s, n, running_max, arg, st.rescale);
@@ -74,16 +76,45 @@ inline void softmax_steps(const float* s, int64_t n, float& running_max, float& 
     } else {
         for (int64_t i = 0; i < n; ++i) e[i] = std::exp(arg[i]);
     }
-    // The sum in a register: through running_sum, which the stores to st
-    // may alias, each cell's fma waited on the last one's store.
-    float sum = running_sum;
-    for (int64_t i = 0; i < n; ++i) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i r = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(st.rescale + i)));
+        const __m256 up = _mm256_castsi256_ps(_mm256_cmpgt_epi32(r, _mm256_setzero_si256()));
+        const __m256 ev = _mm256_loadu_ps(e + i);
+        _mm256_storeu_ps(st.factor + i, _mm256_blendv_ps(one, ev, up));
+        _mm256_storeu_ps(st.weight + i, _mm256_blendv_ps(ev, one, up));
+    }
+    for (; i < n; ++i) {
         st.factor[i] = st.rescale[i] ? e[i] : 1.0f;
         st.weight[i] = st.rescale[i] ? 1.0f : e[i];
-        // One rounding, as ggml's S = S*ms + vs compiles (contracted).
-        sum = std::fma(sum, st.factor[i], st.weight[i]);
     }
-    running_sum = sum;
+}
+
+// The running sums of queries' steps over a tile's n cells: each one
+// rounding a cell, as ggml's S = S*ms + vs compiles (contracted), in cell
+// order. Four queries' chains together: one alone waits on the fma's
+// latency every cell.
+inline void running_sums(const SoftmaxSteps* st, size_t nq, int64_t n, float* sums) {
+    size_t j = 0;
+    for (; j + 4 <= nq; j += 4) {
+        float s0 = sums[j], s1 = sums[j + 1], s2 = sums[j + 2], s3 = sums[j + 3];
+        for (int64_t i = 0; i < n; ++i) {
+            s0 = std::fma(s0, st[j].factor[i], st[j].weight[i]);
+            s1 = std::fma(s1, st[j + 1].factor[i], st[j + 1].weight[i]);
+            s2 = std::fma(s2, st[j + 2].factor[i], st[j + 2].weight[i]);
+            s3 = std::fma(s3, st[j + 3].factor[i], st[j + 3].weight[i]);
+        }
+        sums[j] = s0;
+        sums[j + 1] = s1;
+        sums[j + 2] = s2;
+        sums[j + 3] = s3;
+    }
+    for (; j < nq; ++j) {
+        float sum = sums[j];
+        for (int64_t i = 0; i < n; ++i) sum = std::fma(sum, st[j].factor[i], st[j].weight[i]);
+        sums[j] = sum;
+    }
 }
 
 // The V sums of a tile for every head: Scale(acc, factor, dv) when a cell
@@ -255,9 +286,8 @@ void shared_kv_attention(const SharedQueries& qs, const AttentionShape& shape, c
     SoftmaxSteps steps[kMaxBlockQueries];
     // Queries [j0, j1) over n cells of scores s (s[j] for query j) and V rows v.
     const auto step_queries = [&](size_t j0, size_t j1, float (*s)[kTile], const float* v, int64_t n) {
-        for (size_t j = j0; j < j1; ++j) {
-            softmax_steps<typename Cache::IsaOps>(s[j], n, running_max[j], running_sum[j], steps[j]);
-        }
+        for (size_t j = j0; j < j1; ++j) softmax_steps<typename Cache::IsaOps>(s[j], n, running_max[j], steps[j]);
+        running_sums(steps + j0, j1 - j0, n, running_sum + j0);
         cache.accumulate(acc.data() + j0 * udv, j1 - j0, v, n, steps + j0);
     };
     const int64_t kv_head = qs.head / (shape.n_head / shape.n_head_kv);

@@ -299,7 +299,10 @@ bool Avx2Ops::accumulate_f16_in_registers(uint16_t* acc, size_t n_heads, const f
 bool Avx2Ops::accumulate_f32_in_registers(float* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
                                           const SoftmaxSteps* st) {
     if (dv % 32 != 0) return false;
-    accumulate_in_registers<4, 3>(acc, n_heads, vt, n, dv, st);
+    // Two heads of four registers: f32 sums need no rounding step, and
+    // three heads' twelve plus the row's four spilled one accumulator (a
+    // store and reload every cell on its chain).
+    accumulate_in_registers<4, 2>(acc, n_heads, vt, n, dv, st);
     return true;
 }
 
