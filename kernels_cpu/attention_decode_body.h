@@ -179,7 +179,7 @@ struct BlockCache {
     using IsaOps = Ops;
     using Acc = float;
     int64_t dk, dv;
-    quant::Type q_type, v_type;
+    quant::Type k_type, q_type, v_type;
     size_t q_bytes;
     std::vector<uint8_t> q_act;
     const uint8_t* keys[kTile] = {};
@@ -187,6 +187,7 @@ struct BlockCache {
     BlockCache(const float* q, size_t nq, int64_t dk_, int64_t dv_, const KvCacheView& kv, DotFn block_dot)
         : dk(dk_),
           dv(dv_),
+          k_type(kv.k_type),
           q_type(quant::dot_type(kv.k_type)),
           v_type(kv.v_type),
           q_bytes(*quant::row_bytes(q_type, dk_)),
@@ -208,9 +209,13 @@ struct BlockCache {
     // Up to kMaxTileTokens heads a call: the key's blocks unpacked once for
     // them, each head's sum in its own accumulators as alone (same bits).
     void scores(size_t nq, int64_t n, float scale, float (*s)[kTile]) const {
+        size_t done = 0;  // queries the ISA's own kernel took
+        if constexpr (requires { Ops::scores_q8_0(keys, n, q_act.data(), q_bytes, nq, dk, scale, s); }) {
+            if (k_type == quant::Type::Q8_0) done = Ops::scores_q8_0(keys, n, q_act.data(), q_bytes, nq, dk, scale, s);
+        }
         float qk[kMaxTileTokens];
         for (int64_t i = 0; i < n; ++i) {
-            for (size_t h = 0; h < nq; h += kMaxTileTokens) {
+            for (size_t h = done; h < nq; h += kMaxTileTokens) {
                 const int nt = static_cast<int>(std::min<size_t>(kMaxTileTokens, nq - h));
                 dot(dk, keys[i], q_act.data() + h * q_bytes, q_bytes, nt, qk, 1);
                 for (int t = 0; t < nt; ++t) s[h + static_cast<size_t>(t)][i] = qk[t] * scale;

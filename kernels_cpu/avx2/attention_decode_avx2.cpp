@@ -83,6 +83,12 @@ struct Avx2Ops {
     // s[i] = dot(k + i * dk, q, dk) * scale for the tile's n cells: the
     // same bits, with the reductions of eight cells done together.
     static void dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s);
+    // A Q8_0 key's scores s[j][i] = dot(keys[i], query j) * scale for the
+    // first queries in eights (their count returned; the rest take the
+    // block dot kernel): dot_q8_0's bits, the key's blocks loaded once for
+    // eight queries and their eight sums reduced together.
+    static size_t scores_q8_0(const uint8_t* const* keys, int64_t n, const uint8_t* q_act, size_t q_bytes, size_t nq,
+                              int64_t dk, float scale, float (*s)[kTile]);
     // An F16 cache's V sums of a tile (accumulate_rows with scale and mad)
     // for heads of 64 or 128: false for other sizes, which take that loop.
     static bool accumulate_f16_in_registers(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
@@ -185,6 +191,53 @@ void Avx2Ops::dot_cells(const float* k, const float* q, int64_t n, int64_t dk, f
     if (dk == 64) i = dot_cells_steps<1>(k, q, n, scale, s);
     if (dk == 128) i = dot_cells_steps<2>(k, q, n, scale, s);
     for (; i < n; ++i) s[i] = dot_ggml_f32(k + i * dk, q, dk) * scale;
+}
+
+// hsum (simd_x86.h) of eight 8-lane sums at once, in their order: the
+// same pairs added as hsum adds them (lane i + lane i + 4, then m + m + 2,
+// then 0 + 1).
+inline __m256 hsum_8(const __m256* x) {
+    const __m256 ab0 = halve_quad(halve_pair(x[0], x[1]), halve_pair(x[2], x[3]));
+    const __m256 ab1 = halve_quad(halve_pair(x[4], x[5]), halve_pair(x[6], x[7]));
+    const __m256 r = _mm256_add_ps(_mm256_shuffle_ps(ab0, ab1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(ab0, ab1, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// vec_dot_avx2.cpp's LegacyDot<UQ8_0> for one key and eight queries: per
+// query one 8-lane chain, block after block, acc = fma(dx * dy, float(the
+// block's pairwise integer sums), acc), the result hsum(acc) + 0 (its
+// empty chain of block minimums), then times the scale as BlockCache's.
+size_t Avx2Ops::scores_q8_0(const uint8_t* const* keys, int64_t n, const uint8_t* q_act, size_t q_bytes, size_t nq,
+                            int64_t dk, float scale, float (*s)[kTile]) {
+    const int64_t nb = dk / quant::kQK8_0;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256 sv = _mm256_set1_ps(scale);
+    size_t j0 = 0;
+    for (; j0 + 8 <= nq; j0 += 8) {
+        const quant::block_q8_0* y[8];
+        for (size_t r = 0; r < 8; ++r) y[r] = reinterpret_cast<const quant::block_q8_0*>(q_act + (j0 + r) * q_bytes);
+        for (int64_t i = 0; i < n; ++i) {
+            const auto* x = reinterpret_cast<const quant::block_q8_0*>(keys[i]);
+            __m256 acc[8];
+            for (auto& a : acc) a = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nb; ++b) {
+                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
+                const __m256i qu = _mm256_sign_epi8(q, q);
+                const float dx = _cvtsh_ss(x[b].d);
+                for (size_t r = 0; r < 8; ++r) {
+                    const __m256i act = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[r][b].qs)), q);
+                    const __m256i si = _mm256_madd_epi16(_mm256_maddubs_epi16(qu, act), ones);
+                    const __m256 d = _mm256_set1_ps(dx * _cvtsh_ss(y[r][b].d));
+                    acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(si), acc[r]);
+                }
+            }
+            alignas(32) float out[8];
+            _mm256_store_ps(out, _mm256_mul_ps(_mm256_add_ps(hsum_8(acc), _mm256_setzero_ps()), sv));
+            for (size_t r = 0; r < 8; ++r) s[j0 + r][i] = out[r];
+        }
+    }
+    return j0;
 }
 
 // Lane i: x's lane i - k, fill below k.
