@@ -213,6 +213,9 @@ struct BlockCache {
         if constexpr (requires { Ops::scores_q8_0(keys, n, q_act.data(), q_bytes, nq, dk, scale, s); }) {
             if (k_type == quant::Type::Q8_0) done = Ops::scores_q8_0(keys, n, q_act.data(), q_bytes, nq, dk, scale, s);
         }
+        if constexpr (requires { Ops::scores_block_total(k_type, keys, n, q_act.data(), q_bytes, nq, dk, scale, s); }) {
+            if (done == 0) done = Ops::scores_block_total(k_type, keys, n, q_act.data(), q_bytes, nq, dk, scale, s);
+        }
         float qk[kMaxTileTokens];
         for (int64_t i = 0; i < n; ++i) {
             for (size_t h = done; h < nq; h += kMaxTileTokens) {

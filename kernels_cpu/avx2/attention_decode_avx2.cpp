@@ -9,6 +9,7 @@
 #include "kernels_cpu/attention_tiled.h"  // widen_f16_avx2
 #include "kernels_cpu/expf_lanes.h"
 #include "kernels_cpu/f16_accumulate.h"
+#include "runtime/quant/iq_tables.h"
 #include "runtime/quant/quant_blocks.h"
 
 namespace tandem::cpu::detail {
@@ -89,6 +90,10 @@ struct Avx2Ops {
     // eight queries and their eight sums reduced together.
     static size_t scores_q8_0(const uint8_t* const* keys, int64_t n, const uint8_t* q_act, size_t q_bytes, size_t nq,
                               int64_t dk, float scale, float (*s)[kTile]);
+    // The same for Q4_0 and IQ4_NL keys (dot_q4_0's and dot_iq4_nl's bits);
+    // 0 for other types.
+    static size_t scores_block_total(quant::Type k_type, const uint8_t* const* keys, int64_t n, const uint8_t* q_act,
+                                     size_t q_bytes, size_t nq, int64_t dk, float scale, float (*s)[kTile]);
     // An F16 cache's V sums of a tile (accumulate_rows with scale and mad)
     // for heads of 64 or 128: false for other sizes, which take that loop.
     static bool accumulate_f16_in_registers(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
@@ -238,6 +243,76 @@ size_t Avx2Ops::scores_q8_0(const uint8_t* const* keys, int64_t n, const uint8_t
         }
     }
     return j0;
+}
+
+// The integer totals of eight 8-lane sums (exact: any order).
+inline __m256i hsum_8_i32(const __m256i* x) {
+    const __m256i g0 = _mm256_hadd_epi32(_mm256_hadd_epi32(x[0], x[1]), _mm256_hadd_epi32(x[2], x[3]));
+    const __m256i g1 = _mm256_hadd_epi32(_mm256_hadd_epi32(x[4], x[5]), _mm256_hadd_epi32(x[6], x[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
+}
+
+// 32 nibbles of a 4-bit block in element order (low nibbles first).
+inline __m256i nibbles_32(const uint8_t* qs) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+// vec_dot_avx2.cpp's LegacyDot for a block-total type (Q4_0, IQ4_NL: codes
+// by Unpack, 18-byte blocks with an fp16 scale first) for one key and eight
+// queries: per query a float chain, block after block, total =
+// fma(float(the block's integer total), dw * dy, total), eight lanes at once.
+template <class Block, class Unpack>
+size_t scores_block_total_of(const uint8_t* const* keys, int64_t n, const uint8_t* q_act, size_t q_bytes, size_t nq,
+                             int64_t dk, float scale, float (*s)[kTile], Unpack unpack) {
+    const int64_t nb = dk / quant::kQK8_0;
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256 sv = _mm256_set1_ps(scale);
+    size_t j0 = 0;
+    for (; j0 + 8 <= nq; j0 += 8) {
+        const quant::block_q8_0* y[8];
+        for (size_t r = 0; r < 8; ++r) y[r] = reinterpret_cast<const quant::block_q8_0*>(q_act + (j0 + r) * q_bytes);
+        for (int64_t i = 0; i < n; ++i) {
+            const auto* x = reinterpret_cast<const Block*>(keys[i]);
+            __m256 total = _mm256_setzero_ps();
+            for (int64_t b = 0; b < nb; ++b) {
+                const __m256i q = unpack(x[b]);
+                const __m256i qu = _mm256_sign_epi8(q, q);
+                __m256i si[8];
+                for (size_t r = 0; r < 8; ++r) {
+                    const __m256i act = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[r][b].qs)), q);
+                    si[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(qu, act), ones);
+                }
+                const __m128i dy16 = _mm_setr_epi16(static_cast<short>(y[0][b].d), static_cast<short>(y[1][b].d),
+                                                    static_cast<short>(y[2][b].d), static_cast<short>(y[3][b].d),
+                                                    static_cast<short>(y[4][b].d), static_cast<short>(y[5][b].d),
+                                                    static_cast<short>(y[6][b].d), static_cast<short>(y[7][b].d));
+                const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x[b].d)), _mm256_cvtph_ps(dy16));
+                total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum_8_i32(si)), dd, total);
+            }
+            alignas(32) float out[8];
+            _mm256_store_ps(out, _mm256_mul_ps(total, sv));
+            for (size_t r = 0; r < 8; ++r) s[j0 + r][i] = out[r];
+        }
+    }
+    return j0;
+}
+
+size_t Avx2Ops::scores_block_total(quant::Type k_type, const uint8_t* const* keys, int64_t n, const uint8_t* q_act,
+                                   size_t q_bytes, size_t nq, int64_t dk, float scale, float (*s)[kTile]) {
+    if (k_type == quant::Type::Q4_0) {
+        const auto unpack = [](const quant::block_q4_0& b) { return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8)); };
+        return scores_block_total_of<quant::block_q4_0>(keys, n, q_act, q_bytes, nq, dk, scale, s, unpack);
+    }
+    if (k_type == quant::Type::IQ4_NL) {
+        const auto unpack = [](const quant::block_iq4_nl& b) {
+            const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::iq::kIq4nlValues));
+            return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nibbles_32(b.qs));
+        };
+        return scores_block_total_of<quant::block_iq4_nl>(keys, n, q_act, q_bytes, nq, dk, scale, s, unpack);
+    }
+    return 0;
 }
 
 // Lane i: x's lane i - k, fill below k.
