@@ -208,6 +208,8 @@ struct BlockCache {
     }
     // Up to kMaxTileTokens heads a call: the key's blocks unpacked once for
     // them, each head's sum in its own accumulators as alone (same bits).
+    // The ISA file's kernels for some K types take the queries in eights
+    // first (the same bits as the block dot kernel).
     void scores(size_t nq, int64_t n, float scale, float (*s)[kTile]) const {
         size_t done = 0;  // queries the ISA's own kernel took
         if constexpr (requires { Ops::scores_q8_0(keys, n, q_act.data(), q_bytes, nq, dk, scale, s); }) {
@@ -236,6 +238,7 @@ struct BlockCache {
 
 // Which of a block's tokens see a cell (bit tt: token tt), as the per-head
 // loop masks it: stored, not after the token, inside its window.
+static_assert(kMaxBlockQueries <= 64, "a block's tokens are bits of one mask");
 inline uint64_t seen_by(int32_t kp, const int32_t* pos, int64_t n_tokens, int64_t window) {
     if (kp < 0) return 0;
     uint64_t mask = 0;
