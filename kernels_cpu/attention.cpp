@@ -53,6 +53,13 @@ int64_t shared_heads_per_task(int64_t gqa, int64_t n_groups, int n_threads) {
     return per_task;
 }
 
+int64_t shared_kv_block_tokens(int64_t n_tokens, int64_t tasks_per_token, int64_t heads_per_task, int n_threads) {
+    int64_t block = std::max<int64_t>(1, std::min(n_tokens, kMaxBlockQueries / heads_per_task));
+    const auto tasks = [&] { return (n_tokens + block - 1) / block * tasks_per_token; };
+    while (block > 1 && tasks() < 2 * static_cast<int64_t>(n_threads)) block = (block + 1) / 2;
+    return block;
+}
+
 SharedKvPlan shared_kv_plan(int64_t n_tokens, int64_t n_head_kv, int64_t gqa, int64_t n_chunks, int n_threads) {
     const int64_t pairs = n_tokens * n_head_kv;
     SharedKvPlan plan;
@@ -97,7 +104,8 @@ double attended_cost(const int32_t* q_pos, const KvCacheView* views, size_t view
 
 #if defined(__x86_64__)
 // The shared-KV kernel's tasks (attention_decode.h): a task takes some
-// query heads of one KV head for one token. When the (token, KV head)
+// query heads of one KV head for one token, or for a block of tokens (one
+// view for all). When the (token, KV head)
 // pairs are too few for the threads (one stream at depth, a model with few
 // KV heads on many cores), each of their cell chunks becomes a task of its
 // own, every chunk's state goes to one buffer, and a second pass merges
@@ -130,7 +138,8 @@ void shared_kv_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
                 const detail::ChunkRange range{c * detail::kCellChunk, (c + 1) * detail::kCellChunk,
                                                partials.data() + (t * shape.n_head + h0) * head_stride + c * chunk,
                                                head_stride};
-                kernel(q + (t * shape.n_head + h0) * dk, per_task, q_pos[t], h0, shape, view(t), dot, range);
+                const detail::SharedQueries qs{q + (t * shape.n_head + h0) * dk, 0, q_pos + t, 1, per_task, h0};
+                kernel(qs, shape, view(t), dot, range);
             }
         });
         pool.parallel_for(n_tokens * shape.n_head, 4, [&](int64_t begin, int64_t end) {
@@ -141,20 +150,36 @@ void shared_kv_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
         });
         return;
     }
+    // Against one view, a task takes a block of consecutive tokens: each K
+    // and V row is read and unpacked once for all of them (a prompt at depth
+    // otherwise reads the whole cache again for every token). Per-token
+    // views take one token a task.
     const int64_t tasks_per_token = shape.n_head / per_task;
-    const auto cost = [&](int64_t task) { return attended_cost(q_pos, views, view_step, shape, task / tasks_per_token); };
-    pool.parallel_for_cost(n_tokens * tasks_per_token, cost, [&](int64_t begin, int64_t end) {
+    const int64_t block = view_step == 0 ? detail::shared_kv_block_tokens(n_tokens, tasks_per_token, per_task, pool.size()) : 1;
+    const int64_t n_blocks = (n_tokens + block - 1) / block;
+    const auto cost = [&](int64_t task) {
+        const int64_t b = task / tasks_per_token;
+        double sum = 0.0;
+        for (int64_t t = b * block; t < std::min(n_tokens, (b + 1) * block); ++t) {
+            sum += attended_cost(q_pos, views, view_step, shape, t);
+        }
+        return sum;
+    };
+    pool.parallel_for_cost(n_blocks * tasks_per_token, cost, [&](int64_t begin, int64_t end) {
         std::vector<float> partials;
         for (int64_t task = begin; task < end; ++task) {
-            const int64_t t = task / tasks_per_token;
+            const int64_t t0 = task / tasks_per_token * block, nt = std::min(block, n_tokens - t0);
             const int64_t h0 = task % tasks_per_token * per_task;
-            const int64_t chunks = detail::cell_chunks(view(t).n_cells);
-            partials.resize(static_cast<size_t>(per_task * chunks * chunk));
+            const int64_t chunks = detail::cell_chunks(view(t0).n_cells);
+            const int64_t nq = nt * per_task;
+            partials.resize(static_cast<size_t>(nq * chunks * chunk));
             const detail::ChunkRange range{0, chunks * detail::kCellChunk, partials.data(), chunks * chunk};
-            kernel(q + (t * shape.n_head + h0) * dk, per_task, q_pos[t], h0, shape, view(t), dot, range);
-            for (int64_t i = 0; i < per_task; ++i) {
-                detail::merge_chunks(partials.data() + i * chunks * chunk, chunks, dv, sink(h0 + i),
-                                     out + (t * shape.n_head + h0 + i) * dv);
+            const detail::SharedQueries qs{q + (t0 * shape.n_head + h0) * dk, shape.n_head * dk, q_pos + t0, nt, per_task, h0};
+            kernel(qs, shape, view(t0), dot, range);
+            for (int64_t j = 0; j < nq; ++j) {
+                const int64_t t = t0 + j / per_task, h = h0 + j % per_task;
+                detail::merge_chunks(partials.data() + j * chunks * chunk, chunks, dv, sink(h),
+                                     out + (t * shape.n_head + h) * dv);
             }
         }
     });

@@ -11,7 +11,11 @@
 // f16_scale_scalar, f16_mad_scalar per head): each head keeps its own
 // score order (ggml's four 16-lane accumulators and halving reduction),
 // online softmax state and fp16 V accumulator; sharing the widening
-// changes no value. Internal to kernels_cpu.
+// changes no value. A prompt's tokens against one view go in blocks
+// (SharedQueries): the cells any token of the block sees are unpacked once
+// for all of them, and each query takes the ones its token sees, in order;
+// else every token of a prompt at depth reads and unpacks the whole cache
+// again. Internal to kernels_cpu.
 #pragma once
 
 #include <cstdint>
@@ -25,16 +29,33 @@ namespace tandem::cpu::detail {
 // Most query heads one call takes (their state lives on the stack).
 inline constexpr int64_t kMaxSharedHeads = 16;
 
-// Query heads [head, head + n_q) of one token (q: n_q rows of head_dim_k
-// floats, not yet rounded; n_q <= kMaxSharedHeads), all reading the same KV
-// head of a cache shared_kv_takes, at position pos, over the cells of
-// range: each chunk's state goes to range.partials (attention_chunks.h),
-// for merge_chunks to finish. block_dot: the K.Q kernel of a K other than
-// F16 (the per-head path's, dot_kernel(k_type, level)); unused for F16.
-void attention_shared_kv_avx2(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                              const KvCacheView& kv, DotFn block_dot, const ChunkRange& range);
-void attention_shared_kv_avx512(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                                const KvCacheView& kv, DotFn block_dot, const ChunkRange& range);
+// Most queries (tokens x query heads) one call takes (their state lives on
+// the stack): a prompt's tokens share each K and V row read and unpacked.
+inline constexpr int64_t kMaxBlockQueries = 32;
+
+// Query heads [head, head + n_q) (n_q <= kMaxSharedHeads) of n_tokens
+// tokens, all reading the same KV head: token tt's head head + i at
+// q + tt * token_stride + i * head_dim_k (floats, not yet rounded), at
+// position pos[tt]; n_tokens * n_q <= kMaxBlockQueries. Query j = tt * n_q + i.
+struct SharedQueries {
+    const float* q = nullptr;
+    int64_t token_stride = 0;
+    const int32_t* pos = nullptr;
+    int64_t n_tokens = 1;
+    int64_t n_q = 1;
+    int64_t head = 0;
+};
+
+// The queries of qs over the cells of range, each as alone (its own
+// visible cells in order, the same bits as one token at a time), in a cache
+// shared_kv_takes: each chunk's state of query j goes to range.partials + j *
+// range.head_stride (attention_chunks.h), for merge_chunks to finish.
+// block_dot: the K.Q kernel of a K other than F16 (the per-head path's,
+// dot_kernel(k_type, level)); unused for F16.
+void attention_shared_kv_avx2(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv,
+                              DotFn block_dot, const ChunkRange& range);
+void attention_shared_kv_avx512(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv,
+                                DotFn block_dot, const ChunkRange& range);
 
 // The K/V type pairs the kernel takes: both F16, or neither (K through its
 // block dot kernel, V dequantized).
@@ -46,6 +67,11 @@ inline bool shared_kv_takes(quant::Type k, quant::Type v) {
 // halved while that leaves fewer than two tasks per thread (a decode step
 // of a model with few KV heads on many cores).
 int64_t shared_heads_per_task(int64_t gqa, int64_t n_groups, int n_threads);
+
+// Tokens a task takes together against one view: as many as
+// kMaxBlockQueries holds with heads_per_task heads each, halved while that
+// leaves fewer than two tasks per thread.
+int64_t shared_kv_block_tokens(int64_t n_tokens, int64_t tasks_per_token, int64_t heads_per_task, int n_threads);
 
 // How a step's shared-KV work is cut into tasks: when its (token, KV head)
 // pairs are fewer than two per thread and the cells span several chunks

@@ -60,9 +60,11 @@ inline void softmax_args_scalar(const float* s, int64_t n, float& running_max, f
 // exp (all vector registers are caller-saved). The steps: the exp
 // arguments in cell order (they depend on the running maximum), then all
 // the tile's exps at once (Ops::expf_lanes where the ISA file has one: the
-// same bits as std::exp, several per instruction), then the running sum.
+// same bits as std::exp, several per instruction), then each cell's
+// factor and weight, selected without a branch (which cells bring a new
+// maximum follows the data: a branch on it mispredicted often).
 template <class Ops>
-inline void softmax_steps(const float* s, int64_t n, float& running_max, float& running_sum, SoftmaxSteps& st) {
+inline void softmax_steps(const float* s, int64_t n, float& running_max, SoftmaxSteps& st) {
     float arg[kTile], e[kTile];
     if constexpr (requires { Ops::softmax_args(s, n, running_max, arg, st.rescale); }) {
         Ops::softmax_args(s, n, running_max, arg, st.rescale);
@@ -74,16 +76,45 @@ inline void softmax_steps(const float* s, int64_t n, float& running_max, float& 
     } else {
         for (int64_t i = 0; i < n; ++i) e[i] = std::exp(arg[i]);
     }
-    // The sum in a register: through running_sum, which the stores to st
-    // may alias, each cell's fma waited on the last one's store.
-    float sum = running_sum;
-    for (int64_t i = 0; i < n; ++i) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i r = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(st.rescale + i)));
+        const __m256 up = _mm256_castsi256_ps(_mm256_cmpgt_epi32(r, _mm256_setzero_si256()));
+        const __m256 ev = _mm256_loadu_ps(e + i);
+        _mm256_storeu_ps(st.factor + i, _mm256_blendv_ps(one, ev, up));
+        _mm256_storeu_ps(st.weight + i, _mm256_blendv_ps(ev, one, up));
+    }
+    for (; i < n; ++i) {
         st.factor[i] = st.rescale[i] ? e[i] : 1.0f;
         st.weight[i] = st.rescale[i] ? 1.0f : e[i];
-        // One rounding, as ggml's S = S*ms + vs compiles (contracted).
-        sum = std::fma(sum, st.factor[i], st.weight[i]);
     }
-    running_sum = sum;
+}
+
+// The running sums of queries' steps over a tile's n cells: each one
+// rounding a cell, as ggml's S = S*ms + vs compiles (contracted), in cell
+// order. Four queries' chains together: one alone waits on the fma's
+// latency every cell.
+inline void running_sums(const SoftmaxSteps* st, size_t nq, int64_t n, float* sums) {
+    size_t j = 0;
+    for (; j + 4 <= nq; j += 4) {
+        float s0 = sums[j], s1 = sums[j + 1], s2 = sums[j + 2], s3 = sums[j + 3];
+        for (int64_t i = 0; i < n; ++i) {
+            s0 = std::fma(s0, st[j].factor[i], st[j].weight[i]);
+            s1 = std::fma(s1, st[j + 1].factor[i], st[j + 1].weight[i]);
+            s2 = std::fma(s2, st[j + 2].factor[i], st[j + 2].weight[i]);
+            s3 = std::fma(s3, st[j + 3].factor[i], st[j + 3].weight[i]);
+        }
+        sums[j] = s0;
+        sums[j + 1] = s1;
+        sums[j + 2] = s2;
+        sums[j + 3] = s3;
+    }
+    for (; j < nq; ++j) {
+        float sum = sums[j];
+        for (int64_t i = 0; i < n; ++i) sum = std::fma(sum, st[j].factor[i], st[j].weight[i]);
+        sums[j] = sum;
+    }
 }
 
 // The V sums of a tile for every head: Scale(acc, factor, dv) when a cell
@@ -148,7 +179,7 @@ struct BlockCache {
     using IsaOps = Ops;
     using Acc = float;
     int64_t dk, dv;
-    quant::Type q_type, v_type;
+    quant::Type k_type, q_type, v_type;
     size_t q_bytes;
     std::vector<uint8_t> q_act;
     const uint8_t* keys[kTile] = {};
@@ -156,6 +187,7 @@ struct BlockCache {
     BlockCache(const float* q, size_t nq, int64_t dk_, int64_t dv_, const KvCacheView& kv, DotFn block_dot)
         : dk(dk_),
           dv(dv_),
+          k_type(kv.k_type),
           q_type(quant::dot_type(kv.k_type)),
           v_type(kv.v_type),
           q_bytes(*quant::row_bytes(q_type, dk_)),
@@ -176,10 +208,19 @@ struct BlockCache {
     }
     // Up to kMaxTileTokens heads a call: the key's blocks unpacked once for
     // them, each head's sum in its own accumulators as alone (same bits).
+    // The ISA file's kernels for some K types take the queries in eights
+    // first (the same bits as the block dot kernel).
     void scores(size_t nq, int64_t n, float scale, float (*s)[kTile]) const {
+        size_t done = 0;  // queries the ISA's own kernel took
+        if constexpr (requires { Ops::scores_q8_0(keys, n, q_act.data(), q_bytes, nq, dk, scale, s); }) {
+            if (k_type == quant::Type::Q8_0) done = Ops::scores_q8_0(keys, n, q_act.data(), q_bytes, nq, dk, scale, s);
+        }
+        if constexpr (requires { Ops::scores_block_total(k_type, keys, n, q_act.data(), q_bytes, nq, dk, scale, s); }) {
+            if (done == 0) done = Ops::scores_block_total(k_type, keys, n, q_act.data(), q_bytes, nq, dk, scale, s);
+        }
         float qk[kMaxTileTokens];
         for (int64_t i = 0; i < n; ++i) {
-            for (size_t h = 0; h < nq; h += kMaxTileTokens) {
+            for (size_t h = done; h < nq; h += kMaxTileTokens) {
                 const int nt = static_cast<int>(std::min<size_t>(kMaxTileTokens, nq - h));
                 dot(dk, keys[i], q_act.data() + h * q_bytes, q_bytes, nt, qk, 1);
                 for (int t = 0; t < nt; ++t) s[h + static_cast<size_t>(t)][i] = qk[t] * scale;
@@ -195,20 +236,48 @@ struct BlockCache {
     static float value(Acc a) { return a; }
 };
 
+// Which of a block's tokens see a cell (bit tt: token tt), as the per-head
+// loop masks it: stored, not after the token, inside its window.
+static_assert(kMaxBlockQueries <= 64, "a block's tokens are bits of one mask");
+inline uint64_t seen_by(int32_t kp, const int32_t* pos, int64_t n_tokens, int64_t window) {
+    if (kp < 0) return 0;
+    uint64_t mask = 0;
+    for (int64_t tt = 0; tt < n_tokens; ++tt) {
+        const bool visible = kp <= pos[tt] && !(window > 0 && pos[tt] - kp >= window);
+        mask |= static_cast<uint64_t>(visible) << tt;
+    }
+    return mask;
+}
+
 template <class Cache>
-void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                         const KvCacheView& kv, DotFn block_dot, const ChunkRange& range) {
-    TANDEM_CHECK(n_q > 0 && n_q <= kMaxSharedHeads, "attention: query heads per KV head out of range");
+void shared_kv_attention(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv, DotFn block_dot,
+                         const ChunkRange& range) {
+    TANDEM_CHECK(qs.n_q > 0 && qs.n_q <= kMaxSharedHeads, "attention: query heads per KV head out of range");
+    TANDEM_CHECK(qs.n_tokens > 0 && qs.n_tokens * qs.n_q <= kMaxBlockQueries, "attention: query block out of range");
     TANDEM_CHECK(range.begin % kCellChunk == 0, "attention: a cell range starts inside a chunk");
     const int64_t dk = shape.head_dim_k, dv = shape.head_dim_v;
-    const auto nq = static_cast<size_t>(n_q);
+    const auto n_q = static_cast<size_t>(qs.n_q);
+    const auto nq = static_cast<size_t>(qs.n_tokens) * n_q;  // queries: token-major, then head
     const auto udv = static_cast<size_t>(dv);
     const auto k_head_bytes = quant::row_bytes(kv.k_type, dk), v_head_bytes = quant::row_bytes(kv.v_type, dv);
     TANDEM_CHECK(k_head_bytes && v_head_bytes, "attention: head size not a multiple of the cache block");
+    // The block's query rows side by side (copies: the same values).
+    std::vector<float> q_rows;
+    const float* q = qs.q;
+    if (qs.n_tokens > 1) {
+        q_rows.resize(nq * static_cast<size_t>(dk));
+        for (int64_t tt = 0; tt < qs.n_tokens; ++tt) {
+            std::copy_n(qs.q + tt * qs.token_stride, n_q * static_cast<size_t>(dk),
+                        q_rows.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(tt) * n_q * static_cast<size_t>(dk)));
+        }
+        q = q_rows.data();
+    }
     Cache cache(q, nq, dk, dv, kv, block_dot);
-    std::vector<float> vt(static_cast<size_t>(kTile) * udv);
+    // vt: the tile's V rows of the cells any token sees; vg: those of one
+    // token that sees only some of them, in cell order.
+    std::vector<float> vt(static_cast<size_t>(kTile) * udv), vg(static_cast<size_t>(kTile) * udv);
     std::vector<typename Cache::Acc> acc(nq * udv);
-    float running_max[kMaxSharedHeads], running_sum[kMaxSharedHeads], scores[kMaxSharedHeads][kTile];
+    float running_max[kMaxBlockQueries], running_sum[kMaxBlockQueries], scores[kMaxBlockQueries][kTile];
     // Each chunk (attention_chunks.h) starts its softmax afresh and leaves
     // its state in range.partials.
     const auto start_chunk = [&] {
@@ -225,8 +294,14 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
             for (size_t d = 0; d < udv; ++d) p[2 + d] = Cache::value(acc[h * udv + d]);
         }
     };
-    SoftmaxSteps steps[kMaxSharedHeads];
-    const int64_t kv_head = head / (shape.n_head / shape.n_head_kv);
+    SoftmaxSteps steps[kMaxBlockQueries];
+    // Queries [j0, j1) over n cells of scores s (s[j] for query j) and V rows v.
+    const auto step_queries = [&](size_t j0, size_t j1, float (*s)[kTile], const float* v, int64_t n) {
+        for (size_t j = j0; j < j1; ++j) softmax_steps<typename Cache::IsaOps>(s[j], n, running_max[j], steps[j]);
+        running_sums(steps + j0, j1 - j0, n, running_sum + j0);
+        cache.accumulate(acc.data() + j0 * udv, j1 - j0, v, n, steps + j0);
+    };
+    const int64_t kv_head = qs.head / (shape.n_head / shape.n_head_kv);
     const uint64_t k_offset = static_cast<uint64_t>(kv_head) * *k_head_bytes;
     const uint64_t v_offset = static_cast<uint64_t>(kv_head) * *v_head_bytes;
     // The group's slice of a cell is a few lines at a stride of the whole
@@ -242,28 +317,54 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
     };
     static_assert(kCellChunk % kTile == 0, "a tile never straddles two chunks");
     const int64_t end = std::min(range.end, kv.n_cells);
+    uint64_t seen[kTile];  // which tokens see each staged cell
     for (int64_t c0 = range.begin; c0 < end; c0 += kTile) {
         if (c0 % kCellChunk == 0) start_chunk();
-        // The tile's visible cells, in storage order, staged once.
+        // The tile's cells that any token sees, in storage order, staged once.
         int64_t n = 0;
         for (int64_t c = c0; c < std::min(end, c0 + kTile); ++c) {
             if (c + kAhead < end) {
                 prefetch_slice(kv.k + static_cast<uint64_t>(c + kAhead) * kv.k_row_bytes + k_offset, *k_head_bytes);
                 prefetch_slice(kv.v + static_cast<uint64_t>(c + kAhead) * kv.v_row_bytes + v_offset, *v_head_bytes);
             }
-            const int32_t kp = kv.cell_pos[c];
-            if (kp < 0 || kp > pos || (shape.window > 0 && pos - kp >= shape.window)) continue;
+            const uint64_t mask = seen_by(kv.cell_pos[c], qs.pos, qs.n_tokens, shape.window);
+            if (mask == 0) continue;
             cache.stage_key(kv.k + static_cast<uint64_t>(c) * kv.k_row_bytes + k_offset, n);
             cache.stage_value(kv.v + static_cast<uint64_t>(c) * kv.v_row_bytes + v_offset,
                               vt.data() + static_cast<size_t>(n) * udv);
-            ++n;
+            seen[n++] = mask;
         }
         if (n > 0) {
             cache.scores(nq, n, shape.scale, scores);
-            for (size_t h = 0; h < nq; ++h) {
-                softmax_steps<typename Cache::IsaOps>(scores[h], n, running_max[h], running_sum[h], steps[h]);
+            // Each query takes the cells its token sees, in order, as the
+            // per-head loop does: the tokens that see all of the staged ones
+            // straight from the tile (a run of them together), the others
+            // from their cells gathered.
+            const auto sees_all = [&](int64_t tt) {
+                for (int64_t i = 0; i < n; ++i) {
+                    if (!(seen[i] >> tt & 1)) return false;
+                }
+                return true;
+            };
+            for (int64_t tt = 0; tt < qs.n_tokens;) {
+                if (sees_all(tt)) {
+                    int64_t t1 = tt + 1;
+                    while (t1 < qs.n_tokens && sees_all(t1)) ++t1;
+                    step_queries(static_cast<size_t>(tt) * n_q, static_cast<size_t>(t1) * n_q, scores, vt.data(), n);
+                    tt = t1;
+                    continue;
+                }
+                int64_t m = 0;
+                const size_t j0 = static_cast<size_t>(tt) * n_q;
+                for (int64_t i = 0; i < n; ++i) {
+                    if (!(seen[i] >> tt & 1)) continue;
+                    for (size_t j = j0; j < j0 + n_q; ++j) scores[j][m] = scores[j][i];  // m <= i: in place
+                    std::copy_n(vt.data() + static_cast<size_t>(i) * udv, udv, vg.data() + static_cast<size_t>(m) * udv);
+                    ++m;
+                }
+                if (m > 0) step_queries(j0, j0 + n_q, scores, vg.data(), m);
+                ++tt;
             }
-            cache.accumulate(acc.data(), nq, vt.data(), n, steps);
         }
         if ((c0 + kTile) % kCellChunk == 0 || c0 + kTile >= end) end_chunk((c0 - range.begin) / kCellChunk);
     }
@@ -280,14 +381,14 @@ void shared_kv_attention(const float* q, int64_t n_q, int32_t pos, int64_t head,
 
 // The entry point of one ISA's file: the policy of the cache's type.
 template <class Ops>
-void shared_kv_attention_for(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                             const KvCacheView& kv, DotFn block_dot, const ChunkRange& range) {
+void shared_kv_attention_for(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv,
+                             DotFn block_dot, const ChunkRange& range) {
     if (kv.k_type == quant::Type::F16) {
         TANDEM_CHECK(shared_kv_takes(kv.k_type, kv.v_type), "attention: shared-KV kernel for this K/V pair");
-        shared_kv_attention<F16Cache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, range);
+        shared_kv_attention<F16Cache<Ops>>(qs, shape, kv, block_dot, range);
     } else {
         TANDEM_CHECK(shared_kv_takes(kv.k_type, kv.v_type), "attention: shared-KV kernel for this K/V pair");
-        shared_kv_attention<BlockCache<Ops>>(q, n_q, pos, head, shape, kv, block_dot, range);
+        shared_kv_attention<BlockCache<Ops>>(qs, shape, kv, block_dot, range);
     }
 }
 

@@ -264,9 +264,9 @@ bool Avx512Ops::accumulate_f16_in_registers(uint16_t* acc, size_t n_heads, const
 
 }  // namespace
 
-void attention_shared_kv_avx512(const float* q, int64_t n_q, int32_t pos, int64_t head, const AttentionShape& shape,
-                                const KvCacheView& kv, DotFn block_dot, const ChunkRange& range) {
-    shared_kv_attention_for<Avx512Ops>(q, n_q, pos, head, shape, kv, block_dot, range);
+void attention_shared_kv_avx512(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv,
+                                DotFn block_dot, const ChunkRange& range) {
+    shared_kv_attention_for<Avx512Ops>(qs, shape, kv, block_dot, range);
 }
 
 }  // namespace tandem::cpu::detail
