@@ -238,9 +238,7 @@ struct Session::Impl {
             if (b.id < 0 || b.id >= hp.n_vocab) {
                 throw Error(fmt::format("token id {} is outside the vocabulary [0, {})", b.id, hp.n_vocab));
             }
-            if (b.seq < 0 || b.seq >= kMaxSequences) {
-                throw Error(fmt::format("sequence id {} is outside [0, {})", b.seq, kMaxSequences));
-            }
+            check_seq_id(b.seq);
             if (b.pos < 0 || b.pos >= opt.n_ctx) {
                 throw Error(fmt::format("position {} is outside the context [0, {}); use a larger -c", b.pos, opt.n_ctx));
             }
@@ -467,7 +465,6 @@ struct Session::Impl {
     }
 
     int64_t n_past() const { return seq_pos_max(0) + 1; }
-
 
     void remove_positions(int32_t s, int32_t p0, int32_t p1) {
         if (s >= kMaxSequences) throw Error(fmt::format("sequence id {} is outside [0, {})", s, kMaxSequences));
