@@ -458,6 +458,9 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         TANDEM_CHECK(t.x != nullptr || x != nullptr, "matmul_shared_input: a target without an input");
     }
     const auto input = [&](const MatmulTarget& t) { return t.x != nullptr ? t.x : x; };
+    // A batch: each product as matmul() runs it, one quantization per input
+    // and activation layout.
+    if (n_tokens > 1) return batch_shared_input(targets, x, n_tokens, pool, level, order);
     const auto separately = [&] {
         for (const MatmulTarget& t : targets) matmul(*t.w, input(t), n, n_tokens, t.y, t.w->n_rows, pool, level, order);
     };
@@ -480,7 +483,6 @@ void matmul_shared_input(std::span<const MatmulTarget> targets, const float* x, 
         size_t w_row_bytes;
     };
     std::array<Part, 32> parts{};
-    if (n_tokens > 1) return batch_shared_input(targets, x, n_tokens, pool, level, order);
     if (!fusable || targets.size() > parts.size()) return separately();
 
     // The distinct inputs, each quantized once.

@@ -195,8 +195,8 @@ inline __m256i add_quad(__m256i total, __m256i w, __m256i av, __m256i mag, __m25
 // totals to the stack in the loop (seen in the disassembly once
 // unpack_iq4_xs made the caller small enough to take it in).
 template <int kHalves>
-[[gnu::noinline]] void iq4_xs_tiles(const HalfIq* blocks, int64_t nb, const void* a, size_t a_stride, int64_t n_tokens, int64_t n_rows,
-                  float* y, int64_t ldy) {
+[[gnu::noinline]] void iq4_xs_tiles(const HalfIq* blocks, int64_t nb, const void* a, size_t a_stride,
+                                    int64_t n_tokens, int64_t n_rows, float* y, int64_t ldy) {
     static_assert(Iq4xsDec::kMaxCode <= 127, "|code| x 128 x 2 within an int16 pair sum");
     const auto* abase = static_cast<const uint8_t*>(a);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
