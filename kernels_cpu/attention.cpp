@@ -212,7 +212,7 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
 #if defined(__x86_64__)
     // The query heads of a KV head together (attention_decode.h): same
     // bits as the per-head loop below, the cache read once per KV head.
-    if (level != SimdLevel::Scalar && shape.softcap == 0.0f && detail::shared_kv_takes(kv.k_type, kv.v_type)) {
+    if (level != SimdLevel::Scalar) {
         shared_kv_views(q, q_pos, n_tokens, shape, views, view_step, out, pool, level, dot);
         return;
     }

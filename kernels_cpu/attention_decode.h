@@ -1,16 +1,17 @@
 // One-pass attention (fewer queries than the tiled kernel takes, so every
-// decode step) over an F16 or Q8_0 cache, with the query heads that share a
-// KV head taken together. The per-head path in attention.cpp reads each K and V row
-// once per query head and widens it each time; with grouped-query heads
-// (4 or 8 query heads per KV head in Llama 3) that is 4-8 reads of the
-// cache per step, and at long contexts the cache is as large as a layer's
-// weights. Here each visible cell's K and V are widened (dequantized) to
-// f32 once and serve every head of the group from L1.
+// decode step) over a cache of any K and V types, with the query heads
+// that share a KV head taken together. The per-head path in attention.cpp
+// reads each K and V row once per query head and widens it each time; with
+// grouped-query heads (4 or 8 query heads per KV head in Llama 3) that is
+// 4-8 reads of the cache per step, and at long contexts the cache is as
+// large as a layer's weights. Here each visible cell's K and V are widened
+// (dequantized) to f32 once and serve every head of the group from L1.
 //
 // Same bits as the per-head path (its scalar twin: f16_dot_ggml_scalar,
 // f16_scale_scalar, f16_mad_scalar per head): each head keeps its own
-// score order (ggml's four 16-lane accumulators and halving reduction),
-// online softmax state and fp16 V accumulator; sharing the widening
+// score order (ggml's four 16-lane accumulators and halving reduction for
+// an F16 K, else K's block dot kernel), soft cap, online softmax state and
+// V accumulator (fp16 for an F16 V, else f32); sharing the widening
 // changes no value. A prompt's tokens against one view go in blocks
 // (SharedQueries): the cells any token of the block sees are unpacked once
 // for all of them, and each query takes the ones its token sees, in order;
@@ -47,8 +48,8 @@ struct SharedQueries {
 };
 
 // The queries of qs over the cells of range, each as alone (its own
-// visible cells in order, the same bits as one token at a time), in a cache
-// shared_kv_takes: each chunk's state of query j goes to range.partials + j *
+// visible cells in order, the same bits as one token at a time), for any
+// pair of cache types and soft cap: each chunk's state of query j goes to range.partials + j *
 // range.head_stride (attention_chunks.h), for merge_chunks to finish.
 // block_dot: the K.Q kernel of a K other than F16 (the per-head path's,
 // dot_kernel(k_type, level)); unused for F16.
@@ -56,12 +57,6 @@ void attention_shared_kv_avx2(const SharedQueries& qs, const AttentionShape& sha
                               DotFn block_dot, const ChunkRange& range);
 void attention_shared_kv_avx512(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv,
                                 DotFn block_dot, const ChunkRange& range);
-
-// The K/V type pairs the kernel takes: both F16, or neither (K through its
-// block dot kernel, V dequantized).
-inline bool shared_kv_takes(quant::Type k, quant::Type v) {
-    return (k == quant::Type::F16) == (v == quant::Type::F16);
-}
 
 // Query heads per call: the largest divisor of gqa up to kMaxSharedHeads,
 // halved while that leaves fewer than two tasks per thread (a decode step

@@ -133,23 +133,24 @@ void accumulate_rows(Acc* acc, size_t n_heads, const float* vt, int64_t n, int64
     }
 }
 
-// An F16 cache: keys widened into the tile and dotted in f16_dot_ggml's
-// order against the queries rounded to fp16; V sums kept in fp16.
+// The cache's two halves, chosen apart as the per-head path chooses them
+// (K by its type, V by its own): a key side stages a tile's keys and
+// scores them, a value side stages the V rows and keeps the sums.
+
+// An F16 K: keys widened into the tile and dotted in f16_dot_ggml's order
+// against the queries rounded to fp16.
 template <class Ops>
-struct F16Cache {
-    using IsaOps = Ops;
-    using Acc = uint16_t;
-    int64_t dk, dv;
+struct F16Keys {
+    int64_t dk;
     std::vector<float> qf, kt;
-    F16Cache(const float* q, size_t nq, int64_t dk_, int64_t dv_, const KvCacheView&, DotFn)
-        : dk(dk_), dv(dv_), qf(nq * static_cast<size_t>(dk_)), kt(static_cast<size_t>(kTile * dk_)) {
+    F16Keys(const float* q, size_t nq, int64_t dk_, const KvCacheView&, DotFn)
+        : dk(dk_), qf(nq * static_cast<size_t>(dk_)), kt(static_cast<size_t>(kTile * dk_)) {
         // The queries rounded to fp16 (ggml's K.Q partner) and widened back.
         for (size_t i = 0; i < qf.size(); ++i) qf[i] = quant::fp16_to_fp32(quant::fp32_to_fp16(q[i]));
     }
     void stage_key(const uint8_t* k, int64_t i) {
         Ops::widen(reinterpret_cast<const uint16_t*>(k), kt.data() + i * dk, dk);
     }
-    void stage_value(const uint8_t* v, float* row) const { Ops::widen(reinterpret_cast<const uint16_t*>(v), row, dv); }
     void scores(size_t nq, int64_t n, float scale, float (*s)[kTile]) const {
         for (size_t h = 0; h < nq; ++h) {
             const float* qh = qf.data() + h * static_cast<size_t>(dk);
@@ -160,36 +161,23 @@ struct F16Cache {
             }
         }
     }
-    void accumulate(Acc* acc, size_t nq, const float* vt, int64_t n, const SoftmaxSteps* st) const {
-        if constexpr (requires { Ops::accumulate_f16_in_registers(acc, nq, vt, n, dv, st); }) {
-            if (Ops::accumulate_f16_in_registers(acc, nq, vt, n, dv, st)) return;
-        }
-        accumulate_rows<Ops::scale, Ops::mad>(acc, nq, vt, n, dv, st);
-    }
-    static float value(Acc a) { return quant::fp16_to_fp32(a); }
 };
 
-// A cache whose K and V are both other types than F16, as the per-head
-// path takes it: K.Q by the same block dot kernel on the stored blocks
-// against the queries in K's activation partner (as ggml's CPU backend
-// converts them), V dequantized (Q8_0 by the ISA's dequantizer, same bits),
-// sums kept in f32.
+// Any other K: K.Q by the per-head path's block dot kernel on the stored
+// blocks against the queries in K's activation partner (as ggml's CPU
+// backend converts them).
 template <class Ops>
-struct BlockCache {
-    using IsaOps = Ops;
-    using Acc = float;
-    int64_t dk, dv;
-    quant::Type k_type, q_type, v_type;
+struct BlockKeys {
+    int64_t dk;
+    quant::Type k_type, q_type;
     size_t q_bytes;
     std::vector<uint8_t> q_act;
     const uint8_t* keys[kTile] = {};
     DotFn dot;
-    BlockCache(const float* q, size_t nq, int64_t dk_, int64_t dv_, const KvCacheView& kv, DotFn block_dot)
+    BlockKeys(const float* q, size_t nq, int64_t dk_, const KvCacheView& kv, DotFn block_dot)
         : dk(dk_),
-          dv(dv_),
           k_type(kv.k_type),
           q_type(quant::dot_type(kv.k_type)),
-          v_type(kv.v_type),
           q_bytes(*quant::row_bytes(q_type, dk_)),
           q_act(nq * q_bytes),
           dot(block_dot) {
@@ -199,24 +187,14 @@ struct BlockCache {
         }
     }
     void stage_key(const uint8_t* k, int64_t i) { keys[i] = k; }
-    void stage_value(const uint8_t* v, float* row) const {
-        if (v_type == quant::Type::Q8_0) {
-            Ops::dequantize_q8_0(v, row, dv);
-        } else {
-            quant::dequantize_row(v_type, v, row, dv);
-        }
-    }
     // Up to kMaxTileTokens heads a call: the key's blocks unpacked once for
     // them, each head's sum in its own accumulators as alone (same bits).
     // The ISA file's kernels for some K types take the queries in eights
     // first (the same bits as the block dot kernel).
     void scores(size_t nq, int64_t n, float scale, float (*s)[kTile]) const {
         size_t done = 0;  // queries the ISA's own kernel took
-        if constexpr (requires { Ops::scores_q8_0(keys, n, q_act.data(), q_bytes, nq, dk, scale, s); }) {
-            if (k_type == quant::Type::Q8_0) done = Ops::scores_q8_0(keys, n, q_act.data(), q_bytes, nq, dk, scale, s);
-        }
-        if constexpr (requires { Ops::scores_block_total(k_type, keys, n, q_act.data(), q_bytes, nq, dk, scale, s); }) {
-            if (done == 0) done = Ops::scores_block_total(k_type, keys, n, q_act.data(), q_bytes, nq, dk, scale, s);
+        if constexpr (requires { Ops::scores_legacy(k_type, keys, n, q_act.data(), q_bytes, nq, dk, scale, s); }) {
+            done = Ops::scores_legacy(k_type, keys, n, q_act.data(), q_bytes, nq, dk, scale, s);
         }
         float qk[kMaxTileTokens];
         for (int64_t i = 0; i < n; ++i) {
@@ -227,6 +205,40 @@ struct BlockCache {
             }
         }
     }
+};
+
+// An F16 V: rows widened, sums kept in fp16 (f16_scale's and f16_mad's
+// roundings).
+template <class Ops>
+struct F16Values {
+    using Acc = uint16_t;
+    int64_t dv;
+    F16Values(int64_t dv_, const KvCacheView&) : dv(dv_) {}
+    void stage_value(const uint8_t* v, float* row) const { Ops::widen(reinterpret_cast<const uint16_t*>(v), row, dv); }
+    void accumulate(Acc* acc, size_t nq, const float* vt, int64_t n, const SoftmaxSteps* st) const {
+        if constexpr (requires { Ops::accumulate_f16_in_registers(acc, nq, vt, n, dv, st); }) {
+            if (Ops::accumulate_f16_in_registers(acc, nq, vt, n, dv, st)) return;
+        }
+        accumulate_rows<Ops::scale, Ops::mad>(acc, nq, vt, n, dv, st);
+    }
+    static float value(Acc a) { return quant::fp16_to_fp32(a); }
+};
+
+// Any other V: rows dequantized (Q8_0 by the ISA's dequantizer, same
+// bits), sums kept in f32.
+template <class Ops>
+struct F32Values {
+    using Acc = float;
+    int64_t dv;
+    quant::Type v_type;
+    F32Values(int64_t dv_, const KvCacheView& kv) : dv(dv_), v_type(kv.v_type) {}
+    void stage_value(const uint8_t* v, float* row) const {
+        if (v_type == quant::Type::Q8_0) {
+            Ops::dequantize_q8_0(v, row, dv);
+        } else {
+            quant::dequantize_row(v_type, v, row, dv);
+        }
+    }
     void accumulate(Acc* acc, size_t nq, const float* vt, int64_t n, const SoftmaxSteps* st) const {
         if constexpr (requires { Ops::accumulate_f32_in_registers(acc, nq, vt, n, dv, st); }) {
             if (Ops::accumulate_f32_in_registers(acc, nq, vt, n, dv, st)) return;
@@ -234,6 +246,15 @@ struct BlockCache {
         accumulate_rows<Ops::scale_f32, Ops::mad_f32>(acc, nq, vt, n, dv, st);
     }
     static float value(Acc a) { return a; }
+};
+
+// A cache of one K side and one V side.
+template <class Ops, template <class> class Keys, template <class> class Values>
+struct Cache : Keys<Ops>, Values<Ops> {
+    using IsaOps = Ops;
+    using Acc = typename Values<Ops>::Acc;
+    Cache(const float* q, size_t nq, int64_t dk, int64_t dv, const KvCacheView& kv, DotFn block_dot)
+        : Keys<Ops>(q, nq, dk, kv, block_dot), Values<Ops>(dv, kv) {}
 };
 
 // Which of a block's tokens see a cell (bit tt: token tt), as the per-head
@@ -301,6 +322,10 @@ void shared_kv_attention(const SharedQueries& qs, const AttentionShape& shape, c
         running_sums(steps + j0, j1 - j0, n, running_sum + j0);
         cache.accumulate(acc.data() + j0 * udv, j1 - j0, v, n, steps + j0);
     };
+    // A soft cap (Gemma 2) as the per-head loop applies it: cap * tanh(Q.K *
+    // (scale / cap)).
+    const float cap = shape.softcap;
+    const float qk_scale = cap > 0.0f ? shape.scale / cap : shape.scale;
     const int64_t kv_head = qs.head / (shape.n_head / shape.n_head_kv);
     const uint64_t k_offset = static_cast<uint64_t>(kv_head) * *k_head_bytes;
     const uint64_t v_offset = static_cast<uint64_t>(kv_head) * *v_head_bytes;
@@ -335,7 +360,12 @@ void shared_kv_attention(const SharedQueries& qs, const AttentionShape& shape, c
             seen[n++] = mask;
         }
         if (n > 0) {
-            cache.scores(nq, n, shape.scale, scores);
+            cache.scores(nq, n, qk_scale, scores);
+            if (cap > 0.0f) {
+                for (size_t j = 0; j < nq; ++j) {
+                    for (int64_t i = 0; i < n; ++i) scores[j][i] = cap * std::tanh(scores[j][i]);
+                }
+            }
             // Each query takes the cells its token sees, in order, as the
             // per-head loop does: the tokens that see all of the staged ones
             // straight from the tile (a run of them together), the others
@@ -379,16 +409,19 @@ void shared_kv_attention(const SharedQueries& qs, const AttentionShape& shape, c
     }
 }
 
-// The entry point of one ISA's file: the policy of the cache's type.
+// The entry point of one ISA's file: the halves of the cache's K/V pair.
 template <class Ops>
 void shared_kv_attention_for(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv,
                              DotFn block_dot, const ChunkRange& range) {
-    if (kv.k_type == quant::Type::F16) {
-        TANDEM_CHECK(shared_kv_takes(kv.k_type, kv.v_type), "attention: shared-KV kernel for this K/V pair");
-        shared_kv_attention<F16Cache<Ops>>(qs, shape, kv, block_dot, range);
+    const bool k_f16 = kv.k_type == quant::Type::F16, v_f16 = kv.v_type == quant::Type::F16;
+    if (k_f16 && v_f16) {
+        shared_kv_attention<Cache<Ops, F16Keys, F16Values>>(qs, shape, kv, block_dot, range);
+    } else if (k_f16) {
+        shared_kv_attention<Cache<Ops, F16Keys, F32Values>>(qs, shape, kv, block_dot, range);
+    } else if (v_f16) {
+        shared_kv_attention<Cache<Ops, BlockKeys, F16Values>>(qs, shape, kv, block_dot, range);
     } else {
-        TANDEM_CHECK(shared_kv_takes(kv.k_type, kv.v_type), "attention: shared-KV kernel for this K/V pair");
-        shared_kv_attention<BlockCache<Ops>>(qs, shape, kv, block_dot, range);
+        shared_kv_attention<Cache<Ops, BlockKeys, F32Values>>(qs, shape, kv, block_dot, range);
     }
 }
 

@@ -32,12 +32,14 @@ using tandem::testing::random_floats;
 
 struct BlockCase {
     int64_t n_head, n_head_kv, n_cells, last, n_tokens, window;
+    float softcap = 0.0f;
 };
 
 std::string case_name(const tmod::CacheType& type, const BlockCase& c) {
     return tmod::cache_type_name(type) + ", " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
            " heads, " + std::to_string(c.n_cells) + " cells to position " + std::to_string(c.last) + ", " +
-           std::to_string(c.n_tokens) + " tokens, window " + std::to_string(c.window);
+           std::to_string(c.n_tokens) + " tokens, window " + std::to_string(c.window) + ", softcap " +
+           std::to_string(c.softcap);
 }
 
 // Positions up to last in a cache of n_cells (a ring past it), the last
@@ -55,7 +57,7 @@ void expect_blocks_match_scalar(const tmod::CacheType& type, const BlockCase& c,
     const auto q = random_floats(static_cast<size_t>(c.n_tokens * c.n_head * head_dim), seed + 77777, 1.5f);
     std::vector<int32_t> q_pos;
     for (int64_t t = 0; t < c.n_tokens; ++t) q_pos.push_back(static_cast<int32_t>(c.last + 1 - c.n_tokens + t));
-    const tc::AttentionShape shape{c.n_head, c.n_head_kv, head_dim, head_dim, c.window, 0.125f};
+    const tc::AttentionShape shape{c.n_head, c.n_head_kv, head_dim, head_dim, c.window, 0.125f, c.softcap};
     std::vector<float> ref(q.size()), out(q.size());
     tc::ThreadPool one(1, false);
     tc::attention(q.data(), q_pos.data(), c.n_tokens, shape, cache.view(), ref.data(), one, tc::SimdLevel::Scalar);
@@ -88,18 +90,19 @@ TEST(CpuAttention, SharedKvBlocksFillTheQueriesAndKeepTheThreadsBusy) {
     EXPECT_EQ(td::shared_kv_block_tokens(512, 8, 32, 2), 1);
 }
 
-// Each cache type the block kernel takes (K and V both other than F16, or
-// both F16), and mixed pairs.
+// Each cache type, mixed pairs (one side F16 or neither), and a soft cap.
 TEST(CpuAttention, SharedKvTokenBlocksMatchScalarBits) {
     if (tc::best_simd_level() == tc::SimdLevel::Scalar) GTEST_SKIP() << "no AVX2 on this CPU";
     using T = tq::Type;
     const tmod::CacheType types[] = {{T::Q8_0, T::Q8_0}, {T::Q4_0, T::Q4_0},  {T::Q5_1, T::Q5_1},
                                      {T::IQ4_NL, T::IQ4_NL}, {T::BF16, T::BF16}, {T::F32, T::F32},
-                                     {T::Q4_1, T::Q5_0}, {T::Q8_0, T::IQ4_NL}, {T::F16, T::F16}};
+                                     {T::Q4_1, T::Q5_0}, {T::Q8_0, T::IQ4_NL}, {T::F16, T::F16},
+                                     {T::Q8_0, T::F16},  {T::F16, T::Q4_0},  {T::Q5_0, T::Q8_0}};
     // GQA 4 (blocks of 8 tokens), 3 (10) and 1 (32); token counts below,
     // at and past a block, not multiples of it; the diagonal of a 13-token
     // prompt inside one tile; a window narrower than a block (each token's
-    // first cell differs), one that hides whole chunks; a ring.
+    // first cell differs), one that hides whole chunks; a ring; Gemma 2's
+    // soft cap (2 here, so that it bends these scores).
     const BlockCase cases[] = {
         {8, 2, 1100, 1099, 27, 0},   // three chunks
         {8, 2, 600, 599, 8, 0},
@@ -109,11 +112,13 @@ TEST(CpuAttention, SharedKvTokenBlocksMatchScalarBits) {
         {8, 2, 1100, 1099, 9, 600},  // window hides the first chunk
         {8, 2, 512, 900, 11, 0},     // ring of one chunk
         {8, 2, 90, 89, 70, 0},       // more than the tiled kernel's 64 (F16 takes that)
+        {8, 2, 600, 599, 1, 0, 2.0f},
+        {8, 2, 300, 299, 12, 0, 2.0f},
     };
     uint32_t seed = 1000;
     for (const tmod::CacheType& type : types) {
         for (const BlockCase& c : cases) {
-            if (type.k == T::F16 && c.n_tokens >= 64) continue;  // the tiled kernel's
+            if (type.k == T::F16 && type.v == T::F16 && c.n_tokens >= 64) continue;  // the tiled kernel's
             expect_blocks_match_scalar(type, c, seed += 11);
             if (HasFatalFailure()) return;
         }

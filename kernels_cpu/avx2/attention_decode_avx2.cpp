@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels_cpu/attention_decode_body.h"
+#include "kernels_cpu/avx2/legacy_blocks_avx2.h"
 #include "kernels_cpu/attention_tiled.h"  // widen_f16_avx2
 #include "kernels_cpu/expf_lanes.h"
 #include "kernels_cpu/f16_accumulate.h"
@@ -84,16 +85,14 @@ struct Avx2Ops {
     // s[i] = dot(k + i * dk, q, dk) * scale for the tile's n cells: the
     // same bits, with the reductions of eight cells done together.
     static void dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s);
-    // A Q8_0 key's scores s[j][i] = dot(keys[i], query j) * scale for the
-    // first queries in eights (their count returned; the rest take the
-    // block dot kernel): dot_q8_0's bits, the key's blocks loaded once for
-    // eight queries and their eight sums reduced together.
-    static size_t scores_q8_0(const uint8_t* const* keys, int64_t n, const uint8_t* q_act, size_t q_bytes, size_t nq,
-                              int64_t dk, float scale, float (*s)[kTile]);
-    // The same for Q4_0 and IQ4_NL keys (dot_q4_0's and dot_iq4_nl's bits);
-    // 0 for other types.
-    static size_t scores_block_total(quant::Type k_type, const uint8_t* const* keys, int64_t n, const uint8_t* q_act,
-                                     size_t q_bytes, size_t nq, int64_t dk, float scale, float (*s)[kTile]);
+    // A key's scores s[j][i] = dot(keys[i], query j) * scale for the first
+    // queries in eights (their count returned; the rest take the block dot
+    // kernel), for the legacy K types (Q8_0, Q5_0, Q4_1, Q5_1, Q4_0,
+    // IQ4_NL; 0 for others): the dot kernel's bits (vec_dot_avx2.cpp's
+    // LegacyDot), the key's blocks unpacked once for eight queries and
+    // their eight sums reduced together.
+    static size_t scores_legacy(quant::Type k_type, const uint8_t* const* keys, int64_t n, const uint8_t* q_act,
+                                size_t q_bytes, size_t nq, int64_t dk, float scale, float (*s)[kTile]);
     // An F16 cache's V sums of a tile (accumulate_rows with scale and mad)
     // for heads of 64 or 128: false for other sizes, which take that loop.
     static bool accumulate_f16_in_registers(uint16_t* acc, size_t n_heads, const float* vt, int64_t n, int64_t dv,
@@ -209,36 +208,48 @@ inline __m256 hsum_8(const __m256* x) {
     return _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// vec_dot_avx2.cpp's LegacyDot<UQ8_0> for one key and eight queries: per
-// query one 8-lane chain, block after block, acc = fma(dx * dy, float(the
-// block's pairwise integer sums), acc), the result hsum(acc) + 0 (its
-// empty chain of block minimums), then times the scale as BlockCache's.
-size_t Avx2Ops::scores_q8_0(const uint8_t* const* keys, int64_t n, const uint8_t* q_act, size_t q_bytes, size_t nq,
-                            int64_t dk, float scale, float (*s)[kTile]) {
+// vec_dot_avx2.cpp's LegacyDot for one key and eight queries, its chain
+// types (Q8_0, Q5_0, Q4_1, Q5_1: codes by legacy_blocks_avx2.h): per query
+// one 8-lane chain, block after block, acc = fma(dx * dy, float(the
+// block's pairwise integer sums), acc), and for the types with a minimum a
+// second chain accm = fma(m, the activation block's sum, accm) (lane r:
+// query r, the same operation); the result hsum(acc) + accm (+ 0 without
+// a minimum), then times the scale as BlockKeys's.
+template <class U>
+size_t scores_chains(const uint8_t* const* keys, int64_t n, const uint8_t* q_act, size_t q_bytes, size_t nq, int64_t dk,
+                     float scale, float (*s)[kTile]) {
+    using W = typename U::W;
+    using A = typename U::A;
     const int64_t nb = dk / quant::kQK8_0;
-    const __m256i ones = _mm256_set1_epi16(1);
     const __m256 sv = _mm256_set1_ps(scale);
     size_t j0 = 0;
     for (; j0 + 8 <= nq; j0 += 8) {
-        const quant::block_q8_0* y[8];
-        for (size_t r = 0; r < 8; ++r) y[r] = reinterpret_cast<const quant::block_q8_0*>(q_act + (j0 + r) * q_bytes);
+        const A* y[8];
+        for (size_t r = 0; r < 8; ++r) y[r] = reinterpret_cast<const A*>(q_act + (j0 + r) * q_bytes);
         for (int64_t i = 0; i < n; ++i) {
-            const auto* x = reinterpret_cast<const quant::block_q8_0*>(keys[i]);
+            const auto* x = reinterpret_cast<const W*>(keys[i]);
             __m256 acc[8];
             for (auto& a : acc) a = _mm256_setzero_ps();
+            __m256 accm = _mm256_setzero_ps();
             for (int64_t b = 0; b < nb; ++b) {
-                const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
-                const __m256i qu = _mm256_sign_epi8(q, q);
+                const __m256i q = U::unpack(x[b]);
+                const __m256i qu = legacy_avx2::abs_codes<U>(q);
                 const float dx = _cvtsh_ss(x[b].d);
                 for (size_t r = 0; r < 8; ++r) {
-                    const __m256i act = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[r][b].qs)), q);
-                    const __m256i si = _mm256_madd_epi16(_mm256_maddubs_epi16(qu, act), ones);
+                    const __m256i si = legacy_avx2::block_sums<U>(q, qu, y[r][b].qs);
                     const __m256 d = _mm256_set1_ps(dx * _cvtsh_ss(y[r][b].d));
                     acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(si), acc[r]);
                 }
+                if constexpr (legacy_avx2::kHasMin<U>) {
+                    const __m128i sy = _mm_setr_epi16(static_cast<short>(y[0][b].s), static_cast<short>(y[1][b].s),
+                                                      static_cast<short>(y[2][b].s), static_cast<short>(y[3][b].s),
+                                                      static_cast<short>(y[4][b].s), static_cast<short>(y[5][b].s),
+                                                      static_cast<short>(y[6][b].s), static_cast<short>(y[7][b].s));
+                    accm = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(x[b].m)), _mm256_cvtph_ps(sy), accm);
+                }
             }
             alignas(32) float out[8];
-            _mm256_store_ps(out, _mm256_mul_ps(_mm256_add_ps(hsum_8(acc), _mm256_setzero_ps()), sv));
+            _mm256_store_ps(out, _mm256_mul_ps(_mm256_add_ps(hsum_8(acc), accm), sv));
             for (size_t r = 0; r < 8; ++r) s[j0 + r][i] = out[r];
         }
     }
@@ -252,43 +263,33 @@ inline __m256i hsum_8_i32(const __m256i* x) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20), _mm256_permute2x128_si256(g0, g1, 0x31));
 }
 
-// 32 nibbles of a 4-bit block in element order (low nibbles first).
-inline __m256i nibbles_32(const uint8_t* qs) {
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
-// vec_dot_avx2.cpp's LegacyDot for a block-total type (Q4_0, IQ4_NL: codes
-// by Unpack, 18-byte blocks with an fp16 scale first) for one key and eight
-// queries: per query a float chain, block after block, total =
-// fma(float(the block's integer total), dw * dy, total), eight lanes at once.
-template <class Block, class Unpack>
-size_t scores_block_total_of(const uint8_t* const* keys, int64_t n, const uint8_t* q_act, size_t q_bytes, size_t nq,
-                             int64_t dk, float scale, float (*s)[kTile], Unpack unpack) {
+// LegacyDot for one key and eight queries, its block-total types (Q4_0,
+// IQ4_NL: Q8_0 activations): per query a float chain, block after block,
+// total = fma(float(the block's integer total), dw * dy, total), eight
+// lanes at once.
+template <class U>
+size_t scores_block_totals(const uint8_t* const* keys, int64_t n, const uint8_t* q_act, size_t q_bytes, size_t nq,
+                           int64_t dk, float scale, float (*s)[kTile]) {
+    using W = typename U::W;
     const int64_t nb = dk / quant::kQK8_0;
-    const __m256i ones = _mm256_set1_epi16(1);
     const __m256 sv = _mm256_set1_ps(scale);
     size_t j0 = 0;
     for (; j0 + 8 <= nq; j0 += 8) {
         const quant::block_q8_0* y[8];
         for (size_t r = 0; r < 8; ++r) y[r] = reinterpret_cast<const quant::block_q8_0*>(q_act + (j0 + r) * q_bytes);
         for (int64_t i = 0; i < n; ++i) {
-            const auto* x = reinterpret_cast<const Block*>(keys[i]);
+            const auto* x = reinterpret_cast<const W*>(keys[i]);
             __m256 total = _mm256_setzero_ps();
             for (int64_t b = 0; b < nb; ++b) {
-                const __m256i q = unpack(x[b]);
-                const __m256i qu = _mm256_sign_epi8(q, q);
+                const __m256i q = U::unpack(x[b]);
+                const __m256i qu = legacy_avx2::abs_codes<U>(q);
                 __m256i si[8];
-                for (size_t r = 0; r < 8; ++r) {
-                    const __m256i act = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[r][b].qs)), q);
-                    si[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(qu, act), ones);
-                }
+                for (size_t r = 0; r < 8; ++r) si[r] = legacy_avx2::block_sums<U>(q, qu, y[r][b].qs);
                 const __m128i dy16 = _mm_setr_epi16(static_cast<short>(y[0][b].d), static_cast<short>(y[1][b].d),
                                                     static_cast<short>(y[2][b].d), static_cast<short>(y[3][b].d),
                                                     static_cast<short>(y[4][b].d), static_cast<short>(y[5][b].d),
                                                     static_cast<short>(y[6][b].d), static_cast<short>(y[7][b].d));
-                const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(x[b].d)), _mm256_cvtph_ps(dy16));
+                const __m256 dd = _mm256_mul_ps(_mm256_set1_ps(U::weight_scale(x[b])), _mm256_cvtph_ps(dy16));
                 total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum_8_i32(si)), dd, total);
             }
             alignas(32) float out[8];
@@ -299,20 +300,25 @@ size_t scores_block_total_of(const uint8_t* const* keys, int64_t n, const uint8_
     return j0;
 }
 
-size_t Avx2Ops::scores_block_total(quant::Type k_type, const uint8_t* const* keys, int64_t n, const uint8_t* q_act,
-                                   size_t q_bytes, size_t nq, int64_t dk, float scale, float (*s)[kTile]) {
-    if (k_type == quant::Type::Q4_0) {
-        const auto unpack = [](const quant::block_q4_0& b) { return _mm256_sub_epi8(nibbles_32(b.qs), _mm256_set1_epi8(8)); };
-        return scores_block_total_of<quant::block_q4_0>(keys, n, q_act, q_bytes, nq, dk, scale, s, unpack);
+size_t Avx2Ops::scores_legacy(quant::Type k_type, const uint8_t* const* keys, int64_t n, const uint8_t* q_act,
+                              size_t q_bytes, size_t nq, int64_t dk, float scale, float (*s)[kTile]) {
+    using namespace legacy_avx2;
+    const auto run = [&]<class U>() {
+        if constexpr (U::kBlockTotal) {
+            return scores_block_totals<U>(keys, n, q_act, q_bytes, nq, dk, scale, s);
+        } else {
+            return scores_chains<U>(keys, n, q_act, q_bytes, nq, dk, scale, s);
+        }
+    };
+    switch (k_type) {
+        case quant::Type::Q8_0: return run.template operator()<UQ8_0>();
+        case quant::Type::Q5_0: return run.template operator()<UQ5_0>();
+        case quant::Type::Q4_1: return run.template operator()<UQ4_1>();
+        case quant::Type::Q5_1: return run.template operator()<UQ5_1>();
+        case quant::Type::Q4_0: return run.template operator()<UQ4_0>();
+        case quant::Type::IQ4_NL: return run.template operator()<UIQ4_NL>();
+        default: return 0;
     }
-    if (k_type == quant::Type::IQ4_NL) {
-        const auto unpack = [](const quant::block_iq4_nl& b) {
-            const __m128i table = _mm_loadu_si128(reinterpret_cast<const __m128i*>(quant::iq::kIq4nlValues));
-            return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(table), nibbles_32(b.qs));
-        };
-        return scores_block_total_of<quant::block_iq4_nl>(keys, n, q_act, q_bytes, nq, dk, scale, s, unpack);
-    }
-    return 0;
 }
 
 // Lane i: x's lane i - k, fill below k.

@@ -6,6 +6,7 @@
 // activation rows while it sits in registers.
 #include <cmath>
 
+#include "kernels_cpu/avx2/legacy_blocks_avx2.h"
 #include "kernels_cpu/simd_x86.h"
 #include "runtime/quant/iq_tables.h"
 #include "kernels_cpu/vec_dot.h"
@@ -88,94 +89,8 @@ template <int NT>
 using BF16WideK = FloatDot<LoadBF16, LoadF32>::K<NT>;
 
 // ---- Legacy formats ----------------------------------------------------------------------
-// Unpack(block) gives the 32 weight codes in element order as bytes, either
-// signed (Q4_0, Q5_0, Q8_0: the offset already subtracted) or unsigned
-// (Q4_1, Q5_1, whose minimum is added separately via the activation sum).
-
-// 32 nibbles in element order: low nibbles are elements 0..15, high
-// nibbles 16..31, so one shift and one mask split the 16 bytes.
-inline __m256i nibbles32(const uint8_t* qs) {
-    const __m128i b = load128(qs);
-    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-}
-
-// Byte j = 0xFF where bit j of the 32-bit qh is set: broadcast byte j/8 of
-// qh into byte j, then test bit j%8 with a per-byte mask.
-inline __m256i bits32(const uint8_t* qh) {
-    const __m256i spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(static_cast<int>(load_u32(qh))),
-        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0x0000000000000000));
-    const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
-    return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
-}
-
-struct UQ4_0 {
-    using W = block_q4_0;
-    using A = block_q8_0;
-    static constexpr bool kSigned = true;
-    // llama.cpp repacks Q4_0 and adds each block's integer total with one
-    // fused multiply-add (Q4_0Order in dot_order.h).
-    static constexpr bool kBlockTotal = true;
-    static __m256i unpack(const W& b) { return _mm256_sub_epi8(nibbles32(b.qs), _mm256_set1_epi8(8)); }
-    static float weight_scale(const W& b) { return f16(b.d); }
-};
-// IQ4_NL and MXFP4: llama.cpp repacks them as Q4_0 (BlockTotalOrder), the
-// codes a 16-entry table of the nibbles.
-template <class Block, const int8_t* kTable>
-inline __m256i table_codes(const Block& b) {
-    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(load128(kTable)), nibbles32(b.qs));
-}
-struct UIQ4_NL {
-    using W = block_iq4_nl;
-    using A = block_q8_0;
-    static constexpr bool kSigned = true;
-    static constexpr bool kBlockTotal = true;
-    static __m256i unpack(const W& b) { return table_codes<W, iq::kIq4nlValues>(b); }
-    static float weight_scale(const W& b) { return f16(b.d); }
-};
-struct UMXFP4 {
-    using W = block_mxfp4;
-    using A = block_q8_0;
-    static constexpr bool kSigned = true;
-    static constexpr bool kBlockTotal = true;
-    static __m256i unpack(const W& b) { return table_codes<W, iq::kMxfp4Values>(b); }
-    static float weight_scale(const W& b) { return iq::e8m0_half(b.e); }
-};
-struct UQ4_1 {
-    static constexpr bool kBlockTotal = false;
-    using W = block_q4_1;
-    using A = block_q8_1;
-    static constexpr bool kSigned = false;
-    static __m256i unpack(const W& b) { return nibbles32(b.qs); }
-};
-struct UQ5_0 {
-    static constexpr bool kBlockTotal = false;
-    using W = block_q5_0;
-    using A = block_q8_0;
-    static constexpr bool kSigned = true;
-    // q - 16 as int8 without a subtraction: where the fifth bit is clear the
-    // code is nibble - 16 = nibble | 0xF0 in two's complement.
-    static __m256i unpack(const W& b) {
-        return _mm256_or_si256(nibbles32(b.qs), _mm256_andnot_si256(bits32(b.qh), _mm256_set1_epi8(static_cast<char>(0xF0))));
-    }
-};
-struct UQ5_1 {
-    static constexpr bool kBlockTotal = false;
-    using W = block_q5_1;
-    using A = block_q8_1;
-    static constexpr bool kSigned = false;
-    static __m256i unpack(const W& b) {
-        return _mm256_or_si256(nibbles32(b.qs), _mm256_and_si256(bits32(b.qh), _mm256_set1_epi8(0x10)));
-    }
-};
-struct UQ8_0 {
-    static constexpr bool kBlockTotal = false;
-    using W = block_q8_0;
-    using A = block_q8_0;
-    static constexpr bool kSigned = true;
-    static __m256i unpack(const W& b) { return load256(b.qs); }
-};
+// The blocks' unpackers: legacy_blocks_avx2.h.
+using namespace legacy_avx2;
 
 template <class U>
 struct LegacyDot {
