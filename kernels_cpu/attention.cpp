@@ -22,6 +22,9 @@
 namespace tandem::cpu {
 namespace detail {
 
+static_assert(kViewCellAlign % kCellChunk == 0 && kViewCellAlign % 64 == 0,
+              "a view starts on a chunk and a tile boundary of the whole cache");
+
 void f16_scale_scalar(uint16_t* y, float s, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = quant::fp32_to_fp16(quant::fp16_to_fp32(y[i]) * s);
 }

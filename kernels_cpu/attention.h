@@ -17,9 +17,11 @@ namespace tandem::cpu {
 
 // A view may start at a multiple of this many cells of the whole cache and
 // end anywhere after its last visible cell: the kernels tile the cells from
-// the view's start (32 and 64 at a time), skip tiles with nothing visible,
-// and so sum the same bits as over the whole cache.
-inline constexpr int64_t kViewCellAlign = 64;
+// the view's start (32 and 64 at a time) and chunk them (512 at a time,
+// attention_chunks.h), skip tiles with nothing visible, and so sum the same
+// bits as over the whole cache (a view from a multiple of 64 only, as
+// before, chunked a sequence of more than 512 cells elsewhere).
+inline constexpr int64_t kViewCellAlign = 512;
 
 struct KvCacheView {
     quant::Type k_type = quant::Type::F16;  // K's and V's element types (llama.cpp's -ctk, -ctv)

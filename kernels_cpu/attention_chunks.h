@@ -1,21 +1,13 @@
 // Decode attention over the cells in fixed chunks, so that the cells of one
 // KV head can be split over the threads (a model with few KV heads on many
 // cores, or one stream at a long depth) and still give the same bits at
-// every thread count.
-//
-// Each chunk of kCellChunk cells runs its own online softmax from scratch:
-// a running maximum M_c, sum S_c and V accumulator A_c over its visible
-// cells (S_c = 0 when it has none). The chunks are then merged in cell
-// order, as ggml's split-KV decode merges its per-thread partials:
-//   M' = max(M, M_c),  A' = A * e^(M - M') + A_c * e^(M_c - M'),
-//   S' = S * e^(M - M') + S_c * e^(M_c - M'),
-// the first chunk with a visible cell taken as it is. The output is
-// A * ms / S, ms the attention sink's factor (attention_sink.h) applied to
-// the merged M and S. Where all the visible cells fall in one chunk (every
-// context up to kCellChunk cells) this is the single pass's result bit for
-// bit. The chunk boundaries depend on the cell index alone, never on the
-// thread count or the batch: which thread runs a chunk changes no bit.
-// Internal to kernels_cpu.
+// every thread count. The chunks and their merge are the order of
+// runtime/quant/attention_order.h, which CUDA follows too. Where all the
+// visible cells fall in one chunk (every context up to kCellChunk cells)
+// this is the single pass's result bit for bit. The chunk boundaries
+// depend on the cell index alone (a view starts on one: kViewCellAlign),
+// never on the thread count or the batch: which thread runs a chunk
+// changes no bit. Internal to kernels_cpu.
 #pragma once
 
 #include <algorithm>
@@ -24,11 +16,11 @@
 #include <limits>
 
 #include "kernels_cpu/attention_sink.h"
+#include "runtime/quant/attention_order.h"
 
 namespace tandem::cpu::detail {
 
-// Cells per chunk: ggml splits a decode step's cells only from 512 on.
-inline constexpr int64_t kCellChunk = 512;
+inline constexpr int64_t kCellChunk = quant::attn::kAttentionChunkCells;
 
 inline int64_t cell_chunks(int64_t n_cells) { return (n_cells + kCellChunk - 1) / kCellChunk; }
 
@@ -52,26 +44,21 @@ inline void store_chunk(float* p, float running_max, float running_sum) {
 // Merges one head's n_chunks states (in cell order, chunk_floats(dv)
 // apart) into out (dv floats). sink: the head's sink logit, or null.
 inline void merge_chunks(const float* partials, int64_t n_chunks, int64_t dv, const float* sink, float* out) {
-    float m = -std::numeric_limits<float>::infinity(), s = 0.0f;
-    bool any = false;
+    quant::attn::ChunkMerge st;
+    const auto exp = [](float x) { return std::exp(x); };
     for (int64_t c = 0; c < n_chunks; ++c) {
         const float* p = partials + c * chunk_floats(dv);
-        if (p[1] == 0.0f) continue;  // no visible cell
+        const quant::attn::MergeStep step = quant::attn::merge_chunk(st, p[0], p[1], exp);
+        if (step.skip) continue;
         const float* a = p + 2;
-        if (!any) {
+        if (step.take_only) {
             std::copy(a, a + dv, out);
-            m = p[0];
-            s = p[1];
-            any = true;
             continue;
         }
-        const float m_new = std::max(m, p[0]);
-        const float keep = std::exp(m - m_new), take = std::exp(p[0] - m_new);
-        for (int64_t d = 0; d < dv; ++d) out[d] = std::fma(out[d], keep, a[d] * take);
-        s = std::fma(s, keep, p[1] * take);
-        m = m_new;
+        for (int64_t d = 0; d < dv; ++d) out[d] = std::fma(out[d], step.keep, a[d] * step.take);
     }
-    if (!any) std::fill(out, out + dv, 0.0f);
+    float m = st.any ? st.m : -std::numeric_limits<float>::infinity(), s = st.s;
+    if (!st.any) std::fill(out, out + dv, 0.0f);
     const float ms = sink ? apply_sink(*sink, m, s) : 1.0f;
     // No visible cell cannot happen for a causal query that stored its own
     // K and V; zeros keep a misuse harmless.

@@ -12,6 +12,14 @@ namespace {
 
 using quant::Type;
 
+// The AVX-512VL build of AVX2 sources (avx2w), where the build made it
+// (not in the sanitizer build: kernels_cpu/CMakeLists.txt); pick() and the
+// rows choice fall back to the AVX2 build where it is null.
+#if defined(TANDEM_HAVE_AVX2W)
+#define TANDEM_AVX2W(f) TANDEM_X86(f)
+#else
+#define TANDEM_AVX2W(f) nullptr
+#endif
 #define TANDEM_LEVELS(prefix) \
     LevelKernels{prefix##_scalar, TANDEM_X86(prefix##_avx2), TANDEM_X86(prefix##_avx512), TANDEM_X86(prefix##_avx512nv)}
 #define TANDEM_WIDE(name) \
@@ -61,12 +69,12 @@ constexpr PanelKernel iq_panel_avx2(Type t, PanelGemm gemm) {
     WeightKernels {                                                                           \
         .type = Type::T,                                                                      \
         .dot = LevelKernels{.scalar = dot_##name##_scalar, .avx2 = TANDEM_X86(dot_##name##_avx2),         \
-                            .avx2w = TANDEM_X86(dot_##name##_avx2w)},                                 \
+                            .avx2w = TANDEM_AVX2W(dot_##name##_avx2w)},                                 \
         .batch = LevelKernels{.scalar = dot_##name##_batch_scalar, .avx2 = TANDEM_X86(dot_##name##_batch_avx2), \
-                              .avx2w = TANDEM_X86(dot_##name##_batch_avx2w)},                         \
+                              .avx2w = TANDEM_AVX2W(dot_##name##_batch_avx2w)},                         \
         .rows_avx2 = TANDEM_ROWS_AVX2_MULTI(name),                                             \
-        .rows_avx2w = DecodeRows{TANDEM_X86(dot_##name##_rows_avx2w), nullptr, nullptr,       \
-                                 TANDEM_X86(dot_##name##_rows_multi_avx2w)},                  \
+        .rows_avx2w = DecodeRows{TANDEM_AVX2W(dot_##name##_rows_avx2w), nullptr, nullptr,       \
+                                 TANDEM_AVX2W(dot_##name##_rows_multi_avx2w)},                  \
         .panel = TANDEM_PANEL(name, iq_panel_bytes, iq_panel_prepare, kIqPanelExtraBytes),    \
         .panel_avx2 = iq_panel_avx2(Type::T, TANDEM_X86(name##_panel_gemm_avx2)),             \
         .llama_order = true, .avx2_at_avx512 = true                                           \

@@ -12,8 +12,14 @@
 //   rounding per update; any other type dequantized (math::kv_element) and
 //   accumulated in fp32 with fma.
 // Scores are soft-capped when args.softcap > 0 (math::attention_score).
-// Attention sinks (args.sinks, gpt-oss) join after the cells as on the CPU
-// (apply_sink).
+// - Long spans: the cells in the CPU's chunks, at multiples of
+//   kAttentionChunkCells in the whole cache, each from a fresh softmax,
+//   merged in cell order (runtime/quant/attention_order.h): by the warp as
+//   it goes, or, with the chunks split over blocks (flash-decoding: a
+//   decode step has only n_head warps otherwise), each chunk's state in
+//   args.partials and merge_kernel after. Either way the CPU's steps.
+// Attention sinks (args.sinks, gpt-oss) join after the merge, as on the
+// CPU (kernels_cpu/attention_chunks.h).
 // Every lane gets lane 0's score, so all lanes take the same branches. The
 // scores are the CPU's bits where the CPU runs its per-query loop (fewer
 // than 64 queries; from 64 an F16/F16 cache takes llama.cpp's tiled kernel).
@@ -25,6 +31,7 @@
 #include "kernels_cuda/cuda_kernels.h"
 #include "kernels_cuda/kv_types.h"
 #include "kernels_cuda/op_math.h"
+#include "runtime/quant/attention_order.h"
 #include "runtime/quant/dot_order.h"
 
 namespace tandem::cuda::kernels {
@@ -191,34 +198,38 @@ __device__ __forceinline__ WarpTask warp_task(const AttentionArgs& args, const i
     return w;
 }
 
-// The cells block (blockIdx.y) of gridDim.y reads: the span cut into
-// equal runs.
-struct CellRange {
-    int64_t begin, end;
+constexpr int64_t kChunk = quant::attn::kAttentionChunkCells;
+
+// The chunks a span [begin, end) of cells touches: absolute chunk indices
+// first .. first + count - 1.
+struct ChunkSpan {
+    int64_t begin, end, first, count;
 };
-__device__ __forceinline__ CellRange cell_range(const AttentionArgs& args, const KvCache& kv) {
-    const int64_t b = args.cell_begin, e = args.cell_end < 0 ? kv.n_cells : args.cell_end;
-    const int64_t per = (e - b + gridDim.y - 1) / gridDim.y;
-    const int64_t c0 = b + per * blockIdx.y;
-    return {c0 < e ? c0 : e, c0 + per < e ? c0 + per : e};
+__host__ __device__ __forceinline__ ChunkSpan chunk_span(const AttentionArgs& args, int64_t n_cells) {
+    const int64_t b = args.cell_begin, e = args.cell_end < 0 ? n_cells : args.cell_end;
+    const int64_t first = b / kChunk;
+    return {b, e, first, e > b ? (e - 1) / kChunk - first + 1 : 0};
 }
 
-// A head's result: out = acc / sum, or with the cells split over blocks,
-// this block's (max, sum, acc) in args.partials for merge_kernel.
-__device__ __forceinline__ float* partial_of(const AttentionArgs& args, int64_t t, int64_t h) {
-    return args.partials + ((t * args.n_head + h) * gridDim.y + blockIdx.y) * (args.head_dim_v + 2);
+// Chunk k's state (M, S, A) of a (token, head) when the chunks are split
+// over blocks.
+__device__ __forceinline__ float* chunk_state(const AttentionArgs& args, int64_t n_chunks, int64_t t, int64_t h,
+                                              int64_t k) {
+    return args.partials + ((t * args.n_head + h) * n_chunks + k) * (args.head_dim_v + 2);
 }
 
-// A head's sink (args.sinks), as kernels_cpu/attention_sink.h applies it:
-// after the cells, one more softmax step with no value; returns the factor
-// of the f32 accumulator (1 when the sink is no new maximum: no bit
-// changes). With the cells split, block 0 alone takes it (ggml: the first
-// chunk of cells), so the merge counts it once.
-__device__ __forceinline__ float apply_sink(const AttentionArgs& args, int64_t h, float& running_max,
-                                            float& running_sum) {
-    if (args.sinks == nullptr || blockIdx.y != 0) return 1.0f;
-    return math::softmax_step(args.sinks[h], running_max, running_sum).ms;
+// The merged A, S and M of a head, scaled as the CPU's merge_chunks ends:
+// the sink (args.sinks) on M and S, then A * ms / S.
+__device__ __forceinline__ float finish_merge(const AttentionArgs& args, int64_t h, quant::attn::ChunkMerge st,
+                                              float a) {
+    float m = st.any ? st.m : -INFINITY, s = st.s;
+    if (!st.any) a = 0.0f;
+    const float ms = args.sinks ? math::softmax_step(args.sinks[h], m, s).ms : 1.0f;
+    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
+    return a * ms * inv;
 }
+
+__device__ __forceinline__ float device_exp(float x) { return math::exp_f(x); }
 
 template <Type K, bool kVF16>
 __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos, AttentionArgs args,
@@ -234,72 +245,76 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
         Keys::query(qrow + i * Keys::kQueryElems, qk_in[i]);
     }
     __syncwarp();
-    VAcc<kVF16> acc[kMaxPerLane];
-    for (int j = 0; j < nv; ++j) acc[j] = 0;
-    float running_max = -INFINITY;
-    float running_sum = 0.0f;
 
     const int64_t k_row = kv.k_row_bytes(), v_row = kv.v_row_bytes();
     const int64_t k_head = KvCache::bytes_of(K, args.head_dim_k);
     const int64_t v_head = KvCache::bytes_of(kv.v_type, args.head_dim_v);
-    const CellRange cr = cell_range(args, kv);
-    for (int64_t c = cr.begin; c < cr.end; ++c) {
-        if (!visible(kv.cell_pos[c], p, args.window)) continue;
-        const uint8_t* kh = kv.k + c * k_row + g * k_head;
-        const float s = math::attention_score(key_dot<K>(qk_in, kh, args.head_dim_k, lane), args.scale, args.softcap);
-        const bool rescale = s > running_max;
-        const math::SoftmaxStep st = math::softmax_step(s, running_max, running_sum);
-        const uint8_t* vh = kv.v + c * v_row + g * v_head;
+    const ChunkSpan span = chunk_span(args, kv.n_cells);
+    const bool split = gridDim.y > 1;
+    quant::attn::ChunkMerge merge;  // the warp's own merge (not split)
+    float merged[kMaxPerLane];
+    for (int j = 0; j < nv; ++j) merged[j] = 0.0f;
+    // This block's chunks: every gridDim.y-th from blockIdx.y.
+    for (int64_t k = blockIdx.y; k < span.count; k += gridDim.y) {
+        const int64_t c0 = (span.first + k) * kChunk, c1 = c0 + kChunk;
+        VAcc<kVF16> acc[kMaxPerLane];
+        for (int j = 0; j < nv; ++j) acc[j] = 0;
+        float running_max = -INFINITY;
+        float running_sum = 0.0f;
+        for (int64_t c = c0 > span.begin ? c0 : span.begin; c < (c1 < span.end ? c1 : span.end); ++c) {
+            if (!visible(kv.cell_pos[c], p, args.window)) continue;
+            const uint8_t* kh = kv.k + c * k_row + g * k_head;
+            const float s = math::attention_score(key_dot<K>(qk_in, kh, args.head_dim_k, lane), args.scale, args.softcap);
+            const bool rescale = s > running_max;
+            const math::SoftmaxStep st = math::softmax_step(s, running_max, running_sum);
+            const uint8_t* vh = kv.v + c * v_row + g * v_head;
+            for (int j = 0; j < nv; ++j) {
+                const int64_t d = lane + 32 * j;
+                if (d < args.head_dim_v) accumulate<kVF16>(acc[j], rescale, st, vh, kv.v_type, d);
+            }
+        }
+        if (split) {
+            float* part = chunk_state(args, span.count, t, h, k);
+            if (lane == 0) {
+                part[0] = running_max;
+                part[1] = running_sum;
+            }
+            for (int j = 0; j < nv; ++j) {
+                const int64_t d = lane + 32 * j;
+                if (d < args.head_dim_v) part[2 + d] = value_of<kVF16>(acc[j]);
+            }
+            continue;
+        }
+        const quant::attn::MergeStep step = quant::attn::merge_chunk(merge, running_max, running_sum, device_exp);
+        if (step.skip) continue;
         for (int j = 0; j < nv; ++j) {
-            const int64_t d = lane + 32 * j;
-            if (d < args.head_dim_v) accumulate<kVF16>(acc[j], rescale, st, vh, kv.v_type, d);
+            const float a = value_of<kVF16>(acc[j]);
+            merged[j] = step.take_only ? a : math::fma_f(merged[j], step.keep, a * step.take);
         }
     }
-    const float ms = apply_sink(args, h, running_max, running_sum);
-    if (gridDim.y > 1) {
-        float* part = partial_of(args, t, h);
-        if (lane == 0) {
-            part[0] = running_max;
-            part[1] = running_sum;
-        }
-        for (int j = 0; j < nv; ++j) {
-            const int64_t d = lane + 32 * j;
-            if (d < args.head_dim_v) part[2 + d] = value_of<kVF16>(acc[j]) * ms;
-        }
-        return;
-    }
+    if (split) return;
     float* oh = out + (t * args.n_head + h) * args.head_dim_v;
-    const float inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
     for (int j = 0; j < nv; ++j) {
         const int64_t d = lane + 32 * j;
-        if (d < args.head_dim_v) oh[d] = value_of<kVF16>(acc[j]) * ms * inv;
+        if (d < args.head_dim_v) oh[d] = finish_merge(args, h, merge, merged[j]);
     }
 }
 
-// The split blocks of a (token, head) merged by log-sum-exp: with M the
-// largest block maximum, out = sum_i acc_i e^(m_i - M) / sum_i s_i
-// e^(m_i - M) (a block that saw no visible cell has s_i = 0 and adds
-// nothing; with sinks, block 0 holds its head's sink in m_0 and s_0). One
-// thread per output value.
-__global__ void merge_kernel(AttentionArgs args, int64_t n_split, int64_t n, float* __restrict__ out) {
+// The chunks of a (token, head) split over blocks, merged in cell order
+// as the CPU's merge_chunks merges them. One thread per output value.
+__global__ void merge_kernel(AttentionArgs args, int64_t n_chunks, int64_t n, float* __restrict__ out) {
     const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= n) return;
     const int64_t th = idx / args.head_dim_v, d = idx % args.head_dim_v;
-    const float* part = args.partials + th * n_split * (args.head_dim_v + 2);
-    float m = -INFINITY;
-    for (int64_t i = 0; i < n_split; ++i) {
-        const float* p = part + i * (args.head_dim_v + 2);
-        if (p[1] > 0.0f && p[0] > m) m = p[0];
+    quant::attn::ChunkMerge merge;
+    float a = 0.0f;
+    for (int64_t k = 0; k < n_chunks; ++k) {
+        const float* p = args.partials + (th * n_chunks + k) * (args.head_dim_v + 2);
+        const quant::attn::MergeStep step = quant::attn::merge_chunk(merge, p[0], p[1], device_exp);
+        if (step.skip) continue;
+        a = step.take_only ? p[2 + d] : math::fma_f(a, step.keep, p[2 + d] * step.take);
     }
-    float sum = 0.0f, acc = 0.0f;
-    for (int64_t i = 0; i < n_split; ++i) {
-        const float* p = part + i * (args.head_dim_v + 2);
-        if (!(p[1] > 0.0f)) continue;
-        const float w = math::exp_f(p[0] - m);
-        sum = math::fma_f(p[1], w, sum);
-        acc = math::fma_f(p[2 + d], w, acc);
-    }
-    out[idx] = sum > 0.0f ? acc / sum : 0.0f;
+    out[idx] = finish_merge(args, th % args.n_head, merge, a);
 }
 
 }  // namespace
@@ -346,18 +361,18 @@ void launch_attention(const float* q, const int32_t* pos, int64_t n_tokens, cons
 #undef TANDEM_KV_ATTENTION
     if (n_split > 1) {
         const int64_t n = n_tokens * args.n_head * args.head_dim_v;
+        const int64_t n_chunks = chunk_span(args, kv.n_cells).count;
         constexpr int kThreads = 128;
-        merge_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(args, n_split, n, out);
+        merge_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(args, n_chunks, n, out);
     }
 }
 
 int64_t attention_splits(const AttentionArgs& args, const KvCache& kv, int64_t n_tokens) {
-    const int64_t cells = (args.cell_end < 0 ? kv.n_cells : args.cell_end) - args.cell_begin;
-    if (args.partials == nullptr || cells < 2 * kSplitCells || n_tokens <= 0) return 1;
-    const int64_t per_split = n_tokens * args.n_head * (args.head_dim_v + 2);
-    int64_t n = std::min<int64_t>(cells / kSplitCells, kMaxSplits);
-    n = std::min<int64_t>(n, args.partial_floats / per_split);
-    return n >= 2 ? n : 1;
+    const int64_t n_chunks = chunk_span(args, kv.n_cells).count;
+    if (args.partials == nullptr || n_chunks < 2 || n_tokens <= 0) return 1;
+    // Every chunk's state, or no split (the warps merge as they go).
+    if (n_tokens * args.n_head * n_chunks * (args.head_dim_v + 2) > args.partial_floats) return 1;
+    return std::min<int64_t>(n_chunks, kMaxSplits);
 }
 
 bool attention_head_supported(int64_t head_dim_k, int64_t head_dim_v) {

@@ -159,16 +159,16 @@ struct AttentionArgs {
     // sequence holds none outside it); cell_end < 0: every cell.
     int64_t cell_begin = 0;
     int64_t cell_end = -1;
-    // Device room for split partials (partial_floats floats), or null. With
-    // room and a span of 2 * kSplitCells cells or more, the cells are split
-    // over up to kMaxSplits blocks per (token, head) and merged by
-    // log-sum-exp (flash-decoding: a decode step has only n_head warps
-    // otherwise); the merge's rounding then differs from the CPU's one
-    // pass. Shorter spans run in one pass, the CPU's order.
+    // Device room for split partials (partial_floats floats), or null. A
+    // span of several chunks (runtime/quant/attention_order.h: 512 cells at
+    // multiples of 512) with room for every chunk's state is split over up
+    // to kMaxSplits blocks per (token, head), each chunk's state kept and
+    // merged after (flash-decoding: a decode step has only n_head warps
+    // otherwise); without room, each warp merges its chunks as it goes.
+    // Either way the CPU's chunks and merge.
     float* partials = nullptr;
     int64_t partial_floats = 0;
 };
-inline constexpr int64_t kSplitCells = 256;
 inline constexpr int64_t kMaxSplits = 32;
 
 // cpu::attention: q n_tokens rows of n_head * head_dim_k, out n_tokens rows

@@ -73,6 +73,16 @@ inline bool gpu_required() {
     return false;
 }
 
+// CUDA attention against the CPU's, relative to max(1, |ref|): the CPU's
+// bits on the emulator (the same exp, chunks and merge:
+// runtime/quant/attention_order.h); on a GPU an ulp of difference in exp
+// may move an fp16 V sum by a couple of steps.
+#if defined(TANDEM_CUDA_EMULATED)
+inline constexpr float kCudaAttentionTol = 0.0f;
+#else
+inline constexpr float kCudaAttentionTol = 2e-3f;
+#endif
+
 }  // namespace tandem::testing
 
 // Skips the test with the reason, or fails it where a GPU is required.

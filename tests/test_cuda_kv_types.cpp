@@ -122,7 +122,7 @@ TEST(CudaKvTypes, AttentionOfEveryPairMatchesCpu) {
                                                   kRow, kRow, gpu.data());
                 int misses = 0;
                 for (size_t i = 0; i < ref.size(); ++i) {
-                    misses += std::fabs(gpu[i] - ref[i]) <= 2e-3f * std::max(1.0f, std::fabs(ref[i])) ? 0 : 1;
+                    misses += std::fabs(gpu[i] - ref[i]) <= tandem::testing::kCudaAttentionTol * std::max(1.0f, std::fabs(ref[i])) ? 0 : 1;
                 }
                 EXPECT_EQ(misses, 0) << "of " << ref.size();
             }

@@ -4,6 +4,7 @@
 // output out.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <vector>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include "tests/cuda_ops/cuda_test_ops.h"
 #include "kernels_cuda/cuda_check.h"
 #include "kernels_cuda/cuda_kernels.h"
+#include "runtime/quant/attention_order.h"
 #include "kernels_cpu/moe.h"
 #include "kernels_cuda/device_matmul.h"
 #include "kernels_cuda/expert_matmul.h"
@@ -212,8 +214,10 @@ void attention_on_device(int device, const float* q, const int32_t* pos, int64_t
     Buf dv(v, static_cast<size_t>(n_cells * kv.v_row_bytes()));
     Buf dcell(cell_pos, static_cast<size_t>(n_cells) * sizeof(int32_t));
     Buf dout(floats(n_tokens * args.n_head * args.head_dim_v));
-    // Room for every split the launcher may choose.
-    const int64_t room = n_tokens * args.n_head * kernels::kMaxSplits * (args.head_dim_v + 2);
+    // Room for every chunk's state (runtime/quant/attention_order.h), so
+    // that the launcher splits every span of several chunks.
+    const int64_t n_chunks = (n_cells + quant::attn::kAttentionChunkCells - 1) / quant::attn::kAttentionChunkCells;
+    const int64_t room = n_tokens * args.n_head * std::max<int64_t>(n_chunks, 1) * (args.head_dim_v + 2);
     Buf dpart(floats(room));
     kv.k = dk.as<uint8_t>();
     kv.v = dv.as<uint8_t>();
