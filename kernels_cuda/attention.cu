@@ -229,7 +229,10 @@ __device__ __forceinline__ float finish_merge(const AttentionArgs& args, int64_t
     return a * ms * inv;
 }
 
-__device__ __forceinline__ float device_exp(float x) { return math::exp_f(x); }
+// The device's exp for the merge steps (std::exp on the emulator).
+struct DeviceExp {
+    __device__ __forceinline__ float operator()(float x) const { return math::exp_f(x); }
+};
 
 template <Type K, bool kVF16>
 __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos, AttentionArgs args,
@@ -285,7 +288,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
             }
             continue;
         }
-        const quant::attn::MergeStep step = quant::attn::merge_chunk(merge, running_max, running_sum, device_exp);
+        const quant::attn::MergeStep step = quant::attn::merge_chunk(merge, running_max, running_sum, DeviceExp{});
         if (step.skip) continue;
         for (int j = 0; j < nv; ++j) {
             const float a = value_of<kVF16>(acc[j]);
@@ -310,7 +313,7 @@ __global__ void merge_kernel(AttentionArgs args, int64_t n_chunks, int64_t n, fl
     float a = 0.0f;
     for (int64_t k = 0; k < n_chunks; ++k) {
         const float* p = args.partials + (th * n_chunks + k) * (args.head_dim_v + 2);
-        const quant::attn::MergeStep step = quant::attn::merge_chunk(merge, p[0], p[1], device_exp);
+        const quant::attn::MergeStep step = quant::attn::merge_chunk(merge, p[0], p[1], DeviceExp{});
         if (step.skip) continue;
         a = step.take_only ? p[2 + d] : math::fma_f(a, step.keep, p[2 + d] * step.take);
     }
