@@ -18,6 +18,10 @@
 
 namespace tandem::testing {
 
+// A prompt that repeats itself, so that n-gram speculation has drafts to take.
+inline constexpr const char* kRepetitive =
+    "The cat sat on the mat. The dog sat on the log. The cat sat on the mat. The dog sat on the log. The cat sat on";
+
 // Upper critical value of chi-square with df degrees of freedom at the
 // normal quantile z (Wilson-Hilferty); z = 4.26: about 1e-5.
 inline double chi2_critical(int df, double z = 4.26) {

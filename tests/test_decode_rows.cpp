@@ -43,10 +43,10 @@ TEST(VecDot, DecodeRowsMatchRowKernels) {
         const Type at = cpu::activation_type(t);
         const size_t w_stride = row_size(t, n) + 32;  // rows apart by more than a row
         std::vector<uint8_t> w(w_stride * kRows);
-        const auto wq = quantize(t, random_floats(rng, static_cast<size_t>(kRows * n), 0.05f), kRows, n);
+        const auto wq = quantize(t, tandem::testing::random_floats(rng, static_cast<size_t>(kRows * n), 0.05f), kRows, n);
         for (int r = 0; r < kRows; ++r) std::memcpy(w.data() + w_stride * r, wq.data() + row_size(t, n) * r, row_size(t, n));
         std::vector<std::vector<uint8_t>> acts;
-        for (int k = 0; k < kTokens; ++k) acts.push_back(quantize(at, random_floats(rng, static_cast<size_t>(n)), 1, n));
+        for (int k = 0; k < kTokens; ++k) acts.push_back(quantize(at, tandem::testing::random_floats(rng, static_cast<size_t>(n)), 1, n));
         for (SimdLevel level : simd_levels()) {
             const std::string what = std::string(quant::traits(t).name) + " " + std::string(cpu::simd_level_name(level));
             const d::DotFn single = d::dot_kernel(t, level);
@@ -128,9 +128,9 @@ TEST(Matmul, SmallBatchesMatchSingleTokenBits) {
         for (int64_t n : {768, 9216, 864}) {
             if (n % block_elems(t) != 0) continue;
             for (int64_t n_rows : {5, 13, 77}) {
-                const auto wq = quantize(t, random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
+                const auto wq = quantize(t, tandem::testing::random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
                 const cpu::WeightView view{t, wq.data(), n_rows, n, row_size(t, n)};
-                const auto x = random_floats(rng, static_cast<size_t>(24 * n));
+                const auto x = tandem::testing::random_floats(rng, static_cast<size_t>(24 * n));
                 // The batch form's bits (the scalar reference's) by batch
                 // size, made on first use.
                 std::map<int64_t, std::vector<float>> batch_ref;
@@ -191,9 +191,9 @@ TEST(Matmul, DecodeRowsKernelsMatchSingleRowBits) {
         for (int64_t n : {224, 640, 2048, 8544, 11264, 34816}) {
             if (n % quant::traits(t).block_elems != 0) continue;
             for (int64_t n_rows : {1, 5, 8, 13, 16, 40}) {
-                const auto wq = quantize(t, random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
+                const auto wq = quantize(t, tandem::testing::random_floats(rng, static_cast<size_t>(n_rows * n), 0.05f), n_rows, n);
                 const cpu::WeightView view{t, wq.data(), n_rows, n, row_size(t, n)};
-                const auto x = random_floats(rng, static_cast<size_t>(n));
+                const auto x = tandem::testing::random_floats(rng, static_cast<size_t>(n));
                 cpu::ThreadPool pool(2, false);
                 std::vector<float> ref(static_cast<size_t>(n_rows)), y(ref.size());
                 cpu::matmul(view, x.data(), n, 1, ref.data(), n_rows, pool, SimdLevel::Scalar);

@@ -3,6 +3,7 @@
 // cleanly where it is absent.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <string>
@@ -14,6 +15,8 @@
 #include "runtime/common/error.h"
 
 namespace tandem::testing {
+
+inline constexpr uint64_t kGiB = uint64_t{1} << 30;
 
 inline std::filesystem::path test_data(const std::string& rel) {
     return std::filesystem::path(TANDEM_TEST_DATA_DIR) / rel;

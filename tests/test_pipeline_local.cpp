@@ -18,7 +18,7 @@ namespace {
 using tandem::BatchToken;
 using tandem::Session;
 using tandem::SessionOptions;
-using Model = tandem::testing::ServeModel;
+using tandem::testing::ServeModel;
 
 SessionOptions options(int64_t n_ctx, int n_stages, bool per_sequence = true) {
     SessionOptions o;
@@ -33,7 +33,7 @@ SessionOptions options(int64_t n_ctx, int n_stages, bool per_sequence = true) {
 }
 
 // Sequence s's prompt: n ids, different per sequence.
-std::vector<BatchToken> prompt_batch(const Model& m, int32_t s, int32_t n) {
+std::vector<BatchToken> prompt_batch(const ServeModel& m, int32_t s, int32_t n) {
     std::vector<BatchToken> b;
     for (int32_t i = 0; i < n; ++i) {
         b.push_back({static_cast<int32_t>((7 + 31 * s + 13 * i) % m.spec.hp.n_vocab), i, s, i + 1 == n});
@@ -81,7 +81,7 @@ Steps in_flight(Session& s, const std::vector<std::vector<BatchToken>>& batches,
 // Three prompts (several micro-batches each), then four decode steps of
 // two groups, {0, 1} and {2}, with fixed ids (what a group's step holds
 // depends only on its own earlier steps).
-void script(const Model& m, std::vector<std::vector<BatchToken>>& batches, std::vector<bool>& single) {
+void script(const ServeModel& m, std::vector<std::vector<BatchToken>>& batches, std::vector<bool>& single) {
     for (int32_t s = 0; s < 3; ++s) {
         batches.push_back(prompt_batch(m, s, 40));
         single.push_back(false);
@@ -96,7 +96,7 @@ void script(const Model& m, std::vector<std::vector<BatchToken>>& batches, std::
 }
 
 TEST(PipelineLocal, SubmitAndCollectWithoutAPipelineGiveEvalBits) {
-    Model m;
+    ServeModel m;
     std::vector<std::vector<BatchToken>> batches;
     std::vector<bool> single;
     script(m, batches, single);
@@ -119,7 +119,7 @@ TEST(PipelineLocal, SubmitAndCollectWithoutAPipelineGiveEvalBits) {
 }
 
 TEST(PipelineLocal, BatchesInFlightThroughStagesGiveOneSessionBits) {
-    Model m;
+    ServeModel m;
     ASSERT_GE(m.spec.hp.n_layer, 3) << "the test model needs a layer per stage";
     std::vector<std::vector<BatchToken>> batches;
     std::vector<bool> single;
@@ -140,7 +140,7 @@ TEST(PipelineLocal, BatchesInFlightThroughStagesGiveOneSessionBits) {
 }
 
 TEST(PipelineLocal, AFailedSubmitLeavesTheBatchesBeforeItCollectable) {
-    Model m;
+    ServeModel m;
     // One pool of 64 cells: a batch of 80 new positions fails at its fifth
     // micro-batch, after four went down the pipeline.
     Session one(m.file, m.spec, options(64, 1, false));
@@ -173,7 +173,7 @@ TEST(PipelineLocal, AFailedSubmitLeavesTheBatchesBeforeItCollectable) {
 TEST(PipelineLocal, ServedAnswersOverStagesEqualOneSessionAndStepsOverlap) {
     using tandem::serve::Scheduler;
     using tandem::serve::SchedulerOptions;
-    Model m;
+    ServeModel m;
     const std::vector<std::string> prompts = {
         "Once upon a time", "The quick brown fox jumps over the lazy dog and then",
         "In the beginning the universe was created. This has made a lot of people very angry and been widely",

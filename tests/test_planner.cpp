@@ -32,7 +32,7 @@ using tandem::testing::run_tandem;
 using tandem::testing::scratch_dir;
 using tandem::testing::shell_quote;
 
-constexpr uint64_t kGiB = 1ull << 30;
+using tandem::testing::kGiB;
 constexpr uint64_t kMiB = 1ull << 20;
 
 fs::path synth(const fs::path& dir, const std::string& shape, const std::string& type, const std::string& extra = "") {

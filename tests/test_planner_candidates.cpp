@@ -42,9 +42,9 @@ using tandem::testing::run_tandem;
 using tandem::testing::scratch_dir;
 using tandem::testing::shell_quote;
 
-constexpr uint64_t kGiB = 1ull << 30;
+using tandem::testing::kGiB;
 
-fs::path synth(const fs::path& dir, const std::string& name, const std::string& args) {
+fs::path synth_named(const fs::path& dir, const std::string& name, const std::string& args) {
     const fs::path out = dir / (name + ".gguf");
     const auto r = run_tandem("synth " + args + " -o " + shell_quote(out.string()), dir);
     EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -54,7 +54,7 @@ fs::path synth(const fs::path& dir, const std::string& name, const std::string& 
 // A small mixture of experts with weights, so that the core tests need
 // nothing from ../shared.
 fs::path small_moe(const fs::path& dir) {
-    return synth(dir, "moe-tiny",
+    return synth_named(dir, "moe-tiny",
                  "--shape moe-small --embd 256 --ff 512 --layers 4 --heads 4 --kv-heads 2 --vocab-size 8192 "
                  "--experts 8 --experts-used 2 --expert-ff 256 --type Q8_0");
 }
@@ -195,7 +195,7 @@ TEST(PlannerCandidatesVsLedger, SharedTinyModels) {
 // f16 cache, (a) wins on decode alone.
 TEST(PlannerCandidates, DecodeLeadLosesWhenItsPrefillOutweighs) {
     const auto dir = scratch_dir();
-    const auto path = synth(dir, "llama3-70b", "--shape llama3-70b --type Q4_K_M --header-only");
+    const auto path = synth_named(dir, "llama3-70b", "--shape llama3-70b --type Q4_K_M --header-only");
     const auto file = tandem::gguf::File::open(path);
     const auto spec = tandem::model::load_model_spec(file);
     PlanInputs in = all_candidates(24 * kGiB, 32768);
@@ -222,7 +222,7 @@ TEST(PlannerCandidates, DecodeLeadLosesWhenItsPrefillOutweighs) {
 TEST(PlannerCandidates, MoePresetsPickExpertsOverLayersAt12GiB) {
     const auto dir = scratch_dir();
     for (const char* shape : {"qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b", "llama3-70b"}) {
-        const auto path = synth(dir, shape, std::string("--shape ") + shape + " --type Q4_K_M --header-only");
+        const auto path = synth_named(dir, shape, std::string("--shape ") + shape + " --type Q4_K_M --header-only");
         const auto file = tandem::gguf::File::open(path);
         const auto spec = tandem::model::load_model_spec(file);
         const bool moe = spec.hp.n_expert > 0;
@@ -281,7 +281,7 @@ TEST(PlannerCandidates, ExplicitFlagsOverrideTheChoice) {
     const ScratchCache cache(dir);
     // 32 experts, 2 used: the experts are most of the bytes and little of
     // what a token reads, so a per-tensor candidate wins at some capacity.
-    const auto path = synth(dir, "moe-32",
+    const auto path = synth_named(dir, "moe-32",
                             "--shape moe-small --embd 256 --ff 512 --layers 4 --heads 4 --kv-heads 2 --vocab-size "
                             "8192 --experts 32 --experts-used 2 --expert-ff 256 --type Q8_0");
     const auto file = tandem::gguf::File::open(path);
@@ -406,7 +406,7 @@ TEST(PlannerCandidates, SizeFlagsNeedAUnit) {
         EXPECT_NE(e.find("8GiB"), std::string::npos) << bad << ": " << e;
     }
     const auto dir = scratch_dir();
-    const auto path = shell_quote(synth(dir, "llama3-8b", "--shape llama3-8b --header-only").string());
+    const auto path = shell_quote(synth_named(dir, "llama3-8b", "--shape llama3-8b --header-only").string());
     auto r = run_tandem("plan -m " + path + " --vram 8", dir);
     tandem::testing::expect_one_line_error(r, "unit");
     EXPECT_NE(r.err.find("8G"), std::string::npos) << r.err;
@@ -427,7 +427,7 @@ TEST(PlannerCandidates, SizeFlagsNeedAUnit) {
 // the JSON agrees.
 TEST(PlanCommand, HostRamShortIsADoesNotFit) {
     const auto dir = scratch_dir();
-    const auto path = shell_quote(synth(dir, "llama3-70b", "--shape llama3-70b --header-only").string());
+    const auto path = shell_quote(synth_named(dir, "llama3-70b", "--shape llama3-70b --header-only").string());
     auto r = run_tandem("plan -m " + path + " --vram 8G -c 4096 --host-ram 16GiB --json", dir);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto j = nlohmann::json::parse(r.out);

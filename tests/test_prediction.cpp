@@ -35,16 +35,16 @@ using tandem::testing::run_tandem;
 using tandem::testing::scratch_dir;
 using tandem::testing::shell_quote;
 
-constexpr uint64_t kGiB = 1ull << 30;
+using tandem::testing::kGiB;
 
 // A header-only synthetic model: its spec, with the file kept alive.
-struct Model {
+struct HeaderModel {
     tandem::gguf::File file;
     tandem::model::ModelSpec spec;
 };
 
 // flags: more synth flags (they change the shape, so the file is named by them too).
-std::unique_ptr<Model> header_model(const std::string& shape, const std::string& flags = "") {
+std::unique_ptr<HeaderModel> header_model(const std::string& shape, const std::string& flags = "") {
     const fs::path dir = scratch_dir();
     std::string tag;
     for (const char c : flags) tag += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -53,7 +53,7 @@ std::unique_ptr<Model> header_model(const std::string& shape, const std::string&
     EXPECT_EQ(r.exit_code, 0) << r.err;
     auto file = tandem::gguf::File::open(out);
     auto spec = tandem::model::load_model_spec(file);
-    return std::unique_ptr<Model>(new Model{std::move(file), std::move(spec)});
+    return std::unique_ptr<HeaderModel>(new HeaderModel{std::move(file), std::move(spec)});
 }
 
 // Inputs with every fixed cost zero, so a test sets the one it looks at.
@@ -73,7 +73,7 @@ pl::PlanInputs zero_cost_inputs(std::optional<uint64_t> capacity) {
     return in;
 }
 
-double seconds(const Model& m, const pl::PlanInputs& in, std::optional<int64_t> ngl, const pl::Workload& w) {
+double seconds(const HeaderModel& m, const pl::PlanInputs& in, std::optional<int64_t> ngl, const pl::Workload& w) {
     pl::PlanInputs forced = in;
     forced.ngl = ngl;
     const pl::Plan p = pl::plan(m.spec, forced);
@@ -81,7 +81,7 @@ double seconds(const Model& m, const pl::PlanInputs& in, std::optional<int64_t> 
 }
 
 // The change in predicted seconds when one cost goes from 0 to `value`.
-double delta(const Model& m, pl::PlanInputs in, std::optional<int64_t> ngl, const pl::Workload& w,
+double delta(const HeaderModel& m, pl::PlanInputs in, std::optional<int64_t> ngl, const pl::Workload& w,
              std::optional<double> pl::KernelCosts::*field, double value, bool device = false) {
     const double base = seconds(m, in, ngl, w);
     (device ? in.device_costs : in.host_costs).*field = value;
@@ -188,7 +188,7 @@ TEST(Prediction, NarrowRowsTakeTheNarrowRates) {
     const Type types[] = {Type::F32, Type::F16, Type::Q4_K, Type::Q5_K, Type::Q6_K, Type::Q8_0};
     // Rates so low that the products are nearly all the time there is (the
     // embedding rows and the attention still read at the bandwidth).
-    const auto ratio = [&](const Model& m, const pl::Workload& w) {
+    const auto ratio = [&](const HeaderModel& m, const pl::Workload& w) {
         auto in = zero_cost_inputs(std::nullopt);
         for (const Type t : types) {
             in.host_costs.matvec_gbps[t] = in.host_costs.matvec_cached_gbps[t] = 1e-3;
@@ -234,7 +234,7 @@ TEST(Prediction, EachMatrixTakesTheBatchRateAtItsOwnWidth) {
     ASSERT_GT(narrow_weights, 0.0);
     // A 32-token prompt's seconds with every width's rate 100 GFLOP/s but
     // `width`'s, which is `rate`.
-    const auto with_rate_at = [](const Model& model, int64_t width, double rate) {
+    const auto with_rate_at = [](const HeaderModel& model, int64_t width, double rate) {
         auto in = zero_cost_inputs(std::nullopt);
         for (const Type t : {Type::F32, Type::Q4_K, Type::Q6_K}) {
             in.host_costs.matvec_gbps[t] = in.host_costs.matvec_cached_gbps[t] = 1.0;

@@ -32,14 +32,14 @@ using tandem::quant::Type;
 
 // ---- search tables ---------------------------------------------------------------------------
 
-struct Grid {
+struct Iq2Grid {
     Type type;
     const uint64_t* values;
     int size;
     int nwant;  // distinct nearest distances each neighbour list holds
 };
 
-const Grid kGrids[] = {
+const Iq2Grid kGrids[] = {
     {Type::IQ2_XXS, iq::kIq2xxsGrid, 256, 2},
     {Type::IQ2_XS, iq::kIq2xsGrid, 512, 2},
     {Type::IQ2_S, iq::kIq2sGrid, 1024, 1},
@@ -75,7 +75,7 @@ int expected_position(Type t, uint8_t byte) {
 }
 
 TEST(QuantMakeIq2, SearchGridIsTheValueGridAsPositionsAndMapsToItself) {
-    for (const Grid& g : kGrids) {
+    for (const Iq2Grid& g : kGrids) {
         SCOPED_TRACE(static_cast<int>(g.type));
         const iq::Iq2Search& s = iq::iq2_search(g.type);
         ASSERT_EQ(s.grid.size(), static_cast<size_t>(g.size));
@@ -93,7 +93,7 @@ TEST(QuantMakeIq2, SearchGridIsTheValueGridAsPositionsAndMapsToItself) {
 }
 
 TEST(QuantMakeIq2, SearchNeighbourListsHoldTheNearestPointsInOrder) {
-    for (const Grid& g : kGrids) {
+    for (const Iq2Grid& g : kGrids) {
         SCOPED_TRACE(static_cast<int>(g.type));
         const iq::Iq2Search& s = iq::iq2_search(g.type);
         // Every key of levels 0..2 in all 8 coordinates must be covered.

@@ -36,7 +36,7 @@ using tandem::quant::Type;
 using QuantizeW = void (*)(const float*, void*, int64_t, const float*);
 using Dequantize = void (*)(const void*, float*, int64_t);
 
-struct Format {
+struct Iq3Format {
     const char* name;
     QuantizeW quantize;
     Dequantize dequantize;
@@ -46,30 +46,30 @@ struct Format {
 
 void mxfp4_w(const float* src, void* dst, int64_t n, const float*) { ref::quantize_row_mxfp4(src, dst, n); }
 
-const Format kIq3xxs{"IQ3_XXS", ref::quantize_row_iq3_xxs_w, ref::dequantize_row_iq3_xxs,
+const Iq3Format kIq3xxs{"IQ3_XXS", ref::quantize_row_iq3_xxs_w, ref::dequantize_row_iq3_xxs,
                      sizeof(tandem::quant::block_iq3_xxs), 256};
-const Format kIq3s{"IQ3_S", ref::quantize_row_iq3_s_w, ref::dequantize_row_iq3_s, sizeof(tandem::quant::block_iq3_s),
+const Iq3Format kIq3s{"IQ3_S", ref::quantize_row_iq3_s_w, ref::dequantize_row_iq3_s, sizeof(tandem::quant::block_iq3_s),
                    256};
-const Format kIq4nl{"IQ4_NL", ref::quantize_row_iq4_nl_w, ref::dequantize_row_iq4_nl,
+const Iq3Format kIq4nl{"IQ4_NL", ref::quantize_row_iq4_nl_w, ref::dequantize_row_iq4_nl,
                     sizeof(tandem::quant::block_iq4_nl), 32};
-const Format kIq4xs{"IQ4_XS", ref::quantize_row_iq4_xs_w, ref::dequantize_row_iq4_xs,
+const Iq3Format kIq4xs{"IQ4_XS", ref::quantize_row_iq4_xs_w, ref::dequantize_row_iq4_xs,
                     sizeof(tandem::quant::block_iq4_xs), 256};
-const Format kMxfp4{"MXFP4", mxfp4_w, ref::dequantize_row_mxfp4, sizeof(tandem::quant::block_mxfp4), 32};
+const Iq3Format kMxfp4{"MXFP4", mxfp4_w, ref::dequantize_row_mxfp4, sizeof(tandem::quant::block_mxfp4), 32};
 
-std::vector<uint8_t> quantize(const Format& f, const std::vector<float>& x, const float* qw) {
+std::vector<uint8_t> quantize(const Iq3Format& f, const std::vector<float>& x, const float* qw) {
     std::vector<uint8_t> q(x.size() / f.block_elems * f.block_bytes, 0xA5);
     f.quantize(x.data(), q.data(), static_cast<int64_t>(x.size()), qw);
     return q;
 }
 
-std::vector<float> roundtrip(const Format& f, const std::vector<float>& x, const float* qw) {
+std::vector<float> roundtrip(const Iq3Format& f, const std::vector<float>& x, const float* qw) {
     const std::vector<uint8_t> q = quantize(f, x, qw);
     std::vector<float> y(x.size());
     f.dequantize(q.data(), y.data(), static_cast<int64_t>(x.size()));
     return y;
 }
 
-std::vector<float> gaussian(std::mt19937& rng, size_t n, float sigma = 1.0f) {
+std::vector<float> gaussian_values(std::mt19937& rng, size_t n, float sigma = 1.0f) {
     std::normal_distribution<float> N(0.0f, sigma);
     std::vector<float> x(n);
     for (float& v : x) v = N(rng);
@@ -77,7 +77,7 @@ std::vector<float> gaussian(std::mt19937& rng, size_t n, float sigma = 1.0f) {
 }
 
 // Importance weights spread over about two orders of magnitude.
-std::vector<float> importance(std::mt19937& rng, size_t n) {
+std::vector<float> log_normal_importance(std::mt19937& rng, size_t n) {
     std::normal_distribution<float> N(0.0f, 1.5f);
     std::vector<float> w(n);
     for (float& v : w) v = std::exp(N(rng));
@@ -99,13 +99,13 @@ double weighted_sq_norm(const std::vector<float>& x, const std::vector<float>& w
 }
 
 // Mean relative squared error of gaussian rows of 1024.
-double mean_relative_error(const Format& f, bool with_weights, uint32_t seed) {
+double mean_relative_error(const Iq3Format& f, bool with_weights, uint32_t seed) {
     std::mt19937 rng(seed);
     double sum = 0;
     constexpr int kRows = 20;
     for (int r = 0; r < kRows; ++r) {
-        const std::vector<float> x = gaussian(rng, 1024);
-        const std::vector<float> w = with_weights ? importance(rng, x.size()) : std::vector<float>{};
+        const std::vector<float> x = gaussian_values(rng, 1024);
+        const std::vector<float> w = with_weights ? log_normal_importance(rng, x.size()) : std::vector<float>{};
         const std::vector<float> y = roundtrip(f, x, w.empty() ? nullptr : w.data());
         sum += weighted_sq_error(x, y, w) / weighted_sq_norm(x, w);
     }
@@ -115,12 +115,12 @@ double mean_relative_error(const Format& f, bool with_weights, uint32_t seed) {
 // Over many rows: the importance-weighted error with the weights passed
 // is below `ratio` times the same error when the quantizer is given none
 // (measured: 0.35 IQ3_XXS, 0.41 IQ3_S, 0.68 IQ4_NL, 0.75 IQ4_XS).
-void expect_weights_help(const Format& f, uint32_t seed, double ratio) {
+void expect_weights_help(const Iq3Format& f, uint32_t seed, double ratio) {
     std::mt19937 rng(seed);
     double with = 0, without = 0;
     for (int r = 0; r < 20; ++r) {
-        const std::vector<float> x = gaussian(rng, 512);
-        const std::vector<float> w = importance(rng, x.size());
+        const std::vector<float> x = gaussian_values(rng, 512);
+        const std::vector<float> w = log_normal_importance(rng, x.size());
         with += weighted_sq_error(x, roundtrip(f, x, w.data()), w);
         without += weighted_sq_error(x, roundtrip(f, x, nullptr), w);
     }
@@ -130,11 +130,11 @@ void expect_weights_help(const Format& f, uint32_t seed, double ratio) {
 // Over many rows: column 5 of every 32 has a smaller error when its weight
 // is 1000 times the others' than with uniform weights (measured: 0.05 to
 // 0.11 times as large).
-void expect_heavy_column_wins(const Format& f, uint32_t seed) {
+void expect_heavy_column_wins(const Iq3Format& f, uint32_t seed) {
     std::mt19937 rng(seed);
     double heavy = 0, uniform = 0;
     for (int r = 0; r < 20; ++r) {
-        const std::vector<float> x = gaussian(rng, 512);
+        const std::vector<float> x = gaussian_values(rng, 512);
         std::vector<float> w(x.size(), 1.0f);
         const std::vector<float> y_uniform = roundtrip(f, x, w.data());
         for (size_t i = 5; i < w.size(); i += 32) w[i] = 1000.0f;
@@ -149,10 +149,10 @@ void expect_heavy_column_wins(const Format& f, uint32_t seed) {
 
 // A row of several blocks quantizes to the concatenation of its blocks
 // quantized alone (and twice to the same bytes).
-void expect_blocks_independent(const Format& f, uint32_t seed) {
+void expect_blocks_independent(const Iq3Format& f, uint32_t seed) {
     std::mt19937 rng(seed);
-    const std::vector<float> x = gaussian(rng, 1024);
-    const std::vector<float> w = importance(rng, x.size());
+    const std::vector<float> x = gaussian_values(rng, 1024);
+    const std::vector<float> w = log_normal_importance(rng, x.size());
     for (const float* qw : {static_cast<const float*>(nullptr), w.data()}) {
         const std::vector<uint8_t> whole = quantize(f, x, qw);
         EXPECT_EQ(whole, quantize(f, x, qw)) << f.name;
@@ -167,10 +167,10 @@ void expect_blocks_independent(const Format& f, uint32_t seed) {
 // Multiplying a row (and nothing else) by 4 gives the same codes and a
 // scale 4 times as large: every step of the search is invariant under an
 // exact power-of-two scaling.
-void expect_scaling_invariance(const Format& f, uint32_t seed) {
+void expect_scaling_invariance(const Iq3Format& f, uint32_t seed) {
     std::mt19937 rng(seed);
-    const std::vector<float> x = gaussian(rng, 512);
-    const std::vector<float> w = importance(rng, x.size());
+    const std::vector<float> x = gaussian_values(rng, 512);
+    const std::vector<float> w = log_normal_importance(rng, x.size());
     std::vector<float> x4 = x;
     for (float& v : x4) v *= 4.0f;
     for (const float* qw : {static_cast<const float*>(nullptr), w.data()}) {
@@ -180,7 +180,7 @@ void expect_scaling_invariance(const Format& f, uint32_t seed) {
     }
 }
 
-void expect_zero_row(const Format& f) {
+void expect_zero_row(const Iq3Format& f) {
     const std::vector<float> x(512, 0.0f);
     const std::vector<float> w(x.size(), 1.0f);
     for (const float* qw : {static_cast<const float*>(nullptr), w.data()}) {
@@ -323,7 +323,7 @@ TEST(QuantMakeIq3, AllZeroRowIsZero) {
     expect_zero_row(kIq3xxs);
     expect_zero_row(kIq3s);
     const std::vector<float> x(256, 0.0f);
-    for (const Format* f : {&kIq3xxs, &kIq3s}) {
+    for (const Iq3Format* f : {&kIq3xxs, &kIq3s}) {
         for (uint8_t b : quantize(*f, x, nullptr)) ASSERT_EQ(b, 0) << f->name;
     }
 }
@@ -417,8 +417,8 @@ TEST(QuantMakeIq3, Iq3xxsKeepsLatticeRows) {
 // IQ3_S stores all 8 signs: negating the row negates the output exactly.
 TEST(QuantMakeIq3, Iq3sNegationNegatesOutput) {
     std::mt19937 rng(15);
-    const std::vector<float> x = gaussian(rng, 512);
-    const std::vector<float> w = importance(rng, x.size());
+    const std::vector<float> x = gaussian_values(rng, 512);
+    const std::vector<float> w = log_normal_importance(rng, x.size());
     std::vector<float> neg = x;
     for (float& v : neg) v = -v;
     const std::vector<float> y = roundtrip(kIq3s, x, w.data());
@@ -470,7 +470,7 @@ TEST(QuantMakeIq4, ErrorBelowBoundAndBelowNaive) {
     std::mt19937 rng(25);
     double ours = 0, naive = 0;
     for (int r = 0; r < 20; ++r) {
-        const std::vector<float> x = gaussian(rng, 512);
+        const std::vector<float> x = gaussian_values(rng, 512);
         ours += weighted_sq_error(x, roundtrip(kIq4nl, x, nullptr), {});
         naive += naive_iq4nl_error(x, {});
     }
@@ -509,8 +509,8 @@ TEST(QuantMakeIq4, ReproducesTableRowsExactly) {
     const float d = 1.0f / 64;
     std::vector<float> x(512);
     for (size_t j = 0; j < x.size(); ++j) x[j] = d * static_cast<float>(iq::iq4nl_value(j % 32 == 3 ? 0 : rng() % 16));
-    const std::vector<float> w = importance(rng, x.size());
-    for (const Format* f : {&kIq4nl, &kIq4xs}) {
+    const std::vector<float> w = log_normal_importance(rng, x.size());
+    for (const Iq3Format* f : {&kIq4nl, &kIq4xs}) {
         for (const float* qw : {static_cast<const float*>(nullptr), w.data()}) {
             const std::vector<float> y = roundtrip(*f, x, qw);
             for (size_t j = 0; j < x.size(); ++j) ASSERT_EQ(y[j], x[j]) << f->name << " element " << j;

@@ -154,7 +154,7 @@ TEST(ServeRequests, ValuesAreTaken) {
 
 // ---- Scheduler on the tiny model
 
-using Model = tandem::testing::ServeModel;
+using tandem::testing::ServeModel;
 using Result = tandem::testing::ServeResult;
 using tandem::testing::collect;
 using tandem::testing::plain_greedy;
@@ -164,7 +164,7 @@ GenerationRequest greedy(const std::vector<int32_t>& prompt, int64_t n) {
 }
 
 TEST(ServeScheduler, OneRequestMatchesPlainGreedyDecoding) {
-    Model m;
+    ServeModel m;
     auto s = m.session(1);
     Scheduler sched(*s, m.tok, SchedulerOptions{1, 0, 64});
     sched.start();
@@ -177,7 +177,7 @@ TEST(ServeScheduler, OneRequestMatchesPlainGreedyDecoding) {
 }
 
 TEST(ServeScheduler, ParallelRequestsEachGiveWhatTheyGiveAlone) {
-    Model m;
+    ServeModel m;
     const std::vector<std::string> prompts = {"Once upon a time", "The capital of France is", "1, 2, 3, 4,",
                                               "A long time ago in a galaxy", "Hello", "The quick brown fox"};
     std::vector<std::string> alone;
@@ -200,7 +200,7 @@ TEST(ServeScheduler, ParallelRequestsEachGiveWhatTheyGiveAlone) {
 }
 
 TEST(ServeScheduler, ASecondTurnReusesTheCachedPrefix) {
-    Model m;
+    ServeModel m;
     auto s = m.session(2);
     Scheduler sched(*s, m.tok, SchedulerOptions{2, 0, 64});
     sched.start();
@@ -223,7 +223,7 @@ TEST(ServeScheduler, ASecondTurnReusesTheCachedPrefix) {
 }
 
 TEST(ServeScheduler, CancelledJobFreesItsSlotAndTheNextOneRuns) {
-    Model m;
+    ServeModel m;
     auto s = m.session(1);
     Scheduler sched(*s, m.tok, SchedulerOptions{1, 0, 64});
     sched.start();
@@ -246,7 +246,7 @@ TEST(ServeScheduler, CancelledJobFreesItsSlotAndTheNextOneRuns) {
 // before every step: a prompt being evaluated stops between two chunks, and
 // the slot goes to the next request.
 TEST(ServeScheduler, AGoneClientStopsItsPromptBetweenChunks) {
-    Model m;
+    ServeModel m;
     auto s = m.session(1);
     const int64_t chunk = 16;
     Scheduler sched(*s, m.tok, SchedulerOptions{1, 0, chunk});
@@ -269,7 +269,7 @@ TEST(ServeScheduler, AGoneClientStopsItsPromptBetweenChunks) {
 }
 
 TEST(ServeScheduler, AGoneClientFreesItsSlotBetweenDecodeSteps) {
-    Model m;
+    ServeModel m;
     auto s = m.session(1);
     Scheduler sched(*s, m.tok, SchedulerOptions{1, 0, 64});
     sched.start();
@@ -301,7 +301,7 @@ TEST(ServeScheduler, AGoneClientFreesItsSlotBetweenDecodeSteps) {
 // SIGTERM's path: a running job ends with its text as a reply cut by its
 // limit, so a stream gets its last chunk; a waiting one is cancelled.
 TEST(ServeScheduler, StopEndsRunningJobsWithWhatTheyHaveAndCancelsWaitingOnes) {
-    Model m;
+    ServeModel m;
     auto s = m.session(1);
     Scheduler sched(*s, m.tok, SchedulerOptions{1, 0, 64});
     sched.start();
@@ -321,7 +321,7 @@ TEST(ServeScheduler, StopEndsRunningJobsWithWhatTheyHaveAndCancelsWaitingOnes) {
 }
 
 TEST(ServeScheduler, StopsAtTheSlotContextAndRefusesAPromptThatFillsIt) {
-    Model m;
+    ServeModel m;
     auto s = m.session(2, 128);  // 64 positions a slot
     Scheduler sched(*s, m.tok, SchedulerOptions{2, 0, 64});
     sched.start();
@@ -338,7 +338,7 @@ TEST(ServeScheduler, StopsAtTheSlotContextAndRefusesAPromptThatFillsIt) {
 }
 
 TEST(ServeScheduler, StopStringsEndTheTextBeforeThem) {
-    Model m;
+    ServeModel m;
     const auto prompt = m.tok.encode("Once upon a time", true);
     const std::string full = plain_greedy(m, prompt, 30);
     ASSERT_GT(full.size(), 12u);
@@ -415,7 +415,7 @@ namespace {
 // it (each alone, several at once, a prompt in chunks beside them), the
 // repetitive ones in fewer steps: drafts are proposed and most kept.
 TEST(ServeScheduler, NgramSpeculationGivesThePlainTextInFewerSteps) {
-    Model m;
+    ServeModel m;
     const std::vector<std::string> prompts = {
         "The cat sat on the mat. The dog sat on the log. The cat sat on the mat. The dog sat on the log. The cat",
         "1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 1, 2,", "Once upon a time", "Hello"};

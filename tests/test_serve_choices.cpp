@@ -24,7 +24,7 @@ using tandem::serve::GenerationRequest;
 using tandem::serve::Job;
 using tandem::serve::Scheduler;
 using tandem::serve::SchedulerOptions;
-using Model = tandem::testing::ServeModel;
+using tandem::testing::ServeModel;
 
 struct Choice {
     std::string text;
@@ -62,7 +62,7 @@ GenerationRequest sampling_request(const std::vector<int32_t>& prompt, int64_t n
 }
 
 TEST(ServeChoices, GreedyChoicesAreEqualAndThePromptIsEvaluatedOnce) {
-    Model m;
+    ServeModel m;
     auto s = m.session(4);
     Scheduler sched(*s, m.tok, SchedulerOptions{4, 0, 64});
     sched.start();
@@ -88,7 +88,7 @@ TEST(ServeChoices, GreedyChoicesAreEqualAndThePromptIsEvaluatedOnce) {
 }
 
 TEST(ServeChoices, ChoiceIIsWhatARequestWithSeedPlusIGives) {
-    Model m;
+    ServeModel m;
     auto s = m.session(3);
     Scheduler sched(*s, m.tok, SchedulerOptions{3, 0, 64});
     sched.start();
@@ -110,7 +110,7 @@ TEST(ServeChoices, ChoiceIIsWhatARequestWithSeedPlusIGives) {
 // the free slot before it (it would starve the larger one). Once the long
 // one ends, both run.
 TEST(ServeChoices, ARequestWaitsForAllItsSlotsAndIsNotOvertaken) {
-    Model m;
+    ServeModel m;
     auto s = m.session(2);
     Scheduler sched(*s, m.tok, SchedulerOptions{2, 0, 64});
     sched.start();
@@ -141,7 +141,7 @@ TEST(ServeChoices, ARequestWaitsForAllItsSlotsAndIsNotOvertaken) {
 }
 
 TEST(ServeChoices, TooManyChoicesAndCancellationEndEveryChoice) {
-    Model m;
+    ServeModel m;
     auto s = m.session(2);
     Scheduler sched(*s, m.tok, SchedulerOptions{2, 0, 64});
     sched.start();

@@ -21,7 +21,7 @@ using tandem::serve::ApiError;
 using tandem::serve::parse_ollama_chat;
 using tandem::serve::parse_ollama_generate;
 
-const json kHi = json::array({{{"role", "user"}, {"content", "hi"}}});
+const json kOllamaHi = json::array({{{"role", "user"}, {"content", "hi"}}});
 
 std::string refused(const json& body, bool chat) {
     try {
@@ -36,7 +36,7 @@ std::string refused(const json& body, bool chat) {
 
 TEST(ServeOllama, OptionsMapOntoTheSamplerAndUnknownOnesAreIgnored) {
     const json body = {{"model", "smollm2"},
-                       {"messages", kHi},
+                       {"messages", kOllamaHi},
                        {"options",
                         {{"temperature", 0},
                          {"top_k", 5},
@@ -69,10 +69,10 @@ TEST(ServeOllama, OptionsMapOntoTheSamplerAndUnknownOnesAreIgnored) {
     ASSERT_EQ(r.messages.size(), 1u);
     EXPECT_EQ(r.messages[0].content, "hi");
     for (int n : {-1, -2}) {
-        EXPECT_FALSE(parse_ollama_chat({{"messages", kHi}, {"options", {{"num_predict", n}}}}, 1).params.max_tokens);
+        EXPECT_FALSE(parse_ollama_chat({{"messages", kOllamaHi}, {"options", {{"num_predict", n}}}}, 1).params.max_tokens);
     }
-    EXPECT_FALSE(parse_ollama_chat({{"messages", kHi}, {"stream", false}}, 1).params.stream);
-    EXPECT_EQ(parse_ollama_chat({{"messages", kHi}}, 3).params.sampling.seed, 3u);  // the server's draw
+    EXPECT_FALSE(parse_ollama_chat({{"messages", kOllamaHi}, {"stream", false}}, 1).params.stream);
+    EXPECT_EQ(parse_ollama_chat({{"messages", kOllamaHi}}, 3).params.sampling.seed, 3u);  // the server's draw
 }
 
 TEST(ServeOllama, GenerateIsAChatOfSystemAndPromptUnlessRaw) {
@@ -107,19 +107,19 @@ TEST(ServeOllama, EachBadOrUnsupportedFieldIsNamed) {
         {{{"messages", json::array({{{"role", "wizard"}, {"content", "x"}}})}}, true, "messages[0].role"},
         {{{"messages", json::array({{{"role", "user"}, {"content", "x"}, {"images", json::array({"iVBOR"})}}})}},
          true, "messages[0].images"},
-        {{{"messages", kHi}, {"tools", json::array({json::object()})}}, true, "tools"},
-        {{{"messages", kHi}, {"format", "json"}}, true, "format"},
-        {{{"messages", kHi}, {"format", {{"type", "object"}}}}, true, "format"},
-        {{{"messages", kHi}, {"stream", "yes"}}, true, "stream"},
-        {{{"messages", kHi}, {"model", 3}}, true, "model"},
-        {{{"messages", kHi}, {"options", "hot"}}, true, "options"},
-        {{{"messages", kHi}, {"options", {{"temperature", "hot"}}}}, true, "options.temperature"},
-        {{{"messages", kHi}, {"options", {{"num_predict", 0}}}}, true, "options.num_predict"},
-        {{{"messages", kHi}, {"options", {{"num_predict", 1.5}}}}, true, "options.num_predict"},
-        {{{"messages", kHi}, {"options", {{"top_p", 0}}}}, true, "options.top_p"},
-        {{{"messages", kHi}, {"options", {{"presence_penalty", 2.5}}}}, true, "options.presence_penalty"},
-        {{{"messages", kHi}, {"options", {{"frequency_penalty", "lots"}}}}, true, "options.frequency_penalty"},
-        {{{"messages", kHi}, {"options", {{"stop", json::array({"a", 1})}}}}, true, "options.stop[1]"},
+        {{{"messages", kOllamaHi}, {"tools", json::array({json::object()})}}, true, "tools"},
+        {{{"messages", kOllamaHi}, {"format", "json"}}, true, "format"},
+        {{{"messages", kOllamaHi}, {"format", {{"type", "object"}}}}, true, "format"},
+        {{{"messages", kOllamaHi}, {"stream", "yes"}}, true, "stream"},
+        {{{"messages", kOllamaHi}, {"model", 3}}, true, "model"},
+        {{{"messages", kOllamaHi}, {"options", "hot"}}, true, "options"},
+        {{{"messages", kOllamaHi}, {"options", {{"temperature", "hot"}}}}, true, "options.temperature"},
+        {{{"messages", kOllamaHi}, {"options", {{"num_predict", 0}}}}, true, "options.num_predict"},
+        {{{"messages", kOllamaHi}, {"options", {{"num_predict", 1.5}}}}, true, "options.num_predict"},
+        {{{"messages", kOllamaHi}, {"options", {{"top_p", 0}}}}, true, "options.top_p"},
+        {{{"messages", kOllamaHi}, {"options", {{"presence_penalty", 2.5}}}}, true, "options.presence_penalty"},
+        {{{"messages", kOllamaHi}, {"options", {{"frequency_penalty", "lots"}}}}, true, "options.frequency_penalty"},
+        {{{"messages", kOllamaHi}, {"options", {{"stop", json::array({"a", 1})}}}}, true, "options.stop[1]"},
         {{{"prompt", 5}}, false, "prompt"},
         {{{"prompt", "x"}, {"template", "{{ .Prompt }}"}}, false, "template"},
         {{{"prompt", "x"}, {"raw", true}, {"system", "s"}}, false, "system"},
@@ -133,7 +133,7 @@ TEST(ServeOllama, EachBadOrUnsupportedFieldIsNamed) {
         EXPECT_EQ(e.rfind(c.param + ": ", 0), 0u) << c.body.dump() << " -> " << e;
     }
     // Empty values of the refused fields are no request for them.
-    EXPECT_EQ(refused({{"messages", kHi}, {"format", ""}, {"tools", json::array()}}, true), "<accepted>");
+    EXPECT_EQ(refused({{"messages", kOllamaHi}, {"format", ""}, {"tools", json::array()}}, true), "<accepted>");
     EXPECT_EQ(refused({{"prompt", "x"}, {"context", json::array()}, {"images", nullptr}, {"template", ""}}, false),
               "<accepted>");
 }

@@ -46,6 +46,7 @@ using tandem::testing::collect;
 using tandem::testing::contains;
 using tandem::testing::ServeModel;
 using tandem::testing::ServeResult;
+using tandem::testing::kRepetitive;
 using tandem::testing::shell_quote;
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -54,8 +55,6 @@ constexpr bool kSanitized = true;  // ASan runs the model ~10x slower: shorter r
 constexpr bool kSanitized = false;
 #endif
 
-const char* kRepetitive =
-    "The cat sat on the mat. The dog sat on the log. The cat sat on the mat. The dog sat on the log. The cat sat on";
 
 // A draft model beside `target` as `serve -md` opens it: a sequence per
 // slot, the one-token order.

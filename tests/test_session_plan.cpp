@@ -39,7 +39,7 @@ const HeaderOnly& llama_1b() {
     return m;
 }
 
-constexpr uint64_t kGiB = uint64_t{1} << 30;
+using tandem::testing::kGiB;
 
 TEST(SessionPlan, CpuOnlyPutsEverythingOnTheHost) {
     const HeaderOnly& m = llama_1b();

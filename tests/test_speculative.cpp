@@ -35,6 +35,7 @@ using tandem::testing::chi2_critical;
 using tandem::testing::chi2_two_sample;
 using tandem::SamplerParams;
 using tandem::testing::contains;
+using tandem::testing::kRepetitive;
 using tandem::testing::error_of;
 using tandem::testing::run_tandem;
 using tandem::testing::shell_quote;
@@ -308,8 +309,6 @@ SamplerParams greedy() {
     return sp;
 }
 
-const char* kRepetitive =
-    "The cat sat on the mat. The dog sat on the log. The cat sat on the mat. The dog sat on the log. The cat sat on";
 
 TEST(SpecGreedy, NgramGivesThePlainTokens) {
     if (exact_model().empty()) GTEST_SKIP() << "../shared/models/tiny-llama-Q8_0.gguf not found";

@@ -143,10 +143,8 @@ void check_output_path(const ImatrixOptions& o) {
     if (fs::is_directory(out, ec)) throw Error(fmt::format("-o {}: expected a file, found a directory", o.out_file));
 }
 
-std::string read_text(const std::string& path) {
-    std::string text = read_text_input(path, "text file");
-    // llama.cpp's -f drops one trailing newline.
-    if (!text.empty() && text.back() == '\n') text.pop_back();
+std::string read_calibration_text(const std::string& path) {
+    std::string text = read_llama_text_file(path);
     if (text.empty()) throw Error(fmt::format("{}: expected a calibration text, found an empty file", path));
     return text;
 }
@@ -259,7 +257,7 @@ void imatrix_command(const ImatrixOptions& o) {
         return;
     }
     output.datasets.push_back(o.text_file);
-    const std::string text = read_text(o.text_file);
+    const std::string text = read_calibration_text(o.text_file);
     if (!o.n_gpu_layers.empty()) warn_on_stderr("imatrix: -ngl ignored: the importance matrix is computed on the CPU");
 
     const gguf::File file = gguf::File::open(o.model);

@@ -83,7 +83,6 @@ Summary summarize(const gguf::File& f) {
 
 std::string type_name(quant::Type t) { return std::string(quant::traits(t).name); }
 
-std::string shape_string(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 std::string human_bytes(uint64_t n) {
     const double d = static_cast<double>(n);
@@ -242,14 +241,14 @@ void print_tensor_table(const gguf::File& f) {
     size_t name_w = 4, shape_w = 5;
     for (const auto& t : f.tensors()) {
         name_w = std::max(name_w, t.name.size());
-        shape_w = std::max(shape_w, shape_string(t.shape).size());
+        shape_w = std::max(shape_w, gguf::shape_string(t.shape).size());
     }
     fmt::print("\ntensors ({}):\n", f.tensors().size());
     fmt::print("  {:>4}  {:<{}}  {:<{}}  {:<5}  {:>14}  {:>14}\n", "#", "name", name_w, "shape", shape_w, "type",
                "bytes", "offset");
     size_t i = 0;
     for (const auto& t : f.tensors()) {
-        fmt::print("  {:>4}  {:<{}}  {:<{}}  {:<5}  {:>14}  {:>#14x}\n", i++, t.name, name_w, shape_string(t.shape),
+        fmt::print("  {:>4}  {:<{}}  {:<{}}  {:<5}  {:>14}  {:>#14x}\n", i++, t.name, name_w, gguf::shape_string(t.shape),
                    shape_w, type_name(t.type), t.n_bytes, f.data_offset() + t.offset);
     }
 }

@@ -53,14 +53,6 @@ struct PerplexityOptions : SplitFlags {
     bool json = false;
 };
 
-std::string read_text(const std::string& path) {
-    std::string text = read_text_input(path, "text file");
-    // llama.cpp's -f drops one trailing newline; so do we, or the token
-    // count (and at a chunk boundary the chunk count) would differ from it.
-    if (!text.empty() && text.back() == '\n') text.pop_back();
-    return text;
-}
-
 void perplexity(const PerplexityOptions& o) {
     // Cheap checks first, so bad flags fail before the model is loaded.
     if (o.n_ctx < ppl::kMinContext) {
@@ -69,7 +61,7 @@ void perplexity(const PerplexityOptions& o) {
     if (o.n_batch <= 0) throw Error(fmt::format("-b: expected a positive batch size, found {}", o.n_batch));
     if (o.chunks < 0) throw Error(fmt::format("--chunks: expected a count >= 0, found {}", o.chunks));
     const ppl::RowType row_type = ppl::parse_row_type(o.save_logits_type);
-    const std::string text = read_text(o.text_file);
+    const std::string text = read_llama_text_file(o.text_file);
 
     const gguf::File file = gguf::File::open(o.model);
     const model::ModelSpec spec = model::load_model_spec(file);

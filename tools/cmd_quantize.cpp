@@ -285,11 +285,6 @@ void write_model(const gguf::File& file, const Options& opt, quant::FileType ft,
     writer.finish();
 }
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-    std::string s;
-    for (int64_t d : shape) s += (s.empty() ? "" : ", ") + std::to_string(d);
-    return "[" + s + "]";
-}
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
@@ -337,7 +332,7 @@ void print_summary(const gguf::File& file, const Options& opt, quant::FileType f
     if (opt.dry_run) {
         for (const auto& p : plan) {
             fmt::print("{:<36} {:<20} {:>5} -> {:<5} {:9.2f} MiB -> {:9.2f} MiB\n", p.info->name,
-                       shape_string(p.info->shape), quant::traits(p.info->type).name, quant::traits(p.type).name,
+                       gguf::shape_string(p.info->shape), quant::traits(p.info->type).name, quant::traits(p.type).name,
                        static_cast<double>(p.info->n_bytes) / kMiB, static_cast<double>(p.bytes) / kMiB);
         }
     }

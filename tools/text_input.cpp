@@ -15,6 +15,12 @@
 
 namespace tandem::tools {
 
+std::string read_llama_text_file(const std::string& path) {
+    std::string text = read_text_input(path, "text file");
+    if (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+}
+
 uint64_t max_text_bytes() {
     constexpr uint64_t kDefaultMiB = 64;
     const char* env = std::getenv("TANDEM_MAX_TEXT_MB");

@@ -16,4 +16,9 @@ uint64_t max_text_bytes();
 // ("prompt file"). Throws tandem::Error naming the path and why.
 std::string read_text_input(const std::string& path, const char* what);
 
+// A text file as llama.cpp's -f reads it for perplexity and imatrix:
+// read_text_input, less one trailing newline (or token counts, and at a
+// chunk boundary the chunk count, would differ from llama.cpp's).
+std::string read_llama_text_file(const std::string& path);
+
 }  // namespace tandem::tools

@@ -14,6 +14,12 @@ int64_t TensorInfo::n_rows() const {
     return rows;
 }
 
+std::string shape_string(const std::vector<int64_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+}
+
 struct File::Impl {
     std::string name;
     MappedFile storage;  // empty for from_bytes: the caller owns the bytes

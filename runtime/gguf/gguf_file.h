@@ -43,6 +43,9 @@ struct TensorInfo {
     int64_t n_rows() const;     // product of shape[1..]
 };
 
+// A shape as messages and listings print it: "[4096, 32000]", ne[0] first.
+std::string shape_string(const std::vector<int64_t>& shape);
+
 enum class LoadMode {
     Mmap,            // map the file; pages come in on first touch
     ReadIntoMemory,  // read the whole file into an owned buffer

@@ -11,12 +11,6 @@
 namespace tandem::model {
 namespace {
 
-std::string shape_string(const std::vector<int64_t>& shape) {
-    std::string s = "[";
-    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-    return s + "]";
-}
-
 // Checks a bound tensor's shape against its rule. Trailing 1s are allowed
 // (some writers store vectors as [n, 1]).
 void check_shape(const gguf::TensorInfo& t, const TensorRule& rule, const HParams& hp) {
@@ -29,7 +23,7 @@ void check_shape(const gguf::TensorInfo& t, const TensorRule& rule, const HParam
     if (!ok) {
         const std::string want = rule.ne2 == Dim::One ? fmt::format("[{}, {}]", ne[0], ne[1])
                                                       : fmt::format("[{}, {}, {}]", ne[0], ne[1], ne[2]);
-        throw Error(fmt::format("model: tensor '{}': expected shape {}, found {}", t.name, want, shape_string(t.shape)));
+        throw Error(fmt::format("model: tensor '{}': expected shape {}, found {}", t.name, want, gguf::shape_string(t.shape)));
     }
     const quant::TypeTraits& tr = quant::traits(t.type);
     if (tr.is_activation_only) {
