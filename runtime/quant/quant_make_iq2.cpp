@@ -40,10 +40,10 @@
 namespace tandem::quant::ref {
 namespace {
 
+using detail::kGroupMaxEps;  // IQ2_XXS, IQ2_XS: smaller chunks are zero
 using detail::nearest_int;
 
 constexpr int kMaxQ = 3;                // levels 0..kMaxQ-1, positions 1, 3, 5
-constexpr float kGroupMaxEps = 1e-15f;  // IQ2_XXS, IQ2_XS: smaller chunks are zero
 constexpr float kIq2sMaxEps = 1e-8f;    // IQ2_S
 constexpr int kMaxChunk = 32;
 

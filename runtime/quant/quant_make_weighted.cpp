@@ -45,6 +45,7 @@
 namespace tandem::quant::ref {
 namespace {
 
+using detail::check_multiple;
 using detail::get_scale_min_k4;
 using detail::get_scale_q3_K;
 using detail::kGroupMaxEps;
@@ -53,7 +54,6 @@ using detail::nearest_int;
 using detail::pack_2bit;
 using detail::sum_of_squares;
 
-void check_multiple(int64_t n, int qk) { TANDEM_CHECK(n % qk == 0, "row length not a multiple of the block size"); }
 
 // ---- shared pieces ------------------------------------------------------------
 

@@ -39,6 +39,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/common/ascii.h"
 #include "runtime/common/error.h"
 #include "runtime/model/model_shapes.h"
 
@@ -87,11 +88,6 @@ constexpr std::array kMixes = {
     MixInfo{FileType::ALL_F32, "F32", Type::F32, "32 bpw, no quantization"},
 };
 
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
-}
 
 bool contains(std::string_view s, std::string_view part) { return s.find(part) != std::string_view::npos; }
 
@@ -356,7 +352,7 @@ std::span<const MixInfo> all_mixes() { return kMixes; }
 
 std::optional<FileType> file_type_from_name(std::string_view name) {
     for (const auto& m : kMixes) {
-        if (iequals(m.name, name)) return m.file_type;
+        if (iequals_ascii(m.name, name)) return m.file_type;
     }
     return std::nullopt;
 }

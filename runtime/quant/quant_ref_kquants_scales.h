@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "runtime/common/error.h"
 #include "runtime/quant/quant_blocks.h"
 
 namespace tandem::quant::ref::detail {
@@ -17,6 +18,11 @@ namespace tandem::quant::ref::detail {
 // Groups whose largest magnitude is below this are stored as all zeros:
 // 1/max would overflow and nothing representable is lost.
 inline constexpr float kGroupMaxEps = 1e-15f;
+
+// A row of n elements must hold whole blocks of qk.
+inline void check_multiple(int64_t n, int qk) {
+    TANDEM_CHECK(n % qk == 0, "row length not a multiple of the block size");
+}
 
 // Round to nearest, ties to even, as ggml's nearest_int does. Adding
 // 1.5 * 2^23 pushes the fraction bits out of the float's mantissa, so the

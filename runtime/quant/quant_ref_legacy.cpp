@@ -20,6 +20,7 @@
 #include "runtime/quant/quant_blocks.h"
 #include "runtime/quant/quant_ref.h"
 #include "runtime/quant/quant_ref_element.h"
+#include "runtime/quant/quant_ref_kquants_scales.h"
 
 namespace tandem::quant::ref {
 namespace {
@@ -35,7 +36,7 @@ uint32_t load_qh(const uint8_t* qh) {
     return v;
 }
 
-void check_multiple(int64_t n, int qk) { TANDEM_CHECK(n % qk == 0, "row length not a multiple of the block size"); }
+using detail::check_multiple;
 
 // A row of 32-element blocks, each by its shared core (quant_ref_element.h,
 // which the CUDA KV cache runs too).

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <string>
 
+#include "runtime/common/ascii.h"
 #include "runtime/common/error.h"
 #include "runtime/quant/quant_blocks.h"
 #include "runtime/quant/quant_ref.h"
@@ -68,11 +69,6 @@ constexpr std::array kTraits = {
     TypeTraits{Type::MXFP4, "MXFP4", kQK_MXFP4, sizeof(block_mxfp4), true, false, ref::quantize_row_mxfp4, ref::dequantize_row_mxfp4},
 };
 
-bool iequals(std::string_view a, std::string_view b) {
-    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-               return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
-           });
-}
 
 }  // namespace
 
@@ -91,7 +87,7 @@ const TypeTraits& traits(Type t) {
 
 std::optional<Type> type_from_name(std::string_view name) {
     for (const auto& t : kTraits) {
-        if (iequals(t.name, name)) return t.type;
+        if (iequals_ascii(t.name, name)) return t.type;
     }
     return std::nullopt;
 }
