@@ -92,7 +92,9 @@ void check_against_llamacpp(tandem_model* m, const std::string& model, float tol
         std::printf("[ c api embedding ] %s %s: max |tandem_embed - llama.cpp| = %.3g\n", model.c_str(), name.c_str(),
                     static_cast<double>(d));
         for (const std::string& other : poolings) {
-            if (other != name) EXPECT_GT(max_abs_diff(ours, reference(model, other).embedding), 10 * tolerance);
+            if (other != name) {
+                EXPECT_GT(max_abs_diff(ours, reference(model, other).embedding), 10 * tolerance);
+            }
         }
         // The same tokens (the text has no special token: tokenize's are
         // the server's) given as ids.

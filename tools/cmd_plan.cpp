@@ -79,19 +79,19 @@ std::vector<Capacity> capacities(const PlanOptions& o, std::string& note) {
     }
     for (const std::string& v : o.vram) {
         const uint64_t b = parse_size_flag("--vram", v);
-        out.push_back({b, format_bytes(b)});
+        out.push_back({b, format_bytes(b), {}});
     }
     if (!out.empty()) return out;
     std::string why;
     const auto devices = cuda::list_devices(&why);
     if (devices.empty()) {
         note = fmt::format("no GPU ({}): planning CPU-only; give --vram SIZE to plan for one", why);
-        out.push_back({std::nullopt, "none"});
+        out.push_back({std::nullopt, "none", {}});
     } else {
         const auto& d = devices.front();
         note = fmt::format("GPU {} ({}): {} free of {}", d.index, d.name, format_bytes(d.free_bytes),
                            format_bytes(d.total_bytes));
-        out.push_back({static_cast<uint64_t>(d.free_bytes), format_bytes(d.free_bytes)});
+        out.push_back({static_cast<uint64_t>(d.free_bytes), format_bytes(d.free_bytes), {}});
     }
     return out;
 }
