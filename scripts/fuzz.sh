@@ -22,7 +22,7 @@ CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja \
   -DTANDEM_FUZZ=ON \
   -DTANDEM_SANITIZE='address;undefined' \
   -DTANDEM_CUDA=OFF \
-  -DTANDEM_BUILD_BENCH=OFF >/dev/null
+  -DTANDEM_BUILD_BENCH=OFF -DTANDEM_UNITY_BUILD=ON >/dev/null
 ninja -C "$build" fuzz_gguf
 
 work="$(mktemp -d)"
