@@ -33,7 +33,7 @@ case "$mode" in
   *) echo "usage: $0 [--sanitize]" >&2; exit 2 ;;
 esac
 
-# Unity builds for the tools and tests (TANDEM_UNITY_BUILD in CMakeLists.txt):
+# Unity builds for the runtime, engine, tools and tests (TANDEM_UNITY_BUILD in CMakeLists.txt):
 # a build made once, as here and in CI, compiles their shared headers' code
 # once per eight files rather than once per file.
 args+=(-DTANDEM_UNITY_BUILD=ON)

@@ -36,7 +36,7 @@ using tandem::quant::Type;
 using QuantizeW = void (*)(const float*, void*, int64_t, const float*);
 using Dequantize = void (*)(const void*, float*, int64_t);
 
-struct Iq3Format {
+struct WeightedFormat {
     const char* name;
     QuantizeW quantize;
     Dequantize dequantize;
@@ -46,23 +46,23 @@ struct Iq3Format {
 
 void mxfp4_w(const float* src, void* dst, int64_t n, const float*) { ref::quantize_row_mxfp4(src, dst, n); }
 
-const Iq3Format kIq3xxs{"IQ3_XXS", ref::quantize_row_iq3_xxs_w, ref::dequantize_row_iq3_xxs,
+const WeightedFormat kIq3xxs{"IQ3_XXS", ref::quantize_row_iq3_xxs_w, ref::dequantize_row_iq3_xxs,
                      sizeof(tandem::quant::block_iq3_xxs), 256};
-const Iq3Format kIq3s{"IQ3_S", ref::quantize_row_iq3_s_w, ref::dequantize_row_iq3_s, sizeof(tandem::quant::block_iq3_s),
+const WeightedFormat kIq3s{"IQ3_S", ref::quantize_row_iq3_s_w, ref::dequantize_row_iq3_s, sizeof(tandem::quant::block_iq3_s),
                    256};
-const Iq3Format kIq4nl{"IQ4_NL", ref::quantize_row_iq4_nl_w, ref::dequantize_row_iq4_nl,
+const WeightedFormat kIq4nl{"IQ4_NL", ref::quantize_row_iq4_nl_w, ref::dequantize_row_iq4_nl,
                     sizeof(tandem::quant::block_iq4_nl), 32};
-const Iq3Format kIq4xs{"IQ4_XS", ref::quantize_row_iq4_xs_w, ref::dequantize_row_iq4_xs,
+const WeightedFormat kIq4xs{"IQ4_XS", ref::quantize_row_iq4_xs_w, ref::dequantize_row_iq4_xs,
                     sizeof(tandem::quant::block_iq4_xs), 256};
-const Iq3Format kMxfp4{"MXFP4", mxfp4_w, ref::dequantize_row_mxfp4, sizeof(tandem::quant::block_mxfp4), 32};
+const WeightedFormat kMxfp4{"MXFP4", mxfp4_w, ref::dequantize_row_mxfp4, sizeof(tandem::quant::block_mxfp4), 32};
 
-std::vector<uint8_t> quantize(const Iq3Format& f, const std::vector<float>& x, const float* qw) {
+std::vector<uint8_t> quantize(const WeightedFormat& f, const std::vector<float>& x, const float* qw) {
     std::vector<uint8_t> q(x.size() / f.block_elems * f.block_bytes, 0xA5);
     f.quantize(x.data(), q.data(), static_cast<int64_t>(x.size()), qw);
     return q;
 }
 
-std::vector<float> roundtrip(const Iq3Format& f, const std::vector<float>& x, const float* qw) {
+std::vector<float> roundtrip(const WeightedFormat& f, const std::vector<float>& x, const float* qw) {
     const std::vector<uint8_t> q = quantize(f, x, qw);
     std::vector<float> y(x.size());
     f.dequantize(q.data(), y.data(), static_cast<int64_t>(x.size()));
@@ -99,7 +99,7 @@ double weighted_sq_norm(const std::vector<float>& x, const std::vector<float>& w
 }
 
 // Mean relative squared error of gaussian rows of 1024.
-double mean_relative_error(const Iq3Format& f, bool with_weights, uint32_t seed) {
+double mean_relative_error(const WeightedFormat& f, bool with_weights, uint32_t seed) {
     std::mt19937 rng(seed);
     double sum = 0;
     constexpr int kRows = 20;
@@ -115,7 +115,7 @@ double mean_relative_error(const Iq3Format& f, bool with_weights, uint32_t seed)
 // Over many rows: the importance-weighted error with the weights passed
 // is below `ratio` times the same error when the quantizer is given none
 // (measured: 0.35 IQ3_XXS, 0.41 IQ3_S, 0.68 IQ4_NL, 0.75 IQ4_XS).
-void expect_weights_help(const Iq3Format& f, uint32_t seed, double ratio) {
+void expect_weights_help(const WeightedFormat& f, uint32_t seed, double ratio) {
     std::mt19937 rng(seed);
     double with = 0, without = 0;
     for (int r = 0; r < 20; ++r) {
@@ -130,7 +130,7 @@ void expect_weights_help(const Iq3Format& f, uint32_t seed, double ratio) {
 // Over many rows: column 5 of every 32 has a smaller error when its weight
 // is 1000 times the others' than with uniform weights (measured: 0.05 to
 // 0.11 times as large).
-void expect_heavy_column_wins(const Iq3Format& f, uint32_t seed) {
+void expect_heavy_column_wins(const WeightedFormat& f, uint32_t seed) {
     std::mt19937 rng(seed);
     double heavy = 0, uniform = 0;
     for (int r = 0; r < 20; ++r) {
@@ -149,7 +149,7 @@ void expect_heavy_column_wins(const Iq3Format& f, uint32_t seed) {
 
 // A row of several blocks quantizes to the concatenation of its blocks
 // quantized alone (and twice to the same bytes).
-void expect_blocks_independent(const Iq3Format& f, uint32_t seed) {
+void expect_blocks_independent(const WeightedFormat& f, uint32_t seed) {
     std::mt19937 rng(seed);
     const std::vector<float> x = gaussian_values(rng, 1024);
     const std::vector<float> w = log_normal_importance(rng, x.size());
@@ -167,7 +167,7 @@ void expect_blocks_independent(const Iq3Format& f, uint32_t seed) {
 // Multiplying a row (and nothing else) by 4 gives the same codes and a
 // scale 4 times as large: every step of the search is invariant under an
 // exact power-of-two scaling.
-void expect_scaling_invariance(const Iq3Format& f, uint32_t seed) {
+void expect_scaling_invariance(const WeightedFormat& f, uint32_t seed) {
     std::mt19937 rng(seed);
     const std::vector<float> x = gaussian_values(rng, 512);
     const std::vector<float> w = log_normal_importance(rng, x.size());
@@ -180,7 +180,7 @@ void expect_scaling_invariance(const Iq3Format& f, uint32_t seed) {
     }
 }
 
-void expect_zero_row(const Iq3Format& f) {
+void expect_zero_row(const WeightedFormat& f) {
     const std::vector<float> x(512, 0.0f);
     const std::vector<float> w(x.size(), 1.0f);
     for (const float* qw : {static_cast<const float*>(nullptr), w.data()}) {
@@ -323,7 +323,7 @@ TEST(QuantMakeIq3, AllZeroRowIsZero) {
     expect_zero_row(kIq3xxs);
     expect_zero_row(kIq3s);
     const std::vector<float> x(256, 0.0f);
-    for (const Iq3Format* f : {&kIq3xxs, &kIq3s}) {
+    for (const WeightedFormat* f : {&kIq3xxs, &kIq3s}) {
         for (uint8_t b : quantize(*f, x, nullptr)) ASSERT_EQ(b, 0) << f->name;
     }
 }
@@ -510,7 +510,7 @@ TEST(QuantMakeIq4, ReproducesTableRowsExactly) {
     std::vector<float> x(512);
     for (size_t j = 0; j < x.size(); ++j) x[j] = d * static_cast<float>(iq::iq4nl_value(j % 32 == 3 ? 0 : rng() % 16));
     const std::vector<float> w = log_normal_importance(rng, x.size());
-    for (const Iq3Format* f : {&kIq4nl, &kIq4xs}) {
+    for (const WeightedFormat* f : {&kIq4nl, &kIq4xs}) {
         for (const float* qw : {static_cast<const float*>(nullptr), w.data()}) {
             const std::vector<float> y = roundtrip(*f, x, qw);
             for (size_t j = 0; j < x.size(); ++j) ASSERT_EQ(y[j], x[j]) << f->name << " element " << j;
