@@ -211,7 +211,13 @@ void attention_views(const float* q, const int32_t* q_pos, int64_t n_tokens, con
         return;
     }
     // Looked up once: a decode step calls it for every cell of every head.
-    const detail::DotFn dot = detail::dot_kernel(kv.k_type, level);
+    // F32 and BF16 products follow each ISA's lanes (their AVX-512 kernels
+    // sum 32 lanes where the scalar and AVX2 ones sum 16): K.Q takes their
+    // AVX2 kernel at the AVX-512 levels, so that every level gives the
+    // scalar loop's bits, as the types in llama.cpp's order do.
+    const SimdLevel dot_level =
+        is_avx512(level) && !detail::follows_llama_order(kv.k_type) ? SimdLevel::Avx2 : level;
+    const detail::DotFn dot = detail::dot_kernel(kv.k_type, dot_level);
 #if defined(__x86_64__)
     // The query heads of a KV head together (attention_decode.h): same
     // bits as the per-head loop below, the cache read once per KV head.
