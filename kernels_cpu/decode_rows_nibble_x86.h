@@ -46,7 +46,10 @@ constexpr int kChunk = 8;       // blocks reduced together
 // 1024x14336 from DRAM ~870 -> ~620 us. Narrower rows gained nothing so
 // on Zen 4; into L1, kRowStreamAhead ahead, they did on Sapphire Rapids
 // (llama-1b tg64, 2 threads: 28-30 -> 36-37 tok/s, four streams 63-64 ->
-// 79-82).
+// 79-82), and kL2StreamAhead ahead into L2 too on Zen 4 (IQ4_NL one token,
+// one thread, 2048x2048 from DRAM: 122-125 -> 107-117 us, llama.cpp's
+// repacked gemv 114; llama-1b IQ4_NL tg128: 44-51 -> 51-59 tok/s at
+// AVX-512, 41-42 -> 45-49 at AVX2; unchanged from cache).
 constexpr int64_t kPrefetchFrom = 256;
 constexpr int kPrefetchBytes = 2304;
 
@@ -358,7 +361,10 @@ void rows_tokens(int64_t n, const void* w, size_t row_stride, int n_rows, const 
                 if (prefetch) {
                     for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(p + kPrefetchBytes + 64 * l), _MM_HINT_NTA);
                 } else {
-                    for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(p + kRowStreamAhead + 64 * l), _MM_HINT_T0);
+                    for (int l = 0; l < 3; ++l) {
+                        _mm_prefetch(reinterpret_cast<const char*>(p + kRowStreamAhead + 64 * l), _MM_HINT_T0);
+                        _mm_prefetch(reinterpret_cast<const char*>(p + kL2StreamAhead + 64 * l), _MM_HINT_T1);
+                    }
                 }
                 typename Fmt::Codes codes;
                 Fmt::unpack(p, codes);
