@@ -51,8 +51,9 @@ struct SharedQueries {
 // visible cells in order, the same bits as one token at a time), for any
 // pair of cache types and soft cap: each chunk's state of query j goes to range.partials + j *
 // range.head_stride (attention_chunks.h), for merge_chunks to finish.
-// block_dot: the K.Q kernel of a K other than F16 (the per-head path's,
-// dot_kernel(k_type, level)); unused for F16.
+// block_dot: the K.Q kernel of a K other than F16, the one attention_views
+// takes (the scalar loop's bits at every level: AVX2's for F32 and BF16 at
+// the AVX-512 levels); unused for F16.
 void attention_shared_kv_avx2(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv,
                               DotFn block_dot, const ChunkRange& range);
 void attention_shared_kv_avx512(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv,
