@@ -16,26 +16,28 @@
 //     widened and scaled by vpmaddwd against (mult_g, mult_g), and
 //     B x sum mult_g x (the Q8_K block's 16-element sums) taken off once a
 //     block, one vpmaddwd per two groups: sum u a - B sum a = sum code a;
-//   - IQ4_XS (codes -127 .. 113, no bias fits a byte pair in int16): the
-//     signed codes against the activations' magnitudes, |a| x (code with
-//     a's sign), at most 2 x 128 x 127 a pair, widened by vpmaddwd at
-//     every quad; the magnitudes |a| are appended to each activation row
-//     by iq4_xs_panel_prepare_avx2 (computing them in the loop was a fifth
-//     of its instructions). Its loop (iq4_xs_tiles) takes both half panels
-//     of a token tile at once, so each broadcast of a and |a| serves 16
-//     rows: 2048x2048 x 256 tokens, one thread, 16.1-16.4 -> 15.2-15.5 ms
-//     (vpsignb, vpmaddubsw and vpmaddwd a quad remain; two multiplies a
-//     quad in other forms measured no faster: int16 values times the
-//     multipliers against int16 activations, two vpmaddwd a quad,
-//     17.6-17.7 ms against 16.1-16.4 before; IQ4_NL's two nibble planes of
-//     u = code + 128 run 16.9-17.2 in its panel).
+//   - IQ4_XS (codes -127 .. 113: no bias keeps a byte pair's sum in
+//     int16): u = code + 128 = 16 h + l split into two planes of nibbles
+//     (as IQ4_NL's panel, avx2/gemm_panel_legacy_avx2.cpp), each pair sum
+//     at most 2 x 15 x 128, so a group's eight quads add in int16 and two
+//     vpmaddwd a group widen and scale them, against (16 m, 16 m) and
+//     (m, m); -128 x sum m_g x (the Q8_K block's sums) starts each total.
+//     Per four elements two vpmaddubsw, where signed codes took vpsignb,
+//     vpmaddubsw and vpmaddwd: all of these issue only on Zen 4's two
+//     multiply pipes (a microbenchmark: 2 a cycle, any mix of them, where
+//     vpaddd/vpaddw issue 4). 2048x2048 x 512 tokens, one Zen 4 thread at
+//     AVX2: 234 us per 16 rows before (the signed codes against the
+//     activations' magnitudes, 91% of that bound), see iq4_xs_tiles.
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
+#include <algorithm>
+#include <array>
 #include <cstddef>
 
 #include "kernels_cpu/avx2/gemm_panel_avx2.h"
 #include "kernels_cpu/gemm_panel.h"
 #include "kernels_cpu/gemm_panel_iq_x86.h"
+#include "kernels_cpu/nibble_formats.h"
 #include "runtime/quant/quant_blocks.h"
 
 namespace tandem::cpu::detail {
@@ -82,26 +84,47 @@ void unpack_iq(const panel_avx2::HalfRows& rows, int64_t i, HalfIq& p) {
     }
 }
 
-// IQ4_XS's block i of the 8 rows straight into the lanes: unpack_iq's
-// codes, multipliers and d for bias 0 (coef2 is left unset: iq4_xs_tiles
-// takes no bias off) without its per-row decode, scalar multipliers and
-// byte transposes, which took 1.6% of an IQ4_XS llama-1b pp512 step. The
-// dword j < 4 of each 16-byte chunk c of qs holds elements 32c + 4j ..
-// (its low nibbles, quad 8c + j) and 32c + 16 + 4j .. (its high ones,
-// quad 8c + 4 + j); the header dwords are d | scales_h << 16 and
-// scales_l, whose bits 4c .. 4c + 3 are chunk c's low scale bits.
-void unpack_iq4_xs(const panel_avx2::HalfRows& rows, int64_t i, HalfIq& p) {
-    const __m256i table = _mm256_broadcastsi128_si256(load128(iq::kIq4nlValues));
+// IQ4_XS per block of a half panel: the nibble planes h and l of u = code
+// + 128 = 16 h + l [quad 64][row 8][4], the group multipliers as int16
+// pairs (16 m, 16 m) and (m, m), the starts' coefficients (-128 m, -128 m)
+// against the activation's 16-element sums 2g and 2g + 1, d_w' per row.
+struct HalfIq4xs {
+    alignas(32) uint8_t hi[kQK_K / 4][kHalf][4];
+    alignas(32) uint8_t lo[kQK_K / 4][kHalf][4];
+    alignas(32) int32_t mult16[8][kHalf];
+    alignas(32) int32_t mult[8][kHalf];
+    alignas(32) int32_t start[8][kHalf];
+    alignas(32) float d[kHalf];
+};
+
+// u = IQ4_NL's value + 128 (NibbleFormat's table), split into its nibbles.
+constexpr std::array<uint8_t, 16> u_nibbles(int shift) {
+    std::array<uint8_t, 16> out{};
+    for (int q = 0; q < 16; ++q) out[q] = static_cast<uint8_t>((NibbleFormat<block_iq4_nl>::kUnsigned[q] >> shift) & 15);
+    return out;
+}
+constexpr std::array<uint8_t, 16> kUHigh = u_nibbles(4), kULow = u_nibbles(0);
+
+// IQ4_XS's block i of the 8 rows straight into the lanes (no per-row
+// decode). The dword j < 4 of each 16-byte chunk c of qs holds elements
+// 32c + 4j .. (its low nibbles, quad 8c + j) and 32c + 16 + 4j .. (its
+// high ones, quad 8c + 4 + j); the header dwords are d | scales_h << 16
+// and scales_l, whose bits 4c .. 4c + 3 are chunk c's low scale bits.
+void unpack_iq4_xs(const panel_avx2::HalfRows& rows, int64_t i, HalfIq4xs& p) {
+    const __m256i tab_hi = _mm256_broadcastsi128_si256(load128(kUHigh.data()));
+    const __m256i tab_lo = _mm256_broadcastsi128_si256(load128(kULow.data()));
     const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const auto store = [](uint8_t (*dst)[4], __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(dst), v); };
     for (int k = 0; k < kQK_K / 64; ++k) {  // 32 bytes of qs: chunks 2k and 2k + 1
         __m256i q[8];
         rows.lanes32(i, offsetof(block_iq4_xs, qs) + 32 * static_cast<size_t>(k), q);
         for (int j = 0; j < 8; ++j) {
             const int quad = 16 * k + (j < 4 ? j : 4 + j);
-            const __m256i lo = _mm256_shuffle_epi8(table, _mm256_and_si256(q[j], low4));
-            const __m256i hi = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(q[j], 4), low4));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(p.codes[quad]), lo);
-            _mm256_store_si256(reinterpret_cast<__m256i*>(p.codes[quad + 4]), hi);
+            const __m256i idx_lo = _mm256_and_si256(q[j], low4), idx_hi = _mm256_and_si256(_mm256_srli_epi16(q[j], 4), low4);
+            store(p.hi[quad], _mm256_shuffle_epi8(tab_hi, idx_lo));
+            store(p.lo[quad], _mm256_shuffle_epi8(tab_lo, idx_lo));
+            store(p.hi[quad + 4], _mm256_shuffle_epi8(tab_hi, idx_hi));
+            store(p.lo[quad + 4], _mm256_shuffle_epi8(tab_lo, idx_hi));
         }
     }
     __m256i head[4];
@@ -111,9 +134,10 @@ void unpack_iq4_xs(const panel_avx2::HalfRows& rows, int64_t i, HalfIq& p) {
         const __m256i lo4 = _mm256_and_si256(_mm256_srli_epi32(low, 4 * c), _mm256_set1_epi32(0xF));
         const __m256i hi2 = _mm256_and_si256(_mm256_srli_epi32(high, 2 * c), _mm256_set1_epi32(3));
         const __m256i m = _mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32(hi2, 4)), _mm256_set1_epi32(32));
-        const __m256i pair = panel_avx2::int_as_pair(m);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(p.mult2[2 * c]), pair);
-        _mm256_store_si256(reinterpret_cast<__m256i*>(p.mult2[2 * c + 1]), pair);
+        const auto put = [](int32_t* dst, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(dst), panel_avx2::int_as_pair(v)); };
+        put(p.mult[c], m);
+        put(p.mult16[c], _mm256_slli_epi32(m, 4));
+        put(p.start[c], _mm256_mullo_epi32(m, _mm256_set1_epi32(-128)));  // |128 m| <= 4096
     }
     // d_w' = half_to_float(d) x factor (1), as block_dw<Iq4xsDec> takes it.
     using O = typename dot::OrderOf<Type::IQ4_XS, dot::Form::Batch>::type;
@@ -170,79 +194,64 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
     });
 }
 
-// total + sc x (|a| x (w with a's sign)) (the pair sums widened and scaled
-// by vpmaddwd), as an asm GCC cannot look into: it otherwise computes a
-// group's products first and adds them as a tree, spilling totals inside
-// the loop; here each total is one chain and the four steps share one
-// scratch register.
-inline __m256i add_quad(__m256i total, __m256i w, __m256i av, __m256i mag, __m256i sc) {
-    __m256i p;
-    asm("vpsignb %[av], %[w], %[p]\n\tvpmaddubsw %[p], %[mag], %[p]\n\tvpmaddwd %[sc], %[p], %[p]\n\tvpaddd %[p], %[t], %[t]"
-        : [t] "+x"(total), [p] "=&x"(p)
-        : [w] "x"(w), [av] "x"(av), [mag] "x"(mag), [sc] "x"(sc));
-    return total;
-}
-
-// IQ4_XS over token tiles, both half panels (kHalves of them, 2 where
-// there are more than 8 rows) per activation broadcast: the block totals
-// as iq_gemm's, each quad's pair sums |a| x (code with a's sign) widened
-// and scaled at once by vpmaddwd against (mult, mult). The 8 totals, two
-// code and two multiplier registers, a, |a| and the scratch take 15 of
-// the 16 registers: the totals start at zero (no first-quad branch) and the
-// float sums wait in memory. 2048x2048 x 512 tokens, one Zen 3 thread
-// (min of 15, three rounds): 34.0-36.0 -> 32.1-33.1 ms.
-// Never inlined: inside iq4_xs_panel_gemm_avx2 GCC 12 spilled four of the
-// totals to the stack in the loop (seen in the disassembly once
-// unpack_iq4_xs made the caller small enough to take it in).
-template <int kHalves>
-[[gnu::noinline]] void iq4_xs_tiles(const HalfIq* blocks, int64_t nb, const void* a, size_t a_stride,
+// IQ4_XS over token tiles, one half panel at a time: per token a block's
+// total, starting from -128 x sum m_g x (its 16-element sums), then per
+// group g the planes' pair sums added in int16 over the group's eight
+// quads (8 x 2 x 15 x 128 = 30720), widened and scaled by one vpmaddwd each.
+// The four totals, eight int16 sums, two code registers and the broadcast
+// take 15 of the 16 registers; the float sums wait in memory. Never
+// inlined: inside iq4_xs_panel_gemm_avx2 GCC 12 spilled the sums.
+[[gnu::noinline]] void iq4_xs_tiles(const HalfIq4xs* blocks, int64_t nb, const void* a, size_t a_stride,
                                     int64_t n_tokens, int64_t n_rows, float* y, int64_t ldy) {
-    static_assert(Iq4xsDec::kMaxCode <= 127, "|code| x 128 x 2 within an int16 pair sum");
+    static_assert(8 * 2 * 15 * 128 <= 32767, "a group's nibble pair sums within int16");
     const auto* abase = static_cast<const uint8_t*>(a);
+    const int n_halves = n_rows > kHalf ? 2 : 1;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
         const block_q8_K* act[NT];
-        const uint8_t* abs_a[NT];  // the magnitudes iq4_xs_panel_prepare_avx2 appended
-        for (int t = 0; t < NT; ++t) {
-            act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
-            abs_a[t] = panel_avx2::extras(act[t], nb);
-        }
-        alignas(32) float acc[NT][kHalves][kHalf] = {};
-        for (int64_t i = 0; i < nb; ++i) {
-            const HalfIq* half[kHalves];
-            for (int h = 0; h < kHalves; ++h) half[h] = blocks + h * nb + i;
-            __m256i total[NT][kHalves];
-            for (auto& token : total) {
-                for (__m256i& v : token) v = _mm256_setzero_si256();
-            }
-            for (int g = 0; g < 16; ++g) {
-                __m256i sc[kHalves];
-                for (int h = 0; h < kHalves; ++h) sc[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(half[h]->mult2[g]));
-#pragma GCC unroll 4
-                for (int q = 0; q < 4; ++q) {
-                    __m256i wv[kHalves];
-                    for (int h = 0; h < kHalves; ++h) {
-                        wv[h] = _mm256_load_si256(reinterpret_cast<const __m256i*>(half[h]->codes[4 * g + q]));
-                    }
-                    const size_t k = static_cast<size_t>(16 * g + 4 * q);
-                    for (int t = 0; t < NT; ++t) {
-                        const __m256i av = panel_avx2::bcast4(act[t][i].qs + k);
-                        const __m256i mag = panel_avx2::bcast4(abs_a[t] + kQK_K * static_cast<size_t>(i) + k);
-                        for (int h = 0; h < kHalves; ++h) total[t][h] = add_quad(total[t][h], wv[h], av, mag, sc[h]);
-                    }
-                }
-            }
-            for (int h = 0; h < kHalves; ++h) {
-                const __m256 d = _mm256_load_ps(half[h]->d);
+        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+        for (int h = 0; h < n_halves; ++h) {
+            alignas(32) float acc[NT][kHalf] = {};
+            for (int64_t i = 0; i < nb; ++i) {
+                const HalfIq4xs& p = blocks[h * nb + i];
+                __m256i total[NT];
                 for (int t = 0; t < NT; ++t) {
-                    const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(total[t][h]), d);
-                    _mm256_store_ps(acc[t][h], _mm256_fmadd_ps(_mm256_set1_ps(act[t][i].d), v, _mm256_load_ps(acc[t][h])));
+                    total[t] = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.start[0])),
+                                                 panel_avx2::bcast4(act[t][i].bsums));
+                }
+                for (int g = 1; g < 8; ++g) {
+                    const __m256i coef = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.start[g]));
+                    for (int t = 0; t < NT; ++t) {
+                        total[t] = _mm256_add_epi32(total[t], _mm256_madd_epi16(coef, panel_avx2::bcast4(act[t][i].bsums + 2 * g)));
+                    }
+                }
+                for (int g = 0; g < 8; ++g) {
+                    __m256i sum_hi[NT], sum_lo[NT];
+#pragma GCC unroll 8
+                    for (int q = 0; q < 8; ++q) {
+                        const __m256i wh = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.hi[8 * g + q]));
+                        const __m256i wl = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.lo[8 * g + q]));
+                        for (int t = 0; t < NT; ++t) {
+                            const __m256i av = panel_avx2::bcast4(act[t][i].qs + 32 * g + 4 * q);
+                            const __m256i ph = _mm256_maddubs_epi16(wh, av), pl = _mm256_maddubs_epi16(wl, av);
+                            sum_hi[t] = q == 0 ? ph : panel_avx2::add16(sum_hi[t], ph);
+                            sum_lo[t] = q == 0 ? pl : panel_avx2::add16(sum_lo[t], pl);
+                        }
+                    }
+                    const __m256i m16 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.mult16[g]));
+                    const __m256i m1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.mult[g]));
+                    for (int t = 0; t < NT; ++t) {
+                        total[t] = _mm256_add_epi32(total[t], _mm256_add_epi32(_mm256_madd_epi16(sum_hi[t], m16),
+                                                                               _mm256_madd_epi16(sum_lo[t], m1)));
+                    }
+                }
+                const __m256 d = _mm256_load_ps(p.d);
+                for (int t = 0; t < NT; ++t) {
+                    const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(total[t]), d);
+                    _mm256_store_ps(acc[t], _mm256_fmadd_ps(_mm256_set1_ps(act[t][i].d), v, _mm256_load_ps(acc[t])));
                 }
             }
-        }
-        for (int h = 0; h < kHalves; ++h) {
             for (int t = 0; t < NT; ++t) {
-                panel_avx2::store_rows(y + (t0 + t) * ldy + kHalf * h, _mm256_load_ps(acc[t][h]),
-                                       static_cast<int>(n_rows - kHalf * h));
+                panel_avx2::store_rows(y + (t0 + t) * ldy + kHalf * h, _mm256_load_ps(acc[t]), static_cast<int>(n_rows - kHalf * h));
             }
         }
     }
@@ -250,17 +259,8 @@ template <int kHalves>
 
 }  // namespace
 
-size_t iq_panel_bytes_avx2(int64_t n_cols) { return 2 * sizeof(HalfIq) * static_cast<size_t>(n_cols / kQK_K); }
-
-void iq4_xs_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols) {
-    TANDEM_CHECK(a_type == quant::Type::Q8_K, "iq4_xs panel: activations not Q8_K");
-    static_assert(kIq4xsPanelExtraBytesAvx2 == kQK_K, "a magnitude byte per element");
-    panel_avx2::for_each_row_block<block_q8_K>(row, n_cols / kQK_K, kIq4xsPanelExtraBytesAvx2, [](const block_q8_K& b, uint8_t* out) {
-        // |-128| is 128 as the unsigned byte vpmaddubsw reads.
-        for (int j = 0; j < kQK_K / 32; ++j) {
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * j), _mm256_abs_epi8(load256(b.qs + 32 * j)));
-        }
-    });
+size_t iq_panel_bytes_avx2(int64_t n_cols) {
+    return 2 * std::max(sizeof(HalfIq), sizeof(HalfIq4xs)) * static_cast<size_t>(n_cols / kQK_K);
 }
 
 #define TANDEM_IQ_PANEL(name, Dec, bias, run)                                                                          \
@@ -279,12 +279,8 @@ TANDEM_IQ_PANEL(iq1_m, Iq1mDec, Iq1mDec::kMaxCode, 4)
 void iq4_xs_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
     const int64_t nb = n_cols / kQK_K;
-    const HalfIq* blocks = panel_avx2::unpack_panel<HalfIq, block_iq4_xs>(w, row_stride, n_rows, nb, buf, unpack_iq4_xs);
-    if (n_rows > kHalf) {
-        iq4_xs_tiles<2>(blocks, nb, a, a_stride, n_tokens, n_rows, y, ldy);
-    } else {
-        iq4_xs_tiles<1>(blocks, nb, a, a_stride, n_tokens, n_rows, y, ldy);
-    }
+    const HalfIq4xs* blocks = panel_avx2::unpack_panel<HalfIq4xs, block_iq4_xs>(w, row_stride, n_rows, nb, buf, unpack_iq4_xs);
+    iq4_xs_tiles(blocks, nb, a, a_stride, n_tokens, n_rows, y, ldy);
 }
 
 }  // namespace tandem::cpu::detail
