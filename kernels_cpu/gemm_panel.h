@@ -141,11 +141,15 @@ void mxfp4_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 // (dot_<name>_batch: llama.cpp's tiled kernels, IqTiledOrder), the same
 // contract as above. The AVX-512 panels read the starts iq_panel_prepare
 // appends (a_type Q8_K): -128 x each 16-element activation sum, then -128 x
-// each 32-element one; the AVX2 panels read only the activation blocks.
+// each 32-element one; the AVX2 panels read only the activation blocks,
+// but for IQ4_XS's, which reads the 32-element sums as int16 pairs that
+// iq4_xs_panel_prepare_avx2 appends.
 inline constexpr size_t kIqPanelExtraBytes = (16 + 8) * sizeof(int32_t);
+inline constexpr size_t kIq4xsPanelExtraBytesAvx2 = 4 * sizeof(int32_t);
 size_t iq_panel_bytes(int64_t n_cols);
 size_t iq_panel_bytes_avx2(int64_t n_cols);
 void iq_panel_prepare(quant::Type a_type, void* row, int64_t n_cols);
+void iq4_xs_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 #define TANDEM_IQ_PANEL_DECL(name)                                                                                     \
     void name##_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,     \
                                   size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);                \

@@ -55,11 +55,16 @@ using quant::Type;
         .avx2_at_avx512 = true                                                                                      \
     }
 // The 256-element i-quants: batches of 8 or more in llama.cpp's tiled order,
-// on the panels (gemm_panel_iq_x86.h) where a level has them. One
+// on the panels (gemm_panel_iq_x86.h) where a level has them; IQ4_XS's AVX2
+// panel reads the activations' 32-element sums its preparation appends. One
 // token and small batches in the single-row order through the decode rows
 // of avx2/decode_rows_iquants_avx2.cpp, its AVX-512VL build (avx2w) at the
 // AVX-512 levels as for the row kernels.
-constexpr PanelKernel iq_panel_avx2(PanelGemm gemm) { return PanelKernel{gemm, TANDEM_X86(iq_panel_bytes_avx2), nullptr, 0}; }
+constexpr PanelKernel iq_panel_avx2(Type t, PanelGemm gemm) {
+    const bool iq4_xs = t == Type::IQ4_XS;
+    return PanelKernel{gemm, TANDEM_X86(iq_panel_bytes_avx2), iq4_xs ? TANDEM_X86(iq4_xs_panel_prepare_avx2) : nullptr,
+                       iq4_xs ? kIq4xsPanelExtraBytesAvx2 : 0};
+}
 #define TANDEM_IQ_TILED_ROW(T, name)                                                          \
     WeightKernels {                                                                           \
         .type = Type::T,                                                                      \
@@ -71,7 +76,7 @@ constexpr PanelKernel iq_panel_avx2(PanelGemm gemm) { return PanelKernel{gemm, T
         .rows_avx2w = DecodeRows{TANDEM_AVX2W(dot_##name##_rows_avx2w), nullptr, nullptr,       \
                                  TANDEM_AVX2W(dot_##name##_rows_multi_avx2w)},                  \
         .panel = TANDEM_PANEL(name, iq_panel_bytes, iq_panel_prepare, kIqPanelExtraBytes),    \
-        .panel_avx2 = iq_panel_avx2(TANDEM_X86(name##_panel_gemm_avx2)),             \
+        .panel_avx2 = iq_panel_avx2(Type::T, TANDEM_X86(name##_panel_gemm_avx2)),             \
         .llama_order = true, .avx2_at_avx512 = true                                           \
     }
 

@@ -86,14 +86,15 @@ void unpack_iq(const panel_avx2::HalfRows& rows, int64_t i, HalfIq& p) {
 
 // IQ4_XS per block of a half panel: the nibble planes h and l of u = code
 // + 128 = 16 h + l [quad 64][row 8][4], the group multipliers as int16
-// pairs (16 m, 16 m) and (m, m), the starts' coefficients (-128 m, -128 m)
-// against the activation's 16-element sums 2g and 2g + 1, d_w' per row.
+// pairs (16 m, 16 m) and (m, m), the starts' coefficients as pairs
+// (-128 m_2k, -128 m_2k+1) against the pairs of the activation's
+// 32-element sums that iq4_xs_panel_prepare_avx2 appends, d_w' per row.
 struct HalfIq4xs {
     alignas(32) uint8_t hi[kQK_K / 4][kHalf][4];
     alignas(32) uint8_t lo[kQK_K / 4][kHalf][4];
     alignas(32) int32_t mult16[8][kHalf];
     alignas(32) int32_t mult[8][kHalf];
-    alignas(32) int32_t start[8][kHalf];
+    alignas(32) int32_t start[4][kHalf];
     alignas(32) float d[kHalf];
 };
 
@@ -130,14 +131,18 @@ void unpack_iq4_xs(const panel_avx2::HalfRows& rows, int64_t i, HalfIq4xs& p) {
     __m256i head[4];
     rows.lanes16(i, 0, head);
     const __m256i high = _mm256_srli_epi32(head[0], 16), low = head[1];
+    const auto put = [](int32_t* dst, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(dst), v); };
+    __m256i m[kQK_K / 32];
     for (int c = 0; c < kQK_K / 32; ++c) {
         const __m256i lo4 = _mm256_and_si256(_mm256_srli_epi32(low, 4 * c), _mm256_set1_epi32(0xF));
         const __m256i hi2 = _mm256_and_si256(_mm256_srli_epi32(high, 2 * c), _mm256_set1_epi32(3));
-        const __m256i m = _mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32(hi2, 4)), _mm256_set1_epi32(32));
-        const auto put = [](int32_t* dst, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(dst), panel_avx2::int_as_pair(v)); };
-        put(p.mult[c], m);
-        put(p.mult16[c], _mm256_slli_epi32(m, 4));
-        put(p.start[c], _mm256_mullo_epi32(m, _mm256_set1_epi32(-128)));  // |128 m| <= 4096
+        m[c] = _mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32(hi2, 4)), _mm256_set1_epi32(32));
+        put(p.mult[c], panel_avx2::int_as_pair(m[c]));
+        put(p.mult16[c], panel_avx2::int_as_pair(_mm256_slli_epi32(m[c], 4)));
+    }
+    const __m256i neg128 = _mm256_set1_epi32(-128);  // |128 m| <= 4096
+    for (int k = 0; k < 4; ++k) {
+        put(p.start[k], panel_avx2::ints_as_pair(_mm256_mullo_epi32(m[2 * k], neg128), _mm256_mullo_epi32(m[2 * k + 1], neg128)));
     }
     // d_w' = half_to_float(d) x factor (1), as block_dw<Iq4xsDec> takes it.
     using O = typename dot::OrderOf<Type::IQ4_XS, dot::Form::Batch>::type;
@@ -195,7 +200,8 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
 }
 
 // IQ4_XS over token tiles, one half panel at a time: per token a block's
-// total, starting from -128 x sum m_g x (its 16-element sums), then per
+// total, starting from -128 x sum m_g x (its 32-element sums S_g, two
+// groups a vpmaddwd), then per
 // group g the planes' pair sums added in int16 over the group's eight
 // quads (8 x 2 x 15 x 128 = 30720), widened and scaled by one vpmaddwd each.
 // The four totals, eight int16 sums, two code registers and the broadcast
@@ -208,20 +214,25 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
     const int n_halves = n_rows > kHalf ? 2 : 1;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += NT) {
         const block_q8_K* act[NT];
-        for (int t = 0; t < NT; ++t) act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+        const uint8_t* sums[NT];  // the pairs (S_2k, S_2k+1) iq4_xs_panel_prepare_avx2 appended
+        for (int t = 0; t < NT; ++t) {
+            act[t] = reinterpret_cast<const block_q8_K*>(abase + (t0 + t) * a_stride);
+            sums[t] = panel_avx2::extras(act[t], nb);
+        }
         for (int h = 0; h < n_halves; ++h) {
             alignas(32) float acc[NT][kHalf] = {};
             for (int64_t i = 0; i < nb; ++i) {
                 const HalfIq4xs& p = blocks[h * nb + i];
                 __m256i total[NT];
+                const size_t pairs_at = kIq4xsPanelExtraBytesAvx2 * static_cast<size_t>(i);
                 for (int t = 0; t < NT; ++t) {
                     total[t] = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.start[0])),
-                                                 panel_avx2::bcast4(act[t][i].bsums));
+                                                 panel_avx2::bcast4(sums[t] + pairs_at));
                 }
-                for (int g = 1; g < 8; ++g) {
-                    const __m256i coef = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.start[g]));
+                for (int k = 1; k < 4; ++k) {
+                    const __m256i coef = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.start[k]));
                     for (int t = 0; t < NT; ++t) {
-                        total[t] = _mm256_add_epi32(total[t], _mm256_madd_epi16(coef, panel_avx2::bcast4(act[t][i].bsums + 2 * g)));
+                        total[t] = _mm256_add_epi32(total[t], _mm256_madd_epi16(coef, panel_avx2::bcast4(sums[t] + pairs_at + 4 * k)));
                     }
                 }
                 for (int g = 0; g < 8; ++g) {
@@ -261,6 +272,17 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
 
 size_t iq_panel_bytes_avx2(int64_t n_cols) {
     return 2 * std::max(sizeof(HalfIq), sizeof(HalfIq4xs)) * static_cast<size_t>(n_cols / kQK_K);
+}
+
+void iq4_xs_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols) {
+    TANDEM_CHECK(a_type == quant::Type::Q8_K, "iq4_xs panel: activations not Q8_K");
+    static_assert(kIq4xsPanelExtraBytesAvx2 == 4 * sizeof(int32_t), "four pairs of 32-element sums");
+    panel_avx2::for_each_row_block<block_q8_K>(row, n_cols / kQK_K, kIq4xsPanelExtraBytesAvx2, [](const block_q8_K& b, uint8_t* out) {
+        // S_g = bsums 2g + 2g + 1 (|S_g| <= 32 x 128: an int16), as pairs.
+        const __m256i s = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.bsums)), _mm256_set1_epi16(1));
+        const __m128i packed = _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out), packed);
+    });
 }
 
 #define TANDEM_IQ_PANEL(name, Dec, bias, run)                                                                          \
