@@ -129,14 +129,20 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
             for (int g = 0; g < kGroups; ++g) {
                 // From -128 times the group's activation sum: the dot
                 // product of code + 128 comes out as that of code.
-                __m512i dot[NT];
-                for (int t = 0; t < NT; ++t) dot[t] = panel::bcast4(starts[t] + kIqPanelExtraBytes * static_cast<size_t>(i) + 4 * g);
+                // Two chains a token (even and odd quads), eight in all.
+                __m512i dot[2][NT];
+                for (int t = 0; t < NT; ++t) {
+                    dot[0][t] = panel::bcast4(starts[t] + kIqPanelExtraBytes * static_cast<size_t>(i) + 4 * g);
+                    dot[1][t] = _mm512_setzero_si512();
+                }
                 for (int q = 0; q < kQuads; ++q) {
                     const __m512i wv = _mm512_load_si512(p.codes[kQuads * g + q]);
-                    for (int t = 0; t < NT; ++t) dot[t] = panel::dpbusd_bcast(dot[t], wv, act[t][i].qs + kGroup * g + 4 * q);
+                    for (int t = 0; t < NT; ++t) dot[q % 2][t] = panel::dpbusd_bcast(dot[q % 2][t], wv, act[t][i].qs + kGroup * g + 4 * q);
                 }
                 const __m512i m = _mm512_load_si512(p.mult[g]);
-                for (int t = 0; t < NT; ++t) total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(dot[t], m));
+                for (int t = 0; t < NT; ++t) {
+                    total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(_mm512_add_epi32(dot[0][t], dot[1][t]), m));
+                }
             }
             const __m512 d = _mm512_load_ps(p.d);
             for (int t = 0; t < NT; ++t) {
