@@ -62,12 +62,6 @@ void mad_f16_acc(uint16_t* y, const float* x, float s, int64_t n) {
 constexpr auto kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
 struct Avx2Ops {
-    // Cells ahead whose K and V slices are prefetched: staging requests
-    // them in a burst per tile, so 8 came a few cells before their use;
-    // two tiles on hide the latency (a cache read from memory, as decode
-    // reads it after the weights: 2.7 -> 2.4-2.55 ms a layer on one Zen 3
-    // thread; 32 to 256 measured alike).
-    static constexpr int64_t kPrefetchCells = 64;
     static void widen(const uint16_t* src, float* dst, int64_t n) { widen_f16_avx2(src, dst, n); }
     static float dot(const float* k, const float* q, int64_t n) { return dot_ggml_f32(k, q, n); }
     static void scale(uint16_t* y, float s, int64_t n) { f16_scale_avx2(y, s, n); }

@@ -172,6 +172,12 @@ void widen_keys_avx2(const uint8_t* keys, uint64_t row_bytes, int64_t nc, int64_
 
 void widen_f16_avx2(const uint16_t* src, float* dst, int64_t n) {
     int64_t i = 0;
+    // Loads before conversions, as Avx512Ops::widen (attention_decode_avx512.cpp).
+    for (; i + 64 <= n; i += 64) {
+        __m128i h[8];
+        for (int j = 0; j < 8; ++j) h[j] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 8 * j));
+        for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + i + 8 * j, _mm256_cvtph_ps(h[j]));
+    }
     for (; i + 8 <= n; i += 8) {
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
     }
