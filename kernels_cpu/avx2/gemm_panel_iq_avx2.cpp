@@ -25,9 +25,8 @@
 //     Per four elements two vpmaddubsw, where signed codes took vpsignb,
 //     vpmaddubsw and vpmaddwd: all of these issue only on Zen 4's two
 //     multiply pipes (a microbenchmark: 2 a cycle, any mix of them, where
-//     vpaddd/vpaddw issue 4). 2048x2048 x 512 tokens, one Zen 4 thread at
-//     AVX2: 234 us per 16 rows before (the signed codes against the
-//     activations' magnitudes, 91% of that bound), see iq4_xs_tiles.
+//     vpaddd/vpaddw issue 4; the signed-code loop ran at 91% of that
+//     bound). Timings at iq4_xs_tiles.
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
 #include <algorithm>
@@ -201,12 +200,15 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
 
 // IQ4_XS over token tiles, one half panel at a time: per token a block's
 // total, starting from -128 x sum m_g x (its 32-element sums S_g, two
-// groups a vpmaddwd), then per
-// group g the planes' pair sums added in int16 over the group's eight
-// quads (8 x 2 x 15 x 128 = 30720), widened and scaled by one vpmaddwd each.
-// The four totals, eight int16 sums, two code registers and the broadcast
-// take 15 of the 16 registers; the float sums wait in memory. Never
-// inlined: inside iq4_xs_panel_gemm_avx2 GCC 12 spilled the sums.
+// groups a vpmaddwd), then per group g the planes' pair sums added in
+// int16 over the group's eight quads (8 x 2 x 15 x 128 = 30720), widened
+// and scaled by one vpmaddwd each. The four totals, eight int16 sums, two
+// code registers and the broadcast take 15 of the 16 registers; the float
+// sums wait in memory. Never inlined, as the signed-code loop before it
+// (inside the caller GCC 12 spilled that loop's totals). One 16-row panel
+// of 2048 columns x 512 tokens, one Zen 4 thread: 234.5 us with that
+// loop, 221.6 with the planes and eight starts a block, 208.6 with these
+// four.
 [[gnu::noinline]] void iq4_xs_tiles(const HalfIq4xs* blocks, int64_t nb, const void* a, size_t a_stride,
                                     int64_t n_tokens, int64_t n_rows, float* y, int64_t ldy) {
     static_assert(8 * 2 * 15 * 128 <= 32767, "a group's nibble pair sums within int16");
