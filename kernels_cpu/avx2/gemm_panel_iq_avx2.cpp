@@ -227,14 +227,11 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
                 const HalfIq4xs& p = blocks[h * nb + i];
                 __m256i total[NT];
                 const size_t pairs_at = kIq4xsPanelExtraBytesAvx2 * static_cast<size_t>(i);
-                for (int t = 0; t < NT; ++t) {
-                    total[t] = _mm256_madd_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(p.start[0])),
-                                                 panel_avx2::bcast4(sums[t] + pairs_at));
-                }
-                for (int k = 1; k < 4; ++k) {
+                for (int k = 0; k < 4; ++k) {
                     const __m256i coef = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.start[k]));
                     for (int t = 0; t < NT; ++t) {
-                        total[t] = _mm256_add_epi32(total[t], _mm256_madd_epi16(coef, panel_avx2::bcast4(sums[t] + pairs_at + 4 * k)));
+                        const __m256i s = _mm256_madd_epi16(coef, panel_avx2::bcast4(sums[t] + pairs_at + 4 * k));
+                        total[t] = k == 0 ? s : _mm256_add_epi32(total[t], s);
                     }
                 }
                 for (int g = 0; g < 8; ++g) {

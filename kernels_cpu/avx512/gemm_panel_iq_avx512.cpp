@@ -147,7 +147,8 @@ void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, c
                 }
                 const __m512i m = _mm512_load_si512(p.mult[g]);
                 for (int t = 0; t < NT; ++t) {
-                    const __m512i sum = kChains == 2 ? _mm512_add_epi32(dot[0][t], dot[kChains - 1][t]) : dot[0][t];
+                    __m512i sum = dot[0][t];
+                    if constexpr (kChains == 2) sum = _mm512_add_epi32(sum, dot[1][t]);
                     total[t] = _mm512_add_epi32(total[t], _mm512_mullo_epi32(sum, m));
                 }
             }
