@@ -81,10 +81,30 @@ def main():
             check(st == 401, f"{method} {path} without the key: 401 (got {st})")
         st, _ = keyed.request("POST", "/tokenize", body={"content": "hi"}, headers={"Authorization": "Bearer sesame"})
         check(st == 200, f"POST /tokenize with the key: 200 (got {st})")
+        refused_body_test(keyed)
     finally:
         keyed.stop()
     print(check.summary())
     return check.exit_code()
+
+
+def refused_body_test(keyed):
+    """A request refused before its body is read (a wrong key), then the right one on the same
+    client connection, as a browser sends them: the unread body must not be taken for the next
+    request (it was: the right key got 400)."""
+    conn = http.client.HTTPConnection("127.0.0.1", keyed.port, timeout=60)
+    try:
+        body = json.dumps({"content": "hello there " * 40})
+        got = []
+        for key in ["wrong", "sesame", "wrong", "sesame"]:
+            conn.request("POST", "/tokenize", body=body,
+                         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            got.append(r.status)
+        check(got == [401, 200, 401, 200], f"wrong key, right key, on one client connection: 401, 200 (got {got})")
+    finally:
+        conn.close()
 
 
 def run_suite(server, model, openai, slot_dir):

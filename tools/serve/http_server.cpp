@@ -115,6 +115,16 @@ int framing_error(const httplib::Request& req, size_t max_body, std::string& why
     return 0;
 }
 
+// Whether body bytes follow the request's head. An answer given before they
+// are read (the pre-routing handler's) must close the connection: kept
+// alive, the unread body would be parsed as the next request (a browser
+// that sent a wrong key got "400" for its next, right one).
+bool body_follows(const httplib::Request& req) {
+    if (req.has_header("Transfer-Encoding")) return true;
+    const std::string len = req.get_header_value("Content-Length");
+    return !len.empty() && len.find_first_not_of('0') != std::string::npos;
+}
+
 // Compares in a time that depends on the key's length only: no early exit
 // at the first difference, nor at a length that differs.
 bool same_secret(const std::string& given, const std::string& key) {
@@ -124,6 +134,52 @@ bool same_secret(const std::string& given, const std::string& key) {
         diff |= static_cast<unsigned>(g ^ static_cast<unsigned char>(key[i]));
     }
     return diff == 0;
+}
+
+// The answers given before a request's body is read, and before it is
+// routed: its framing refused, a CORS preflight, the server stopping or
+// loading, a missing or wrong API key. True when `res` is the answer.
+bool answer_before_body(ServerState& state, const httplib::Request& req, httplib::Response& res) {
+    std::string why;
+    if (const int status = framing_error(req, state.config.max_body_bytes, why); status != 0) {
+        state.requests_rejected.fetch_add(1);
+        set_error(req, res, status, why);
+        res.set_header("Connection", "close");  // whatever follows is not a request
+        return true;
+    }
+    // A browser's preflight carries no API key: it is answered first.
+    if (!state.config.cors_origins.empty() && is_preflight(req)) {
+        answer_preflight(state.config.cors_origins, req, res);
+        return true;
+    }
+    if (req.path == "/health") return false;
+    if (state.stopping.load()) {
+        set_error(req, res, 503, "the server is stopping", "unavailable_error");
+        return true;
+    }
+    if (!state.ready.load()) {
+        set_error(req, res, 503, "Loading model", "unavailable_error");
+        return true;
+    }
+    if (!state.config.api_key.empty() && needs_key(req)) {
+        // OpenAI's clients send Authorization: Bearer KEY, Anthropic's x-api-key: KEY.
+        const std::string auth = req.get_header_value("Authorization");
+        const std::string x_key = req.get_header_value("x-api-key");
+        const std::string prefix = "Bearer ";
+        const bool bearer_ok =
+            auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), state.config.api_key);
+        const bool x_ok = !x_key.empty() && same_secret(x_key, state.config.api_key);
+        if (!bearer_ok && !x_ok) {
+            state.requests_rejected.fetch_add(1);
+            set_error(req, res, 401,
+                      auth.empty() && x_key.empty()
+                          ? "no API key: send the header Authorization: Bearer KEY (or x-api-key: KEY)"
+                          : "the API key is not the server's",
+                      "authentication_error");
+            return true;
+        }
+    }
+    return false;
 }
 
 }  // namespace
@@ -148,46 +204,9 @@ HttpServer::HttpServer(ServerState& state)
         return [c, id] { return c->client_gone(id); };
     };
     s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        std::string why;
-        if (const int status = framing_error(req, state_.config.max_body_bytes, why); status != 0) {
-            state_.requests_rejected.fetch_add(1);
-            set_error(req, res, status, why);
-            res.set_header("Connection", "close");  // its body, if any, is never read
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        // A browser's preflight carries no API key: it is answered first.
-        if (!state_.config.cors_origins.empty() && is_preflight(req)) {
-            answer_preflight(state_.config.cors_origins, req, res);
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-        if (state_.stopping.load()) {
-            set_error(req, res, 503, "the server is stopping", "unavailable_error");
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (!state_.ready.load()) {
-            set_error(req, res, 503, "Loading model", "unavailable_error");
-            return httplib::Server::HandlerResponse::Handled;
-        }
-        if (!state_.config.api_key.empty() && needs_key(req)) {
-            // OpenAI's clients send Authorization: Bearer KEY, Anthropic's x-api-key: KEY.
-            const std::string auth = req.get_header_value("Authorization");
-            const std::string x_key = req.get_header_value("x-api-key");
-            const std::string prefix = "Bearer ";
-            const bool bearer_ok =
-                auth.rfind(prefix, 0) == 0 && same_secret(auth.substr(prefix.size()), state_.config.api_key);
-            const bool x_ok = !x_key.empty() && same_secret(x_key, state_.config.api_key);
-            if (!bearer_ok && !x_ok) {
-                state_.requests_rejected.fetch_add(1);
-                set_error(req, res, 401,
-                          auth.empty() && x_key.empty()
-                              ? "no API key: send the header Authorization: Bearer KEY (or x-api-key: KEY)"
-                              : "the API key is not the server's",
-                          "authentication_error");
-                return httplib::Server::HandlerResponse::Handled;
-            }
-        }
-        return httplib::Server::HandlerResponse::Unhandled;
+        if (!answer_before_body(state_, req, res)) return httplib::Server::HandlerResponse::Unhandled;
+        if (body_follows(req)) res.set_header("Connection", "close");  // its body is never read
+        return httplib::Server::HandlerResponse::Handled;
     });
     // Answers httplib makes itself (404, 413 for a body over the limit,
     // 400 for a request it cannot parse) get a JSON error body too.
