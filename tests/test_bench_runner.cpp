@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <span>
 
 #include <fmt/format.h>
@@ -278,6 +279,56 @@ TEST(BenchRunner, ParallelDecodeGivesEveryStreamItsOwnGreedyTokens) {
     EXPECT_EQ(bare.tokens[0].size(), 3u);
     EXPECT_EQ(session.seq_pos_max(0), 2);
     EXPECT_EQ(session.seq_pos_max(1), 2);
+}
+
+// The logits of one time_test run of depth 16, pp8 and tg4 over ids, after
+// the run before left the cache `filled` (and the filled state after it).
+std::pair<std::vector<float>, int64_t> depth_run(Session& session, const std::vector<int32_t>& ids, int64_t filled) {
+    BenchTest t;
+    t.n_depth = 16;
+    t.n_prompt = 8;
+    t.n_gen = 4;
+    std::vector<float> logits;
+    EXPECT_GT(time_test(session, t, ids, logits, filled), 0.0);
+    EXPECT_EQ(session.n_past(), 16 + 8 + 4);
+    return {logits, filled};
+}
+
+// A run at the depth the cache was filled to keeps the depth's cells and
+// drops only what the run before added: changing the depth's ids between
+// two runs changes nothing then (it would after a fill), while a run told
+// the cache is not filled, or a model whose sliding window turned over the
+// depth's cells, fills again and sees the new ids.
+TEST(BenchRunner, ARunAtTheFilledDepthKeepsItsCells) {
+    for (const auto& path : {testing::test_data("tiny-llama-Q4_K_M.gguf"), testing::shared("models/synth-gemma2-Q8_0.gguf")}) {
+        if (!std::filesystem::exists(path)) GTEST_SKIP() << "missing " << path;
+        const std::string name = path.filename().string();
+        const auto file = gguf::File::open(path.string());
+        const auto spec = model::load_model_spec(file);
+        SessionOptions opt;
+        opt.n_ctx = 64;
+        opt.n_ubatch = 2;  // gemma2's rings: its window of 8 + 2 cells
+        opt.n_threads = 1;
+        Session session(file, spec, opt);
+        std::vector<int32_t> ids(32), other(32);
+        for (size_t i = 0; i < ids.size(); ++i) {
+            ids[i] = static_cast<int32_t>((1 + 7 * i) % session.n_vocab());
+            other[i] = i < 16 ? static_cast<int32_t>((3 + 11 * i) % session.n_vocab()) : ids[i];
+        }
+        const auto [first, filled] = depth_run(session, ids, -1);
+        EXPECT_EQ(filled, 16);
+        const auto [kept, still] = depth_run(session, other, filled);
+        EXPECT_EQ(still, 16);
+        const auto [fresh, refilled] = depth_run(session, other, -1);
+        EXPECT_EQ(refilled, 16);
+        ASSERT_NE(fresh, first) << name << ": the other ids give other logits";
+        if (name.starts_with("tiny")) {
+            EXPECT_EQ(kept, first) << name << ": the depth's cells were kept";
+        } else {
+            // A ring of 10 cells: the run's 12 tokens turned it over.
+            EXPECT_EQ(kept, fresh) << name << ": filled again";
+        }
+    }
 }
 
 TEST(BenchRunner, ParallelRowsCountEveryStreamAndCompareWithOne) {

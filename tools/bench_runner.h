@@ -1,6 +1,7 @@
 // The measuring half of `tandem bench`: for every model and every setup
 // (cache type, micro-batch, threads, split) it builds one Session, runs each
-// test once to warm up and then `repetitions` times from a reset cache, and
+// test once to warm up and then `repetitions` times from a cache filled to the
+// test's depth (filled once for the tests of one depth), and
 // turns the timings into rows (bench_report.h). The planner's prediction for
 // the same split is attached to every row, and splits the planner says do
 // not fit the capacity are reported, not run.
@@ -76,6 +77,18 @@ struct ParallelDecode {
     std::vector<std::vector<int32_t>> tokens;
 };
 ParallelDecode run_parallel_decode(Session& session, int64_t n_parallel, int64_t n_prompt, int64_t n_gen);
+
+// One run of a test (no --parallel) from a cache holding t.n_depth tokens
+// of `ids` (at least n_depth + n_prompt + n_gen of them): its seconds,
+// the prompt and the decode steps, not the fill. `filled` is the depth the
+// cache was left filled to by the run before (-1: unknown, or not this
+// session's fill): at that depth the run only drops what the last run
+// added, as llama-bench keeps its filled state (at depth 32768 a fill took
+// minutes), when every layer still holds the depth's positions (a
+// sliding-window ring may have turned over); otherwise it resets and fills.
+// `logits` gets the last token's.
+double time_test(Session& session, const BenchTest& t, const std::vector<int32_t>& ids, std::vector<float>& logits,
+                 int64_t& filled);
 
 // ngl values of a sweep: 0, step, 2 * step, ... and always n_layer + 1 (the
 // whole model with its head), so both ends are measured.
