@@ -45,10 +45,9 @@ inline void store_chunk(float* p, float running_max, float running_sum) {
 // apart) into out (dv floats). sink: the head's sink logit, or null.
 inline void merge_chunks(const float* partials, int64_t n_chunks, int64_t dv, const float* sink, float* out) {
     quant::attn::ChunkMerge st;
-    const auto exp = [](float x) { return std::exp(x); };
     for (int64_t c = 0; c < n_chunks; ++c) {
         const float* p = partials + c * chunk_floats(dv);
-        const quant::attn::MergeStep step = quant::attn::merge_chunk(st, p[0], p[1], exp);
+        const quant::attn::MergeStep step = quant::attn::merge_chunk(st, p[0], p[1], HostExp{});
         if (step.skip) continue;
         const float* a = p + 2;
         if (step.take_only) {
@@ -57,13 +56,12 @@ inline void merge_chunks(const float* partials, int64_t n_chunks, int64_t dv, co
         }
         for (int64_t d = 0; d < dv; ++d) out[d] = std::fma(out[d], step.keep, a[d] * step.take);
     }
-    float m = st.any ? st.m : -std::numeric_limits<float>::infinity(), s = st.s;
-    if (!st.any) std::fill(out, out + dv, 0.0f);
-    const float ms = sink ? apply_sink(*sink, m, s) : 1.0f;
     // No visible cell cannot happen for a causal query that stored its own
     // K and V; zeros keep a misuse harmless.
-    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-    for (int64_t d = 0; d < dv; ++d) out[d] = out[d] * ms * inv;
+    if (!st.any) std::fill(out, out + dv, 0.0f);
+    const quant::attn::Finish f =
+        finish_softmax(st.any ? st.m : -std::numeric_limits<float>::infinity(), st.s, sink);
+    for (int64_t d = 0; d < dv; ++d) out[d] = out[d] * f.ms * f.inv;
 }
 
 }  // namespace tandem::cpu::detail

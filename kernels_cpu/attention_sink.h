@@ -1,28 +1,25 @@
-// Attention sinks (gpt-oss; AttentionShape::sinks) as ggml's CPU flash
-// attention applies them, on every path alike: after the pass over the
-// cells, as one more step of the online softmax that has no value, whose
+// Attention sinks (gpt-oss; AttentionShape::sinks) and the end of the
+// online softmax on every CPU path alike: runtime/quant/attention_order.h's
+// finish (shared with CUDA) with std::exp. The sink is one more step of the
+// online softmax that has no value, after the pass over the cells, whose
 // rescale the f32 accumulator takes (the fp16 one of an F16 cache widened
 // first). Internal to kernels_cpu.
 #pragma once
 
 #include <cmath>
 
+#include "runtime/quant/attention_order.h"
+
 namespace tandem::cpu::detail {
 
-// Folds the sink logit into the running maximum and sum; returns the factor
-// for the accumulator: exp(max - sink) when the sink is the new maximum,
-// else 1 (a multiply that changes no bit).
-inline float apply_sink(float sink, float& running_max, float& running_sum) {
-    float ms = 1.0f, vs = 1.0f;
-    if (sink > running_max) {
-        ms = std::exp(running_max - sink);  // 0 if no cell was visible
-        running_max = sink;
-    } else {
-        vs = std::exp(sink - running_max);
-    }
-    // One rounding, as ggml's S = S*ms + vs compiles (contracted).
-    running_sum = std::fma(running_sum, ms, vs);
-    return ms;
+struct HostExp {
+    float operator()(float x) const { return std::exp(x); }
+};
+
+// A * ms * inv is the output of an accumulator A whose pass ended at
+// running maximum m and sum s; sink: the head's sink logit, or null.
+inline quant::attn::Finish finish_softmax(float m, float s, const float* sink) {
+    return quant::attn::finish(m, s, sink, HostExp{});
 }
 
 }  // namespace tandem::cpu::detail

@@ -213,11 +213,11 @@ void attention_tiled(const float* q, const int32_t* q_pos, int64_t n_tokens, con
                 const int64_t h = g * gqa + hh;
                 for (int64_t i = 0; i < nq; ++i) {
                     const size_t slot = static_cast<size_t>(hh * kAttentionTile + i);
-                    const float ms = shape.sinks ? apply_sink(shape.sinks[h], m[slot], sum[slot]) : 1.0f;
-                    const float inv = sum[slot] == 0.0f ? 0.0f : 1.0f / sum[slot];
+                    const quant::attn::Finish f =
+                        finish_softmax(m[slot], sum[slot], shape.sinks ? shape.sinks + h : nullptr);
                     float* o = out + ((t0 + i) * shape.n_head + h) * dv;
                     const float* a = acc.data() + slot * static_cast<size_t>(dv);
-                    for (int64_t d = 0; d < dv; ++d) o[d] = a[d] * ms * inv;
+                    for (int64_t d = 0; d < dv; ++d) o[d] = a[d] * f.ms * f.inv;
                 }
             }
         }

@@ -205,7 +205,7 @@ struct Iq4xsDec {
     static constexpr Type kType = Type::IQ4_XS;
     static constexpr int kMaxCode = table_max(iq::kIq4nlValues);
     static __m256i chunk(const Block& b, int c, int32_t* mult) {
-        mult[2 * c] = mult[2 * c + 1] = (((b.scales_l[c / 2] >> (4 * (c % 2))) & 0xF) | ((b.scales_h >> (2 * c)) & 3) << 4) - 32;
+        mult[2 * c] = mult[2 * c + 1] = iq::Iq4xs::chunk_mult(b, c);
         // Low nibbles are elements 0-15, high ones 16-31; pshufb looks them up.
         const __m256i table = _mm256_broadcastsi128_si256(load128(iq::kIq4nlValues));
         const __m128i bits = load128(b.qs + 16 * c);

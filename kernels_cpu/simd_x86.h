@@ -38,6 +38,13 @@
 #endif
 
 namespace tandem::cpu::detail {
+
+// uint32 lanes as GCC vectors, for the format's lane-wise formulas written
+// once for scalars and vectors (e.g. quant::iq::iq4_xs_scale_bits): the
+// same bits as __m256i / __m512i (std::bit_cast between them).
+typedef uint32_t U32x8 __attribute__((vector_size(32)));
+typedef uint32_t U32x16 __attribute__((vector_size(64)));
+
 namespace {
 
 inline float f16(quant::fp16_bits h) { return _cvtsh_ss(h); }

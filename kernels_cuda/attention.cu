@@ -218,21 +218,15 @@ __device__ __forceinline__ float* chunk_state(const AttentionArgs& args, int64_t
     return args.partials + ((t * args.n_head + h) * n_chunks + k) * (args.head_dim_v + 2);
 }
 
-// The merged A, S and M of a head, scaled as the CPU's merge_chunks ends:
-// the sink (args.sinks) on M and S, then A * ms / S.
+// The merged A, S and M of a head as the output (attention_order.h's
+// finish, as the CPU's merge_chunks ends).
 __device__ __forceinline__ float finish_merge(const AttentionArgs& args, int64_t h, quant::attn::ChunkMerge st,
                                               float a) {
-    float m = st.any ? st.m : -INFINITY, s = st.s;
     if (!st.any) a = 0.0f;
-    const float ms = args.sinks ? math::softmax_step(args.sinks[h], m, s).ms : 1.0f;
-    const float inv = s > 0.0f ? 1.0f / s : 0.0f;
-    return a * ms * inv;
+    const quant::attn::Finish f =
+        quant::attn::finish(st.any ? st.m : -INFINITY, st.s, args.sinks ? args.sinks + h : nullptr, math::ExpF{});
+    return a * f.ms * f.inv;
 }
-
-// The device's exp for the merge steps (std::exp on the emulator).
-struct DeviceExp {
-    __device__ __forceinline__ float operator()(float x) const { return math::exp_f(x); }
-};
 
 template <Type K, bool kVF16>
 __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __restrict__ q_pos, AttentionArgs args,
@@ -288,7 +282,7 @@ __global__ void attention_kernel(const float* __restrict__ q, const int32_t* __r
             }
             continue;
         }
-        const quant::attn::MergeStep step = quant::attn::merge_chunk(merge, running_max, running_sum, DeviceExp{});
+        const quant::attn::MergeStep step = quant::attn::merge_chunk(merge, running_max, running_sum, math::ExpF{});
         if (step.skip) continue;
         for (int j = 0; j < nv; ++j) {
             const float a = value_of<kVF16>(acc[j]);
@@ -313,7 +307,7 @@ __global__ void merge_kernel(AttentionArgs args, int64_t n_chunks, int64_t n, fl
     float a = 0.0f;
     for (int64_t k = 0; k < n_chunks; ++k) {
         const float* p = args.partials + (th * n_chunks + k) * (args.head_dim_v + 2);
-        const quant::attn::MergeStep step = quant::attn::merge_chunk(merge, p[0], p[1], DeviceExp{});
+        const quant::attn::MergeStep step = quant::attn::merge_chunk(merge, p[0], p[1], math::ExpF{});
         if (step.skip) continue;
         a = step.take_only ? p[2 + d] : math::fma_f(a, step.keep, p[2 + d] * step.take);
     }

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "runtime/quant/act_element.h"
+#include "runtime/quant/attention_order.h"
 #include "runtime/quant/dot_order.h"
 
 namespace tandem::cuda::math {
@@ -140,24 +141,16 @@ TANDEM_HOST_DEVICE float slot_sum_element(const float* y, const int32_t* grouped
     return o;
 }
 
-// One step of the online softmax over a visible cell with score s: updates
-// the running maximum and sum and returns the factor for what was
-// accumulated so far (ms) and the weight of this cell's V (vs).
-struct SoftmaxStep {
-    float ms;
-    float vs;
+// The device's exp for the steps of runtime/quant/attention_order.h
+// (std::exp on the emulator and the host).
+struct ExpF {
+    TANDEM_HOST_DEVICE float operator()(float x) const { return exp_f(x); }
 };
 
+// One step of the online softmax (attention_order.h's, with exp_f).
+using quant::attn::SoftmaxStep;
 TANDEM_HOST_DEVICE SoftmaxStep softmax_step(float s, float& running_max, float& running_sum) {
-    SoftmaxStep st{1.0f, 1.0f};
-    if (s > running_max) {
-        st.ms = exp_f(running_max - s);  // 0 for the first visible cell
-        running_max = s;
-    } else {
-        st.vs = exp_f(s - running_max);
-    }
-    running_sum = fma_f(running_sum, st.ms, st.vs);
-    return st;
+    return quant::attn::softmax_step(s, running_max, running_sum, ExpF{});
 }
 
 // The fp16 V accumulator of ggml's CPU flash attention: each update rounds

@@ -16,6 +16,7 @@
 #include "runtime/sampler/logprobs.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/serving/scheduler.h"
+#include "tests/chat_messages.h"
 #include "tests/serve_helpers.h"
 #include "tools/serve/openai_api.h"
 
@@ -149,7 +150,7 @@ std::string param_of(const json& body, bool chat = true) {
 }
 
 json chat_body(json extra) {
-    extra["messages"] = json::array({{{"role", "user"}, {"content", "hi"}}});
+    extra["messages"] = tandem::testing::user_turn();
     return extra;
 }
 

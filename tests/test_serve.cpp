@@ -19,6 +19,7 @@
 #include "runtime/model/model_spec.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/tokenizer/tokenizer.h"
+#include "tests/chat_messages.h"
 #include "tests/run_command.h"
 #include "tests/serve_helpers.h"
 #include "tests/test_paths.h"
@@ -93,7 +94,7 @@ std::string api_error(const json& body, bool chat = true) {
 }
 
 TEST(ServeRequests, EachBadFieldIsNamed) {
-    const json ok_messages = json::array({{{"role", "user"}, {"content", "hi"}}});
+    const json ok_messages = tandem::testing::user_turn();
     EXPECT_EQ(api_error({{"messages", ok_messages}}), "<accepted>");
     struct Case {
         json body;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/chat_messages.h"
 #include "tests/test_paths.h"
 #include "tools/serve/anthropic_api.h"
 
@@ -17,7 +18,7 @@ using nlohmann::json;
 using tandem::serve::ApiError;
 using tandem::serve::parse_messages_request;
 
-const json kHi = json::array({{{"role", "user"}, {"content", "hi"}}});
+const json kHi = tandem::testing::user_turn();
 
 // "param: message" of the 400 a body gets, or "<accepted>".
 std::string refused(const json& body) {

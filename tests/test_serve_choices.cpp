@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/serving/scheduler.h"
+#include "tests/chat_messages.h"
 #include "tests/serve_helpers.h"
 #include "tests/test_paths.h"
 #include "tools/serve/completions.h"
@@ -173,7 +174,7 @@ TEST(ServeChoices, TooManyChoicesAndCancellationEndEveryChoice) {
 }
 
 TEST(ServeChoices, TheRouteTakesOneToTheSlotCount) {
-    const nlohmann::json hi = nlohmann::json::array({{{"role", "user"}, {"content", "hi"}}});
+    const nlohmann::json hi = tandem::testing::user_turn();
     EXPECT_EQ(tandem::serve::parse_chat_request({{"messages", hi}, {"n", 3}}, 1).params.n, 3);
     EXPECT_EQ(tandem::serve::parse_completion_request({{"prompt", "x"}}, 1).params.n, 1);
     EXPECT_NO_THROW(tandem::serve::check_choices(4, 4));

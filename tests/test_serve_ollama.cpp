@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/common/error.h"
+#include "tests/chat_messages.h"
 #include "tools/serve/completions.h"
 #include "tools/serve/cors.h"
 #include "tools/serve/ollama_api.h"
@@ -21,7 +22,7 @@ using tandem::serve::ApiError;
 using tandem::serve::parse_ollama_chat;
 using tandem::serve::parse_ollama_generate;
 
-const json kOllamaHi = json::array({{{"role", "user"}, {"content", "hi"}}});
+const json kOllamaHi = tandem::testing::user_turn();
 
 std::string refused(const json& body, bool chat) {
     try {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/grammar/matcher.h"
+#include "tests/chat_messages.h"
 #include "tests/run_command.h"
 #include "tests/test_paths.h"
 #include "tools/serve/grammar_request.h"
@@ -25,7 +26,7 @@ using tandem::serve::ApiError;
 using tandem::serve::ToolChoice;
 using tandem::serve::ToolRequest;
 
-const json kMessages = json::array({{{"role", "user"}, {"content", "hi"}}});
+const json kMessages = tandem::testing::user_turn();
 
 json weather_tool() {
     return json::parse(R"({"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",

@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 
 #include "kernels_cpu/avx2/gemm_panel_avx2.h"
@@ -133,9 +134,7 @@ void unpack_iq4_xs(const panel_avx2::HalfRows& rows, int64_t i, HalfIq4xs& p) {
     const auto put = [](int32_t* dst, __m256i v) { _mm256_store_si256(reinterpret_cast<__m256i*>(dst), v); };
     __m256i m[kQK_K / 32];
     for (int c = 0; c < kQK_K / 32; ++c) {
-        const __m256i lo4 = _mm256_and_si256(_mm256_srli_epi32(low, 4 * c), _mm256_set1_epi32(0xF));
-        const __m256i hi2 = _mm256_and_si256(_mm256_srli_epi32(high, 2 * c), _mm256_set1_epi32(3));
-        m[c] = _mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32(hi2, 4)), _mm256_set1_epi32(32));
+        m[c] = std::bit_cast<__m256i>(iq::iq4_xs_scale_bits(std::bit_cast<U32x8>(low), std::bit_cast<U32x8>(high), c));
         put(p.mult[c], panel_avx2::int_as_pair(m[c]));
         put(p.mult16[c], panel_avx2::int_as_pair(_mm256_slli_epi32(m[c], 4)));
     }

@@ -295,8 +295,7 @@ struct DIq4xs {
         const __m256i w = _mm256_inserti128_si256(
             _mm256_castsi128_si256(_mm_shuffle_epi8(table, _mm_and_si128(bits, m4))),
             _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(bits, 4), m4)), 1);
-        const int ls = ((b.scales_l[c / 2] >> (4 * (c % 2))) & 0xF) | (((b.scales_h >> (2 * c)) & 3) << 4);
-        return signed_chunk(w, mult_per32(ls - 32));
+        return signed_chunk(w, mult_per32(iq::Iq4xs::chunk_mult(b, c)));
     }
 };
 

@@ -16,6 +16,7 @@
 // every integer is exact and equal to the reference's.
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
 
+#include <bit>
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
@@ -90,9 +91,8 @@ void unpack_iq4_xs(const panel::PanelRows& rows, int64_t i, PanelIq& p) {
     rows.lanes16(i, 0, head);
     const __m512i high = _mm512_srli_epi32(head[0], 16), low = head[1];
     for (int c = 0; c < kQK_K / 32; ++c) {
-        const __m512i lo4 = _mm512_and_si512(_mm512_srli_epi32(low, 4 * c), _mm512_set1_epi32(0xF));
-        const __m512i hi2 = _mm512_and_si512(_mm512_srli_epi32(high, 2 * c), _mm512_set1_epi32(3));
-        _mm512_store_si512(p.mult[c], _mm512_sub_epi32(_mm512_or_si512(lo4, _mm512_slli_epi32(hi2, 4)), _mm512_set1_epi32(32)));
+        _mm512_store_si512(p.mult[c], std::bit_cast<__m512i>(
+                                          iq::iq4_xs_scale_bits(std::bit_cast<U32x16>(low), std::bit_cast<U32x16>(high), c)));
     }
     // d_w' = half_to_float(d) x factor (1), as block_dw<Iq4xsDec> takes it.
     using O = typename dot::OrderOf<Type::IQ4_XS, dot::Form::Batch>::type;

@@ -8,10 +8,11 @@
 //   M' = max(M, M_c),  A' = fma(A, e^(M - M'), A_c * e^(M_c - M')),
 //   S' = fma(S, e^(M - M'), S_c * e^(M_c - M')),
 // the first chunk with a visible cell taken as it is. Then A * ms / S, ms
-// the attention sink's factor on the merged M and S. A span of one chunk
-// is the single pass bit for bit. The CPU (kernels_cpu/attention_chunks.h)
-// and CUDA (kernels_cuda/attention.cu) run these steps with their own exp
-// (the same bits on the emulator).
+// the attention sink's factor on the merged M and S (finish). A span of one
+// chunk is the single pass bit for bit. The CPU (kernels_cpu/
+// attention_chunks.h, attention_tiled.cpp) and CUDA (kernels_cuda/
+// attention.cu) run these steps with their own exp (the same bits on the
+// emulator).
 #pragma once
 
 #include <cstdint>
@@ -62,6 +63,47 @@ TANDEM_HOST_DEVICE MergeStep merge_chunk(ChunkMerge& st, float m_c, float s_c, E
     st.s = dot::fma_f(st.s, step.keep, s_c * step.take);
     st.m = m_new;
     return step;
+}
+
+// One step of the online softmax over a visible cell of score s: the
+// running maximum and sum take it in, and the step gives the factor for
+// what was accumulated so far (ms) and the weight of the cell's V (vs).
+// One of the two is an exp, the other 1 (a multiply that changes no bit);
+// S = fma(S, ms, vs) rounds once, as ggml's S = S*ms + vs compiles.
+struct SoftmaxStep {
+    float ms = 1.0f;
+    float vs = 1.0f;
+};
+
+template <class Exp>
+TANDEM_HOST_DEVICE SoftmaxStep softmax_step(float s, float& running_max, float& running_sum, Exp exp) {
+    SoftmaxStep st;
+    if (s > running_max) {
+        st.ms = exp(running_max - s);  // 0 for the first visible cell
+        running_max = s;
+    } else {
+        st.vs = exp(s - running_max);
+    }
+    running_sum = dot::fma_f(running_sum, st.ms, st.vs);
+    return st;
+}
+
+// How the accumulator A of a finished pass, or of merged chunks, with its
+// running maximum M and sum S becomes the output: A * ms * inv. A sink
+// logit (gpt-oss; null: none) is one more step of the online softmax that
+// has no value, as ggml's CPU flash attention applies it; inv = 1 / S, 0
+// where no cell was visible (S = 0).
+struct Finish {
+    float ms = 1.0f;
+    float inv = 0.0f;
+};
+
+template <class Exp>
+TANDEM_HOST_DEVICE Finish finish(float running_max, float running_sum, const float* sink, Exp exp) {
+    Finish f;
+    if (sink != nullptr) f.ms = softmax_step(*sink, running_max, running_sum, exp).ms;
+    f.inv = running_sum > 0.0f ? 1.0f / running_sum : 0.0f;
+    return f;
 }
 
 }  // namespace tandem::quant::attn

@@ -288,6 +288,15 @@ struct Iq4nl {
     }
 };
 
+// IQ4_XS chunk c's 6-bit scale minus 32, from the block's header words:
+// scales_l read as a little-endian dword (bits 4c .. 4c + 3) and scales_h
+// (bits 2c, 2c + 1). U is uint32_t, or a GCC vector of uint32_t lanes (the
+// SIMD panels: one row's words a lane); the result is the int32's bits.
+template <class U>
+TANDEM_HOST_DEVICE constexpr U iq4_xs_scale_bits(U scales_l, U scales_h, int c) {
+    return (((scales_l >> (4 * c)) & 0xFu) | (((scales_h >> (2 * c)) & 3u) << 4)) - 32u;
+}
+
 // A 6-bit scale per chunk, minus 32: x = d * (s - 32) * table[q].
 struct Iq4xs {
     using Block = block_iq4_xs;
@@ -297,11 +306,9 @@ struct Iq4xs {
     TANDEM_HOST_DEVICE static uint32_t codes4(const Block& b, int k) {
         return iq4nl_codes4((load32_a2(b.qs + 16 * (k / 32) + k % 16) >> (4 * (k % 32 / 16))) & 0x0F0F0F0Fu);
     }
-    TANDEM_HOST_DEVICE static int mult(const Block& b, int k) {
-        const int c = k / 32;
-        const int low = (b.scales_l[c / 2] >> (4 * (c % 2))) & 0xF;
-        const int high = (b.scales_h >> (2 * c)) & 3;
-        return (low | high << 4) - 32;
+    TANDEM_HOST_DEVICE static int mult(const Block& b, int k) { return chunk_mult(b, k / 32); }
+    TANDEM_HOST_DEVICE static int chunk_mult(const Block& b, int c) {
+        return static_cast<int32_t>(iq4_xs_scale_bits<uint32_t>(load32_a2(b.scales_l), b.scales_h, c));
     }
     TANDEM_HOST_DEVICE static float value(const Block& b, int k) {
         const float dl = element::half_to_float(b.d) * static_cast<float>(mult(b, k));
