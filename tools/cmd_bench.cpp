@@ -296,7 +296,8 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("-p,--n-prompt", a.n_prompt, "prompt sizes of the ppN tests (default 512)")->type_name("LIST");
     cmd->add_option("-n,--n-gen", a.n_gen, "generated tokens of the tgN tests (default 128)")->type_name("LIST");
     cmd->add_option("-d,--n-depth", a.n_depth,
-                    "tokens already in the KV cache when each test starts (its prefill is not timed), a list (default 0)")
+                    "tokens already in the KV cache when each test starts (its prefill is not timed, and done once "
+                    "for the tests of one depth, as llama-bench does), a list (default 0)")
         ->type_name("LIST");
     cmd->add_option("--parallel", a.parallel,
                     "batched decode: for each stream count (1..64), every step evaluates one token of each stream "
