@@ -105,6 +105,29 @@ def refused_body_test(keyed):
         check(got == [401, 200, 401, 200], f"wrong key, right key, on one client connection: 401, 200 (got {got})")
     finally:
         conn.close()
+    # The server itself ends such a connection after its answer, whatever the
+    # client does next (it kept it alive before and read the body as a request).
+    raw = socket.create_connection(("127.0.0.1", keyed.port), timeout=10)
+    try:
+        payload = json.dumps({"content": "hi"}).encode()
+        raw.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+                    b"Content-Type: application/json\r\nContent-Length: " + str(len(payload)).encode() +
+                    b"\r\n\r\n" + payload)
+        data, closed = b"", False
+        try:
+            while True:
+                chunk = raw.recv(65536)
+                if not chunk:
+                    closed = True
+                    break
+                data += chunk
+        except socket.timeout:
+            pass
+        answers = data.count(b"HTTP/1.1 ")
+        check(closed and data.startswith(b"HTTP/1.1 401") and answers == 1,
+              f"a refused body's connection ends after its one 401 (closed {closed}, {answers} answers: {data[:80]!r})")
+    finally:
+        raw.close()
 
 
 def run_suite(server, model, openai, slot_dir):

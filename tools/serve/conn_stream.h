@@ -53,6 +53,10 @@ public:
     // to the blank line that ends the headers, into the buffer.
     Head read_head();
     ReadLimit limit() const { return limit_; }
+    // The connection ends after the current answer: it was given before
+    // the request's body was read, and those bytes are no request.
+    void end_after_answer() { end_after_answer_ = true; }
+    bool ends_after_answer() const { return end_after_answer_; }
 
     bool is_readable() const override;
     bool is_writable() const override;
@@ -79,6 +83,7 @@ private:
     size_t body_read_ = 0;   // bytes httplib read past the head
     ConnClock::time_point deadline_{};
     ReadLimit limit_ = ReadLimit::None;
+    bool end_after_answer_ = false;
     std::string remote_ip_, local_ip_;
     int remote_port_ = 0, local_port_ = 0;
 };

@@ -444,7 +444,7 @@ void Connections::serve(Conn& c) {
         const bool last = ++c.served >= limits_.max_requests || stopping;
         bool closed = false;
         const bool ok = run_(stream, c.id, last, closed);
-        answered = !ok || closed || last || stream.limit() != ReadLimit::None;
+        answered = !ok || closed || last || stream.limit() != ReadLimit::None || stream.ends_after_answer();
         keep = !answered && stream.buffered() == 0;
     }
     std::unique_ptr<Conn> closing;
@@ -472,6 +472,12 @@ ReadLimit Connections::read_limit(uint64_t id) const {
     std::lock_guard lock(mu_);
     const auto it = open_.find(id);
     return it == open_.end() ? ReadLimit::None : it->second->stream.limit();
+}
+
+void Connections::end_after_answer(uint64_t id) {
+    std::lock_guard lock(mu_);
+    const auto it = open_.find(id);
+    if (it != open_.end()) it->second->stream.end_after_answer();
 }
 
 void Connections::stop() {

@@ -82,6 +82,10 @@ public:
     // Why reading connection `id`'s current request stopped short (on its
     // own thread: httplib's error handler).
     ReadLimit read_limit(uint64_t id) const;
+    // Connection `id` closes (lingering) once its current answer is out,
+    // whatever the request asked (on its own thread: an answer given
+    // before the request's body was read).
+    void end_after_answer(uint64_t id);
     const ConnectionLimits& limits() const { return limits_; }
 
 private:

@@ -205,7 +205,13 @@ HttpServer::HttpServer(ServerState& state)
     };
     s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!answer_before_body(state_, req, res)) return httplib::Server::HandlerResponse::Unhandled;
-        if (body_follows(req)) res.set_header("Connection", "close");  // its body is never read
+        // Its body is never read: the connection ends after the answer
+        // (httplib keeps it alive for anything but the request's own
+        // "Connection: close"), and the client is told so.
+        if (body_follows(req) || res.get_header_value("Connection") == "close") {
+            if (!res.has_header("Connection")) res.set_header("Connection", "close");
+            connections_->end_after_answer(connection_of(req));
+        }
         return httplib::Server::HandlerResponse::Handled;
     });
     // Answers httplib makes itself (404, 413 for a body over the limit,
