@@ -107,27 +107,13 @@ def refused_body_test(keyed):
         conn.close()
     # The server itself ends such a connection after its answer, whatever the
     # client does next (it kept it alive before and read the body as a request).
-    raw = socket.create_connection(("127.0.0.1", keyed.port), timeout=10)
-    try:
-        payload = json.dumps({"content": "hi"}).encode()
-        raw.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
-                    b"Content-Type: application/json\r\nContent-Length: " + str(len(payload)).encode() +
-                    b"\r\n\r\n" + payload)
-        data, closed = b"", False
-        try:
-            while True:
-                chunk = raw.recv(65536)
-                if not chunk:
-                    closed = True
-                    break
-                data += chunk
-        except socket.timeout:
-            pass
-        answers = data.count(b"HTTP/1.1 ")
-        check(closed and data.startswith(b"HTTP/1.1 401") and answers == 1,
-              f"a refused body's connection ends after its one 401 (closed {closed}, {answers} answers: {data[:80]!r})")
-    finally:
-        raw.close()
+    payload = json.dumps({"content": "hi"}).encode()
+    data, closed, _, _ = raw_exchange(keyed, "POST /tokenize HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+                                      f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n",
+                                      payload, wait=10, enough=lambda got: False)
+    answers = data.count(b"HTTP/1.1 ")
+    check(closed and data.startswith(b"HTTP/1.1 401") and answers == 1,
+          f"a refused body's connection ends after its one 401 (closed {closed}, {answers} answers: {data[:80]!r})")
 
 
 def run_suite(server, model, openai, slot_dir):
@@ -611,24 +597,34 @@ def sigterm_test(model, openai):
             server.proc.kill()
 
 
-def raw_answer(server, head, body=b"", wait=5.0):
-    """Sends a hand-written request; returns (status, seconds to the answer)."""
+def raw_exchange(server, head, body=b"", wait=5.0, enough=lambda got: b"\r\n" in got):
+    """Sends a hand-written request and reads until enough(the bytes so far), the server's close or
+    `wait` s without a byte; returns (the bytes, whether the server closed, timed out, seconds)."""
     s = socket.create_connection(("127.0.0.1", server.port), timeout=wait)
     t0 = time.time()
+    got, closed, timed_out = b"", False, False
     try:
         s.sendall(head.encode() + body)
-        got = b""
-        while b"\r\n" not in got:
+        while not enough(got):
             part = s.recv(4096)
             if not part:
+                closed = True
                 break
             got += part
     except socket.timeout:
-        return None, time.time() - t0
+        timed_out = True
     finally:
         s.close()
+    return got, closed, timed_out, time.time() - t0
+
+
+def raw_answer(server, head, body=b"", wait=5.0):
+    """Sends a hand-written request; returns (status, seconds to the answer)."""
+    got, _, timed_out, secs = raw_exchange(server, head, body, wait)
+    if timed_out:
+        return None, secs
     m = re.match(rb"HTTP/1\.[01] (\d+)", got)
-    return (int(m.group(1)) if m else None), time.time() - t0
+    return (int(m.group(1)) if m else None), secs
 
 
 def framing_test(server):

@@ -136,30 +136,34 @@ bool same_secret(const std::string& given, const std::string& key) {
     return diff == 0;
 }
 
+// What the checks before a request's body is read made of it: routed on,
+// answered, or answered with its framing refused (whatever follows the
+// head is then no request, even without a body's header).
+enum class Early { Route, Answered, FramingRefused };
+
 // The answers given before a request's body is read, and before it is
 // routed: its framing refused, a CORS preflight, the server stopping or
-// loading, a missing or wrong API key. True when `res` is the answer.
-bool answer_before_body(ServerState& state, const httplib::Request& req, httplib::Response& res) {
+// loading, a missing or wrong API key (into `res`).
+Early answer_before_body(ServerState& state, const httplib::Request& req, httplib::Response& res) {
     std::string why;
     if (const int status = framing_error(req, state.config.max_body_bytes, why); status != 0) {
         state.requests_rejected.fetch_add(1);
         set_error(req, res, status, why);
-        res.set_header("Connection", "close");  // whatever follows is not a request
-        return true;
+        return Early::FramingRefused;
     }
     // A browser's preflight carries no API key: it is answered first.
     if (!state.config.cors_origins.empty() && is_preflight(req)) {
         answer_preflight(state.config.cors_origins, req, res);
-        return true;
+        return Early::Answered;
     }
-    if (req.path == "/health") return false;
+    if (req.path == "/health") return Early::Route;
     if (state.stopping.load()) {
         set_error(req, res, 503, "the server is stopping", "unavailable_error");
-        return true;
+        return Early::Answered;
     }
     if (!state.ready.load()) {
         set_error(req, res, 503, "Loading model", "unavailable_error");
-        return true;
+        return Early::Answered;
     }
     if (!state.config.api_key.empty() && needs_key(req)) {
         // OpenAI's clients send Authorization: Bearer KEY, Anthropic's x-api-key: KEY.
@@ -176,10 +180,10 @@ bool answer_before_body(ServerState& state, const httplib::Request& req, httplib
                           ? "no API key: send the header Authorization: Bearer KEY (or x-api-key: KEY)"
                           : "the API key is not the server's",
                       "authentication_error");
-            return true;
+            return Early::Answered;
         }
     }
-    return false;
+    return Early::Route;
 }
 
 }  // namespace
@@ -204,12 +208,13 @@ HttpServer::HttpServer(ServerState& state)
         return [c, id] { return c->client_gone(id); };
     };
     s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (!answer_before_body(state_, req, res)) return httplib::Server::HandlerResponse::Unhandled;
+        const Early early = answer_before_body(state_, req, res);
+        if (early == Early::Route) return httplib::Server::HandlerResponse::Unhandled;
         // Its body is never read: the connection ends after the answer
         // (httplib keeps it alive for anything but the request's own
         // "Connection: close"), and the client is told so.
-        if (body_follows(req) || res.get_header_value("Connection") == "close") {
-            if (!res.has_header("Connection")) res.set_header("Connection", "close");
+        if (early == Early::FramingRefused || body_follows(req)) {
+            res.set_header("Connection", "close");
             connections_->end_after_answer(connection_of(req));
         }
         return httplib::Server::HandlerResponse::Handled;
