@@ -97,6 +97,39 @@ TEST(BenchRunner, MeasuresEveryTestAtEverySplit) {
     EXPECT_TRUE(result.models[0].fit_limit.has_value());
 }
 
+// bench --progress: every phase of every test, in order, as llama-bench
+// names them; the depth is filled once, on the first counted run, and kept.
+TEST(BenchRunner, TellsEachPhaseAsItBegins) {
+    BenchArgs a;
+    a.models = {tiny_model()};
+    a.n_prompt = {"8"};
+    a.n_gen = {"4"};
+    a.n_depth = {"16"};
+    a.repetitions = 2;
+    a.threads = {"1"};
+    std::vector<std::string> told;
+    BenchHooks hooks;
+    hooks.on_phase = [&](size_t index, const BenchRow& r, const std::string& phase) {
+        told.push_back(std::to_string(index) + " " + r.test + ": " + phase);
+    };
+    const BenchResult result = run_bench(make_bench_config(a), std::nullopt, hooks);
+    ASSERT_EQ(result.rows.size(), 2u);
+    const std::vector<std::string> expected{
+        "0 pp8 @ d16: warmup prompt run",
+        "0 pp8 @ d16: depth run 1/2",
+        "0 pp8 @ d16: prompt run 1/2",
+        "0 pp8 @ d16: depth run 2/2 (cached)",
+        "0 pp8 @ d16: prompt run 2/2",
+        "1 tg4 @ d16: warmup depth run (cached)",
+        "1 tg4 @ d16: warmup generation run",
+        "1 tg4 @ d16: depth run 1/2 (cached)",
+        "1 tg4 @ d16: generation run 1/2",
+        "1 tg4 @ d16: depth run 2/2 (cached)",
+        "1 tg4 @ d16: generation run 2/2",
+    };
+    EXPECT_EQ(told, expected);
+}
+
 // Every layer on the stand-in, then -ot moving the FFN back to the host:
 // the backend says where the tensors are, not where -ngl put the layers,
 // and the prediction is made for the placement that ran.

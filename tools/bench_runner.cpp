@@ -280,7 +280,7 @@ WeightReads weight_reads(const Session& s, const model::ModelSpec& spec, const B
 // each with all its repetitions.
 void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
                    const std::optional<planner::Calibration>& calibration, std::vector<BenchRow>& rows,
-                   const std::vector<BenchTest>& tests, const BenchHooks& hooks, const Setup& setup) {
+                   const std::vector<BenchTest>& tests, const BenchHooks& hooks, const Setup& setup, size_t first_row) {
     const int64_t n_ubatch = std::min(rows.front().n_ubatch, session.n_ctx());  // the session caps it so
     std::vector<int32_t> ids(static_cast<size_t>(c.n_ctx()));
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((1 + 7 * i) % session.n_vocab());
@@ -292,20 +292,43 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
         return t.n_parallel > 0 ? t.n_parallel * t.n_gen : t.n_prompt + t.n_gen;
     };
     int64_t filled = -1;  // the depth the cache holds between runs (time_test)
+    // bench --progress: which test (index over the whole run) and which of
+    // its runs; run_test tells the phases of that run.
+    size_t now_test = 0;
+    std::string now_run = "warmup run";
+    const auto tell = [&](const std::string& phase) {
+        if (hooks.on_phase) hooks.on_phase(first_row + now_test, rows[now_test], phase);
+    };
+    const auto told = [&](TestPhase p) {
+        const bool warm = now_run.starts_with("warmup");
+        switch (p) {
+            case TestPhase::Fill: tell(warm ? "warmup depth run" : "depth " + now_run); break;
+            case TestPhase::FillKept: tell(warm ? "warmup depth run (cached)" : "depth " + now_run + " (cached)"); break;
+            case TestPhase::Prompt: tell(warm ? "warmup prompt run" : "prompt " + now_run); break;
+            case TestPhase::Generation: tell(warm ? "warmup generation run" : "generation " + now_run); break;
+        }
+    };
     const auto run_test = [&](const BenchTest& t) {
         if (t.n_parallel > 0) {
             filled = -1;
+            tell(now_run.starts_with("warmup") ? "warmup parallel run" : "parallel " + now_run);
             return run_parallel_decode(session, t.n_parallel, t.n_depth + t.n_prompt, t.n_gen).seconds;
         }
-        return time_test(session, t, ids, logits, filled);
+        return time_test(session, t, ids, logits, filled, told);
     };
-    const auto run_once = [&](size_t i) { return run_test(tests[i]); };
+    const auto run_once = [&](size_t i) {
+        now_test = i;
+        now_run = fmt::format("run {}/{}", rows[i].samples.size() + 1, c.repetitions);
+        return run_test(tests[i]);
+    };
     // A warm-up runs the test without its depth, as llama-bench's does: the
     // same kernels and weights, without filling a cache nobody times (at
     // depth 8192 that fill cost as much as a counted run). Where the cache
     // already holds the test's depth (the test before had the same), it
     // runs there: cheaper than filling it again.
     const auto warm_up = [&](size_t i) {
+        now_test = i;
+        now_run = "warmup run";
         BenchTest t = tests[i];
         if (t.n_parallel > 0 || filled != t.n_depth) t.n_depth = 0;
         run_test(t);
@@ -417,19 +440,30 @@ void fill_speedups(std::vector<BenchRow>& rows) {
 
 // Seconds of the prompt and decode steps (bench_runner.h).
 double time_test(Session& session, const BenchTest& t, const std::vector<int32_t>& ids, std::vector<float>& logits,
-                 int64_t& filled) {
+                 int64_t& filled, const std::function<void(TestPhase)>& phase) {
+    const auto enter = [&](TestPhase p) {
+        if (phase) phase(p);
+    };
     if (t.n_depth > 0 && filled == t.n_depth &&
         session.held_prefix(0, static_cast<int32_t>(t.n_depth)) == static_cast<int32_t>(t.n_depth)) {
+        enter(TestPhase::FillKept);
         session.remove_positions(0, static_cast<int32_t>(t.n_depth), -1);
     } else {
         session.reset();
         filled = -1;
-        if (t.n_depth > 0) session.eval(std::span<const int32_t>(ids.data(), static_cast<size_t>(t.n_depth)), false, logits);
+        if (t.n_depth > 0) {
+            enter(TestPhase::Fill);
+            session.eval(std::span<const int32_t>(ids.data(), static_cast<size_t>(t.n_depth)), false, logits);
+        }
         filled = t.n_depth;
     }
     const auto at = [&](int64_t i) { return ids.data() + t.n_depth + i; };
     const auto t0 = std::chrono::steady_clock::now();
-    if (t.n_prompt > 0) session.eval(std::span<const int32_t>(at(0), static_cast<size_t>(t.n_prompt)), false, logits);
+    if (t.n_prompt > 0) {
+        enter(TestPhase::Prompt);
+        session.eval(std::span<const int32_t>(at(0), static_cast<size_t>(t.n_prompt)), false, logits);
+    }
+    if (t.n_gen > 0) enter(TestPhase::Generation);
     for (int64_t g = 0; g < t.n_gen; ++g) session.eval(std::span<const int32_t>(at(t.n_prompt + g), 1), false, logits);
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -588,7 +622,7 @@ BenchResult run_bench(const BenchConfig& c, const std::optional<planner::Calibra
                         hooks.on_note(fmt::format("{}: {}", m.name, in_flags(note)));
                     }
                 }
-                if (session) measure_setup(*session, m, c, calibration, rows, c.tests, hooks, s);
+                if (session) measure_setup(*session, m, c, calibration, rows, c.tests, hooks, s, result.rows.size());
                 fill_speedups(rows);
             }
             for (BenchRow& r : rows) {

@@ -39,6 +39,13 @@ struct BenchHooks {
     // llama-bench's turn of the same test here and fills the row's llama_*
     // fields, so a shared host's slow minutes fall on both alike.
     std::function<void(const std::string& model_path, BenchRow&)> after_test;
+    // bench --progress: called as a test's runs move from one phase to the
+    // next, with the test's index over the whole run (0-based, as on_start
+    // counted) and the phase as llama-bench --progress names it: "warmup
+    // run", "depth run 1/5" (the untimed fill), "depth run 2/5 (cached)"
+    // (the fill kept from the run before), "prompt run 2/5", "generation
+    // run 2/5" (timed), "parallel run 2/5" (--parallel's timed steps).
+    std::function<void(size_t index, const BenchRow&, const std::string& phase)> on_phase;
 };
 
 // What the sweep chart needs to know about a model besides its rows.
@@ -86,9 +93,10 @@ ParallelDecode run_parallel_decode(Session& session, int64_t n_parallel, int64_t
 // added, as llama-bench keeps its filled state (at depth 32768 a fill took
 // minutes), when every layer still holds the depth's positions (a
 // sliding-window ring may have turned over); otherwise it resets and fills.
-// `logits` gets the last token's.
+// `logits` gets the last token's. `phase` (optional) hears each part begin.
+enum class TestPhase { Fill, FillKept, Prompt, Generation };
 double time_test(Session& session, const BenchTest& t, const std::vector<int32_t>& ids, std::vector<float>& logits,
-                 int64_t& filled);
+                 int64_t& filled, const std::function<void(TestPhase)>& phase = {});
 
 // ngl values of a sweep: 0, step, 2 * step, ... and always n_layer + 1 (the
 // whole model with its head), so both ends are measured.

@@ -58,6 +58,7 @@ namespace {
 struct BenchOptions {
     bool calibrate = false;
     bool calibrate_each = false;
+    bool progress = false;
     int calibrate_rounds = kDefaultCalibrationRounds;
     bool json = false;
     BenchArgs args;
@@ -169,6 +170,14 @@ void bench(const BenchOptions& o) {
                 fmt::print(stderr, "bench [{}/{}] {}\n", done + 1, total, what);
             }
             run_ref_bench(config, model_path, r);
+        };
+    }
+    // --progress: each phase of each test on its own line, as llama-bench
+    // --progress prints them (a watcher can tell the timed phases apart).
+    if (o.progress) {
+        hooks.on_phase = [&](size_t index, const BenchRow& r, const std::string& phase) {
+            fmt::print(stderr, "tandem bench: benchmark {}/{}: {} ({} {})\n", index + 1, total, phase, r.model, r.test);
+            std::fflush(stderr);
         };
     }
     if (o.calibrate_each) {
@@ -286,6 +295,9 @@ void add_bench_command(CLI::App& app) {
     cmd->add_flag("--calibrate", opts->calibrate, "measure memory bandwidths and the CPU kernels' rates and fixed costs; store them for `plan` and `run`");
     cmd->add_flag("--calibrate-each", opts->calibrate_each,
                   "measure the CPU read bandwidth around every test; take % bw against it and predict for it (not stored)");
+    cmd->add_flag("--progress", opts->progress,
+                  "print each test's phases as they begin (warmup, depth fill, timed prompt and generation runs), "
+                  "one line each on stderr, as llama-bench --progress");
     cmd->add_option("--calibrate-rounds", opts->calibrate_rounds,
                     "with --calibrate: measure this many times; keep the best of each measure (a busy host only "
                     "slows measurements down), and the middle round of those memory bandwidth bounds")
