@@ -99,9 +99,11 @@ double rel_rmse(const std::vector<float>& ref, const std::vector<float>& got, Er
     return r2 > 0.0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
 }
 
-class QuantModels : public ::testing::TestWithParam<const char*> {};
-
 }  // namespace
+
+// Outside the anonymous namespace: the TEST_P classes derive from it, and
+// in a unity build GCC warns about a base with internal linkage.
+class QuantModels : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(QuantModels, EveryTensorDecodesCloseToTheF16Reference) {
     const auto qpath = model_path(GetParam());
