@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "kernels_cpu/attention_decode.h"
 #include "kernels_cpu/vec_dot.h"
 #include "runtime/common/error.h"
+#include "runtime/quant/dot_order.h"
 #include "runtime/quant/fp16.h"
 #include "runtime/quant/quant_types.h"
 
@@ -163,6 +165,63 @@ struct F16Keys {
     }
 };
 
+// bf16 halves to floats (exact: a bf16 is the top half of an f32).
+inline void widen_bf16(const uint16_t* src, float* dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+        _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
+    }
+    for (; i < n; ++i) dst[i] = quant::bf16_to_fp32(src[i]);
+}
+
+// A BF16 or F32 K: keys widened into the tile (exact) and dotted in the
+// order of those types' block dot kernels (quant::dot::float_dot: 16 lanes
+// of fused multiply-add chains, lane l + lane l + 8, the tree of eight)
+// against the queries in K's partner (BF16: rounded by its activation
+// quantizer; F32: as they are), so the same bits as BlockKeys. The ISA's
+// float_dot_cells reduces several cells' lanes together, where the block
+// dot kernel reduced each (key, query) alone and widened each key again
+// for every few queries.
+template <class Ops>
+struct FloatKeys {
+    int64_t dk;
+    bool bf16;
+    std::vector<float> qf, kt;
+    FloatKeys(const float* q, size_t nq, int64_t dk_, const KvCacheView& kv, DotFn)
+        : dk(dk_),
+          bf16(kv.k_type == quant::Type::BF16),
+          qf(q, q + nq * static_cast<size_t>(dk_)),
+          kt(static_cast<size_t>(kTile * dk_)) {
+        if (bf16) {
+            std::vector<uint16_t> bits(static_cast<size_t>(dk));
+            for (size_t h = 0; h < nq; ++h) {
+                float* row = qf.data() + h * static_cast<size_t>(dk);
+                scalar_activation_quantizer(quant::Type::BF16)(row, bits.data(), dk);
+                widen_bf16(bits.data(), row, dk);
+            }
+        }
+    }
+    void stage_key(const uint8_t* k, int64_t i) {
+        float* row = kt.data() + i * dk;
+        if (bf16) {
+            widen_bf16(reinterpret_cast<const uint16_t*>(k), row, dk);
+        } else {
+            std::memcpy(row, k, static_cast<size_t>(dk) * sizeof(float));
+        }
+    }
+    void scores(size_t nq, int64_t n, float scale, float (*s)[kTile]) const {
+        for (size_t h = 0; h < nq; ++h) {
+            const float* qh = qf.data() + h * static_cast<size_t>(dk);
+            if constexpr (requires { Ops::float_dot_cells(kt.data(), qh, n, dk, scale, s[h]); }) {
+                Ops::float_dot_cells(kt.data(), qh, n, dk, scale, s[h]);
+            } else {
+                for (int64_t i = 0; i < n; ++i) s[h][i] = quant::dot::float_dot<float>(dk, kt.data() + i * dk, qh) * scale;
+            }
+        }
+    }
+};
+
 // Any other K: K.Q by the per-head path's block dot kernel on the stored
 // blocks against the queries in K's activation partner (as ggml's CPU
 // backend converts them).
@@ -235,6 +294,10 @@ struct F32Values {
     void stage_value(const uint8_t* v, float* row) const {
         if (v_type == quant::Type::Q8_0) {
             Ops::dequantize_q8_0(v, row, dv);
+        } else if (v_type == quant::Type::BF16) {
+            widen_bf16(reinterpret_cast<const uint16_t*>(v), row, dv);
+        } else if (v_type == quant::Type::F32) {
+            std::memcpy(row, v, static_cast<size_t>(dv) * sizeof(float));
         } else {
             quant::dequantize_row(v_type, v, row, dv);
         }
@@ -417,14 +480,21 @@ template <class Ops>
 void shared_kv_attention_for(const SharedQueries& qs, const AttentionShape& shape, const KvCacheView& kv,
                              DotFn block_dot, const ChunkRange& range) {
     const bool k_f16 = kv.k_type == quant::Type::F16, v_f16 = kv.v_type == quant::Type::F16;
-    if (k_f16 && v_f16) {
-        shared_kv_attention<Cache<Ops, F16Keys, F16Values>>(qs, shape, kv, block_dot, range);
-    } else if (k_f16) {
-        shared_kv_attention<Cache<Ops, F16Keys, F32Values>>(qs, shape, kv, block_dot, range);
-    } else if (v_f16) {
-        shared_kv_attention<Cache<Ops, BlockKeys, F16Values>>(qs, shape, kv, block_dot, range);
+    const bool k_float = kv.k_type == quant::Type::BF16 || kv.k_type == quant::Type::F32;
+    // K's side, then V's: an F16 V keeps fp16 sums, any other f32 ones.
+    const auto run = [&]<template <class> class Keys>() {
+        if (v_f16) {
+            shared_kv_attention<Cache<Ops, Keys, F16Values>>(qs, shape, kv, block_dot, range);
+        } else {
+            shared_kv_attention<Cache<Ops, Keys, F32Values>>(qs, shape, kv, block_dot, range);
+        }
+    };
+    if (k_f16) {
+        run.template operator()<F16Keys>();
+    } else if (k_float) {
+        run.template operator()<FloatKeys>();
     } else {
-        shared_kv_attention<Cache<Ops, BlockKeys, F32Values>>(qs, shape, kv, block_dot, range);
+        run.template operator()<BlockKeys>();
     }
 }
 

@@ -33,20 +33,21 @@ using tandem::testing::random_floats;
 struct BlockCase {
     int64_t n_head, n_head_kv, n_cells, last, n_tokens, window;
     float softcap = 0.0f;
+    int64_t head_dim = 64;
 };
 
 std::string case_name(const tmod::CacheType& type, const BlockCase& c) {
     return tmod::cache_type_name(type) + ", " + std::to_string(c.n_head) + "/" + std::to_string(c.n_head_kv) +
            " heads, " + std::to_string(c.n_cells) + " cells to position " + std::to_string(c.last) + ", " +
            std::to_string(c.n_tokens) + " tokens, window " + std::to_string(c.window) + ", softcap " +
-           std::to_string(c.softcap);
+           std::to_string(c.softcap) + ", head " + std::to_string(c.head_dim);
 }
 
 // Positions up to last in a cache of n_cells (a ring past it), the last
 // n_tokens of them the queries'; key scales that vary by position, so that
 // later tiles and chunks bring new maxima.
 void expect_blocks_match_scalar(const tmod::CacheType& type, const BlockCase& c, uint32_t seed) {
-    const int64_t head_dim = 64, k_dim = c.n_head_kv * head_dim;
+    const int64_t head_dim = c.head_dim, k_dim = c.n_head_kv * head_dim;
     tandem::LayerKvCache cache(type, c.n_cells, k_dim, k_dim);
     for (int64_t p = std::max<int64_t>(0, c.last + 1 - c.n_cells); p <= c.last; ++p) {
         const float k_scale = 0.5f + static_cast<float>(p % 300) / 150.0f;
@@ -121,6 +122,25 @@ TEST(CpuAttention, SharedKvTokenBlocksMatchScalarBits) {
             if (type.k == T::F16 && type.v == T::F16 && c.n_tokens >= 64) continue;  // the tiled kernel's
             expect_blocks_match_scalar(type, c, seed += 11);
             if (HasFatalFailure()) return;
+        }
+    }
+}
+
+// BF16 and F32 keys take the widened tile and several cells' reductions
+// together (FloatKeys): heads of 128 and 256 (all in the vector loops), 72
+// and 40 (a step of 8 past the last 16, which the per-cell loop takes), one
+// token and a block, beside each V side.
+TEST(CpuAttention, SharedKvFloatKeysMatchScalarBits) {
+    if (tc::best_simd_level() == tc::SimdLevel::Scalar) GTEST_SKIP() << "no AVX2 on this CPU";
+    using T = tq::Type;
+    const tmod::CacheType types[] = {{T::BF16, T::BF16}, {T::F32, T::F32}, {T::BF16, T::F16}, {T::F32, T::BF16}};
+    uint32_t seed = 5000;
+    for (const tmod::CacheType& type : types) {
+        for (const int64_t head_dim : {128, 256, 72, 40}) {
+            for (const int64_t n_tokens : {1, 11}) {
+                expect_blocks_match_scalar(type, {8, 2, 300, 299, n_tokens, 0, 0.0f, head_dim}, seed += 13);
+                if (HasFatalFailure()) return;
+            }
         }
     }
 }

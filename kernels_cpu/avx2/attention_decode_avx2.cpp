@@ -79,6 +79,10 @@ struct Avx2Ops {
     // s[i] = dot(k + i * dk, q, dk) * scale for the tile's n cells: the
     // same bits, with the reductions of eight cells done together.
     static void dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s);
+    // s[i] = float_dot(k + i * dk, q, dk) * scale (quant::dot::float_dot,
+    // a BF16 or F32 cache's order) for the tile's n cells: lanes 0-7 and
+    // 8-15 of each cell in two chains, eight cells reduced together.
+    static void float_dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s);
     // A key's scores s[j][i] = dot(keys[i], query j) * scale for the first
     // queries in eights (their count returned; the rest take the block dot
     // kernel), for the legacy K types (Q8_0, Q5_0, Q4_1, Q5_1, Q4_0,
@@ -248,6 +252,29 @@ size_t scores_chains(const uint8_t* const* keys, int64_t n, const uint8_t* q_act
         }
     }
     return j0;
+}
+
+void Avx2Ops::float_dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s) {
+    int64_t i = 0;
+    if (dk % 16 == 0) {
+        const __m256 sv = _mm256_set1_ps(scale);
+        for (; i + 8 <= n; i += 8) {
+            // float_dot's lanes l and l + 8 of each 16-element step in two
+            // chains, added lane by lane; hsum_8 is its tree of eight.
+            __m256 v[8];
+            for (int c = 0; c < 8; ++c) {
+                const float* kc = k + (i + c) * dk;
+                __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+                for (int64_t j = 0; j < dk; j += 16) {
+                    lo = _mm256_fmadd_ps(_mm256_loadu_ps(kc + j), _mm256_loadu_ps(q + j), lo);
+                    hi = _mm256_fmadd_ps(_mm256_loadu_ps(kc + j + 8), _mm256_loadu_ps(q + j + 8), hi);
+                }
+                v[c] = _mm256_add_ps(lo, hi);
+            }
+            _mm256_storeu_ps(s + i, _mm256_mul_ps(hsum_8(v), sv));
+        }
+    }
+    for (; i < n; ++i) s[i] = quant::dot::float_dot<float>(dk, k + i * dk, q) * scale;
 }
 
 // The integer totals of eight 8-lane sums (exact: any order).

@@ -61,6 +61,10 @@ struct Avx512Ops {
     // cell's reduction alone is eight dependent shuffles and adds, about a
     // tenth of the kernel's time).
     static void dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s);
+    // s[i] = float_dot(k + i * dk, q, dk) * scale (quant::dot::float_dot,
+    // a BF16 or F32 cache's order) for the tile's n cells: one 16-lane
+    // chain a cell, sixteen cells reduced together as dot_cells does.
+    static void float_dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s);
     static void scale(uint16_t* y, float s, int64_t n) {
         const __m512 sv = _mm512_set1_ps(s);
         int64_t i = 0;
@@ -178,6 +182,29 @@ void Avx512Ops::dot_cells(const float* k, const float* q, int64_t n, int64_t dk,
         }
     }
     for (; i < n; ++i) s[i] = dot(k + i * dk, q, dk) * scale;
+}
+
+void Avx512Ops::float_dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s) {
+    constexpr int64_t kMaxDk = 256;
+    int64_t i = 0;
+    if (dk % 16 == 0 && dk <= kMaxDk) {
+        __m512 qv[kMaxDk / 16];
+        for (int64_t j = 0; j < dk / 16; ++j) qv[j] = _mm512_loadu_ps(q + 16 * j);
+        const __m512 sv = _mm512_set1_ps(scale);
+        for (; i + 16 <= n; i += 16) {
+            // float_dot's lane l: elements 16 j + l, one chain over j; its
+            // finish (l + l + 8, then the tree of eight) is reduce_16_cells's.
+            __m512 lanes[16];
+            for (int c = 0; c < 16; ++c) {
+                const float* kc = k + (i + c) * dk;
+                __m512 acc = _mm512_setzero_ps();
+                for (int64_t j = 0; j < dk / 16; ++j) acc = _mm512_fmadd_ps(_mm512_loadu_ps(kc + 16 * j), qv[j], acc);
+                lanes[c] = acc;
+            }
+            _mm512_storeu_ps(s + i, _mm512_mul_ps(reduce_16_cells(lanes), sv));
+        }
+    }
+    for (; i < n; ++i) s[i] = quant::dot::float_dot<float>(dk, k + i * dk, q) * scale;
 }
 
 // Lane i: x's lane i - k, fill below k.
