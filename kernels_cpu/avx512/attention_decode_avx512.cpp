@@ -168,43 +168,44 @@ inline __m512 reduce_16_cells(const __m512* lanes) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
 }
 
-void Avx512Ops::dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s) {
+// s[i] = (cell i's dot with q) * scale for the tile's n cells: sixteen at a
+// time where `vector` holds (dk <= 256 besides), each cell's 16 lanes by
+// lanes_of(key, q's registers) and their reductions together
+// (reduce_16_cells), the other cells one by one through one(key).
+template <class LanesOf, class One>
+void scores_16_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s, bool vector,
+                     LanesOf lanes_of, One one) {
     constexpr int64_t kMaxDk = 256;  // Gemma's heads; q on the stack (in registers up to 128)
     int64_t i = 0;
-    if (dk % 64 == 0 && dk <= kMaxDk) {
+    if (vector && dk <= kMaxDk) {
         __m512 qv[kMaxDk / 16];
         for (int64_t j = 0; j < dk / 16; ++j) qv[j] = _mm512_loadu_ps(q + 16 * j);
         const __m512 sv = _mm512_set1_ps(scale);
         for (; i + 16 <= n; i += 16) {
             __m512 lanes[16];
-            for (int c = 0; c < 16; ++c) lanes[c] = dot_lanes(k + (i + c) * dk, qv, dk);
+            for (int c = 0; c < 16; ++c) lanes[c] = lanes_of(k + (i + c) * dk, qv);
             _mm512_storeu_ps(s + i, _mm512_mul_ps(reduce_16_cells(lanes), sv));
         }
     }
-    for (; i < n; ++i) s[i] = dot(k + i * dk, q, dk) * scale;
+    for (; i < n; ++i) s[i] = one(k + i * dk) * scale;
+}
+
+void Avx512Ops::dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s) {
+    scores_16_cells(
+        k, q, n, dk, scale, s, dk % 64 == 0, [dk](const float* kc, const __m512* qv) { return dot_lanes(kc, qv, dk); },
+        [q, dk](const float* kc) { return dot(kc, q, dk); });
 }
 
 void Avx512Ops::float_dot_cells(const float* k, const float* q, int64_t n, int64_t dk, float scale, float* s) {
-    constexpr int64_t kMaxDk = 256;
-    int64_t i = 0;
-    if (dk % 16 == 0 && dk <= kMaxDk) {
-        __m512 qv[kMaxDk / 16];
-        for (int64_t j = 0; j < dk / 16; ++j) qv[j] = _mm512_loadu_ps(q + 16 * j);
-        const __m512 sv = _mm512_set1_ps(scale);
-        for (; i + 16 <= n; i += 16) {
-            // float_dot's lane l: elements 16 j + l, one chain over j; its
-            // finish (l + l + 8, then the tree of eight) is reduce_16_cells's.
-            __m512 lanes[16];
-            for (int c = 0; c < 16; ++c) {
-                const float* kc = k + (i + c) * dk;
-                __m512 acc = _mm512_setzero_ps();
-                for (int64_t j = 0; j < dk / 16; ++j) acc = _mm512_fmadd_ps(_mm512_loadu_ps(kc + 16 * j), qv[j], acc);
-                lanes[c] = acc;
-            }
-            _mm512_storeu_ps(s + i, _mm512_mul_ps(reduce_16_cells(lanes), sv));
-        }
-    }
-    for (; i < n; ++i) s[i] = quant::dot::float_dot<float>(dk, k + i * dk, q) * scale;
+    // float_dot's lane l: elements 16 j + l, one chain over j; its finish
+    // (l + l + 8, then the tree of eight) is reduce_16_cells's.
+    const auto lanes_of = [dk](const float* kc, const __m512* qv) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t j = 0; j < dk / 16; ++j) acc = _mm512_fmadd_ps(_mm512_loadu_ps(kc + 16 * j), qv[j], acc);
+        return acc;
+    };
+    scores_16_cells(k, q, n, dk, scale, s, dk % 16 == 0, lanes_of,
+                    [q, dk](const float* kc) { return quant::dot::float_dot<float>(dk, kc, q); });
 }
 
 // Lane i: x's lane i - k, fill below k.
