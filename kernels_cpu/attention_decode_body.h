@@ -5,6 +5,9 @@
 // s, n) with f16_scale's and f16_mad's roundings; for Q8_0 caches
 // dequantize_q8_0(blocks, floats, n) as the reference dequantizer,
 // scale_f32 (y *= s) and mad_f32 (y = fma(x, s, y)) element by element.
+// Optional, each with its loop's bits: dot_cells and float_dot_cells (a
+// tile's scores of one query, F16 and BF16/F32 keys), scores_legacy,
+// accumulate_f16_in_registers, accumulate_f32_in_registers.
 #pragma once
 
 #include "kernels_cpu/simd_x86.h"  // immintrin.h without GCC 12's false -Wmaybe-uninitialized
