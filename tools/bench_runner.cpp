@@ -293,25 +293,27 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
     };
     int64_t filled = -1;  // the depth the cache holds between runs (time_test)
     // bench --progress: which test (index over the whole run) and which of
-    // its runs; run_test tells the phases of that run.
+    // its runs ("run 2/5"; empty for the warm-up); run_test tells the
+    // phases of that run, named as llama-bench --progress names them.
     size_t now_test = 0;
-    std::string now_run = "warmup run";
-    const auto tell = [&](const std::string& phase) {
-        if (hooks.on_phase) hooks.on_phase(first_row + now_test, rows[now_test], phase);
+    std::string now_run;
+    const auto tell = [&](const char* what, const char* suffix = "") {
+        if (!hooks.on_phase) return;
+        const std::string run = now_run.empty() ? fmt::format("warmup {} run", what) : fmt::format("{} {}", what, now_run);
+        hooks.on_phase(first_row + now_test, rows[now_test], run + suffix);
     };
     const auto told = [&](TestPhase p) {
-        const bool warm = now_run.starts_with("warmup");
         switch (p) {
-            case TestPhase::Fill: tell(warm ? "warmup depth run" : "depth " + now_run); break;
-            case TestPhase::FillKept: tell(warm ? "warmup depth run (cached)" : "depth " + now_run + " (cached)"); break;
-            case TestPhase::Prompt: tell(warm ? "warmup prompt run" : "prompt " + now_run); break;
-            case TestPhase::Generation: tell(warm ? "warmup generation run" : "generation " + now_run); break;
+            case TestPhase::Fill: tell("depth"); break;
+            case TestPhase::FillKept: tell("depth", " (cached)"); break;
+            case TestPhase::Prompt: tell("prompt"); break;
+            case TestPhase::Generation: tell("generation"); break;
         }
     };
     const auto run_test = [&](const BenchTest& t) {
         if (t.n_parallel > 0) {
             filled = -1;
-            tell(now_run.starts_with("warmup") ? "warmup parallel run" : "parallel " + now_run);
+            tell("parallel");
             return run_parallel_decode(session, t.n_parallel, t.n_depth + t.n_prompt, t.n_gen).seconds;
         }
         return time_test(session, t, ids, logits, filled, told);
@@ -328,7 +330,7 @@ void measure_setup(Session& session, const OpenModel& m, const BenchConfig& c,
     // runs there: cheaper than filling it again.
     const auto warm_up = [&](size_t i) {
         now_test = i;
-        now_run = "warmup run";
+        now_run.clear();
         BenchTest t = tests[i];
         if (t.n_parallel > 0 || filled != t.n_depth) t.n_depth = 0;
         run_test(t);

@@ -42,7 +42,8 @@ struct BenchHooks {
     // bench --progress: called as a test's runs move from one phase to the
     // next, with the test's index over the whole run (0-based, as on_start
     // counted) and the phase as llama-bench --progress names it: "warmup
-    // run", "depth run 1/5" (the untimed fill), "depth run 2/5 (cached)"
+    // prompt run" (and the other warm-up phases), "depth run 1/5" (the
+    // untimed fill), "depth run 2/5 (cached)"
     // (the fill kept from the run before), "prompt run 2/5", "generation
     // run 2/5" (timed), "parallel run 2/5" (--parallel's timed steps).
     std::function<void(size_t index, const BenchRow&, const std::string& phase)> on_phase;
