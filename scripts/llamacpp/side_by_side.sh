@@ -14,6 +14,11 @@
 # Alder Lake and later) against the same build with -DGGML_AVX_VNNI=ON. The
 # last column is the read bandwidth
 # that `tandem bench --calibrate-each` measured before and after its tg row.
+# ROUNDS=N (default 1) measures every type N times, the two programs taking
+# turns within each round and the types in turn across rounds, so a slow
+# minute of a shared host touches both; each cell is then the best of the N
+# (noise only slows a run) with the range after it, and each ratio the
+# best over the best with the range of the rounds' own ratios.
 # Not run by CI: it needs a llama.cpp build (see README.md here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +27,7 @@ TANDEM=$BUILD_DIR/tools/tandem
 LLAMA_BENCH=${LLAMA_BENCH:?set LLAMA_BENCH to the path of llama-bench}
 MODELS=${TANDEM_BENCH_DIR:-$HOME/.cache/tandem/bench}
 SHAPE=${SHAPE:-llama-1b}
-THREADS=${THREADS:-2} PP=${PP:-512} TG=${TG:-128} REPS=${REPS:-3} DEPTH=${DEPTH:-0} CACHE=${CACHE:-f16}
+THREADS=${THREADS:-2} PP=${PP:-512} TG=${TG:-128} REPS=${REPS:-3} DEPTH=${DEPTH:-0} CACHE=${CACHE:-f16} ROUNDS=${ROUNDS:-1}
 LLAMA_CACHE=(-ctk "$CACHE" -ctv "$CACHE")
 [ "$CACHE" = f16 ] || LLAMA_CACHE+=(-fa 1)
 AT=""
@@ -55,12 +60,34 @@ llama_rate() {
 
 echo "| type | Tandem pp$PP$AT | llama.cpp pp$PP$AT | ratio | Tandem tg$TG$AT | llama.cpp tg$TG$AT | ratio | read GB/s around Tandem tg |"
 echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+declare -A TP TT LP LT BW  # per type: the rounds' rates, space-separated
 for t in "${TYPES[@]}"; do
     m="$MODELS/$SHAPE-$t.gguf"
     [ -f "$m" ] || "$TANDEM" synth --shape "$SHAPE" --type "$t" -o "$m" >&2
-    read -r tp tt bw < <(tandem_rate "$m")
-    read -r lp lt _ < <(llama_rate "$m")
-    awk -v t="$t" -v tp="$tp" -v lp="$lp" -v tt="$tt" -v lt="$lt" -v bw="$bw" 'BEGIN {
-        printf "| %s | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx | %s |\n", t, tp, lp, (lp > 0 ? tp / lp : 0), tt, lt, (lt > 0 ? tt / lt : 0), bw
-    }'
+done
+for ((round = 1; round <= ROUNDS; ++round)); do
+    for t in "${TYPES[@]}"; do
+        m="$MODELS/$SHAPE-$t.gguf"
+        read -r tp tt bw < <(tandem_rate "$m")
+        read -r lp lt _ < <(llama_rate "$m")
+        TP[$t]+="$tp " TT[$t]+="$tt " LP[$t]+="$lp " LT[$t]+="$lt " BW[$t]="$bw"
+        [ "$ROUNDS" = 1 ] || echo "round $round $t: Tandem $tp $tt, llama.cpp $lp $lt" >&2
+    done
+done
+for t in "${TYPES[@]}"; do
+    awk -v t="$t" -v tp="${TP[$t]}" -v lp="${LP[$t]}" -v tt="${TT[$t]}" -v lt="${LT[$t]}" -v bw="${BW[$t]}" '
+    function best(list,   a, n, i, b) { n = split(list, a, " "); b = a[1]; for (i = 2; i <= n; ++i) if (a[i] > b) b = a[i]; return b }
+    function cell(list,   a, n, i, lo, hi) {
+        n = split(list, a, " "); lo = hi = a[1]
+        for (i = 2; i <= n; ++i) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
+        return n == 1 ? sprintf("%.1f", a[1]) : sprintf("%.1f (%.1f-%.1f)", hi, lo, hi)
+    }
+    function ratio(num, den,   a, b, n, i, r, lo, hi, bn, bd) {
+        n = split(num, a, " "); split(den, b, " "); bn = best(num); bd = best(den)
+        if (bd <= 0) return "0.00x"
+        if (n == 1) return sprintf("%.2fx", bn / bd)
+        for (i = 1; i <= n; ++i) { r = b[i] > 0 ? a[i] / b[i] : 0; if (i == 1 || r < lo) lo = r; if (i == 1 || r > hi) hi = r }
+        return sprintf("%.2fx (%.2f-%.2f)", bn / bd, lo, hi)
+    }
+    BEGIN { printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", t, cell(tp), cell(lp), ratio(tp, lp), cell(tt), cell(lt), ratio(tt, lt), bw }'
 done
