@@ -48,6 +48,16 @@ constexpr int grid_max(const G (&grid)[N], int bytes, bool signed_bytes) {
     }
     return m;
 }
+// Whether every byte of every grid entry is even (then so is every code).
+template <class G, size_t N>
+constexpr bool grid_all_even(const G (&grid)[N], int bytes) {
+    for (size_t i = 0; i < N; ++i) {
+        for (int j = 0; j < bytes; ++j) {
+            if (((grid[i] >> (8 * j)) & 1u) != 0) return false;
+        }
+    }
+    return true;
+}
 constexpr int table_max(const int8_t (&t)[16]) {
     int m = 0;
     for (int8_t v : t) m = (v < 0 ? -v : v) > m ? (v < 0 ? -v : v) : m;
@@ -144,6 +154,7 @@ struct Iq3xxsDec {
     using Block = block_iq3_xxs;
     static constexpr Type kType = Type::IQ3_XXS;
     static constexpr int kMaxCode = grid_max(iq::kIq3xxsGrid, 4, false);
+    static constexpr bool kEvenCodes = grid_all_even(iq::kIq3xxsGrid, 4);  // 4, 12, .., 52, 62
     static __m256i chunk(const Block& b, int c, int32_t* mult) {
         uint32_t idx[8], aux;
         for (int j = 0; j < 8; ++j) idx[j] = b.qs[8 * c + j];
@@ -240,7 +251,7 @@ inline void decode(const typename Dec::Block& b, __m256i bias, uint8_t* out, int
 }
 
 static_assert(Iq2xxsDec::kMaxCode == 43 && Iq2xsDec::kMaxCode == 43 && Iq2sDec::kMaxCode == 43, "IQ2 grids: 8, 25, 43");
-static_assert(Iq3xxsDec::kMaxCode == 62 && Iq3sDec::kMaxCode == 15, "IQ3 grids: up to 62, odd up to 15");
+static_assert(Iq3xxsDec::kMaxCode == 62 && Iq3xxsDec::kEvenCodes && Iq3sDec::kMaxCode == 15, "IQ3 grids: even up to 62, odd up to 15");
 static_assert(Iq1sDec::kMaxCode == 9 && Iq1mDec::kMaxCode == 9 && Iq4xsDec::kMaxCode == 127, "IQ1: 8 grid +- 1");
 
 }  // namespace

@@ -15,7 +15,11 @@
 //     exact for any a in [-128, 127]: kRun 4 for IQ3_S and IQ1, else 1),
 //     widened and scaled by vpmaddwd against (mult_g, mult_g), and
 //     B x sum mult_g x (the Q8_K block's 16-element sums) taken off once a
-//     block, one vpmaddwd per two groups: sum u a - B sum a = sum code a;
+//     block, one vpmaddwd per two groups: sum u a - B sum a = sum code a.
+//     IQ3_XXS's grid values (4, 12, .., 52, 62) are all even, so its u
+//     (even, <= 124) is stored halved (<= 62) and the multipliers doubled:
+//     two quads a run (2 x 2 x 62 x 128 = 31744) and one vpmaddwd per
+//     eight elements instead of four, the same integers;
 //   - IQ4_XS (codes -127 .. 113: no bias keeps a byte pair's sum in
 //     int16): u = code + 128 = 16 h + l split into two planes of nibbles
 //     (as IQ4_NL's panel, avx2/gemm_panel_legacy_avx2.cpp), each pair sum
@@ -64,15 +68,24 @@ inline int32_t int16_pair(int32_t lo, int32_t hi) {
 
 // Block i of the 8 rows: each row decoded into its 256 bytes, then every 32
 // bytes of the 8 rows transposed into the lanes.
-template <class Dec, int kBias>
+// kHalve: the codes are all even; u / 2 is stored and the multipliers
+// doubled (B m stays: B m = (B / 2) (2 m)).
+template <class Dec, int kBias, bool kHalve>
 void unpack_iq(const panel_avx2::HalfRows& rows, int64_t i, HalfIq& p) {
     alignas(32) uint8_t tmp[kHalf][kQK_K];
     const __m256i bias = _mm256_set1_epi8(static_cast<char>(kBias));
+    constexpr int32_t kScale = kHalve ? 2 : 1;
     for (int r = 0; r < kHalf; ++r) {
         const auto& b = *reinterpret_cast<const typename Dec::Block*>(rows.at(r, i, 0));
         int32_t mult[16];
         decode<Dec>(b, bias, tmp[r], mult);
-        for (int g = 0; g < 16; ++g) p.mult2[g][r] = int16_pair(mult[g], mult[g]);
+        if constexpr (kHalve) {
+            for (int c = 0; c < kQK_K / 32; ++c) {
+                auto* v = reinterpret_cast<__m256i*>(tmp[r] + 32 * c);
+                _mm256_store_si256(v, _mm256_and_si256(_mm256_srli_epi16(_mm256_load_si256(v), 1), _mm256_set1_epi8(0x7F)));
+            }
+        }
+        for (int g = 0; g < 16; ++g) p.mult2[g][r] = int16_pair(kScale * mult[g], kScale * mult[g]);
         for (int k = 0; k < 8; ++k) p.coef2[k][r] = int16_pair(kBias * mult[2 * k], kBias * mult[2 * k + 1]);
         p.d[r] = block_dw<Dec>(b);
     }
@@ -148,15 +161,17 @@ void unpack_iq4_xs(const panel_avx2::HalfRows& rows, int64_t i, HalfIq4xs& p) {
     _mm256_store_ps(p.d, _mm256_mul_ps(_mm256_load_ps(p.d), _mm256_set1_ps(O::factor())));
 }
 
-template <class Dec, int kBias, int kRun>
+template <class Dec, int kBias, int kRun, bool kHalve = false>
 void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, size_t a_stride,
              int64_t n_tokens, float* y, int64_t ldy, void* buf) {
-    // A run of kRun quads: 2 kRun products of at most 128 x 2 B in an int16.
-    static_assert(kBias >= Dec::kMaxCode && kRun * 2 * 2 * kBias * 128 <= 32768, "int16 pair sums would saturate");
+    // A run of kRun quads: 2 kRun products of at most 128 x u in an int16.
+    constexpr int kMaxU = kHalve ? kBias : 2 * kBias;
+    static_assert(kBias >= Dec::kMaxCode && kRun * 2 * kMaxU * 128 <= 32768, "int16 pair sums would saturate");
+    if constexpr (kHalve) static_assert(kBias % 2 == 0 && Dec::kEvenCodes, "halving needs even codes and bias");
     static_assert(4 % kRun == 0, "runs inside a group");
     const int64_t nb = n_cols / kQK_K;
-    const HalfIq* blocks =
-        panel_avx2::unpack_panel<HalfIq, typename Dec::Block>(w, row_stride, n_rows, nb, buf, unpack_iq<Dec, kBias>);
+    const HalfIq* blocks = panel_avx2::unpack_panel<HalfIq, typename Dec::Block>(w, row_stride, n_rows, nb, buf,
+                                                                                 unpack_iq<Dec, kBias, kHalve>);
     panel_avx2::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](int h, const block_q8_K* const* act, __m256* out) {
         const HalfIq* half = blocks + h * nb;
         __m256 acc[NT];
@@ -283,18 +298,18 @@ void iq4_xs_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols) {
     });
 }
 
-#define TANDEM_IQ_PANEL(name, Dec, bias, run)                                                                          \
+#define TANDEM_IQ_PANEL(name, Dec, bias, run, halve)                                                                   \
     void name##_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,       \
                                 size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {                \
-        iq_gemm<Dec, bias, run>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);                    \
+        iq_gemm<Dec, bias, run, halve>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);             \
     }
-TANDEM_IQ_PANEL(iq2_xxs, Iq2xxsDec, Iq2xxsDec::kMaxCode, 1)
-TANDEM_IQ_PANEL(iq2_xs, Iq2xsDec, Iq2xsDec::kMaxCode, 1)
-TANDEM_IQ_PANEL(iq2_s, Iq2sDec, Iq2sDec::kMaxCode, 1)
-TANDEM_IQ_PANEL(iq3_xxs, Iq3xxsDec, Iq3xxsDec::kMaxCode, 1)
-TANDEM_IQ_PANEL(iq3_s, Iq3sDec, Iq3sDec::kMaxCode, 4)
-TANDEM_IQ_PANEL(iq1_s, Iq1sDec, Iq1sDec::kMaxCode, 4)
-TANDEM_IQ_PANEL(iq1_m, Iq1mDec, Iq1mDec::kMaxCode, 4)
+TANDEM_IQ_PANEL(iq2_xxs, Iq2xxsDec, Iq2xxsDec::kMaxCode, 1, false)
+TANDEM_IQ_PANEL(iq2_xs, Iq2xsDec, Iq2xsDec::kMaxCode, 1, false)
+TANDEM_IQ_PANEL(iq2_s, Iq2sDec, Iq2sDec::kMaxCode, 1, false)
+TANDEM_IQ_PANEL(iq3_xxs, Iq3xxsDec, Iq3xxsDec::kMaxCode, 2, true)
+TANDEM_IQ_PANEL(iq3_s, Iq3sDec, Iq3sDec::kMaxCode, 4, false)
+TANDEM_IQ_PANEL(iq1_s, Iq1sDec, Iq1sDec::kMaxCode, 4, false)
+TANDEM_IQ_PANEL(iq1_m, Iq1mDec, Iq1mDec::kMaxCode, 4, false)
 #undef TANDEM_IQ_PANEL
 void iq4_xs_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
