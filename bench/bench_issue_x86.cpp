@@ -7,8 +7,8 @@
 // kernel of that shape can reach there; on Zen 4 (docs/performance.md,
 // "Why IQ4_NL prefill at AVX2 stays near 1.5x") vpmaddubsw issues 2 a
 // cycle and vpaddw 4, an independent mix 4, and a vpmaddubsw -> vpaddw
-// chain only about 3.2 (1.6 vpmaddubsw), 4 again with two vpmaddubsw per
-// dependent add.
+// chain only about 3.2 (1.6 vpmaddubsw); with two vpmaddubsw per dependent
+// add, 3.0: 2.0 vpmaddubsw again.
 #include <benchmark/benchmark.h>
 
 #if defined(__x86_64__)

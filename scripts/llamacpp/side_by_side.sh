@@ -18,7 +18,8 @@
 # turns within each round and the types in turn across rounds, so a slow
 # minute of a shared host touches both; each cell is then the best of the N
 # (noise only slows a run) with the range after it, and each ratio the
-# best over the best with the range of the rounds' own ratios.
+# best over the best with the range of the rounds' own ratios; the
+# bandwidth column is then the last round's.
 # Not run by CI: it needs a llama.cpp build (see README.md here).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
