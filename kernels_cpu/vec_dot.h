@@ -193,9 +193,8 @@ size_t q4_0_rows_prepared_bytes(int64_t n);
 // prepared activation.
 void dot_q4_0_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 // Q4_1, Q5_0, Q5_1 and Q8_0 at AVX2 (vec_dot_avx2.cpp): their single-row
-// kernel on eight rows at once, the activation row as it is. (Q8_0 was
-// slower so while its rows were prefetched 2 KiB ahead, inside the pass:
-// 2048x2048 from DRAM, one thread, 477 -> 538-542 us; one pass ahead, 224-280.)
+// kernel on one row after another, streamed ahead into L1 and L2
+// (prefetch_row_stream), the activation row as it is.
 void dot_q4_1_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void dot_q5_0_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);
 void dot_q5_1_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);

@@ -116,41 +116,30 @@ struct LegacyDot {
             accm = _mm_fmadd_ss(ms, _mm_movehdup_ps(ms), accm);
         }
     }
-    // Decode: R rows against one token, each with its own chains in the
-    // single-row order (the bits of K<1>), their blocks interleaved. One
-    // row at a time read 2.6-3 GB/s from DRAM on Sapphire Rapids (the
-    // out-of-order window holds only a few lines of one row in flight);
-    // R rows keep R streams going, and each block prefetches the same
-    // block of the row one pass (R rows) ahead, so the next pass's rows
-    // arrive while this one computes. 2048x2048 from DRAM, one thread:
-    // Q4_1 812 -> 512 us with 4 rows, 413 with 8, 318 with a prefetch 2
-    // KiB ahead (inside the pass), 273-280 one pass ahead; Q5_0 786 -> 507
-    // -> 365 -> 304-308; Q5_1 952 -> 866 -> 539 -> 356; Q8_0 (which had
-    // no rows kernel: 477) 510 -> 224-280. Two threads: Q8_0 253 -> 116.
-    template <int R>
-    static void rows(int64_t n, const uint8_t* w, size_t row_stride, const A* ya, float* y) {
-        const W* x[R];
-        for (int r = 0; r < R; ++r) x[r] = reinterpret_cast<const W*>(w + static_cast<size_t>(r) * row_stride);
-        __m256 acc[R];
-        __m128 accm[R];
-        for (int r = 0; r < R; ++r) {
-            acc[r] = _mm256_setzero_ps();
-            accm[r] = _mm_setzero_ps();
-        }
+    // Decode: one token against rows read one after another, each with the
+    // chains of K<1> (the same bits), every block asking for its lines
+    // kRowStreamAhead bytes ahead into L1 and kL2StreamAhead into L2
+    // (prefetch_row_stream). Eight rows block by block with the next
+    // pass's rows prefetched (what this was until session 25) kept eight
+    // streams per thread open and read 24-25 GB/s from DRAM on two Zen 4
+    // threads at 2048 columns; one stream at a time reads 35-40 GB/s:
+    // Q8_0 from DRAM, two threads, tandem_bench_kernels alternating old
+    // and new builds: 512x2048 46-57 -> 29-40 us, 2048x2048 173-189 ->
+    // 101-147, 5632x2048 456-513 -> 278-390 (1024 bytes ahead into L1:
+    // within noise of 2048; 4 KiB into L2: 10-25% slower than 12 KiB).
+    static void row(int64_t n, const W* x, const A* ya, float* y) {
+        __m256 acc = _mm256_setzero_ps();
+        __m128 accm = _mm_setzero_ps();
         for (int64_t i = 0; i < n / 32; ++i) {
-            for (int r = 0; r < R; ++r) {
-                _mm_prefetch(reinterpret_cast<const char*>(x[r] + i) + R * row_stride, _MM_HINT_T0);
-                block(x[r][i], U::unpack(x[r][i]), ya[i], acc[r], accm[r]);
-            }
+            prefetch_row_stream(x + i);
+            block(x[i], U::unpack(x[i]), ya[i], acc, accm);
         }
-        for (int r = 0; r < R; ++r) y[r] = hsum(acc[r]) + _mm_cvtss_f32(accm[r]);
+        *y = hsum(acc) + _mm_cvtss_f32(accm);
     }
     static void rows_fn(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y) {
         const auto* base = static_cast<const uint8_t*>(w);
         const A* ya = static_cast<const A*>(a);
-        int r = 0;
-        for (; r + 8 <= n_rows; r += 8) rows<8>(n, base + static_cast<size_t>(r) * row_stride, row_stride, ya, y + r);
-        for (; r < n_rows; ++r) rows<1>(n, base + static_cast<size_t>(r) * row_stride, row_stride, ya, y + r);
+        for (int r = 0; r < n_rows; ++r) row(n, reinterpret_cast<const W*>(base + static_cast<size_t>(r) * row_stride), ya, y + r);
     }
     // Several tokens of a small batch (a serving step): R rows against NT
     // tokens, each (row, token) with the chains of block() in its order,
