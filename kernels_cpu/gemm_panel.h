@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/quant/quant_blocks.h"
 #include "runtime/quant/quant_types.h"
 
 namespace tandem::cpu::detail {
@@ -141,16 +142,26 @@ void mxfp4_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 // (dot_<name>_batch: llama.cpp's tiled kernels, IqTiledOrder), the same
 // contract as above. The AVX-512 panels read the starts iq_panel_prepare
 // appends (a_type Q8_K): -128 x each 16-element activation sum, then -128 x
-// each 32-element one; the AVX2 panels read only the activation blocks,
-// but for IQ4_XS's, which reads the 32-element sums as int16 pairs that
-// iq4_xs_panel_prepare_avx2 appends.
+// each 32-element one; the AVX2 panels read what <name>_panel_prepare_avx2
+// appends: IQ4_XS's the 32-element sums as int16 pairs, the others their
+// bias terms as below.
 inline constexpr size_t kIqPanelExtraBytes = (16 + 8) * sizeof(int32_t);
 inline constexpr size_t kIq4xsPanelExtraBytesAvx2 = 4 * sizeof(int32_t);
+// The other AVX2 i-quant panels take their codes' bias off in int16 runs
+// of quads (avx2/gemm_panel_iq_avx2.cpp, which checks each run against its
+// type's bounds): <name>_panel_prepare_avx2 appends an int16 pair a run.
+inline constexpr int kIq2PanelRunAvx2 = 2;     // IQ2_XXS, IQ2_XS, IQ2_S: B 43
+inline constexpr int kIq3xxsPanelRunAvx2 = 4;  // halved, B' 31
+inline constexpr int kIq3sPanelRunAvx2 = 8;    // B 15, one multiplier a chunk
+inline constexpr int kIq1sPanelRunAvx2 = 8;    // B 9, one multiplier a chunk
+inline constexpr int kIq1mPanelRunAvx2 = 4;    // B 9, a multiplier a group
+constexpr size_t iq_panel_extra_bytes_avx2(int run) { return 4 * static_cast<size_t>(quant::kQK_K / 4 / run); }
 size_t iq_panel_bytes(int64_t n_cols);
 size_t iq_panel_bytes_avx2(int64_t n_cols);
 void iq_panel_prepare(quant::Type a_type, void* row, int64_t n_cols);
 void iq4_xs_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);
 #define TANDEM_IQ_PANEL_DECL(name)                                                                                     \
+    void name##_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols);                                     \
     void name##_panel_gemm_avx512(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,     \
                                   size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf);                \
     void name##_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,       \

@@ -103,11 +103,13 @@ inline __m256i iq1_codes(__m256i grid, __m256i shift) {
 }
 
 // ---- the decoders: chunk(b, c, mult) gives elements 32c .. 32c + 31 as
-// signed bytes and sets mult[2c], mult[2c + 1] (elements 32c + 16 ..) ----------------
+// signed bytes and sets mult[2c], mult[2c + 1] (elements 32c + 16 ..);
+// kMultPer32: the two are always equal (one multiplier a chunk) ----------------------
 struct Iq2xxsDec {
     using Block = block_iq2_xxs;
     static constexpr Type kType = Type::IQ2_XXS;
     static constexpr int kMaxCode = grid_max(iq::kIq2xxsGrid, 8, false);
+    static constexpr bool kMultPer32 = true;
     static __m256i chunk(const Block& b, int c, int32_t* mult) {
         // qs[4c..4c+3] as bytes: four grid indices, then four sign sets and the scale.
         uint8_t q[8];
@@ -123,6 +125,7 @@ struct Iq2xsDec {
     using Block = block_iq2_xs;
     static constexpr Type kType = Type::IQ2_XS;
     static constexpr int kMaxCode = grid_max(iq::kIq2xsGrid, 8, false);
+    static constexpr bool kMultPer32 = false;
     static __m256i chunk(const Block& b, int c, int32_t* mult) {
         const uint16_t* q = b.qs + 4 * c;  // 9-bit index, 7 sign bits
         mult[2 * c] = 2 * (b.scales[c] & 15) + 1;
@@ -137,6 +140,7 @@ struct Iq2sDec {
     using Block = block_iq2_s;
     static constexpr Type kType = Type::IQ2_S;
     static constexpr int kMaxCode = grid_max(iq::kIq2sGrid, 8, false);
+    static constexpr bool kMultPer32 = false;
     static __m256i chunk(const Block& b, int c, int32_t* mult) {
         const uint8_t* q = b.qs + 4 * c;
         const uint32_t h = b.qh[c];  // two high index bits a group
@@ -154,6 +158,7 @@ struct Iq3xxsDec {
     using Block = block_iq3_xxs;
     static constexpr Type kType = Type::IQ3_XXS;
     static constexpr int kMaxCode = grid_max(iq::kIq3xxsGrid, 4, false);
+    static constexpr bool kMultPer32 = true;
     static constexpr bool kEvenCodes = grid_all_even(iq::kIq3xxsGrid, 4);  // 4, 12, .., 52, 62
     static __m256i chunk(const Block& b, int c, int32_t* mult) {
         uint32_t idx[8], aux;
@@ -168,6 +173,7 @@ struct Iq3sDec {
     using Block = block_iq3_s;
     static constexpr Type kType = Type::IQ3_S;
     static constexpr int kMaxCode = grid_max(iq::kIq3sGrid, 4, false);
+    static constexpr bool kMultPer32 = true;
     static __m256i chunk(const Block& b, int c, int32_t* mult) {
         uint32_t idx[8], neg;
         const uint32_t h = b.qh[c];  // the ninth index bit of each row
@@ -182,6 +188,7 @@ struct Iq1sDec {
     using Block = block_iq1_s;
     static constexpr Type kType = Type::IQ1_S;
     static constexpr int kMaxCode = 8 * grid_max(iq::kIq1sGrid, 8, true) + 1;
+    static constexpr bool kMultPer32 = true;
     static __m256i chunk(const Block& b, int c, int32_t* mult) {
         const uint8_t* q = b.qs + 4 * c;
         const uint32_t h = b.qh[c];  // 3 index bits a group, the scale, the shift's sign
@@ -196,6 +203,7 @@ struct Iq1mDec {
     using Block = block_iq1_m;
     static constexpr Type kType = Type::IQ1_M;
     static constexpr int kMaxCode = 8 * grid_max(iq::kIq1sGrid, 8, true) + 1;
+    static constexpr bool kMultPer32 = false;
     static __m256i chunk(const Block& b, int c, int32_t* mult) {
         const uint8_t* q = b.qs + 4 * c;
         const uint32_t h0 = b.qh[2 * c], h1 = b.qh[2 * c + 1];  // a nibble a group: 3 index bits, the shift's sign
@@ -215,6 +223,7 @@ struct Iq4xsDec {
     using Block = block_iq4_xs;
     static constexpr Type kType = Type::IQ4_XS;
     static constexpr int kMaxCode = table_max(iq::kIq4nlValues);
+    static constexpr bool kMultPer32 = true;
     static __m256i chunk(const Block& b, int c, int32_t* mult) {
         mult[2 * c] = mult[2 * c + 1] = iq::Iq4xs::chunk_mult(b, c);
         // Low nibbles are elements 0-15, high ones 16-31; pshufb looks them up.

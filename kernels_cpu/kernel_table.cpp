@@ -55,17 +55,17 @@ using quant::Type;
         .avx2_at_avx512 = true                                                                                      \
     }
 // The 256-element i-quants: batches of 8 or more in llama.cpp's tiled order,
-// on the panels (gemm_panel_iq_x86.h) where a level has them; IQ4_XS's AVX2
-// panel reads the activations' 32-element sums its preparation appends. One
+// on the panels (gemm_panel_iq_x86.h) where a level has them; the AVX2
+// panels read what their preparation appends to the activation rows
+// (IQ4_XS: the 32-element sums; the others: their bias a run of quads). One
 // token and small batches in the single-row order through the decode rows
 // of avx2/decode_rows_iquants_avx2.cpp, its AVX-512VL build (avx2w) at the
 // AVX-512 levels as for the row kernels.
-constexpr PanelKernel iq_panel_avx2(Type t, PanelGemm gemm) {
-    const bool iq4_xs = t == Type::IQ4_XS;
-    return PanelKernel{gemm, TANDEM_X86(iq_panel_bytes_avx2), iq4_xs ? TANDEM_X86(iq4_xs_panel_prepare_avx2) : nullptr,
-                       iq4_xs ? kIq4xsPanelExtraBytesAvx2 : 0};
-}
-#define TANDEM_IQ_TILED_ROW(T, name)                                                          \
+#define TANDEM_PANEL_AVX2_IQ(name, prepare, extra) \
+    PanelKernel{TANDEM_X86(name##_panel_gemm_avx2), TANDEM_X86(iq_panel_bytes_avx2), TANDEM_X86(prepare), extra}
+#define TANDEM_IQ_PANEL_AVX2(name, run) \
+    TANDEM_PANEL_AVX2_IQ(name, name##_panel_prepare_avx2, iq_panel_extra_bytes_avx2(run))
+#define TANDEM_IQ_TILED_ROW(T, name, panel_avx2_kernel)                                       \
     WeightKernels {                                                                           \
         .type = Type::T,                                                                      \
         .dot = LevelKernels{.scalar = dot_##name##_scalar, .avx2 = TANDEM_X86(dot_##name##_avx2),         \
@@ -76,7 +76,7 @@ constexpr PanelKernel iq_panel_avx2(Type t, PanelGemm gemm) {
         .rows_avx2w = DecodeRows{TANDEM_AVX2W(dot_##name##_rows_avx2w), nullptr, nullptr,       \
                                  TANDEM_AVX2W(dot_##name##_rows_multi_avx2w)},                  \
         .panel = TANDEM_PANEL(name, iq_panel_bytes, iq_panel_prepare, kIqPanelExtraBytes),    \
-        .panel_avx2 = iq_panel_avx2(Type::T, TANDEM_X86(name##_panel_gemm_avx2)),             \
+        .panel_avx2 = panel_avx2_kernel,                                                      \
         .llama_order = true, .avx2_at_avx512 = true                                           \
     }
 
@@ -180,15 +180,15 @@ constexpr std::array kTable = {
     // the AVX-512 levels too): single rows as its AVX2 vec_dot, batches of 8
     // or more as its tiled kernels; IQ4_NL and MXFP4 repacked as Q4_0, one
     // order for both.
-    TANDEM_IQ_TILED_ROW(IQ2_XXS, iq2_xxs),
-    TANDEM_IQ_TILED_ROW(IQ2_XS, iq2_xs),
-    TANDEM_IQ_TILED_ROW(IQ2_S, iq2_s),
-    TANDEM_IQ_TILED_ROW(IQ3_XXS, iq3_xxs),
-    TANDEM_IQ_TILED_ROW(IQ3_S, iq3_s),
-    TANDEM_IQ_TILED_ROW(IQ1_S, iq1_s),
-    TANDEM_IQ_TILED_ROW(IQ1_M, iq1_m),
+    TANDEM_IQ_TILED_ROW(IQ2_XXS, iq2_xxs, TANDEM_IQ_PANEL_AVX2(iq2_xxs, kIq2PanelRunAvx2)),
+    TANDEM_IQ_TILED_ROW(IQ2_XS, iq2_xs, TANDEM_IQ_PANEL_AVX2(iq2_xs, kIq2PanelRunAvx2)),
+    TANDEM_IQ_TILED_ROW(IQ2_S, iq2_s, TANDEM_IQ_PANEL_AVX2(iq2_s, kIq2PanelRunAvx2)),
+    TANDEM_IQ_TILED_ROW(IQ3_XXS, iq3_xxs, TANDEM_IQ_PANEL_AVX2(iq3_xxs, kIq3xxsPanelRunAvx2)),
+    TANDEM_IQ_TILED_ROW(IQ3_S, iq3_s, TANDEM_IQ_PANEL_AVX2(iq3_s, kIq3sPanelRunAvx2)),
+    TANDEM_IQ_TILED_ROW(IQ1_S, iq1_s, TANDEM_IQ_PANEL_AVX2(iq1_s, kIq1sPanelRunAvx2)),
+    TANDEM_IQ_TILED_ROW(IQ1_M, iq1_m, TANDEM_IQ_PANEL_AVX2(iq1_m, kIq1mPanelRunAvx2)),
     TANDEM_NIBBLE_ROW(IQ4_NL, iq4_nl),
-    TANDEM_IQ_TILED_ROW(IQ4_XS, iq4_xs),
+    TANDEM_IQ_TILED_ROW(IQ4_XS, iq4_xs, TANDEM_PANEL_AVX2_IQ(iq4_xs, iq4_xs_panel_prepare_avx2, kIq4xsPanelExtraBytesAvx2)),
     TANDEM_NIBBLE_ROW(MXFP4, mxfp4),
 };
 

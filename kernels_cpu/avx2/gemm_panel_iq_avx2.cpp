@@ -10,16 +10,23 @@
 // integer sums come from vpmaddubsw (u8 x s8, pair sums saturating at
 // int16) in one of two ways:
 //   - grids and IQ1 (|code| <= B, B = 43 IQ2_*, 62 IQ3_XXS, 15 IQ3_S, 9
-//     IQ1's 8 grid +- 1): unsigned u = code + B <= 2B, pairs u * a summed
-//     in int16 over runs of kRun quads (kRun x 2B x 128 <= 32768 keeps them
-//     exact for any a in [-128, 127]: kRun 4 for IQ3_S and IQ1, else 1),
-//     widened and scaled by vpmaddwd against (mult_g, mult_g), and
-//     B x sum mult_g x (the Q8_K block's 16-element sums) taken off once a
-//     block, one vpmaddwd per two groups: sum u a - B sum a = sum code a.
-//     IQ3_XXS's grid values (4, 12, .., 52, 62) are all even, so its u
-//     (even, <= 124) is stored halved (<= 62) and the multipliers doubled:
-//     two quads a run (2 x 2 x 62 x 128 = 31744) and one vpmaddwd per
-//     eight elements instead of four, the same integers;
+//     IQ1's 8 grid +- 1): unsigned u = code + B <= 2B, pairs u * a
+//     (never saturating: 2 x 2B x 128 <= 32768) added in int16 over a run
+//     of R quads with wrapping adds, then B x the run's pair sums of the
+//     activation (which iq_bias_prepare appends, an int16 pair a run)
+//     subtracted, also wrapping: what is left is sum code * a over 2R
+//     elements a lane, exact in int16 while 2R x 128 x B <= 32767 (so the
+//     wraps cancel), and one vpmaddwd against (mult_g, mult_g) widens and
+//     scales the run. R (kIq*PanelRunAvx2 in gemm_panel.h): 2 for IQ2_*, 4
+//     IQ3_XXS and IQ1_M, 8 IQ3_S and IQ1_S (runs span a 16-element group
+//     only where the multiplier is per 32 elements). IQ3_XXS's grid values
+//     (4, 12, .., 52, 62) are all even, so its u (even, <= 124) is stored
+//     halved (B' = 31) and the multipliers doubled: B m = (B / 2) (2 m).
+//     Per quad and token one vpmaddubsw, and per run one vpmaddwd. Taking
+//     the bias off as int32 after widening instead (B x sum mult_g x the
+//     Q8_K block's 16-element sums, once a block) keeps u * a in int16
+//     only while 2R x 2B x 128 <= 32768: one vpmaddwd a quad for IQ2_*
+//     (timings at iq_gemm);
 //   - IQ4_XS (codes -127 .. 113: no bias keeps a byte pair's sum in
 //     int16): u = code + 128 = 16 h + l split into two planes of nibbles
 //     (as IQ4_NL's panel, avx2/gemm_panel_legacy_avx2.cpp), each pair sum
@@ -37,6 +44,7 @@
 #include <array>
 #include <bit>
 #include <cstddef>
+#include <cstring>
 
 #include "kernels_cpu/avx2/gemm_panel_avx2.h"
 #include "kernels_cpu/gemm_panel.h"
@@ -53,12 +61,11 @@ using panel_avx2::kHalf;
 constexpr int NT = panel_avx2::kTokens;
 
 // Per block of a half panel: codes [quad 64][row 8][4] (elements 4q ..
-// 4q + 3, plus the bias), the group multipliers as int16 pairs (m, m), the
-// bias terms of group pairs (B m_2k, B m_2k+1), d_w' per row.
+// 4q + 3, plus the bias), the group multipliers as int16 pairs (m, m),
+// d_w' per row.
 struct HalfIq {
     alignas(32) uint8_t codes[kQK_K / 4][kHalf][4];
     alignas(32) int32_t mult2[16][kHalf];
-    alignas(32) int32_t coef2[8][kHalf];
     alignas(32) float d[kHalf];
 };
 
@@ -69,7 +76,7 @@ inline int32_t int16_pair(int32_t lo, int32_t hi) {
 // Block i of the 8 rows: each row decoded into its 256 bytes, then every 32
 // bytes of the 8 rows transposed into the lanes.
 // kHalve: the codes are all even; u / 2 is stored and the multipliers
-// doubled (B m stays: B m = (B / 2) (2 m)).
+// doubled.
 template <class Dec, int kBias, bool kHalve>
 void unpack_iq(const panel_avx2::HalfRows& rows, int64_t i, HalfIq& p) {
     alignas(32) uint8_t tmp[kHalf][kQK_K];
@@ -86,7 +93,6 @@ void unpack_iq(const panel_avx2::HalfRows& rows, int64_t i, HalfIq& p) {
             }
         }
         for (int g = 0; g < 16; ++g) p.mult2[g][r] = int16_pair(kScale * mult[g], kScale * mult[g]);
-        for (int k = 0; k < 8; ++k) p.coef2[k][r] = int16_pair(kBias * mult[2 * k], kBias * mult[2 * k + 1]);
         p.d[r] = block_dw<Dec>(b);
     }
     for (int c = 0; c < kQK_K / 32; ++c) {
@@ -161,46 +167,99 @@ void unpack_iq4_xs(const panel_avx2::HalfRows& rows, int64_t i, HalfIq4xs& p) {
     _mm256_store_ps(p.d, _mm256_mul_ps(_mm256_load_ps(p.d), _mm256_set1_ps(O::factor())));
 }
 
-template <class Dec, int kBias, int kRun, bool kHalve = false>
+template <class Dec>
+constexpr bool even_codes() {
+    if constexpr (requires { Dec::kEvenCodes; }) {
+        return Dec::kEvenCodes;
+    } else {
+        return false;
+    }
+}
+
+// The stored bias B' (B, or B / 2 where halved) and its bounds for runs of
+// kRun quads.
+template <class Dec, bool kHalve, int kRun>
+struct IqRun {
+    static constexpr int kStored = kHalve ? Dec::kMaxCode / 2 : Dec::kMaxCode;
+    static_assert(!kHalve || (Dec::kMaxCode % 2 == 0 && even_codes<Dec>()), "halving needs even codes and bias");
+    // u' <= 2B': a pair of products never saturates vpmaddubsw.
+    static_assert(2 * 2 * kStored * 128 <= 32767, "vpmaddubsw pair sums would saturate");
+    // The run's exact sum (|code'| <= B') and B' x its activation sums in int16.
+    static_assert(2 * kRun * 128 * kStored <= 32767, "a run's int16 lanes would not hold its exact sum");
+    static_assert(kRun <= 4 || Dec::kMultPer32, "a run past a 16-element group needs one multiplier for both");
+    static_assert((kQK_K / 4) % kRun == 0 && (kRun <= 4 ? 4 % kRun == 0 : kRun == 8), "runs tile the groups");
+    static constexpr int kRuns = kQK_K / 4 / kRun;
+    static constexpr size_t kExtraBytes = 4 * kRuns;  // an int16 pair a run
+};
+
+// Appends to each Q8_K block of an activation row B' x the pair sums of
+// every run of kRun quads, as the lanes of a run see them: (B' x sum of
+// elements 4q, 4q + 1, B' x sum of 4q + 2, 4q + 3) over the run's quads q.
+template <int kStored, int kRun>
+void iq_bias_prepare(quant::Type a_type, void* row, int64_t n_cols) {
+    TANDEM_CHECK(a_type == quant::Type::Q8_K, "i-quant panel: activations not Q8_K");
+    constexpr int kRuns = kQK_K / 4 / kRun;
+    panel_avx2::for_each_row_block<block_q8_K>(row, n_cols / kQK_K, 4 * kRuns, [](const block_q8_K& b, uint8_t* out) {
+        for (int j = 0; j < kRuns; ++j) {
+            int even = 0, odd = 0;
+            for (int q = kRun * j; q < kRun * (j + 1); ++q) {
+                even += b.qs[4 * q] + b.qs[4 * q + 1];
+                odd += b.qs[4 * q + 2] + b.qs[4 * q + 3];
+            }
+            const int16_t pair[2] = {static_cast<int16_t>(kStored * even), static_cast<int16_t>(kStored * odd)};
+            std::memcpy(out + 4 * j, pair, sizeof(pair));
+        }
+    });
+}
+
+// Per token tile, half panel and block: per run the int16 chain of its
+// quads' vpmaddubsw (wrapping adds), less the prepared bias pair, one
+// vpmaddwd by the multiplier into the int32 total; then the float step.
+// 2048 rows x 2048 columns x 256 tokens, one Zen 4 thread, the bias taken
+// off per block in int32 against these runs, ms (two runs each, taking
+// turns): IQ2_XXS 12.26-12.49 -> 11.88-12.08, IQ2_XS 12.37-12.44 -> 11.92-
+// 11.96, IQ2_S 12.44-12.49 -> 11.94-11.95, IQ3_XXS 11.24-11.36 -> 10.42-
+// 10.59, IQ3_S 10.34-10.83 -> 9.18-9.63, IQ1_S 10.57-10.83 -> 9.75, IQ1_M
+// 10.94-11.13 -> 10.45-10.81. Less than the multiply ops fell (IQ2_*: 69
+// -> 48 a unit of 8 rows x 4 tokens x 32 elements): a unit now issues 56
+// loads, two a cycle, and ~150 instructions at ~4.5 a cycle (a standalone
+// copy of the loop: 33 cycles a unit, 28 without the bias's broadcast and
+// vpsubw). Both halves against two tokens (one broadcast, two vpmaddubsw)
+// ran no faster; unrolling the runs, GCC spilled and ran slower.
+template <class Dec, int kRun, bool kHalve = false>
 void iq_gemm(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a, size_t a_stride,
              int64_t n_tokens, float* y, int64_t ldy, void* buf) {
-    // A run of kRun quads: 2 kRun products of at most 128 x u in an int16.
-    constexpr int kMaxU = kHalve ? kBias : 2 * kBias;
-    static_assert(kBias >= Dec::kMaxCode && kRun * 2 * kMaxU * 128 <= 32768, "int16 pair sums would saturate");
-    if constexpr (kHalve) static_assert(kBias % 2 == 0 && Dec::kEvenCodes, "halving needs even codes and bias");
-    static_assert(4 % kRun == 0, "runs inside a group");
+    using Run = IqRun<Dec, kHalve, kRun>;
     const int64_t nb = n_cols / kQK_K;
     const HalfIq* blocks = panel_avx2::unpack_panel<HalfIq, typename Dec::Block>(w, row_stride, n_rows, nb, buf,
-                                                                                 unpack_iq<Dec, kBias, kHalve>);
+                                                                                 unpack_iq<Dec, Dec::kMaxCode, kHalve>);
     panel_avx2::for_token_tiles<block_q8_K>(a, a_stride, n_tokens, n_rows, y, ldy, [&](int h, const block_q8_K* const* act, __m256* out) {
         const HalfIq* half = blocks + h * nb;
+        const uint8_t* bias[NT];
+        for (int t = 0; t < NT; ++t) bias[t] = panel_avx2::extras(act[t], nb);
         __m256 acc[NT];
         for (auto& v : acc) v = _mm256_setzero_ps();
         for (int64_t i = 0; i < nb; ++i) {
             const HalfIq& p = half[i];
+            const size_t bias_at = Run::kExtraBytes * static_cast<size_t>(i);
             __m256i total[NT];
-            for (int g = 0; g < 16; ++g) {
-                const __m256i sc = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.mult2[g]));
-                for (int q0 = 0; q0 < 4; q0 += kRun) {
-                    __m256i dot[NT];
-                    for (int q = q0; q < q0 + kRun; ++q) {
-                        const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.codes[4 * g + q]));
-                        for (int t = 0; t < NT; ++t) {
-                            const __m256i pr = _mm256_maddubs_epi16(wv, panel_avx2::bcast4(act[t][i].qs + 16 * g + 4 * q));
-                            dot[t] = q == q0 ? pr : panel_avx2::add16(dot[t], pr);
-                        }
-                    }
+            for (auto& v : total) v = _mm256_setzero_si256();
+            // Runs unrolled with their quads as constants: GCC otherwise kept
+            // a loop of one quad (and the index arithmetic) inside each run.
+            for (int j = 0; j < Run::kRuns; ++j) {
+                const __m256i sc = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.mult2[j * kRun / 4]));
+                __m256i dot[NT];
+                unroll<kRun>([&](auto k) {
+                    const int q = kRun * j + k;
+                    const __m256i wv = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.codes[q]));
                     for (int t = 0; t < NT; ++t) {
-                        const __m256i m = _mm256_madd_epi16(dot[t], sc);
-                        total[t] = g == 0 && q0 == 0 ? m : _mm256_add_epi32(total[t], m);
+                        const __m256i pr = _mm256_maddubs_epi16(wv, panel_avx2::bcast4(act[t][i].qs + 4 * q));
+                        dot[t] = k == 0 ? pr : panel_avx2::add16(dot[t], pr);
                     }
-                }
-            }
-            // B x sum_g mult_g x bsum_g, two groups a vpmaddwd (|B mult| <= 62 x 31).
-            for (int k = 0; k < 8; ++k) {
-                const __m256i coef = _mm256_load_si256(reinterpret_cast<const __m256i*>(p.coef2[k]));
+                });
                 for (int t = 0; t < NT; ++t) {
-                    total[t] = _mm256_sub_epi32(total[t], _mm256_madd_epi16(coef, panel_avx2::bcast4(act[t][i].bsums + 2 * k)));
+                    const __m256i exact = _mm256_sub_epi16(dot[t], panel_avx2::bcast4(bias[t] + bias_at + 4 * j));
+                    total[t] = _mm256_add_epi32(total[t], _mm256_madd_epi16(exact, sc));
                 }
             }
             const __m256 d = _mm256_load_ps(p.d);
@@ -298,18 +357,22 @@ void iq4_xs_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols) {
     });
 }
 
-#define TANDEM_IQ_PANEL(name, Dec, bias, run, halve)                                                                   \
+#define TANDEM_IQ_PANEL(name, Dec, run, halve)                                                                        \
     void name##_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,       \
                                 size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {                \
-        iq_gemm<Dec, bias, run, halve>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);             \
-    }
-TANDEM_IQ_PANEL(iq2_xxs, Iq2xxsDec, Iq2xxsDec::kMaxCode, 1, false)
-TANDEM_IQ_PANEL(iq2_xs, Iq2xsDec, Iq2xsDec::kMaxCode, 1, false)
-TANDEM_IQ_PANEL(iq2_s, Iq2sDec, Iq2sDec::kMaxCode, 1, false)
-TANDEM_IQ_PANEL(iq3_xxs, Iq3xxsDec, Iq3xxsDec::kMaxCode, 2, true)
-TANDEM_IQ_PANEL(iq3_s, Iq3sDec, Iq3sDec::kMaxCode, 4, false)
-TANDEM_IQ_PANEL(iq1_s, Iq1sDec, Iq1sDec::kMaxCode, 4, false)
-TANDEM_IQ_PANEL(iq1_m, Iq1mDec, Iq1mDec::kMaxCode, 4, false)
+        iq_gemm<Dec, run, halve>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);                   \
+    }                                                                                                                  \
+    void name##_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols) {                                    \
+        iq_bias_prepare<IqRun<Dec, halve, run>::kStored, run>(a_type, row, n_cols);                                     \
+    }                                                                                                                  \
+    static_assert(IqRun<Dec, halve, run>::kExtraBytes == iq_panel_extra_bytes_avx2(run), "extras of " #name);
+TANDEM_IQ_PANEL(iq2_xxs, Iq2xxsDec, kIq2PanelRunAvx2, false)
+TANDEM_IQ_PANEL(iq2_xs, Iq2xsDec, kIq2PanelRunAvx2, false)
+TANDEM_IQ_PANEL(iq2_s, Iq2sDec, kIq2PanelRunAvx2, false)
+TANDEM_IQ_PANEL(iq3_xxs, Iq3xxsDec, kIq3xxsPanelRunAvx2, true)
+TANDEM_IQ_PANEL(iq3_s, Iq3sDec, kIq3sPanelRunAvx2, false)
+TANDEM_IQ_PANEL(iq1_s, Iq1sDec, kIq1sPanelRunAvx2, false)
+TANDEM_IQ_PANEL(iq1_m, Iq1mDec, kIq1mPanelRunAvx2, false)
 #undef TANDEM_IQ_PANEL
 void iq4_xs_panel_gemm_avx2(const void* w, size_t row_stride, int64_t n_rows, int64_t n_cols, const void* a,
                             size_t a_stride, int64_t n_tokens, float* y, int64_t ldy, void* buf) {
