@@ -30,7 +30,9 @@ CpuFeatures detect_cpu_features() {
     const bool os_avx512 = os_avx && (xcr0 & 0xe0) == 0xe0;
     f.fma = os_avx && ((c >> 12) & 1u);
     f.f16c = os_avx && ((c >> 29) & 1u);
+    const unsigned family_id = a;  // leaf 1's eax: base family 8-11, extended 20-27
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        f.bmi2 = (b >> 8) & 1u;
         f.avx2 = os_avx && ((b >> 5) & 1u);
         f.avx512f = os_avx512 && ((b >> 16) & 1u);
         f.avx512bw = os_avx512 && ((b >> 30) & 1u);
@@ -40,6 +42,11 @@ CpuFeatures detect_cpu_features() {
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
         f.avx_vnni = os_avx && ((a >> 4) & 1u);
     }
+    __get_cpuid(0, &a, &b, &c, &d);  // the vendor: ebx, edx, ecx
+    const bool amd = b == 0x68747541u || b == 0x6f677948u;  // "Auth"enticAMD, "Hygo"nGenuine
+    const unsigned base = (family_id >> 8) & 0xFu;
+    const unsigned family = base == 0xFu ? base + ((family_id >> 20) & 0xFFu) : base;
+    f.fast_pdep = f.bmi2 && !(amd && family < 0x19u);
 #endif
     return f;
 }
@@ -59,6 +66,7 @@ std::string describe(const CpuFeatures& f) {
     add(f.avx512vl, "avx512vl");
     add(f.avx512_vnni, "avx512_vnni");
     add(f.avx_vnni, "avx_vnni");
+    add(f.bmi2, "bmi2");
     return s.empty() ? "none" : s;
 }
 

@@ -17,6 +17,10 @@ struct CpuFeatures {
     bool avx512vl = false;
     bool avx512_vnni = false;
     bool avx_vnni = false;
+    bool bmi2 = false;
+    // pdep/pext in a few cycles: BMI2 outside AMD's families before 19h
+    // (Zen 1 and 2, Hygon), whose microcoded pdep takes tens to hundreds.
+    bool fast_pdep = false;
 };
 
 CpuFeatures detect_cpu_features();

@@ -20,6 +20,12 @@ using quant::Type;
 #else
 #define TANDEM_AVX2W(f) nullptr
 #endif
+// Likewise the BMI2 build of IQ1_S's and IQ1_M's AVX2 sources (avx2b).
+#if defined(TANDEM_HAVE_AVX2B)
+#define TANDEM_AVX2B(f) TANDEM_X86(f)
+#else
+#define TANDEM_AVX2B(f) nullptr
+#endif
 #define TANDEM_LEVELS(prefix) \
     LevelKernels{prefix##_scalar, TANDEM_X86(prefix##_avx2), TANDEM_X86(prefix##_avx512), TANDEM_X86(prefix##_avx512nv)}
 #define TANDEM_WIDE(name) \
@@ -65,16 +71,23 @@ using quant::Type;
     PanelKernel{TANDEM_X86(name##_panel_gemm_avx2), TANDEM_X86(iq_panel_bytes_avx2), TANDEM_X86(prepare), extra}
 #define TANDEM_IQ_PANEL_AVX2(name, run) \
     TANDEM_PANEL_AVX2_IQ(name, name##_panel_prepare_avx2, iq_panel_extra_bytes_avx2(run))
-#define TANDEM_IQ_TILED_ROW(T, name, panel_avx2_kernel)                                       \
+// bmi2: the type has a BMI2 build (avx2b), IQ1_S and IQ1_M.
+#define TANDEM_IQ_BMI2_true(name, what) TANDEM_AVX2B(dot_##name##what##_avx2b)
+#define TANDEM_IQ_BMI2_false(name, what) nullptr
+#define TANDEM_IQ_TILED_ROW(T, name, panel_avx2_kernel, bmi2)                                 \
     WeightKernels {                                                                           \
         .type = Type::T,                                                                      \
         .dot = LevelKernels{.scalar = dot_##name##_scalar, .avx2 = TANDEM_X86(dot_##name##_avx2),         \
-                            .avx2w = TANDEM_AVX2W(dot_##name##_avx2w)},                                 \
+                            .avx2w = TANDEM_AVX2W(dot_##name##_avx2w),                                  \
+                            .avx2b = TANDEM_IQ_BMI2_##bmi2(name, )},                                    \
         .batch = LevelKernels{.scalar = dot_##name##_batch_scalar, .avx2 = TANDEM_X86(dot_##name##_batch_avx2), \
-                              .avx2w = TANDEM_AVX2W(dot_##name##_batch_avx2w)},                         \
+                              .avx2w = TANDEM_AVX2W(dot_##name##_batch_avx2w),                          \
+                              .avx2b = TANDEM_IQ_BMI2_##bmi2(name, _batch)},                            \
         .rows_avx2 = TANDEM_ROWS_AVX2_MULTI(name),                                             \
         .rows_avx2w = DecodeRows{TANDEM_AVX2W(dot_##name##_rows_avx2w), nullptr, nullptr,       \
                                  TANDEM_AVX2W(dot_##name##_rows_multi_avx2w)},                  \
+        .rows_avx2b = DecodeRows{TANDEM_IQ_BMI2_##bmi2(name, _rows), nullptr, nullptr,         \
+                                 TANDEM_IQ_BMI2_##bmi2(name, _rows_multi)},                     \
         .panel = TANDEM_PANEL(name, iq_panel_bytes, iq_panel_prepare, kIqPanelExtraBytes),    \
         .panel_avx2 = panel_avx2_kernel,                                                      \
         .llama_order = true, .avx2_at_avx512 = true                                           \
@@ -180,15 +193,15 @@ constexpr std::array kTable = {
     // the AVX-512 levels too): single rows as its AVX2 vec_dot, batches of 8
     // or more as its tiled kernels; IQ4_NL and MXFP4 repacked as Q4_0, one
     // order for both.
-    TANDEM_IQ_TILED_ROW(IQ2_XXS, iq2_xxs, TANDEM_IQ_PANEL_AVX2(iq2_xxs, kIq2PanelRunAvx2)),
-    TANDEM_IQ_TILED_ROW(IQ2_XS, iq2_xs, TANDEM_IQ_PANEL_AVX2(iq2_xs, kIq2PanelRunAvx2)),
-    TANDEM_IQ_TILED_ROW(IQ2_S, iq2_s, TANDEM_IQ_PANEL_AVX2(iq2_s, kIq2PanelRunAvx2)),
-    TANDEM_IQ_TILED_ROW(IQ3_XXS, iq3_xxs, TANDEM_IQ_PANEL_AVX2(iq3_xxs, kIq3xxsPanelRunAvx2)),
-    TANDEM_IQ_TILED_ROW(IQ3_S, iq3_s, TANDEM_IQ_PANEL_AVX2(iq3_s, kIq3sPanelRunAvx2)),
-    TANDEM_IQ_TILED_ROW(IQ1_S, iq1_s, TANDEM_IQ_PANEL_AVX2(iq1_s, kIq1sPanelRunAvx2)),
-    TANDEM_IQ_TILED_ROW(IQ1_M, iq1_m, TANDEM_IQ_PANEL_AVX2(iq1_m, kIq1mPanelRunAvx2)),
+    TANDEM_IQ_TILED_ROW(IQ2_XXS, iq2_xxs, TANDEM_IQ_PANEL_AVX2(iq2_xxs, kIq2PanelRunAvx2), false),
+    TANDEM_IQ_TILED_ROW(IQ2_XS, iq2_xs, TANDEM_IQ_PANEL_AVX2(iq2_xs, kIq2PanelRunAvx2), false),
+    TANDEM_IQ_TILED_ROW(IQ2_S, iq2_s, TANDEM_IQ_PANEL_AVX2(iq2_s, kIq2PanelRunAvx2), false),
+    TANDEM_IQ_TILED_ROW(IQ3_XXS, iq3_xxs, TANDEM_IQ_PANEL_AVX2(iq3_xxs, kIq3xxsPanelRunAvx2), false),
+    TANDEM_IQ_TILED_ROW(IQ3_S, iq3_s, TANDEM_IQ_PANEL_AVX2(iq3_s, kIq3sPanelRunAvx2), false),
+    TANDEM_IQ_TILED_ROW(IQ1_S, iq1_s, TANDEM_IQ_PANEL_AVX2(iq1_s, kIq1sPanelRunAvx2), true),
+    TANDEM_IQ_TILED_ROW(IQ1_M, iq1_m, TANDEM_IQ_PANEL_AVX2(iq1_m, kIq1mPanelRunAvx2), true),
     TANDEM_NIBBLE_ROW(IQ4_NL, iq4_nl),
-    TANDEM_IQ_TILED_ROW(IQ4_XS, iq4_xs, TANDEM_PANEL_AVX2_IQ(iq4_xs, iq4_xs_panel_prepare_avx2, kIq4xsPanelExtraBytesAvx2)),
+    TANDEM_IQ_TILED_ROW(IQ4_XS, iq4_xs, TANDEM_PANEL_AVX2_IQ(iq4_xs, iq4_xs_panel_prepare_avx2, kIq4xsPanelExtraBytesAvx2), false),
     TANDEM_NIBBLE_ROW(MXFP4, mxfp4),
 };
 
@@ -216,7 +229,7 @@ DotFn pick(const LevelKernels& k, SimdLevel level, bool avx2_at_avx512) {
         const DotFn f = avx2_at_avx512 ? k.avx2w : level == SimdLevel::Avx512Vnni ? k.avx512 : k.avx512nv;
         if (f != nullptr) return f;
     }
-    if (level >= SimdLevel::Avx2 && k.avx2 != nullptr) return k.avx2;
+    if (level >= SimdLevel::Avx2 && k.avx2 != nullptr) return k.avx2b != nullptr && cpu_fast_pdep() ? k.avx2b : k.avx2;
     return k.scalar;
 }
 
@@ -265,6 +278,7 @@ DecodeRows decode_rows_kernel(quant::Type w_type, SimdLevel level, bool several_
         const bool avx2_tokens = several_tokens && k->rows_avx512.multi == nullptr && k->llama_order;
         if (!avx2_tokens || k->rows_avx2.multi == nullptr) return k->rows_avx512;
     }
+    if (!is_avx512(level) && k->rows_avx2b.fn != nullptr && cpu_fast_pdep()) return k->rows_avx2b;
     return k->rows_avx2;
 }
 

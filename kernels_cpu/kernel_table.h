@@ -42,6 +42,9 @@ struct WeightKernels {
     // The AVX2 rows built for the AVX-512 levels (as LevelKernels::avx2w),
     // for a type that runs its AVX2 kernels there (avx2_at_avx512).
     DecodeRows rows_avx2w{};
+    // The AVX2 rows built with BMI2 (as LevelKernels::avx2b), for the AVX2
+    // levels on CPUs with a fast pdep.
+    DecodeRows rows_avx2b{};
     PanelKernel panel{};
     // The same panels on AVX2 (gemm_panel.h, *_avx2): batches at the AVX2
     // level, and at AVX-512 on CPUs without VNNI.

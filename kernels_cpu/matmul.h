@@ -31,6 +31,9 @@ std::string_view simd_level_name(SimdLevel level);
 SimdLevel best_simd_level();          // highest the CPU and OS support
 SimdLevel simd_level_from_env();      // TANDEM_CPU if set, else best_simd_level()
 bool simd_level_supported(SimdLevel level);
+// Whether the CPU runs pdep fast (CpuFeatures::fast_pdep): the AVX2
+// level then takes the BMI2 build of the kernels that have one.
+bool cpu_fast_pdep();
 
 // A weight matrix as stored: n_rows rows of n_cols elements, row-major in
 // the blocks of `type`.

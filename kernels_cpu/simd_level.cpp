@@ -50,6 +50,14 @@ bool simd_level_supported(SimdLevel level) {
 #endif
 }
 
+bool cpu_fast_pdep() {
+#if defined(__x86_64__)
+    return features().fast_pdep;
+#else
+    return false;
+#endif
+}
+
 SimdLevel best_simd_level() {
     for (SimdLevel level : {SimdLevel::Avx512Vnni, SimdLevel::Avx512, SimdLevel::Avx2Vnni, SimdLevel::Avx2}) {
         if (simd_level_supported(level)) return level;

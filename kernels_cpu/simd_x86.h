@@ -30,9 +30,12 @@
 
 // A kernel's name in an AVX2 source: name_avx2, or name_avx2w in the second
 // build CMake makes of some AVX2 sources for the AVX-512 levels
-// (LevelKernels::avx2w; kernels_cpu/CMakeLists.txt).
+// (LevelKernels::avx2w), name_avx2b in the third, with BMI2, for AVX2 CPUs
+// with a fast pdep (LevelKernels::avx2b; kernels_cpu/CMakeLists.txt).
 #if defined(TANDEM_AVX2_WIDE)
 #define TANDEM_AVX2_FN(name) name##_avx2w
+#elif defined(TANDEM_AVX2_BMI2)
+#define TANDEM_AVX2_FN(name) name##_avx2b
 #else
 #define TANDEM_AVX2_FN(name) name##_avx2
 #endif

@@ -46,6 +46,9 @@ struct LevelKernels {
     // kernels there (WeightKernels::avx2_at_avx512). The same integers and
     // float steps; 32 vector registers, so nothing spills, and pdep.
     DotFn avx2w = nullptr;
+    // The AVX2 source built with BMI2 (pdep for the IQ1 grid indices): the
+    // AVX2 level's kernel where the CPU runs pdep fast (cpu_fast_pdep).
+    DotFn avx2b = nullptr;
 };
 
 // The kernel for w_type at `level` (or the best available below it);
@@ -248,6 +251,15 @@ TANDEM_DECLARE_IQ_AVX2(iq1_s)
 TANDEM_DECLARE_IQ_AVX2(iq1_m)
 TANDEM_DECLARE_IQ_AVX2(iq4_xs)
 #undef TANDEM_DECLARE_IQ_AVX2
+// IQ1_S and IQ1_M built with BMI2 (_avx2b, LevelKernels::avx2b).
+#define TANDEM_DECLARE_IQ_AVX2B(name)                                                                                \
+    void dot_##name##_rows_avx2b(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y); \
+    void dot_##name##_rows_multi_avx2b(TANDEM_DECODE_MULTI_ARGS);                                                    \
+    void dot_##name##_avx2b(TANDEM_DOT_ARGS);                                                                        \
+    void dot_##name##_batch_avx2b(TANDEM_DOT_ARGS);
+TANDEM_DECLARE_IQ_AVX2B(iq1_s)
+TANDEM_DECLARE_IQ_AVX2B(iq1_m)
+#undef TANDEM_DECLARE_IQ_AVX2B
 void dot_q4_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void dot_q4_K_rows_batch_avx512(TANDEM_DECODE_MULTI_ARGS);  // in the batch form's order (dot_q4_K_batch)
 void dot_q6_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);

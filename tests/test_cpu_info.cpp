@@ -23,6 +23,10 @@ TEST(CpuInfo, FeatureImplicationsHold) {
 #if defined(__x86_64__)
     EXPECT_EQ(f.avx2, static_cast<bool>(__builtin_cpu_supports("avx2")));
     EXPECT_EQ(f.avx512f, static_cast<bool>(__builtin_cpu_supports("avx512f")));
+    EXPECT_EQ(f.bmi2, static_cast<bool>(__builtin_cpu_supports("bmi2")));
+    // A fast pdep is BMI2's, and every AVX-512 CPU's (the avx2w builds use it).
+    if (f.fast_pdep) EXPECT_TRUE(f.bmi2);
+    if (f.avx512f) EXPECT_TRUE(f.fast_pdep);
 #endif
     EXPECT_FALSE(tandem::cpu::describe(f).empty());
 }

@@ -153,9 +153,10 @@ TEST(MatmulPath, IquantPanelsByLevel) {
     }
 }
 
-// The i-quants' decode rows at every SIMD level: AVX2's, and at the
-// AVX-512 levels their AVX-512VL build (as the row kernels there): one
-// token, and a small batch's tokens.
+// The i-quants' decode rows at every SIMD level: AVX2's (IQ1_S's and
+// IQ1_M's BMI2 build on a CPU with a fast pdep), and at the AVX-512 levels
+// their AVX-512VL build (as the row kernels there): one token, and a small
+// batch's tokens.
 TEST(MatmulPath, IquantDecodeRowsAtEveryLevel) {
     for (Type t : {Type::IQ2_XXS, Type::IQ2_XS, Type::IQ2_S, Type::IQ3_XXS, Type::IQ3_S, Type::IQ1_S, Type::IQ1_M, Type::IQ4_XS}) {
         const auto* k = tandem::cpu::detail::weight_kernels(t);
@@ -165,7 +166,11 @@ TEST(MatmulPath, IquantDecodeRowsAtEveryLevel) {
             const std::string what = std::string(tandem::quant::traits(t).name) + " " + std::string(tandem::cpu::simd_level_name(level));
             const bool avx512 = level == SimdLevel::Avx512 || level == SimdLevel::Avx512Vnni;
             // (The sanitizer build has no AVX-512VL build: AVX2's there.)
-            const tandem::cpu::detail::DecodeRows& want = avx512 && k->rows_avx2w.fn != nullptr ? k->rows_avx2w : k->rows_avx2;
+            const bool iq1 = t == Type::IQ1_S || t == Type::IQ1_M;
+            EXPECT_EQ(k->rows_avx2b.fn != nullptr, iq1) << what << ": a BMI2 build for the IQ1 types only";
+            const bool bmi2 = !avx512 && iq1 && tandem::cpu::cpu_fast_pdep();
+            const tandem::cpu::detail::DecodeRows& want =
+                avx512 && k->rows_avx2w.fn != nullptr ? k->rows_avx2w : bmi2 ? k->rows_avx2b : k->rows_avx2;
             ASSERT_NE(want.multi, nullptr) << what;
             EXPECT_EQ(choose_matmul_path({t, N, 1, level, F}).rows.fn, want.fn) << what;
             EXPECT_EQ(choose_matmul_path({t, N, 5, level, F}).rows.multi, want.multi) << what;

@@ -166,7 +166,13 @@ struct IqDotAvx2 {
     };
 };
 
-// X(name, decoder, order): the eight types.
+// X(name, decoder, order): the eight types; the BMI2 build (avx2b) only
+// those whose decoders use pdep.
+#if defined(TANDEM_AVX2_BMI2)
+#define TANDEM_IQ_AVX2_TYPES(X)   \
+    X(iq1_s, DIq1s, dot::Iq1sDot) \
+    X(iq1_m, DIq1m, dot::Iq1mDot)
+#else
 #define TANDEM_IQ_AVX2_TYPES(X)                 \
     X(iq2_xxs, DIq2xxs, dot::IqDot<iq::Iq2xxs>) \
     X(iq2_xs, DIq2xs, dot::IqDot<iq::Iq2xs>)    \
@@ -176,6 +182,7 @@ struct IqDotAvx2 {
     X(iq1_s, DIq1s, dot::Iq1sDot)               \
     X(iq1_m, DIq1m, dot::Iq1mDot)               \
     X(iq4_xs, DIq4xs, dot::IqDot<iq::Iq4xs>)
+#endif
 
 }  // namespace
 }  // namespace tandem::cpu::detail::iq_avx2

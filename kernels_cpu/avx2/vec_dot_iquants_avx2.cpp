@@ -1,8 +1,9 @@
 // AVX2 row kernels of the 256-element i-quants against Q8_K: one row
 // against a tile of up to kMaxTileTokens tokens, single rows
 // (IqLanesOrder) and batches of 8 or more (IqTiledOrder); the body is
-// iq_dot_avx2.h's. Built twice (kernels_cpu/CMakeLists.txt): *_avx2, and
-// *_avx2w with AVX-512VL and BMI2 for the AVX-512 levels.
+// iq_dot_avx2.h's. Built three times (kernels_cpu/CMakeLists.txt): *_avx2,
+// *_avx2w with AVX-512VL and BMI2 for the AVX-512 levels, and *_avx2b
+// (IQ1_S and IQ1_M) with BMI2 for AVX2 CPUs with a fast pdep.
 #include "kernels_cpu/avx2/iq_dot_avx2.h"
 #include "kernels_cpu/vec_dot.h"
 
