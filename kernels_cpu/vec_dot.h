@@ -233,15 +233,19 @@ void dot_q5_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
 void dot_q5_1_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
 void dot_q8_0_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);
 // The 256-element i-quants: their decode rows (avx2/decode_rows_iquants_avx2.cpp:
-// one row after another, all tokens at once), and the AVX-512 levels' build
-// (_avx2w, LevelKernels::avx2w) of those and of their row and batch kernels.
-#define TANDEM_DECLARE_IQ_AVX2(name)                                                                                 \
-    void dot_##name##_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y);  \
-    void dot_##name##_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);                                                     \
-    void dot_##name##_rows_avx2w(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y); \
-    void dot_##name##_rows_multi_avx2w(TANDEM_DECODE_MULTI_ARGS);                                                    \
-    void dot_##name##_avx2w(TANDEM_DOT_ARGS);                                                                        \
-    void dot_##name##_batch_avx2w(TANDEM_DOT_ARGS);
+// one row after another, all tokens at once), and the other builds of
+// those and of their row and batch kernels (TANDEM_DECLARE_IQ_BUILD): the
+// AVX-512 levels' (_avx2w, LevelKernels::avx2w), and IQ1_S's and IQ1_M's
+// with BMI2 (_avx2b, LevelKernels::avx2b).
+#define TANDEM_DECLARE_IQ_BUILD(name, suffix)                                                                          \
+    void dot_##name##_rows_##suffix(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y); \
+    void dot_##name##_rows_multi_##suffix(TANDEM_DECODE_MULTI_ARGS);                                                    \
+    void dot_##name##_##suffix(TANDEM_DOT_ARGS);                                                                        \
+    void dot_##name##_batch_##suffix(TANDEM_DOT_ARGS);
+#define TANDEM_DECLARE_IQ_AVX2(name)                                                                                \
+    void dot_##name##_rows_avx2(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y); \
+    void dot_##name##_rows_multi_avx2(TANDEM_DECODE_MULTI_ARGS);                                                    \
+    TANDEM_DECLARE_IQ_BUILD(name, avx2w)
 TANDEM_DECLARE_IQ_AVX2(iq2_xxs)
 TANDEM_DECLARE_IQ_AVX2(iq2_xs)
 TANDEM_DECLARE_IQ_AVX2(iq2_s)
@@ -251,15 +255,9 @@ TANDEM_DECLARE_IQ_AVX2(iq1_s)
 TANDEM_DECLARE_IQ_AVX2(iq1_m)
 TANDEM_DECLARE_IQ_AVX2(iq4_xs)
 #undef TANDEM_DECLARE_IQ_AVX2
-// IQ1_S and IQ1_M built with BMI2 (_avx2b, LevelKernels::avx2b).
-#define TANDEM_DECLARE_IQ_AVX2B(name)                                                                                \
-    void dot_##name##_rows_avx2b(int64_t n, const void* w, size_t row_stride, int n_rows, const void* a, float* y); \
-    void dot_##name##_rows_multi_avx2b(TANDEM_DECODE_MULTI_ARGS);                                                    \
-    void dot_##name##_avx2b(TANDEM_DOT_ARGS);                                                                        \
-    void dot_##name##_batch_avx2b(TANDEM_DOT_ARGS);
-TANDEM_DECLARE_IQ_AVX2B(iq1_s)
-TANDEM_DECLARE_IQ_AVX2B(iq1_m)
-#undef TANDEM_DECLARE_IQ_AVX2B
+TANDEM_DECLARE_IQ_BUILD(iq1_s, avx2b)
+TANDEM_DECLARE_IQ_BUILD(iq1_m, avx2b)
+#undef TANDEM_DECLARE_IQ_BUILD
 void dot_q4_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);
 void dot_q4_K_rows_batch_avx512(TANDEM_DECODE_MULTI_ARGS);  // in the batch form's order (dot_q4_K_batch)
 void dot_q6_K_rows_multi_avx512(TANDEM_DECODE_MULTI_ARGS);

@@ -188,25 +188,26 @@ struct IqRun {
     static_assert(2 * kRun * 128 * kStored <= 32767, "a run's int16 lanes would not hold its exact sum");
     static_assert(kRun <= 4 || Dec::kMultPer32, "a run past a 16-element group needs one multiplier for both");
     static_assert((kQK_K / 4) % kRun == 0 && (kRun <= 4 ? 4 % kRun == 0 : kRun == 8), "runs tile the groups");
+    static constexpr int kQuads = kRun;  // a run's
     static constexpr int kRuns = kQK_K / 4 / kRun;
-    static constexpr size_t kExtraBytes = 4 * kRuns;  // an int16 pair a run
+    static constexpr size_t kExtraBytes = iq_panel_extra_bytes_avx2(kRun);  // an int16 pair a run
 };
 
 // Appends to each Q8_K block of an activation row B' x the pair sums of
-// every run of kRun quads, as the lanes of a run see them: (B' x sum of
-// elements 4q, 4q + 1, B' x sum of 4q + 2, 4q + 3) over the run's quads q.
-template <int kStored, int kRun>
+// every run of R quads (Run: an IqRun), as the lanes of a run see them:
+// (B' x sum of elements 4q, 4q + 1, B' x sum of 4q + 2, 4q + 3) over the
+// run's quads q.
+template <class Run>
 void iq_bias_prepare(quant::Type a_type, void* row, int64_t n_cols) {
     TANDEM_CHECK(a_type == quant::Type::Q8_K, "i-quant panel: activations not Q8_K");
-    constexpr int kRuns = kQK_K / 4 / kRun;
-    panel_avx2::for_each_row_block<block_q8_K>(row, n_cols / kQK_K, 4 * kRuns, [](const block_q8_K& b, uint8_t* out) {
-        for (int j = 0; j < kRuns; ++j) {
+    panel_avx2::for_each_row_block<block_q8_K>(row, n_cols / kQK_K, Run::kExtraBytes, [](const block_q8_K& b, uint8_t* out) {
+        for (int j = 0; j < Run::kRuns; ++j) {
             int even = 0, odd = 0;
-            for (int q = kRun * j; q < kRun * (j + 1); ++q) {
+            for (int q = Run::kQuads * j; q < Run::kQuads * (j + 1); ++q) {
                 even += b.qs[4 * q] + b.qs[4 * q + 1];
                 odd += b.qs[4 * q + 2] + b.qs[4 * q + 3];
             }
-            const int16_t pair[2] = {static_cast<int16_t>(kStored * even), static_cast<int16_t>(kStored * odd)};
+            const int16_t pair[2] = {static_cast<int16_t>(Run::kStored * even), static_cast<int16_t>(Run::kStored * odd)};
             std::memcpy(out + 4 * j, pair, sizeof(pair));
         }
     });
@@ -363,9 +364,8 @@ void iq4_xs_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols) {
         iq_gemm<Dec, run, halve>(w, row_stride, n_rows, n_cols, a, a_stride, n_tokens, y, ldy, buf);                   \
     }                                                                                                                  \
     void name##_panel_prepare_avx2(quant::Type a_type, void* row, int64_t n_cols) {                                    \
-        iq_bias_prepare<IqRun<Dec, halve, run>::kStored, run>(a_type, row, n_cols);                                     \
-    }                                                                                                                  \
-    static_assert(IqRun<Dec, halve, run>::kExtraBytes == iq_panel_extra_bytes_avx2(run), "extras of " #name);
+        iq_bias_prepare<IqRun<Dec, halve, run>>(a_type, row, n_cols);                                                  \
+    }
 TANDEM_IQ_PANEL(iq2_xxs, Iq2xxsDec, kIq2PanelRunAvx2, false)
 TANDEM_IQ_PANEL(iq2_xs, Iq2xsDec, kIq2PanelRunAvx2, false)
 TANDEM_IQ_PANEL(iq2_s, Iq2sDec, kIq2PanelRunAvx2, false)
